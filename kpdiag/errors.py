@@ -1,0 +1,25 @@
+"""Errors that carry their source: a file (and line) or a cause, printable on one line."""
+
+from __future__ import annotations
+
+
+class KpdiagError(Exception):
+    """Base class: str() is a single line a user can act on."""
+
+
+class InputError(KpdiagError):
+    """Bad input: names the source (file) and, where known, the line."""
+
+    def __init__(self, source: str, message: str, line: int | None = None):
+        self.source = source
+        self.line = line
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+class UsageError(KpdiagError):
+    """The user asked for something that cannot be done (exit 2)."""

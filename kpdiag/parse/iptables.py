@@ -1,0 +1,465 @@
+"""Parser for ``iptables-save`` output and ``iptables-restore`` input.
+
+Two phases, so that a 225,000-line ruleset is cheap to load:
+
+1. :func:`parse_iptables_save` reads every line once, validates the file's structure
+   (tables, chain headers, quoting, COMMIT) and files each rule's raw text under its chain.
+   Errors name the file and line.
+2. A chain's rules are tokenized and structured (:class:`Rule`) the first time something
+   asks for them (:meth:`Chain.rules`). :meth:`Ruleset.compile_all` does all chains at once
+   (for checks that want every rule, and to surface every error).
+
+Both kube-proxy's restore form (``-m tcp -p tcp -d 1.2.3.4 --dport 80``, ``--or-mark``) and
+the kernel's canonical form (``-d 1.2.3.4/32 -p tcp -m tcp --dport 80``, ``--set-xmark``)
+are accepted. Unknown modules and targets are kept verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+from .addr import Prefix, parse_prefix
+
+TABLES = ("raw", "mangle", "nat", "filter", "security")
+BUILTIN_CHAINS = {
+    "raw": ("PREROUTING", "OUTPUT"),
+    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+    "filter": ("INPUT", "FORWARD", "OUTPUT"),
+    "security": ("INPUT", "FORWARD", "OUTPUT"),
+}
+
+_TOKEN_RE = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
+_UNESCAPE_RE = re.compile(r"\\(.)")
+
+
+@dataclass(slots=True)
+class Opt:
+    """One ``--option [args…]`` of a match or target; ``neg`` when preceded/followed by ``!``."""
+
+    name: str
+    args: tuple[str, ...]
+    neg: bool = False
+
+    @property
+    def value(self) -> str:
+        return self.args[0] if self.args else ""
+
+
+@dataclass(slots=True)
+class Match:
+    """``-m module`` with its options (``implicit`` for ``-p tcp --dport`` without ``-m``)."""
+
+    module: str
+    opts: list[Opt] = field(default_factory=list)
+    implicit: bool = False
+
+    def get(self, name: str) -> Opt | None:
+        for opt in self.opts:
+            if opt.name == name:
+                return opt
+        return None
+
+
+@dataclass(slots=True)
+class Rule:
+    table: str
+    chain: str
+    index: int  # 1-based position in its chain
+    lineno: int
+    text: str
+    source: str = ""
+    src: Prefix | None = None
+    src_neg: bool = False
+    dst: Prefix | None = None
+    dst_neg: bool = False
+    proto: str | None = None
+    proto_neg: bool = False
+    iif: str | None = None
+    iif_neg: bool = False
+    oif: str | None = None
+    oif_neg: bool = False
+    frag: bool | None = None
+    matches: list[Match] = field(default_factory=list)
+    target: str | None = None
+    target_opts: list[Opt] = field(default_factory=list)
+    goto: bool = False
+    counters: tuple[int, int] | None = None
+
+    def target_opt(self, name: str) -> Opt | None:
+        for opt in self.target_opts:
+            if opt.name == name:
+                return opt
+        return None
+
+    def match(self, module: str) -> Match | None:
+        for m in self.matches:
+            if m.module == module:
+                return m
+        return None
+
+    @property
+    def comment(self) -> str | None:
+        m = self.match("comment")
+        if m is None:
+            return None
+        opt = m.get("--comment")
+        return opt.value if opt else None
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.lineno}"
+
+
+class Chain:
+    """A chain: policy (built-in chains), counters, and its rules (compiled on first use)."""
+
+    __slots__ = ("table", "name", "policy", "counters", "lineno", "_raw", "_rules", "_source", "index_cache")
+
+    def __init__(self, table: str, name: str, policy: str | None, counters, lineno: int, source: str):
+        self.table = table
+        self.name = name
+        self.policy = policy  # None for user-defined chains
+        self.counters = counters
+        self.lineno = lineno
+        self._raw: list[tuple[int, str]] = []
+        self._rules: list[Rule] | None = None
+        self._source = source
+        self.index_cache = None  # filled by the tracer
+
+    @property
+    def builtin(self) -> bool:
+        return self.policy is not None
+
+    def __len__(self) -> int:
+        return len(self._raw) if self._rules is None else len(self._rules)
+
+    @property
+    def rules(self) -> list[Rule]:
+        if self._rules is None:
+            table, name, source = self.table, self.name, self._source
+            self._rules = [
+                parse_rule(text, table, name, i, lineno, source)
+                for i, (lineno, text) in enumerate(self._raw, 1)
+            ]
+            self._raw = []
+        return self._rules
+
+
+@dataclass
+class Table:
+    name: str
+    chains: dict[str, Chain] = field(default_factory=dict)
+    lineno: int = 0
+
+
+@dataclass
+class Ruleset:
+    """All tables of one ``iptables-save``; ``family`` is 4 or 6."""
+
+    source: str
+    tables: dict[str, Table] = field(default_factory=dict)
+    family: int = 4
+    line_count: int = 0
+    rule_count: int = 0
+    header_comments: list[str] = field(default_factory=list)
+
+    def chain(self, table: str, name: str) -> Chain | None:
+        t = self.tables.get(table)
+        return t.chains.get(name) if t else None
+
+    def compile_all(self) -> list[InputError]:
+        """Structure every rule; return every error (the chain keeps the rules that parsed)."""
+        errors: list[InputError] = []
+        for table in self.tables.values():
+            for chain in table.chains.values():
+                if chain._rules is not None:
+                    continue
+                good: list[Rule] = []
+                for i, (lineno, text) in enumerate(chain._raw, 1):
+                    try:
+                        good.append(parse_rule(text, table.name, chain.name, i, lineno, self.source))
+                    except InputError as exc:
+                        errors.append(exc)
+                chain._rules = good
+                chain._raw = []
+        return errors
+
+    def iter_rules(self):
+        for table in self.tables.values():
+            for chain in table.chains.values():
+                yield from chain.rules
+
+    def chain_names(self, table: str) -> list[str]:
+        t = self.tables.get(table)
+        return list(t.chains) if t else []
+
+    @property
+    def empty(self) -> bool:
+        return not self.tables
+
+
+def _tokenize(text: str, source: str, lineno: int) -> list[str]:
+    if '"' not in text:
+        return text.split()
+    tokens = []
+    for m in _TOKEN_RE.finditer(text):
+        quoted, bare = m.group(1), m.group(2)
+        if quoted is not None:
+            tokens.append(_UNESCAPE_RE.sub(r"\1", quoted))
+        else:
+            if '"' in bare:
+                raise InputError(source, f"unbalanced quote in: {_short(text)}", lineno)
+            tokens.append(bare)
+    return tokens
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_ADDR_OPTS = {"-s": "src", "--source": "src", "--src": "src", "-d": "dst", "--destination": "dst", "--dst": "dst"}
+_IFACE_OPTS = {"-i": "iif", "--in-interface": "iif", "-o": "oif", "--out-interface": "oif"}
+
+
+def _is_option(tok: str) -> bool:
+    return len(tok) > 1 and tok[0] == "-" and not tok[1].isdigit()
+
+
+def parse_rule(text: str, table: str, chain: str, index: int, lineno: int, source: str) -> Rule:
+    """Structure one ``-A CHAIN …`` line (raises :class:`InputError` naming the line)."""
+    toks = _tokenize(text, source, lineno)
+    rule = Rule(table=table, chain=chain, index=index, lineno=lineno, text=text, source=source)
+    n = len(toks)
+    i = 0
+    if n and toks[0].startswith("[") and toks[0].endswith("]"):
+        p, _, b = toks[0][1:-1].partition(":")
+        try:
+            rule.counters = (int(p), int(b))
+        except ValueError:
+            raise InputError(source, f"bad counters {toks[0]!r}", lineno) from None
+        i = 1
+    if i >= n or toks[i] not in ("-A", "--append", "-I", "--insert"):
+        raise InputError(source, f"expected -A CHAIN: {_short(text)}", lineno)
+    i += 2  # chain name already known
+    if toks[i - 2] in ("-I", "--insert") and i < n and toks[i].isdigit():
+        i += 1
+    neg = False
+    context: Match | None = None
+    in_target = False
+
+    def err(msg: str) -> InputError:
+        return InputError(source, f"{msg}: {_short(text)}", lineno)
+
+    while i < n:
+        tok = toks[i]
+        if tok == "!":
+            neg = True
+            i += 1
+            continue
+        if tok in _ADDR_OPTS:
+            if i + 1 >= n:
+                raise err(f"{tok} needs an address")
+            try:
+                prefix = parse_prefix(toks[i + 1])
+            except ValueError as exc:
+                raise err(str(exc)) from None
+            if _ADDR_OPTS[tok] == "src":
+                rule.src, rule.src_neg = prefix, neg
+            else:
+                rule.dst, rule.dst_neg = prefix, neg
+            neg = False
+            i += 2
+            continue
+        if tok in ("-p", "--protocol"):
+            if i + 1 >= n:
+                raise err("-p needs a protocol")
+            rule.proto, rule.proto_neg = toks[i + 1].lower(), neg
+            neg = False
+            i += 2
+            continue
+        if tok in _IFACE_OPTS:
+            if i + 1 >= n:
+                raise err(f"{tok} needs an interface")
+            if _IFACE_OPTS[tok] == "iif":
+                rule.iif, rule.iif_neg = toks[i + 1], neg
+            else:
+                rule.oif, rule.oif_neg = toks[i + 1], neg
+            neg = False
+            i += 2
+            continue
+        if tok in ("-f", "--fragment"):
+            rule.frag = not neg
+            neg = False
+            i += 1
+            continue
+        if tok in ("-m", "--match"):
+            if neg:
+                raise err("'!' cannot negate -m")
+            if i + 1 >= n:
+                raise err("-m needs a module name")
+            context = Match(toks[i + 1])
+            rule.matches.append(context)
+            in_target = False
+            i += 2
+            continue
+        if tok in ("-j", "--jump", "-g", "--goto"):
+            if i + 1 >= n:
+                raise err(f"{tok} needs a target")
+            if rule.target is not None:
+                raise err("more than one target")
+            rule.target = toks[i + 1]
+            rule.goto = tok in ("-g", "--goto")
+            in_target = True
+            context = None
+            i += 2
+            continue
+        if tok in ("-c", "--set-counters"):
+            if i + 2 >= n:
+                raise err("-c needs packets and bytes")
+            try:
+                rule.counters = (int(toks[i + 1]), int(toks[i + 2]))
+            except ValueError:
+                raise err("bad -c counters") from None
+            i += 3
+            continue
+        if tok in ("-4", "--ipv4", "-6", "--ipv6"):
+            i += 1
+            continue
+        if tok.startswith("--"):
+            # an option of the current module / target, with its arguments
+            j = i + 1
+            args = []
+            opt_neg = neg
+            while j < n:
+                t = toks[j]
+                if t == "!":
+                    if j + 1 < n and _is_option(toks[j + 1]):
+                        break  # negates the next option
+                    opt_neg = True  # old syntax: --dport ! 80
+                    j += 1
+                    continue
+                if _is_option(t):
+                    break
+                args.append(t)
+                j += 1
+            opt = Opt(tok, tuple(args), opt_neg)
+            neg = False
+            if in_target:
+                rule.target_opts.append(opt)
+            else:
+                if context is None:
+                    if rule.proto and not rule.proto_neg:
+                        context = Match(rule.proto, implicit=True)
+                        rule.matches.append(context)
+                    else:
+                        raise err(f"option {tok} outside any -m module")
+                context.opts.append(opt)
+            i = j
+            continue
+        raise err(f"unexpected {tok!r}")
+    if neg:
+        raise err("'!' at the end of the rule")
+    return rule
+
+
+def _decode(data: bytes | str, source: str) -> str:
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise InputError(source, f"not text (byte 0x{data[exc.start]:02x} is not UTF-8)", line) from None
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise InputError(source, "not text (contains a NUL byte)", text.count("\n", 0, nul) + 1)
+    return text
+
+
+def parse_iptables_save(data: bytes | str, source: str = "iptables-save") -> Ruleset:
+    """Parse a whole ``iptables-save`` / ``iptables-restore`` file (phase 1: structure only)."""
+    text = _decode(data, source)
+    rs = Ruleset(source=source)
+    table: Table | None = None
+    chains: dict[str, Chain] = {}
+    lineno = 0
+    rule_count = 0
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        if not line:
+            continue
+        c = line[0]
+        if c == "-" or c == "[":
+            if table is None:
+                raise InputError(source, "rule outside any table (no '*table' line before it)", lineno)
+            if '"' in line and (line.count('"') - line.count('\\"')) % 2:
+                raise InputError(source, f"unbalanced quote in: {_short(line)}", lineno)
+            parts = line.split(None, 3)
+            k = 1 if c == "[" else 0
+            if len(parts) < k + 2 or parts[k] not in ("-A", "--append", "-I", "--insert"):
+                raise InputError(source, f"expected '-A CHAIN …': {_short(line)}", lineno)
+            chain = chains.get(parts[k + 1])
+            if chain is None:
+                raise InputError(source, f"rule for chain {parts[k + 1]!r}, which table {table.name} does not declare", lineno)
+            chain._raw.append((lineno, line))
+            rule_count += 1
+        elif c == ":":
+            if table is None:
+                raise InputError(source, "chain declaration outside any table", lineno)
+            parts = line[1:].split()
+            if not parts:
+                raise InputError(source, "empty chain declaration", lineno)
+            name = parts[0]
+            policy = parts[1] if len(parts) > 1 else "-"
+            counters = None
+            if len(parts) > 2 and parts[2].startswith("["):
+                try:
+                    p, _, b = parts[2][1:-1].partition(":")
+                    counters = (int(p), int(b))
+                except ValueError:
+                    raise InputError(source, f"bad chain counters {parts[2]!r}", lineno) from None
+            if policy not in ("-", "ACCEPT", "DROP"):
+                raise InputError(source, f"bad policy {policy!r} for chain {name}", lineno)
+            builtin = name in BUILTIN_CHAINS[table.name]
+            if builtin and policy == "-":
+                policy = "ACCEPT"  # restore input: "-" keeps the kernel's policy, ACCEPT by default
+            if not builtin and policy != "-":
+                raise InputError(source, f"user chain {name} cannot have policy {policy}", lineno)
+            chains[name] = Chain(table.name, name, policy if builtin else None, counters, lineno, source)
+        elif c == "*":
+            if table is not None:
+                raise InputError(source, f"table {line[1:]!r} starts before table {table.name} was COMMITted", lineno)
+            name = line[1:].strip()
+            if name not in TABLES:
+                raise InputError(source, f"unknown table {name!r} (expected one of {', '.join(TABLES)})", lineno)
+            if name in rs.tables:
+                raise InputError(source, f"table {name} appears twice", lineno)
+            table = Table(name, lineno=lineno)
+            chains = table.chains
+        elif c == "#":
+            if table is None:
+                rs.header_comments.append(line)
+        elif line.strip() == "COMMIT":
+            if table is None:
+                raise InputError(source, "COMMIT outside any table", lineno)
+            rs.tables[table.name] = table
+            table = None
+        elif not line.strip():
+            continue
+        else:
+            raise InputError(source, f"unexpected line: {_short(line)}", lineno)
+    if table is not None:
+        raise InputError(
+            source, f"truncated: table {table.name} (line {table.lineno}) has no COMMIT before the end of the file", lineno
+        )
+    rs.line_count = lineno
+    rs.rule_count = rule_count
+    if any(":" in l for l in rs.header_comments if "ip6tables" in l):
+        rs.family = 6
+    return rs

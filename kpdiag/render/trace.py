@@ -1,0 +1,110 @@
+"""Render a :class:`~kpdiag.trace.model.TraceResult` as text, JSON or a Graphviz graph."""
+
+from __future__ import annotations
+
+import json
+
+from ..trace.model import TraceResult
+
+
+def _pct(p: float) -> str:
+    if p >= 0.9995:
+        return "100%"
+    return f"{p * 100:.1f}%"
+
+
+def _describe(path) -> str:
+    bits = [path.verdict.upper()]
+    if path.verdict == "reject" and path.reject_with:
+        bits[0] += f" ({path.reject_with})"
+    if path.dnat:
+        bits.append(f"DNAT to {path.dnat}")
+    elif path.verdict == "accept":
+        bits.append("no DNAT")
+    if path.verdict == "accept":
+        bits.append("masqueraded" if path.masquerade else ("SNAT to " + path.snat if path.snat else "source kept"))
+        bits.append({"local": "delivered to the node itself", "forward": "forwarded"}.get(path.delivery or "", ""))
+    return ", ".join(b for b in bits if b)
+
+
+def trace_to_text(result: TraceResult, verbose: bool = False) -> str:
+    from tabulate import tabulate
+
+    pk = result.packet
+    lines = []
+    port = f":{pk.dport}" if pk.dport is not None else ""
+    sport = f":{pk.sport}" if pk.proto != "icmp" else ""
+    lines.append(f"packet  {pk.proto.upper()} {pk.src}{sport} -> {pk.dst}{port}  (from {pk.origin}; first packet of a new connection)")
+    lines.append(f"mode    {result.mode}; rules from {', '.join(result.sources)}")
+    n = len(result.paths)
+    lines.append(
+        f"result  {n} path{'s' if n != 1 else ''}; the kernel evaluates up to {result.rules_evaluated} rules on the way"
+        + ("  [UNCERTAIN: see notes]" if result.uncertain else "")
+    )
+    lines.append("")
+    rows = []
+    for i, path in enumerate(result.paths, 1):
+        rows.append([i, _pct(path.probability), path.verdict, path.dnat or "-", "yes" if path.masquerade else "no", path.delivery or "-", path.rules_evaluated])
+    lines.append(tabulate(rows, headers=["path", "probability", "verdict", "DNAT", "masquerade", "delivery", "rules walked"], tablefmt="simple"))
+    for i, path in enumerate(result.paths, 1):
+        lines.append("")
+        lines.append(f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}")
+        hook = None
+        for step in path.steps:
+            if step.hook != hook:
+                hook = step.hook
+                lines.append(f"  {hook}")
+            where = f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else "")
+            lines.append(f"    {where:<44} {step.action}")
+            if verbose or step.rule is None:
+                lines.append(f"      {step.text}")
+            else:
+                lines.append(f"      {_shorten(step.text, 150)}")
+        for note in path.notes:
+            lines.append(f"  note: {note}")
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def trace_to_json(result: TraceResult) -> str:
+    return json.dumps(result.to_dict(), indent=2) + "\n"
+
+
+def _dot_id(text: str) -> str:
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+def trace_to_dot(result: TraceResult) -> str:
+    """Chains as nodes, jumps as edges labelled with the share of traffic taking them."""
+    edges: dict[tuple[str, str], float] = {}
+    labels: dict[tuple[str, str], str] = {}
+    ends: dict[str, str] = {}
+    for path in result.paths:
+        prev = "packet"
+        for step in path.steps:
+            node = f"{step.hook}\\n{step.table}/{step.chain}" if step.rule is not None or step.table != "-" else f"{step.hook}"
+            if node != prev:
+                key = (prev, node)
+                edges[key] = edges.get(key, 0.0) + path.probability
+                labels.setdefault(key, "")
+                prev = node
+        end = path.verdict.upper() + (f"\\nDNAT {path.dnat}" if path.dnat else "") + ("\\nmasquerade" if path.masquerade else "")
+        ends[end] = "box"
+        key = (prev, end)
+        edges[key] = edges.get(key, 0.0) + path.probability
+    pk = result.packet
+    out = ["digraph kpdiag_trace {", "  rankdir=LR;", '  node [shape=ellipse, fontname="Helvetica"];']
+    title = f"{pk.proto} {pk.src} -> {pk.dst}" + (f":{pk.dport}" if pk.dport is not None else "")
+    out.append(f"  packet [shape=plaintext, label={_dot_id(title)}];")
+    for end in ends:
+        colour = "palegreen" if end.startswith("ACCEPT") else "salmon"
+        out.append(f"  {_dot_id(end)} [shape=box, style=filled, fillcolor={colour}];")
+    for (a, b), p in edges.items():
+        out.append(f"  {_dot_id(a)} -> {_dot_id(b)} [label={_dot_id(_pct(p))}];")
+    out.append("}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,122 @@
+"""What a trace returns: a packet, its possible paths, each with probability, steps and verdict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..parse.addr import int_to_ip, parse_ip
+
+PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58, "ipv6-icmp": 58, "all": 0}
+SCHEMA = "kpdiag.trace/v1"
+
+
+@dataclass(frozen=True)
+class Packet:
+    src: str
+    dst: str
+    proto: str = "tcp"
+    dport: int | None = None
+    sport: int = 40000
+    origin: str = "external"  # external | pod | node
+    iif: str | None = None
+    icmp_type: int = 8  # echo-request
+    icmp_code: int = 0
+
+    def __post_init__(self):
+        proto = self.proto.lower()
+        if proto not in ("tcp", "udp", "sctp", "icmp"):
+            raise ValueError(f"protocol must be tcp, udp, sctp or icmp, not {self.proto!r}")
+        object.__setattr__(self, "proto", proto)
+        if self.origin not in ("external", "pod", "node"):
+            raise ValueError(f"--from must be external, pod or node, not {self.origin!r}")
+        for name in ("src", "dst"):
+            try:
+                parse_ip(getattr(self, name))
+            except ValueError:
+                raise ValueError(f"--{name} {getattr(self, name)!r} is not an IP address") from None
+        if proto != "icmp" and self.dport is None:
+            raise ValueError(f"{proto} needs --dport")
+        if self.dport is not None and not 0 <= self.dport <= 65535:
+            raise ValueError(f"--dport {self.dport} is not a port number")
+        if not 0 <= self.sport <= 65535:
+            raise ValueError(f"--sport {self.sport} is not a port number")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["from"] = d.pop("origin")
+        if self.proto != "icmp":
+            d.pop("icmp_type")
+            d.pop("icmp_code")
+        return d
+
+
+@dataclass(frozen=True)
+class Step:
+    hook: str
+    table: str
+    chain: str
+    rule: int | None  # 1-based index in the chain; None for a chain policy or a non-rule step
+    text: str
+    action: str
+    source: str | None = None  # file:line
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Path:
+    probability: float
+    verdict: str  # accept | drop | reject
+    dnat: str | None
+    masquerade: bool
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()
+    uncertain: bool = False
+    snat: str | None = None
+    delivery: str | None = None  # "local" | "forward" | None (dropped before routing)
+    final_dst: str | None = None
+    rules_evaluated: int = 0
+    reject_with: str | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["steps"] = [s.to_dict() for s in self.steps]
+        d["notes"] = list(self.notes)
+        return d
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    packet: Packet
+    mode: str
+    paths: tuple[Path, ...]
+    rules_evaluated: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    sources: tuple[str, ...] = ()
+
+    @property
+    def uncertain(self) -> bool:
+        return any(p.uncertain for p in self.paths)
+
+    def dnat_set(self) -> set[str]:
+        return {p.dnat for p in self.paths if p.dnat}
+
+    def verdicts(self) -> set[str]:
+        return {p.verdict for p in self.paths}
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "packet": self.packet.to_dict(),
+            "mode": self.mode,
+            "paths": [p.to_dict() for p in self.paths],
+            "rules_evaluated": self.rules_evaluated,
+            "uncertain": self.uncertain,
+            "notes": list(self.notes),
+            "sources": list(self.sources),
+        }
+
+
+def ip_text(value: int, version: int = 4) -> str:
+    return int_to_ip(value, version)

@@ -1,0 +1,805 @@
+"""Trace one packet through an iptables ruleset the way the kernel's netfilter hooks walk it.
+
+Hooks in kernel order: PREROUTING (raw, mangle, nat) → routing → INPUT (mangle, filter,
+security, nat) or FORWARD (mangle, filter, security) → POSTROUTING (mangle, nat) for a packet
+arriving from outside; OUTPUT (raw, mangle, nat, filter, security) → routing → POSTROUTING
+(→ INPUT over loopback when local) for a packet the node sends itself.
+
+Every probabilistic match (``-m statistic``) forks the path; every path carries its
+probability, the rules it hit, its DNAT/SNAT/masquerade and its verdict. A match or target
+kpdiag cannot evaluate never crashes the trace: the path is marked uncertain with a note.
+
+The packet is the first one of a new connection (conntrack state NEW), which is the one that
+the nat table sees and the one kube-proxy's rules are written for.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from heapq import merge
+
+from ..parse.addr import parse_ip, parse_prefix
+from ..parse.iptables import Chain, Rule, Ruleset
+from .model import Packet, Path, Step, TraceResult, ip_text
+from .routing import RoutingTable
+
+MAX_DEPTH = 64
+MAX_PATHS = 4096
+INDEX_MIN_RULES = 24
+
+HOOK_TABLES = {
+    "PREROUTING": ("raw", "mangle", "nat"),
+    "INPUT": ("mangle", "filter", "security", "nat"),
+    "FORWARD": ("mangle", "filter", "security"),
+    "OUTPUT": ("raw", "mangle", "nat", "filter", "security"),
+    "POSTROUTING": ("mangle", "nat"),
+}
+
+ICMP_TYPES = {
+    "any": None,
+    "echo-reply": (0, None),
+    "pong": (0, None),
+    "destination-unreachable": (3, None),
+    "network-unreachable": (3, 0),
+    "host-unreachable": (3, 1),
+    "protocol-unreachable": (3, 2),
+    "port-unreachable": (3, 3),
+    "fragmentation-needed": (3, 4),
+    "source-quench": (4, None),
+    "redirect": (5, None),
+    "echo-request": (8, None),
+    "ping": (8, None),
+    "time-exceeded": (11, None),
+    "ttl-exceeded": (11, None),
+    "ttl-zero-during-transit": (11, 0),
+    "parameter-problem": (12, None),
+    "timestamp-request": (13, None),
+    "timestamp-reply": (14, None),
+}
+
+_NOOP_TARGETS = {"LOG", "NFLOG", "ULOG", "TRACE", "AUDIT", "CHECKSUM", "TCPMSS", "TOS", "DSCP", "TTL", "HL", "CLASSIFY", "IDLETIMER", "SECMARK", "CONNSECMARK"}
+_MULTICAST = parse_prefix("224.0.0.0/4")
+
+
+class _State:
+    """A packet on one path (mutable; forked where the ruleset branches)."""
+
+    __slots__ = (
+        "prob", "src", "dst", "ver", "proto", "sport", "dport", "icmp_type", "icmp_code", "iif", "oif",
+        "mark", "ctmark", "ct_dnat", "ct_snat", "untracked", "orig_dst", "orig_dport",
+        "steps", "notes", "uncertain", "dnat", "masquerade", "snat", "rules_evaluated", "hook",
+        "reject_with", "local_redirect",
+    )
+
+    def fork(self, factor: float) -> "_State":
+        other = _State.__new__(_State)
+        for name in _State.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.steps = list(self.steps)
+        other.notes = list(self.notes)
+        other.prob = self.prob * factor
+        return other
+
+    def note(self, text: str, uncertain: bool = False) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+        if uncertain:
+            self.uncertain = True
+
+
+def _port_in(spec: str, port: int | None) -> bool:
+    if port is None:
+        return False
+    lo, sep, hi = spec.partition(":")
+    if not sep:
+        return port == int(spec)
+    return (int(lo) if lo else 0) <= port <= (int(hi) if hi else 65535)
+
+
+def _mark_spec(text: str) -> tuple[int, int]:
+    value, sep, mask = text.partition("/")
+    return int(value, 0), (int(mask, 0) if sep else 0xFFFFFFFF)
+
+
+def _iface_match(pattern: str, name: str) -> bool:
+    if pattern.endswith("+"):
+        return name.startswith(pattern[:-1])
+    return name == pattern
+
+
+class IptablesTracer:
+    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets."""
+
+    def __init__(self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"):
+        self.rs = ruleset
+        self.routing = routing or RoutingTable()
+        self.ipsets = ipsets
+        self.mode = mode
+        self._indexes: dict[tuple[str, str], tuple] = {}
+
+    # ------------------------------------------------------------------ public
+    def trace(self, packet: Packet) -> TraceResult:
+        st = self._initial(packet)
+        finished: list[_State] = []
+        if packet.origin == "node":
+            live = self._hook("OUTPUT", [st], finished)
+            local, fwd = self._route(live, finished)
+            post = self._hook("POSTROUTING", local + fwd, finished)
+            local_after = []
+            for s in post:
+                if s.oif == "lo":
+                    s.iif = "lo"
+                    local_after.append(s)
+                else:
+                    s.hook = "delivered:forward"
+                    finished.append(s)
+            for s in self._hook("INPUT", local_after, finished):
+                s.hook = "delivered:local"
+                finished.append(s)
+        else:
+            live = self._hook("PREROUTING", [st], finished)
+            local, fwd = self._route(live, finished)
+            for s in self._hook("INPUT", local, finished):
+                s.hook = "delivered:local"
+                finished.append(s)
+            fwd = self._hook("FORWARD", fwd, finished)
+            for s in self._hook("POSTROUTING", fwd, finished):
+                s.hook = "delivered:forward"
+                finished.append(s)
+        paths = tuple(self._to_path(s) for s in finished)
+        total = sum(p.probability for p in paths)
+        notes = []
+        if abs(total - 1.0) > 1e-6:
+            notes.append(f"path probabilities sum to {total:.6f}, not 1 (more than {MAX_PATHS} paths were cut)")
+        return TraceResult(
+            packet=packet,
+            mode=self.mode,
+            paths=paths,
+            rules_evaluated=max((p.rules_evaluated for p in paths), default=0),
+            notes=tuple(notes),
+            sources=(self.rs.source,),
+        )
+
+    # ------------------------------------------------------------------ hooks
+    def _initial(self, packet: Packet) -> _State:
+        st = _State.__new__(_State)
+        st.prob = 1.0
+        st.src, st.ver = parse_ip(packet.src)
+        st.dst, _ = parse_ip(packet.dst)
+        st.proto = packet.proto
+        st.sport = packet.sport if packet.proto != "icmp" else None
+        st.dport = packet.dport if packet.proto != "icmp" else None
+        st.icmp_type, st.icmp_code = packet.icmp_type, packet.icmp_code
+        st.iif = packet.iif if packet.origin != "node" else None
+        st.oif = None
+        st.mark = st.ctmark = 0
+        st.ct_dnat = st.ct_snat = st.untracked = False
+        st.orig_dst, st.orig_dport = st.dst, st.dport
+        st.steps, st.notes = [], []
+        st.uncertain = False
+        st.dnat = st.snat = None
+        st.masquerade = False
+        st.rules_evaluated = 0
+        st.hook = ""
+        st.reject_with = None
+        st.local_redirect = False
+        if packet.origin == "node":
+            self._set_oif(st)
+        return st
+
+    def _set_oif(self, st: _State) -> None:
+        route = self.routing.lookup(st.dst, st.ver)
+        st.oif = route.dev if route is not None else None
+
+    def _route(self, states: list[_State], finished: list[_State]) -> tuple[list[_State], list[_State]]:
+        """The routing decision after PREROUTING / OUTPUT: local delivery or forward (or no route)."""
+        local, fwd = [], []
+        for st in states:
+            if st.local_redirect or self.routing.is_local(st.dst, st.ver):
+                st.oif = "lo"
+                local.append(st)
+                continue
+            route = self.routing.lookup(st.dst, st.ver)
+            if route is None:
+                st.oif = None
+                if not self.routing.local_ips:
+                    st.note("no node addresses known (give --local-ip or a bundle): every destination is treated as not local")
+            elif route.type in ("blackhole", "unreachable", "prohibit"):
+                st.steps.append(Step("routing", "-", "-", None, f"{route.type} {route.dst}", f"route type {route.type}: not forwarded"))
+                st.note(f"the node's route for {ip_text(st.dst, st.ver)} is {route.type} ({route.dst}): the packet is not forwarded")
+                st.hook = "drop"
+                st.reject_with = None if route.type == "blackhole" else f"route {route.type}"
+                finished.append(st)
+                continue
+            else:
+                st.oif = route.dev
+            fwd.append(st)
+        return local, fwd
+
+    def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:
+        """Run every table of ``hook`` in priority order; return the states that get through."""
+        for table_name in HOOK_TABLES[hook]:
+            chain = self.rs.chain(table_name, hook)
+            if chain is None:
+                continue
+            nxt: list[_State] = []
+            for st in states:
+                if table_name == "nat" and st.untracked:
+                    continue  # untracked packets never see the nat table
+                st.hook = hook
+                for s2, outcome in self._run(chain, st, 0, 0):
+                    if outcome == "return":
+                        outcome = chain.policy or "ACCEPT"
+                        if outcome != "ACCEPT":
+                            s2.steps.append(Step(hook, table_name, hook, None, f":{hook} {outcome}", f"policy {outcome}", f"{self.rs.source}:{chain.lineno}"))
+                    if outcome == "ACCEPT":
+                        nxt.append(s2)
+                    else:
+                        s2.hook = outcome.lower()
+                        finished.append(s2)
+            if len(nxt) > MAX_PATHS:
+                nxt.sort(key=lambda s: -s.prob)
+                nxt = nxt[:MAX_PATHS]
+            states = nxt
+            if hook == "OUTPUT" and table_name == "nat":
+                for st in states:
+                    if st.ct_dnat:
+                        self._set_oif(st)  # re-route after DNAT in OUTPUT
+        return states
+
+    def _to_path(self, st: _State) -> Path:
+        outcome = st.hook
+        if outcome.startswith("delivered:"):
+            verdict, delivery = "accept", outcome.split(":", 1)[1]
+        elif outcome == "reject":
+            verdict, delivery = "reject", None
+        else:
+            verdict, delivery = "drop", None
+        return Path(
+            probability=round(st.prob, 12),
+            verdict=verdict,
+            dnat=st.dnat,
+            masquerade=st.masquerade and verdict == "accept",
+            steps=tuple(st.steps),
+            notes=tuple(st.notes),
+            uncertain=st.uncertain,
+            snat=st.snat if verdict == "accept" else None,
+            delivery=delivery,
+            final_dst=(f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)),
+            rules_evaluated=st.rules_evaluated,
+            reject_with=st.reject_with if verdict == "reject" else None,
+        )
+
+    # ------------------------------------------------------------------ chains
+    def _candidates(self, chain: Chain, st: _State):
+        """Rule positions that can match this packet, in order (an index keeps first-match order)."""
+        rules = chain.rules
+        if len(rules) < INDEX_MIN_RULES:
+            return None
+        key = (chain.table, chain.name)
+        idx = self._indexes.get(key)
+        if idx is None:
+            by_dst: dict[int, list[int]] = {}
+            generic: list[int] = []
+            for pos, r in enumerate(rules):
+                d = r.dst
+                if d is not None and not r.dst_neg and d.version == 4 and d.mask == 0xFFFFFFFF:
+                    by_dst.setdefault(d.net, []).append(pos)
+                else:
+                    generic.append(pos)
+            idx = (by_dst, generic, {})
+            self._indexes[key] = idx
+        by_dst, generic, cache = idx
+        if st.ver != 4:
+            return list(range(len(rules)))
+        cand = cache.get(st.dst)
+        if cand is None:
+            hit = by_dst.get(st.dst)
+            cand = list(merge(hit, generic)) if hit else generic
+            if len(cache) < 65536:
+                cache[st.dst] = cand
+        return cand
+
+    def _run(self, chain: Chain, st: _State, start: int, depth: int) -> list[tuple[_State, str]]:
+        """Walk ``chain`` from rule ``start`` (0-based); return (state, outcome) for every path.
+
+        outcome: "return" (fell off the end or RETURN), "ACCEPT", "DROP", "REJECT".
+        """
+        if depth > MAX_DEPTH:
+            st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
+            return [(st, "DROP")]
+        rules = chain.rules
+        cand = self._candidates(chain, st)
+        if cand is None:
+            positions = range(start, len(rules))
+        else:
+            positions = cand[bisect_left(cand, start):] if start else cand
+        cursor = start
+        out: list[tuple[_State, str]] = []
+        deferred: list[tuple[_State, int]] = []  # the "did not match" side of random matches
+        for pos in positions:
+            rule = rules[pos]
+            p = self._match(rule, st)
+            if p <= 0.0:
+                continue
+            st.rules_evaluated += pos + 1 - cursor
+            cursor = pos + 1
+            if p < 1.0:
+                deferred.append((st.fork(1.0 - p), pos + 1))
+                st.prob *= p
+            outcome = self._target(rule, st, depth, out)
+            if outcome is None:
+                continue  # non-terminal target: next rule
+            if outcome != "_consumed":
+                out.append((st, outcome))
+            break
+        else:
+            st.rules_evaluated += len(rules) - cursor
+            out.append((st, "return"))
+        for other, resume in deferred:  # walked after, so paths come out in rule order
+            out.extend(self._run(chain, other, resume, depth))
+        return out
+
+    def _step(self, rule: Rule, st: _State, action: str) -> None:
+        st.steps.append(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
+
+    def _target(self, rule: Rule, st: _State, depth: int, out: list) -> str | None:
+        t = rule.target
+        if t is None:
+            self._step(rule, st, "no target (counts only)")
+            return None
+        sub = self.rs.chain(rule.table, t)
+        if sub is not None and not sub.builtin:
+            self._step(rule, st, ("goto " if rule.goto else "jump ") + t)
+            results = self._run(sub, st, 0, depth + 1)
+            chain = self.rs.chain(rule.table, rule.chain)
+            for s2, outcome in results:
+                if outcome == "return" and not rule.goto:
+                    out.extend(self._run(chain, s2, rule.index, depth))  # continue after the jump
+                else:
+                    out.append((s2, outcome))
+            return "_consumed"
+        if t == "ACCEPT":
+            self._step(rule, st, "ACCEPT")
+            return "ACCEPT"
+        if t == "DROP":
+            self._step(rule, st, "DROP")
+            return "DROP"
+        if t == "REJECT":
+            opt = rule.target_opt("--reject-with")
+            st.reject_with = opt.value if opt else "icmp-port-unreachable"
+            self._step(rule, st, f"REJECT ({st.reject_with})")
+            return "REJECT"
+        if t == "RETURN":
+            self._step(rule, st, "RETURN")
+            return "return"
+        if t == "DNAT":
+            return self._dnat(rule, st)
+        if t == "MASQUERADE":
+            st.masquerade = True
+            st.ct_snat = True
+            self._step(rule, st, "MASQUERADE (source becomes the outgoing interface's address)")
+            return "ACCEPT"
+        if t == "SNAT":
+            opt = rule.target_opt("--to-source")
+            st.snat = opt.value if opt else "?"
+            st.ct_snat = True
+            self._step(rule, st, f"SNAT to {st.snat}")
+            return "ACCEPT"
+        if t == "REDIRECT":
+            opt = rule.target_opt("--to-ports")
+            port = int(opt.value.split("-")[0]) if opt and opt.value else st.dport
+            st.dnat = f"(node itself):{port}"
+            st.local_redirect = True
+            st.dport = port
+            st.ct_dnat = True
+            self._step(rule, st, f"REDIRECT to the node's own port {port}")
+            st.note("REDIRECT sends the packet to a local socket (legacy userspace proxy portal)")
+            return "ACCEPT"
+        if t == "MARK":
+            self._mark(rule, st, "mark")
+            return None
+        if t == "CONNMARK":
+            self._connmark(rule, st)
+            return None
+        if t == "NOTRACK" or (t == "CT" and rule.target_opt("--notrack")):
+            st.untracked = True
+            self._step(rule, st, "NOTRACK (connection tracking off: no NAT)")
+            return None
+        if t == "CT":
+            self._step(rule, st, "CT (helper/zone; no effect on the path)")
+            return None
+        if t in _NOOP_TARGETS:
+            self._step(rule, st, f"{t} (no effect on the path)")
+            return None
+        if t in ("QUEUE", "NFQUEUE"):
+            self._step(rule, st, f"{t}: handed to a userspace program")
+            st.note(f"{rule.where}: {t} gives the packet to a userspace program whose verdict kpdiag cannot know; assumed ACCEPT", uncertain=True)
+            return "ACCEPT"
+        if sub is not None:  # jump to a built-in chain name: not allowed by the kernel
+            st.note(f"{rule.where}: jump to built-in chain {t}", uncertain=True)
+            return None
+        self._step(rule, st, f"{t} (unknown target: not evaluated)")
+        st.note(f"{rule.where}: target {t} is unknown to kpdiag or names a missing chain; assumed to continue", uncertain=True)
+        return None
+
+    def _dnat(self, rule: Rule, st: _State) -> str:
+        opt = rule.target_opt("--to-destination") or rule.target_opt("--to")
+        if opt is None or not opt.value:
+            st.note(f"{rule.where}: DNAT without --to-destination", uncertain=True)
+            self._step(rule, st, "DNAT (no destination)")
+            return "ACCEPT"
+        spec = opt.value
+        if spec.startswith("["):  # [v6]:port
+            host, _, port = spec[1:].partition("]:")
+        elif spec.count(":") == 1:
+            host, _, port = spec.partition(":")
+        else:
+            host, port = spec, ""
+        first_host = host.split("-")[0]
+        if "-" in host:
+            st.note(f"{rule.where}: DNAT to a range {host}; the kernel picks one address per connection, shown is the first", uncertain=False)
+        try:
+            st.dst, _ = parse_ip(first_host) if first_host else (st.dst, st.ver)
+        except ValueError:
+            st.note(f"{rule.where}: cannot read DNAT destination {spec!r}", uncertain=True)
+        if port:
+            st.dport = int(port.split("-")[0])
+        st.ct_dnat = True
+        st.dnat = f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)
+        self._step(rule, st, f"DNAT to {st.dnat}")
+        return "ACCEPT"
+
+    def _mark(self, rule: Rule, st: _State, attr: str) -> None:
+        before = getattr(st, attr)
+        value = before
+        for opt in rule.target_opts:
+            name = opt.name
+            if name in ("--set-xmark", "--set-mark"):
+                v, m = _mark_spec(opt.value)
+                value = ((value & ~m) ^ v) if name == "--set-xmark" else ((value & ~m) | v)
+            elif name == "--or-mark":
+                value |= int(opt.value, 0)
+            elif name == "--and-mark":
+                value &= int(opt.value, 0)
+            elif name == "--xor-mark":
+                value ^= int(opt.value, 0)
+        value &= 0xFFFFFFFF
+        setattr(st, attr, value)
+        self._step(rule, st, f"{'MARK' if attr == 'mark' else 'CONNMARK'} 0x{before:x} -> 0x{value:x}")
+
+    def _connmark(self, rule: Rule, st: _State) -> None:
+        if rule.target_opt("--save-mark"):
+            st.ctmark = st.mark
+            self._step(rule, st, f"CONNMARK save 0x{st.mark:x}")
+        elif rule.target_opt("--restore-mark"):
+            st.mark = st.ctmark
+            self._step(rule, st, f"CONNMARK restore 0x{st.mark:x}")
+        else:
+            self._mark(rule, st, "ctmark")
+
+    # ------------------------------------------------------------------ matches
+    def _match(self, rule: Rule, st: _State) -> float:
+        """Probability that ``rule`` matches ``st`` (0, 1, or in between for random matches)."""
+        d = rule.dst
+        if d is not None:
+            if (d.version == st.ver and (st.dst & d.mask) == d.net) == rule.dst_neg:
+                return 0.0
+        s = rule.src
+        if s is not None:
+            if (s.version == st.ver and (st.src & s.mask) == s.net) == rule.src_neg:
+                return 0.0
+        proto = rule.proto
+        if proto is not None and proto != "all" and proto != "0":
+            same = proto == st.proto or (proto.isdigit() and int(proto) == {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1}.get(st.proto))
+            if same == rule.proto_neg:
+                return 0.0
+        if rule.frag:
+            return 0.0  # kpdiag traces the first (unfragmented) packet
+        if rule.iif is not None:
+            if st.iif is None:
+                if st.hook in ("OUTPUT", "POSTROUTING"):
+                    # a packet the node sends has no input device: "-i X" never matches, "! -i X" always
+                    if not rule.iif_neg:
+                        return 0.0
+                    return self._matches(rule, st) if rule.matches else 1.0
+                st.note(f"{rule.where}: rule tests the input interface ({'! ' if rule.iif_neg else ''}-i {rule.iif}) and the packet's is unknown (give --iif); assumed not matching", uncertain=True)
+                return 0.0
+            if _iface_match(rule.iif, st.iif) == rule.iif_neg:
+                return 0.0
+        if rule.oif is not None:
+            if st.oif is None:
+                if st.hook in ("PREROUTING", "INPUT"):
+                    if not rule.oif_neg:
+                        return 0.0
+                    return self._matches(rule, st) if rule.matches else 1.0
+                st.note(f"{rule.where}: rule tests the output interface (-o {rule.oif}) and kpdiag does not know the route; assumed not matching", uncertain=True)
+                return 0.0
+            if _iface_match(rule.oif, st.oif) == rule.oif_neg:
+                return 0.0
+        if not rule.matches:
+            return 1.0
+        return self._matches(rule, st)
+
+    def _matches(self, rule: Rule, st: _State) -> float:
+        p = 1.0
+        for m in rule.matches:
+            fn = _MATCHERS.get(m.module)
+            if fn is None:
+                st.note(f"{rule.where}: -m {m.module} cannot be evaluated by kpdiag; assumed not matching", uncertain=True)
+                return 0.0
+            q = fn(self, m, st, rule)
+            if q <= 0.0:
+                return 0.0
+            p *= q
+        return p
+
+    def _unknown_opt(self, rule: Rule, m, opt, st: _State) -> float:
+        st.note(f"{rule.where}: -m {m.module} {opt.name} cannot be evaluated by kpdiag; assumed not matching", uncertain=True)
+        return 0.0
+
+
+# ---------------------------------------------------------------------- matchers
+def _m_comment(tr, m, st, rule):
+    return 1.0
+
+
+def _m_l4(tr, m, st, rule):
+    if m.module != st.proto:
+        return 0.0
+    for opt in m.opts:
+        name = opt.name
+        if name in ("--dport", "--destination-port"):
+            ok = _port_in(opt.value, st.dport)
+        elif name in ("--sport", "--source-port"):
+            ok = _port_in(opt.value, st.sport)
+        elif name == "--syn":
+            ok = True  # the first packet of a TCP connection is a SYN
+        elif name == "--tcp-flags":
+            mask = set(opt.args[0].split(",")) if opt.args else set()
+            comp = set(opt.args[1].split(",")) if len(opt.args) > 1 else set()
+            if "ALL" in mask:
+                mask = {"SYN", "ACK", "FIN", "RST", "URG", "PSH"}
+            have = {"SYN"} & mask
+            ok = have == (comp & mask) if "NONE" not in comp else not have
+        elif name in ("--chunk-types",):
+            return tr._unknown_opt(rule, m, opt, st)
+        else:
+            return tr._unknown_opt(rule, m, opt, st)
+        if ok == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _m_multiport(tr, m, st, rule):
+    for opt in m.opts:
+        specs = opt.value.split(",")
+        if opt.name in ("--dports", "--destination-ports"):
+            ok = any(_port_in(s, st.dport) for s in specs)
+        elif opt.name in ("--sports", "--source-ports"):
+            ok = any(_port_in(s, st.sport) for s in specs)
+        elif opt.name == "--ports":
+            ok = any(_port_in(s, st.dport) or _port_in(s, st.sport) for s in specs)
+        else:
+            return tr._unknown_opt(rule, m, opt, st)
+        if ok == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _m_icmp(tr, m, st, rule):
+    if st.proto != "icmp":
+        return 0.0
+    for opt in m.opts:
+        if opt.name != "--icmp-type":
+            return tr._unknown_opt(rule, m, opt, st)
+        spec = opt.value
+        if spec in ICMP_TYPES:
+            tc = ICMP_TYPES[spec]
+        else:
+            t, _, c = spec.partition("/")
+            try:
+                tc = (int(t), int(c) if c else None)
+            except ValueError:
+                return tr._unknown_opt(rule, m, opt, st)
+        ok = tc is None or (tc[0] == st.icmp_type and (tc[1] is None or tc[1] == st.icmp_code))
+        if ok == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _m_mark(tr, m, st, rule):
+    for opt in m.opts:
+        if opt.name != "--mark":
+            return tr._unknown_opt(rule, m, opt, st)
+        v, mask = _mark_spec(opt.value)
+        value = st.mark if m.module == "mark" else st.ctmark
+        if ((value & mask) == v) == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _ct_states(st) -> set[str]:
+    if st.untracked:
+        return {"UNTRACKED"}
+    states = {"NEW"}
+    if st.ct_dnat:
+        states.add("DNAT")
+    if st.ct_snat:
+        states.add("SNAT")
+    return states
+
+
+def _m_conntrack(tr, m, st, rule):
+    for opt in m.opts:
+        name = opt.name
+        if name in ("--ctstate", "--state"):
+            ok = bool(set(opt.value.upper().split(",")) & _ct_states(st))
+        elif name == "--ctstatus":
+            ok = "NONE" in opt.value.upper().split(",")
+        elif name == "--ctproto":
+            ok = opt.value.lower() == st.proto
+        elif name == "--ctorigdst":
+            pre = parse_prefix(opt.value)
+            ok = pre.contains(st.orig_dst, st.ver)
+        elif name == "--ctorigdstport":
+            ok = _port_in(opt.value, st.orig_dport)
+        elif name == "--ctorigsrc":
+            ok = parse_prefix(opt.value).contains(st.src, st.ver)
+        elif name == "--ctdir":
+            ok = opt.value.upper() == "ORIGINAL"
+        else:
+            return tr._unknown_opt(rule, m, opt, st)
+        if ok == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _addr_type(tr, addr: int, ver: int, types: list[str], st) -> bool | None:
+    local = tr.routing.is_local(addr, ver)
+    result = False
+    for t in types:
+        t = t.upper()
+        if t == "LOCAL":
+            hit = local
+        elif t == "UNICAST":
+            hit = not local and not (ver == 4 and _MULTICAST.contains(addr, 4)) and addr != 0xFFFFFFFF
+        elif t == "MULTICAST":
+            hit = ver == 4 and _MULTICAST.contains(addr, 4)
+        elif t == "BROADCAST":
+            hit = ver == 4 and addr == 0xFFFFFFFF
+        elif t in ("BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE", "ANYCAST", "UNSPEC"):
+            route = tr.routing.lookup(addr, ver)
+            hit = route is not None and route.type.upper() == t
+        else:
+            return None
+        result = result or hit
+    return result
+
+
+def _m_addrtype(tr, m, st, rule):
+    for opt in m.opts:
+        if opt.name in ("--src-type", "--dst-type"):
+            addr = st.src if opt.name == "--src-type" else st.dst
+            ok = _addr_type(tr, addr, st.ver, opt.value.split(","), st)
+            if ok is None:
+                return tr._unknown_opt(rule, m, opt, st)
+        elif opt.name in ("--limit-iface-in", "--limit-iface-out"):
+            continue  # restricts which interface's addresses count; the node's own addresses are used
+        else:
+            return tr._unknown_opt(rule, m, opt, st)
+        if ok == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _m_statistic(tr, m, st, rule):
+    mode = m.get("--mode")
+    if mode is None or mode.value == "random":
+        prob = m.get("--probability")
+        if prob is None:
+            return tr._unknown_opt(rule, m, m.opts[0] if m.opts else type("O", (), {"name": "--probability"})(), st)
+        p = float(prob.value)
+        return 1.0 - p if prob.neg else p
+    if mode.value == "nth":
+        every = m.get("--every")
+        n = int(every.value) if every else 1
+        st.note(f"{rule.where}: -m statistic --mode nth: which of every {n} connections this is depends on history; each branch has probability 1/{n}")
+        return 1.0 / n
+    return tr._unknown_opt(rule, m, mode, st)
+
+
+def _m_recent(tr, m, st, rule):
+    names = m.get("--name")
+    name = names.value if names else "DEFAULT"
+    if m.get("--set") or m.get("--remove"):
+        return 1.0  # these record or forget; they always match
+    seconds = m.get("--seconds")
+    st.note(
+        f"session affinity ({name}): kpdiag assumes this client was not seen before; a client seen within "
+        f"{seconds.value + ' s' if seconds else 'the recent window'} goes back to the same endpoint"
+    )
+    return 0.0
+
+
+def _m_set(tr, m, st, rule):
+    for opt in m.opts:
+        if opt.name != "--match-set":
+            if opt.name in ("--return-nomatch", "--update-counters", "--update-subcounters", "--packets-eq", "--bytes-eq"):
+                continue
+            return tr._unknown_opt(rule, m, opt, st)
+        if len(opt.args) < 2:
+            return tr._unknown_opt(rule, m, opt, st)
+        name, flags = opt.args[0], opt.args[1].split(",")
+        if tr.ipsets is None:
+            st.note(f"{rule.where}: ipset {name} needed but no ipset list was given (node/ipset.txt); assumed not matching", uncertain=True)
+            return 0.0
+        s = tr.ipsets.get(name)
+        if s is None or s.kinds is None:
+            why = "is not in the ipset list" if s is None else f"has type {s.type}, which kpdiag cannot evaluate"
+            st.note(f"{rule.where}: ipset {name} {why}; assumed not matching", uncertain=True)
+            return 0.0
+        values = []
+        for kind, flag in zip(s.kinds, flags):
+            is_src = flag == "src"
+            if kind in ("ip", "net"):
+                values.append((st.src if is_src else st.dst, st.ver))
+            elif kind == "port":
+                values.append((st.proto, st.sport if is_src else st.dport))
+            elif kind == "mark":
+                values.append(st.mark)
+        if len(values) != len(s.kinds):
+            st.note(f"{rule.where}: ipset {name} needs {len(s.kinds)} flags, got {opt.args[1]}", uncertain=True)
+            return 0.0
+        ok = s.lookup(values)
+        if ok == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _m_iprange(tr, m, st, rule):
+    for opt in m.opts:
+        if opt.name not in ("--src-range", "--dst-range"):
+            return tr._unknown_opt(rule, m, opt, st)
+        lo, _, hi = opt.value.partition("-")
+        a, _ = parse_ip(lo)
+        b, _ = parse_ip(hi or lo)
+        addr = st.src if opt.name == "--src-range" else st.dst
+        if (a <= addr <= b) == opt.neg:
+            return 0.0
+    return 1.0
+
+
+def _m_always(tr, m, st, rule):
+    return 1.0
+
+
+def _m_pkttype(tr, m, st, rule):
+    for opt in m.opts:
+        if opt.name != "--pkt-type":
+            return tr._unknown_opt(rule, m, opt, st)
+        kind = "multicast" if st.ver == 4 and _MULTICAST.contains(st.dst, 4) else "unicast"
+        if (opt.value == kind) == opt.neg:
+            return 0.0
+    return 1.0
+
+
+_MATCHERS = {
+    "comment": _m_comment,
+    "tcp": _m_l4,
+    "udp": _m_l4,
+    "sctp": _m_l4,
+    "multiport": _m_multiport,
+    "icmp": _m_icmp,
+    "mark": _m_mark,
+    "connmark": _m_mark,
+    "conntrack": _m_conntrack,
+    "state": _m_conntrack,
+    "addrtype": _m_addrtype,
+    "statistic": _m_statistic,
+    "recent": _m_recent,
+    "set": _m_set,
+    "iprange": _m_iprange,
+    "limit": _m_always,
+    "pkttype": _m_pkttype,
+}

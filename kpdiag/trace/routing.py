@@ -1,0 +1,101 @@
+"""The routing decision: is a destination local, and if not, which device and gateway take it.
+
+Built from ``ip -j addr`` / ``ip -j route show table all`` (bundle) or from a list of local
+addresses (``--local-ip``). Longest-prefix match in the local table, then the main table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..parse.addr import Prefix, parse_ip, parse_prefix
+
+_LOOPBACK = parse_prefix("127.0.0.0/8")
+
+
+@dataclass(frozen=True)
+class Route:
+    type: str  # local | unicast | blackhole | unreachable | prohibit | throw | unknown
+    dev: str | None = None
+    gateway: str | None = None
+    dst: str | None = None  # the route's prefix as text ("default" for 0/0)
+    table: str = "main"
+
+
+@dataclass
+class RoutingTable:
+    local_ips: set[tuple[int, int]] = field(default_factory=set)
+    routes: list[tuple[Prefix, Route]] = field(default_factory=list)  # main table, longest prefix first
+    local_routes: list[tuple[Prefix, Route]] = field(default_factory=list)
+    addr_dev: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    @classmethod
+    def from_local_ips(cls, ips) -> "RoutingTable":
+        rt = cls()
+        for ip in ips:
+            rt.local_ips.add(parse_ip(ip))
+        return rt
+
+    def add_route(self, prefix: Prefix, route: Route) -> None:
+        target = self.local_routes if route.table == "local" else self.routes
+        target.append((prefix, route))
+        target.sort(key=lambda pr: -bin(pr[0].mask).count("1"))
+
+    def is_local(self, addr: int, version: int = 4) -> bool:
+        if version == 4 and _LOOPBACK.contains(addr, 4):
+            return True
+        if (addr, version) in self.local_ips:
+            return True
+        for prefix, route in self.local_routes:
+            if route.type == "local" and prefix.contains(addr, version):
+                return True
+        return False
+
+    def lookup(self, addr: int, version: int = 4) -> Route | None:
+        """The route a packet to ``addr`` takes; None when no routes are known at all."""
+        if self.is_local(addr, version):
+            return Route("local", dev="lo", table="local")
+        if not self.routes:
+            return None
+        for prefix, route in self.routes:
+            if prefix.contains(addr, version):
+                return route
+        return Route("unreachable", dst="(no route)")
+
+    @property
+    def has_routes(self) -> bool:
+        return bool(self.routes)
+
+
+def routing_from_ip_json(addrs: list | None, routes: list | None) -> RoutingTable:
+    """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all``."""
+    rt = RoutingTable()
+    for link in addrs or []:
+        dev = link.get("ifname")
+        for info in link.get("addr_info", []) or []:
+            local = info.get("local")
+            if not local:
+                continue
+            try:
+                key = parse_ip(local)
+            except ValueError:
+                continue
+            rt.local_ips.add(key)
+            if dev:
+                rt.addr_dev[key] = dev
+    for entry in routes or []:
+        dst = entry.get("dst", "")
+        table = str(entry.get("table", "main"))
+        rtype = entry.get("type", "unicast")
+        if table not in ("main", "local", "254", "255"):
+            continue
+        table = "local" if table in ("local", "255") else "main"
+        try:
+            if dst == "default":
+                prefix = parse_prefix("0.0.0.0/0") if ":" not in (entry.get("gateway") or "") else parse_prefix("::/0")
+            else:
+                prefix = parse_prefix(dst)
+        except ValueError:
+            continue
+        rt.add_route(prefix, Route(rtype, dev=entry.get("dev"), gateway=entry.get("gateway"), dst=dst, table=table))
+    return rt

@@ -1,0 +1,68 @@
+"""Load what a trace needs (rules, addresses, routes, ipsets) from files or a bundle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .bundle import Bundle, Problem
+from .errors import InputError
+
+
+@dataclass
+class TraceSetup:
+    tracer: object
+    mode: str
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except PermissionError:
+        raise InputError(path, "permission denied") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(), ipset_file: str | None = None) -> TraceSetup:
+    """Build a tracer from ``--rules FILE`` (iptables-save text) or ``--bundle DIR|TGZ``."""
+    from .parse.iptables import parse_iptables_save
+    from .trace.netfilter import IptablesTracer
+    from .trace.routing import RoutingTable
+
+    problems: list[Problem] = []
+    ipsets = None
+    if rules:
+        ruleset = parse_iptables_save(_read_file(rules), rules)
+        routing = RoutingTable.from_local_ips(local_ips)
+        if ipset_file:
+            from .parse.ipset import parse_ipset_save
+
+            data = _read_file(ipset_file)
+            try:
+                ipsets = parse_ipset_save(data.decode("utf-8", "replace"), ipset_file)
+            except InputError as exc:
+                problems.append(Problem(f"{exc.source}:{exc.line}" if exc.line else exc.source, exc.message))
+    elif bundle:
+        from .state import NodeState
+
+        state = NodeState(Bundle.open(bundle))
+        ruleset = state.iptables("iptables-save")
+        if ruleset is None:
+            why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/iptables-save.txt"
+            raise InputError(bundle, f"no iptables rules to trace ({why})")
+        routing = state.routing
+        for ip in local_ips:
+            from .parse.addr import parse_ip
+
+            routing.local_ips.add(parse_ip(ip))
+        ipsets = state.ipsets
+        problems.extend(state.problems)
+    else:
+        raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
+    return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)
