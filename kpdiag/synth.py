@@ -1,0 +1,218 @@
+"""Synthetic kube-proxy state, faithful to the rules kube-proxy writes (for labs, fixtures, benchmarks).
+
+:func:`iptables_ruleset` renders services the way kube-proxy's iptables proxier does (v1.28+
+layout: KUBE-SERVICES → KUBE-SVC/KUBE-EXT/KUBE-SVL → KUBE-SEP; KUBE-NODEPORTS last;
+KUBE-MARK-MASQ / KUBE-POSTROUTING; filter REJECT/DROP for services without (local)
+endpoints), in the canonical form ``iptables-save`` prints, or in kube-proxy's own
+restore form.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+from dataclasses import dataclass, field
+
+
+def port_proto_hash(service_port_name: str, protocol: str, endpoint: str = "") -> str:
+    """First 16 characters of base32(sha256(name + protocol [+ endpoint])), as kube-proxy names chains."""
+    digest = hashlib.sha256((service_port_name + protocol + endpoint).encode()).digest()
+    return base64.b32encode(digest).decode()[:16]
+
+
+@dataclass
+class Port:
+    name: str
+    port: int
+    target_port: int
+    protocol: str = "tcp"
+    node_port: int | None = None
+
+
+@dataclass
+class Endpoint:
+    ip: str
+    local: bool = False  # on this node (ETP/ITP=Local)
+    ready: bool = True
+
+
+@dataclass
+class Service:
+    namespace: str
+    name: str
+    cluster_ip: str
+    ports: list[Port]
+    endpoints: list[Endpoint] = field(default_factory=list)
+    external_ips: list[str] = field(default_factory=list)
+    lb_ips: list[str] = field(default_factory=list)
+    etp_local: bool = False
+    affinity_seconds: int | None = None
+
+    def port_name(self, port: Port) -> str:
+        return f"{self.namespace}/{self.name}:{port.name}"
+
+
+def _saved_probability(p: float) -> str:
+    """How iptables-save prints a probability (the kernel keeps it as a 31-bit fraction)."""
+    value = round(p * 0x80000000)
+    return f"{value / 0x80000000:.11f}"
+
+
+def iptables_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", canonical: bool = True) -> str:
+    """Render ``services`` as a kube-proxy iptables ruleset (``iptables-save`` text)."""
+    f_chains = ["KUBE-EXTERNAL-SERVICES", "KUBE-FIREWALL", "KUBE-FORWARD", "KUBE-KUBELET-CANARY", "KUBE-NODEPORTS", "KUBE-PROXY-CANARY", "KUBE-PROXY-FIREWALL", "KUBE-SERVICES"]
+    f_rules: list[str] = [
+        '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
+        '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+        "-A INPUT -j KUBE-FIREWALL",
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD',
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+        '-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        "-A OUTPUT -j KUBE-FIREWALL",
+        '-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP',
+        "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+    ]
+    n_chains = ["KUBE-KUBELET-CANARY", "KUBE-MARK-MASQ", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-SERVICES"]
+    n_head = [
+        '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+        "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+        "-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0",
+        '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully',
+    ]
+    svc_rules: list[str] = []
+    nodeport_rules: list[str] = []
+    chain_rules: list[str] = []
+    for svc in services:
+        for port in svc.ports:
+            spn = svc.port_name(port)
+            proto = port.protocol
+            h = port_proto_hash(spn, proto)
+            svc_chain, ext_chain, svl_chain = f"KUBE-SVC-{h}", f"KUBE-EXT-{h}", f"KUBE-SVL-{h}"
+            ready = [e for e in svc.endpoints if e.ready]
+            local_ready = [e for e in ready if e.local]
+            has_external = bool(port.node_port or svc.external_ips or svc.lb_ips)
+            c = f'-m comment --comment "{spn} cluster IP"'
+            if not ready:
+                f_rules.append(f'-A KUBE-SERVICES -d {svc.cluster_ip}/32 -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with icmp-port-unreachable')
+                for ip in svc.external_ips + svc.lb_ips:
+                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with icmp-port-unreachable')
+                if port.node_port:
+                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j REJECT --reject-with icmp-port-unreachable')
+                continue
+            n_chains.append(svc_chain)
+            svc_rules.append(f"-A KUBE-SERVICES -d {svc.cluster_ip}/32 -p {proto} {c} -m {proto} --dport {port.port} -j {svc_chain}")
+            if has_external:
+                n_chains.append(ext_chain)
+                for ip in svc.external_ips:
+                    svc_rules.append(f'-A KUBE-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} external IP" -m {proto} --dport {port.port} -j {ext_chain}')
+                for ip in svc.lb_ips:
+                    svc_rules.append(f'-A KUBE-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} loadbalancer IP" -m {proto} --dport {port.port} -j {ext_chain}')
+                if port.node_port:
+                    nodeport_rules.append(f'-A KUBE-NODEPORTS -p {proto} -m comment --comment "{spn}" -m {proto} --dport {port.node_port} -j {ext_chain}')
+                if svc.etp_local:
+                    chain_rules.append(f'-A {ext_chain} -s {cluster_cidr} -m comment --comment "pod traffic for {spn} external destinations" -j {svc_chain}')
+                    chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ')
+                    chain_rules.append(f'-A {ext_chain} -m comment --comment "route LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j {svc_chain}')
+                    if local_ready:
+                        chain_rules.append(f"-A {ext_chain} -j {svl_chain}")
+                    else:
+                        for ip in svc.external_ips + svc.lb_ips:
+                            f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
+                        if port.node_port:
+                            f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no local endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j DROP')
+                else:
+                    chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ')
+                    chain_rules.append(f"-A {ext_chain} -j {svc_chain}")
+            chain_rules.append(f"-A {svc_chain} ! -s {cluster_cidr} -d {svc.cluster_ip}/32 -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ")
+            chain_rules.extend(_endpoint_rules(svc, port, svc_chain, ready, n_chains))
+            if svc.etp_local and has_external and local_ready:
+                n_chains.append(svl_chain)
+                chain_rules.extend(_endpoint_rules(svc, port, svl_chain, local_ready, None))
+    nodeports_last = '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS'
+    n_rules = n_head + nodeport_rules + chain_rules + svc_rules + [nodeports_last]
+    out = ["# Generated by kpdiag.synth", "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    out += [f":{c} - [0:0]" for c in f_chains]
+    out += _order(f_rules, f_chains, ("INPUT", "FORWARD", "OUTPUT")) if canonical else f_rules
+    out += ["COMMIT", "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]"]
+    n_chains_sorted = sorted(set(n_chains)) if canonical else list(dict.fromkeys(n_chains))
+    out += [f":{c} - [0:0]" for c in n_chains_sorted]
+    out += _order(n_rules, n_chains_sorted, ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")) if canonical else n_rules
+    out.append("COMMIT")
+    return "\n".join(out) + "\n"
+
+
+def _endpoint_rules(svc: Service, port: Port, chain: str, endpoints: list[Endpoint], declare: list | None) -> list[str]:
+    spn = svc.port_name(port)
+    proto = port.protocol
+    rules: list[str] = []
+    seps = []
+    for ep in endpoints:
+        dest = f"{ep.ip}:{port.target_port}"
+        sep = f"KUBE-SEP-{port_proto_hash(spn, proto, dest)}"
+        seps.append((sep, dest, ep))
+    if svc.affinity_seconds:
+        for sep, dest, _ in seps:
+            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -m recent --rcheck --seconds {svc.affinity_seconds} --reap --name {sep} --mask 255.255.255.255 --rsource -j {sep}')
+    n = len(seps)
+    for i, (sep, dest, _) in enumerate(seps):
+        if i < n - 1:
+            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -m statistic --mode random --probability {_saved_probability(1.0 / (n - i))} -j {sep}')
+        else:
+            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -j {sep}')
+    if declare is not None:
+        for sep, dest, ep in seps:
+            declare.append(sep)
+            rules.append(f'-A {sep} -s {ep.ip}/32 -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
+            if svc.affinity_seconds:
+                rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m recent --set --name {sep} --mask 255.255.255.255 --rsource -m {proto} -j DNAT --to-destination {dest}')
+            else:
+                rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m {proto} -j DNAT --to-destination {dest}')
+    return rules
+
+
+def _order(rules: list[str], chains: list[str], builtins: tuple[str, ...]) -> list[str]:
+    """iptables-save order: built-in chains first, then user chains by name; rule order kept per chain."""
+    by_chain: dict[str, list[str]] = {}
+    for r in rules:
+        by_chain.setdefault(r.split(" ", 2)[1], []).append(r)
+    out = []
+    for name in list(builtins) + sorted(set(chains)):
+        out.extend(by_chain.pop(name, []))
+    for rest in by_chain.values():
+        out.extend(rest)
+    return out
+
+
+def many_services(count: int, endpoints: int = 5, *, service_cidr: str = "10.96.0.0/12", pod_cidr: str = "10.244.0.0/16",
+                  no_endpoint_every: int = 50, nodeport_every: int = 10, local_every: int = 20, affinity_every: int = 25) -> list[Service]:
+    """A big, varied set of services: most ClusterIP, some NodePort, ETP=Local, affinity, no endpoints."""
+    svc_base = int(ipaddress.ip_network(service_cidr).network_address) + 10
+    pod_base = int(ipaddress.ip_network(pod_cidr).network_address) + 2
+    services = []
+    pod = 0
+    nodeport = 30000
+    for i in range(count):
+        cip = str(ipaddress.IPv4Address(svc_base + i))
+        has_np = nodeport_every and i % nodeport_every == 1
+        port = Port("http", 80, 8080, "tcp", node_port=(nodeport + i % 2700) if has_np else None)
+        eps = []
+        if not (no_endpoint_every and i % no_endpoint_every == 7):
+            for k in range(endpoints):
+                eps.append(Endpoint(str(ipaddress.IPv4Address(pod_base + pod)), local=(k == 0)))
+                pod += 1
+        services.append(Service(
+            namespace=f"ns{i % 100}", name=f"svc{i}", cluster_ip=cip, ports=[port], endpoints=eps,
+            etp_local=bool(has_np and local_every and i % local_every == 1),
+            affinity_seconds=10800 if affinity_every and i % affinity_every == 3 else None,
+        ))
+    return services
