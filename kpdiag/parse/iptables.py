@@ -6,7 +6,7 @@ Two phases, so that a 225,000-line ruleset is cheap to load:
    (tables, chain headers, quoting, COMMIT) and files each rule's raw text under its chain.
    Errors name the file and line.
 2. A chain's rules are tokenized and structured (:class:`Rule`) the first time something
-   asks for them (:meth:`Chain.rules`). :meth:`Ruleset.compile_all` does all chains at once
+   asks for them (:meth:`Chain.rule_at`, :attr:`Chain.rules`). :meth:`Ruleset.compile_all` does all chains at once
    (for checks that want every rule, and to surface every error).
 
 Both kube-proxy's restore form (``-m tcp -p tcp -d 1.2.3.4 --dport 80``, ``--or-mark``) and
@@ -114,38 +114,63 @@ class Rule:
 
 
 class Chain:
-    """A chain: policy (built-in chains), counters, and its rules (compiled on first use)."""
+    """A chain: policy (built-in chains), counters, and its rules (each compiled on first use)."""
 
-    __slots__ = ("table", "name", "policy", "counters", "lineno", "_raw", "_rules", "_source", "index_cache")
+    __slots__ = ("table", "name", "policy", "counters", "lineno", "linenos", "_all", "_rules", "_source", "errors")
 
-    def __init__(self, table: str, name: str, policy: str | None, counters, lineno: int, source: str):
+    def __init__(self, table: str, name: str, policy: str | None, counters, lineno: int, source: str, all_lines: list[str]):
         self.table = table
         self.name = name
         self.policy = policy  # None for user-defined chains
         self.counters = counters
         self.lineno = lineno
-        self._raw: list[tuple[int, str]] = []
-        self._rules: list[Rule] | None = None
+        self.linenos: list[int] = []  # 1-based line numbers of this chain's rules, in order
+        self._all = all_lines  # the whole file's lines, shared by every chain
+        self._rules: list[Rule | None] | None = None
         self._source = source
-        self.index_cache = None  # filled by the tracer
+        self.errors: dict[int, InputError] = {}  # position → why that rule could not be read
+
+    @property
+    def lines(self) -> list[str]:
+        """The raw texts of this chain's rules, in order."""
+        all_lines = self._all
+        return [all_lines[n - 1] for n in self.linenos]
 
     @property
     def builtin(self) -> bool:
         return self.policy is not None
 
     def __len__(self) -> int:
-        return len(self._raw) if self._rules is None else len(self._rules)
+        return len(self.linenos)
+
+    def rule_at(self, pos: int) -> Rule:
+        """The rule at 0-based ``pos``, structured on first use (raises :class:`InputError`)."""
+        rules = self._rules
+        if rules is None:
+            rules = self._rules = [None] * len(self.linenos)
+        rule = rules[pos]
+        if rule is None:
+            err = self.errors.get(pos)
+            if err is not None:
+                raise err
+            lineno = self.linenos[pos]
+            try:
+                rule = rules[pos] = parse_rule(self._all[lineno - 1], self.table, self.name, pos + 1, lineno, self._source)
+            except InputError as exc:
+                self.errors[pos] = exc
+                raise
+        return rule
 
     @property
     def rules(self) -> list[Rule]:
-        if self._rules is None:
-            table, name, source = self.table, self.name, self._source
-            self._rules = [
-                parse_rule(text, table, name, i, lineno, source)
-                for i, (lineno, text) in enumerate(self._raw, 1)
-            ]
-            self._raw = []
-        return self._rules
+        """Every rule that could be read (see :attr:`errors` for the others)."""
+        out = []
+        for pos in range(len(self.linenos)):
+            try:
+                out.append(self.rule_at(pos))
+            except InputError:
+                pass
+        return out
 
 
 @dataclass
@@ -175,16 +200,8 @@ class Ruleset:
         errors: list[InputError] = []
         for table in self.tables.values():
             for chain in table.chains.values():
-                if chain._rules is not None:
-                    continue
-                good: list[Rule] = []
-                for i, (lineno, text) in enumerate(chain._raw, 1):
-                    try:
-                        good.append(parse_rule(text, table.name, chain.name, i, lineno, self.source))
-                    except InputError as exc:
-                        errors.append(exc)
-                chain._rules = good
-                chain._raw = []
+                chain.rules  # noqa: B018 — compiles, recording errors per position
+                errors.extend(chain.errors[k] for k in sorted(chain.errors))
         return errors
 
     def iter_rules(self):
@@ -398,27 +415,37 @@ def parse_iptables_save(data: bytes | str, source: str = "iptables-save") -> Rul
         if c == "-" or c == "[":
             if table is None:
                 raise InputError(source, "rule outside any table (no '*table' line before it)", lineno)
-            if '"' in line and (line.count('"') - line.count('\\"')) % 2:
+            if '"' in line and line.count('"') & 1 and (line.count('"') - line.count('\\"')) & 1:
                 raise InputError(source, f"unbalanced quote in: {_short(line)}", lineno)
-            parts = line.split(None, 3)
-            k = 1 if c == "[" else 0
-            if len(parts) < k + 2 or parts[k] not in ("-A", "--append", "-I", "--insert"):
-                raise InputError(source, f"expected '-A CHAIN …': {_short(line)}", lineno)
-            chain = chains.get(parts[k + 1])
+            if line.startswith("-A "):
+                sp = line.find(" ", 3)
+                name = line[3:sp] if sp > 0 else line[3:]
+            else:
+                parts = line.split(None, 3)
+                k = 1 if c == "[" else 0
+                if len(parts) < k + 2 or parts[k] not in ("-A", "--append", "-I", "--insert"):
+                    raise InputError(source, f"expected '-A CHAIN …': {_short(line)}", lineno)
+                name = parts[k + 1]
+            chain = chains.get(name)
             if chain is None:
-                raise InputError(source, f"rule for chain {parts[k + 1]!r}, which table {table.name} does not declare", lineno)
-            chain._raw.append((lineno, line))
+                raise InputError(source, f"rule for chain {name!r}, which table {table.name} does not declare", lineno)
+            chain.linenos.append(lineno)
             rule_count += 1
         elif c == ":":
             if table is None:
                 raise InputError(source, "chain declaration outside any table", lineno)
+            if line.endswith(" - [0:0]"):  # the common user-chain form, fast
+                name = line[1:-8]
+                if name and " " not in name and name not in BUILTIN_CHAINS[table.name]:
+                    chains[name] = Chain(table.name, name, None, None, lineno, source, lines)
+                    continue
             parts = line[1:].split()
             if not parts:
                 raise InputError(source, "empty chain declaration", lineno)
             name = parts[0]
             policy = parts[1] if len(parts) > 1 else "-"
             counters = None
-            if len(parts) > 2 and parts[2].startswith("["):
+            if len(parts) > 2 and parts[2].startswith("[") and parts[2] != "[0:0]":
                 try:
                     p, _, b = parts[2][1:-1].partition(":")
                     counters = (int(p), int(b))
@@ -431,7 +458,7 @@ def parse_iptables_save(data: bytes | str, source: str = "iptables-save") -> Rul
                 policy = "ACCEPT"  # restore input: "-" keeps the kernel's policy, ACCEPT by default
             if not builtin and policy != "-":
                 raise InputError(source, f"user chain {name} cannot have policy {policy}", lineno)
-            chains[name] = Chain(table.name, name, policy if builtin else None, counters, lineno, source)
+            chains[name] = Chain(table.name, name, policy if builtin else None, counters, lineno, source, lines)
         elif c == "*":
             if table is not None:
                 raise InputError(source, f"table {line[1:]!r} starts before table {table.name} was COMMITted", lineno)

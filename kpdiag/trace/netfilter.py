@@ -18,7 +18,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from heapq import merge
 
-from ..parse.addr import parse_ip, parse_prefix
+import re
+
+from ..errors import InputError
+from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
 from .model import Packet, Path, Step, TraceResult, ip_text
 from .routing import RoutingTable
@@ -59,6 +62,29 @@ ICMP_TYPES = {
 
 _NOOP_TARGETS = {"LOG", "NFLOG", "ULOG", "TRACE", "AUDIT", "CHECKSUM", "TCPMSS", "TOS", "DSCP", "TTL", "HL", "CLASSIFY", "IDLETIMER", "SECMARK", "CONNSECMARK"}
 _MULTICAST = parse_prefix("224.0.0.0/4")
+
+
+_QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_DST_RE = re.compile(r"(?:^|\s)(!\s+)?(?:-d|--destination|--dst)\s+(\S+)")
+
+
+def _exact_dst(text: str) -> int | None:
+    """The single IPv4 address a rule's ``-d`` demands (``-d X`` or ``-d X/32``), else None."""
+    if '"' in text:
+        text = _QUOTED_RE.sub('""', text)
+    found = _DST_RE.findall(text)
+    if len(found) != 1:
+        return None
+    neg, value = found[0]
+    if neg:
+        return None
+    addr, _, plen = value.partition("/")
+    if plen not in ("", "32", "255.255.255.255"):
+        return None
+    try:
+        return ip4_to_int(addr)
+    except ValueError:
+        return None
 
 
 class _State:
@@ -272,26 +298,31 @@ class IptablesTracer:
 
     # ------------------------------------------------------------------ chains
     def _candidates(self, chain: Chain, st: _State):
-        """Rule positions that can match this packet, in order (an index keeps first-match order)."""
-        rules = chain.rules
-        if len(rules) < INDEX_MIN_RULES:
+        """Rule positions that can match this packet, in order (an index keeps first-match order).
+
+        Big chains (KUBE-SERVICES: one rule per service port) are indexed by the rules' exact
+        destination (``-d X/32``, not negated), read from the raw text without structuring every
+        rule. A rule with any other destination test stays in the generic list, walked in order.
+        """
+        n = len(chain)
+        if n < INDEX_MIN_RULES:
             return None
         key = (chain.table, chain.name)
         idx = self._indexes.get(key)
         if idx is None:
             by_dst: dict[int, list[int]] = {}
             generic: list[int] = []
-            for pos, r in enumerate(rules):
-                d = r.dst
-                if d is not None and not r.dst_neg and d.version == 4 and d.mask == 0xFFFFFFFF:
-                    by_dst.setdefault(d.net, []).append(pos)
-                else:
+            for pos, text in enumerate(chain.lines):
+                addr = _exact_dst(text)
+                if addr is None:
                     generic.append(pos)
+                else:
+                    by_dst.setdefault(addr, []).append(pos)
             idx = (by_dst, generic, {})
             self._indexes[key] = idx
         by_dst, generic, cache = idx
         if st.ver != 4:
-            return list(range(len(rules)))
+            return None
         cand = cache.get(st.dst)
         if cand is None:
             hit = by_dst.get(st.dst)
@@ -308,17 +339,21 @@ class IptablesTracer:
         if depth > MAX_DEPTH:
             st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
             return [(st, "DROP")]
-        rules = chain.rules
+        n_rules = len(chain)
         cand = self._candidates(chain, st)
         if cand is None:
-            positions = range(start, len(rules))
+            positions = range(start, n_rules)
         else:
             positions = cand[bisect_left(cand, start):] if start else cand
         cursor = start
         out: list[tuple[_State, str]] = []
         deferred: list[tuple[_State, int]] = []  # the "did not match" side of random matches
         for pos in positions:
-            rule = rules[pos]
+            try:
+                rule = chain.rule_at(pos)
+            except InputError as exc:
+                st.note(f"{exc}; rule skipped", uncertain=True)
+                continue
             p = self._match(rule, st)
             if p <= 0.0:
                 continue
@@ -334,7 +369,7 @@ class IptablesTracer:
                 out.append((st, outcome))
             break
         else:
-            st.rules_evaluated += len(rules) - cursor
+            st.rules_evaluated += n_rules - cursor
             out.append((st, "return"))
         for other, resume in deferred:  # walked after, so paths come out in rule order
             out.extend(self._run(chain, other, resume, depth))
