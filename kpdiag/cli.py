@@ -72,6 +72,124 @@ def trace(rules, bundle, ipset_file, src, dst, proto, dport, sport, origin, loca
     click.echo(render(result), nl=False)
 
 
+def _report_options(fn):
+    fn = click.option("--ignore", multiple=True, help="Skip checks by id, id prefix or slug (repeatable).")(fn)
+    fn = click.option("--select", multiple=True, help="Run only these checks: id (KP501), prefix (KP5) or slug (repeatable).")(fn)
+    fn = click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default="error", show_default=True,
+                      help="Exit 1 when a finding is at or above this severity.")(fn)
+    fn = click.option("-o", "--output", type=click.Choice(["text", "table", "json"]), default="text", show_default=True)(fn)
+    fn = click.option("-v", "--verbose", is_flag=True, help="List every check that did not run.")(fn)
+    return fn
+
+
+def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> None:
+    """Print a report and leave with the exit code exitcodes decides."""
+    from .render.report import report_to_json, report_to_table, report_to_text, use_colour
+
+    if output == "json":
+        text = report_to_json(report)
+    elif output == "table":
+        text = report_to_table(report)
+    else:
+        text = report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
+    click.echo(text, nl=False)
+    code = exitcodes.for_findings(report.severities(), fail_on, report.readable)
+    if code == exitcodes.NO_DIAGNOSIS:
+        click.echo("kpdiag: error: nothing readable: could not diagnose (see 'could not read' above)", err=True)
+    raise click.exceptions.Exit(code)
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path())
+@_report_options
+def analyze(bundle, output, fail_on, select, ignore, verbose):
+    """Run every check on a bundle (directory or .tar.gz), offline."""
+    from .diagnose import analyze_bundle
+    from .errors import InputError
+
+    try:
+        report = analyze_bundle(bundle, select, ignore)
+    except InputError as exc:
+        raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
+    _emit_report(report, output, fail_on, verbose)
+
+
+def _progress(message: str) -> None:
+    click.echo(f"kpdiag: {message}", err=True)
+
+
+@cli.command()
+@click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
+@click.option("--service", "service", help="Focus on one Service (NS/NAME): trace each of its ports.")
+@click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
+@_report_options
+def node(host_root, service, trace_to, output, fail_on, select, ignore, verbose):
+    """Collect this node (read-only) and diagnose it."""
+    from .bundle import Bundle
+    from .collect.node import collect_node
+    from .diagnose import analyze_state
+    from .focus import focus_report
+    from .state import NodeState
+
+    files, manifest = collect_node(host_root=host_root, progress=_progress)
+    files["kpdiag.json"] = __import__("json").dumps(manifest).encode()
+    state = NodeState(Bundle.from_files(manifest.get("node") or "node", files))
+    report = analyze_state(state, select, ignore, subject=f"node {manifest.get('node')}")
+    try:
+        report = focus_report(report, state, service=service, trace_to=trace_to)
+    except ValueError as exc:
+        raise _fail(str(exc), exitcodes.USAGE) from None
+    _emit_report(report, output, fail_on, verbose)
+
+
+@cli.command()
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="A directory, or FILE.tar.gz.")
+@click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
+def collect(out, host_root):
+    """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
+    import os
+
+    from .bundle import write_bundle
+    from .collect.node import collect_node
+
+    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        raise _fail(f"{out} exists; give a new directory or file name", exitcodes.USAGE)
+    files, manifest = collect_node(host_root=host_root, progress=_progress)
+    try:
+        write_bundle(files, out, manifest)
+    except OSError as exc:
+        raise _fail(f"{out}: cannot write: {exc.strerror or exc}", exitcodes.NO_DIAGNOSIS) from None
+    click.echo(f"kpdiag: wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected", err=True)
+    for err in manifest["errors"]:
+        click.echo(f"kpdiag:   {err['source']}: {err['error']}", err=True)
+
+
+@cli.command("checks")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+def checks_cmd(output):
+    """The catalogue of checks."""
+    from .checkapi import load_registry
+    from .render.catalogue import catalogue_json, catalogue_markdown, catalogue_table
+
+    registry = load_registry()
+    for name, why in registry.load_errors:
+        click.echo(f"kpdiag: warning: plugin {name} not loaded: {why}", err=True)
+    click.echo({"table": catalogue_table, "json": catalogue_json, "markdown": catalogue_markdown}[output](registry.checks), nl=False)
+
+
+@cli.command()
+@click.argument("check_id")
+def explain(check_id):
+    """One check's documentation: symptom, why, fix."""
+    from .checkapi import load_registry
+    from .render.catalogue import explain_text
+
+    spec = load_registry().get(check_id)
+    if spec is None:
+        raise _fail(f"no check {check_id!r} (see 'kpdiag checks')", exitcodes.USAGE)
+    click.echo(explain_text(spec), nl=False)
+
+
 def _first_local(setup, local_ips) -> str:
     if local_ips:
         return local_ips[0]

@@ -12,7 +12,105 @@ from .bundle import Bundle
 from .errors import InputError
 
 
-class NodeState:
+def _problem(exc: InputError):
+    from .bundle import Problem
+
+    where = exc.source if exc.line is None else f"{exc.source}:{exc.line}"
+    return Problem(where, exc.message)
+
+
+
+
+# ---------------------------------------------------------------------------------------
+# the rest of the node: small files, parsed on first use
+
+
+def _lazy(rel: str, parser_name: str, json_input: bool = False):
+    def getter(self):
+        cache = self.__dict__.setdefault("_lazy", {})
+        if rel not in cache:
+            from .parse import node as node_parsers
+
+            cache[rel] = self._parse(rel, getattr(node_parsers, parser_name), json_input=json_input)
+        return cache[rel]
+
+    return property(getter)
+
+
+class _NodeFiles:
+    sysctl = _lazy("node/sysctl.txt", "parse_sysctl")
+    modules = _lazy("node/modules.txt", "parse_modules")
+    kernel = _lazy("node/uname.txt", "parse_kernel_version")
+    metrics = _lazy("node/kube-proxy/metrics.txt", "parse_metrics")
+    conntrack_stats = _lazy("node/conntrack-stats.txt", "parse_conntrack_stats")
+
+    @property
+    def kube_proxy_config(self):
+        """The KubeProxyConfiguration: node/kube-proxy/config.yaml, else the ConfigMap's config.conf."""
+        cache = self.__dict__.setdefault("_lazy", {})
+        if "kpconfig" not in cache:
+            from .parse.node import parse_kube_proxy_config
+
+            cfg = self._parse("node/kube-proxy/config.yaml", parse_kube_proxy_config)
+            if cfg is None:
+                cm = self.bundle.read_json("cluster/kube-proxy-configmap.json")
+                data = (cm or {}).get("data") if isinstance(cm, dict) else None
+                if isinstance(data, dict):
+                    text = data.get("config.conf") or next((v for k, v in data.items() if k.endswith((".conf", ".yaml"))), None)
+                    if isinstance(text, str):
+                        cfg = self._parse_text(text, "cluster/kube-proxy-configmap.json#config.conf", parse_kube_proxy_config)
+            cache["kpconfig"] = cfg
+        return cache["kpconfig"]
+
+    @property
+    def proxy_mode_running(self) -> str | None:
+        """What kube-proxy answers on /proxyMode (iptables, ipvs, nftables, kernelspace…)."""
+        text = self.bundle.read_text("node/kube-proxy/proxy-mode.txt")
+        if text is None:
+            return None
+        mode = text.strip()
+        if not mode or len(mode) > 40 or " " in mode:
+            self.bundle.problem("node/kube-proxy/proxy-mode.txt", f"unexpected /proxyMode answer: {mode[:60]!r}")
+            return None
+        return mode
+
+    @property
+    def healthz(self):
+        data = self.bundle.read_json("node/kube-proxy/healthz.json")
+        if data is not None and not isinstance(data, dict):
+            self.bundle.problem("node/kube-proxy/healthz.json", "expected a JSON object")
+            return None
+        return data
+
+    @property
+    def kube_proxy_log(self) -> list[str] | None:
+        text = self.bundle.read_text("node/kube-proxy/log.txt")
+        return None if text is None else text.splitlines()
+
+    @property
+    def nft_ruleset(self):
+        data = self.bundle.read_json("node/nft-ruleset.json")
+        if data is not None and not isinstance(data, dict):
+            self.bundle.problem("node/nft-ruleset.json", "expected a JSON object (nft -j list ruleset)")
+            return None
+        return data
+
+    def sysctl_value(self, key: str):
+        s = self.sysctl
+        return None if s is None else s.get(key)
+
+    def _parse_text(self, text: str, display: str, parser):
+        try:
+            return parser(text, display)
+        except InputError as exc:
+            self.bundle.problems.append(_problem(exc))
+            return None
+
+
+
+class NodeState(_NodeFiles):
+    """Everything kpdiag knows of one node, parsed lazily from its bundle."""
+
     def __init__(self, bundle: Bundle):
         self.bundle = bundle
 
@@ -72,9 +170,108 @@ class NodeState:
     def node_name(self) -> str:
         return str(self.bundle.manifest.get("node") or "")
 
+    # ------------------------------------------------------------ derived facts
+    def inferred_modes(self) -> dict[str, str]:
+        """Which proxy modes' artefacts are on the node: mode → evidence text."""
+        found: dict[str, str] = {}
+        rs = self.iptables()
+        if rs is not None:
+            nat = rs.chain_names("nat")
+            if any(n.startswith(("KUBE-SVC-", "KUBE-SEP-")) for n in nat):
+                found["iptables"] = "iptables chains KUBE-SVC-*/KUBE-SEP-* in the nat table"
+            if any(n in ("KUBE-PORTALS-CONTAINER", "KUBE-PORTALS-HOST") for n in nat):
+                found["userspace"] = "iptables chains KUBE-PORTALS-CONTAINER/KUBE-PORTALS-HOST"
+            if "KUBE-IPVS-FILTER" in rs.chain_names("filter") or "KUBE-LOAD-BALANCER" in nat:
+                found["ipvs"] = "iptables chains KUBE-IPVS-FILTER / KUBE-LOAD-BALANCER"
+        ipvs = self.bundle.read_text("node/ipvsadm.txt")
+        if ipvs and any(line.startswith("-A ") for line in ipvs.splitlines()):
+            found.setdefault("ipvs", "IPVS virtual servers (ipvsadm -Sn)")
+        for link in self.ip_addr or []:
+            if link.get("ifname") == "kube-ipvs0":
+                found.setdefault("ipvs", "interface kube-ipvs0")
+        nft = self.nft_ruleset
+        if nft:
+            for item in nft.get("nftables", []):
+                t = item.get("table") if isinstance(item, dict) else None
+                if isinstance(t, dict) and t.get("name") == "kube-proxy" and t.get("family") in ("ip", "ip6"):
+                    found["nftables"] = f"nftables table {t.get('family')} kube-proxy"
+        return found
 
-def _problem(exc: InputError):
-    from .bundle import Problem
+    @property
+    def proxy_mode(self) -> tuple[str | None, str]:
+        """(mode, how it is known): /proxyMode, then the configuration, then the rules present."""
+        running = self.proxy_mode_running
+        if running:
+            return running, "kube-proxy's /proxyMode"
+        cfg = self.kube_proxy_config
+        if cfg is not None and cfg.mode_explicit:
+            return cfg.mode, f"mode in {cfg.source}"
+        modes = self.inferred_modes()
+        for mode in ("nftables", "ipvs", "iptables", "userspace"):
+            if mode in modes:
+                return mode, modes[mode]
+        if cfg is not None:
+            return cfg.mode, f"{cfg.source} (no mode set: the default)"
+        return None, "unknown"
 
-    where = exc.source if exc.line is None else f"{exc.source}:{exc.line}"
-    return Problem(where, exc.message)
+    @property
+    def created(self):
+        """When the bundle was made (for ages of timestamps), as epoch seconds, or None."""
+        import datetime
+
+        text = self.bundle.manifest.get("created")
+        if not text:
+            return None
+        try:
+            return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+
+    def programmed(self, which: str = "iptables-save"):
+        """Service ports kube-proxy programmed in iptables (cached), or None without rules."""
+        cache = self.__dict__.setdefault("_programmed", {})
+        if which not in cache:
+            rs = self.iptables(which)
+            if rs is None:
+                cache[which] = None
+            else:
+                from .kube_rules import programmed_ports
+
+                cache[which] = programmed_ports(rs)
+        return cache[which]
+
+    def tracer(self):
+        """One iptables tracer for this node (cached: chain indexes are shared between checks)."""
+        if "_tracer" not in self.__dict__:
+            from .trace.netfilter import IptablesTracer
+
+            rs = self.iptables()
+            self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
+        return self.__dict__["_tracer"]
+
+    @property
+    def kube_proxy_version(self) -> tuple[int, int] | None:
+        """kube-proxy's minor version from its metrics (kubernetes_build_info), else the API server's."""
+        import re
+
+        m = self.metrics
+        texts = []
+        if m is not None:
+            for labels, _, _ in m.samples.get("kubernetes_build_info", []):
+                texts.append(labels.get("git_version", ""))
+        data = self.bundle.read_json("cluster/version.json")
+        if isinstance(data, dict):
+            texts.append(str(data.get("gitVersion", "")))
+        for text in texts:
+            found = re.match(r"v?(\d+)\.(\d+)", text)
+            if found:
+                return int(found.group(1)), int(found.group(2))
+        return None
+
+    @property
+    def modules_builtin(self) -> set[str]:
+        """Modules built into the kernel (node/modules-builtin.txt: /lib/modules/$(uname -r)/modules.builtin)."""
+        text = self.bundle.read_text("node/modules-builtin.txt")
+        if not text:
+            return set()
+        return {line.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()}

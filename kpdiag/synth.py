@@ -59,8 +59,12 @@ def _saved_probability(p: float) -> str:
     return f"{value / 0x80000000:.11f}"
 
 
-def iptables_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", canonical: bool = True) -> str:
-    """Render ``services`` as a kube-proxy iptables ruleset (``iptables-save`` text)."""
+def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244.0.0/16", canonical: bool = True) -> str:
+    """Render ``services`` as a kube-proxy iptables ruleset (``iptables-save`` text).
+
+    ``cluster_cidr=None`` renders what kube-proxy writes without local-traffic detection: no
+    ``! -s CIDR -j KUBE-MARK-MASQ`` rule in the KUBE-SVC chains.
+    """
     f_chains = ["KUBE-EXTERNAL-SERVICES", "KUBE-FIREWALL", "KUBE-FORWARD", "KUBE-KUBELET-CANARY", "KUBE-NODEPORTS", "KUBE-PROXY-CANARY", "KUBE-PROXY-FIREWALL", "KUBE-SERVICES"]
     f_rules: list[str] = [
         '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
@@ -120,7 +124,8 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16
                 if port.node_port:
                     nodeport_rules.append(f'-A KUBE-NODEPORTS -p {proto} -m comment --comment "{spn}" -m {proto} --dport {port.node_port} -j {ext_chain}')
                 if svc.etp_local:
-                    chain_rules.append(f'-A {ext_chain} -s {cluster_cidr} -m comment --comment "pod traffic for {spn} external destinations" -j {svc_chain}')
+                    if cluster_cidr:
+                        chain_rules.append(f'-A {ext_chain} -s {cluster_cidr} -m comment --comment "pod traffic for {spn} external destinations" -j {svc_chain}')
                     chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ')
                     chain_rules.append(f'-A {ext_chain} -m comment --comment "route LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j {svc_chain}')
                     if local_ready:
@@ -133,7 +138,8 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16
                 else:
                     chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ')
                     chain_rules.append(f"-A {ext_chain} -j {svc_chain}")
-            chain_rules.append(f"-A {svc_chain} ! -s {cluster_cidr} -d {svc.cluster_ip}/32 -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ")
+            if cluster_cidr:
+                chain_rules.append(f"-A {svc_chain} ! -s {cluster_cidr} -d {svc.cluster_ip}/32 -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ")
             chain_rules.extend(_endpoint_rules(svc, port, svc_chain, ready, n_chains))
             if svc.etp_local and has_external and local_ready:
                 n_chains.append(svl_chain)

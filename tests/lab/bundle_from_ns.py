@@ -15,7 +15,7 @@ SYSCTL_PREFIXES = ("net.ipv4.ip_forward", "net.ipv4.conf.all.", "net.ipv4.conf.d
                    "net.ipv4.conf.all.route_localnet")
 
 
-def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", extra: dict | None = None) -> str:
+def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", extra: dict | None = None, created: str | None = None) -> str:
     files: dict[str, str] = {}
     errors = []
 
@@ -27,6 +27,9 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
         files[rel] = post(proc.stdout) if post else proc.stdout
 
     grab("node/iptables-save.txt", ["iptables-save"], _strip_iptables_header)
+    grab("node/iptables-nft-save.txt", ["iptables-nft-save"], _strip_iptables_header)
+    grab("node/iptables-legacy-save.txt", ["iptables-legacy-save"], _strip_iptables_header)
+    grab("node/conntrack-stats.txt", ["conntrack", "-S"])
     grab("node/ip-addr.json", ["ip", "-j", "addr"], _pretty_json)
     grab("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], _pretty_json)
     grab("node/ipset.txt", ["ipset", "save"])
@@ -36,7 +39,7 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
     files.update(extra or {})
     manifest = {
         "format": FORMAT,
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "node": node_name,
         "kpdiag_version": "lab",
         "collected_by": "tests/lab/bundle_from_ns.py (real kernel, network namespace)",

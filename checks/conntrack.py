@@ -1,0 +1,82 @@
+"""Connection tracking: the table every Service connection needs an entry in."""
+
+from __future__ import annotations
+
+from kpdiag import evidence as ev
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+
+@check(
+    "KP503", "conntrack-pressure", "Connection tracking table near full or dropping", "warning",
+    needs=("conntrack",),
+    symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
+    why="""
+        Every connection through a Service needs a conntrack entry, because kube-proxy's DNAT is undone on the reply
+        from that entry. When the table is full (nf_conntrack_count reaches nf_conntrack_max), the kernel drops new
+        connections ("nf_conntrack: table full, dropping packet"). insert_failed counts a different, famous failure:
+        two UDP packets of one flow (typically the A and AAAA DNS queries sent together) race to create the same
+        entry and one is dropped — the client waits 5 s and retries.
+    """,
+    fix="Raise the table size through kube-proxy (conntrack.maxPerCore / conntrack.min), find what opens so many connections; for insert_failed on DNS use NodeLocal DNSCache or 'options single-request-reopen'.",
+    references=("https://kubernetes.io/docs/tasks/administer-cluster/nodelocaldns/",),
+)
+def conntrack_pressure(ctx, new):
+    count_v = ctx.sysctl_value("net.netfilter.nf_conntrack_count")
+    max_v = ctx.sysctl_value("net.netfilter.nf_conntrack_max") or ctx.sysctl_value("net.nf_conntrack_max")
+    stats = ctx.conntrack_stats or {}
+    fired = False
+    if count_v is not None and max_v is not None:
+        try:
+            count, limit = int(count_v.value), int(max_v.value)
+        except ValueError:
+            raise Skip("nf_conntrack_count / nf_conntrack_max are not numbers") from None
+        if limit > 0 and count >= 0.8 * limit:
+            fired = True
+            pct = 100.0 * count / limit
+            yield new(
+                f"conntrack table {pct:.0f}% full ({count} of {limit} entries): new Service connections are dropped when it fills",
+                severity="error" if pct >= 95 else "warning",
+                fix=(
+                    "conntrack -S    # drop / early_drop rising means it is already dropping",
+                    "conntrack -L -o extended | awk '{print $3}' | sort | uniq -c | sort -rn | head   # who holds the entries",
+                    "kubectl -n kube-system edit configmap kube-proxy   # conntrack: {maxPerCore: 65536, min: 262144}; then "
+                    "kubectl -n kube-system rollout restart daemonset kube-proxy",
+                    f"sysctl -w net.netfilter.nf_conntrack_max={limit * 2}   # immediate relief (kube-proxy may set it back)",
+                ),
+                evidence=[ev.sysctl(ctx, "net.netfilter.nf_conntrack_count"), ev.sysctl(ctx, "net.netfilter.nf_conntrack_max")],
+                subject="node",
+            )
+    elif not stats:
+        raise Skip("neither nf_conntrack_count/max nor conntrack -S statistics were collected")
+    src = ctx.bundle.display("node/conntrack-stats.txt")
+    drops = {k: stats.get(k, 0) for k in ("drop", "early_drop") if stats.get(k, 0) > 0}
+    if drops and not fired:
+        yield new(
+            f"conntrack has dropped packets ({', '.join(f'{k}={v}' for k, v in drops.items())}): the table was full at some point",
+            fix=(
+                "watch -n1 'conntrack -C; conntrack -S | grep -o \"drop=[0-9]*\" | sort | uniq -c'",
+                "kubectl -n kube-system edit configmap kube-proxy   # raise conntrack.maxPerCore / conntrack.min, then restart kube-proxy",
+            ),
+            evidence=[Evidence(src, " ".join(f"{k}={v}" for k, v in drops.items()) + " (summed over CPUs)")],
+            subject="node",
+        )
+    failed = stats.get("insert_failed", 0)
+    if failed > 0:
+        yield new(
+            f"conntrack insert_failed = {failed}: packets of the same new flow raced and some were dropped (the classic 5-second DNS delay)",
+            explanation=(
+                "insert_failed counts packets dropped because another packet of the same new flow created its conntrack "
+                "entry first. With Services this is almost always UDP DNS: glibc sends the A and AAAA queries at once from "
+                "one socket, both get DNATed to (possibly different) CoreDNS pods, and one loses the race. The client "
+                "waits for its timeout (5 s) and retries."
+            ),
+            fix=(
+                "Deploy NodeLocal DNSCache (https://kubernetes.io/docs/tasks/administer-cluster/nodelocaldns/)",
+                "or in the pods' dnsConfig: options: [{name: single-request-reopen}]   # glibc; musl ignores it",
+                "Use a kernel ≥ 5.0, which fixes most of these races in nf_conntrack",
+            ),
+            evidence=[Evidence(src, f"insert_failed={failed} (summed over CPUs)")],
+            severity="warning",
+            subject="node",
+        )

@@ -1,0 +1,303 @@
+"""kube-proxy itself: mode, health, log, sync time, local-traffic detection."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from kpdiag import evidence as ev
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+_USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")
+_FALLBACK = re.compile(r"[Cc]an'?t use (?:the )?(ipvs|IPVS|nftables) [Pp]roxier(?:, trying (iptables) [Pp]roxier)?")
+
+
+def _log_modes(ctx):
+    """(mode kube-proxy said it uses, line number, text) for each such log line, and fallback lines."""
+    used, fallbacks = [], []
+    for n, line in enumerate(ctx.kube_proxy_log or [], 1):
+        m = _USING.search(line)
+        if m:
+            used.append((m.group(1).lower(), n, line))
+        f = _FALLBACK.search(line)
+        if f:
+            fallbacks.append((n, line))
+    return used, fallbacks
+
+
+@check(
+    "KP701", "proxy-mode-mismatch", "kube-proxy runs in another mode than configured", "error",
+    needs=("kube-proxy-config",),
+    symptom="You configured IPVS (or nftables) and tuned for it, yet the node behaves like iptables mode — or the reverse.",
+    why="""
+        kube-proxy reads its mode from the KubeProxyConfiguration (the kube-proxy ConfigMap). When that mode cannot
+        work on the node — missing kernel modules, a too-old kernel or nft — older releases fall back to iptables mode
+        with a single log line, and a ConfigMap edit only takes effect after the pods restart. The configured mode,
+        the mode kube-proxy reports on /proxyMode, its log and the rules on the node must all agree.
+    """,
+    fix="Find why the configured mode could not start (KP301/KP401 and the log), fix it, and restart kube-proxy.",
+)
+def mode_mismatch(ctx, new):
+    cfg = ctx.kube_proxy_config
+    configured = cfg.mode
+    evidence = [ev.config(ctx, "mode")]
+    disagree = []
+    running = ctx.proxy_mode_running
+    if running and running != configured:
+        disagree.append(f"/proxyMode answers {running}")
+        evidence.append(Evidence(ctx.bundle.display("node/kube-proxy/proxy-mode.txt"), running, 1))
+    used, fallbacks = _log_modes(ctx)
+    if used and used[-1][0] != configured:
+        mode, n, line = used[-1]
+        disagree.append(f"the log says it uses {mode}")
+        evidence.append(ev.log_line(ctx, n, line))
+    for n, line in fallbacks[-1:]:
+        evidence.append(ev.log_line(ctx, n, line))
+        if not disagree:
+            disagree.append("the log shows a fallback")
+    inferred = ctx.inferred_modes()
+    if inferred and configured not in inferred:
+        disagree.append(f"the node has {' and '.join(inferred)} rules, none of {configured} mode")
+        evidence.extend(Evidence(ctx.bundle.name, why) for why in inferred.values())
+    if not disagree:
+        return
+    actual = running or (used[-1][0] if used else None) or next(iter(inferred), "unknown")
+    yield new(
+        f"configured mode is {configured}, but {'; '.join(disagree)}: kube-proxy is really running {actual} mode",
+        fix=(
+            "kubectl -n kube-system logs ds/kube-proxy | grep -iE \"proxier|proxy mode|can't use\"   # why it did not start as configured",
+            "kpdiag node --preflight ipvs   # (or the KP301 / KP401 findings) what the node lacks for the configured mode",
+            "kubectl -n kube-system get configmap kube-proxy -o yaml | grep -n 'mode:'   # what is configured",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy   # after fixing: a ConfigMap change needs a restart",
+        ),
+        evidence=[e for e in evidence if e],
+        subject="node",
+    )
+
+
+@check(
+    "KP702", "userspace-mode", "kube-proxy configured for the removed userspace mode", "error",
+    symptom="kube-proxy does not start on new releases (unknown proxy mode), or Services are slow and go through a userspace process on old ones.",
+    why="""
+        The userspace proxy mode — kube-proxy itself accepting every connection and copying bytes to a backend — was
+        deprecated long ago and removed in Kubernetes v1.26. From v1.26 kube-proxy rejects mode: userspace; before,
+        it was slow and lost client source addresses. Its iptables portal chains (KUBE-PORTALS-*) may also be left on
+        the node.
+    """,
+    fix="Set mode: iptables (or nftables on kernel ≥ 5.13) in the kube-proxy ConfigMap and restart kube-proxy; run kube-proxy --cleanup to remove portal rules.",
+)
+def userspace(ctx, new):
+    cfg = ctx.kube_proxy_config
+    inferred = ctx.inferred_modes()
+    if cfg is None and not inferred:
+        raise Skip("needs the kube-proxy configuration or the node's iptables rules")
+    evidence = []
+    if cfg is not None and cfg.mode == "userspace":
+        evidence.append(ev.config(ctx, "mode"))
+    if "userspace" in inferred:
+        evidence.append(Evidence(ctx.iptables().source, inferred["userspace"]))
+    if not evidence:
+        return
+    yield new(
+        "kube-proxy is set up for the userspace proxy mode, removed in Kubernetes v1.26",
+        fix=(
+            "kubectl -n kube-system edit configmap kube-proxy   # mode: \"iptables\"  (or \"nftables\" on kernel ≥ 5.13)",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+            "remove old portal rules: iptables -t nat -F KUBE-PORTALS-CONTAINER; iptables -t nat -F KUBE-PORTALS-HOST (or kube-proxy --cleanup)",
+        ),
+        evidence=evidence,
+        subject="node",
+    )
+
+
+def _ts(text):
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+STALE_SECONDS = 120
+
+
+@check(
+    "KP703", "kube-proxy-unhealthy", "kube-proxy is unhealthy or has stopped syncing", "error",
+    symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
+    why="""
+        kube-proxy reports on :10256/healthz when it last wrote the node's rules. If that is older than a couple of
+        sync periods, or iptables-restore keeps failing, the node's rules are frozen at an old state: new Services
+        are missing and removed pods still receive traffic. Load balancers that health-check NodePorts take the
+        node out of rotation.
+    """,
+    fix="Read kube-proxy's log on this node for the failing sync (KP704 lists known causes) and restart it once fixed.",
+)
+def unhealthy(ctx, new):
+    hz, metrics = ctx.healthz, ctx.metrics
+    if hz is None and metrics is None:
+        raise Skip("needs kube-proxy's /healthz or /metrics (node/kube-proxy/healthz.json, metrics.txt)")
+    fix = (
+        "kubectl -n kube-system logs --tail=200 $(kubectl -n kube-system get pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node> -o name)",
+        "curl -s http://127.0.0.1:10256/healthz; curl -s http://127.0.0.1:10249/metrics | grep -E 'sync_proxy_rules_(last|iptables_restore_failures)'",
+        "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>   # after fixing the cause",
+    )
+    src = ctx.bundle.display("node/kube-proxy/healthz.json")
+    if hz is not None:
+        status = hz.get("kpdiag_http_status")
+        last, now = _ts(hz.get("lastUpdated")), _ts(hz.get("currentTime"))
+        if isinstance(status, int) and status >= 400:
+            yield new(f"kube-proxy's /healthz answers HTTP {status}", fix=fix,
+                      evidence=[Evidence(src, f"HTTP {status} lastUpdated={hz.get('lastUpdated')} currentTime={hz.get('currentTime')}")], subject="node")
+        elif last is not None and now is not None and now - last > STALE_SECONDS:
+            yield new(f"kube-proxy last synced the rules {int(now - last)} s before /healthz was read (more than {STALE_SECONDS} s)", fix=fix,
+                      evidence=[Evidence(src, f"lastUpdated={hz.get('lastUpdated')} currentTime={hz.get('currentTime')}")], subject="node")
+    if metrics is not None:
+        failures = metrics.get("kubeproxy_sync_proxy_rules_iptables_restore_failures_total")
+        if failures:
+            yield new(f"iptables-restore failed {int(failures)} times since kube-proxy started: some syncs did not apply",
+                      severity="warning", fix=fix,
+                      evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", int(failures))], subject="node")
+        last = metrics.get("kubeproxy_sync_proxy_rules_last_timestamp_seconds")
+        created = ctx.created
+        if last and created and created - last > 600 and hz is None:
+            yield new(f"kube-proxy's last successful sync was {int(created - last)} s before this bundle was collected", fix=fix,
+                      evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", last)], subject="node")
+
+
+# known log lines: pattern → (what it means, fix)
+LOG_PATTERNS = [
+    (re.compile(r"Another app is currently holding the xtables lock"),
+     "another program held the iptables lock, so kube-proxy's sync waited or failed",
+     "find the other writer (firewalld, a CNI, a monitoring agent calling iptables in a loop): fuser -v /run/xtables.lock"),
+    (re.compile(r"(Failed to execute iptables-restore|iptables-restore.*failed|line \d+ failed)"),
+     "iptables-restore rejected kube-proxy's ruleset, so the sync did not apply",
+     "check the iptables version/backend matches kube-proxy's (KP204), and kernel modules for the rules used (xt_comment, xt_statistic, xt_recent)"),
+    (re.compile(r"(conntrack.*(operation not permitted|permission denied)|Failed to delete stale service connections|clearing conntrack entries)", re.I),
+     "kube-proxy could not delete stale conntrack entries: UDP clients keep talking to removed endpoints (KP504)",
+     "make sure the conntrack binary is in the kube-proxy image and the pod is privileged (NET_ADMIN)"),
+    (re.compile(r"(can't set sysctl|Failed to set sysctl|open /proc/sys/.*(read-only|permission denied))", re.I),
+     "kube-proxy could not set a kernel setting it relies on (route_localnet, conntrack max, IPVS sysctls)",
+     "run kube-proxy privileged, or set the sysctl on the node yourself (see KP505/KP503)"),
+    (re.compile(r"(Failed to retrieve node info|Failed to watch|couldn't get current server API group list|dial tcp .*: (connect: connection refused|i/o timeout))"),
+     "kube-proxy cannot reach the API server, so it does not learn about Service and endpoint changes",
+     "check the kube-proxy kubeconfig's server address and the network path from the node to the API server"),
+    (re.compile(r"(Sync failed|Failed to sync|syncProxyRules.*error)", re.I),
+     "a rule sync failed",
+     "read the lines around it for the cause; kube-proxy retries, but until it succeeds the node's rules are stale"),
+    (re.compile(r"(unknown proxy mode|invalid proxy mode)", re.I),
+     "kube-proxy rejected its configured mode",
+     "set mode to iptables, ipvs or nftables in the kube-proxy ConfigMap"),
+]
+
+
+@check(
+    "KP704", "kube-proxy-log-errors", "Known kube-proxy errors in its log", "warning",
+    needs=("kube-proxy-log",),
+    symptom="Services are intermittently wrong on this node; kube-proxy restarts or lags behind.",
+    why="""
+        kube-proxy logs a handful of well-known errors when it cannot do its job: the iptables lock held by another
+        program, iptables-restore rejecting a ruleset, no permission to clear conntrack, sysctls it cannot set, the API
+        server out of reach. Each leaves the node's rules stale or incomplete in its own way.
+    """,
+    fix="Follow the fix given for each error line below.",
+)
+def log_errors(ctx, new):
+    lines = ctx.kube_proxy_log
+    for pattern, meaning, fix in LOG_PATTERNS:
+        hits = [(n, line) for n, line in enumerate(lines, 1) if pattern.search(line)]
+        if not hits:
+            continue
+        shown = [hits[0]] + ([hits[-1]] if len(hits) > 1 else [])
+        yield new(
+            f"{len(hits)} log line{'s' if len(hits) > 1 else ''}: {meaning}",
+            fix=(fix,),
+            evidence=[ev.log_line(ctx, n, line) for n, line in shown],
+        )
+
+
+SLOW_WARN, SLOW_ERROR = 1.0, 10.0
+
+
+@check(
+    "KP705", "sync-slow", "kube-proxy's rule sync is slow", "warning",
+    needs=("kube-proxy-metrics",),
+    symptom="New pods take seconds to start receiving Service traffic; deleted pods keep receiving it for a while.",
+    why="""
+        Every Service or endpoint change makes kube-proxy rewrite the node's rules. In iptables mode the cost grows
+        with the whole ruleset (a full iptables-restore), so on big clusters one sync can take many seconds — during
+        which endpoints are stale on this node. kube-proxy exports the time per sync as
+        kubeproxy_sync_proxy_rules_duration_seconds.
+    """,
+    fix="Reduce the ruleset or move to nftables mode (incremental updates); raise minSyncPeriod to batch changes.",
+)
+def sync_slow(ctx, new):
+    m = ctx.metrics
+    name = "kubeproxy_sync_proxy_rules_duration_seconds"
+    mean = m.histogram_mean(name)
+    if mean is None:
+        raise Skip(f"{name} is not in the metrics")
+    if mean < SLOW_WARN:
+        return
+    p90 = m.histogram_quantile(name, 0.9)
+    yield new(
+        f"kube-proxy needs {mean:.1f} s per rule sync on average" + (f" (90% of syncs ≤ {p90:g} s)" if p90 not in (None, float('inf')) else ""),
+        severity="error" if mean >= SLOW_ERROR else "warning",
+        fix=(
+            "count the rules: iptables-save | wc -l   (KP205 shows the scale)",
+            "kubectl -n kube-system edit configmap kube-proxy   # mode: nftables (kernel ≥ 5.13), or iptables.minSyncPeriod: 10s",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+        ),
+        evidence=[ev.metric(ctx, f"{name}_sum", m.get(f"{name}_sum")), ev.metric(ctx, f"{name}_count", m.get(f"{name}_count"))],
+        subject="node",
+    )
+
+
+@check(
+    "KP706", "no-cluster-cidr", "kube-proxy cannot tell pod traffic from outside traffic", "warning",
+    symptom="Clients outside the cluster reach a ClusterIP (via a route) but get no answer; or pods see the node's IP instead of the client's.",
+    why="""
+        kube-proxy masquerades Service traffic that comes from *outside* the cluster, so that the reply returns
+        through the same node. To know what is outside it needs local-traffic detection: by default the cluster
+        CIDR (clusterCIDR); or detectLocalMode NodeCIDR / BridgeInterface / InterfaceNamePrefix. Without it, its
+        KUBE-SVC chains have no "! -s <clusterCIDR> -j KUBE-MARK-MASQ" rule: off-cluster clients are not
+        masqueraded and replies take another path (asymmetric routing, dropped by conntrack).
+    """,
+    fix="Set clusterCIDR (or another detectLocalMode) in the kube-proxy ConfigMap and restart kube-proxy.",
+)
+def no_cluster_cidr(ctx, new):
+    cfg = ctx.kube_proxy_config
+    ports = ctx.programmed()
+    if cfg is None and ports is None:
+        raise Skip("needs the kube-proxy configuration or its iptables rules")
+    if cfg is not None:
+        if cfg.get("iptables.masqueradeAll") is True:
+            return
+        mode = (cfg.get("detectLocalMode") or "ClusterCIDR") or "ClusterCIDR"
+        needed = {"ClusterCIDR": "clusterCIDR", "NodeCIDR": None, "BridgeInterface": "detectLocal.bridgeInterface",
+                  "InterfaceNamePrefix": "detectLocal.interfaceNamePrefix"}.get(mode, "clusterCIDR")
+        if needed is None or cfg.get(needed):
+            return
+        evidence = [ev.config(ctx, "detectLocalMode"), ev.config(ctx, needed)]
+    else:
+        with_chain = [p for p in ports.values() if p.chain]
+        if not with_chain or any(p.cluster_cidr for p in with_chain):
+            return
+        mode, needed = "ClusterCIDR", "clusterCIDR"
+        evidence = []
+    with_chain = [p for p in (ports or {}).values() if p.chain]
+    if with_chain and any(p.cluster_cidr for p in with_chain):
+        return  # the rules say detection works (e.g. clusterCIDR passed as a flag)
+    if with_chain:
+        rs = ctx.iptables()
+        first = rs.chain("nat", with_chain[0].chain).rules
+        evidence.append(Evidence(rs.source, f"{with_chain[0].chain} has no '! -s <clusterCIDR> -j KUBE-MARK-MASQ' rule", first[0].lineno if first else None))
+    yield new(
+        f"local-traffic detection ({mode}) has no {needed}: traffic from outside the cluster to ClusterIPs is not masqueraded",
+        fix=(
+            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: \"<your pod CIDR, e.g. 10.244.0.0/16>\"",
+            "kubectl cluster-info dump | grep -m1 -- --cluster-cidr   # the pod CIDR the controller manager uses",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+        ),
+        evidence=[e for e in evidence if e],
+        subject="node",
+    )

@@ -1,0 +1,144 @@
+"""Kernel settings kube-proxy depends on: forwarding, bridge netfilter, route_localnet."""
+
+from __future__ import annotations
+
+from kpdiag import evidence as ev
+from kpdiag.checkapi import Skip, check
+
+PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
+
+
+@check(
+    "KP501", "ip-forward-off", "IPv4 forwarding is off", "error",
+    needs=("sysctl",),
+    symptom="Pods on other nodes and Services backed by them never answer; traffic from outside to NodePorts dies on the node.",
+    why="""
+        A node forwards packets between its interfaces only when net.ipv4.ip_forward = 1. kube-proxy DNATs a
+        Service packet to a pod IP; unless that pod happens to be local, the node must then *forward* the packet.
+        With forwarding off the kernel drops it silently — no REJECT, no log, just timeouts. Something on the
+        node (a host firewall, a container runtime restart, a hardening script, a cloud image default) turned it off.
+    """,
+    fix=f"sysctl -w net.ipv4.ip_forward=1, persisted in {PERSIST}",
+    references=("https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional",),
+)
+def ip_forward(ctx, new):
+    v = ctx.sysctl_value("net.ipv4.ip_forward")
+    if v is None:
+        raise Skip("net.ipv4.ip_forward is not in the collected sysctls")
+    if v.value.strip() != "0":
+        return
+    yield new(
+        "net.ipv4.ip_forward = 0: this node does not forward packets, so Service traffic to pods on other nodes is dropped",
+        fix=(
+            "sysctl -w net.ipv4.ip_forward=1",
+            f"echo 'net.ipv4.ip_forward = 1' > {PERSIST} && sysctl --system   # keep it across reboots",
+            "grep -r ip_forward /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off",
+        ),
+        evidence=[ev.sysctl(ctx, "net.ipv4.ip_forward")],
+        subject="node",
+    )
+
+
+_BRIDGE_NAMES = ("cni0", "cbr0", "docker0", "kube-bridge", "weave", "br0")
+
+
+def _bridges(ctx) -> list[str]:
+    names = []
+    for link in ctx.ip_addr or []:
+        name = link.get("ifname", "")
+        kind = ((link.get("linkinfo") or {}).get("info_kind")) or ""
+        if kind == "bridge" or name in _BRIDGE_NAMES:
+            names.append(name)
+    return names
+
+
+@check(
+    "KP502", "bridge-nf-call-off", "Bridged pod traffic bypasses iptables", "error",
+    needs=("sysctl",),
+    symptom="Pods on the same node cannot reach each other through a Service (timeouts or replies from the wrong address), while other nodes work.",
+    why="""
+        When pods hang off a Linux bridge (cni0, cbr0, docker0), a packet from one pod to another on the same node is
+        *bridged*, not routed. Bridged packets only meet iptables — and kube-proxy's DNAT and its conntrack reverse
+        translation — when the br_netfilter module is loaded and net.bridge.bridge-nf-call-iptables = 1. Without it
+        the reply from the backend pod goes straight back over the bridge without being un-NATed, and the client
+        drops it because it comes from the pod IP instead of the ClusterIP.
+    """,
+    fix="modprobe br_netfilter; sysctl -w net.bridge.bridge-nf-call-iptables=1 (persist both)",
+    references=("https://kubernetes.io/docs/reference/networking/network-plugins/#network-plugin-requirements",),
+)
+def bridge_nf_call(ctx, new):
+    bridges = _bridges(ctx)
+    mods = ctx.modules
+    loaded = None if mods is None else "br_netfilter" in mods
+    v = ctx.sysctl_value("net.bridge.bridge-nf-call-iptables")
+    if v is None and loaded is None:
+        raise Skip("neither node/modules.txt nor the net.bridge sysctls were collected")
+    if v is not None and v.value.strip() == "1":
+        return  # the net.bridge sysctls exist only when br_netfilter is loaded (as a module or built in)
+    if ctx.ip_addr is not None and not bridges:
+        return  # no bridge: pod traffic is routed (e.g. ptp/ipvlan/eBPF CNIs), br_netfilter does not matter
+    fixes = [
+        "modprobe br_netfilter",
+        "echo br_netfilter > /etc/modules-load.d/k8s.conf   # load it at boot",
+        "sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1",
+        f"printf 'net.bridge.bridge-nf-call-iptables = 1\\nnet.bridge.bridge-nf-call-ip6tables = 1\\n' >> {PERSIST} && sysctl --system",
+    ]
+    evidence = []
+    if v is None:
+        what = "br_netfilter is not loaded (no net.bridge.* sysctls exist)"
+    elif v.value.strip() == "0":
+        what = "net.bridge.bridge-nf-call-iptables = 0"
+        evidence.append(ev.sysctl(ctx, "net.bridge.bridge-nf-call-iptables"))
+        fixes = fixes[2:]
+    else:
+        what = "br_netfilter is not in /proc/modules"
+    if v is None and loaded is False:
+        evidence.append(ev.Evidence(ctx.bundle.display("node/modules.txt"), "br_netfilter: not listed (not loaded)"))
+    where = f" on bridge {', '.join(bridges)}" if bridges else ""
+    yield new(
+        f"{what}: pod-to-pod traffic{where} skips kube-proxy's rules, so same-node Service traffic breaks",
+        fix=fixes,
+        evidence=[e for e in evidence if e],
+        severity="error" if bridges else "warning",
+        subject="node",
+    )
+
+
+@check(
+    "KP505", "route-localnet", "NodePorts on 127.0.0.1 cannot work", "warning",
+    needs=("sysctl", "iptables"),
+    symptom="curl http://127.0.0.1:<nodePort> on the node times out, while the node's own IP works.",
+    why="""
+        kube-proxy in iptables mode serves NodePorts on localhost too (iptables.localhostNodePorts, default true). A
+        packet to 127.0.0.1 that is DNATed to a pod IP must then be routed off the loopback, which the kernel only
+        allows with net.ipv4.conf.all.route_localnet = 1 — kube-proxy sets it at start. If something reset it, or
+        kube-proxy could not set it, localhost NodePorts silently fail.
+    """,
+    fix="sysctl -w net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false and use the node IP)",
+)
+def route_localnet(ctx, new):
+    mode, _ = ctx.proxy_mode
+    if mode not in (None, "iptables"):
+        return
+    cfg = ctx.kube_proxy_config
+    if cfg is not None and cfg.get("iptables.localhostNodePorts") is False:
+        return
+    rs = ctx.iptables()
+    nodeports = rs.chain("nat", "KUBE-NODEPORTS")
+    if nodeports is None or not any(r.target and r.target.startswith(("KUBE-EXT-", "KUBE-SVC-")) for r in nodeports.rules):
+        return  # no NodePort services
+    v = ctx.sysctl_value("net.ipv4.conf.all.route_localnet")
+    if v is None or v.value.strip() != "0":
+        return
+    first = next(r for r in nodeports.rules if r.target and r.target.startswith(("KUBE-EXT-", "KUBE-SVC-")))
+    yield new(
+        "route_localnet is 0 while kube-proxy serves NodePorts on localhost: 127.0.0.1:<nodePort> will not connect",
+        fix=(
+            "sysctl -w net.ipv4.conf.all.route_localnet=1",
+            f"echo 'net.ipv4.conf.all.route_localnet = 1' >> {PERSIST}",
+            "or, if localhost NodePorts are not wanted: set iptables.localhostNodePorts: false in the kube-proxy ConfigMap "
+            "and restart kube-proxy (kubectl -n kube-system rollout restart daemonset kube-proxy)",
+        ),
+        evidence=[ev.sysctl(ctx, "net.ipv4.conf.all.route_localnet"), ev.rule(first)],
+        subject="node",
+    )

@@ -1,0 +1,179 @@
+"""Declaring checks, finding them (built-in ``kpdiag.checks`` and the entry-point group), running them.
+
+A check is a function decorated with :func:`check`. It receives the state (``ctx``) and a
+``new`` function that builds a :class:`~kpdiag.model.Finding` carrying the check's id, slug,
+title and severity, and yields findings. It never fetches data itself. If the data it needs
+is missing, the runner reports it *skipped* with the reason; if it raises :class:`Skip`, the
+same; if it raises anything else, it is reported as an internal error and the others run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import textwrap
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .model import CheckRun, Evidence, Finding, Severity
+
+ENTRY_POINT_GROUP = "kpdiag.checks"
+
+
+class Skip(Exception):
+    """Raised by a check that cannot decide: the message is the reason shown to the user."""
+
+
+@dataclass(frozen=True)
+class Docs:
+    symptom: str
+    why: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    slug: str
+    title: str
+    severity: Severity
+    needs: tuple[str, ...]
+    docs: Docs
+    fn: Callable = field(compare=False, repr=False)
+    references: tuple[str, ...] = ()
+    origin: str = "kpdiag"
+
+    def new(self, summary: str, *, fix: Iterable[str] = (), evidence: Iterable[Evidence] = (), explanation: str | None = None,
+            severity: Severity | str | None = None, subject: str | None = None, references: Iterable[str] = ()) -> Finding:
+        return Finding(
+            id=self.id,
+            slug=self.slug,
+            severity=Severity(severity) if severity else self.severity,
+            title=self.title,
+            summary=summary,
+            explanation=explanation or self.docs.why,
+            fix=tuple(fix) or (self.docs.fix,),
+            evidence=tuple(evidence),
+            references=tuple(references) or self.references,
+            subject=subject,
+        )
+
+
+_REGISTRY: dict[str, CheckSpec] = {}
+
+
+def _clean(text: str) -> str:
+    return textwrap.dedent(text).strip()
+
+
+def check(id: str, slug: str, title: str, severity: str, *, needs: Iterable[str] = (), symptom: str, why: str, fix: str,
+          references: Iterable[str] = ()):
+    """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable."""
+
+    def deco(fn):
+        spec = CheckSpec(id, slug, title, Severity(severity), tuple(needs), Docs(_clean(symptom), _clean(why), _clean(fix)), fn,
+                         tuple(references), origin=fn.__module__)
+        existing = _REGISTRY.get(id)
+        if existing is not None and existing.origin != spec.origin:
+            raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")
+        _REGISTRY[id] = spec
+        fn.spec = spec
+        return fn
+
+    return deco
+
+
+@dataclass
+class Registry:
+    checks: list[CheckSpec]
+    load_errors: list[tuple[str, str]]  # (plugin, why)
+
+    def get(self, key: str) -> CheckSpec | None:
+        key_l = key.lower()
+        for c in self.checks:
+            if c.id.lower() == key_l or c.slug == key_l:
+                return c
+        return None
+
+
+def load_registry(plugins: bool = True) -> Registry:
+    """Import the built-in checks and the ``kpdiag.checks`` entry points; return them sorted by id."""
+    import kpdiag.checks as builtin
+
+    errors: list[tuple[str, str]] = []
+    for info in pkgutil.iter_modules(builtin.__path__):
+        importlib.import_module(f"kpdiag.checks.{info.name}")
+    if plugins:
+        from importlib.metadata import entry_points
+
+        try:
+            eps = entry_points(group=ENTRY_POINT_GROUP)
+        except TypeError:  # pragma: no cover - Python < 3.10 API
+            eps = entry_points().get(ENTRY_POINT_GROUP, [])
+        for ep in eps:
+            try:
+                ep.load()  # importing the module registers its @check functions
+            except Exception as exc:  # a broken plugin must not break kpdiag
+                errors.append((ep.name, f"{exc.__class__.__name__}: {exc}"))
+    return Registry(sorted(_REGISTRY.values(), key=lambda c: c.id), errors)
+
+
+def select_checks(checks: list[CheckSpec], select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[CheckSpec]:
+    """``select``/``ignore`` entries are ids (KP501), id prefixes (KP5, KP50) or slugs (ip-forward-off)."""
+
+    def hit(c: CheckSpec, pattern: str) -> bool:
+        p = pattern.strip()
+        return c.id.upper().startswith(p.upper()) or c.slug == p.lower()
+
+    sel = [s for s in select if s]
+    ign = [s for s in ignore if s]
+    return [c for c in checks if (not sel or any(hit(c, s) for s in sel)) and not any(hit(c, s) for s in ign)]
+
+
+def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckRun]]:
+    findings: list[Finding] = []
+    runs: list[CheckRun] = []
+    for spec in checks:
+        missing = [why for why in (availability(ctx, need) for need in spec.needs) if why]
+        if missing:
+            runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
+            continue
+        try:
+            produced = list(spec.fn(ctx, spec.new) or ())
+        except Skip as exc:
+            runs.append(CheckRun(spec.id, spec.slug, "skipped", str(exc)))
+            continue
+        except Exception as exc:  # one broken check must not hide the others
+            runs.append(CheckRun(spec.id, spec.slug, "error", f"internal error: {exc.__class__.__name__}: {exc}"))
+            continue
+        findings.extend(produced)
+        runs.append(CheckRun(spec.id, spec.slug, "ran", None, len(produced)))
+    findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
+    return findings, runs
+
+
+# what a check may need, and how to tell whether it is there (None = available, else why not)
+def availability(ctx, need: str) -> str | None:
+    probes = {
+        "sysctl": (lambda: ctx.sysctl, "node/sysctl.txt (sysctl -a)"),
+        "modules": (lambda: ctx.modules, "node/modules.txt (/proc/modules)"),
+        "kernel": (lambda: ctx.kernel, "node/uname.txt (uname -r)"),
+        "iptables": (lambda: ctx.iptables(), "node/iptables-save.txt"),
+        "kube-proxy-config": (lambda: ctx.kube_proxy_config, "the kube-proxy configuration (node/kube-proxy/config.yaml or its ConfigMap)"),
+        "kube-proxy-mode": (lambda: ctx.proxy_mode_running, "kube-proxy's /proxyMode (node/kube-proxy/proxy-mode.txt)"),
+        "kube-proxy-metrics": (lambda: ctx.metrics, "kube-proxy's /metrics (node/kube-proxy/metrics.txt)"),
+        "kube-proxy-healthz": (lambda: ctx.healthz, "kube-proxy's /healthz (node/kube-proxy/healthz.json)"),
+        "kube-proxy-log": (lambda: ctx.kube_proxy_log, "kube-proxy's log (node/kube-proxy/log.txt)"),
+        "conntrack": (lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"), "conntrack statistics (node/conntrack-stats.txt or nf_conntrack sysctls)"),
+        "routes": (lambda: ctx.ip_route, "node/ip-route.json (ip -j route)"),
+        "addresses": (lambda: ctx.ip_addr, "node/ip-addr.json (ip -j addr)"),
+    }
+    probe = probes.get(need)
+    if probe is None:
+        getter = getattr(ctx, need.replace("-", "_"), None)
+        value = getter() if callable(getter) else getter
+        return None if value else f"no {need}"
+    value = probe[0]()
+    if value is None:
+        return f"needs {probe[1]}, which is missing or unreadable"
+    return None

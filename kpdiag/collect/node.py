@@ -1,0 +1,365 @@
+"""Collect a live node into the bundle layout (DESIGN §3), read-only.
+
+Every source is optional: a missing binary, a permission problem, a timeout becomes an entry in
+the manifest's ``errors`` and the collection goes on. Nothing here changes the host: commands
+that could load kernel modules as a side effect (ipvsadm, ipset, iptables-legacy-save,
+conntrack) are only run when their module is already loaded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from .. import __version__
+from ..bundle import FORMAT
+
+SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+CMD_TIMEOUT = 60.0
+HTTP_TIMEOUT = 2.0
+LOG_MAX_BYTES = 2 * 1024 * 1024
+CONNTRACK_MAX_LINES = 5000
+
+SYSCTL_DIRS = ("net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/netfilter", "net/core")
+SYSCTL_SKIP = ("net/ipv4/route/flush", "net/ipv4/neigh", "net/ipv6/neigh")
+
+
+@dataclass
+class Collected:
+    files: dict[str, bytes] = field(default_factory=dict)
+    errors: list[dict] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def manifest(self, node: str) -> dict:
+        return {
+            "format": FORMAT,
+            "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "node": node,
+            "kpdiag_version": __version__,
+            "errors": self.errors,
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+class NodeCollector:
+    def __init__(self, host_root: str | None = None, progress=None, proc: str = "/proc"):
+        if host_root is None:
+            host_root = "/host" if os.path.isdir("/host/proc") or os.path.isdir("/host/usr/sbin") else "/"
+        self.host_root = host_root
+        self.proc = proc
+        self.progress = progress or (lambda msg: None)
+        self.out = Collected()
+
+    # ------------------------------------------------------------------ helpers
+    def _err(self, source: str, error: str) -> None:
+        self.out.errors.append({"source": source, "error": error})
+
+    def _put(self, rel: str, data: str | bytes) -> None:
+        self.out.files[rel] = data.encode() if isinstance(data, str) else data
+
+    def _binary(self, name: str) -> list[str] | None:
+        """argv prefix for a host binary: the host's own through chroot when a host root is mounted."""
+        if self.host_root not in ("/", ""):
+            for d in ("usr/sbin", "sbin", "usr/bin", "bin"):
+                if os.access(os.path.join(self.host_root, d, name), os.X_OK):
+                    if shutil.which("chroot"):
+                        return ["chroot", self.host_root, f"/{d}/{name}"]
+        path = shutil.which(name, path=SAFE_ENV["PATH"])
+        return [path] if path else None
+
+    def _run(self, rel: str, name: str, args: list[str], timeout: float = CMD_TIMEOUT, max_lines: int | None = None) -> str | None:
+        argv = self._binary(name)
+        if argv is None:
+            self._err(rel, f"{name} not found (install it, or mount the host root at /host)")
+            return None
+        t = time.monotonic()
+        try:
+            proc = subprocess.run(argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=SAFE_ENV, check=False)
+        except subprocess.TimeoutExpired:
+            self._err(rel, f"{name} timed out after {timeout:.0f} s")
+            return None
+        except OSError as exc:
+            self._err(rel, f"cannot run {name}: {exc.strerror or exc}")
+            return None
+        finally:
+            self._timed(rel, t)
+        if proc.returncode != 0:
+            msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            self._err(rel, f"{name} {' '.join(args)} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}")
+            return None
+        text = proc.stdout.decode("utf-8", "replace")
+        if max_lines is not None:
+            lines = text.splitlines()
+            if len(lines) > max_lines:
+                text = "\n".join(lines[-max_lines:]) + "\n"
+        self._put(rel, text)
+        return text
+
+    def _timed(self, what: str, start: float) -> None:
+        took = time.monotonic() - start
+        self.out.timings[what] = took
+        if took > 1.0:
+            self.progress(f"collected {what} in {took:.1f} s")
+
+    def _read(self, path: str, limit: int = 16 * 1024 * 1024) -> str | None:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def _loaded(self, module: str) -> bool:
+        text = self.out.files.get("node/modules.txt", b"").decode()
+        return any(line.split(" ", 1)[0] == module for line in text.splitlines())
+
+    # ------------------------------------------------------------------ sources
+    def collect(self) -> Collected:
+        steps = [self.kernel, self.sysctls, self.links, self.iptables, self.nft, self.ipvs, self.ipset, self.conntrack,
+                 self.kube_proxy_http, self.kube_proxy_files]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # a collector bug must not stop the others
+                self._err(step.__name__, f"internal error: {exc.__class__.__name__}: {exc}")
+        return self.out
+
+    def kernel(self) -> None:
+        self._put("node/uname.txt", os.uname().release + "\n")
+        path = os.path.join(self.proc, "modules")
+        text = self._read(path)
+        if text is None:
+            why = "does not exist (a kernel without loadable module support?)" if not os.path.exists(path) else "is not readable"
+            self._err("node/modules.txt", f"{path} {why}")
+        else:
+            self._put("node/modules.txt", text)
+        builtin = self._read(os.path.join(self.host_root, "lib/modules", os.uname().release, "modules.builtin"))
+        if builtin:
+            self._put("node/modules-builtin.txt", builtin)
+
+    def sysctls(self) -> None:
+        t = time.monotonic()
+        base = os.path.join(self.proc, "sys")
+        lines, denied = [], 0
+        for d in SYSCTL_DIRS:
+            root = os.path.join(base, d)
+            for dirpath, dirnames, filenames in os.walk(root):
+                rel_dir = os.path.relpath(dirpath, base)
+                if rel_dir.startswith(SYSCTL_SKIP):
+                    dirnames[:] = []
+                    continue
+                for name in sorted(filenames):
+                    rel = os.path.join(rel_dir, name)
+                    if rel.startswith(SYSCTL_SKIP):
+                        continue
+                    try:
+                        with open(os.path.join(dirpath, name)) as fh:
+                            value = fh.read(4096).strip().replace("\n", " ").replace("\t", " ")
+                    except OSError:
+                        denied += 1
+                        continue
+                    lines.append(f"{rel.replace('/', '.')} = {value}")
+        if not lines:
+            self._err("node/sysctl.txt", f"no sysctl readable under {base}/net")
+        else:
+            self._put("node/sysctl.txt", "\n".join(sorted(lines)) + "\n")
+        self._timed("node/sysctl.txt", t)
+
+    def links(self) -> None:
+        t = time.monotonic()
+        try:
+            from pyroute2 import IPRoute
+
+            with IPRoute() as ipr:
+                addrs, routes = _pyroute2_dump(ipr)
+            self._put("node/ip-addr.json", json.dumps(addrs, indent=1))
+            self._put("node/ip-route.json", json.dumps(routes, indent=1))
+        except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j
+            self._err("node/ip-addr.json", f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
+            self._run("node/ip-addr.json", "ip", ["-j", "addr"])
+            self._run("node/ip-route.json", "ip", ["-j", "route", "show", "table", "all"])
+        self._timed("node/ip-addr.json+ip-route.json", t)
+
+    def iptables(self) -> None:
+        default = self._run("node/iptables-save.txt", "iptables-save", [])
+        if self._binary("iptables-nft-save"):
+            self._run("node/iptables-nft-save.txt", "iptables-nft-save", [])
+        # legacy tables exist only when ip_tables is loaded; do not make iptables-legacy-save load it
+        if os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and self._binary("iptables-legacy-save"):
+            self._run("node/iptables-legacy-save.txt", "iptables-legacy-save", [])
+        if default is not None and self._binary("ip6tables-save"):
+            self._run("node/ip6tables-save.txt", "ip6tables-save", [])
+
+    def nft(self) -> None:
+        self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"])
+
+    def ipvs(self) -> None:
+        if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):
+            self._err("node/ipvsadm.txt", "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node")
+            return
+        self._run("node/ipvsadm.txt", "ipvsadm", ["-Sn"])
+
+    def ipset(self) -> None:
+        if not self._loaded("ip_set"):
+            self._err("node/ipset.txt", "the ip_set kernel module is not loaded: no ipsets on this node")
+            return
+        self._run("node/ipset.txt", "ipset", ["save"])
+
+    def conntrack(self) -> None:
+        if not (self._loaded("nf_conntrack") or os.path.exists(os.path.join(self.proc, "sys/net/netfilter/nf_conntrack_count"))):
+            self._err("node/conntrack-stats.txt", "nf_conntrack is not loaded: no connection tracking on this node")
+            return
+        self._run("node/conntrack-stats.txt", "conntrack", ["-S"])
+
+    def kube_proxy_http(self) -> None:
+        import urllib.error
+        import urllib.request
+
+        for rel, url in (("node/kube-proxy/proxy-mode.txt", "http://127.0.0.1:10249/proxyMode"),
+                         ("node/kube-proxy/metrics.txt", "http://127.0.0.1:10249/metrics"),
+                         ("node/kube-proxy/healthz.json", "http://127.0.0.1:10256/healthz")):
+            status, body = None, None
+            try:
+                with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310 - fixed loopback URL
+                    status, body = resp.status, resp.read(8 * 1024 * 1024)
+            except urllib.error.HTTPError as exc:
+                status, body = exc.code, exc.read(1024 * 1024)
+            except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                self._err(rel, f"GET {url}: {reason} (kube-proxy not running here, or not on hostNetwork)")
+                continue
+            if rel.endswith("healthz.json"):
+                try:
+                    data = json.loads(body.decode("utf-8", "replace"))
+                    if not isinstance(data, dict):
+                        data = {"body": data}
+                except ValueError:
+                    data = {"body": body.decode("utf-8", "replace")[:2000]}
+                data["kpdiag_http_status"] = status
+                self._put(rel, json.dumps(data, indent=1))
+            elif status == 200:
+                self._put(rel, body)
+            else:
+                self._err(rel, f"GET {url}: HTTP {status}")
+
+    def kube_proxy_files(self) -> None:
+        pid, cmdline = _find_process(self.proc, "kube-proxy")
+        config_path = None
+        if pid is not None:
+            for i, arg in enumerate(cmdline):
+                if arg.startswith("--config="):
+                    config_path = arg.split("=", 1)[1]
+                elif arg == "--config" and i + 1 < len(cmdline):
+                    config_path = cmdline[i + 1]
+        if config_path:
+            text = self._read(os.path.join(self.proc, str(pid), "root", config_path.lstrip("/")))
+            if text is None:
+                self._err("node/kube-proxy/config.yaml", f"cannot read {config_path} of kube-proxy (pid {pid})")
+            else:
+                self._put("node/kube-proxy/config.yaml", text)
+        elif pid is None:
+            self._err("node/kube-proxy/config.yaml", "no kube-proxy process visible (run with hostPID, e.g. kubectl debug node/…)")
+        logs = sorted(glob.glob(os.path.join(self.host_root, "var/log/pods/kube-system_kube-proxy-*/kube-proxy/*.log")), key=_mtime)
+        logs += [p for p in (os.path.join(self.host_root, "var/log/kube-proxy.log"),) if os.path.exists(p)]
+        if not logs:
+            self._err("node/kube-proxy/log.txt", f"no kube-proxy log under {self.host_root}/var/log/pods")
+            return
+        path = logs[-1]
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - LOG_MAX_BYTES))
+                data = fh.read()
+            self._put("node/kube-proxy/log.txt", data)
+        except OSError as exc:
+            self._err("node/kube-proxy/log.txt", f"cannot read {path}: {exc.strerror}")
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def _find_process(proc: str, name: str):
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "comm")) as fh:
+                if fh.read().strip() != name:
+                    continue
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as fh:
+                return int(entry), [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+        except OSError:
+            continue
+    return None, []
+
+
+_SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
+_RT_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 6: "blackhole", 7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat"}
+_TABLES = {253: "default", 254: "main", 255: "local"}
+
+
+def _pyroute2_dump(ipr) -> tuple[list, list]:
+    """Links/addresses and routes in the shape of ``ip -j addr`` / ``ip -j route show table all``."""
+    names, out_links = {}, {}
+    for link in ipr.get_links():
+        idx = link["index"]
+        name = link.get_attr("IFLA_IFNAME")
+        names[idx] = name
+        info = link.get_attr("IFLA_LINKINFO")
+        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+        entry = {"ifindex": idx, "ifname": name, "mtu": link.get_attr("IFLA_MTU"), "operstate": link.get_attr("IFLA_OPERSTATE"),
+                 "address": link.get_attr("IFLA_ADDRESS"), "addr_info": []}
+        master = link.get_attr("IFLA_MASTER")
+        if master:
+            entry["master_index"] = master
+        if kind:
+            entry["linkinfo"] = {"info_kind": kind}
+        out_links[idx] = entry
+    for addr in ipr.get_addr():
+        entry = out_links.get(addr["index"])
+        if entry is None:
+            continue
+        fam = "inet" if addr["family"] == socket.AF_INET else "inet6"
+        entry["addr_info"].append({"family": fam, "local": addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS"),
+                                   "prefixlen": addr["prefixlen"], "scope": _SCOPES.get(addr["scope"], str(addr["scope"])),
+                                   "label": addr.get_attr("IFA_LABEL")})
+    for entry in out_links.values():
+        if "master_index" in entry:
+            entry["master"] = names.get(entry.pop("master_index"))
+    routes = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for r in ipr.get_routes(family=family):  # every table
+            table = r.get_attr("RTA_TABLE") or r["table"]
+            dst = r.get_attr("RTA_DST")
+            item = {"type": _RT_TYPES.get(r["type"], str(r["type"])),
+                    "dst": f"{dst}/{r['dst_len']}" if dst and r["dst_len"] not in (32, 128) else (dst or "default"),
+                    "table": _TABLES.get(table, str(table)), "scope": _SCOPES.get(r["scope"], str(r["scope"]))}
+            gw = r.get_attr("RTA_GATEWAY")
+            if gw:
+                item["gateway"] = gw
+            oif = r.get_attr("RTA_OIF")
+            if oif:
+                item["dev"] = names.get(oif, str(oif))
+            src = r.get_attr("RTA_PREFSRC")
+            if src:
+                item["prefsrc"] = src
+            routes.append(item)
+    return list(out_links.values()), routes
+
+
+def collect_node(host_root: str | None = None, progress=None) -> tuple[dict[str, bytes], dict]:
+    """Collect this node: (files, manifest)."""
+    c = NodeCollector(host_root=host_root, progress=progress)
+    out = c.collect()
+    return out.files, out.manifest(socket.gethostname())

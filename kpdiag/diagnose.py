@@ -1,0 +1,52 @@
+"""Turn a bundle into a Report: parse once, run the selected checks, gather facts and problems."""
+
+from __future__ import annotations
+
+from . import __version__
+from .bundle import Bundle
+from .checkapi import load_registry, run_checks, select_checks
+from .model import Report
+from .state import NodeState
+
+KNOWN_SOURCES = ("node/iptables-save.txt", "node/sysctl.txt", "node/ip-addr.json", "node/ip-route.json", "node/modules.txt",
+                 "node/nft-ruleset.json", "node/ipvsadm.txt", "node/kube-proxy/config.yaml", "node/kube-proxy/metrics.txt",
+                 "node/kube-proxy/log.txt", "node/kube-proxy/healthz.json", "node/kube-proxy/proxy-mode.txt",
+                 "node/conntrack-stats.txt", "cluster/services.json", "cluster/kube-proxy-configmap.json")
+
+
+def facts(state: NodeState) -> dict:
+    mode, how = state.proxy_mode
+    out: dict = {"node": state.node_name or None, "proxy_mode": mode, "proxy_mode_source": how}
+    if state.kernel is not None:
+        out["kernel"] = ".".join(map(str, state.kernel))
+    rs = state.iptables()
+    if rs is not None:
+        out["iptables_rules"] = rs.rule_count
+        out["iptables_backend"] = next((("nf_tables" if "nf_tables" in c else "legacy") for c in rs.header_comments if "iptables" in c), None)
+        out["service_ports_programmed"] = len(state.programmed() or {})
+    v = state.kube_proxy_version
+    if v:
+        out["kube_proxy_version"] = f"{v[0]}.{v[1]}"
+    return out
+
+
+def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = None) -> Report:
+    registry = load_registry()
+    chosen = select_checks(registry.checks, select, ignore)
+    findings, runs = run_checks(state, chosen)
+    problems = [p.to_dict() for p in state.problems]
+    problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
+    readable = any(state.bundle.exists(rel) for rel in KNOWN_SOURCES) and any(r.status == "ran" for r in runs) or bool(findings)
+    return Report(
+        subject=subject or state.node_name or state.bundle.name,
+        findings=tuple(findings),
+        checks=tuple(runs),
+        problems=tuple(problems),
+        facts=facts(state),
+        readable=readable,
+        kpdiag_version=__version__,
+    )
+
+
+def analyze_bundle(path: str, select=(), ignore=()) -> Report:
+    return analyze_state(NodeState(Bundle.open(path)), select, ignore, subject=None)

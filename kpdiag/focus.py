@@ -1,0 +1,61 @@
+"""Focus a node report on one Service or one destination: add traces of its ports."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+
+def _parse_target(text: str) -> tuple[str, int, str]:
+    proto = "tcp"
+    if "/" in text:
+        text, proto = text.rsplit("/", 1)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--trace wants DST:PORT[/PROTO], not {text!r}")
+    return host, int(port), proto.lower()
+
+
+def focus_report(report, state, service: str | None = None, trace_to: str | None = None):
+    """Add traces (from a pod and from an external client) for a Service's ports or one DST:PORT."""
+    if not service and not trace_to:
+        return report
+    tracer = state.tracer()
+    targets: list[tuple[str, str, int, str]] = []  # (label, dst, port, proto)
+    if trace_to:
+        dst, port, proto = _parse_target(trace_to)
+        targets.append((trace_to, dst, port, proto))
+    if service:
+        if "/" not in service:
+            raise ValueError(f"--service wants NS/NAME, not {service!r}")
+        prefix = service + ":"
+        for name, p in sorted((state.programmed() or {}).items()):
+            if name.startswith(prefix) and p.cluster_ip and p.port:
+                targets.append((name, p.cluster_ip, p.port, p.proto or "tcp"))
+    extra = dict(report.extra)
+    traces = []
+    notes = []
+    if tracer is None:
+        notes.append("no iptables rules on this node: nothing to trace")
+    elif service and not any(t[0].startswith(service + ":") for t in targets):
+        notes.append(f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202)")
+    if tracer is not None:
+        from .parse.addr import int_to_ip
+        from .trace.model import Packet
+
+        cidr = None
+        for p in (state.programmed() or {}).values():
+            if p.cluster_cidr:
+                cidr = p.cluster_cidr
+                break
+        import ipaddress
+
+        pod_src = str(ipaddress.ip_network(cidr, strict=False).network_address + 77) if cidr else "10.244.250.77"
+        for label, dst, port, proto in targets:
+            for origin, src in (("pod", pod_src), ("external", "203.0.113.77")):
+                r = tracer.trace(Packet(src, dst, proto, port, origin=origin))
+                traces.append({"target": label, **r.to_dict()})
+        del int_to_ip
+    extra["traces"] = traces
+    if notes:
+        extra["notes"] = notes
+    return replace(report, extra=extra)

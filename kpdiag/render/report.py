@@ -1,0 +1,86 @@
+"""Render a Report as text (for people), a table, or JSON (kpdiag.report/v1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+from ..model import Report
+
+_COLOURS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
+
+
+def use_colour(stream) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+
+
+def report_to_text(report: Report, colour: bool = False, verbose: bool = False) -> str:
+    def c(name: str, text: str) -> str:
+        return f"{_COLOURS[name]}{text}{_COLOURS['reset']}" if colour else text
+
+    out = []
+    counts = report.counts()
+    f = report.facts
+    head = f"kpdiag: {report.subject}"
+    bits = []
+    if f.get("proxy_mode"):
+        bits.append(f"mode {f['proxy_mode']} ({f.get('proxy_mode_source')})")
+    if f.get("kernel"):
+        bits.append(f"kernel {f['kernel']}")
+    if f.get("iptables_rules") is not None:
+        bits.append(f"{f['iptables_rules']} iptables rules, {f.get('service_ports_programmed', 0)} service ports")
+    out.append(c("bold", head))
+    if bits:
+        out.append("  " + "; ".join(bits))
+    out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    for severity in ("error", "warning", "info"):
+        group = [x for x in report.findings if x.severity.value == severity]
+        if not group:
+            continue
+        out.append("")
+        out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
+        for x in group:
+            out.append("")
+            out.append(c(severity, f"{x.id} {x.slug}") + f"  {x.summary}")
+            out.extend(textwrap.wrap(x.explanation, 100, initial_indent="  why: ", subsequent_indent="       "))
+            if x.fix:
+                out.append("  fix:")
+                out.extend(f"    $ {step}" if _looks_like_command(step) else f"    - {step}" for step in x.fix)
+            if x.evidence:
+                out.append("  evidence:")
+                out.extend(c("dim", f"    {e}") for e in x.evidence)
+    skipped = [r for r in report.checks if r.status != "ran"]
+    if skipped:
+        out.append("")
+        out.append(c("dim", f"not checked ({len(skipped)}):"))
+        for r in skipped if verbose else skipped[:40]:
+            out.append(c("dim", f"  {r.id} {r.slug}: {r.status} — {r.reason}"))
+    if report.problems:
+        out.append("")
+        out.append(c("dim", f"could not read ({len(report.problems)}):"))
+        for p in report.problems:
+            out.append(c("dim", f"  {p['source']}: {p['error']}"))
+    if not report.findings:
+        out.append("")
+        out.append("No problems found by the checks that ran.")
+    return "\n".join(out) + "\n"
+
+
+def _looks_like_command(step: str) -> bool:
+    first = step.split(" ", 1)[0]
+    return first in ("sysctl", "modprobe", "echo", "printf", "kubectl", "iptables", "ip", "grep", "conntrack", "watch", "curl",
+                     "apt-get", "update-alternatives", "for", "kpdiag", "nc", "iptables-save", "find", "fuser", "nft", "ipvsadm")
+
+
+def report_to_table(report: Report) -> str:
+    from tabulate import tabulate
+
+    rows = [[x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings]
+    if not rows:
+        return "no findings\n"
+    return tabulate(rows, headers=["severity", "id", "check", "subject", "summary"], tablefmt="simple", maxcolwidths=[None, None, None, 20, 80]) + "\n"
+
+
+def report_to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2) + "\n"

@@ -1,0 +1,68 @@
+"""Every fixture fires exactly what its scenario.json says; every check fires somewhere and stays silent somewhere."""
+
+import json
+import os
+
+import pytest
+
+from kpdiag.checkapi import load_registry
+from kpdiag.diagnose import analyze_bundle
+from tests.conftest import FIXTURES
+
+SCENARIOS = sorted(d for d in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, d, "scenario.json")))
+
+
+def _scenario(name):
+    with open(os.path.join(FIXTURES, name, "scenario.json")) as fh:
+        return json.load(fh)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_fixture_fires_what_it_says(name):
+    expect = _scenario(name)["expect"]
+    report = analyze_bundle(os.path.join(FIXTURES, name))
+    fired = {f.id for f in report.findings}
+    assert fired == set(expect["fires"]), (name, [f.summary for f in report.findings])
+    runs = {r.id: r for r in report.checks}
+    assert not [r for r in report.checks if r.status == "error"], [r.reason for r in report.checks if r.status == "error"]
+    silent = expect.get("silent") or [c for c in runs if c not in fired and c not in expect.get("may_skip", [])]
+    for check_id in silent:
+        assert runs[check_id].status == "ran" and runs[check_id].findings == 0, (name, runs[check_id])
+    for f in report.findings:
+        assert f.summary and f.explanation and f.fix, f
+        assert f.evidence, f"{f.id} in {name} gives no evidence"
+        for e in f.evidence:
+            assert e.source and e.text
+
+
+def test_every_check_fires_and_stays_silent_somewhere():
+    fires, silent = {}, {}
+    for name in SCENARIOS:
+        report = analyze_bundle(os.path.join(FIXTURES, name))
+        for r in report.checks:
+            if r.status == "ran":
+                (fires if r.findings else silent).setdefault(r.id, []).append(name)
+    for spec in load_registry().checks:
+        assert spec.id in fires, f"{spec.id} {spec.slug} fires in no fixture"
+        assert spec.id in silent, f"{spec.id} {spec.slug} is silent in no fixture"
+
+
+def test_healthy_node_has_no_error_or_warning():
+    report = analyze_bundle(os.path.join(FIXTURES, "healthy-iptables"))
+    assert report.counts()["error"] == 0 and report.counts()["warning"] == 0
+    assert all(r.status == "ran" for r in report.checks)
+    assert report.facts["proxy_mode"] == "iptables" and report.facts["kube_proxy_version"] == "1.31"
+
+
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if "trace" in _scenario(n)])
+def test_fixture_traces(name):
+    from kpdiag.bundle import Bundle
+    from kpdiag.state import NodeState
+    from kpdiag.trace.model import Packet
+
+    t = _scenario(name)["trace"]
+    state = NodeState(Bundle.open(os.path.join(FIXTURES, name)))
+    result = state.tracer().trace(Packet(t["src"], t["dst"], t["proto"], t["dport"]))
+    assert sorted(result.dnat_set()) == sorted(t["expect"]["dnat"])
+    assert result.verdicts() == {t["expect"]["verdict"]}
+    assert {p.masquerade for p in result.paths} == {t["expect"]["masquerade"]}
