@@ -127,9 +127,34 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
 
 
 def startup() -> dict:
-    help_t = min(wall([sys.executable, "-m", "kpdiag.cli", "--help"])[0] for _ in range(5))
+    """Whole-process wall time of the console script (best of 5), beside a bare interpreter."""
+    exe = shutil.which("kpdiag")
+    base = [exe] if exe else [sys.executable, "-m", "kpdiag.cli"]
+    help_t = min(wall(base + ["--help"])[0] for _ in range(5))
+    checks_t = min(wall(base + ["checks"])[0] for _ in range(5))
     pass_t = min(wall([sys.executable, "-c", "pass"])[0] for _ in range(5))
-    return {"kpdiag_help_s": round(help_t, 3), "python_pass_s": round(pass_t, 3)}
+    return {"kpdiag_help_s": round(help_t, 3), "kpdiag_checks_s": round(checks_t, 3), "python_pass_s": round(pass_t, 3)}
+
+
+def analyze_bundle_bench(n: int, endpoints: int) -> dict:
+    """`kpdiag analyze` of a node bundle whose iptables-save holds n services (the rest from the healthy fixture)."""
+    src = os.path.join(ROOT, "fixtures", "healthy-iptables")
+    with tempfile.TemporaryDirectory() as tmp:
+        b = os.path.join(tmp, "bundle")
+        shutil.copytree(src, b)
+        for extra in ("iptables-nft-save.txt", "nft-ruleset.json"):
+            p = os.path.join(b, "node", extra)
+            if os.path.exists(p):
+                os.unlink(p)
+        with open(os.path.join(b, "node", "iptables-save.txt"), "w") as fh:
+            fh.write(iptables_ruleset(many_services(n, endpoints)))
+        argv = [sys.executable, "-m", "kpdiag.cli", "analyze", b, "-o", "json", "--fail-on", "never"]
+        best, rss = None, 0
+        for _ in range(3):
+            t, r = peak_rss(argv)
+            best = t if best is None else min(best, t)
+            rss = max(rss, r)
+        return {"services": n, "kpdiag_analyze_s": round(best, 2), "analyze_peak_rss_mb": round(rss / 1024, 1)}
 
 
 def main() -> int:
@@ -145,6 +170,7 @@ def main() -> int:
         print(f"… {n} services × {args.endpoints} endpoints", file=sys.stderr, flush=True)
         rows.append(bench_size(n, args.endpoints, args.packets, kernel))
     start = startup()
+    analyze_rows = [analyze_bundle_bench(n, args.endpoints) for n in args.services]
     from tabulate import tabulate
 
     cols = ["services", "lines", "mbytes", "iptables_save_s", "legacy_save_s", "iptables_L_nat_s", "kpdiag_trace_s",
@@ -152,10 +178,12 @@ def main() -> int:
             "kpdiag_trace_peak_rss_mb", "parse_s", "per_packet_ms_median", "per_packet_ms_p99"]
     print(tabulate([[r.get(c, "-") for c in cols] for r in rows], headers=cols, tablefmt="github"))
     print()
+    print(tabulate(analyze_rows, headers="keys", tablefmt="github"))
+    print()
     print(tabulate([start], headers="keys", tablefmt="github"))
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "trace.json"), "w") as fh:
-        json.dump({"rows": rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
+        json.dump({"rows": rows, "analyze": analyze_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
     return 0
 
 
