@@ -167,6 +167,12 @@ def availability(ctx, need: str) -> str | None:
         "conntrack": (lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"), "conntrack statistics (node/conntrack-stats.txt or nf_conntrack sysctls)"),
         "routes": (lambda: ctx.ip_route, "node/ip-route.json (ip -j route)"),
         "addresses": (lambda: ctx.ip_addr, "node/ip-addr.json (ip -j addr)"),
+        "services": (lambda: ctx.services_in_focus(), "the Service from the API (cluster/services.json)"),
+        "endpointslices": (lambda: ctx.bundle.read_json("cluster/endpointslices.json"), "its EndpointSlices (cluster/endpointslices.json)"),
+        "pods": (lambda: ctx.cluster.pods(), "the pods behind it (cluster/pods.json)"),
+        "probes": (lambda: ctx.probes, "active probe results (probes/service.json; kpdiag svc without --no-probe)"),
+        "dns": (lambda: ctx.dns, "a DNS lookup of the Service (probes/dns.json)"),
+        "conntrack-entries": (lambda: ctx.bundle.read_text("node/conntrack.txt"), "conntrack entries (node/conntrack.txt)"),
     }
     probe = probes.get(need)
     if probe is None:

@@ -143,6 +143,24 @@ def node(host_root, service, trace_to, output, fail_on, select, ignore, verbose)
 
 
 @cli.command()
+@click.argument("name")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--no-probe", is_flag=True, help="API and rules only: send no packets.")
+@click.option("--node", "node_name", help="The node this runs on (default: $NODE_NAME), for traffic-policy checks.")
+@click.option("--host-root", type=click.Path(), default=None, help="Host root mount, when run on a node.")
+@_report_options
+def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, output, fail_on, select, ignore, verbose):
+    """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
+    from .service import diagnose_service
+
+    report = diagnose_service(namespace, name, kubeconfig=kubeconfig, context=context, probe=not no_probe, node=node_name,
+                              host_root=host_root, select=select, ignore=ignore, progress=_progress)
+    _emit_report(report, output, fail_on, verbose)
+
+
+@cli.command()
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="A directory, or FILE.tar.gz.")
 @click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
 def collect(out, host_root):

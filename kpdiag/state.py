@@ -275,3 +275,42 @@ class NodeState(_NodeFiles):
         if not text:
             return set()
         return {line.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()}
+
+    # ------------------------------------------------------------ the API side and probes
+    focus: tuple[str, str] | None = None  # (namespace, name) when diagnosing one Service
+
+    @property
+    def cluster(self):
+        if "_cluster" not in self.__dict__:
+            from .cluster_state import ClusterView
+
+            self.__dict__["_cluster"] = ClusterView(self.bundle)
+        return self.__dict__["_cluster"]
+
+    def services_in_focus(self):
+        """The Services to diagnose: the focused one, else every Service in cluster/services.json."""
+        svcs = self.cluster.services()
+        if svcs is None:
+            return None
+        if self.focus:
+            ns, name = self.focus
+            return [s for s in svcs if s.namespace == ns and s.name == name]
+        return svcs
+
+    @property
+    def probes(self) -> dict | None:
+        doc = self.bundle.read_json("probes/service.json")
+        if doc is not None and (not isinstance(doc, dict) or not isinstance(doc.get("results"), list)):
+            self.bundle.problem("probes/service.json", "not a kpdiag.probes/v1 document")
+            return None
+        return doc
+
+    @property
+    def dns(self) -> dict | None:
+        doc = self.bundle.read_json("probes/dns.json")
+        return doc if isinstance(doc, dict) else None
+
+    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
+        doc = self.probes or {}
+        return [r for r in doc.get("results", []) if isinstance(r, dict)
+                and (kind is None or r.get("kind") == kind) and (target_prefix is None or str(r.get("target", "")).startswith(target_prefix))]

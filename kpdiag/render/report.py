@@ -33,6 +33,17 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False) 
     out.append(c("bold", head))
     if bits:
         out.append("  " + "; ".join(bits))
+    verdict = report.extra.get("verdict") or []
+    if verdict:
+        out.append("")
+        out.extend(c("bold", f"  » {line}") for line in verdict)
+        out.append("")
+    for t in report.extra.get("traces") or []:
+        pk = t["packet"]
+        ends = ", ".join(f"{p['probability'] * 100:.0f}% {p['verdict']}" + (f" → {p['dnat']}" if p["dnat"] else "") for p in t["paths"][:6])
+        out.append(f"  trace {t['target']} from {pk['from']} {pk['src']}: {ends}" + (" …" if len(t["paths"]) > 6 else ""))
+    for note in report.extra.get("notes") or []:
+        out.append(f"  note: {note}")
     out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
     for severity in ("error", "warning", "info"):
         group = [x for x in report.findings if x.severity.value == severity]

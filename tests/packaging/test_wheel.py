@@ -16,6 +16,7 @@ def test_wheel_contains_kpdiag_checks(tmp_path):
     assert "kpdiag/checks/__init__.py" in names
     assert not any(n.startswith("checks/") for n in names)
     assert "kpdiag/trace/netfilter.py" in names and "kpdiag/parse/iptables.py" in names
+    assert "kpdiag/schemas/report.schema.json" in names
     entry = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry[0]).decode()
     assert "kpdiag = kpdiag.cli:main" in text and "kubectl-kpdiag = kpdiag.cli:main" in text

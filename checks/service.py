@@ -1,0 +1,383 @@
+"""One Service as the API sees it: endpoints, readiness, selector, target ports, traffic policies, DNS."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+SVC_SRC = "cluster/services.json"
+EPS_SRC = "cluster/endpointslices.json"
+PODS_SRC = "cluster/pods.json"
+
+
+def _services(ctx, allow_headless: bool = False):
+    svcs = ctx.services_in_focus()
+    if ctx.focus and not svcs:
+        raise Skip(f"Service {ctx.focus[0]}/{ctx.focus[1]} is not in the API data")
+    return [s for s in svcs if allow_headless or (not s.headless and s.type != "ExternalName")]
+
+
+def _svc_ev(ctx, svc, what: str) -> Evidence:
+    return Evidence(ctx.bundle.display(SVC_SRC), f"{svc.key}: {what}")
+
+
+def _probe(ctx, target: str, kind: str) -> dict | None:
+    for r in ctx.probe_results(kind):
+        if r.get("target") == target:
+            return r
+    return None
+
+
+def _reject_rule(ctx, svc, port):
+    progs = ctx.programmed() if ctx.iptables() is not None else None
+    if not progs:
+        return None
+    prog = progs.get(svc.kube_proxy_name(port))
+    return prog.no_endpoints_rule if prog else None
+
+
+@check(
+    "KP101", "no-endpoints", "Service has no endpoints", "error",
+    needs=("services", "endpointslices"),
+    symptom="Connections to the Service are refused at once ('connection refused'; ICMP port unreachable for UDP).",
+    why="""
+        A Service is only a name and a virtual IP; the traffic goes to its endpoints — the ready pods its selector
+        picks, as listed in its EndpointSlices. With no endpoints at all, kube-proxy installs a rule that REJECTs
+        the ClusterIP port ("has no endpoints"), so clients are refused immediately. The usual causes: the
+        selector matches no pod (KP103), the pods do not exist yet or crashed, or a Service without selector whose
+        EndpointSlices nobody created.
+    """,
+    fix="Make the selector match running pods (compare kubectl get pods --show-labels with the Service's selector), or create the EndpointSlice for a selector-less Service.",
+)
+def no_endpoints(ctx, new):
+    for svc in _services(ctx):
+        for port in svc.ports:
+            if svc.endpoints_for(port):
+                continue
+            ev = [_svc_ev(ctx, svc, f"selector {svc.selector or '(none)'}; port {port.get('port')}/{port.get('protocol', 'TCP')}"),
+                  Evidence(ctx.bundle.display(EPS_SRC), f"no EndpointSlice with endpoints for {svc.key} port {port.get('name') or port.get('port')}")]
+            rule = _reject_rule(ctx, svc, port)
+            if rule is not None:
+                ev.append(Evidence(rule.source, rule.text, rule.lineno))
+            for ip in svc.cluster_ips[:1]:
+                p = _probe(ctx, f"{ip}:{port.get('port')}/tcp", "tcp-connect")
+                if p:
+                    ev.append(Evidence("probe", f"TCP connect {p['target']}: {p['result']}"))
+            cause = "no selector: nobody creates its endpoints" if not svc.selector else "its selector picks no ready or unready pod"
+            yield new(
+                f"{svc.key} port {port.get('port')} has no endpoints ({cause}): connections are refused",
+                fix=(
+                    f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide",
+                    f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items())} -o wide" if svc.selector
+                    else f"kubectl -n {svc.namespace} apply -f <an EndpointSlice labelled kubernetes.io/service-name={svc.name}>",
+                    f"kubectl -n {svc.namespace} get pods --show-labels   # compare with the selector {svc.selector}",
+                ),
+                evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+            )
+
+
+@check(
+    "KP102", "endpoints-not-ready", "Service has endpoints, none ready", "error",
+    needs=("services", "endpointslices"),
+    symptom="Connections to the Service are refused or time out although its pods exist.",
+    why="""
+        kube-proxy only sends traffic to endpoints whose pods are *ready* (their readiness probe passes). When every
+        endpoint is not ready — a failing readiness probe, a pod still starting, or all pods terminating — the
+        Service behaves as if it had no endpoints. The pods are there; they just have not said they can take traffic.
+    """,
+    fix="Look at why the pods are not ready: kubectl describe pod (readiness probe, events), kubectl logs.",
+)
+def not_ready(ctx, new):
+    for svc in _services(ctx):
+        for port in svc.ports:
+            eps = svc.endpoints_for(port)
+            if not eps or any(e.ready for e in eps):
+                continue
+            pods = {(p.get("metadata") or {}).get("name"): p for p in ctx.cluster.pods() or []}
+            ev = [Evidence(ctx.bundle.display(EPS_SRC), f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
+                           + (", terminating" if e.terminating else "")) for e in eps[:5]]
+            for e in eps[:3]:
+                pod = pods.get(e.pod)
+                for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+                    if c.get("type") == "Ready" and c.get("status") != "True":
+                        ev.append(Evidence(ctx.bundle.display(PODS_SRC), f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()))
+            yield new(
+                f"{svc.key} port {port.get('port')}: {len(eps)} endpoint(s), none ready — kube-proxy sends no traffic to them",
+                fix=(
+                    f"kubectl -n {svc.namespace} describe pod {eps[0].pod or '<pod>'}   # readiness probe failures are under Events",
+                    f"kubectl -n {svc.namespace} logs {eps[0].pod or '<pod>'}",
+                    f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o yaml | grep -A3 conditions",
+                ),
+                evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+            )
+
+
+@check(
+    "KP103", "selector-matches-nothing", "Service selector matches no pod", "error",
+    needs=("services", "pods"),
+    symptom="The Service has no endpoints although the pods you meant are running.",
+    why="""
+        A Service finds its pods by label: every key=value of spec.selector must be on the pod, exactly (case and
+        spelling). One typo — app: web vs app: webapp, a missing tier label, a selector copied from another
+        Deployment — and the Service selects nothing, so it has no endpoints. kpdiag re-checks the selector itself
+        against the pods in the namespace and shows the pods that come closest.
+    """,
+    fix="Fix either the Service's spec.selector or the pod template's labels so that every selector key=value is on the pods.",
+)
+def selector_nothing(ctx, new):
+    for svc in _services(ctx):
+        if not svc.selector:
+            continue
+        if ctx.cluster.selected_pods(svc):
+            continue
+        near = []
+        for p in ctx.cluster.pods() or []:
+            md = p.get("metadata") or {}
+            if md.get("namespace", svc.namespace) != svc.namespace:
+                continue
+            labels = md.get("labels") or {}
+            diff = [f"{k}: wants {v!r}, pod has {labels.get(k)!r}" for k, v in svc.selector.items() if labels.get(k) != v]
+            if len(diff) < len(svc.selector):
+                near.append((len(diff), md.get("name"), diff))
+        near.sort()
+        ev = [_svc_ev(ctx, svc, f"spec.selector = {svc.selector}")]
+        ev += [Evidence(ctx.bundle.display(PODS_SRC), f"pod {name}: {'; '.join(diff)}") for _, name, diff in near[:3]]
+        hint = f" — closest: pod {near[0][1]} ({'; '.join(near[0][2])})" if near else ""
+        yield new(
+            f"{svc.key} selects pods with {','.join(f'{k}={v}' for k, v in svc.selector.items())}, and no pod in {svc.namespace} has all of them{hint}",
+            fix=(
+                f"kubectl -n {svc.namespace} get pods --show-labels",
+                f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items())}   # empty: the selector matches nothing",
+                f"kubectl -n {svc.namespace} edit service {svc.name}   # or fix the labels in the Deployment's pod template",
+            ),
+            evidence=ev, subject=svc.key,
+        )
+
+
+def _container_ports(pod: dict) -> list[dict]:
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        out.extend(p for p in c.get("ports") or [] if isinstance(p, dict))
+    return out
+
+
+@check(
+    "KP104", "target-port-mismatch", "Service targetPort not exposed by its pods", "error",
+    needs=("services", "pods"),
+    symptom="Connections through the Service are refused or reset, while the pods are ready; or the Service has no endpoints for a named port.",
+    why="""
+        A Service forwards port → targetPort on the pods. A *named* targetPort (e.g. http) must match a
+        containerPort name in the pods, or the pod gets no endpoint for that port. A *numeric* targetPort must be the
+        port the application actually listens on; when the pods declare their containerPorts and none is the
+        targetPort, the usual reason is a mistake (Service says 8080, the app listens on 80).
+    """,
+    fix="Set the Service's targetPort to the port (or port name) the container listens on.",
+)
+def target_port(ctx, new):
+    for svc in _services(ctx):
+        pods = ctx.cluster.selected_pods(svc)
+        if not pods:
+            continue
+        for port in svc.ports:
+            tp = port.get("targetPort", port.get("port"))
+            declared = [cp for p in pods for cp in _container_ports(p)]
+            if isinstance(tp, str) and not tp.isdigit():
+                if any(cp.get("name") == tp for cp in declared):
+                    continue
+                names = sorted({cp.get("name") for cp in declared if cp.get("name")})
+                yield new(
+                    f"{svc.key} port {port.get('port')} targets the named port {tp!r}, which none of its {len(pods)} pod(s) declares"
+                    + (f" (they name: {', '.join(names)})" if names else ""),
+                    fix=(f"kubectl -n {svc.namespace} patch service {svc.name} --type json -p "
+                         f"'[{{\"op\":\"replace\",\"path\":\"/spec/ports/{svc.ports.index(port)}/targetPort\",\"value\":<port or name>}}]'",
+                         f"kubectl -n {svc.namespace} get pod {(pods[0].get('metadata') or {}).get('name')} -o jsonpath='{{.spec.containers[*].ports}}'"),
+                    evidence=[_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {tp!r}"),
+                              Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}")],
+                    subject=f"{svc.key}:{port.get('port')}",
+                )
+                continue
+            number = int(tp)
+            numbers = sorted({cp.get("containerPort") for cp in declared if cp.get("containerPort")})
+            refused = [r for r in ctx.probe_results("tcp-connect") if str(r.get("target", "")).endswith(f":{number}/tcp")
+                       and r.get("result") in ("refused", "rst") and r.get("target", "").split(":")[0] not in svc.cluster_ips]
+            if (numbers and number not in numbers) or refused:
+                ev = [_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}")]
+                if numbers:
+                    ev.append(Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}"))
+                ev += [Evidence("probe", f"TCP connect {r['target']} (the pod directly): {r['result']}") for r in refused[:3]]
+                yield new(
+                    f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods "
+                    + (f"declare {', '.join(map(str, numbers))}" if numbers else "refuse connections there"),
+                    severity="error" if refused else "warning",
+                    fix=(f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
+                         f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on"),
+                    evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+                )
+
+
+def _local_check(ctx, new, policy: str):
+    node = ctx.cluster.node_name() or ctx.node_name
+    if not node:
+        raise Skip("the node kpdiag runs on is unknown (cluster/nodes.json or the manifest's node)")
+    for svc in _services(ctx):
+        wants = svc.etp_local if policy == "external" else svc.itp_local
+        if not wants:
+            continue
+        ready = [e for e in svc.endpoints if e.ready]
+        if not ready or any(e.node == node for e in ready):
+            continue  # no endpoints at all is KP101's case
+        yield svc, node, ready
+
+
+@check(
+    "KP105", "external-local-no-endpoints", "externalTrafficPolicy=Local and no endpoint on this node", "warning",
+    needs=("services", "endpointslices"),
+    symptom="The NodePort or LoadBalancer works through some nodes and times out through this one.",
+    why="""
+        With externalTrafficPolicy: Local, a node only forwards external traffic to endpoints *on that node* (to keep
+        the client's source IP). A node without a local endpoint DROPs such traffic ("has no local endpoints"), and
+        its health-check NodePort reports failure so that cloud load balancers skip it. Clients that reach this node
+        directly — a NodePort, a load balancer without health checks — time out.
+    """,
+    fix="Send traffic only to nodes with endpoints (LB health checks), spread pods to every node (DaemonSet), or use externalTrafficPolicy: Cluster.",
+)
+def etp_local(ctx, new):
+    for svc, node, ready in _local_check(ctx, new, "external"):
+        ev = [_svc_ev(ctx, svc, f"type {svc.type}, externalTrafficPolicy Local"),
+              Evidence(ctx.bundle.display(EPS_SRC), f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}")]
+        rs = ctx.iptables()
+        if rs is not None:
+            ext = rs.chain("filter", "KUBE-EXTERNAL-SERVICES")
+            for r in ext.rules if ext is not None else []:
+                if (r.comment or "").startswith(f"{svc.key}:") and "no local endpoints" in (r.comment or ""):
+                    ev.append(Evidence(r.source, r.text, r.lineno))
+                    break
+        nps = [str(p.get("nodePort")) for p in svc.ports if p.get("nodePort")]
+        yield new(
+            f"{svc.key} has externalTrafficPolicy=Local and no ready endpoint on node {node}: external traffic to this node"
+            + (f" (NodePort {', '.join(nps)})" if nps else "") + " is dropped",
+            fix=(
+                f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # which nodes have endpoints",
+                f"curl -s http://<node-ip>:{svc.spec.get('healthCheckNodePort', '<healthCheckNodePort>')}/healthz   # what the LB health check sees",
+                f"kubectl -n {svc.namespace} patch service {svc.name} -p '{{\"spec\":{{\"externalTrafficPolicy\":\"Cluster\"}}}}'   # if the client IP need not be kept",
+            ),
+            evidence=ev, subject=svc.key,
+        )
+
+
+@check(
+    "KP106", "internal-local-no-endpoints", "internalTrafficPolicy=Local and no endpoint on this node", "warning",
+    needs=("services", "endpointslices"),
+    symptom="Pods on this node cannot reach the Service (timeouts), pods on other nodes can.",
+    why="""
+        With internalTrafficPolicy: Local, traffic from pods goes only to endpoints on the *same node*. A node
+        without one drops it. This is meant for per-node agents (a DaemonSet); on a normal Deployment it makes the
+        Service work on some nodes only.
+    """,
+    fix="Run an endpoint on every node (DaemonSet) or set internalTrafficPolicy: Cluster.",
+)
+def itp_local(ctx, new):
+    for svc, node, ready in _local_check(ctx, new, "internal"):
+        yield new(
+            f"{svc.key} has internalTrafficPolicy=Local and no ready endpoint on node {node}: pods here cannot reach it",
+            fix=(f"kubectl -n {svc.namespace} patch service {svc.name} -p '{{\"spec\":{{\"internalTrafficPolicy\":\"Cluster\"}}}}'",
+                 f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide"),
+            evidence=[_svc_ev(ctx, svc, "internalTrafficPolicy Local"),
+                      Evidence(ctx.bundle.display(EPS_SRC), f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}")],
+            subject=svc.key,
+        )
+
+
+@check(
+    "KP107", "no-cluster-ip", "Service has no ClusterIP", "info",
+    needs=("services",),
+    symptom="There is no Service IP to ping, curl or trace; DNS returns pod IPs or another name.",
+    why="""
+        A headless Service (clusterIP: None) gets no virtual IP and no kube-proxy rules: its DNS name resolves straight
+        to the ready pods' IPs, and clients connect to a pod directly. An ExternalName Service is only a DNS CNAME to
+        another name. Neither goes through kube-proxy, so there is nothing of kube-proxy's to diagnose; test the pod
+        IPs or the external name instead.
+    """,
+    fix="Test the pods (or the external name) directly; give the Service a ClusterIP if you need a stable virtual IP.",
+)
+def no_cluster_ip(ctx, new):
+    for svc in _services(ctx, allow_headless=True):
+        if svc.type == "ExternalName":
+            yield new(f"{svc.key} is an ExternalName Service: a DNS alias for {svc.spec.get('externalName')!r}, no kube-proxy rules",
+                      fix=(f"nslookup {svc.name}.{svc.namespace}.svc   # a CNAME to {svc.spec.get('externalName')}",),
+                      evidence=[_svc_ev(ctx, svc, f"type ExternalName, externalName {svc.spec.get('externalName')}")], subject=svc.key)
+        elif svc.headless:
+            yield new(f"{svc.key} is headless (clusterIP: None): its name resolves to the pod IPs, there is no Service IP",
+                      fix=(f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # the IPs DNS returns",),
+                      evidence=[_svc_ev(ctx, svc, "clusterIP: None")], subject=svc.key)
+
+
+@check(
+    "KP108", "dns-mismatch", "Service name does not resolve to its ClusterIP", "error",
+    needs=("services", "dns"),
+    symptom="curl http://my-service fails with 'could not resolve host', or reaches something else, while the ClusterIP works.",
+    why="""
+        Pods find Services by DNS: <service>.<namespace>.svc.<cluster domain>, through the nameserver and search list
+        in their /etc/resolv.conf (normally CoreDNS). If the name does not exist (wrong namespace, typo, the Service
+        was recreated), the resolver cannot reach CoreDNS, or it answers an old address, the Service looks broken even
+        though kube-proxy is fine.
+    """,
+    fix="Check the name and namespace; check CoreDNS (kubectl -n kube-system get pods -l k8s-app=kube-dns; its logs) and the pod's /etc/resolv.conf.",
+)
+def dns_mismatch(ctx, new):
+    doc = ctx.dns
+    for svc in _services(ctx, allow_headless=True):
+        if svc.type == "ExternalName":
+            continue
+        ev = Evidence(ctx.bundle.display("probes/dns.json"), f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip())
+        result = doc.get("result")
+        if result == "resolved":
+            want = set(svc.cluster_ips) if not svc.headless else {e.ip for e in svc.endpoints if e.ready}
+            got = set(doc.get("addresses") or [])
+            if not want or want & got:
+                continue
+            yield new(f"{doc.get('name')} resolves to {', '.join(sorted(got))}, not to {svc.key}'s {'endpoints' if svc.headless else 'ClusterIP'} {', '.join(sorted(want))}",
+                      fix=("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50", f"kubectl -n {svc.namespace} get service {svc.name} -o wide"),
+                      evidence=[ev, _svc_ev(ctx, svc, f"clusterIPs {svc.cluster_ips}")], subject=svc.key)
+        elif result == "nxdomain":
+            yield new(f"{doc.get('name')} does not exist in DNS although {svc.key} does",
+                      fix=("kubectl -n kube-system get pods -l k8s-app=kube-dns", "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+                           "cat /etc/resolv.conf   # search list and nameserver of the pod"),
+                      evidence=[ev], subject=svc.key)
+        else:
+            yield new(f"DNS could not be asked about {svc.key}: {doc.get('error')}", severity="warning",
+                      fix=("cat /etc/resolv.conf", "kubectl -n kube-system get svc kube-dns -o wide   # is the nameserver the kube-dns ClusterIP?",
+                           "kpdiag svc kube-dns -n kube-system   # is DNS itself reachable?"),
+                      evidence=[ev], subject=svc.key)
+
+
+@check(
+    "KP109", "source-range-drop", "Client outside the LoadBalancer's source ranges", "warning",
+    needs=("services", "probes"),
+    symptom="The LoadBalancer IP times out from here but works from elsewhere.",
+    why="""
+        spec.loadBalancerSourceRanges lists the client networks allowed in. kube-proxy enforces it on the nodes
+        (KUBE-PROXY-FIREWALL DROP for other sources) and many clouds also enforce it in their load balancer. A client
+        whose address — as the node sees it, after any NAT — is outside every range is dropped silently.
+    """,
+    fix="Add the client's network to loadBalancerSourceRanges, or connect from an allowed network.",
+)
+def source_range(ctx, new):
+    src = (ctx.probes or {}).get("source")
+    for svc in _services(ctx):
+        ranges = svc.spec.get("loadBalancerSourceRanges") or []
+        if svc.type != "LoadBalancer" or not ranges or not src:
+            continue
+        try:
+            addr = ipaddress.ip_address(src)
+            inside = any(addr in ipaddress.ip_network(r, strict=False) for r in ranges)
+        except ValueError:
+            continue
+        if inside:
+            continue
+        yield new(f"this client ({src}) is outside {svc.key}'s loadBalancerSourceRanges {ranges}: its traffic to the load balancer is dropped",
+                  fix=(f"kubectl -n {svc.namespace} patch service {svc.name} --type merge -p '{{\"spec\":{{\"loadBalancerSourceRanges\":{ranges + [src + '/32']}}}}}'".replace("'", '"', 0),),
+                  evidence=[_svc_ev(ctx, svc, f"loadBalancerSourceRanges {ranges}"), Evidence("probes/service.json", f"source address {src}")],
+                  subject=svc.key)

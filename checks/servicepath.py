@@ -1,0 +1,291 @@
+"""The path of a Service's traffic: ICMP to ClusterIPs, rules on the node vs the API, hairpin, conntrack, routes."""
+
+from __future__ import annotations
+
+import re
+
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+from kpdiag.parse.addr import parse_ip
+
+from .routing import covering_prefix
+from .service import _services, _svc_ev
+
+
+def _tcp_summary(ctx, svc) -> str:
+    bits = []
+    for ip in svc.cluster_ips[:1]:
+        for port in svc.ports:
+            proto = (port.get("protocol") or "TCP").lower()
+            r = next((r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp") if r.get("target") == f"{ip}:{port.get('port')}/{proto}"), None)
+            if r:
+                ok = r["result"] in ("connected", "syn-ack", "udp-reply")
+                bits.append(f"{proto.upper()} {port.get('port')} {'works' if ok else 'gets ' + r['result']}")
+    return "; ".join(bits)
+
+
+@check(
+    "KP201", "icmp-to-cluster-ip", "ping to a ClusterIP does not work — by design", "info",
+    needs=("services", "probes"),
+    symptom="ping <ClusterIP> prints 'Time to live exceeded' (or nothing at all), and people conclude the Service is down.",
+    why="""
+        In iptables and nftables mode a ClusterIP exists only as rules: kube-proxy DNATs TCP, UDP and SCTP packets to
+        the Service's own ports, and nothing else. An ICMP echo matches no rule, so the node routes it like any packet
+        to an unknown address — to its default gateway. If that gateway routes the service CIDR back to the nodes,
+        the packet ping-pongs between node and gateway until its TTL runs out and the gateway (or the node) answers
+        "Time to live exceeded". In nftables mode, ClusterIPs on ports the Service does not define are rejected and
+        unallocated service IPs are dropped. In IPVS mode the ClusterIPs are bound on kube-ipvs0, so older releases
+        answer ping locally; newer ones reject non-Service ports (KUBE-IPVS-FILTER). None of this says anything about
+        whether the Service works: test its TCP/UDP port.
+    """,
+    fix="Test Services with their port (kpdiag svc, nc -vz, curl), never with ping; stop the loop with a blackhole route for the service CIDR on the gateway.",
+    references=("https://kubernetes.io/docs/reference/networking/virtual-ips/",),
+)
+def icmp_cluster_ip(ctx, new):
+    echoes = ctx.probe_results("icmp-echo")
+    if not echoes or all(r.get("result") == "skipped" for r in echoes):
+        raise Skip("no ICMP probe was sent: " + next((r.get("detail", {}).get("reason", "") for r in echoes), "no probes"))
+    mode, _ = ctx.proxy_mode
+    for svc in _services(ctx):
+        for ip in svc.cluster_ips:
+            echo = next((r for r in echoes if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64), None)
+            if echo is None or echo["result"] == "skipped":
+                continue
+            works = _tcp_summary(ctx, svc)
+            walk = next((r for r in ctx.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
+            ev = [Evidence("probes/service.json", f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""))]
+            cidr = covering_prefix(svc.cluster_ips) if len(svc.cluster_ips) > 1 else f"{ip.rsplit('.', 2)[0]}.0.0/12 (your service CIDR; see kube-apiserver --service-cluster-ip-range)"
+            if echo["result"] == "time-exceeded":
+                router = echo.get("from")
+                loop = (walk or {}).get("detail", {}).get("loop_between")
+                if walk:
+                    hops = ", ".join(f"ttl {h['ttl']}: {h['from'] or '*'}" for h in walk["detail"]["hops"])
+                    ev.append(Evidence("probes/service.json", f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else "")))
+                yield new(
+                    f"ping {ip} ({svc.key}) gets 'Time to live exceeded' from {router}"
+                    + (f": the packet loops between {' and '.join(loop)}" if loop else "")
+                    + f". That is expected — only the Service's ports are translated, ICMP is routed to the gateway and back."
+                    + (f" {works} through the Service." if works else ""),
+                    severity="warning",
+                    fix=(
+                        f"test the Service with its port instead: kpdiag svc {svc.name} -n {svc.namespace}   (or nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'})",
+                        f"stop the loop on the router {router}: ip route add blackhole {cidr}   (or 'unreachable' to answer at once)",
+                        "or on every node: ip route add unreachable <service CIDR>   # the node then refuses untranslated traffic itself",
+                        "never use ping as a Service health check; use a TCP/HTTP probe on the Service port",
+                    ),
+                    evidence=ev, subject=f"{svc.key} {ip}",
+                )
+            elif echo["result"] == "timeout":
+                if mode == "ipvs":
+                    continue
+                yield new(
+                    f"ping {ip} ({svc.key}) gets no answer — expected in {mode or 'iptables/nftables'} mode: a ClusterIP only answers on its Service ports."
+                    + (f" {works} through the Service." if works else ""),
+                    fix=(f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports", f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}"),
+                    evidence=ev, subject=f"{svc.key} {ip}",
+                )
+            elif echo["result"] == "echo-reply" and mode != "ipvs":
+                yield new(
+                    f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",
+                    severity="warning",
+                    fix=(f"ip -o addr | grep -w {ip}   # on the nodes: who has the address?", "kpdiag trace --dst <ClusterIP> --proto icmp … on a node"),
+                    evidence=ev, subject=f"{svc.key} {ip}",
+                )
+
+
+def _api_targets(svc, port) -> set[str]:
+    return {f"{e.ip}:{svc.target_of(e, port)}" for e in svc.endpoints_for(port) if e.ready}
+
+
+@check(
+    "KP202", "service-not-programmed", "Service in the API, but not in this node's rules", "error",
+    needs=("services", "endpointslices", "iptables"),
+    symptom="The Service works from some nodes and not from this one; new Services never work here.",
+    why="""
+        kube-proxy on every node watches Services and EndpointSlices and writes the matching rules. If a Service
+        port with ready endpoints has no KUBE-SERVICES rule on this node, this node's kube-proxy is not doing its job:
+        it is not running, cannot reach the API server, is stuck on a failing sync, or runs in another mode than
+        the rules you are looking at.
+    """,
+    fix="Check kube-proxy on this node: is it running, what does its log say (KP703, KP704), which mode (KP701)?",
+)
+def not_programmed(ctx, new):
+    mode, _ = ctx.proxy_mode
+    if mode not in (None, "iptables"):
+        raise Skip(f"kube-proxy runs in {mode} mode: its iptables rules are not where Services live")
+    progs = ctx.programmed() or {}
+    for svc in _services(ctx):
+        for port in svc.ports:
+            if not _api_targets(svc, port) or not svc.cluster_ips:
+                continue
+            name = svc.kube_proxy_name(port)
+            if name in progs and progs[name].chain:
+                continue
+            yield new(
+                f"{svc.key} port {port.get('port')} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
+                fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
+                     "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+                     f"iptables-save -t nat | grep -F '{name}'"),
+                evidence=[_svc_ev(ctx, svc, f"clusterIP {svc.cluster_ips[0]} port {port.get('port')}, {len(_api_targets(svc, port))} ready endpoint(s)"),
+                          Evidence(ctx.iptables().source, f"no KUBE-SERVICES rule with comment \"{name} cluster IP\"")],
+                subject=f"{svc.key}:{port.get('port')}",
+            )
+
+
+@check(
+    "KP203", "stale-endpoints", "Node sends traffic to other endpoints than the API lists", "error",
+    needs=("services", "endpointslices", "iptables"),
+    symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
+    why="""
+        The node's DNAT targets (the KUBE-SEP chains of the Service) should be exactly its ready endpoints. When they
+        differ, this node's kube-proxy has a stale view: it still sends a share of the connections to pods that are
+        gone (timeouts, refused) or not yet to new ones. Usually its syncs are failing or it lost its API watch.
+    """,
+    fix="Find why kube-proxy's sync is stale (KP703/KP704, its log) and restart it on this node.",
+)
+def stale(ctx, new):
+    mode, _ = ctx.proxy_mode
+    if mode not in (None, "iptables"):
+        raise Skip(f"kube-proxy runs in {mode} mode")
+    progs = ctx.programmed() or {}
+    for svc in _services(ctx):
+        for port in svc.ports:
+            want = _api_targets(svc, port)
+            prog = progs.get(svc.kube_proxy_name(port))
+            if not want or prog is None or not prog.chain:
+                continue
+            have = set(prog.endpoints)
+            if have == want:
+                continue
+            gone, missing = sorted(have - want), sorted(want - have)
+            share = len(gone) / len(have) if have else 0
+            yield new(
+                f"{svc.key} port {port.get('port')}: the node DNATs to {', '.join(gone) or 'no stale endpoint'}"
+                + (f" (not ready or gone; ~{share * 100:.0f}% of connections)" if gone else "")
+                + (f" and misses {', '.join(missing)}" if missing else ""),
+                fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+                     "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
+                evidence=[Evidence(ctx.iptables().source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}"),
+                          Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"ready: {', '.join(sorted(want))}")],
+                subject=f"{svc.key}:{port.get('port')}",
+            )
+
+
+@check(
+    "KP206", "hairpin", "A pod cannot reach itself through its own Service", "warning",
+    needs=("services", "probes"),
+    symptom="From inside a pod, its own Service times out — but only when the connection lands on that same pod.",
+    why="""
+        When a pod connects to its Service and kube-proxy picks that same pod as the endpoint, the packet must go out
+        of the pod and come straight back in ("hairpin"). kube-proxy masquerades such traffic (KUBE-SEP: -s <pod IP>
+        -j KUBE-MARK-MASQ) so the reply returns through the node, and on bridge networks the pod's bridge port needs
+        hairpin mode (kubelet --hairpin-mode=hairpin-veth or promiscuous-bridge) to send the frame back where it came
+        from. Without it, a share of connections — 1/N with N endpoints — hangs.
+    """,
+    fix="Set kubelet's hairpinMode (hairpin-veth / promiscuous-bridge) or the CNI's hairpin option; check the masquerade rule exists.",
+)
+def hairpin(ctx, new):
+    src = (ctx.probes or {}).get("source")
+    if not src:
+        raise Skip("the probe's source address is unknown")
+    for svc in _services(ctx):
+        mine = [e for e in svc.endpoints if e.ip == src]
+        if not mine:
+            continue
+        for ip in svc.cluster_ips[:1]:
+            for port in svc.ports:
+                via = next((r for r in ctx.probe_results("tcp-connect") if r.get("target") == f"{ip}:{port.get('port')}/tcp"), None)
+                if via is None or via["result"] == "connected":
+                    continue
+                n = len([e for e in svc.endpoints if e.ready]) or 1
+                yield new(
+                    f"this pod ({src}) is an endpoint of {svc.key}, and connecting to its ClusterIP {ip}:{port.get('port')} gets {via['result']}: "
+                    f"the hairpin case (~1 in {n} connections lands on this pod)",
+                    fix=("grep -i hairpin /var/lib/kubelet/config.yaml   # hairpinMode: hairpin-veth",
+                         "for p in /sys/class/net/*/brport/hairpin_mode; do echo $p $(cat $p); done   # on the node: 1 = on",
+                         "iptables-save -t nat | grep -- '-s " + src + "/32'   # the KUBE-SEP masquerade rule"),
+                    evidence=[Evidence("probes/service.json", f"source {src}; TCP connect {via['target']}: {via['result']}"),
+                              Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"{src} is an endpoint of {svc.key}")],
+                    subject=svc.key,
+                )
+
+
+_CT_RE = re.compile(r"^(\w+)\s+\d+\s+\d+\s+(?:\S+\s+)?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+).*?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)")
+
+
+@check(
+    "KP504", "stale-udp-conntrack", "UDP conntrack entries still point to gone endpoints", "warning",
+    needs=("services", "endpointslices", "conntrack-entries"),
+    symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
+    why="""
+        UDP has no connection end, so a client that keeps sending from the same port keeps its conntrack entry — and
+        that entry keeps the old DNAT target, even after the endpoint is gone. kube-proxy deletes such entries when
+        endpoints change; when it cannot (no conntrack binary, no permission) or misses it, clients are stuck on a
+        dead endpoint until they change source port or the entry times out.
+    """,
+    fix="Delete the stale entries (conntrack -D …) and fix kube-proxy's conntrack cleanup (KP704).",
+)
+def stale_udp(ctx, new):
+    text = ctx.bundle.read_text("node/conntrack.txt") or ""
+    for svc in _services(ctx):
+        for port in svc.ports:
+            if (port.get("protocol") or "TCP").upper() != "UDP":
+                continue
+            ready = {e.ip for e in svc.endpoints_for(port) if e.ready}
+            stale_entries = []
+            for n, line in enumerate(text.splitlines(), 1):
+                m = _CT_RE.match(line.strip())
+                if not m or m.group(1) != "udp":
+                    continue
+                orig_dst, dport, reply_src = m.group(3), int(m.group(5)), m.group(6)
+                if orig_dst in svc.cluster_ips and dport == port.get("port") and reply_src not in ready and reply_src != orig_dst:
+                    stale_entries.append((n, line.strip(), reply_src))
+            if not stale_entries:
+                continue
+            gone = sorted({s for _, _, s in stale_entries})
+            yield new(
+                f"{len(stale_entries)} UDP conntrack entr{'y' if len(stale_entries) == 1 else 'ies'} to {svc.key} ({svc.cluster_ips[0]}:{port.get('port')}) "
+                f"still go to {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not a ready endpoint",
+                fix=tuple(f"conntrack -D -p udp --orig-dst {svc.cluster_ips[0]} --reply-src {g}" for g in gone)
+                + ("kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",),
+                evidence=[Evidence(ctx.bundle.display("node/conntrack.txt"), line, n) for n, line, _ in stale_entries[:3]],
+                subject=f"{svc.key}:{port.get('port')}",
+            )
+
+
+@check(
+    "KP602", "no-route-to-endpoint", "The node has no route to an endpoint", "error",
+    needs=("services", "endpointslices", "routes"),
+    symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",
+    why="""
+        After DNAT the node must route the packet to the endpoint's pod IP: directly (a local pod), through the
+        overlay/tunnel device, or via a route the CNI installed. When the route for a pod CIDR is missing, blackholed
+        or unreachable, every connection kube-proxy sends to endpoints there fails. The CNI agent on this node is the
+        usual suspect.
+    """,
+    fix="Check the CNI on this node (its agent pod, its log) and the routes for the other nodes' pod CIDRs (ip route).",
+)
+def no_route(ctx, new):
+    routing = ctx.routing
+    if not routing.has_routes:
+        raise Skip("no routes known for this node")
+    for svc in _services(ctx):
+        bad = []
+        for e in svc.endpoints:
+            if not e.ready:
+                continue
+            try:
+                route = routing.lookup(*parse_ip(e.ip))
+            except ValueError:
+                continue
+            if route is not None and route.type in ("unreachable", "blackhole", "prohibit"):
+                bad.append((e, route))
+        if not bad:
+            continue
+        yield new(
+            f"{svc.key}: no usable route from this node to endpoint{'s' if len(bad) > 1 else ''} {', '.join(e.ip for e, _ in bad)}"
+            f" ({', '.join(sorted({r.type + ' ' + (r.dst or '') for _, r in bad}))})",
+            fix=(f"ip route get {bad[0][0].ip}", "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node"),
+            evidence=[Evidence(ctx.bundle.display("node/ip-route.json"), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]],
+            subject=svc.key,
+        )

@@ -1,0 +1,255 @@
+"""Active probes: what really comes back from a ClusterIP and from each endpoint.
+
+Raw probes (ICMP echo, TCP SYN, UDP, a TTL walk) use scapy and need CAP_NET_RAW; the TCP
+connect probe uses an ordinary socket and always runs. Every probe is bounded: a handful of
+packets, a per-probe timeout, a total deadline, and only the Service's own addresses and its
+endpoints as targets (:class:`ProbeBudget` enforces all four).
+
+Results are plain dicts (``probes/service.json`` in a bundle, format ``kpdiag.probes/v1``):
+``{"target": "10.96.0.20:80/tcp", "kind": "tcp-syn", "result": "syn-ack", "from": null, "rtt_ms": 0.4, "detail": …}``.
+``result`` is one of: echo-reply, time-exceeded, port-unreachable, host-unreachable,
+net-unreachable, admin-prohibited, unreachable, rst, syn-ack, udp-reply, connected, refused,
+timeout (nothing came back), error, skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from dataclasses import dataclass, field
+
+PROBES_SCHEMA = "kpdiag.probes/v1"
+MAX_PACKETS = 64
+PER_PROBE_TIMEOUT = 1.5
+TOTAL_DEADLINE = 20.0
+TRACE_MAX_TTL = 12
+
+_UNREACH = {0: "net-unreachable", 1: "host-unreachable", 3: "port-unreachable", 9: "admin-prohibited", 10: "admin-prohibited", 13: "admin-prohibited"}
+
+
+class ProbeRefused(Exception):
+    """A probe was not sent: budget exhausted or target not allowed."""
+
+
+@dataclass
+class ProbeBudget:
+    allowed: set[str]
+    max_packets: int = MAX_PACKETS
+    deadline: float = field(default_factory=lambda: time.monotonic() + TOTAL_DEADLINE)
+    sent: int = 0
+
+    def take(self, dst: str, packets: int = 1) -> None:
+        if dst not in self.allowed:
+            raise ProbeRefused(f"{dst} is not one of the Service's addresses or endpoints")
+        if self.sent + packets > self.max_packets:
+            raise ProbeRefused(f"packet budget of {self.max_packets} used up")
+        if time.monotonic() > self.deadline:
+            raise ProbeRefused(f"time budget of {TOTAL_DEADLINE:.0f} s used up")
+        self.sent += packets
+
+
+def raw_capability() -> str | None:
+    """None if raw sockets work here, else why not (one line, with the fix)."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        s.close()
+        return None
+    except PermissionError:
+        return ("raw packets need CAP_NET_RAW (root or the capability); ICMP/SYN/UDP probes skipped — run e.g. "
+                "kubectl debug -it <pod> --image=<kpdiag image> --profile=netadmin -- kpdiag svc …")
+    except OSError as exc:
+        return f"raw sockets unavailable: {exc.strerror or exc}"
+
+
+def _result(target: str, kind: str, result: str, src: str | None = None, rtt: float | None = None, **detail) -> dict:
+    out = {"target": target, "kind": kind, "result": result, "from": src, "rtt_ms": None if rtt is None else round(rtt * 1000, 2)}
+    if detail:
+        out["detail"] = detail
+    return out
+
+
+def tcp_connect(budget: ProbeBudget, ip: str, port: int, timeout: float = PER_PROBE_TIMEOUT) -> dict:
+    target = f"{ip}:{port}/tcp"
+    try:
+        budget.take(ip)
+    except ProbeRefused as exc:
+        return _result(target, "tcp-connect", "skipped", reason=str(exc))
+    t = time.monotonic()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect((ip, port))
+        return _result(target, "tcp-connect", "connected", rtt=time.monotonic() - t)
+    except socket.timeout:
+        return _result(target, "tcp-connect", "timeout")
+    except ConnectionRefusedError:
+        return _result(target, "tcp-connect", "refused", rtt=time.monotonic() - t)
+    except OSError as exc:
+        kind = {errno.EHOSTUNREACH: "host-unreachable", errno.ENETUNREACH: "net-unreachable"}.get(exc.errno, "error")
+        return _result(target, "tcp-connect", kind, error=exc.strerror or str(exc))
+    finally:
+        s.close()
+
+
+class RawProber:
+    """scapy-based probes (imported lazily: scapy takes a second to import)."""
+
+    def __init__(self, budget: ProbeBudget, timeout: float = PER_PROBE_TIMEOUT):
+        from scapy.all import conf
+
+        conf.verb = 0
+        self.budget = budget
+        self.timeout = timeout
+
+    def _send(self, pkt, dst: str):
+        from scapy.all import sr1
+
+        self.budget.take(dst)
+        t = time.monotonic()
+        reply = sr1(pkt, timeout=self.timeout, verbose=0)
+        return reply, time.monotonic() - t
+
+    def _classify_icmp(self, reply) -> tuple[str, dict]:
+        from scapy.all import ICMP
+
+        icmp = reply[ICMP]
+        if icmp.type == 0:
+            return "echo-reply", {}
+        if icmp.type == 11:
+            return "time-exceeded", {"code": int(icmp.code)}
+        if icmp.type == 3:
+            return _UNREACH.get(int(icmp.code), "unreachable"), {"code": int(icmp.code)}
+        return f"icmp-{icmp.type}", {"code": int(icmp.code)}
+
+    def icmp_echo(self, ip: str, ttl: int = 64) -> dict:
+        from scapy.all import ICMP, IP
+
+        target = f"{ip}/icmp"
+        try:
+            reply, rtt = self._send(IP(dst=ip, ttl=ttl) / ICMP(id=0x6b70, seq=ttl), ip)
+        except ProbeRefused as exc:
+            return _result(target, "icmp-echo", "skipped", reason=str(exc))
+        if reply is None:
+            return _result(target, "icmp-echo", "timeout")
+        result, detail = self._classify_icmp(reply)
+        return _result(target, "icmp-echo", result, reply.src, rtt, ttl=ttl, **detail)
+
+    def tcp_syn(self, ip: str, port: int) -> dict:
+        from scapy.all import ICMP, IP, TCP, RandShort
+
+        target = f"{ip}:{port}/tcp"
+        try:
+            reply, rtt = self._send(IP(dst=ip) / TCP(sport=RandShort(), dport=port, flags="S"), ip)
+        except ProbeRefused as exc:
+            return _result(target, "tcp-syn", "skipped", reason=str(exc))
+        if reply is None:
+            return _result(target, "tcp-syn", "timeout")
+        if reply.haslayer(TCP):
+            flags = reply[TCP].flags
+            if flags & 0x12 == 0x12:
+                return _result(target, "tcp-syn", "syn-ack", reply.src, rtt)
+            if flags & 0x04:
+                return _result(target, "tcp-syn", "rst", reply.src, rtt)
+        if reply.haslayer(ICMP):
+            result, detail = self._classify_icmp(reply)
+            return _result(target, "tcp-syn", result, reply.src, rtt, **detail)
+        return _result(target, "tcp-syn", "error", reply.src, rtt, summary=reply.summary())
+
+    def udp(self, ip: str, port: int) -> dict:
+        from scapy.all import ICMP, IP, UDP, RandShort, Raw
+
+        target = f"{ip}:{port}/udp"
+        try:
+            reply, rtt = self._send(IP(dst=ip) / UDP(sport=RandShort(), dport=port) / Raw(b"kpdiag probe\n"), ip)
+        except ProbeRefused as exc:
+            return _result(target, "udp", "skipped", reason=str(exc))
+        if reply is None:
+            return _result(target, "udp", "timeout", note="no answer: open but silent, or dropped")
+        if reply.haslayer(ICMP):
+            result, detail = self._classify_icmp(reply)
+            return _result(target, "udp", result, reply.src, rtt, **detail)
+        return _result(target, "udp", "udp-reply", reply.src, rtt)
+
+    def ttl_walk(self, ip: str, max_ttl: int = TRACE_MAX_TTL) -> dict:
+        """Who answers for each TTL (a traceroute with ICMP echo); says whether the path loops."""
+        hops = []
+        for ttl in range(1, max_ttl + 1):
+            r = self.icmp_echo(ip, ttl)
+            hops.append({"ttl": ttl, "from": r["from"], "result": r["result"]})
+            if r["result"] in ("echo-reply", "skipped") or r["result"].endswith("unreachable"):
+                break
+        responders = [h["from"] for h in hops if h["from"]]
+        loop = _loop(responders)
+        return {"target": f"{ip}/icmp", "kind": "ttl-walk", "result": "loop" if loop else "path", "from": None, "rtt_ms": None,
+                "detail": {"hops": hops, "loop_between": loop}}
+
+
+def _loop(responders: list[str]) -> list[str] | None:
+    """The addresses a packet bounces between, when the TTL walk shows the same ones again and again."""
+    if len(responders) < 4:
+        return None
+    tail = responders[-4:]
+    if tail[0] == tail[2] and tail[1] == tail[3] and tail[0] != tail[1]:
+        return [tail[0], tail[1]]
+    return None
+
+
+def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: bool = True, icmp: bool = True) -> dict:
+    """Probe a Service's ClusterIP ports and each endpoint directly.
+
+    ``endpoints``: (ip, targetPort, protocol) of the ready endpoints. Returns the probes document.
+    """
+    spec = service.get("spec") or {}
+    cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None" and ":" not in ip]
+    allowed = set(cluster_ips) | {ip for ip, _, _ in endpoints}
+    budget = ProbeBudget(allowed)
+    results: list[dict] = []
+    why_no_raw = raw_capability() if raw else "raw probes disabled (--no-raw)"
+    prober = None
+    if why_no_raw is None:
+        try:
+            prober = RawProber(budget)
+        except Exception as exc:  # scapy missing or broken
+            why_no_raw = f"scapy unavailable: {exc.__class__.__name__}: {exc}"
+    for ip in cluster_ips:
+        if icmp:
+            if prober is not None:
+                echo = prober.icmp_echo(ip)
+                results.append(echo)
+                if echo["result"] == "time-exceeded":
+                    results.append(prober.ttl_walk(ip))
+            else:
+                results.append(_result(f"{ip}/icmp", "icmp-echo", "skipped", reason=why_no_raw))
+        for port in spec.get("ports") or []:
+            proto = (port.get("protocol") or "TCP").lower()
+            number = port.get("port")
+            if not number:
+                continue
+            if proto == "tcp":
+                results.append(tcp_connect(budget, ip, number))
+                if prober is not None:
+                    results.append(prober.tcp_syn(ip, number))
+            elif proto == "udp":
+                results.append(prober.udp(ip, number) if prober else _result(f"{ip}:{number}/udp", "udp", "skipped", reason=why_no_raw))
+    for ip, port, proto in endpoints:
+        if proto == "tcp":
+            results.append(tcp_connect(budget, ip, port))
+        elif proto == "udp" and prober is not None:
+            results.append(prober.udp(ip, port))
+    return {"schema": PROBES_SCHEMA, "source": _my_address(cluster_ips[0] if cluster_ips else None), "raw": why_no_raw is None,
+            "raw_skipped_reason": why_no_raw, "packets_sent": budget.sent, "results": results}
+
+
+def _my_address(towards: str | None) -> str | None:
+    """The source address this host uses towards ``towards`` (no packet is sent)."""
+    if not towards:
+        return None
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((towards, 9))
+        return s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
