@@ -150,13 +150,14 @@ def node(host_root, service, trace_to, output, fail_on, select, ignore, verbose)
 @click.option("--no-probe", is_flag=True, help="API and rules only: send no packets.")
 @click.option("--node", "node_name", help="The node this runs on (default: $NODE_NAME), for traffic-policy checks.")
 @click.option("--host-root", type=click.Path(), default=None, help="Host root mount, when run on a node.")
+@click.option("--save", "save_to", type=click.Path(), help="Also write what was collected as a bundle (DIR or FILE.tar.gz) for 'kpdiag analyze'.")
 @_report_options
-def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, output, fail_on, select, ignore, verbose):
+def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, save_to, output, fail_on, select, ignore, verbose):
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
     from .service import diagnose_service
 
     report = diagnose_service(namespace, name, kubeconfig=kubeconfig, context=context, probe=not no_probe, node=node_name,
-                              host_root=host_root, select=select, ignore=ignore, progress=_progress)
+                              host_root=host_root, select=select, ignore=ignore, progress=_progress, save_to=save_to)
     _emit_report(report, output, fail_on, verbose)
 
 

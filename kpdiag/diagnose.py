@@ -49,4 +49,12 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
 
 
 def analyze_bundle(path: str, select=(), ignore=()) -> Report:
-    return analyze_state(NodeState(Bundle.open(path)), select, ignore, subject=None)
+    """Diagnose a bundle; one written by `kpdiag svc --save` is diagnosed as that Service again."""
+    state = NodeState(Bundle.open(path))
+    focus = str(state.bundle.manifest.get("service") or "")
+    if "/" in focus:
+        from .service import service_report
+
+        ns, name = focus.split("/", 1)
+        return service_report(state, ns, name, select, ignore)
+    return analyze_state(state, select, ignore, subject=None)

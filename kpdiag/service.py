@@ -123,10 +123,18 @@ def verdict(state: NodeState) -> list[str]:
 
 
 def diagnose_service(namespace: str, name: str, *, kubeconfig=None, context=None, probe=True, node=None, host_root=None,
-                     select=(), ignore=(), progress=None):
+                     select=(), ignore=(), progress=None, save_to: str | None = None):
     files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress)
+    if save_to:
+        from .bundle import write_bundle
+
+        write_bundle(files, save_to, manifest)
     files["kpdiag.json"] = json.dumps(manifest).encode()
-    state = NodeState(Bundle.from_files("", files))
+    return service_report(NodeState(Bundle.from_files("", files)), namespace, name, select, ignore)
+
+
+def service_report(state: NodeState, namespace: str, name: str, select=(), ignore=()):
+    """The report of one Service from collected state (live or a saved bundle)."""
     state.focus = (namespace, name)
     report = analyze_state(state, select, ignore, subject=f"service {namespace}/{name}")
     extra = dict(report.extra)

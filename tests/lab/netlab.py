@@ -57,6 +57,13 @@ class Lab:
     def sh(self, role: str, argv: list[str], input: str | None = None, timeout: float = 120, check: bool = True):
         return run(["ip", "netns", "exec", self.ns(role)] + argv, input=input, timeout=timeout, check=check)
 
+    def set_resolv(self, role: str, text: str) -> None:
+        """/etc/resolv.conf as seen inside the namespace (ip netns exec bind-mounts /etc/netns/NAME/)."""
+        d = f"/etc/netns/{self.ns(role)}"
+        os.makedirs(d, exist_ok=True)
+        with open(f"{d}/resolv.conf", "w") as fh:
+            fh.write(text)
+
     def veth(self, a: str, a_if: str, b: str, b_if: str) -> None:
         tmp_a, tmp_b = f"v{uuid.uuid4().hex[:8]}", f"v{uuid.uuid4().hex[:8]}"
         run(["ip", "link", "add", tmp_a, "type", "veth", "peer", "name", tmp_b])
@@ -91,6 +98,7 @@ class Lab:
                     proc.kill()
         for name in reversed(self.namespaces):
             run(["ip", "netns", "del", name], check=False)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
         self.namespaces.clear()
 
     def __enter__(self) -> "Lab":

@@ -107,3 +107,17 @@ def test_ping_ttl_exceeded_reproduced_explained_and_fixed(lab, tmp_path):
     assert kp201 and kp201[0]["severity"] == "info" and "no answer" in kp201[0]["summary"]
     assert any(line.startswith("TCP 80 works") for line in report["extra"]["verdict"])
     assert any("gets no answer" in line for line in report["extra"]["verdict"])
+
+
+def test_no_dns_is_one_clear_line(lab, tmp_path):
+    KubeNodeLab.build(lab, pod_count=1)
+    lab.set_resolv("pod0", "nameserver 127.0.0.9\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions timeout:1 attempts:1\n")
+    objects = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+               k8s.endpointslice("shop", "web", [("10.244.1.10", True, "lab-node", "web-1")], [("http", 8080, "TCP")])]
+    kc = _start_api(lab, "pod0", objects, tmp_path)
+    proc, report = _svc(lab, "pod0", kc, "--no-probe")
+    assert report["extra"]["dns"]["result"] in ("dns-failure", "timeout")
+    kp108 = next(f for f in report["findings"] if f["id"] == "KP108")
+    assert kp108["severity"] == "warning" and kp108["summary"].startswith("DNS could not be asked about shop/web")
+    assert "127.0.0.9" in kp108["summary"]
+    assert "Traceback" not in proc.stderr
