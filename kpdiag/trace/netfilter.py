@@ -94,7 +94,7 @@ class _State:
         "prob", "src", "dst", "ver", "proto", "sport", "dport", "icmp_type", "icmp_code", "iif", "oif",
         "mark", "ctmark", "ct_dnat", "ct_snat", "untracked", "orig_dst", "orig_dport",
         "steps", "notes", "uncertain", "dnat", "masquerade", "snat", "rules_evaluated", "hook",
-        "reject_with", "local_redirect",
+        "reject_with", "local_redirect", "nat_done",
     )
 
     def fork(self, factor: float) -> "_State":
@@ -133,17 +133,14 @@ def _iface_match(pattern: str, name: str) -> bool:
     return name == pattern
 
 
-class IptablesTracer:
-    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets."""
+class PacketWalker:
+    """What every tracer shares: the packet's first state, the hooks in kernel order, the routing
+    decision, and turning finished states into paths. Subclasses provide ``_hook(HOOK, …)``."""
 
-    def __init__(self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"):
-        self.rs = ruleset
-        self.routing = routing or RoutingTable()
-        self.ipsets = ipsets
-        self.mode = mode
-        self._indexes: dict[tuple[str, str], tuple] = {}
+    rs = None
+    routing: RoutingTable
+    mode = "?"
 
-    # ------------------------------------------------------------------ public
     def trace(self, packet: Packet) -> TraceResult:
         st = self._initial(packet)
         finished: list[_State] = []
@@ -186,6 +183,9 @@ class IptablesTracer:
             sources=(self.rs.source,),
         )
 
+    def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ hooks
     def _initial(self, packet: Packet) -> _State:
         st = _State.__new__(_State)
@@ -209,6 +209,7 @@ class IptablesTracer:
         st.hook = ""
         st.reject_with = None
         st.local_redirect = False
+        st.nat_done = None
         if packet.origin == "node":
             self._set_oif(st)
         return st
@@ -242,6 +243,41 @@ class IptablesTracer:
             fwd.append(st)
         return local, fwd
 
+
+    def _to_path(self, st: _State) -> Path:
+        outcome = st.hook
+        if outcome.startswith("delivered:"):
+            verdict, delivery = "accept", outcome.split(":", 1)[1]
+        elif outcome == "reject":
+            verdict, delivery = "reject", None
+        else:
+            verdict, delivery = "drop", None
+        return Path(
+            probability=round(st.prob, 12),
+            verdict=verdict,
+            dnat=st.dnat,
+            masquerade=st.masquerade and verdict == "accept",
+            steps=tuple(st.steps),
+            notes=tuple(st.notes),
+            uncertain=st.uncertain,
+            snat=st.snat if verdict == "accept" else None,
+            delivery=delivery,
+            final_dst=(f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)),
+            rules_evaluated=st.rules_evaluated,
+            reject_with=st.reject_with if verdict == "reject" else None,
+        )
+
+
+class IptablesTracer(PacketWalker):
+    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets."""
+
+    def __init__(self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"):
+        self.rs = ruleset
+        self.routing = routing or RoutingTable()
+        self.ipsets = ipsets
+        self.mode = mode
+        self._indexes: dict[tuple[str, str], tuple] = {}
+
     def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:
         """Run every table of ``hook`` in priority order; return the states that get through."""
         for table_name in HOOK_TABLES[hook]:
@@ -272,29 +308,6 @@ class IptablesTracer:
                     if st.ct_dnat:
                         self._set_oif(st)  # re-route after DNAT in OUTPUT
         return states
-
-    def _to_path(self, st: _State) -> Path:
-        outcome = st.hook
-        if outcome.startswith("delivered:"):
-            verdict, delivery = "accept", outcome.split(":", 1)[1]
-        elif outcome == "reject":
-            verdict, delivery = "reject", None
-        else:
-            verdict, delivery = "drop", None
-        return Path(
-            probability=round(st.prob, 12),
-            verdict=verdict,
-            dnat=st.dnat,
-            masquerade=st.masquerade and verdict == "accept",
-            steps=tuple(st.steps),
-            notes=tuple(st.notes),
-            uncertain=st.uncertain,
-            snat=st.snat if verdict == "accept" else None,
-            delivery=delivery,
-            final_dst=(f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)),
-            rules_evaluated=st.rules_evaluated,
-            reject_with=st.reject_with if verdict == "reject" else None,
-        )
 
     # ------------------------------------------------------------------ chains
     def _candidates(self, chain: Chain, st: _State):

@@ -1,0 +1,210 @@
+"""Parser for ``nft -j list ruleset``: tables, chains (hook, priority, policy), rules (the JSON
+expression tree, kept as is), sets and maps with their elements. General for any table; the
+tracer says which expressions it cannot evaluate."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+
+HOOK_PRIO_NAMES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
+
+
+@dataclass
+class NftRule:
+    family: str
+    table: str
+    chain: str
+    index: int  # 1-based position in its chain
+    handle: int | None
+    expr: list
+    comment: str | None = None
+
+    @property
+    def text(self) -> str:
+        return render_rule(self.expr) + (f' comment "{self.comment}"' if self.comment else "")
+
+
+@dataclass
+class NftChain:
+    family: str
+    table: str
+    name: str
+    type: str | None = None
+    hook: str | None = None
+    prio: int | None = None
+    policy: str | None = None
+    rules: list[NftRule] = field(default_factory=list)
+
+    @property
+    def base(self) -> bool:
+        return self.hook is not None
+
+
+@dataclass
+class NftSet:
+    family: str
+    table: str
+    name: str
+    type: list | str
+    is_map: bool = False
+    map_type: str | None = None
+    flags: list = field(default_factory=list)
+    elems: list = field(default_factory=list)  # raw JSON elements ([key, value] for maps)
+
+
+@dataclass
+class NftRuleset:
+    source: str
+    chains: dict[tuple[str, str, str], NftChain] = field(default_factory=dict)
+    sets: dict[tuple[str, str, str], NftSet] = field(default_factory=dict)
+    tables: list[tuple[str, str]] = field(default_factory=list)
+    rule_count: int = 0
+
+    def chain(self, family: str, table: str, name: str) -> NftChain | None:
+        return self.chains.get((family, table, name))
+
+    def set(self, family: str, table: str, name: str) -> NftSet | None:
+        return self.sets.get((family, table, name))
+
+    def base_chains(self, families: tuple[str, ...], hook: str) -> list[NftChain]:
+        found = [c for c in self.chains.values() if c.base and c.hook == hook and c.family in families]
+        return sorted(found, key=lambda c: (c.prio if c.prio is not None else 0))
+
+    def has_table(self, family: str, name: str) -> bool:
+        return (family, name) in self.tables
+
+
+def _prio(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        base, _, off = value.replace(" ", "").partition("+")
+        if "-" in base[1:]:
+            base, off = base.split("-", 1)
+            off = "-" + off
+        return HOOK_PRIO_NAMES.get(base, 0) + (int(off) if off else 0)
+    return None
+
+
+def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset") -> NftRuleset:
+    if isinstance(data, (str, bytes)):
+        try:
+            doc = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise InputError(source, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+        except (UnicodeDecodeError, RecursionError):
+            raise InputError(source, "not a JSON text") from None
+    else:
+        doc = data
+    if not isinstance(doc, dict) or not isinstance(doc.get("nftables"), list):
+        raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
+    rs = NftRuleset(source=source)
+    pending: list[dict] = []
+    for n, item in enumerate(doc["nftables"]):
+        if not isinstance(item, dict) or len(item) != 1:
+            raise InputError(source, f"nftables[{n}] is not a single-key object")
+        (kind, body), = item.items()
+        if not isinstance(body, dict) and kind != "metainfo":
+            raise InputError(source, f"nftables[{n}].{kind} is not an object")
+        if kind == "table":
+            rs.tables.append((body.get("family", "ip"), body.get("name", "")))
+        elif kind == "chain":
+            key = (body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
+            rs.chains[key] = NftChain(*key, type=body.get("type"), hook=body.get("hook"), prio=_prio(body.get("prio")), policy=body.get("policy"))
+        elif kind in ("set", "map"):
+            key = (body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
+            rs.sets[key] = NftSet(*key, type=body.get("type"), is_map=kind == "map", map_type=body.get("map"),
+                                  flags=list(body.get("flags") or []), elems=list(body.get("elem") or []))
+        elif kind == "rule":
+            pending.append(body)
+    for body in pending:
+        key = (body.get("family", "ip"), body.get("table", ""), body.get("chain", ""))
+        chain = rs.chains.get(key)
+        if chain is None:
+            raise InputError(source, f"rule for chain {key[2]!r} of table {key[1]!r}, which is not declared")
+        expr = body.get("expr")
+        if not isinstance(expr, list):
+            raise InputError(source, f"rule {body.get('handle')} in {key[2]} has no expression list")
+        chain.rules.append(NftRule(*key, index=len(chain.rules) + 1, handle=body.get("handle"), expr=expr, comment=body.get("comment")))
+        rs.rule_count += 1
+    return rs
+
+
+# ----------------------------------------------------------------------- rendering (for steps)
+def render_value(v) -> str:
+    if isinstance(v, dict):
+        if "payload" in v:
+            p = v["payload"]
+            return f"{p.get('protocol', '')} {p.get('field', '')}".strip()
+        if "meta" in v:
+            return f"meta {v['meta'].get('key')}"
+        if "ct" in v:
+            return f"ct {v['ct'].get('key')}"
+        if "fib" in v:
+            return f"fib {' . '.join(v['fib'].get('flags', []))} {v['fib'].get('result')}"
+        if "concat" in v:
+            return " . ".join(render_value(x) for x in v["concat"])
+        if "prefix" in v:
+            return f"{v['prefix']['addr']}/{v['prefix']['len']}"
+        if "range" in v:
+            return f"{render_value(v['range'][0])}-{render_value(v['range'][1])}"
+        if "set" in v:
+            return "{ " + ", ".join(render_value(x) for x in v["set"]) + " }"
+        if "numgen" in v:
+            return f"numgen {v['numgen'].get('mode')} mod {v['numgen'].get('mod')}"
+        for op in ("&", "|", "^"):
+            if op in v:
+                a, b = v[op]
+                return f"{render_value(a)} {op} {render_value(b)}"
+        if "elem" in v:
+            return render_value(v["elem"].get("val"))
+        for verdict in ("goto", "jump"):
+            if verdict in v:
+                return f"{verdict} {v[verdict].get('target')}"
+        return json.dumps(v, separators=(",", ":"))
+    if isinstance(v, list):
+        if len(v) == 2 and not isinstance(v[0], list):
+            return f"{render_value(v[0])} : {render_value(v[1])}"
+        return "{ " + ", ".join(render_value(x) for x in v) + " }"
+    return str(v)
+
+
+def render_rule(expr: list) -> str:
+    out = []
+    for e in expr:
+        if not isinstance(e, dict) or not e:
+            continue
+        (k, v), = list(e.items())[:1]
+        if k == "match":
+            op = v.get("op", "==")
+            left, right = render_value(v.get("left")), render_value(v.get("right"))
+            out.append(f"{left} {right}" if op in ("==", "in") else f"{left} {op} {right}")
+        elif k == "vmap":
+            out.append(f"{render_value(v.get('key'))} vmap {render_value(v.get('data'))}")
+        elif k in ("jump", "goto"):
+            out.append(f"{k} {v.get('target')}")
+        elif k in ("accept", "drop", "return", "continue"):
+            out.append(k)
+        elif k == "reject":
+            out.append("reject" + (f" with {v.get('type')} {v.get('expr')}" if isinstance(v, dict) and v.get("expr") else ""))
+        elif k == "dnat":
+            port = f":{v['port']}" if v.get("port") is not None else ""
+            out.append(f"dnat to {render_value(v.get('addr'))}{port}")
+        elif k == "snat":
+            out.append(f"snat to {render_value(v.get('addr'))}")
+        elif k == "masquerade":
+            out.append("masquerade" + (f" {v.get('flags')}" if isinstance(v, dict) and v.get("flags") else ""))
+        elif k == "mangle":
+            out.append(f"{render_value(v.get('key'))} set {render_value(v.get('value'))}")
+        elif k == "counter":
+            out.append("counter")
+        elif k == "set":
+            out.append(f"{v.get('op')} {v.get('set')} {{ {render_value(v.get('elem'))} }}")
+        else:
+            out.append(k if v is None else f"{k} {render_value(v)}")
+    return " ".join(out)

@@ -1,0 +1,454 @@
+"""Trace one packet through an nftables ruleset (kube-proxy's ``table ip kube-proxy`` and any other).
+
+Base chains of the ``ip`` and ``inet`` families run per hook in priority order (so a host
+firewall in another table is seen too); ``jump``/``goto``/``return``, verdict maps on
+concatenated keys, ``numgen random mod N`` (every index its own path, probability 1/N),
+``fib … type``, ``ct state``, ``meta mark`` arithmetic, ``dnat``/``snat``/``masquerade``,
+``reject``/``drop``. An expression kpdiag cannot evaluate marks the path uncertain, with a note.
+"""
+
+from __future__ import annotations
+
+from ..parse.addr import Prefix, parse_ip, parse_prefix
+from ..parse.nft import NftChain, NftRule, NftRuleset
+from .model import Step, ip_text
+from .netfilter import MAX_DEPTH, MAX_PATHS, PacketWalker, _State
+from .routing import RoutingTable
+
+FAMILIES = ("ip", "inet")
+PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 132: "sctp", 58: "icmpv6"}
+TYPE_KINDS = {"ipv4_addr": "ip", "ipv6_addr": "ip", "inet_proto": "proto", "inet_service": "port", "mark": "int",
+              "ifname": "str", "ether_addr": "str", "integer": "int", "verdict": "verdict"}
+
+
+class Unknown(Exception):
+    """An expression kpdiag cannot evaluate (the message says which)."""
+
+
+def _kind_of(left) -> str:
+    if isinstance(left, dict):
+        if "payload" in left:
+            f = left["payload"].get("field")
+            if f in ("saddr", "daddr"):
+                return "ip"
+            if f in ("sport", "dport"):
+                return "port"
+            if f == "protocol":
+                return "proto"
+            return "int"
+        if "meta" in left:
+            key = left["meta"].get("key")
+            return {"l4proto": "proto", "mark": "int", "iifname": "str", "oifname": "str", "nfproto": "str", "protocol": "str"}.get(key, "int")
+        if "ct" in left:
+            key = left["ct"].get("key")
+            return {"state": "ctstate", "mark": "int", "status": "ctstate", "original": "ip"}.get(key, "int")
+        if "fib" in left:
+            return "str"
+        if "concat" in left:
+            return "concat"
+        for op in ("&", "|", "^"):
+            if op in left:
+                return "int"
+    return "str"
+
+
+def _norm(kind: str, v):
+    """A right-hand value (literal, prefix, range) in the same terms as the packet's values."""
+    if isinstance(v, dict):
+        if "prefix" in v:
+            return parse_prefix(f"{v['prefix']['addr']}/{v['prefix']['len']}")
+        if "range" in v:
+            lo, hi = v["range"]
+            return ("range", _norm(kind, lo), _norm(kind, hi))
+        if "elem" in v:
+            return _norm(kind, v["elem"].get("val"))
+        raise Unknown(f"value {v}")
+    if kind == "ip":
+        return parse_ip(str(v))[0]
+    if kind == "port":
+        return int(v)
+    if kind == "proto":
+        return PROTO_NAMES.get(v, str(v).lower()) if isinstance(v, int) else str(v).lower()
+    if kind == "int":
+        return int(v, 0) if isinstance(v, str) else int(v)
+    if kind == "ctstate":
+        return {v} if isinstance(v, str) else set(v)
+    return v
+
+
+def _member(value, elem) -> bool:
+    if isinstance(elem, Prefix):
+        return isinstance(value, int) and elem.contains(value, 4 if value <= 0xFFFFFFFF else 6)
+    if isinstance(elem, tuple) and elem and elem[0] == "range":
+        return elem[1] <= value <= elem[2]
+    if isinstance(elem, set):
+        return bool(value & elem) if isinstance(value, set) else value in elem
+    return value == elem
+
+
+class _SetIndex:
+    """A set or map's elements, normalized, with exact lookups in a dict."""
+
+    def __init__(self, kinds: list[str], elems: list, is_map: bool):
+        self.kinds = kinds
+        self.exact: dict = {}
+        self.intervals: list = []
+        for raw in elems:
+            key, value = (raw[0], raw[1]) if is_map and isinstance(raw, list) and len(raw) == 2 else (raw, None)
+            if isinstance(key, dict) and "elem" in key:
+                key = key["elem"].get("val")
+            if isinstance(key, dict) and "concat" in key:
+                parts = tuple(_norm(k, p) for k, p in zip(kinds, key["concat"]))
+            else:
+                parts = (_norm(kinds[0], key),)
+            if any(isinstance(p, (Prefix, tuple, set)) for p in parts):
+                self.intervals.append((parts, value))
+            else:
+                self.exact[parts] = value
+
+    def lookup(self, key: tuple):
+        if key in self.exact:
+            return True, self.exact[key]
+        for parts, value in self.intervals:
+            if all(_member(k, p) for k, p in zip(key, parts)):
+                return True, value
+        return False, None
+
+
+class NftTracer(PacketWalker):
+    def __init__(self, ruleset: NftRuleset, routing: RoutingTable | None = None, mode: str = "nftables"):
+        self.rs = ruleset
+        self.routing = routing or RoutingTable()
+        self.mode = mode
+        self._sets: dict = {}
+
+    # ----------------------------------------------------------------- hooks
+    def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:
+        """Every base chain of the ip/inet families on this hook, by priority."""
+        hook_name = hook
+        hook = hook.lower()
+        for chain in self.rs.base_chains(FAMILIES, hook):
+            nxt = []
+            for st in states:
+                if chain.type == "nat" and (st.untracked or st.nat_done == hook):
+                    nxt.append(st)
+                    continue
+                st.hook = hook_name
+                dnat_before = st.ct_dnat
+                for s2, outcome in self._run(chain, st, 0, 0):
+                    if outcome == "return":
+                        outcome = (chain.policy or "accept")
+                        if outcome != "accept":
+                            s2.steps.append(Step(s2.hook, f"{chain.family} {chain.table}", chain.name, None, f"policy {outcome}", f"policy {outcome}"))
+                    if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
+                        s2.nat_done = hook
+                    if outcome == "accept":
+                        nxt.append(s2)
+                    else:
+                        s2.hook = outcome
+                        finished.append(s2)
+            if len(nxt) > MAX_PATHS:
+                nxt = sorted(nxt, key=lambda s: -s.prob)[:MAX_PATHS]
+            states = nxt
+            if hook == "output" and chain.type == "nat":
+                for st in states:
+                    if st.ct_dnat:
+                        route = self.routing.lookup(st.dst, st.ver)
+                        st.oif = route.dev if route is not None else None
+        return states
+
+    # ----------------------------------------------------------------- chains and rules
+    def _run(self, chain: NftChain, st: _State, start: int, depth: int) -> list[tuple[_State, str]]:
+        if depth > MAX_DEPTH:
+            st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
+            return [(st, "drop")]
+        out: list[tuple[_State, str]] = []
+        rules = chain.rules
+        for pos in range(start, len(rules)):
+            st.rules_evaluated += 1
+            results = self._rule(rules[pos], st)
+            if len(results) == 1 and results[0][1] is None:
+                st = results[0][0]
+                continue
+            for s2, action in results:
+                if action is None:
+                    out.extend(self._run(chain, s2, pos + 1, depth))
+                elif isinstance(action, tuple):
+                    verb, target = action
+                    sub = self.rs.chain(chain.family, chain.table, target)
+                    if sub is None:
+                        s2.note(f"{chain.name}: {verb} to missing chain {target}", uncertain=True)
+                        out.extend(self._run(chain, s2, pos + 1, depth))
+                        continue
+                    for s3, o3 in self._run(sub, s2, 0, depth + 1):
+                        if o3 == "return" and verb == "jump":
+                            out.extend(self._run(chain, s3, pos + 1, depth))
+                        else:
+                            out.append((s3, o3))
+                else:
+                    out.append((s2, action))
+            return out
+        out.append((st, "return"))
+        return out
+
+    def _step(self, rule: NftRule, st: _State, action: str) -> None:
+        st.steps.append(Step(st.hook, f"{rule.family} {rule.table}", rule.chain, rule.index, rule.text, action,
+                             f"{self.rs.source}#handle{rule.handle}" if rule.handle is not None else self.rs.source))
+
+    def _rule(self, rule: NftRule, st: _State) -> list[tuple[_State, object]]:
+        """Evaluate one rule: [(state, action)] — action None (next rule), "accept"/"drop"/"reject"/"return", or (jump|goto, chain)."""
+        return self._exprs(rule, rule.expr, 0, st)
+
+    def _exprs(self, rule: NftRule, exprs: list, i: int, st: _State) -> list[tuple[_State, object]]:
+        while i < len(exprs):
+            e = exprs[i]
+            (k, v), = list(e.items())[:1]
+            try:
+                if k == "match":
+                    if not self._match(rule, v, st):
+                        return [(st, None)]
+                elif k == "vmap":
+                    key = v.get("key")
+                    if isinstance(key, dict) and "numgen" in key:
+                        return self._numgen(rule, key["numgen"], v.get("data"), exprs, i, st)
+                    found, verdict = self._lookup(rule, key, v.get("data"), st)
+                    if not found:
+                        return [(st, None)]
+                    return [(st, self._verdict(rule, verdict, st))]
+                elif k in ("accept", "drop", "return", "continue", "jump", "goto"):
+                    return [(st, self._verdict(rule, e, st))]
+                elif k == "reject":
+                    st.reject_with = (v or {}).get("expr") or "port-unreachable" if isinstance(v, dict) else "port-unreachable"
+                    self._step(rule, st, f"reject ({st.reject_with})")
+                    return [(st, "reject")]
+                elif k == "dnat":
+                    addr = v.get("addr")
+                    if isinstance(addr, str):
+                        st.dst = parse_ip(addr)[0]
+                    if v.get("port") is not None:
+                        st.dport = int(v["port"])
+                    st.ct_dnat = True
+                    st.dnat = f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)
+                    self._step(rule, st, f"DNAT to {st.dnat}")
+                    return [(st, "accept")]
+                elif k == "snat":
+                    st.snat = str(v.get("addr"))
+                    st.ct_snat = True
+                    self._step(rule, st, f"SNAT to {st.snat}")
+                    return [(st, "accept")]
+                elif k == "masquerade":
+                    st.masquerade = st.ct_snat = True
+                    self._step(rule, st, "masquerade (source becomes the outgoing interface's address)")
+                    return [(st, "accept")]
+                elif k == "redirect":
+                    st.local_redirect = st.ct_dnat = True
+                    st.dnat = f"(node itself):{v.get('port', st.dport) if isinstance(v, dict) else st.dport}"
+                    self._step(rule, st, "redirect to the node itself")
+                    return [(st, "accept")]
+                elif k == "mangle":
+                    self._mangle(rule, v, st)
+                elif k == "notrack":
+                    st.untracked = True
+                    self._step(rule, st, "notrack")
+                elif k == "set":
+                    if v.get("op") in ("update", "add"):
+                        st.note(f"session affinity: {rule.chain} records the client in {v.get('set')} (kpdiag assumes a client not seen before)")
+                elif k in ("counter", "log", "limit", "quota", "meter", "comment"):
+                    pass
+                elif k == "xt":
+                    raise Unknown("an iptables-nft compatibility expression (trace it with --rules from iptables-save)")
+                else:
+                    raise Unknown(f"expression '{k}'")
+            except Unknown as exc:
+                st.note(f"{rule.family} {rule.table} {rule.chain} rule {rule.index}: {exc} cannot be evaluated; assumed not matching", uncertain=True)
+                return [(st, None)]
+            i += 1
+        self._step(rule, st, "continue")
+        return [(st, None)]
+
+    def _numgen(self, rule, numgen: dict, data, exprs, i, st):
+        mod = int(numgen.get("mod", 1))
+        offset = int(numgen.get("offset", 0))
+        if numgen.get("mode") != "random":
+            st.note(f"{rule.chain}: numgen {numgen.get('mode')} depends on history; every index taken with probability 1/{mod}")
+        out = []
+        for n in range(mod):
+            branch = st.fork(1.0 / mod) if mod > 1 else st
+            found, verdict = self._lookup(rule, None, data, branch, key_value=(n + offset,), kinds=["int"])
+            out.append((branch, self._verdict(rule, verdict, branch) if found else None))
+        return out
+
+    def _verdict(self, rule: NftRule, verdict, st: _State):
+        if isinstance(verdict, str):
+            verdict = {verdict: None}
+        if not isinstance(verdict, dict):
+            raise Unknown(f"verdict {verdict}")
+        (k, v), = list(verdict.items())[:1]
+        if k in ("jump", "goto"):
+            self._step(rule, st, f"{k} {v.get('target')}")
+            return (k, v.get("target"))
+        if k == "continue":
+            self._step(rule, st, "continue")
+            return None
+        self._step(rule, st, k)
+        return k
+
+    # ----------------------------------------------------------------- values
+    def _value(self, rule: NftRule, left, st: _State):
+        if isinstance(left, dict):
+            if "payload" in left:
+                p = left["payload"]
+                proto, f = p.get("protocol"), p.get("field")
+                if f == "saddr" and proto in ("ip", "ip6"):
+                    return st.src
+                if f == "daddr" and proto in ("ip", "ip6"):
+                    return st.dst
+                if f == "protocol" and proto == "ip":
+                    return st.proto
+                if f in ("sport", "dport") and proto in ("th", "tcp", "udp", "sctp"):
+                    if proto != "th" and proto != st.proto:
+                        raise _NoMatch()
+                    return st.sport if f == "sport" else st.dport
+                if proto == "icmp" and f in ("type", "code"):
+                    if st.proto != "icmp":
+                        raise _NoMatch()
+                    return st.icmp_type if f == "type" else st.icmp_code
+                raise Unknown(f"payload {proto} {f}")
+            if "meta" in left:
+                key = left["meta"].get("key")
+                if key == "l4proto":
+                    return st.proto
+                if key == "mark":
+                    return st.mark
+                if key in ("iifname", "iif"):
+                    if st.iif is None:
+                        if st.hook in ("OUTPUT", "POSTROUTING"):
+                            return ""
+                        raise Unknown("the input interface (give --iif)")
+                    return st.iif
+                if key in ("oifname", "oif"):
+                    if st.oif is None:
+                        raise Unknown("the output interface (no route known)")
+                    return st.oif
+                if key in ("nfproto", "protocol"):
+                    return "ipv4" if key == "nfproto" else "ip"
+                raise Unknown(f"meta {key}")
+            if "ct" in left:
+                key = left["ct"].get("key")
+                if key == "state":
+                    if st.untracked:
+                        return {"untracked"}
+                    return {"new"}
+                if key == "status":
+                    s = set()
+                    if st.ct_dnat:
+                        s.add("dnat")
+                    if st.ct_snat:
+                        s.add("snat")
+                    return s
+                if key == "mark":
+                    return st.ctmark
+                raise Unknown(f"ct {key}")
+            if "fib" in left:
+                fib = left["fib"]
+                flags, result = fib.get("flags") or [], fib.get("result")
+                if result != "type":
+                    raise Unknown(f"fib {result}")
+                addr = st.src if "saddr" in flags else st.dst
+                if self.routing.is_local(addr, st.ver):
+                    return "local"
+                route = self.routing.lookup(addr, st.ver)
+                if route is None:
+                    return "unicast"
+                return {"unicast": "unicast", "blackhole": "blackhole", "unreachable": "unreachable", "prohibit": "prohibit"}.get(route.type, route.type)
+            if "concat" in left:
+                return tuple(self._value(rule, x, st) for x in left["concat"])
+            for op in ("&", "|", "^"):
+                if op in left:
+                    a, b = left[op]
+                    av, bv = self._value(rule, a, st), _norm("int", b) if not isinstance(b, dict) else self._value(rule, b, st)
+                    return {"&": av & bv, "|": av | bv, "^": av ^ bv}[op]
+            raise Unknown(f"expression {list(left)[0]}")
+        return left
+
+    def _set_index(self, rule: NftRule, ref: str, kinds_hint) -> _SetIndex:
+        key = (rule.family, rule.table, ref.lstrip("@"))
+        idx = self._sets.get(key)
+        if idx is None:
+            s = self.rs.set(*key)
+            if s is None:
+                raise Unknown(f"set {ref} (not in the ruleset)")
+            types = s.type if isinstance(s.type, list) else [s.type]
+            kinds = [TYPE_KINDS.get(t, "str") for t in types]
+            idx = _SetIndex(kinds, s.elems, s.is_map)
+            self._sets[key] = idx
+        return idx
+
+    def _lookup(self, rule, key_expr, data, st, key_value=None, kinds=None):
+        if key_value is None:
+            try:
+                value = self._value(rule, key_expr, st)
+            except _NoMatch:
+                return False, None
+            key_value = value if isinstance(value, tuple) else (value,)
+            kinds = ([_kind_of(x) for x in key_expr["concat"]] if isinstance(key_expr, dict) and "concat" in key_expr else [_kind_of(key_expr)])
+        if isinstance(data, str) and data.startswith("@"):
+            idx = self._set_index(rule, data, kinds)
+        elif isinstance(data, dict) and "set" in data:
+            idx = _SetIndex(kinds, data["set"], True)
+        else:
+            raise Unknown(f"map data {data}")
+        s = self.rs.set(rule.family, rule.table, data.lstrip("@")) if isinstance(data, str) else None
+        if s is not None and "timeout" in s.flags and not s.elems:
+            st.note(f"session affinity ({s.name}): kpdiag assumes this client was not seen before")
+        return idx.lookup(tuple(key_value))
+
+    def _match(self, rule: NftRule, m: dict, st: _State) -> bool:
+        op, left, right = m.get("op", "=="), m.get("left"), m.get("right")
+        try:
+            value = self._value(rule, left, st)
+        except _NoMatch:
+            return False
+        kind = _kind_of(left)
+        if isinstance(right, str) and right.startswith("@"):
+            s = self.rs.set(rule.family, rule.table, right[1:])
+            if s is not None and "timeout" in s.flags and not s.elems:
+                st.note(f"session affinity ({s.name}): kpdiag assumes this client was not seen before")
+            idx = self._set_index(rule, right, None)
+            found, _ = idx.lookup(value if isinstance(value, tuple) else (value,))
+            return found if op in ("==", "in") else not found
+        if isinstance(right, dict) and "set" in right:
+            elems = [_norm(kind, x) for x in right["set"]]
+            hit = any(_member(value, e) for e in elems)
+            return hit if op in ("==", "in") else not hit
+        if kind == "ctstate":
+            want = _norm(kind, right)
+            hit = bool(value & want)
+            return hit if op in ("==", "in") else not hit
+        target = _norm(kind, right)
+        hit = _member(value, target)
+        if op in ("==", "in"):
+            return hit
+        if op == "!=":
+            return not hit
+        if op in ("<", ">", "<=", ">="):
+            return {"<": value < target, ">": value > target, "<=": value <= target, ">=": value >= target}[op]
+        raise Unknown(f"operator {op}")
+
+    def _mangle(self, rule: NftRule, v: dict, st: _State) -> None:
+        key = v.get("key", {})
+        if not (isinstance(key, dict) and ("meta" in key or "ct" in key) and (key.get("meta") or key.get("ct")).get("key") == "mark"):
+            raise Unknown("mangle of something other than the mark")
+        before = st.mark if "meta" in key else st.ctmark
+        value = self._value(rule, v.get("value"), st)
+        value = int(value) & 0xFFFFFFFF
+        if "meta" in key:
+            st.mark = value
+        else:
+            st.ctmark = value
+        self._step(rule, st, f"mark 0x{before:x} -> 0x{value:x}")
+
+
+class _NoMatch(Exception):
+    """The packet lacks the header the expression reads (e.g. tcp dport on a UDP packet): no match."""
+

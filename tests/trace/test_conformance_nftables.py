@@ -1,0 +1,42 @@
+"""kube-proxy's nftables ruleset (TestOverallNFTablesRules) and packets whose fate a real kernel recorded."""
+
+import json
+import os
+
+import pytest
+
+from kpdiag.parse.nft import parse_nft_json
+from kpdiag.trace.model import Packet
+from kpdiag.trace.nftables import NftTracer
+from kpdiag.trace.routing import RoutingTable
+
+
+def test_every_case(shared_dir):
+    d = os.path.join(shared_dir, "conformance", "kube-proxy-nftables")
+    with open(os.path.join(d, "cases.json")) as fh:
+        spec = json.load(fh)
+    with open(os.path.join(d, "ruleset.json")) as fh:
+        ruleset = parse_nft_json(fh.read(), "ruleset.json")
+    tracer = NftTracer(ruleset, RoutingTable.from_local_ips(spec["node_ips"]))
+    assert len(spec["cases"]) >= 13
+    for case in spec["cases"]:
+        result = tracer.trace(Packet(case["src"], case["dst"], case["proto"], case["dport"], origin=case["from"]))
+        want = case["expect"]
+        assert sorted(result.dnat_set()) == sorted(want["dnat"]), case["name"]
+        assert result.verdicts() == {want["verdict"]}, case["name"]
+        assert {p.masquerade for p in result.paths} == {want["masquerade"]}, case["name"]
+        assert sum(p.probability for p in result.paths) == pytest.approx(1.0)
+        assert not result.uncertain, (case["name"], [p.notes for p in result.paths])
+
+
+def test_bad_nft_json_names_the_file():
+    from kpdiag.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        parse_nft_json('{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "nope", "expr": []}}]}', "r.json")
+    assert "r.json" in str(exc.value) and "nope" in str(exc.value)
+    with pytest.raises(InputError) as exc:
+        parse_nft_json("{not json", "r.json")
+    assert str(exc.value).startswith("r.json:1: invalid JSON")
+    with pytest.raises(InputError):
+        parse_nft_json('{"something": 1}', "r.json")
