@@ -32,6 +32,9 @@ def cli():
 @cli.command()
 @click.option("--rules", "rules", type=click.Path(dir_okay=False), help="iptables-save output to trace through.")
 @click.option("--bundle", "bundle", type=click.Path(), help="A kpdiag bundle (directory or .tar.gz).")
+@click.option("--nft", "nft_file", type=click.Path(dir_okay=False), help="'nft -j list ruleset' output to trace through (nftables mode).")
+@click.option("--mode", type=click.Choice(["auto", "iptables", "nftables"]), default="auto", show_default=True,
+              help="With --bundle: which rules to trace (auto: the mode kube-proxy runs in).")
 @click.option("--ipsets", "ipset_file", type=click.Path(dir_okay=False), help="'ipset save' output (with --rules).")
 @click.option("--src", help="Source IP (default: a node address with --from node).")
 @click.option("--dst", required=True, help="Destination IP (a ClusterIP, node IP, external or LB IP).")
@@ -44,17 +47,17 @@ def cli():
 @click.option("--iif", help="Input interface of the packet (for rules with -i).")
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
-def trace(rules, bundle, ipset_file, src, dst, proto, dport, sport, origin, local_ips, iif, output, verbose):
+def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, sport, origin, local_ips, iif, output, verbose):
     """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability."""
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
     from .trace.model import Packet
     from .tracing import setup_trace
 
-    if bool(rules) == bool(bundle):
-        raise _fail("give exactly one of --rules FILE or --bundle DIR", exitcodes.USAGE)
+    if sum(bool(x) for x in (rules, bundle, nft_file)) != 1:
+        raise _fail("give exactly one of --rules FILE, --nft FILE or --bundle DIR", exitcodes.USAGE)
     try:
-        setup = setup_trace(rules=rules, bundle=bundle, local_ips=local_ips, ipset_file=ipset_file)
+        setup = setup_trace(rules=rules, bundle=bundle, local_ips=local_ips, ipset_file=ipset_file, nft=nft_file, mode=mode)
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if src is None:

@@ -240,6 +240,18 @@ class NodeState(_NodeFiles):
                 cache[which] = programmed_ports(rs)
         return cache[which]
 
+    def nft(self):
+        """node/nft-ruleset.json parsed (cached), or None."""
+        if "_nft" not in self.__dict__:
+            from .parse.nft import parse_nft_json
+
+            data = self.nft_ruleset
+            rs = None
+            if data is not None:
+                rs = self._parse_text(data, self.bundle.display("node/nft-ruleset.json"), parse_nft_json)
+            self.__dict__["_nft"] = rs
+        return self.__dict__["_nft"]
+
     def tracer(self):
         """One iptables tracer for this node (cached: chain indexes are shared between checks)."""
         if "_tracer" not in self.__dict__:

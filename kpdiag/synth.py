@@ -222,3 +222,115 @@ def many_services(count: int, endpoints: int = 5, *, service_cidr: str = "10.96.
             affinity_seconds=10800 if affinity_every and i % affinity_every == 3 else None,
         ))
     return services
+
+
+def _nft_hash(text: str) -> str:
+    return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:8]
+
+
+def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", service_cidr: str = "10.96.0.0/12",
+                node_ips: tuple[str, ...] = ("192.168.50.1",)) -> str:
+    """Render ``services`` as kube-proxy's nftables transaction (``nft -f`` input), in the layout of its
+    TestOverallNFTablesRules: chain names hash8(ns/svc/proto/port)-ns/svc/proto/port; vmaps keyed by
+    ``ip daddr . meta l4proto . th dport``; ``numgen random mod N`` over endpoint chains.
+    (ETP=Local with local endpoints is rendered as a numgen over the local endpoints.)"""
+    t = "ip kube-proxy"
+    head = [
+        f'add table {t} {{ comment "rules for kube-proxy" ; }}',
+        f'add set {t} cluster-ips {{ type ipv4_addr ; comment "Active ClusterIPs" ; }}',
+        f'add set {t} nodeport-ips {{ type ipv4_addr ; comment "IPs that accept NodePort traffic" ; }}',
+        f'add map {t} firewall-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}',
+        f'add map {t} no-endpoint-nodeports {{ type inet_proto . inet_service : verdict ; }}',
+        f'add map {t} no-endpoint-services {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}',
+        f'add map {t} service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}',
+        f'add map {t} service-nodeports {{ type inet_proto . inet_service : verdict ; }}',
+    ]
+    chains = ["cluster-ips-check", "firewall-check", "mark-for-masquerade", "masquerading", "nodeport-endpoints-check",
+              "reject-chain", "services", "service-endpoints-check"]
+    base = [
+        ("filter-prerouting-pre-dnat", "filter hook prerouting priority -110"), ("filter-output-pre-dnat", "filter hook output priority -110"),
+        ("filter-forward", "filter hook forward priority 0"), ("filter-input", "filter hook input priority 0"),
+        ("filter-output", "filter hook output priority 0"), ("nat-output", "nat hook output priority -100"),
+        ("nat-postrouting", "nat hook postrouting priority 100"), ("nat-prerouting", "nat hook prerouting priority -100"),
+    ]
+    rules = [
+        f'add rule {t} cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
+        f'add rule {t} cluster-ips-check ip daddr {{ {service_cidr} }} drop comment "Drop traffic to unallocated ClusterIPs"',
+        f"add rule {t} filter-prerouting-pre-dnat ct state new jump firewall-check",
+        f"add rule {t} filter-forward ct state new jump service-endpoints-check",
+        f"add rule {t} filter-forward ct state new jump cluster-ips-check",
+        f"add rule {t} filter-input ct state new jump nodeport-endpoints-check",
+        f"add rule {t} filter-input ct state new jump service-endpoints-check",
+        f"add rule {t} filter-output ct state new jump service-endpoints-check",
+        f"add rule {t} filter-output-pre-dnat ct state new jump firewall-check",
+        f"add rule {t} filter-output ct state new jump cluster-ips-check",
+        f"add rule {t} firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips",
+        f"add rule {t} mark-for-masquerade mark set mark or 0x4000",
+        f"add rule {t} masquerading mark and 0x4000 == 0 return",
+        f"add rule {t} masquerading mark set mark xor 0x4000",
+        f"add rule {t} masquerading masquerade fully-random",
+        f"add rule {t} nat-output jump services",
+        f"add rule {t} nat-postrouting jump masquerading",
+        f"add rule {t} nat-prerouting jump services",
+        f"add rule {t} nodeport-endpoints-check ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
+        f"add rule {t} reject-chain reject",
+        f"add rule {t} services ip daddr . meta l4proto . th dport vmap @service-ips",
+        f"add rule {t} services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
+        f"add rule {t} service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
+    ]
+    sets: list[str] = []
+    elements = [f"add element {t} nodeport-ips {{ {ip} }}" for ip in node_ips]
+    for svc in services:
+        for port in svc.ports:
+            proto = port.protocol
+            base_name = f"{svc.namespace}/{svc.name}/{proto}/{port.name}"
+            svc_chain = f"service-{_nft_hash(base_name)}-{base_name}"
+            ext_chain = f"external-{_nft_hash(base_name)}-{base_name}"
+            ready = [e for e in svc.endpoints if e.ready]
+            local_ready = [e for e in ready if e.local]
+            has_external = bool(port.node_port or svc.external_ips or svc.lb_ips)
+            elements.append(f"add element {t} cluster-ips {{ {svc.cluster_ip} }}")
+            if not ready:
+                elements.append(f'add element {t} no-endpoint-services {{ {svc.cluster_ip} . {proto} . {port.port} comment "{svc.port_name(port)}" : goto reject-chain }}')
+                if port.node_port:
+                    elements.append(f'add element {t} no-endpoint-nodeports {{ {proto} . {port.node_port} comment "{svc.port_name(port)}" : goto reject-chain }}')
+                continue
+            chains.append(svc_chain)
+            elements.append(f"add element {t} service-ips {{ {svc.cluster_ip} . {proto} . {port.port} : goto {svc_chain} }}")
+            rules.append(f"add rule {t} {svc_chain} ip daddr {svc.cluster_ip} ip saddr != {cluster_cidr} jump mark-for-masquerade")
+            eps = []
+            for e in ready:
+                ep_name = f"{base_name}__{e.ip}/{port.target_port}"
+                ep_chain = f"endpoint-{_nft_hash(ep_name)}-{ep_name}"
+                eps.append((e, ep_chain, ep_name))
+                chains.append(ep_chain)
+                rules.append(f"add rule {t} {ep_chain} ip saddr {e.ip} jump mark-for-masquerade")
+                if svc.affinity_seconds:
+                    aff = f"affinity-{_nft_hash(ep_name)}-{ep_name}"
+                    sets.append(f"add set {t} {aff} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {svc.affinity_seconds}s ; }}")
+                    rules.append(f"add rule {t} {ep_chain} update @{aff} {{ ip saddr }}")
+                rules.append(f"add rule {t} {ep_chain} meta l4proto {proto} dnat to {e.ip}:{port.target_port}")
+            if svc.affinity_seconds:
+                for e, ep_chain, ep_name in eps:
+                    rules.append(f"add rule {t} {svc_chain} ip saddr @affinity-{_nft_hash(ep_name)}-{ep_name} goto {ep_chain}")
+            vmap = ", ".join(f"{i} : goto {c}" for i, (_, c, _) in enumerate(eps))
+            rules.append(f"add rule {t} {svc_chain} numgen random mod {len(eps)} vmap {{ {vmap} }}")
+            if has_external:
+                chains.append(ext_chain)
+                if port.node_port:
+                    elements.append(f"add element {t} service-nodeports {{ {proto} . {port.node_port} : goto {ext_chain} }}")
+                if svc.etp_local:
+                    rules.append(f'add rule {t} {ext_chain} ip saddr {cluster_cidr} goto {svc_chain} comment "short-circuit pod traffic"')
+                    rules.append(f'add rule {t} {ext_chain} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"')
+                    rules.append(f'add rule {t} {ext_chain} fib saddr type local goto {svc_chain} comment "short-circuit local traffic"')
+                    local = [(e, c) for e, c, _ in eps if e.local]
+                    if local:
+                        lvmap = ", ".join(f"{i} : goto {c}" for i, (_, c) in enumerate(local))
+                        rules.append(f"add rule {t} {ext_chain} numgen random mod {len(local)} vmap {{ {lvmap} }}")
+                    elif port.node_port:
+                        elements.append(f'add element {t} no-endpoint-nodeports {{ {proto} . {port.node_port} comment "{svc.port_name(port)}" : drop }}')
+                else:
+                    rules.append(f"add rule {t} {ext_chain} jump mark-for-masquerade")
+                    rules.append(f"add rule {t} {ext_chain} goto {svc_chain}")
+    decl = [f"add chain {t} {name}" for name in chains] + [f"add chain {t} {name} {{ type {spec} ; }}" for name, spec in base]
+    return "\n".join(head + sets + decl + rules + elements) + "\n"

@@ -29,14 +29,21 @@ def _read_file(path: str) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(), ipset_file: str | None = None) -> TraceSetup:
-    """Build a tracer from ``--rules FILE`` (iptables-save text) or ``--bundle DIR|TGZ``."""
+def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(), ipset_file: str | None = None,
+                nft: str | None = None, mode: str = "auto") -> TraceSetup:
+    """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset) or ``--bundle``."""
     from .parse.iptables import parse_iptables_save
     from .trace.netfilter import IptablesTracer
     from .trace.routing import RoutingTable
 
     problems: list[Problem] = []
     ipsets = None
+    if nft:
+        from .parse.nft import parse_nft_json
+        from .trace.nftables import NftTracer
+
+        ruleset = parse_nft_json(_read_file(nft), nft)
+        return TraceSetup(NftTracer(ruleset, RoutingTable.from_local_ips(local_ips)), "nftables", problems)
     if rules:
         ruleset = parse_iptables_save(_read_file(rules), rules)
         routing = RoutingTable.from_local_ips(local_ips)
@@ -52,6 +59,22 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
         from .state import NodeState
 
         state = NodeState(Bundle.open(bundle))
+        if mode == "auto":
+            running, _ = state.proxy_mode
+            mode = "nftables" if running == "nftables" else "iptables"
+        if mode == "nftables":
+            nft_rs = state.nft()
+            if nft_rs is None:
+                why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/nft-ruleset.json"
+                raise InputError(bundle, f"no nftables ruleset to trace ({why})")
+            routing = state.routing
+            for ip in local_ips:
+                from .parse.addr import parse_ip
+
+                routing.local_ips.add(parse_ip(ip))
+            from .trace.nftables import NftTracer
+
+            return TraceSetup(NftTracer(nft_rs, routing), "nftables", list(state.problems))
         ruleset = state.iptables("iptables-save")
         if ruleset is None:
             why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/iptables-save.txt"

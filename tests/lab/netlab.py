@@ -157,6 +157,9 @@ class KubeNodeLab:
     def load_iptables(self, text: str) -> None:
         self.lab.sh("node", ["iptables-restore"], input=text, timeout=300)
 
+    def load_nft(self, text: str) -> None:
+        self.lab.sh("node", ["nft", "-f", "-"], input=text, timeout=300)
+
 
 TRACE_TABLE = "kpdiag_oracle"
 
@@ -184,7 +187,7 @@ class KernelTrace:
         self.lab.sh(self.role, ["nft", "-f", "-"], input=rules)
         self._fh = open(self.path, "w")
         self._proc = self.lab.background(self.role, ["nft", "monitor", "trace"], self._fh)
-        time.sleep(0.5)
+        time.sleep(1.5)  # nft reads the whole ruleset into its cache before it prints events
         return self
 
     def __exit__(self, *exc) -> None:
@@ -242,16 +245,27 @@ def kernel_fates(groups: dict[str, list[str]]) -> dict[int, KernelFate]:
             continue
         fate = fates.setdefault(sport, KernelFate(sport))
         fate.lines.extend(lines)
+        first_dst = None
         for line in lines:
-            m = re.match(r"ip (\w+) (\S+) rule (.*)\(verdict (\w+)", line)
+            # the packet as each hook sees it: after DNAT its destination has changed (used when the
+            # trace lacks the dnat rule's own line, which nft monitor sometimes omits)
+            p = re.search(r"packet: .*?ip daddr (\S+) .*?(?:tcp|udp|sctp) dport (\d+)", line)
+            if p:
+                here = f"{p.group(1)}:{p.group(2)}"
+                if first_dst is None:
+                    first_dst = here
+                elif here != first_dst and fate.dnat_to is None:
+                    fate.dnat_to = here
+                    fate.dnat_chain = "(from the packet)"
+            m = re.match(r"ip (\S+) (\S+) rule (.*)\(verdict (\w+)", line)
             if not m:
                 continue
             table, chain, rule, verdict = m.groups()
-            if table == "nat" and "dnat to" in rule:
+            if "dnat to" in rule:
                 fate.dnat_chain = chain
                 d = re.search(r"dnat to (\S+)", rule)
                 fate.dnat_to = d.group(1) if d else None
-            if table == "nat" and "masquerade" in rule:
+            if " masquerade" in f" {rule}" and verdict == "accept":
                 fate.masquerade = True
             if verdict == "drop":
                 fate.verdict = "reject" if "reject" in rule else "drop"
