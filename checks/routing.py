@@ -32,8 +32,8 @@ def covering_prefix(ips: list[str]) -> str:
 )
 def service_cidr_leaves(ctx, new):
     mode, _ = ctx.proxy_mode
-    if mode in ("ipvs",):
-        return  # ClusterIPs are bound on kube-ipvs0: local, they do not leave
+    if mode in ("ipvs", "nftables"):
+        return  # ipvs: ClusterIPs are bound on kube-ipvs0; nftables: cluster-ips-check rejects/drops on the node
     ports = ctx.programmed() or {}
     ips = sorted({p.cluster_ip for p in ports.values() if p.cluster_ip and ":" not in p.cluster_ip})
     if not ips:

@@ -240,6 +240,15 @@ class NodeState(_NodeFiles):
                 cache[which] = programmed_ports(rs)
         return cache[which]
 
+    @property
+    def nft_version(self) -> tuple[int, int, int] | None:
+        """From node/nft-version.txt ('nftables v1.0.6 (Lester Gooch #5)')."""
+        import re
+
+        text = self.bundle.read_text("node/nft-version.txt")
+        m = re.search(r"v(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+        return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
     def nft(self):
         """node/nft-ruleset.json parsed (cached), or None."""
         if "_nft" not in self.__dict__:

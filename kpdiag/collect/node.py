@@ -198,6 +198,7 @@ class NodeCollector:
 
     def nft(self) -> None:
         self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"])
+        self._run("node/nft-version.txt", "nft", ["--version"])
 
     def ipvs(self) -> None:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):

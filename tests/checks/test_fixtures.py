@@ -19,7 +19,7 @@ NEEDS_FILES = {
     "addresses": ["node/ip-addr.json"], "modules": ["node/modules.txt"], "kernel": ["node/uname.txt"],
     "kube-proxy-config": ["node/kube-proxy/config.yaml", "cluster/kube-proxy-configmap.json"],
     "kube-proxy-log": ["node/kube-proxy/log.txt"], "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
-    "conntrack": ["node/conntrack-stats.txt"],
+    "conntrack": ["node/conntrack-stats.txt"], "nft": ["node/nft-ruleset.json"],
 }
 
 
@@ -81,9 +81,11 @@ def test_fixture_traces(name):
     from kpdiag.state import NodeState
     from kpdiag.trace.model import Packet
 
+    from kpdiag.tracing import setup_trace
+
     t = _scenario(name)["trace"]
-    state = NodeState(Bundle.open(os.path.join(FIXTURES, name)))
-    result = state.tracer().trace(Packet(t["src"], t["dst"], t["proto"], t["dport"]))
+    setup = setup_trace(bundle=os.path.join(FIXTURES, name))  # the mode kube-proxy runs in
+    result = setup.tracer.trace(Packet(t["src"], t["dst"], t["proto"], t["dport"]))
     assert sorted(result.dnat_set()) == sorted(t["expect"]["dnat"])
     assert result.verdicts() == {t["expect"]["verdict"]}
     assert {p.masquerade for p in result.paths} == {t["expect"]["masquerade"]}

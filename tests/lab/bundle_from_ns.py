@@ -34,6 +34,7 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
     grab("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], _pretty_json)
     grab("node/ipset.txt", ["ipset", "save"])
     grab("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"])
+    grab("node/nft-version.txt", ["nft", "--version"])
     grab("node/uname.txt", ["uname", "-r"])
     grab("node/sysctl.txt", ["sysctl", "-a"], lambda t: "".join(l + "\n" for l in t.splitlines() if l.startswith(SYSCTL_PREFIXES)))
     files.update(extra or {})

@@ -1,0 +1,135 @@
+"""nftables mode: prerequisites, and the node's kube-proxy table against the API."""
+
+from __future__ import annotations
+
+from kpdiag import evidence as ev
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+from .service import _services, _svc_ev
+
+MIN_KERNEL = (5, 13, 0)
+MIN_NFT = (1, 0, 1)
+
+
+def _nft_mode(ctx) -> bool:
+    mode, _ = ctx.proxy_mode
+    cfg = ctx.kube_proxy_config
+    return mode == "nftables" or (cfg is not None and cfg.mode == "nftables")
+
+
+@check(
+    "KP401", "nftables-prerequisites", "nftables mode on a kernel or nft too old for it", "error",
+    needs=("kernel",),
+    symptom="kube-proxy configured with mode: nftables crash-loops or falls back; Services do not work on this node.",
+    why="""
+        kube-proxy's nftables mode (beta in v1.31, GA in v1.33) uses kernel features that arrived in Linux 5.13 and
+        an nft userspace of at least 1.0.1. On an older kernel kube-proxy refuses to start in that mode (the log says
+        which feature is missing), so the node gets no Service rules at all.
+    """,
+    fix="Upgrade the node's kernel (≥ 5.13) and nftables (≥ 1.0.1), or keep mode: iptables on these nodes.",
+    references=("https://kubernetes.io/docs/reference/networking/virtual-ips/#proxy-mode-nftables",),
+)
+def prerequisites(ctx, new):
+    if not _nft_mode(ctx):
+        return
+    kernel = ctx.kernel
+    problems, evidence = [], []
+    if kernel < MIN_KERNEL:
+        problems.append(f"kernel {'.'.join(map(str, kernel))} < 5.13")
+        evidence.append(Evidence(ctx.bundle.display("node/uname.txt"), ".".join(map(str, kernel)), 1))
+    nft_v = ctx.nft_version
+    if nft_v is not None and nft_v < MIN_NFT:
+        problems.append(f"nft {'.'.join(map(str, nft_v))} < 1.0.1")
+        evidence.append(Evidence(ctx.bundle.display("node/nft-version.txt"), ".".join(map(str, nft_v)), 1))
+    if not problems:
+        return
+    yield new(
+        f"kube-proxy is set to nftables mode, but this node has {' and '.join(problems)}",
+        fix=("uname -r; nft --version", "upgrade the node image (kernel ≥ 5.13, nftables ≥ 1.0.1) — or set mode: iptables in the kube-proxy ConfigMap for these nodes",
+             "kubectl -n kube-system logs ds/kube-proxy | grep -i nftables   # what kube-proxy said"),
+        evidence=evidence + [e for e in [ev.config(ctx, "mode")] if e],
+        subject="node",
+    )
+
+
+def _programmed(ctx):
+    from kpdiag.kube_nft import programmed_nft
+
+    rs = ctx.nft()
+    prog = programmed_nft(rs)
+    return rs, prog
+
+
+def _api_ports(svc):
+    for port in svc.ports:
+        proto = (port.get("protocol") or "TCP").lower()
+        for ip in svc.cluster_ips:
+            if ":" not in ip:
+                yield port, (ip, proto, int(port.get("port")))
+
+
+@check(
+    "KP402", "nftables-service-missing", "Service in the API, but not in kube-proxy's nftables maps", "error",
+    needs=("services", "endpointslices", "nft"),
+    symptom="The Service works from other nodes, not from this one (rejected or dropped by cluster-ips-check).",
+    why="""
+        In nftables mode kube-proxy puts every ClusterIP . protocol . port into its service-ips verdict map. A Service
+        port with ready endpoints that is missing there is not translated on this node: traffic to it hits
+        cluster-ips-check and is rejected (a ClusterIP on an unknown port) or dropped (an address not in cluster-ips).
+        This node's kube-proxy is stale, stuck, or not running.
+    """,
+    fix="Check kube-proxy on this node (log, /healthz); restart it.",
+)
+def service_missing(ctx, new):
+    rs, prog = _programmed(ctx)
+    if prog is None:
+        return  # no kube-proxy table: not nftables mode, nothing of this kind to compare
+    for svc in _services(ctx):
+        for port, key in _api_ports(svc):
+            if not any(e.ready for e in svc.endpoints_for(port)):
+                continue
+            if key in prog and prog[key].chain:
+                continue
+            yield new(
+                f"{svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
+                fix=("nft list map ip kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
+                evidence=[_svc_ev(ctx, svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
+                          Evidence(rs.source, f"map ip kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")],
+                subject=f"{svc.key}:{key[2]}",
+            )
+
+
+@check(
+    "KP403", "nftables-endpoints-mismatch", "nftables endpoint chains differ from the ready endpoints", "error",
+    needs=("services", "endpointslices", "nft"),
+    symptom="A share of connections to the Service fails or reaches old pods on this node.",
+    why="""
+        kube-proxy's per-Service chain picks an endpoint chain with numgen random mod N; each endpoint chain DNATs to
+        one pod. When those DNAT targets differ from the Service's ready endpoints, this node sends a share of the
+        connections to pods that are gone, or never to new ones: kube-proxy's view is stale.
+    """,
+    fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
+)
+def endpoints_mismatch(ctx, new):
+    rs, prog = _programmed(ctx)
+    if prog is None:
+        return  # no kube-proxy table: not nftables mode
+    for svc in _services(ctx):
+        for port, key in _api_ports(svc):
+            want = {f"{e.ip}:{svc.target_of(e, port)}" for e in svc.endpoints_for(port) if e.ready}
+            p = prog.get(key)
+            if not want or p is None or not p.chain:
+                continue
+            have = set(p.endpoints)
+            if have == want:
+                continue
+            gone, missing = sorted(have - want), sorted(want - have)
+            yield new(
+                f"{svc.key} {key[0]}:{key[2]}: the node DNATs to {', '.join(gone) or 'no stale endpoint'}"
+                + (f" and misses {', '.join(missing)}" if missing else ""),
+                fix=(f"nft list chain ip kube-proxy '{p.chain}'", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+                evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"),
+                          Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"ready: {', '.join(sorted(want))}")],
+                subject=f"{svc.key}:{key[2]}",
+            )

@@ -1,0 +1,80 @@
+"""What kube-proxy programmed in nftables mode, read back from its ``ip kube-proxy`` table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .parse.nft import NftRuleset
+
+TABLE = ("ip", "kube-proxy")
+
+
+@dataclass
+class NftServicePort:
+    key: tuple[str, str, int]  # (ClusterIP, proto, port)
+    chain: str | None  # service-… chain (None: goto reject-chain / drop in no-endpoint-services)
+    endpoints: list[str] = field(default_factory=list)  # "ip:port" DNAT targets
+    no_endpoints: bool = False
+
+
+def _elem_key(raw):
+    key = raw[0] if isinstance(raw, list) else raw
+    if isinstance(key, dict) and "elem" in key:
+        key = key["elem"].get("val")
+    if isinstance(key, dict) and "concat" in key:
+        parts = key["concat"]
+        if len(parts) == 3:
+            return (str(parts[0]), str(parts[1]), int(parts[2]))
+    return None
+
+
+def _target(raw) -> str | None:
+    value = raw[1] if isinstance(raw, list) and len(raw) == 2 else None
+    if isinstance(value, dict):
+        for verb in ("goto", "jump"):
+            if verb in value:
+                return value[verb].get("target")
+    return None
+
+
+def programmed_nft(rs: NftRuleset) -> dict[tuple[str, str, int], NftServicePort] | None:
+    """(ClusterIP, proto, port) → what the node does with it; None without kube-proxy's table."""
+    if not rs.has_table(*TABLE):
+        return None
+    out: dict[tuple[str, str, int], NftServicePort] = {}
+    service_ips = rs.set(*TABLE, "service-ips")
+    for raw in service_ips.elems if service_ips else []:
+        key, chain = _elem_key(raw), _target(raw)
+        if key is None:
+            continue
+        port = out[key] = NftServicePort(key, chain)
+        c = rs.chain(*TABLE, chain) if chain else None
+        for rule in c.rules if c else []:
+            for e in rule.expr:
+                vmap = e.get("vmap") if isinstance(e, dict) else None
+                if vmap and isinstance(vmap.get("key"), dict) and "numgen" in vmap["key"]:
+                    for item in (vmap.get("data") or {}).get("set", []):
+                        ep_chain = _target(item)
+                        port.endpoints.extend(_dnat_targets(rs, ep_chain))
+    no_eps = rs.set(*TABLE, "no-endpoint-services")
+    for raw in no_eps.elems if no_eps else []:
+        key = _elem_key(raw)
+        if key is not None:
+            out.setdefault(key, NftServicePort(key, None)).no_endpoints = True
+    return out
+
+
+def _dnat_targets(rs: NftRuleset, chain_name: str | None) -> list[str]:
+    c = rs.chain(*TABLE, chain_name) if chain_name else None
+    out = []
+    for rule in c.rules if c else []:
+        for e in rule.expr:
+            d = e.get("dnat") if isinstance(e, dict) else None
+            if d and isinstance(d.get("addr"), str):
+                out.append(f"{d['addr']}:{d['port']}" if d.get("port") is not None else d["addr"])
+    return out
+
+
+def cluster_ips(rs: NftRuleset) -> list[str]:
+    s = rs.set(*TABLE, "cluster-ips")
+    return [str(e) for e in (s.elems if s else []) if isinstance(e, str)]
