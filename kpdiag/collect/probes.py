@@ -186,12 +186,18 @@ class RawProber:
 
 
 def _loop(responders: list[str]) -> list[str] | None:
-    """The addresses a packet bounces between, when the TTL walk shows the same ones again and again."""
-    if len(responders) < 4:
+    """The addresses a packet bounces between, when the TTL walk shows the same ones again and again.
+
+    Routers rate-limit ICMP errors, so some hops stay silent: a loop is two (or three) addresses that
+    each answer at least twice among the later hops, and nothing else answering there."""
+    tail = responders[-6:]
+    if len(tail) < 4:
         return None
-    tail = responders[-4:]
-    if tail[0] == tail[2] and tail[1] == tail[3] and tail[0] != tail[1]:
-        return [tail[0], tail[1]]
+    counts: dict[str, int] = {}
+    for r in tail:
+        counts[r] = counts.get(r, 0) + 1
+    if 2 <= len(counts) <= 3 and all(n >= 2 for n in counts.values()):
+        return sorted(counts, key=lambda a: tail.index(a))
     return None
 
 

@@ -126,3 +126,13 @@ def test_probabilities_are_uniform(n):
     svc = Service("ns", "s", "10.96.0.5", [Port("p", 80, 8080)], [Endpoint(f"10.244.0.{i + 2}") for i in range(n)])
     r = tracer(iptables_ruleset([svc])).trace(Packet("10.244.9.9", "10.96.0.5", "tcp", 80, origin="pod"))
     assert [p.probability for p in r.paths] == pytest.approx([1 / n] * n, abs=1e-8)
+
+
+def test_ttl_walk_loop_detection_tolerates_rate_limited_hops():
+    from kpdiag.collect.probes import _loop
+
+    assert _loop(["10.0.0.1", "192.168.60.1", "10.0.0.1", "192.168.60.1"]) == ["10.0.0.1", "192.168.60.1"]
+    # ICMP rate limiting: some hops silent, so the sequence is uneven
+    assert set(_loop(["10.0.0.1", "192.168.60.1", "10.0.0.1", "10.0.0.1", "192.168.60.1"]) or []) == {"10.0.0.1", "192.168.60.1"}
+    assert _loop(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "8.8.8.8"]) is None  # a path, not a loop
+    assert _loop(["10.0.0.1", "192.168.60.1"]) is None
