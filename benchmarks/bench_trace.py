@@ -126,6 +126,57 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
     return row
 
 
+def bench_nft(n: int, endpoints: int, packets: int) -> dict:
+    """nftables mode: `nft -j list ruleset` vs the whole `kpdiag trace --nft` process, per-packet latency."""
+    from kpdiag.synth import nft_ruleset
+
+    services = many_services(n, endpoints)
+    row: dict = {"services": n}
+    with tempfile.TemporaryDirectory() as tmp:
+        ns = "kpbench" + uuid.uuid4().hex[:6]
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        try:
+            with open(os.path.join(tmp, "rules.nft"), "w") as fh:
+                fh.write(nft_ruleset(services))
+            with open(os.path.join(tmp, "rules.nft")) as fh:
+                row["nft_load_s"] = round(wall(["ip", "netns", "exec", ns, "nft", "-f", "-"], stdin=fh)[0], 2)
+            out = os.path.join(tmp, "ruleset.json")
+            with open(out, "w") as fh:
+                row["nft_list_json_s"] = round(wall(["ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"], stdout=fh)[0], 2)
+        finally:
+            subprocess.run(["ip", "netns", "del", ns])
+        row["json_mbytes"] = round(os.path.getsize(out) / 1e6, 1)
+        cip = services[n // 2].cluster_ip
+        argv = [sys.executable, "-m", "kpdiag.cli", "trace", "--nft", out, "--src", "10.0.0.2", "--dst", cip, "--dport", "80", "-o", "json"]
+        best, rss = None, 0
+        for _ in range(3):
+            t, r = peak_rss(argv)
+            best = t if best is None else min(best, t)
+            rss = max(rss, r)
+        row["kpdiag_trace_nft_s"] = round(best, 2)
+        row["ratio_vs_nft_list"] = round(best / row["nft_list_json_s"], 3)
+        row["peak_rss_mb"] = round(rss / 1024, 1)
+        from kpdiag.parse.nft import parse_nft_json
+        from kpdiag.trace.model import Packet
+        from kpdiag.trace.nftables import NftTracer
+        from kpdiag.trace.routing import RoutingTable
+
+        with open(out) as fh:
+            tracer = NftTracer(parse_nft_json(fh.read(), "bench"), RoutingTable.from_local_ips(["192.168.50.1"]))
+        tracer.trace(Packet("10.0.0.2", cip, "tcp", 80))
+        rng = random.Random(7)
+        lat = []
+        for _ in range(packets):
+            svc = rng.choice(services)
+            t = time.perf_counter()
+            tracer.trace(Packet("10.0.0.2", svc.cluster_ip, "tcp", 80))
+            lat.append((time.perf_counter() - t) * 1000)
+        lat.sort()
+        row["per_packet_ms_median"] = round(statistics.median(lat), 3)
+        row["per_packet_ms_p99"] = round(lat[int(len(lat) * 0.99) - 1], 3)
+    return row
+
+
 def startup() -> dict:
     """Whole-process wall time of the console script (best of 5), beside a bare interpreter."""
     exe = shutil.which("kpdiag")
@@ -163,6 +214,7 @@ def main() -> int:
     ap.add_argument("--endpoints", type=int, default=5)
     ap.add_argument("--packets", type=int, default=1000)
     ap.add_argument("--no-kernel", action="store_true", help="skip loading into a namespace (no root needed)")
+    ap.add_argument("--nft-max", type=int, default=10000, help="largest size for the nftables rows (nft -f of 10k services takes ~2 min)")
     args = ap.parse_args()
     kernel = not args.no_kernel and os.geteuid() == 0
     rows = []
@@ -171,6 +223,7 @@ def main() -> int:
         rows.append(bench_size(n, args.endpoints, args.packets, kernel))
     start = startup()
     analyze_rows = [analyze_bundle_bench(n, args.endpoints) for n in args.services]
+    nft_rows = [bench_nft(n, args.endpoints, args.packets) for n in args.services if n <= args.nft_max] if kernel else []
     from tabulate import tabulate
 
     cols = ["services", "lines", "mbytes", "iptables_save_s", "legacy_save_s", "iptables_L_nat_s", "kpdiag_trace_s",
@@ -179,11 +232,14 @@ def main() -> int:
     print(tabulate([[r.get(c, "-") for c in cols] for r in rows], headers=cols, tablefmt="github"))
     print()
     print(tabulate(analyze_rows, headers="keys", tablefmt="github"))
+    if nft_rows:
+        print()
+        print(tabulate(nft_rows, headers="keys", tablefmt="github"))
     print()
     print(tabulate([start], headers="keys", tablefmt="github"))
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "trace.json"), "w") as fh:
-        json.dump({"rows": rows, "analyze": analyze_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
+        json.dump({"rows": rows, "analyze": analyze_rows, "nftables": nft_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
     return 0
 
 

@@ -210,7 +210,9 @@ def many_services(count: int, endpoints: int = 5, *, service_cidr: str = "10.96.
     for i in range(count):
         cip = str(ipaddress.IPv4Address(svc_base + i))
         has_np = nodeport_every and i % nodeport_every == 1
-        port = Port("http", 80, 8080, "tcp", node_port=(nodeport + i % 2700) if has_np else None)
+        port = Port("http", 80, 8080, "tcp", node_port=nodeport if has_np else None)
+        if has_np:
+            nodeport = nodeport + 1 if nodeport < 32767 else 30000
         eps = []
         if not (no_endpoint_every and i % no_endpoint_every == 7):
             for k in range(endpoints):

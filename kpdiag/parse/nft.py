@@ -70,8 +70,13 @@ class NftRuleset:
         return self.sets.get((family, table, name))
 
     def base_chains(self, families: tuple[str, ...], hook: str) -> list[NftChain]:
-        found = [c for c in self.chains.values() if c.base and c.hook == hook and c.family in families]
-        return sorted(found, key=lambda c: (c.prio if c.prio is not None else 0))
+        """Base chains on ``hook`` by priority (computed once: a 10,000-service table has 60,000 chains)."""
+        cache = self.__dict__.setdefault("_base_cache", {})
+        key = (families, hook)
+        if key not in cache:
+            found = [c for c in self.chains.values() if c.base and c.hook == hook and c.family in families]
+            cache[key] = sorted(found, key=lambda c: (c.prio if c.prio is not None else 0))
+        return cache[key]
 
     def has_table(self, family: str, name: str) -> bool:
         return (family, name) in self.tables
