@@ -33,7 +33,7 @@ def cli():
 @click.option("--rules", "rules", type=click.Path(dir_okay=False), help="iptables-save output to trace through.")
 @click.option("--bundle", "bundle", type=click.Path(), help="A kpdiag bundle (directory or .tar.gz).")
 @click.option("--nft", "nft_file", type=click.Path(dir_okay=False), help="'nft -j list ruleset' output to trace through (nftables mode).")
-@click.option("--mode", type=click.Choice(["auto", "iptables", "nftables"]), default="auto", show_default=True,
+@click.option("--mode", type=click.Choice(["auto", "iptables", "nftables", "ipvs"]), default="auto", show_default=True,
               help="With --bundle: which rules to trace (auto: the mode kube-proxy runs in).")
 @click.option("--ipsets", "ipset_file", type=click.Path(dir_okay=False), help="'ipset save' output (with --rules).")
 @click.option("--src", help="Source IP (default: a node address with --from node).")

@@ -249,6 +249,26 @@ class NodeState(_NodeFiles):
         m = re.search(r"v(\d+)\.(\d+)(?:\.(\d+))?", text or "")
         return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
+    @property
+    def ipvs(self):
+        """IPVS virtual services: ipvsadm -Sn (node/ipvsadm.txt), with connection counts from -Ln when present."""
+        if "_ipvs" not in self.__dict__:
+            from .parse.ipvs import parse_ipvsadm_list, parse_ipvsadm_save
+
+            services = self._parse("node/ipvsadm.txt", parse_ipvsadm_save)
+            listed = self._parse("node/ipvsadm-list.txt", parse_ipvsadm_list)
+            if services is None:
+                services = listed
+            elif listed:
+                for key, vs in services.items():
+                    other = listed.get(key)
+                    counts = {r.target: r for r in other.reals} if other else {}
+                    for r in vs.reals:
+                        if r.target in counts:
+                            r.active, r.inactive = counts[r.target].active, counts[r.target].inactive
+            self.__dict__["_ipvs"] = services
+        return self.__dict__["_ipvs"]
+
     def nft(self):
         """node/nft-ruleset.json parsed (cached), or None."""
         if "_nft" not in self.__dict__:

@@ -336,3 +336,104 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
                     rules.append(f"add rule {t} {ext_chain} goto {svc_chain}")
     decl = [f"add chain {t} {name}" for name in chains] + [f"add chain {t} {name} {{ type {spec} ; }}" for name, spec in base]
     return "\n".join(head + sets + decl + rules + elements) + "\n"
+
+
+def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", node_ip: str = "192.168.50.1",
+               gateway: str = "192.168.50.254", ipvs_filter: bool = True, weights: dict | None = None,
+               active: dict | None = None, scheduler: str = "rr") -> dict[str, str]:
+    """What a kube-proxy IPVS-mode node shows: iptables-save, ipset save, ipvsadm -Sn / -Ln, ip -j addr/route.
+
+    ``weights``/``active``: {endpoint ip: weight / active connections} (weight 0 = terminating).
+    ``ipvs_filter``: newer kube-proxy's KUBE-IPVS-FILTER (rejects non-Service ports of bound IPs)."""
+    weights, active = weights or {}, active or {}
+    nat = [
+        "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]",
+        ":KUBE-LOAD-BALANCER - [0:0]", ":KUBE-MARK-MASQ - [0:0]", ":KUBE-NODE-PORT - [0:0]", ":KUBE-POSTROUTING - [0:0]", ":KUBE-SERVICES - [0:0]",
+        '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+        "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+        '-A KUBE-NODE-PORT -p tcp -m comment --comment "Kubernetes nodeport TCP port for masquerade purpose" -m set --match-set KUBE-NODE-PORT-TCP dst -j KUBE-MARK-MASQ',
+        '-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE',
+        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+        "-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0",
+        '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully',
+        f'-A KUBE-SERVICES ! -s {cluster_cidr} -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ',
+        "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT",
+        "-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT",
+        "COMMIT",
+    ]
+    filt = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":KUBE-FIREWALL - [0:0]", ":KUBE-FORWARD - [0:0]",
+            ":KUBE-NODE-PORT - [0:0]", ":KUBE-PROXY-FIREWALL - [0:0]", ":KUBE-SOURCE-RANGES-FIREWALL - [0:0]"]
+    if ipvs_filter:
+        filt += [":KUBE-IPVS-FILTER - [0:0]", ":KUBE-IPVS-OUT-FILTER - [0:0]",
+                 '-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER']
+    filt += ['-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+             '-A INPUT -m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT',
+             '-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+             '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD']
+    if ipvs_filter:
+        filt += ['-A OUTPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-OUT-FILTER']
+    filt += ["-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+             '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
+             '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT']
+    if ipvs_filter:
+        filt += ["-A KUBE-IPVS-FILTER -m set --match-set KUBE-LOAD-BALANCER dst,dst -j RETURN",
+                 "-A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN",
+                 "-A KUBE-IPVS-FILTER -m set --match-set KUBE-EXTERNAL-IP dst,dst -j RETURN",
+                 "-A KUBE-IPVS-FILTER -m set --match-set KUBE-HEALTH-CHECK-NODE-PORT dst -j RETURN",
+                 "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with icmp-port-unreachable"]
+    filt.append("COMMIT")
+    sets = {"KUBE-CLUSTER-IP": "hash:ip,port", "KUBE-IPVS-IPS": "hash:ip", "KUBE-LOOP-BACK": "hash:ip,port,ip", "KUBE-NODE-PORT-TCP": "bitmap:port",
+            "KUBE-LOAD-BALANCER": "hash:ip,port", "KUBE-EXTERNAL-IP": "hash:ip,port", "KUBE-HEALTH-CHECK-NODE-PORT": "bitmap:port"}
+    members: dict[str, list[str]] = {k: [] for k in sets}
+    save, listing = [], ["IP Virtual Server version 1.2.1 (size=4096)", "Prot LocalAddress:Port Scheduler Flags",
+                         "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn"]
+    bound = []
+    for svc in services:
+        bound.append(svc.cluster_ip)
+        members["KUBE-IPVS-IPS"].append(svc.cluster_ip)
+        for port in svc.ports:
+            proto = port.protocol
+            members["KUBE-CLUSTER-IP"].append(f"{svc.cluster_ip},{proto}:{port.port}")
+            flag = {"tcp": "-t", "udp": "-u", "sctp": "--sctp-service"}[proto]
+            persist = f" -p {svc.affinity_seconds}" if svc.affinity_seconds else ""
+            save.append(f"-A {flag} {svc.cluster_ip}:{port.port} -s {scheduler}{persist}")
+            listing.append(f"{proto.upper():<4} {svc.cluster_ip}:{port.port} {scheduler}" + (f" persistent {svc.affinity_seconds}" if svc.affinity_seconds else ""))
+            if port.node_port:
+                members["KUBE-NODE-PORT-TCP"].append(str(port.node_port))
+                save.append(f"-A {flag} {node_ip}:{port.node_port} -s {scheduler}")
+            for e in svc.endpoints:
+                if not e.ready:
+                    continue
+                w = weights.get(e.ip, 1)
+                save.append(f"-a {flag} {svc.cluster_ip}:{port.port} -r {e.ip}:{port.target_port} -m -w {w}")
+                listing.append(f"  -> {e.ip}:{port.target_port:<22} Masq    {w:<6} {active.get(e.ip, 0):<10} 0")
+                members["KUBE-LOOP-BACK"].append(f"{e.ip},{proto}:{port.target_port},{e.ip}")
+                if port.node_port:
+                    save.append(f"-a {flag} {node_ip}:{port.node_port} -r {e.ip}:{port.target_port} -m -w {w}")
+    ipset = []
+    for name, kind in sets.items():
+        extra = " range 30000-32767" if kind.startswith("bitmap") else " family inet hashsize 1024 maxelem 65536"
+        ipset.append(f"create {name} {kind}{extra}")
+        ipset.extend(f"add {name} {m}" for m in members[name])
+    addrs = [
+        {"ifindex": 1, "ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+        {"ifindex": 2, "ifname": "eth0", "addr_info": [{"family": "inet", "local": node_ip, "prefixlen": 24}]},
+        {"ifindex": 3, "ifname": "kube-ipvs0", "linkinfo": {"info_kind": "dummy"},
+         "addr_info": [{"family": "inet", "local": ip, "prefixlen": 32} for ip in bound]},
+    ]
+    net = node_ip.rsplit(".", 1)[0]
+    routes = [{"dst": "default", "gateway": gateway, "dev": "eth0"}, {"dst": f"{net}.0/24", "dev": "eth0", "prefsrc": node_ip},
+              {"dst": "10.244.0.0/16", "gateway": f"{net}.2", "dev": "eth0"}]
+    routes += [{"type": "local", "dst": ip, "dev": "kube-ipvs0", "table": "local"} for ip in bound]
+    import json
+
+    return {
+        "node/iptables-save.txt": "# Generated by iptables-save v1.8.9 (nf_tables)\n" + "\n".join(filt + nat) + "\n",
+        "node/ipset.txt": "\n".join(ipset) + "\n",
+        "node/ipvsadm.txt": "\n".join(save) + "\n",
+        "node/ipvsadm-list.txt": "\n".join(listing) + "\n",
+        "node/ip-addr.json": json.dumps(addrs, indent=1) + "\n",
+        "node/ip-route.json": json.dumps(routes, indent=1) + "\n",
+    }

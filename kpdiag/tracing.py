@@ -61,7 +61,7 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
         state = NodeState(Bundle.open(bundle))
         if mode == "auto":
             running, _ = state.proxy_mode
-            mode = "nftables" if running == "nftables" else "iptables"
+            mode = running if running in ("nftables", "ipvs") else "iptables"
         if mode == "nftables":
             nft_rs = state.nft()
             if nft_rs is None:
@@ -86,6 +86,12 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
             routing.local_ips.add(parse_ip(ip))
         ipsets = state.ipsets
         problems.extend(state.problems)
+        if mode == "ipvs":
+            from .trace.ipvs import IpvsTracer
+
+            if state.ipvs is None:
+                raise InputError(bundle, "no IPVS state to trace (node/ipvsadm.txt missing or unreadable)")
+            return TraceSetup(IpvsTracer(ruleset, routing, ipsets, state.ipvs), "ipvs", problems)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)

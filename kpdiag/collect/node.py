@@ -205,6 +205,7 @@ class NodeCollector:
             self._err("node/ipvsadm.txt", "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node")
             return
         self._run("node/ipvsadm.txt", "ipvsadm", ["-Sn"])
+        self._run("node/ipvsadm-list.txt", "ipvsadm", ["-Ln"])
 
     def ipset(self) -> None:
         if not self._loaded("ip_set"):

@@ -157,14 +157,16 @@ class PacketWalker:
                     s.hook = "delivered:forward"
                     finished.append(s)
             for s in self._hook("INPUT", local_after, finished):
-                s.hook = "delivered:local"
-                finished.append(s)
+                for s2 in self._local_in(s, finished):
+                    s2.hook = "delivered:local"
+                    finished.append(s2)
         else:
             live = self._hook("PREROUTING", [st], finished)
             local, fwd = self._route(live, finished)
             for s in self._hook("INPUT", local, finished):
-                s.hook = "delivered:local"
-                finished.append(s)
+                for s2 in self._local_in(s, finished):
+                    s2.hook = "delivered:local"
+                    finished.append(s2)
             fwd = self._hook("FORWARD", fwd, finished)
             for s in self._hook("POSTROUTING", fwd, finished):
                 s.hook = "delivered:forward"
@@ -185,6 +187,10 @@ class PacketWalker:
 
     def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _local_in(self, st: _State, finished: list[_State]) -> list[_State]:
+        """What happens to a locally delivered packet after INPUT (IPVS hooks in here); default: delivered."""
+        return [st]
 
     # ------------------------------------------------------------------ hooks
     def _initial(self, packet: Packet) -> _State:

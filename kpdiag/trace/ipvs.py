@@ -1,0 +1,68 @@
+"""IPVS mode: the iptables rules kube-proxy keeps (with ipsets), local delivery to the ClusterIP bound
+on kube-ipvs0, then the IPVS virtual service: one path per real server, its probability the steady-state
+share of new connections under the scheduler and weights (weight 0 takes no new connections)."""
+
+from __future__ import annotations
+
+from ..parse.addr import parse_ip
+from .model import Step, ip_text
+from .netfilter import IptablesTracer, _State
+
+WEIGHTED = {"wrr", "wlc", "sed", "nq", "mh", "fo", "ovf"}
+SCHED_NOTES = {
+    "sh": "source hashing: each client always gets the same server; shown is the share over many clients",
+    "dh": "destination hashing: one server per destination; shown is the share over many",
+    "lc": "least-connection: the next connection goes to the server with the fewest; shown is the steady-state share",
+    "wlc": "weighted least-connection: shown is the steady-state share (proportional to weights)",
+}
+
+
+class IpvsTracer(IptablesTracer):
+    def __init__(self, ruleset, routing, ipsets, services: dict, mode: str = "ipvs"):
+        super().__init__(ruleset, routing, ipsets, mode=mode)
+        self.services = services
+
+    def _lookup(self, st: _State):
+        key = (st.proto, ip_text(st.dst, st.ver), st.dport)
+        vs = self.services.get(key)
+        if vs is None and st.mark:
+            vs = self.services.get(("fwmark", st.mark))
+        return vs
+
+    def _local_in(self, st: _State, finished: list[_State]) -> list[_State]:
+        vs = self._lookup(st)
+        if vs is None:
+            return [st]
+        live = [r for r in vs.reals if r.weight > 0]
+        st.steps.append(Step("INPUT", "ipvs", vs.name, None, f"-A {vs.name} -s {vs.scheduler}" + (f" -p {vs.persistent}" if vs.persistent else ""),
+                             f"IPVS virtual service ({vs.scheduler}, {len(live)} of {len(vs.reals)} real servers take new connections)"))
+        if vs.scheduler in SCHED_NOTES:
+            st.note(SCHED_NOTES[vs.scheduler])
+        if vs.persistent:
+            st.note(f"persistence {vs.persistent} s: a client seen within that time returns to the same real server")
+        if not live:
+            st.note(f"IPVS {vs.name} has no real server with weight > 0: new connections are dropped")
+            st.hook = "drop"
+            finished.append(st)
+            return []
+        total = sum(r.weight for r in live) if vs.scheduler in WEIGHTED else len(live)
+        out = []
+        for r in live:
+            share = (r.weight if vs.scheduler in WEIGHTED else 1) / total
+            b = st.fork(share) if len(live) > 1 else st
+            b.dst = parse_ip(r.addr)[0]
+            b.dport = r.port
+            b.ct_dnat = True
+            b.dnat = r.target
+            b.steps.append(Step("INPUT", "ipvs", vs.name, None, f"-a {vs.name} -r {r.target} -{r.forward[0]} -w {r.weight}",
+                                f"IPVS {r.forward} to {r.target} (weight {r.weight})"))
+            if r.forward != "masq":
+                b.note(f"IPVS forwards to {r.target} by {r.forward}, not NAT: the reply must not come back through this node")
+            out.append(b)
+        for b in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
+            route = self.routing.lookup(b.dst, b.ver)
+            b.oif = route.dev if route is not None else None
+            for b2 in self._hook("POSTROUTING", [b], finished):
+                b2.hook = "delivered:forward"
+                finished.append(b2)
+        return []
