@@ -30,13 +30,25 @@ def facts(state: NodeState) -> dict:
     return out
 
 
+def _anything_readable(state: NodeState) -> bool:
+    """True when at least one known source was read without a problem."""
+    bundle = state.bundle
+    for rel in KNOWN_SOURCES:
+        if not bundle.exists(rel) or bundle.read_bytes(rel) is None:
+            continue
+        where = bundle.display(rel)
+        if not any(p.source == where or p.source.startswith(where + ":") for p in bundle.problems):
+            return True
+    return False
+
+
 def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = None) -> Report:
     registry = load_registry()
     chosen = select_checks(registry.checks, select, ignore)
     findings, runs = run_checks(state, chosen)
     problems = [p.to_dict() for p in state.problems]
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
-    readable = any(state.bundle.exists(rel) for rel in KNOWN_SOURCES) and any(r.status == "ran" for r in runs) or bool(findings)
+    readable = _anything_readable(state) or bool(findings)
     return Report(
         subject=subject or state.node_name or state.bundle.name,
         findings=tuple(findings),

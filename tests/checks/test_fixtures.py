@@ -20,6 +20,7 @@ NEEDS_FILES = {
     "kube-proxy-config": ["node/kube-proxy/config.yaml", "cluster/kube-proxy-configmap.json"],
     "kube-proxy-log": ["node/kube-proxy/log.txt"], "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
     "conntrack": ["node/conntrack-stats.txt"], "nft": ["node/nft-ruleset.json"],
+    "ipvs": ["node/ipvsadm.txt", "node/ipvsadm-list.txt"],
 }
 
 
@@ -70,7 +71,8 @@ def test_every_check_fires_and_stays_silent_somewhere():
 def test_healthy_node_has_no_error_or_warning():
     report = analyze_bundle(os.path.join(FIXTURES, "healthy-iptables"))
     assert report.counts()["error"] == 0 and report.counts()["warning"] == 0
-    node_checks = {c.id for c in load_registry().checks if "services" not in c.needs}
+    node_checks = {c.id for c in load_registry().checks if "services" not in c.needs and _data_present("healthy-iptables", c)}
+    assert len(node_checks) >= 20
     assert all(r.status == "ran" for r in report.checks if r.id in node_checks)
     assert report.facts["proxy_mode"] == "iptables" and report.facts["kube_proxy_version"] == "1.31"
 

@@ -1,0 +1,294 @@
+"""IPVS mode: virtual servers against the API, bound addresses, terminating real servers, sysctls, ipsets, deprecation."""
+
+from __future__ import annotations
+
+from kpdiag import evidence as ev
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+from .service import _services, _svc_ev
+
+
+def _ipvs_mode(ctx) -> bool:
+    mode, _ = ctx.proxy_mode
+    if mode is None:
+        raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")
+    return mode == "ipvs"
+
+
+def _vs(ctx):
+    if not _ipvs_mode(ctx):
+        return None
+    services = ctx.ipvs
+    if services is None:
+        raise Skip("kube-proxy runs in IPVS mode but no IPVS state was collected (node/ipvsadm.txt)")
+    return services
+
+
+def _api_keys(svc):
+    for port in svc.ports:
+        proto = (port.get("protocol") or "TCP").lower()
+        for ip in svc.cluster_ips:
+            if ":" not in ip:
+                yield port, (proto, ip, int(port.get("port")))
+
+
+@check(
+    "KP302", "ipvs-service-missing", "Service port without an IPVS virtual server", "error",
+    needs=("services", "endpointslices", "ipvs"),
+    symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
+    why="""
+        In IPVS mode kube-proxy creates one IPVS virtual server per ClusterIP:port and binds the ClusterIP on the
+        kube-ipvs0 interface. A Service port without a virtual server is not load-balanced on this node: packets to it
+        are delivered to the node itself (and refused there, or rejected by KUBE-IPVS-FILTER).
+    """,
+    fix="Check kube-proxy on this node (its log: IPVS errors, ipset errors) and restart it.",
+)
+def service_missing(ctx, new):
+    services = _vs(ctx)
+    if services is None:
+        return
+    for svc in _services(ctx):
+        for port, key in _api_keys(svc):
+            if key in services or not any(e.ready for e in svc.endpoints_for(port)):
+                continue
+            yield new(
+                f"{svc.key} {key[1]}:{key[2]}/{key[0]} has ready endpoints but no IPVS virtual server on this node",
+                fix=(f"ipvsadm -Ln -t {key[1]}:{key[2]}" if key[0] == "tcp" else f"ipvsadm -Ln -u {key[1]}:{key[2]}",
+                     "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail"),
+                evidence=[_svc_ev(ctx, svc, f"clusterIP {key[1]} port {key[2]}/{key[0]}"),
+                          Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"no -A {'-t' if key[0] == 'tcp' else '-u'} {key[1]}:{key[2]}")],
+                subject=f"{svc.key}:{key[2]}",
+            )
+
+
+@check(
+    "KP303", "ipvs-realservers-mismatch", "IPVS real servers differ from the ready endpoints", "error",
+    needs=("services", "endpointslices", "ipvs"),
+    symptom="A share of connections fails or reaches old pods on this node.",
+    why="""
+        Each IPVS virtual server's real servers should be exactly the Service's ready endpoints (terminating ones stay
+        with weight 0 until their connections end). Extra real servers with weight > 0 receive new connections for
+        pods that are gone; missing ones never get traffic from this node. kube-proxy's view here is stale.
+    """,
+    fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
+)
+def realservers(ctx, new):
+    services = _vs(ctx)
+    if services is None:
+        return
+    for svc in _services(ctx):
+        for port, key in _api_keys(svc):
+            vs = services.get(key)
+            want = {f"{e.ip}:{svc.target_of(e, port)}" for e in svc.endpoints_for(port) if e.ready}
+            if vs is None or not want:
+                continue
+            have = {r.target for r in vs.reals if r.weight > 0}
+            if have == want:
+                continue
+            gone, missing = sorted(have - want), sorted(want - have)
+            yield new(
+                f"{svc.key} {vs.name}: IPVS sends new connections to {', '.join(gone) or 'no stale server'}"
+                + (f" and not to {', '.join(missing)}" if missing else ""),
+                fix=(f"ipvsadm -Ln {'-t' if key[0] == 'tcp' else '-u'} {key[1]}:{key[2]}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+                evidence=[Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line),
+                          Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"ready: {', '.join(sorted(want))}")],
+                subject=f"{svc.key}:{key[2]}",
+            )
+
+
+@check(
+    "KP304", "ipvs-ip-not-bound", "ClusterIP not bound on kube-ipvs0", "error",
+    needs=("addresses", "ipvs"),
+    symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
+    why="""
+        IPVS only sees packets delivered to the node itself. kube-proxy makes that happen by adding every ClusterIP
+        as an address on the dummy interface kube-ipvs0. A virtual server whose address is not bound there never
+        gets packets: they are routed away like any unknown address (or loop via the gateway).
+    """,
+    fix="Restart kube-proxy on this node; check that kube-ipvs0 exists (ip addr show kube-ipvs0).",
+)
+def not_bound(ctx, new):
+    services = _vs(ctx)
+    if services is None:
+        return
+    bound = set()
+    have_iface = False
+    for link in ctx.ip_addr or []:
+        if link.get("ifname") == "kube-ipvs0":
+            have_iface = True
+            bound |= {a.get("local") for a in link.get("addr_info") or []}
+    missing = sorted({vs.addr for vs in services.values() if vs.addr and vs.addr not in bound and not ctx.routing.is_local(*_ip(vs.addr))})
+    if not missing:
+        return
+    yield new(
+        (f"{len(missing)} IPVS virtual server address(es) are not on kube-ipvs0" if have_iface else "there is no kube-ipvs0 interface")
+        + f": {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''} never reach IPVS",
+        fix=("ip addr show kube-ipvs0", "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # it re-binds every ClusterIP"),
+        evidence=[Evidence(ctx.bundle.display("node/ip-addr.json"), f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0"),
+                  Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"virtual servers for {', '.join(missing[:3])}")],
+        subject="node",
+    )
+
+
+def _ip(addr):
+    from kpdiag.parse.addr import parse_ip
+
+    return parse_ip(addr)
+
+
+@check(
+    "KP305", "ipvs-graceful-termination", "Terminating real servers still carry connections", "info",
+    needs=("ipvs",),
+    symptom="After a rollout, some clients keep talking to old pods for a while.",
+    why="""
+        When an endpoint goes away, kube-proxy sets its IPVS real server's weight to 0 instead of deleting it, so
+        established connections can finish (graceful termination). Weight 0 takes no new connections. Long-lived
+        connections (gRPC, websockets, keep-alive) can keep old pods busy for a long time; with
+        net.ipv4.vs.expire_nodest_conn = 1 they are cut when the real server is finally removed.
+    """,
+    fix="Nothing to fix if expected; shorten connection lifetimes (keep-alive limits) or drain clients if old pods must go.",
+)
+def graceful(ctx, new):
+    services = _vs(ctx)
+    if services is None:
+        return
+    listed = ctx.bundle.exists("node/ipvsadm-list.txt")
+    if not listed:
+        raise Skip("connection counts need node/ipvsadm-list.txt (ipvsadm -Ln)")
+    for vs in services.values():
+        for r in vs.reals:
+            if r.weight == 0 and (r.active or 0) > 0:
+                yield new(
+                    f"{vs.name}: real server {r.target} has weight 0 (terminating) and still {r.active} active connection(s)",
+                    fix=(f"ipvsadm -Lnc | grep {r.addr}   # the connections", "sysctl net.ipv4.vs.expire_nodest_conn   # 1: cut when the server is removed"),
+                    evidence=[Evidence(ctx.bundle.display("node/ipvsadm-list.txt"), f"-> {r.target} weight 0 active {r.active}", r.line)],
+                    subject=vs.name,
+                )
+
+
+IPVS_SYSCTLS = {
+    "net.ipv4.vs.conntrack": ("1", "IPVS must keep conntrack entries for kube-proxy's masquerade (KUBE-POSTROUTING) and NodePorts"),
+    "net.ipv4.vs.expire_nodest_conn": ("1", "connections to removed real servers must expire, or clients hang on gone pods"),
+    "net.ipv4.vs.expire_quiescent_template": ("1", "persistence templates of weight-0 servers must expire (session affinity)"),
+}
+
+
+@check(
+    "KP306", "ipvs-sysctls", "IPVS sysctls wrong for kube-proxy", "warning",
+    needs=("sysctl", "kernel"),
+    symptom="Intermittent timeouts or 1-second delays on new connections; clients stuck on removed pods; masquerade not applied.",
+    why="""
+        kube-proxy's IPVS mode relies on net.ipv4.vs.conntrack=1, expire_nodest_conn=1 and
+        expire_quiescent_template=1, and on net.ipv4.vs.conn_reuse_mode: on kernels before 5.9, conn_reuse_mode=1
+        caused a 1-second delay for reused source ports, so kube-proxy set it to 0; from 5.9 the kernel fixed it
+        and 1 is right. A value changed by hand or by another tool breaks those.
+    """,
+    fix="Set the values kube-proxy expects (sysctl -w …) and persist them in /etc/sysctl.d/.",
+)
+def ipvs_sysctls(ctx, new):
+    if not _ipvs_mode(ctx):
+        return
+    wrong = []
+    for key, (want, why) in IPVS_SYSCTLS.items():
+        v = ctx.sysctl_value(key)
+        if v is not None and v.value.strip() != want:
+            wrong.append((key, v, want, why))
+    v = ctx.sysctl_value("net.ipv4.vs.conn_reuse_mode")
+    want_reuse = "1" if ctx.kernel >= (5, 9, 0) else "0"
+    if v is not None and v.value.strip() != want_reuse:
+        wrong.append(("net.ipv4.vs.conn_reuse_mode", v, want_reuse,
+                      "on kernel ≥ 5.9 reuse must stay on" if want_reuse == "1" else "on kernel < 5.9 reuse causes 1 s delays"))
+    if not wrong and ctx.sysctl_value("net.ipv4.vs.conntrack") is None:
+        raise Skip("no net.ipv4.vs.* sysctls collected (ip_vs not loaded?)")
+    for key, v, want, why in wrong:
+        yield new(f"{key} = {v.value}, kube-proxy needs {want}: {why}",
+                  fix=(f"sysctl -w {key}={want}", f"echo '{key} = {want}' >> /etc/sysctl.d/99-kubernetes.conf"),
+                  evidence=[ev.sysctl(ctx, key)], subject="node")
+
+
+@check(
+    "KP307", "ipvs-strict-arp", "strictARP off in IPVS mode", "warning",
+    needs=("kube-proxy-config", "sysctl"),
+    symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
+    why="""
+        In IPVS mode every node binds every Service address on kube-ipvs0 — LoadBalancer IPs included — and by default
+        answers ARP for them on any interface. An L2 load balancer (MetalLB in L2 mode, kube-vip) relies on only one
+        node answering. ipvs.strictARP: true makes kube-proxy set arp_ignore=1 / arp_announce=2 so that nodes stop
+        answering ARP for kube-ipvs0 addresses.
+    """,
+    fix="Set ipvs.strictARP: true in the kube-proxy ConfigMap and restart kube-proxy (needed for MetalLB L2 in IPVS mode).",
+    references=("https://metallb.universe.tf/installation/#preparation",),
+)
+def strict_arp(ctx, new):
+    cfg = ctx.kube_proxy_config
+    if not _ipvs_mode(ctx) or cfg.get("ipvs.strictARP") is True:
+        return
+    ignore = ctx.sysctl_value("net.ipv4.conf.all.arp_ignore")
+    if ignore is not None and ignore.value.strip() in ("1", "2"):
+        return  # ARP is already restricted on the node
+    yield new(
+        "kube-proxy runs IPVS with strictARP: false — every node answers ARP for every LoadBalancer IP bound on kube-ipvs0 "
+        "(a problem with L2 load balancers such as MetalLB L2)",
+        fix=("kubectl -n kube-system get configmap kube-proxy -o yaml | sed -e 's/strictARP: false/strictARP: true/' | kubectl apply -f - -n kube-system",
+             "kubectl -n kube-system rollout restart daemonset kube-proxy"),
+        evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e],
+        subject="node",
+    )
+
+
+@check(
+    "KP308", "ipvs-ipset", "kube-proxy's ipsets missing in IPVS mode", "error",
+    needs=("iptables",),
+    symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
+    why="""
+        In IPVS mode kube-proxy keeps its iptables rules constant and puts the addresses in ipsets: KUBE-CLUSTER-IP
+        (ClusterIP,proto:port), KUBE-LOOP-BACK (hairpin), KUBE-NODE-PORT-*… When the ipset tool or the ip_set kernel
+        module is missing, those sets do not exist and the rules that reference them do not match (or cannot even
+        be loaded).
+    """,
+    fix="Install ipset (apt-get/dnf install ipset), load ip_set (modprobe ip_set), restart kube-proxy.",
+)
+def ipvs_ipset(ctx, new):
+    if not _ipvs_mode(ctx):
+        return
+    sets = ctx.ipsets
+    if sets is not None and "KUBE-CLUSTER-IP" in sets:
+        return
+    why = "node/ipset.txt has no KUBE-CLUSTER-IP set" if sets is not None else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
+    rs = ctx.iptables()
+    refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
+    yield new(
+        f"kube-proxy runs IPVS mode but {why}: the KUBE-* set rules cannot match",
+        fix=("ipset list -n", "apt-get install -y ipset   # or: dnf install -y ipset", "modprobe ip_set", "kubectl -n kube-system rollout restart daemonset kube-proxy"),
+        evidence=[Evidence(ctx.bundle.display("node/ipset.txt"), why)] + [ev.rule(r) for r in refs],
+        subject="node",
+    )
+
+
+@check(
+    "KP309", "ipvs-deprecated", "IPVS mode is deprecated on this release", "warning",
+    symptom="None yet — but IPVS mode gets no new features and will be removed.",
+    why="""
+        kube-proxy's IPVS mode is deprecated from Kubernetes v1.35. nftables mode (GA since v1.33) gives the same
+        scalability — map lookups instead of linear chains, incremental updates — and is where new work happens.
+    """,
+    fix="Plan the move to nftables mode: kernel ≥ 5.13, mode: nftables in the kube-proxy ConfigMap, restart, then clean IPVS leftovers.",
+    references=("https://kubernetes.io/docs/reference/networking/virtual-ips/#proxy-mode-nftables",),
+)
+def deprecated(ctx, new):
+    if not _ipvs_mode(ctx):
+        return
+    version = ctx.kube_proxy_version
+    if version is None:
+        raise Skip("kube-proxy's version is unknown (metrics or cluster/version.json)")
+    if version < (1, 35):
+        return
+    yield new(
+        f"kube-proxy {version[0]}.{version[1]} runs the IPVS mode, deprecated since v1.35: plan nftables mode",
+        fix=("kpdiag node --preflight nftables   # is this node ready (kernel ≥ 5.13)?",
+             "kubectl -n kube-system edit configmap kube-proxy   # mode: nftables", "kubectl -n kube-system rollout restart daemonset kube-proxy",
+             "afterwards: ipvsadm -C; ip link del kube-ipvs0   # remove IPVS leftovers (KP208)"),
+        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display("node/kube-proxy/metrics.txt"), f"kube-proxy v{version[0]}.{version[1]}")],
+        subject="node",
+    )
