@@ -26,7 +26,7 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
 
 @check(
     "KP301", "ipvs-unavailable", "IPVS mode wanted, kernel modules missing", "error",
-    needs=("modules", "kube-proxy-config"),
+    needs=("kernel",),
     symptom="kube-proxy is configured with mode: ipvs, yet Services behave as in iptables mode — or kube-proxy crash-loops.",
     why="""
         IPVS mode needs the ip_vs kernel module, its schedulers (ip_vs_rr, ip_vs_wrr, ip_vs_sh, and the one you
@@ -39,10 +39,27 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
 )
 def ipvs_unavailable(ctx, new):
     cfg = ctx.kube_proxy_config
-    if cfg.mode != "ipvs":
+    preflight = getattr(ctx, "preflight", None) == "ipvs"
+    if not preflight:
+        if cfg is None:
+            raise Skip("needs the kube-proxy configuration (node/kube-proxy/config.yaml or its ConfigMap)")
+        if cfg.mode != "ipvs":
+            return
+    if ctx.modules is None:
+        # no /proc/modules (a kernel without loadable modules, or not collected): /proc/net/ip_vs is the sign of life
+        gone = [p for p in ctx.problems if p.source.endswith("node/ipvsadm.txt") and "not loaded" in p.error]
+        if not gone:
+            raise Skip("needs node/modules.txt (/proc/modules) to tell which IPVS modules are loaded")
+        wanted = ipvs_modules(ctx.kernel, None)
+        yield new(
+            f"IPVS is not available on this node (kernel {'.'.join(map(str, ctx.kernel))}): {gone[0].error}"
+            + ("" if ctx.bundle.exists("node/modules.txt") else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"),
+            fix=(f"modprobe -a {' '.join(wanted)}   # on a kernel with loadable modules",
+                 "or use mode: nftables (kernel ≥ 5.13) / iptables on this node"),
+            evidence=[Evidence(gone[0].source, gone[0].error)],
+            subject="node",
+        )
         return
-    if ctx.kernel is None:
-        raise Skip("the kernel version (node/uname.txt) decides between nf_conntrack and nf_conntrack_ipv4")
     wanted, missing = missing_ipvs_modules(ctx)
     if not missing:
         return
@@ -64,7 +81,7 @@ def ipvs_unavailable(ctx, new):
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
         ),
-        evidence=[ev.config(ctx, "mode"), Evidence(ctx.bundle.display("node/modules.txt"), f"not listed: {', '.join(missing)}"),
+        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display("node/modules.txt"), f"not listed: {', '.join(missing)}"),
                   Evidence(ctx.bundle.display("node/uname.txt"), k, 1)],
         subject="node",
     )

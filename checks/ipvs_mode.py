@@ -10,6 +10,8 @@ from .service import _services, _svc_ev
 
 
 def _ipvs_mode(ctx) -> bool:
+    if getattr(ctx, "preflight", None) == "ipvs":
+        return True
     mode, _ = ctx.proxy_mode
     if mode is None:
         raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")

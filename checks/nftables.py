@@ -13,6 +13,8 @@ MIN_NFT = (1, 0, 1)
 
 
 def _nft_mode(ctx) -> bool:
+    if getattr(ctx, "preflight", None) == "nftables":
+        return True
     mode, _ = ctx.proxy_mode
     cfg = ctx.kube_proxy_config
     return mode == "nftables" or (cfg is not None and cfg.mode == "nftables")

@@ -125,8 +125,9 @@ def _progress(message: str) -> None:
 @click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
 @click.option("--service", "service", help="Focus on one Service (NS/NAME): trace each of its ports.")
 @click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
+@click.option("--preflight", type=click.Choice(["ipvs", "nftables"]), help="Can this node run that proxy mode? (its prerequisite checks only)")
 @_report_options
-def node(host_root, service, trace_to, output, fail_on, select, ignore, verbose):
+def node(host_root, service, trace_to, preflight, output, fail_on, select, ignore, verbose):
     """Collect this node (read-only) and diagnose it."""
     from .bundle import Bundle
     from .collect.node import collect_node
@@ -137,7 +138,10 @@ def node(host_root, service, trace_to, output, fail_on, select, ignore, verbose)
     files, manifest = collect_node(host_root=host_root, progress=_progress)
     files["kpdiag.json"] = __import__("json").dumps(manifest).encode()
     state = NodeState(Bundle.from_files(manifest.get("node") or "node", files))
-    report = analyze_state(state, select, ignore, subject=f"node {manifest.get('node')}")
+    if preflight:
+        state.preflight = preflight
+        select = select or ({"ipvs": ("KP301", "KP306", "KP308", "KP309"), "nftables": ("KP401",)}[preflight])
+    report = analyze_state(state, select, ignore, subject=f"node {manifest.get('node')}" + (f" (preflight: {preflight})" if preflight else ""))
     try:
         report = focus_report(report, state, service=service, trace_to=trace_to)
     except ValueError as exc:

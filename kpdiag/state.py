@@ -319,6 +319,7 @@ class NodeState(_NodeFiles):
 
     # ------------------------------------------------------------ the API side and probes
     focus: tuple[str, str] | None = None  # (namespace, name) when diagnosing one Service
+    preflight: str | None = None  # "ipvs" / "nftables": judge the node for a mode it does not run yet
 
     @property
     def cluster(self):

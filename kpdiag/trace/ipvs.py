@@ -32,6 +32,8 @@ class IpvsTracer(IptablesTracer):
     def _local_in(self, st: _State, finished: list[_State]) -> list[_State]:
         vs = self._lookup(st)
         if vs is None:
+            if st.proto in ("tcp", "udp", "sctp"):
+                st.note(f"no IPVS virtual service for {st.proto} {ip_text(st.dst, st.ver)}:{st.dport} (KP302): the node itself receives the packet")
             return [st]
         live = [r for r in vs.reals if r.weight > 0]
         st.steps.append(Step("INPUT", "ipvs", vs.name, None, f"-A {vs.name} -s {vs.scheduler}" + (f" -p {vs.persistent}" if vs.persistent else ""),
