@@ -34,7 +34,10 @@ def _anything_readable(state: NodeState) -> bool:
     """True when at least one known source was read without a problem."""
     bundle = state.bundle
     for rel in KNOWN_SOURCES:
-        if not bundle.exists(rel) or bundle.read_bytes(rel) is None:
+        if not bundle.exists(rel):
+            continue
+        data = bundle.read_json(rel) if rel.endswith(".json") else bundle.read_text(rel)
+        if data is None:
             continue
         where = bundle.display(rel)
         if not any(p.source == where or p.source.startswith(where + ":") for p in bundle.problems):
