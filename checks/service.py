@@ -183,7 +183,7 @@ def target_port(ctx, new):
         for port in svc.ports:
             tp = port.get("targetPort", port.get("port"))
             declared = [cp for p in pods for cp in _container_ports(p)]
-            if isinstance(tp, str) and not tp.isdigit():
+            if isinstance(tp, str) and not (tp.isascii() and tp.isdigit()):
                 if any(cp.get("name") == tp for cp in declared):
                     continue
                 names = sorted({cp.get("name") for cp in declared if cp.get("name")})

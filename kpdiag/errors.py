@@ -13,7 +13,7 @@ class InputError(KpdiagError):
     def __init__(self, source: str, message: str, line: int | None = None):
         self.source = source
         self.line = line
-        self.message = message
+        self.message = " ".join(str(message).split())  # always one line
         super().__init__(str(self))
 
     def __str__(self) -> str:

@@ -10,7 +10,7 @@ def _parse_target(text: str) -> tuple[str, int, str]:
     if "/" in text:
         text, proto = text.rsplit("/", 1)
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         raise ValueError(f"--trace wants DST:PORT[/PROTO], not {text!r}")
     return host, int(port), proto.lower()
 

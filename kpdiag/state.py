@@ -146,19 +146,24 @@ class NodeState(_NodeFiles):
 
     @cached_property
     def ip_addr(self):
-        data = self.bundle.read_json("node/ip-addr.json")
-        if data is not None and not isinstance(data, list):
-            self.bundle.problem("node/ip-addr.json", "expected a JSON list (ip -j addr)")
+        return self._json_list("node/ip-addr.json", "ip -j addr")
+
+    def _json_list(self, rel: str, what: str):
+        """A JSON list of objects; anything else is a recorded problem (the objects that are objects are kept)."""
+        data = self.bundle.read_json(rel)
+        if data is None:
             return None
-        return data
+        if not isinstance(data, list):
+            self.bundle.problem(rel, f"expected a JSON list ({what})")
+            return None
+        good = [x for x in data if isinstance(x, dict)]
+        if len(good) != len(data):
+            self.bundle.problem(rel, f"{len(data) - len(good)} entries are not JSON objects ({what}); ignored")
+        return good
 
     @cached_property
     def ip_route(self):
-        data = self.bundle.read_json("node/ip-route.json")
-        if data is not None and not isinstance(data, list):
-            self.bundle.problem("node/ip-route.json", "expected a JSON list (ip -j route)")
-            return None
-        return data
+        return self._json_list("node/ip-route.json", "ip -j route")
 
     @cached_property
     def routing(self):

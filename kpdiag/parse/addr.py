@@ -29,7 +29,7 @@ def ip4_to_int(text: str) -> int:
         raise ValueError(f"not an IPv4 address: {text!r}")
     value = 0
     for part in parts:
-        if not part.isdigit() or len(part) > 3:
+        if not (part.isascii() and part.isdigit()) or len(part) > 3:
             raise ValueError(f"not an IPv4 address: {text!r}")
         octet = int(part)
         if octet > 255:
@@ -60,7 +60,7 @@ def parse_prefix(text: str) -> Prefix:
     addr = ip4_to_int(addr_text)
     if not plen_text:
         mask = 0xFFFFFFFF
-    elif plen_text.isdigit():
+    elif plen_text.isascii() and plen_text.isdigit():
         plen = int(plen_text)
         if plen > 32:
             raise ValueError(f"bad prefix length in {text!r}")

@@ -261,7 +261,7 @@ def parse_rule(text: str, table: str, chain: str, index: int, lineno: int, sourc
     if i >= n or toks[i] not in ("-A", "--append", "-I", "--insert"):
         raise InputError(source, f"expected -A CHAIN: {_short(text)}", lineno)
     i += 2  # chain name already known
-    if toks[i - 2] in ("-I", "--insert") and i < n and toks[i].isdigit():
+    if toks[i - 2] in ("-I", "--insert") and i < n and toks[i].isascii() and toks[i].isdigit():
         i += 1
     neg = False
     context: Match | None = None

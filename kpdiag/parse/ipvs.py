@@ -51,7 +51,7 @@ def _split_addr(text: str, source: str, lineno: int) -> tuple[str, int]:
         host, _, port = text[1:].partition("]:")
     else:
         host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         raise InputError(source, f"not an address:port: {text!r}", lineno)
     return host, int(port)
 
@@ -92,7 +92,8 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
                                 key[2] if key[0] != "fwmark" else None, key[1] if key[0] == "fwmark" else None,
                                 scheduler=opts.get("-s") or opts.get("--scheduler") or "wlc", line=lineno)
             if "-p" in opts or "--persistent" in opts:
-                vs.persistent = int(opts.get("-p") or opts.get("--persistent") or 300)
+                value = opts.get("-p") or opts.get("--persistent") or "300"
+                vs.persistent = int(value) if value.isascii() and value.isdigit() else 300
             services[key] = vs
         else:
             vs = services.get(key)
@@ -104,6 +105,8 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
             addr, port = _split_addr(real, source, lineno)
             fwd = next((m for f, m in _FWD.items() if f in opts), "route")
             weight = opts.get("-w") or opts.get("--weight") or "1"
+            if not (weight.isascii() and weight.isdigit()):
+                raise InputError(source, f"bad weight {weight!r}", lineno)
             vs.reals.append(RealServer(addr, port, fwd, int(weight), line=lineno))
     return services
 
@@ -124,8 +127,13 @@ def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple, Vi
             continue
         toks = s.split()
         if toks[0] in ("TCP", "UDP", "SCTP", "FWM"):
+            if len(toks) < 2:
+                raise InputError(source, f"virtual service line without an address: {s[:120]}", lineno)
             if toks[0] == "FWM":
-                vs = VirtualService("fwmark", None, None, int(toks[1], 0), line=lineno)
+                try:
+                    vs = VirtualService("fwmark", None, None, int(toks[1], 0), line=lineno)
+                except ValueError:
+                    raise InputError(source, f"bad fwmark {toks[1]!r}", lineno) from None
             else:
                 addr, port = _split_addr(toks[1], source, lineno)
                 vs = VirtualService(toks[0].lower(), addr, port, line=lineno)
@@ -133,17 +141,22 @@ def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple, Vi
                 vs.scheduler = toks[2]
                 if "persistent" in toks:
                     k = toks.index("persistent")
-                    vs.persistent = int(toks[k + 1]) if k + 1 < len(toks) and toks[k + 1].isdigit() else 300
+                    vs.persistent = int(toks[k + 1]) if k + 1 < len(toks) and toks[k + 1].isascii() and toks[k + 1].isdigit() else 300
             services[vs.key] = vs
             current = vs
         elif toks[0] == "->":
             if current is None:
                 raise InputError(source, "real server line before any virtual service", lineno)
+            if len(toks) < 2:
+                raise InputError(source, f"real server line without an address: {s[:120]}", lineno)
             addr, port = _split_addr(toks[1], source, lineno)
             rs = RealServer(addr, port, line=lineno)
             if columns == "conn" and len(toks) >= 6:
                 rs.forward = {"Masq": "masq", "Route": "route", "Tunnel": "tunnel", "Local": "local"}.get(toks[2], toks[2].lower())
-                rs.weight, rs.active, rs.inactive = int(toks[3]), int(toks[4]), int(toks[5])
+                try:
+                    rs.weight, rs.active, rs.inactive = int(toks[3]), int(toks[4]), int(toks[5])
+                except ValueError:
+                    raise InputError(source, f"weight and connection counts must be numbers: {s[:120]}", lineno) from None
             current.reals.append(rs)
         else:
             raise InputError(source, f"unexpected line: {s[:120]}", lineno)

@@ -52,7 +52,7 @@ def parse_modules(text: str, source: str = "/proc/modules") -> dict[str, Module]
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) < 3 or not parts[1].isdigit():
+        if len(parts) < 3 or not (parts[1].isascii() and parts[1].isdigit()):
             raise InputError(source, f"not a /proc/modules line: {line[:120]}", lineno)
         used = tuple(u for u in (parts[3].split(",") if len(parts) > 3 else []) if u and u != "-")
         try:

@@ -545,7 +545,7 @@ class IptablesTracer(PacketWalker):
                 return 0.0
         proto = rule.proto
         if proto is not None and proto != "all" and proto != "0":
-            same = proto == st.proto or (proto.isdigit() and int(proto) == {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1}.get(st.proto))
+            same = proto == st.proto or (proto.isascii() and proto.isdigit() and int(proto) == {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1}.get(st.proto))
             if same == rule.proto_neg:
                 return 0.0
         if rule.frag:

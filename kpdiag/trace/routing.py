@@ -71,9 +71,15 @@ def routing_from_ip_json(addrs: list | None, routes: list | None) -> RoutingTabl
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all``."""
     rt = RoutingTable()
     for link in addrs or []:
+        if not isinstance(link, dict):
+            continue
         dev = link.get("ifname")
         for info in link.get("addr_info", []) or []:
+            if not isinstance(info, dict):
+                continue
             local = info.get("local")
+            if not isinstance(local, str):
+                continue
             if not local:
                 continue
             try:
@@ -84,7 +90,11 @@ def routing_from_ip_json(addrs: list | None, routes: list | None) -> RoutingTabl
             if dev:
                 rt.addr_dev[key] = dev
     for entry in routes or []:
+        if not isinstance(entry, dict):
+            continue
         dst = entry.get("dst", "")
+        if not isinstance(dst, str):
+            continue
         table = str(entry.get("table", "main"))
         rtype = entry.get("type", "unicast")
         if table not in ("main", "local", "254", "255"):
@@ -92,10 +102,11 @@ def routing_from_ip_json(addrs: list | None, routes: list | None) -> RoutingTabl
         table = "local" if table in ("local", "255") else "main"
         try:
             if dst == "default":
-                prefix = parse_prefix("0.0.0.0/0") if ":" not in (entry.get("gateway") or "") else parse_prefix("::/0")
+                prefix = parse_prefix("0.0.0.0/0") if ":" not in str(entry.get("gateway") or "") else parse_prefix("::/0")
             else:
                 prefix = parse_prefix(dst)
         except ValueError:
             continue
-        rt.add_route(prefix, Route(rtype, dev=entry.get("dev"), gateway=entry.get("gateway"), dst=dst, table=table))
+        gw, dev = entry.get("gateway"), entry.get("dev")
+        rt.add_route(prefix, Route(str(rtype), dev=dev if isinstance(dev, str) else None, gateway=gw if isinstance(gw, str) else None, dst=dst, table=table))
     return rt
