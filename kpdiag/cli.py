@@ -171,7 +171,9 @@ def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, sa
 @cli.command()
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="A directory, or FILE.tar.gz.")
 @click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
-def collect(out, host_root):
+@click.option("--redact", is_flag=True, help="Replace namespaces, names, node names and non-cluster IPs by stable hashes (the same in every file).")
+@click.option("--redact-salt", help="Salt for --redact (the same salt gives the same hashes across bundles; default: random).")
+def collect(out, host_root, redact, redact_salt):
     """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
     import os
 
@@ -181,6 +183,15 @@ def collect(out, host_root):
     if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
         raise _fail(f"{out} exists; give a new directory or file name", exitcodes.USAGE)
     files, manifest = collect_node(host_root=host_root, progress=_progress)
+    if redact:
+        import json as _json
+
+        from .redact import redact_files
+
+        files["kpdiag.json"] = _json.dumps(manifest).encode()
+        files, redactor = redact_files(files, redact_salt)
+        manifest = _json.loads(files.pop("kpdiag.json"))
+        manifest["redacted"] = {"names": len(redactor.names), "addresses": len(redactor.ips)}
     try:
         write_bundle(files, out, manifest)
     except OSError as exc:
