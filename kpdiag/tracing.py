@@ -29,6 +29,14 @@ def _read_file(path: str) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
+def _required(state, value, bundle: str, rel: str, what: str):
+    """The parsed source, or an InputError that says why it is missing (the file's own problems, first)."""
+    if value is None:
+        why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/{rel}"
+        raise InputError(bundle, f"no {what} to trace ({why})")
+    return value
+
+
 def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(), ipset_file: str | None = None,
                 nft: str | None = None, mode: str = "auto") -> TraceSetup:
     """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset) or ``--bundle``."""
@@ -62,28 +70,17 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
         if mode == "auto":
             running, _ = state.proxy_mode
             mode = running if running in ("nftables", "ipvs") else "iptables"
-        if mode == "nftables":
-            nft_rs = state.nft()
-            if nft_rs is None:
-                why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/nft-ruleset.json"
-                raise InputError(bundle, f"no nftables ruleset to trace ({why})")
-            routing = state.routing
-            for ip in local_ips:
-                from .parse.addr import parse_ip
-
-                routing.local_ips.add(parse_ip(ip))
-            from .trace.nftables import NftTracer
-
-            return TraceSetup(NftTracer(nft_rs, routing), "nftables", list(state.problems))
-        ruleset = state.iptables("iptables-save")
-        if ruleset is None:
-            why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/iptables-save.txt"
-            raise InputError(bundle, f"no iptables rules to trace ({why})")
         routing = state.routing
         for ip in local_ips:
             from .parse.addr import parse_ip
 
             routing.local_ips.add(parse_ip(ip))
+        if mode == "nftables":
+            from .trace.nftables import NftTracer
+
+            return TraceSetup(NftTracer(_required(state, state.nft(), bundle, "nft-ruleset.json", "an nftables ruleset"), routing),
+                              "nftables", list(state.problems))
+        ruleset = _required(state, state.iptables("iptables-save"), bundle, "iptables-save.txt", "iptables rules")
         ipsets = state.ipsets
         problems.extend(state.problems)
         if mode == "ipvs":
