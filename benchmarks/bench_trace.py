@@ -177,6 +177,33 @@ def bench_nft(n: int, endpoints: int, packets: int) -> dict:
     return row
 
 
+def bench_node_e2e(n: int, endpoints: int) -> dict:
+    """`kpdiag node` end to end in a namespace holding n services, vs the bare commands it runs."""
+    services = many_services(n, endpoints)
+    row: dict = {"services": n}
+    ns = "kpbench" + uuid.uuid4().hex[:6]
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as fh:
+            fh.write(iptables_ruleset(services))
+            fh.flush()
+            with open(fh.name) as src:
+                wall(["ip", "netns", "exec", ns, "iptables-restore"], stdin=src)
+        bare = 0.0
+        for argv in (["iptables-save"], ["nft", "-j", "list", "ruleset"], ["ip", "-j", "addr"], ["ip", "-j", "route", "show", "table", "all"],
+                     ["conntrack", "-S"], ["ip6tables-save"]):
+            bare += wall(["ip", "netns", "exec", ns] + argv)[0]
+        row["bare_commands_s"] = round(bare, 2)
+        exe = shutil.which("kpdiag") or "kpdiag"
+        t, rss = peak_rss(["ip", "netns", "exec", ns, exe, "node", "-o", "json", "--host-root", "/", "--fail-on", "never"])
+        row["kpdiag_node_s"] = round(t, 2)
+        row["overhead_ratio"] = round(t / bare, 2) if bare else None
+        row["peak_rss_mb"] = round(rss / 1024, 1)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
+    return row
+
+
 def startup() -> dict:
     """Whole-process wall time of the console script (best of 5), beside a bare interpreter."""
     exe = shutil.which("kpdiag")
@@ -215,6 +242,7 @@ def main() -> int:
     ap.add_argument("--packets", type=int, default=1000)
     ap.add_argument("--no-kernel", action="store_true", help="skip loading into a namespace (no root needed)")
     ap.add_argument("--nft-max", type=int, default=10000, help="largest size for the nftables rows (nft -f of 10k services takes ~2 min)")
+    ap.add_argument("--node-e2e", type=int, default=10000, help="size for the `kpdiag node` end-to-end row (0: skip)")
     args = ap.parse_args()
     kernel = not args.no_kernel and os.geteuid() == 0
     rows = []
@@ -224,6 +252,7 @@ def main() -> int:
     start = startup()
     analyze_rows = [analyze_bundle_bench(n, args.endpoints) for n in args.services]
     nft_rows = [bench_nft(n, args.endpoints, args.packets) for n in args.services if n <= args.nft_max] if kernel else []
+    node_rows = [bench_node_e2e(args.node_e2e, args.endpoints)] if kernel and args.node_e2e else []
     from tabulate import tabulate
 
     cols = ["services", "lines", "mbytes", "iptables_save_s", "legacy_save_s", "iptables_L_nat_s", "kpdiag_trace_s",
@@ -235,11 +264,14 @@ def main() -> int:
     if nft_rows:
         print()
         print(tabulate(nft_rows, headers="keys", tablefmt="github"))
+    if node_rows:
+        print()
+        print(tabulate(node_rows, headers="keys", tablefmt="github"))
     print()
     print(tabulate([start], headers="keys", tablefmt="github"))
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "trace.json"), "w") as fh:
-        json.dump({"rows": rows, "analyze": analyze_rows, "nftables": nft_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
+        json.dump({"rows": rows, "analyze": analyze_rows, "nftables": nft_rows, "node_e2e": node_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
     return 0
 
 
