@@ -5,6 +5,7 @@ tracer says which expressions it cannot evaluate."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from ..errors import InputError
@@ -12,15 +13,25 @@ from ..errors import InputError
 HOOK_PRIO_NAMES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
 
 
-@dataclass
 class NftRule:
-    family: str
-    table: str
-    chain: str
-    index: int  # 1-based position in its chain
-    handle: int | None
-    expr: list
-    comment: str | None = None
+    """One rule; its expression tree is kept as JSON text and decoded the first time it is needed
+    (a 10,000-service table has 130,000 rules: decoded all at once they take hundreds of MB)."""
+
+    __slots__ = ("family", "table", "chain", "index", "handle", "comment", "_expr", "_raw")
+
+    def __init__(self, family, table, chain, index, handle, expr=None, comment=None, raw: str | None = None):
+        self.family, self.table, self.chain, self.index, self.handle, self.comment = family, table, chain, index, handle, comment
+        self._expr = expr
+        self._raw = raw
+
+    @property
+    def expr(self) -> list:
+        if self._expr is None:
+            body = json.loads(self._raw)["rule"]
+            expr = body.get("expr")
+            self._expr = expr if isinstance(expr, list) else []
+            self._raw = None
+        return self._expr
 
     @property
     def text(self) -> str:
@@ -96,21 +107,55 @@ def _prio(value) -> int | None:
     return None
 
 
-def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset") -> NftRuleset:
-    if isinstance(data, (str, bytes)):
+def _items(text: str, source: str):
+    """(item, raw text) for each element of the top-level "nftables" array, decoded one at a time."""
+    decoder = json.JSONDecoder()
+    m = re.match(r'\s*\{\s*"nftables"\s*:\s*\[', text)
+    if not m:
         try:
-            doc = json.loads(data)
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(source, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
-        except (UnicodeDecodeError, RecursionError):
-            raise InputError(source, "not a JSON text") from None
+        except RecursionError:
+            raise InputError(source, "JSON nested too deeply") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("nftables"), list):
+            raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
+        for item in doc["nftables"]:
+            yield item, None
+        return
+    pos, end = m.end(), len(text)
+    ws = re.compile(r"[\s,]*")
+    while True:
+        pos = ws.match(text, pos).end()
+        if pos >= end:
+            raise InputError(source, "truncated: the nftables list does not end", text.count("\n", 0, end) + 1)
+        if text[pos] == "]":
+            return
+        try:
+            item, nxt = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise InputError(source, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+        except RecursionError:
+            raise InputError(source, "JSON nested too deeply") from None
+        yield item, text[pos:nxt]
+        pos = nxt
+
+
+def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset") -> NftRuleset:
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(source, "not a JSON text (not UTF-8)") from None
+    if isinstance(data, str):
+        items = _items(data, source)
     else:
-        doc = data
-    if not isinstance(doc, dict) or not isinstance(doc.get("nftables"), list):
-        raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
+        if not isinstance(data, dict) or not isinstance(data.get("nftables"), list):
+            raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
+        items = ((item, None) for item in data["nftables"])
     rs = NftRuleset(source=source)
-    pending: list[dict] = []
-    for n, item in enumerate(doc["nftables"]):
+    pending: list[tuple[dict, str | None]] = []
+    for n, (item, raw) in enumerate(items):
         if not isinstance(item, dict) or len(item) != 1:
             raise InputError(source, f"nftables[{n}] is not a single-key object")
         (kind, body), = item.items()
@@ -126,16 +171,18 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
             rs.sets[key] = NftSet(*key, type=body.get("type"), is_map=kind == "map", map_type=body.get("map"),
                                   flags=list(body.get("flags") or []), elems=list(body.get("elem") or []))
         elif kind == "rule":
-            pending.append(body)
-    for body in pending:
-        key = (body.get("family", "ip"), body.get("table", ""), body.get("chain", ""))
+            if not isinstance(body.get("expr"), list):
+                raise InputError(source, f"rule {body.get('handle')} in {body.get('chain')} has no expression list")
+            meta = {k: body.get(k) for k in ("family", "table", "chain", "handle", "comment")}
+            pending.append((meta, raw) if raw is not None else (meta, body["expr"]))
+    for meta, expr_or_raw in pending:
+        key = (meta.get("family") or "ip", meta.get("table") or "", meta.get("chain") or "")
         chain = rs.chains.get(key)
         if chain is None:
             raise InputError(source, f"rule for chain {key[2]!r} of table {key[1]!r}, which is not declared")
-        expr = body.get("expr")
-        if not isinstance(expr, list):
-            raise InputError(source, f"rule {body.get('handle')} in {key[2]} has no expression list")
-        chain.rules.append(NftRule(*key, index=len(chain.rules) + 1, handle=body.get("handle"), expr=expr, comment=body.get("comment")))
+        raw = expr_or_raw if isinstance(expr_or_raw, str) else None
+        expr = None if raw is not None else expr_or_raw
+        chain.rules.append(NftRule(*key, index=len(chain.rules) + 1, handle=meta.get("handle"), expr=expr, comment=meta.get("comment"), raw=raw))
         rs.rule_count += 1
     return rs
 
