@@ -139,7 +139,7 @@ def selector_nothing(ctx, new):
                 continue
             labels = md.get("labels") or {}
             diff = [f"{k}: wants {v!r}, pod has {labels.get(k)!r}" for k, v in svc.selector.items() if labels.get(k) != v]
-            if len(diff) < len(svc.selector):
+            if set(labels) & set(svc.selector):  # shares a selector key: a near miss worth showing
                 near.append((len(diff), md.get("name"), diff))
         near.sort()
         ev = [_svc_ev(ctx, svc, f"spec.selector = {svc.selector}")]

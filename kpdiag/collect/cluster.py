@@ -125,7 +125,7 @@ class ClusterCollector:
                 if not picked:
                     everyone = self._call("cluster/pods.json", f"list pods in {namespace}", core.list_namespaced_pod, namespace, limit=500)
                     items = (everyone or {}).get("items", [])
-                    picked = [p for p in items if any((p.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector.items())]
+                    picked = [p for p in items if set((p.get("metadata", {}).get("labels") or {})) & set(selector)]
                 self.out.files["cluster/pods.json"] = _as_list("Pod", picked)
         node_name = node_name or os.environ.get("NODE_NAME") or os.environ.get("KUBERNETES_NODE_NAME")
         if node_name:
