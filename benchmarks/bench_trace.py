@@ -49,6 +49,17 @@ def wall(argv, stdin=None, stdout=subprocess.DEVNULL) -> tuple[float, int]:
     return elapsed, max(peak, before) if peak > before else -1
 
 
+def _tool(argv) -> float | str:
+    """Wall time of a user's tool; when the tool itself fails at this size, say so instead of a number."""
+    t = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **ENV})
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"failed (exit {proc.returncode} after {elapsed:.0f} s{': ' + msg[-1][:60] if msg else ''})"
+    return round(elapsed, 2)
+
+
 def peak_rss(argv) -> tuple[float, int]:
     """Wall time and the peak RSS of exactly this process (via /usr/bin/time when present)."""
     if os.path.exists("/usr/bin/time"):
@@ -76,13 +87,13 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
             try:
                 with open(rules) as fh:
                     row["iptables_restore_s"] = round(wall(["ip", "netns", "exec", ns, "iptables-restore"], stdin=fh)[0], 2)
-                row["iptables_save_s"] = round(wall(["ip", "netns", "exec", ns, "iptables-save"])[0], 2)
-                row["iptables_L_nat_s"] = round(wall(["ip", "netns", "exec", ns, "iptables", "-t", "nat", "-L", "-n"])[0], 2)
+                row["iptables_save_s"] = _tool(["ip", "netns", "exec", ns, "iptables-save"])
+                row["iptables_L_nat_s"] = _tool(["ip", "netns", "exec", ns, "iptables", "-t", "nat", "-L", "-n"])
                 if shutil.which("iptables-legacy-restore"):
                     # the legacy backend prints much faster: the tougher comparison, reported beside
                     with open(rules) as fh:
                         wall(["ip", "netns", "exec", ns, "iptables-legacy-restore"], stdin=fh)
-                    row["legacy_save_s"] = round(wall(["ip", "netns", "exec", ns, "iptables-legacy-save"])[0], 2)
+                    row["legacy_save_s"] = _tool(["ip", "netns", "exec", ns, "iptables-legacy-save"])
             finally:
                 subprocess.run(["ip", "netns", "del", ns])
         cip = services[n // 2].cluster_ip
@@ -95,9 +106,9 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
             rss = max(rss, r)
         row["kpdiag_trace_s"] = round(min(times), 2)
         row["kpdiag_trace_peak_rss_mb"] = round(rss / 1024, 1)
-        if "iptables_save_s" in row:
+        if isinstance(row.get("iptables_save_s"), float):
             row["ratio_vs_iptables_save"] = round(row["kpdiag_trace_s"] / row["iptables_save_s"], 3)
-        if "legacy_save_s" in row:
+        if isinstance(row.get("legacy_save_s"), float):
             row["ratio_vs_legacy_save"] = round(row["kpdiag_trace_s"] / row["legacy_save_s"], 3)
 
         # per-packet latency on parsed state
