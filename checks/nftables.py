@@ -58,9 +58,12 @@ def prerequisites(ctx, new):
 def _programmed(ctx):
     from kpdiag.kube_nft import programmed_nft
 
+    if not ctx.nft_kube_proxy_table:
+        return None, None  # no kube-proxy table: not nftables mode (and no need to parse a big iptables-nft ruleset)
     rs = ctx.nft()
-    prog = programmed_nft(rs)
-    return rs, prog
+    if rs is None:
+        raise Skip("node/nft-ruleset.json could not be parsed (see 'could not read')")
+    return rs, programmed_nft(rs)
 
 
 def _api_ports(svc):

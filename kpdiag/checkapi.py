@@ -173,7 +173,7 @@ def availability(ctx, need: str) -> str | None:
         "probes": (lambda: ctx.probes, "active probe results (probes/service.json; kpdiag svc without --no-probe)"),
         "dns": (lambda: ctx.dns, "a DNS lookup of the Service (probes/dns.json)"),
         "conntrack-entries": (lambda: ctx.bundle.read_text("node/conntrack.txt"), "conntrack entries (node/conntrack.txt)"),
-        "nft": (lambda: ctx.nft(), "node/nft-ruleset.json (nft -j list ruleset)"),
+        "nft": (lambda: ctx.nft_text, "node/nft-ruleset.json (nft -j list ruleset)"),
         "ipvs": (lambda: ctx.ipvs, "IPVS state (node/ipvsadm.txt: ipvsadm -Sn)"),
     }
     probe = probes.get(need)

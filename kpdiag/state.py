@@ -88,12 +88,21 @@ class _NodeFiles:
         return None if text is None else text.splitlines()
 
     @property
-    def nft_ruleset(self):
-        data = self.bundle.read_json("node/nft-ruleset.json")
-        if data is not None and not isinstance(data, dict):
-            self.bundle.problem("node/nft-ruleset.json", "expected a JSON object (nft -j list ruleset)")
-            return None
-        return data
+    def nft_text(self) -> str | None:
+        """node/nft-ruleset.json as text (read once; parsed only when something needs the rules)."""
+        if "_nft_text" not in self.__dict__:
+            self.__dict__["_nft_text"] = self.bundle.read_text("node/nft-ruleset.json")
+        return self.__dict__["_nft_text"]
+
+    @property
+    def nft_kube_proxy_table(self) -> str | None:
+        """The family of kube-proxy's nftables table ("ip"/"ip6"), found without parsing the whole ruleset
+        (on an iptables-nft node with 10,000 Services that JSON is hundreds of MB once decoded)."""
+        import re
+
+        text = self.nft_text
+        m = re.search(r'\{"table":\s*\{"family":\s*"(ip6?)",\s*"name":\s*"kube-proxy"', text or "")
+        return m.group(1) if m else None
 
     def sysctl_value(self, key: str):
         s = self.sysctl
@@ -194,12 +203,9 @@ class NodeState(_NodeFiles):
         for link in self.ip_addr or []:
             if link.get("ifname") == "kube-ipvs0":
                 found.setdefault("ipvs", "interface kube-ipvs0")
-        nft = self.nft_ruleset
-        if nft:
-            for item in nft.get("nftables", []):
-                t = item.get("table") if isinstance(item, dict) else None
-                if isinstance(t, dict) and t.get("name") == "kube-proxy" and t.get("family") in ("ip", "ip6"):
-                    found["nftables"] = f"nftables table {t.get('family')} kube-proxy"
+        family = self.nft_kube_proxy_table
+        if family:
+            found["nftables"] = f"nftables table {family} kube-proxy"
         return found
 
     @property
@@ -279,7 +285,7 @@ class NodeState(_NodeFiles):
         if "_nft" not in self.__dict__:
             from .parse.nft import parse_nft_json
 
-            data = self.nft_ruleset
+            data = self.nft_text
             rs = None
             if data is not None:
                 rs = self._parse_text(data, self.bundle.display("node/nft-ruleset.json"), parse_nft_json)

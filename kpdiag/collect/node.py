@@ -74,7 +74,7 @@ class NodeCollector:
         path = shutil.which(name, path=SAFE_ENV["PATH"])
         return [path] if path else None
 
-    def _run(self, rel: str, name: str, args: list[str], timeout: float = CMD_TIMEOUT, max_lines: int | None = None) -> str | None:
+    def _run(self, rel: str, name: str, args: list[str], timeout: float = CMD_TIMEOUT, max_lines: int | None = None) -> bytes | None:
         argv = self._binary(name)
         if argv is None:
             self._err(rel, f"{name} not found (install it, or mount the host root at /host)")
@@ -94,13 +94,13 @@ class NodeCollector:
             msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             self._err(rel, f"{name} {' '.join(args)} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}")
             return None
-        text = proc.stdout.decode("utf-8", "replace")
+        data = proc.stdout  # kept as bytes: on a big node this is hundreds of MB, copy it no more than needed
         if max_lines is not None:
-            lines = text.splitlines()
+            lines = data.splitlines()
             if len(lines) > max_lines:
-                text = "\n".join(lines[-max_lines:]) + "\n"
-        self._put(rel, text)
-        return text
+                data = b"\n".join(lines[-max_lines:]) + b"\n"
+        self._put(rel, data)
+        return data
 
     def _timed(self, what: str, start: float) -> None:
         took = time.monotonic() - start
@@ -188,7 +188,7 @@ class NodeCollector:
 
     def iptables(self) -> None:
         default = self._run("node/iptables-save.txt", "iptables-save", [])
-        head = (default or "")[:200]
+        head = (default or b"")[:200].decode("utf-8", "replace")
         # the default binary is one of the two backends: reuse its output instead of a second full dump
         # (on a 10,000-service node each dump takes tens of seconds)
         if default is not None and "(nf_tables)" in head:
