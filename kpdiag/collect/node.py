@@ -203,9 +203,46 @@ class NodeCollector:
         if default is not None and self._binary("ip6tables-save"):
             self._run("node/ip6tables-save.txt", "ip6tables-save", [])
 
+    IPTABLES_NFT_TABLES = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")}
+
     def nft(self) -> None:
-        self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"])
+        """``nft -j list ruleset`` — without iptables-nft's own tables when iptables-save already has them.
+
+        On an iptables-mode node with 10,000 Services those tables hold 230,000 translated rules: as nft
+        JSON that is hundreds of MB, and the same rules are in node/iptables-save.txt."""
         self._run("node/nft-version.txt", "nft", ["--version"])
+        ipt = self.out.files.get("node/iptables-save.txt", b"")[:200]
+        if b"(nf_tables)" not in ipt:
+            self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"])
+            return
+        listing = self._run("node/.nft-tables", "nft", ["list", "tables"])
+        self.out.files.pop("node/.nft-tables", None)
+        if listing is None:
+            return
+        items: list = []
+        skipped = []
+        for line in listing.decode("utf-8", "replace").splitlines():
+            parts = line.split()
+            if len(parts) != 3 or parts[0] != "table":
+                continue
+            family, name = parts[1], parts[2]
+            if (family, name) in self.IPTABLES_NFT_TABLES:
+                skipped.append(f"{family} {name}")
+                continue
+            data = self._run("node/.nft-table", "nft", ["-j", "list", "table", family, name])
+            self.out.files.pop("node/.nft-table", None)
+            try:
+                doc = json.loads(data) if data else {}
+            except ValueError:
+                self._err("node/nft-ruleset.json", f"nft -j list table {family} {name}: not JSON")
+                continue
+            for item in doc.get("nftables", []):
+                if "metainfo" in item and any("metainfo" in i for i in items):
+                    continue
+                items.append(item)
+        self._put("node/nft-ruleset.json", json.dumps({"nftables": items}))
+        if skipped:
+            self._err("node/nft-ruleset.json", f"iptables-nft's own tables ({', '.join(skipped)}) left out: node/iptables-save.txt has their rules")
 
     def ipvs(self) -> None:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):

@@ -29,6 +29,7 @@ def test_node_live_then_collect_and_analyze_agree(lab, tmp_path):
     ]))
     lab.sysctl("node", "net.ipv4.ip_forward", "0")
     lab.sh("node", ["iptables", "-P", "FORWARD", "DROP"])
+    lab.sh("node", ["nft", "-f", "-"], input="table inet hostfw { chain input { type filter hook input priority 10; tcp dport 22 accept; }; }\n")
 
     live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--service", "shop/web")
     assert live.returncode == 1, live.stderr  # errors found
@@ -48,6 +49,11 @@ def test_node_live_then_collect_and_analyze_agree(lab, tmp_path):
     col = _kpdiag(lab, "node", "collect", "-o", str(out), "--host-root", "/")
     assert col.returncode == 0, col.stderr
     assert (out / "kpdiag.json").exists() and (out / "node" / "iptables-save.txt").exists()
+    nft_doc = json.loads((out / "node" / "nft-ruleset.json").read_text())
+    tables = {(i["table"]["family"], i["table"]["name"]) for i in nft_doc["nftables"] if "table" in i}
+    assert ("inet", "hostfw") in tables and ("ip", "nat") not in tables  # iptables-nft's tables: in iptables-save
+    manifest = json.loads((out / "kpdiag.json").read_text())
+    assert any("iptables-nft's own tables" in e["error"] for e in manifest["errors"])
     ana = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", str(out), "-o", "json"], capture_output=True, text=True)
     offline = json.loads(ana.stdout)
     assert ana.returncode == live.returncode
