@@ -64,7 +64,7 @@ def icmp_cluster_ip(ctx, new):
                 yield new(
                     f"ping {ip} ({svc.key}) gets 'Time to live exceeded' from {router}"
                     + (f": the packet loops between {' and '.join(loop)}" if loop else "")
-                    + f". That is expected — only the Service's ports are translated, ICMP is routed to the gateway and back."
+                    + ". That is expected — only the Service's ports are translated, ICMP is routed to the gateway and back."
                     + (f" {works} through the Service." if works else ""),
                     severity="warning",
                     fix=(

@@ -289,7 +289,6 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
             svc_chain = f"service-{_nft_hash(base_name)}-{base_name}"
             ext_chain = f"external-{_nft_hash(base_name)}-{base_name}"
             ready = [e for e in svc.endpoints if e.ready]
-            local_ready = [e for e in ready if e.local]
             has_external = bool(port.node_port or svc.external_ips or svc.lb_ips)
             elements.append(f"add element {t} cluster-ips {{ {svc.cluster_ip} }}")
             if not ready:

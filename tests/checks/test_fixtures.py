@@ -79,8 +79,6 @@ def test_healthy_node_has_no_error_or_warning():
 
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if "trace" in _scenario(n)])
 def test_fixture_traces(name):
-    from kpdiag.bundle import Bundle
-    from kpdiag.state import NodeState
     from kpdiag.trace.model import Packet
 
     from kpdiag.tracing import setup_trace

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 
 from kpdiag.bundle import FORMAT, write_bundle
 
