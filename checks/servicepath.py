@@ -84,6 +84,19 @@ def icmp_cluster_ip(ctx, new):
                     fix=(f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports", f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}"),
                     evidence=ev, subject=f"{svc.key} {ip}",
                 )
+            elif echo["result"] in ("port-unreachable", "admin-prohibited") and mode == "ipvs":
+                rs = ctx.iptables()
+                filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
+                yield new(
+                    f"ping {ip} ({svc.key}) is rejected ({echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else "")
+                    + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER rejects traffic to "
+                    "ports the Service does not define — ICMP included. Older releases answered ping here."
+                    + (f" {works} through the Service." if works else ""),
+                    fix=(f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports", f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}"),
+                    evidence=ev + ([Evidence(rs.source, ":KUBE-IPVS-FILTER (rejects new connections to bound IPs outside the Service ports)",
+                                             rs.chain("filter", "KUBE-IPVS-FILTER").lineno)] if filt else []),
+                    subject=f"{svc.key} {ip}",
+                )
             elif echo["result"] == "echo-reply" and mode != "ipvs":
                 yield new(
                     f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",

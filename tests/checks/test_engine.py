@@ -164,3 +164,22 @@ def test_analyze_state_from_memory_files():
             files[os.path.relpath(p, HEALTHY)] = open(p, "rb").read()
     report = analyze_state(NodeState(Bundle.from_files("mem", files)))
     assert {f.id for f in report.findings} == {"KP601"}
+
+
+def test_kp201_in_ipvs_mode_explains_the_reject():
+    """IPVS mode, newer kube-proxy: ping to a ClusterIP is rejected by KUBE-IPVS-FILTER — said so, with the rule."""
+    import json as _json
+
+    from kpdiag.service import service_report
+
+    files = {}
+    for dirpath, _, names in os.walk(os.path.join(FIXTURES, "svc-ipvs-ping")):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            files[os.path.relpath(p, os.path.join(FIXTURES, "svc-ipvs-ping"))] = open(p, "rb").read()
+    probes = _json.loads(files["probes/service.json"])
+    probes["results"][0].update(result="port-unreachable", **{"from": "10.96.0.20"})
+    files["probes/service.json"] = _json.dumps(probes).encode()
+    report = service_report(NodeState(Bundle.from_files("x", files)), "shop", "web")
+    kp201 = [f for f in report.findings if f.id == "KP201"]
+    assert kp201 and "KUBE-IPVS-FILTER rejects" in kp201[0].summary and "TCP 80 works" in kp201[0].summary
