@@ -16,8 +16,11 @@ import re
 import secrets
 
 _IPV4 = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3})(?![\w.])")
+# candidate IPv6 addresses (validated by ipaddress before anything is replaced)
+_IPV6 = re.compile(r"(?<![\w:.])((?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{0,4}|(?:[0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*|::[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)(?![\w:.])")
 _COMMENT_NAME = re.compile(r'"([a-z0-9][a-z0-9.-]*)/([a-z0-9][a-z0-9.-]*)(?::[^" ]*)?[ "]')
-_KEEP_NETS = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "0.0.0.0/32", "169.254.0.0/16", "224.0.0.0/4", "255.0.0.0/8")]
+_KEEP_NETS = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "0.0.0.0/32", "169.254.0.0/16", "224.0.0.0/4", "255.0.0.0/8",
+                                                "::1/128", "::/128", "fe80::/10", "ff00::/8")]
 _SKIP_NAMES = {"default", "kube-system", "kube-public", "kube-node-lease", "kubernetes", "kube-proxy", "kube-dns", "coredns"}
 
 
@@ -43,12 +46,16 @@ class Redactor:
             addr = ipaddress.ip_address(value)
         except ValueError:
             return value
-        if any(addr in net for net in _KEEP_NETS + self.keep):
+        if any(addr.version == net.version and addr in net for net in _KEEP_NETS + self.keep):
             return value
         if value not in self.ips:
-            digest = int(self._h(value, 8), 16)
-            # 198.18.0.0/15 is reserved for benchmarking: never a real address of the user's
-            self.ips[value] = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address("198.18.0.0")) + digest % (1 << 17)))
+            if addr.version == 4:
+                digest = int(self._h(value, 8), 16)
+                # 198.18.0.0/15 is reserved for benchmarking: never a real address of the user's
+                self.ips[value] = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address("198.18.0.0")) + digest % (1 << 17)))
+            else:
+                # 2001:db8::/32 is the documentation range
+                self.ips[value] = str(ipaddress.IPv6Address(int(ipaddress.IPv6Address("2001:db8::")) + int(self._h(value, 16), 16)))
         return self.ips[value]
 
     # ---------------------------------------------------------------- learning what to hide
@@ -90,6 +97,7 @@ class Redactor:
     # ---------------------------------------------------------------- applying it
     def text(self, text: str) -> str:
         text = _IPV4.sub(lambda m: self.ip(m.group(1)), text)
+        text = _IPV6.sub(lambda m: self.ip(m.group(1)), text)
         if self.names:
             pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(n) for n in sorted(self.names, key=len, reverse=True)) + r")(?![\w-])")
             text = pattern.sub(lambda m: self.names[m.group(1)], text)

@@ -42,3 +42,11 @@ def test_redacted_bundle_leaks_nothing_and_diagnoses_the_same(name):
     # the same salt gives the same mapping: bundles of several nodes stay comparable
     red2, _ = redact_files(files, salt="test")
     assert red2 == red
+
+
+def test_ipv6_and_macs():
+    files = {"node/ip-addr.json": b'[{"ifname": "eth0", "address": "0a:1b:72:6b:93:83", "addr_info": [{"family": "inet6", "local": "2a01:4f8:c17:1::2", "prefixlen": 64}, {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]}]'}
+    red, r = redact_files(files, salt="x")
+    text = red["node/ip-addr.json"].decode()
+    assert "2a01:4f8:c17:1::2" not in text and "2001:db8:" in text
+    assert "fe80::1" in text and "0a:1b:72:6b:93:83" in text  # link-local and MACs say nothing about the network
