@@ -124,3 +124,11 @@ def test_without_cap_net_raw_probes_say_why(tmp_path):
     assert probes["raw"] is False and "CAP_NET_RAW" in probes["raw_skipped_reason"] and "kubectl debug" in probes["raw_skipped_reason"]
     assert any(r["kind"] == "tcp-connect" and r["result"] == "refused" for r in probes["results"])  # the socket probe still ran
     assert {c["id"]: c["status"] for c in report["checks"]}["KP201"] == "skipped"
+
+
+def test_service_not_found_is_a_404_line(tmp_path):
+    with ApiServer([k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"})]) as api:
+        proc, report = svc(api.kubeconfig(tmp_path), "nope", "shop", "--no-probe")
+    assert any("get service shop/nope: 404 Not Found" in p["error"] for p in report["problems"]), report["problems"]
+    assert report["extra"]["verdict"][0].startswith("Service shop/nope: not found")
+    assert proc.returncode == 3
