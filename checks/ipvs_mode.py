@@ -6,7 +6,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from .service import _services, _svc_ev
+from .service import _services, _svc_ev, drift
 
 
 def _ipvs_mode(ctx) -> bool:
@@ -88,13 +88,11 @@ def realservers(ctx, new):
             have = {r.target for r in vs.reals if r.weight > 0}
             if have == want:
                 continue
-            gone, missing = sorted(have - want), sorted(want - have)
+            text, api_ev = drift(ctx, have, want, verb="IPVS sends new connections to")
             yield new(
-                f"{svc.key} {vs.name}: IPVS sends new connections to {', '.join(gone) or 'no stale server'}"
-                + (f" and not to {', '.join(missing)}" if missing else ""),
+                f"{svc.key} {vs.name}: {text}",
                 fix=(f"ipvsadm -Ln {'-t' if key[0] == 'tcp' else '-u'} {key[1]}:{key[2]}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-                evidence=[Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line),
-                          Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"ready: {', '.join(sorted(want))}")],
+                evidence=[Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line), api_ev],
                 subject=f"{svc.key}:{key[2]}",
             )
 

@@ -6,7 +6,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from .service import _services, _svc_ev
+from .service import _services, _svc_ev, drift
 
 MIN_KERNEL = (5, 13, 0)
 MIN_NFT = (1, 0, 1)
@@ -129,12 +129,10 @@ def endpoints_mismatch(ctx, new):
             have = set(p.endpoints)
             if have == want:
                 continue
-            gone, missing = sorted(have - want), sorted(want - have)
+            text, api_ev = drift(ctx, have, want)
             yield new(
-                f"{svc.key} {key[0]}:{key[2]}: the node DNATs to {', '.join(gone) or 'no stale endpoint'}"
-                + (f" and misses {', '.join(missing)}" if missing else ""),
+                f"{svc.key} {key[0]}:{key[2]}: {text}",
                 fix=(f"nft list chain ip kube-proxy '{p.chain}'", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-                evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"),
-                          Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"ready: {', '.join(sorted(want))}")],
+                evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"), api_ev],
                 subject=f"{svc.key}:{key[2]}",
             )

@@ -23,6 +23,13 @@ def _svc_ev(ctx, svc, what: str) -> Evidence:
     return Evidence(ctx.bundle.display(SVC_SRC), f"{svc.key}: {what}")
 
 
+def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") -> tuple[str, Evidence]:
+    """For KP203/KP303/KP403: what a node sends to that the API does not list (and the reverse), and the API's side."""
+    gone, missing = sorted(have - want), sorted(want - have)
+    text = f"{verb} {', '.join(gone) or 'no stale endpoint'}" + (f" and misses {', '.join(missing)}" if missing else "")
+    return text, Evidence(ctx.bundle.display(EPS_SRC), f"ready: {', '.join(sorted(want))}")
+
+
 def _probe(ctx, target: str, kind: str) -> dict | None:
     for r in ctx.probe_results(kind):
         if r.get("target") == target:

@@ -9,7 +9,7 @@ from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 
 from .routing import covering_prefix
-from .service import _services, _svc_ev
+from .service import _services, _svc_ev, drift
 
 
 def _tcp_summary(ctx, svc) -> str:
@@ -170,16 +170,14 @@ def stale(ctx, new):
             have = set(prog.endpoints)
             if have == want:
                 continue
-            gone, missing = sorted(have - want), sorted(want - have)
+            gone = have - want
             share = len(gone) / len(have) if have else 0
+            text, api_ev = drift(ctx, have, want)
             yield new(
-                f"{svc.key} port {port.get('port')}: the node DNATs to {', '.join(gone) or 'no stale endpoint'}"
-                + (f" (not ready or gone; ~{share * 100:.0f}% of connections)" if gone else "")
-                + (f" and misses {', '.join(missing)}" if missing else ""),
+                f"{svc.key} port {port.get('port')}: {text}" + (f" (~{share * 100:.0f}% of connections go to endpoints that are not ready or gone)" if gone else ""),
                 fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
                      "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
-                evidence=[Evidence(ctx.iptables().source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}"),
-                          Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"ready: {', '.join(sorted(want))}")],
+                evidence=[Evidence(ctx.iptables().source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}"), api_ev],
                 subject=f"{svc.key}:{port.get('port')}",
             )
 
