@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 PROBES_SCHEMA = "kpdiag.probes/v1"
 MAX_PACKETS = 64
+MAX_RATE = 20.0  # packets per second at most
 PER_PROBE_TIMEOUT = 1.5
 TOTAL_DEADLINE = 20.0
 TRACE_MAX_TTL = 12
@@ -38,14 +39,21 @@ class ProbeBudget:
     max_packets: int = MAX_PACKETS
     deadline: float = field(default_factory=lambda: time.monotonic() + TOTAL_DEADLINE)
     sent: int = 0
+    rate: float = MAX_RATE
+    _last: float = 0.0
 
     def take(self, dst: str, packets: int = 1) -> None:
         if dst not in self.allowed:
             raise ProbeRefused(f"{dst} is not one of the Service's addresses or endpoints")
         if self.sent + packets > self.max_packets:
             raise ProbeRefused(f"packet budget of {self.max_packets} used up")
-        if time.monotonic() > self.deadline:
+        now = time.monotonic()
+        if now > self.deadline:
             raise ProbeRefused(f"time budget of {TOTAL_DEADLINE:.0f} s used up")
+        wait = self._last + packets / self.rate - now
+        if wait > 0:
+            time.sleep(wait)  # never more than `rate` packets per second
+        self._last = time.monotonic()
         self.sent += packets
 
 

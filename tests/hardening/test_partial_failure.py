@@ -106,3 +106,10 @@ def test_probe_budget_targets_and_caps():
     late = ProbeBudget({"127.0.0.1"}, deadline=0)
     with pytest.raises(ProbeRefused, match="time budget"):
         late.take("127.0.0.1")
+    import time
+
+    paced = ProbeBudget({"127.0.0.1"}, rate=10.0)
+    t = time.monotonic()
+    for _ in range(4):
+        paced.take("127.0.0.1")
+    assert time.monotonic() - t >= 0.29  # 4 packets at 10/s: at least 0.3 s apart in all
