@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
 
-def _kube_chains(rs) -> list[str]:
-    return [f"{t}/{c}" for t in rs.tables for c in rs.chain_names(t) if c.startswith("KUBE-")]
+_TABLE_OR_KUBE_CHAIN = re.compile(r"^(?:\*(\w+)|:(KUBE-[^\s]+))", re.M)
+
+
+def _kube_chains(text: str) -> list[str]:
+    """table/chain of every KUBE-* chain declared in an iptables-save text (no need to parse 200,000 rules)."""
+    out, table = [], "?"
+    for m in _TABLE_OR_KUBE_CHAIN.finditer(text):
+        if m.group(1):
+            table = m.group(1)
+        else:
+            out.append(f"{table}/{m.group(2)}")
+    return out
 
 
 @check(
@@ -27,11 +38,12 @@ def _kube_chains(rs) -> list[str]:
     references=("https://github.com/kubernetes/kubernetes/issues/71305",),
 )
 def backend_mix(ctx, new):
-    legacy = ctx.iptables("iptables-legacy-save")
-    nft = ctx.iptables("iptables-nft-save")
+    legacy = ctx.bundle.read_text("node/iptables-legacy-save.txt")
+    nft = ctx.bundle.read_text("node/iptables-nft-save.txt")
     if legacy is None or nft is None:
         raise Skip("needs node/iptables-legacy-save.txt and node/iptables-nft-save.txt (both backends' dumps)")
     kl, kn = _kube_chains(legacy), _kube_chains(nft)
+    legacy_src, nft_src = ctx.bundle.display("node/iptables-legacy-save.txt"), ctx.bundle.display("node/iptables-nft-save.txt")
     if not kl or not kn:
         return
     yield new(
@@ -44,8 +56,8 @@ def backend_mix(ctx, new):
             "iptables-legacy -t nat -F && iptables-legacy -t nat -X (and filter, mangle) — only after kube-proxy runs on the other",
             "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<this node>",
         ),
-        evidence=[Evidence(legacy.source, f"{len(kl)} KUBE-* chains, e.g. {', '.join(kl[:3])}"),
-                  Evidence(nft.source, f"{len(kn)} KUBE-* chains, e.g. {', '.join(kn[:3])}")],
+        evidence=[Evidence(legacy_src, f"{len(kl)} KUBE-* chains, e.g. {', '.join(kl[:3])}"),
+                  Evidence(nft_src, f"{len(kn)} KUBE-* chains, e.g. {', '.join(kn[:3])}")],
         subject="node",
     )
 
