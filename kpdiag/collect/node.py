@@ -23,6 +23,7 @@ from ..bundle import FORMAT
 
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 CMD_TIMEOUT = 60.0
+DUMP_TIMEOUT = 600.0  # iptables-save / nft list of a 10,000-Service node take minutes on the nf_tables backend
 HTTP_TIMEOUT = 2.0
 LOG_MAX_BYTES = 2 * 1024 * 1024
 CONNTRACK_MAX_LINES = 5000
@@ -187,21 +188,38 @@ class NodeCollector:
         self._timed("node/ip-addr.json+ip-route.json", t)
 
     def iptables(self) -> None:
-        default = self._run("node/iptables-save.txt", "iptables-save", [])
-        head = (default or b"")[:200].decode("utf-8", "replace")
+        backend = self._iptables_backend()
+        default = self._run("node/iptables-save.txt", "iptables-save", [], timeout=DUMP_TIMEOUT)
         # the default binary is one of the two backends: reuse its output instead of a second full dump
-        # (on a 10,000-service node each dump takes tens of seconds)
-        if default is not None and "(nf_tables)" in head:
-            self._put("node/iptables-nft-save.txt", default)
+        # (on a 10,000-service node each dump takes a minute or more)
+        if backend == "nf_tables":
+            if default is not None:
+                self._put("node/iptables-nft-save.txt", default)
         elif self._binary("iptables-nft-save"):
-            self._run("node/iptables-nft-save.txt", "iptables-nft-save", [])
-        if default is not None and "(legacy)" in head:
-            self._put("node/iptables-legacy-save.txt", default)
+            self._run("node/iptables-nft-save.txt", "iptables-nft-save", [], timeout=DUMP_TIMEOUT)
+        if backend == "legacy":
+            if default is not None:
+                self._put("node/iptables-legacy-save.txt", default)
         # legacy tables exist only when ip_tables is loaded; do not make iptables-legacy-save load it
         elif os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and self._binary("iptables-legacy-save"):
-            self._run("node/iptables-legacy-save.txt", "iptables-legacy-save", [])
+            self._run("node/iptables-legacy-save.txt", "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
         if default is not None and self._binary("ip6tables-save"):
             self._run("node/ip6tables-save.txt", "ip6tables-save", [])
+
+    def _iptables_backend(self) -> str | None:
+        """'nf_tables' or 'legacy': what the host's iptables uses (from `iptables --version`)."""
+        if "_backend" not in self.__dict__:
+            argv = self._binary("iptables")
+            backend = None
+            if argv:
+                try:
+                    out = subprocess.run(argv + ["--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=CMD_TIMEOUT, env=SAFE_ENV, check=False)
+                    text = out.stdout.decode("utf-8", "replace")
+                    backend = "nf_tables" if "nf_tables" in text else ("legacy" if "legacy" in text else None)
+                except (OSError, subprocess.TimeoutExpired):
+                    backend = None
+            self.__dict__["_backend"] = backend
+        return self.__dict__["_backend"]
 
     IPTABLES_NFT_TABLES = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")}
 
@@ -211,9 +229,8 @@ class NodeCollector:
         On an iptables-mode node with 10,000 Services those tables hold 230,000 translated rules: as nft
         JSON that is hundreds of MB, and the same rules are in node/iptables-save.txt."""
         self._run("node/nft-version.txt", "nft", ["--version"])
-        ipt = self.out.files.get("node/iptables-save.txt", b"")[:200]
-        if b"(nf_tables)" not in ipt:
-            self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"])
+        if self._iptables_backend() != "nf_tables":
+            self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"], timeout=DUMP_TIMEOUT)
             return
         listing = self._run("node/.nft-tables", "nft", ["list", "tables"])
         self.out.files.pop("node/.nft-tables", None)
@@ -229,7 +246,7 @@ class NodeCollector:
             if (family, name) in self.IPTABLES_NFT_TABLES:
                 skipped.append(f"{family} {name}")
                 continue
-            data = self._run("node/.nft-table", "nft", ["-j", "list", "table", family, name])
+            data = self._run("node/.nft-table", "nft", ["-j", "list", "table", family, name], timeout=DUMP_TIMEOUT)
             self.out.files.pop("node/.nft-table", None)
             try:
                 doc = json.loads(data) if data else {}
