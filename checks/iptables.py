@@ -107,13 +107,11 @@ def rule_scale(ctx, new):
 
 def _sample_path(ctx):
     """A ClusterIP port with a remote endpoint and a pod source address, to trace pod → Service."""
+    from kpdiag.kube_rules import cluster_cidr
+
     ports = ctx.programmed() or {}
     routing = ctx.routing
-    cidr = None
-    for p in ports.values():
-        if p.cluster_cidr:
-            cidr = p.cluster_cidr
-            break
+    cidr = cluster_cidr(ports)
     cfg = ctx.kube_proxy_config
     if cidr is None and cfg is not None and cfg.get("clusterCIDR"):
         cidr = str(cfg.get("clusterCIDR")).split(",")[0]

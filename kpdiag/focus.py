@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 
 
@@ -39,22 +40,15 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
     elif service and not any(t[0].startswith(service + ":") for t in targets):
         notes.append(f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202)")
     if tracer is not None:
-        from .parse.addr import int_to_ip
+        from .kube_rules import cluster_cidr
         from .trace.model import Packet
 
-        cidr = None
-        for p in (state.programmed() or {}).values():
-            if p.cluster_cidr:
-                cidr = p.cluster_cidr
-                break
-        import ipaddress
-
+        cidr = cluster_cidr(state.programmed())
         pod_src = str(ipaddress.ip_network(cidr, strict=False).network_address + 77) if cidr else "10.244.250.77"
         for label, dst, port, proto in targets:
             for origin, src in (("pod", pod_src), ("external", "203.0.113.77")):
                 r = tracer.trace(Packet(src, dst, proto, port, origin=origin))
                 traces.append({"target": label, **r.to_dict()})
-        del int_to_ip
     extra["traces"] = traces
     if notes:
         extra["notes"] = notes

@@ -104,8 +104,6 @@ def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
     return out
 
 
-def cluster_cidr(rs: Ruleset) -> str | None:
-    for p in programmed_ports(rs).values():
-        if p.cluster_cidr:
-            return p.cluster_cidr
-    return None
+def cluster_cidr(ports: dict[str, ProgrammedPort] | None) -> str | None:
+    """The cluster CIDR kube-proxy masquerades around ("! -s CIDR -j KUBE-MARK-MASQ"), if any port shows it."""
+    return next((p.cluster_cidr for p in (ports or {}).values() if p.cluster_cidr), None)

@@ -129,13 +129,7 @@ class NodeState(_NodeFiles):
 
     def _parse(self, rel: str, parser, *, json_input: bool = False, record_missing: bool = False):
         data = self.bundle.read_json(rel, record_missing) if json_input else self.bundle.read_text(rel, record_missing)
-        if data is None:
-            return None
-        try:
-            return parser(data, self.bundle.display(rel))
-        except InputError as exc:
-            self.bundle.problems.append(_problem(exc))
-            return None
+        return None if data is None else self._parse_text(data, self.bundle.display(rel), parser)
 
     # ------------------------------------------------------------ iptables
     def iptables(self, which: str = "iptables-save"):

@@ -62,8 +62,7 @@ class IpvsTracer(IptablesTracer):
                 b.note(f"IPVS forwards to {r.target} by {r.forward}, not NAT: the reply must not come back through this node")
             out.append(b)
         for b in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
-            route = self.routing.lookup(b.dst, b.ver)
-            b.oif = route.dev if route is not None else None
+            self._set_oif(b)
             for b2 in self._hook("POSTROUTING", [b], finished):
                 b2.hook = "delivered:forward"
                 finished.append(b2)

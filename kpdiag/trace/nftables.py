@@ -153,8 +153,7 @@ class NftTracer(PacketWalker):
             if hook == "output" and chain.type == "nat":
                 for st in states:
                     if st.ct_dnat:
-                        route = self.routing.lookup(st.dst, st.ver)
-                        st.oif = route.dev if route is not None else None
+                        self._set_oif(st)  # re-route after DNAT in OUTPUT
         return states
 
     # ----------------------------------------------------------------- chains and rules
