@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kpdiag.parse.iptables import parse_iptables_save
-from kpdiag.trace.model import Packet
+from tests.trace.conformance import assert_case
 from kpdiag.trace.netfilter import IptablesTracer
 from kpdiag.trace.routing import RoutingTable
 
@@ -26,12 +26,4 @@ def test_every_case(shared_dir, rules_file):
     tracer = IptablesTracer(ruleset, RoutingTable.from_local_ips(spec["local_ips"]))
     assert len(spec["cases"]) >= 7
     for case in spec["cases"]:
-        result = tracer.trace(Packet(case["src"], case["dst"], case["proto"], case["dport"], origin=case["from"]))
-        want = case["expect"]
-        assert sorted(result.dnat_set()) == sorted(want["dnat"]), case["name"]
-        assert result.verdicts() == {want["verdict"]}, case["name"]
-        assert {p.masquerade for p in result.paths} == {want["masquerade"]}, case["name"]
-        assert sum(p.probability for p in result.paths) == pytest.approx(1.0)
-        assert not result.uncertain, (case["name"], [p.notes for p in result.paths])
-        if len(want["dnat"]) > 1:
-            assert [p.probability for p in result.paths] == pytest.approx([1 / len(want["dnat"])] * len(want["dnat"]))
+        assert_case(tracer, case)

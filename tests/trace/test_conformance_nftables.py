@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kpdiag.parse.nft import parse_nft_json
-from kpdiag.trace.model import Packet
+from tests.trace.conformance import assert_case
 from kpdiag.trace.nftables import NftTracer
 from kpdiag.trace.routing import RoutingTable
 
@@ -20,13 +20,7 @@ def test_every_case(shared_dir):
     tracer = NftTracer(ruleset, RoutingTable.from_local_ips(spec["node_ips"]))
     assert len(spec["cases"]) >= 13
     for case in spec["cases"]:
-        result = tracer.trace(Packet(case["src"], case["dst"], case["proto"], case["dport"], origin=case["from"]))
-        want = case["expect"]
-        assert sorted(result.dnat_set()) == sorted(want["dnat"]), case["name"]
-        assert result.verdicts() == {want["verdict"]}, case["name"]
-        assert {p.masquerade for p in result.paths} == {want["masquerade"]}, case["name"]
-        assert sum(p.probability for p in result.paths) == pytest.approx(1.0)
-        assert not result.uncertain, (case["name"], [p.notes for p in result.paths])
+        assert_case(tracer, case)
 
 
 def test_bad_nft_json_names_the_file():
