@@ -180,7 +180,9 @@ class NodeState(_NodeFiles):
 
     # ------------------------------------------------------------ derived facts
     def inferred_modes(self) -> dict[str, str]:
-        """Which proxy modes' artefacts are on the node: mode → evidence text."""
+        """Which proxy modes' artefacts are on the node: mode → evidence text (computed once: most checks ask)."""
+        if "_modes" in self.__dict__:
+            return dict(self.__dict__["_modes"])
         found: dict[str, str] = {}
         rs = self.iptables()
         if rs is not None:
@@ -200,7 +202,8 @@ class NodeState(_NodeFiles):
         family = self.nft_kube_proxy_table
         if family:
             found["nftables"] = f"nftables table {family} kube-proxy"
-        return found
+        self.__dict__["_modes"] = found
+        return dict(found)
 
     @property
     def proxy_mode(self) -> tuple[str | None, str]:
