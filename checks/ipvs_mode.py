@@ -145,7 +145,9 @@ def _ip(addr):
         When an endpoint goes away, kube-proxy sets its IPVS real server's weight to 0 instead of deleting it, so
         established connections can finish (graceful termination). Weight 0 takes no new connections. Long-lived
         connections (gRPC, websockets, keep-alive) can keep old pods busy for a long time; with
-        net.ipv4.vs.expire_nodest_conn = 1 they are cut when the real server is finally removed.
+        net.ipv4.vs.expire_nodest_conn = 1 they are cut when the real server is finally removed. IPVS's own
+        connection table (/proc/net/ip_vs_conn) shows connections still held to real servers that are gone:
+        with expire_nodest_conn = 0 their clients wait on a pod that no longer exists until the entry times out.
     """,
     fix="Nothing to fix if expected; shorten connection lifetimes (keep-alive limits) or drain clients if old pods must go.",
 )
@@ -153,18 +155,51 @@ def graceful(ctx, new):
     services = _vs(ctx)
     if services is None:
         return
+    conns = ctx.ipvs_conn
     listed = ctx.bundle.exists("node/ipvsadm-list.txt")
-    if not listed:
-        raise Skip("connection counts need node/ipvsadm-list.txt (ipvsadm -Ln)")
+    if not listed and conns is None:
+        raise Skip("connection counts need node/ipvsadm-list.txt (ipvsadm -Ln) or node/ipvs-conn.json (/proc/net/ip_vs_conn)")
     for vs in services.values():
         for r in vs.reals:
-            if r.weight == 0 and (r.active or 0) > 0:
+            if listed and r.weight == 0 and (r.active or 0) > 0:
                 yield new(
                     f"{vs.name}: real server {r.target} has weight 0 (terminating) and still {r.active} active connection(s)",
                     fix=(f"ipvsadm -Lnc | grep {r.addr}   # the connections", "sysctl net.ipv4.vs.expire_nodest_conn   # 1: cut when the server is removed"),
                     evidence=[Evidence(ctx.bundle.display("node/ipvsadm-list.txt"), f"-> {r.target} weight 0 active {r.active}", r.line)],
                     subject=vs.name,
                 )
+    if conns is None:
+        return
+    # connections IPVS still holds to a real server that is in its virtual service no more
+    gone: dict[tuple, dict[str, int]] = {}
+    for e in conns["entries"]:
+        try:
+            vs = services.get((e["proto"], e["vaddr"], int(e["vport"])))
+            target, state, count = f"{e['daddr']}:{int(e['dport'])}", str(e["state"]), int(e["count"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if vs is not None and target not in {r.target for r in vs.reals}:
+            states = gone.setdefault((vs.name, target), {})
+            states[state] = states.get(state, 0) + count
+    if not gone:
+        return
+    expire = ctx.sysctl_value("net.ipv4.vs.expire_nodest_conn")
+    partial = f" (only the first {conns.get('connections_read')} connections were counted)" if conns.get("truncated") else ""
+    for (name, target), states in sorted(gone.items()):
+        total = sum(states.values())
+        by_state = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        why_kept = ("net.ipv4.vs.expire_nodest_conn = 0 keeps them until their timeout: clients wait on a pod that is gone"
+                    if expire is not None and expire.value.strip() == "0" else "with expire_nodest_conn = 1 each is dropped at its next packet")
+        evidence = [Evidence(ctx.bundle.display("node/ipvs-conn.json"), f"{name} -> {target}: {by_state}")]
+        fix = [f"ipvsadm -Lnc | grep {target.rsplit(':', 1)[0]}   # the connections"]
+        if expire is not None:
+            evidence.append(ev.sysctl(ctx, "net.ipv4.vs.expire_nodest_conn"))
+            if expire.value.strip() == "0":
+                fix.append("sysctl -w net.ipv4.vs.expire_nodest_conn=1   # what kube-proxy sets; persist in /etc/sysctl.d/")
+        yield new(
+            f"{name}: IPVS still holds {total} connection(s) to {target}, which is no real server of it any more ({why_kept}){partial}",
+            fix=tuple(fix), evidence=evidence, subject=name,
+        )
 
 
 IPVS_SYSCTLS = {
@@ -258,8 +293,9 @@ def ipvs_ipset(ctx, new):
     why = "node/ipset.txt has no KUBE-CLUSTER-IP set" if sets is not None else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
     rs = ctx.iptables()
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
+    who = "IPVS mode (preflight) needs kube-proxy's ipsets, but" if getattr(ctx, "preflight", None) == "ipvs" else "kube-proxy runs IPVS mode but"
     yield new(
-        f"kube-proxy runs IPVS mode but {why}: the KUBE-* set rules cannot match",
+        f"{who} {why}: the KUBE-* set rules cannot match",
         fix=("ipset list -n", "apt-get install -y ipset   # or: dnf install -y ipset", "modprobe ip_set", "kubectl -n kube-system rollout restart daemonset kube-proxy"),
         evidence=[Evidence(ctx.bundle.display("node/ipset.txt"), why)] + [ev.rule(r) for r in refs],
         subject="node",

@@ -277,6 +277,17 @@ class NodeState(_NodeFiles):
             self.__dict__["_ipvs"] = services
         return self.__dict__["_ipvs"]
 
+    @property
+    def ipvs_conn(self) -> dict | None:
+        """node/ipvs-conn.json: IPVS connections counted by (proto, vaddr:vport, daddr:dport, state), or None."""
+        if "_ipvs_conn" not in self.__dict__:
+            doc = self.bundle.read_json("node/ipvs-conn.json")
+            ok = isinstance(doc, dict) and isinstance(doc.get("entries"), list)
+            if doc is not None and not ok:
+                self.bundle.problem("node/ipvs-conn.json", "not a kpdiag.ipvs-conn/v1 document (no entries list)")
+            self.__dict__["_ipvs_conn"] = doc if ok else None
+        return self.__dict__["_ipvs_conn"]
+
     def nft(self):
         """node/nft-ruleset.json parsed (cached), or None."""
         if "_nft" not in self.__dict__:

@@ -265,8 +265,29 @@ class NodeCollector:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):
             self._err("node/ipvsadm.txt", "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node")
             return
-        self._run("node/ipvsadm.txt", "ipvsadm", ["-Sn"])
-        self._run("node/ipvsadm-list.txt", "ipvsadm", ["-Ln"])
+        from . import ipvs as ipvs_netlink
+
+        t = time.monotonic()
+        try:
+            services = ipvs_netlink.dump()
+        except ipvs_netlink.IpvsUnavailable as exc:
+            # ipvsadm would modprobe ip_vs here: it is not run, so the collection stays read-only
+            self._err("node/ipvsadm.txt", f"{exc}, although {self.proc}/net/ip_vs exists; ipvsadm not run (it would load the module)")
+        except Exception as exc:  # pyroute2 missing, netlink refused (no CAP_NET_ADMIN), …: ipvsadm reads the same
+            self._err("node/ipvsadm.txt", f"IPVS netlink dump failed ({exc.__class__.__name__}: {exc}); used ipvsadm instead")
+            self._run("node/ipvsadm.txt", "ipvsadm", ["-Sn"])
+            self._run("node/ipvsadm-list.txt", "ipvsadm", ["-Ln"])
+        else:
+            self._put("node/ipvsadm.txt", ipvs_netlink.render_save(services))
+            self._put("node/ipvsadm-list.txt", ipvs_netlink.render_list(services))
+        self._timed("node/ipvsadm.txt", t)
+        conn = os.path.join(self.proc, "net", "ip_vs_conn")
+        t = time.monotonic()
+        try:
+            self._put("node/ipvs-conn.json", ipvs_netlink.conn_counts_json(conn))
+        except OSError as exc:
+            self._err("node/ipvs-conn.json", f"cannot read {conn}: {exc.strerror or exc}")
+        self._timed("node/ipvs-conn.json", t)
 
     def ipset(self) -> None:
         if not self._loaded("ip_set"):
