@@ -42,6 +42,7 @@ class CheckSpec:
     fn: Callable = field(compare=False, repr=False)
     references: tuple[str, ...] = ()
     origin: str = "kpdiag"
+    scope: str = "node"  # node: runs on one node's state; cluster: on many node reports (kpdiag cluster)
 
     def new(self, summary: str, *, fix: Iterable[str] = (), evidence: Iterable[Evidence] = (), explanation: str | None = None,
             severity: Severity | str | None = None, subject: str | None = None, references: Iterable[str] = ()) -> Finding:
@@ -67,12 +68,15 @@ def _clean(text: str) -> str:
 
 
 def check(id: str, slug: str, title: str, severity: str, *, needs: Iterable[str] = (), symptom: str, why: str, fix: str,
-          references: Iterable[str] = ()):
-    """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable."""
+          references: Iterable[str] = (), scope: str = "node"):
+    """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable. ``scope`` is
+    "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`)."""
+    if scope not in ("node", "cluster"):
+        raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
 
     def deco(fn):
         spec = CheckSpec(id, slug, title, Severity(severity), tuple(needs), Docs(_clean(symptom), _clean(why), _clean(fix)), fn,
-                         tuple(references), origin=fn.__module__)
+                         tuple(references), origin=fn.__module__, scope=scope)
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
             raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")

@@ -106,12 +106,17 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
 @click.argument("bundle", type=click.Path())
 @_report_options
 def analyze(bundle, output, fail_on, select, ignore, verbose):
-    """Run every check on a bundle (directory or .tar.gz), offline."""
+    """Run every check on a bundle (directory or .tar.gz), offline — or aggregate a directory of node reports
+    (kpdiag cluster --save-dir, or kpdiag node -o json outputs)."""
     from .diagnose import analyze_bundle
     from .errors import InputError
+    from .fleet.aggregate import aggregate_dir, looks_like_report_dir
 
     try:
-        report = analyze_bundle(bundle, select, ignore)
+        if looks_like_report_dir(bundle):
+            report = aggregate_dir(bundle, select, ignore)
+        else:
+            report = analyze_bundle(bundle, select, ignore)
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     _emit_report(report, output, fail_on, verbose)
@@ -126,8 +131,9 @@ def _progress(message: str) -> None:
 @click.option("--service", "service", help="Focus on one Service (NS/NAME): trace each of its ports.")
 @click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
 @click.option("--preflight", type=click.Choice(["ipvs", "nftables"]), help="Can this node run that proxy mode? (its prerequisite checks only)")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages on stderr (what was not collected is in the report).")
 @_report_options
-def node(host_root, service, trace_to, preflight, output, fail_on, select, ignore, verbose):
+def node(host_root, service, trace_to, preflight, quiet, output, fail_on, select, ignore, verbose):
     """Collect this node (read-only) and diagnose it."""
     from .bundle import Bundle
     from .collect.node import collect_node
@@ -135,7 +141,7 @@ def node(host_root, service, trace_to, preflight, output, fail_on, select, ignor
     from .focus import focus_report
     from .state import NodeState
 
-    files, manifest = collect_node(host_root=host_root, progress=_progress)
+    files, manifest = collect_node(host_root=host_root, progress=None if quiet else _progress)
     files["kpdiag.json"] = __import__("json").dumps(manifest).encode()
     state = NodeState(Bundle.from_files(manifest.get("node") or "node", files))
     if preflight:
@@ -199,6 +205,41 @@ def collect(out, host_root, redact, redact_salt):
     click.echo(f"kpdiag: wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected", err=True)
     for err in manifest["errors"]:
         click.echo(f"kpdiag:   {err['source']}: {err['error']}", err=True)
+
+
+@cli.command()
+@click.option("--nodes", "nodes", help="A label selector (node-role.kubernetes.io/worker, zone=a) or node names (node-a,node-b). Default: every node.")
+@click.option("--service", "service", help="Also trace this Service (NS/NAME) on every node.")
+@click.option("--image", default=None, help="The kpdiag image the node pods run (default: the one matching this version).")
+@click.option("--namespace", "pod_namespace", default=None, help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).")
+@click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
+@click.option("--timeout", type=click.IntRange(10, 7200), default=600, show_default=True, help="Seconds per node (a 10,000-Service node needs minutes).")
+@click.option("--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--dry-run", is_flag=True, help="Print the pod manifests and create nothing.")
+@click.option("--cleanup", is_flag=True, help="Delete every pod kpdiag left behind in the namespace, and stop.")
+@click.option("--keep-pods", is_flag=True, help="Leave the node pods for inspection (remove them later with --cleanup).")
+@click.option("--save-dir", type=click.Path(file_okay=False), help="Also write each node's report (NODE.json) for 'kpdiag analyze DIR'.")
+@click.option("--poll", type=click.FloatRange(0.05, 60), default=2.0, show_default=True, hidden=True, help="Seconds between pod status lists.")
+@_report_options
+def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig, context, dry_run, cleanup, keep_pods, save_dir, poll,
+            output, fail_on, select, ignore, verbose):
+    """Run 'kpdiag node' on every node through Kubernetes (one short-lived pod per node) and compare the nodes."""
+    from .fleet import cluster_cmd
+    from .render.progress import ProgressBar
+
+    outcome = cluster_cmd.run(bar=ProgressBar(sys.stderr), nodes=nodes, service=service, image=image, namespace=pod_namespace, parallel=parallel, timeout=timeout,
+                              kubeconfig=kubeconfig, context=context, dry_run=dry_run, cleanup=cleanup, keep_pods=keep_pods,
+                              save_dir=save_dir, poll=poll, select=select, ignore=ignore, progress=_progress)
+    if outcome.text is not None:
+        click.echo(outcome.text, nl=False)
+    for line in outcome.messages:
+        click.echo(f"kpdiag: {line}", err=True)
+    if outcome.error is not None:
+        raise _fail(outcome.error, outcome.code)
+    if outcome.report is None:
+        raise click.exceptions.Exit(outcome.code)
+    _emit_report(outcome.report, output, fail_on, verbose)
 
 
 @cli.command("checks")

@@ -27,6 +27,9 @@ def facts(state: NodeState) -> dict:
     v = state.kube_proxy_version
     if v:
         out["kube_proxy_version"] = f"{v[0]}.{v[1]}"
+    count, limit = (state.sysctl_value(f"net.netfilter.nf_conntrack_{k}") for k in ("count", "max"))
+    if count is not None and limit is not None and count.value.strip().isdigit() and limit.value.strip().isdigit():
+        out["conntrack"] = {"count": int(count.value), "max": int(limit.value)}
     return out
 
 
@@ -47,19 +50,30 @@ def _anything_readable(state: NodeState) -> bool:
 
 def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = None) -> Report:
     registry = load_registry()
-    chosen = select_checks(registry.checks, select, ignore)
+    chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "node"]
     findings, runs = run_checks(state, chosen)
     problems = [p.to_dict() for p in state.problems]
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     readable = _anything_readable(state) or bool(findings)
+    extra = {}
+    if not getattr(state, "preflight", None):
+        from .programmed import summary
+
+        programmed = summary(state)
+        if programmed is not None:
+            extra["programmed"] = programmed  # compared across nodes by `kpdiag cluster`
+    fact = facts(state)
+    if "programmed" in extra:
+        fact["service_ports_programmed"] = extra["programmed"]["count"]
     return Report(
         subject=subject or state.node_name or state.bundle.name,
         findings=tuple(findings),
         checks=tuple(runs),
         problems=tuple(problems),
-        facts=facts(state),
+        facts=fact,
         readable=readable,
         kpdiag_version=__version__,
+        extra=extra,
     )
 
 

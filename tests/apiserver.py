@@ -6,14 +6,22 @@ In a namespace:          ip netns exec NS python -m tests.apiserver OBJECTS.json
 
 Objects are plain API JSON dicts; their kind picks the resource. ``requests`` counts the
 calls by method and path, so tests can assert how many calls kpdiag made.
+
+``kubelet`` (node name → behaviour) makes pods created on those nodes run like a kubelet would run
+them: the pod's status moves on and ``pods/NAME/log`` serves what the container printed. Behaviours:
+``{"log": TEXT, "exit": 0}`` (Succeeded, or Failed for a non-zero exit), ``{"hang": True}`` (Running
+forever), ``{"waiting": "ImagePullBackOff", "message": …}``, ``{"oom": True}``,
+``{"rejected": "OutOfpods", "message": …}``. Lists honour ``labelSelector`` (kmock's emulator does not).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import threading
+import urllib.request
 
 RESOURCES = {
     "Service": ("", "v1", "services", True),
@@ -27,8 +35,13 @@ RESOURCES = {
 
 
 class ApiServer:
-    def __init__(self, objects: list[dict] | None = None, host: str = "127.0.0.1", fail: dict | None = None):
+    def __init__(self, objects: list[dict] | None = None, host: str = "127.0.0.1", fail: dict | None = None,
+                 kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4"):
         self.objects = objects or []
+        self.kubelet = kubelet
+        self.kubelet_delay = kubelet_delay
+        self.version = version
+        self.created: list[dict] = []  # pod bodies as POSTed
         self.host = host
         self.fail = fail or {}  # {"pods": 403, "*": 500}: answer these resources with an error
         self.url: str | None = None
@@ -65,19 +78,66 @@ class ApiServer:
         import kmock
 
         self._stop = asyncio.Event()
-        requests, fail = self.requests, self.fail
+        requests, fail, server = self.requests, self.fail, self
+        logs: dict[tuple, str] = {}
 
         class Emulator(kmock.KubernetesEmulator):
-            """kmock's emulator, counting requests and answering injected errors."""
+            """kmock's emulator, counting requests, answering injected errors, filtering by label, running pods."""
 
             async def _handle(self, request):
-                requests.append((request.method, request.url.path))
+                path = request.url.path
+                method = str(getattr(request.method, "value", request.method)).upper()
+                requests.append((method, path))
                 for plural, status in fail.items():
-                    if plural == "*" or f"/{plural}" in request.url.path:
+                    if plural == "*" or f"/{plural}" in path:
                         return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
                                                           "reason": {401: "Unauthorized", 403: "Forbidden", 500: "InternalError"}.get(status, "Error"),
                                                           "message": f"injected {status}"}, status=status)
-                return await super()._handle(request)
+                if path.rstrip("/") == "/version":  # a real API server always answers it
+                    return aiohttp.web.json_response({"major": "1", "minor": "31", "gitVersion": server.version, "platform": "linux/amd64"})
+                m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path)
+                if m and server.kubelet is not None:
+                    text = logs.get((m.group(1), m.group(2)))
+                    if text is None:
+                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400,
+                                                          "message": f'container "kpdiag" in pod "{m.group(2)}" is waiting to start'}, status=400)
+                    return aiohttp.web.Response(text=text, content_type="text/plain")
+                if method == "POST" and path.endswith("/pods") and server.kubelet is not None:
+                    body = request.data or {}
+                    server.created.append(json.loads(json.dumps(body)))
+                    resp = await super()._handle(request)
+                    node = (body.get("spec") or {}).get("nodeName")
+                    if resp.status < 300 and node in server.kubelet:
+                        key = (kmock.resource("", "v1", "pods"), request.namespace or body["metadata"].get("namespace"), body["metadata"]["name"])
+                        asyncio.get_running_loop().create_task(self._run_pod(key, server.kubelet[node]))
+                    return resp
+                selector = request.params.get("labelSelector") if request.params else None
+                resp = await super()._handle(request)
+                if selector and method == "GET" and "watch" not in request.params and resp.status == 200:
+                    doc = json.loads(resp.body)
+                    doc["items"] = [o for o in doc.get("items", []) if _selects(selector, (o.get("metadata") or {}).get("labels") or {})]
+                    return aiohttp.web.json_response(doc)
+                return resp
+
+            async def _run_pod(self, key, how):
+                await asyncio.sleep(server.kubelet_delay)
+                cname = "kpdiag"
+                if how.get("hang"):
+                    status = {"phase": "Running", "containerStatuses": [{"name": cname, "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}]}
+                elif how.get("waiting"):
+                    status = {"phase": "Pending", "containerStatuses": [{"name": cname, "state": {"waiting": {"reason": how["waiting"], "message": how.get("message", "")}}}]}
+                elif how.get("rejected"):
+                    status = {"phase": "Failed", "reason": how["rejected"], "message": how.get("message", "")}
+                elif how.get("oom"):
+                    status = {"phase": "Failed", "containerStatuses": [{"name": cname, "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+                else:
+                    code = int(how.get("exit", 0))
+                    logs[(key[1], key[2])] = how.get("log", "")
+                    status = {"phase": "Succeeded" if code == 0 else "Failed",
+                              "containerStatuses": [{"name": cname, "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}}]}
+                async with self._lock:
+                    if key in self._objects and not self._objects[key].deleted:
+                        self._objects[key].patch({"status": status})
 
         async with Emulator() as emu, kmock.Server(emu, host=self.host) as srv:
             for kind, (group, version, plural, namespaced) in RESOURCES.items():
@@ -91,10 +151,36 @@ class ApiServer:
             self._ready.set()
             await self._stop.wait()
 
+    def live_pods(self, namespace: str) -> list[str]:
+        """The pods that exist now, as the API lists them."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/namespaces/{namespace}/pods", timeout=10) as resp:
+            return sorted(p["metadata"]["name"] for p in json.load(resp).get("items", []))
+
+    def count(self, method: str | None = None, contains: str = "") -> int:
+        return sum(1 for m, p in list(self.requests) if (method is None or m.upper() == method.upper()) and contains in p)
+
     def kubeconfig(self, directory) -> str:
         path = f"{directory}/kubeconfig"
         write_kubeconfig(path, self.url)
         return path
+
+
+def _selects(selector: str, labels: dict) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.split("=", 1)
+            if labels.get(k.rstrip("=")) != v.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
 
 
 def write_kubeconfig(path: str, url: str) -> None:

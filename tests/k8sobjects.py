@@ -36,8 +36,14 @@ def pod(ns, name, ip, labels, node="node-a", ports=(), ready=True):
                                        **({} if ready else {"reason": "ContainersNotReady", "message": "readiness probe failed: HTTP 503"})}]}}
 
 
-def node(name, ip="192.168.50.1"):
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"addresses": [{"type": "InternalIP", "address": ip}]}}
+def node(name, ip="192.168.50.1", labels=None, ready=None):
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}},
+           "status": {"addresses": [{"type": "InternalIP", "address": ip}]}}
+    if ready is not None:
+        obj["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "Unknown",
+                                        "reason": "KubeletReady" if ready else "NodeStatusUnknown",
+                                        "message": "kubelet is posting ready status" if ready else "Kubelet stopped posting node status."}]
+    return obj
 
 
 def kube_proxy_configmap(mode="iptables", cluster_cidr="10.244.0.0/16"):

@@ -57,6 +57,25 @@ def _reason(exc: Exception, what: str, server: str | None) -> str:
     return f"{what}: {exc.__class__.__name__}: {text[:200]}"
 
 
+def api_client(kubeconfig: str | None = None, context: str | None = None):
+    """(ApiClient, None) from --kubeconfig / $KUBECONFIG / ~/.kube/config, else in-cluster; (None, why) when none works."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+            api = config.new_client_from_config(config_file=path, context=context)
+        else:
+            config.load_incluster_config()
+            api = client.ApiClient()
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        return None, (f"no usable Kubernetes credentials ({str(exc).splitlines()[0][:200]}): give --kubeconfig, "
+                      "or run in a pod with a service account")
+    api.configuration.retries = 0
+    return api, None
+
+
 class ClusterCollector:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = API_TIMEOUT):
         self.kubeconfig = kubeconfig
@@ -71,21 +90,11 @@ class ClusterCollector:
 
     def connect(self) -> bool:
         """Load credentials: --kubeconfig / KUBECONFIG / ~/.kube/config, else in-cluster; False with a reason."""
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
-
-        try:
-            path = self.kubeconfig or os.environ.get("KUBECONFIG")
-            if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-                api = config.new_client_from_config(config_file=path, context=self.context)
-            else:
-                config.load_incluster_config()
-                api = client.ApiClient()
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
-            self.config_error = f"no usable Kubernetes credentials ({str(exc).splitlines()[0][:200]}): give --kubeconfig, or run in a pod with a service account"
-            self._err("cluster", self.config_error)
+        api, why = api_client(self.kubeconfig, self.context)
+        if api is None:
+            self.config_error = why
+            self._err("cluster", why)
             return False
-        api.configuration.retries = 0
         self._api = api
         self.out.api = api.configuration.host
         return True

@@ -30,9 +30,16 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False) 
         bits.append(f"kernel {f['kernel']}")
     if f.get("iptables_rules") is not None:
         bits.append(f"{f['iptables_rules']} iptables rules, {f.get('service_ports_programmed', 0)} service ports")
+    if f.get("nodes") is not None:
+        modes = ", ".join(f"{m} {n}" for m, n in (f.get("proxy_modes") or {}).items())
+        bits.append(f"{f['nodes_diagnosed']} of {f['nodes']} nodes diagnosed" + (f"; modes: {modes}" if modes else "")
+                    + (f"; API server {f['api_server_version']}" if f.get("api_server_version") else ""))
     out.append(c("bold", head))
     if bits:
         out.append("  " + "; ".join(bits))
+    if report.extra.get("nodes"):
+        out.append("")
+        out.extend("  " + line for line in nodes_table(report.extra["nodes"]).splitlines())
     verdict = report.extra.get("verdict") or []
     if verdict:
         out.append("")
@@ -84,13 +91,26 @@ def _looks_like_command(step: str) -> bool:
                      "apt-get", "update-alternatives", "for", "kpdiag", "nc", "iptables-save", "find", "fuser", "nft", "ipvsadm")
 
 
+def nodes_table(rows: list[dict]) -> str:
+    """The per-node summary of a cluster report."""
+    from tabulate import tabulate
+
+    cols = [("node", "node"), ("status", "status"), ("mode", "mode"), ("kube_proxy", "kube-proxy"), ("kernel", "kernel"),
+            ("iptables_rules", "ipt rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("error", "E"),
+            ("warning", "W"), ("info", "I")]
+    body = [[("" if r.get(k) is None else r.get(k)) for k, _ in cols] for r in rows]
+    return tabulate(body, headers=[h for _, h in cols], tablefmt="simple", maxcolwidths=[40, 60] + [None] * (len(cols) - 2),
+                    disable_numparse=True) + "\n"
+
+
 def report_to_table(report: Report) -> str:
     from tabulate import tabulate
 
     rows = [[x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings]
+    head = nodes_table(report.extra["nodes"]) + "\n" if report.extra.get("nodes") else ""
     if not rows:
-        return "no findings\n"
-    return tabulate(rows, headers=["severity", "id", "check", "subject", "summary"], tablefmt="simple", maxcolwidths=[None, None, None, 20, 80]) + "\n"
+        return head + "no findings\n"
+    return head + tabulate(rows, headers=["severity", "id", "check", "subject", "summary"], tablefmt="simple", maxcolwidths=[None, None, None, 20, 80]) + "\n"
 
 
 def report_to_json(report: Report) -> str:

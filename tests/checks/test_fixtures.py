@@ -6,8 +6,18 @@ import os
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.diagnose import analyze_bundle
+from kpdiag.diagnose import analyze_bundle as _analyze_bundle
+from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
 from tests.conftest import FIXTURES
+
+
+def analyze_bundle(path):
+    """A node/service bundle, or a directory of node reports (the cluster-scope fixtures)."""
+    return aggregate_dir(path) if looks_like_report_dir(path) else _analyze_bundle(path)
+
+
+def _cluster_fixture(name) -> bool:
+    return looks_like_report_dir(os.path.join(FIXTURES, name))
 
 SCENARIOS = sorted(d for d in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, d, "scenario.json")))
 
@@ -25,6 +35,8 @@ NEEDS_FILES = {
 
 
 def _data_present(name, spec) -> bool:
+    if spec.scope == "cluster" or _cluster_fixture(name):  # cluster checks run on node reports, node checks on bundles
+        return spec.scope == "cluster" and _cluster_fixture(name)
     has = lambda rel: os.path.exists(os.path.join(FIXTURES, name, rel))  # noqa: E731
     if not spec.needs:
         return has("node/iptables-save.txt")  # checks that look at whatever node data there is

@@ -1,0 +1,257 @@
+"""Many node reports → one cluster report.
+
+Input: one :class:`NodeResult` per node — the node's ``kpdiag node -o json`` report (a dict), or the reason it
+could not be had. Output: a :class:`~kpdiag.model.Report` whose findings are the cluster-scope checks (KP8xx)
+and the node findings that only some nodes have; ``extra["nodes"]`` is the per-node summary table and
+``extra["failures"]`` the nodes that were not diagnosed, each with its reason.
+
+The work is linear in the number of nodes: one pass to summarise, the programmed-service tables compared by
+digest first (identical nodes share one decoded table).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .. import __version__
+from ..model import REPORT_SCHEMA, Report
+
+FAILURE_KINDS = ("unschedulable", "not admitted", "image pull", "timeout", "not json", "api error", "pod failed", "interrupted")
+
+
+@dataclass
+class NodeResult:
+    node: str
+    report: dict | None = None  # the node's kpdiag.report/v1 document
+    failure: str | None = None  # why there is no report (one line)
+    kind: str | None = None  # one of FAILURE_KINDS
+    seconds: float | None = None
+    source: str | None = None  # the file it was read from (analyze DIR)
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None
+
+
+@dataclass
+class FleetState:
+    """What the cluster-scope checks look at."""
+
+    results: list[NodeResult]
+    api_version: str | None = None  # the API server's gitVersion, when asked
+    local_itp: set[str] = field(default_factory=set)  # "ClusterIP:port/proto" keys with internalTrafficPolicy: Local
+    api_known: bool = False  # local_itp comes from the API (else unknown)
+
+    @property
+    def ok(self) -> list[NodeResult]:
+        return [r for r in self.results if r.ok]
+
+    def fact(self, r: NodeResult, key: str):
+        return (r.report.get("facts") or {}).get(key) if r.report else None
+
+    def node_findings_by_check(self) -> dict[str, list[tuple[str, dict]]]:
+        """Every node finding, by check id: [(node, finding dict)]."""
+        if "_by_check" not in self.__dict__:
+            out: dict[str, list[tuple[str, dict]]] = {}
+            for r in self.ok:
+                for f in r.report.get("findings") or []:
+                    if isinstance(f, dict) and f.get("id"):
+                        out.setdefault(str(f["id"]), []).append((r.node, f))
+            self.__dict__["_by_check"] = out
+        return self.__dict__["_by_check"]
+
+    def common_threshold(self) -> int:
+        """A node finding on at least this many nodes is reported once (KP805), not once per node."""
+        return max(3, -(-len(self.ok) // 2))
+
+    def programmed_groups(self) -> list[tuple[dict, list[str], dict[str, tuple[str, str, int]]]]:
+        """Nodes grouped by programmed digest: (one document, node names, its decoded table), biggest group first."""
+        if "_groups" not in self.__dict__:
+            from ..programmed import decode
+
+            groups: dict[str, tuple[dict, list[str]]] = {}
+            for r in self.ok:
+                doc = (r.report.get("extra") or {}).get("programmed")
+                if not isinstance(doc, dict) or "digest" not in doc:
+                    continue
+                groups.setdefault(str(doc["digest"]), (doc, []))[1].append(r.node)
+            out = [(doc, nodes, decode(doc)) for doc, nodes in groups.values()]
+            out.sort(key=lambda g: -len(g[1]))
+            self.__dict__["_groups"] = out
+        return self.__dict__["_groups"]
+
+
+def node_row(r: NodeResult) -> dict:
+    """One line of the per-node table."""
+    if not r.ok:
+        return {"node": r.node, "status": f"failed: {r.failure}", "kind": r.kind}
+    rep = r.report
+    f = rep.get("facts") or {}
+    ct = f.get("conntrack") or {}
+    prog = (rep.get("extra") or {}).get("programmed") or {}
+    summary = rep.get("summary") or {}
+    return {
+        "node": r.node, "status": "ok" if rep.get("readable", True) else "unreadable",
+        "mode": f.get("proxy_mode"), "kube_proxy": f.get("kube_proxy_version"), "kernel": f.get("kernel"),
+        "iptables_rules": f.get("iptables_rules"), "service_ports": prog.get("count", f.get("service_ports_programmed")),
+        "conntrack": f"{ct['count']}/{ct['max']}" if ct.get("max") else None,
+        "conntrack_pct": round(100.0 * ct["count"] / ct["max"], 1) if ct.get("max") else None,
+        "error": summary.get("error", 0), "warning": summary.get("warning", 0), "info": summary.get("info", 0),
+    }
+
+
+def aggregate(results: list[NodeResult], *, api_version: str | None = None, local_itp: set[str] | None = None,
+              select=(), ignore=(), subject: str | None = None) -> Report:
+    from ..checkapi import load_registry, run_checks, select_checks
+
+    state = FleetState(results, api_version, set(local_itp or ()), local_itp is not None)
+    registry = load_registry()
+    chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "cluster"]
+    findings, runs = run_checks(state, chosen)
+    findings = sorted(findings + _node_findings(state, select, ignore), key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
+    problems = [{"source": f"node {r.node}", "error": r.failure} for r in results if not r.ok]
+    problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
+    ok = state.ok
+    modes = Counter(state.fact(r, "proxy_mode") or "unknown" for r in ok)
+    facts = {"nodes": len(results), "nodes_diagnosed": len(ok), "nodes_failed": len(results) - len(ok),
+             "proxy_modes": dict(modes.most_common())}
+    if api_version:
+        facts["api_server_version"] = api_version
+    return Report(
+        subject=subject or f"cluster ({len(results)} node{'s' if len(results) != 1 else ''})",
+        findings=tuple(findings),
+        checks=tuple(runs),
+        problems=tuple(problems),
+        facts=facts,
+        readable=bool(ok),
+        kpdiag_version=__version__,
+        extra={"nodes": [node_row(r) for r in sorted(results, key=lambda r: r.node)],
+               "failures": [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok]},
+    )
+
+
+def _node_findings(state: FleetState, select=(), ignore=()) -> list:
+    """Node findings that only a few nodes have, each named by its node (the common ones are KP805's)."""
+    from ..checkapi import select_checks
+    from ..model import Evidence, Finding, Severity
+
+    threshold = state.common_threshold() if len(state.ok) >= 3 else len(state.ok) + 1
+    out = []
+    for cid, hits in state.node_findings_by_check().items():
+        if len({n for n, _ in hits}) >= threshold:
+            continue
+        for node, f in hits:
+            try:
+                sev = Severity(f.get("severity"))
+            except ValueError:
+                continue
+            if (select or ignore) and not select_checks([_Named(cid, str(f.get("slug", "")))], select, ignore):
+                continue
+            evidence = tuple(Evidence(str(e.get("source")), str(e.get("text")), e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None)
+                             for e in f.get("evidence") or [] if isinstance(e, dict))
+            out.append(Finding(
+                id=cid, slug=str(f.get("slug", "")), severity=sev, title=str(f.get("title", "")),
+                summary=f"{node}: {f.get('summary', '')}", explanation=str(f.get("explanation") or f.get("title") or cid),
+                fix=tuple(str(x) for x in f.get("fix") or ()) or (f"kpdiag explain {cid}",), evidence=evidence,
+                references=tuple(str(x) for x in f.get("references") or ()), subject=f"{node} {f.get('subject') or ''}".strip(),
+            ))
+    return out
+
+
+@dataclass
+class _Named:
+    id: str
+    slug: str
+
+
+# ---------------------------------------------------------------- reading node reports from a directory
+
+# ---------------------------------------------------------------- reading node reports from a directory
+
+def aggregate_dir(path: str, select=(), ignore=()) -> Report:
+    """``kpdiag analyze DIR`` on a directory of node reports."""
+    results, meta = read_report_dir(path)
+    local = meta.get("local_itp")
+    return aggregate(results, api_version=meta.get("api_version"), local_itp=set(local) if isinstance(local, list) else None,
+                     select=select, ignore=ignore, subject=f"cluster ({len(results)} node reports in {path})")
+
+
+def looks_like_report_dir(path: str) -> bool:
+    """A directory of node reports (``*.json``), not a bundle (which has kpdiag.json / node/ / cluster/)."""
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "kpdiag.json")) or os.path.isdir(os.path.join(path, "node")):
+        return False
+    return any(n.endswith(".json") for n in os.listdir(path))
+
+
+def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
+    """A node report from text that may carry other lines around it (a pod log): (report, None) or (None, why)."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            doc, _ = json.JSONDecoder().raw_decode(text, start)
+        except json.JSONDecodeError:
+            start = text.find("\n{", start + 1)
+            start = start + 1 if start != -1 else -1
+            continue
+        if isinstance(doc, dict) and doc.get("schema") == REPORT_SCHEMA:
+            return doc, None
+        return None, f"{source}: JSON, but not a kpdiag node report (schema {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r})"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return None, f"{source}: not JSON" + (f" (starts with {first[:80]!r})" if first else " (empty)")
+
+
+def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
+    """Node reports saved by ``kpdiag cluster --save-dir`` (or any ``*.json`` node reports), plus the run's
+    ``cluster.json`` when present (failures, API version, traffic-policy keys)."""
+    results: list[NodeResult] = []
+    meta: dict = {}
+    meta_path = os.path.join(path, "cluster.json")
+    if os.path.exists(meta_path):
+        try:
+            with open(meta_path, encoding="utf-8") as fh:
+                meta = json.load(fh)
+            if not isinstance(meta, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            results.append(NodeResult("cluster.json", failure=f"{meta_path}: unreadable run summary ({exc})", kind="not json"))
+            meta = {}
+    for name in sorted(os.listdir(path)):
+        if not name.endswith(".json") or name in ("cluster.json", "scenario.json"):  # the run's summary; a fixture's description
+            continue
+        file = os.path.join(path, name)
+        node = name[: -len(".json")]
+        try:
+            with open(file, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError as exc:
+            results.append(NodeResult(node, failure=f"{file}: {exc.strerror or exc}", kind="not json", source=file))
+            continue
+        report, why = parse_node_report(text, file)
+        if report is None:
+            results.append(NodeResult(node, failure=why, kind="not json", source=file))
+        else:
+            # a run's files are named after the Kubernetes node; loose reports carry the host name they ran on
+            name_ = node if meta else ((report.get("facts") or {}).get("node") or node)
+            results.append(NodeResult(name_, report=report, source=file))
+    for f in meta.get("failures") or []:
+        if isinstance(f, dict) and f.get("node"):
+            results.append(NodeResult(str(f["node"]), failure=str(f.get("reason")), kind=f.get("kind")))
+    return results, meta
+
+
+def write_report_dir(path: str, results: list[NodeResult], meta: dict) -> None:
+    """Each node's report as ``<node>.json`` and the run (failures, API version, traffic-policy keys) as
+    ``cluster.json``: what ``kpdiag analyze DIR`` reads back."""
+    os.makedirs(path, exist_ok=True)
+    for r in results:
+        if r.ok:
+            safe = r.node.replace("/", "_")
+            with open(os.path.join(path, f"{safe}.json"), "w", encoding="utf-8") as fh:
+                json.dump(r.report, fh)
+    doc = dict(meta)
+    doc["failures"] = [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok]
+    with open(os.path.join(path, "cluster.json"), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)

@@ -1,0 +1,94 @@
+"""`kpdiag cluster`: credentials → nodes → one pod per node → aggregation. Returns an Outcome; prints nothing."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .. import exitcodes
+from . import pods as P
+
+
+@dataclass
+class Outcome:
+    report: object | None = None  # the cluster Report
+    text: str | None = None  # --dry-run manifests, --cleanup summary
+    messages: list[str] = field(default_factory=list)  # for stderr
+    error: str | None = None
+    code: int = exitcodes.OK
+
+
+def _node_spec(nodes: str | None) -> tuple[str | None, list[str] | None]:
+    """--nodes: a label selector when it has =, !, or a label-looking key with '/'; else comma-separated names."""
+    if not nodes:
+        return None, None
+    if any(ch in nodes for ch in "=!") or ("/" in nodes and "," not in nodes):
+        return nodes, None
+    return None, [n.strip() for n in nodes.split(",") if n.strip()]
+
+
+def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, timeout=600, kubeconfig=None, context=None,
+        dry_run=False, cleanup=False, keep_pods=False, save_dir=None, poll=2.0, select=(), ignore=(), progress=None, bar=None) -> Outcome:
+    from ..collect.cluster import _reason, api_client
+    from .aggregate import aggregate, write_report_dir
+    from .runner import FleetRunner
+
+    say = progress or (lambda msg: None)
+    namespace = namespace or P.DEFAULT_NAMESPACE
+    image = image or os.environ.get("KPDIAG_IMAGE") or P.DEFAULT_IMAGE
+    if service and "/" not in service:
+        return Outcome(error="--service takes NAMESPACE/NAME", code=exitcodes.USAGE)
+    selector, names = _node_spec(nodes)
+    if dry_run and names:  # nothing to ask the API: print the manifests for the named nodes
+        return Outcome(text=_manifests([P.node_pod(n, "dryrun", image=image, namespace=namespace, timeout=timeout, service=service) for n in names]))
+    api, why = api_client(kubeconfig, context)
+    if api is None:
+        return Outcome(error=why, code=exitcodes.NO_DIAGNOSIS)
+    runner = FleetRunner(api, namespace=namespace, image=image, timeout=timeout, parallel=parallel, service=service, poll=poll,
+                         progress=bar, keep_pods=keep_pods)
+    host = api.configuration.host
+    if cleanup:
+        try:
+            deleted, errors = runner.cleanup()
+        except Exception as exc:
+            return Outcome(error=_reason(exc, f"list pods in {namespace}", host), code=exitcodes.NO_DIAGNOSIS)
+        text = f"deleted {len(deleted)} kpdiag pod(s) in namespace {namespace}" + "".join(f"\n  {n}" for n in deleted) + "\n"
+        return Outcome(text=text, messages=errors, code=exitcodes.FINDINGS if errors else exitcodes.OK)
+    try:
+        targets = runner.targets(selector, names)
+    except Exception as exc:
+        return Outcome(error=_reason(exc, "list nodes", host), code=exitcodes.NO_DIAGNOSIS)
+    if dry_run:
+        return Outcome(text=_manifests([runner.manifest(n) for n in targets.nodes]),
+                       messages=[f"not run on {r.node}: {r.failure}" for r in targets.skipped])
+    if not targets.nodes and not targets.skipped:
+        return Outcome(error="no node matches " + (repr(nodes) if nodes else "(the cluster has no nodes)"), code=exitcodes.USAGE)
+    api_version = runner.api_version()
+    local_itp = runner.local_traffic_keys()
+    say(f"run {runner.run_id}: {len(targets.nodes)} node(s), {parallel} at a time, image {image}, namespace {namespace}"
+        + (f"; {len(targets.skipped)} skipped" if targets.skipped else ""))
+    try:
+        results = runner.run(targets.nodes)
+    finally:
+        if bar is not None:
+            bar.close()
+    results += targets.skipped
+    messages = list(runner.notes)
+    messages += [f"could not delete {e} — run: kpdiag cluster --cleanup" for e in runner.cleanup_errors]
+    if keep_pods:
+        messages.append(f"pods kept (label {P.LABEL_RUN}={runner.run_id}); remove them with: kpdiag cluster --cleanup")
+    if save_dir:
+        try:
+            write_report_dir(save_dir, results, {"run": runner.run_id, "api_version": api_version,
+                                                 "local_itp": sorted(local_itp) if local_itp is not None else None})
+            messages.append(f"wrote {sum(r.ok for r in results)} node report(s) to {save_dir} (kpdiag analyze {save_dir})")
+        except OSError as exc:
+            messages.append(f"{save_dir}: cannot write: {exc.strerror or exc}")
+    report = aggregate(results, api_version=api_version, local_itp=local_itp, select=select, ignore=ignore)
+    return Outcome(report=report, messages=messages)
+
+
+def _manifests(docs: list[dict]) -> str:
+    import yaml
+
+    return yaml.safe_dump_all([P.clean(d) for d in docs], sort_keys=False, default_flow_style=False)

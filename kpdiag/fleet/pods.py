@@ -1,0 +1,96 @@
+"""The pod `kpdiag cluster` runs on each node: what `kubectl debug node/NAME` would start, made read-only and
+short-lived, and labelled so that it can always be found and removed."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+
+from .. import __version__
+
+IMAGE_REPO = "ghcr.io/kpdiag/kpdiag"
+DEFAULT_IMAGE = f"{IMAGE_REPO}:{__version__}"
+DEFAULT_NAMESPACE = "kpdiag"
+CONTAINER = "kpdiag"
+
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_RUN = "kpdiag.io/run"
+ANNOTATION_NODE = "kpdiag.io/node"
+MANAGED_SELECTOR = f"{LABEL_MANAGED}=kpdiag"
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(4)
+
+
+def pod_name(run_id: str, node: str) -> str:
+    """``kpdiag-<run>-<node>``, a valid DNS subdomain; long node names are shortened with a hash."""
+    base = re.sub(r"[^a-z0-9.-]", "-", node.lower()).strip(".-") or "node"
+    name = f"kpdiag-{run_id}-{base}"
+    if len(name) > 63:  # keep it a DNS label too (shown in kubectl, used as hostname)
+        name = f"kpdiag-{run_id}-{base[:40].rstrip('.-')}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
+    return name
+
+
+def node_command(service: str | None = None) -> list[str]:
+    cmd = ["kpdiag", "node", "-o", "json", "--quiet", "--fail-on", "never", "--host-root", "/host"]
+    if service:
+        cmd += ["--service", service]
+    return cmd
+
+
+def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: str = DEFAULT_NAMESPACE,
+             timeout: int = 600, service: str | None = None) -> dict:
+    """The pod manifest (a plain dict, as the API takes it) for one node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(run_id, node),
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED: "kpdiag", LABEL_NAME: "kpdiag", LABEL_RUN: run_id},
+            "annotations": {ANNOTATION_NODE: node, "kpdiag.io/version": __version__},
+        },
+        "spec": {
+            "nodeName": node,  # pinned: no scheduler, no affinity to get wrong
+            "hostNetwork": True,  # the node's interfaces, routes, netfilter and conntrack
+            "hostPID": True,  # kube-proxy's process and log files as the node sees them
+            "dnsPolicy": "ClusterFirstWithHostNet",
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],  # every taint: control-plane, NoExecute, not-ready …
+            "automountServiceAccountToken": False,  # kpdiag node needs no API access
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 0,
+            # the kubelet kills it even if the client that started it disappears
+            "activeDeadlineSeconds": int(timeout) + 60,
+            "containers": [{
+                "name": CONTAINER,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": node_command(service),
+                "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                "securityContext": {
+                    # iptables-save, nft and netlink dumps need CAP_NET_ADMIN (and NET_RAW); reading the host's
+                    # /proc/sys and kube-proxy's files is simplest privileged — the host root stays read-only
+                    "privileged": True,
+                    "readOnlyRootFilesystem": True,
+                },
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+                "volumeMounts": [{"name": "host-root", "mountPath": "/host", "readOnly": True},
+                                 {"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+        },
+    }
+
+
+def clean(manifest: dict) -> dict:
+    """Drop None values (the API rejects some explicit nulls)."""
+    if isinstance(manifest, dict):
+        return {k: clean(v) for k, v in manifest.items() if v is not None}
+    if isinstance(manifest, list):
+        return [clean(v) for v in manifest]
+    return manifest

@@ -1,0 +1,326 @@
+"""Run `kpdiag node` on many nodes through Kubernetes itself: one short-lived pod per node.
+
+Bounded concurrency (``parallel`` pods at a time), one pod list per poll for the whole run (not one GET per
+pod), a deadline per node, every failure a named reason, and cleanup that always happens: each worker deletes
+its own pod in a ``finally``, the run deletes whatever is left on errors and Ctrl-C, every pod carries
+``app.kubernetes.io/managed-by=kpdiag`` for ``kpdiag cluster --cleanup``, and ``activeDeadlineSeconds`` makes
+the kubelet stop a pod whose client vanished.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from ..collect.cluster import _reason
+from . import pods as P
+from .aggregate import NodeResult, parse_node_report
+
+LOG_LIMIT = 64 * 1024 * 1024
+API_TIMEOUT = 15.0
+IMAGE_FAILURES = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+CONTAINER_FAILURES = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+
+@dataclass
+class ClusterTargets:
+    nodes: list[str]
+    skipped: list[NodeResult] = field(default_factory=list)  # NotReady or unknown nodes, with the reason
+
+
+def _labels_match(selector: str, labels: dict) -> bool:
+    """Equality/existence label selectors (``a=b,c!=d,e,!f``), re-checked locally."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.split("=", 1)
+            if labels.get(k.strip().rstrip("=")) != v.strip().lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _ready(node: dict) -> tuple[bool, str]:
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            if c.get("status") == "True":
+                return True, ""
+            return False, f"node is NotReady (Ready={c.get('status')}: {c.get('reason') or ''} {c.get('message') or ''})".strip()
+    return True, ""  # no conditions reported: try anyway
+
+
+def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
+    """("wait"|"done"|"fail", kind, reason) for a pod as the API shows it."""
+    if pod is None:
+        return "wait", None, None
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    cstats = status.get("containerStatuses") or []
+    state = (cstats[0].get("state") or {}) if cstats else {}
+    if phase in ("Succeeded", "Failed"):
+        term = state.get("terminated")
+        if term is not None:
+            if term.get("reason") == "OOMKilled":
+                return "fail", "pod failed", "OOMKilled: kpdiag exceeded the pod's memory limit (1Gi)"
+            return "done", None, None
+        reason, message = status.get("reason") or "", status.get("message") or ""
+        if reason == "DeadlineExceeded":
+            return "fail", "timeout", f"the kubelet stopped the pod at its deadline ({message})".strip()
+        return "fail", "not admitted", f"the node did not run the pod: {reason or phase}: {message}".strip(" :")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return "fail", "unschedulable", f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message') or ''}".strip(" :")
+    waiting = state.get("waiting") or {}
+    why = waiting.get("reason")
+    if why in IMAGE_FAILURES:
+        image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image")
+        return "fail", "image pull", f"{why}: {waiting.get('message') or image}"
+    if why in CONTAINER_FAILURES:
+        return "fail", "pod failed", f"{why}: {waiting.get('message') or ''}".strip(" :")
+    return "wait", None, None
+
+
+class FleetRunner:
+    def __init__(self, api, *, namespace: str = P.DEFAULT_NAMESPACE, image: str = P.DEFAULT_IMAGE, timeout: float = 600,
+                 parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False):
+        from kubernetes import client
+
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.image = image
+        self.timeout = timeout
+        self.parallel = max(1, int(parallel))
+        self.service = service
+        self.poll = poll
+        self.progress = progress or (lambda **kw: None)
+        self.keep_pods = keep_pods
+        self.run_id = P.new_run_id()
+        self.cleanup_errors: list[str] = []
+        self.notes: list[str] = []
+        self._status: dict[str, dict] = {}
+        self._created: set[str] = set()
+        self._deleted: set[str] = set()
+        self._lock = threading.Lock()
+        self._tick = threading.Condition()
+        self._stop = threading.Event()
+        self._fatal: str | None = None
+
+    # ------------------------------------------------------------ API helpers (raw JSON)
+    def _json(self, fn, *args, **kwargs):
+        resp = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kwargs)
+        return json.loads(resp.data)
+
+    def _list_all(self, fn, *args, **kwargs) -> list[dict]:
+        items, token = [], None
+        while True:
+            doc = self._json(fn, *args, limit=500, **({"_continue": token} if token else {}), **kwargs)
+            items.extend(doc.get("items") or [])
+            token = (doc.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def targets(self, selector: str | None = None, names: list[str] | None = None) -> ClusterTargets:
+        """The nodes to run on: all, a label selector, or names; NotReady and unknown nodes are skipped with why."""
+        kwargs = {"label_selector": selector} if selector else {}
+        nodes = self._list_all(self.core.list_node, **kwargs)
+        if selector:
+            nodes = [n for n in nodes if _labels_match(selector, (n.get("metadata") or {}).get("labels") or {})]
+        by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
+        out = ClusterTargets([])
+        wanted = names if names else sorted(k for k in by_name if k)
+        for name in wanted:
+            node = by_name.get(name)
+            if node is None:
+                out.skipped.append(NodeResult(name, failure="no such node in the API" + (f" matching {selector!r}" if selector else ""), kind="unschedulable"))
+                continue
+            ok, why = _ready(node)
+            if ok:
+                out.nodes.append(name)
+            else:
+                out.skipped.append(NodeResult(name, failure=why, kind="unschedulable"))
+        return out
+
+    def api_version(self) -> str | None:
+        from kubernetes import client
+
+        try:
+            return str(self._json(client.VersionApi(self.api).get_code).get("gitVersion") or "") or None
+        except Exception as exc:
+            self.notes.append(_reason(exc, "get /version", self.api.configuration.host))
+            return None
+
+    def local_traffic_keys(self) -> set[str] | None:
+        """ClusterIP:port/proto of Services with internalTrafficPolicy: Local (their endpoints differ per node by design)."""
+        try:
+            services = self._list_all(self.core.list_service_for_all_namespaces)
+        except Exception as exc:
+            self.notes.append(_reason(exc, "list services", self.api.configuration.host) + " — KP803 cannot leave out internalTrafficPolicy: Local Services")
+            return None
+        keys = set()
+        for s in services:
+            spec = s.get("spec") or {}
+            if spec.get("internalTrafficPolicy") != "Local":
+                continue
+            for ip in spec.get("clusterIPs") or [spec.get("clusterIP")]:
+                for port in spec.get("ports") or []:
+                    if ip and ip != "None":
+                        keys.add(f"{ip}:{port.get('port')}/{(port.get('protocol') or 'TCP').lower()}")
+        return keys
+
+    # ------------------------------------------------------------ the run
+    def manifest(self, node: str) -> dict:
+        return P.node_pod(node, self.run_id, image=self.image, namespace=self.namespace, timeout=int(self.timeout), service=self.service)
+
+    def run(self, nodes: list[str]) -> list[NodeResult]:
+        results: dict[str, NodeResult] = {}
+        executor = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="kpdiag-node")
+        futures = {executor.submit(self._one, node): node for node in nodes}
+        try:
+            pending = set(futures)
+            while pending:
+                if self._created - self._deleted:
+                    self._refresh()
+                done_now, pending = wait(pending, timeout=self.poll, return_when=FIRST_COMPLETED)
+                for fut in done_now:
+                    results[futures[fut]] = fut.result()
+                failed = sum(1 for r in results.values() if not r.ok)
+                self.progress(done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted))
+        except BaseException:  # Ctrl-C (KeyboardInterrupt) or anything else: stop, clean up, re-raise
+            self._stop.set()
+            with self._tick:
+                self._tick.notify_all()
+            executor.shutdown(wait=False, cancel_futures=True)
+            self._delete_leftovers()
+            raise
+        finally:
+            executor.shutdown(wait=True)
+            self._delete_leftovers()
+        return [results[n] for n in nodes]
+
+    def _refresh(self) -> None:
+        """One list call for every pod of this run; the workers read the statuses."""
+        try:
+            doc = self._json(self.core.list_namespaced_pod, self.namespace, label_selector=f"{P.LABEL_RUN}={self.run_id}")
+        except Exception:
+            return  # transient: the workers keep waiting until their deadline
+        status = {}
+        for pod in doc.get("items") or []:
+            md = pod.get("metadata") or {}
+            if (md.get("labels") or {}).get(P.LABEL_RUN) == self.run_id:
+                status[md.get("name")] = pod
+        self._status = status
+        with self._tick:
+            self._tick.notify_all()
+
+    def _one(self, node: str) -> NodeResult:
+        start = time.monotonic()
+        if self._stop.is_set():
+            return NodeResult(node, failure="interrupted before its pod was created", kind="interrupted")
+        if self._fatal:
+            return NodeResult(node, failure=f"not tried: {self._fatal}", kind="api error")
+        manifest = self.manifest(node)
+        name = manifest["metadata"]["name"]
+        try:
+            self.core.create_namespaced_pod(self.namespace, manifest, _preload_content=False, _request_timeout=API_TIMEOUT)
+        except Exception as exc:
+            why = _create_reason(exc, self.namespace, self.api.configuration.host)
+            if getattr(exc, "status", None) in (401, 403, 404, 422):
+                self._fatal = why  # the same for every node: do not try hundreds more
+            return NodeResult(node, failure=why, kind="api error", seconds=time.monotonic() - start)
+        with self._lock:
+            self._created.add(name)
+        try:
+            return self._await(node, name, start)
+        finally:
+            if not self.keep_pods:
+                self._delete(name)
+
+    def _await(self, node: str, name: str, start: float) -> NodeResult:
+        deadline = start + self.timeout
+        while True:
+            if self._stop.is_set():
+                return NodeResult(node, failure="interrupted", kind="interrupted", seconds=time.monotonic() - start)
+            pod = self._status.get(name)
+            verdict, kind, why = classify(pod)
+            if verdict == "done":
+                return self._read(node, name, pod, start)
+            if verdict == "fail":
+                return NodeResult(node, failure=why, kind=kind, seconds=time.monotonic() - start)
+            if time.monotonic() > deadline:
+                phase = ((pod or {}).get("status") or {}).get("phase") or "not seen yet"
+                return NodeResult(node, failure=f"timed out after {self.timeout:.0f} s (pod {phase})", kind="timeout",
+                                  seconds=time.monotonic() - start)
+            with self._tick:
+                self._tick.wait(min(self.poll, max(0.05, deadline - time.monotonic())))
+
+    def _read(self, node: str, name: str, pod: dict, start: float) -> NodeResult:
+        try:
+            resp = self.core.read_namespaced_pod_log(name, self.namespace, container=P.CONTAINER, limit_bytes=LOG_LIMIT,
+                                                     _preload_content=False, _request_timeout=120)
+            text = resp.data.decode("utf-8", "replace")
+        except Exception as exc:
+            return NodeResult(node, failure=_reason(exc, f"read log of pod {self.namespace}/{name}", self.api.configuration.host),
+                              kind="api error", seconds=time.monotonic() - start)
+        report, why = parse_node_report(text, f"pod {self.namespace}/{name} log")
+        if report is None:
+            term = (((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("terminated") or {}
+            code = term.get("exitCode")
+            return NodeResult(node, failure=why + (f"; container exited {code}" if code is not None else ""), kind="not json",
+                              seconds=time.monotonic() - start)
+        return NodeResult(node, report=report, seconds=time.monotonic() - start)
+
+    def _delete(self, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=API_TIMEOUT)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                self.cleanup_errors.append(f"pod {self.namespace}/{name}: " + _reason(exc, "delete", self.api.configuration.host))
+                return
+        with self._lock:
+            self._deleted.add(name)
+
+    def _delete_leftovers(self) -> None:
+        if self.keep_pods:
+            return
+        for name in sorted(self._created - self._deleted):
+            self._delete(name)
+
+    def cleanup(self) -> tuple[list[str], list[str]]:
+        """Delete every pod kpdiag left in the namespace (any run): (deleted names, errors)."""
+        pods = self._list_all(self.core.list_namespaced_pod, self.namespace, label_selector=P.MANAGED_SELECTOR)
+        names = sorted((p.get("metadata") or {}).get("name") for p in pods
+                       if ((p.get("metadata") or {}).get("labels") or {}).get(P.LABEL_MANAGED) == "kpdiag")
+        before = len(self.cleanup_errors)
+        for name in names:
+            self._delete(name)
+        return [n for n in names if n in self._deleted], self.cleanup_errors[before:]
+
+
+def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
+    status = getattr(exc, "status", None)
+    body = ""
+    try:
+        body = json.loads(getattr(exc, "body", "") or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        pass
+    if status == 404:
+        return f"create pod: namespace {namespace!r} does not exist (kubectl apply -f deploy/rbac-cluster.yaml creates it)"
+    if status == 403 and "PodSecurity" in body:
+        return (f"create pod: PodSecurity admission rejects a privileged pod in {namespace!r} "
+                f"(kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged): {body[:200]}")
+    if status == 403:
+        return f"create pod: 403 Forbidden — RBAC does not allow creating pods in {namespace!r} (see deploy/rbac-cluster.yaml){': ' + body[:160] if body else ''}"
+    if status == 422:
+        return f"create pod: 422 rejected by the API server: {body[:200]}"
+    return _reason(exc, "create pod", server)
