@@ -263,7 +263,8 @@ def common_finding(ctx, new):
         kpdiag runs one short-lived pod per node. A node is missing from the report when that pod could not be
         created (RBAC, PodSecurity admission, quota), was not admitted or never started on the node (node down,
         out of pods), could not pull its image, did not finish in time, or printed something that is not a report.
-        Everything that could be diagnosed is still in the report.
+        Everything that could be diagnosed is still in the report. When half the nodes or more are missing, this
+        is an error: the cluster picture is not representative.
     """,
     fix="Act on the reason given per node, then run kpdiag cluster --nodes <those nodes> again.",
 )
@@ -285,7 +286,7 @@ def not_diagnosed(ctx, new):
     }
     yield new(
         f"{len(failed)} of {len(ctx.results)} nodes not diagnosed — " + "; ".join(parts),
-        severity="error" if not ctx.ok else None,
+        severity="error" if len(failed) * 2 >= len(ctx.results) else None,  # half the cluster unseen is not a warning
         fix=tuple(hints[k] for k in sorted(kinds) if k in hints) or ("kpdiag cluster --nodes <nodes>",),
         evidence=[Evidence(f"node {r.node}", r.failure or "failed") for r in failed[:20]],
         subject="cluster",

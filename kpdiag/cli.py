@@ -213,7 +213,7 @@ def collect(out, host_root, redact, redact_salt):
 @click.option("--image", default=None, help="The kpdiag image the node pods run (default: the one matching this version).")
 @click.option("--namespace", "pod_namespace", default=None, help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).")
 @click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
-@click.option("--timeout", type=click.IntRange(10, 7200), default=600, show_default=True, help="Seconds per node (a 10,000-Service node needs minutes).")
+@click.option("--timeout", type=click.IntRange(1, 7200), default=600, show_default=True, help="Seconds per node (a 10,000-Service node needs minutes).")
 @click.option("--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
 @click.option("--context", help="kubeconfig context.")
 @click.option("--dry-run", is_flag=True, help="Print the pod manifests and create nothing.")
@@ -287,7 +287,10 @@ def main(argv=None) -> int:
             return rv
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            click.echo("kpdiag: interrupted", err=True)
+            return 130
         click.echo("kpdiag: aborted", err=True)
         return exitcodes.USAGE
     except click.ClickException as exc:

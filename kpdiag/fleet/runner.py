@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..collect.cluster import _reason
 from . import pods as P
-from .aggregate import NodeResult, parse_node_report
+from .aggregate import NodeResult, intern_programmed, parse_node_report
 
 LOG_LIMIT = 64 * 1024 * 1024
 API_TIMEOUT = 15.0
@@ -115,6 +115,7 @@ class FleetRunner:
         self._tick = threading.Condition()
         self._stop = threading.Event()
         self._fatal: str | None = None
+        self._programmed: dict[str, dict] = {}
 
     # ------------------------------------------------------------ API helpers (raw JSON)
     def _json(self, fn, *args, **kwargs):
@@ -278,6 +279,8 @@ class FleetRunner:
             code = term.get("exitCode")
             return NodeResult(node, failure=why + (f"; container exited {code}" if code is not None else ""), kind="not json",
                               seconds=time.monotonic() - start)
+        with self._lock:
+            intern_programmed(report, self._programmed)
         return NodeResult(node, report=report, seconds=time.monotonic() - start)
 
     def _delete(self, name: str) -> None:

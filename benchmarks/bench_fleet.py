@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Benchmark: aggregating the node reports of a big cluster (kpdiag cluster / kpdiag analyze DIR).
+
+    python3 benchmarks/bench_fleet.py [--nodes 1000] [--services 1000] [--repeat 3]
+
+Writes N node reports (a real `kpdiag analyze` report of fixtures/healthy-iptables, whose programmed table
+is replaced by one of S service ports with 3 endpoints each; 1 % of the nodes lack a Service, 1 % send one
+to a stale endpoint, 2 % run kube-proxy one minor behind) into a temporary directory, then measures in a
+fresh process each time:
+  - `kpdiag analyze DIR -o json` wall time and peak RSS (read + parse + aggregate + render), and
+  - the aggregation alone on reports already in memory.
+Results are printed and written to benchmarks/out/fleet.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from kpdiag import programmed  # noqa: E402
+from kpdiag.diagnose import analyze_bundle  # noqa: E402
+from kpdiag.fleet.aggregate import NodeResult, aggregate, write_report_dir  # noqa: E402
+
+
+def table(services: int) -> dict:
+    out = {}
+    for i in range(services):
+        ip = f"10.96.{i // 250}.{i % 250 + 1}"
+        eps = tuple(f"10.244.{(i * 3 + k) // 250 % 250}.{(i * 3 + k) % 250 + 1}:8080" for k in range(3))
+        out[f"{ip}:80/tcp"] = (f"ns{i % 40}/svc{i}:http", eps)
+    return out
+
+
+def reports(nodes: int, services: int) -> list[NodeResult]:
+    base = analyze_bundle(os.path.join(ROOT, "fixtures", "healthy-iptables")).to_dict()
+    full = table(services)
+    common = programmed.encode(full, "iptables")
+    out = []
+    for n in range(nodes):
+        rep = copy.deepcopy(base)
+        name = f"node-{n:04d}"
+        rep["facts"]["node"], rep["subject"] = name, f"node {name}"
+        if n % 100 == 7:  # lags: misses one Service
+            t = dict(full)
+            t.pop(next(iter(t)))
+            rep["extra"]["programmed"] = programmed.encode(t, "iptables")
+        elif n % 100 == 13:  # stale endpoints for one Service
+            t = dict(full)
+            k = sorted(t)[n % services]
+            t[k] = (t[k][0], ("10.244.250.250:8080",))
+            rep["extra"]["programmed"] = programmed.encode(t, "iptables")
+        else:
+            rep["extra"]["programmed"] = common
+        if n % 50 == 3:
+            rep["facts"]["kube_proxy_version"] = "1.30"
+        out.append(NodeResult(name, report=rep))
+    return out
+
+
+def peak_of(argv) -> tuple[float, int, int]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return took, (after if after > before else -1), proc.returncode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--services", type=int, nargs="+", default=[1000])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    rows = []
+    for services in args.services:
+        results = reports(args.nodes, services)
+        with tempfile.TemporaryDirectory() as d:
+            write_report_dir(d, results, {"api_version": "v1.31.4", "local_itp": []})
+            size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+            runs = [peak_of([sys.executable, "-m", "kpdiag", "analyze", d, "-o", "json"]) for _ in range(args.repeat)]
+        mem = []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            rep = aggregate(results, api_version="v1.31.4", local_itp=set())
+            mem.append(time.perf_counter() - t)
+        ids = sorted({f.id for f in rep.findings})
+        row = {"nodes": args.nodes, "services_per_node": services, "reports_MB": round(size / 1e6, 1),
+               "analyze_dir_s": round(statistics.median(r[0] for r in runs), 2),
+               "analyze_dir_peak_MB": round(max(r[1] for r in runs) / 1024, 0),
+               "aggregate_in_memory_s": round(statistics.median(mem), 3),
+               "exit": runs[0][2], "findings": ids}
+        rows.append(row)
+        print(json.dumps(row))
+    os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
+    with open(os.path.join(HERE, "out", "fleet.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""`kpdiag cluster` against a real HTTP server speaking the Kubernetes API (kmock's emulator with a kubelet that runs
+the pods), through the real kubernetes client and a kubeconfig: pod specs, logs, cleanup, failures, Ctrl-C, scale."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from kpdiag.cli import main
+from kpdiag.diagnose import analyze_bundle
+from tests import k8sobjects as k8s
+from tests.apiserver import ApiServer
+from tests.conftest import FIXTURES
+
+NS = "kpdiag"
+REPORTS = {name: json.dumps(analyze_bundle(os.path.join(FIXTURES, name)).to_dict())
+           for name in ("healthy-iptables", "healthy-nftables", "ipvs-healthy")}
+
+
+def _run(capsys, api, tmp_path, *args):
+    rc = main(["cluster", "--kubeconfig", api.kubeconfig(tmp_path), "--poll", "0.05", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _nodes(n, **kw):
+    return [k8s.node(f"node-{i:03d}", ip=f"192.168.{i // 250}.{i % 250 + 1}", ready=True, **kw) for i in range(n)]
+
+
+def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
+    kubelet = {"node-000": {"log": REPORTS["healthy-iptables"]},
+               "node-001": {"log": "kpdiag: collected node/iptables-save.txt in 1.2 s\n" + REPORTS["healthy-nftables"], "exit": 1},
+               "node-002": {"log": REPORTS["ipvs-healthy"]}}
+    with ApiServer(_nodes(3), kubelet=kubelet) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--service", "shop/web", "--image", "registry.local/kpdiag:test",
+                            "--timeout", "120")
+        live = api.live_pods(NS)
+        created = list(api.created)
+        logs = api.count("GET", "/log")
+        deletes = api.count("DELETE", f"/namespaces/{NS}/pods/")
+    report = json.loads(out)
+    assert report["facts"]["nodes_diagnosed"] == 3 and report["facts"]["nodes_failed"] == 0, err
+    assert {f["id"] for f in report["findings"]} >= {"KP801"}  # iptables, nftables and ipvs nodes
+    assert live == [] and deletes == 3 and logs == 3
+    assert sorted(p["spec"]["nodeName"] for p in created) == ["node-000", "node-001", "node-002"]
+    for pod in created:
+        spec, md = pod["spec"], pod["metadata"]
+        assert md["namespace"] == NS
+        assert md["labels"]["app.kubernetes.io/managed-by"] == "kpdiag" and md["labels"]["kpdiag.io/run"]
+        assert md["annotations"]["kpdiag.io/node"] == spec["nodeName"]
+        assert spec["hostNetwork"] is True and spec["hostPID"] is True
+        assert spec["restartPolicy"] == "Never"
+        assert spec["tolerations"] == [{"operator": "Exists"}]
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["activeDeadlineSeconds"] == 180
+        (c,) = spec["containers"]
+        assert c["image"] == "registry.local/kpdiag:test"
+        assert c["securityContext"]["privileged"] is True
+        assert c["command"][:4] == ["kpdiag", "node", "-o", "json"] and c["command"][-2:] == ["--service", "shop/web"]
+        assert "--quiet" in c["command"] and c["command"][c["command"].index("--host-root") + 1] == "/host"
+        host = next(m for m in c["volumeMounts"] if m["mountPath"] == "/host")
+        assert host["readOnly"] is True
+        vol = next(v for v in spec["volumes"] if v["name"] == host["name"])
+        assert vol["hostPath"]["path"] == "/"
+    rows = {r["node"]: r for r in report["extra"]["nodes"]}
+    assert rows["node-001"]["mode"] == "nftables" and rows["node-002"]["mode"] == "ipvs"
+
+
+def test_timeout_and_failures_are_named_and_the_rest_is_kept(capsys, tmp_path):
+    kubelet = {"node-000": {"log": REPORTS["healthy-iptables"]}, "node-001": {"hang": True},
+               "node-002": {"waiting": "ImagePullBackOff", "message": 'Back-off pulling image "registry.local/kpdiag:nope"'},
+               "node-003": {"oom": True}, "node-004": {"rejected": "OutOfpods", "message": "Node didn't have enough resource: pods"},
+               "node-005": {"log": "exec /usr/local/bin/kpdiag: exec format error\n", "exit": 1},
+               "node-006": {"log": REPORTS["healthy-iptables"]}}
+    nodes = _nodes(7) + [k8s.node("node-down", ready=False)]
+    with ApiServer(nodes, kubelet=kubelet) as api:
+        t0 = time.monotonic()
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--timeout", "2")
+        took = time.monotonic() - t0
+        live = api.live_pods(NS)
+        posted = [p["spec"]["nodeName"] for p in api.created]
+    report = json.loads(out)
+    failures = {f["node"]: f for f in report["extra"]["failures"]}
+    assert failures["node-001"]["kind"] == "timeout" and "timed out after 2 s (pod Running)" in failures["node-001"]["reason"]
+    assert failures["node-002"]["kind"] == "image pull" and "ImagePullBackOff" in failures["node-002"]["reason"]
+    assert failures["node-003"]["kind"] == "pod failed" and "OOMKilled" in failures["node-003"]["reason"]
+    assert failures["node-004"]["kind"] == "not admitted" and "OutOfpods" in failures["node-004"]["reason"]
+    assert failures["node-005"]["kind"] == "not json" and "exec format error" in failures["node-005"]["reason"]
+    assert "exited 1" in failures["node-005"]["reason"]
+    assert failures["node-down"]["kind"] == "unschedulable" and "NotReady" in failures["node-down"]["reason"]
+    assert "node-down" not in posted  # a NotReady node gets no pod
+    assert report["facts"]["nodes_diagnosed"] == 2 and report["facts"]["nodes_failed"] == 6
+    kp806 = next(f for f in report["findings"] if f["id"] == "KP806")
+    assert "6 of 8 nodes not diagnosed" in kp806["summary"]
+    assert live == []  # the hung pod too
+    assert took < 30
+    assert kp806["severity"] == "error" and rc == 1  # 6 of 8 unseen: the picture is not representative
+    assert all("node" in p["source"] for p in report["problems"])
+
+
+def test_unknown_node_names_and_label_selector(capsys, tmp_path):
+    nodes = [k8s.node("a-1", labels={"pool": "blue"}, ready=True), k8s.node("a-2", labels={"pool": "green"}, ready=True)]
+    kubelet = {"a-1": {"log": REPORTS["healthy-iptables"]}, "a-2": {"log": REPORTS["healthy-iptables"]}}
+    with ApiServer(nodes, kubelet=kubelet) as api:
+        rc, out, _ = _run(capsys, api, tmp_path, "-o", "json", "--nodes", "pool=blue")
+        blue = json.loads(out)
+        rc2, out2, _ = _run(capsys, api, tmp_path, "-o", "json", "--nodes", "a-2,ghost")
+        named = json.loads(out2)
+    assert [r["node"] for r in blue["extra"]["nodes"]] == ["a-1"]
+    assert [r["node"] for r in named["extra"]["nodes"]] == ["a-2", "ghost"]
+    assert named["extra"]["failures"] == [{"node": "ghost", "kind": "unschedulable", "reason": "no such node in the API"}]
+
+
+def test_dry_run_prints_manifests_and_creates_nothing(capsys, tmp_path):
+    with ApiServer(_nodes(3), kubelet={}) as api:
+        rc, out, _ = _run(capsys, api, tmp_path, "--dry-run")
+        posts = api.count("POST")
+    docs = list(yaml.safe_load_all(out))
+    assert rc == 0 and posts == 0
+    assert [d["spec"]["nodeName"] for d in docs] == ["node-000", "node-001", "node-002"]
+    assert all(d["kind"] == "Pod" and d["spec"]["hostNetwork"] for d in docs)
+
+
+def test_cleanup_removes_only_kpdiag_pods(capsys, tmp_path):
+    leftovers = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"kpdiag-old-{i}", "namespace": NS,
+                                                                     "labels": {"app.kubernetes.io/managed-by": "kpdiag"}}} for i in range(3)]
+    other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "someone-else", "namespace": NS, "labels": {"app": "x"}}}
+    with ApiServer(leftovers + [other]) as api:
+        rc, out, _ = _run(capsys, api, tmp_path, "--cleanup")
+        live = api.live_pods(NS)
+    assert rc == 0 and "deleted 3 kpdiag pod(s)" in out
+    assert live == ["someone-else"]
+
+
+def test_forbidden_create_stops_after_the_first_refusal(capsys, tmp_path):
+    with ApiServer(_nodes(6), kubelet={}, fail={"pods": 403}) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--parallel", "1")
+        posts = api.count("POST")
+    report = json.loads(out)
+    assert posts == 1  # the same answer for every node: not 6 tries
+    assert rc == 3 and not report["readable"]
+    reasons = {f["reason"] for f in report["extra"]["failures"]}
+    assert any("403 Forbidden" in r and "deploy/rbac-cluster.yaml" in r for r in reasons)
+
+
+def test_unreachable_api_is_one_line(capsys, tmp_path):
+    from tests.apiserver import write_kubeconfig
+
+    write_kubeconfig(str(tmp_path / "kc"), "http://127.0.0.1:9")
+    rc = main(["cluster", "--kubeconfig", str(tmp_path / "kc")])
+    out, err = capsys.readouterr()
+    assert rc == 3
+    assert err.count("\n") == 1 and "list nodes" in err and "unreachable" in err and "Traceback" not in err
+
+
+def test_ctrl_c_deletes_every_pod(tmp_path):
+    """A real SIGINT to a real `kpdiag cluster` process while its pods run: it exits 130 and leaves no pod."""
+    with ApiServer(_nodes(5), kubelet={f"node-{i:03d}": {"hang": True} for i in range(5)}) as api:
+        proc = subprocess.Popen([sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", api.kubeconfig(tmp_path), "--poll", "0.1",
+                                 "--parallel", "3", "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while len(api.live_pods(NS)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(api.live_pods(NS)) == 3, "the pods never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        live = api.live_pods(NS)
+        posts = api.count("POST")
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert posts == 3 and live == []  # the two queued nodes never got a pod; the three running ones are gone
+
+
+@pytest.mark.parametrize("n", [3, 200])
+def test_api_calls_grow_linearly_with_nodes(capsys, tmp_path, n):
+    kubelet = {f"node-{i:03d}": {"log": REPORTS["healthy-iptables"]} for i in range(n)}
+    with ApiServer(_nodes(n), kubelet=kubelet, kubelet_delay=0.01) as api:
+        t0 = time.monotonic()
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--parallel", "50")
+        took = time.monotonic() - t0
+        calls = list(api.requests)
+        live = api.live_pods(NS)
+    report = json.loads(out)
+    assert report["facts"]["nodes_diagnosed"] == n, err
+    assert live == []
+    per_node = sum(1 for m, p in calls if (m == "POST" and p.endswith("/pods")) or p.endswith("/log") or m == "DELETE")
+    lists = sum(1 for m, p in calls if m == "GET" and p == f"/api/v1/namespaces/{NS}/pods")
+    fixed = len(calls) - per_node - lists
+    assert per_node == 3 * n  # create, log, delete: nothing per node beyond that
+    assert fixed <= 4  # nodes, services, /version (one page each at this size)
+    assert lists <= took / 0.05 + 2  # one list per poll for the whole run, not one GET per pod
