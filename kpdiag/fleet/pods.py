@@ -30,7 +30,7 @@ def pod_name(run_id: str, node: str) -> str:
     base = re.sub(r"[^a-z0-9.-]", "-", node.lower()).strip(".-") or "node"
     name = f"kpdiag-{run_id}-{base}"
     if len(name) > 63:  # keep it a DNS label too (shown in kubectl, used as hostname)
-        name = f"kpdiag-{run_id}-{base[:40].rstrip('.-')}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
+        name = f"kpdiag-{run_id}-{base[:30].rstrip('.-')}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
     return name
 
 
@@ -73,8 +73,11 @@ def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: s
                 "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
                 "securityContext": {
                     # iptables-save, nft and netlink dumps need CAP_NET_ADMIN (and NET_RAW); reading the host's
-                    # /proc/sys and kube-proxy's files is simplest privileged — the host root stays read-only
+                    # /proc/sys and kube-proxy's files is simplest privileged — the host root stays read-only.
+                    # The image's default user is not root: capabilities only apply to uid 0 here.
                     "privileged": True,
+                    "runAsUser": 0,
+                    "runAsNonRoot": False,
                     "readOnlyRootFilesystem": True,
                 },
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},

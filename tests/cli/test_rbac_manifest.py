@@ -39,3 +39,59 @@ def test_rbac_is_read_only_and_covers_every_call(tmp_path):
         resource = parts[-2] if parts[-2] in ("services", "nodes", "configmaps", "daemonsets") else parts[-1]
         verb = "get" if parts[-2] in ("services", "nodes", "configmaps", "daemonsets") else "list"
         assert (resource, verb) in granted, (method, path)
+
+
+def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
+    """Run `kpdiag cluster` (3 nodes, one per failure path too) and map each API request to (verb, resource,
+    namespace): deploy/rbac-cluster.yaml must grant exactly those, pod writes only in its own namespace."""
+    import json
+    import subprocess
+    import sys
+
+    from kpdiag.diagnose import analyze_bundle
+    from tests.conftest import FIXTURES
+
+    with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
+        docs = [d for d in yaml.safe_load_all(fh) if d]
+    ns_doc = next(d for d in docs if d["kind"] == "Namespace")
+    assert ns_doc["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    ns_rules = [r for d in docs if d["kind"] == "Role" for r in d["rules"]]
+    assert all(d["metadata"]["namespace"] == "kpdiag" for d in docs if d["kind"] == "Role")
+    granted_cluster = {(res, v) for r in cluster_rules for res in r.get("resources", []) for v in r["verbs"]}
+    granted_ns = {(res, v) for r in ns_rules for res in r.get("resources", []) for v in r["verbs"]}
+    assert not any(v in ("create", "delete", "update", "patch") for _, v in granted_cluster)  # no writes outside kpdiag
+    assert not any(res in ("secrets", "*", "pods/exec") for res, _ in granted_cluster | granted_ns)
+
+    report = json.dumps(analyze_bundle(os.path.join(FIXTURES, "healthy-iptables")).to_dict())
+    nodes = [k8s.node(n, ready=True) for n in ("a", "b", "c")]
+    with ApiServer(nodes, kubelet={"a": {"log": report}, "b": {"hang": True}, "c": {"log": report}}) as api:
+        kc = api.kubeconfig(tmp_path)
+        subprocess.run([sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--poll", "0.05", "--timeout", "2", "-o", "json"],
+                       capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--cleanup"], capture_output=True, timeout=60)
+        calls = list(api.requests)
+    used = set()
+    for method, path in calls:
+        p = path.rstrip("/")
+        if p == "/version":
+            used.add(("/version", "get"))
+            continue
+        parts = p.strip("/").split("/")
+        if parts[-1] == "log":
+            used.add(("kpdiag", "pods/log", "get"))
+        elif "namespaces" in parts:
+            ns = parts[parts.index("namespaces") + 1]
+            named = len(parts) > parts.index("namespaces") + 3
+            verb = {"POST": "create", "DELETE": "delete", "GET": "get" if named else "list"}[method]
+            used.add((ns, parts[parts.index("namespaces") + 2], verb))
+        else:
+            used.add(("", parts[-1], "list" if method == "GET" else method.lower()))
+    for call in used:
+        if call[0] == "/version":
+            assert any("/version" in r.get("nonResourceURLs", []) for r in cluster_rules)
+        elif call[0] == "":
+            assert (call[1], call[2]) in granted_cluster, call
+        else:
+            assert call[0] == "kpdiag" and (call[1], call[2]) in granted_ns, call
+    assert {("kpdiag", "pods", "create"), ("kpdiag", "pods", "delete"), ("kpdiag", "pods/log", "get"), ("", "nodes", "list")} <= used
