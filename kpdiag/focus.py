@@ -20,7 +20,7 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
     """Add traces (from a pod and from an external client) for a Service's ports or one DST:PORT."""
     if not service and not trace_to:
         return report
-    tracer = state.tracer()
+    tracer = state.mode_tracer()
     targets: list[tuple[str, str, int, str]] = []  # (label, dst, port, proto)
     if trace_to:
         dst, port, proto = _parse_target(trace_to)
@@ -28,17 +28,24 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
     if service:
         if "/" not in service:
             raise ValueError(f"--service wants NS/NAME, not {service!r}")
+        from .programmed import service_table
+
         prefix = service + ":"
-        for name, p in sorted((state.programmed() or {}).items()):
-            if name.startswith(prefix) and p.cluster_ip and p.port:
-                targets.append((name, p.cluster_ip, p.port, p.proto or "tcp"))
+        for key, (name, _) in sorted((service_table(state) or {}).items(), key=lambda kv: kv[1][0]):
+            if name.startswith(prefix):  # key: ClusterIP:port/proto, the same in every proxy mode
+                hostport, proto = key.rsplit("/", 1)
+                ip, port = hostport.rsplit(":", 1)
+                targets.append((name, ip, int(port), proto))
     extra = dict(report.extra)
     traces = []
     notes = []
     if tracer is None:
-        notes.append("no iptables rules on this node: nothing to trace")
+        notes.append("no rules of kube-proxy's mode could be read on this node: nothing to trace")
     elif service and not any(t[0].startswith(service + ":") for t in targets):
-        notes.append(f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202)")
+        if state.proxy_mode[0] == "ipvs":
+            notes.append(f"{service}: IPVS keeps no Service names — trace its ClusterIP with --trace CLUSTERIP:PORT")
+        else:
+            notes.append(f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202/KP402)")
     if tracer is not None:
         from .kube_rules import cluster_cidr
         from .trace.model import Packet

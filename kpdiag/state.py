@@ -309,6 +309,21 @@ class NodeState(_NodeFiles):
             self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
         return self.__dict__["_tracer"]
 
+    def mode_tracer(self):
+        """The tracer for the mode kube-proxy runs in (nftables, IPVS, else iptables), or None without its rules."""
+        mode = self.proxy_mode[0]
+        if mode == "nftables":
+            from .trace.nftables import NftTracer
+
+            rs = self.nft()
+            return None if rs is None else NftTracer(rs, self.routing)
+        if mode == "ipvs":
+            from .trace.ipvs import IpvsTracer
+
+            rs = self.iptables()
+            return None if rs is None or self.ipvs is None else IpvsTracer(rs, self.routing, self.ipsets, self.ipvs)
+        return self.tracer()
+
     @property
     def kube_proxy_version(self) -> tuple[int, int] | None:
         """kube-proxy's minor version from its metrics (kubernetes_build_info), else the API server's."""

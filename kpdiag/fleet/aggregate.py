@@ -100,7 +100,23 @@ def node_row(r: NodeResult) -> dict:
         "conntrack": f"{ct['count']}/{ct['max']}" if ct.get("max") else None,
         "conntrack_pct": round(100.0 * ct["count"] / ct["max"], 1) if ct.get("max") else None,
         "error": summary.get("error", 0), "warning": summary.get("warning", 0), "info": summary.get("info", 0),
+        "service": _trace_summary((rep.get("extra") or {}).get("traces")),
     }
+
+
+def _trace_summary(traces) -> str | None:
+    """`--service`: what the node does with the Service's packets, per origin (pod / external)."""
+    if not isinstance(traces, list) or not traces:
+        return None
+    out = []
+    for t in traces:
+        if not isinstance(t, dict):
+            continue
+        paths = [p for p in t.get("paths") or [] if isinstance(p, dict)]
+        verdicts = "/".join(sorted({str(p.get("verdict")) for p in paths})) or "no path"
+        dnat = len({p.get("dnat") for p in paths if p.get("dnat")})
+        out.append(f"{(t.get('packet') or {}).get('from', '?')} {verdicts}" + (f"→{dnat} ep" if dnat else ""))
+    return ", ".join(dict.fromkeys(out))
 
 
 def aggregate(results: list[NodeResult], *, api_version: str | None = None, local_itp: set[str] | None = None,

@@ -98,6 +98,8 @@ def nodes_table(rows: list[dict]) -> str:
     cols = [("node", "node"), ("status", "status"), ("mode", "mode"), ("kube_proxy", "kube-proxy"), ("kernel", "kernel"),
             ("iptables_rules", "ipt rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("error", "E"),
             ("warning", "W"), ("info", "I")]
+    if any(r.get("service") for r in rows):
+        cols.append(("service", "service trace"))
     body = [[("" if r.get(k) is None else r.get(k)) for k, _ in cols] for r in rows]
     return tabulate(body, headers=[h for _, h in cols], tablefmt="simple", maxcolwidths=[40, 60] + [None] * (len(cols) - 2),
                     disable_numparse=True) + "\n"
