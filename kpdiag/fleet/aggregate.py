@@ -114,15 +114,67 @@ def _trace_summary(traces) -> str | None:
             continue
         paths = [p for p in t.get("paths") or [] if isinstance(p, dict)]
         verdicts = "/".join(sorted({str(p.get("verdict")) for p in paths})) or "no path"
-        dnat = len({p.get("dnat") for p in paths if p.get("dnat")})
-        out.append(f"{(t.get('packet') or {}).get('from', '?')} {verdicts}" + (f"→{dnat} ep" if dnat else ""))
+        dnat = len({str(p.get("dnat")) for p in paths if p.get("dnat")})
+        packet = t.get("packet") if isinstance(t.get("packet"), dict) else {}
+        out.append(f"{packet.get('from', '?')} {verdicts}" + (f"→{dnat} ep" if dnat else ""))
     return ", ".join(dict.fromkeys(out))
+
+
+_FACT_TYPES = {"node": str, "proxy_mode": str, "proxy_mode_source": str, "kernel": str, "iptables_rules": int,
+               "iptables_backend": str, "service_ports_programmed": int, "kube_proxy_version": str, "conntrack": dict}
+_FINDING_TEXT = ("id", "slug", "title", "summary", "explanation")
+
+
+def _is(value, kind) -> bool:
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def normalize(report: dict) -> dict:
+    """Make a node report safe to read: every part the aggregation uses gets its JSON type, or is dropped (a
+    report edited by hand, cut short or from another tool must not crash the cluster report)."""
+    for key, kind in (("facts", dict), ("extra", dict), ("summary", dict), ("findings", list)):
+        if not isinstance(report.get(key), kind):
+            report[key] = kind()
+    facts = report["facts"]
+    for key, kind in _FACT_TYPES.items():
+        if key in facts and not _is(facts[key], kind):
+            facts.pop(key)
+    ct = facts.get("conntrack")
+    if ct is not None and not (_is(ct.get("count"), int) and _is(ct.get("max"), int) and ct["max"] > 0):
+        facts.pop("conntrack")
+    report["summary"] = {k: v if _is(v := report["summary"].get(k), int) else 0 for k in ("error", "warning", "info")}
+    if not isinstance(report.get("readable", True), bool):
+        report["readable"] = True
+    findings = []
+    for f in report["findings"]:
+        if not isinstance(f, dict) or not isinstance(f.get("id"), str) or f.get("severity") not in ("error", "warning", "info"):
+            continue
+        for key in _FINDING_TEXT:
+            f[key] = "" if f.get(key) is None else str(f.get(key))
+        f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
+        f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
+        f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
+        f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
+        findings.append(f)
+    report["findings"] = findings
+    extra = report["extra"]
+    prog = extra.get("programmed")
+    if prog is not None and not (isinstance(prog, dict) and isinstance(prog.get("entries"), str) and isinstance(prog.get("digest"), str)):
+        extra.pop("programmed")
+    elif prog is not None and not _is(prog.get("count"), int):
+        prog["count"] = None
+    if "traces" in extra and not isinstance(extra["traces"], list):
+        extra.pop("traces")
+    return report
 
 
 def aggregate(results: list[NodeResult], *, api_version: str | None = None, local_itp: set[str] | None = None,
               select=(), ignore=(), subject: str | None = None) -> Report:
     from ..checkapi import load_registry, run_checks, select_checks
 
+    for r in results:
+        if r.report is not None:
+            normalize(r.report)
     state = FleetState(results, api_version, set(local_itp or ()), local_itp is not None)
     registry = load_registry()
     chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "cluster"]

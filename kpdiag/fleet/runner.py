@@ -225,6 +225,12 @@ class FleetRunner:
             self._tick.notify_all()
 
     def _one(self, node: str) -> NodeResult:
+        try:
+            return self._one_node(node)
+        except Exception as exc:  # a bug or an unexpected answer for one node must not end the run
+            return NodeResult(node, failure=f"internal error: {exc.__class__.__name__}: {exc}", kind="api error")
+
+    def _one_node(self, node: str) -> NodeResult:
         start = time.monotonic()
         if self._stop.is_set():
             return NodeResult(node, failure="interrupted before its pod was created", kind="interrupted")

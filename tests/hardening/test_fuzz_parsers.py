@@ -128,3 +128,40 @@ def test_small_parsers(text):
     for fn in (nodep.parse_sysctl, nodep.parse_modules, nodep.parse_kernel_version, nodep.parse_metrics,
                nodep.parse_kube_proxy_config, nodep.parse_conntrack_stats):
         _safe(lambda t: fn(t, "f.txt"), text)
+
+
+# ---------------------------------------------------------------- node reports for the cluster aggregation
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+_REAL = json.loads(json.dumps(__import__("kpdiag.diagnose", fromlist=["x"]).analyze_bundle(os.path.join(FIXTURES, "healthy-iptables")).to_dict()))
+
+
+def _same_keys(value):
+    """Random values under the real keys (the hard case: right shape, wrong types)."""
+    if isinstance(value, dict):
+        return st.fixed_dictionaries({k: st.one_of(st.just(v), _JSON, _same_keys(v) if isinstance(v, (dict, list)) else _JSON)
+                                      for k, v in value.items()})
+    if isinstance(value, list) and value:
+        return st.lists(st.one_of(_same_keys(value[0]), _JSON), max_size=3)
+    return _JSON
+
+
+def _damaged(report):
+    keys = ["facts", "extra", "summary", "findings", "subject", "readable"]
+    return st.fixed_dictionaries({k: st.one_of(st.just(report.get(k)), _JSON, _same_keys(report.get(k))) for k in keys}).map(
+        lambda d: {"schema": "kpdiag.report/v1", **d})
+
+
+@SETTINGS
+@given(st.lists(_damaged(_REAL), min_size=1, max_size=5), st.lists(st.text(max_size=200), max_size=3))
+def test_aggregation_survives_damaged_node_reports(reports, logs):
+    from kpdiag.fleet.aggregate import NodeResult, aggregate, parse_node_report
+
+    results = [NodeResult(f"n{i}", report=json.loads(json.dumps(r, default=str))) for i, r in enumerate(reports)]
+    for i, text in enumerate(logs):
+        doc, why = parse_node_report(text, f"log{i}")
+        results.append(NodeResult(f"l{i}", report=doc, failure=why, kind=None if doc else "not json"))
+    report = aggregate(results, api_version="v1.31.4", local_itp=set())
+    json.dumps(report.to_dict())
+    assert report.facts["nodes"] == len(results)
