@@ -39,7 +39,10 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False) 
         out.append("  " + "; ".join(bits))
     if report.extra.get("nodes"):
         out.append("")
-        out.extend("  " + line for line in nodes_table(report.extra["nodes"]).splitlines())
+        rows, hidden = notable_rows(report.extra["nodes"], verbose)
+        out.extend("  " + line for line in nodes_table(rows).splitlines())
+        if hidden:
+            out.append(f"  … and {hidden} more node(s) like the majority: ok, no error or warning (-v lists every node)")
     verdict = report.extra.get("verdict") or []
     if verdict:
         out.append("")
@@ -89,6 +92,27 @@ def _looks_like_command(step: str) -> bool:
     first = step.split(" ", 1)[0]
     return first in ("sysctl", "modprobe", "echo", "printf", "kubectl", "iptables", "ip", "grep", "conntrack", "watch", "curl",
                      "apt-get", "update-alternatives", "for", "kpdiag", "nc", "iptables-save", "find", "fuser", "nft", "ipvsadm")
+
+
+TABLE_ALL_UP_TO = 40
+
+
+def notable_rows(rows: list[dict], verbose: bool = False) -> tuple[list[dict], int]:
+    """On a big cluster the text report lists the nodes that stand out (failed, errors or warnings, another mode
+    or kube-proxy version than most); -v lists all. Returns (rows to show, how many were left out)."""
+    if verbose or len(rows) <= TABLE_ALL_UP_TO:
+        return rows, 0
+    from collections import Counter
+
+    usual = {k: Counter(r.get(k) for r in rows if r.get("status") == "ok").most_common(1) for k in ("mode", "kube_proxy")}
+    usual = {k: v[0][0] for k, v in usual.items() if v}
+
+    def notable(r: dict) -> bool:
+        return (r.get("status") != "ok" or r.get("error") or r.get("warning")
+                or any(r.get(k) != v for k, v in usual.items()))
+
+    shown = [r for r in rows if notable(r)]
+    return shown, len(rows) - len(shown)
 
 
 def nodes_table(rows: list[dict]) -> str:

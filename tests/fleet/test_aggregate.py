@@ -133,3 +133,15 @@ def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
     assert "not a kpdiag node report" in failures["f"]
     assert doc["facts"]["nodes_diagnosed"] == 3 and "KP801" in {f["id"] for f in doc["findings"]}
     assert "Traceback" not in err and rc == 1
+
+
+def test_text_report_of_a_big_cluster_lists_the_nodes_that_stand_out():
+    from kpdiag.render.report import report_to_text
+
+    nodes = [_node(f"n{i:03d}", "healthy-nftables") for i in range(60)] + [_node("odd", "ipvs-healthy"),
+                                                                           NodeResult("gone", failure="x", kind="timeout")]
+    rep = aggregate(nodes)
+    text = report_to_text(rep)
+    assert "odd " in text and "gone " in text and "n000 " not in text
+    assert "… and 60 more node(s) like the majority" in text
+    assert "n059 " in report_to_text(rep, verbose=True)
