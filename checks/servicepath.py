@@ -89,8 +89,9 @@ def icmp_cluster_ip(ctx, new):
                 filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
                 yield new(
                     f"ping {ip} ({svc.key}) is rejected ({echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else "")
-                    + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER rejects traffic to "
-                    "ports the Service does not define — ICMP included. Older releases answered ping here."
+                    + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER"
+                    + (f" (kube-proxy v{ctx.kube_proxy_version[0]}.{ctx.kube_proxy_version[1]})" if ctx.kube_proxy_version else "")
+                    + " rejects traffic to ports the Service does not define — ICMP included. Older releases, without that chain, answered ping here."
                     + (f" {works} through the Service." if works else ""),
                     fix=(f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports", f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}"),
                     evidence=ev + ([Evidence(rs.source, ":KUBE-IPVS-FILTER (rejects new connections to bound IPs outside the Service ports)",
