@@ -21,6 +21,11 @@ from .aggregate import NodeResult, intern_programmed, parse_node_report
 
 LOG_LIMIT = 64 * 1024 * 1024
 API_TIMEOUT = 15.0
+RETRIES = 3  # for timeouts, 429 and 5xx answers
+
+
+def _transient(status) -> bool:
+    return not status or status == 429 or status >= 500
 IMAGE_FAILURES = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONTAINER_FAILURES = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
@@ -96,6 +101,9 @@ class FleetRunner:
         from kubernetes import client
 
         self.api = api
+        # one connection per worker (the default pool is 5 per CPU: workers would queue for connections)
+        api.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(int(parallel) + 4,
+                                                                          api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.image = image
@@ -239,11 +247,15 @@ class FleetRunner:
         manifest = self.manifest(node)
         name = manifest["metadata"]["name"]
         try:
-            self.core.create_namespaced_pod(self.namespace, manifest, _preload_content=False, _request_timeout=API_TIMEOUT)
+            self._create(name, manifest)
         except Exception as exc:
+            status = getattr(exc, "status", None)
             why = _create_reason(exc, self.namespace, self.api.configuration.host)
-            if getattr(exc, "status", None) in (401, 403, 404, 422):
+            if status in (401, 403, 404, 422):
                 self._fatal = why  # the same for every node: do not try hundreds more
+            if not status or status >= 500:  # a timeout or a server error: the pod may exist all the same
+                with self._lock:
+                    self._created.add(name)
             return NodeResult(node, failure=why, kind="api error", seconds=time.monotonic() - start)
         with self._lock:
             self._created.add(name)
@@ -252,6 +264,23 @@ class FleetRunner:
         finally:
             if not self.keep_pods:
                 self._delete(name)
+
+    def _create(self, name: str, manifest: dict) -> None:
+        """Create the pod; a timeout, 429 or 5xx is retried (with backoff), and a 409 on a retry means the earlier
+        attempt did create it (the name is this run's own)."""
+        for attempt in range(RETRIES):
+            try:
+                self.core.create_namespaced_pod(self.namespace, manifest, _preload_content=False, _request_timeout=API_TIMEOUT)
+                return
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                if attempt and status == 409:
+                    return
+                if not _transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
+                    raise
+                with self._lock:
+                    self._created.add(name)  # it may exist already: make sure it is deleted in any case
+                time.sleep(0.5 * 2 ** attempt)
 
     def _await(self, node: str, name: str, start: float) -> NodeResult:
         deadline = start + self.timeout
@@ -273,8 +302,15 @@ class FleetRunner:
 
     def _read(self, node: str, name: str, pod: dict, start: float) -> NodeResult:
         try:
-            resp = self.core.read_namespaced_pod_log(name, self.namespace, container=P.CONTAINER, limit_bytes=LOG_LIMIT,
-                                                     _preload_content=False, _request_timeout=120)
+            for attempt in range(RETRIES):
+                try:
+                    resp = self.core.read_namespaced_pod_log(name, self.namespace, container=P.CONTAINER, limit_bytes=LOG_LIMIT,
+                                                             _preload_content=False, _request_timeout=120)
+                    break
+                except Exception as exc:
+                    if not _transient(getattr(exc, "status", None)) or attempt == RETRIES - 1 or self._stop.is_set():
+                        raise
+                    time.sleep(0.5 * 2 ** attempt)
             text = resp.data.decode("utf-8", "replace")
         except Exception as exc:
             return NodeResult(node, failure=_reason(exc, f"read log of pod {self.namespace}/{name}", self.api.configuration.host),
@@ -300,10 +336,31 @@ class FleetRunner:
             self._deleted.add(name)
 
     def _delete_leftovers(self) -> None:
+        """Delete what this run created and has not deleted yet; then ask the API which pods of this run still
+        exist (a create that timed out may have succeeded) and delete those too, retrying a slow API."""
         if self.keep_pods:
             return
+        self.cleanup_errors.clear()
         for name in sorted(self._created - self._deleted):
             self._delete(name)
+        for attempt in range(3):
+            try:
+                doc = self._json(self.core.list_namespaced_pod, self.namespace, label_selector=f"{P.LABEL_RUN}={self.run_id}")
+            except Exception as exc:
+                if attempt == 2:
+                    self.cleanup_errors.append(f"pods of run {self.run_id}: " + _reason(exc, "list", self.api.configuration.host))
+                time.sleep(1 + attempt)
+                continue
+            names = [(p.get("metadata") or {}).get("name") for p in doc.get("items") or []
+                     if ((p.get("metadata") or {}).get("labels") or {}).get(P.LABEL_RUN) == self.run_id]
+            if not names:
+                self.cleanup_errors.clear()  # earlier failures were retried and the run left nothing
+                return
+            self.cleanup_errors.clear()
+            for name in names:
+                self._deleted.discard(name)
+                self._delete(name)
+            time.sleep(1 + attempt)
 
     def cleanup(self) -> tuple[list[str], list[str]]:
         """Delete every pod kpdiag left in the namespace (any run): (deleted names, errors)."""
