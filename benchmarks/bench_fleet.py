@@ -10,6 +10,13 @@ fresh process each time:
   - `kpdiag analyze DIR -o json` wall time and peak RSS (read + parse + aggregate + render), and
   - the aggregation alone on reports already in memory.
 Results are printed and written to benchmarks/out/fleet.json.
+
+    python3 benchmarks/bench_fleet.py --live 1000 [--parallel 50] [--pod-seconds 2]
+
+runs the whole `kpdiag cluster` against the test API server (kmock's emulator with a kubelet that runs each
+pod for --pod-seconds) and reports API calls per node, wall time, nodes diagnosed and pods left behind. The
+emulator needs time proportional to the objects it has ever held for each request (a delete costs ~80 ms
+after 200 pods), so the wall time of big live runs is mostly the emulator's.
 """
 
 from __future__ import annotations
@@ -78,12 +85,47 @@ def peak_of(argv) -> tuple[float, int, int]:
     return took, (after if after > before else -1), proc.returncode
 
 
+def live(nodes: int, parallel: int, pod_seconds: float) -> dict:
+    import contextlib
+    import io
+
+    from kpdiag.cli import main as kpdiag_main
+    from tests import k8sobjects as k8s
+    from tests.apiserver import ApiServer
+
+    report = json.dumps(analyze_bundle(os.path.join(ROOT, "fixtures", "healthy-iptables")).to_dict())
+    names = [f"node-{i:04d}" for i in range(nodes)]
+    with ApiServer([k8s.node(n, ready=True) for n in names], kubelet={n: {"log": report} for n in names}, kubelet_delay=pod_seconds) as api, \
+            tempfile.TemporaryDirectory() as d:
+        out = io.StringIO()
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            rc = kpdiag_main(["cluster", "--kubeconfig", api.kubeconfig(d), "--parallel", str(parallel), "--poll", "1", "-o", "json"])
+        took = time.perf_counter() - t
+        doc = json.loads(out.getvalue())
+        calls = list(api.requests)
+        polls = sum(1 for m, p in calls if m == "GET" and p == "/api/v1/namespaces/kpdiag/pods")
+        return {"live_nodes": nodes, "parallel": parallel, "pod_seconds": pod_seconds, "wall_s": round(took, 1), "exit": rc,
+                "diagnosed": doc["facts"]["nodes_diagnosed"], "api_calls": len(calls), "pod_lists": polls,
+                "calls_per_node_besides_lists": round((len(calls) - polls) / nodes, 2), "pods_left": len(api.live_pods("kpdiag"))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--services", type=int, nargs="+", default=[1000])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--live", type=int, help="run kpdiag cluster on this many emulated nodes instead")
+    ap.add_argument("--parallel", type=int, default=50)
+    ap.add_argument("--pod-seconds", type=float, default=2.0)
     args = ap.parse_args()
+    if args.live:
+        row = live(args.live, args.parallel, args.pod_seconds)
+        print(json.dumps(row))
+        os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
+        with open(os.path.join(HERE, "out", "fleet-live.json"), "w") as fh:
+            json.dump(row, fh, indent=1)
+        return
     rows = []
     for services in args.services:
         results = reports(args.nodes, services)

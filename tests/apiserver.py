@@ -42,6 +42,7 @@ class ApiServer:
         self.kubelet_delay = kubelet_delay
         self.version = version
         self.created: list[dict] = []  # pod bodies as POSTed
+        self._tasks: set = set()
         self.host = host
         self.fail = fail or {}  # {"pods": 403, "*": 500}: answer these resources with an error
         self.url: str | None = None
@@ -109,7 +110,7 @@ class ApiServer:
                     node = (body.get("spec") or {}).get("nodeName")
                     if resp.status < 300 and node in server.kubelet:
                         key = (kmock.resource("", "v1", "pods"), request.namespace or body["metadata"].get("namespace"), body["metadata"]["name"])
-                        asyncio.get_running_loop().create_task(self._run_pod(key, server.kubelet[node]))
+                        server._tasks.add(asyncio.get_running_loop().create_task(self._run_pod(key, server.kubelet[node])))
                     return resp
                 selector = request.params.get("labelSelector") if request.params else None
                 resp = await super()._handle(request)
@@ -150,6 +151,9 @@ class ApiServer:
             self.url = str(srv.url).rstrip("/")
             self._ready.set()
             await self._stop.wait()
+            for task in self._tasks:  # pods still "running" when the test ends
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def live_pods(self, namespace: str) -> list[str]:
         """The pods that exist now, as the API lists them."""
