@@ -88,6 +88,9 @@ def test_timeout_and_failures_are_named_and_the_rest_is_kept(capsys, tmp_path):
         posted = [p["spec"]["nodeName"] for p in api.created]
     report = json.loads(out)
     failures = {f["node"]: f for f in report["extra"]["failures"]}
+    from kpdiag.fleet.aggregate import FAILURE_KINDS
+
+    assert all(f["kind"] in FAILURE_KINDS for f in failures.values())
     assert failures["node-001"]["kind"] == "timeout" and "timed out after 2 s (pod Running)" in failures["node-001"]["reason"]
     assert failures["node-002"]["kind"] == "image pull" and "ImagePullBackOff" in failures["node-002"]["reason"]
     assert failures["node-003"]["kind"] == "pod failed" and "OOMKilled" in failures["node-003"]["reason"]
