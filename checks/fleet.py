@@ -95,12 +95,13 @@ def partially_programmed(ctx, new):
     presence: Counter = Counter()
     for _, nodes, table in groups:
         for key in table:
-            presence[key] += len(nodes)
+            if key not in ctx.local_itp:  # iptables mode leaves those out of KUBE-SVC (KUBE-SVL), nftables keeps them
+                presence[key] += len(nodes)
     majority = {k for k, c in presence.items() if c * 2 > total}
     names = _port_names(ctx)
     for _, nodes, table in groups:
         missing = sorted(majority.difference(table))
-        extra = sorted(k for k in table if k not in majority)
+        extra = sorted(k for k in table if k not in majority and k not in ctx.local_itp)
         if not missing and not extra:
             continue
         bits = []

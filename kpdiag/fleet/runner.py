@@ -197,9 +197,11 @@ class FleetRunner:
         futures = {executor.submit(self._one, node): node for node in nodes}
         try:
             pending = set(futures)
+            last = 0.0
             while pending:
-                if self._created - self._deleted:
-                    self._refresh()
+                if self._created - self._deleted and time.monotonic() - last >= self.poll:
+                    last = time.monotonic()
+                    self._refresh()  # at most one list per poll interval, however many nodes finish
                 done_now, pending = wait(pending, timeout=self.poll, return_when=FIRST_COMPLETED)
                 for fut in done_now:
                     results[futures[fut]] = fut.result()

@@ -95,6 +95,11 @@ def test_lagging_node_and_stale_endpoints_are_named():
     # internalTrafficPolicy: Local (known from the API): endpoints differ per node by design
     rep2 = aggregate([_node("a"), _node("b"), _node("stale", table_edit=stale_dns)], local_itp={"10.96.0.10:53/udp"})
     assert "KP803" not in _ids(rep2)
+    # … and a Local Service that iptables nodes do not list as a ClusterIP chain is not "missing" there either
+    rep3 = aggregate([_node("a", table_edit=drop_web), _node("b", table_edit=drop_web), _node("nft", "healthy-nftables")],
+                     local_itp={"10.96.0.20:80/tcp"})
+    assert "KP802" not in _ids(rep3)
+    assert "KP802" in _ids(aggregate([_node("a", table_edit=drop_web), _node("b", table_edit=drop_web), _node("nft", "healthy-nftables")]))
 
 
 def test_version_skew_across_nodes_and_against_the_api_server():
