@@ -309,9 +309,10 @@ class NodeState(_NodeFiles):
             self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
         return self.__dict__["_tracer"]
 
-    def mode_tracer(self):
-        """The tracer for the mode kube-proxy runs in (nftables, IPVS, else iptables), or None without its rules."""
-        mode = self.proxy_mode[0]
+    def mode_tracer(self, mode: str | None = None):
+        """The tracer for ``mode`` (default: the mode kube-proxy runs in; nftables, ipvs, else iptables), or None
+        without that mode's rules."""
+        mode = mode or self.proxy_mode[0]
         if mode == "nftables":
             from .trace.nftables import NftTracer
 

@@ -70,25 +70,18 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
         if mode == "auto":
             running, _ = state.proxy_mode
             mode = running if running in ("nftables", "ipvs") else "iptables"
-        routing = state.routing
         for ip in local_ips:
             from .parse.addr import parse_ip
 
-            routing.local_ips.add(parse_ip(ip))
+            state.routing.local_ips.add(parse_ip(ip))
         if mode == "nftables":
-            from .trace.nftables import NftTracer
-
-            return TraceSetup(NftTracer(_required(state, state.nft(), bundle, "nft-ruleset.json", "an nftables ruleset"), routing),
-                              "nftables", list(state.problems))
-        ruleset = _required(state, state.iptables("iptables-save"), bundle, "iptables-save.txt", "iptables rules")
-        ipsets = state.ipsets
-        problems.extend(state.problems)
-        if mode == "ipvs":
-            from .trace.ipvs import IpvsTracer
-
-            if state.ipvs is None:
+            _required(state, state.nft(), bundle, "nft-ruleset.json", "an nftables ruleset")
+        else:
+            _required(state, state.iptables("iptables-save"), bundle, "iptables-save.txt", "iptables rules")
+            if mode == "ipvs" and state.ipvs is None:
                 raise InputError(bundle, "no IPVS state to trace (node/ipvsadm.txt missing or unreadable)")
-            return TraceSetup(IpvsTracer(ruleset, routing, ipsets, state.ipvs), "ipvs", problems)
+        tracer = state.mode_tracer(mode)  # parses ipsets too: their problems are collected after it
+        return TraceSetup(tracer, mode, list(state.problems))
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)
