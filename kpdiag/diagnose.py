@@ -14,7 +14,8 @@ KNOWN_SOURCES = ("node/iptables-save.txt", "node/sysctl.txt", "node/ip-addr.json
                  "node/conntrack-stats.txt", "cluster/services.json", "cluster/kube-proxy-configmap.json")
 
 
-def facts(state: NodeState) -> dict:
+def facts(state: NodeState, programmed: dict | None = None) -> dict:
+    """What was seen; ``programmed`` is the node's mode-independent Service table (kpdiag.programmed), when built."""
     mode, how = state.proxy_mode
     out: dict = {"node": state.node_name or None, "proxy_mode": mode, "proxy_mode_source": how}
     if state.kernel is not None:
@@ -23,6 +24,9 @@ def facts(state: NodeState) -> dict:
     if rs is not None:
         out["iptables_rules"] = rs.rule_count
         out["iptables_backend"] = next((("nf_tables" if "nf_tables" in c else "legacy") for c in rs.header_comments if "iptables" in c), None)
+    if programmed is not None:
+        out["service_ports_programmed"] = programmed["count"]
+    elif rs is not None:
         out["service_ports_programmed"] = len(state.programmed() or {})
     v = state.kube_proxy_version
     if v:
@@ -62,15 +66,12 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
         programmed = summary(state)
         if programmed is not None:
             extra["programmed"] = programmed  # compared across nodes by `kpdiag cluster`
-    fact = facts(state)
-    if "programmed" in extra:
-        fact["service_ports_programmed"] = extra["programmed"]["count"]
     return Report(
         subject=subject or state.node_name or state.bundle.name,
         findings=tuple(findings),
         checks=tuple(runs),
         problems=tuple(problems),
-        facts=fact,
+        facts=facts(state, extra.get("programmed")),
         readable=readable,
         kpdiag_version=__version__,
         extra=extra,
