@@ -39,7 +39,7 @@ def _as_list(kind: str, items: list) -> bytes:
     return json.dumps({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}, indent=1).encode()
 
 
-def _reason(exc: Exception, what: str, server: str | None) -> str:
+def api_reason(exc: Exception, what: str, server: str | None) -> str:
     """One line that says why an API call failed, and what to do."""
     status = getattr(exc, "status", None)
     if status == 401:
@@ -105,7 +105,7 @@ class ClusterCollector:
             resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
             return json.loads(resp.data)
         except Exception as exc:  # ApiException, urllib3 errors, JSON errors: all become a reason
-            self._err(source, _reason(exc, what, self.out.api))
+            self._err(source, api_reason(exc, what, self.out.api))
             return None
 
     def service(self, namespace: str, name: str, node_name: str | None = None) -> dict | None:

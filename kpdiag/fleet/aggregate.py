@@ -15,6 +15,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .. import __version__
 from ..model import REPORT_SCHEMA, Report
@@ -45,21 +46,20 @@ class FleetState:
     local_itp: set[str] = field(default_factory=set)  # "ClusterIP:port/proto" keys with internalTrafficPolicy: Local
     api_known: bool = False  # local_itp comes from the API (else unknown)
 
-    @property
+    @cached_property
     def ok(self) -> list[NodeResult]:
         return [r for r in self.results if r.ok]
 
     def fact(self, r: NodeResult, key: str):
-        return (r.report.get("facts") or {}).get(key) if r.report else None
+        return r.report["facts"].get(key) if r.report else None
 
     def node_findings_by_check(self) -> dict[str, list[tuple[str, dict]]]:
         """Every node finding, by check id: [(node, finding dict)]."""
         if "_by_check" not in self.__dict__:
             out: dict[str, list[tuple[str, dict]]] = {}
-            for r in self.ok:
-                for f in r.report.get("findings") or []:
-                    if isinstance(f, dict) and f.get("id"):
-                        out.setdefault(str(f["id"]), []).append((r.node, f))
+            for r in self.ok:  # normalised: findings are dicts with a str id
+                for f in r.report["findings"]:
+                    out.setdefault(f["id"], []).append((r.node, f))
             self.__dict__["_by_check"] = out
         return self.__dict__["_by_check"]
 
@@ -73,11 +73,10 @@ class FleetState:
             from ..programmed import decode
 
             groups: dict[str, tuple[dict, list[str]]] = {}
-            for r in self.ok:
-                doc = (r.report.get("extra") or {}).get("programmed")
-                if not isinstance(doc, dict) or "digest" not in doc:
-                    continue
-                groups.setdefault(str(doc["digest"]), (doc, []))[1].append(r.node)
+            for r in self.ok:  # normalised: a programmed table, when there, has a str digest and entries
+                doc = r.report["extra"].get("programmed")
+                if doc is not None:
+                    groups.setdefault(doc["digest"], (doc, []))[1].append(r.node)
             out = [(doc, nodes, decode(doc)) for doc, nodes in groups.values()]
             out.sort(key=lambda g: -len(g[1]))
             self.__dict__["_groups"] = out

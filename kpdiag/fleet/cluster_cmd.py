@@ -29,7 +29,7 @@ def _node_spec(nodes: str | None) -> tuple[str | None, list[str] | None]:
 
 def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, timeout=600, kubeconfig=None, context=None,
         dry_run=False, cleanup=False, keep_pods=False, save_dir=None, poll=2.0, select=(), ignore=(), progress=None, bar=None) -> Outcome:
-    from ..collect.cluster import _reason, api_client
+    from ..collect.cluster import api_client, api_reason
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
 
@@ -51,13 +51,13 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
         try:
             deleted, errors = runner.cleanup()
         except Exception as exc:
-            return Outcome(error=_reason(exc, f"list pods in {namespace}", host), code=exitcodes.NO_DIAGNOSIS)
+            return Outcome(error=api_reason(exc, f"list pods in {namespace}", host), code=exitcodes.NO_DIAGNOSIS)
         text = f"deleted {len(deleted)} kpdiag pod(s) in namespace {namespace}" + "".join(f"\n  {n}" for n in deleted) + "\n"
         return Outcome(text=text, messages=errors, code=exitcodes.FINDINGS if errors else exitcodes.OK)
     try:
         targets = runner.targets(selector, names)
     except Exception as exc:
-        return Outcome(error=_reason(exc, "list nodes", host), code=exitcodes.NO_DIAGNOSIS)
+        return Outcome(error=api_reason(exc, "list nodes", host), code=exitcodes.NO_DIAGNOSIS)
     if dry_run:
         return Outcome(text=_manifests([runner.manifest(n) for n in targets.nodes]),
                        messages=[f"not run on {r.node}: {r.failure}" for r in targets.skipped])
@@ -91,4 +91,4 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
 def _manifests(docs: list[dict]) -> str:
     import yaml
 
-    return yaml.safe_dump_all([P.clean(d) for d in docs], sort_keys=False, default_flow_style=False)
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)

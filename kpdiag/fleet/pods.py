@@ -88,12 +88,3 @@ def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: s
                         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
         },
     }
-
-
-def clean(manifest: dict) -> dict:
-    """Drop None values (the API rejects some explicit nulls)."""
-    if isinstance(manifest, dict):
-        return {k: clean(v) for k, v in manifest.items() if v is not None}
-    if isinstance(manifest, list):
-        return [clean(v) for v in manifest]
-    return manifest

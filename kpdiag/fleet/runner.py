@@ -15,7 +15,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from ..collect.cluster import _reason
+from ..collect.cluster import api_reason
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
 
@@ -126,6 +126,9 @@ class FleetRunner:
         self._programmed: dict[str, dict] = {}
 
     # ------------------------------------------------------------ API helpers (raw JSON)
+    def _why(self, exc: Exception, what: str) -> str:
+        return api_reason(exc, what, self.api.configuration.host)
+
     def _json(self, fn, *args, **kwargs):
         resp = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kwargs)
         return json.loads(resp.data)
@@ -166,7 +169,7 @@ class FleetRunner:
         try:
             return str(self._json(client.VersionApi(self.api).get_code).get("gitVersion") or "") or None
         except Exception as exc:
-            self.notes.append(_reason(exc, "get /version", self.api.configuration.host))
+            self.notes.append(self._why(exc, "get /version"))
             return None
 
     def local_traffic_keys(self) -> set[str] | None:
@@ -174,7 +177,7 @@ class FleetRunner:
         try:
             services = self._list_all(self.core.list_service_for_all_namespaces)
         except Exception as exc:
-            self.notes.append(_reason(exc, "list services", self.api.configuration.host) + " — KP803 cannot leave out internalTrafficPolicy: Local Services")
+            self.notes.append(self._why(exc, "list services") + " — KP802/KP803 cannot leave out internalTrafficPolicy: Local Services")
             return None
         keys = set()
         for s in services:
@@ -211,8 +214,7 @@ class FleetRunner:
             self._stop.set()
             with self._tick:
                 self._tick.notify_all()
-            executor.shutdown(wait=False, cancel_futures=True)
-            self._delete_leftovers()
+            executor.shutdown(wait=False, cancel_futures=True)  # queued nodes never start; finally deletes the rest
             raise
         finally:
             executor.shutdown(wait=True)
@@ -315,7 +317,7 @@ class FleetRunner:
                     time.sleep(0.5 * 2 ** attempt)
             text = resp.data.decode("utf-8", "replace")
         except Exception as exc:
-            return NodeResult(node, failure=_reason(exc, f"read log of pod {self.namespace}/{name}", self.api.configuration.host),
+            return NodeResult(node, failure=self._why(exc, f"read log of pod {self.namespace}/{name}"),
                               kind="api error", seconds=time.monotonic() - start)
         report, why = parse_node_report(text, f"pod {self.namespace}/{name} log")
         if report is None:
@@ -332,7 +334,7 @@ class FleetRunner:
             self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=API_TIMEOUT)
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
-                self.cleanup_errors.append(f"pod {self.namespace}/{name}: " + _reason(exc, "delete", self.api.configuration.host))
+                self.cleanup_errors.append(f"pod {self.namespace}/{name}: " + self._why(exc, "delete"))
                 return
         with self._lock:
             self._deleted.add(name)
@@ -350,7 +352,7 @@ class FleetRunner:
                 doc = self._json(self.core.list_namespaced_pod, self.namespace, label_selector=f"{P.LABEL_RUN}={self.run_id}")
             except Exception as exc:
                 if attempt == 2:
-                    self.cleanup_errors.append(f"pods of run {self.run_id}: " + _reason(exc, "list", self.api.configuration.host))
+                    self.cleanup_errors.append(f"pods of run {self.run_id}: " + self._why(exc, "list"))
                 time.sleep(1 + attempt)
                 continue
             names = [(p.get("metadata") or {}).get("name") for p in doc.get("items") or []
@@ -391,4 +393,4 @@ def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
         return f"create pod: 403 Forbidden — RBAC does not allow creating pods in {namespace!r} (see deploy/rbac-cluster.yaml){': ' + body[:160] if body else ''}"
     if status == 422:
         return f"create pod: 422 rejected by the API server: {body[:200]}"
-    return _reason(exc, "create pod", server)
+    return api_reason(exc, "create pod", server)
