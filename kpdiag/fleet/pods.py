@@ -18,7 +18,6 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_RUN = "kpdiag.io/run"
 ANNOTATION_NODE = "kpdiag.io/node"
-MANAGED_SELECTOR = f"{LABEL_MANAGED}=kpdiag"
 
 
 def new_run_id() -> str:

@@ -142,6 +142,12 @@ class FleetRunner:
             if not token:
                 return items
 
+    def _labelled_pods(self, label: str, value: str) -> dict[str, dict]:
+        """The namespace's pods with ``label=value``, by name: selected by the server and checked again here."""
+        pods = self._list_all(self.core.list_namespaced_pod, self.namespace, label_selector=f"{label}={value}")
+        return {p["metadata"]["name"]: p for p in pods
+                if ((p.get("metadata") or {}).get("labels") or {}).get(label) == value and p["metadata"].get("name")}
+
     def targets(self, selector: str | None = None, names: list[str] | None = None) -> ClusterTargets:
         """The nodes to run on: all, a label selector, or names; NotReady and unknown nodes are skipped with why."""
         kwargs = {"label_selector": selector} if selector else {}
@@ -224,15 +230,9 @@ class FleetRunner:
     def _refresh(self) -> None:
         """One list call for every pod of this run; the workers read the statuses."""
         try:
-            doc = self._json(self.core.list_namespaced_pod, self.namespace, label_selector=f"{P.LABEL_RUN}={self.run_id}")
+            self._status = self._labelled_pods(P.LABEL_RUN, self.run_id)
         except Exception:
             return  # transient: the workers keep waiting until their deadline
-        status = {}
-        for pod in doc.get("items") or []:
-            md = pod.get("metadata") or {}
-            if (md.get("labels") or {}).get(P.LABEL_RUN) == self.run_id:
-                status[md.get("name")] = pod
-        self._status = status
         with self._tick:
             self._tick.notify_all()
 
@@ -349,14 +349,12 @@ class FleetRunner:
             self._delete(name)
         for attempt in range(3):
             try:
-                doc = self._json(self.core.list_namespaced_pod, self.namespace, label_selector=f"{P.LABEL_RUN}={self.run_id}")
+                names = list(self._labelled_pods(P.LABEL_RUN, self.run_id))
             except Exception as exc:
                 if attempt == 2:
                     self.cleanup_errors.append(f"pods of run {self.run_id}: " + self._why(exc, "list"))
                 time.sleep(1 + attempt)
                 continue
-            names = [(p.get("metadata") or {}).get("name") for p in doc.get("items") or []
-                     if ((p.get("metadata") or {}).get("labels") or {}).get(P.LABEL_RUN) == self.run_id]
             if not names:
                 self.cleanup_errors.clear()  # earlier failures were retried and the run left nothing
                 return
@@ -368,9 +366,7 @@ class FleetRunner:
 
     def cleanup(self) -> tuple[list[str], list[str]]:
         """Delete every pod kpdiag left in the namespace (any run): (deleted names, errors)."""
-        pods = self._list_all(self.core.list_namespaced_pod, self.namespace, label_selector=P.MANAGED_SELECTOR)
-        names = sorted((p.get("metadata") or {}).get("name") for p in pods
-                       if ((p.get("metadata") or {}).get("labels") or {}).get(P.LABEL_MANAGED) == "kpdiag")
+        names = sorted(self._labelled_pods(P.LABEL_MANAGED, "kpdiag"))
         before = len(self.cleanup_errors)
         for name in names:
             self._delete(name)
