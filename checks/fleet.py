@@ -111,14 +111,15 @@ def partially_programmed(ctx, new):
         if extra:
             bits.append(f"has {len(extra)} that at most half of the nodes have: "
                         + _names([f"{_label(k, names)} (on {presence[k]} of {total})" for k in extra]))
+        first = sorted(nodes)[0]
         yield new(
             f"{_who(nodes)} {'; '.join(bits)}",
-            fix=(f"kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName={sorted(nodes)[0]}",
+            fix=(f"kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName={first}",
                  "kubectl -n kube-system logs <that node's kube-proxy pod> --tail=100",
-                 f"kpdiag cluster --nodes {sorted(nodes)[0]}   # that node's own findings (KP703, KP704, KP705)"),
-            evidence=[Evidence(f"node {sorted(nodes)[0]}", f"missing {_label(k, names)}") for k in missing[:MAX_NAMES]]
-            + [Evidence(f"node {sorted(nodes)[0]}", f"only here and on {presence[k] - len(nodes)} other node(s): {_label(k, names)}") for k in extra[:MAX_NAMES]],
-            subject=sorted(nodes)[0],
+                 f"kpdiag cluster --nodes {first}   # that node's own findings (KP703, KP704, KP705)"),
+            evidence=[Evidence(f"node {first}", f"missing {_label(k, names)}") for k in missing[:MAX_NAMES]]
+            + [Evidence(f"node {first}", f"only here and on {presence[k] - len(nodes)} other node(s): {_label(k, names)}") for k in extra[:MAX_NAMES]],
+            subject=first,
         )
 
 
