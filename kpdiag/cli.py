@@ -279,6 +279,16 @@ def _first_local(setup, local_ips) -> str:
     return "127.0.0.1"
 
 
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """Ctrl-C is 130; a run stopped by SIGTERM is 143 (128 + signal, as a shell reports it)."""
+    signum = getattr(exc, "signum", 2)
+    if getattr(exc, "forced", False):
+        click.echo("kpdiag: interrupted before cleanup finished: pods may be left; remove them with: kpdiag cluster --cleanup", err=True)
+    else:
+        click.echo("kpdiag: interrupted", err=True)
+    return 128 + signum
+
+
 def main(argv=None) -> int:
     """Console entry point: the one place that turns outcomes into exit codes."""
     try:
@@ -288,17 +298,16 @@ def main(argv=None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort as exc:
-        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
-            click.echo("kpdiag: interrupted", err=True)
-            return 130
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            return _interrupted(cause)
         click.echo("kpdiag: aborted", err=True)
         return exitcodes.USAGE
     except click.ClickException as exc:
         exc.show()
         return exitcodes.USAGE
-    except KeyboardInterrupt:
-        click.echo("kpdiag: interrupted", err=True)
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BrokenPipeError:
         return exitcodes.OK
     except Exception as exc:  # never a traceback for the user

@@ -23,3 +23,12 @@ class InputError(KpdiagError):
 
 class UsageError(KpdiagError):
     """The user asked for something that cannot be done (exit 2)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Stopped by a signal after cleaning up (``forced``: a second signal cut the cleanup short)."""
+
+    def __init__(self, signum: int, forced: bool = False):
+        super().__init__(signum)
+        self.signum = signum
+        self.forced = forced

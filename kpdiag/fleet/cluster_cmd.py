@@ -45,7 +45,7 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
     if api is None:
         return Outcome(error=why, code=exitcodes.NO_DIAGNOSIS)
     runner = FleetRunner(api, namespace=namespace, image=image, timeout=timeout, parallel=parallel, service=service, poll=poll,
-                         progress=bar, keep_pods=keep_pods)
+                         progress=bar, keep_pods=keep_pods, say=lambda msg: (bar and bar.close(), say(msg)))
     host = api.configuration.host
     if cleanup:
         try:

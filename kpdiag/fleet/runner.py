@@ -10,12 +10,14 @@ the kubelet stop a pod whose client vanished.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from ..collect.cluster import api_reason
+from ..errors import Interrupted
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
 
@@ -97,7 +99,7 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
 
 class FleetRunner:
     def __init__(self, api, *, namespace: str = P.DEFAULT_NAMESPACE, image: str = P.DEFAULT_IMAGE, timeout: float = 600,
-                 parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False):
+                 parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False, say=None):
         from kubernetes import client
 
         self.api = api
@@ -112,6 +114,7 @@ class FleetRunner:
         self.service = service
         self.poll = poll
         self.progress = progress or (lambda **kw: None)
+        self.say = say or (lambda msg: None)
         self.keep_pods = keep_pods
         self.run_id = P.new_run_id()
         self.cleanup_errors: list[str] = []
@@ -123,6 +126,7 @@ class FleetRunner:
         self._tick = threading.Condition()
         self._stop = threading.Event()
         self._fatal: str | None = None
+        self._signalled: int | None = None
         self._programmed: dict[str, dict] = {}
 
     # ------------------------------------------------------------ API helpers (raw JSON)
@@ -201,13 +205,17 @@ class FleetRunner:
         return P.node_pod(node, self.run_id, image=self.image, namespace=self.namespace, timeout=int(self.timeout), service=self.service)
 
     def run(self, nodes: list[str]) -> list[NodeResult]:
+        """Run every node; on SIGINT/SIGTERM stop starting pods, let the workers finish deleting theirs, delete
+        what is left and raise `Interrupted`. The signal only sets a flag: a KeyboardInterrupt raised at a random
+        point of the main thread can leave a future's lock held, and the pool then never shuts down."""
         results: dict[str, NodeResult] = {}
+        restore = self._trap_signals()
         executor = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="kpdiag-node")
-        futures = {executor.submit(self._one, node): node for node in nodes}
         try:
+            futures = {executor.submit(self._one, node): node for node in nodes}
             pending = set(futures)
             last = 0.0
-            while pending:
+            while pending and self._signalled is None:
                 if self._created - self._deleted and time.monotonic() - last >= self.poll:
                     last = time.monotonic()
                     self._refresh()  # at most one list per poll interval, however many nodes finish
@@ -216,16 +224,38 @@ class FleetRunner:
                     results[futures[fut]] = fut.result()
                 failed = sum(1 for r in results.values() if not r.ok)
                 self.progress(done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted))
-        except BaseException:  # Ctrl-C (KeyboardInterrupt) or anything else: stop, clean up, re-raise
+            if self._signalled is not None:
+                running = len(self._created - self._deleted)
+                self.say(f"{signal.Signals(self._signalled).name}: stopping; deleting {running} pod(s) "
+                         "(interrupt again to quit at once and leave them to `kpdiag cluster --cleanup`)")
+        finally:
             self._stop.set()
             with self._tick:
                 self._tick.notify_all()
-            executor.shutdown(wait=False, cancel_futures=True)  # queued nodes never start; finally deletes the rest
-            raise
-        finally:
-            executor.shutdown(wait=True)
+            executor.shutdown(wait=True, cancel_futures=True)  # queued nodes never start; running ones delete their pod
             self._delete_leftovers()
+            restore()
+        if self._signalled is not None:
+            raise Interrupted(self._signalled)
         return [results[n] for n in nodes]
+
+    def _trap_signals(self):
+        """SIGINT and SIGTERM set a flag the run loop reads (it wakes at least every poll interval); a second one
+        raises at once. Only the main thread may install handlers: elsewhere signals keep their defaults."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def handler(signum, frame):
+            if self._signalled is not None:
+                raise Interrupted(signum, forced=True)
+            self._signalled = signum
+
+        saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def restore():
+            for sig, old in saved.items():
+                signal.signal(sig, old)
+        return restore
 
     def _refresh(self) -> None:
         """One list call for every pod of this run; the workers read the statuses."""

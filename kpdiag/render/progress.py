@@ -38,3 +38,4 @@ class ProgressBar:
         if self.tty and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
+            self._drawn = False  # the next message starts on a line of its own; a second close adds nothing
