@@ -92,16 +92,17 @@ def _who(nodes: list[str]) -> str:
 )
 def partially_programmed(ctx, new):
     groups, total = _groups(ctx)
+    local = ctx.local_keys
     presence: Counter = Counter()
     for _, nodes, table in groups:
         for key in table:
-            if key not in ctx.local_itp:  # iptables mode leaves those out of KUBE-SVC (KUBE-SVL), nftables keeps them
+            if key not in local:  # endpoints per node by design; IPVS and old reports cannot tell them apart
                 presence[key] += len(nodes)
     majority = {k for k, c in presence.items() if c * 2 > total}
     names = _port_names(ctx)
     for _, nodes, table in groups:
         missing = sorted(majority.difference(table))
-        extra = sorted(k for k in table if k not in majority and k not in ctx.local_itp)
+        extra = sorted(k for k in table if k not in majority and k not in local)
         if not missing and not extra:
             continue
         bits = []
@@ -130,23 +131,25 @@ def partially_programmed(ctx, new):
         For a ClusterIP every node should spread traffic over the same ready endpoints (those in the Service's
         EndpointSlices). A node with another set is out of date: its kube-proxy missed EndpointSlice updates (stuck,
         disconnected from the API server, or slow syncs). The exception is internalTrafficPolicy: Local, where
-        each node uses only its own endpoints by design; those Services are left out when the API was read.
+        each node uses only its own endpoints by design; those Services are left out (known from the API, or from
+        the rules in iptables and nftables mode: KUBE-SVL / local-… chains).
     """,
     fix="Restart kube-proxy on the named nodes after reading its log; compare with 'kubectl get endpointslices'.",
 )
 def endpoints_disagree(ctx, new):
     groups, total = _groups(ctx)
+    local = ctx.local_keys
     votes: dict[str, Counter] = {}
     for _, nodes, table in groups:
         for key, (_, h, n) in table.items():
-            if key in ctx.local_itp:
+            if key in local:
                 continue
             votes.setdefault(key, Counter())[(h, n)] += len(nodes)
     best = {k: c.most_common(1)[0] for k, c in votes.items() if len(c) > 1}
     if not best:
         return
     names = _port_names(ctx)
-    caveat = "" if ctx.api_known else " (unless a Service has internalTrafficPolicy: Local — the API was not read)"
+    caveat = "" if ctx.policy_known else " (unless a Service has internalTrafficPolicy: Local: the API was not read and IPVS rules do not show it)"
     for _, nodes, table in groups:
         differ = []
         for key, ((h, n), votes_for) in best.items():

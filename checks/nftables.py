@@ -6,7 +6,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from .service import _services, _svc_ev, drift
+from .service import _services, _svc_ev, drift, wanted_targets
 
 MIN_KERNEL = (5, 13, 0)
 MIN_NFT = (1, 0, 1)
@@ -94,8 +94,8 @@ def service_missing(ctx, new):
         for port, key in _api_ports(svc):
             if not any(e.ready for e in svc.endpoints_for(port)):
                 continue
-            if key in prog and prog[key].chain:
-                continue
+            if key in prog and (prog[key].chain or prog[key].local_policy):
+                continue  # a service-/local- chain, or internalTrafficPolicy: Local's drop (no endpoint here: KP106)
             yield new(
                 f"{svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
                 fix=("nft list map ip kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
@@ -111,7 +111,8 @@ def service_missing(ctx, new):
     symptom="A share of connections to the Service fails or reaches old pods on this node.",
     why="""
         kube-proxy's per-Service chain picks an endpoint chain with numgen random mod N; each endpoint chain DNATs to
-        one pod. When those DNAT targets differ from the Service's ready endpoints, this node sends a share of the
+        one pod. When those DNAT targets differ from the Service's ready endpoints (with internalTrafficPolicy: Local,
+        the ready endpoints on this node, in its local-… chain), this node sends a share of the
         connections to pods that are gone, or never to new ones: kube-proxy's view is stale.
     """,
     fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
@@ -122,9 +123,9 @@ def endpoints_mismatch(ctx, new):
         return  # no kube-proxy table: not nftables mode
     for svc in _services(ctx):
         for port, key in _api_ports(svc):
-            want = {f"{e.ip}:{svc.target_of(e, port)}" for e in svc.endpoints_for(port) if e.ready}
+            want = wanted_targets(ctx, svc, port)
             p = prog.get(key)
-            if not want or p is None or not p.chain:
+            if not any(e.ready for e in svc.endpoints_for(port)) or want is None or p is None or not (p.chain or p.local_policy):
                 continue
             have = set(p.endpoints)
             if have == want:
@@ -132,7 +133,8 @@ def endpoints_mismatch(ctx, new):
             text, api_ev = drift(ctx, have, want)
             yield new(
                 f"{svc.key} {key[0]}:{key[2]}: {text}",
-                fix=(f"nft list chain ip kube-proxy '{p.chain}'", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-                evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"), api_ev],
+                fix=(f"nft list chain ip kube-proxy '{p.chain}'" if p.chain else "nft list map ip kube-proxy no-endpoint-services", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+                evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}" if p.chain
+                                   else f"map ip kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
                 subject=f"{svc.key}:{key[2]}",
             )

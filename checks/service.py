@@ -23,6 +23,18 @@ def _svc_ev(ctx, svc, what: str) -> Evidence:
     return Evidence(ctx.bundle.display(SVC_SRC), f"{svc.key}: {what}")
 
 
+def wanted_targets(ctx, svc, port) -> set[str] | None:
+    """The DNAT targets this node should have for a Service port: its ready endpoints — only those on this node
+    under internalTrafficPolicy: Local (None when this node's name is unknown, so that cannot be told)."""
+    ready = [e for e in svc.endpoints_for(port) if e.ready]
+    if svc.itp_local:
+        node = ctx.cluster.node_name() or ctx.node_name
+        if not node:
+            return None
+        ready = [e for e in ready if e.node == node]
+    return {f"{e.ip}:{svc.target_of(e, port)}" for e in ready}
+
+
 def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") -> tuple[str, Evidence]:
     """For KP203/KP303/KP403: what a node sends to that the API does not list (and the reverse), and the API's side."""
     gone, missing = sorted(have - want), sorted(want - have)

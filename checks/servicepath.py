@@ -9,7 +9,7 @@ from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 
 from .routing import covering_prefix
-from .service import _services, _svc_ev, drift
+from .service import _services, _svc_ev, drift, wanted_targets
 
 
 def _tcp_summary(ctx, svc) -> str:
@@ -133,8 +133,8 @@ def not_programmed(ctx, new):
             if not _api_targets(svc, port) or not svc.cluster_ips:
                 continue
             name = svc.kube_proxy_name(port)
-            if name in progs and progs[name].chain:
-                continue
+            if name in progs and (progs[name].chain or progs[name].local_policy):
+                continue  # a KUBE-SVC/KUBE-SVL chain, or internalTrafficPolicy: Local's DROP (no endpoint here: KP106)
             yield new(
                 f"{svc.key} port {port.get('port')} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
                 fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
@@ -151,7 +151,8 @@ def not_programmed(ctx, new):
     needs=("services", "endpointslices", "iptables"),
     symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
     why="""
-        The node's DNAT targets (the KUBE-SEP chains of the Service) should be exactly its ready endpoints. When they
+        The node's DNAT targets (the KUBE-SEP chains of the Service) should be exactly its ready endpoints (with
+        internalTrafficPolicy: Local, the ready endpoints on this node, in KUBE-SVL). When they
         differ, this node's kube-proxy has a stale view: it still sends a share of the connections to pods that are
         gone (timeouts, refused) or not yet to new ones. Usually its syncs are failing or it lost its API watch.
     """,
@@ -164,9 +165,9 @@ def stale(ctx, new):
     progs = ctx.programmed() or {}
     for svc in _services(ctx):
         for port in svc.ports:
-            want = _api_targets(svc, port)
+            want = wanted_targets(ctx, svc, port)
             prog = progs.get(svc.kube_proxy_name(port))
-            if not want or prog is None or not prog.chain:
+            if not _api_targets(svc, port) or want is None or prog is None or not (prog.chain or prog.local_policy):
                 continue
             have = set(prog.endpoints)
             if have == want:
@@ -178,7 +179,8 @@ def stale(ctx, new):
                 f"{svc.key} port {port.get('port')}: {text}" + (f" (~{share * 100:.0f}% of connections go to endpoints that are not ready or gone)" if gone else ""),
                 fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
                      "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
-                evidence=[Evidence(ctx.iptables().source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}"), api_ev],
+                evidence=[Evidence(ctx.iptables().source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain
+                                   else f"KUBE-SERVICES: \"{prog.name} has no local endpoints\" -j DROP"), api_ev],
                 subject=f"{svc.key}:{port.get('port')}",
             )
 

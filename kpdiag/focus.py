@@ -31,7 +31,7 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
         from .programmed import service_table
 
         prefix = service + ":"
-        for key, (name, _) in sorted((service_table(state) or {}).items(), key=lambda kv: kv[1][0]):
+        for key, (name, _, _) in sorted((service_table(state) or {}).items(), key=lambda kv: kv[1][0]):
             if name.startswith(prefix):  # key: ClusterIP:port/proto, the same in every proxy mode
                 hostport, proto = key.rsplit("/", 1)
                 ip, port = hostport.rsplit(":", 1)

@@ -12,9 +12,16 @@ TABLE = ("ip", "kube-proxy")
 @dataclass
 class NftServicePort:
     key: tuple[str, str, int]  # (ClusterIP, proto, port)
-    chain: str | None  # service-… chain (None: goto reject-chain / drop in no-endpoint-services)
+    chain: str | None  # service-… / local-… / external-… chain (None: in no-endpoint-services)
     endpoints: list[str] = field(default_factory=list)  # "ip:port" DNAT targets
-    no_endpoints: bool = False
+    no_endpoints: bool = False  # goto reject-chain: no endpoint anywhere
+    local_policy: bool = False  # internalTrafficPolicy: Local (local-… chain, or a drop: none on this node)
+    comment: str | None = None  # kube-proxy's "ns/svc:port" on no-endpoint-services elements
+
+    @property
+    def external(self) -> bool:
+        """An external IP / load-balancer IP entry (external-… chain), not a ClusterIP."""
+        return bool(self.chain and self.chain.startswith("external-"))
 
 
 def _elem_key(raw):
@@ -47,7 +54,7 @@ def programmed_nft(rs: NftRuleset) -> dict[tuple[str, str, int], NftServicePort]
         key, chain = _elem_key(raw), _target(raw)
         if key is None:
             continue
-        port = out[key] = NftServicePort(key, chain)
+        port = out[key] = NftServicePort(key, chain, local_policy=bool(chain and chain.startswith("local-")))
         c = rs.chain(*TABLE, chain) if chain else None
         for rule in c.rules if c else []:
             for e in rule.expr:
@@ -60,8 +67,26 @@ def programmed_nft(rs: NftRuleset) -> dict[tuple[str, str, int], NftServicePort]
     for raw in no_eps.elems if no_eps else []:
         key = _elem_key(raw)
         if key is not None:
-            out.setdefault(key, NftServicePort(key, None)).no_endpoints = True
+            port = out.setdefault(key, NftServicePort(key, None))
+            port.comment = _comment(raw)
+            if _verdict(raw) == "drop":  # a Local traffic policy with no endpoint on this node; reject-chain: none at all
+                port.local_policy = True
+            else:
+                port.no_endpoints = True
     return out
+
+
+def _comment(raw) -> str | None:
+    key = raw[0] if isinstance(raw, list) else raw
+    c = key["elem"].get("comment") if isinstance(key, dict) and isinstance(key.get("elem"), dict) else None
+    return c if isinstance(c, str) else None
+
+
+def _verdict(raw) -> str | None:
+    value = raw[1] if isinstance(raw, list) and len(raw) == 2 else None
+    if isinstance(value, dict):
+        return next(iter(value), None)
+    return None
 
 
 def _dnat_targets(rs: NftRuleset, chain_name: str | None) -> list[str]:

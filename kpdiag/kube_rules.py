@@ -19,6 +19,8 @@ class ProgrammedPort:
     endpoints: list[str] = field(default_factory=list)  # "ip:port" DNAT targets
     no_endpoints_ref: tuple | None = None  # (Chain, position) of filter REJECT "has no endpoints"
     cluster_cidr: str | None = None  # from "! -s CIDR … -j KUBE-MARK-MASQ"
+    local_policy: bool = False  # internalTrafficPolicy: Local — KUBE-SVL (this node's endpoints only) or a DROP
+    no_local_ref: tuple | None = None  # (Chain, position) of filter DROP "has no local endpoints" (ClusterIP)
 
     @property
     def rule(self) -> Rule | None:
@@ -69,12 +71,13 @@ def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
         for pos, text in enumerate(services.lines):
             c = _comment(text) or ""
             target = _field(_TARGET, text)
-            if not c.endswith(" cluster IP") or not target or not target.startswith("KUBE-SVC-"):
+            if not c.endswith(" cluster IP") or not target or not target.startswith(("KUBE-SVC-", "KUBE-SVL-")):
                 continue
             name = _strip(c)
             dst = _field(_DST, text)
             dport = _field(_DPORT, text)
-            port = ProgrammedPort(name, dst.split("/")[0] if dst else None, _field(_PROTO, text), int(dport) if dport else None, target, (services, pos))
+            port = ProgrammedPort(name, dst.split("/")[0] if dst else None, _field(_PROTO, text), int(dport) if dport else None, target, (services, pos),
+                                  local_policy=target.startswith("KUBE-SVL-"))
             chain = rs.chain("nat", target)
             for sr in chain.lines if chain is not None else []:
                 t = _field(_TARGET, sr)
@@ -93,14 +96,18 @@ def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
     if filt is not None:
         for pos, text in enumerate(filt.lines):
             c = _comment(text) or ""
-            if c.endswith(" has no endpoints") and _field(_TARGET, text) in ("REJECT", "DROP"):
+            local = c.endswith(" has no local endpoints")  # internalTrafficPolicy: Local, none on this node
+            if (local or c.endswith(" has no endpoints")) and _field(_TARGET, text) in ("REJECT", "DROP"):
                 name = _strip(c)
                 port = out.get(name)
                 if port is None:
                     dst = _field(_DST, text)
                     dport = _field(_DPORT, text)
                     port = out[name] = ProgrammedPort(name, dst.split("/")[0] if dst else None, _field(_PROTO, text), int(dport) if dport else None, None)
-                port.no_endpoints_ref = (filt, pos)
+                if local:
+                    port.local_policy, port.no_local_ref = True, (filt, pos)
+                else:
+                    port.no_endpoints_ref = (filt, pos)
     return out
 
 

@@ -3,8 +3,12 @@ across hundreds of nodes.
 
 Each service port is keyed by ``ClusterIP:port/proto`` (the same in iptables, nftables and IPVS mode) and
 carries kube-proxy's name for it (when the rules say) and its endpoints. A node report carries this table as
-one compact text (``key<TAB>name<TAB>hash<TAB>count`` per line, sorted) and its digest: nodes with the same
-digest programmed exactly the same, so the fleet aggregation only has to look inside the tables that differ.
+one compact text (``key<TAB>name<TAB>hash<TAB>count[<TAB>L]`` per line, sorted) and its digest: nodes with the
+same digest programmed exactly the same, so the fleet aggregation only has to look inside the tables that differ.
+
+``L`` marks internalTrafficPolicy: Local, which the rules show in iptables mode (KUBE-SVL, or a DROP "has no local
+endpoints") and nftables mode (a local-… chain, or ``drop`` in no-endpoint-services): such a port's endpoints are
+this node's own and differ between nodes by design. IPVS rules do not show it (``policy`` is false there).
 """
 
 from __future__ import annotations
@@ -20,24 +24,30 @@ def _ep_hash(endpoints) -> str:
     return hashlib.sha1(",".join(sorted(endpoints)).encode()).hexdigest()[:10]
 
 
-def service_table(state) -> dict[str, tuple[str, tuple[str, ...]]] | None:
-    """``{"10.96.0.10:53/udp": ("kube-system/kube-dns:dns", ("10.244.1.20:53", …))}`` for the mode kube-proxy runs
-    in, or None when this node's rules for that mode are not readable."""
+Entry = tuple  # (name, endpoints tuple, local policy)
+
+
+def service_table(state) -> dict[str, Entry] | None:
+    """``{"10.96.0.10:53/udp": ("kube-system/kube-dns:dns", ("10.244.1.20:53", …), False)}`` for the mode kube-proxy
+    runs in, or None when this node's rules for that mode are not readable."""
     mode, _ = state.proxy_mode
-    table: dict[str, tuple[str, tuple[str, ...]]] = {}
+    table: dict[str, Entry] = {}
     if mode == "nftables":
-        from .kube_nft import programmed_nft
+        from .kube_nft import cluster_ips, programmed_nft
 
         rs = state.nft()
         ports = programmed_nft(rs) if rs is not None else None
         if ports is None:
             return None
+        cips = set(cluster_ips(rs))
         for (ip, proto, port), sp in ports.items():
+            if sp.external or (cips and ip not in cips):
+                continue  # external and load-balancer IPs: the iptables and IPVS tables hold ClusterIPs only
             # kube-proxy's chain name: service-HASH-ns/name/proto/portname
             parts = (sp.chain or "").split("-", 2)
             bits = parts[2].split("/") if len(parts) == 3 else []
-            name = f"{bits[0]}/{bits[1]}:{bits[3]}" if len(bits) == 4 else ""
-            table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)))
+            name = f"{bits[0]}/{bits[1]}:{bits[3]}" if len(bits) == 4 else (sp.comment or "")
+            table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)), sp.local_policy)
         return table
     if mode == "ipvs":
         services = state.ipvs
@@ -47,14 +57,14 @@ def service_table(state) -> dict[str, tuple[str, tuple[str, ...]]] | None:
         for vs in services.values():
             if vs.addr is None or (bound is not None and vs.addr not in bound):
                 continue  # fwmark services and NodePorts on the node's own addresses are per node
-            table[f"{vs.addr}:{vs.port}/{vs.proto}"] = ("", tuple(sorted(r.target for r in vs.reals if r.weight > 0)))
+            table[f"{vs.addr}:{vs.port}/{vs.proto}"] = ("", tuple(sorted(r.target for r in vs.reals if r.weight > 0)), False)
         return table
     progs = state.programmed()
     if progs is None:
         return None
     for p in progs.values():
         if p.cluster_ip and p.port:
-            table[f"{p.cluster_ip}:{p.port}/{(p.proto or 'tcp').lower()}"] = (p.name, tuple(sorted(p.endpoints)))
+            table[f"{p.cluster_ip}:{p.port}/{(p.proto or 'tcp').lower()}"] = (p.name, tuple(sorted(p.endpoints)), p.local_policy)
     return table
 
 
@@ -68,20 +78,24 @@ def _ipvs_bound(state) -> set[str] | None:
     return None
 
 
-def encode(table: dict[str, tuple[str, tuple[str, ...]]], mode: str | None) -> dict:
-    lines = [f"{key}\t{name}\t{_ep_hash(eps)}\t{len(eps)}" for key, (name, eps) in sorted(table.items())]
+def encode(table: dict[str, Entry], mode: str | None) -> dict:
+    lines = [f"{key}\t{name}\t{_ep_hash(eps)}\t{len(eps)}" + ("\tL" if local else "")
+             for key, (name, eps, local) in sorted(table.items())]
     text = "\n".join(lines)
     return {"format": FORMAT, "mode": mode, "count": len(lines), "digest": hashlib.sha256(text.encode()).hexdigest()[:16],
-            "entries": text}
+            "policy": mode in ("iptables", "nftables"), "entries": text}
 
 
-def decode(doc: dict) -> dict[str, tuple[str, str, int]]:
-    """``entries`` text → {key: (name, endpoint hash, endpoint count)}; malformed lines are skipped."""
+def decode(doc: dict, local: set[str] | None = None) -> dict[str, tuple[str, str, int]]:
+    """``entries`` text → {key: (name, endpoint hash, endpoint count)}; keys marked internalTrafficPolicy: Local are
+    added to ``local`` when given; malformed lines are skipped."""
     out = {}
     for line in str(doc.get("entries") or "").split("\n"):
         parts = line.split("\t")
-        if len(parts) == 4 and parts[3].isdigit():
+        if len(parts) in (4, 5) and parts[3].isdigit():
             out[parts[0]] = (parts[1], parts[2], int(parts[3]))
+            if local is not None and len(parts) == 5 and parts[4] == "L":
+                local.add(parts[0])
     return out
 
 

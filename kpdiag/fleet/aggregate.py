@@ -46,6 +46,18 @@ class FleetState:
     local_itp: set[str] = field(default_factory=set)  # "ClusterIP:port/proto" keys with internalTrafficPolicy: Local
     api_known: bool = False  # local_itp comes from the API (else unknown)
 
+    @property
+    def local_keys(self) -> set[str]:
+        """internalTrafficPolicy: Local service ports, from the API and from the nodes' own rules (iptables and
+        nftables mode mark them in their programmed tables)."""
+        self.programmed_groups()
+        return self.__dict__["_local"]
+
+    @property
+    def policy_known(self) -> bool:
+        """Can every compared node's table tell internalTrafficPolicy: Local apart (or was the API read)?"""
+        return self.api_known or all(doc.get("policy") is True for doc, _, _ in self.programmed_groups())
+
     @cached_property
     def ok(self) -> list[NodeResult]:
         return [r for r in self.results if r.ok]
@@ -77,9 +89,11 @@ class FleetState:
                 doc = r.report["extra"].get("programmed")
                 if doc is not None:
                     groups.setdefault(doc["digest"], (doc, []))[1].append(r.node)
-            out = [(doc, nodes, decode(doc)) for doc, nodes in groups.values()]
+            local = set(self.local_itp)
+            out = [(doc, nodes, decode(doc, local)) for doc, nodes in groups.values()]
             out.sort(key=lambda g: -len(g[1]))
             self.__dict__["_groups"] = out
+            self.__dict__["_local"] = local
         return self.__dict__["_groups"]
 
 

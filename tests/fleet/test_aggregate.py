@@ -84,7 +84,7 @@ def test_lagging_node_and_stale_endpoints_are_named():
         t.pop("10.96.0.20:80/tcp")
 
     def stale_dns(t):
-        t["10.96.0.10:53/udp"] = (t["10.96.0.10:53/udp"][0], ("10.244.9.9:53",))
+        t["10.96.0.10:53/udp"] = (t["10.96.0.10:53/udp"][0], ("10.244.9.9:53",), False)
 
     rep = aggregate([_node("a"), _node("b"), _node("c"), _node("lag", table_edit=drop_web), _node("stale", table_edit=stale_dns)])
     kp802 = [f for f in rep.findings if f.id == "KP802"]

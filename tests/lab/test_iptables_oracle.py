@@ -36,6 +36,9 @@ def _services(pods: dict[str, str]) -> list[Service]:
                 [Endpoint("10.244.2.8")], etp_local=True),
         Service("shop", "sticky", "10.96.0.15", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint(ips[2])], affinity_seconds=10800),
         Service("shop", "wide", "10.96.0.16", [Port("http", 80, 8080, node_port=30082)], [Endpoint(ip) for ip in ips[:5]]),
+        # internalTrafficPolicy: Local: KUBE-SVL over this node's endpoints; none here → filter DROP "has no local endpoints"
+        Service("shop", "agent", "10.96.0.17", [Port("http", 80, 8080)], [Endpoint(ips[2], local=True), Endpoint("10.244.2.9")], itp_local=True),
+        Service("shop", "probe", "10.96.0.18", [Port("http", 80, 8080)], [Endpoint("10.244.2.10")], itp_local=True),
     ]
 
 
@@ -81,6 +84,9 @@ def test_kernel_agrees_with_tracer(lab, tmp_path):
     add("external", k.client_ip, "10.96.0.16", 80, repeat=20)
     add("external", k.client_ip, "192.168.50.1", 30082, repeat=6)
     add("external", k.client_ip, "10.96.0.99", 80)  # no service at all
+    add("pod", pod4, "10.96.0.17", 80, repeat=3)  # internalTrafficPolicy: Local, one endpoint here
+    add("pod", pod4, "10.96.0.18", 80)  # … and none here: DROP
+    add("external", k.client_ip, "10.96.0.17", 80)  # off-cluster: masqueraded (the rule is in KUBE-SVL)
     add("node", "192.168.50.1", "10.96.0.10", 80, repeat=6)  # the node itself: OUTPUT hook
 
     with KernelTrace(lab, "node") as kt:
@@ -99,6 +105,7 @@ def test_kernel_agrees_with_tracer(lab, tmp_path):
         ("192.168.50.1", 30082): {f"{ip}:8080" for ip in list(k.pods.values())[:5]},
         ("10.96.0.15", 80): {f"{k.pods['pod0']}:8080", f"{k.pods['pod2']}:8080"},
         ("192.168.50.1", 30080): {f"{k.pods['pod3']}:8080"},
+        ("10.96.0.17", 80): {f"{k.pods['pod2']}:8080"},
     }
     seen_dnat: dict[tuple, set] = {}
     checked = 0
@@ -131,6 +138,8 @@ def test_kernel_agrees_with_tracer(lab, tmp_path):
     by_dst = {(p["dst"], p["dport"]): fates[p["sport"]] for _, p in sends}
     assert by_dst[("10.96.0.12", 80)].verdict == "reject"
     assert by_dst[("192.168.50.1", 30081)].verdict == "drop"
+    assert by_dst[("10.96.0.18", 80)].verdict == "drop"
+    assert by_dst[("10.96.0.17", 80)].masquerade  # the external one, sent last
     # pod traffic is not masqueraded; the hairpin (a pod reaching itself through its Service) is
     pod_fates = [fates[p["sport"]] for o, p in sends if o == "pod"]
     assert pod_fates and not any(f.masquerade for f in pod_fates)

@@ -50,6 +50,9 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
         Service("shop", "local", "10.96.0.14", [Port("http", 80, 8080, node_port=30080)], [Endpoint(ips[3], local=True), Endpoint("10.244.2.7")], etp_local=True),
         Service("shop", "remote", "10.96.0.15", [Port("http", 80, 8080, node_port=30081)], [Endpoint("10.244.2.8")], etp_local=True),
         Service("shop", "sticky", "10.96.0.16", [Port("http", 80, 8080)], [Endpoint(ips[1]), Endpoint(ips[2])], affinity_seconds=10800),
+        # internalTrafficPolicy: Local: a local-… chain over this node's endpoints; none here → drop in no-endpoint-services
+        Service("shop", "agent", "10.96.0.17", [Port("http", 80, 8080)], [Endpoint(ips[2], local=True), Endpoint("10.244.2.9")], itp_local=True),
+        Service("shop", "probe", "10.96.0.18", [Port("http", 80, 8080)], [Endpoint("10.244.2.10")], itp_local=True),
     ]
     k.load_nft(nft_ruleset(services, node_ips=("192.168.50.1",)))
     sends, sport = [], 41000
@@ -70,6 +73,8 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
     add("external", k.client_ip, "192.168.50.1", 30081)  # ETP=Local without local endpoints: dropped
     add("external", k.client_ip, "10.96.0.16", 80, repeat=4)
     add("pod", ips[4], "10.96.0.11", 80, repeat=8)
+    add("pod", ips[4], "10.96.0.17", 80, repeat=3)
+    add("pod", ips[4], "10.96.0.18", 80)
     add("node", "192.168.50.1", "10.96.0.11", 80, repeat=4)
 
     with KernelTrace(lab, "node") as kt:
@@ -102,3 +107,5 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
     by = {(p["dst"], p["dport"]): fates[p["sport"]] for _, p in sends}
     assert by[("10.96.0.13", 80)].verdict == "reject" and by[("10.96.0.10", 443)].verdict == "reject"
     assert by[("10.96.0.99", 80)].verdict == "drop" and by[("192.168.50.1", 30081)].verdict == "drop"
+    assert by[("10.96.0.18", 80)].verdict == "drop" and seen[("10.96.0.17", 80)] == {f"{ips[2]}:8080"}
+    assert tracer.trace(Packet(ips[4], "10.96.0.17", "tcp", 80, origin="pod")).dnat_set() == {f"{ips[2]}:8080"}
