@@ -6,7 +6,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from .service import _services, _svc_ev, drift
+from .service import _services, _svc_ev, drift, wanted_targets
 
 
 def _ipvs_mode(ctx) -> bool:
@@ -69,7 +69,8 @@ def service_missing(ctx, new):
     needs=("services", "endpointslices", "ipvs"),
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
-        Each IPVS virtual server's real servers should be exactly the Service's ready endpoints (terminating ones stay
+        Each IPVS virtual server's real servers should be exactly the Service's ready endpoints (with
+        internalTrafficPolicy: Local, those on this node; terminating ones stay
         with weight 0 until their connections end). Extra real servers with weight > 0 receive new connections for
         pods that are gone; missing ones never get traffic from this node. kube-proxy's view here is stale.
     """,
@@ -82,8 +83,8 @@ def realservers(ctx, new):
     for svc in _services(ctx):
         for port, key in _api_keys(svc):
             vs = services.get(key)
-            want = {f"{e.ip}:{svc.target_of(e, port)}" for e in svc.endpoints_for(port) if e.ready}
-            if vs is None or not want:
+            want = wanted_targets(ctx, svc, port)  # internalTrafficPolicy: Local → this node's ready endpoints
+            if vs is None or want is None or not any(e.ready for e in svc.endpoints_for(port)):
                 continue
             have = {r.target for r in vs.reals if r.weight > 0}
             if have == want:
