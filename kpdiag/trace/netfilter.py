@@ -171,7 +171,7 @@ class PacketWalker:
             for s in self._hook("POSTROUTING", fwd, finished):
                 s.hook = "delivered:forward"
                 finished.append(s)
-        paths = tuple(self._to_path(s) for s in finished)
+        paths = tuple(_explained(self._to_path(s)) for s in finished)
         total = sum(p.probability for p in paths)
         notes = []
         if abs(total - 1.0) > 1e-6:
@@ -272,6 +272,16 @@ class PacketWalker:
             rules_evaluated=st.rules_evaluated,
             reject_with=st.reject_with if verdict == "reject" else None,
         )
+
+
+def _explained(path: Path) -> Path:
+    """A drop or reject by one of kube-proxy's own rules gets a note saying what it means."""
+    from dataclasses import replace
+
+    from .kube import verdict_note
+
+    note = verdict_note(path)
+    return replace(path, notes=path.notes + (note,)) if note else path
 
 
 class IptablesTracer(PacketWalker):
