@@ -106,15 +106,17 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
 @click.argument("bundle", type=click.Path())
 @_report_options
 def analyze(bundle, output, fail_on, select, ignore, verbose):
-    """Run every check on a bundle (directory or .tar.gz), offline — or aggregate a directory of node reports
-    (kpdiag cluster --save-dir, or kpdiag node -o json outputs)."""
+    """Run every check on a bundle (directory or .tar.gz), offline — or aggregate node reports: a directory of them
+    (kpdiag cluster --save-dir, or kpdiag node -o json outputs) or one such file."""
     from .diagnose import analyze_bundle
     from .errors import InputError
-    from .fleet.aggregate import aggregate_dir, looks_like_report_dir
+    from .fleet.aggregate import aggregate_dir, aggregate_files, looks_like_report_dir, looks_like_report_file
 
     try:
         if looks_like_report_dir(bundle):
             report = aggregate_dir(bundle, select, ignore)
+        elif looks_like_report_file(bundle):
+            report = aggregate_files([bundle], select, ignore)
         else:
             report = analyze_bundle(bundle, select, ignore)
     except InputError as exc:

@@ -352,7 +352,7 @@ class NodeCollector:
         logs = sorted(glob.glob(os.path.join(self.host_root, "var/log/pods/kube-system_kube-proxy-*/kube-proxy/*.log")), key=_mtime)
         logs += [p for p in (os.path.join(self.host_root, "var/log/kube-proxy.log"),) if os.path.exists(p)]
         if not logs:
-            self._err("node/kube-proxy/log.txt", f"no kube-proxy log under {self.host_root}/var/log/pods")
+            self._err("node/kube-proxy/log.txt", f"no kube-proxy log under {os.path.join(self.host_root, 'var/log/pods')}")
             return
         path = logs[-1]
         try:

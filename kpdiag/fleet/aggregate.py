@@ -310,26 +310,51 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     for name in sorted(os.listdir(path)):
         if not name.endswith(".json") or name in ("cluster.json", "scenario.json"):  # the run's summary; a fixture's description
             continue
-        file = os.path.join(path, name)
-        node = name[: -len(".json")]
-        try:
-            with open(file, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as exc:
-            results.append(NodeResult(node, failure=f"{file}: {exc.strerror or exc}", kind="not json", source=file))
-            continue
-        report, why = parse_node_report(text, file)
-        if report is None:
-            results.append(NodeResult(node, failure=why, kind="not json", source=file))
-        else:
-            intern_programmed(report, seen)
-            # a run's files are named after the Kubernetes node; loose reports carry the host name they ran on
-            name_ = node if meta else ((report.get("facts") or {}).get("node") or node)
-            results.append(NodeResult(name_, report=report, source=file))
+        # a run's files are named after the Kubernetes node; loose reports carry the host name they ran on
+        results.append(read_report_file(os.path.join(path, name), seen, named_by_file=bool(meta)))
     for f in meta.get("failures") or []:
         if isinstance(f, dict) and f.get("node"):
             results.append(NodeResult(str(f["node"]), failure=str(f.get("reason")), kind=f.get("kind")))
     return results, meta
+
+
+def read_report_file(file: str, seen: dict[str, dict] | None = None, named_by_file: bool = False) -> NodeResult:
+    """One node report file (``kpdiag node -o json`` output, stray lines around it allowed) as a NodeResult; an
+    unreadable or foreign file is a named failure."""
+    node = os.path.basename(file)
+    node = node[: -len(".json")] if node.endswith(".json") else node
+    try:
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        return NodeResult(node, failure=f"{file}: {exc.strerror or exc}", kind="not json", source=file)
+    report, why = parse_node_report(text, file)
+    if report is None:
+        return NodeResult(node, failure=why, kind="not json", source=file)
+    intern_programmed(report, seen if seen is not None else {})
+    name = node if named_by_file else ((report.get("facts") or {}).get("node") or node)
+    return NodeResult(name, report=report, source=file)
+
+
+def looks_like_report_file(path: str) -> bool:
+    """A file holding a JSON object (a node report, maybe with a pod log's lines around it), not a bundle archive."""
+    import tarfile
+
+    try:
+        if not os.path.isfile(path) or tarfile.is_tarfile(path):
+            return False
+        with open(path, "rb") as fh:
+            return b"{" in fh.read(65536)
+    except OSError:
+        return False
+
+
+def aggregate_files(paths: list[str], select=(), ignore=()) -> Report:
+    """``kpdiag analyze REPORT.json``: node reports given one by one."""
+    seen: dict[str, dict] = {}
+    results = [read_report_file(p, seen) for p in paths]
+    what = paths[0] if len(paths) == 1 else f"{len(paths)} node reports"
+    return aggregate(results, select=select, ignore=ignore, subject=f"cluster ({what})")
 
 
 def write_report_dir(path: str, results: list[NodeResult], meta: dict) -> None:

@@ -140,6 +140,24 @@ def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
     assert "Traceback" not in err and rc == 1
 
 
+def test_analyze_one_node_report_file(tmp_path, capsys):
+    """`kpdiag node -o json > r.json` (a pod log's stray lines around it too), then `kpdiag analyze r.json` elsewhere."""
+    rep = copy.deepcopy(BASE["healthy-iptables"])
+    rep["facts"]["node"] = "worker-7"
+    (tmp_path / "r.json").write_text("kpdiag: collecting…\n" + json.dumps(rep) + "\n")
+    rc = main(["analyze", str(tmp_path / "r.json"), "-o", "json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["facts"]["nodes_diagnosed"] == 1 and [r["node"] for r in doc["extra"]["nodes"]] == ["worker-7"]
+    assert [f["id"] for f in doc["findings"]] == [f["id"] for f in rep["findings"]]  # the node's own findings, named
+    assert rc == 0 and "Traceback" not in err
+    (tmp_path / "bad.json").write_text('{"schema": "something/else"}')
+    rc = main(["analyze", str(tmp_path / "bad.json")])
+    out, err = capsys.readouterr()
+    assert rc == 3 and "not a kpdiag node report" in out and err.count("\n") == 1
+
+
 def test_text_report_of_a_big_cluster_lists_the_nodes_that_stand_out():
     from kpdiag.render.report import report_to_text
 
