@@ -124,7 +124,7 @@ def _sample_path(ctx):
     for p in ports.values():
         if not p.cluster_ip or not p.port or not p.endpoints:
             continue
-        ep_ip = p.endpoints[0].rsplit(":", 1)[0]
+        ep_ip = p.endpoints[0].rsplit(":", 1)[0].strip("[]")
         try:
             from kpdiag.parse.addr import parse_ip
 

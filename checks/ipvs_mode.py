@@ -52,7 +52,7 @@ def service_missing(ctx, new):
         return
     for svc in _services(ctx):
         for port, key in _api_keys(svc):
-            if key in services or not any(e.ready for e in svc.endpoints_for(port)):
+            if key in services or not any(e.ready for e in svc.endpoints_for(port, family=4)):
                 continue
             yield new(
                 f"{svc.key} {key[1]}:{key[2]}/{key[0]} has ready endpoints but no IPVS virtual server on this node",
@@ -84,7 +84,7 @@ def realservers(ctx, new):
         for port, key in _api_keys(svc):
             vs = services.get(key)
             want = wanted_targets(ctx, svc, port)  # internalTrafficPolicy: Local → this node's ready endpoints
-            if vs is None or want is None or not any(e.ready for e in svc.endpoints_for(port)):
+            if vs is None or want is None or not any(e.ready for e in svc.endpoints_for(port, family=4)):
                 continue
             have = {r.target for r in vs.reals if r.weight > 0}
             if have == want:

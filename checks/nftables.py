@@ -92,7 +92,7 @@ def service_missing(ctx, new):
         return  # no kube-proxy table: not nftables mode, nothing of this kind to compare
     for svc in _services(ctx):
         for port, key in _api_ports(svc):
-            if not any(e.ready for e in svc.endpoints_for(port)):
+            if not any(e.ready for e in svc.endpoints_for(port, family=4)):
                 continue
             if key in prog and (prog[key].chain or prog[key].local_policy):
                 continue  # a service-/local- chain, or internalTrafficPolicy: Local's drop (no endpoint here: KP106)
@@ -125,7 +125,7 @@ def endpoints_mismatch(ctx, new):
         for port, key in _api_ports(svc):
             want = wanted_targets(ctx, svc, port)
             p = prog.get(key)
-            if not any(e.ready for e in svc.endpoints_for(port)) or want is None or p is None or not (p.chain or p.local_policy):
+            if not any(e.ready for e in svc.endpoints_for(port, family=4)) or want is None or p is None or not (p.chain or p.local_policy):
                 continue
             have = set(p.endpoints)
             if have == want:

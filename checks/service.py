@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.cluster_state import hostport
 from kpdiag.model import Evidence
 
 SVC_SRC = "cluster/services.json"
@@ -26,13 +27,13 @@ def _svc_ev(ctx, svc, what: str) -> Evidence:
 def wanted_targets(ctx, svc, port) -> set[str] | None:
     """The DNAT targets this node should have for a Service port: its ready endpoints — only those on this node
     under internalTrafficPolicy: Local (None when this node's name is unknown, so that cannot be told)."""
-    ready = [e for e in svc.endpoints_for(port) if e.ready]
+    ready = [e for e in svc.endpoints_for(port, family=4) if e.ready]  # the IPv4 rules are compared
     if svc.itp_local:
         node = ctx.cluster.node_name() or ctx.node_name
         if not node:
             return None
         ready = [e for e in ready if e.node == node]
-    return {f"{e.ip}:{svc.target_of(e, port)}" for e in ready}
+    return {hostport(e.ip, svc.target_of(e, port)) for e in ready}
 
 
 def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") -> tuple[str, Evidence]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.cluster_state import hostport
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 
@@ -108,7 +109,7 @@ def icmp_cluster_ip(ctx, new):
 
 
 def _api_targets(svc, port) -> set[str]:
-    return {f"{e.ip}:{svc.target_of(e, port)}" for e in svc.endpoints_for(port) if e.ready}
+    return {hostport(e.ip, svc.target_of(e, port)) for e in svc.endpoints_for(port, family=4) if e.ready}
 
 
 @check(

@@ -57,13 +57,14 @@ def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, spo
     if sum(bool(x) for x in (rules, bundle, nft_file)) != 1:
         raise _fail("give exactly one of --rules FILE, --nft FILE or --bundle DIR", exitcodes.USAGE)
     try:
-        setup = setup_trace(rules=rules, bundle=bundle, local_ips=local_ips, ipset_file=ipset_file, nft=nft_file, mode=mode)
+        setup = setup_trace(rules=rules, bundle=bundle, local_ips=local_ips, ipset_file=ipset_file, nft=nft_file, mode=mode,
+                            family=6 if ":" in dst else 4)
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if src is None:
         if origin != "node":
             raise _fail("--src is needed unless --from node", exitcodes.USAGE)
-        src = _first_local(setup, local_ips)
+        src = _first_local(setup, local_ips, 6 if ":" in dst else 4)
     try:
         packet = Packet(src=src, dst=dst, proto=proto, dport=dport, sport=sport, origin=origin, iif=iif)
     except ValueError as exc:
@@ -270,15 +271,17 @@ def explain(check_id):
     click.echo(explain_text(spec), nl=False)
 
 
-def _first_local(setup, local_ips) -> str:
-    if local_ips:
-        return local_ips[0]
+def _first_local(setup, local_ips, family: int = 4) -> str:
+    """The node's first own address of the packet's family (not loopback)."""
+    for ip in local_ips:
+        if (":" in ip) == (family == 6):
+            return ip
     from .parse.addr import int_to_ip
 
     for value, version in sorted(setup.tracer.routing.local_ips):
-        if version == 4 and value >> 24 != 127:
-            return int_to_ip(value)
-    return "127.0.0.1"
+        if version == family and (value >> 24 != 127 if family == 4 else value != 1 and value >> 118 != 0x3FA):  # not fe80::/10
+            return int_to_ip(value, version)
+    return "127.0.0.1" if family == 4 else "::1"
 
 
 def _interrupted(exc: KeyboardInterrupt) -> int:

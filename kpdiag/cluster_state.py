@@ -71,9 +71,14 @@ class Svc:
         """The name kube-proxy uses in its rule comments: ns/svc:portname (empty name → 'ns/svc:')."""
         return f"{self.key}:{port.get('name') or ''}"
 
-    def endpoints_for(self, port: dict) -> list[Endpoint]:
+    def endpoints_for(self, port: dict, family: int | None = None) -> list[Endpoint]:
+        """The endpoints serving ``port``; with ``family`` (4 or 6) only those of that IP version — a dual-stack
+        Service has an EndpointSlice per family, and kube-proxy programs each family's rules from its own."""
         name = port.get("name") or ""
-        return [e for e in self.endpoints if name in e.ports or (not name and len(e.ports) <= 1)]
+        eps = [e for e in self.endpoints if name in e.ports or (not name and len(e.ports) <= 1)]
+        if family is not None:
+            eps = [e for e in eps if _family(e.ip) == family]
+        return eps
 
     def target_of(self, endpoint: Endpoint, port: dict) -> int | None:
         name = port.get("name") or ""
@@ -154,3 +159,19 @@ class ClusterView:
         if nodes and len(nodes) == 1:
             return (nodes[0].get("metadata") or {}).get("name")
         return self.bundle.manifest.get("node") or None
+
+
+def hostport(ip: str, port) -> str:
+    """An endpoint as kube-proxy writes it: ip:port, [ipv6]:port; the address alone without a port."""
+    if port is None:
+        return ip
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _family(ip: str) -> int | None:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(ip).version
+    except ValueError:
+        return None  # an FQDN EndpointSlice's address: kube-proxy ignores those

@@ -12,8 +12,8 @@ def _parse_target(text: str) -> tuple[str, int, str]:
         text, proto = text.rsplit("/", 1)
     host, sep, port = text.rpartition(":")
     if not sep or not (port.isascii() and port.isdigit()):
-        raise ValueError(f"--trace wants DST:PORT[/PROTO], not {text!r}")
-    return host, int(port), proto.lower()
+        raise ValueError(f"--trace wants DST:PORT[/PROTO] ([IPv6]:PORT), not {text!r}")
+    return host.strip("[]"), int(port), proto.lower()
 
 
 def focus_report(report, state, service: str | None = None, trace_to: str | None = None):
@@ -52,9 +52,23 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
 
         cidr = cluster_cidr(state.programmed())
         pod_src = str(ipaddress.ip_network(cidr, strict=False).network_address + 77) if cidr else "10.244.250.77"
+        tracer6 = None
         for label, dst, port, proto in targets:
-            for origin, src in (("pod", pod_src), ("external", "203.0.113.77")):
-                r = tracer.trace(Packet(src, dst, proto, port, origin=origin))
+            sources = (("pod", pod_src), ("external", "203.0.113.77"))
+            use = tracer
+            if ":" in dst:  # IPv6: iptables and IPVS mode keep those rules apart (ip6tables)
+                tracer6 = tracer6 or state.mode_tracer(family=6)
+                use = tracer6
+                cidr6 = cluster_cidr(state.programmed("ip6tables-save")) if state.proxy_mode[0] != "nftables" else None
+                sources = ((("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()) \
+                    + (("external", "2001:db8::77"),)
+                if use is None:
+                    notes.append(f"{label}: an IPv6 address, and this node's IPv6 rules (node/ip6tables-save.txt) could not be read")
+                    continue
+                if not cidr6:
+                    notes.append(f"{label}: the IPv6 pod CIDR is unknown here: traced from an external client only")
+            for origin, src in sources:
+                r = use.trace(Packet(src, dst, proto, port, origin=origin))
                 traces.append({"target": label, **r.to_dict()})
     extra["traces"] = traces
     if notes:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .cluster_state import hostport
 from .parse.nft import NftRuleset
 
 TABLE = ("ip", "kube-proxy")
+TABLES = (TABLE, ("ip6", "kube-proxy"))  # kube-proxy's IPv4 and IPv6 tables (a dual-stack node has both)
 
 
 @dataclass
@@ -45,34 +47,56 @@ def _target(raw) -> str | None:
 
 
 def programmed_nft(rs: NftRuleset) -> dict[tuple[str, str, int], NftServicePort] | None:
-    """(ClusterIP, proto, port) → what the node does with it; None without kube-proxy's table."""
-    if not rs.has_table(*TABLE):
+    """(ClusterIP, proto, port) → what the node does with it, from kube-proxy's ip and ip6 tables; None without
+    either."""
+    tables = [t for t in TABLES if rs.has_table(*t)]
+    if not tables:
         return None
     out: dict[tuple[str, str, int], NftServicePort] = {}
-    service_ips = rs.set(*TABLE, "service-ips")
-    for raw in service_ips.elems if service_ips else []:
-        key, chain = _elem_key(raw), _target(raw)
-        if key is None:
-            continue
-        port = out[key] = NftServicePort(key, chain, local_policy=bool(chain and chain.startswith("local-")))
-        c = rs.chain(*TABLE, chain) if chain else None
-        for rule in c.rules if c else []:
-            for e in rule.expr:
-                vmap = e.get("vmap") if isinstance(e, dict) else None
-                if vmap and isinstance(vmap.get("key"), dict) and "numgen" in vmap["key"]:
-                    for item in (vmap.get("data") or {}).get("set", []):
-                        ep_chain = _target(item)
-                        port.endpoints.extend(_dnat_targets(rs, ep_chain))
-    no_eps = rs.set(*TABLE, "no-endpoint-services")
-    for raw in no_eps.elems if no_eps else []:
-        key = _elem_key(raw)
-        if key is not None:
-            port = out.setdefault(key, NftServicePort(key, None))
-            port.comment = _comment(raw)
-            if _verdict(raw) == "drop":  # a Local traffic policy with no endpoint on this node; reject-chain: none at all
-                port.local_policy = True
-            else:
-                port.no_endpoints = True
+    for table in tables:
+        service_ips = rs.set(*table, "service-ips")
+        for raw in service_ips.elems if service_ips else []:
+            key, chain = _elem_key(raw), _target(raw)
+            if key is None:
+                continue
+            port = out[key] = NftServicePort(key, chain, local_policy=bool(chain and chain.startswith("local-")))
+            c = rs.chain(*table, chain) if chain else None
+            for rule in c.rules if c else []:
+                for e in rule.expr:
+                    vmap = e.get("vmap") if isinstance(e, dict) else None
+                    if vmap and isinstance(vmap.get("key"), dict) and "numgen" in vmap["key"]:
+                        for item in (vmap.get("data") or {}).get("set", []):
+                            ep_chain = _target(item)
+                            port.endpoints.extend(_dnat_targets(rs, ep_chain, table))
+        no_eps = rs.set(*table, "no-endpoint-services")
+        for raw in no_eps.elems if no_eps else []:
+            key = _elem_key(raw)
+            if key is not None:
+                port = out.setdefault(key, NftServicePort(key, None))
+                port.comment = _comment(raw)
+                if _verdict(raw) == "drop":  # a Local traffic policy with no endpoint on this node; reject-chain: none at all
+                    port.local_policy = True
+                else:
+                    port.no_endpoints = True
+    return out
+
+
+def _dnat_targets(rs: NftRuleset, chain_name: str | None, table=TABLE) -> list[str]:
+    c = rs.chain(*table, chain_name) if chain_name else None
+    out = []
+    for rule in c.rules if c else []:
+        for e in rule.expr:
+            d = e.get("dnat") if isinstance(e, dict) else None
+            if d and isinstance(d.get("addr"), str):
+                out.append(hostport(d["addr"], d.get("port")))
+    return out
+
+
+def cluster_ips(rs: NftRuleset) -> list[str]:
+    out = []
+    for table in TABLES:
+        s = rs.set(*table, "cluster-ips")
+        out += [str(e) for e in (s.elems if s else []) if isinstance(e, str)]
     return out
 
 
@@ -87,19 +111,3 @@ def _verdict(raw) -> str | None:
     if isinstance(value, dict):
         return next(iter(value), None)
     return None
-
-
-def _dnat_targets(rs: NftRuleset, chain_name: str | None) -> list[str]:
-    c = rs.chain(*TABLE, chain_name) if chain_name else None
-    out = []
-    for rule in c.rules if c else []:
-        for e in rule.expr:
-            d = e.get("dnat") if isinstance(e, dict) else None
-            if d and isinstance(d.get("addr"), str):
-                out.append(f"{d['addr']}:{d['port']}" if d.get("port") is not None else d["addr"])
-    return out
-
-
-def cluster_ips(rs: NftRuleset) -> list[str]:
-    s = rs.set(*TABLE, "cluster-ips")
-    return [str(e) for e in (s.elems if s else []) if isinstance(e, str)]

@@ -309,20 +309,24 @@ class NodeState(_NodeFiles):
             self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
         return self.__dict__["_tracer"]
 
-    def mode_tracer(self, mode: str | None = None):
-        """The tracer for ``mode`` (default: the mode kube-proxy runs in; nftables, ipvs, else iptables), or None
-        without that mode's rules."""
+    def mode_tracer(self, mode: str | None = None, family: int = 4):
+        """The tracer for ``mode`` (default: the mode kube-proxy runs in; nftables, ipvs, else iptables) and IP version
+        ``family`` (iptables and IPVS mode: IPv6 packets meet ip6tables' rules), or None without those rules."""
         mode = mode or self.proxy_mode[0]
         if mode == "nftables":
             from .trace.nftables import NftTracer
 
             rs = self.nft()
-            return None if rs is None else NftTracer(rs, self.routing)
+            return None if rs is None else NftTracer(rs, self.routing)  # the ip6/inet tables for IPv6 packets
+        rs = self.iptables("ip6tables-save" if family == 6 else "iptables-save")
         if mode == "ipvs":
             from .trace.ipvs import IpvsTracer
 
-            rs = self.iptables()
             return None if rs is None or self.ipvs is None else IpvsTracer(rs, self.routing, self.ipsets, self.ipvs)
+        if family == 6:
+            from .trace.netfilter import IptablesTracer
+
+            return None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
         return self.tracer()
 
     @property

@@ -14,6 +14,8 @@ import hashlib
 import ipaddress
 from dataclasses import dataclass, field
 
+from .cluster_state import hostport
+
 
 def port_proto_hash(service_port_name: str, protocol: str, endpoint: str = "") -> str:
     """First 16 characters of base32(sha256(name + protocol [+ endpoint])), as kube-proxy names chains."""
@@ -63,6 +65,10 @@ class Service:
         return f"{self.namespace}/{self.name}:{port.name}"
 
 
+def _host(ip: str) -> str:
+    return f"{ip}/128" if ":" in ip else f"{ip}/32"
+
+
 def _saved_probability(p: float) -> str:
     """How iptables-save prints a probability (the kernel keeps it as a 31-bit fraction)."""
     value = round(p * 0x80000000)
@@ -88,11 +94,14 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
         '-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
         '-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
         "-A OUTPUT -j KUBE-FIREWALL",
-        '-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP',
         "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
         '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
         '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
     ]
+    v6 = any(":" in svc.cluster_ip for svc in services)  # ip6tables-restore input (kube-proxy's IPv6 proxier)
+    reject = "icmp6-port-unreachable" if v6 else "icmp-port-unreachable"
+    if not v6:  # route_localnet protection: IPv4 only
+        f_rules.append('-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP')
     n_chains = ["KUBE-KUBELET-CANARY", "KUBE-MARK-MASQ", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-SERVICES"]
     n_head = [
         '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
@@ -117,11 +126,11 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
             has_external = bool(port.node_port or svc.external_ips or svc.lb_ips)
             c = f'-m comment --comment "{spn} cluster IP"'
             if not ready:
-                f_rules.append(f'-A KUBE-SERVICES -d {svc.cluster_ip}/32 -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with icmp-port-unreachable')
+                f_rules.append(f'-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with {reject}')
                 for ip in svc.external_ips + svc.lb_ips:
-                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with icmp-port-unreachable')
+                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with {reject}')
                 if port.node_port:
-                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j REJECT --reject-with icmp-port-unreachable')
+                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j REJECT --reject-with {reject}')
                 continue
             # internalTrafficPolicy: Local sends ClusterIP traffic to KUBE-SVL (this node's endpoints), or DROPs it
             # in the filter table when this node has none ("has no local endpoints")
@@ -130,15 +139,15 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
             uses_cluster = svc.uses_cluster_chain(has_external)
             uses_local = bool(local_ready) and svc.uses_local_chain(has_external)
             if has_internal:
-                svc_rules.append(f"-A KUBE-SERVICES -d {svc.cluster_ip}/32 -p {proto} {c} -m {proto} --dport {port.port} -j {internal_chain}")
+                svc_rules.append(f"-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} {c} -m {proto} --dport {port.port} -j {internal_chain}")
             else:
-                f_rules.append(f'-A KUBE-SERVICES -d {svc.cluster_ip}/32 -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
+                f_rules.append(f'-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
             if has_external:
                 n_chains.append(ext_chain)
                 for ip in svc.external_ips:
-                    svc_rules.append(f'-A KUBE-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} external IP" -m {proto} --dport {port.port} -j {ext_chain}')
+                    svc_rules.append(f'-A KUBE-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} external IP" -m {proto} --dport {port.port} -j {ext_chain}')
                 for ip in svc.lb_ips:
-                    svc_rules.append(f'-A KUBE-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} loadbalancer IP" -m {proto} --dport {port.port} -j {ext_chain}')
+                    svc_rules.append(f'-A KUBE-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} loadbalancer IP" -m {proto} --dport {port.port} -j {ext_chain}')
                 if port.node_port:
                     nodeport_rules.append(f'-A KUBE-NODEPORTS -p {proto} -m comment --comment "{spn}" -m {proto} --dport {port.node_port} -j {ext_chain}')
                 if svc.etp_local:
@@ -150,14 +159,14 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
                         chain_rules.append(f"-A {ext_chain} -j {svl_chain}")
                     else:
                         for ip in svc.external_ips + svc.lb_ips:
-                            f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
+                            f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
                         if port.node_port:
                             f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no local endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j DROP')
                 else:
                     chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ')
                     chain_rules.append(f"-A {ext_chain} -j {svc_chain}")
             if has_internal and cluster_cidr:
-                chain_rules.append(f"-A {internal_chain} ! -s {cluster_cidr} -d {svc.cluster_ip}/32 -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ")
+                chain_rules.append(f"-A {internal_chain} ! -s {cluster_cidr} -d {_host(svc.cluster_ip)} -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ")
             if uses_cluster:
                 n_chains.append(svc_chain)
                 chain_rules.extend(_endpoint_rules(svc, port, svc_chain, ready, n_chains))
@@ -180,15 +189,16 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
 def _endpoint_rules(svc: Service, port: Port, chain: str, endpoints: list[Endpoint], declare: list | None) -> list[str]:
     spn = svc.port_name(port)
     proto = port.protocol
+    mask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff" if ":" in svc.cluster_ip else "255.255.255.255"
     rules: list[str] = []
     seps = []
     for ep in endpoints:
-        dest = f"{ep.ip}:{port.target_port}"
+        dest = f"[{ep.ip}]:{port.target_port}" if ":" in ep.ip else f"{ep.ip}:{port.target_port}"
         sep = f"KUBE-SEP-{port_proto_hash(spn, proto, dest)}"
         seps.append((sep, dest, ep))
     if svc.affinity_seconds:
         for sep, dest, _ in seps:
-            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -m recent --rcheck --seconds {svc.affinity_seconds} --reap --name {sep} --mask 255.255.255.255 --rsource -j {sep}')
+            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -m recent --rcheck --seconds {svc.affinity_seconds} --reap --name {sep} --mask {mask} --rsource -j {sep}')
     n = len(seps)
     for i, (sep, dest, _) in enumerate(seps):
         if i < n - 1:
@@ -198,9 +208,9 @@ def _endpoint_rules(svc: Service, port: Port, chain: str, endpoints: list[Endpoi
     if declare is not None:
         for sep, dest, ep in seps:
             declare.append(sep)
-            rules.append(f'-A {sep} -s {ep.ip}/32 -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
+            rules.append(f'-A {sep} -s {_host(ep.ip)} -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
             if svc.affinity_seconds:
-                rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m recent --set --name {sep} --mask 255.255.255.255 --rsource -m {proto} -j DNAT --to-destination {dest}')
+                rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m recent --set --name {sep} --mask {mask} --rsource -m {proto} -j DNAT --to-destination {dest}')
             else:
                 rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m {proto} -j DNAT --to-destination {dest}')
     return rules
@@ -257,15 +267,18 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
     ``ip daddr . meta l4proto . th dport``; ``numgen random mod N`` over endpoint chains.
     internalTrafficPolicy/externalTrafficPolicy Local use the local-… chain over this node's endpoints, as
     kube-proxy does; no local endpoint for ClusterIP traffic is a ``drop`` in no-endpoint-services."""
-    t = "ip kube-proxy"
+    v6 = any(":" in svc.cluster_ip for svc in services)  # kube-proxy's IPv6 proxier: table ip6 kube-proxy
+    fam = "ip6" if v6 else "ip"
+    addr_t = "ipv6_addr" if v6 else "ipv4_addr"
+    t = f"{fam} kube-proxy"
     head = [
         f'add table {t} {{ comment "rules for kube-proxy" ; }}',
-        f'add set {t} cluster-ips {{ type ipv4_addr ; comment "Active ClusterIPs" ; }}',
-        f'add set {t} nodeport-ips {{ type ipv4_addr ; comment "IPs that accept NodePort traffic" ; }}',
-        f'add map {t} firewall-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}',
+        f'add set {t} cluster-ips {{ type {addr_t} ; comment "Active ClusterIPs" ; }}',
+        f'add set {t} nodeport-ips {{ type {addr_t} ; comment "IPs that accept NodePort traffic" ; }}',
+        f'add map {t} firewall-ips {{ type {addr_t} . inet_proto . inet_service : verdict ; }}',
         f'add map {t} no-endpoint-nodeports {{ type inet_proto . inet_service : verdict ; }}',
-        f'add map {t} no-endpoint-services {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}',
-        f'add map {t} service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}',
+        f'add map {t} no-endpoint-services {{ type {addr_t} . inet_proto . inet_service : verdict ; }}',
+        f'add map {t} service-ips {{ type {addr_t} . inet_proto . inet_service : verdict ; }}',
         f'add map {t} service-nodeports {{ type inet_proto . inet_service : verdict ; }}',
     ]
     chains = ["cluster-ips-check", "firewall-check", "mark-for-masquerade", "masquerading", "nodeport-endpoints-check",
@@ -277,8 +290,8 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
         ("nat-postrouting", "nat hook postrouting priority 100"), ("nat-prerouting", "nat hook prerouting priority -100"),
     ]
     rules = [
-        f'add rule {t} cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
-        f'add rule {t} cluster-ips-check ip daddr {{ {service_cidr} }} drop comment "Drop traffic to unallocated ClusterIPs"',
+        f'add rule {t} cluster-ips-check {fam} daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
+        f'add rule {t} cluster-ips-check {fam} daddr {{ {service_cidr} }} drop comment "Drop traffic to unallocated ClusterIPs"',
         f"add rule {t} filter-prerouting-pre-dnat ct state new jump firewall-check",
         f"add rule {t} filter-forward ct state new jump service-endpoints-check",
         f"add rule {t} filter-forward ct state new jump cluster-ips-check",
@@ -287,7 +300,7 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
         f"add rule {t} filter-output ct state new jump service-endpoints-check",
         f"add rule {t} filter-output-pre-dnat ct state new jump firewall-check",
         f"add rule {t} filter-output ct state new jump cluster-ips-check",
-        f"add rule {t} firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips",
+        f"add rule {t} firewall-check {fam} daddr . meta l4proto . th dport vmap @firewall-ips",
         f"add rule {t} mark-for-masquerade mark set mark or 0x4000",
         f"add rule {t} masquerading mark and 0x4000 == 0 return",
         f"add rule {t} masquerading mark set mark xor 0x4000",
@@ -295,11 +308,11 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
         f"add rule {t} nat-output jump services",
         f"add rule {t} nat-postrouting jump masquerading",
         f"add rule {t} nat-prerouting jump services",
-        f"add rule {t} nodeport-endpoints-check ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
+        f"add rule {t} nodeport-endpoints-check {fam} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
         f"add rule {t} reject-chain reject",
-        f"add rule {t} services ip daddr . meta l4proto . th dport vmap @service-ips",
-        f"add rule {t} services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
-        f"add rule {t} service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
+        f"add rule {t} services {fam} daddr . meta l4proto . th dport vmap @service-ips",
+        f"add rule {t} services {fam} daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
+        f"add rule {t} service-endpoints-check {fam} daddr . meta l4proto . th dport vmap @no-endpoint-services",
     ]
     sets: list[str] = []
     elements = [f"add element {t} nodeport-ips {{ {ip} }}" for ip in node_ips]
@@ -330,18 +343,18 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
             reachable = ready if uses_cluster else local_ready
             eps = {}
             for e in reachable:
-                ep_name = f"{base_name}__{e.ip}/{port.target_port}"
+                ep_name = f"{base_name}__{e.ip.replace(':', '.')}/{port.target_port}"  # kube-proxy: IPv6 colons become dots
                 ep_chain = f"endpoint-{_nft_hash(ep_name)}-{ep_name}"
                 eps[e.ip] = (ep_chain, ep_name)
                 chains.append(ep_chain)
-                rules.append(f"add rule {t} {ep_chain} ip saddr {e.ip} jump mark-for-masquerade")
+                rules.append(f"add rule {t} {ep_chain} {fam} saddr {e.ip} jump mark-for-masquerade")
                 if svc.affinity_seconds:
                     aff = f"affinity-{_nft_hash(ep_name)}-{ep_name}"
-                    sets.append(f"add set {t} {aff} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {svc.affinity_seconds}s ; }}")
-                    rules.append(f"add rule {t} {ep_chain} update @{aff} {{ ip saddr }}")
-                rules.append(f"add rule {t} {ep_chain} meta l4proto {proto} dnat to {e.ip}:{port.target_port}")
+                    sets.append(f"add set {t} {aff} {{ type {addr_t} ; flags dynamic,timeout ; timeout {svc.affinity_seconds}s ; }}")
+                    rules.append(f"add rule {t} {ep_chain} update @{aff} {{ {fam} saddr }}")
+                rules.append(f"add rule {t} {ep_chain} meta l4proto {proto} dnat to {hostport(e.ip, port.target_port)}")
             if has_internal:
-                rules.append(f"add rule {t} {internal_chain} ip daddr {svc.cluster_ip} {proto} dport {port.port} ip saddr != {cluster_cidr} jump mark-for-masquerade")
+                rules.append(f"add rule {t} {internal_chain} {fam} daddr {svc.cluster_ip} {proto} dport {port.port} {fam} saddr != {cluster_cidr} jump mark-for-masquerade")
             for chain, members, used in ((svc_chain, ready, uses_cluster), (local_chain, local_ready, uses_local)):
                 if not used:
                     continue
@@ -349,7 +362,7 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
                 if svc.affinity_seconds:
                     for e in members:
                         ep_chain, ep_name = eps[e.ip]
-                        rules.append(f"add rule {t} {chain} ip saddr @affinity-{_nft_hash(ep_name)}-{ep_name} goto {ep_chain}")
+                        rules.append(f"add rule {t} {chain} {fam} saddr @affinity-{_nft_hash(ep_name)}-{ep_name} goto {ep_chain}")
                 vmap = ", ".join(f"{i} : goto {eps[e.ip][0]}" for i, e in enumerate(members))
                 rules.append(f"add rule {t} {chain} numgen random mod {len(members)} vmap {{ {vmap} }}")
             if has_external:
@@ -357,7 +370,7 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
                 if port.node_port:
                     elements.append(f"add element {t} service-nodeports {{ {proto} . {port.node_port} : goto {ext_chain} }}")
                 if svc.etp_local:
-                    rules.append(f'add rule {t} {ext_chain} ip saddr {cluster_cidr} goto {svc_chain} comment "short-circuit pod traffic"')
+                    rules.append(f'add rule {t} {ext_chain} {fam} saddr {cluster_cidr} goto {svc_chain} comment "short-circuit pod traffic"')
                     rules.append(f'add rule {t} {ext_chain} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"')
                     rules.append(f'add rule {t} {ext_chain} fib saddr type local goto {svc_chain} comment "short-circuit local traffic"')
                     if local_ready:

@@ -184,7 +184,13 @@ class NodeCollector:
         except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j
             self._err("node/ip-addr.json", f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
             self._run("node/ip-addr.json", "ip", ["-j", "addr"])
-            self._run("node/ip-route.json", "ip", ["-j", "route", "show", "table", "all"])
+            v4 = self._run("node/ip-route.json", "ip", ["-j", "route", "show", "table", "all"])
+            v6 = self._run("node/ip-route.json", "ip", ["-6", "-j", "route", "show", "table", "all"]) if v4 is not None else None
+            if v4 is not None:  # `ip route` shows one family: both, as the pyroute2 dump has them
+                try:
+                    self._put("node/ip-route.json", json.dumps(json.loads(v4) + (json.loads(v6) if v6 else []), indent=1))
+                except ValueError:
+                    self._put("node/ip-route.json", v4)
         self._timed("node/ip-addr.json+ip-route.json", t)
 
     def iptables(self) -> None:

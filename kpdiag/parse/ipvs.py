@@ -22,7 +22,7 @@ class RealServer:
 
     @property
     def target(self) -> str:
-        return f"{self.addr}:{self.port}"
+        return f"[{self.addr}]:{self.port}" if ":" in self.addr else f"{self.addr}:{self.port}"
 
 
 @dataclass

@@ -32,9 +32,11 @@ def trace_to_text(result: TraceResult, verbose: bool = False) -> str:
 
     pk = result.packet
     lines = []
-    port = f":{pk.dport}" if pk.dport is not None else ""
-    sport = f":{pk.sport}" if pk.proto != "icmp" else ""
-    lines.append(f"packet  {pk.proto.upper()} {pk.src}{sport} -> {pk.dst}{port}  (from {pk.origin}; first packet of a new connection)")
+    def hp(ip, port):
+        return ip if port is None else (f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+
+    src, dst = hp(pk.src, pk.sport if pk.proto != "icmp" else None), hp(pk.dst, pk.dport)
+    lines.append(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)")
     lines.append(f"mode    {result.mode}; rules from {', '.join(result.sources)}")
     n = len(result.paths)
     lines.append(

@@ -120,3 +120,11 @@ class TraceResult:
 
 def ip_text(value: int, version: int = 4) -> str:
     return int_to_ip(value, version)
+
+
+def hostport(value: int, version: int, port: int | None) -> str:
+    """ip:port, [ip6]:port (how kube-proxy and the kernel write them), or the address alone without a port."""
+    ip = int_to_ip(value, version)
+    if port is None:
+        return ip
+    return f"[{ip}]:{port}" if version == 6 else f"{ip}:{port}"

@@ -23,7 +23,7 @@ import re
 from ..errors import InputError
 from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
-from .model import Packet, Path, Step, TraceResult, ip_text
+from .model import Packet, Path, Step, TraceResult, hostport, ip_text
 from .routing import RoutingTable
 
 MAX_DEPTH = 64
@@ -268,7 +268,7 @@ class PacketWalker:
             uncertain=st.uncertain,
             snat=st.snat if verdict == "accept" else None,
             delivery=delivery,
-            final_dst=(f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)),
+            final_dst=hostport(st.dst, st.ver, st.dport),
             rules_evaluated=st.rules_evaluated,
             reject_with=st.reject_with if verdict == "reject" else None,
         )
@@ -510,7 +510,7 @@ class IptablesTracer(PacketWalker):
         if port:
             st.dport = int(port.split("-")[0])
         st.ct_dnat = True
-        st.dnat = f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)
+        st.dnat = hostport(st.dst, st.ver, st.dport)
         self._step(rule, st, f"DNAT to {st.dnat}")
         return "ACCEPT"
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 from ..parse.nft import NftChain, NftRule, NftRuleset
-from .model import Step, ip_text
+from .model import Step, hostport, ip_text
 from .netfilter import MAX_DEPTH, MAX_PATHS, PacketWalker, _State
 from .routing import RoutingTable
 
-FAMILIES = ("ip", "inet")
+FAMILIES = ("ip", "inet")  # the tables an IPv4 packet meets
+FAMILIES6 = ("ip6", "inet")
 PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 132: "sctp", 58: "icmpv6"}
 TYPE_KINDS = {"ipv4_addr": "ip", "ipv6_addr": "ip", "inet_proto": "proto", "inet_service": "port", "mark": "int",
               "ifname": "str", "ether_addr": "str", "integer": "int", "verdict": "verdict"}
@@ -124,10 +125,11 @@ class NftTracer(PacketWalker):
 
     # ----------------------------------------------------------------- hooks
     def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:
-        """Every base chain of the ip/inet families on this hook, by priority."""
+        """Every base chain of the ip/inet (IPv6: ip6/inet) families on this hook, by priority."""
         hook_name = hook
         hook = hook.lower()
-        for chain in self.rs.base_chains(FAMILIES, hook):
+        families = FAMILIES6 if states and states[0].ver == 6 else FAMILIES  # DNAT keeps the family
+        for chain in self.rs.base_chains(families, hook):
             nxt = []
             for st in states:
                 if chain.type == "nat" and (st.untracked or st.nat_done == hook):
@@ -227,7 +229,7 @@ class NftTracer(PacketWalker):
                     if v.get("port") is not None:
                         st.dport = int(v["port"])
                     st.ct_dnat = True
-                    st.dnat = f"{ip_text(st.dst, st.ver)}:{st.dport}" if st.dport is not None else ip_text(st.dst, st.ver)
+                    st.dnat = hostport(st.dst, st.ver, st.dport)
                     self._step(rule, st, f"DNAT to {st.dnat}")
                     return [(st, "accept")]
                 elif k == "snat":
@@ -298,11 +300,13 @@ class NftTracer(PacketWalker):
             if "payload" in left:
                 p = left["payload"]
                 proto, f = p.get("protocol"), p.get("field")
+                if proto in ("ip", "ip6") and (proto == "ip6") != (st.ver == 6):
+                    raise _NoMatch()  # an IPv4 header match on an IPv6 packet (inet tables see both), or the reverse
                 if f == "saddr" and proto in ("ip", "ip6"):
                     return st.src
                 if f == "daddr" and proto in ("ip", "ip6"):
                     return st.dst
-                if f == "protocol" and proto == "ip":
+                if (f == "protocol" and proto == "ip") or (f == "nexthdr" and proto == "ip6"):
                     return st.proto
                 if f in ("sport", "dport") and proto in ("th", "tcp", "udp", "sctp"):
                     if proto != "th" and proto != st.proto:
@@ -329,8 +333,10 @@ class NftTracer(PacketWalker):
                     if st.oif is None:
                         raise Unknown("the output interface (no route known)")
                     return st.oif
-                if key in ("nfproto", "protocol"):
-                    return "ipv4" if key == "nfproto" else "ip"
+                if key == "nfproto":
+                    return "ipv6" if st.ver == 6 else "ipv4"
+                if key == "protocol":
+                    return "ip6" if st.ver == 6 else "ip"
                 raise Unknown(f"meta {key}")
             if "ct" in left:
                 key = left["ct"].get("key")

@@ -14,7 +14,9 @@ SYSCTL_PREFIXES = ("net.ipv4.ip_forward", "net.ipv4.conf.all.", "net.ipv4.conf.d
                    "net.ipv4.conf.all.route_localnet")
 
 
-def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", extra: dict | None = None, created: str | None = None) -> str:
+def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", extra: dict | None = None, created: str | None = None,
+                   ipv6: bool = False) -> str:
+    """``ipv6``: also ip6tables-save and the IPv6 routes (in node/ip-route.json, as kpdiag's collector writes them)."""
     files: dict[str, str] = {}
     errors = []
 
@@ -31,6 +33,11 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
     grab("node/conntrack-stats.txt", ["conntrack", "-S"])
     grab("node/ip-addr.json", ["ip", "-j", "addr"], _pretty_json)
     grab("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], _pretty_json)
+    if ipv6:
+        grab("node/ip6tables-save.txt", ["ip6tables-save"], _strip_iptables_header)
+        six = lab.sh(role, ["ip", "-6", "-j", "route", "show", "table", "all"], check=False)
+        if six.returncode == 0 and "node/ip-route.json" in files:
+            files["node/ip-route.json"] = json.dumps(json.loads(files["node/ip-route.json"]) + json.loads(six.stdout), indent=1) + "\n"
     grab("node/ipset.txt", ["ipset", "save"])
     grab("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"])
     grab("node/nft-version.txt", ["nft", "--version"])

@@ -171,15 +171,15 @@ class KernelTrace:
     the source-port range ``sports`` (TCP/UDP) so only test packets are traced.
     """
 
-    def __init__(self, lab: Lab, role: str, sports: str = "41000-41999"):
-        self.lab, self.role, self.sports = lab, role, sports
+    def __init__(self, lab: Lab, role: str, sports: str = "41000-41999", family: str = "ip"):
+        self.lab, self.role, self.sports, self.family = lab, role, sports, family  # family "ip6" for IPv6 packets
         self.path = tempfile.mktemp(prefix="kpdiag-trace-", suffix=".txt")
         self._fh = None
         self._proc = None
 
     def __enter__(self) -> "KernelTrace":
         rules = (
-            f"table ip {TRACE_TABLE} {{\n"
+            f"table {self.family} {TRACE_TABLE} {{\n"
             f"  chain pre {{ type filter hook prerouting priority -350; th sport {self.sports} meta nftrace set 1; }}\n"
             f"  chain out {{ type filter hook output priority -350; th sport {self.sports} meta nftrace set 1; }}\n"
             "}\n"
@@ -192,7 +192,7 @@ class KernelTrace:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-        self.lab.sh(self.role, ["nft", "delete", "table", "ip", TRACE_TABLE], check=False)
+        self.lab.sh(self.role, ["nft", "delete", "table", self.family, TRACE_TABLE], check=False)
         try:
             os.unlink(self.path)
         except OSError:
@@ -249,21 +249,21 @@ def kernel_fates(groups: dict[str, list[str]]) -> dict[int, KernelFate]:
         for line in lines:
             # the packet as each hook sees it: after DNAT its destination has changed (used when the
             # trace lacks the dnat rule's own line, which nft monitor sometimes omits)
-            p = re.search(r"packet: .*?ip daddr (\S+) .*?(?:tcp|udp|sctp) dport (\d+)", line)
+            p = re.search(r"packet: .*?ip6? daddr (\S+) .*?(?:tcp|udp|sctp) dport (\d+)", line)
             if p:
-                here = f"{p.group(1)}:{p.group(2)}"
+                here = f"[{p.group(1)}]:{p.group(2)}" if ":" in p.group(1) else f"{p.group(1)}:{p.group(2)}"
                 if first_dst is None:
                     first_dst = here
                 elif here != first_dst and fate.dnat_to is None:
                     fate.dnat_to = here
                     fate.dnat_chain = "(from the packet)"
-            m = re.match(r"ip (\S+) (\S+) rule (.*)\(verdict (\w+)", line)
+            m = re.match(r"ip6? (\S+) (\S+) rule (.*)\(verdict (\w+)", line)
             if not m:
                 continue
             table, chain, rule, verdict = m.groups()
             if "dnat to" in rule:
                 fate.dnat_chain = chain
-                d = re.search(r"dnat to (\S+)", rule)
+                d = re.search(r"dnat (?:ip6? )?to (\S+)", rule)
                 fate.dnat_to = d.group(1) if d else None
             if " masquerade" in f" {rule}" and verdict == "accept":
                 fate.masquerade = True
@@ -276,11 +276,12 @@ def send_packets(lab: Lab, role: str, packets: list[dict], wait: float = 0.2) ->
     """Send raw first packets (TCP SYN / UDP) from namespace ``role`` with scapy (layer 3)."""
     script = (
         "import json,sys,time\n"
-        "from scapy.all import IP, TCP, UDP, Raw, send, conf\n"
+        "from scapy.all import IP, IPv6, TCP, UDP, Raw, send, conf\n"
         "conf.verb = 0\n"
         "for p in json.loads(sys.argv[1]):\n"
         "    l4 = TCP(sport=p['sport'], dport=p['dport'], flags='S') if p['proto'] == 'tcp' else UDP(sport=p['sport'], dport=p['dport'])/Raw(b'kpdiag')\n"
-        "    send(IP(src=p['src'], dst=p['dst'])/l4)\n"
+        "    l3 = IPv6(src=p['src'], dst=p['dst']) if ':' in p['dst'] else IP(src=p['src'], dst=p['dst'])\n"
+        "    send(l3/l4)\n"
         f"    time.sleep({wait})\n"
     )
     lab.sh(role, [sys.executable, "-c", script, json.dumps(packets)], timeout=300)
@@ -292,10 +293,10 @@ def connect_from(lab: Lab, role: str, packets: list[dict]) -> None:
         "import json,socket,sys\n"
         "for p in json.loads(sys.argv[1]):\n"
         "    kind = socket.SOCK_STREAM if p['proto'] == 'tcp' else socket.SOCK_DGRAM\n"
-        "    s = socket.socket(socket.AF_INET, kind)\n"
+        "    s = socket.socket(socket.AF_INET6 if ':' in p['dst'] else socket.AF_INET, kind)\n"
         "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
         "    s.settimeout(0.3)\n"
-        "    s.bind((p.get('bind', '0.0.0.0'), p['sport']))\n"
+        "    s.bind((p.get('bind', '::' if ':' in p['dst'] else '0.0.0.0'), p['sport']))\n"
         "    try:\n"
         "        s.connect((p['dst'], p['dport']))\n"
         "        if kind == socket.SOCK_DGRAM: s.send(b'kpdiag')\n"
