@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 from ..parse.nft import NftChain, NftRule, NftRuleset
-from .model import Step, hostport, ip_text
+from .model import Step, hostport
 from .netfilter import MAX_DEPTH, MAX_PATHS, PacketWalker, _State
 from .routing import RoutingTable
 

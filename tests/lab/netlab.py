@@ -272,6 +272,39 @@ def kernel_fates(groups: dict[str, list[str]]) -> dict[int, KernelFate]:
     return fates
 
 
+class Sends(list):
+    """The test packets of an oracle run: (origin, packet), each with its own source port (the kernel's trace is
+    matched to kpdiag's by it)."""
+
+    def __init__(self, first_sport: int = 41000):
+        super().__init__()
+        self.sport = first_sport
+
+    def add(self, origin: str, src: str, dst: str, dport: int, proto: str = "tcp", repeat: int = 1) -> None:
+        for _ in range(repeat):
+            self.append((origin, dict(src=src, dst=dst, dport=dport, proto=proto, sport=self.sport)))
+            self.sport += 1
+
+    def of(self, origin: str) -> list[dict]:
+        return [p for o, p in self if o == origin]
+
+
+def kernel_walk(lines: list[str]) -> list[tuple[str, str]]:
+    """(table, chain) of every rule the kernel's trace reports (IPv4 or IPv6), our own trace table left out."""
+    out = []
+    for line in lines:
+        m = re.match(r"ip6? (\S+) (\S+) rule ", line)
+        if m and m.group(1) != TRACE_TABLE:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def subsequence(kernel: list, ours: list) -> bool:
+    """Every rule the kernel reports, in order, is on kpdiag's path (nft monitor trace may omit some)."""
+    it = iter(ours)
+    return bool(kernel) and all(any(c == o for o in it) for c in kernel)
+
+
 def send_packets(lab: Lab, role: str, packets: list[dict], wait: float = 0.2) -> None:
     """Send raw first packets (TCP SYN / UDP) from namespace ``role`` with scapy (layer 3)."""
     script = (

@@ -19,7 +19,7 @@ from kpdiag.trace.model import Packet
 from kpdiag.trace.netfilter import IptablesTracer
 
 from .bundle_from_ns import bundle_from_ns
-from .netlab import KernelTrace, KubeNodeLab, connect_from, kernel_fates, send_packets
+from .netlab import KernelTrace, KubeNodeLab, Sends, connect_from, kernel_fates, kernel_walk, send_packets
 
 pytestmark = pytest.mark.lab
 
@@ -46,17 +46,6 @@ def _chain_walk(steps) -> list[tuple[str, str]]:
     return [(s.table, s.chain) for s in steps if s.rule is not None]
 
 
-def _kernel_walk(lines) -> list[tuple[str, str]]:
-    import re
-
-    out = []
-    for line in lines:
-        m = re.match(r"ip (\w+) (\S+) rule ", line)
-        if m and m.group(1) != "kpdiag_oracle":
-            out.append((m.group(1), m.group(2)))
-    return out
-
-
 def test_kernel_agrees_with_tracer(lab, tmp_path):
     k = KubeNodeLab.build(lab, pod_count=5)
     lab.route("node", "default", "via", k.client_ip)  # a real node has a default route
@@ -65,14 +54,8 @@ def test_kernel_agrees_with_tracer(lab, tmp_path):
 
     pod0 = k.pods["pod0"]
     pod4 = k.pods["pod4"]  # not an endpoint of shop/web
-    sends: list[tuple[str, dict]] = []  # (origin, packet)
-    sport = 41000
-
-    def add(origin, src, dst, dport, proto="tcp", repeat=1):
-        nonlocal sport
-        for _ in range(repeat):
-            sends.append((origin, dict(src=src, dst=dst, dport=dport, proto=proto, sport=sport)))
-            sport += 1
+    sends = Sends()
+    add = sends.add
 
     add("external", k.client_ip, "10.96.0.10", 80, repeat=12)
     add("pod", pod4, "10.96.0.10", 80, repeat=12)
@@ -90,9 +73,9 @@ def test_kernel_agrees_with_tracer(lab, tmp_path):
     add("node", "192.168.50.1", "10.96.0.10", 80, repeat=6)  # the node itself: OUTPUT hook
 
     with KernelTrace(lab, "node") as kt:
-        send_packets(lab, "client", [p for o, p in sends if o == "external"], wait=0.05)
-        send_packets(lab, "pod4", [p for o, p in sends if o == "pod"], wait=0.05)
-        connect_from(lab, "node", [p for o, p in sends if o == "node"])
+        send_packets(lab, "client", sends.of("external"), wait=0.05)
+        send_packets(lab, "pod4", sends.of("pod"), wait=0.05)
+        connect_from(lab, "node", sends.of("node"))
         fates = kernel_fates(kt.events())
 
     bundle_dir = bundle_from_ns(lab, "node", str(tmp_path / "bundle"))
@@ -127,7 +110,7 @@ def test_kernel_agrees_with_tracer(lab, tmp_path):
         assert path.verdict == fate.verdict, (p, path.verdict, fate.verdict, fate.lines)
         if path.verdict == "accept":
             assert path.masquerade == fate.masquerade, (p, "\n".join(fate.lines))
-        assert _chain_walk(path.steps) == _kernel_walk(fate.lines), (p, fate.lines)
+        assert _chain_walk(path.steps) == kernel_walk(fate.lines), (p, fate.lines)
         seen_dnat.setdefault((p["dst"], p["dport"]), set()).add(fate.dnat_to)
         checked += 1
     assert checked == len(sends)

@@ -9,8 +9,6 @@ DNAT choice among its paths (written [addr]:port), chains walked, masquerade, re
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from kpdiag.bundle import Bundle
@@ -19,7 +17,7 @@ from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset, nft_ruleset
 from kpdiag.trace.model import Packet
 
 from .bundle_from_ns import bundle_from_ns
-from .netlab import KernelTrace, KubeNodeLab, connect_from, kernel_fates, send_packets
+from .netlab import KernelTrace, KubeNodeLab, Sends, connect_from, kernel_fates, kernel_walk, send_packets, subsequence
 
 pytestmark = pytest.mark.lab
 
@@ -47,21 +45,6 @@ def _ipv6(lab, k: KubeNodeLab) -> dict[str, str]:
     return pods6
 
 
-def _walk(lines) -> list[tuple[str, str]]:
-    out = []
-    for line in lines:
-        m = re.match(r"ip6 (\S+) (\S+) rule ", line)
-        if m and m.group(1) != "kpdiag_oracle":
-            out.append((m.group(1), m.group(2)))
-    return out
-
-
-def _subsequence(kernel: list, ours: list) -> bool:
-    """Every rule the kernel reports, in order, is on kpdiag's path (nft monitor trace may omit some)."""
-    it = iter(ours)
-    return bool(kernel) and all(any(c == o for o in it) for c in kernel)
-
-
 @pytest.mark.parametrize("mode", ["iptables", "nftables"])
 def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
     k = KubeNodeLab.build(lab, pod_count=5)
@@ -79,13 +62,8 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
     else:  # kube-proxy's IPv6 table: ip6 kube-proxy
         k.load_nft(nft_ruleset(services, cluster_cidr=CIDR, service_cidr="fd00:10:96::/112", node_ips=(NODE,)))
 
-    sends, sport = [], 41000
-
-    def add(origin, src, dst, dport, proto="tcp", repeat=1):
-        nonlocal sport
-        for _ in range(repeat):
-            sends.append((origin, dict(src=src, dst=dst, dport=dport, proto=proto, sport=sport)))
-            sport += 1
+    sends = Sends()
+    add = sends.add
 
     add("external", CLIENT, "fd00:10:96::10", 80, repeat=12)
     add("pod", ips[4], "fd00:10:96::10", 80, repeat=6)
@@ -96,8 +74,8 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
     add("node", NODE, "fd00:10:96::10", 80, repeat=4)  # the node's own socket: OUTPUT
 
     with KernelTrace(lab, "node", family="ip6") as kt:
-        send_packets(lab, "client", [p for o, p in sends if o == "external"], wait=0.05)
-        send_packets(lab, "pod4", [p for o, p in sends if o == "pod"], wait=0.05)
+        send_packets(lab, "client", sends.of("external"), wait=0.05)
+        send_packets(lab, "pod4", sends.of("pod"), wait=0.05)
         connect_from(lab, "node", [dict(p, bind=NODE) for o, p in sends if o == "node"])
         fates = kernel_fates(kt.events())
 
@@ -123,9 +101,9 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
             assert path.masquerade == fate.masquerade, (p, "\n".join(fate.lines))
         ours = [(s.table.split()[-1], s.chain) for s in path.steps if s.rule is not None]
         if mode == "iptables":
-            assert ours == _walk(fate.lines), (p, fate.lines)
+            assert ours == kernel_walk(fate.lines), (p, fate.lines)
         else:
-            assert _subsequence(_walk(fate.lines), ours), (p, "\n".join(fate.lines))
+            assert subsequence(kernel_walk(fate.lines), ours), (p, "\n".join(fate.lines))
         seen.setdefault((p["dst"], p["dport"]), set()).add(fate.dnat_to)
     by = {(p["dst"], p["dport"]): fates[p["sport"]] for _, p in sends}
     assert by[("fd00:10:96::12", 80)].verdict == "reject" and by[("fd00:10:96::14", 80)].verdict == "drop"

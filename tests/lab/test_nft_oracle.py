@@ -7,7 +7,6 @@ nft 1.0.6's `nft monitor trace` omits the rule lines of the nat prerouting chain
 (the filter and postrouting lines are there). The kernel's DNAT is then read from the packet as the
 next hook sees it, and the chains the kernel does report must appear, in order, on kpdiag's path."""
 
-import re
 
 import pytest
 
@@ -18,24 +17,9 @@ from kpdiag.trace.model import Packet
 from kpdiag.trace.nftables import NftTracer
 
 from .bundle_from_ns import bundle_from_ns
-from .netlab import KernelTrace, KubeNodeLab, connect_from, kernel_fates, send_packets
+from .netlab import KernelTrace, KubeNodeLab, Sends, connect_from, kernel_fates, kernel_walk, send_packets, subsequence
 
 pytestmark = pytest.mark.lab
-
-
-def _walk(lines):
-    out = []
-    for line in lines:
-        m = re.match(r"ip (\S+) (\S+) rule ", line)
-        if m and m.group(1) != "kpdiag_oracle":
-            out.append(m.group(2))
-    return out
-
-
-def _subsequence(kernel: list[str], ours: list[str]) -> bool:
-    """Every rule the kernel reports, in order, is on kpdiag's path (nft monitor trace may omit some)."""
-    it = iter(ours)
-    return bool(kernel) and all(any(c == o for o in it) for c in kernel)
 
 
 def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
@@ -55,13 +39,8 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
         Service("shop", "probe", "10.96.0.18", [Port("http", 80, 8080)], [Endpoint("10.244.2.10")], itp_local=True),
     ]
     k.load_nft(nft_ruleset(services, node_ips=("192.168.50.1",)))
-    sends, sport = [], 41000
-
-    def add(origin, src, dst, dport, proto="tcp", repeat=1):
-        nonlocal sport
-        for _ in range(repeat):
-            sends.append((origin, dict(src=src, dst=dst, dport=dport, proto=proto, sport=sport)))
-            sport += 1
+    sends = Sends()
+    add = sends.add
 
     add("external", k.client_ip, "10.96.0.10", 80)
     add("external", k.client_ip, "10.96.0.11", 80, repeat=12)
@@ -78,9 +57,9 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
     add("node", "192.168.50.1", "10.96.0.11", 80, repeat=4)
 
     with KernelTrace(lab, "node") as kt:
-        send_packets(lab, "client", [p for o, p in sends if o == "external"], wait=0.05)
-        send_packets(lab, "pod4", [p for o, p in sends if o == "pod"], wait=0.05)
-        connect_from(lab, "node", [p for o, p in sends if o == "node"])
+        send_packets(lab, "client", sends.of("external"), wait=0.05)
+        send_packets(lab, "pod4", sends.of("pod"), wait=0.05)
+        connect_from(lab, "node", sends.of("node"))
         fates = kernel_fates(kt.events())
 
     state = NodeState(Bundle.open(bundle_from_ns(lab, "node", str(tmp_path / "b"))))
@@ -98,7 +77,7 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
         assert path.verdict == fate.verdict, (p, path.verdict, fate.lines)
         if path.verdict == "accept":
             assert path.masquerade == fate.masquerade, (p, fate.lines)
-        assert _subsequence(_walk(fate.lines), [s.chain for s in path.steps if s.rule is not None]), (p, "\n".join(fate.lines))
+        assert subsequence(kernel_walk(fate.lines), [(s.table.split()[-1], s.chain) for s in path.steps if s.rule is not None]), (p, "\n".join(fate.lines))
         seen.setdefault((p["dst"], p["dport"]), set()).add(fate.dnat_to)
     three = tracer.trace(Packet(k.client_ip, "10.96.0.11", "tcp", 80))
     assert three.dnat_set() == {f"{ip}:8080" for ip in ips[:3]}
