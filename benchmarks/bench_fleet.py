@@ -34,6 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")  # where the results go
 sys.path.insert(0, ROOT)
 
 from kpdiag import programmed  # noqa: E402
@@ -46,7 +47,7 @@ def table(services: int) -> dict:
     for i in range(services):
         ip = f"10.96.{i // 250}.{i % 250 + 1}"
         eps = tuple(f"10.244.{(i * 3 + k) // 250 % 250}.{(i * 3 + k) % 250 + 1}:8080" for k in range(3))
-        out[f"{ip}:80/tcp"] = (f"ns{i % 40}/svc{i}:http", eps)
+        out[f"{ip}:80/tcp"] = (f"ns{i % 40}/svc{i}:http", eps, i % 20 == 5)  # every 20th: internalTrafficPolicy: Local
     return out
 
 
@@ -66,7 +67,7 @@ def reports(nodes: int, services: int) -> list[NodeResult]:
         elif n % 100 == 13:  # stale endpoints for one Service
             t = dict(full)
             k = sorted(t)[n % services]
-            t[k] = (t[k][0], ("10.244.250.250:8080",))
+            t[k] = (t[k][0], ("10.244.250.250:8080",), t[k][2])
             rep["extra"]["programmed"] = programmed.encode(t, "iptables")
         else:
             rep["extra"]["programmed"] = common
@@ -122,8 +123,8 @@ def main() -> None:
     if args.live:
         row = live(args.live, args.parallel, args.pod_seconds)
         print(json.dumps(row))
-        os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
-        with open(os.path.join(HERE, "out", "fleet-live.json"), "w") as fh:
+        os.makedirs(OUT, exist_ok=True)
+        with open(os.path.join(OUT, "fleet-live.json"), "w") as fh:
             json.dump(row, fh, indent=1)
         return
     rows = []
@@ -146,8 +147,8 @@ def main() -> None:
                "exit": runs[0][2], "findings": ids}
         rows.append(row)
         print(json.dumps(row))
-    os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
-    with open(os.path.join(HERE, "out", "fleet.json"), "w") as fh:
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "fleet.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
 
 

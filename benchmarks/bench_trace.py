@@ -30,6 +30,7 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")  # where the results go
 sys.path.insert(0, ROOT)
 
 from kpdiag.synth import iptables_ruleset, many_services  # noqa: E402
@@ -280,8 +281,8 @@ def main() -> int:
         print(tabulate(node_rows, headers="keys", tablefmt="github"))
     print()
     print(tabulate([start], headers="keys", tablefmt="github"))
-    os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
-    with open(os.path.join(HERE, "out", "trace.json"), "w") as fh:
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "trace.json"), "w") as fh:
         json.dump({"rows": rows, "analyze": analyze_rows, "nftables": nft_rows, "node_e2e": node_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
     return 0
 

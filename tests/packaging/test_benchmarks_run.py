@@ -1,0 +1,29 @@
+"""The benchmark scripts still run against the current code (tiny sizes; nothing is timed here — the figures come
+from running them at full size, see README "Performance")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(tmp_path, *argv):
+    env = dict(os.environ, KPDIAG_BENCH_OUT=str(tmp_path))
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_bench_fleet_runs(tmp_path):
+    _run(tmp_path, "benchmarks/bench_fleet.py", "--nodes", "12", "--services", "30", "--repeat", "1")
+    rows = json.load(open(tmp_path / "fleet.json"))
+    assert [r["nodes"] for r in rows] == [12] and "KP802" in rows[0]["findings"]  # the lagging node (1 in 100: node 7)
+
+
+def test_bench_trace_runs_without_the_kernel(tmp_path):
+    _run(tmp_path, "benchmarks/bench_trace.py", "--services", "200", "--packets", "20", "--no-kernel", "--node-e2e", "0", "--nft-max", "0")
+    assert os.path.getsize(tmp_path / "trace.json") > 0
