@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
+from kpdiag.cluster_state import hostport
 from kpdiag.model import Evidence
 
 from .service import _services, _svc_ev, drift, wanted_targets
@@ -28,11 +29,11 @@ def _vs(ctx):
 
 
 def _api_keys(svc):
+    """(port, (proto, ClusterIP, port), IP version) for each ClusterIP: IPVS holds both families' virtual servers."""
     for port in svc.ports:
         proto = (port.get("protocol") or "TCP").lower()
         for ip in svc.cluster_ips:
-            if ":" not in ip:
-                yield port, (proto, ip, int(port.get("port")))
+            yield port, (proto, ip, int(port.get("port"))), 6 if ":" in ip else 4
 
 
 @check(
@@ -51,15 +52,16 @@ def service_missing(ctx, new):
     if services is None:
         return
     for svc in _services(ctx):
-        for port, key in _api_keys(svc):
-            if key in services or not any(e.ready for e in svc.endpoints_for(port, family=4)):
+        for port, key, family in _api_keys(svc):
+            if key in services or not any(e.ready for e in svc.endpoints_for(port, family=family)):
                 continue
+            addr = hostport(key[1], key[2])
             yield new(
-                f"{svc.key} {key[1]}:{key[2]}/{key[0]} has ready endpoints but no IPVS virtual server on this node",
-                fix=(f"ipvsadm -Ln -t {key[1]}:{key[2]}" if key[0] == "tcp" else f"ipvsadm -Ln -u {key[1]}:{key[2]}",
+                f"{svc.key} {addr}/{key[0]} has ready endpoints but no IPVS virtual server on this node",
+                fix=(f"ipvsadm -Ln -t {addr}" if key[0] == "tcp" else f"ipvsadm -Ln -u {addr}",
                      "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail"),
                 evidence=[_svc_ev(ctx, svc, f"clusterIP {key[1]} port {key[2]}/{key[0]}"),
-                          Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"no -A {'-t' if key[0] == 'tcp' else '-u'} {key[1]}:{key[2]}")],
+                          Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"no -A {'-t' if key[0] == 'tcp' else '-u'} {addr}")],
                 subject=f"{svc.key}:{key[2]}",
             )
 
@@ -81,10 +83,10 @@ def realservers(ctx, new):
     if services is None:
         return
     for svc in _services(ctx):
-        for port, key in _api_keys(svc):
+        for port, key, family in _api_keys(svc):
             vs = services.get(key)
-            want = wanted_targets(ctx, svc, port)  # internalTrafficPolicy: Local → this node's ready endpoints
-            if vs is None or want is None or not any(e.ready for e in svc.endpoints_for(port, family=4)):
+            want = wanted_targets(ctx, svc, port, family)  # internalTrafficPolicy: Local → this node's ready endpoints
+            if vs is None or want is None or not any(e.ready for e in svc.endpoints_for(port, family=family)):
                 continue
             have = {r.target for r in vs.reals if r.weight > 0}
             if have == want:
@@ -92,7 +94,7 @@ def realservers(ctx, new):
             text, api_ev = drift(ctx, have, want, verb="IPVS sends new connections to")
             yield new(
                 f"{svc.key} {vs.name}: {text}",
-                fix=(f"ipvsadm -Ln {'-t' if key[0] == 'tcp' else '-u'} {key[1]}:{key[2]}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+                fix=(f"ipvsadm -Ln {'-t' if key[0] == 'tcp' else '-u'} {hostport(key[1], key[2])}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
                 evidence=[Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line), api_ev],
                 subject=f"{svc.key}:{key[2]}",
             )

@@ -67,11 +67,13 @@ def _programmed(ctx):
 
 
 def _api_ports(svc):
+    """(port, (ClusterIP, proto, port), IP version, kube-proxy's table family) for each ClusterIP of the Service:
+    a dual-stack Service's IPv6 side is in table ip6 kube-proxy."""
     for port in svc.ports:
         proto = (port.get("protocol") or "TCP").lower()
         for ip in svc.cluster_ips:
-            if ":" not in ip:
-                yield port, (ip, proto, int(port.get("port")))
+            v6 = ":" in ip
+            yield port, (ip, proto, int(port.get("port"))), 6 if v6 else 4, "ip6" if v6 else "ip"
 
 
 @check(
@@ -91,16 +93,16 @@ def service_missing(ctx, new):
     if prog is None:
         return  # no kube-proxy table: not nftables mode, nothing of this kind to compare
     for svc in _services(ctx):
-        for port, key in _api_ports(svc):
-            if not any(e.ready for e in svc.endpoints_for(port, family=4)):
+        for port, key, family, fam in _api_ports(svc):
+            if not any(e.ready for e in svc.endpoints_for(port, family=family)):
                 continue
             if key in prog and (prog[key].chain or prog[key].local_policy):
                 continue  # a service-/local- chain, or internalTrafficPolicy: Local's drop (no endpoint here: KP106)
             yield new(
                 f"{svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
-                fix=("nft list map ip kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
+                fix=(f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
                 evidence=[_svc_ev(ctx, svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
-                          Evidence(rs.source, f"map ip kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")],
+                          Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")],
                 subject=f"{svc.key}:{key[2]}",
             )
 
@@ -122,10 +124,10 @@ def endpoints_mismatch(ctx, new):
     if prog is None:
         return  # no kube-proxy table: not nftables mode
     for svc in _services(ctx):
-        for port, key in _api_ports(svc):
-            want = wanted_targets(ctx, svc, port)
+        for port, key, family, fam in _api_ports(svc):
+            want = wanted_targets(ctx, svc, port, family)
             p = prog.get(key)
-            if not any(e.ready for e in svc.endpoints_for(port, family=4)) or want is None or p is None or not (p.chain or p.local_policy):
+            if not any(e.ready for e in svc.endpoints_for(port, family=family)) or want is None or p is None or not (p.chain or p.local_policy):
                 continue
             have = set(p.endpoints)
             if have == want:
@@ -133,8 +135,9 @@ def endpoints_mismatch(ctx, new):
             text, api_ev = drift(ctx, have, want)
             yield new(
                 f"{svc.key} {key[0]}:{key[2]}: {text}",
-                fix=(f"nft list chain ip kube-proxy '{p.chain}'" if p.chain else "nft list map ip kube-proxy no-endpoint-services", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+                fix=(f"nft list chain {fam} kube-proxy '{p.chain}'" if p.chain else f"nft list map {fam} kube-proxy no-endpoint-services",
+                     "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
                 evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}" if p.chain
-                                   else f"map ip kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
+                                   else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
                 subject=f"{svc.key}:{key[2]}",
             )

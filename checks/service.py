@@ -24,10 +24,11 @@ def _svc_ev(ctx, svc, what: str) -> Evidence:
     return Evidence(ctx.bundle.display(SVC_SRC), f"{svc.key}: {what}")
 
 
-def wanted_targets(ctx, svc, port) -> set[str] | None:
-    """The DNAT targets this node should have for a Service port: its ready endpoints — only those on this node
-    under internalTrafficPolicy: Local (None when this node's name is unknown, so that cannot be told)."""
-    ready = [e for e in svc.endpoints_for(port, family=4) if e.ready]  # the IPv4 rules are compared
+def wanted_targets(ctx, svc, port, family: int = 4) -> set[str] | None:
+    """The DNAT targets this node should have for a Service port in the rules of IP version ``family``: its ready
+    endpoints of that family — only those on this node under internalTrafficPolicy: Local (None when this node's
+    name is unknown, so that cannot be told)."""
+    ready = [e for e in svc.endpoints_for(port, family=family) if e.ready]
     if svc.itp_local:
         node = ctx.cluster.node_name() or ctx.node_name
         if not node:

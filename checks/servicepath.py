@@ -108,8 +108,21 @@ def icmp_cluster_ip(ctx, new):
                 )
 
 
-def _api_targets(svc, port) -> set[str]:
-    return {hostport(e.ip, svc.target_of(e, port)) for e in svc.endpoints_for(port, family=4) if e.ready}
+def _api_targets(svc, port, family: int = 4) -> set[str]:
+    return {hostport(e.ip, svc.target_of(e, port)) for e in svc.endpoints_for(port, family=family) if e.ready}
+
+
+def _families(ctx, svc):
+    """(IP version, its programmed ports, its rules) for each family this Service has a ClusterIP of; IPv6 only when
+    the bundle has ip6tables-save (a dual-stack Service's IPv6 side lives there)."""
+    out = []
+    for family, which in ((4, "iptables-save"), (6, "ip6tables-save")):
+        if not any((":" in ip) == (family == 6) for ip in svc.cluster_ips):
+            continue
+        rs = ctx.iptables(which)
+        if rs is not None:
+            out.append((family, ctx.programmed(which) or {}, rs))
+    return out
 
 
 @check(
@@ -128,23 +141,25 @@ def not_programmed(ctx, new):
     mode, _ = ctx.proxy_mode
     if mode not in (None, "iptables"):
         raise Skip(f"kube-proxy runs in {mode} mode: its iptables rules are not where Services live")
-    progs = ctx.programmed() or {}
     for svc in _services(ctx):
-        for port in svc.ports:
-            if not _api_targets(svc, port) or not svc.cluster_ips:
-                continue
-            name = svc.kube_proxy_name(port)
-            if name in progs and (progs[name].chain or progs[name].local_policy):
-                continue  # a KUBE-SVC/KUBE-SVL chain, or internalTrafficPolicy: Local's DROP (no endpoint here: KP106)
-            yield new(
-                f"{svc.key} port {port.get('port')} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
-                fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
-                     "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-                     f"iptables-save -t nat | grep -F '{name}'"),
-                evidence=[_svc_ev(ctx, svc, f"clusterIP {svc.cluster_ips[0]} port {port.get('port')}, {len(_api_targets(svc, port))} ready endpoint(s)"),
-                          Evidence(ctx.iptables().source, f"no KUBE-SERVICES rule with comment \"{name} cluster IP\"")],
-                subject=f"{svc.key}:{port.get('port')}",
-            )
+        for family, progs, rs in _families(ctx, svc):
+            ip = next(i for i in svc.cluster_ips if (":" in i) == (family == 6))
+            v6 = " (IPv6)" if family == 6 else ""
+            for port in svc.ports:
+                if not _api_targets(svc, port, family):
+                    continue
+                name = svc.kube_proxy_name(port)
+                if name in progs and (progs[name].chain or progs[name].local_policy):
+                    continue  # a KUBE-SVC/KUBE-SVL chain, or internalTrafficPolicy: Local's DROP (no endpoint here: KP106)
+                yield new(
+                    f"{svc.key} port {port.get('port')}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
+                    fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
+                         "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+                         f"{'ip6tables-save' if family == 6 else 'iptables-save'} -t nat | grep -F '{name}'"),
+                    evidence=[_svc_ev(ctx, svc, f"clusterIP {ip} port {port.get('port')}, {len(_api_targets(svc, port, family))} ready endpoint(s)"),
+                              Evidence(rs.source, f"no KUBE-SERVICES rule with comment \"{name} cluster IP\"")],
+                    subject=f"{svc.key}:{port.get('port')}",
+                )
 
 
 @check(
@@ -163,26 +178,27 @@ def stale(ctx, new):
     mode, _ = ctx.proxy_mode
     if mode not in (None, "iptables"):
         raise Skip(f"kube-proxy runs in {mode} mode")
-    progs = ctx.programmed() or {}
     for svc in _services(ctx):
-        for port in svc.ports:
-            want = wanted_targets(ctx, svc, port)
-            prog = progs.get(svc.kube_proxy_name(port))
-            if not _api_targets(svc, port) or want is None or prog is None or not (prog.chain or prog.local_policy):
-                continue
-            have = set(prog.endpoints)
-            if have == want:
-                continue
-            gone = have - want
-            share = len(gone) / len(have) if have else 0
-            text, api_ev = drift(ctx, have, want)
-            yield new(
-                f"{svc.key} port {port.get('port')}: {text}" + (f" (~{share * 100:.0f}% of connections go to endpoints that are not ready or gone)" if gone else ""),
-                fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-                     "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
-                evidence=[Evidence(ctx.iptables().source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain
-                                   else f"KUBE-SERVICES: \"{prog.name} has no local endpoints\" -j DROP"), api_ev],
-                subject=f"{svc.key}:{port.get('port')}",
+        for family, progs, rs in _families(ctx, svc):
+            for port in svc.ports:
+                want = wanted_targets(ctx, svc, port, family)
+                prog = progs.get(svc.kube_proxy_name(port))
+                if not _api_targets(svc, port, family) or want is None or prog is None or not (prog.chain or prog.local_policy):
+                    continue
+                have = set(prog.endpoints)
+                if have == want:
+                    continue
+                gone = have - want
+                share = len(gone) / len(have) if have else 0
+                text, api_ev = drift(ctx, have, want)
+                yield new(
+                    f"{svc.key} port {port.get('port')}{' (IPv6)' if family == 6 else ''}: {text}"
+                    + (f" (~{share * 100:.0f}% of connections go to endpoints that are not ready or gone)" if gone else ""),
+                    fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+                         "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
+                    evidence=[Evidence(rs.source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain
+                                       else f"KUBE-SERVICES: \"{prog.name} has no local endpoints\" -j DROP"), api_ev],
+                    subject=f"{svc.key}:{port.get('port')}",
             )
 
 
