@@ -245,16 +245,21 @@ class FleetRunner:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
 
-        def handler(signum, frame):
-            if self._signalled is not None:
-                raise Interrupted(signum, forced=True)
-            self._signalled = signum
-
-        saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        saved: dict = {}
 
         def restore():
             for sig, old in saved.items():
                 signal.signal(sig, old)
+            saved.clear()
+
+        def handler(signum, frame):
+            if self._signalled is not None:
+                restore()  # the user insists: the defaults again from here on (a third Ctrl-C is a plain one)
+                raise Interrupted(signum, forced=True)
+            self._signalled = signum
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            saved[sig] = signal.signal(sig, handler)
         return restore
 
     def _refresh(self) -> None:

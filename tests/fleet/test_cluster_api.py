@@ -188,6 +188,32 @@ def test_signal_deletes_every_pod(tmp_path, sig, code, running):
     assert posts <= 3 and live == []  # the queued nodes never got a pod; the running ones are gone
 
 
+def test_a_second_signal_quits_at_once_and_restores_the_defaults(tmp_path):
+    """The first SIGINT only asks the run to stop (a flag: cleanup still runs); a second one raises at once, marked
+    forced (main() then says pods may be left), and the default handlers are back."""
+    from kpdiag.collect.cluster import api_client
+    from kpdiag.errors import Interrupted
+    from kpdiag.fleet.runner import FleetRunner
+
+    with ApiServer(_nodes(1)) as api:
+        client, why = api_client(api.kubeconfig(tmp_path), None)
+        runner = FleetRunner(client)
+        before = signal.getsignal(signal.SIGINT)
+        restore = runner._trap_signals()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert runner._signalled == signal.SIGINT  # noted, nothing raised
+            with pytest.raises(Interrupted) as exc:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.5)
+            assert exc.value.forced and exc.value.signum == signal.SIGTERM
+            assert signal.getsignal(signal.SIGINT) is before
+        finally:
+            restore()
+    assert signal.getsignal(signal.SIGINT) is before and main(["--version"]) == 0
+
+
 @pytest.mark.parametrize("n", [3, 200])
 def test_api_calls_grow_linearly_with_nodes(capsys, tmp_path, n):
     kubelet = {f"node-{i:03d}": {"log": REPORTS["healthy-iptables"]} for i in range(n)}
