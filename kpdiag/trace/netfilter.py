@@ -237,6 +237,8 @@ class PacketWalker:
                 st.oif = None
                 if not self.routing.local_ips:
                     st.note("no node addresses known (give --local-ip or a bundle): every destination is treated as not local")
+                elif self.routing.has_routes:  # routes of the other family only
+                    st.note(f"no IPv{st.ver} routes are known (the bundle's routes are IPv{10 - st.ver} only): assumed forwarded", uncertain=True)
             elif route.type in ("blackhole", "unreachable", "prohibit"):
                 st.steps.append(Step("routing", "-", "-", None, f"{route.type} {route.dst}", f"route type {route.type}: not forwarded"))
                 st.note(f"the node's route for {ip_text(st.dst, st.ver)} is {route.type} ({route.dst}): the packet is not forwarded")

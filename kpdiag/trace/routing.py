@@ -52,10 +52,11 @@ class RoutingTable:
         return False
 
     def lookup(self, addr: int, version: int = 4) -> Route | None:
-        """The route a packet to ``addr`` takes; None when no routes are known at all."""
+        """The route a packet to ``addr`` takes; None when no routes of its IP version are known at all (a bundle
+        whose routes were read with plain `ip route`, which shows IPv4 only, knows nothing of IPv6)."""
         if self.is_local(addr, version):
             return Route("local", dev="lo", table="local")
-        if not self.routes:
+        if not self.knows(version):
             return None
         for prefix, route in self.routes:
             if prefix.contains(addr, version):
@@ -65,6 +66,10 @@ class RoutingTable:
     @property
     def has_routes(self) -> bool:
         return bool(self.routes)
+
+    def knows(self, version: int) -> bool:
+        """Are any routes of this IP version known?"""
+        return any(prefix.version == version for prefix, _ in self.routes)
 
 
 def routing_from_ip_json(addrs: list | None, routes: list | None) -> RoutingTable:

@@ -92,3 +92,22 @@ def test_the_ipv6_side_of_a_dual_stack_service_is_compared_with_ip6tables(tmp_pa
     missing = _dual_stack_web(tmp_path / "c", [])  # kube-proxy wrote only a REJECT for the IPv6 ClusterIP
     kp202 = [f for f in analyze_bundle(missing).findings if f.id == "KP202"]
     assert len(kp202) == 1 and "(IPv6)" in kp202[0].summary and "ip6tables-save" in " ".join(kp202[0].fix)
+
+
+def test_ipv6_trace_without_ipv6_routes_is_uncertain_not_dropped(tmp_path):
+    """A bundle whose routes are IPv4 only (plain `ip route`) knows nothing of IPv6 routing: a trace says so and
+    marks itself uncertain — it does not invent 'no route, dropped'."""
+    from kpdiag.bundle import Bundle
+    from kpdiag.state import NodeState
+    from kpdiag.trace.model import Packet
+
+    bundle = _dual_stack_web(tmp_path, ["fd00:244:1::a"])
+    packet = Packet("2001:db8::77", "fd00:10:96::20", "tcp", 80)
+    # as recorded, the node's IPv6 routes are link-local only: no route to the pod, the kernel would not forward
+    result = NodeState(Bundle.open(bundle)).mode_tracer(family=6).trace(packet)
+    assert [p.verdict for p in result.paths] == ["drop"] and "no route" in result.paths[0].notes[-1]
+    routes = os.path.join(bundle, "node", "ip-route.json")
+    json.dump([r for r in json.load(open(routes)) if ":" not in str(r.get("dst"))], open(routes, "w"))
+    result = NodeState(Bundle.open(bundle)).mode_tracer(family=6).trace(packet)
+    assert [(p.verdict, p.dnat) for p in result.paths] == [("accept", "[fd00:244:1::a]:8080")]
+    assert result.uncertain and any("no IPv6 routes are known" in n for n in result.paths[0].notes)
