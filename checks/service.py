@@ -83,7 +83,7 @@ def no_endpoints(ctx, new):
             if rule is not None:
                 ev.append(Evidence(rule.source, rule.text, rule.lineno))
             for ip in svc.cluster_ips[:1]:
-                p = _probe(ctx, f"{ip}:{port.get('port')}/tcp", "tcp-connect")
+                p = _probe(ctx, f"{hostport(ip, port.get('port'))}/tcp", "tcp-connect")
                 if p:
                     ev.append(Evidence("probe", f"TCP connect {p['target']}: {p['result']}"))
             cause = "no selector: nobody creates its endpoints" if not svc.selector else "its selector picks no ready or unready pod"

@@ -9,20 +9,30 @@ from kpdiag.cluster_state import hostport
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 
-from .routing import covering_prefix
 from .service import _services, _svc_ev, drift, wanted_targets
 
 
-def _tcp_summary(ctx, svc) -> str:
+def _tcp_summary(ctx, svc, ip: str | None = None) -> str:
+    """What the port probes to ``ip`` (default: the first ClusterIP) found, in a few words."""
     bits = []
-    for ip in svc.cluster_ips[:1]:
+    for ip in [ip] if ip else svc.cluster_ips[:1]:
         for port in svc.ports:
             proto = (port.get("protocol") or "TCP").lower()
-            r = next((r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp") if r.get("target") == f"{ip}:{port.get('port')}/{proto}"), None)
+            r = next((r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                      if r.get("target") == f"{hostport(ip, port.get('port'))}/{proto}"), None)
             if r:
                 ok = r["result"] in ("connected", "syn-ack", "udp-reply")
                 bits.append(f"{proto.upper()} {port.get('port')} {'works' if ok else 'gets ' + r['result']}")
     return "; ".join(bits)
+
+
+def _service_cidr_guess(ip: str) -> str:
+    """The service CIDR around a ClusterIP, as a guess with the place to read the real one: kubeadm's default
+    /12 for IPv4, /112 for IPv6 (kube-apiserver allows at most /108 there)."""
+    import ipaddress
+
+    net = ipaddress.ip_network(f"{ip}/{112 if ':' in ip else 12}", strict=False)
+    return f"{net} (your service CIDR; see kube-apiserver --service-cluster-ip-range)"
 
 
 @check(
@@ -52,10 +62,11 @@ def icmp_cluster_ip(ctx, new):
             echo = next((r for r in echoes if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64), None)
             if echo is None or echo["result"] == "skipped":
                 continue
-            works = _tcp_summary(ctx, svc)
+            works = _tcp_summary(ctx, svc, ip)
             walk = next((r for r in ctx.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
             ev = [Evidence("probes/service.json", f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""))]
-            cidr = covering_prefix(svc.cluster_ips) if len(svc.cluster_ips) > 1 else f"{ip.rsplit('.', 2)[0]}.0.0/12 (your service CIDR; see kube-apiserver --service-cluster-ip-range)"
+            cidr = _service_cidr_guess(ip)
+            route = "ip -6 route" if ":" in ip else "ip route"
             if echo["result"] == "time-exceeded":
                 router = echo.get("from")
                 loop = (walk or {}).get("detail", {}).get("loop_between")
@@ -70,8 +81,8 @@ def icmp_cluster_ip(ctx, new):
                     severity="warning",
                     fix=(
                         f"test the Service with its port instead: kpdiag svc {svc.name} -n {svc.namespace}   (or nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'})",
-                        f"stop the loop on the router {router}: ip route add blackhole {cidr}   (or 'unreachable' to answer at once)",
-                        "or on every node: ip route add unreachable <service CIDR>   # the node then refuses untranslated traffic itself",
+                        f"stop the loop on the router {router}: {route} add blackhole {cidr}   (or 'unreachable' to answer at once)",
+                        f"or on every node: {route} add unreachable <service CIDR>   # the node then refuses untranslated traffic itself",
                         "never use ping as a Service health check; use a TCP/HTTP probe on the Service port",
                     ),
                     evidence=ev, subject=f"{svc.key} {ip}",
@@ -225,7 +236,7 @@ def hairpin(ctx, new):
             continue
         for ip in svc.cluster_ips[:1]:
             for port in svc.ports:
-                via = next((r for r in ctx.probe_results("tcp-connect") if r.get("target") == f"{ip}:{port.get('port')}/tcp"), None)
+                via = next((r for r in ctx.probe_results("tcp-connect") if r.get("target") == f"{hostport(ip, port.get('port'))}/tcp"), None)
                 if via is None or via["result"] == "connected":
                     continue
                 n = len([e for e in svc.endpoints if e.ready]) or 1

@@ -94,19 +94,26 @@ def verdict(state: NodeState) -> list[str]:
     if probes is None:
         lines.append("not probed (--no-probe, or the Service could not be read)")
         return lines
-    for ip in svc.cluster_ips[:1]:
+    from .cluster_state import hostport
+
+    def host_of(target: str) -> str:  # "10.0.0.1:80/tcp", "[fd00::1]:80/tcp" → the address
+        return target.rsplit(":", 1)[0].strip("[]")
+
+    for ip in svc.cluster_ips:  # a dual-stack Service: each family's ClusterIP
+        to = f" to {ip}" if len(svc.cluster_ips) > 1 else ""
+        family_eps = {e.ip for e in ready if (":" in e.ip) == (":" in ip)}
         for port in svc.ports:
             proto = (port.get("protocol") or "TCP").lower()
             kind = "tcp-connect" if proto == "tcp" else "udp"
-            r = next((r for r in state.probe_results(kind) if r.get("target") == f"{ip}:{port.get('port')}/{proto}"), None)
+            r = next((r for r in state.probe_results(kind) if r.get("target") == f"{hostport(ip, port.get('port'))}/{proto}"), None)
             if r is None:
                 continue
-            direct = [x for x in state.probe_results(kind) if x.get("target", "").split(":")[0] in {e.ip for e in ready}]
+            direct = [x for x in state.probe_results(kind) if host_of(x.get("target", "")) in family_eps]
             ok_direct = [x for x in direct if x.get("result") in ("connected", "udp-reply")]
             if r["result"] in ("connected", "udp-reply"):
-                text = f"{proto.upper()} {port.get('port')} works through the Service ({r['result']})"
+                text = f"{proto.upper()} {port.get('port')} works through the Service{to} ({r['result']})"
             else:
-                text = f"{proto.upper()} {port.get('port')} through the Service: {r['result']}"
+                text = f"{proto.upper()} {port.get('port')} through the Service{to}: {r['result']}"
                 if direct:
                     text += (f" — yet {len(ok_direct)}/{len(direct)} endpoints answer directly: the Service layer is broken, not the backend"
                              if ok_direct else f" — and the endpoints do not answer directly either ({', '.join(sorted({x['result'] for x in direct}))}): the backend is broken")

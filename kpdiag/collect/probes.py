@@ -27,6 +27,9 @@ TOTAL_DEADLINE = 20.0
 TRACE_MAX_TTL = 12
 
 _UNREACH = {0: "net-unreachable", 1: "host-unreachable", 3: "port-unreachable", 9: "admin-prohibited", 10: "admin-prohibited", 13: "admin-prohibited"}
+# ICMPv6 destination unreachable codes (RFC 4443) in the same words
+_UNREACH6 = {0: "net-unreachable", 1: "admin-prohibited", 3: "host-unreachable", 4: "port-unreachable", 5: "admin-prohibited",
+             6: "admin-prohibited"}
 
 
 class ProbeRefused(Exception):
@@ -77,14 +80,18 @@ def _result(target: str, kind: str, result: str, src: str | None = None, rtt: fl
     return out
 
 
+def _hp(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
 def tcp_connect(budget: ProbeBudget, ip: str, port: int, timeout: float = PER_PROBE_TIMEOUT) -> dict:
-    target = f"{ip}:{port}/tcp"
+    target = f"{_hp(ip, port)}/tcp"
     try:
         budget.take(ip)
     except ProbeRefused as exc:
         return _result(target, "tcp-connect", "skipped", reason=str(exc))
     t = time.monotonic()
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect((ip, port))
@@ -119,23 +126,52 @@ class RawProber:
         return reply, time.monotonic() - t
 
     def _classify_icmp(self, reply) -> tuple[str, dict]:
+        """An ICMP or ICMPv6 answer in the same words (echo-reply, time-exceeded, port-unreachable …)."""
         from scapy.all import ICMP
 
-        icmp = reply[ICMP]
-        if icmp.type == 0:
+        if reply.haslayer(ICMP):
+            icmp = reply[ICMP]
+            if icmp.type == 0:
+                return "echo-reply", {}
+            if icmp.type == 11:
+                return "time-exceeded", {"code": int(icmp.code)}
+            if icmp.type == 3:
+                return _UNREACH.get(int(icmp.code), "unreachable"), {"code": int(icmp.code)}
+            return f"icmp-{icmp.type}", {"code": int(icmp.code)}
+        from scapy.layers.inet6 import ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6TimeExceeded
+
+        if reply.haslayer(ICMPv6EchoReply):
             return "echo-reply", {}
-        if icmp.type == 11:
-            return "time-exceeded", {"code": int(icmp.code)}
-        if icmp.type == 3:
-            return _UNREACH.get(int(icmp.code), "unreachable"), {"code": int(icmp.code)}
-        return f"icmp-{icmp.type}", {"code": int(icmp.code)}
+        if reply.haslayer(ICMPv6TimeExceeded):
+            return "time-exceeded", {"code": int(reply[ICMPv6TimeExceeded].code)}
+        if reply.haslayer(ICMPv6DestUnreach):
+            code = int(reply[ICMPv6DestUnreach].code)
+            return _UNREACH6.get(code, "unreachable"), {"code": code}
+        return "icmp6-other", {"summary": reply.summary()}
+
+    @staticmethod
+    def _is_icmp(reply) -> bool:
+        from scapy.all import ICMP
+        from scapy.layers.inet6 import _ICMPv6
+
+        return reply.haslayer(ICMP) or reply.haslayer(_ICMPv6)
+
+    @staticmethod
+    def _ip(dst: str, ttl: int = 64):
+        """An IPv4 or IPv6 header towards ``dst`` (the hop limit is IPv6's TTL)."""
+        from scapy.all import IP
+        from scapy.layers.inet6 import IPv6
+
+        return IPv6(dst=dst, hlim=ttl) if ":" in dst else IP(dst=dst, ttl=ttl)
 
     def icmp_echo(self, ip: str, ttl: int = 64) -> dict:
-        from scapy.all import ICMP, IP
+        from scapy.all import ICMP
+        from scapy.layers.inet6 import ICMPv6EchoRequest
 
         target = f"{ip}/icmp"
+        echo = ICMPv6EchoRequest(id=0x6b70, seq=ttl) if ":" in ip else ICMP(id=0x6b70, seq=ttl)
         try:
-            reply, rtt = self._send(IP(dst=ip, ttl=ttl) / ICMP(id=0x6b70, seq=ttl), ip)
+            reply, rtt = self._send(self._ip(ip, ttl) / echo, ip)
         except ProbeRefused as exc:
             return _result(target, "icmp-echo", "skipped", reason=str(exc))
         if reply is None:
@@ -144,11 +180,11 @@ class RawProber:
         return _result(target, "icmp-echo", result, reply.src, rtt, ttl=ttl, **detail)
 
     def tcp_syn(self, ip: str, port: int) -> dict:
-        from scapy.all import ICMP, IP, TCP, RandShort
+        from scapy.all import TCP, RandShort
 
-        target = f"{ip}:{port}/tcp"
+        target = f"{_hp(ip, port)}/tcp"
         try:
-            reply, rtt = self._send(IP(dst=ip) / TCP(sport=RandShort(), dport=port, flags="S"), ip)
+            reply, rtt = self._send(self._ip(ip) / TCP(sport=RandShort(), dport=port, flags="S"), ip)
         except ProbeRefused as exc:
             return _result(target, "tcp-syn", "skipped", reason=str(exc))
         if reply is None:
@@ -159,22 +195,22 @@ class RawProber:
                 return _result(target, "tcp-syn", "syn-ack", reply.src, rtt)
             if flags & 0x04:
                 return _result(target, "tcp-syn", "rst", reply.src, rtt)
-        if reply.haslayer(ICMP):
+        if self._is_icmp(reply):
             result, detail = self._classify_icmp(reply)
             return _result(target, "tcp-syn", result, reply.src, rtt, **detail)
         return _result(target, "tcp-syn", "error", reply.src, rtt, summary=reply.summary())
 
     def udp(self, ip: str, port: int) -> dict:
-        from scapy.all import ICMP, IP, UDP, RandShort, Raw
+        from scapy.all import UDP, RandShort, Raw
 
-        target = f"{ip}:{port}/udp"
+        target = f"{_hp(ip, port)}/udp"
         try:
-            reply, rtt = self._send(IP(dst=ip) / UDP(sport=RandShort(), dport=port) / Raw(b"kpdiag probe\n"), ip)
+            reply, rtt = self._send(self._ip(ip) / UDP(sport=RandShort(), dport=port) / Raw(b"kpdiag probe\n"), ip)
         except ProbeRefused as exc:
             return _result(target, "udp", "skipped", reason=str(exc))
         if reply is None:
             return _result(target, "udp", "timeout", note="no answer: open but silent, or dropped")
-        if reply.haslayer(ICMP):
+        if self._is_icmp(reply):
             result, detail = self._classify_icmp(reply)
             return _result(target, "udp", result, reply.src, rtt, **detail)
         return _result(target, "udp", "udp-reply", reply.src, rtt)
@@ -215,7 +251,7 @@ def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: boo
     ``endpoints``: (ip, targetPort, protocol) of the ready endpoints. Returns the probes document.
     """
     spec = service.get("spec") or {}
-    cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None" and ":" not in ip]
+    cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]  # both families
     allowed = set(cluster_ips) | {ip for ip, _, _ in endpoints}
     budget = ProbeBudget(allowed)
     results: list[dict] = []
@@ -245,7 +281,7 @@ def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: boo
                 if prober is not None:
                     results.append(prober.tcp_syn(ip, number))
             elif proto == "udp":
-                results.append(prober.udp(ip, number) if prober else _result(f"{ip}:{number}/udp", "udp", "skipped", reason=why_no_raw))
+                results.append(prober.udp(ip, number) if prober else _result(f"{_hp(ip, number)}/udp", "udp", "skipped", reason=why_no_raw))
     for ip, port, proto in endpoints:
         if proto == "tcp":
             results.append(tcp_connect(budget, ip, port))
@@ -259,7 +295,7 @@ def _my_address(towards: str | None) -> str | None:
     """The source address this host uses towards ``towards`` (no packet is sent)."""
     if not towards:
         return None
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = socket.socket(socket.AF_INET6 if ":" in towards else socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.connect((towards, 9))
         return s.getsockname()[0]

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.lab
 
 CLIENT, NODE = "fd00:50::2", "fd00:50::1"
 POD_NET, POD_GW = "fd00:244:1::", "fd00:244:1::1"
-CIDR = "fd00:244::/48"
+CIDR = "fd00:244::/32"
 
 
 def _ipv6(lab, k: KubeNodeLab) -> dict[str, str]:
@@ -105,6 +105,8 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
         else:
             assert subsequence(kernel_walk(fate.lines), ours), (p, "\n".join(fate.lines))
         seen.setdefault((p["dst"], p["dport"]), set()).add(fate.dnat_to)
+    pod_fates = [fates[p["sport"]] for p in sends.of("pod") if fates[p["sport"]].verdict == "accept"]
+    assert pod_fates and not any(f.masquerade for f in pod_fates)  # pods are inside the cluster CIDR: source kept
     by = {(p["dst"], p["dport"]): fates[p["sport"]] for _, p in sends}
     assert by[("fd00:10:96::12", 80)].verdict == "reject" and by[("fd00:10:96::14", 80)].verdict == "drop"
     assert len(seen[("fd00:10:96::10", 80)]) > 1  # the kernel really spread the load

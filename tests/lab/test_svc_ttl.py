@@ -121,3 +121,69 @@ def test_no_dns_is_one_clear_line(lab, tmp_path):
     assert kp108["severity"] == "warning" and kp108["summary"].startswith("DNS could not be asked about shop/web")
     assert "127.0.0.9" in kp108["summary"]
     assert "Traceback" not in proc.stderr
+
+
+def test_ipv6_ping_hop_limit_exceeded_on_a_dual_stack_service(lab, tmp_path):
+    """The seed case on IPv6: a dual-stack Service, the gateway routes both service CIDRs back to the node; ping -6
+    to the IPv6 ClusterIP gets 'Time exceeded: Hop limit'. kpdiag svc probes both ClusterIPs (ICMPv6 with scapy),
+    reports KP201 for each with the right family's fix, and says TCP works through both."""
+    k = KubeNodeLab.build(lab, pod_count=3, router=True)
+    lab.route("router", "10.96.0.0/12", "via", "192.168.60.2")
+    lab.route("router", "10.244.0.0/16", "via", "192.168.60.2")
+    for role in ["node", "router", *k.pods]:
+        lab.sysctl(role, "net.ipv6.conf.all.disable_ipv6", "0")
+    lab.sh("router", ["ip", "-6", "addr", "add", "fd00:60::1/64", "dev", "eth0", "nodad"])
+    lab.sh("node", ["ip", "-6", "addr", "add", "fd00:60::2/64", "dev", "up0", "nodad"])
+    lab.sh("node", ["ip", "-6", "addr", "add", "fd00:244:1::1/64", "dev", "cni0", "nodad"])
+    pods6 = {}
+    for i, role in enumerate(k.pods):
+        pods6[role] = f"fd00:244:1::{10 + i:x}"
+        lab.sh(role, ["ip", "-6", "addr", "add", f"{pods6[role]}/64", "dev", "eth0", "nodad"])
+        lab.sh(role, ["ip", "-6", "route", "add", "default", "via", "fd00:244:1::1"])
+    lab.sh("node", ["ip", "-6", "route", "add", "default", "via", "fd00:60::1"])
+    lab.sh("router", ["ip", "-6", "route", "add", "fd00:10:96::/112", "via", "fd00:60::2"])  # the service CIDR, back to the node
+    lab.sh("router", ["ip", "-6", "route", "add", "fd00:244::/32", "via", "fd00:60::2"])
+    for role in ("node", "router"):
+        lab.sysctl(role, "net.ipv6.conf.all.forwarding", "1")
+        lab.sysctl(role, "net.ipv6.icmp.ratelimit", "0")  # every hop answers the TTL walk (the default is 1 error/s)
+    pod1, pod2 = k.pods["pod1"], k.pods["pod2"]
+    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]))
+    lab.sh("node", ["ip6tables-restore"], input=iptables_ruleset(
+        [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint(pods6["pod1"]), Endpoint(pods6["pod2"])])],
+        cluster_cidr="fd00:244::/32"))
+    for role in ("pod1", "pod2"):
+        lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "::"], subprocess.DEVNULL)
+    time.sleep(1.0)
+
+    ping = lab.sh("pod0", ["ping", "-6", "-c", "1", "-W", "3", "fd00:10:96::20"], check=False)
+    assert "Time exceeded" in ping.stdout, ping.stdout
+
+    svc = k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"},
+                      ipFamilies=["IPv4", "IPv6"], ipFamilyPolicy="RequireDualStack")
+    svc["spec"]["clusterIPs"] = ["10.96.0.20", "fd00:10:96::20"]
+    six = k8s.endpointslice("shop", "web", [(pods6["pod1"], True, "lab-node", "web-1"), (pods6["pod2"], True, "lab-node", "web-2")],
+                            [("http", 8080, "TCP")], name="web-v6")
+    six["addressType"] = "IPv6"
+    objects = [
+        svc, six,
+        k8s.endpointslice("shop", "web", [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")], [("http", 8080, "TCP")]),
+        k8s.kube_proxy_configmap("iptables"),
+    ]
+    kc = _start_api(lab, "pod0", objects, tmp_path)
+    proc, report = _svc(lab, "pod0", kc)
+    kp201 = {f["subject"]: f for f in report["findings"] if f["id"] == "KP201"}
+    assert set(kp201) == {"shop/web 10.96.0.20", "shop/web fd00:10:96::20"}, report["findings"]
+    v6 = kp201["shop/web fd00:10:96::20"]
+    assert "Time to live exceeded" in v6["summary"] and "TCP 80 works through the Service" in v6["summary"]
+    assert any("ip -6 route add blackhole fd00:10:96::/112" in step for step in v6["fix"]), v6["fix"]
+    assert any("ip route add blackhole 10.96.0.0/12" in step for step in kp201["shop/web 10.96.0.20"]["fix"])
+    results = {(r["kind"], r["target"]): r for r in report["extra"]["probes"]["results"]}
+    assert results[("tcp-connect", "[fd00:10:96::20]:80/tcp")]["result"] == "connected"
+    assert results[("tcp-syn", "[fd00:10:96::20]:80/tcp")]["result"] == "syn-ack"
+    assert results[("icmp-echo", "fd00:10:96::20/icmp")]["result"] == "time-exceeded"
+    walk = results[("ttl-walk", "fd00:10:96::20/icmp")]
+    assert walk["detail"]["loop_between"] and "fd00:60::1" in walk["detail"]["loop_between"], walk
+    verdict = report["extra"]["verdict"]
+    assert any(line.startswith("TCP 80 works through the Service to fd00:10:96::20") for line in verdict), verdict
+    assert any(line.startswith("TCP 80 works through the Service to 10.96.0.20") for line in verdict), verdict
+    assert not {"KP203", "KP202"} & {f["id"] for f in report["findings"]}  # each family compared with its own endpoints
