@@ -111,3 +111,16 @@ def test_ipv6_trace_without_ipv6_routes_is_uncertain_not_dropped(tmp_path):
     result = NodeState(Bundle.open(bundle)).mode_tracer(family=6).trace(packet)
     assert [(p.verdict, p.dnat) for p in result.paths] == [("accept", "[fd00:244:1::a]:8080")]
     assert result.uncertain and any("no IPv6 routes are known" in n for n in result.paths[0].notes)
+
+
+def test_kp601_looks_at_the_ipv6_service_cidr_too(tmp_path):
+    """With an IPv6 default route, the IPv6 ClusterIPs kube-proxy does not translate leave the node as well."""
+    bundle = _dual_stack_web(tmp_path, ["fd00:244:1::a"])
+    routes = os.path.join(bundle, "node", "ip-route.json")
+    json.dump(json.load(open(routes)) + [{"type": "unicast", "dst": "default", "gateway": "fd00:50::2", "dev": "ext0", "table": "main"}],
+              open(routes, "w"))
+    kp601 = {f.subject: f for f in analyze_bundle(bundle).findings if f.id == "KP601"}
+    assert set(kp601) == {"fd00:10:96::/112", "10.96.0.0/27"}, list(kp601)  # one finding per family
+    six = kp601["fd00:10:96::/112"]
+    assert "via fd00:50::2" in six.summary and any("ip -6 route add blackhole fd00:10:96::/112" in f for f in six.fix)
+    assert six.evidence[1].source.endswith("node/ip6tables-save.txt")
