@@ -29,11 +29,14 @@ class Packet:
         object.__setattr__(self, "proto", proto)
         if self.origin not in ("external", "pod", "node"):
             raise ValueError(f"--from must be external, pod or node, not {self.origin!r}")
+        versions = []
         for name in ("src", "dst"):
             try:
-                parse_ip(getattr(self, name))
+                versions.append(parse_ip(getattr(self, name))[1])
             except ValueError:
                 raise ValueError(f"--{name} {getattr(self, name)!r} is not an IP address") from None
+        if versions[0] != versions[1]:
+            raise ValueError(f"--src {self.src} is IPv{versions[0]} and --dst {self.dst} IPv{versions[1]}: a packet has one IP version")
         if proto != "icmp" and self.dport is None:
             raise ValueError(f"{proto} needs --dport")
         if self.dport is not None and not 0 <= self.dport <= 65535:

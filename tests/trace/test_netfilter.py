@@ -136,3 +136,12 @@ def test_ttl_walk_loop_detection_tolerates_rate_limited_hops():
     assert set(_loop(["10.0.0.1", "192.168.60.1", "10.0.0.1", "10.0.0.1", "192.168.60.1"]) or []) == {"10.0.0.1", "192.168.60.1"}
     assert _loop(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "8.8.8.8"]) is None  # a path, not a loop
     assert _loop(["10.0.0.1", "192.168.60.1"]) is None
+
+
+def test_a_packet_has_one_ip_version(capsys):
+    """--src of one IP version and --dst of the other is a usage error on one line, not a trace of nonsense."""
+    from kpdiag.cli import main
+
+    rc = main(["trace", "--rules", "/dev/null", "--src", "10.0.0.1", "--dst", "fd00::1", "--dport", "80"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "one IP version" in err
