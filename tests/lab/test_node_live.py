@@ -64,3 +64,39 @@ def test_node_live_then_collect_and_analyze_agree(lab, tmp_path):
     assert _kpdiag(lab, "node", "collect", "-o", str(tgz)).returncode == 0
     ana2 = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", str(tgz), "-o", "json"], capture_output=True, text=True)
     assert [f["id"] for f in json.loads(ana2.stdout)["findings"]] == [f["id"] for f in offline["findings"]]
+
+
+def test_node_live_dual_stack(lab, tmp_path):
+    """A dual-stack node: kpdiag's own collector records ip6tables-save and the IPv6 routes, `--trace [v6]:port`
+    goes through the IPv6 rules, and the node's programmed table carries both families' ClusterIPs."""
+    k = KubeNodeLab.build(lab, pod_count=2)
+    lab.route("node", "default", "via", k.client_ip)
+    lab.sh("client", ["ip", "-6", "addr", "add", "fd00:50::2/64", "dev", "eth0", "nodad"])
+    lab.sh("node", ["ip", "-6", "addr", "add", "fd00:50::1/64", "dev", "ext0", "nodad"])
+    lab.sh("node", ["ip", "-6", "addr", "add", "fd00:244:1::1/64", "dev", "cni0", "nodad"])
+    lab.sh("node", ["ip", "-6", "route", "add", "default", "via", "fd00:50::2"])
+    lab.sysctl("node", "net.ipv6.conf.all.forwarding", "1")
+    ips = list(k.pods.values())
+    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0])])]))
+    lab.sh("node", ["ip6tables-restore"], input=iptables_ruleset(
+        [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint("fd00:244:1::a")])], cluster_cidr="fd00:244::/32"))
+
+    live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--trace", "[fd00:10:96::20]:80", "--fail-on", "never")
+    assert live.returncode == 0, live.stderr
+    report = json.loads(live.stdout)
+    traces = report["extra"]["traces"]
+    assert traces and all(p["dnat"] == "[fd00:244:1::a]:8080" for t in traces for p in t["paths"]), traces
+    assert {t["packet"]["src"] for t in traces} == {"fd00:244::4d", "2001:db8::77"}  # a pod of the IPv6 cluster CIDR; outside
+    entries = report["extra"]["programmed"]["entries"]
+    assert "10.96.0.20:80/tcp" in entries and "fd00:10:96::20:80/tcp" in entries
+
+    out = tmp_path / "bundle"
+    assert _kpdiag(lab, "node", "collect", "-o", str(out), "--host-root", "/").returncode == 0
+    assert "fd00:10:96::20" in (out / "node" / "ip6tables-save.txt").read_text()
+    routes = json.loads((out / "node" / "ip-route.json").read_text())
+    assert any(r.get("dst") == "default" and r.get("gateway") == "fd00:50::2" for r in routes)
+    trace = subprocess.run([sys.executable, "-m", "kpdiag", "trace", "--bundle", str(out), "--src", "fd00:50::2",
+                            "--dst", "fd00:10:96::20", "--dport", "80", "-o", "json"], capture_output=True, text=True)
+    assert trace.returncode == 0, trace.stderr
+    doc = json.loads(trace.stdout)
+    assert [p["dnat"] for p in doc["paths"]] == ["[fd00:244:1::a]:8080"] and not doc["uncertain"]
