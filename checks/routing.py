@@ -41,7 +41,7 @@ def service_cidr_leaves(ctx, new):
     routing = ctx.routing
     found = False
     for family, which in ((4, "iptables-save"), (6, "ip6tables-save")):  # a dual-stack node: each family's rules
-        rs = ctx.iptables(which) if family == 4 or ctx.bundle.exists(f"node/{which}.txt") else None
+        rs = ctx.iptables(which)  # a file the bundle lacks is None, not a problem
         if rs is None:
             continue
         ports = ctx.programmed(which) or {}

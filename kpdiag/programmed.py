@@ -62,8 +62,7 @@ def service_table(state) -> dict[str, Entry] | None:
     progs = state.programmed()
     if progs is None:
         return None
-    six = state.programmed("ip6tables-save") if state.bundle.exists("node/ip6tables-save.txt") else None
-    for ports in (progs, six or {}):  # a dual-stack node's IPv6 Services are in ip6tables
+    for ports in (progs, state.programmed("ip6tables-save") or {}):  # a dual-stack node's IPv6 Services are in ip6tables
         for p in ports.values():
             if p.cluster_ip and p.port:
                 table[f"{p.cluster_ip}:{p.port}/{(p.proto or 'tcp').lower()}"] = (p.name, tuple(sorted(p.endpoints)), p.local_policy)
