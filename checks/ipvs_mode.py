@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
-from kpdiag.cluster_state import hostport
+from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
 
 from .service import _services, _svc_ev, drift, wanted_targets

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from kpdiag.checkapi import Skip, check
-from kpdiag.cluster_state import hostport
+from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
 
 SVC_SRC = "cluster/services.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from kpdiag.checkapi import Skip, check
-from kpdiag.cluster_state import hostport
+from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 

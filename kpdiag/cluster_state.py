@@ -161,13 +161,6 @@ class ClusterView:
         return self.bundle.manifest.get("node") or None
 
 
-def hostport(ip: str, port) -> str:
-    """An endpoint as kube-proxy writes it: ip:port, [ipv6]:port; the address alone without a port."""
-    if port is None:
-        return ip
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
 def _family(ip: str) -> int | None:
     import ipaddress
 

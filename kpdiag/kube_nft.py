@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cluster_state import hostport
+from .parse.addr import hostport
 from .parse.nft import NftRuleset
 
 TABLE = ("ip", "kube-proxy")

@@ -94,7 +94,7 @@ def verdict(state: NodeState) -> list[str]:
     if probes is None:
         lines.append("not probed (--no-probe, or the Service could not be read)")
         return lines
-    from .cluster_state import hostport
+    from .parse.addr import hostport
 
     def host_of(target: str) -> str:  # "10.0.0.1:80/tcp", "[fd00::1]:80/tcp" → the address
         return target.rsplit(":", 1)[0].strip("[]")

@@ -14,7 +14,7 @@ import hashlib
 import ipaddress
 from dataclasses import dataclass, field
 
-from .cluster_state import hostport
+from .parse.addr import hostport
 
 
 def port_proto_hash(service_port_name: str, protocol: str, endpoint: str = "") -> str:
@@ -193,7 +193,7 @@ def _endpoint_rules(svc: Service, port: Port, chain: str, endpoints: list[Endpoi
     rules: list[str] = []
     seps = []
     for ep in endpoints:
-        dest = f"[{ep.ip}]:{port.target_port}" if ":" in ep.ip else f"{ep.ip}:{port.target_port}"
+        dest = hostport(ep.ip, port.target_port)
         sep = f"KUBE-SEP-{port_proto_hash(spn, proto, dest)}"
         seps.append((sep, dest, ep))
     if svc.affinity_seconds:

@@ -13,6 +13,8 @@ import json
 import socket
 from dataclasses import dataclass, field
 
+from ..parse.addr import hostport
+
 # include/uapi/linux/ip_vs.h
 FWD_MASK = 0x0007
 FWD_NAMES = {0: "masq", 1: "local", 2: "tunnel", 3: "route", 4: "bypass"}
@@ -111,15 +113,11 @@ def dump() -> list[Service]:
         sock.close()
 
 
-def _hostport(addr: str, port: int) -> str:
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-
-
 def render_save(services: list[Service]) -> str:
     """``ipvsadm -Sn`` text."""
     lines = []
     for s in services:
-        what = f"-f {s.fwmark}" if s.fwmark is not None else f"{SAVE_PROTO.get(s.proto, '-t')} {_hostport(s.addr or '', s.port or 0)}"
+        what = f"-f {s.fwmark}" if s.fwmark is not None else f"{SAVE_PROTO.get(s.proto, '-t')} {hostport(s.addr or '', s.port or 0)}"
         line = f"-A {what} -s {s.scheduler}"
         if s.timeout is not None:
             line += f" -p {s.timeout}"
@@ -127,7 +125,7 @@ def render_save(services: list[Service]) -> str:
             line += " -o"
         lines.append(line)
         for d in s.dests:
-            lines.append(f"-a {what} -r {_hostport(d.addr, d.port)} {SAVE_FWD.get(d.forward, '-g')} -w {d.weight}")
+            lines.append(f"-a {what} -r {hostport(d.addr, d.port)} {SAVE_FWD.get(d.forward, '-g')} -w {d.weight}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -137,7 +135,7 @@ def render_list(services: list[Service]) -> str:
            "Prot LocalAddress:Port Scheduler Flags",
            "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn"]
     for s in services:
-        head = f"FWM  {s.fwmark}" if s.fwmark is not None else f"{s.proto.upper():<4} {_hostport(s.addr or '', s.port or 0)}"
+        head = f"FWM  {s.fwmark}" if s.fwmark is not None else f"{s.proto.upper():<4} {hostport(s.addr or '', s.port or 0)}"
         line = f"{head} {s.scheduler}"
         if s.timeout is not None:
             line += f" persistent {s.timeout}"
@@ -145,7 +143,7 @@ def render_list(services: list[Service]) -> str:
             line += " ops"
         out.append(line)
         for d in s.dests:
-            out.append(f"  -> {_hostport(d.addr, d.port):<28} {LIST_FWD.get(d.forward, d.forward):<7} {d.weight:<6} {d.active:<10} {d.inactive}")
+            out.append(f"  -> {hostport(d.addr, d.port):<28} {LIST_FWD.get(d.forward, d.forward):<7} {d.weight:<6} {d.active:<10} {d.inactive}")
     return "\n".join(out) + "\n"
 
 

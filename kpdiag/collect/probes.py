@@ -19,6 +19,8 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from ..parse.addr import hostport
+
 PROBES_SCHEMA = "kpdiag.probes/v1"
 MAX_PACKETS = 64
 MAX_RATE = 20.0  # packets per second at most
@@ -80,12 +82,8 @@ def _result(target: str, kind: str, result: str, src: str | None = None, rtt: fl
     return out
 
 
-def _hp(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
 def tcp_connect(budget: ProbeBudget, ip: str, port: int, timeout: float = PER_PROBE_TIMEOUT) -> dict:
-    target = f"{_hp(ip, port)}/tcp"
+    target = f"{hostport(ip, port)}/tcp"
     try:
         budget.take(ip)
     except ProbeRefused as exc:
@@ -182,7 +180,7 @@ class RawProber:
     def tcp_syn(self, ip: str, port: int) -> dict:
         from scapy.all import TCP, RandShort
 
-        target = f"{_hp(ip, port)}/tcp"
+        target = f"{hostport(ip, port)}/tcp"
         try:
             reply, rtt = self._send(self._ip(ip) / TCP(sport=RandShort(), dport=port, flags="S"), ip)
         except ProbeRefused as exc:
@@ -203,7 +201,7 @@ class RawProber:
     def udp(self, ip: str, port: int) -> dict:
         from scapy.all import UDP, RandShort, Raw
 
-        target = f"{_hp(ip, port)}/udp"
+        target = f"{hostport(ip, port)}/udp"
         try:
             reply, rtt = self._send(self._ip(ip) / UDP(sport=RandShort(), dport=port) / Raw(b"kpdiag probe\n"), ip)
         except ProbeRefused as exc:
@@ -281,7 +279,7 @@ def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: boo
                 if prober is not None:
                     results.append(prober.tcp_syn(ip, number))
             elif proto == "udp":
-                results.append(prober.udp(ip, number) if prober else _result(f"{_hp(ip, number)}/udp", "udp", "skipped", reason=why_no_raw))
+                results.append(prober.udp(ip, number) if prober else _result(f"{hostport(ip, number)}/udp", "udp", "skipped", reason=why_no_raw))
     for ip, port, proto in endpoints:
         if proto == "tcp":
             results.append(tcp_connect(budget, ip, port))

@@ -68,3 +68,11 @@ def parse_prefix(text: str) -> Prefix:
     else:
         mask = ip4_to_int(plen_text)
     return Prefix(addr & mask, mask, 4, text)
+
+
+def hostport(ip: str, port) -> str:
+    """An address with its port as kube-proxy, ipvsadm and the kernel write it: ip:port, [ipv6]:port; the
+    address alone without a port."""
+    if port is None:
+        return ip
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"

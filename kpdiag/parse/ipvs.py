@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from .addr import hostport
 
 _PROTO_FLAG = {"-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp", "--sctp-service": "sctp"}
 _FWD = {"-g": "route", "--gatewaying": "route", "-i": "tunnel", "--ipip": "tunnel", "-m": "masq", "--masquerading": "masq"}
@@ -22,7 +23,7 @@ class RealServer:
 
     @property
     def target(self) -> str:
-        return f"[{self.addr}]:{self.port}" if ":" in self.addr else f"{self.addr}:{self.port}"
+        return hostport(self.addr, self.port)
 
 
 @dataclass

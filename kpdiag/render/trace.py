@@ -32,10 +32,9 @@ def trace_to_text(result: TraceResult, verbose: bool = False) -> str:
 
     pk = result.packet
     lines = []
-    def hp(ip, port):
-        return ip if port is None else (f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+    from ..parse.addr import hostport
 
-    src, dst = hp(pk.src, pk.sport if pk.proto != "icmp" else None), hp(pk.dst, pk.dport)
+    src, dst = hostport(pk.src, pk.sport if pk.proto != "icmp" else None), hostport(pk.dst, pk.dport)
     lines.append(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)")
     lines.append(f"mode    {result.mode}; rules from {', '.join(result.sources)}")
     n = len(result.paths)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..parse.addr import int_to_ip, parse_ip
+from ..parse.addr import hostport, int_to_ip, parse_ip
 
 PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58, "ipv6-icmp": 58, "all": 0}
 SCHEMA = "kpdiag.trace/v1"
@@ -125,9 +125,6 @@ def ip_text(value: int, version: int = 4) -> str:
     return int_to_ip(value, version)
 
 
-def hostport(value: int, version: int, port: int | None) -> str:
-    """ip:port, [ip6]:port (how kube-proxy and the kernel write them), or the address alone without a port."""
-    ip = int_to_ip(value, version)
-    if port is None:
-        return ip
-    return f"[{ip}]:{port}" if version == 6 else f"{ip}:{port}"
+def endpoint_text(value: int, version: int, port: int | None) -> str:
+    """An address held as an integer, with its port: ip:port, [ip6]:port, or the address alone."""
+    return hostport(int_to_ip(value, version), port)

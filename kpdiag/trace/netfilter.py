@@ -23,7 +23,7 @@ import re
 from ..errors import InputError
 from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
-from .model import Packet, Path, Step, TraceResult, hostport, ip_text
+from .model import Packet, Path, Step, TraceResult, endpoint_text, ip_text
 from .routing import RoutingTable
 
 MAX_DEPTH = 64
@@ -270,7 +270,7 @@ class PacketWalker:
             uncertain=st.uncertain,
             snat=st.snat if verdict == "accept" else None,
             delivery=delivery,
-            final_dst=hostport(st.dst, st.ver, st.dport),
+            final_dst=endpoint_text(st.dst, st.ver, st.dport),
             rules_evaluated=st.rules_evaluated,
             reject_with=st.reject_with if verdict == "reject" else None,
         )
@@ -512,7 +512,7 @@ class IptablesTracer(PacketWalker):
         if port:
             st.dport = int(port.split("-")[0])
         st.ct_dnat = True
-        st.dnat = hostport(st.dst, st.ver, st.dport)
+        st.dnat = endpoint_text(st.dst, st.ver, st.dport)
         self._step(rule, st, f"DNAT to {st.dnat}")
         return "ACCEPT"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 from ..parse.nft import NftChain, NftRule, NftRuleset
-from .model import Step, hostport
+from .model import Step, endpoint_text
 from .netfilter import MAX_DEPTH, MAX_PATHS, PacketWalker, _State
 from .routing import RoutingTable
 
@@ -229,7 +229,7 @@ class NftTracer(PacketWalker):
                     if v.get("port") is not None:
                         st.dport = int(v["port"])
                     st.ct_dnat = True
-                    st.dnat = hostport(st.dst, st.ver, st.dport)
+                    st.dnat = endpoint_text(st.dst, st.ver, st.dport)
                     self._step(rule, st, f"DNAT to {st.dnat}")
                     return [(st, "accept")]
                 elif k == "snat":
