@@ -331,7 +331,8 @@ def read_report_file(file: str, seen: dict[str, dict] | None = None, named_by_fi
     report, why = parse_node_report(text, file)
     if report is None:
         return NodeResult(node, failure=why, kind="not json", source=file)
-    intern_programmed(report, seen if seen is not None else {})
+    if seen is not None:  # identical tables of several files share one copy
+        intern_programmed(report, seen)
     name = node if named_by_file else ((report.get("facts") or {}).get("node") or node)
     return NodeResult(name, report=report, source=file)
 
