@@ -272,7 +272,7 @@ def etp_local(ctx, new):
         if rs is not None:
             ext = rs.chain("filter", "KUBE-EXTERNAL-SERVICES")
             for r in ext.rules if ext is not None else []:
-                if (r.comment or "").startswith(f"{svc.key}:") and "no local endpoints" in (r.comment or ""):
+                if (r.comment or "").startswith((f"{svc.key}:", f"{svc.key} ")) and "no local endpoints" in (r.comment or ""):
                     ev.append(Evidence(r.source, r.text, r.lineno))
                     break
         nps = [str(p.get("nodePort")) for p in svc.ports if p.get("nodePort")]

@@ -68,8 +68,9 @@ class Svc:
         return f"{self.key}:{port.get('name') or ''}".rstrip(":") if port.get("name") else f"{self.key}:{port.get('port')}"
 
     def kube_proxy_name(self, port: dict) -> str:
-        """The name kube-proxy uses in its rule comments: ns/svc:portname (empty name → 'ns/svc:')."""
-        return f"{self.key}:{port.get('name') or ''}"
+        """The name kube-proxy uses in its rule comments (its ServicePortName): ns/svc:portname, and plain ns/svc
+        for a port without a name (kube-proxy adds ":name" only when the name is set)."""
+        return f"{self.key}:{port['name']}" if port.get("name") else self.key
 
     def endpoints_for(self, port: dict, family: int | None = None) -> list[Endpoint]:
         """The endpoints serving ``port``; with ``family`` (4 or 6) only those of that IP version — a dual-stack

@@ -32,7 +32,8 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
 
         prefix = service + ":"
         for key, (name, _, _) in sorted((service_table(state) or {}).items(), key=lambda kv: kv[1][0]):
-            if name.startswith(prefix):  # key: ClusterIP:port/proto, the same in every proxy mode
+            if name == service or name.startswith(prefix):  # key: ClusterIP:port/proto, the same in every proxy mode
+                # (a port without a name is plain ns/svc, kube-proxy's ServicePortName)
                 hostport, proto = key.rsplit("/", 1)
                 ip, port = hostport.rsplit(":", 1)
                 targets.append((name, ip, int(port), proto))
@@ -41,7 +42,7 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
     notes = []
     if tracer is None:
         notes.append("no rules of kube-proxy's mode could be read on this node: nothing to trace")
-    elif service and not any(t[0].startswith(service + ":") for t in targets):
+    elif service and not any(t[0] == service or t[0].startswith(service + ":") for t in targets):
         if state.proxy_mode[0] == "ipvs":
             notes.append(f"{service}: IPVS keeps no Service names — trace its ClusterIP with --trace CLUSTERIP:PORT")
         else:

@@ -43,10 +43,11 @@ def service_table(state) -> dict[str, Entry] | None:
         for (ip, proto, port), sp in ports.items():
             if sp.external or (cips and ip not in cips):
                 continue  # external and load-balancer IPs: the iptables and IPVS tables hold ClusterIPs only
-            # kube-proxy's chain name: service-HASH-ns/name/proto/portname
+            # kube-proxy's chain name: service-HASH-ns/name/proto/portname ("ns/name/proto/" for a port without a
+            # name, whose ServicePortName is plain ns/name)
             parts = (sp.chain or "").split("-", 2)
             bits = parts[2].split("/") if len(parts) == 3 else []
-            name = f"{bits[0]}/{bits[1]}:{bits[3]}" if len(bits) == 4 else (sp.comment or "")
+            name = (f"{bits[0]}/{bits[1]}" + (f":{bits[3]}" if bits[3] else "")) if len(bits) == 4 else (sp.comment or "")
             table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)), sp.local_policy)
         return table
     if mode == "ipvs":

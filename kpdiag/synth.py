@@ -62,7 +62,8 @@ class Service:
         return self.itp_local or (self.etp_local and has_external)
 
     def port_name(self, port: Port) -> str:
-        return f"{self.namespace}/{self.name}:{port.name}"
+        """kube-proxy's ServicePortName: ns/svc:portname, plain ns/svc when the port has no name."""
+        return f"{self.namespace}/{self.name}:{port.name}" if port.name else f"{self.namespace}/{self.name}"
 
 
 def _host(ip: str) -> str:
