@@ -12,6 +12,7 @@ them: the pod's status moves on and ``pods/NAME/log`` serves what the container 
 ``{"log": TEXT, "exit": 0}`` (Succeeded, or Failed for a non-zero exit), ``{"hang": True}`` (Running
 forever), ``{"waiting": "ImagePullBackOff", "message": …}``, ``{"oom": True}``,
 ``{"rejected": "OutOfpods", "message": …}``. Lists honour ``labelSelector`` (kmock's emulator does not).
+``pod_logs`` ("ns/pod", or "ns/pod#previous" → text) serves the logs of pods that exist, honouring tailLines and limitBytes.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ RESOURCES = {
 
 class ApiServer:
     def __init__(self, objects: list[dict] | None = None, host: str = "127.0.0.1", fail: dict | None = None,
-                 kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4"):
+                 kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4", pod_logs: dict | None = None):
         self.objects = objects or []
+        self.pod_logs = pod_logs or {}  # "ns/pod" (or "ns/pod#previous") → the log text served at pods/NAME/log
         self.kubelet = kubelet
         self.kubelet_delay = kubelet_delay
         self.version = version
@@ -97,6 +99,17 @@ class ApiServer:
                 if path.rstrip("/") == "/version":  # a real API server always answers it
                     return aiohttp.web.json_response({"major": "1", "minor": "31", "gitVersion": server.version, "platform": "linux/amd64"})
                 m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path)
+                params = request.params or {}
+                key = m and f"{m.group(1)}/{m.group(2)}" + ("#previous" if str(params.get("previous", "")).lower() == "true" else "")
+                if m and server.pod_logs and (key in server.pod_logs or server.kubelet is None):  # as a kubelet serves them
+                    text = server.pod_logs.get(key)
+                    if text is None:
+                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400,
+                                                          "message": f'previous terminated container not found for pod "{m.group(2)}"'}, status=400)
+                    if params.get("tailLines"):
+                        text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+                    data = text.encode()[: int(params["limitBytes"])] if params.get("limitBytes") else text.encode()
+                    return aiohttp.web.Response(body=data, content_type="text/plain")
                 if m and server.kubelet is not None:
                     text = logs.get((m.group(1), m.group(2)))
                     if text is None:

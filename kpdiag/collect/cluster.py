@@ -18,6 +18,7 @@ import socket
 from dataclasses import dataclass, field
 
 API_TIMEOUT = 5.0
+SERVICE_LOOKUP = "cluster/service-lookup.json"
 
 
 @dataclass
@@ -65,15 +66,48 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
     try:
         path = kubeconfig or os.environ.get("KUBECONFIG")
         if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+            bad = _kubeconfig_problem(path or os.path.expanduser("~/.kube/config"))
+            if bad:
+                return None, bad
             api = config.new_client_from_config(config_file=path, context=context)
         else:
             config.load_incluster_config()
             api = client.ApiClient()
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        return None, (f"no usable Kubernetes credentials ({str(exc).splitlines()[0][:200]}): give --kubeconfig, "
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
+        text = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
+        return None, (f"no usable Kubernetes credentials ({text}): give --kubeconfig, "
                       "or run in a pod with a service account")
     api.configuration.retries = 0
     return api, None
+
+
+KUBECONFIG_MAX = 4 << 20
+
+
+def _kubeconfig_problem(path: str) -> str | None:
+    """Why ``path`` is not a usable kubeconfig, in one line — before the client library fails on it with an unreadable
+    error (a file that is not YAML, a list, /etc/passwd …); None when it looks like one."""
+    import yaml
+
+    for one in path.split(os.pathsep):
+        if not one:
+            continue
+        try:
+            with open(one, "rb") as fh:
+                data = fh.read(KUBECONFIG_MAX + 1)
+        except OSError as exc:
+            return f"kubeconfig {one}: cannot read it ({exc.strerror or exc})"
+        if len(data) > KUBECONFIG_MAX:
+            return f"kubeconfig {one}: larger than {KUBECONFIG_MAX >> 20} MiB, not a kubeconfig"
+        try:
+            doc = yaml.safe_load(data)
+        except (yaml.YAMLError, RecursionError, ValueError) as exc:
+            where = getattr(exc, "problem_mark", None)
+            return f"kubeconfig {one}: not valid YAML" + (f" (line {where.line + 1})" if where is not None else "")
+        if not isinstance(doc, dict) or not any(k in doc for k in ("clusters", "contexts", "users", "current-context")):
+            return (f"kubeconfig {one}: not a kubeconfig (expected a YAML mapping with clusters, contexts and users; "
+                    f"found {type(doc).__name__ if doc is not None else 'an empty file'})")
+    return None
 
 
 class ClusterCollector:
@@ -84,6 +118,8 @@ class ClusterCollector:
         self.out = ClusterData()
         self._api = None
         self.config_error: str | None = None
+        self.service_status: int | None = None  # HTTP status of the Service GET (200, 404, 403 …); 0 = unreachable
+        self.service_error: str | None = None
 
     def _err(self, source: str, error: str) -> None:
         self.out.errors.append({"source": source, "error": error})
@@ -108,6 +144,36 @@ class ClusterCollector:
             self._err(source, api_reason(exc, what, self.out.api))
             return None
 
+    def _get_service(self, core, namespace: str, name: str) -> dict | None:
+        try:
+            resp = core.read_namespaced_service(name, namespace, _preload_content=False, _request_timeout=self.timeout)
+            doc = json.loads(resp.data)
+            self.service_status = 200
+            return doc
+        except Exception as exc:
+            self.service_status = int(getattr(exc, "status", 0) or 0)
+            self.service_error = api_reason(exc, f"get service {namespace}/{name}", self.out.api)
+            if self.service_status != 404:
+                self._err("cluster/services.json", self.service_error)
+            return None
+
+    def _lookup(self, core, namespace: str, name: str) -> None:
+        """The Service is not there: which names are (nearest in the namespace, the same name elsewhere) —
+        cluster/service-lookup.json, read by KP110."""
+        doc = {"namespace": namespace, "name": name, "found": False, "status": 404, "listed": False,
+               "names_in_namespace": [], "same_name_in": []}
+        listed = self._call(SERVICE_LOOKUP, f"list services in {namespace}", core.list_namespaced_service, namespace, limit=2000)
+        if listed is not None:
+            doc["listed"] = True
+            doc["names_in_namespace"] = sorted({str((i.get("metadata") or {}).get("name")) for i in listed.get("items") or [] if isinstance(i, dict)})
+        elsewhere = self._call(SERVICE_LOOKUP, "list services in all namespaces", core.list_service_for_all_namespaces,
+                               field_selector=f"metadata.name={name}", limit=200)
+        if elsewhere is not None:
+            doc["same_name_in"] = sorted({str((i.get("metadata") or {}).get("namespace")) for i in elsewhere.get("items") or []
+                                          if isinstance(i, dict) and (i.get("metadata") or {}).get("name") == name
+                                          and (i.get("metadata") or {}).get("namespace") != namespace})
+        self.out.files[SERVICE_LOOKUP] = json.dumps(doc, indent=1).encode()
+
     def service(self, namespace: str, name: str, node_name: str | None = None) -> dict | None:
         from kubernetes import client
 
@@ -115,9 +181,14 @@ class ClusterCollector:
             return None
         core = client.CoreV1Api(self._api)
         disc = client.DiscoveryV1Api(self._api)
-        svc = self._call("cluster/services.json", f"get service {namespace}/{name}", core.read_namespaced_service, name, namespace)
+        svc = self._get_service(core, namespace, name)
         if svc is not None:
             self.out.files["cluster/services.json"] = _as_list("Service", [svc])
+        elif self.service_status == 404:
+            self._lookup(core, namespace, name)
+            return None
+        else:
+            return None  # the API cannot be used: no point in asking it more
         slices = self._call("cluster/endpointslices.json", f"list endpointslices in {namespace}", disc.list_namespaced_endpoint_slice,
                             namespace, label_selector=f"kubernetes.io/service-name={name}")
         if slices is not None:
@@ -152,6 +223,70 @@ class ClusterCollector:
         if ver is not None:
             self.out.files["cluster/version.json"] = json.dumps(ver, indent=1).encode()
         return svc
+
+    DNS_LOG_TAIL_LINES = 200
+    DNS_LOG_LIMIT_BYTES = 64 * 1024
+    DNS_LOG_PODS = 4
+
+    def dns_objects(self) -> None:
+        """The cluster DNS as the API shows it, in kube-system: the Service labelled k8s-app=kube-dns (else the one named
+        kube-dns or coredns) → cluster/dns-service.json, its EndpointSlices → cluster/dns-endpointslices.json, the
+        CoreDNS pods (k8s-app=kube-dns) → cluster/dns-pods.json (Lists), and the last 200 lines (at most 64 KiB) of
+        the log of up to 4 of those pods — also the previous container's of a pod that restarted — as
+        cluster/dns-logs.json: {"logs": [{"namespace", "pod", "container", "previous", "text" | "error", "truncated"}]}."""
+        from kubernetes import client
+
+        if self._api is None and not self.connect():
+            return
+        ns, label = "kube-system", "k8s-app=kube-dns"
+        core = client.CoreV1Api(self._api)
+        disc = client.DiscoveryV1Api(self._api)
+        svcs = self._call("cluster/dns-service.json", "list services in kube-system", core.list_namespaced_service, ns, label_selector=label)
+        picked = [s for s in (svcs or {}).get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
+        if svcs is not None and not picked:
+            for name in ("kube-dns", "coredns"):
+                got = self._call("cluster/dns-service.json", f"get service kube-system/{name}", core.read_namespaced_service, name, ns)
+                if got is not None:
+                    picked = [got]
+                    self.out.errors = [e for e in self.out.errors if not (e["source"] == "cluster/dns-service.json" and "404" in e["error"])]
+                    break
+        if svcs is not None:
+            self.out.files["cluster/dns-service.json"] = _as_list("Service", picked[:1])
+        if picked:
+            name = picked[0]["metadata"]["name"]
+            slices = self._call("cluster/dns-endpointslices.json", "list endpointslices in kube-system", disc.list_namespaced_endpoint_slice,
+                                ns, label_selector=f"kubernetes.io/service-name={name}")
+            if slices is not None:
+                mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
+                self.out.files["cluster/dns-endpointslices.json"] = _as_list("EndpointSlice", mine)
+        pods = self._call("cluster/dns-pods.json", "list pods in kube-system", core.list_namespaced_pod, ns, label_selector=label)
+        if pods is None:
+            return
+        dns_pods = [p for p in pods.get("items", []) if (p.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
+        self.out.files["cluster/dns-pods.json"] = _as_list("Pod", dns_pods)
+        logs = []
+        for pod in dns_pods[: self.DNS_LOG_PODS]:
+            pname = pod["metadata"]["name"]
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name")]
+            container = "coredns" if "coredns" in containers else (containers[0] if containers else None)
+            restarted = any(s.get("name") == container and (s.get("restartCount") or 0) > 0 for s in statuses)
+            for previous in ((False, True) if restarted else (False,)):
+                entry = {"namespace": ns, "pod": pname, "container": container, "previous": previous}
+                try:
+                    resp = core.read_namespaced_pod_log(pname, ns, container=container, tail_lines=self.DNS_LOG_TAIL_LINES,
+                                                        limit_bytes=self.DNS_LOG_LIMIT_BYTES, previous=previous or None,
+                                                        _preload_content=False, _request_timeout=self.timeout)
+                    data = resp.read(self.DNS_LOG_LIMIT_BYTES + 1) if hasattr(resp, "read") else resp.data
+                    if hasattr(resp, "release_conn"):
+                        resp.release_conn()
+                    entry["truncated"] = len(data) > self.DNS_LOG_LIMIT_BYTES
+                    lines = data[: self.DNS_LOG_LIMIT_BYTES].decode("utf-8", "replace").splitlines()
+                    entry["text"] = "\n".join(lines[-self.DNS_LOG_TAIL_LINES:])
+                except Exception as exc:  # RBAC (pods/log), a container not started: a reason, the rest goes on
+                    entry["error"] = api_reason(exc, f"get pods/log kube-system/{pname}{' (previous)' if previous else ''}", self.out.api)
+                logs.append(entry)
+        self.out.files["cluster/dns-logs.json"] = json.dumps({"logs": logs}, indent=1).encode()
 
 
 def this_node_name() -> str:
