@@ -4,57 +4,115 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 
 from ..model import Report
+from .safe import term
 
 _COLOURS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
 
 
 def use_colour(stream) -> bool:
-    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+    """Colour only on a terminal that can show it: not with NO_COLOR, not on TERM=dumb, not into a pipe or file."""
+    if "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def report_to_text(report: Report, colour: bool = False, verbose: bool = False) -> str:
+def output_width(width: int | None = None) -> int:
+    """The width text output wraps to: the terminal's (COLUMNS, else the terminal, else 100), kept between 40 and 120."""
+    if width is None:
+        import shutil
+
+        width = shutil.get_terminal_size((100, 24)).columns
+    return max(40, min(int(width), 120))
+
+
+_MARKERS = re.compile(r" (?=(?:\$|-|»|#|>|\*) )|(?<= (?:\$|-|»|#|>|\*)) ")
+
+
+def _wrap(text, width: int, first: str, rest: str, prose: bool = False) -> list[str]:
+    """One value as wrapped lines of at most ``width``, names and addresses never cut. ``prose`` (an explanation,
+    written with line breaks): every run of whitespace is one space. Otherwise a newline in the value is shown as
+    ``\\n`` like any control (:func:`term`). A marker word of kpdiag's own lines ("$", "-", "»" …) is glued to its
+    neighbours, so that no value can start a line that looks like a fix command or a verdict."""
+    text = term(" ".join(str(text).split()) if prose else text)
+    glued = _MARKERS.sub("\u00a0", text)
+    lines = textwrap.wrap(glued, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                          break_on_hyphens=False, expand_tabs=False, replace_whitespace=False) or [first.rstrip()]
+    return [line.replace("\u00a0", " ") for line in lines]
+
+
+_API_PREFIX = "cluster/"
+
+
+def skip_group(reason: str | None) -> str:
+    """The group a skipped check falls in, from its reason's first need: every need of the Kubernetes API objects is
+    one group (a bundle without them skips a score of checks for that one reason), probe results another."""
+    text = (reason or "no reason given").strip()
+    first = text.split("; ", 1)[0]
+    if _API_PREFIX in first:
+        return "the Kubernetes API objects (cluster/…)"
+    if "probes/" in first:
+        return "probe results (probes/…; kpdiag svc without --no-probe)"
+    if first.startswith("needs ") and first.endswith(", which is missing or unreadable"):
+        return first[len("needs "):-len(", which is missing or unreadable")]
+    return first
+
+
+def report_to_text(report: Report, colour: bool = False, verbose: bool = False, width: int | None = None) -> str:
+    """The report for people. The first line answers: the headline when kpdiag could not diagnose, else the verdict,
+    else the subject; every value from the bundle, the API or a node is escaped (:func:`~kpdiag.render.safe.term`)."""
+    width = output_width(width)
+
     def c(name: str, text: str) -> str:
         return f"{_COLOURS[name]}{text}{_COLOURS['reset']}" if colour else text
 
-    out = []
+    out: list[str] = []
     counts = report.counts()
     f = report.facts
-    head = f"kpdiag: {report.subject}"
+    headline = report.extra.get("headline")
+    if headline:
+        out.extend(c("bold", line) for line in _wrap(headline, width, "", "  "))
+    verdict = report.extra.get("verdict") or []
+    for line in verdict:
+        out.extend(c("bold", w) for w in _wrap(line, width, "» ", "  "))
+    if headline or verdict:
+        out.append("")
     bits = []
     if f.get("proxy_mode"):
-        bits.append(f"mode {f['proxy_mode']} ({f.get('proxy_mode_source')})")
+        bits.append(f"mode {term(f['proxy_mode'])} ({term(f.get('proxy_mode_source'))})")
     if f.get("kernel"):
-        bits.append(f"kernel {f['kernel']}")
+        bits.append(f"kernel {term(f['kernel'])}")
     if f.get("iptables_rules") is not None:
-        bits.append(f"{f['iptables_rules']} iptables rules, {f.get('service_ports_programmed', 0)} service ports")
+        bits.append(f"{term(f['iptables_rules'])} iptables rules, {term(f.get('service_ports_programmed', 0))} service ports")
     if f.get("nodes") is not None:
-        modes = ", ".join(f"{m} {n}" for m, n in (f.get("proxy_modes") or {}).items())
-        bits.append(f"{f['nodes_diagnosed']} of {f['nodes']} nodes diagnosed" + (f"; modes: {modes}" if modes else "")
-                    + (f"; API server {f['api_server_version']}" if f.get("api_server_version") else ""))
-    out.append(c("bold", head))
+        modes = ", ".join(f"{term(m)} {term(n)}" for m, n in (f.get("proxy_modes") or {}).items())
+        bits.append(f"{term(f['nodes_diagnosed'])} of {term(f['nodes'])} nodes diagnosed" + (f"; modes: {modes}" if modes else "")
+                    + (f"; API server {term(f['api_server_version'])}" if f.get("api_server_version") else ""))
+    out.append(c("bold", f"kpdiag: {term(report.subject)}"))
     if bits:
-        out.append("  " + "; ".join(bits))
+        out.extend(_wrap("; ".join(bits), width, "  ", "    "))
+    out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
     if report.extra.get("nodes"):
         out.append("")
         rows, hidden = notable_rows(report.extra["nodes"], verbose)
-        out.extend("  " + line for line in nodes_table(rows).splitlines())
+        out.extend("  " + line for line in nodes_table(rows, width - 2).splitlines())
         if hidden:
             out.append(f"  … and {hidden} more node(s) like the majority: ok, no error or warning (-v lists every node)")
-    verdict = report.extra.get("verdict") or []
-    if verdict:
+    traces = report.extra.get("traces") or []
+    notes = report.extra.get("notes") or []
+    if traces or notes:
         out.append("")
-        out.extend(c("bold", f"  » {line}") for line in verdict)
-        out.append("")
-    for t in report.extra.get("traces") or []:
+    for t in traces:
         pk = t["packet"]
-        ends = ", ".join(f"{p['probability'] * 100:.0f}% {p['verdict']}" + (f" → {p['dnat']}" if p["dnat"] else "") for p in t["paths"][:6])
-        out.append(f"  trace {t['target']} from {pk['from']} {pk['src']}: {ends}" + (" …" if len(t["paths"]) > 6 else ""))
-    for note in report.extra.get("notes") or []:
-        out.append(f"  note: {note}")
-    out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+        ends = ", ".join(f"{p['probability'] * 100:.0f}% {term(p['verdict'])}" + (f" → {term(p['dnat'])}" if p["dnat"] else "")
+                         for p in t["paths"][:6])
+        out.extend(_wrap(f"trace {term(t['target'])} from {term(pk['from'])} {term(pk['src'])}: {ends}" + (" …" if len(t["paths"]) > 6 else ""),
+                         width, "  ", "    "))
+    for note in notes:
+        out.extend(_wrap(note, width, "  note: ", "        "))
     for severity in ("error", "warning", "info"):
         group = [x for x in report.findings if x.severity.value == severity]
         if not group:
@@ -63,29 +121,55 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False) 
         out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
         for x in group:
             out.append("")
-            out.append(c(severity, f"{x.id} {x.slug}") + f"  {x.summary}")
-            out.extend(textwrap.wrap(x.explanation, 100, initial_indent="  why: ", subsequent_indent="       "))
+            name = f"{term(x.id)} {term(x.slug)}"
+            head = _wrap(f"{x.id} {x.slug}  {x.summary}", width, "", "    ")
+            out.append(c(severity, name) + head[0][len(name):])
+            out.extend(head[1:])
+            out.extend(_wrap(x.explanation, width, "  why: ", "       ", prose=True))
             if x.fix:
                 out.append("  fix:")
-                out.extend(f"    $ {step}" if _looks_like_command(step) else f"    - {step}" for step in x.fix)
+                out.extend(f"    $ {term(step)}" if _looks_like_command(step) else f"    - {term(step)}" for step in x.fix)
             if x.evidence:
                 out.append("  evidence:")
-                out.extend(c("dim", f"    {e}") for e in x.evidence)
-    skipped = [r for r in report.checks if r.status != "ran"]
-    if skipped:
-        out.append("")
-        out.append(c("dim", f"not checked ({len(skipped)}):"))
-        for r in skipped if verbose else skipped[:40]:
-            out.append(c("dim", f"  {r.id} {r.slug}: {r.status} — {r.reason}"))
+                out.extend(c("dim", f"    {term(e)}") for e in x.evidence)
+    out.extend(_skipped_lines(report, verbose, c))
     if report.problems:
         out.append("")
         out.append(c("dim", f"could not read ({len(report.problems)}):"))
         for p in report.problems:
-            out.append(c("dim", f"  {p['source']}: {p['error']}"))
-    if not report.findings:
+            out.append(c("dim", f"  {term(p.get('source'))}: {term(p.get('error'))}"))
+    if not report.findings and not headline:
         out.append("")
         out.append("No problems found by the checks that ran.")
     return "\n".join(out) + "\n"
+
+
+def _skipped_lines(report: Report, verbose: bool, c) -> list[str]:
+    """Checks that did not run: one line per reason by default (-v: each check and its reason). A check that failed
+    with an internal error is always listed."""
+    failed = [r for r in report.checks if r.status == "error"]
+    skipped = [r for r in report.checks if r.status not in ("ran", "error")]
+    out: list[str] = []
+    if failed:
+        out += ["", c("dim", f"failed ({len(failed)}):")]
+        out += [c("dim", f"  {term(r.id)} {term(r.slug)}: {term(r.reason)}") for r in failed]
+    if not skipped:
+        return out
+    out += ["", c("dim", f"not checked ({len(skipped)}):")]
+    if verbose:
+        return out + [c("dim", f"  {term(r.id)} {term(r.slug)}: {term(r.status)} — {term(r.reason)}") for r in skipped]
+    groups: dict[str, list] = {}
+    for r in skipped:
+        groups.setdefault(skip_group(r.reason), []).append(r)
+    for why, runs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        needs = all((r.reason or "").startswith("needs ") for r in runs)
+        count = f"{len(runs)} check{'s' if len(runs) != 1 else ''}"
+        if needs:
+            line = f"  {count} need{'s' if len(runs) == 1 else ''} {term(why)}"
+        else:
+            line = f"  {count} skipped: {term(why)}"
+        out.append(c("dim", line + " — -v lists " + ("it" if len(runs) == 1 else "them")))
+    return out
 
 
 def _looks_like_command(step: str) -> bool:
@@ -115,28 +199,46 @@ def notable_rows(rows: list[dict], verbose: bool = False) -> tuple[list[dict], i
     return shown, len(rows) - len(shown)
 
 
-def nodes_table(rows: list[dict]) -> str:
-    """The per-node summary of a cluster report."""
+def fit_table(rows: list[list], headers: list[str], width: int | None = None, floors: dict[int, int] | None = None) -> str:
+    """A plain table whose cells (escaped: :func:`term`) wrap so that it fits ``width`` columns (the terminal's):
+    the widest columns give way first, no column below its floor (default 6, or its widest number)."""
     from tabulate import tabulate
 
+    width = output_width(width)
+    body = [[term("" if v is None else v) for v in row] for row in rows]
+    heads = [term(h) for h in headers]
+    n = len(heads)
+    natural = [max([len(heads[i])] + [len(r[i]) for r in body]) for i in range(n)]
+    sep = 2 * (n - 1)
+    limits = list(natural)
+    floor = [min(natural[i], (floors or {}).get(i, 6)) for i in range(n)]
+    while sum(limits) + sep > width:
+        i = max(range(n), key=lambda k: (limits[k] - floor[k], limits[k]))
+        if limits[i] <= floor[i]:
+            break  # as narrow as it gets
+        limits[i] -= 1
+    wrap = None if limits == natural else limits
+    return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True, maxcolwidths=wrap,
+                    maxheadercolwidths=wrap) + "\n"
+
+
+def nodes_table(rows: list[dict], width: int | None = None) -> str:
+    """The per-node summary of a cluster report."""
     cols = [("node", "node"), ("status", "status"), ("mode", "mode"), ("kube_proxy", "kube-proxy"), ("kernel", "kernel"),
-            ("iptables_rules", "ipt rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("error", "E"),
+            ("iptables_rules", "rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("error", "E"),
             ("warning", "W"), ("info", "I")]
     if any(r.get("service") for r in rows):
         cols.append(("service", "service trace"))
-    body = [[("" if r.get(k) is None else r.get(k)) for k, _ in cols] for r in rows]
-    return tabulate(body, headers=[h for _, h in cols], tablefmt="simple", maxcolwidths=[40, 60] + [None] * (len(cols) - 2),
-                    disable_numparse=True) + "\n"
+    body = [[r.get(k) for k, _ in cols] for r in rows]
+    return fit_table(body, [h for _, h in cols], width, floors={0: 12, 8: 1, 9: 1, 10: 1})
 
 
-def report_to_table(report: Report) -> str:
-    from tabulate import tabulate
-
+def report_to_table(report: Report, width: int | None = None) -> str:
     rows = [[x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings]
-    head = nodes_table(report.extra["nodes"]) + "\n" if report.extra.get("nodes") else ""
+    head = nodes_table(report.extra["nodes"], width) + "\n" if report.extra.get("nodes") else ""
     if not rows:
         return head + "no findings\n"
-    return head + tabulate(rows, headers=["severity", "id", "check", "subject", "summary"], tablefmt="simple", maxcolwidths=[None, None, None, 20, 80]) + "\n"
+    return head + fit_table(rows, ["severity", "id", "check", "subject", "summary"], width, floors={0: 7, 1: 5, 2: 12, 3: 10, 4: 24})
 
 
 def report_to_json(report: Report) -> str:
