@@ -6,15 +6,21 @@ import json
 import textwrap
 
 
-def catalogue_table(checks) -> str:
-    from tabulate import tabulate
+def severities(c) -> str:
+    """The severities a check may emit (its contract), mildest first: "warning", "info/warning"."""
+    return "/".join(x.value for x in getattr(c, "may_emit", (c.severity,)))
 
-    rows = [[c.id, c.slug, c.severity.value, c.scope, c.title] for c in checks]
-    return tabulate(rows, headers=["id", "slug", "severity", "scope", "title"], tablefmt="simple") + "\n"
+
+def catalogue_table(checks, width: int | None = None) -> str:
+    """The catalogue as a table that fits the terminal (cells wrap); plugin texts are escaped (render.safe.term)."""
+    from .report import fit_table
+
+    rows = [[c.id, c.slug, severities(c), c.scope, c.title] for c in checks]
+    return fit_table(rows, ["id", "slug", "severity", "scope", "title"], width, floors={0: 5, 1: 20, 2: 13, 3: 7, 4: 24})
 
 
 def catalogue_json(checks) -> str:
-    return json.dumps([{"id": c.id, "slug": c.slug, "severity": c.severity.value, "title": c.title, "scope": c.scope, "needs": list(c.needs),
+    return json.dumps([{"id": c.id, "slug": c.slug, "severity": c.severity.value, "severities": [x.value for x in getattr(c, "may_emit", (c.severity,))], "title": c.title, "scope": c.scope, "needs": list(c.needs),
                         "symptom": c.docs.symptom, "why": c.docs.why, "fix": c.docs.fix, "references": list(c.references)}
                        for c in checks], indent=2) + "\n"
 
@@ -28,9 +34,9 @@ def catalogue_markdown(checks) -> str:
            "Scope *node*: run on one node's state (`kpdiag node`, `svc`, `analyze BUNDLE`). Scope *cluster*: run on the",
            "reports of many nodes (`kpdiag cluster`, `kpdiag analyze DIR-OF-NODE-REPORTS`).", "",
            "| id | slug | severity | scope | title |", "|---|---|---|---|---|"]
-    out += [f"| [{c.id}](#{c.id.lower()}-{c.slug}) | {c.slug} | {c.severity.value} | {c.scope} | {c.title} |" for c in checks]
+    out += [f"| [{c.id}](#{c.id.lower()}-{c.slug}) | {c.slug} | {severities(c)} | {c.scope} | {c.title} |" for c in checks]
     for c in checks:
-        out += ["", f"## {c.id} {c.slug}", "", f"**{c.title}** — severity *{c.severity.value}*, scope *{c.scope}*"
+        out += ["", f"## {c.id} {c.slug}", "", f"**{c.title}** — severity *{severities(c)}*, scope *{c.scope}*"
                 + (f"; needs {', '.join(c.needs)}" if c.needs else ""), "",
                 "### Symptom", "", _para(c.docs.symptom), "", "### Why", "", _para(c.docs.why), "", "### Fix", "", _para(c.docs.fix)]
         if c.references:
@@ -42,7 +48,7 @@ def explain_text(c) -> str:
     def block(title: str, text: str) -> list[str]:
         return [title] + textwrap.wrap(_para(text), 96, initial_indent="  ", subsequent_indent="  ") + [""]
 
-    out = [f"{c.id} {c.slug} — {c.title} ({c.severity.value}; {c.scope} scope)", ""]
+    out = [f"{c.id} {c.slug} — {c.title} ({severities(c)}; {c.scope} scope)", ""]
     out += block("Symptom", c.docs.symptom) + block("Why", c.docs.why) + block("Fix", c.docs.fix)
     if c.needs:
         out += ["Needs", "  " + ", ".join(c.needs), ""]

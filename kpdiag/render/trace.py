@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..trace.model import TraceResult
+from .safe import dot_escape, term
 
 
 def _pct(p: float) -> str:
@@ -27,16 +28,18 @@ def _describe(path) -> str:
     return ", ".join(b for b in bits if b)
 
 
-def trace_to_text(result: TraceResult, verbose: bool = False) -> str:
-    from tabulate import tabulate
+def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None = None) -> str:
+    """The trace for people, fitted to the terminal's width; rule texts, comments and names are escaped
+    (:func:`~kpdiag.render.safe.term`): a rule comment is written by whoever can write rules."""
+    from ..parse.addr import hostport
+    from .report import _wrap, fit_table, output_width
 
+    width = output_width(width)
     pk = result.packet
     lines = []
-    from ..parse.addr import hostport
-
     src, dst = hostport(pk.src, pk.sport if pk.proto != "icmp" else None), hostport(pk.dst, pk.dport)
-    lines.append(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)")
-    lines.append(f"mode    {result.mode}; rules from {', '.join(result.sources)}")
+    lines.append(term(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)"))
+    lines.extend(_wrap(f"mode    {result.mode}; rules from {', '.join(result.sources)}", width, "", "        "))
     n = len(result.paths)
     lines.append(
         f"result  {n} path{'s' if n != 1 else ''}; the kernel evaluates up to {result.rules_evaluated} rules on the way"
@@ -46,26 +49,42 @@ def trace_to_text(result: TraceResult, verbose: bool = False) -> str:
     rows = []
     for i, path in enumerate(result.paths, 1):
         rows.append([i, _pct(path.probability), path.verdict, path.dnat or "-", "yes" if path.masquerade else "no", path.delivery or "-", path.rules_evaluated])
-    lines.append(tabulate(rows, headers=["path", "probability", "verdict", "DNAT", "masquerade", "delivery", "rules walked"], tablefmt="simple"))
+    lines.append(fit_table(rows, ["path", "probability", "verdict", "DNAT", "masquerade", "delivery", "rules walked"], width).rstrip("\n"))
     for i, path in enumerate(result.paths, 1):
         lines.append("")
-        lines.append(f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}")
+        lines.extend(_wrap(f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}",
+                           width, "", "  "))
         hook = None
-        for step in path.steps:
+        last = max((k for k, st in enumerate(path.steps) if st.rule is not None), default=-1)
+        for k, step in enumerate(path.steps):
             if step.hook != hook:
                 hook = step.hook
-                lines.append(f"  {hook}")
-            where = f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else "")
-            lines.append(f"    {where:<44} {step.action}")
-            if verbose or step.rule is None:
-                lines.append(f"      {step.text}")
+                lines.append(f"  {term(hook)}")
+            where = term(f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else ""))
+            lines.append(f"    {where:<44} {term(step.action)}" if len(where) + len(step.action) + 5 <= width or len(where) >= 44
+                         else f"    {where}  {term(step.action)}")
+            text = term(step.text)
+            if verbose or step.rule is None or k == last:  # in full (wrapped): the rule that decided, or every rule with -v
+                lines.extend(_wrap_rule(text, width))
             else:
-                lines.append(f"      {_shorten(step.text, 150)}")
+                lines.append(f"      {_shorten(text, max(width - 6, 40))}")
         for note in path.notes:
-            lines.append(f"  note: {note}")
+            lines.extend(_wrap(note, width, "  note: ", "        "))
     for note in result.notes:
-        lines.append(f"note: {note}")
+        lines.extend(_wrap(note, width, "note: ", "      "))
     return "\n".join(lines) + "\n"
+
+
+def _wrap_rule(text: str, width: int) -> list[str]:
+    """A rule's text in full, broken at spaces to fit (continuation lines indented further)."""
+    import textwrap
+
+    import re
+
+    glued = re.sub(r'"[^"]*"', lambda m: m.group(0).replace(" ", "\u00a0"), text)  # a quoted comment stays on one line
+    lines = textwrap.wrap(glued, max(width, 40), initial_indent="      ", subsequent_indent="          ", break_long_words=False,
+                          break_on_hyphens=False, replace_whitespace=False) or [""]
+    return [line.replace("\u00a0", " ") for line in lines]
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -77,7 +96,12 @@ def trace_to_json(result: TraceResult) -> str:
 
 
 def _dot_id(text: str) -> str:
-    return '"' + text.replace('"', '\\"') + '"'
+    """A quoted Graphviz id from parts kpdiag already escaped (:func:`_dot`); its own "\\n" line breaks stay."""
+    return '"' + text + '"'
+
+
+def _dot(value) -> str:
+    return dot_escape(value)
 
 
 def trace_to_dot(result: TraceResult) -> str:
@@ -88,19 +112,19 @@ def trace_to_dot(result: TraceResult) -> str:
     for path in result.paths:
         prev = "packet"
         for step in path.steps:
-            node = f"{step.hook}\\n{step.table}/{step.chain}" if step.rule is not None or step.table != "-" else f"{step.hook}"
+            node = f"{_dot(step.hook)}\\n{_dot(step.table)}/{_dot(step.chain)}" if step.rule is not None or step.table != "-" else _dot(step.hook)
             if node != prev:
                 key = (prev, node)
                 edges[key] = edges.get(key, 0.0) + path.probability
                 labels.setdefault(key, "")
                 prev = node
-        end = path.verdict.upper() + (f"\\nDNAT {path.dnat}" if path.dnat else "") + ("\\nmasquerade" if path.masquerade else "")
+        end = _dot(path.verdict.upper()) + (f"\\nDNAT {_dot(path.dnat)}" if path.dnat else "") + ("\\nmasquerade" if path.masquerade else "")
         ends[end] = "box"
         key = (prev, end)
         edges[key] = edges.get(key, 0.0) + path.probability
     pk = result.packet
     out = ["digraph kpdiag_trace {", "  rankdir=LR;", '  node [shape=ellipse, fontname="Helvetica"];']
-    title = f"{pk.proto} {pk.src} -> {pk.dst}" + (f":{pk.dport}" if pk.dport is not None else "")
+    title = _dot(f"{pk.proto} {pk.src} -> {pk.dst}" + (f":{pk.dport}" if pk.dport is not None else ""))
     out.append(f"  packet [shape=plaintext, label={_dot_id(title)}];")
     for end in ends:
         colour = "palegreen" if end.startswith("ACCEPT") else "salmon"
