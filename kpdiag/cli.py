@@ -15,9 +15,64 @@ from . import __version__, exitcodes
 OUTPUTS = ("text", "json", "dot")
 
 
+COMPLETE_VAR = "_KPDIAG_COMPLETE"
+
+
 def _fail(message: str, code: int) -> "click.exceptions.Exit":
-    click.echo(f"kpdiag: error: {message}", err=True)
+    from .render.safe import term
+
+    click.echo(f"kpdiag: error: {term(message)}", err=True)
     return click.exceptions.Exit(code)
+
+
+def _say(message: str) -> None:
+    """A line for stderr that may carry names from the bundle, the API or a node: escaped (render.safe.term)."""
+    from .render.safe import term
+
+    click.echo(f"kpdiag: {term(message)}", err=True)
+
+
+def _complete_checks(ctx, param, incomplete: str):
+    """Shell completion of check ids and slugs (--select, --ignore, kpdiag explain)."""
+    from click.shell_completion import CompletionItem
+
+    from .checkapi import load_registry
+
+    items = []
+    for c in load_registry().checks:
+        if c.id.upper().startswith(incomplete.upper()):
+            items.append(CompletionItem(c.id, help=c.title))
+        elif incomplete and c.slug.startswith(incomplete.lower()):
+            items.append(CompletionItem(c.slug, help=c.title))
+    return items
+
+
+def _nearest(pattern: str, checks) -> list[str]:
+    import difflib
+
+    named = {c.id: f"{c.id} ({c.slug})" for c in checks}
+    by_slug = {c.slug: c.id for c in checks}
+    close = difflib.get_close_matches(pattern.upper(), list(named), n=3, cutoff=0.5)
+    close += [by_slug[x] for x in difflib.get_close_matches(pattern.lower(), list(by_slug), n=3, cutoff=0.6)]
+    return [named[i] for i in dict.fromkeys(close)][:4]
+
+
+def _check_patterns(ctx, param, value):
+    """--select/--ignore: every entry must name a check (id, id prefix or slug) — a typo must not run nothing."""
+    if not value:
+        return value
+    from .checkapi import load_registry
+    from .render.safe import term
+
+    checks = load_registry().checks
+    for pattern in value:
+        p = pattern.strip()
+        if any(c.id.upper().startswith(p.upper()) or c.slug == p.lower() for c in checks) and p:
+            continue
+        near = _nearest(p, checks)
+        hint = f"; nearest: {', '.join(near)}" if near else ""
+        raise click.BadParameter(f"no check matches {term(pattern)!r}{hint} (see 'kpdiag checks')", ctx=ctx, param=param)
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,15 +125,17 @@ def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, spo
     except ValueError as exc:
         raise _fail(str(exc), exitcodes.USAGE) from None
     for problem in setup.problems:
-        click.echo(f"kpdiag: warning: {problem}", err=True)
+        _say(f"warning: {problem}")
     result = setup.tracer.trace(packet)
     render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
     click.echo(render(result), nl=False)
 
 
 def _report_options(fn):
-    fn = click.option("--ignore", multiple=True, help="Skip checks by id, id prefix or slug (repeatable).")(fn)
-    fn = click.option("--select", multiple=True, help="Run only these checks: id (KP501), prefix (KP5) or slug (repeatable).")(fn)
+    fn = click.option("--ignore", multiple=True, callback=_check_patterns, shell_complete=_complete_checks,
+                      help="Skip checks by id, id prefix or slug (repeatable).")(fn)
+    fn = click.option("--select", multiple=True, callback=_check_patterns, shell_complete=_complete_checks,
+                      help="Run only these checks: id (KP501), prefix (KP5) or slug (repeatable).")(fn)
     fn = click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default="error", show_default=True,
                       help="Exit 1 when a finding is at or above this severity.")(fn)
     fn = click.option("-o", "--output", type=click.Choice(["text", "table", "json"]), default="text", show_default=True)(fn)
@@ -90,17 +147,24 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
     """Print a report and leave with the exit code exitcodes decides."""
     from .render.report import report_to_json, report_to_table, report_to_text, use_colour
 
-    if output == "json":
-        text = report_to_json(report)
-    elif output == "table":
-        text = report_to_table(report)
-    else:
-        text = report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
-    click.echo(text, nl=False)
     code = exitcodes.for_findings(report.severities(), fail_on, report.readable)
-    if code == exitcodes.NO_DIAGNOSIS:
-        click.echo("kpdiag: error: nothing readable: could not diagnose (see 'could not read' above)", err=True)
+    if output == "json":
+        click.echo(report_to_json(report), nl=False)  # a machine reading it gets the problems too
+    elif code != exitcodes.NO_DIAGNOSIS:
+        text = report_to_table(report) if output == "table" else report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
+        click.echo(text, nl=False)
+    if code == exitcodes.NO_DIAGNOSIS:  # one line that says why, not an empty report
+        raise _fail(_unreadable(report), code)
     raise click.exceptions.Exit(code)
+
+
+def _unreadable(report) -> str:
+    problems = list(report.problems)
+    if not problems:
+        return f"{report.subject}: nothing kpdiag can read there (no bundle files: an empty or wrong directory?)"
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more; -o json lists them)" if len(problems) > 1 else ""
+    return f"{report.subject}: nothing readable: {first.get('source')}: {first.get('error')}{more}"
 
 
 @cli.command()
@@ -126,7 +190,7 @@ def analyze(bundle, output, fail_on, select, ignore, verbose):
 
 
 def _progress(message: str) -> None:
-    click.echo(f"kpdiag: {message}", err=True)
+    _say(message)
 
 
 @cli.command()
@@ -178,6 +242,41 @@ def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, sa
 
 
 @cli.command()
+@click.option("--from", "from_", required=True, help="The client: NS/POD or an IP address.")
+@click.option("--to", "to", required=True, help="NS/POD, NS/SERVICE (each endpoint at its targetPort), NS/svc/NAME or NS/pod/NAME, or an IP.")
+@click.option("--port", "port", required=True, help="PORT[/PROTO]: a number or a port name; tcp (default), udp or sctp.")
+@click.option("--bundle", "bundle", type=click.Path(), help="Read cluster/networkpolicies.json, pods.json, namespaces.json … from a bundle.")
+@click.option("--kubeconfig", type=click.Path(), help="Read from the API: kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option("--context", help="kubeconfig context.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def policy(from_, to, port, bundle, kubeconfig, context, output):
+    """Is FROM → TO:PORT allowed by NetworkPolicy, and by which policy? Exit 0 allowed, 1 denied, 3 cannot tell."""
+    from .bundle import Bundle
+    from .errors import InputError, UsageError
+    from .policy_cmd import CannotEvaluate, collect_live, evaluate, parse_from, parse_port, parse_to
+    from .render.policy import policy_to_json, policy_to_text
+
+    if bundle and (kubeconfig or context):
+        raise _fail("give --bundle DIR or --kubeconfig/--context, not both", exitcodes.USAGE)
+    try:
+        parse_from(from_), parse_to(to), parse_port(port)
+        if bundle:
+            source = Bundle.open(bundle)
+        else:
+            files, errors = collect_live(from_, to, kubeconfig, context)
+            source = Bundle.from_files("api", files)
+            for err in errors:
+                source.problem(err["source"], f"not collected: {err['error']}")
+        doc = evaluate(source, from_, to, port)
+    except UsageError as exc:
+        raise _fail(str(exc), exitcodes.USAGE) from None
+    except (InputError, CannotEvaluate) as exc:
+        raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
+    click.echo(policy_to_json(doc) if output == "json" else policy_to_text(doc), nl=False)
+    raise click.exceptions.Exit(exitcodes.for_policy(doc["allowed"]))
+
+
+@cli.command()
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="A directory, or FILE.tar.gz.")
 @click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
 @click.option("--redact", is_flag=True, help="Replace namespaces, names, node names and non-cluster IPs by stable hashes (the same in every file).")
@@ -205,9 +304,9 @@ def collect(out, host_root, redact, redact_salt):
         write_bundle(files, out, manifest)
     except OSError as exc:
         raise _fail(f"{out}: cannot write: {exc.strerror or exc}", exitcodes.NO_DIAGNOSIS) from None
-    click.echo(f"kpdiag: wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected", err=True)
+    _say(f"wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected")
     for err in manifest["errors"]:
-        click.echo(f"kpdiag:   {err['source']}: {err['error']}", err=True)
+        _say(f"  {err['source']}: {err['error']}")
 
 
 @cli.command()
@@ -235,9 +334,11 @@ def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig,
                               kubeconfig=kubeconfig, context=context, dry_run=dry_run, cleanup=cleanup, keep_pods=keep_pods,
                               save_dir=save_dir, poll=poll, select=select, ignore=ignore, progress=_progress)
     if outcome.text is not None:
-        click.echo(outcome.text, nl=False)
+        from .render.safe import term_lines
+
+        click.echo(term_lines(outcome.text), nl=False)
     for line in outcome.messages:
-        click.echo(f"kpdiag: {line}", err=True)
+        _say(line)
     if outcome.error is not None:
         raise _fail(outcome.error, outcome.code)
     if outcome.report is None:
@@ -254,21 +355,39 @@ def checks_cmd(output):
 
     registry = load_registry()
     for name, why in registry.load_errors:
-        click.echo(f"kpdiag: warning: plugin {name} not loaded: {why}", err=True)
+        _say(f"warning: plugin {name} not loaded: {why}")
     click.echo({"table": catalogue_table, "json": catalogue_json, "markdown": catalogue_markdown}[output](registry.checks), nl=False)
 
 
 @cli.command()
-@click.argument("check_id")
+@click.argument("check_id", shell_complete=_complete_checks)
 def explain(check_id):
     """One check's documentation: symptom, why, fix."""
     from .checkapi import load_registry
     from .render.catalogue import explain_text
 
-    spec = load_registry().get(check_id)
+    registry = load_registry()
+    spec = registry.get(check_id)
     if spec is None:
-        raise _fail(f"no check {check_id!r} (see 'kpdiag checks')", exitcodes.USAGE)
+        near = _nearest(check_id, registry.checks)
+        raise _fail(f"no check {check_id!r}" + (f"; nearest: {', '.join(near)}" if near else "") + " (see 'kpdiag checks')", exitcodes.USAGE)
     click.echo(explain_text(spec), nl=False)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell):
+    """Print the shell completion script (commands, options, check ids, bundle paths).
+
+    \b
+    bash:  kpdiag completion bash > ~/.local/share/bash-completion/completions/kpdiag
+    zsh:   kpdiag completion zsh > "${fpath[1]}/_kpdiag"
+    fish:  kpdiag completion fish > ~/.config/fish/completions/kpdiag.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    click.echo(cls(cli, {}, "kpdiag", COMPLETE_VAR).source())
 
 
 def _first_local(setup, local_ips, family: int = 4) -> str:
@@ -294,10 +413,18 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     return 128 + signum
 
 
+def prog_name(argv0: str | None = None) -> str:
+    """"kubectl kpdiag" when run as kubectl's plugin (the kubectl-kpdiag executable), else "kpdiag"."""
+    import os
+
+    base = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return "kubectl kpdiag" if base.startswith("kubectl-") else "kpdiag"
+
+
 def main(argv=None) -> int:
     """Console entry point: the one place that turns outcomes into exit codes."""
     try:
-        rv = cli.main(args=argv, prog_name="kpdiag", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name=prog_name(), complete_var=COMPLETE_VAR, standalone_mode=False)
         if isinstance(rv, int):
             return rv
     except click.exceptions.Exit as exc:

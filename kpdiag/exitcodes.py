@@ -20,6 +20,13 @@ def for_findings(severities, fail_on: str = "error", anything_read: bool = True)
     return FINDINGS if any(SEVERITY_ORDER.get(s, 0) >= threshold for s in severities) else OK
 
 
+def for_policy(allowed: bool | None) -> int:
+    """kpdiag policy: 0 the flow is allowed, 1 denied, 3 it could not be evaluated."""
+    if allowed is None:
+        return NO_DIAGNOSIS
+    return OK if allowed else FINDINGS
+
+
 def for_error(exc: BaseException) -> int:
     from .errors import UsageError
 

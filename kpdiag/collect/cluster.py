@@ -224,6 +224,82 @@ class ClusterCollector:
             self.out.files["cluster/version.json"] = json.dumps(ver, indent=1).encode()
         return svc
 
+    def policy_objects(self, namespaces, client_pod: tuple[str, str] | None = None, dns: bool = True) -> bool:
+        """What NetworkPolicy evaluation needs, for the ``namespaces`` given (the Service's, the client's):
+
+        - ``cluster/namespaces.json``: every namespace (their labels, for namespaceSelector);
+        - ``cluster/networkpolicies.json``: the NetworkPolicies of those namespaces (and kube-system with ``dns``);
+          its List metadata ``namespaces`` says which were listed — only written when every list succeeded, so a
+          namespace whose policies could not be read is never taken as one without policies;
+        - ``cluster/cni.json``: the DaemonSets of kube-system, kube-flannel and calico-system reduced to names,
+          images and two flags (kpdiag.netpol.component), to tell whether the CNI enforces NetworkPolicy;
+        - ``cluster/kube-dns.json``: the kube-dns Service and its pods (with ``dns``), for the DNS egress check;
+        - ``cluster/client-pod.json``: the client pod ``(namespace, name)`` when given.
+        Every failure is a recorded reason; False when nothing could be asked."""
+        from kubernetes import client
+
+        from ..netpol import component
+
+        if self._api is None and not self.connect():
+            return False
+        core = client.CoreV1Api(self._api)
+        net = client.NetworkingV1Api(self._api)
+        apps = client.AppsV1Api(self._api)
+        nss = self._call("cluster/namespaces.json", "list namespaces", core.list_namespace)
+        existing = None
+        if nss is not None:
+            items = nss.get("items", [])
+            existing = {(n.get("metadata") or {}).get("name") for n in items}
+            self.out.files["cluster/namespaces.json"] = _as_list("Namespace", items)
+        wanted = sorted({n for n in namespaces if n} | ({"kube-system"} if dns else set()))
+        policies, complete = [], True
+        for ns in wanted:
+            doc = self._call("cluster/networkpolicies.json", f"list networkpolicies in {ns}", net.list_namespaced_network_policy, ns)
+            if doc is None:
+                complete = False
+                continue
+            policies += [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("namespace", ns) == ns]
+        if complete:
+            self.out.files["cluster/networkpolicies.json"] = json.dumps(
+                {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1).encode()
+        comps, listed = [], []
+        for ns in ("kube-system", "kube-flannel", "calico-system"):
+            if ns != "kube-system" and existing is not None and ns not in existing:
+                continue
+            doc = self._call("cluster/cni.json", f"list daemonsets in {ns}", apps.list_namespaced_daemon_set, ns)
+            if doc is None:
+                continue
+            listed.append(ns)
+            for ds in doc.get("items", []):
+                ds.setdefault("kind", "DaemonSet")
+                c = component(ds)
+                if c:
+                    comps.append(c)
+        if "kube-system" in listed:
+            self.out.files["cluster/cni.json"] = json.dumps({"apiVersion": "kpdiag/v1", "kind": "CNIComponents",
+                                                             "namespaces": listed, "items": comps}, indent=1).encode()
+        if dns:
+            svc = self._call("cluster/kube-dns.json", "get service kube-system/kube-dns", core.read_namespaced_service, "kube-dns", "kube-system")
+            selector = ((svc or {}).get("spec") or {}).get("selector") or {"k8s-app": "kube-dns"}
+            label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            pods = self._call("cluster/kube-dns.json", "list pods in kube-system", core.list_namespaced_pod, "kube-system", label_selector=label_selector)
+            if svc is not None or pods is not None:
+                picked = [p for p in (pods or {}).get("items", []) if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
+                for p in picked:
+                    p.setdefault("kind", "Pod")
+                if svc is not None:
+                    svc.setdefault("kind", "Service")
+                self.out.files["cluster/kube-dns.json"] = _as_list("List", ([svc] if svc else []) + picked)
+        if client_pod:
+            ns, name = client_pod
+            doc = self._call("cluster/client-pod.json", f"list pods in {ns}", core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+            if doc is not None:
+                mine = [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("name") == name]
+                for p in mine:
+                    p.setdefault("kind", "Pod")
+                self.out.files["cluster/client-pod.json"] = _as_list("Pod", mine)
+        return True
+
     DNS_LOG_TAIL_LINES = 200
     DNS_LOG_LIMIT_BYTES = 64 * 1024
     DNS_LOG_PODS = 4

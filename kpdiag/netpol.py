@@ -1,0 +1,751 @@
+"""NetworkPolicy (networking.k8s.io/v1) semantics: is one flow allowed, and by which policy? Pure: no I/O.
+
+The rules implemented, as the API defines them:
+
+- ``policyTypes`` defaults to ``[Ingress]``, plus ``Egress`` when the policy has at least one egress rule
+  (the API server's defaulting looks at the number of rules: ``egress: []`` adds nothing). A policy only acts in
+  the directions of its ``policyTypes``; rules of another direction are ignored.
+- A pod selected by no policy of a direction is open in that direction (not isolated). A pod selected by at least
+  one is isolated: only what some rule of some selecting policy admits passes. Policies are additive (a union).
+- A flow pod A → pod B needs A's egress and B's ingress to admit it.
+- A rule with no (or an empty) ``from``/``to`` admits every peer; with no (or empty) ``ports`` every port. A policy
+  of a direction with no rules of it admits nothing (default deny).
+- A peer is an ``ipBlock`` (cidr minus ``except``), or a ``podSelector`` and/or ``namespaceSelector``: podSelector
+  alone picks pods of the policy's namespace; namespaceSelector alone every pod of the namespaces it picks; both
+  in one peer must both match (AND). An empty selector ``{}`` matches everything.
+- Label selectors: ``matchLabels`` and ``matchExpressions`` (In, NotIn, Exists, DoesNotExist), all ANDed.
+  NotIn matches a pod without the key. Namespaces carry ``kubernetes.io/metadata.name`` (set by the API server).
+- Ports: a number, a range (``endPort``), or a name resolved on the destination pod's containerPorts (name and
+  protocol). Protocol TCP unless given (UDP, SCTP). A named port never matches an IP that is not a pod.
+- Selector peers only ever match pods that are not host-network; a host-network pod or an IP client is its
+  address, matched by ``ipBlock`` rules only. Policies never select host-network pods.
+
+A policy that cannot be read (an unknown operator, a bad CIDR, an ``except`` outside its ``cidr``, a peer with
+nothing in it, ...) is reported as one problem naming it, and the others are evaluated.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+NS_NAME_LABEL = "kubernetes.io/metadata.name"
+# labels that identify one pod generation, not the workload: left out of the selectors of a suggested patch
+_VOLATILE_LABELS = ("pod-template-hash", "controller-revision-hash", "pod-template-generation", "apps.kubernetes.io/pod-index")
+
+
+class PolicyError(ValueError):
+    """A NetworkPolicy that cannot be read: the message says what and where (one line)."""
+
+
+# ------------------------------------------------------------------------------------------------ selectors
+@dataclass(frozen=True)
+class Selector:
+    """A parsed LabelSelector. ``exprs``: (key, operator, values)."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    exprs: tuple[tuple[str, str, frozenset], ...] = ()
+    ordered_values: tuple[tuple[str, ...], ...] = ()  # the values of each expression as written (for text)
+
+    @property
+    def empty(self) -> bool:
+        return not self.labels and not self.exprs
+
+    def matches(self, labels: dict) -> bool:
+        for k, v in self.labels:
+            if labels.get(k) != v:
+                return False
+        for key, op, values in self.exprs:
+            if op == "In":
+                if labels.get(key) not in values:
+                    return False
+            elif op == "NotIn":
+                if key in labels and labels[key] in values:
+                    return False
+            elif op == "Exists":
+                if key not in labels:
+                    return False
+            elif key in labels:  # DoesNotExist
+                return False
+        return True
+
+    def text(self) -> str:
+        bits = [f"{k}={v}" for k, v in self.labels]
+        for (key, op, _), vals in zip(self.exprs, self.ordered_values):
+            if op == "In":
+                bits.append(f"{key} in ({','.join(vals)})")
+            elif op == "NotIn":
+                bits.append(f"{key} notin ({','.join(vals)})")
+            elif op == "Exists":
+                bits.append(key)
+            else:
+                bits.append(f"!{key}")
+        return ",".join(bits)
+
+    def as_dict(self) -> dict:
+        out: dict = {}
+        if self.labels:
+            out["matchLabels"] = dict(self.labels)
+        if self.exprs:
+            out["matchExpressions"] = [{"key": k, "operator": op, **({"values": list(v)} if op in ("In", "NotIn") else {})}
+                                       for (k, op, _), v in zip(self.exprs, self.ordered_values)]
+        return out
+
+
+def parse_selector(doc, where: str) -> Selector:
+    if doc is None:
+        return Selector()
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{where} is not a label selector")
+    ml = doc.get("matchLabels") or {}
+    if not isinstance(ml, dict):
+        raise PolicyError(f"{where}.matchLabels is not a map")
+    labels = []
+    for k, v in ml.items():
+        if not isinstance(v, str):
+            raise PolicyError(f"{where}.matchLabels[{k}] is not a string")
+        labels.append((str(k), v))
+    exprs, ordered = [], []
+    me = doc.get("matchExpressions") or []
+    if not isinstance(me, list):
+        raise PolicyError(f"{where}.matchExpressions is not a list")
+    for i, e in enumerate(me):
+        here = f"{where}.matchExpressions[{i}]"
+        if not isinstance(e, dict) or not isinstance(e.get("key"), str) or not e.get("key"):
+            raise PolicyError(f"{here} has no key")
+        op = e.get("operator")
+        values = e.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise PolicyError(f"{here}.values is not a list of strings")
+        if op in ("In", "NotIn"):
+            if not values:
+                raise PolicyError(f"{here}: operator {op} needs at least one value")
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                raise PolicyError(f"{here}: operator {op} takes no values")
+        else:
+            raise PolicyError(f"{here}: invalid operator {op!r} (valid: In, NotIn, Exists, DoesNotExist)")
+        exprs.append((e["key"], op, frozenset(values)))
+        ordered.append(tuple(values))
+    return Selector(tuple(sorted(labels)), tuple(exprs), tuple(ordered))
+
+
+# ------------------------------------------------------------------------------------------------ pods, flow ends
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    labels: dict
+    ips: tuple[str, ...]
+    host_network: bool = False
+    ports: tuple[tuple[str, int, str], ...] = ()  # containerPorts: (name, number, protocol)
+    node: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ip(self) -> str | None:
+        return self.ips[0] if self.ips else None
+
+    def named_port(self, name: str, protocol: str) -> int | None:
+        for n, number, proto in self.ports:
+            if n == name and proto == protocol:
+                return number
+        return None
+
+    @classmethod
+    def from_api(cls, obj: dict) -> "Pod":
+        md = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        ips = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip")]
+        if not ips and status.get("podIP"):
+            ips = [status["podIP"]]
+        ports = []
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):  # sidecars declare ports too
+            if not isinstance(c, dict):
+                continue
+            for p in c.get("ports") or []:
+                if isinstance(p, dict) and isinstance(p.get("containerPort"), int):
+                    ports.append((p.get("name") or "", p["containerPort"], (p.get("protocol") or "TCP").upper()))
+        labels = md.get("labels") or {}
+        return cls(md.get("namespace") or "default", md.get("name") or "?", labels if isinstance(labels, dict) else {},
+                   tuple(ips), bool(spec.get("hostNetwork")), tuple(ports), spec.get("nodeName"))
+
+
+@dataclass(frozen=True)
+class End:
+    """One end of a flow: a pod (not host-network: selectable by policies), or an address (an IP client, a
+    host-network pod, something outside the cluster)."""
+
+    ip: str | None
+    pod: Pod | None = None
+
+    @property
+    def is_pod(self) -> bool:
+        return self.pod is not None and not self.pod.host_network
+
+    @property
+    def namespace(self) -> str | None:
+        return self.pod.namespace if self.pod else None
+
+    def text(self) -> str:
+        if self.pod is not None:
+            return f"{self.pod.key}" + (" (host network)" if self.pod.host_network else "") + (f" {self.ip}" if self.ip else "")
+        return self.ip or "?"
+
+    def addresses(self) -> tuple[str, ...]:
+        if self.pod is not None and self.pod.ips:
+            return self.pod.ips if not self.ip or self.ip in self.pod.ips else (self.ip, *self.pod.ips)
+        return (self.ip,) if self.ip else ()
+
+
+def end_for_pod(pod: Pod) -> End:
+    return End(pod.ip, pod)
+
+
+# ------------------------------------------------------------------------------------------------ policies
+@dataclass(frozen=True)
+class Peer:
+    pod_sel: Selector | None = None
+    ns_sel: Selector | None = None
+    cidr: object = None  # ipaddress network
+    excepts: tuple = ()
+
+    def matches(self, other: End, policy_ns: str, ns_labels) -> bool:
+        if self.cidr is not None:
+            for a in other.addresses():
+                try:
+                    addr = ipaddress.ip_address(a)
+                except ValueError:
+                    continue
+                if addr.version == self.cidr.version and addr in self.cidr and not any(addr in e for e in self.excepts):
+                    return True
+            return False
+        if not other.is_pod:
+            return False
+        pod = other.pod
+        if self.ns_sel is None:
+            if pod.namespace != policy_ns:
+                return False
+        elif not self.ns_sel.matches(ns_labels(pod.namespace)):
+            return False
+        return self.pod_sel is None or self.pod_sel.matches(pod.labels)
+
+    def text(self, policy_ns: str) -> str:
+        if self.cidr is not None:
+            return f"ipBlock {self.cidr}" + (f" except {', '.join(map(str, self.excepts))}" if self.excepts else "")
+        pods = "all pods" if self.pod_sel is None or self.pod_sel.empty else f"pods {self.pod_sel.text()}"
+        if self.ns_sel is None:
+            return f"{pods} in namespace {policy_ns}"
+        if self.ns_sel.empty:
+            return f"{pods} in every namespace"
+        return f"{pods} in namespaces {self.ns_sel.text()}"
+
+
+@dataclass(frozen=True)
+class PortRule:
+    protocol: str = "TCP"
+    port: int | str | None = None
+    end_port: int | None = None
+
+    def matches(self, port: int, protocol: str, dst: End) -> bool:
+        if protocol != self.protocol:
+            return False
+        if self.port is None:
+            return True
+        if isinstance(self.port, str):
+            if not dst.is_pod:
+                return False
+            return dst.pod.named_port(self.port, protocol) == port
+        if self.end_port is not None:
+            return self.port <= port <= self.end_port
+        return port == self.port
+
+    def text(self) -> str:
+        if self.port is None:
+            return f"all {self.protocol} ports"
+        if self.end_port is not None:
+            return f"{self.port}-{self.end_port}/{self.protocol}"
+        return f"{self.port}/{self.protocol}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    peers: tuple[Peer, ...]  # empty: every peer
+    ports: tuple[PortRule, ...]  # empty: every port
+
+    def peers_text(self, policy_ns: str) -> str:
+        return "; ".join(p.text(policy_ns) for p in self.peers) if self.peers else "anyone"
+
+    def ports_text(self) -> str:
+        return ", ".join(p.text() for p in self.ports) if self.ports else "all ports"
+
+
+@dataclass(frozen=True)
+class Policy:
+    namespace: str
+    name: str
+    pod_sel: Selector
+    types: frozenset
+    ingress: tuple[Rule, ...]
+    egress: tuple[Rule, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def rules(self, direction: str) -> tuple[Rule, ...]:
+        return self.ingress if direction == "ingress" else self.egress
+
+    def admits_text(self, direction: str) -> str:
+        rules = self.rules(direction)
+        if not rules:
+            return f"admits no {direction} at all (no {direction} rules: deny all)"
+        word = "from" if direction == "ingress" else "to"
+        return "; ".join(f"rule {i}: {word} {r.peers_text(self.namespace)} on {r.ports_text()}" for i, r in enumerate(rules))
+
+
+def _cidr(text, where: str):
+    if not isinstance(text, str) or "/" not in text:
+        raise PolicyError(f"{where}: invalid CIDR {text!r} (ADDRESS/PREFIX expected)")
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise PolicyError(f"{where}: invalid CIDR {text!r}") from None
+
+
+def _peer(doc, where: str) -> Peer:
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{where} is not a peer")
+    ipb = doc.get("ipBlock")
+    has_sel = "podSelector" in doc and doc["podSelector"] is not None or "namespaceSelector" in doc and doc["namespaceSelector"] is not None
+    if ipb is not None:
+        if has_sel:
+            raise PolicyError(f"{where}: ipBlock cannot be combined with a selector in one peer")
+        if not isinstance(ipb, dict):
+            raise PolicyError(f"{where}.ipBlock is not an object")
+        cidr = _cidr(ipb.get("cidr"), f"{where}.ipBlock.cidr")
+        excepts = []
+        for i, e in enumerate(ipb.get("except") or []):
+            net = _cidr(e, f"{where}.ipBlock.except[{i}]")
+            if net.version != cidr.version or not net.subnet_of(cidr) or net == cidr:
+                raise PolicyError(f"{where}.ipBlock.except[{i}]: {e} is not inside {cidr}")
+            excepts.append(net)
+        return Peer(cidr=cidr, excepts=tuple(excepts))
+    if not has_sel:
+        raise PolicyError(f"{where}: a peer needs podSelector, namespaceSelector or ipBlock")
+    pod_sel = parse_selector(doc["podSelector"], f"{where}.podSelector") if doc.get("podSelector") is not None else None
+    ns_sel = parse_selector(doc["namespaceSelector"], f"{where}.namespaceSelector") if doc.get("namespaceSelector") is not None else None
+    return Peer(pod_sel=pod_sel, ns_sel=ns_sel)
+
+
+def _port(doc, where: str) -> PortRule:
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{where} is not a port")
+    proto = doc.get("protocol") or "TCP"
+    if proto not in PROTOCOLS:
+        raise PolicyError(f"{where}: invalid protocol {proto!r} (TCP, UDP or SCTP)")
+    port = doc.get("port")
+    end = doc.get("endPort")
+    if isinstance(port, bool) or (port is not None and not isinstance(port, (int, str))):
+        raise PolicyError(f"{where}.port is neither a number nor a name")
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
+    if isinstance(port, int) and not 1 <= port <= 65535:
+        raise PolicyError(f"{where}.port {port} is out of range")
+    if isinstance(port, str) and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", port):
+        raise PolicyError(f"{where}.port {port!r} is not a valid port name")
+    if end is not None:
+        if not isinstance(port, int) or not isinstance(end, int) or isinstance(end, bool):
+            raise PolicyError(f"{where}.endPort needs a numeric port")
+        if not port <= end <= 65535:
+            raise PolicyError(f"{where}.endPort {end} is below port {port} or out of range")
+    return PortRule(proto, port, end)
+
+
+def _rules(docs, direction: str, where: str) -> tuple[Rule, ...]:
+    if docs is None:
+        return ()
+    if not isinstance(docs, list):
+        raise PolicyError(f"{where} is not a list")
+    peer_key = "from" if direction == "ingress" else "to"
+    out = []
+    for i, r in enumerate(docs):
+        here = f"{where}[{i}]"
+        if r is None:
+            r = {}
+        if not isinstance(r, dict):
+            raise PolicyError(f"{here} is not a rule")
+        peers = r.get(peer_key) or []
+        ports = r.get("ports") or []
+        if not isinstance(peers, list) or not isinstance(ports, list):
+            raise PolicyError(f"{here}: {peer_key} and ports must be lists")
+        out.append(Rule(tuple(_peer(p, f"{here}.{peer_key}[{j}]") for j, p in enumerate(peers)),
+                        tuple(_port(p, f"{here}.ports[{j}]") for j, p in enumerate(ports))))
+    return tuple(out)
+
+
+def parse_policy(obj: dict) -> Policy:
+    """One NetworkPolicy as the API returns it; :class:`PolicyError` when it cannot be read."""
+    if not isinstance(obj, dict):
+        raise PolicyError("not an object")
+    md = obj.get("metadata") or {}
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        raise PolicyError("no spec")
+    pod_sel = parse_selector(spec.get("podSelector") or {}, "spec.podSelector")
+    types = spec.get("policyTypes")
+    if types:
+        if not isinstance(types, list) or any(t not in ("Ingress", "Egress") for t in types):
+            raise PolicyError(f"spec.policyTypes {types!r}: only Ingress and Egress are valid")
+        types = frozenset(types)
+    else:
+        egress_doc = spec.get("egress")
+        types = frozenset(["Ingress", "Egress"] if isinstance(egress_doc, list) and egress_doc else ["Ingress"])
+    ingress = _rules(spec.get("ingress"), "ingress", "spec.ingress") if "Ingress" in types else ()
+    egress = _rules(spec.get("egress"), "egress", "spec.egress") if "Egress" in types else ()
+    return Policy(md.get("namespace") or "default", md.get("name") or "?", pod_sel, types, ingress, egress)
+
+
+def parse_policies(items: list) -> tuple[list[Policy], list[str]]:
+    """(the readable policies, one line per unreadable one: 'NS/NAME (item N): why')."""
+    out, problems = [], []
+    for i, obj in enumerate(items):
+        md = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+        try:
+            out.append(parse_policy(obj))
+        except PolicyError as exc:
+            problems.append(f"NetworkPolicy {md.get('namespace') or '?'}/{md.get('name') or '?'} (item {i}): {exc} — not evaluated")
+    return out, problems
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass
+class Admission:
+    policy: str
+    rule: int
+    peer: str
+    ports: str
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy, "rule": self.rule, "peer": self.peer, "ports": self.ports}
+
+
+@dataclass
+class Direction:
+    direction: str  # ingress | egress
+    subject: str  # the pod the policies would select, or the address
+    applies: bool  # False: the subject is not a pod policies can select (an IP, a host-network pod)
+    restricted: bool  # some policy of this direction selects the subject
+    allowed: bool
+    policies: list[str] = field(default_factory=list)  # the policies of this direction selecting the subject
+    admitted_by: Admission | None = None
+    admits: dict[str, str] = field(default_factory=dict)  # policy → what it admits (for a denial)
+    missing: str | None = None  # for a denial: what peer/port rule is missing
+    patch: str | None = None  # for a denial: a NetworkPolicy that would admit exactly this flow
+
+    def to_dict(self) -> dict:
+        return {"direction": self.direction, "subject": self.subject, "applies": self.applies, "restricted": self.restricted,
+                "allowed": self.allowed, "policies": list(self.policies),
+                "admitted_by": self.admitted_by.to_dict() if self.admitted_by else None,
+                "admits": dict(self.admits), "missing": self.missing, "patch": self.patch}
+
+    def reason(self) -> str:
+        """One line: why this direction passes or not."""
+        if not self.applies:
+            return f"{self.direction}: {self.subject} is not a pod NetworkPolicy selects: not restricted"
+        if not self.restricted:
+            return f"{self.direction}: no NetworkPolicy selects {self.subject}: open"
+        if self.admitted_by:
+            a = self.admitted_by
+            return f"{self.direction}: admitted by {a.policy} rule {a.rule} ({a.peer} on {a.ports})"
+        return f"{self.direction}: denied — {self.missing}"
+
+
+@dataclass
+class Flow:
+    src: End
+    dst: End
+    port: int
+    protocol: str
+    egress: Direction
+    ingress: Direction
+    port_name: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.egress.allowed and self.ingress.allowed
+
+    def to_dict(self) -> dict:
+        return {"from": self.src.text(), "to": self.dst.text(), "port": self.port, "protocol": self.protocol,
+                "allowed": self.allowed, "egress": self.egress.to_dict(), "ingress": self.ingress.to_dict()}
+
+
+# ------------------------------------------------------------------------------------------------ the index
+class PolicyIndex:
+    """Policies grouped by namespace with their selectors parsed once; pods by name and address; namespace labels.
+    Build it once and ask as many flows as needed."""
+
+    def __init__(self, policies: list[Policy], namespaces: list[dict] | None = None, pods: list[Pod] | None = None):
+        self.by_ns: dict[str, list[Policy]] = {}
+        for p in policies:
+            self.by_ns.setdefault(p.namespace, []).append(p)
+        self.policies = policies
+        self.ns_labels_known: dict[str, dict] = {}
+        for ns in namespaces or []:
+            md = (ns.get("metadata") or {}) if isinstance(ns, dict) else {}
+            if md.get("name"):
+                labels = dict(md.get("labels") or {})
+                labels.setdefault(NS_NAME_LABEL, md["name"])
+                self.ns_labels_known[md["name"]] = labels
+        self.pods: dict[str, Pod] = {}
+        self.by_ip: dict[str, Pod] = {}
+        for pod in pods or []:
+            self.add_pod(pod)
+
+    def add_pod(self, pod: Pod) -> None:
+        self.pods[pod.key] = pod
+        if not pod.host_network:
+            for ip in pod.ips:
+                self.by_ip.setdefault(ip, pod)
+
+    def ns_labels(self, name: str) -> dict:
+        labels = self.ns_labels_known.get(name)
+        if labels is None:  # not listed: the one label the API server always sets
+            labels = {NS_NAME_LABEL: name}
+        return labels
+
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        return self.pods.get(f"{namespace}/{name}")
+
+    def end_for_ip(self, ip: str) -> End:
+        """An address: the pod that has it (when one is known), else just the address."""
+        pod = self.by_ip.get(ip)
+        return End(ip, pod) if pod else End(ip)
+
+    def selecting(self, pod: Pod, direction: str) -> list[Policy]:
+        if pod.host_network:
+            return []
+        t = "Ingress" if direction == "ingress" else "Egress"
+        return [p for p in self.by_ns.get(pod.namespace, ()) if t in p.types and p.pod_sel.matches(pod.labels)]
+
+    def _direction(self, direction: str, subject: End, other: End, port: int, protocol: str, dst: End) -> Direction:
+        if not subject.is_pod:
+            return Direction(direction, subject.text(), False, False, True)
+        pols = self.selecting(subject.pod, direction)
+        out = Direction(direction, subject.pod.key, True, bool(pols), True, [p.key for p in pols])
+        if not pols:
+            return out
+        near_peer, near_port = [], []
+        for p in pols:
+            for i, rule in enumerate(p.rules(direction)):
+                peer = None
+                if not rule.peers:
+                    peer = "anyone"
+                else:
+                    hit = next((x for x in rule.peers if x.matches(other, p.namespace, self.ns_labels)), None)
+                    peer = hit.text(p.namespace) if hit else None
+                port_hit = not rule.ports or any(x.matches(port, protocol, dst) for x in rule.ports)
+                if peer and port_hit:
+                    out.admitted_by = Admission(p.key, i, peer, rule.ports_text())
+                    return out
+                if peer:
+                    near_peer.append((p, i, rule))
+                elif port_hit:
+                    near_port.append((p, i, rule))
+        out.allowed = False
+        out.admits = {p.key: p.admits_text(direction) for p in pols}
+        who = other.text()
+        word = "from" if direction == "ingress" else "to"
+        if near_peer:
+            p, i, rule = near_peer[0]
+            out.missing = (f"{p.key} rule {i} admits {who} only on {rule.ports_text()}, not {port}/{protocol}: "
+                           f"a port rule for {port}/{protocol} is missing")
+        elif near_port:
+            p, i, rule = near_port[0]
+            out.missing = (f"{p.key} rule {i} admits {port}/{protocol} only {word} {rule.peers_text(p.namespace)}; "
+                           f"{who} is not among them: a peer rule for it is missing")
+        elif all(not p.rules(direction) for p in pols):
+            out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {subject.pod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
+        else:
+            out.missing = f"no rule of {', '.join(p.key for p in pols)} admits {who} on {port}/{protocol}"
+        out.patch = patch_yaml(direction, subject.pod, other, port, protocol)
+        return out
+
+    def evaluate(self, src: End, dst: End, port: int | str, protocol: str = "TCP") -> Flow:
+        """Is ``src`` → ``dst``:``port``/``protocol`` allowed? A named ``port`` is resolved on the destination pod."""
+        protocol = protocol.upper()
+        name = None
+        if isinstance(port, str) and not port.isdigit():
+            name = port
+            number = dst.pod.named_port(port, protocol) if dst.pod else None
+            if number is None:
+                raise PolicyError(f"{dst.text()} declares no {protocol} containerPort named {port!r}")
+            port = number
+        port = int(port)
+        egress = self._direction("egress", src, dst, port, protocol, dst)
+        ingress = self._direction("ingress", dst, src, port, protocol, dst)
+        return Flow(src, dst, port, protocol, egress, ingress, name)
+
+
+# ------------------------------------------------------------------------------------------------ patches
+def _stable_labels(pod: Pod) -> dict:
+    labels = {k: v for k, v in pod.labels.items() if k not in _VOLATILE_LABELS}
+    return labels
+
+
+def _dns_name(text: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (name[:63].rstrip("-")) or "allow"
+
+
+def _q(value) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _labels_yaml(labels: dict, indent: str) -> list[str]:
+    return [f"{indent}{_q(k)}: {_q(v)}" for k, v in sorted(labels.items())]
+
+
+def patch_yaml(direction: str, subject: Pod, other: End, port: int, protocol: str) -> str:
+    """A NetworkPolicy in the subject's namespace that admits exactly ``other`` → (ingress) or ← (egress) the
+    subject on port/protocol. Added next to the existing policies (policies are additive), nothing else opens."""
+    word = "from" if direction == "ingress" else "to"
+    mine = _stable_labels(subject)
+    other_name = other.pod.name if other.is_pod else (other.ip or "peer")
+    name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
+    lines = ["apiVersion: networking.k8s.io/v1", "kind: NetworkPolicy", "metadata:", f"  name: {name}",
+             f"  namespace: {_q(subject.namespace)}", "spec:", "  podSelector:"]
+    if mine:
+        lines += ["    matchLabels:"] + _labels_yaml(mine, "      ")
+    else:
+        lines[-1] += " {}   # this pod has no labels: this selects every pod of the namespace — label it and select that"
+    lines += ["  policyTypes:", f"  - {'Ingress' if direction == 'ingress' else 'Egress'}", f"  {direction}:", f"  - {word}:"]
+    labels = _stable_labels(other.pod) if other.is_pod else {}
+    if other.is_pod and labels:
+        if other.pod.namespace != subject.namespace:
+            lines += ["    - namespaceSelector:", "        matchLabels:", f"          {NS_NAME_LABEL}: {_q(other.pod.namespace)}",
+                      "      podSelector:", "        matchLabels:"] + _labels_yaml(labels, "          ")
+        else:
+            lines += ["    - podSelector:", "        matchLabels:"] + _labels_yaml(labels, "          ")
+    else:
+        ip = other.ip or (other.pod.ip if other.pod else None) or "0.0.0.0"
+        host = "/128" if ":" in ip else "/32"
+        note = ("   # the pod has no labels: admitted by its address, which changes when the pod is recreated"
+                if other.is_pod else "")
+        lines += ["    - ipBlock:", f"        cidr: {ip}{host}{note}"]
+    lines += ["    ports:", f"    - protocol: {protocol}", f"      port: {port}"]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ enforcement
+@dataclass
+class Enforcement:
+    cni: str | None  # the recognised CNI(s), e.g. "calico", "flannel", "aws-vpc-cni + network policy agent"
+    enforced: bool | None  # None: unknown
+    evidence: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        if self.enforced is None:
+            return ("the CNI was not recognised" + (f" ({self.cni})" if self.cni else "")
+                    + ": NetworkPolicies are taken as enforced, which may not be so")
+        return f"CNI {self.cni}: NetworkPolicy {'is' if self.enforced else 'is NOT'} enforced"
+
+    def to_dict(self) -> dict:
+        return {"cni": self.cni, "enforced": self.enforced, "evidence": list(self.evidence)}
+
+
+# name of the DaemonSet (or of its pods' prefix) → (CNI, enforces NetworkPolicy?)
+_CNI = (
+    ("calico-node", "calico", True),
+    ("canal", "canal", True),
+    ("cilium", "cilium", True),
+    ("weave-net", "weave-net", True),
+    ("antrea-agent", "antrea", True),
+    ("kube-router", "kube-router", True),
+    ("kube-network-policies", "kube-network-policies", True),
+    ("kube-flannel-ds", "flannel", False),
+    ("kube-flannel", "flannel", False),
+    ("flannel", "flannel", False),
+    ("aws-node", "aws-vpc-cni", False),
+)
+_NOT_CNI = ("cilium-operator", "cilium-envoy", "calico-kube-controllers", "calico-typha", "antrea-controller")
+
+
+def _workload(component: dict) -> str:
+    owner = component.get("owner") or ""
+    if owner:
+        return owner
+    name = component.get("name") or ""
+    if component.get("kind") == "Pod" and "-" in name:
+        return name.rsplit("-", 1)[0]  # a DaemonSet's pod: NAME-xxxxx
+    return name
+
+
+def recognise_cni(components: list[dict] | None) -> Enforcement:
+    """From the kube-system (kube-flannel, calico-system) DaemonSets or their pods: ``components`` items are
+    ``{"kind": "DaemonSet"|"Pod", "namespace", "name", "owner", "containers": [{"name", "image", "args"}]}``."""
+    if components is None:
+        return Enforcement(None, None, ["no CNI information collected (cluster/cni.json)"])
+    found: dict[str, bool | None] = {}
+    evidence = []
+    for comp in components:
+        if not isinstance(comp, dict):
+            continue
+        wl = _workload(comp)
+        if wl in _NOT_CNI:
+            continue
+        for prefix, cni, enforces in _CNI:
+            if wl == prefix or (prefix != "flannel" and wl.startswith(prefix + "-")):
+                containers = [c for c in comp.get("containers") or [] if isinstance(c, dict)]
+                args = " ".join(" ".join(map(str, c.get("args") or [])) for c in containers)
+                if cni == "aws-vpc-cni":
+                    # the network policy agent runs as a container of aws-node; it only enforces when enabled
+                    agent = [c for c in containers if c.get("name") in ("aws-eks-nodeagent", "aws-network-policy-agent")]
+                    if agent:
+                        agent_args = " ".join(" ".join(map(str, c.get("args") or [])) for c in agent)
+                        cni = "aws-vpc-cni + network policy agent"
+                        enforces = (True if "--enable-network-policy=true" in agent_args
+                                    else False if "--enable-network-policy=false" in agent_args else None)
+                if cni == "kube-router" and "--run-firewall=false" in args:
+                    enforces = False
+                if cni not in found:
+                    evidence.append(f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or 'kube-system'}/{comp.get('name')}"
+                                    + (f" (of {wl})" if wl != comp.get("name") else "") + f": {cni}")
+                    found[cni] = enforces
+                elif found[cni] is not True and enforces is not False:
+                    found[cni] = enforces
+                break
+    if not found:
+        return Enforcement(None, None, evidence or ["no known CNI DaemonSet in kube-system, kube-flannel or calico-system"])
+    names = " + ".join(sorted(found))
+    values = list(found.values())
+    enforced = True if True in values else None if None in values else False
+    return Enforcement(names, enforced, evidence)
+
+
+_KEPT_ARGS = ("--enable-network-policy", "--run-firewall")
+
+
+def component(obj: dict) -> dict | None:
+    """A DaemonSet or pod API object reduced to what CNI recognition needs (names, images, two flags)."""
+    if not isinstance(obj, dict):
+        return None
+    md = obj.get("metadata") or {}
+    kind = obj.get("kind") or ("DaemonSet" if "template" in (obj.get("spec") or {}) else "Pod")
+    spec = obj.get("spec") or {}
+    if kind == "DaemonSet":
+        spec = ((spec.get("template") or {}).get("spec")) or {}
+    owner = next((o.get("name") for o in md.get("ownerReferences") or [] if isinstance(o, dict) and o.get("kind") == "DaemonSet"), None)
+    containers = []
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if isinstance(c, dict):
+            args = [a for a in (c.get("args") or []) + (c.get("command") or []) if isinstance(a, str) and a.startswith(_KEPT_ARGS)]
+            containers.append({"name": c.get("name"), "image": c.get("image"), "args": args})
+    return {"kind": kind, "namespace": md.get("namespace"), "name": md.get("name"), "owner": owner, "containers": containers}

@@ -1,0 +1,377 @@
+"""`kpdiag policy`: is the flow FROM → TO:PORT allowed by NetworkPolicy, and by which policy? Also the data side
+of the NetworkPolicy checks (KP120–KP123): reading policies, pods, namespaces and the CNI from a bundle.
+
+Data (a bundle's ``cluster/``, v1 Lists as ``kubectl get … -o json`` prints them):
+
+- ``networkpolicies.json`` (required). When its List ``metadata.namespaces`` is set (kpdiag's collector writes it),
+  only those namespaces' policies were listed: a flow touching another namespace cannot be evaluated.
+- ``pods.json``, ``client-pod.json`` and the pods of ``kube-dns.json``: the pods (labels, IPs, containerPorts).
+- ``namespaces.json``: namespace labels (without it only ``kubernetes.io/metadata.name`` is known).
+- ``services.json`` and ``endpointslices.json`` for a Service destination; ``kube-dns.json``'s Service too.
+- ``cni.json`` (kpdiag's reduced DaemonSets), else ``daemonsets.json``, else the CNI pods in ``pods.json``: whether
+  the CNI enforces NetworkPolicy.
+
+Live (``--kubeconfig``), the same files are read from the API first (only the namespaces the flow touches).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from .errors import KpdiagError, UsageError
+from .netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, parse_policies, recognise_cni
+
+SCHEMA = "kpdiag.policy/v1"
+NP_SRC = "cluster/networkpolicies.json"
+CNI_NAMESPACES = ("kube-system", "kube-flannel", "calico-system")
+
+
+class CannotEvaluate(KpdiagError):
+    """The flow cannot be judged from the data at hand (exit 3): the message says what is missing."""
+
+
+def _items(doc) -> list[dict]:
+    if isinstance(doc, dict) and isinstance(doc.get("items"), list):
+        return [i for i in doc["items"] if isinstance(i, dict)]
+    return []
+
+
+@dataclass
+class PolicyData:
+    index: PolicyIndex
+    problems: list[str] = field(default_factory=list)  # one line per unreadable policy
+    enforcement: Enforcement = field(default_factory=lambda: Enforcement(None, None))
+    covered: set | None = None  # namespaces whose policies were listed; None: all
+    namespaces_known: bool = False
+    dns_service: dict | None = None  # the kube-dns Service (raw), when collected
+
+    def coverage_gap(self, *namespaces) -> list[str]:
+        if self.covered is None:
+            return []
+        return sorted({n for n in namespaces if n and n not in self.covered})
+
+
+def load(bundle) -> PolicyData | None:
+    """The NetworkPolicy view of a bundle; None when it has no readable cluster/networkpolicies.json. Unreadable
+    policies are recorded as problems of the bundle (one line each, naming the policy) and left out."""
+    doc = bundle.read_json(NP_SRC)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        bundle.problem(NP_SRC, "not a Kubernetes List (expected {\"items\": [...]})")
+        return None
+    policies, problems = parse_policies(doc["items"])
+    for line in problems:
+        bundle.problem(NP_SRC, line)
+    covered = (doc.get("metadata") or {}).get("namespaces")
+    pods_raw: list[dict] = []
+    seen = set()
+    dns_service = None
+    for rel in ("cluster/pods.json", "cluster/client-pod.json", "cluster/kube-dns.json"):
+        for obj in _items(bundle.read_json(rel)) if bundle.exists(rel) else []:
+            kind = obj.get("kind")
+            if kind == "Service":
+                dns_service = obj
+                continue
+            if kind not in (None, "Pod"):
+                continue
+            md = obj.get("metadata") or {}
+            key = (md.get("namespace"), md.get("name"))
+            if key not in seen:
+                seen.add(key)
+                pods_raw.append(obj)
+    ns_doc = bundle.read_json("cluster/namespaces.json") if bundle.exists("cluster/namespaces.json") else None
+    pods = [Pod.from_api(p) for p in pods_raw]
+    index = PolicyIndex(policies, _items(ns_doc), pods)
+    return PolicyData(index, problems, _enforcement(bundle, pods_raw), set(covered) if isinstance(covered, list) else None,
+                      ns_doc is not None, dns_service)
+
+
+def _enforcement(bundle, pods_raw: list[dict]) -> Enforcement:
+    cni = bundle.read_json("cluster/cni.json") if bundle.exists("cluster/cni.json") else None
+    if isinstance(cni, dict) and isinstance(cni.get("items"), list):
+        return recognise_cni(cni["items"])
+    ds = bundle.read_json("cluster/daemonsets.json") if bundle.exists("cluster/daemonsets.json") else None
+    if isinstance(ds, dict) and isinstance(ds.get("items"), list):
+        return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
+    system = [p for p in pods_raw if (p.get("metadata") or {}).get("namespace") in CNI_NAMESPACES]
+    if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
+        found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])
+        if found.cni:
+            return found
+    return recognise_cni(None)
+
+
+# ------------------------------------------------------------------------------------------------ the command line
+def parse_port(spec: str) -> tuple[int | str, str | None]:
+    """'80', '80/tcp', 'http', 'dns/UDP' → (port or name, protocol or None)."""
+    text = (spec or "").strip()
+    port, _, proto = text.partition("/")
+    proto = proto.upper() or None
+    if proto is not None and proto not in ("TCP", "UDP", "SCTP"):
+        raise UsageError(f"--port {spec}: the protocol must be tcp, udp or sctp")
+    if port.isdigit():
+        number = int(port)
+        if not 1 <= number <= 65535:
+            raise UsageError(f"--port {spec}: out of range 1-65535")
+        return number, proto
+    if not port or not port.replace("-", "").isalnum():
+        raise UsageError(f"--port {spec}: give PORT[/PROTO], a number or a port name")
+    return port, proto
+
+
+def _ip(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def parse_from(spec: str) -> tuple[str, ...]:
+    ip = _ip(spec)
+    if ip:
+        return ("ip", ip)
+    parts = spec.split("/")
+    if len(parts) == 2 and all(parts):
+        return ("pod", parts[0], parts[1])
+    raise UsageError(f"--from {spec}: give NS/POD or an IP address")
+
+
+def parse_to(spec: str) -> tuple[str, ...]:
+    ip = _ip(spec)
+    if ip:
+        return ("ip", ip)
+    parts = spec.split("/")
+    if len(parts) == 2 and all(parts):
+        return ("any", parts[0], parts[1])
+    if len(parts) == 3 and all(parts) and parts[1] in ("svc", "service", "services", "pod", "pods", "po"):
+        return ("svc" if parts[1].startswith("s") else "pod", parts[0], parts[2])
+    raise UsageError(f"--to {spec}: give NS/POD, NS/SERVICE (NS/svc/NAME, NS/pod/NAME to say which) or an IP address")
+
+
+def _services(bundle, data: PolicyData):
+    from .cluster_state import ClusterView, Svc
+
+    out = list(ClusterView(bundle).services() or []) if bundle.exists("cluster/services.json") else []
+    if data.dns_service is not None:
+        md = data.dns_service.get("metadata") or {}
+        key = (md.get("namespace") or "kube-system", md.get("name") or "kube-dns")
+        if not any((s.namespace, s.name) == key for s in out):
+            out.append(Svc(key[0], key[1], data.dns_service))
+    return out
+
+
+def _direction_summary(direction: str, flows: list) -> dict:
+    """One direction over every endpoint of a Service."""
+    parts = [getattr(f, direction) for f in flows]
+    denied = [d for d in parts if not d.allowed]
+    admitted = {d.admitted_by.policy: d.admitted_by.to_dict() for d in parts if d.admitted_by}
+    admits: dict = {}
+    for d in parts:
+        admits.update(d.admits)
+    return {"direction": direction, "subject": ", ".join(sorted({d.subject for d in parts})),
+            "applies": any(d.applies for d in parts), "restricted": any(d.restricted for d in parts),
+            "allowed": not denied, "policies": sorted({p for d in parts for p in d.policies}),
+            "admitted_by": next(iter(admitted.values())) if len(admitted) == 1 and not denied else None,
+            "admits": admits, "missing": denied[0].missing if denied else None, "patch": denied[0].patch if denied else None}
+
+
+def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
+    """The ``kpdiag.policy/v1`` document for one flow (to a Service: one flow per endpoint, after DNAT)."""
+    src_spec, dst_spec = parse_from(from_spec), parse_to(to_spec)
+    port, proto = parse_port(port_spec)
+    data = load(bundle)
+    if data is None:
+        raise CannotEvaluate(f"{bundle.display(NP_SRC)}: missing or unreadable: the NetworkPolicies are needed "
+                             "(kubectl get networkpolicies -A -o json)")
+    idx = data.index
+    notes: list[str] = []
+    if src_spec[0] == "ip":
+        src = idx.end_for_ip(src_spec[1])
+        if src.pod is None:
+            notes.append(f"{src_spec[1]} is no pod kpdiag knows of: taken as an address (only ipBlock rules and rules "
+                         "open to anyone admit it)")
+    else:
+        pod = idx.pod(src_spec[1], src_spec[2])
+        if pod is None:
+            raise CannotEvaluate(f"pod {src_spec[1]}/{src_spec[2]} is not in the pods read (cluster/pods.json)")
+        if not pod.ips and not pod.host_network:
+            notes.append(f"{pod.key} has no IP yet (not running?): ipBlock rules cannot match it")
+        src = End(pod.ip, pod)
+    targets: list[tuple[str, End | None, int | str, str]] = []  # (label, end, port, protocol)
+    service = None
+    if dst_spec[0] == "ip":
+        targets.append((dst_spec[1], idx.end_for_ip(dst_spec[1]), port, proto or "TCP"))
+    else:
+        kind, ns, name = dst_spec
+        pod = idx.pod(ns, name) if kind in ("pod", "any") else None
+        if pod is None and kind in ("svc", "any"):
+            service = next((s for s in _services(bundle, data) if s.namespace == ns and s.name == name), None)
+        if pod is not None:
+            targets.append((pod.key, End(pod.ip, pod), port, proto or "TCP"))
+        elif service is not None:
+            targets, svc_notes = _service_targets(service, idx, port, proto)
+            notes += svc_notes
+        else:
+            what = {"pod": "pod", "svc": "Service"}.get(kind, "pod or Service")
+            raise CannotEvaluate(f"no {what} {ns}/{name} in the data read (cluster/pods.json, cluster/services.json)")
+    gap = data.coverage_gap(src.namespace, *(t[1].namespace for t in targets if t[1] is not None))
+    if gap:
+        raise CannotEvaluate(f"the NetworkPolicies of namespace {', '.join(gap)} were not collected "
+                             f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(data.covered))})")
+    if not data.namespaces_known:
+        notes.append("cluster/namespaces.json missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)")
+    else:
+        for n in sorted({src.namespace, *(t[1].namespace for t in targets if t[1] is not None)} - {None}):
+            if n not in idx.ns_labels_known:
+                notes.append(f"namespace {n} is not in cluster/namespaces.json: only kubernetes.io/metadata.name is assumed")
+    flows, results, unknown = [], [], []
+    for label, end, p, pr in targets:
+        if end is None:
+            unknown.append(label)
+            results.append({"endpoint": label, "pod": None, "allowed": None,
+                            "error": "the endpoint's pod is not in the pods read: its ingress policies cannot be evaluated"})
+            continue
+        try:
+            flow = idx.evaluate(src, end, p, pr)
+        except PolicyError as exc:
+            unknown.append(label)
+            results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, "allowed": None, "error": str(exc)})
+            continue
+        flows.append(flow)
+        results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, **flow.to_dict(), "error": None})
+    if not flows or (unknown and all(f.allowed for f in flows)):
+        why = "; ".join(r["error"] for r in results if r.get("error")) or "no endpoint to evaluate"
+        raise CannotEvaluate(f"cannot evaluate {from_spec} → {to_spec}: {why}")
+    allowed = all(f.allowed for f in flows) and not unknown
+    enf = data.enforcement
+    if enf.enforced is False and not allowed:
+        notes.append(f"{enf.text()}: the policies deny this flow, but the CNI does not enforce them — they do not drop it")
+    elif enf.enforced is None:
+        notes.append(enf.text())
+    doc = {
+        "schema": SCHEMA,
+        "allowed": allowed,
+        "from": src.text(),
+        "to": to_spec if service is None else f"Service {service.key}",
+        "port": f"{port}/{proto or (flows[0].protocol if flows else 'TCP')}",
+        "egress": (flows[0].egress.to_dict() if service is None else _direction_summary("egress", flows)),
+        "ingress": (flows[0].ingress.to_dict() if service is None else _direction_summary("ingress", flows)),
+        "enforcement": enf.to_dict(),
+        "notes": notes,
+        "problems": [str(p) for p in bundle.problems],  # unreadable policies (one line each), files not read
+    }
+    if service is not None:
+        doc["service"] = service.key
+        doc["endpoints"] = results
+    return doc
+
+
+def _service_targets(svc, idx: PolicyIndex, port, proto) -> tuple[list, list[str]]:
+    """(label, End or None, targetPort, protocol) for each endpoint of the Service port: policies act after DNAT."""
+    notes = []
+    cands = [p for p in svc.ports if (p.get("port") == port or (p.get("name") and p.get("name") == port))]
+    if proto:
+        cands = [p for p in cands if (p.get("protocol") or "TCP").upper() == proto]
+    if not cands:
+        have = ", ".join(f"{p.get('name') + '=' if p.get('name') else ''}{p.get('port')}/{p.get('protocol') or 'TCP'}" for p in svc.ports)
+        raise CannotEvaluate(f"Service {svc.key} has no port {port}{'/' + proto if proto else ''} (it has: {have or 'none'})")
+    sp = next((p for p in cands if (p.get("protocol") or "TCP").upper() == "TCP"), cands[0])
+    protocol = (sp.get("protocol") or "TCP").upper()
+    out = []
+    eps = svc.endpoints_for(sp)
+    if eps:
+        ready = [e for e in eps if e.ready]
+        if not ready:
+            notes.append(f"Service {svc.key} has no ready endpoint: its not-ready endpoints are evaluated")
+        for e in ready or eps:
+            target = svc.target_of(e, sp)
+            pod = idx.pod(svc.namespace, e.pod) if e.pod else None
+            pod = pod or idx.by_ip.get(e.ip)
+            label = f"{e.ip}:{target}" if ":" not in e.ip else f"[{e.ip}]:{target}"
+            out.append((label, End(e.ip, pod) if pod else None, target, protocol))
+        return out, notes
+    if not svc.selector:
+        raise CannotEvaluate(f"Service {svc.key} has no endpoints in the data read (cluster/endpointslices.json) and no selector")
+    from .collect.cluster import selector_matches
+
+    pods = [p for p in idx.pods.values() if p.namespace == svc.namespace and selector_matches(svc.selector, p.labels)]
+    if not pods:
+        raise CannotEvaluate(f"Service {svc.key}: no EndpointSlice read and its selector picks no pod read")
+    notes.append(f"no EndpointSlice read for {svc.key}: its endpoints are the pods its selector picks")
+    tp = sp.get("targetPort", sp.get("port"))
+    for pod in pods:
+        target = pod.named_port(tp, protocol) if isinstance(tp, str) and not tp.isdigit() else int(tp)
+        if target is None:
+            notes.append(f"{pod.key} declares no containerPort named {tp!r}: not an endpoint")
+            continue
+        out.append((f"{pod.ip}:{target}", End(pod.ip, pod), target, protocol))
+    if not out:
+        raise CannotEvaluate(f"Service {svc.key}: no pod it selects has the targetPort {tp!r}")
+    return out, notes
+
+
+# ------------------------------------------------------------------------------------------------ live
+def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) -> tuple[dict[str, bytes], list[dict]]:
+    """Read from the API what the flow needs, as bundle files: the two ends' pods (or the Service, its
+    EndpointSlices and pods), every namespace, the NetworkPolicies of the namespaces involved, the CNI."""
+    from kubernetes import client
+
+    from .collect.cluster import ClusterCollector, _as_list
+
+    src_spec, dst_spec = parse_from(from_spec), parse_to(to_spec)
+    cc = ClusterCollector(kubeconfig, context)
+    if not cc.connect():
+        raise CannotEvaluate(cc.config_error or "no Kubernetes credentials")
+    core = client.CoreV1Api(cc._api)
+    pods: list[dict] = []
+    services: list[dict] = []
+    slices: list[dict] = []
+    namespaces: set[str] = set()
+
+    def one_pod(ns: str, name: str) -> dict | None:
+        doc = cc._call("cluster/pods.json", f"list pods in {ns}", core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+        return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
+
+    if src_spec[0] == "pod":
+        namespaces.add(src_spec[1])
+        p = one_pod(src_spec[1], src_spec[2])
+        if p:
+            pods.append(p)
+    else:
+        doc = cc._call("cluster/pods.json", "list pods", core.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}")
+        for p in (doc or {}).get("items", []):
+            st = p.get("status") or {}
+            if src_spec[1] in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}:
+                pods.append(p)
+                namespaces.add((p.get("metadata") or {}).get("namespace"))
+    if dst_spec[0] != "ip":
+        kind, ns, name = dst_spec
+        namespaces.add(ns)
+        p = one_pod(ns, name) if kind in ("pod", "any") else None
+        if p:
+            pods.append(p)
+        elif kind in ("svc", "any"):
+            from .collect.cluster import selector_matches
+
+            svc = cc._call("cluster/services.json", f"get service {ns}/{name}", core.read_namespaced_service, name, ns)
+            if svc is not None:
+                svc.setdefault("kind", "Service")
+                services.append(svc)
+                disc = client.DiscoveryV1Api(cc._api)
+                sl = cc._call("cluster/endpointslices.json", f"list endpointslices in {ns}", disc.list_namespaced_endpoint_slice, ns,
+                              label_selector=f"kubernetes.io/service-name={name}")
+                slices += [s for s in (sl or {}).get("items", []) if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
+                selector = (svc.get("spec") or {}).get("selector")
+                if selector:
+                    doc = cc._call("cluster/pods.json", f"list pods in {ns}", core.list_namespaced_pod, ns,
+                                   label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())))
+                    pods += [p for p in (doc or {}).get("items", []) if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
+    cc.policy_objects(sorted(n for n in namespaces if n), dns=False)
+    files = dict(cc.out.files)
+    files["cluster/pods.json"] = _as_list("Pod", pods)
+    if services:
+        files["cluster/services.json"] = _as_list("Service", services)
+        files["cluster/endpointslices.json"] = _as_list("EndpointSlice", slices)
+    return files, cc.out.errors
