@@ -8,7 +8,7 @@ from kpdiag.model import Evidence
 
 
 @check(
-    "KP503", "conntrack-pressure", "Connection tracking table near full or dropping", "warning",
+    "KP503", "conntrack-pressure", "Connection tracking table near full or dropping", "warning", severities=('warning', 'error'),
     needs=("conntrack",),
     symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
     why="""

@@ -183,7 +183,7 @@ def _minor(text) -> tuple[int, int] | None:
 
 
 @check(
-    "KP804", "version-skew", "kube-proxy versions differ, or are too far from the API server", "warning", scope="cluster",
+    "KP804", "version-skew", "kube-proxy versions differ, or are too far from the API server", "warning", severities=('warning', 'error'), scope="cluster",
     symptom="Behaviour differs between nodes after an upgrade; features (traffic policies, nftables fixes) work on some nodes only.",
     why="""
         During an upgrade nodes run different kube-proxy versions for a while; a skew that stays means the upgrade
@@ -230,7 +230,7 @@ def version_skew(ctx, new):
 
 
 @check(
-    "KP805", "common-finding", "The same finding on most nodes", "warning", scope="cluster",
+    "KP805", "common-finding", "The same finding on most nodes", "warning", severities=('info', 'warning', 'error'), scope="cluster",
     symptom="Hundreds of identical findings, one per node.",
     why="""
         A finding that most nodes share comes from something they share: the node image, the kube-proxy ConfigMap,
@@ -262,7 +262,7 @@ def common_finding(ctx, new):
 
 
 @check(
-    "KP806", "nodes-not-diagnosed", "Some nodes could not be diagnosed", "warning", scope="cluster",
+    "KP806", "nodes-not-diagnosed", "Some nodes could not be diagnosed", "warning", severities=('warning', 'error'), scope="cluster",
     symptom="The cluster report covers fewer nodes than the cluster has.",
     why="""
         kpdiag runs one short-lived pod per node. A node is missing from the report when that pod could not be

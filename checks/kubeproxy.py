@@ -122,7 +122,7 @@ STALE_SECONDS = 120
 
 
 @check(
-    "KP703", "kube-proxy-unhealthy", "kube-proxy is unhealthy or has stopped syncing", "error",
+    "KP703", "kube-proxy-unhealthy", "kube-proxy is unhealthy or has stopped syncing", "error", severities=('warning', 'error'),
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
     why="""
         kube-proxy reports on :10256/healthz when it last wrote the node's rules. If that is older than a couple of
@@ -219,7 +219,7 @@ SLOW_WARN, SLOW_ERROR = 1.0, 10.0
 
 
 @check(
-    "KP705", "sync-slow", "kube-proxy's rule sync is slow", "warning",
+    "KP705", "sync-slow", "kube-proxy's rule sync is slow", "warning", severities=('warning', 'error'),
     needs=("kube-proxy-metrics",),
     symptom="New pods take seconds to start receiving Service traffic; deleted pods keep receiving it for a while.",
     why="""

@@ -24,17 +24,22 @@ def _svc_ev(ctx, svc, what: str) -> Evidence:
     return Evidence(ctx.bundle.display(SVC_SRC), f"{svc.key}: {what}")
 
 
+def usable(ctx, svc, port, family: int | None = None):
+    """What kube-proxy on this node programs for ``port`` (kpdiag.cluster_state.usable_endpoints): ready endpoints, topology
+    hints, the serving-terminating fallback, Local traffic policies."""
+    from kpdiag.cluster_state import usable_endpoints
+
+    return usable_endpoints(svc, port, node=ctx.cluster.node_name() or ctx.node_name or None, zone=ctx.cluster.node_zone(), family=family)
+
+
 def wanted_targets(ctx, svc, port, family: int = 4) -> set[str] | None:
-    """The DNAT targets this node should have for a Service port in the rules of IP version ``family``: its ready
-    endpoints of that family — only those on this node under internalTrafficPolicy: Local (None when this node's
-    name is unknown, so that cannot be told)."""
-    ready = [e for e in svc.endpoints_for(port, family=family) if e.ready]
-    if svc.itp_local:
-        node = ctx.cluster.node_name() or ctx.node_name
-        if not node:
-            return None
-        ready = [e for e in ready if e.node == node]
-    return {hostport(e.ip, svc.target_of(e, port)) for e in ready}
+    """The DNAT targets this node should have for a ClusterIP port in the rules of IP version ``family``, as kube-proxy
+    counts them: its usable endpoints of that family (ready, else serving-terminating; narrowed by topology hints;
+    only this node's under internalTrafficPolicy: Local). None when that cannot be told (node name or zone unknown)."""
+    eps = usable(ctx, svc, port, family).internal(svc)
+    if eps is None:
+        return None
+    return {hostport(e.ip, svc.target_of(e, port)) for e in eps}
 
 
 def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") -> tuple[str, Evidence]:
@@ -185,7 +190,7 @@ def _container_ports(pod: dict) -> list[dict]:
 
 
 @check(
-    "KP104", "target-port-mismatch", "Service targetPort not exposed by its pods", "error",
+    "KP104", "target-port-mismatch", "Service targetPort not exposed by its pods", "error", severities=('warning', 'error'),
     needs=("services", "pods"),
     symptom="Connections through the Service are refused or reset, while the pods are ready; or the Service has no endpoints for a named port.",
     why="""
@@ -221,21 +226,25 @@ def target_port(ctx, new):
                 continue
             number = int(tp)
             numbers = sorted({cp.get("containerPort") for cp in declared if cp.get("containerPort")})
-            refused = [r for r in ctx.probe_results("tcp-connect") if str(r.get("target", "")).endswith(f":{number}/tcp")
-                       and r.get("result") in ("refused", "rst") and r.get("target", "").split(":")[0] not in svc.cluster_ips]
-            if (numbers and number not in numbers) or refused:
-                ev = [_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}")]
-                if numbers:
-                    ev.append(Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}"))
-                ev += [Evidence("probe", f"TCP connect {r['target']} (the pod directly): {r['result']}") for r in refused[:3]]
-                yield new(
-                    f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods "
-                    + (f"declare {', '.join(map(str, numbers))}" if numbers else "refuse connections there"),
-                    severity="error" if refused else "warning",
-                    fix=(f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
-                         f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on"),
-                    evidence=ev, subject=f"{svc.key}:{port.get('port')}",
-                )
+            if not numbers or number in numbers:
+                continue  # nothing declared (containerPorts are optional) or it agrees: a refusal there is KP111's case
+            proto = (port.get("protocol") or "TCP").lower()
+            direct = [r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                      if str(r.get("target", "")).endswith(f":{number}/{proto}") and r.get("target", "").rsplit(":", 1)[0].strip("[]") not in svc.cluster_ips]
+            if direct and all(r.get("result") in ("connected", "udp-reply") for r in direct):
+                continue  # the app listens on targetPort after all: the declaration is only out of date
+            failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
+            ev = [_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}"),
+                  Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}")]
+            ev += [Evidence("probes/service.json", f"connect {r['target']} (the pod directly): {r['result']}") for r in failing[:3]]
+            yield new(
+                f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods declare {', '.join(map(str, numbers))}"
+                + (f" — and {len(failing)} endpoint(s) refuse or drop {number}" if failing else " (not probed: the app may still listen there)"),
+                severity="error" if failing else "warning",
+                fix=(f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
+                     f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on"),
+                evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+            )
 
 
 def _local_check(ctx, new, policy: str):
@@ -336,7 +345,7 @@ def no_cluster_ip(ctx, new):
 
 
 @check(
-    "KP108", "dns-mismatch", "Service name does not resolve to its ClusterIP", "error",
+    "KP108", "dns-mismatch", "Service name does not resolve to its ClusterIP", "error", severities=('warning', 'error'),
     needs=("services", "dns"),
     symptom="curl http://my-service fails with 'could not resolve host', or reaches something else, while the ClusterIP works.",
     why="""
@@ -349,6 +358,8 @@ def no_cluster_ip(ctx, new):
 )
 def dns_mismatch(ctx, new):
     doc = ctx.dns
+    if doc.get("sent") is False or doc.get("result") == "not-probed":
+        raise Skip("no DNS query was sent (--no-probe)")
     for svc in _services(ctx, allow_headless=True):
         if svc.type == "ExternalName":
             continue
@@ -367,8 +378,14 @@ def dns_mismatch(ctx, new):
                       fix=("kubectl -n kube-system get pods -l k8s-app=kube-dns", "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
                            "cat /etc/resolv.conf   # search list and nameserver of the pod"),
                       evidence=[ev], subject=svc.key)
+        elif result == "nodata":
+            yield new(f"{doc.get('name')} exists in DNS but has no address record (A/AAAA), although {svc.key} has "
+                      f"{'ready endpoints' if svc.headless else 'a ClusterIP'}",
+                      fix=("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50", f"kubectl -n {svc.namespace} get service {svc.name} -o wide"),
+                      evidence=[ev], subject=svc.key)
         else:
-            yield new(f"DNS could not be asked about {svc.key}: {doc.get('error')}", severity="warning",
+            yield new(f"DNS could not be asked about {svc.key}: {doc.get('error')}" + (" (KP138: which server, how)" if doc.get("schema") == "kpdiag.dns/v1" else ""),
+                      severity="warning",
                       fix=("cat /etc/resolv.conf", "kubectl -n kube-system get svc kube-dns -o wide   # is the nameserver the kube-dns ClusterIP?",
                            "kpdiag svc kube-dns -n kube-system   # is DNS itself reachable?"),
                       evidence=[ev], subject=svc.key)

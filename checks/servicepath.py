@@ -36,7 +36,7 @@ def _service_cidr_guess(ip: str) -> str:
 
 
 @check(
-    "KP201", "icmp-to-cluster-ip", "ping to a ClusterIP does not work — by design", "info",
+    "KP201", "icmp-to-cluster-ip", "ping to a ClusterIP does not work — by design", "info", severities=('info', 'warning'),
     needs=("services", "probes"),
     symptom="ping <ClusterIP> prints 'Time to live exceeded' (or nothing at all), and people conclude the Service is down.",
     why="""
@@ -194,7 +194,7 @@ def stale(ctx, new):
             for port in svc.ports:
                 want = wanted_targets(ctx, svc, port, family)
                 prog = progs.get(svc.kube_proxy_name(port))
-                if not _api_targets(svc, port, family) or want is None or prog is None or not (prog.chain or prog.local_policy):
+                if not want or prog is None or not (prog.chain or prog.local_policy):
                     continue
                 have = set(prog.endpoints)
                 if have == want:

@@ -53,7 +53,7 @@ def _bridges(ctx) -> list[str]:
 
 
 @check(
-    "KP502", "bridge-nf-call-off", "Bridged pod traffic bypasses iptables", "error",
+    "KP502", "bridge-nf-call-off", "Bridged pod traffic bypasses iptables", "error", severities=('warning', 'error'),
     needs=("sysctl",),
     symptom="Pods on the same node cannot reach each other through a Service (timeouts or replies from the wrong address), while other nodes work.",
     why="""

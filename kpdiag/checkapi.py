@@ -43,6 +43,11 @@ class CheckSpec:
     references: tuple[str, ...] = ()
     origin: str = "kpdiag"
     scope: str = "node"  # node: runs on one node's state; cluster: on many node reports (kpdiag cluster)
+    severities: tuple[Severity, ...] = ()  # every severity its findings may have (the contract shown by kpdiag checks)
+
+    @property
+    def may_emit(self) -> tuple[Severity, ...]:
+        return self.severities or (self.severity,)
 
     def new(self, summary: str, *, fix: Iterable[str] = (), evidence: Iterable[Evidence] = (), explanation: str | None = None,
             severity: Severity | str | None = None, subject: str | None = None, references: Iterable[str] = ()) -> Finding:
@@ -68,15 +73,21 @@ def _clean(text: str) -> str:
 
 
 def check(id: str, slug: str, title: str, severity: str, *, needs: Iterable[str] = (), symptom: str, why: str, fix: str,
-          references: Iterable[str] = (), scope: str = "node"):
+          references: Iterable[str] = (), scope: str = "node", severities: Iterable[str] = ()):
     """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable. ``scope`` is
-    "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`)."""
+    "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
+    every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
+    is a defect, caught by the tests."""
     if scope not in ("node", "cluster"):
         raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
+    declared = tuple(Severity(x) for x in severities)
+    if declared and Severity(severity) not in declared:
+        raise ValueError(f"check {id}: severities {severities} must include its severity {severity!r}")
+    declared = tuple(sorted(declared, key=lambda x: x.rank))
 
     def deco(fn):
         spec = CheckSpec(id, slug, title, Severity(severity), tuple(needs), Docs(_clean(symptom), _clean(why), _clean(fix)), fn,
-                         tuple(references), origin=fn.__module__, scope=scope)
+                         tuple(references), origin=fn.__module__, scope=scope, severities=declared)
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
             raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")
@@ -174,8 +185,14 @@ def availability(ctx, need: str) -> str | None:
         "services": (lambda: ctx.services_in_focus(), "the Service from the API (cluster/services.json)"),
         "endpointslices": (lambda: ctx.bundle.read_json("cluster/endpointslices.json"), "its EndpointSlices (cluster/endpointslices.json)"),
         "pods": (lambda: ctx.cluster.pods(), "the pods behind it (cluster/pods.json)"),
+        "networkpolicies": (lambda: ctx.cluster.policy_data(), "the NetworkPolicies (cluster/networkpolicies.json)"),
         "probes": (lambda: ctx.probes, "active probe results (probes/service.json; kpdiag svc without --no-probe)"),
         "dns": (lambda: ctx.dns, "a DNS lookup of the Service (probes/dns.json)"),
+        "dns-lookups": (lambda: (ctx.dns or {}).get("queries") if (ctx.dns or {}).get("schema") == "kpdiag.dns/v1" else None,
+                        "the DNS probe (probes/dns.json of kpdiag.dns/v1: resolv.conf and the queries)"),
+        "dns-service": (lambda: ctx.bundle.read_json("cluster/dns-service.json"), "the cluster DNS Service (cluster/dns-service.json)"),
+        "dns-pods": (lambda: ctx.bundle.read_json("cluster/dns-pods.json"), "the CoreDNS pods (cluster/dns-pods.json)"),
+        "dns-logs": (lambda: ctx.bundle.read_json("cluster/dns-logs.json"), "the CoreDNS logs (cluster/dns-logs.json)"),
         "conntrack-entries": (lambda: ctx.bundle.read_text("node/conntrack.txt"), "conntrack entries (node/conntrack.txt)"),
         "nft": (lambda: ctx.nft_text, "node/nft-ruleset.json (nft -j list ruleset)"),
         "ipvs": (lambda: ctx.ipvs, "IPVS state (node/ipvsadm.txt: ipvsadm -Sn)"),

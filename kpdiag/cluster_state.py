@@ -17,6 +17,13 @@ class Endpoint:
     pod: str | None
     ports: dict[str, tuple[int, str]]  # slice port name → (port, protocol)
     slice_name: str
+    zone_hints: frozenset[str] = frozenset()  # hints.forZones[].name (topology-aware routing / trafficDistribution)
+    node_hints: frozenset[str] = frozenset()  # hints.forNodes[].name (trafficDistribution: PreferSameNode)
+    zone: str | None = None
+
+    @property
+    def serving_terminating(self) -> bool:
+        return self.serving and self.terminating
 
 
 @dataclass
@@ -90,6 +97,78 @@ class Svc:
         return None
 
 
+def _hint_names(ep: dict, key: str) -> frozenset[str]:
+    hints = ep.get("hints") if isinstance(ep.get("hints"), dict) else {}
+    return frozenset(h["name"] for h in hints.get(key) or [] if isinstance(h, dict) and isinstance(h.get("name"), str))
+
+
+@dataclass
+class Usable:
+    """The endpoints kube-proxy on one node uses for one Service port — what it really programs.
+
+    kube-proxy's rule (its topology code, KEP-1669 for terminating endpoints): *cluster* endpoints are the ready ones,
+    narrowed by topology hints when every ready endpoint carries a hint and one is for this node (same node) or its zone;
+    when none is ready anywhere it falls back to the serving-and-terminating ones. *Local* endpoints (a Local traffic
+    policy) are this node's ready ones, else this node's serving-and-terminating ones. ``None`` in a field: it cannot be
+    told from the data (node name or zone unknown)."""
+
+    cluster: list[Endpoint] | None
+    local: list[Endpoint] | None
+    topology: str = ""  # "", "PreferSameZone" or "PreferSameNode": how the cluster endpoints were narrowed
+    terminating_fallback: bool = False  # cluster endpoints are serving-terminating ones (none ready anywhere)
+    local_terminating_fallback: bool = False
+    unknown: str | None = None  # why the set cannot be told, when it cannot
+
+    def internal(self, svc: "Svc") -> list[Endpoint] | None:
+        """Where a ClusterIP's traffic from a pod on this node goes (internalTrafficPolicy decides)."""
+        return self.local if svc.itp_local else self.cluster
+
+    def external(self, svc: "Svc") -> list[Endpoint] | None:
+        """Where external traffic (NodePort, LoadBalancer, externalIPs) arriving at this node goes."""
+        return self.local if svc.etp_local else self.cluster
+
+
+def usable_endpoints(svc: "Svc", port: dict, node: str | None = None, zone: str | None = None, family: int | None = None) -> Usable:
+    """The endpoints kube-proxy on ``node`` (in ``zone``) programs for ``port`` of ``svc`` (see :class:`Usable`)."""
+    eps = svc.endpoints_for(port, family=family)
+    ready = [e for e in eps if e.ready]
+    serving_term = [e for e in eps if not e.ready and e.serving_terminating]
+    out = Usable(cluster=None, local=None)
+    # cluster endpoints: topology hints first (same node, then same zone), only when every ready endpoint has one
+    mode, unknown = "", None
+    if ready and all(e.node_hints for e in ready):
+        if node is None:
+            unknown = "the endpoints carry node hints (trafficDistribution: PreferSameNode) and this node's name is unknown"
+        elif any(node in e.node_hints for e in ready):
+            mode = "PreferSameNode"
+    if not mode and not unknown and ready and all(e.zone_hints for e in ready):
+        if zone is None:
+            unknown = "the endpoints carry zone hints (topology-aware routing / trafficDistribution) and this node's zone is unknown"
+        elif any(zone in e.zone_hints for e in ready):
+            mode = "PreferSameZone"
+    if mode == "PreferSameNode":
+        cluster = [e for e in ready if node in e.node_hints]
+    elif mode == "PreferSameZone":
+        cluster = [e for e in ready if zone in e.zone_hints]
+    else:
+        cluster = list(ready)
+    if not cluster and serving_term:
+        cluster, out.terminating_fallback = list(serving_term), True
+    out.cluster, out.topology = (None, mode) if unknown else (cluster, mode)
+    out.unknown = unknown
+    if svc.itp_local or svc.etp_local:
+        if node is None:
+            out.unknown = out.unknown or "a Local traffic policy and this node's name is unknown"
+        else:
+            local_ready = [e for e in ready if e.node == node]
+            if local_ready:
+                out.local = local_ready
+            else:
+                out.local = [e for e in serving_term if e.node == node]
+                out.local_terminating_fallback = bool(out.local)
+    return out
+
+
 def _items(doc) -> list[dict]:
     if isinstance(doc, dict) and isinstance(doc.get("items"), list):
         return [i for i in doc["items"] if isinstance(i, dict)]
@@ -143,13 +222,24 @@ class ClusterView:
                                 svc.endpoints.append(Endpoint(
                                     ip=addr, ready=ready is not False, serving=cond.get("serving", ready) is not False,
                                     terminating=bool(cond.get("terminating")), node=ep.get("nodeName"),
-                                    pod=((ep.get("targetRef") or {}).get("name")), ports=ports, slice_name=smd.get("name", "?")))
+                                    pod=((ep.get("targetRef") or {}).get("name")), ports=ports, slice_name=smd.get("name", "?"),
+                                    zone_hints=_hint_names(ep, "forZones"), node_hints=_hint_names(ep, "forNodes"),
+                                    zone=ep.get("zone") if isinstance(ep.get("zone"), str) else None))
                 out.append(svc)
             self._services = out
         return self._services
 
     def pods(self) -> list[dict] | None:
         return self._list("cluster/pods.json")
+
+    def policy_data(self):
+        """The NetworkPolicy view (kpdiag.policy_cmd.load: policies, pods, namespaces, the CNI), read once; None
+        without a readable cluster/networkpolicies.json."""
+        if not hasattr(self, "_policy_data"):
+            from .policy_cmd import load
+
+            self._policy_data = load(self.bundle) if self.bundle.exists("cluster/networkpolicies.json") else None
+        return self._policy_data
 
     def selected_pods(self, svc: Svc) -> list[dict]:
         return [p for p in self.pods() or [] if (p.get("metadata") or {}).get("namespace", svc.namespace) == svc.namespace
@@ -160,6 +250,19 @@ class ClusterView:
         if nodes and len(nodes) == 1:
             return (nodes[0].get("metadata") or {}).get("name")
         return self.bundle.manifest.get("node") or None
+
+    def node_zone(self) -> str | None:
+        """This node's topology.kubernetes.io/zone label (from cluster/nodes.json), or the manifest's "zone"."""
+        nodes = self._list("cluster/nodes.json")
+        name = self.node_name()
+        for n in nodes or []:
+            md = n.get("metadata") or {}
+            if md.get("name") == name:
+                zone = (md.get("labels") or {}).get("topology.kubernetes.io/zone")
+                if isinstance(zone, str) and zone:
+                    return zone
+        zone = self.bundle.manifest.get("zone")
+        return zone if isinstance(zone, str) and zone else None
 
 
 def _family(ip: str) -> int | None:

@@ -10,8 +10,12 @@ from .diagnose import analyze_state
 from .state import NodeState
 
 
-def _ready_endpoints(files: dict[str, bytes], namespace: str, name: str, service: dict) -> list[tuple[str, int, str]]:
-    """(ip, targetPort, proto) of the ready endpoints, from the EndpointSlices collected."""
+PROBE_ENDPOINTS_MAX = 16
+
+
+def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list[tuple[str, int, str]]:
+    """(ip, targetPort, proto) of the endpoints to probe directly: those kube-proxy sends to — the ready ones, else
+    (KEP-1669) the serving-and-terminating ones — from the EndpointSlices collected; at most PROBE_ENDPOINTS_MAX."""
     from .cluster_state import ClusterView
 
     view = ClusterView(Bundle.from_files("svc", files))
@@ -21,18 +25,36 @@ def _ready_endpoints(files: dict[str, bytes], namespace: str, name: str, service
             continue
         for port in svc.ports:
             proto = (port.get("protocol") or "TCP").lower()
-            for e in svc.endpoints_for(port):
+            eps = svc.endpoints_for(port)
+            use = [e for e in eps if e.ready] or [e for e in eps if e.serving_terminating]
+            for e in use:
                 target = svc.target_of(e, port)
-                if e.ready and target:
+                if target:
                     out.append((e.ip, int(target), proto))
-    return sorted(set(out))[:16]
+    return sorted(set(out))[:PROBE_ENDPOINTS_MAX]
+
+
+def _api_headline(namespace: str, name: str, status: int | None, why: str | None) -> str:
+    """The first line when the API could not tell kpdiag about the Service: in plain words, with what to do."""
+    what = f"kpdiag could not diagnose {namespace}/{name}"
+    if status == 401:
+        return f"{what}: the Kubernetes API refused the credentials (401 Unauthorized) — renew the kubeconfig's token or certificate"
+    if status == 403:
+        return (f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — apply deploy/rbac-svc.yaml "
+                f"to this user or service account (check: kubectl auth can-i get services -n {namespace})")
+    if status == 0 or status is None:
+        return f"{what}: {why or 'the Kubernetes API could not be reached'}"
+    return f"{what}: the Kubernetes API answered HTTP {status} ({why or 'error'})"
 
 
 def collect_service(namespace: str, name: str, kubeconfig=None, context=None, probe: bool = True, node: str | None = None,
-                    host_root: str | None = None, progress=None) -> tuple[dict[str, bytes], dict]:
-    """Everything `kpdiag svc` looks at, as bundle files (cluster/, node/ when visible, probes/)."""
+                    host_root: str | None = None, progress=None, stop=None) -> tuple[dict[str, bytes], dict]:
+    """Everything `kpdiag svc` looks at, as bundle files (cluster/, node/ when visible, probes/).
+
+    With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either."""
+    import threading
+
     from .collect.cluster import ClusterCollector
-    from .collect.dns import resolve_service
 
     files: dict[str, bytes] = {}
     errors: list[dict] = []
@@ -40,6 +62,25 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
     service = cc.service(namespace, name, node_name=node)
     files.update(cc.out.files)
     errors.extend(cc.out.errors)
+    manifest = {"format": FORMAT, "node": node or "", "kpdiag_version": __import__("kpdiag").__version__, "errors": errors,
+                "service": f"{namespace}/{name}", "api": cc.out.api,
+                "api_status": {"service": cc.service_status, "error": cc.config_error or cc.service_error}}
+    if service is None:
+        if cc.config_error or cc.service_status != 404:
+            manifest["headline"] = _api_headline(namespace, name, None if cc.config_error else cc.service_status,
+                                                 cc.config_error or cc.service_error)
+        return files, manifest
+    # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
+    dns_box: dict = {}
+    dns_thread = None
+    if probe:
+        from .collect.dns import resolve_service
+
+        def dns():
+            dns_box["doc"] = resolve_service(namespace, name)
+
+        dns_thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
+        dns_thread.start()
     # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
     try:
         from .collect.node import NodeCollector
@@ -56,82 +97,128 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
                                                       "node-side checks skipped — run kpdiag node on the node for them"})
     except Exception as exc:  # the node side is a bonus; never let it stop the Service diagnosis
         errors.append({"source": "node", "error": f"node rules not collected: {exc.__class__.__name__}: {exc}"})
-    if progress:
-        progress(f"resolving {name}.{namespace} in DNS")
-    files["probes/dns.json"] = json.dumps(resolve_service(namespace, name), indent=1).encode()
-    if probe and service is not None:
+    if probe:
         from .collect.probes import probe_service
 
         if progress:
-            progress("probing the ClusterIP and the endpoints")
-        doc = probe_service(service, _ready_endpoints(files, namespace, name, service))
+            progress("probing the ClusterIP and the endpoints (and asking DNS)")
+        doc = probe_service(service, _probe_endpoints(files, namespace, name), stop=stop)
         files["probes/service.json"] = json.dumps(doc, indent=1).encode()
         if doc.get("raw_skipped_reason"):
             errors.append({"source": "probes/service.json", "error": doc["raw_skipped_reason"]})
-    elif not probe:
-        errors.append({"source": "probes/service.json", "error": "probes disabled (--no-probe)"})
-    manifest = {"format": FORMAT, "node": node or "", "kpdiag_version": __import__("kpdiag").__version__, "errors": errors,
-                "service": f"{namespace}/{name}", "api": cc.out.api}
+        if dns_thread is not None:
+            dns_thread.join(timeout=8.0)
+        if "doc" in dns_box:
+            files["probes/dns.json"] = json.dumps(dns_box["doc"], indent=1).encode()
+        else:
+            errors.append({"source": "probes/dns.json", "error": "the DNS lookup did not finish in time"})
+    else:
+        errors.append({"source": "probes/service.json", "error": "probes disabled (--no-probe): no packet sent, DNS not asked"})
     return files, manifest
 
 
-def verdict(state: NodeState) -> list[str]:
-    """A few lines a person reads first: does the Service work, and what about ping."""
+def _ids_for(findings, svc_key: str, ids: tuple[str, ...]) -> list:
+    return [f for f in findings if f.id in ids and (f.subject or "").startswith(svc_key)]
+
+
+def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
+    """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
+    status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
+    same observation model (kpdiag.observe) and the same findings as the report, so they cannot disagree."""
+    from .observe import headline_status, observations
+    from .parse.addr import hostport
+
     lines: list[str] = []
     svcs = state.services_in_focus() or []
     if not svcs:
+        nf = [f for f in findings if f.id == "KP110"]
+        if nf:
+            return [nf[0].summary + " (KP110)"], "not-found"
         if state.focus:
             ns, name = state.focus
-            lines.append(f"Service {ns}/{name}: not found or the API could not be read (see below)")
-        return lines
+            lines.append(f"Service {ns}/{name} could not be read (see 'could not read')")
+        return lines, "unread"
     svc = svcs[0]
     if svc.type == "ExternalName" or svc.headless:
         lines.append(f"{svc.key} has no ClusterIP ({'ExternalName' if svc.type == 'ExternalName' else 'headless'}): kube-proxy is not involved")
-        return lines
-    probes = state.probes
+        return lines, "no-clusterip"
     ready = [e for e in svc.endpoints if e.ready]
-    lines.append(f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(svc.endpoints)}")
-    if probes is None:
-        lines.append("not probed (--no-probe, or the Service could not be read)")
-        return lines
-    from .parse.addr import hostport
-
-    def host_of(target: str) -> str:  # "10.0.0.1:80/tcp", "[fd00::1]:80/tcp" → the address
-        return target.rsplit(":", 1)[0].strip("[]")
-
-    for ip in svc.cluster_ips:  # a dual-stack Service: each family's ClusterIP
-        to = f" to {ip}" if len(svc.cluster_ips) > 1 else ""
-        family_eps = {e.ip for e in ready if (":" in e.ip) == (":" in ip)}
-        for port in svc.ports:
-            proto = (port.get("protocol") or "TCP").lower()
-            kind = "tcp-connect" if proto == "tcp" else "udp"
-            r = next((r for r in state.probe_results(kind) if r.get("target") == f"{hostport(ip, port.get('port'))}/{proto}"), None)
-            if r is None:
-                continue
-            direct = [x for x in state.probe_results(kind) if host_of(x.get("target", "")) in family_eps]
-            ok_direct = [x for x in direct if x.get("result") in ("connected", "udp-reply")]
-            if r["result"] in ("connected", "udp-reply"):
-                text = f"{proto.upper()} {port.get('port')} works through the Service{to} ({r['result']})"
+    term = [e for e in svc.endpoints if not e.ready and e.serving_terminating]
+    detail = f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(svc.endpoints)}"
+    if not ready and term:
+        detail += f" — kube-proxy falls back to {len(term)} serving but terminating endpoint(s)"
+    obs = observations(state, svc)
+    status = headline_status(obs)
+    if state.probes is None:
+        lines.append(detail)
+        lines.append("not probed (--no-probe): the verdict below comes from the API and the rules only")
+        errs = [f for f in findings if f.severity.value == "error"]
+        if errs:
+            lines.insert(0, f"{svc.key} is broken: {errs[0].summary} ({errs[0].id})")
+            return lines, "fails"
+        return lines, "unknown"
+    policy = [f for f in findings if f.id in ("KP120", "KP121")]
+    multi = len(svc.cluster_ips) > 1
+    body: list[str] = []
+    for o in obs:
+        to = f" to {o.cluster_ip}" if multi else ""
+        p = f"{o.proto.upper()} {o.port}"
+        if o.status == "works":
+            body.append(f"{p} works through the Service{to} ({o.service_result})")
+        elif o.status == "partial":
+            bad = o.failing_direct
+            body.append(f"{p} works through the Service{to}, but {len(bad)} of {len(o.direct)} endpoint(s) fail directly "
+                        f"({', '.join(f'{d.label()}: {d.result}' for d in bad[:3])}): about {len(bad)} in {len(o.direct)} connections fail "
+                        f"({'KP111' if any(d.outcome == 'refused' for d in bad) else 'KP112'})")
+        elif o.status == "fails":
+            text = f"{p} through the Service{to}: {o.service_result}"
+            if o.ok_direct:
+                text += (f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's node is "
+                         "broken, not the backend (KP113)")
+            elif o.direct:
+                kinds = sorted({d.result for d in o.direct})
+                if policy:
+                    text += f" — a NetworkPolicy blocks it: {policy[0].summary} ({policy[0].id})"
+                elif all(d.outcome == "refused" for d in o.direct):
+                    text += f" — and nothing listens on the endpoints either ({', '.join(kinds)}): the backend is down (KP111)"
+                else:
+                    text += f" — and the endpoints do not answer directly either ({', '.join(kinds)}): the backend is unreachable (KP112)"
+            elif not ready and not term:
+                text += " — it has no ready endpoint (KP101/KP102)"
             else:
-                text = f"{proto.upper()} {port.get('port')} through the Service{to}: {r['result']}"
-                if direct:
-                    text += (f" — yet {len(ok_direct)}/{len(direct)} endpoints answer directly: the Service layer is broken, not the backend"
-                             if ok_direct else f" — and the endpoints do not answer directly either ({', '.join(sorted({x['result'] for x in direct}))}): the backend is broken")
-            lines.append(text)
+                text += " — no endpoint was probed directly (KP114)"
+            body.append(text)
+        else:
+            body.append(f"{p} through the Service{to}: {o.service_result or 'not probed'}"
+                        + (" (UDP: silence is what an open port that does not answer looks like, too)" if o.proto == "udp" else ""))
+    for ip in svc.cluster_ips:
         echo = next((r for r in state.probe_results("icmp-echo") if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64), None)
         if echo and echo["result"] != "skipped":
             if echo["result"] == "time-exceeded":
-                lines.append(f"ping {ip} does not and cannot work: 'Time to live exceeded' from {echo.get('from')} — ICMP is not translated and loops via the gateway (KP201)")
+                body.append(f"ping {ip} does not and cannot work: 'Time to live exceeded' from {echo.get('from')} — ICMP is not translated and loops via the gateway (KP201)")
             elif echo["result"] == "timeout":
-                lines.append(f"ping {ip} gets no answer — normal: a ClusterIP only answers on its Service ports (KP201)")
+                body.append(f"ping {ip} gets no answer — normal: a ClusterIP only answers on its Service ports (KP201)")
             else:
-                lines.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
-    return lines
+                body.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
+    errs = [f for f in findings if f.severity.value == "error"]
+    if status == "fails":
+        lines.append(f"{svc.key} does NOT work" + (f": {policy[0].summary}" if policy else ""))
+    elif status == "partial":
+        lines.append(f"{svc.key} works only in part: some of its endpoints fail")
+    elif status == "works" and errs:
+        lines.append(f"{svc.key} answered the probes, but kpdiag found {len(errs)} error(s) below")
+    elif status == "works":
+        lines.append(f"{svc.key} works")
+    else:
+        lines.append(f"{svc.key}: the probes could not tell whether it works (see below)")
+    lines.append(detail)
+    lines.extend(body)
+    return lines, status
 
 
 def diagnose_service(namespace: str, name: str, *, kubeconfig=None, context=None, probe=True, node=None, host_root=None,
-                     select=(), ignore=(), progress=None, save_to: str | None = None):
-    files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress)
+                     select=(), ignore=(), progress=None, save_to: str | None = None, stop=None):
+    files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop)
     if save_to:
         from .bundle import write_bundle
 
@@ -141,12 +228,31 @@ def diagnose_service(namespace: str, name: str, *, kubeconfig=None, context=None
 
 
 def service_report(state: NodeState, namespace: str, name: str, select=(), ignore=()):
-    """The report of one Service from collected state (live or a saved bundle)."""
+    """The report of one Service from collected state (live or a saved bundle).
+
+    The exit code follows what was observed: a Service that does not work always carries an error finding (a check
+    explains it; should none, KP114 says so rather than exit 0); a Service that could not be read at all — API
+    unreachable, refused credentials, RBAC — is "could not diagnose" (exit 3) with the reason as the first line."""
     state.focus = (namespace, name)
     report = analyze_state(state, select, ignore, subject=f"service {namespace}/{name}")
+    findings = list(report.findings)
+    lines, status = verdict(state, findings)
+    if status in ("fails", "partial") and not any(f.severity.value == "error" for f in findings):
+        from .checkapi import load_registry
+
+        spec = load_registry().get("KP114")
+        if spec is not None:
+            findings.append(spec.new(f"{namespace}/{name} does not work as probed (" + "; ".join(lines[1:3]) + "), and no check "
+                                     "named the cause — a gap in kpdiag's checks: run kpdiag node --service on the client's node",
+                                     subject=f"{namespace}/{name}"))
+            findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
     extra = dict(report.extra)
-    extra["verdict"] = verdict(state)
+    extra["verdict"] = lines
+    extra["status"] = status
     extra["probes"] = state.probes
     extra["dns"] = state.dns
-    readable = report.readable or state.cluster.services() is not None
-    return replace(report, extra=extra, readable=readable)
+    headline = state.bundle.manifest.get("headline") if isinstance(state.bundle.manifest, dict) else None
+    if headline:
+        extra["headline"] = str(headline)
+    readable = status != "unread" and (state.cluster.services() is not None or status == "not-found")
+    return replace(report, findings=tuple(findings), extra=extra, readable=readable)

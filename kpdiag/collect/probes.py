@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -46,20 +47,26 @@ class ProbeBudget:
     sent: int = 0
     rate: float = MAX_RATE
     _last: float = 0.0
+    stop: threading.Event = field(default_factory=threading.Event)  # set: no further packet (Ctrl-C, deadline)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self, dst: str, packets: int = 1) -> None:
+        """Account for ``packets`` to ``dst`` before they are sent; thread-safe (probes run in parallel)."""
         if dst not in self.allowed:
             raise ProbeRefused(f"{dst} is not one of the Service's addresses or endpoints")
-        if self.sent + packets > self.max_packets:
-            raise ProbeRefused(f"packet budget of {self.max_packets} used up")
-        now = time.monotonic()
-        if now > self.deadline:
-            raise ProbeRefused(f"time budget of {TOTAL_DEADLINE:.0f} s used up")
-        wait = self._last + packets / self.rate - now
-        if wait > 0:
-            time.sleep(wait)  # never more than `rate` packets per second
-        self._last = time.monotonic()
-        self.sent += packets
+        with self._lock:
+            if self.stop.is_set():
+                raise ProbeRefused("interrupted")
+            if self.sent + packets > self.max_packets:
+                raise ProbeRefused(f"packet budget of {self.max_packets} used up")
+            now = time.monotonic()
+            if now > self.deadline:
+                raise ProbeRefused(f"time budget of {TOTAL_DEADLINE:.0f} s used up")
+            slot = max(now, self._last + packets / self.rate)  # never more than `rate` packets per second
+            self._last = slot
+            self.sent += packets
+        if slot > now:
+            time.sleep(slot - now)
 
 
 def raw_capability() -> str | None:
@@ -120,7 +127,7 @@ class RawProber:
 
         self.budget.take(dst)
         t = time.monotonic()
-        reply = sr1(pkt, timeout=self.timeout, verbose=0)
+        reply = sr1(pkt, timeout=self.timeout, verbose=0, chainCC=True)
         return reply, time.monotonic() - t
 
     def _classify_icmp(self, reply) -> tuple[str, dict]:
@@ -243,16 +250,88 @@ def _loop(responders: list[str]) -> list[str] | None:
     return None
 
 
-def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: bool = True, icmp: bool = True) -> dict:
-    """Probe a Service's ClusterIP ports and each endpoint directly.
+def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBudget, prober, why_no_raw, icmp: bool) -> list:
+    """The probes as independent jobs (each a list of callables run in order, in its own thread)."""
+    spec = service.get("spec") or {}
+    cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]
+    jobs: list[list] = []
+    for ip in cluster_ips:
+        if icmp:
+            if prober is not None:
+                def echo_and_walk(ip=ip):
+                    echo = prober.icmp_echo(ip)
+                    return [echo, prober.ttl_walk(ip)] if echo["result"] == "time-exceeded" else [echo]
+                jobs.append([echo_and_walk])
+            else:
+                jobs.append([lambda ip=ip: [_result(f"{ip}/icmp", "icmp-echo", "skipped", reason=why_no_raw)]])
+        for port in spec.get("ports") or []:
+            proto = (port.get("protocol") or "TCP").lower()
+            number = port.get("port")
+            if not number:
+                continue
+            if proto == "tcp":
+                jobs.append([lambda ip=ip, n=number: [tcp_connect(budget, ip, n)]])
+                if prober is not None:
+                    jobs.append([lambda ip=ip, n=number: [prober.tcp_syn(ip, n)]])
+            elif proto == "udp":
+                jobs.append([lambda ip=ip, n=number: [prober.udp(ip, n) if prober else
+                                                       _result(f"{hostport(ip, n)}/udp", "udp", "skipped", reason=why_no_raw)]])
+    for ip, port, proto in endpoints:
+        if proto == "tcp":
+            jobs.append([lambda ip=ip, n=port: [tcp_connect(budget, ip, n)]])
+        elif proto == "udp" and prober is not None:
+            jobs.append([lambda ip=ip, n=port: [prober.udp(ip, n)]])
+    return jobs
 
-    ``endpoints``: (ip, targetPort, protocol) of the ready endpoints. Returns the probes document.
+
+def run_parallel(jobs: list, deadline: float, stop: threading.Event | None = None) -> list[list]:
+    """Run each job (a list of callables returning result lists) in its own daemon thread; the results in job order.
+
+    Daemon threads, and the main thread only ever sleeps in Event.wait: Ctrl-C (KeyboardInterrupt in the main thread)
+    leaves at once — no probe can swallow it (scapy's sr1 does in the main thread) and no executor lock is left held.
+    A job still running at ``deadline`` (time.monotonic) is given up ("interrupted")."""
+    results: list[list | None] = [None] * len(jobs)
+    done = threading.Event()
+    left = [len(jobs)]
+    lock = threading.Lock()
+
+    def run(i: int, steps: list) -> None:
+        out: list = []
+        try:
+            for step in steps:
+                out.extend(step())
+        except Exception as exc:  # a probe's bug must not hide the others
+            out.append({"target": "?", "kind": "error", "result": "error", "from": None, "rtt_ms": None,
+                        "detail": {"error": f"{exc.__class__.__name__}: {exc}"}})
+        results[i] = out
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                done.set()
+
+    if not jobs:
+        return []
+    for i, steps in enumerate(jobs):
+        threading.Thread(target=run, args=(i, steps), name=f"kpdiag-probe-{i}", daemon=True).start()
+    while not done.wait(0.05):
+        if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+            break
+    return [r if r is not None else [] for r in results]
+
+
+def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: bool = True, icmp: bool = True,
+                  stop: threading.Event | None = None) -> dict:
+    """Probe a Service's ClusterIP ports and each endpoint directly, all at once (bounded by the packet budget, the
+    rate limit and TOTAL_DEADLINE).
+
+    ``endpoints``: (ip, targetPort, protocol) of the endpoints kube-proxy uses. Returns the probes document.
     """
     spec = service.get("spec") or {}
     cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]  # both families
     allowed = set(cluster_ips) | {ip for ip, _, _ in endpoints}
     budget = ProbeBudget(allowed)
-    results: list[dict] = []
+    if stop is not None:
+        budget.stop = stop
     why_no_raw = raw_capability() if raw else "raw probes disabled (--no-raw)"
     prober = None
     if why_no_raw is None:
@@ -260,33 +339,17 @@ def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: boo
             prober = RawProber(budget)
         except Exception as exc:  # scapy missing or broken
             why_no_raw = f"scapy unavailable: {exc.__class__.__name__}: {exc}"
-    for ip in cluster_ips:
-        if icmp:
-            if prober is not None:
-                echo = prober.icmp_echo(ip)
-                results.append(echo)
-                if echo["result"] == "time-exceeded":
-                    results.append(prober.ttl_walk(ip))
-            else:
-                results.append(_result(f"{ip}/icmp", "icmp-echo", "skipped", reason=why_no_raw))
-        for port in spec.get("ports") or []:
-            proto = (port.get("protocol") or "TCP").lower()
-            number = port.get("port")
-            if not number:
-                continue
-            if proto == "tcp":
-                results.append(tcp_connect(budget, ip, number))
-                if prober is not None:
-                    results.append(prober.tcp_syn(ip, number))
-            elif proto == "udp":
-                results.append(prober.udp(ip, number) if prober else _result(f"{hostport(ip, number)}/udp", "udp", "skipped", reason=why_no_raw))
-    for ip, port, proto in endpoints:
-        if proto == "tcp":
-            results.append(tcp_connect(budget, ip, port))
-        elif proto == "udp" and prober is not None:
-            results.append(prober.udp(ip, port))
+    jobs = _jobs(service, endpoints, budget, prober, why_no_raw, icmp)
+    try:
+        per_job = run_parallel(jobs, budget.deadline + PER_PROBE_TIMEOUT, stop)
+    except BaseException:  # Ctrl-C: no further packet from the probe threads, then leave
+        budget.stop.set()
+        raise
+    results = [r for out in per_job for r in out]
+    unfinished = sum(1 for out in per_job if not out)
     return {"schema": PROBES_SCHEMA, "source": _my_address(cluster_ips[0] if cluster_ips else None), "raw": why_no_raw is None,
-            "raw_skipped_reason": why_no_raw, "packets_sent": budget.sent, "results": results}
+            "raw_skipped_reason": why_no_raw, "packets_sent": budget.sent, "results": results,
+            **({"unfinished": unfinished} if unfinished else {})}
 
 
 def _my_address(towards: str | None) -> str | None:

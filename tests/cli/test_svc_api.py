@@ -126,9 +126,19 @@ def test_without_cap_net_raw_probes_say_why(tmp_path):
     assert {c["id"]: c["status"] for c in report["checks"]}["KP201"] == "skipped"
 
 
-def test_service_not_found_is_a_404_line(tmp_path):
-    with ApiServer([k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"})]) as api:
-        proc, report = svc(api.kubeconfig(tmp_path), "nope", "shop", "--no-probe")
-    assert any("get service shop/nope: 404 Not Found" in p["error"] for p in report["problems"]), report["problems"]
-    assert report["extra"]["verdict"][0].startswith("Service shop/nope: not found")
-    assert proc.returncode == 3
+def test_service_not_found_is_an_error_finding_with_the_nearest_names(tmp_path):
+    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+            k8s.service("shop", "cart", "10.96.0.30", [k8s.port(80, 8080, "http")], {"app": "cart"}),
+            k8s.service("staging", "webb", "10.96.0.40", [k8s.port(80, 8080, "http")], {"app": "web"})]
+    with ApiServer(objs) as api:
+        proc, report = svc(api.kubeconfig(tmp_path), "webb", "shop", "--no-probe")
+        calls = list(api.requests)
+    assert proc.returncode == 1, proc.stderr
+    kp110 = [f for f in report["findings"] if f["id"] == "KP110"]
+    assert len(kp110) == 1 and kp110[0]["severity"] == "error"
+    assert "did you mean web?" in kp110[0]["summary"] and "namespace staging" in kp110[0]["summary"], kp110[0]["summary"]
+    assert report["extra"]["verdict"][0].startswith("Service shop/webb does not exist"), report["extra"]["verdict"]
+    assert report["extra"]["status"] == "not-found"
+    assert not any("404" in p["error"] for p in report["problems"])  # not a source kpdiag failed to read: an answer
+    # and nothing else was asked once the API said there is no such Service (no node, configmap, version calls)
+    assert len(calls) <= 3, calls
