@@ -3,25 +3,37 @@
 Every file is optional. Reading never raises for a missing, unreadable or oversized file:
 the reason is recorded in :attr:`Bundle.problems` (with the manifest's own ``errors``), and
 the caller gets ``None``.
+
+A bundle is someone else's data. From a directory only regular files are read, each resolved beneath
+the bundle's root with no symbolic link anywhere on the way (a link to a secret, a FIFO, a device: refused,
+never opened for reading). An archive is streamed once: members over :data:`MAX_FILE_BYTES` are skipped
+(named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each
+and in an unnamed temporary file above, and reading stops at :data:`MAX_TOTAL_BYTES` — so a gzip bomb
+costs decompression time, not memory. Members that are links, devices, or named outside the bundle make
+the whole archive refused.
 """
 
 from __future__ import annotations
 
+import errno
 import io
-import json
 import os
 import tarfile
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from . import safeio
 from .errors import InputError
 
 FORMAT = "kpdiag-bundle/1"
 MANIFEST = "kpdiag.json"
 
-MAX_FILE_BYTES = 256 * 1024 * 1024
-MAX_TAR_TOTAL = 1024 * 1024 * 1024
+MAX_FILE_BYTES = 128 * 1024 * 1024  # one file (a 20,000-Service node's iptables-save is ~60 MB, its nft JSON ~100 MB)
+MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # everything read from one bundle (an archive: every member, skipped ones too)
 MAX_TAR_FILES = 10000
-MAX_JSON_DEPTH = 200
+SPOOL_IN_MEMORY = 4 * 1024 * 1024  # archive members above this wait in a temporary file, not in memory
+MAX_JSON_DEPTH = safeio.MAX_DEPTH
 
 # the layout of DESIGN §3: path → what produced it
 LAYOUT = {
@@ -71,30 +83,6 @@ class Problem:
         return {"source": self.source, "error": self.error}
 
 
-def _json_depth_ok(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
-    depth = peak = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > peak:
-                peak = depth
-                if peak > limit:
-                    return False
-        elif ch in "]}":
-            depth -= 1
-    return True
-
-
 class Bundle:
     """Read access to a bundle directory or archive, recording every problem."""
 
@@ -104,7 +92,10 @@ class Bundle:
         self._files = files
         self.problems: list[Problem] = []
         self._seen_problem: set[str] = set()
+        self._read_sizes: dict[str, int] = {}  # directory bundles: bytes read per file, for MAX_TOTAL_BYTES
         self.manifest: dict = {}
+        for source, error in getattr(files, "problems", ()):  # what the archive reader skipped
+            self.problem(source, error)
         self._load_manifest()
 
     # ----------------------------------------------------------- opening
@@ -118,7 +109,7 @@ class Bundle:
             return cls(path, root=path)
         try:
             return cls(path, files=_read_tar(path))
-        except (tarfile.TarError, OSError, EOFError) as exc:
+        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
             raise InputError(path, f"not a readable bundle archive ({exc.__class__.__name__}: {exc})") from None
 
     @classmethod
@@ -130,7 +121,7 @@ class Bundle:
         if raw is None:
             return
         try:
-            data = json.loads(raw.decode("utf-8"))
+            data = safeio.load_json(raw.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("the manifest is not a JSON object")
         except (ValueError, UnicodeDecodeError) as exc:
@@ -157,7 +148,7 @@ class Bundle:
     def exists(self, rel: str) -> bool:
         if self._files is not None:
             return rel in self._files
-        return os.path.exists(os.path.join(self.root, rel))
+        return safeio.exists_regular(self.root, rel, safeio.BENEATH)
 
     def list(self, prefix: str = "") -> list[str]:
         if self._files is not None:
@@ -176,14 +167,11 @@ class Bundle:
             if data is None and record_missing:
                 self.problem(rel, "missing from the bundle")
             return data
-        path = os.path.join(self.root, rel)
         try:
-            st = os.stat(path)
-            if st.st_size > MAX_FILE_BYTES:
-                self.problem(rel, f"too large ({st.st_size} bytes > {MAX_FILE_BYTES}); not read")
-                return None
-            with open(path, "rb") as fh:
-                return fh.read(MAX_FILE_BYTES + 1)
+            data = safeio.read_file(self.root, rel, MAX_FILE_BYTES, safeio.BENEATH)
+        except safeio.TooLarge as exc:
+            self.problem(rel, f"larger than the {safeio.human_bytes(MAX_FILE_BYTES)} per-file limit ({exc.size} bytes or more): not read")
+            return None
         except FileNotFoundError:
             if record_missing:
                 self.problem(rel, "missing from the bundle")
@@ -191,12 +179,23 @@ class Bundle:
         except PermissionError:
             self.problem(rel, "permission denied")
             return None
-        except IsADirectoryError:
-            self.problem(rel, "is a directory, not a file")
+        except safeio.NotRegular as exc:
+            self.problem(rel, f"{exc.strerror}: not read (a bundle holds regular files only)")
             return None
         except OSError as exc:
-            self.problem(rel, f"cannot read: {exc.strerror or exc}")
+            if exc.errno in (errno.ELOOP, errno.EXDEV):
+                self.problem(rel, "is or passes a symbolic link: not followed (a bundle holds regular files only)")
+            else:
+                self.problem(rel, f"cannot read: {safeio.describe(exc)}")
             return None
+        if rel not in self._read_sizes:
+            self._read_sizes[rel] = len(data)
+            total = sum(self._read_sizes.values())
+            if total > MAX_TOTAL_BYTES:
+                self.problem(rel, f"not read: the bundle's files reach the {safeio.human_bytes(MAX_TOTAL_BYTES)} total limit")
+                self._read_sizes[rel] = 0
+                return None
+        return data
 
     def read_text(self, rel: str, record_missing: bool = False) -> str | None:
         data = self.read_bytes(rel, record_missing)
@@ -217,24 +216,73 @@ class Bundle:
         text = self.read_text(rel, record_missing)
         if text is None:
             return None
-        if not _json_depth_ok(text):
-            self.problem(rel, f"JSON nested deeper than {MAX_JSON_DEPTH} levels; refused")
-            return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            self.problem(f"{rel}:{exc.lineno}", f"invalid JSON: {exc.msg} (column {exc.colno})")
+            return safeio.load_json(text, MAX_JSON_DEPTH)
+        except safeio.TooDeep as exc:
+            self.problem(rel, f"JSON {exc}")
             return None
-        except RecursionError:
-            self.problem(rel, "JSON nested too deeply; refused")
+        except ValueError as exc:  # json.JSONDecodeError
+            self.problem(f"{rel}:{getattr(exc, 'lineno', 1)}", f"invalid JSON: {getattr(exc, 'msg', exc)} (column {getattr(exc, 'colno', 0)})")
             return None
 
 
-def _read_tar(path: str) -> dict[str, bytes]:
-    """Read a bundle archive into memory, refusing traversal, links, devices and bombs."""
-    files: dict[str, bytes] = {}
+class _Spool(Mapping):
+    """An archive's members by name: small ones in memory, big ones in an unnamed temporary file."""
+
+    def __init__(self):
+        self._mem: dict[str, bytes] = {}
+        self._disk: dict[str, tuple[int, int]] = {}  # name → (offset, length) in _tmp
+        self._tmp = None
+        self._end = 0
+        self.problems: list[tuple[str, str]] = []
+
+    def add(self, name: str, fh, size: int) -> None:
+        self._mem.pop(name, None)
+        self._disk.pop(name, None)
+        if size <= SPOOL_IN_MEMORY:
+            self._mem[name] = fh.read(size)
+            return
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryFile(prefix="kpdiag-")
+        start = self._end
+        self._tmp.seek(start)
+        left = size
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            self._tmp.write(block)
+            left -= len(block)
+        self._end = self._tmp.tell()
+        self._disk[name] = (start, self._end - start)
+
+    def rename(self, fn) -> None:
+        self._mem = {fn(k): v for k, v in self._mem.items()}
+        self._disk = {fn(k): v for k, v in self._disk.items()}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name in self._mem:
+            return self._mem[name]
+        off, length = self._disk[name]
+        self._tmp.flush()
+        return os.pread(self._tmp.fileno(), length, off)
+
+    def __iter__(self):
+        yield from self._mem
+        yield from self._disk
+
+    def __len__(self) -> int:
+        return len(self._mem) + len(self._disk)
+
+    def __contains__(self, name) -> bool:
+        return name in self._mem or name in self._disk
+
+
+def _read_tar(path: str) -> _Spool:
+    """Stream a bundle archive once, refusing traversal, links and devices, skipping what is over the caps."""
+    files = _Spool()
     total = 0
-    with tarfile.open(path, "r:*") as tar:
+    with tarfile.open(path, "r|*") as tar:
         for count, member in enumerate(tar, 1):
             if count > MAX_TAR_FILES:
                 raise InputError(path, f"more than {MAX_TAR_FILES} entries: refused (tar bomb?)")
@@ -248,36 +296,51 @@ def _read_tar(path: str) -> dict[str, bytes]:
                 raise InputError(path, f"entry {name!r} is a device or fifo: refused")
             if not member.isfile():
                 continue
+            if member.issparse():
+                files.problems.append((norm, "a sparse archive member: not read"))
+                continue
             total += member.size
-            if member.size > MAX_FILE_BYTES or total > MAX_TAR_TOTAL:
-                raise InputError(path, f"entry {name!r} makes the archive larger than {MAX_TAR_TOTAL} bytes: refused")
+            if total > MAX_TOTAL_BYTES:
+                files.problems.append((norm, f"not read, nor anything after it: the archive holds more than the "
+                                             f"{safeio.human_bytes(MAX_TOTAL_BYTES)} total limit"))
+                break
+            if member.size > MAX_FILE_BYTES:  # skipped: the stream decompresses it in small blocks and drops them
+                files.problems.append((norm, f"larger than the {safeio.human_bytes(MAX_FILE_BYTES)} per-file limit "
+                                             f"({member.size} bytes): not read"))
+                continue
             fh = tar.extractfile(member)
-            data = fh.read(MAX_FILE_BYTES + 1) if fh else b""
-            # the archive may wrap everything in one top folder: strip it when a manifest is inside
-            files[norm] = data
+            if fh is not None:
+                files.add(norm, fh, member.size)
+    # the archive may wrap everything in one top folder: strip it when a manifest is inside
     roots = {k.split("/", 1)[0] for k in files}
     if MANIFEST not in files and len(roots) == 1:
         (root,) = roots
         if f"{root}/{MANIFEST}" in files or any(k.startswith(f"{root}/node/") for k in files):
-            files = {k[len(root) + 1:]: v for k, v in files.items() if "/" in k}
+            inner = [k for k in files if "/" in k]
+            if len(inner) == len(files):
+                files.rename(lambda k: k[len(root) + 1:])
+            files.problems = [(k[len(root) + 1:] if k.startswith(root + "/") else k, e) for k, e in files.problems]
     return files
 
 
-def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict) -> str:
-    """Write ``files`` and the manifest to a directory or a ``.tar.gz`` (chosen by the name)."""
+def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict, force: bool = False) -> str:
+    """Write ``files`` and the manifest to a new directory or ``.tar.gz`` (chosen by the name).
+
+    The output is created fresh (see :mod:`kpdiag.safeio`): files 0600, directories 0700, no symlink
+    followed; an existing path is refused unless ``force`` (and a symlink even then)."""
+    import json
+
     blobs = {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()}
     blobs[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     if out.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(out, "w:gz") as tar:
+        with safeio.create_file(out, force) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             for rel in sorted(blobs):
                 info = tarfile.TarInfo(rel)
                 info.size = len(blobs[rel])
-                info.mode = 0o644
+                info.mode = safeio.FILE_MODE
                 tar.addfile(info, io.BytesIO(blobs[rel]))
         return out
-    for rel, data in blobs.items():
-        path = os.path.join(out, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as fh:
-            fh.write(data)
+    with safeio.OutputDir(out, force) as d:
+        for rel in sorted(blobs):
+            d.write(rel, blobs[rel])
     return out

@@ -1,0 +1,475 @@
+"""Reading what others wrote, and writing outputs, as root without being led elsewhere.
+
+kpdiag runs as root and reads files that unprivileged processes, pods and bundle authors control. Every
+such read goes through :func:`open_regular`:
+
+* the path is resolved *inside* a root directory and can never leave it: ``openat2(RESOLVE_IN_ROOT |
+  RESOLVE_NO_MAGICLINKS)`` (symlinks followed as if the root were ``/``) or ``RESOLVE_BENEATH |
+  RESOLVE_NO_SYMLINKS`` (no symlink at all), and where the kernel has no openat2 a component-wise walk
+  over directory file descriptors that does the same;
+* only a regular file is opened for reading: the path is first opened with ``O_PATH`` (which opens
+  nothing: no FIFO blocks, no device driver runs) and checked with ``fstat``; the read descriptor is
+  then made from that very inode, non-blocking;
+* reads are capped (:func:`read_capped`).
+
+Outputs are created fresh (:class:`OutputDir`, :func:`create_file`): ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+directories by ``mkdir``, everything relative to directory descriptors opened with ``O_NOFOLLOW``, files
+0600 and directories 0700.
+
+Untrusted JSON and YAML are decoded by :func:`load_json` / :func:`load_yaml`, which refuse documents nested
+deeper than :data:`MAX_DEPTH` (a ``RecursionError`` deep inside a parser is never the user's answer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import re
+import stat
+
+# ---------------------------------------------------------------- openat2
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+RESOLVE_IN_ROOT = 0x10
+
+# openat2 has the same number on every architecture of the unified syscall table (Linux ≥ 5.6)
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "armv7l": 437, "armv8l": 437, "ppc64le": 437, "ppc64": 437,
+                "s390x": 437, "riscv64": 437, "i686": 437, "i386": 437, "mips64": 437, "loongarch64": 437}
+MAX_SYMLINKS = 40  # as the kernel: a path with more links is a loop
+
+IN_ROOT = "in-root"  # resolve inside the root as if it were '/': symlinks followed, never out of it
+BENEATH = "beneath"  # no symlink anywhere on the way, no '..' out of the root
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_openat2_state: dict = {}
+
+
+def _libc():
+    if "libc" not in _openat2_state:
+        try:
+            _openat2_state["libc"] = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _openat2_state["libc"] = None
+    return _openat2_state["libc"]
+
+
+def openat2_available() -> bool:
+    """Does this kernel (and seccomp profile) let us call openat2?"""
+    if "ok" not in _openat2_state:
+        ok = False
+        if platform.machine() in _SYS_OPENAT2 and _libc() is not None:
+            try:
+                fd = _openat2(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ".", os.O_PATH | os.O_CLOEXEC,
+                              RESOLVE_BENEATH, close_dirfd=True)
+                os.close(fd)
+                ok = True
+            except OSError as exc:
+                ok = exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG)
+        _openat2_state["ok"] = ok
+    return _openat2_state["ok"]
+
+
+def _openat2(dirfd: int, path: str, flags: int, resolve: int, close_dirfd: bool = False) -> int:
+    libc = _libc()
+    how = _OpenHow(flags, 0, resolve)
+    raw = os.fsencode(path)
+    try:
+        for _ in range(8):  # EAGAIN: a rename or mount raced the lookup; the kernel asks to retry
+            fd = libc.syscall(_SYS_OPENAT2[platform.machine()], ctypes.c_int(dirfd), ctypes.c_char_p(raw), ctypes.byref(how),
+                              ctypes.c_size_t(ctypes.sizeof(how)))
+            if fd >= 0:
+                return fd
+            err = ctypes.get_errno()
+            if err != errno.EAGAIN:
+                raise OSError(err, os.strerror(err), path)
+        raise OSError(errno.EAGAIN, "the path kept changing while it was resolved", path)
+    finally:
+        if close_dirfd:
+            os.close(dirfd)
+
+
+def _split(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _walk(rootfd: int, path: str, how: str) -> int:
+    """The O_PATH descriptor of PATH under rootfd, resolved one component at a time (no openat2)."""
+    parts = _split(path)
+    stack = [os.dup(rootfd)]
+    links = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                elif how == BENEATH:
+                    raise OSError(errno.EXDEV, "leads outside its root", path)
+                continue  # '..' of the root is the root, as for '/'
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1])
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):
+                os.close(fd)
+                if how == BENEATH:
+                    raise OSError(errno.ELOOP, "is or passes a symbolic link (not followed)", path)
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+                target = os.readlink(name, dir_fd=stack[-1])
+                if target.startswith("/"):  # absolute: from the root we were given, never from kpdiag's own '/'
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                parts = _split(target) + parts
+                continue
+            if parts and not stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                raise OSError(errno.ENOTDIR, "not a directory", path)
+            stack.append(fd)
+        return stack.pop()
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+class NotRegular(OSError):
+    """The path names something other than a regular file (FIFO, device, socket, directory)."""
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def open_path(root: str | int, path: str, how: str = IN_ROOT) -> int:
+    """An O_PATH descriptor of PATH resolved under ROOT (a directory path or descriptor) without leaving it."""
+    own = isinstance(root, str)
+    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if own else root
+    try:
+        rel = path.lstrip("/") or "."
+        if openat2_available():
+            resolve = RESOLVE_NO_MAGICLINKS | (RESOLVE_IN_ROOT if how == IN_ROOT else RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+            return _openat2(rootfd, rel, os.O_PATH | os.O_CLOEXEC, resolve)
+        return _walk(rootfd, rel, how)
+    finally:
+        if own:
+            os.close(rootfd)
+
+
+def open_regular(root: str | int, path: str, how: str = IN_ROOT) -> int:
+    """A read-only, non-blocking descriptor of the regular file PATH under ROOT.
+
+    Raises :class:`NotRegular` for a FIFO, device, socket or directory (which is never opened for reading),
+    and OSError (ELOOP, EXDEV, ENOENT, …) when the path cannot be resolved inside the root."""
+    pfd = open_path(root, path, how)
+    try:
+        st = os.fstat(pfd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file", path)
+        # the read descriptor is made from this inode (kpdiag's own /proc/self/fd), not by a second lookup
+        fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        st2 = os.fstat(fd)
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(st2.st_mode):
+            os.close(fd)
+            raise OSError(errno.ESTALE, "changed while it was opened", path)
+        return fd
+    finally:
+        os.close(pfd)
+
+
+class TooLarge(OSError):
+    """A file over the cap it was read with."""
+
+    def __init__(self, path: str, size: int, limit: int):
+        super().__init__(errno.EFBIG, f"larger than the {human_bytes(limit)} limit ({size} bytes or more)", path)
+        self.size = size
+        self.limit = limit
+
+
+def read_capped(fd: int, limit: int, path: str = "") -> bytes:
+    """All of fd, or :class:`TooLarge` when it holds more than ``limit`` bytes (at most limit + 1 are read)."""
+    chunks, got = [], 0
+    while True:
+        block = os.read(fd, min(1 << 20, limit + 1 - got))
+        if not block:
+            return b"".join(chunks)
+        chunks.append(block)
+        got += len(block)
+        if got > limit:
+            size = max(got, os.fstat(fd).st_size)
+            raise TooLarge(path, size, limit)
+
+
+def read_file(root: str | int, path: str, limit: int, how: str = IN_ROOT) -> bytes:
+    """The bytes of the regular file PATH under ROOT (see :func:`open_regular`), at most ``limit``."""
+    fd = open_regular(root, path, how)
+    try:
+        return read_capped(fd, limit, path)
+    finally:
+        os.close(fd)
+
+
+def exists_regular(root: str | int, path: str, how: str = BENEATH) -> bool:
+    try:
+        fd = open_path(root, path, how)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def describe(exc: OSError) -> str:
+    """One line for a refused or failed open."""
+    if isinstance(exc, (NotRegular, TooLarge)):
+        return exc.strerror
+    if exc.errno == errno.ELOOP:
+        return "is or passes a symbolic link that is not followed here"
+    if exc.errno == errno.EXDEV:
+        return "leads outside its root: not followed"
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    return exc.strerror or str(exc)
+
+
+# ---------------------------------------------------------------- outputs
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class OutputExists(OSError):
+    pass
+
+
+def check_new_output(path: str, force: bool = False) -> None:
+    """Refuse an output path that exists (unless ``force``) and a symbolic link always (even dangling)."""
+    if os.path.islink(path):
+        raise OutputExists(errno.EEXIST, "is a symbolic link: refused (kpdiag never writes through one, even with --force)", path)
+    if os.path.lexists(path) and not force:
+        raise OutputExists(errno.EEXIST, "exists: give a new name, or --force to replace what kpdiag writes there", path)
+    if force and os.path.lexists(path):
+        st = os.lstat(path)
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            raise OutputExists(errno.EEXIST, f"is {_kind(st.st_mode)}: refused", path)
+
+
+def _parent_fd(path: str) -> tuple[int, str]:
+    parent, name = os.path.split(os.path.abspath(path))
+    if not name or name in (".", ".."):
+        raise OSError(errno.EINVAL, "not a name for a new output", path)
+    return os.open(parent or "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), name
+
+
+def _create_at(dirfd: int, name: str, force: bool, path: str) -> int:
+    """A fresh file NAME in dirfd: O_EXCL|O_NOFOLLOW; with force an existing entry is unlinked first (a link
+    planted there is removed, never written through; a hard link's other names are left alone)."""
+    try:
+        return os.open(name, _CREATE, FILE_MODE, dir_fd=dirfd)
+    except FileExistsError:
+        if not force:
+            raise OutputExists(errno.EEXIST, "exists: give a new name, or --force", path) from None
+        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            raise OutputExists(errno.EISDIR, "is a directory: not replaced", path) from None
+        os.unlink(name, dir_fd=dirfd)
+        return os.open(name, _CREATE, FILE_MODE, dir_fd=dirfd)  # raced by a new entry: fail, do not follow
+
+
+def create_file(path: str, force: bool = False):
+    """A new file at PATH (mode 0600) open for binary writing; never follows a symlink, never truncates."""
+    check_new_output(path, force)
+    pfd, name = _parent_fd(path)
+    try:
+        return os.fdopen(_create_at(pfd, name, force, path), "wb")
+    finally:
+        os.close(pfd)
+
+
+class OutputDir:
+    """A new directory (0700) to write files into, every step relative to directory descriptors.
+
+    Without ``force`` the directory must not exist (``mkdir`` creates it, and fails on anything already
+    there, a dangling symlink included). With ``force`` an existing directory (never a symlink) is written
+    into, each file created afresh."""
+
+    def __init__(self, path: str, force: bool = False):
+        self.path = path
+        self.force = force
+        check_new_output(path, force)
+        pfd, name = _parent_fd(path)
+        try:
+            try:
+                os.mkdir(name, DIR_MODE, dir_fd=pfd)
+            except FileExistsError:
+                if not force:
+                    raise OutputExists(errno.EEXIST, "exists: give a new name, or --force", path) from None
+            self.fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        finally:
+            os.close(pfd)
+        self._dirs: dict[str, int] = {"": self.fd}
+
+    def _dir(self, rel: str) -> int:
+        if rel in self._dirs:
+            return self._dirs[rel]
+        parent, name = os.path.split(rel)
+        if name in ("", ".", ".."):
+            raise OSError(errno.EINVAL, "not a name inside the output", rel)
+        pfd = self._dir(parent)
+        try:
+            os.mkdir(name, DIR_MODE, dir_fd=pfd)
+        except FileExistsError:
+            if not self.force:
+                raise
+        self._dirs[rel] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        return self._dirs[rel]
+
+    def open(self, rel: str):
+        """A fresh file REL (with its folders) inside the directory, open for binary writing."""
+        parent, name = os.path.split(rel)
+        if rel.startswith("/") or ".." in rel.split("/") or not name:
+            raise OSError(errno.EINVAL, "not a name inside the output", rel)
+        return os.fdopen(_create_at(self._dir(parent), name, self.force, os.path.join(self.path, rel)), "wb")
+
+    def write(self, rel: str, data: bytes) -> None:
+        with self.open(rel) as fh:
+            fh.write(data)
+
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---------------------------------------------------------------- bounded decoding
+MAX_DEPTH = 200  # nesting levels of JSON/YAML kpdiag decodes; real inputs stay under 20
+MAX_YAML_NODES = 1_000_000  # YAML nodes after alias expansion (a "billion laughs" document is refused)
+
+
+class TooDeep(ValueError):
+    pass
+
+
+_KEEP = b'[]{}"'
+_DROP = bytes(c for c in range(256) if c not in _KEEP)
+_FOLD = bytes.maketrans(b"{}", b"[]")
+
+
+def json_too_deep(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
+    """Is the JSON text nested deeper than ``limit``? Done at C speed: escaped backslashes and quotes dropped,
+    every byte but brackets and quotes deleted, strings cut out, then the innermost pairs peeled, one level a pass."""
+    if len(text) < (1 << 16) and text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") < limit:
+        return False
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    if b"\\" in raw:  # an escaped backslash or quote must not end or start a string
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # dropping a pair of adjacent quotes keeps every bracket on its side of every string: strings without
+    # brackets (nearly all of them) go at C speed, the few left are cut out one by one
+    s = raw.translate(None, _DROP).replace(b'""', b"")
+    if b'"' in s:
+        s = b"".join(s.split(b'"')[0::2])
+    s = s.translate(_FOLD)  # '{' and '[' alike: only the depth counts here (mixed-up pairs: the decoder says where)
+    for _ in range(limit):  # one level per pass
+        t = s.replace(b"[]", b"")
+        if t == s or not t:
+            return False  # balanced within the limit (or unbalanced: the decoder says where)
+        s = t
+    return True
+
+
+def load_json(text: str | bytes, limit: int = MAX_DEPTH):
+    """json.loads that raises :class:`TooDeep` (a ValueError) for documents nested deeper than ``limit``."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    if json_too_deep(text, limit):
+        raise TooDeep(f"nested deeper than {limit} levels: refused")
+    import json
+
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {limit} levels: refused") from None
+
+
+def raw_decode_json(text: str, start: int, limit: int = MAX_DEPTH):
+    """JSONDecoder.raw_decode bounded the same way (the rest of text after the value may be anything)."""
+    import json
+
+    try:
+        doc, end = json.JSONDecoder().raw_decode(text, start)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {limit} levels: refused") from None
+    if json_too_deep(text[start:end], limit):
+        raise TooDeep(f"nested deeper than {limit} levels: refused")
+    return doc, end
+
+
+def yaml_check(text: str, limit: int = MAX_DEPTH, max_nodes: int = MAX_YAML_NODES) -> None:
+    """Raise :class:`TooDeep` for YAML nested deeper than ``limit`` or over ``max_nodes`` with aliases expanded.
+
+    Walks the parser's events (the parser keeps its own stack; only the composer recurses)."""
+    import yaml
+
+    depth = 0
+    sizes: dict[str, int] = {}
+    open_nodes: list[list] = []  # [anchor, count] of each open collection
+    total = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > limit:
+                raise TooDeep(f"nested deeper than {limit} levels: refused")
+            for o in open_nodes:
+                o[1] += 1
+            open_nodes.append([ev.anchor, 1])
+            total += 1
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+            anchor, count = open_nodes.pop()
+            if anchor:
+                sizes[anchor] = count
+        elif isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent)):
+            n = sizes.get(ev.anchor, 1) if isinstance(ev, yaml.AliasEvent) else 1
+            if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
+                sizes[ev.anchor] = 1
+            for o in open_nodes:
+                o[1] += n
+            total += n
+        if total > max_nodes:
+            raise TooDeep(f"more than {max_nodes} nodes once its aliases are expanded: refused")
+
+
+def load_yaml(text: str, limit: int = MAX_DEPTH):
+    """yaml.safe_load that raises :class:`TooDeep` instead of recursing without end (or expanding aliases
+    into a billion nodes); yaml.YAMLError for bad YAML, as safe_load."""
+    import yaml
+
+    yaml_check(text, limit)
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {limit} levels: refused") from None
