@@ -303,6 +303,13 @@ class Policy:
     def rules(self, direction: str) -> tuple[Rule, ...]:
         return self.ingress if direction == "ingress" else self.egress
 
+    def peers_summary(self, direction: str) -> str:
+        """What this policy lets through in ``direction``, short: 'pods app=frontend in namespace prod on 8080/TCP'."""
+        rules = self.rules(direction)
+        if not rules:
+            return "nothing"
+        return " or ".join(f"{r.peers_text(self.namespace)} on {r.ports_text()}" for r in rules)
+
     def admits_text(self, direction: str) -> str:
         rules = self.rules(direction)
         if not rules:
@@ -521,6 +528,25 @@ class PolicyIndex:
             labels = {NS_NAME_LABEL: name}
         return labels
 
+    def policy(self, key: str) -> Policy | None:
+        ns, _, name = key.partition("/")
+        return next((p for p in self.by_ns.get(ns, ()) if p.name == name), None)
+
+    def open_ports(self, pod: Pod, direction: str, port: int, protocol: str) -> list[tuple[Policy, int, Rule]] | None:
+        """The rules of the policies selecting ``pod`` in ``direction`` that admit ``port``/``protocol`` to or from
+        some peer (named ports count: they may resolve to it); None when no policy of that direction selects it."""
+        pols = self.selecting(pod, direction)
+        if not pols:
+            return None
+        out = []
+        for p in pols:
+            for i, rule in enumerate(p.rules(direction)):
+                if not rule.ports or any(x.protocol == protocol and (x.port is None or isinstance(x.port, str) or x.port == port
+                                                                     or (x.end_port is not None and x.port <= port <= x.end_port))
+                                         for x in rule.ports):
+                    out.append((p, i, rule))
+        return out
+
     def pod(self, namespace: str, name: str) -> Pod | None:
         return self.pods.get(f"{namespace}/{name}")
 
@@ -605,43 +631,75 @@ def _dns_name(text: str) -> str:
     return (name[:63].rstrip("-")) or "allow"
 
 
-def _q(value) -> str:
-    return json.dumps(value) if isinstance(value, str) else str(value)
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9./_-]*")
 
 
-def _labels_yaml(labels: dict, indent: str) -> list[str]:
-    return [f"{indent}{_q(k)}: {_q(v)}" for k, v in sorted(labels.items())]
+def _scalar(value) -> str:
+    if isinstance(value, str):
+        plain = _PLAIN.fullmatch(value) and value.lower() not in ("true", "false", "yes", "no", "on", "off", "null", "y", "n")
+        return value if plain else json.dumps(value)
+    return json.dumps(value)
+
+
+def to_yaml(value, indent: int = 0) -> str:
+    """A small block-style YAML emitter for the plain dicts, lists and scalars of a patch."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{pad}{_scalar(k)}:")
+                lines.append(to_yaml(v, indent + 2 if isinstance(v, dict) else indent).rstrip("\n"))
+            else:
+                lines.append(f"{pad}{_scalar(k)}: {'{}' if v == {} else '[]' if v == [] else _scalar(v)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)) and item:
+                body = to_yaml(item, indent + 2).rstrip("\n")
+                lines.append(f"{pad}- {body[indent + 2:]}")
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    else:
+        lines.append(pad + _scalar(value))
+    return "\n".join(lines) + "\n"
+
+
+def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str) -> tuple[dict, list[str]]:
+    """A NetworkPolicy in the subject's namespace that admits exactly ``other`` → (ingress) or ← (egress) the
+    subject on port/protocol — added next to the existing policies (they are additive), it opens nothing else.
+    Returns (the object, notes on where it is wider or more brittle than that)."""
+    notes = []
+    mine = _stable_labels(subject)
+    if not mine:
+        notes.append(f"{subject.key} has no labels: podSelector {{}} selects every pod of {subject.namespace}; label the pod and select that")
+    other_name = other.pod.name if other.is_pod else (other.ip or "peer")
+    name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
+    labels = _stable_labels(other.pod) if other.is_pod else {}
+    if other.is_pod and labels:
+        peer: dict = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
+        if other.pod.namespace != subject.namespace:
+            peer = {"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: other.pod.namespace}}, **peer}
+    else:
+        ip = other.ip or (other.pod.ip if other.pod else None) or "0.0.0.0"
+        peer = {"ipBlock": {"cidr": f"{ip}{'/128' if ':' in ip else '/32'}"}}
+        if other.is_pod:
+            notes.append(f"{other.pod.key} has no labels: admitted by its address, which changes when the pod is recreated")
+    doc = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": name, "namespace": subject.namespace},
+           "spec": {"podSelector": {"matchLabels": dict(sorted(mine.items()))} if mine else {},
+                    "policyTypes": ["Ingress" if direction == "ingress" else "Egress"],
+                    direction: [{("from" if direction == "ingress" else "to"): [peer], "ports": [{"protocol": protocol, "port": port}]}]}}
+    return doc, notes
 
 
 def patch_yaml(direction: str, subject: Pod, other: End, port: int, protocol: str) -> str:
-    """A NetworkPolicy in the subject's namespace that admits exactly ``other`` → (ingress) or ← (egress) the
-    subject on port/protocol. Added next to the existing policies (policies are additive), nothing else opens."""
-    word = "from" if direction == "ingress" else "to"
-    mine = _stable_labels(subject)
-    other_name = other.pod.name if other.is_pod else (other.ip or "peer")
-    name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
-    lines = ["apiVersion: networking.k8s.io/v1", "kind: NetworkPolicy", "metadata:", f"  name: {name}",
-             f"  namespace: {_q(subject.namespace)}", "spec:", "  podSelector:"]
-    if mine:
-        lines += ["    matchLabels:"] + _labels_yaml(mine, "      ")
-    else:
-        lines[-1] += " {}   # this pod has no labels: this selects every pod of the namespace — label it and select that"
-    lines += ["  policyTypes:", f"  - {'Ingress' if direction == 'ingress' else 'Egress'}", f"  {direction}:", f"  - {word}:"]
-    labels = _stable_labels(other.pod) if other.is_pod else {}
-    if other.is_pod and labels:
-        if other.pod.namespace != subject.namespace:
-            lines += ["    - namespaceSelector:", "        matchLabels:", f"          {NS_NAME_LABEL}: {_q(other.pod.namespace)}",
-                      "      podSelector:", "        matchLabels:"] + _labels_yaml(labels, "          ")
-        else:
-            lines += ["    - podSelector:", "        matchLabels:"] + _labels_yaml(labels, "          ")
-    else:
-        ip = other.ip or (other.pod.ip if other.pod else None) or "0.0.0.0"
-        host = "/128" if ":" in ip else "/32"
-        note = ("   # the pod has no labels: admitted by its address, which changes when the pod is recreated"
-                if other.is_pod else "")
-        lines += ["    - ipBlock:", f"        cidr: {ip}{host}{note}"]
-    lines += ["    ports:", f"    - protocol: {protocol}", f"      port: {port}"]
-    return "\n".join(lines) + "\n"
+    doc, notes = patch_doc(direction, subject, other, port, protocol)
+    return "".join(f"# {n}\n" for n in notes) + to_yaml(doc)
+
+
+def patch_oneline(doc: dict) -> str:
+    """The patch as one shell command (JSON is YAML too), for places that print one line per step."""
+    return "kubectl apply -f - <<< '" + json.dumps(doc, separators=(",", ":")).replace("'", "'\\''") + "'"
 
 
 # ------------------------------------------------------------------------------------------------ enforcement

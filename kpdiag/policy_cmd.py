@@ -5,9 +5,9 @@ Data (a bundle's ``cluster/``, v1 Lists as ``kubectl get … -o json`` prints th
 
 - ``networkpolicies.json`` (required). When its List ``metadata.namespaces`` is set (kpdiag's collector writes it),
   only those namespaces' policies were listed: a flow touching another namespace cannot be evaluated.
-- ``pods.json``, ``client-pod.json`` and the pods of ``kube-dns.json``: the pods (labels, IPs, containerPorts).
+- ``pods.json``, ``client-pod.json`` and ``dns-pods.json``: the pods (labels, IPs, containerPorts).
 - ``namespaces.json``: namespace labels (without it only ``kubernetes.io/metadata.name`` is known).
-- ``services.json`` and ``endpointslices.json`` for a Service destination; ``kube-dns.json``'s Service too.
+- ``services.json`` and ``endpointslices.json`` for a Service destination; ``dns-service.json``'s Service too.
 - ``cni.json`` (kpdiag's reduced DaemonSets), else ``daemonsets.json``, else the CNI pods in ``pods.json``: whether
   the CNI enforces NetworkPolicy.
 
@@ -68,19 +68,17 @@ def load(bundle) -> PolicyData | None:
     pods_raw: list[dict] = []
     seen = set()
     dns_service = None
-    for rel in ("cluster/pods.json", "cluster/client-pod.json", "cluster/kube-dns.json"):
+    for rel in ("cluster/pods.json", "cluster/client-pod.json", "cluster/dns-pods.json"):
         for obj in _items(bundle.read_json(rel)) if bundle.exists(rel) else []:
-            kind = obj.get("kind")
-            if kind == "Service":
-                dns_service = obj
-                continue
-            if kind not in (None, "Pod"):
+            if obj.get("kind") not in (None, "Pod"):
                 continue
             md = obj.get("metadata") or {}
             key = (md.get("namespace"), md.get("name"))
             if key not in seen:
                 seen.add(key)
                 pods_raw.append(obj)
+    if bundle.exists("cluster/dns-service.json"):
+        dns_service = next(iter(_items(bundle.read_json("cluster/dns-service.json"))), None)
     ns_doc = bundle.read_json("cluster/namespaces.json") if bundle.exists("cluster/namespaces.json") else None
     pods = [Pod.from_api(p) for p in pods_raw]
     index = PolicyIndex(policies, _items(ns_doc), pods)

@@ -233,8 +233,9 @@ class ClusterCollector:
           namespace whose policies could not be read is never taken as one without policies;
         - ``cluster/cni.json``: the DaemonSets of kube-system, kube-flannel and calico-system reduced to names,
           images and two flags (kpdiag.netpol.component), to tell whether the CNI enforces NetworkPolicy;
-        - ``cluster/kube-dns.json``: the kube-dns Service and its pods (with ``dns``), for the DNS egress check;
         - ``cluster/client-pod.json``: the client pod ``(namespace, name)`` when given.
+        With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
+        DNS Service and pods themselves come from :meth:`dns_objects` (cluster/dns-service.json, dns-pods.json).
         Every failure is a recorded reason; False when nothing could be asked."""
         from kubernetes import client
 
@@ -278,18 +279,6 @@ class ClusterCollector:
         if "kube-system" in listed:
             self.out.files["cluster/cni.json"] = json.dumps({"apiVersion": "kpdiag/v1", "kind": "CNIComponents",
                                                              "namespaces": listed, "items": comps}, indent=1).encode()
-        if dns:
-            svc = self._call("cluster/kube-dns.json", "get service kube-system/kube-dns", core.read_namespaced_service, "kube-dns", "kube-system")
-            selector = ((svc or {}).get("spec") or {}).get("selector") or {"k8s-app": "kube-dns"}
-            label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            pods = self._call("cluster/kube-dns.json", "list pods in kube-system", core.list_namespaced_pod, "kube-system", label_selector=label_selector)
-            if svc is not None or pods is not None:
-                picked = [p for p in (pods or {}).get("items", []) if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
-                for p in picked:
-                    p.setdefault("kind", "Pod")
-                if svc is not None:
-                    svc.setdefault("kind", "Service")
-                self.out.files["cluster/kube-dns.json"] = _as_list("List", ([svc] if svc else []) + picked)
         if client_pod:
             ns, name = client_pod
             doc = self._call("cluster/client-pod.json", f"list pods in {ns}", core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")

@@ -31,6 +31,7 @@ NEEDS_FILES = {
     "kube-proxy-log": ["node/kube-proxy/log.txt"], "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
     "conntrack": ["node/conntrack-stats.txt"], "nft": ["node/nft-ruleset.json"],
     "ipvs": ["node/ipvsadm.txt", "node/ipvsadm-list.txt"],
+    "networkpolicies": ["cluster/networkpolicies.json"],
 }
 
 
