@@ -10,13 +10,14 @@ kpdiag asks the nameservers itself, with DNS messages it builds and parses here 
     name            the Service's FQDN NAME.NS.svc.<cluster domain>        ┐ what KP108 reads (also written by
     result          resolved | nxdomain | nodata | timeout | dns-failure   │ older kpdiag versions): the FQDN's
                     | not-probed (send=False: nothing was sent)            │ lookup as a resolver does it — the
-    addresses       A and AAAA answers of the FQDN                         │ first nameserver that answers
+    addresses       A and AAAA answers of the FQDN                         │ first nameserver that answers (over
+                                                                           │ TCP when the UDP answer is truncated)
     error           why not resolved (names the servers), else null        ┘
     nameservers     the nameservers asked (resolv.conf's, at most 3; 127.0.0.1 when it names none)
     sent            false when no packet was sent (send=False)
     resolv_conf     {path, error, nameservers, search, ndots, options {timeout, attempts, rotate, edns0, use-vc, …},
-                     lines {"nameserver": [line numbers], "search": […], "options": […]}, problems [{line, text, why}],
-                     search_chars}  — ndots as the resolvers use it (default 1, at most 15)
+                     lines {"nameserver": [line numbers], "search": […], "options": […]}, entries [{line, text}] (those
+                     lines as written, at most 64), problems [{line, text, why}], search_chars}  — ndots as the resolvers use it (default 1, at most 15)
     cluster_domain  from the search list ("svc.<domain>"), else "cluster.local" (cluster_domain_from: search|default)
     client_namespace the namespace of the first "<ns>.svc.<domain>" search entry (the pod's own), else null
     lookups         [{name, purpose (short|namespaced|fqdn|kubernetes), candidates {glibc: […], musl: […]},
@@ -63,12 +64,14 @@ def parse_resolv_conf(text: str) -> dict:
     """resolv.conf as glibc and musl read it: ``nameserver`` lines (in order), the last ``search``/``domain`` line wins,
     ``options`` (ndots:N capped at 15, timeout:N, attempts:N, flags). Comments start with ``#`` or ``;``."""
     out = {"nameservers": [], "search": [], "ndots": 1, "options": {}, "lines": {"nameserver": [], "search": [], "options": []},
-           "problems": []}
+           "entries": [], "problems": []}
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].split(";", 1)[0].strip()
         if not line:
             continue
         key, *args = line.split()
+        if key in ("nameserver", "search", "domain", "options") and len(out["entries"]) < 64:
+            out["entries"].append({"line": no, "text": raw.strip()[:300]})
         if key == "nameserver":
             out["lines"]["nameserver"].append(no)
             if not args:
@@ -325,7 +328,7 @@ def query(server: str, qname: str, qtype: str = "A", transport: str = "udp", tim
         doc["result"], doc["error"] = "timeout", f"no answer within {timeout:g} s"
     except ConnectionRefusedError:
         doc["result"] = "port-unreachable"
-        doc["error"] = "ICMP port unreachable: nothing listens on 53/udp there" if transport == "udp" else "connection refused (TCP reset): nothing accepts 53/tcp there"
+        doc["error"] = "ICMP port unreachable: nothing listens on 53/udp there" if transport == "udp" else "connection refused (TCP reset or ICMP port unreachable): nothing accepts 53/tcp there"
     except ConnectionResetError:
         doc["result"], doc["error"] = "port-unreachable", "connection reset by the server"
     except ValueError as exc:
@@ -460,6 +463,8 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
     errors = []
     for server in servers:  # the FQDN as a resolver gets it: the first server that gives an answer
         a, aaaa = by_key[(server, fqdn, "A", "udp")], by_key[(server, fqdn, "AAAA", "udp")]
+        if a["result"] == "truncated":  # a resolver asks again over TCP
+            a = by_key[(server, fqdn, "A", "tcp")]
         results_here = {a["result"], aaaa["result"]}
         if "answer" in results_here:
             doc["result"] = "resolved"
@@ -474,7 +479,7 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
         errors.append((server, a))
     else:
         doc["result"] = "timeout" if all(q["result"] == "timeout" for _, q in errors) else "dns-failure"
-        doc["error"] = "; ".join(f"{s}: {q['result']}" + (f" ({q['error']})" if q.get("error") and q["error"] != q["result"] else "")
+        doc["error"] = "; ".join(f"{s}: {q['transport'].upper()} {q['result']}" + (f" ({q['error']})" if q.get("error") and q["error"] != q["result"] else "")
                                  for s, q in errors)
     doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
     return doc

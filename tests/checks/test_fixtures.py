@@ -31,6 +31,8 @@ NEEDS_FILES = {
     "kube-proxy-log": ["node/kube-proxy/log.txt"], "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
     "conntrack": ["node/conntrack-stats.txt"], "nft": ["node/nft-ruleset.json"],
     "ipvs": ["node/ipvsadm.txt", "node/ipvsadm-list.txt"],
+    "dns-lookups": ["probes/dns.json#kpdiag.dns/v1"], "dns-service": ["cluster/dns-service.json"],
+    "dns-pods": ["cluster/dns-pods.json"], "dns-logs": ["cluster/dns-logs.json"],
     "networkpolicies": ["cluster/networkpolicies.json"],
 }
 
@@ -38,7 +40,13 @@ NEEDS_FILES = {
 def _data_present(name, spec) -> bool:
     if spec.scope == "cluster" or _cluster_fixture(name):  # cluster checks run on node reports, node checks on bundles
         return spec.scope == "cluster" and _cluster_fixture(name)
-    has = lambda rel: os.path.exists(os.path.join(FIXTURES, name, rel))  # noqa: E731
+    def has(rel):  # "FILE#TEXT": the file exists and holds TEXT (a document of that schema)
+        rel, _, marker = rel.partition("#")
+        path = os.path.join(FIXTURES, name, rel)
+        if not marker or not os.path.isfile(path):
+            return os.path.exists(path)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return marker in fh.read()
     if not spec.needs:
         return has("node/iptables-save.txt")  # checks that look at whatever node data there is
     return all(any(has(rel) for rel in NEEDS_FILES[n]) for n in spec.needs)

@@ -98,6 +98,8 @@ def main(argv: list[str]) -> int:
     for flag in ("--no-tcp", "--no-udp", "--truncate-udp", "--refuse", "--servfail", "--silent-tcp"):
         ap.add_argument(flag, action="store_true")
     args = ap.parse_args(argv)
+    import scapy.layers.dns  # noqa: F401  (loaded before "ready": the first answer is not slowed by the import)
+
     with open(args.records) as fh:
         records = {k.rstrip(".").lower(): v for k, v in json.load(fh).items()}
     servers = []

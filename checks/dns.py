@@ -1,0 +1,627 @@
+"""Cluster DNS as a pod meets it: the kube-dns Service and CoreDNS (API side), the pod's resolv.conf, and what the
+nameservers answered to the names the pod would ask (probes/dns.json, kpdiag.dns/v1: see kpdiag.collect.dns)."""
+
+from __future__ import annotations
+
+import re
+
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+DNS_SRC = "probes/dns.json"
+SVC_SRC = "cluster/dns-service.json"
+EPS_SRC = "cluster/dns-endpointslices.json"
+PODS_SRC = "cluster/dns-pods.json"
+LOGS_SRC = "cluster/dns-logs.json"
+NODE_LOCAL_DNS = "169.254.20.10"
+RESTARTS_WARN = 3
+ANSWERED = ("answer", "nodata", "nxdomain")  # the server replied with a usable verdict
+LOOP_RE = re.compile(r"plugin/loop: Loop \(([^)]{1,120})\) detected for zone \"([^\"]{0,255})\"")
+
+
+# ------------------------------------------------------------------ reading the data
+
+def _doc(ctx, need_queries: bool = True) -> dict:
+    doc = ctx.dns
+    if not isinstance(doc, dict) or doc.get("schema") != "kpdiag.dns/v1":
+        raise Skip("probes/dns.json holds a single lookup (written by an older kpdiag), not the DNS probe")
+    if need_queries and not doc.get("sent", True):
+        raise Skip("no DNS query was sent (--no-probe)")
+    return doc
+
+
+def _rc(ctx, doc) -> dict:
+    rc = doc.get("resolv_conf") or {}
+    if rc.get("error") and not rc.get("entries"):
+        raise Skip(f"the pod's resolv.conf: {rc['error']}")
+    return rc
+
+
+def _items(ctx, rel) -> list[dict] | None:
+    data = ctx.bundle.read_json(rel)
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+        ctx.bundle.problem(rel, "not a List (kubectl get -o json)")
+        return None
+    return [i for i in data["items"] if isinstance(i, dict)]
+
+
+def _dns_service(ctx) -> dict | None:
+    items = _items(ctx, SVC_SRC)
+    return items[0] if items else None
+
+
+def _cluster_ips(svc: dict | None) -> list[str]:
+    spec = (svc or {}).get("spec") or {}
+    ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]
+    return [str(ip) for ip in ips]
+
+
+def _svc_key(svc: dict) -> str:
+    md = svc.get("metadata") or {}
+    return f"{md.get('namespace')}/{md.get('name')}"
+
+
+def _rc_source(ctx, rc) -> str:
+    return f"{ctx.bundle.display(DNS_SRC)} (the pod's {rc.get('path') or '/etc/resolv.conf'})"
+
+
+def _rc_ev(ctx, rc, keyword: str) -> list[Evidence]:
+    out = [Evidence(_rc_source(ctx, rc), e["text"], e["line"]) for e in rc.get("entries") or []
+           if str(e.get("text", "")).split()[:1] == [keyword] or (keyword == "search" and str(e.get("text", "")).startswith("domain"))]
+    return out or [Evidence(_rc_source(ctx, rc), f"no {keyword} line")]
+
+
+def _q_text(q: dict) -> str:
+    what = q.get("result")
+    if q.get("addresses"):
+        what += " " + ", ".join(q["addresses"])
+    if q.get("truncated"):
+        what += " (truncated, TC=1)"
+    if q.get("error") and q.get("result") not in ("answer",):
+        what += f" — {q['error']}"
+    took = f", {q['duration_ms']:g} ms" if isinstance(q.get("duration_ms"), (int, float)) else ""
+    return f"{q.get('server')} {str(q.get('transport', '')).upper()} {q.get('qtype')} {q.get('qname')}: {what}{took}"
+
+
+def _q_ev(ctx, q: dict) -> Evidence:
+    return Evidence(ctx.bundle.display(DNS_SRC), _q_text(q))
+
+
+def _queries(doc, **match) -> list[dict]:
+    return [q for q in doc.get("queries") or [] if isinstance(q, dict) and all(q.get(k) == v for k, v in match.items())]
+
+
+def _lookup(doc, purpose: str) -> dict | None:
+    return next((lk for lk in doc.get("lookups") or [] if isinstance(lk, dict) and lk.get("purpose") == purpose), None)
+
+
+def _resolved(lk: dict | None, libc: str | None = None) -> bool:
+    if not lk:
+        return False
+    outs = lk.get("outcome") or {}
+    libcs = [libc] if libc else list(outs)
+    return any((outs.get(x) or {}).get("result") == "resolved" for x in libcs)
+
+
+def _failed_names(lk: dict) -> bool:
+    """Every libc's walk ended without an answer because the names do not exist (not because the server failed)."""
+    outs = lk.get("outcome") or {}
+    return bool(outs) and any((o or {}).get("result") in ("nxdomain", "nodata") for o in outs.values())
+
+
+def _walk_text(doc, lk: dict, libc: str) -> str:
+    server = (doc.get("nameservers") or ["?"])[0]
+    parts = []
+    for qname in (lk.get("candidates") or {}).get(libc) or []:
+        q = next(iter(_queries(doc, server=server, qname=qname, qtype="A", transport="udp")), None)
+        parts.append(f"{qname} → {q['result'] if q else 'not asked'}")
+    out = (lk.get("outcome") or {}).get(libc) or {}
+    return f"{libc}: " + "; ".join(parts) + f" ⇒ {out.get('result')}"
+
+
+def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
+    """(causes ruled out by the data at hand, causes that remain) for DNS packets that get no answer."""
+    ruled, remain = [], []
+    svc = _dns_service(ctx)
+    ips = _cluster_ips(svc)
+    servers = doc.get("nameservers") or []
+    if svc is not None and servers and servers[0] in ips:
+        eps = _items(ctx, EPS_SRC)
+        if eps is not None:
+            ready = _ready_endpoints(eps)
+            (ruled if ready else remain).append(f"kube-dns has {len(ready)} ready endpoint(s)" + ("" if ready else " (KP130)"))
+        else:
+            remain.append("kube-dns's endpoints (not collected)")
+    elif svc is not None and servers:
+        remain.append(f"the nameserver {servers[0]} is not the kube-dns ClusterIP {', '.join(ips) or '?'} (KP133)")
+    else:
+        remain.append("kube-dns's Service and endpoints (not collected)")
+    pods = _items(ctx, PODS_SRC)
+    if pods is not None:
+        ok = [p for p in pods if _pod_ready(p)]
+        (ruled if ok else remain).append(f"{len(ok)} of {len(pods)} CoreDNS pod(s) ready" + ("" if ok else " (KP131)"))
+    else:
+        remain.append("CoreDNS pods' health (not collected)")
+    remain += ["a NetworkPolicy restricting this pod's egress without allowing 53/UDP and 53/TCP to kube-system (not checked here)",
+               "kube-proxy's rules for the kube-dns ClusterIP on this node (kpdiag svc kube-dns -n kube-system checks them)",
+               "a host firewall or cloud security group between this node and the CoreDNS pods",
+               "CoreDNS overloaded or stuck (its logs)"]
+    return ruled, remain
+
+
+def _ready_endpoints(slices: list[dict]) -> list[str]:
+    out = []
+    for s in slices:
+        for e in s.get("endpoints") or []:
+            if not isinstance(e, dict):
+                continue
+            cond = e.get("conditions") or {}
+            if cond.get("ready") is not False:  # an unset ready means ready (EndpointSlice API)
+                out += [str(a) for a in e.get("addresses") or []]
+    return out
+
+
+def _pod_ready(pod: dict) -> bool:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+# ------------------------------------------------------------------ API side
+
+@check(
+    "KP130", "dns-service-no-endpoints", "The cluster DNS Service has no ready endpoints", "error",
+    needs=("dns-service",), severities=("warning", "error"),
+    symptom="Every name lookup in every pod times out or fails ('could not resolve host', 'i/o timeout', 'SERVFAIL').",
+    why="""
+        Pods send their DNS queries to the ClusterIP of the kube-dns Service in kube-system (kubelet writes it in their
+        /etc/resolv.conf). kube-proxy forwards those packets to the ready endpoints of that Service — the CoreDNS pods.
+        With no ready endpoint there is nothing to forward to: kube-proxy rejects the packets (ICMP port unreachable) and
+        every lookup in the cluster fails. The pods may be crashing, not ready, not scheduled, or the Service's selector
+        may not match them.
+    """,
+    fix="kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide; kubectl -n kube-system describe pods -l k8s-app=kube-dns; "
+        "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+)
+def dns_no_endpoints(ctx, new):
+    svc = _dns_service(ctx)
+    if svc is None:
+        yield new("no cluster DNS Service found in kube-system (label k8s-app=kube-dns, or named kube-dns / coredns)", severity="warning",
+                  fix=("kubectl -n kube-system get svc -o wide   # is the cluster DNS Service named otherwise?",
+                       "kubectl -n kube-system get deploy,pods -l k8s-app=kube-dns"),
+                  evidence=[Evidence(ctx.bundle.display(SVC_SRC), "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns")],
+                  subject="kube-system/kube-dns")
+        return
+    slices = _items(ctx, EPS_SRC)
+    if slices is None:
+        raise Skip("the kube-dns EndpointSlices were not collected (cluster/dns-endpointslices.json)")
+    key = _svc_key(svc)
+    ready = _ready_endpoints(slices)
+    if ready:
+        return
+    listed = [(str(a), e.get("conditions") or {}, (e.get("targetRef") or {}).get("name"))
+              for s in slices for e in s.get("endpoints") or [] if isinstance(e, dict) for a in e.get("addresses") or []]
+    serving = [a for a, cond, _ in listed if cond.get("serving") and cond.get("terminating")]
+    ev = [Evidence(ctx.bundle.display(SVC_SRC), f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {(svc.get('spec') or {}).get('selector')}")]
+    ev += [Evidence(ctx.bundle.display(EPS_SRC), f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}")
+           for a, cond, pod in listed[:8]] or [Evidence(ctx.bundle.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
+    fix = ("kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
+           "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
+           "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+           f"kubectl -n kube-system get endpointslices -l kubernetes.io/service-name={(svc.get('metadata') or {}).get('name')} -o wide")
+    if serving:
+        yield new(f"{key} has no ready endpoint; only terminating ones still serve ({', '.join(serving[:4])}): DNS works until they are gone",
+                  severity="warning", fix=fix, evidence=ev, subject=key)
+    else:
+        yield new(f"{key} has no ready endpoint ({len(listed)} listed, none ready): every DNS lookup in the cluster fails",
+                  fix=fix, evidence=ev, subject=key)
+
+
+@check(
+    "KP131", "coredns-unhealthy", "CoreDNS pods not ready or restarting", "error",
+    needs=("dns-pods",), severities=("warning", "error"),
+    symptom="DNS lookups fail, or fail now and then; CoreDNS pods show CrashLoopBackOff, 0/1 READY or a growing RESTARTS count.",
+    why="""
+        CoreDNS (label k8s-app=kube-dns) answers the cluster's DNS. A pod that is not ready is taken out of the kube-dns
+        endpoints; one that keeps restarting (a crash, OOMKilled under load, a failing liveness probe, a Corefile error,
+        a forwarding loop) drops the queries in flight each time. With no ready pod, every lookup fails; with some, the
+        cluster runs on fewer replicas than intended.
+    """,
+    fix="kubectl -n kube-system describe pod POD; kubectl -n kube-system logs POD --previous (the crash reason); raise memory limits if OOMKilled",
+)
+def coredns_unhealthy(ctx, new):
+    pods = _items(ctx, PODS_SRC)
+    if not pods:
+        yield new("no CoreDNS pod (label k8s-app=kube-dns) in kube-system: nothing answers the cluster's DNS",
+                  fix=("kubectl -n kube-system get deploy coredns -o wide", "kubectl -n kube-system describe deploy coredns",
+                       "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20"),
+                  evidence=[Evidence(ctx.bundle.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")], subject="kube-system/coredns")
+        return
+    any_ready = any(_pod_ready(p) for p in pods)
+    for pod in pods:
+        md = pod.get("metadata") or {}
+        name = f"{md.get('namespace', 'kube-system')}/{md.get('name')}"
+        ready = _pod_ready(pod)
+        statuses = [s for s in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(s, dict)]
+        restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+        waiting = [((s.get("state") or {}).get("waiting") or {}).get("reason") for s in statuses]
+        waiting = [w for w in waiting if w]
+        last = [((s.get("lastState") or {}).get("terminated") or {}).get("reason") for s in statuses]
+        last = [r for r in last if r]
+        if ready and restarts < RESTARTS_WARN and not waiting:
+            continue
+        bits = []
+        if not ready:
+            bits.append("not ready")
+        if waiting:
+            bits.append(f"waiting: {', '.join(waiting)}")
+        if restarts:
+            bits.append(f"restarted {restarts} time(s)" + (f" (last exit: {', '.join(last)})" if last else ""))
+        cond = next((c for c in (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), {})
+        ev = [Evidence(ctx.bundle.display(PODS_SRC), f"{name}: phase {(pod.get('status') or {}).get('phase')}, Ready={cond.get('status')}"
+                       + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""))]
+        ev += [Evidence(ctx.bundle.display(PODS_SRC), f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list((s.get('state') or {}).keys())}"
+                        + (f" lastState.terminated.reason={((s.get('lastState') or {}).get('terminated') or {}).get('reason')}" if (s.get("lastState") or {}).get("terminated") else ""))
+               for s in statuses[:4]]
+        severity = "error" if not any_ready else "warning"
+        tail = "no CoreDNS pod is ready: DNS is down" if not any_ready else ("the other CoreDNS pods answer meanwhile" if not ready else "DNS queries in flight are lost at each restart")
+        pname = md.get("name")
+        fix = [f"kubectl -n kube-system describe pod {pname}", f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped"]
+        if "OOMKilled" in last:
+            fix.append("kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)")
+        if any(w in ("CrashLoopBackOff",) for w in waiting):
+            fix.append("kubectl -n kube-system get configmap coredns -o yaml   # a Corefile error or a forwarding loop (KP132) makes CoreDNS exit")
+        yield new(f"CoreDNS pod {name}: {', '.join(bits)} — {tail}", severity=severity, fix=fix, evidence=ev, subject=name)
+
+
+@check(
+    "KP132", "coredns-loop", "CoreDNS detected a forwarding loop", "error",
+    needs=("dns-logs",),
+    symptom="CoreDNS pods in CrashLoopBackOff; their log ends with 'plugin/loop: Loop (127.0.0.1:… -> :53) detected for zone \".\"'.",
+    why="""
+        CoreDNS forwards names outside the cluster to the upstream servers in its own /etc/resolv.conf ("forward .
+        /etc/resolv.conf" in the Corefile). CoreDNS runs with dnsPolicy: Default, so that file is the node's resolv.conf
+        as kubelet hands it over. On nodes with systemd-resolved the node's /etc/resolv.conf says "nameserver
+        127.0.0.53" — but inside the CoreDNS pod 127.0.0.53 is the pod's own loopback, where CoreDNS itself listens:
+        every forwarded query comes back to CoreDNS. The loop plugin sends a random HINFO query at start, sees it come
+        back, and stops CoreDNS on purpose (otherwise it would forward in circles until it ran out of memory).
+    """,
+    fix="Give kubelet the real upstream list: resolvConf: /run/systemd/resolve/resolv.conf in the KubeletConfiguration (or "
+        "--resolv-conf), restart kubelet, delete the CoreDNS pods; or forward to upstream IPs in the Corefile.",
+)
+def coredns_loop(ctx, new):
+    data = ctx.bundle.read_json(LOGS_SRC)
+    logs = [e for e in (data or {}).get("logs") or [] if isinstance(e, dict)] if isinstance(data, dict) else []
+    texts = [e for e in logs if isinstance(e.get("text"), str)]
+    if not texts:
+        why = "; ".join(str(e.get("error")) for e in logs if e.get("error"))[:300]
+        raise Skip(f"no CoreDNS log could be read ({why or 'none collected'})")
+    hits = []
+    for e in texts:
+        for no, line in enumerate(e["text"].splitlines(), 1):
+            m = LOOP_RE.search(line)
+            if m:
+                hits.append((e, no, line.strip(), m))
+                break
+    if not hits:
+        return
+    pods = sorted({f"{e.get('namespace')}/{e.get('pod')}" for e, *_ in hits})
+    e, _, _, m = hits[0]
+    ev = [Evidence(f"{ctx.bundle.display(LOGS_SRC)} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
+                   h[2][:300], h[1]) for h in hits[:4]]
+    yield new(f"CoreDNS forwards to itself: 'Loop ({m.group(1)}) detected for zone \"{m.group(2)}\"' in the log of {', '.join(pods)} — "
+              "it exits on purpose and restarts",
+              fix=("grep -E '^nameserver' /etc/resolv.conf   # on a node: 127.0.0.53 means systemd-resolved's stub",
+                   "grep -E '^nameserver' /run/systemd/resolve/resolv.conf   # the real upstream servers",
+                   "# KubeletConfiguration (/var/lib/kubelet/config.yaml): resolvConf: /run/systemd/resolve/resolv.conf — then: sudo systemctl restart kubelet",
+                   "kubectl -n kube-system rollout restart deploy/coredns",
+                   "# or in the Corefile (kubectl -n kube-system edit configmap coredns): forward . <upstream IPs> instead of /etc/resolv.conf"),
+              evidence=ev, subject="kube-system/coredns")
+
+
+# ------------------------------------------------------------------ the pod's resolv.conf
+
+@check(
+    "KP133", "resolv-nameserver", "The pod's nameserver is not the cluster DNS", "warning",
+    needs=("dns-lookups", "dns-service"), severities=("info", "warning"),
+    symptom="Service names do not resolve from this pod (or resolve only sometimes), while other pods resolve them.",
+    why="""
+        A pod with dnsPolicy ClusterFirst (the default) gets "nameserver <kube-dns ClusterIP>" from kubelet (--cluster-dns /
+        clusterDNS), or node-local-dns's 169.254.20.10 where that cache runs. Any other first nameserver — a pod with
+        dnsPolicy Default, a hostNetwork pod without ClusterFirstWithHostNet, a custom dnsConfig, kubelet's clusterDNS
+        pointing at an old address — knows nothing of Service names unless it forwards the cluster domain to CoreDNS.
+        A cluster nameserver followed by an outside one is a trap too: resolvers move to the next server when one does
+        not answer, and the outside one then says NXDOMAIN for Service names.
+    """,
+    fix="dnsPolicy: ClusterFirst (ClusterFirstWithHostNet for hostNetwork pods); kubelet's clusterDNS = the kube-dns ClusterIP",
+)
+def resolv_nameserver(ctx, new):
+    doc = _doc(ctx, need_queries=False)
+    rc = _rc(ctx, doc)
+    svc = _dns_service(ctx)
+    ips = _cluster_ips(svc)
+    if not ips:
+        raise Skip("the kube-dns Service (or its ClusterIP) is not in the API data")
+    good = set(ips) | {NODE_LOCAL_DNS}
+    servers = list(rc.get("nameservers") or [])
+    ev = _rc_ev(ctx, rc, "nameserver") + [Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")]
+    fix = ("kubectl get pod POD -o jsonpath='{.spec.dnsPolicy} {.spec.hostNetwork} {.spec.dnsConfig}'",
+           "# dnsPolicy: ClusterFirst — or ClusterFirstWithHostNet for a hostNetwork pod",
+           f"grep -A2 clusterDNS /var/lib/kubelet/config.yaml   # on the node: should list {ips[0]} (or {NODE_LOCAL_DNS} with node-local-dns)")
+    fqdn_ok = doc.get("result") == "resolved"
+    if not servers or servers[0] not in good:
+        first = servers[0] if servers else "127.0.0.1 (no nameserver line: the resolvers' default)"
+        yield new(f"this pod asks {first} for names, not the cluster DNS {', '.join(ips)} (nor node-local-dns {NODE_LOCAL_DNS})"
+                  + (f"; it did resolve {doc.get('name')}, so it forwards the cluster domain" if fqdn_ok else
+                     ": Service names resolve only if that server forwards the cluster domain to CoreDNS"),
+                  severity="info" if fqdn_ok else "warning", fix=fix, evidence=ev, subject="resolv.conf")
+        return
+    others = [s for s in servers[1:3] if s not in good]
+    if others:
+        yield new(f"the pod's resolv.conf lists {', '.join(others)} after the cluster DNS {servers[0]}: when the cluster DNS is slow to "
+                  "answer, resolvers ask that server, which answers NXDOMAIN for Service names — intermittent failures",
+                  fix=fix, evidence=ev, subject="resolv.conf")
+
+
+@check(
+    "KP134", "resolv-limits", "resolv.conf beyond what resolvers read", "warning",
+    needs=("dns-lookups",),
+    symptom="Names resolve in some images (glibc ≥ 2.26) and not in others (Alpine/musl, older glibc); kubelet logs 'Search Line limits were exceeded'.",
+    why="""
+        Resolvers read only part of resolv.conf: at most 3 nameservers (glibc and musl), ndots at most 15, and — in glibc
+        before 2.26 and in musl — at most 6 search domains and 256 characters of search list (musl cuts the line at 255).
+        kubelet builds a pod's search list from its own namespace entries plus the node's search domains (and dnsConfig),
+        so a node with many search domains pushes the cluster entries' neighbours out in older or smaller images. Lines
+        a resolver cannot parse are ignored silently.
+    """,
+    fix="Trim the node's search domains (or set the pod's dnsConfig); at most 3 nameservers; fix the lines named.",
+)
+def resolv_limits(ctx, new):
+    doc = _doc(ctx, need_queries=False)
+    rc = _rc(ctx, doc)
+    search = rc.get("search") or []
+    chars = int(rc.get("search_chars") or len(" ".join(search)))
+    servers = rc.get("nameservers") or []
+    ndots = (rc.get("options") or {}).get("ndots")
+    fix = ("kubectl get pod POD -o jsonpath='{.spec.dnsConfig}'",
+           "grep -E '^(search|domain)' /etc/resolv.conf   # on the node: kubelet appends its search domains to every pod's")
+    if len(search) > 6 or chars > 255:
+        yield new(f"the search list has {len(search)} domain(s), {chars} characters: glibc before 2.26 reads only the first 6 / 256 characters "
+                  f"and musl (Alpine) only 255 characters — " + (f"names past '{_cut(search, chars)}' are not searched there" if chars > 255 else
+                                                              f"'{search[6]}' and later are not searched there"),
+                  fix=fix + ("# dnsConfig: {searches: [...]} and dnsPolicy None, or fewer search domains on the node (kubelet --resolv-conf)",),
+                  evidence=_rc_ev(ctx, rc, "search"), subject="resolv.conf")
+    if len(servers) > 3:
+        yield new(f"{len(servers)} nameservers: resolvers use the first 3 ({', '.join(servers[:3])}) and ignore {', '.join(servers[3:])}",
+                  fix=fix + ("# keep at most 3 nameserver lines (the node's resolv.conf or the pod's dnsConfig)",),
+                  evidence=_rc_ev(ctx, rc, "nameserver"), subject="resolv.conf")
+    if isinstance(ndots, int) and ndots > 15:
+        yield new(f"options ndots:{ndots}: resolvers cap it at 15", fix=fix, evidence=_rc_ev(ctx, rc, "options"), subject="resolv.conf")
+    for p in (rc.get("problems") or [])[:4]:
+        yield new(f"resolv.conf line {p.get('line')}: {p.get('why')}",
+                  fix=("# correct or remove the line (the node's resolv.conf, or the pod's dnsConfig)",),
+                  evidence=[Evidence(_rc_source(ctx, rc), str(p.get("text")), p.get("line"))], subject="resolv.conf")
+
+
+def _cut(search: list[str], chars: int) -> str:
+    text = " ".join(search)[:255]
+    return text.rsplit(" ", 1)[0].split()[-1] if " " in text else text
+
+
+# ------------------------------------------------------------------ what the nameservers answered
+
+@check(
+    "KP135", "dns-search-path", "Short names fail through the search path, the FQDN works", "warning",
+    needs=("dns-lookups",),
+    symptom="curl http://NAME or http://NAME.NAMESPACE fails with 'could not resolve host' (or only in Alpine images), "
+            "while http://NAME.NAMESPACE.svc.cluster.local works.",
+    why="""
+        A name with fewer dots than ndots (kubelet sets ndots:5) is tried with each search domain first, then as it is; a
+        name with at least ndots dots is tried as it is first (glibc then tries the search domains; musl, in Alpine
+        images, does not). Kubernetes puts "<namespace>.svc.<domain> svc.<domain> <domain>" in a pod's search list, so
+        NAME and NAME.NAMESPACE find NAME.NAMESPACE.svc.<domain>. A search list without svc.<domain> (dnsPolicy Default,
+        a custom dnsConfig) or a low ndots (musl then asks NAME.NAMESPACE as it is, and stops at NXDOMAIN) makes the
+        short forms fail while the full name works.
+    """,
+    fix="Use the FQDN (with a trailing dot to skip the search path), or give the pod ClusterFirst DNS (its search list and ndots:5).",
+)
+def dns_search_path(ctx, new):
+    doc = _doc(ctx)
+    if doc.get("result") != "resolved":
+        return  # the FQDN itself fails: KP108 / KP138 / KP139 say why
+    rc = doc.get("resolv_conf") or {}
+    ns, name, domain = doc.get("namespace"), doc.get("service"), doc.get("cluster_domain")
+    client_ns = doc.get("client_namespace")
+    search = rc.get("search") or []
+    for purpose in ("namespaced", "short"):
+        lk = _lookup(doc, purpose)
+        if not lk or not _failed_names(lk):
+            continue
+        if purpose == "short" and client_ns and client_ns != ns:
+            continue  # expected from another namespace: KP136 explains it
+        broken = [libc for libc, o in (lk.get("outcome") or {}).items() if (o or {}).get("result") != "resolved"]
+        if f"svc.{domain}" not in search and f"{ns}.svc.{domain}" not in search:
+            cause = (f"the search list ({' '.join(search) or 'empty'}) has no svc.{domain} entry, so {lk['name']} is never expanded to "
+                     f"{name}.{ns}.svc.{domain}")
+        elif purpose == "namespaced" and broken == ["musl"]:
+            cause = (f"with ndots:{rc.get('ndots')} '{lk['name']}' has enough dots to be asked as it is; glibc then tries the search list and "
+                     "finds it, musl (Alpine images) does not — it stops at NXDOMAIN")
+        else:
+            cause = f"none of the names the search path gives ({', '.join((lk.get('candidates') or {}).get(broken[0] if broken else 'glibc') or [])}) exists"
+        who = " and ".join(broken)
+        ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "options")[:1]
+        ev += [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, libc)) for libc in broken]
+        ev += [_q_ev(ctx, q) for q in _queries(doc, qname=doc.get("name"), qtype="A", transport="udp")[:1]]
+        yield new(f"'{lk['name']}' does not resolve through this pod's search path ({who}) while {doc.get('name')} does: {cause}",
+                  fix=(f"use {name}.{ns}.svc.{domain}. (the FQDN; the trailing dot skips the search path)",
+                       "# or in the pod spec: dnsPolicy: ClusterFirst, or dnsConfig: {options: [{name: ndots, value: \"5\"}]}",
+                       "cat /etc/resolv.conf   # search and options lines"),
+                  evidence=ev, subject=f"{ns}/{name} {purpose}")
+
+
+@check(
+    "KP136", "dns-other-namespace", "The Service's short name does not lead to it from this pod's namespace", "warning",
+    needs=("dns-lookups",),
+    symptom="A client in another namespace calls http://NAME and gets 'could not resolve host' — or reaches a different Service of the same name.",
+    why="""
+        The short name NAME is searched in the client pod's own namespace first: kubelet writes "<pod namespace>.svc.<domain>"
+        first in its search list. From another namespace, NAME finds NAME.<that namespace>.svc.<domain> — a Service of the
+        same name there, or nothing (NXDOMAIN) — never the Service in the namespace meant. NAME.NAMESPACE and the FQDN
+        name it wherever the client runs.
+    """,
+    fix="Call the Service as NAME.NAMESPACE (or NAME.NAMESPACE.svc.<cluster domain>) from other namespaces.",
+)
+def dns_other_namespace(ctx, new):
+    doc = _doc(ctx)
+    ns, name, domain = doc.get("namespace"), doc.get("service"), doc.get("cluster_domain")
+    short, nsd = _lookup(doc, "short"), _lookup(doc, "namespaced")
+    if not short or not nsd or not _resolved(nsd) or doc.get("result") != "resolved":
+        return
+    rc = doc.get("resolv_conf") or {}
+    client_ns = doc.get("client_namespace")
+    want = set(doc.get("addresses") or [])
+    ev = _rc_ev(ctx, rc, "search") + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, short, "glibc")),
+                                      Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, nsd, "glibc"))]
+    fix = (f"use {name}.{ns} (or {name}.{ns}.svc.{domain}) in the client's configuration",)
+    out = (short.get("outcome") or {}).get("glibc") or {}
+    if out.get("result") == "resolved" and want and not (set(out.get("addresses") or []) & want):
+        yield new(f"from this pod '{name}' resolves to {', '.join(out.get('addresses') or [])} ({out.get('qname')}), another Service — "
+                  f"not {ns}/{name} ({', '.join(sorted(want))})", fix=fix, evidence=ev, subject=f"{ns}/{name}")
+    elif client_ns and client_ns != ns and _failed_names(short):
+        yield new(f"this pod is in namespace {client_ns}: the short name '{name}' searches {name}.{client_ns}.svc.{domain} first and "
+                  f"does not resolve (NXDOMAIN); '{name}.{ns}' does", fix=fix, evidence=ev, subject=f"{ns}/{name}")
+
+
+@check(
+    "KP137", "dns-udp-tcp", "DNS answers over one transport only (UDP vs TCP)", "warning",
+    needs=("dns-lookups",), severities=("warning", "error"),
+    symptom="Most lookups work but large answers fail (headless Services with many pods, long records), or every lookup "
+            "waits seconds then fails while 'dig +tcp' works.",
+    why="""
+        Resolvers ask over UDP first and retry over TCP when the UDP answer is truncated (TC flag: the answer did not fit
+        in 512 bytes, or the EDNS size). So 53/TCP must be open too: kube-dns has a dns-tcp port, and NetworkPolicies or
+        firewalls that allow only 53/UDP break every large answer. The reverse — TCP works, UDP does not — breaks almost
+        every lookup: glibc and musl do not use TCP unless told (options use-vc) or a UDP answer was truncated.
+    """,
+    fix="Allow 53/TCP and 53/UDP from pods to kube-dns / CoreDNS (NetworkPolicy egress, host firewall); the kube-dns Service needs both ports.",
+)
+def dns_udp_tcp(ctx, new):
+    doc = _doc(ctx)
+    fqdn = doc.get("name")
+    svc = _dns_service(ctx)
+    for server in doc.get("nameservers") or []:
+        udp = next(iter(_queries(doc, server=server, qname=fqdn, qtype="A", transport="udp")), None)
+        tcp = next(iter(_queries(doc, server=server, qname=fqdn, qtype="A", transport="tcp")), None)
+        if not udp or not tcp:
+            continue
+        udp_ok, tcp_ok = udp["result"] in ANSWERED or udp["result"] == "truncated", tcp["result"] in ANSWERED
+        truncated = [q for q in _queries(doc, server=server, transport="udp") if q.get("truncated")]
+        svc_note = []
+        if svc is not None and server in _cluster_ips(svc):
+            protos = {(str(p.get("protocol") or "TCP").upper(), p.get("port")) for p in (svc.get("spec") or {}).get("ports") or [] if isinstance(p, dict)}
+            missing = [p for p in ("UDP", "TCP") if (p, 53) not in protos]
+            if missing:
+                svc_note.append(Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}"))
+        ev = [_q_ev(ctx, udp), _q_ev(ctx, tcp)] + [_q_ev(ctx, q) for q in truncated[:2]] + svc_note
+        remain = ("kubectl get networkpolicy -A   # egress rules allowing 53/UDP but not 53/TCP (or the reverse) to kube-system",
+                  f"dig +tcp @{server} {fqdn}; dig +notcp @{server} {fqdn}",
+                  "kubectl -n kube-system get svc kube-dns -o yaml   # ports dns (53/UDP) and dns-tcp (53/TCP)")
+        if udp_ok and not tcp_ok:
+            big = bool(truncated)
+            yield new(f"{server} answers over UDP but not over TCP (TCP: {tcp['result']})" +
+                      (" — and a UDP answer here was truncated, so that lookup fails" if big else
+                       ": any answer too large for UDP will fail"),
+                      severity="error" if big else "warning", fix=remain, evidence=ev, subject=f"nameserver {server}")
+        elif tcp_ok and not udp_ok:
+            yield new(f"{server} answers over TCP but not over UDP (UDP: {udp['result']}): resolvers ask over UDP, so lookups fail",
+                      severity="error", fix=remain, evidence=ev, subject=f"nameserver {server}")
+
+
+@check(
+    "KP138", "dns-unreachable", "The nameserver does not answer, refuses or fails", "error",
+    needs=("dns-lookups",),
+    symptom="'could not resolve host' / 'i/o timeout' / 'server misbehaving' for every name, after a few seconds.",
+    why="""
+        Three different failures look alike to an application. A timeout: the query or its answer was dropped on the way
+        (or nothing runs behind the address). "Port unreachable"/reset: the packet arrived and nothing listens — kube-proxy
+        answers this way for a Service without endpoints. REFUSED or SERVFAIL: a DNS server answered but will not or cannot
+        resolve the name (not a cluster DNS server, an ACL, CoreDNS unable to reach the API or its upstream).
+    """,
+    fix="Follow the causes listed in the finding, from the ones kpdiag could check to the ones it could not.",
+)
+def dns_unreachable(ctx, new):
+    doc = _doc(ctx)
+    if doc.get("result") not in ("timeout", "dns-failure"):
+        return
+    fqdn = doc.get("name")
+    ruled, remain = _not_checked_dns_path(ctx, doc)
+    for server in doc.get("nameservers") or []:
+        qs = [q for q in _queries(doc, server=server, qname=fqdn)]
+        results = {q["result"] for q in qs}
+        if results & {*ANSWERED, "truncated"} or not qs:  # it answers (a truncated UDP answer is an answer: KP137)
+            continue
+        ev = [_q_ev(ctx, q) for q in qs]
+        if results <= {"timeout"}:
+            summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
+            explanation = ("Nothing came back — not an answer, not an ICMP error. " + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
+                           + "Causes that remain (not checked): " + "; ".join(remain) + ".")
+            fix = (f"dig @{server} {fqdn}   # from this pod", "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
+                   "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS", "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50")
+        elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
+            summary = f"nothing listens on port 53 at {server}: {'; '.join(sorted({q['error'] for q in qs if q.get('error')}))[:200]}"
+            explanation = ("The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
+                           "(REJECT); a plain address without a DNS server does it too. " + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
+                           + "Remaining: " + "; ".join(r for r in remain if "NetworkPolicy" not in r) + ".")
+            fix = ("kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns", "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?")
+        elif "refused" in results:
+            summary = f"the nameserver {server} answers REFUSED: it does not serve {fqdn} to this client"
+            explanation = ("A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
+                           "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
+                           "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source.")
+            fix = ("cat /etc/resolv.conf", "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl")
+        elif "servfail" in results:
+            summary = f"the nameserver {server} answers SERVFAIL for {fqdn}"
+            explanation = ("The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
+                           "or its upstream fails for names it forwards.")
+            fix = ("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",)
+        else:
+            summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
+            explanation = None
+            fix = (f"dig @{server} {fqdn}",)
+        yield new(summary, explanation=explanation, fix=fix, evidence=ev, subject=f"nameserver {server}")
+
+
+@check(
+    "KP139", "dns-kubernetes-default", "kubernetes.default does not resolve", "error",
+    needs=("dns-lookups",),
+    symptom="Even 'nslookup kubernetes.default' fails from the pod, while the nameserver answers other queries.",
+    why="""
+        Every cluster has the Service default/kubernetes; CoreDNS answers kubernetes.default.svc.<cluster domain> for it.
+        When the nameserver answers but says this name does not exist, the pod is not asking the cluster DNS, or the
+        cluster domain in the pod's search list (kubelet's clusterDomain) is not the one CoreDNS serves (its Corefile's
+        "kubernetes <domain>" block) — so no Service name works. This is about DNS, not about the Service diagnosed.
+    """,
+    fix="Make kubelet's clusterDomain match the Corefile's kubernetes block (cluster.local by default), and the pod's nameserver the kube-dns ClusterIP.",
+)
+def dns_kubernetes_default(ctx, new):
+    doc = _doc(ctx)
+    lk = _lookup(doc, "kubernetes")
+    if not lk or _resolved(lk) or not _failed_names(lk):
+        return  # resolves, or the server did not answer (KP138)
+    rc = doc.get("resolv_conf") or {}
+    domain = doc.get("cluster_domain")
+    if doc.get("cluster_domain_from") != "search":
+        cause = (f"the pod's search list ({' '.join(rc.get('search') or []) or 'empty'}) has no svc.<cluster domain> entry: "
+                 "it does not come from a ClusterFirst pod")
+    else:
+        cause = (f"the search list says the cluster domain is {domain}; the nameserver {', '.join((doc.get('nameservers') or [])[:1])} "
+                 "does not know kubernetes.default.svc." + str(domain) + " — it is not the cluster DNS, or CoreDNS serves another domain")
+    ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "nameserver") + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
+    yield new(f"kubernetes.default does not resolve from this pod (NXDOMAIN for every search-path name): {cause}",
+              fix=("kubectl -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}' | grep kubernetes   # the domain CoreDNS serves",
+                   "grep clusterDomain /var/lib/kubelet/config.yaml   # on the node: the domain kubelet writes in pods' search lists",
+                   "cat /etc/resolv.conf"),
+              evidence=ev, subject="kubernetes.default")
