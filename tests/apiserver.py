@@ -32,6 +32,7 @@ RESOURCES = {
     "Namespace": ("", "v1", "namespaces", False),
     "EndpointSlice": ("discovery.k8s.io", "v1", "endpointslices", True),
     "DaemonSet": ("apps", "v1", "daemonsets", True),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies", True),
 }
 
 
