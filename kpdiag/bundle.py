@@ -143,7 +143,9 @@ class Bundle:
             self.problems.append(Problem(self.display(source), error))
 
     def display(self, rel: str) -> str:
-        return os.path.join(self.name, rel) if rel and not rel.startswith(self.name) else rel
+        """How a bundle file is named in evidence and problems: relative to the bundle's root, so a report says the
+        same whether the bundle was given as fixtures/x, ./fixtures/x/ or an absolute path (the subject names it)."""
+        return rel
 
     def exists(self, rel: str) -> bool:
         if self._files is not None:

@@ -89,46 +89,64 @@ def cli():
 @click.option("--bundle", "bundle", type=click.Path(), help="A kpdiag bundle (directory or .tar.gz).")
 @click.option("--nft", "nft_file", type=click.Path(dir_okay=False), help="'nft -j list ruleset' output to trace through (nftables mode).")
 @click.option("--mode", type=click.Choice(["auto", "iptables", "nftables", "ipvs"]), default="auto", show_default=True,
-              help="With --bundle: which rules to trace (auto: the mode kube-proxy runs in).")
+              help="With --bundle or live: which rules to trace (auto: the mode kube-proxy runs in).")
 @click.option("--ipsets", "ipset_file", type=click.Path(dir_okay=False), help="'ipset save' output (with --rules).")
 @click.option("--src", help="Source IP (default: a node address with --from node).")
-@click.option("--dst", required=True, help="Destination IP (a ClusterIP, node IP, external or LB IP).")
+@click.option("--dst", required=True, help="Destination: IP, IP:PORT or [IPv6]:PORT (a ClusterIP, node IP, external or LB IP).")
 @click.option("--proto", type=click.Choice(["tcp", "udp", "sctp", "icmp"]), default="tcp", show_default=True)
-@click.option("--dport", type=int, help="Destination port (not for icmp).")
+@click.option("--dport", type=int, help="Destination port (not for icmp; or give it in --dst IP:PORT).")
 @click.option("--sport", type=int, default=40000, show_default=True, help="Source port.")
 @click.option("--from", "origin", type=click.Choice(["external", "pod", "node"]), default="external", show_default=True,
               help="Where the packet comes from: another host / a pod (PREROUTING) or the node itself (OUTPUT).")
 @click.option("--local-ip", "local_ips", multiple=True, help="The node's own addresses (repeatable) when no bundle gives them.")
 @click.option("--iif", help="Input interface of the packet (for rules with -i).")
+@click.option("--host-root", type=click.Path(), default=None, help="Live (no --rules/--nft/--bundle): where the host's root is mounted.")
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
-def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, sport, origin, local_ips, iif, output, verbose):
-    """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability."""
+def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, sport, origin, local_ips, iif, host_root, output, verbose):
+    """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability.
+
+    Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only).
+    Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable.
+    """
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
     from .trace.model import Packet
-    from .tracing import setup_trace
+    from .tracing import explain_unmatched, setup_trace, split_dst
 
-    if sum(bool(x) for x in (rules, bundle, nft_file)) != 1:
-        raise _fail("give exactly one of --rules FILE, --nft FILE or --bundle DIR", exitcodes.USAGE)
+    if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
+        raise _fail("give at most one of --rules FILE, --nft FILE or --bundle DIR (none: trace live on this node)", exitcodes.USAGE)
+    try:
+        dst, dst_port = split_dst(dst)
+    except ValueError as exc:
+        raise _fail(str(exc), exitcodes.USAGE) from None
+    if dst_port is not None:
+        if dport is not None and dport != dst_port:
+            raise _fail(f"--dst gives port {dst_port} and --dport {dport}: give one", exitcodes.USAGE)
+        dport = dst_port
+    family = 6 if ":" in dst else 4
+    live = not (rules or bundle or nft_file)
     try:
         setup = setup_trace(rules=rules, bundle=bundle, local_ips=local_ips, ipset_file=ipset_file, nft=nft_file, mode=mode,
-                            family=6 if ":" in dst else 4)
+                            family=family, live=live, host_root=host_root, progress=_progress)
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if src is None:
         if origin != "node":
             raise _fail("--src is needed unless --from node", exitcodes.USAGE)
-        src = _first_local(setup, local_ips, 6 if ":" in dst else 4)
+        src = _first_local(setup, local_ips, family, dst)
+        if src is None:
+            raise _fail(f"--from node: no IPv{family} address of the node is known; give --src or --local-ip", exitcodes.USAGE)
     try:
         packet = Packet(src=src, dst=dst, proto=proto, dport=dport, sport=sport, origin=origin, iif=iif)
     except ValueError as exc:
         raise _fail(str(exc), exitcodes.USAGE) from None
     for problem in setup.problems:
         _say(f"warning: {problem}")
-    result = setup.tracer.trace(packet)
+    result = explain_unmatched(setup.tracer.trace(packet), setup)
     render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
     click.echo(render(result), nl=False)
+    raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts()))
 
 
 def _report_options(fn):
@@ -390,17 +408,33 @@ def completion(shell):
     click.echo(cls(cli, {}, "kpdiag", COMPLETE_VAR).source())
 
 
-def _first_local(setup, local_ips, family: int = 4) -> str:
-    """The node's first own address of the packet's family (not loopback)."""
+def _first_local(setup, local_ips, family: int = 4, dst: str | None = None) -> str | None:
+    """The node's first own address of the packet's family (not loopback, not link-local), or None when none is known:
+    a packet the node sends to another host leaves with one of its real addresses, never 127.0.0.1."""
     for ip in local_ips:
         if (":" in ip) == (family == 6):
             return ip
     from .parse.addr import int_to_ip
 
-    for value, version in sorted(setup.tracer.routing.local_ips):
-        if version == family and (value >> 24 != 127 if family == 4 else value != 1 and value >> 118 != 0x3FA):  # not fe80::/10
-            return int_to_ip(value, version)
-    return "127.0.0.1" if family == 4 else "::1"
+    routing = setup.tracer.routing
+    if dst is not None:  # as the kernel picks it: an address of the interface the route to dst leaves by
+        from .parse.addr import parse_ip
+
+        route = routing.lookup(*parse_ip(dst))
+        if route is not None and route.dev and route.dev != "lo":
+            mine = sorted(v for (v, ver), dev in routing.addr_dev.items() if dev == route.dev and ver == family
+                          and not (family == 6 and v >> 118 == 0x3FA))
+            if mine:
+                return int_to_ip(mine[0], family)
+    candidates = []
+    for value, version in routing.local_ips:
+        if version != family or (value >> 24 == 127 if family == 4 else value == 1 or value >> 118 == 0x3FA):  # fe80::/10
+            continue
+        dev = routing.addr_dev.get((value, version)) or ""
+        # an address of a physical-looking interface before those of bridges, kube-ipvs0, docker0 …
+        rank = 1 if dev.startswith(("kube-", "docker", "cni", "cali", "flannel", "cilium", "veth", "lo")) else 0
+        candidates.append((rank, value))
+    return int_to_ip(min(candidates)[1], family) if candidates else None
 
 
 def _interrupted(exc: KeyboardInterrupt) -> int:

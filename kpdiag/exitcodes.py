@@ -27,6 +27,23 @@ def for_policy(allowed: bool | None) -> int:
     return OK if allowed else FINDINGS
 
 
+# kpdiag trace: what happens to the packet (2 and 3 as for every command: usage, nothing readable)
+TRACE_DELIVERED = 0  # every path accepts it: delivered to the node itself or forwarded
+TRACE_DROPPED = 4  # at least one path drops it (silently: the client times out)
+TRACE_REJECTED = 5  # at least one path rejects it (the client gets an error at once), none drops it
+
+
+def for_trace(verdicts) -> int:
+    """The exit code of a trace from the verdicts of its paths: a drop anywhere wins over a reject, a reject over
+    delivery; a packet some of whose paths are delivered and others dropped is 'dropped' (it will be, sometimes)."""
+    verdicts = set(verdicts)
+    if "drop" in verdicts or not verdicts:
+        return TRACE_DROPPED
+    if "reject" in verdicts:
+        return TRACE_REJECTED
+    return TRACE_DELIVERED
+
+
 def for_error(exc: BaseException) -> int:
     from .errors import UsageError
 

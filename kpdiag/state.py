@@ -172,7 +172,7 @@ class NodeState(_NodeFiles):
     def routing(self):
         from .trace.routing import routing_from_ip_json
 
-        return routing_from_ip_json(self.ip_addr, self.ip_route)
+        return routing_from_ip_json(self.ip_addr, self.ip_route, self.sysctl)
 
     @property
     def node_name(self) -> str:

@@ -13,6 +13,125 @@ class TraceSetup:
     tracer: object
     mode: str
     problems: list[Problem] = field(default_factory=list)
+    state: object = None  # the NodeState of a bundle or a live node (for notes: the service CIDR, the API objects)
+
+
+def split_dst(text: str) -> tuple[str, int | None]:
+    """--dst as typed: IP, IPv4:PORT, [IPv6]:PORT or a bare IPv6 address → (address, port or None)."""
+    import ipaddress
+
+    text = text.strip()
+    port = None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"--dst {text!r}: write an IPv6 address with a port as [ADDR]:PORT")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") == 1:  # IPv4:PORT (an IPv6 address has at least two colons)
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, None
+    if port_text is not None:
+        if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) <= 65535:
+            raise ValueError(f"--dst {text!r}: {port_text!r} is not a port number")
+        port = int(port_text)
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"--dst {text!r}: {host!r} is not an IP address (IP, IP:PORT or [IPv6]:PORT)") from None
+    if addr.version == 4 and text.startswith("["):
+        raise ValueError(f"--dst {text!r}: brackets are for IPv6 addresses")
+    return str(addr), port
+
+
+def _api_service_cidrs(state) -> tuple[list, str] | None:
+    """The service CIDR(s) from kube-apiserver's --service-cluster-ip-range in the bundle's pods (a kubeadm static pod)."""
+    import ipaddress
+
+    doc = state.bundle.read_json("cluster/pods.json") if state is not None else None
+    for pod in (doc or {}).get("items", []) if isinstance(doc, dict) else []:
+        if not isinstance(pod, dict):
+            continue
+        for c in ((pod.get("spec") or {}).get("containers") or []):
+            if not isinstance(c, dict):
+                continue
+            for arg in list(c.get("command") or []) + list(c.get("args") or []):
+                if isinstance(arg, str) and arg.startswith("--service-cluster-ip-range="):
+                    try:
+                        nets = [ipaddress.ip_network(x.strip(), strict=False) for x in arg.split("=", 1)[1].split(",") if x.strip()]
+                    except ValueError:
+                        continue
+                    if nets:
+                        return nets, "kube-apiserver's --service-cluster-ip-range"
+    return None
+
+
+def explain_unmatched(result, setup: TraceSetup):
+    """In iptables mode kube-proxy has no rule for an address no Service has: the packet passes untranslated and is
+    routed like any other (nftables mode drops or rejects it in cluster-ips-check and says so itself). Add a note
+    when the destination is — or could be — in the service CIDR: no Service has it, or its Service lacks the port."""
+    import ipaddress
+    from dataclasses import replace
+
+    if setup.mode != "iptables" or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
+        return result
+    from .kube_rules import programmed_ports
+
+    pk = result.packet
+    dst = ipaddress.ip_address(pk.dst)
+    try:
+        ports = [p for p in programmed_ports(setup.tracer.rs).values() if p.cluster_ip]
+    except Exception:  # a note must never break the trace
+        return result
+    same = [p for p in ports if p.cluster_ip == str(dst)]
+    note = None
+    if same:
+        defined = sorted({f"{(p.proto or 'tcp').lower()}/{p.port}" for p in same})
+        names = sorted({p.name.rsplit(":", 1)[0] for p in same})
+        note = (f"{dst} is the ClusterIP of {', '.join(names)}, but its Service defines no {pk.proto}/{pk.dport} (only "
+                f"{', '.join(defined)}): kube-proxy does not translate the packet, the node routes it like any other address")
+    else:
+        cidrs = _api_service_cidrs(setup.state)
+        if cidrs is not None:
+            nets, source = cidrs
+            inside = [n for n in nets if n.version == dst.version and dst in n]
+            if inside:
+                note = (f"no Service has {dst} (in the service CIDR {inside[0]}, from {source}): kube-proxy has no rule for it, "
+                        "so the packet is not translated and the node routes it like any other address")
+        else:
+            ips = sorted({ipaddress.ip_address(p.cluster_ip) for p in ports if ":" in p.cluster_ip} if dst.version == 6 else
+                         {ipaddress.ip_address(p.cluster_ip) for p in ports if ":" not in p.cluster_ip})
+            if ips:
+                limit = 12 if dst.version == 4 else 108  # the API server allows no wider service CIDR
+                bits = dst.max_prefixlen
+                lo, hi = min(int(ips[0]), int(dst)), max(int(ips[-1]), int(dst))
+                if bits - (lo ^ hi).bit_length() >= limit:
+                    span = ipaddress.ip_network((int(ips[0]) >> (bits - limit) << (bits - limit), limit))
+                    note = (f"no Service has {dst}: kube-proxy has no rule for it, though it may be in the service CIDR (it is in "
+                            f"{span} with this node's ClusterIPs {', '.join(str(i) for i in ips[:3])}{' …' if len(ips) > 3 else ''}): "
+                            "the packet is not translated; the node routes it like any other address")
+    return result if note is None else replace(result, notes=tuple(result.notes) + (note,))
+
+
+def live_state(host_root: str | None = None, progress=None):
+    """This node's state as a trace needs it, collected read-only with kpdiag's node collector: kernel, sysctls,
+    addresses and routes, iptables/nftables rules, IPVS, ipsets and kube-proxy's /proxyMode (no conntrack, no logs)."""
+    import json
+    import socket
+
+    from .collect.node import NodeCollector
+    from .state import NodeState
+
+    c = NodeCollector(host_root=host_root, progress=progress)
+    for step in (c.kernel, c.sysctls, c.links, c.iptables, c.nft, c.ipvs, c.ipset, c.kube_proxy_http):
+        try:
+            step()
+        except Exception as exc:  # a collector bug must not stop the others
+            c._err(step.__name__, f"internal error: {exc.__class__.__name__}: {exc}")
+    files = dict(c.out.files)
+    manifest = c.out.manifest(socket.gethostname())
+    files["kpdiag.json"] = json.dumps(manifest).encode()
+    return NodeState(Bundle.from_files(manifest["node"] or "node", files))
 
 
 def _read_file(path: str) -> bytes:
@@ -46,9 +165,10 @@ def _saved_family(data: bytes) -> int | None:
 
 
 def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(), ipset_file: str | None = None,
-                nft: str | None = None, mode: str = "auto", family: int = 4) -> TraceSetup:
-    """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset) or ``--bundle``,
-    for packets of IP version ``family`` (iptables keeps IPv6 rules apart: ip6tables-save)."""
+                nft: str | None = None, mode: str = "auto", family: int = 4, live: bool = False, host_root: str | None = None,
+                progress=None) -> TraceSetup:
+    """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset), ``--bundle``, or
+    ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart)."""
     from .parse.iptables import parse_iptables_save
     from .trace.netfilter import IptablesTracer
     from .trace.routing import RoutingTable
@@ -78,10 +198,11 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
                 ipsets = parse_ipset_save(data.decode("utf-8", "replace"), ipset_file)
             except InputError as exc:
                 problems.append(Problem(f"{exc.source}:{exc.line}" if exc.line else exc.source, exc.message))
-    elif bundle:
+    elif bundle or live:
         from .state import NodeState
 
-        state = NodeState(Bundle.open(bundle))
+        state = live_state(host_root, progress) if live else NodeState(Bundle.open(bundle))
+        bundle = bundle or f"this node ({state.node_name or 'live'})"
         if mode == "auto":
             running, _ = state.proxy_mode
             mode = running if running in ("nftables", "ipvs") else "iptables"
@@ -97,7 +218,12 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
             if mode == "ipvs" and state.ipvs is None:
                 raise InputError(bundle, "no IPVS state to trace (node/ipvsadm.txt missing or unreadable)")
         tracer = state.mode_tracer(mode, family)  # parses ipsets too: their problems are collected after it
-        return TraceSetup(tracer, mode, list(state.problems))
+        problems = list(state.problems)
+        if live:  # what a live trace did not need to read is no warning of it
+            needed = {"iptables": ("iptables-save", "ip-addr", "ip-route", "sysctl"), "nftables": ("nft-ruleset", "ip-addr", "ip-route", "sysctl"),
+                      "ipvs": ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl")}[mode]
+            problems = [p for p in problems if any(n in p.source for n in needed)]
+        return TraceSetup(tracer, mode, problems, state)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)

@@ -44,14 +44,22 @@ def catalogue_markdown(checks) -> str:
     return "\n".join(out) + "\n"
 
 
-def explain_text(c) -> str:
-    def block(title: str, text: str) -> list[str]:
-        return [title] + textwrap.wrap(_para(text), 96, initial_indent="  ", subsequent_indent="  ") + [""]
+def explain_text(c, width: int | None = None) -> str:
+    """One check's documentation, re-flowed to the terminal's width; a plugin's texts are escaped (render.safe.term)."""
+    from .report import output_width
+    from .safe import term
 
-    out = [f"{c.id} {c.slug} — {c.title} ({severities(c)}; {c.scope} scope)", ""]
-    out += block("Symptom", c.docs.symptom) + block("Why", c.docs.why) + block("Fix", c.docs.fix)
+    width = output_width(width)
+
+    def flow(text: str, first: str = "  ", rest: str = "  ") -> list[str]:
+        return textwrap.wrap(term(_para(text)), width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                             break_on_hyphens=False)
+
+    out = flow(f"{c.id} {c.slug} — {c.title} ({severities(c)}; {c.scope} scope)", "", "  ") + [""]
+    for title, text in (("Symptom", c.docs.symptom), ("Why", c.docs.why), ("Fix", c.docs.fix)):
+        out += [title] + flow(text) + [""]
     if c.needs:
-        out += ["Needs", "  " + ", ".join(c.needs), ""]
+        out += ["Needs"] + flow(", ".join(c.needs)) + [""]
     if c.references:
-        out += ["References"] + [f"  {r}" for r in c.references] + [""]
+        out += ["References"] + [f"  {term(r)}" for r in c.references] + [""]
     return "\n".join(out)

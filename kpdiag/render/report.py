@@ -56,8 +56,9 @@ def skip_group(reason: str | None) -> str:
         return "the Kubernetes API objects (cluster/…)"
     if "probes/" in first:
         return "probe results (probes/…; kpdiag svc without --no-probe)"
-    if first.startswith("needs ") and first.endswith(", which is missing or unreadable"):
-        return first[len("needs "):-len(", which is missing or unreadable")]
+    if first.startswith("needs "):
+        first = first[len("needs "):]
+        return first[:-len(", which is missing or unreadable")] if first.endswith(", which is missing or unreadable") else first
     return first
 
 

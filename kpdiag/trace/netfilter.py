@@ -162,7 +162,7 @@ class PacketWalker:
                     finished.append(s2)
         else:
             live = self._hook("PREROUTING", [st], finished)
-            local, fwd = self._route(live, finished)
+            local, fwd = self._route(live, finished, incoming=True)
             for s in self._hook("INPUT", local, finished):
                 for s2 in self._local_in(s, finished):
                     s2.hook = "delivered:local"
@@ -224,10 +224,19 @@ class PacketWalker:
         route = self.routing.lookup(st.dst, st.ver)
         st.oif = route.dev if route is not None else None
 
-    def _route(self, states: list[_State], finished: list[_State]) -> tuple[list[_State], list[_State]]:
-        """The routing decision after PREROUTING / OUTPUT: local delivery or forward (or no route)."""
+    def _route(self, states: list[_State], finished: list[_State], incoming: bool = False) -> tuple[list[_State], list[_State]]:
+        """The routing decision after PREROUTING / OUTPUT: local delivery or forward (or no route); a packet that
+        arrived on an interface (``incoming``) with a loopback address is a martian (RoutingTable.martian)."""
         local, fwd = [], []
         for st in states:
+            martian = None if not incoming or st.local_redirect else self.routing.martian(st.src, st.dst, st.ver, st.iif)
+            if martian is not None:
+                why, unsure = martian
+                st.steps.append(Step("routing", "-", "-", None, why, "martian: dropped by the kernel"))
+                st.note(why, uncertain=unsure)
+                st.hook = "drop"
+                finished.append(st)
+                continue
             if st.local_redirect or self.routing.is_local(st.dst, st.ver):
                 st.oif = "lo"
                 local.append(st)

@@ -28,6 +28,8 @@ class RoutingTable:
     routes: list[tuple[Prefix, Route]] = field(default_factory=list)  # main table, longest prefix first
     local_routes: list[tuple[Prefix, Route]] = field(default_factory=list)
     addr_dev: dict[tuple[int, int], str] = field(default_factory=dict)
+    # net.ipv4.conf.<all|default|dev>.route_localnet from the node's sysctls; None: not known
+    route_localnet: dict[str, bool] | None = None
 
     @classmethod
     def from_local_ips(cls, ips) -> "RoutingTable":
@@ -67,14 +69,55 @@ class RoutingTable:
     def has_routes(self) -> bool:
         return bool(self.routes)
 
+    def martian(self, src: int, dst: int, version: int, iif: str | None) -> tuple[str, bool] | None:
+        """Why the kernel drops a packet that arrived on an interface (not one the node sent) at the routing decision
+        after PREROUTING, or None: a loopback destination or source (127.0.0.0/8) is a martian unless route_localnet
+        is 1 for "all" or for the input interface. Returns (why, uncertain) — uncertain when route_localnet is not
+        known (the kernel's default, 0, is assumed) or when only some interfaces have it and the input one is unknown."""
+        if version != 4:
+            return None
+        if _LOOPBACK.contains(dst, 4):
+            what = "martian destination: a packet to 127.0.0.0/8 that arrived on an interface"
+        elif _LOOPBACK.contains(src, 4):
+            what = "martian source: a packet from 127.0.0.0/8 that arrived on an interface"
+        else:
+            return None
+        known = self.route_localnet
+        if known is None:
+            return (f"{what} is dropped by the kernel unless net.ipv4.conf.all.route_localnet = 1; the node's sysctls are not "
+                    "known (no bundle): the kernel's default 0 is assumed", True)
+        if known.get("all") or (iif is not None and known.get(iif)):
+            return None
+        where = "all" if iif is None else f"all and {iif}"
+        others = sorted(k for k, v in known.items() if v and k not in ("all", "default"))
+        if iif is None and others:
+            return (f"{what} is dropped by the kernel unless route_localnet = 1 on its input interface: it is 0 for all, "
+                    f"1 on {', '.join(others)} (give --iif to say which)", True)
+        return (f"{what} is dropped by the kernel: net.ipv4.conf.{{{where}}}.route_localnet = 0 (kube-proxy sets it to 1 "
+                "for NodePorts on localhost)", False)
+
     def knows(self, version: int) -> bool:
         """Are any routes of this IP version known?"""
         return any(prefix.version == version for prefix, _ in self.routes)
 
 
-def routing_from_ip_json(addrs: list | None, routes: list | None) -> RoutingTable:
-    """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all``."""
+def route_localnet_from_sysctl(sysctl) -> dict[str, bool] | None:
+    """net.ipv4.conf.X.route_localnet by interface X, from parsed ``sysctl -a`` (None when it says nothing of it)."""
+    if not sysctl:
+        return None
+    out: dict[str, bool] = {}
+    for key, value in sysctl.items():
+        if key.startswith("net.ipv4.conf.") and key.endswith(".route_localnet"):
+            raw = getattr(value, "value", value)
+            out[key[len("net.ipv4.conf."):-len(".route_localnet")]] = str(raw).strip() == "1"
+    return out if "all" in out else None
+
+
+def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None) -> RoutingTable:
+    """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
+    route_localnet)."""
     rt = RoutingTable()
+    rt.route_localnet = route_localnet_from_sysctl(sysctl)
     for link in addrs or []:
         if not isinstance(link, dict):
             continue

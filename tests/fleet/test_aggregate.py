@@ -155,7 +155,7 @@ def test_analyze_one_node_report_file(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"schema": "something/else"}')
     rc = main(["analyze", str(tmp_path / "bad.json")])
     out, err = capsys.readouterr()
-    assert rc == 3 and "not a kpdiag node report" in out and err.count("\n") == 1
+    assert rc == 3 and "not a kpdiag node report" in err and err.count("\n") == 1 and out == ""  # one error line
 
 
 def test_text_report_of_a_big_cluster_lists_the_nodes_that_stand_out():

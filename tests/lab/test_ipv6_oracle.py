@@ -115,7 +115,7 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
     from kpdiag.cli import main
 
     assert main(["trace", "--bundle", bundle_dir, "--mode", mode, "--src", CLIENT, "--dst", "fd00:10:96::10", "--dport", "80", "-o", "json"]) == 0
-    assert main(["trace", "--bundle", bundle_dir, "--mode", mode, "--from", "node", "--dst", "fd00:10:96::14", "--dport", "80"]) == 0
+    assert main(["trace", "--bundle", bundle_dir, "--mode", mode, "--from", "node", "--dst", "fd00:10:96::14", "--dport", "80"]) == 4  # dropped
     out = capsys.readouterr().out
     assert f'"dnat": "[{ips[0]}]:8080"' in out and "[fd00:50::1]:40000 -> [fd00:10:96::14]:80" in out
     assert ("kube-proxy drops it: shop/probe:http has internalTrafficPolicy: Local" if mode == "iptables"
