@@ -88,6 +88,24 @@ class ApiServer:
         class Emulator(kmock.KubernetesEmulator):
             """kmock's emulator, counting requests, answering injected errors, filtering by label, running pods."""
 
+            async def __call__(self, raw_request):
+                # kmock cannot parse /api/v1/namespaces[/NAME] (it takes "namespaces" for a namespaced path):
+                # the namespaces given to the server are answered here, list (with labelSelector) and get
+                m = re.fullmatch(r"/api/v1/namespaces(?:/([^/]+))?/?", raw_request.path)
+                if m and raw_request.method == "GET" and not server.fail:
+                    requests.append(("GET", raw_request.path))
+                    nss = [o for o in server.objects if o.get("kind") == "Namespace"]
+                    if m.group(1):
+                        hit = next((o for o in nss if o["metadata"]["name"] == m.group(1)), None)
+                        if hit is None:
+                            return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                                                              "reason": "NotFound", "message": f'namespaces "{m.group(1)}" not found'}, status=404)
+                        return aiohttp.web.json_response(hit)
+                    selector = raw_request.query.get("labelSelector")
+                    items = [o for o in nss if not selector or _selects(selector, o["metadata"].get("labels") or {})]
+                    return aiohttp.web.json_response({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items})
+                return await super().__call__(raw_request)
+
             async def _handle(self, request):
                 path = request.url.path
                 method = str(getattr(request.method, "value", request.method)).upper()

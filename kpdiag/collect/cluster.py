@@ -231,8 +231,9 @@ class ClusterCollector:
         - ``cluster/networkpolicies.json``: the NetworkPolicies of those namespaces (and kube-system with ``dns``);
           its List metadata ``namespaces`` says which were listed — only written when every list succeeded, so a
           namespace whose policies could not be read is never taken as one without policies;
-        - ``cluster/cni.json``: the DaemonSets of kube-system, kube-flannel and calico-system reduced to names,
-          images and two flags (kpdiag.netpol.component), to tell whether the CNI enforces NetworkPolicy;
+        - ``cluster/cni.json``: the DaemonSets of kube-system (and up to 20 pods of the kube-flannel and calico-system
+          namespaces when they exist) reduced to names, owners, images and two flags (kpdiag.netpol.component), to
+          tell whether the CNI enforces NetworkPolicy;
         - ``cluster/client-pod.json``: the client pod ``(namespace, name)`` when given.
         With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
         DNS Service and pods themselves come from :meth:`dns_objects` (cluster/dns-service.json, dns-pods.json).
@@ -264,16 +265,23 @@ class ClusterCollector:
             self.out.files["cluster/networkpolicies.json"] = json.dumps(
                 {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1).encode()
         comps, listed = [], []
-        for ns in ("kube-system", "kube-flannel", "calico-system"):
-            if ns != "kube-system" and existing is not None and ns not in existing:
+        ds = self._call("cluster/cni.json", "list daemonsets in kube-system", apps.list_namespaced_daemon_set, "kube-system")
+        if ds is not None:
+            listed.append("kube-system")
+            for item in ds.get("items", []):
+                c = component(dict(item, kind="DaemonSet"))
+                if c:
+                    comps.append(c)
+        # flannel's and the Calico operator's own namespaces: a few of their pods tell which DaemonSet runs there
+        for ns in ("kube-flannel", "calico-system"):
+            if existing is not None and ns not in existing:
                 continue
-            doc = self._call("cluster/cni.json", f"list daemonsets in {ns}", apps.list_namespaced_daemon_set, ns)
+            doc = self._call("cluster/cni.json", f"list pods in {ns}", core.list_namespaced_pod, ns, limit=20)
             if doc is None:
                 continue
             listed.append(ns)
-            for ds in doc.get("items", []):
-                ds.setdefault("kind", "DaemonSet")
-                c = component(ds)
+            for item in doc.get("items", []):
+                c = component(dict(item, kind="Pod"))
                 if c:
                     comps.append(c)
         if "kube-system" in listed:
