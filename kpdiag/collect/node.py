@@ -27,6 +27,15 @@ DUMP_TIMEOUT = 600.0  # iptables-save / nft list of a 10,000-Service node take m
 HTTP_TIMEOUT = 2.0
 LOG_MAX_BYTES = 2 * 1024 * 1024
 CONNTRACK_MAX_LINES = 5000
+CONNTRACK_MAX_ENTRIES = 100_000  # conntrack -L: UDP first, then TCP, until either bound is reached
+CONNTRACK_MAX_BYTES = 50 * 1024 * 1024
+CONNTRACK_TIMEOUT = 30.0
+JOURNAL_TIMEOUT = 20.0
+JOURNAL_UNITS = ("kube-proxy", "k3s", "k3s-agent", "k0sworker", "k0scontroller")
+JOURNAL_LINES = 20000
+# processes whose presence says who implements Services (node/processes.txt: pid and name only, plus pid 1)
+PROCESS_NAMES = ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "cilium-agent", "kube-router", "calico-node", "kubelet")
+BPF_MAX_ENTRIES = 2000
 
 SYSCTL_DIRS = ("net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/netfilter", "net/core")
 SYSCTL_SKIP = ("net/ipv4/route/flush", "net/ipv4/neigh", "net/ipv6/neigh")
@@ -123,7 +132,8 @@ class NodeCollector:
     # ------------------------------------------------------------------ sources
     def collect(self) -> Collected:
         steps = [self.kernel, self.sysctls, self.links, self.iptables, self.nft, self.ipvs, self.ipset, self.conntrack,
-                 self.kube_proxy_http, self.kube_proxy_files]
+                 self.conntrack_entries, self.kube_proxy_http, self.kube_proxy_files, self.kube_proxy_journal, self.processes,
+                 self.bpf_maps]
         for step in steps:
             try:
                 step()
@@ -183,7 +193,7 @@ class NodeCollector:
             self._put("node/ip-route.json", json.dumps(routes, indent=1))
         except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j
             self._err("node/ip-addr.json", f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
-            self._run("node/ip-addr.json", "ip", ["-j", "addr"])
+            self._run("node/ip-addr.json", "ip", ["-d", "-j", "addr"])  # -d: link kinds (vxlan, bridge, …) and their MTUs
             v4 = self._run("node/ip-route.json", "ip", ["-j", "route", "show", "table", "all"])
             v6 = self._run("node/ip-route.json", "ip", ["-6", "-j", "route", "show", "table", "all"]) if v4 is not None else None
             if v4 is not None:  # `ip route` shows one family: both, as the pyroute2 dump has them
@@ -287,6 +297,8 @@ class NodeCollector:
             self._put("node/ipvsadm.txt", ipvs_netlink.render_save(services))
             self._put("node/ipvsadm-list.txt", ipvs_netlink.render_list(services))
         self._timed("node/ipvsadm.txt", t)
+        if "node/ipvsadm.txt" in self.out.files:  # ip_vs is loaded (checked above): ipvsadm reads, it loads nothing
+            self._run("node/ipvs-timeout.txt", "ipvsadm", ["-L", "--timeout"])
         conn = os.path.join(self.proc, "net", "ip_vs_conn")
         t = time.monotonic()
         try:
@@ -307,6 +319,115 @@ class NodeCollector:
             return
         self._run("node/conntrack-stats.txt", "conntrack", ["-S"])
 
+    def conntrack_entries(self) -> None:
+        """A bounded ``conntrack -L``: UDP entries first (stale UDP entries are what KP504 looks for), then TCP, at most
+        CONNTRACK_MAX_ENTRIES entries / CONNTRACK_MAX_BYTES; a cut is said in the manifest."""
+        if "node/conntrack-stats.txt" not in self.out.files:
+            return  # nf_conntrack not loaded (said already) or conntrack missing
+        argv = self._binary("conntrack")
+        if argv is None:
+            return
+        t = time.monotonic()
+        chunks, entries, size, cut = [], 0, 0, None
+        for proto in ("udp", "tcp"):
+            if cut:
+                break
+            try:
+                proc = subprocess.Popen(argv + ["-L", "-p", proto], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, env=SAFE_ENV)
+            except OSError as exc:
+                self._err("node/conntrack.txt", f"cannot run conntrack: {exc.strerror or exc}")
+                return
+            try:
+                for line in proc.stdout:
+                    if entries >= CONNTRACK_MAX_ENTRIES or size + len(line) > CONNTRACK_MAX_BYTES:
+                        cut = f"{entries} entries, {size} bytes"
+                        break
+                    if time.monotonic() - t > CONNTRACK_TIMEOUT:
+                        cut = f"{CONNTRACK_TIMEOUT:.0f} s"
+                        break
+                    chunks.append(line)
+                    entries += 1
+                    size += len(line)
+            finally:
+                proc.kill()
+                proc.wait()
+        self._put("node/conntrack.txt", b"".join(chunks))
+        if cut:
+            self._err("node/conntrack.txt", f"conntrack -L cut at {cut} (UDP first, then TCP): the table holds more")
+        self._timed("node/conntrack.txt", t)
+
+    def kube_proxy_journal(self) -> None:
+        """kube-proxy's log from journald when no log file was found: kube-proxy, k3s and k0s units (k3s and k0s run
+        kube-proxy inside themselves), a bounded tail, with a timeout."""
+        if "node/kube-proxy/log.txt" in self.out.files:
+            return
+        journal = os.path.join(self.host_root, "var/log/journal")
+        if not os.path.isdir(journal):
+            return
+        args = ["-D", journal, "--no-pager", "-o", "short-iso", "-n", str(JOURNAL_LINES)]
+        for unit in JOURNAL_UNITS:
+            args += ["-u", unit]
+        argv = self._binary("journalctl")
+        if argv is None:
+            return
+        t = time.monotonic()
+        try:
+            proc = subprocess.run(argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=JOURNAL_TIMEOUT, env=SAFE_ENV, check=False)
+        except subprocess.TimeoutExpired:
+            self._err("node/kube-proxy/log.txt", f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
+            return
+        except OSError as exc:
+            self._err("node/kube-proxy/log.txt", f"cannot run journalctl: {exc.strerror or exc}")
+            return
+        finally:
+            self._timed("node/kube-proxy/log.txt (journald)", t)
+        data = proc.stdout[-LOG_MAX_BYTES:]
+        if proc.returncode != 0 or not data.strip() or data.startswith(b"-- No entries --"):
+            return
+        self._put("node/kube-proxy/log.txt", data)
+        # the file search's "no kube-proxy log" is answered: say where it came from instead
+        self.out.errors = [e for e in self.out.errors if e.get("source") != "node/kube-proxy/log.txt"]
+        self._err("node/kube-proxy/log.txt", f"no log file; read from journald ({journal}, units {', '.join(JOURNAL_UNITS)})")
+
+    def processes(self) -> None:
+        """node/processes.txt: ``pid name`` of the processes that tell who implements Services, and of pid 1 (whether
+        the host's processes are visible at all). Nothing else of the process table is kept."""
+        lines = []
+        try:
+            entries = os.listdir(self.proc)
+        except OSError as exc:
+            self._err("node/processes.txt", f"cannot list {self.proc}: {exc.strerror or exc}")
+            return
+        for entry in entries:
+            if not entry.isdigit():
+                continue
+            try:
+                with open(os.path.join(self.proc, entry, "comm")) as fh:
+                    comm = fh.read(64).strip()
+            except OSError:
+                continue
+            if entry == "1" or comm in PROCESS_NAMES:
+                lines.append(f"{entry} {comm}")
+        self._put("node/processes.txt", "\n".join(sorted(lines, key=lambda l: int(l.split()[0]))) + "\n")
+
+    def bpf_maps(self) -> None:
+        """node/bpf-maps.txt: the names of pinned BPF objects under /sys/fs/bpf (Cilium's cilium_lb4_*, Calico's
+        cali_v4_nat_*), names only, bounded."""
+        root = os.path.join(self.host_root, "sys/fs/bpf")
+        if not os.path.isdir(root):
+            return
+        names = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            if dirpath[len(root):].count(os.sep) >= 3:
+                dirnames[:] = []
+            names.extend(filenames)
+            if len(names) >= BPF_MAX_ENTRIES:
+                self._err("node/bpf-maps.txt", f"more than {BPF_MAX_ENTRIES} pinned BPF objects: list cut")
+                break
+        if names:
+            self._put("node/bpf-maps.txt", "\n".join(sorted(set(names))[:BPF_MAX_ENTRIES]) + "\n")
+
     def kube_proxy_http(self) -> None:
         import urllib.error
         import urllib.request
@@ -326,7 +447,9 @@ class NodeCollector:
                 continue
             if rel.endswith("healthz.json"):
                 try:
-                    data = json.loads(body.decode("utf-8", "replace"))
+                    from ..safeio import load_json  # whatever listens on 10256 wrote it: depth-bounded
+
+                    data = load_json(body.decode("utf-8", "replace"))
                     if not isinstance(data, dict):
                         data = {"body": data}
                 except ValueError:
@@ -339,7 +462,19 @@ class NodeCollector:
                 self._err(rel, f"GET {url}: HTTP {status}")
 
     def kube_proxy_files(self) -> None:
-        pid, cmdline = _find_process(self.proc, "kube-proxy")
+        """kube-proxy's configuration file and its log.
+
+        Which process is kube-proxy is not taken from its name alone (any user can call a process
+        "kube-proxy"): see :func:`find_kube_proxy`. Its ``--config`` is then resolved inside that process's
+        own root (``/proc/PID/root``) and never out of it, regular files only, without blocking, at most
+        :data:`CONFIG_MAX_BYTES`."""
+        from .. import safeio
+
+        rel = "node/kube-proxy/config.yaml"
+        found = find_kube_proxy(self.proc)
+        for pid, why in found.refused:
+            self._err(rel, f"process {pid} is called kube-proxy but is not trusted ({why}): its files were not read")
+        pid, cmdline = found.pid, found.cmdline
         config_path = None
         if pid is not None:
             for i, arg in enumerate(cmdline):
@@ -347,30 +482,46 @@ class NodeCollector:
                     config_path = arg.split("=", 1)[1]
                 elif arg == "--config" and i + 1 < len(cmdline):
                     config_path = cmdline[i + 1]
-        if config_path:
-            text = self._read(os.path.join(self.proc, str(pid), "root", config_path.lstrip("/")))
-            if text is None:
-                self._err("node/kube-proxy/config.yaml", f"cannot read {config_path} of kube-proxy (pid {pid})")
-            else:
-                self._put("node/kube-proxy/config.yaml", text)
+        if config_path and not config_path.startswith("/"):
+            self._err(rel, f"kube-proxy (pid {pid}) has a relative --config {config_path!r}: not read")
+        elif config_path:
+            try:
+                self._put(rel, safeio.read_file(os.path.join(self.proc, str(pid), "root"), config_path, CONFIG_MAX_BYTES, safeio.IN_ROOT))
+            except OSError as exc:
+                self._err(rel, f"cannot read {config_path} of kube-proxy (pid {pid}) inside its root: {safeio.describe(exc)}")
+        elif pid is None and found.embedded:
+            self._err(rel, f"kube-proxy runs inside {found.embedded}: it has no configuration file of its own")
         elif pid is None:
-            self._err("node/kube-proxy/config.yaml", "no kube-proxy process visible (run with hostPID, e.g. kubectl debug node/…)")
-        logs = sorted(glob.glob(os.path.join(self.host_root, "var/log/pods/kube-system_kube-proxy-*/kube-proxy/*.log")), key=_mtime)
-        logs += [p for p in (os.path.join(self.host_root, "var/log/kube-proxy.log"),) if os.path.exists(p)]
-        if not logs:
-            self._err("node/kube-proxy/log.txt", f"no kube-proxy log under {os.path.join(self.host_root, 'var/log/pods')}")
-            return
-        path = logs[-1]
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - LOG_MAX_BYTES))
-                data = fh.read()
-            self._put("node/kube-proxy/log.txt", data)
-        except OSError as exc:
-            self._err("node/kube-proxy/log.txt", f"cannot read {path}: {exc.strerror}")
+            self._err(rel, "no kube-proxy process visible (run with hostPID, e.g. kubectl debug node/…)")
+        self._kube_proxy_log(safeio)
 
+    def _kube_proxy_log(self, safeio) -> None:
+        """The newest kube-proxy pod log (or /var/log/kube-proxy.log): regular files under the log folder only,
+        no symlink on the way, the last LOG_MAX_BYTES."""
+        pods = os.path.join(self.host_root, "var/log/pods")
+        found = [(pods, os.path.relpath(p, pods)) for p in glob.glob(os.path.join(pods, "kube-system_kube-proxy-*/kube-proxy/*.log"))]
+        found.sort(key=lambda item: _mtime(os.path.join(*item)))
+        plain = os.path.join(self.host_root, "var/log")
+        if os.path.lexists(os.path.join(plain, "kube-proxy.log")):
+            found.append((plain, "kube-proxy.log"))
+        if not found:
+            self._err("node/kube-proxy/log.txt", f"no kube-proxy log under {pods}")
+            return
+        base, rel = found[-1]
+        path = os.path.join(base, rel)
+        try:
+            fd = safeio.open_regular(base, rel, safeio.BENEATH)
+            try:
+                size = os.fstat(fd).st_size
+                os.lseek(fd, max(0, size - LOG_MAX_BYTES), os.SEEK_SET)
+                data = safeio.read_capped(fd, LOG_MAX_BYTES, path)
+            finally:
+                os.close(fd)
+            self._put("node/kube-proxy/log.txt", data)
+        except safeio.TooLarge:  # grew while read: what was there is enough
+            self._err("node/kube-proxy/log.txt", f"{path} grew while it was read: not read")
+        except OSError as exc:
+            self._err("node/kube-proxy/log.txt", f"cannot read {path}: {safeio.describe(exc)}")
 
 def _mtime(path: str) -> float:
     try:
@@ -379,20 +530,93 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def _find_process(proc: str, name: str):
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc, entry, "comm")) as fh:
-                if fh.read().strip() != name:
-                    continue
-            with open(os.path.join(proc, entry, "cmdline"), "rb") as fh:
-                return int(entry), [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-        except OSError:
-            continue
-    return None, []
+CONFIG_MAX_BYTES = 4 * 1024 * 1024  # kube-proxy's --config file (a KubeProxyConfiguration is a few KB)
+KUBE_PROXY_EXES = ("kube-proxy",)  # the executable's file name (kubeadm, kOps, k0s, EKS, GKE, AKS images)
+EMBEDDING_EXES = ("k3s", "k3s-server", "k3s-agent")  # run kube-proxy in their own process, from their flags
 
+
+@dataclass
+class KubeProxyProcess:
+    pid: int | None = None
+    cmdline: list[str] = field(default_factory=list)
+    refused: list[tuple[int, str]] = field(default_factory=list)  # (pid, why): called kube-proxy, not trusted
+    embedded: str | None = None  # "k3s (pid N)" when kube-proxy runs inside another binary
+
+
+def _status_uids(proc: str, pid: str) -> list[int]:
+    with open(os.path.join(proc, pid, "status"), encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("Uid:"):
+                return [int(x) for x in line.split()[1:]]
+    return []
+
+
+def _exe_name(proc: str, pid: str) -> str:
+    target = os.readlink(os.path.join(proc, pid, "exe"))
+    if target.endswith(" (deleted)"):  # the binary was replaced on disk after the process started
+        target = target[: -len(" (deleted)")]
+    return os.path.basename(target)
+
+
+def _trust(proc: str, pid: str, argv: list[str]) -> str | None:
+    """Why PID is not to be trusted as kube-proxy (None: trusted).
+
+    Its name (comm) is what any process sets for itself with prctl(PR_SET_NAME); what an unprivileged
+    process cannot fake is running as root in kpdiag's user namespace, and the executable it runs:
+    kube-proxy runs as root (uid 0 real, effective, saved and filesystem), from a file named kube-proxy,
+    started as kube-proxy (argv[0])."""
+    try:
+        uids = _status_uids(proc, pid)
+    except OSError as exc:
+        return f"its status is unreadable: {exc.strerror or exc}"
+    if not uids or any(u != 0 for u in uids):
+        return f"it runs as uid {'/'.join(map(str, uids)) or 'unknown'}, not root"
+    try:
+        exe = _exe_name(proc, pid)
+    except OSError as exc:
+        return f"its executable cannot be checked: {exc.strerror or exc}"
+    if exe not in KUBE_PROXY_EXES:
+        return f"its executable is {exe!r}, not kube-proxy"
+    if not argv or os.path.basename(argv[0]) not in KUBE_PROXY_EXES:
+        return f"it was started as {argv[0][:80]!r}, not kube-proxy" if argv else "it has no command line"
+    return None
+
+
+def find_kube_proxy(proc: str = "/proc") -> KubeProxyProcess:
+    """The kube-proxy process this node runs, checked (see :func:`_trust`); spoofs are listed, not used."""
+    out = KubeProxyProcess()
+    try:
+        entries = sorted((e for e in os.listdir(proc) if e.isdigit()), key=int)
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as fh:
+                comm = fh.read().strip()
+            if comm in EMBEDDING_EXES and out.embedded is None:
+                if not _trust_embedding(proc, entry):
+                    continue
+                out.embedded = f"{comm} (pid {entry})"
+                continue
+            if comm not in KUBE_PROXY_EXES:
+                continue
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as fh:
+                argv = [a.decode("utf-8", "replace") for a in fh.read(1 << 20).split(b"\0") if a]
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        why = _trust(proc, entry, argv)
+        if why is not None:
+            out.refused.append((int(entry), why))
+        elif out.pid is None:
+            out.pid, out.cmdline = int(entry), argv
+    return out
+
+
+def _trust_embedding(proc: str, pid: str) -> bool:
+    try:
+        return all(u == 0 for u in _status_uids(proc, pid) or [1]) and _exe_name(proc, pid) in EMBEDDING_EXES[:1]
+    except OSError:
+        return False
 
 _SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
 _RT_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 6: "blackhole", 7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat"}
