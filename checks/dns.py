@@ -21,13 +21,76 @@ LOOP_RE = re.compile(r"plugin/loop: Loop \(([^)]{1,120})\) detected for zone \"(
 
 # ------------------------------------------------------------------ reading the data
 
+def _strs(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _clean(ctx, doc: dict) -> dict:
+    """The probe document with every part of the wrong shape dropped (and named once as a problem of the bundle)."""
+    bad: list[str] = []
+
+    def dicts(value, what):
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            bad.append(what)
+            return []
+        out = [v for v in value if isinstance(v, dict)]
+        if len(out) != len(value):
+            bad.append(what)
+        return out
+
+    d = dict(doc)
+    rc = d.get("resolv_conf")
+    if rc is not None and not isinstance(rc, dict):
+        bad.append("resolv_conf")
+    rc = dict(rc) if isinstance(rc, dict) else {}
+    rc["entries"] = [e for e in dicts(rc.get("entries"), "resolv_conf.entries") if isinstance(e.get("line"), int) and isinstance(e.get("text"), str)]
+    rc["problems"] = dicts(rc.get("problems"), "resolv_conf.problems")
+    rc["search"], rc["nameservers"] = _strs(rc.get("search")), _strs(rc.get("nameservers"))
+    rc["options"] = rc.get("options") if isinstance(rc.get("options"), dict) else {}
+    if not isinstance(rc.get("ndots"), int):
+        rc["ndots"] = 1
+    d["resolv_conf"] = rc
+    d["nameservers"], d["addresses"] = _strs(d.get("nameservers")), _strs(d.get("addresses"))
+    lookups = []
+    for lk in dicts(d.get("lookups"), "lookups"):
+        cands = lk.get("candidates") if isinstance(lk.get("candidates"), dict) else {}
+        outs = lk.get("outcome") if isinstance(lk.get("outcome"), dict) else {}
+        if not isinstance(lk.get("name"), str) or not isinstance(lk.get("purpose"), str):
+            bad.append("lookups")
+            continue
+        lookups.append({**lk, "candidates": {k: _strs(v) for k, v in cands.items()},
+                        "outcome": {k: {**v, "addresses": _strs(v.get("addresses"))} for k, v in outs.items() if isinstance(v, dict)}})
+    d["lookups"] = lookups
+    d["queries"] = [q for q in dicts(d.get("queries"), "queries") if isinstance(q.get("result"), str)]
+    for q in d["queries"]:
+        q["addresses"] = _strs(q.get("addresses"))
+    for what in sorted(set(bad)):
+        ctx.bundle.problem(DNS_SRC, f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
+    return d
+
+
 def _doc(ctx, need_queries: bool = True) -> dict:
     doc = ctx.dns
     if not isinstance(doc, dict) or doc.get("schema") != "kpdiag.dns/v1":
         raise Skip("probes/dns.json holds a single lookup (written by an older kpdiag), not the DNS probe")
     if need_queries and not doc.get("sent", True):
         raise Skip("no DNS query was sent (--no-probe)")
-    return doc
+    return _clean(ctx, doc)
+
+
+def _g(obj, *keys, default=None):
+    """obj[k1][k2]… through dicts only; ``default`` when a level is missing or not a dict."""
+    for k in keys:
+        if not isinstance(obj, dict):
+            return default
+        obj = obj.get(k)
+    return default if obj is None else obj
+
+
+def _dl(value) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _rc(ctx, doc) -> dict:
@@ -53,14 +116,12 @@ def _dns_service(ctx) -> dict | None:
 
 
 def _cluster_ips(svc: dict | None) -> list[str]:
-    spec = (svc or {}).get("spec") or {}
-    ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]
-    return [str(ip) for ip in ips]
+    ips = _g(svc, "spec", "clusterIPs") or [_g(svc, "spec", "clusterIP")]
+    return [ip for ip in (ips if isinstance(ips, list) else []) if isinstance(ip, str) and ip and ip != "None"]
 
 
 def _svc_key(svc: dict) -> str:
-    md = svc.get("metadata") or {}
-    return f"{md.get('namespace')}/{md.get('name')}"
+    return f"{_g(svc, 'metadata', 'namespace')}/{_g(svc, 'metadata', 'name')}"
 
 
 def _rc_source(ctx, rc) -> str:
@@ -90,7 +151,8 @@ def _q_ev(ctx, q: dict) -> Evidence:
 
 
 def _queries(doc, **match) -> list[dict]:
-    return [q for q in doc.get("queries") or [] if isinstance(q, dict) and all(q.get(k) == v for k, v in match.items())]
+    qs = doc.get("queries") if isinstance(doc.get("queries"), list) else []
+    return [q for q in qs if isinstance(q, dict) and isinstance(q.get("result"), str) and all(q.get(k) == v for k, v in match.items())]
 
 
 def _lookup(doc, purpose: str) -> dict | None:
@@ -154,18 +216,15 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
 def _ready_endpoints(slices: list[dict]) -> list[str]:
     out = []
     for s in slices:
-        for e in s.get("endpoints") or []:
-            if not isinstance(e, dict):
-                continue
-            cond = e.get("conditions") or {}
-            if cond.get("ready") is not False:  # an unset ready means ready (EndpointSlice API)
-                out += [str(a) for a in e.get("addresses") or []]
+        for e in _dl(s.get("endpoints")):
+            if _g(e, "conditions", "ready") is not False:  # an unset ready means ready (EndpointSlice API)
+                out += _strs(e.get("addresses"))
     return out
 
 
 def _pod_ready(pod: dict) -> bool:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
+    for c in _dl(_g(pod, "status", "conditions")):
+        if c.get("type") == "Ready":
             return c.get("status") == "True"
     return False
 
@@ -202,16 +261,16 @@ def dns_no_endpoints(ctx, new):
     ready = _ready_endpoints(slices)
     if ready:
         return
-    listed = [(str(a), e.get("conditions") or {}, (e.get("targetRef") or {}).get("name"))
-              for s in slices for e in s.get("endpoints") or [] if isinstance(e, dict) for a in e.get("addresses") or []]
+    listed = [(a, _g(e, "conditions", default={}), _g(e, "targetRef", "name"))
+              for s in slices for e in _dl(s.get("endpoints")) for a in _strs(e.get("addresses"))]
     serving = [a for a, cond, _ in listed if cond.get("serving") and cond.get("terminating")]
-    ev = [Evidence(ctx.bundle.display(SVC_SRC), f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {(svc.get('spec') or {}).get('selector')}")]
+    ev = [Evidence(ctx.bundle.display(SVC_SRC), f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {_g(svc, 'spec', 'selector')}")]
     ev += [Evidence(ctx.bundle.display(EPS_SRC), f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}")
            for a, cond, pod in listed[:8]] or [Evidence(ctx.bundle.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
     fix = ("kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
            "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
            "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-           f"kubectl -n kube-system get endpointslices -l kubernetes.io/service-name={(svc.get('metadata') or {}).get('name')} -o wide")
+           f"kubectl -n kube-system get endpointslices -l kubernetes.io/service-name={_g(svc, 'metadata', 'name')} -o wide")
     if serving:
         yield new(f"{key} has no ready endpoint; only terminating ones still serve ({', '.join(serving[:4])}): DNS works until they are gone",
                   severity="warning", fix=fix, evidence=ev, subject=key)
@@ -242,15 +301,13 @@ def coredns_unhealthy(ctx, new):
         return
     any_ready = any(_pod_ready(p) for p in pods)
     for pod in pods:
-        md = pod.get("metadata") or {}
-        name = f"{md.get('namespace', 'kube-system')}/{md.get('name')}"
+        pname = _g(pod, "metadata", "name")
+        name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
         ready = _pod_ready(pod)
-        statuses = [s for s in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(s, dict)]
-        restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
-        waiting = [((s.get("state") or {}).get("waiting") or {}).get("reason") for s in statuses]
-        waiting = [w for w in waiting if w]
-        last = [((s.get("lastState") or {}).get("terminated") or {}).get("reason") for s in statuses]
-        last = [r for r in last if r]
+        statuses = _dl(_g(pod, "status", "containerStatuses"))
+        restarts = sum(s.get("restartCount") for s in statuses if isinstance(s.get("restartCount"), int))
+        waiting = [str(w) for w in (_g(s, "state", "waiting", "reason") for s in statuses) if w]
+        last = [str(r) for r in (_g(s, "lastState", "terminated", "reason") for s in statuses) if r]
         if ready and restarts < RESTARTS_WARN and not waiting:
             continue
         bits = []
@@ -260,15 +317,14 @@ def coredns_unhealthy(ctx, new):
             bits.append(f"waiting: {', '.join(waiting)}")
         if restarts:
             bits.append(f"restarted {restarts} time(s)" + (f" (last exit: {', '.join(last)})" if last else ""))
-        cond = next((c for c in (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), {})
-        ev = [Evidence(ctx.bundle.display(PODS_SRC), f"{name}: phase {(pod.get('status') or {}).get('phase')}, Ready={cond.get('status')}"
+        cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
+        ev = [Evidence(ctx.bundle.display(PODS_SRC), f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
                        + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""))]
-        ev += [Evidence(ctx.bundle.display(PODS_SRC), f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list((s.get('state') or {}).keys())}"
-                        + (f" lastState.terminated.reason={((s.get('lastState') or {}).get('terminated') or {}).get('reason')}" if (s.get("lastState") or {}).get("terminated") else ""))
+        ev += [Evidence(ctx.bundle.display(PODS_SRC), f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
+                        + (f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}" if _g(s, "lastState", "terminated") else ""))
                for s in statuses[:4]]
         severity = "error" if not any_ready else "warning"
         tail = "no CoreDNS pod is ready: DNS is down" if not any_ready else ("the other CoreDNS pods answer meanwhile" if not ready else "DNS queries in flight are lost at each restart")
-        pname = md.get("name")
         fix = [f"kubectl -n kube-system describe pod {pname}", f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped"]
         if "OOMKilled" in last:
             fix.append("kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)")
@@ -294,7 +350,7 @@ def coredns_unhealthy(ctx, new):
 )
 def coredns_loop(ctx, new):
     data = ctx.bundle.read_json(LOGS_SRC)
-    logs = [e for e in (data or {}).get("logs") or [] if isinstance(e, dict)] if isinstance(data, dict) else []
+    logs = _dl(_g(data, "logs"))
     texts = [e for e in logs if isinstance(e.get("text"), str)]
     if not texts:
         why = "; ".join(str(e.get("error")) for e in logs if e.get("error"))[:300]
@@ -521,7 +577,7 @@ def dns_udp_tcp(ctx, new):
         truncated = [q for q in _queries(doc, server=server, transport="udp") if q.get("truncated")]
         svc_note = []
         if svc is not None and server in _cluster_ips(svc):
-            protos = {(str(p.get("protocol") or "TCP").upper(), p.get("port")) for p in (svc.get("spec") or {}).get("ports") or [] if isinstance(p, dict)}
+            protos = {(str(p.get("protocol") or "TCP").upper(), p.get("port")) for p in _dl(_g(svc, "spec", "ports"))}
             missing = [p for p in ("UDP", "TCP") if (p, 53) not in protos]
             if missing:
                 svc_note.append(Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}"))

@@ -379,7 +379,7 @@ def _outcome(candidates: list[str], answer_of, libc: str) -> dict:
     return {"result": "nodata" if "nodata" in seen else "nxdomain", "qname": None, "addresses": [], "error": None}
 
 
-def _run_parallel(jobs: list[tuple], timeout: float, deadline_at: float) -> list[dict | None]:
+def _run_parallel(jobs: list[tuple], timeout: float, deadline_at: float, port: int = 53) -> list[dict | None]:
     """Run ``query`` for each job in its own daemon thread; wait at most until ``deadline_at``."""
     results: list[dict | None] = [None] * len(jobs)
     left = [len(jobs)]
@@ -388,7 +388,7 @@ def _run_parallel(jobs: list[tuple], timeout: float, deadline_at: float) -> list
     def work(i, job):
         try:
             server, qname, qtype, transport = job
-            results[i] = query(server, qname, qtype, transport, timeout=min(timeout, max(0.05, deadline_at - time.monotonic())))
+            results[i] = query(server, qname, qtype, transport, timeout=min(timeout, max(0.05, deadline_at - time.monotonic())), port=port)
         finally:
             with lock:
                 left[0] -= 1
@@ -408,8 +408,9 @@ def _run_parallel(jobs: list[tuple], timeout: float, deadline_at: float) -> list
 
 
 def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf", timeout: float = QUERY_TIMEOUT,
-              deadline: float = DEADLINE, send: bool = True) -> dict:
-    """The ``probes/dns.json`` document (see the module docstring). ``send=False`` reads resolv.conf only."""
+              deadline: float = DEADLINE, send: bool = True, port: int = 53) -> dict:
+    """The ``probes/dns.json`` document (see the module docstring). ``send=False`` reads resolv.conf only. ``port``
+    is for tests (resolv.conf has no port: resolvers always use 53)."""
     started = time.monotonic()
     deadline_at = started + max(0.1, deadline)
     rc = read_resolv_conf(resolv_conf)
@@ -444,12 +445,12 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
         doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
         return doc
 
-    results = _run_parallel(jobs, timeout, deadline_at)
+    results = _run_parallel(jobs, timeout, deadline_at, port)
     by_key = {}
     for i, (job, res) in enumerate(zip(jobs, results)):
         if res is None:  # its thread was still waiting at the deadline
             server, qname, qtype, transport = job
-            res = {"server": server, "port": 53, "qname": qname, "qtype": qtype, "transport": transport, "result": "timeout", "rcode": None,
+            res = {"server": server, "port": port, "qname": qname, "qtype": qtype, "transport": transport, "result": "timeout", "rcode": None,
                    "truncated": False, "answers": [], "addresses": [], "duration_ms": None, "tries": None,
                    "error": f"no answer before the probe's {deadline:g} s deadline"}
         res["id"] = i
