@@ -211,3 +211,68 @@ def leftover(ctx, new):
         evidence=evidence,
         subject="node",
     )
+
+
+DUPLICATE_MIN = 10  # kube-proxy never writes the same rule twice in a chain; ten copies are a bug, not a style
+
+
+def duplicated_rules(text: str) -> list[tuple[str, str, int, int]]:
+    """(table, rule text, copies, first line) for each rule text found at least DUPLICATE_MIN times in one chain of an
+    iptables-save text, most copies first."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    first: dict = {}
+    table = "?"
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif line.startswith("-A "):
+            key = (table, line)
+            counts[key] += 1
+            first.setdefault(key, lineno)
+    dup = [(t, line, n, first[(t, line)]) for (t, line), n in counts.items() if n >= DUPLICATE_MIN]
+    return sorted(dup, key=lambda d: (-d[2], d[3]))
+
+
+@check(
+    "KP209", "duplicated-rules", "The same rule many times in one chain", "warning",
+    needs=("iptables",),
+    symptom="iptables-save grows by the same lines every few minutes; rule syncs and iptables commands get slower and "
+            "slower; CPU in iptables, kubelet, k3s or the CNI; in the end every Service change takes seconds.",
+    why="""
+        A component that adds its rules with "iptables -C … || iptables -A …" adds them again whenever the check
+        wrongly says they are missing — known with iptables-nft versions whose -C cannot match rules that use a
+        comment or certain matches the way they were written (k3s and kubelet's own canary/firewall rules, CNI
+        plugins). Each copy is harmless alone; thousands of them make every packet that reaches the chain walk the
+        copies, and every iptables-restore (kube-proxy's sync) rewrite them.
+    """,
+    fix="Find the component that owns the rule (its comment or chain says), upgrade it or the iptables binary it uses, "
+        "then delete the copies (iptables-save | uniq-by-chain | iptables-restore, or restart the owner after flushing its chain).",
+)
+def duplicated(ctx, new):
+    for which in ("iptables-save", "ip6tables-save"):
+        rs = ctx.iptables(which)
+        if rs is None:
+            continue
+        text = ctx.bundle.read_text(f"node/{which}.txt") or ""
+        dups = duplicated_rules(text)
+        if not dups:
+            continue
+        total = sum(n - 1 for _, _, n, _ in dups)
+        table, line, n, lineno = dups[0]
+        chain = line.split()[1]
+        owner = "k3s / kubelet" if "KUBE-FIREWALL" in line or "KUBE-KUBELET" in line else ("kube-router" if "KUBE-ROUTER" in line else
+                 "flannel" if "FLANNEL" in line else "Calico" if "cali-" in line else "the owner of that chain")
+        yield new(
+            f"{len(dups)} rule(s) repeated in {which.split('-')[0]}: the most copied one is in {table} {chain}, {n} times; "
+            f"{total} redundant rules in all (added again and again by {owner})",
+            fix=(f"{which} -t {table} | grep -c -- '{line[:60]}'   # watch it grow: run again in a minute",
+                 "k3s: upgrade k3s (its bundled iptables fixes the -C check) or start it with --prefer-bundled-bin; "
+                 "kubelet: upgrade; others: upgrade the component named in the rule",
+                 f"{which.split('-')[0]}-save -t {table} | awk '!(/^-A/ && seen[$0]++)' | {which.split('-')[0]}-restore -T {table}   # remove the copies "
+                 "(after the owner is fixed; kube-proxy rewrites its own chains on its next sync)"),
+            evidence=[Evidence(rs.source, f"{line[:300]}  (×{n})", lineno)]
+            + [Evidence(rs.source, f"{d[1][:200]}  (×{d[2]})", d[3]) for d in dups[1:3]],
+            subject="node",
+        )

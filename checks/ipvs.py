@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
@@ -83,5 +85,70 @@ def ipvs_unavailable(ctx, new):
         ),
         evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display("node/modules.txt"), f"not listed: {', '.join(missing)}"),
                   Evidence(ctx.bundle.display("node/uname.txt"), k, 1)],
+        subject="node",
+    )
+
+
+_TIMEOUT_RE = re.compile(r"Timeout \(tcp tcpfin udp\):\s*(\d+)\s+(\d+)\s+(\d+)")
+TIMEOUT_SRC = "node/ipvs-timeout.txt"
+
+
+def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
+    """(tcp, tcpfin, udp, line) from ``ipvsadm -L --timeout`` (node/ipvs-timeout.txt), or None."""
+    text = ctx.bundle.read_text(TIMEOUT_SRC)
+    if text is None:
+        return None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _TIMEOUT_RE.search(line)
+        if m:
+            return int(m.group(1)), int(m.group(2)), int(m.group(3)), lineno
+    ctx.bundle.problem(TIMEOUT_SRC, "no 'Timeout (tcp tcpfin udp): N N N' line (ipvsadm -L --timeout)")
+    return None
+
+
+@check(
+    "KP310", "ipvs-idle-timeout", "IPVS forgets idle TCP connections before TCP keepalive probes them", "info",
+    needs=("sysctl",),
+    symptom="In IPVS mode, long-lived connections through a ClusterIP (database pools, gRPC streams, message brokers) die "
+            "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",
+    why="""
+        IPVS keeps its own table of connections, separate from conntrack, and drops an established TCP entry after
+        it has been idle for the IPVS tcp timeout (900 s unless set: ipvsadm -L --timeout, kube-proxy's
+        ipvs.tcpTimeout). The next packet of that connection no longer matches and goes to whatever real server the
+        scheduler picks — which answers with a reset. TCP keepalive only helps when it probes more often than that:
+        the kernel's default net.ipv4.tcp_keepalive_time is 7200 s, far longer than IPVS waits.
+    """,
+    fix="Make clients send keepalives more often than the IPVS tcp timeout (net.ipv4.tcp_keepalive_time below it, or the "
+        "application's own keepalive), or raise ipvs.tcpTimeout in the kube-proxy configuration.",
+)
+def ipvs_idle_timeout(ctx, new):
+    mode, _ = ctx.proxy_mode
+    if mode != "ipvs":
+        return
+    t = ipvs_timeouts(ctx)
+    if t is None:
+        raise Skip("needs node/ipvs-timeout.txt (ipvsadm -L --timeout)")
+    tcp, _, _, line = t
+    keep = ctx.sysctl_value("net.ipv4.tcp_keepalive_time")
+    if keep is None:
+        raise Skip("net.ipv4.tcp_keepalive_time is not in the collected sysctls")
+    try:
+        keepalive = int(keep.value.strip())
+    except ValueError:
+        raise Skip(f"net.ipv4.tcp_keepalive_time is not a number: {keep.value!r}") from None
+    if tcp <= 0 or keepalive < tcp:
+        return
+    cfg = ctx.kube_proxy_config
+    evidence = [Evidence(ctx.bundle.display(TIMEOUT_SRC), f"Timeout (tcp tcpfin udp): tcp {tcp} s", line), ev.sysctl(ctx, "net.ipv4.tcp_keepalive_time")]
+    if cfg is not None and cfg.get("ipvs.tcpTimeout") is not None:
+        evidence.append(ev.config(ctx, "ipvs.tcpTimeout"))
+    yield new(
+        f"IPVS drops a TCP connection after {tcp} s idle, and this node's TCP keepalive starts only after {keepalive} s: idle "
+        "long-lived connections through ClusterIPs are forgotten and reset on their next packet",
+        fix=(f"sysctl -w net.ipv4.tcp_keepalive_time={max(60, tcp - 300)}   # on the client side (a pod's own network namespace "
+             "has its own value: set it in the pod's securityContext.sysctls)",
+             "or the application's keepalive / ping interval below that (database pool keepalive, gRPC keepalive time)",
+             "or kube-proxy's ipvs.tcpTimeout (e.g. 3600s) in its ConfigMap, then restart kube-proxy; check: ipvsadm -L --timeout"),
+        evidence=[e for e in evidence if e],
         subject="node",
     )

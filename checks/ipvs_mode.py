@@ -265,14 +265,49 @@ def strict_arp(ctx, new):
     ignore = ctx.sysctl_value("net.ipv4.conf.all.arp_ignore")
     if ignore is not None and ignore.value.strip() in ("1", "2"):
         return  # ARP is already restricted on the node
+    lb = _lb_addresses(ctx)
+    if not lb:
+        return  # no LoadBalancer IP or externalIP on kube-ipvs0 / in IPVS: nothing an L2 load balancer announces here
+    shown = sorted(lb)[:5]
     yield new(
-        "kube-proxy runs IPVS with strictARP: false — every node answers ARP for every LoadBalancer IP bound on kube-ipvs0 "
-        "(a problem with L2 load balancers such as MetalLB L2)",
+        f"kube-proxy runs IPVS with strictARP: false and {len(lb)} LoadBalancer/external IP(s) ({', '.join(shown)}) are bound on "
+        "kube-ipvs0 of every node — every node answers ARP for them (a problem with L2 load balancers such as MetalLB L2)",
         fix=("kubectl -n kube-system get configmap kube-proxy -o yaml | sed -e 's/strictARP: false/strictARP: true/' | kubectl apply -f - -n kube-system",
              "kubectl -n kube-system rollout restart daemonset kube-proxy"),
-        evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e],
+        evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e]
+        + [Evidence(src, f"{ip}: {why}") for ip, (src, why) in sorted(lb.items())[:5]],
         subject="node",
     )
+
+
+def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
+    """LoadBalancer ingress IPs and externalIPs this node holds in IPVS mode → (source, how it is known): members of
+    kube-proxy's KUBE-LOAD-BALANCER / KUBE-EXTERNAL-IP ipsets, or the API's LoadBalancer IPs, that are bound on
+    kube-ipvs0 or are IPVS virtual servers."""
+    candidates: dict[str, str] = {}
+    for name in ("KUBE-LOAD-BALANCER", "KUBE-EXTERNAL-IP"):
+        s = (ctx.ipsets or {}).get(name)
+        for raw in getattr(s, "raw_entries", None) or []:
+            candidates.setdefault(str(raw).split(",", 1)[0].strip(), f"in ipset {name}")
+    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    for svc in svcs or []:
+        for ing in ((svc.raw.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+            if isinstance(ing, dict) and ing.get("ip"):
+                candidates.setdefault(ing["ip"], f"LoadBalancer IP of {svc.key}")
+        for ip in svc.spec.get("externalIPs") or []:
+            candidates.setdefault(str(ip), f"externalIP of {svc.key}")
+    bound = None
+    for link in ctx.ip_addr or []:
+        if link.get("ifname") == "kube-ipvs0":
+            bound = {a.get("local") for a in link.get("addr_info") or []}
+    vips = {str(k[1]) for k in (ctx.ipvs or {})}
+    out = {}
+    for ip, why in candidates.items():
+        if bound is not None and ip in bound:
+            out[ip] = (ctx.bundle.display("node/ip-addr.json"), f"bound on kube-ipvs0 ({why})")
+        elif ip in vips:
+            out[ip] = (ctx.bundle.display("node/ipvsadm.txt"), f"IPVS virtual server ({why})")
+    return out
 
 
 @check(

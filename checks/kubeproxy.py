@@ -172,13 +172,15 @@ LOG_PATTERNS = [
     (re.compile(r"(Failed to execute iptables-restore|iptables-restore.*failed|line \d+ failed)"),
      "iptables-restore rejected kube-proxy's ruleset, so the sync did not apply",
      "check the iptables version/backend matches kube-proxy's (KP204), and kernel modules for the rules used (xt_comment, xt_statistic, xt_recent)"),
-    (re.compile(r"(conntrack.*(operation not permitted|permission denied)|Failed to delete stale service connections|clearing conntrack entries)", re.I),
+    # current wording and older ones ("Failed to delete stale service IP %s connections", "Failed to delete %s endpoint connections")
+    (re.compile(r"(conntrack.*(operation not permitted|permission denied)|Failed to delete stale service (IP \S+ )?connections"
+                r"|Failed to delete (\S+ )?endpoint connections|clearing conntrack entries)", re.I),
      "kube-proxy could not delete stale conntrack entries: UDP clients keep talking to removed endpoints (KP504)",
      "make sure the conntrack binary is in the kube-proxy image and the pod is privileged (NET_ADMIN)"),
     (re.compile(r"(can't set sysctl|Failed to set sysctl|open /proc/sys/.*(read-only|permission denied))", re.I),
      "kube-proxy could not set a kernel setting it relies on (route_localnet, conntrack max, IPVS sysctls)",
      "run kube-proxy privileged, or set the sysctl on the node yourself (see KP505/KP503)"),
-    (re.compile(r"(Failed to retrieve node info|Failed to watch|couldn't get current server API group list|dial tcp .*: (connect: connection refused|i/o timeout))"),
+    (re.compile(r"(Failed to retrieve node info|Failed to watch|Failed to list \*v1\.|couldn't get current server API group list|dial tcp .*: (connect: connection refused|i/o timeout))"),
      "kube-proxy cannot reach the API server, so it does not learn about Service and endpoint changes",
      "check the kube-proxy kubeconfig's server address and the network path from the node to the API server"),
     (re.compile(r"(Sync failed|Failed to sync|syncProxyRules.*error)", re.I),

@@ -141,3 +141,70 @@ def endpoints_mismatch(ctx, new):
                                    else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
                 subject=f"{svc.key}:{key[2]}",
             )
+
+
+def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
+    s = rs.set(fam, "kube-proxy", "service-nodeports")
+    out = []
+    for raw in s.elems if s else []:
+        key = raw[0] if isinstance(raw, list) else raw
+        if isinstance(key, dict) and "elem" in key:
+            key = key["elem"].get("val")
+        if isinstance(key, dict) and isinstance(key.get("concat"), list) and len(key["concat"]) == 2:
+            try:
+                out.append((str(key["concat"][0]), int(key["concat"][1])))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+@check(
+    "KP404", "nftables-localhost-nodeport", "NodePorts on 127.0.0.1 do not work in nftables mode", "warning",
+    needs=("nft", "kube-proxy-config"),
+    symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "
+            "health checks that use localhost broke after switching kube-proxy to nftables mode.",
+    why="""
+        In iptables mode kube-proxy also serves NodePorts on 127.0.0.1 (iptables.localhostNodePorts, default true)
+        and sets route_localnet=1 for it. nftables mode never does: it accepts NodePorts only on the addresses of
+        nodePortAddresses (by default the node's primary IPs), and it does not set route_localnet, because routing
+        127.0.0.0/8 off the node is a security risk. Clients on the node that use localhost:nodePort — a setting
+        carried over from iptables mode shows that they were expected to — get nothing.
+    """,
+    fix="Point local clients at the node's IP (or the ClusterIP) instead of 127.0.0.1; nodePortAddresses chooses which "
+        "node addresses accept NodePorts.",
+)
+def localhost_nodeport(ctx, new):
+    rs, prog = _programmed(ctx)
+    if prog is None:
+        return  # no kube-proxy table: not nftables mode
+    cfg = ctx.kube_proxy_config
+    wants = []
+    if cfg.get("iptables.localhostNodePorts") is True:
+        wants.append(ev.config(ctx, "iptables.localhostNodePorts"))
+    addrs = cfg.get("nodePortAddresses") or []
+    if isinstance(addrs, str):
+        addrs = [addrs]
+    if any(str(a).startswith(("127.", "::1")) for a in addrs):
+        wants.append(ev.config(ctx, "nodePortAddresses"))
+    wants = [w for w in wants if w]
+    if not wants:
+        return  # nothing on this node asks for localhost NodePorts
+    ports = _nodeports(rs)
+    if not ports:
+        return  # no NodePort Service on this node
+    ips = rs.set("ip", "kube-proxy", "nodeport-ips")
+    on = [str(e) for e in (ips.elems if ips else []) if isinstance(e, str)]
+    reading = (f"nodePortAddresses {addrs}" if addrs else "nodePortAddresses unset (the node's primary IPs)")
+    shown = ", ".join(f"{p}/{proto}" for proto, p in ports[:4])
+    yield new(
+        f"kube-proxy runs nftables mode with {len(ports)} NodePort(s) ({shown}) and its configuration still expects them on "
+        f"localhost, but nftables mode serves NodePorts only on {', '.join(on) or 'the nodePortAddresses'} ({reading}): "
+        f"127.0.0.1:{ports[0][1]} does not work here",
+        fix=(f"curl -sv http://{on[0] if on else '<node IP>'}:{ports[0][1]}/   # the node's address works",
+             "change local clients (health checks, host agents, scripts) from 127.0.0.1:<nodePort> to the node IP or the ClusterIP",
+             "kubectl -n kube-system edit configmap kube-proxy   # drop iptables.localhostNodePorts (it has no effect in nftables mode); "
+             "nodePortAddresses: [\"primary\"] or the node's CIDRs"),
+        evidence=wants + [Evidence(rs.source, f"map ip kube-proxy service-nodeports: {shown}"),
+                          Evidence(rs.source, f"set ip kube-proxy nodeport-ips: {', '.join(on) or '(empty)'}")],
+        subject="node",
+    )

@@ -79,3 +79,110 @@ def service_cidr_leaves(ctx, new):
         raise Skip("no ClusterIPs found in kube-proxy's rules")
     if not routing.has_routes:
         raise Skip("no routes known for this node")
+
+
+def _service_cidr(ctx) -> tuple[str | None, str | None, object]:
+    """(service CIDR, how it is known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated ClusterIPs"
+    names it exactly; otherwise None (the ClusterIPs themselves are compared one by one)."""
+    if ctx.nft_kube_proxy_table:
+        rs = ctx.nft()
+        for family in ("ip", "ip6"):
+            chain = rs.chain(family, "kube-proxy", "cluster-ips-check") if rs is not None else None
+            for rule in chain.rules if chain else []:
+                if "unallocated" not in (rule.comment or ""):
+                    continue
+                for e in rule.expr:
+                    right = ((e or {}).get("match") or {}).get("right") if isinstance(e, dict) else None
+                    items = right.get("set") if isinstance(right, dict) else None
+                    for item in items or []:
+                        p = item.get("prefix") if isinstance(item, dict) else None
+                        if p and family == "ip":
+                            return f"{p['addr']}/{p['len']}", "kube-proxy's nftables rule 'Drop traffic to unallocated ClusterIPs'", \
+                                Evidence(rs.source, f"table {family} kube-proxy chain cluster-ips-check: ip daddr {p['addr']}/{p['len']} drop")
+    return None, None, None
+
+
+def _cluster_ips(ctx) -> dict[str, str]:
+    """ClusterIP → where it was seen (the API, else kube-proxy's rules)."""
+    out: dict[str, str] = {}
+    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    for svc in svcs or []:
+        for ip in svc.cluster_ips:
+            out.setdefault(ip, f"{ctx.bundle.display('cluster/services.json')}: {svc.key}")
+    mode, _ = ctx.proxy_mode
+    if mode == "nftables" and ctx.nft() is not None:
+        from kpdiag.kube_nft import cluster_ips
+
+        for ip in cluster_ips(ctx.nft()):
+            out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
+    elif mode == "ipvs" and ctx.ipvs is not None:
+        for key in ctx.ipvs:
+            out.setdefault(str(key[1]), f"{ctx.bundle.display('node/ipvsadm.txt')}: virtual server")
+    else:
+        for p in (ctx.programmed() or {}).values():
+            if p.cluster_ip:
+                out.setdefault(p.cluster_ip, f"{ctx.iptables().source}: {p.name} cluster IP")
+    return out
+
+
+@check(
+    "KP603", "pod-service-cidr-overlap", "The pod CIDR overlaps the Service CIDR", "error",
+    needs=("kube-proxy-config",),
+    symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
+            "address, or is not masqueraded, depending on the node.",
+    why="""
+        kube-proxy's clusterCIDR says which sources are pods (traffic from elsewhere is masqueraded) and the CNI
+        routes the pod CIDR to pods; ClusterIPs are virtual addresses from the Service CIDR. When the two ranges
+        overlap, a ClusterIP can also be a pod's address: kube-proxy's "! -s clusterCIDR" masquerade decisions are
+        wrong for it, routes for pod subnets capture Service addresses, and a pod that gets that IP shadows the
+        Service. The ranges are fixed when the cluster is created (kube-apiserver --service-cluster-ip-range,
+        kube-controller-manager --cluster-cidr, the CNI's pool) and must not overlap.
+    """,
+    fix="Make kube-proxy's clusterCIDR the real pod CIDR (the CNI's pool, kube-controller-manager --cluster-cidr); if the "
+        "cluster itself was built with overlapping ranges, the Service or pod range has to be migrated.",
+)
+def pod_service_overlap(ctx, new):
+    cfg = ctx.kube_proxy_config
+    raw = str(cfg.get("clusterCIDR") or "").strip() if cfg is not None else ""
+    if not raw:
+        from kpdiag.kube_rules import cluster_cidr
+
+        raw = cluster_cidr(ctx.programmed()) or ""
+    if not raw:
+        return  # no pod CIDR known to kube-proxy: KP706 covers that
+    pods = []
+    for part in raw.split(","):
+        try:
+            pods.append(ipaddress.ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise Skip(f"clusterCIDR {part.strip()!r} is not a CIDR") from None
+    cidr_ev = ev_config = None
+    from kpdiag import evidence as ev
+
+    ev_config = ev.config(ctx, "clusterCIDR")
+    svc_cidr, how, cidr_ev = _service_cidr(ctx)
+    if svc_cidr:
+        net = ipaddress.ip_network(svc_cidr, strict=False)
+        hit = [p for p in pods if p.version == net.version and p.overlaps(net)]
+        if hit:
+            yield new(
+                f"kube-proxy's clusterCIDR {hit[0]} overlaps the Service CIDR {net} ({how})",
+                fix=("kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
+                     "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy"),
+                evidence=[e for e in (ev_config, cidr_ev) if e],
+                subject="node",
+            )
+            return
+    inside = {ip: where for ip, where in _cluster_ips(ctx).items()
+              if any(ipaddress.ip_address(ip) in p for p in pods if p.version == ipaddress.ip_address(ip).version)}
+    if not inside:
+        return
+    first = sorted(inside)[:3]
+    yield new(
+        f"{len(inside)} ClusterIP(s) lie inside kube-proxy's clusterCIDR {raw} (e.g. {', '.join(first)}): the pod CIDR overlaps "
+        "the Service CIDR",
+        fix=("kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
+             "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool (not containing the Service range), then restart kube-proxy"),
+        evidence=[e for e in [ev_config] if e] + [Evidence(inside[ip].split(": ", 1)[0], f"{ip} ({inside[ip].split(': ', 1)[-1]})") for ip in first],
+        subject="node",
+    )

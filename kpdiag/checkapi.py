@@ -150,6 +150,8 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     runs: list[CheckRun] = []
     for spec in checks:
         missing = [why for why in (availability(ctx, need) for need in spec.needs) if why]
+        if not missing and spec.id in _kube_proxy_checks():
+            missing = [why for why in (_not_in_charge(ctx),) if why]  # a kube-proxy replacement implements Services
         if missing:
             runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
             continue
@@ -165,6 +167,18 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
         runs.append(CheckRun(spec.id, spec.slug, "ran", None, len(produced)))
     findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
     return findings, runs
+
+
+def _kube_proxy_checks() -> frozenset:
+    from .implementer import KUBE_PROXY_CHECKS
+
+    return KUBE_PROXY_CHECKS
+
+
+def _not_in_charge(ctx) -> str | None:
+    """Why kube-proxy advice does not apply on this node (a replacement implements Services), or None."""
+    impl = getattr(ctx, "service_implementer", None)
+    return impl.skip_reason if impl is not None else None
 
 
 # what a check may need, and how to tell whether it is there (None = available, else why not)

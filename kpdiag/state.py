@@ -249,6 +249,15 @@ class NodeState(_NodeFiles):
         return cache[which]
 
     @property
+    def service_implementer(self):
+        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.implementer.detect."""
+        if "_implementer" not in self.__dict__:
+            from .implementer import detect
+
+            self.__dict__["_implementer"] = detect(self)
+        return self.__dict__["_implementer"]
+
+    @property
     def nft_version(self) -> tuple[int, int, int] | None:
         """From node/nft-version.txt ('nftables v1.0.6 (Lester Gooch #5)')."""
         import re

@@ -450,6 +450,14 @@ def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", nod
             if port.node_port:
                 members["KUBE-NODE-PORT-TCP"].append(str(port.node_port))
                 save.append(f"-A {flag} {node_ip}:{port.node_port} -s {scheduler}")
+            # LoadBalancer ingress IPs and externalIPs: bound on kube-ipvs0, a virtual server each, in their ipsets
+            extern = [(ip, "KUBE-LOAD-BALANCER") for ip in svc.lb_ips] + [(ip, "KUBE-EXTERNAL-IP") for ip in svc.external_ips]
+            for ip, ipset_name in extern:
+                if ip not in bound:
+                    bound.append(ip)
+                    members["KUBE-IPVS-IPS"].append(ip)
+                members[ipset_name].append(f"{ip},{proto}:{port.port}")
+                save.append(f"-A {flag} {ip}:{port.port} -s {scheduler}")
             for e in svc.endpoints:
                 if not e.ready:
                     continue
@@ -460,15 +468,17 @@ def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", nod
                 members["KUBE-LOOP-BACK"].append(f"{e.ip},{proto}:{port.target_port},{e.ip}")
                 if port.node_port:
                     save.append(f"-a {flag} {node_ip}:{port.node_port} -r {e.ip}:{port.target_port} -m -w {w}")
+                for ip, _ in extern:
+                    save.append(f"-a {flag} {ip}:{port.port} -r {e.ip}:{port.target_port} -m -w {w}")
     ipset = []
     for name, kind in sets.items():
         extra = " range 30000-32767" if kind.startswith("bitmap") else " family inet hashsize 1024 maxelem 65536"
         ipset.append(f"create {name} {kind}{extra}")
         ipset.extend(f"add {name} {m}" for m in members[name])
     addrs = [
-        {"ifindex": 1, "ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
-        {"ifindex": 2, "ifname": "eth0", "addr_info": [{"family": "inet", "local": node_ip, "prefixlen": 24}]},
-        {"ifindex": 3, "ifname": "kube-ipvs0", "linkinfo": {"info_kind": "dummy"},
+        {"ifindex": 1, "ifname": "lo", "mtu": 65536, "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+        {"ifindex": 2, "ifname": "eth0", "mtu": 1500, "addr_info": [{"family": "inet", "local": node_ip, "prefixlen": 24}]},
+        {"ifindex": 3, "ifname": "kube-ipvs0", "mtu": 1500, "linkinfo": {"info_kind": "dummy"},
          "addr_info": [{"family": "inet", "local": ip, "prefixlen": 32} for ip in bound]},
     ]
     net = node_ip.rsplit(".", 1)[0]

@@ -11,7 +11,9 @@ from .netlab import Lab
 
 SYSCTL_PREFIXES = ("net.ipv4.ip_forward", "net.ipv4.conf.all.", "net.ipv4.conf.default.", "net.bridge.",
                    "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_count", "net.ipv4.vs.",
-                   "net.ipv4.conf.all.route_localnet")
+                   "net.ipv4.conf.all.route_localnet", "net.ipv6.conf.all.forwarding", "net.netfilter.nf_conntrack_tcp_be_liberal",
+                   "net.ipv4.tcp_keepalive_time")
+SYSCTL_SUFFIXES = (".rp_filter",)  # per interface too: the effective value is max(all, interface)
 
 
 def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", extra: dict | None = None, created: str | None = None,
@@ -31,7 +33,7 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
     grab("node/iptables-nft-save.txt", ["iptables-nft-save"], _strip_iptables_header)
     grab("node/iptables-legacy-save.txt", ["iptables-legacy-save"], _strip_iptables_header)
     grab("node/conntrack-stats.txt", ["conntrack", "-S"])
-    grab("node/ip-addr.json", ["ip", "-j", "addr"], _pretty_json)
+    grab("node/ip-addr.json", ["ip", "-d", "-j", "addr"], _pretty_json)  # -d: link kinds (vxlan, bridge, veth)
     grab("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], _pretty_json)
     if ipv6:
         grab("node/ip6tables-save.txt", ["ip6tables-save"], _strip_iptables_header)
@@ -42,7 +44,7 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
     grab("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"])
     grab("node/nft-version.txt", ["nft", "--version"])
     grab("node/uname.txt", ["uname", "-r"])
-    grab("node/sysctl.txt", ["sysctl", "-a"], lambda t: "".join(l + "\n" for l in t.splitlines() if l.startswith(SYSCTL_PREFIXES)))
+    grab("node/sysctl.txt", ["sysctl", "-a"], lambda t: "".join(l + "\n" for l in t.splitlines() if l.startswith(SYSCTL_PREFIXES) or l.split(" =")[0].endswith(SYSCTL_SUFFIXES)))
     files.update(extra or {})
     manifest = {
         "format": FORMAT,

@@ -1,0 +1,223 @@
+"""A host firewall (iptables INPUT/FORWARD policies, nftables inet filter tables, firewalld, ufw) that drops NodePort and
+health-check traffic kube-proxy accepts — in every proxy mode, found by tracing the packets through all of the node's
+rules."""
+
+from __future__ import annotations
+
+import re
+
+from kpdiag.checkapi import Skip, check
+from kpdiag.model import Evidence
+
+EXTERNAL_SRC = "203.0.113.77"  # an outside client (TEST-NET-3)
+MAX_TARGETS = 6
+_DPORT = re.compile(r"--dport (\d+)")
+_PROTO = re.compile(r"(?:^|\s)-p (\w+)")
+_IPTABLES_NFT = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")}
+
+
+def _node_ip(ctx) -> tuple[str, str] | None:
+    """(the node's address on its uplink, the uplink) — where outside clients send NodePort traffic."""
+    from .hostnet import _default_dev, _global_v4
+
+    dev = _default_dev(ctx, 4)
+    for link in ctx.ip_addr or []:
+        if link.get("ifname") == dev:
+            addrs = _global_v4(link)
+            if addrs:
+                return addrs[0].split("/")[0], dev
+    return None
+
+
+def _targets(ctx) -> list[tuple[str, int, str, str]]:
+    """(proto, port, what, where it is known) of NodePorts and health-check node ports on this node: from the API when
+    read, else from kube-proxy's rules."""
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    src = ctx.bundle.display("cluster/services.json")
+    for svc in svcs or []:
+        for p in svc.ports:
+            if p.get("nodePort"):
+                out.setdefault(((p.get("protocol") or "TCP").lower(), int(p["nodePort"])), (f"NodePort of {svc.key}", src))
+        if svc.spec.get("healthCheckNodePort"):
+            out.setdefault(("tcp", int(svc.spec["healthCheckNodePort"])), (f"health check node port of {svc.key}", src))
+    mode, _ = ctx.proxy_mode
+    if mode == "nftables" and ctx.nft() is not None:
+        from .nftables import _nodeports
+
+        for proto, port in _nodeports(ctx.nft()):
+            out.setdefault((proto, port), ("NodePort", f"{ctx.nft().source}: map service-nodeports"))
+    elif mode == "ipvs" and ctx.ipvs is not None:
+        node = _node_ip(ctx)
+        for key in ctx.ipvs:
+            if node and str(key[1]) == node[0]:
+                out.setdefault((key[0], int(key[2])), ("NodePort (IPVS virtual server on the node's address)", ctx.bundle.display("node/ipvsadm.txt")))
+    else:
+        rs = ctx.iptables()
+        for table, what in (("nat", "NodePort"), ("filter", "health check node port")):
+            chain = rs.chain(table, "KUBE-NODEPORTS") if rs is not None else None
+            for text in chain.lines if chain is not None else []:
+                m, p = _DPORT.search(text), _PROTO.search(text)
+                if m and (table == "nat" or "health check" in text):
+                    out.setdefault(((p.group(1) if p else "tcp").lower(), int(m.group(1))), (what, f"{rs.source}: {table} KUBE-NODEPORTS"))
+    hc = ctx.kube_proxy_config.get("healthzBindAddress") if ctx.kube_proxy_config is not None else None
+    if hc is not None and str(hc).rsplit(":", 1)[-1].isdigit() and not str(hc).startswith("127."):
+        out.setdefault(("tcp", int(str(hc).rsplit(":", 1)[-1])), ("kube-proxy's /healthz (load balancers' health checks)", ctx.kube_proxy_config.source))
+    # health checks first: they decide whether a load balancer sends anything at all
+    items = sorted(out.items(), key=lambda kv: ("health" not in kv[1][0], kv[0][1]))
+    return [(proto, port, what, where) for (proto, port), (what, where) in items[:MAX_TARGETS]]
+
+
+def _kube_step(step) -> bool:
+    return step.chain.startswith(("KUBE-", "kube-")) or "kube-proxy" in step.table
+
+
+def _drop(paths) -> tuple[float, object] | None:
+    """(share, the step that dropped) when some of the trace's paths are dropped or rejected by a rule or chain policy
+    that is not kube-proxy's."""
+    share, step = 0.0, None
+    for p in paths:
+        if p.verdict in ("drop", "reject") and p.steps:
+            last = p.steps[-1]
+            if last.hook != "routing" and not _kube_step(last):
+                share += p.probability
+                step = step or last
+    return (share, step) if step is not None else None
+
+
+def _host_firewall(ctx, mode: str):
+    """The node's nftables tables that are neither kube-proxy's nor iptables-nft's own (in iptables and IPVS mode the
+    iptables tracer does not see them): an NftTracer over them, or None."""
+    rs = ctx.nft()
+    if rs is None or mode == "nftables":
+        return None
+    keep = [t for t in rs.tables if t not in _IPTABLES_NFT and t[1] != "kube-proxy"]
+    if not keep:
+        return None
+    from kpdiag.trace.nftables import NftTracer
+
+    return NftTracer(rs, ctx.routing, mode="host firewall")
+
+
+def _owner(step) -> str:
+    name = f"{step.table} {step.chain}".lower()
+    if "firewalld" in name or step.chain.startswith(("filter_", "nat_")):
+        return "firewalld"
+    if "ufw" in name:
+        return "ufw"
+    return "the host firewall"
+
+
+@check(
+    "KP509", "host-firewall-drops-nodeports", "The host firewall drops NodePort or health-check traffic", "error",
+    needs=("addresses", "routes"),
+    symptom="NodePorts time out from outside the node although the Service works inside the cluster; cloud load balancers "
+            "mark every node unhealthy (their health check to healthCheckNodePort or :10256 gets no answer).",
+    why="""
+        NodePort traffic passes the node's own firewall before or after kube-proxy's rules: in iptables and nftables
+        mode it is DNATed in prerouting and then *forwarded* to the pod; in IPVS mode it is delivered to the node
+        (INPUT) and IPVS sends it on; health-check node ports and kube-proxy's :10256 are answered by kube-proxy itself
+        (INPUT). kube-proxy accepts what it needs in its own chains, but an accept in one table does not bind
+        another: an nftables inet filter table (firewalld's, or a hand-written one) with a drop policy on the input or
+        forward hook still drops the packet, and so do an iptables INPUT policy DROP or ufw's chains when nothing
+        before them accepts the port range.
+    """,
+    fix="Allow the NodePort range (30000-32767 by default, tcp and udp), the health-check node ports and 10256/tcp in the "
+        "host firewall on the input and forward paths (firewalld: add the ports to the zone and the pod CIDR as trusted; "
+        "ufw: ufw allow 30000:32767/tcp and 'ufw route allow').",
+)
+def host_firewall(ctx, new):
+    node = _node_ip(ctx)
+    if node is None:
+        raise Skip("the node's address on its uplink (the default route's interface) is not known")
+    targets = _targets(ctx)
+    if not targets:
+        return  # no NodePort, health-check port or reachable /healthz on this node
+    mode = ctx.proxy_mode[0] or "iptables"
+    tracer = ctx.mode_tracer()
+    host_fw = _host_firewall(ctx, mode)
+    if tracer is None and host_fw is None:
+        raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
+    from kpdiag.trace.model import Packet
+
+    node_ip, dev = node
+    blocked, untraced = [], []
+    for proto, port, what, where in targets:
+        if proto not in ("tcp", "udp", "sctp"):
+            continue
+        pkt = Packet(EXTERNAL_SRC, node_ip, proto, port, origin="external", iif=dev)
+        try:
+            result = tracer.trace(pkt) if tracer is not None else None
+        except Exception as exc:  # a rule the tracer cannot evaluate: say so rather than guess
+            untraced.append(f"{port}/{proto}: {exc.__class__.__name__}: {exc}")
+            continue
+        hit = _drop(result.paths) if result is not None else None
+        through = f"{mode} rules"
+        if hit is None and host_fw is not None:
+            # the host firewall's tables see the packet kube-proxy made: DNATed to an endpoint (iptables mode) or as is
+            after = [p for p in result.paths if p.verdict == "accept"] if result is not None else [None]
+            for p in after:
+                dst, dport = node_ip, port
+                if p is not None and p.dnat and "]" not in p.dnat:
+                    dst, _, dp = p.dnat.rpartition(":")
+                    dport = int(dp) if dp.isdigit() else port
+                try:
+                    r2 = host_fw.trace(Packet(EXTERNAL_SRC, dst, proto, dport, origin="external", iif=dev))
+                except Exception as exc:
+                    untraced.append(f"{port}/{proto} through the nftables tables: {exc.__class__.__name__}: {exc}")
+                    break
+                hit = _drop(r2.paths)
+                through = "the node's nftables tables"
+                if hit:
+                    break
+        if hit:
+            blocked.append((proto, port, what, where, hit, through))
+    if not blocked:
+        if untraced:
+            raise Skip(f"could not trace {'; '.join(untraced[:2])}")
+        return
+    by_owner = sorted({_owner(b[4][1]) for b in blocked})
+    proto, port, what, where, (share, step), through = blocked[0]
+    ports = ", ".join(f"{b[1]}/{b[0]} ({b[2]})" for b in blocked)
+    steps = []
+    for b in blocked:
+        st = b[4][1]
+        if all((st.table, st.chain, st.text) != (o.table, o.chain, o.text) for o in steps):
+            steps.append(st)
+    fix = [f"kpdiag trace --bundle <bundle> --src {EXTERNAL_SRC} --dst {node_ip} --dport {port}   # where it ends"]
+    if "firewalld" in by_owner:
+        fix += ["firewall-cmd --permanent --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=10256/tcp && firewall-cmd --reload",
+                "firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR> && firewall-cmd --reload   # the forwarded half"]
+    if "ufw" in by_owner:
+        fix += ["ufw allow 30000:32767/tcp && ufw allow 30000:32767/udp && ufw allow 10256/tcp", "ufw route allow to <clusterCIDR>"]
+    for st in steps:
+        if _owner(st) != "the host firewall":
+            continue
+        hook = st.hook.lower()
+        if " " in st.table:  # an nftables table ("inet hostfw"): only a rule in that table's chain helps
+            if hook == "input":
+                fix.append(f"nft insert rule {st.table} {st.chain} tcp dport {{ 30000-32767, 10256 }} accept; "
+                           f"nft insert rule {st.table} {st.chain} udp dport 30000-32767 accept")
+            else:
+                fix.append(f"nft insert rule {st.table} {st.chain} ip daddr <clusterCIDR> accept   # forwarded NodePort traffic to pods")
+        elif hook == "input":
+            fix.append(f"iptables -I {st.chain} -p tcp -m multiport --dports 30000:32767,10256 -j ACCEPT && "
+                       f"iptables -I {st.chain} -p udp --dport 30000:32767 -j ACCEPT")
+        else:
+            fix.append(f"iptables -I {st.chain} -d <clusterCIDR> -j ACCEPT   # forwarded NodePort traffic to pods")
+
+    def step_ev(st):
+        if st.source and st.source.rsplit(":", 1)[-1].isdigit():
+            src, line = st.source.rsplit(":", 1)
+            return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}", int(line))
+        src = ctx.nft().source if " " in st.table and ctx.nft() is not None else ctx.bundle.name
+        return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}")
+
+    yield new(
+        f"traffic from outside to {ports} on {node_ip} is dropped by {through}: "
+        + "; ".join(f"{_owner(st)} ({st.table} {st.chain}: {st.text[:80]})" for st in steps[:3]),
+        fix=tuple(dict.fromkeys(fix)),
+        evidence=[step_ev(st) for st in steps[:3]]
+        + [Evidence(b[3].split(": ", 1)[0], f"{b[1]}/{b[0]}: {b[2]}, {b[4][0] * 100:.0f}% of its paths dropped") for b in blocked[:3]],
+        subject="node",
+    )
