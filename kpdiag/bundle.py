@@ -334,6 +334,9 @@ def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict, force:
 
     blobs = {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()}
     blobs[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+    from .redact import scrub_secrets
+
+    blobs = scrub_secrets(blobs)  # tokens, keys and passwords never land in a bundle, --redact or not
     if out.endswith((".tar.gz", ".tgz")):
         with safeio.create_file(out, force) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             for rel in sorted(blobs):

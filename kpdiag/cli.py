@@ -364,6 +364,45 @@ def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig,
     _emit_report(outcome.report, output, fail_on, verbose)
 
 
+@cli.command("redact")
+@click.argument("bundle", type=click.Path())
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="A new directory, or FILE.tar.gz (an existing path is refused).")
+@click.option("--salt", help="Salt (the same salt gives the same pseudonyms across bundles; default: random).")
+def redact_cmd(bundle, out, salt):
+    """Write a redacted copy of a bundle collected without --redact (names, addresses, host names, tokens replaced)."""
+    import json as _json
+    import os
+
+    from .bundle import FORMAT, Bundle, write_bundle
+    from .errors import InputError
+    from .redact import redact_files
+
+    if os.path.lexists(out):
+        raise _fail(f"{out} exists: give a new directory or FILE.tar.gz (a redacted copy is always written fresh)", exitcodes.USAGE)
+    try:
+        source = Bundle.open(bundle)
+    except InputError as exc:
+        raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
+    files = {rel: data for rel in source.list("") if (data := source.read_bytes(rel)) is not None}
+    for problem in source.problems:
+        click.echo(f"kpdiag: warning: not copied: {problem}", err=True)
+    if not files:
+        raise _fail(f"{bundle}: nothing readable to redact", exitcodes.NO_DIAGNOSIS)
+    red, redactor = redact_files(files, salt)
+    try:
+        manifest = _json.loads(red.pop("kpdiag.json", b"") or b"null")
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict):
+        manifest = {"format": FORMAT, "errors": []}
+    manifest["redacted"] = {"names": len(redactor.names), "addresses": len(redactor.ips)}
+    try:
+        write_bundle(red, out, manifest)
+    except OSError as exc:
+        raise _fail(f"{out}: cannot write: {exc.strerror or exc}", exitcodes.NO_DIAGNOSIS) from None
+    click.echo(f"kpdiag: wrote {out}: {len(red) + 1} files; {len(redactor.names)} names and {len(redactor.ips)} addresses replaced", err=True)
+
+
 @cli.command("checks")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 def checks_cmd(output):

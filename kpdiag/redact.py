@@ -29,6 +29,8 @@ import json
 import re
 import secrets
 
+from .safeio import load_json
+
 REDACTED = "REDACTED"
 
 # ---------------------------------------------------------------- secrets (always)
@@ -36,20 +38,20 @@ _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----.*?(?:-----END \1-----|\Z)"
 _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*")  # base64 of "-----BEGIN"
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+|%20|=)(?!REDACTED)[A-Za-z0-9._~+/=:-]{6,}")
-_AUTHZ = re.compile(r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?!REDACTED)[^\"'\r\n,}]+")
+_AUTHZ = re.compile(r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?!REDACTED)[^\"'\r\n,}\\]+")
 _SECRET_KEYS = (r"[a-z0-9_-]*token|password|passwd|passphrase|secret[-_]?key|client[-_]?secret|api[-_]?key|"
                 r"client-key-data|client-certificate-data|certificate-authority-data|private[-_]?key|credentials?")
 _KEYVAL = re.compile(r"(?i)((?<![A-Za-z0-9])[\"']?(?:" + _SECRET_KEYS + r")[\"']?\s*[:=]\s*)"
-                     r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?![\[{\"']|(?:true|false|null)\b)[^\s,}\]]+)")
+                     r"(\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?![\[{\"'\\]|(?:true|false|null)\b)[^\s,}\]\\\"']+)")
 _URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"']+:[^/\s@\"']+@")
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def _keyval(m: re.Match) -> str:
     value = m.group(2)
-    if value.strip("\"'") in ("", REDACTED):
+    if value.strip("\\\"'") in ("", REDACTED):
         return m.group(0)
-    quote = value[0] if value[0] in "\"'" else ""
+    quote = '\\"' if value.startswith('\\"') else (value[0] if value[0] in "\"'" else "")
     return f"{m.group(1)}{quote}{REDACTED}{quote}"
 
 
@@ -96,15 +98,29 @@ def scrub_secrets(files: dict[str, bytes]) -> dict[str, bytes]:
         if isinstance(data, str):
             data = data.encode()
         text = data.decode("utf-8", "surrogateescape")
-        if rel.endswith(".json") and (rel.startswith("cluster/") or rel == "kpdiag.json"):
+        scrubbed = scrub_text(text)
+        if rel.endswith(".json"):
             try:
-                doc = json.loads(text)
-            except ValueError:
+                doc = load_json(text)  # a bundle is someone else's: depth-bounded (TooDeep is a ValueError)
+            except (ValueError, RecursionError):
                 doc = None
-            if doc is not None and _scrub_objects(doc):
-                text = json.dumps(doc, indent=1)
-        out[rel] = scrub_text(text).encode("utf-8", "surrogateescape")
+            # a JSON document is scrubbed string by string: a secret inside a string never takes a quote with it
+            if doc is not None and (_scrub_objects(doc) or scrubbed != text):
+                scrubbed = json.dumps(_map_strings(doc, scrub_text), indent=1)
+            elif doc is not None:
+                scrubbed = text
+        out[rel] = scrubbed.encode("utf-8", "surrogateescape")
     return out
+
+
+def _map_strings(doc, fn):
+    if isinstance(doc, str):
+        return fn(doc)
+    if isinstance(doc, list):
+        return [_map_strings(v, fn) for v in doc]
+    if isinstance(doc, dict):
+        return {k: _map_strings(v, fn) for k, v in doc.items()}
+    return doc
 
 
 # ---------------------------------------------------------------- names
@@ -577,7 +593,7 @@ def _json(data: bytes | None):
     if not data:
         return None
     try:
-        return json.loads(data)
+        return load_json(data)
     except (ValueError, RecursionError):
         return None
 
