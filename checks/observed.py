@@ -186,11 +186,14 @@ def service_path_broken(ctx, new):
             if obs.status != "fails" or not obs.ok_direct:
                 continue
             ok = obs.ok_direct
+            me = (ctx.probes or {}).get("source")
+            hairpin = any(d.ip == me for d in obs.direct)
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port} through {obs.target}: {obs.service_result}"
                 + (f" from {obs.service_from}" if obs.service_from else "")
                 + f" — yet {len(ok)} of {len(obs.direct)} endpoint(s) answer directly ({', '.join(d.label() for d in ok[:4])}): "
                 + "the Service layer on the client's node is at fault, not the backend"
+                + (f" — this client ({me}) is itself an endpoint: its own connection must hairpin back to it (KP206)" if hairpin else "")
                 + (" (see the node findings above: KP2xx/KP3xx/KP4xx)" if on_node else ""),
                 fix=(f"kubectl debug node/{node} -it --profile=sysadmin --image=<kpdiag image> -- kpdiag node --service {svc.key}",
                      f"kpdiag trace --dst {obs.cluster_ip}:{obs.port} --proto {obs.proto} --from pod --src <this pod IP>   # on that node"),

@@ -48,13 +48,19 @@ def _complete_checks(ctx, param, incomplete: str):
 
 
 def _nearest(pattern: str, checks) -> list[str]:
+    """The check ids nearest to a mistyped id or slug, best first ("KP50l" → KP501: l, I and O read as 1 and 0)."""
     import difflib
 
     named = {c.id: f"{c.id} ({c.slug})" for c in checks}
-    by_slug = {c.slug: c.id for c in checks}
-    close = difflib.get_close_matches(pattern.upper(), list(named), n=3, cutoff=0.5)
-    close += [by_slug[x] for x in difflib.get_close_matches(pattern.lower(), list(by_slug), n=3, cutoff=0.6)]
-    return [named[i] for i in dict.fromkeys(close)][:4]
+    p = pattern.strip()
+    as_id = p.upper().translate(str.maketrans({"L": "1", "I": "1", "O": "0"}))
+    scored = [(difflib.SequenceMatcher(None, as_id, c.id).ratio(), c.id) for c in checks]
+    scored += [(difflib.SequenceMatcher(None, p.lower(), c.slug).ratio(), c.id) for c in checks]
+    best: dict[str, float] = {}
+    for score, cid in scored:
+        best[cid] = max(best.get(cid, 0.0), score)
+    ranked = sorted((cid for cid, score in best.items() if score >= 0.6), key=lambda cid: (-best[cid], cid))
+    return [named[cid] for cid in ranked[:3]]
 
 
 def _check_patterns(ctx, param, value):
@@ -177,6 +183,9 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
 
 
 def _unreadable(report) -> str:
+    headline = (report.extra or {}).get("headline")
+    if headline:  # the library said why in plain words (kpdiag svc: API unreachable, 401/403, no kubeconfig …)
+        return str(headline).removeprefix("kpdiag ")
     problems = list(report.problems)
     if not problems:
         return f"{report.subject}: nothing kpdiag can read there (no bundle files: an empty or wrong directory?)"
@@ -248,14 +257,17 @@ def node(host_root, service, trace_to, preflight, quiet, output, fail_on, select
 @click.option("--no-probe", is_flag=True, help="API and rules only: send no packets.")
 @click.option("--node", "node_name", help="The node this runs on (default: $NODE_NAME), for traffic-policy checks.")
 @click.option("--host-root", type=click.Path(), default=None, help="Host root mount, when run on a node.")
-@click.option("--save", "save_to", type=click.Path(), help="Also write what was collected as a bundle (DIR or FILE.tar.gz) for 'kpdiag analyze'.")
+@click.option("--save", "save_to", type=click.Path(), help="Also write what was collected as a bundle (new DIR or FILE.tar.gz) for 'kpdiag analyze'.")
+@click.option("--force", is_flag=True, help="With --save: write even where the output exists (never through a symlink).")
 @_report_options
-def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, save_to, output, fail_on, select, ignore, verbose):
+def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, save_to, force, output, fail_on, select, ignore, verbose):
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
     from .service import diagnose_service
 
+    if save_to:
+        _check_output(save_to, force, "--save")
     report = diagnose_service(namespace, name, kubeconfig=kubeconfig, context=context, probe=not no_probe, node=node_name,
-                              host_root=host_root, select=select, ignore=ignore, progress=_progress, save_to=save_to)
+                              host_root=host_root, select=select, ignore=ignore, progress=_progress, save_to=save_to, save_force=force)
     _emit_report(report, output, fail_on, verbose)
 
 
@@ -294,20 +306,36 @@ def policy(from_, to, port, bundle, kubeconfig, context, output):
     raise click.exceptions.Exit(exitcodes.for_policy(doc["allowed"]))
 
 
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+_NOT_A_BUNDLE = (".zip", ".tar", ".gz", ".bz2", ".xz", ".zst", ".7z", ".tbz", ".tbz2", ".txz", ".json", ".yaml", ".yml", ".txt")
+
+
+def _check_output(out: str, force: bool, option: str) -> None:
+    """A bundle output is a new directory or FILE.tar.gz; an existing path only with --force, a symlink never."""
+    from .safeio import OutputExists, check_new_output
+
+    if not out.endswith(ARCHIVE_SUFFIXES) and out.lower().endswith(_NOT_A_BUNDLE):
+        raise _fail(f"{option} {out}: a bundle is written as a directory or a FILE.tar.gz (not {out.rsplit('.', 1)[-1]})", exitcodes.USAGE)
+    try:
+        check_new_output(out, force)
+    except OutputExists as exc:
+        raise _fail(f"{out}: {exc.strerror}", exitcodes.USAGE) from None
+
+
 @cli.command()
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="A directory, or FILE.tar.gz.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="A new directory, or FILE.tar.gz.")
+@click.option("--force", is_flag=True, help="Write even where the output exists (each file replaced afresh; a symlink is never followed).")
 @click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
 @click.option("--redact", is_flag=True, help="Replace namespaces, names, node names and non-cluster IPs by stable hashes (the same in every file).")
 @click.option("--redact-salt", help="Salt for --redact (the same salt gives the same hashes across bundles; default: random).")
-def collect(out, host_root, redact, redact_salt):
+def collect(out, host_root, redact, redact_salt, force):
     """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
     import os
 
     from .bundle import write_bundle
     from .collect.node import collect_node
 
-    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
-        raise _fail(f"{out} exists; give a new directory or file name", exitcodes.USAGE)
+    _check_output(out, force, "-o")
     files, manifest = collect_node(host_root=host_root, progress=_progress)
     if redact:
         import json as _json
@@ -319,9 +347,11 @@ def collect(out, host_root, redact, redact_salt):
         manifest = _json.loads(files.pop("kpdiag.json"))
         manifest["redacted"] = {"names": len(redactor.names), "addresses": len(redactor.ips)}
     try:
-        write_bundle(files, out, manifest)
+        write_bundle(files, out, manifest, force=force)
     except OSError as exc:
-        raise _fail(f"{out}: cannot write: {exc.strerror or exc}", exitcodes.NO_DIAGNOSIS) from None
+        from .safeio import describe
+
+        raise _fail(f"{out}: cannot write: {describe(exc)}", exitcodes.NO_DIAGNOSIS) from None
     _say(f"wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected")
     for err in manifest["errors"]:
         _say(f"  {err['source']}: {err['error']}")
@@ -339,10 +369,11 @@ def collect(out, host_root, redact, redact_salt):
 @click.option("--dry-run", is_flag=True, help="Print the pod manifests and create nothing.")
 @click.option("--cleanup", is_flag=True, help="Delete every pod kpdiag left behind in the namespace, and stop.")
 @click.option("--keep-pods", is_flag=True, help="Leave the node pods for inspection (remove them later with --cleanup).")
-@click.option("--save-dir", type=click.Path(file_okay=False), help="Also write each node's report (NODE.json) for 'kpdiag analyze DIR'.")
+@click.option("--save-dir", type=click.Path(file_okay=False), help="Also write each node's report (a new DIR: nodes/NODE.json and cluster.json) for 'kpdiag analyze DIR'.")
+@click.option("--force", is_flag=True, help="With --save-dir: write into an existing directory (each file replaced afresh; never through a symlink).")
 @click.option("--poll", type=click.FloatRange(0.05, 60), default=2.0, show_default=True, hidden=True, help="Seconds between pod status lists.")
 @_report_options
-def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig, context, dry_run, cleanup, keep_pods, save_dir, poll,
+def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig, context, dry_run, cleanup, keep_pods, save_dir, force, poll,
             output, fail_on, select, ignore, verbose):
     """Run 'kpdiag node' on every node through Kubernetes (one short-lived pod per node) and compare the nodes."""
     from .fleet import cluster_cmd
@@ -350,7 +381,7 @@ def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig,
 
     outcome = cluster_cmd.run(bar=ProgressBar(sys.stderr), nodes=nodes, service=service, image=image, namespace=pod_namespace, parallel=parallel, timeout=timeout,
                               kubeconfig=kubeconfig, context=context, dry_run=dry_run, cleanup=cleanup, keep_pods=keep_pods,
-                              save_dir=save_dir, poll=poll, select=select, ignore=ignore, progress=_progress)
+                              save_dir=save_dir, force=force, poll=poll, select=select, ignore=ignore, progress=_progress)
     if outcome.text is not None:
         from .render.safe import term_lines
 
@@ -483,7 +514,28 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
         click.echo("kpdiag: interrupted before cleanup finished: pods may be left; remove them with: kpdiag cluster --cleanup", err=True)
     else:
         click.echo("kpdiag: interrupted", err=True)
+    _INTERRUPTED.append(signum)
     return 128 + signum
+
+
+_INTERRUPTED: list[int] = []
+
+
+def run() -> None:
+    """The console entry point (kpdiag, kubectl-kpdiag, python -m kpdiag): main()'s exit code. After Ctrl-C the process
+    leaves at once (os._exit once the output is flushed): a probe or DNS thread still waiting for its timeout, or a
+    library's worker thread, must not keep it alive."""
+    code = main()
+    if _INTERRUPTED:
+        import os
+
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed pipe: nothing more to say
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -527,4 +579,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

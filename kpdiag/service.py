@@ -121,6 +121,23 @@ def _ids_for(findings, svc_key: str, ids: tuple[str, ...]) -> list:
     return [f for f in findings if f.id in ids and (f.subject or "").startswith(svc_key)]
 
 
+def _cause(o, policy: list, usable: bool, me: str | None = None) -> str:
+    """The layer at fault for a failing port, in a few words with the check that explains it."""
+    if o.ok_direct and any(d.ip == me for d in o.direct):
+        return "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)"
+    if o.ok_direct:
+        return "the Service layer on this client's node fails while the endpoints answer (KP113)"
+    if o.direct:
+        if policy:
+            return f"a NetworkPolicy blocks it ({policy[0].id})"
+        if all(d.outcome == "refused" for d in o.direct):
+            return "nothing listens on its endpoints (KP111)"
+        return "its endpoints do not answer (KP112)"
+    if not usable:
+        return "it has no ready endpoint (KP101/KP102)"
+    return f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)"
+
+
 def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
     status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
@@ -202,7 +219,8 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
                 body.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
     errs = [f for f in findings if f.severity.value == "error"]
     if status == "fails":
-        lines.append(f"{svc.key} does NOT work" + (f": {policy[0].summary}" if policy else ""))
+        lines.append(f"{svc.key} does NOT work: " + _cause(next(o for o in obs if o.status == "fails"), policy, bool(ready or term),
+                                                         (state.probes or {}).get("source")))
     elif status == "partial":
         lines.append(f"{svc.key} works only in part: some of its endpoints fail")
     elif status == "works" and errs:
@@ -217,12 +235,17 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
 
 
 def diagnose_service(namespace: str, name: str, *, kubeconfig=None, context=None, probe=True, node=None, host_root=None,
-                     select=(), ignore=(), progress=None, save_to: str | None = None, stop=None):
+                     select=(), ignore=(), progress=None, save_to: str | None = None, stop=None, save_force: bool = False):
     files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop)
     if save_to:
         from .bundle import write_bundle
+        from .errors import InputError
+        from .safeio import describe
 
-        write_bundle(files, save_to, manifest)
+        try:  # a new DIR or FILE.tar.gz: never over an existing path without save_force, never through a symlink
+            write_bundle(files, save_to, manifest, force=save_force)
+        except OSError as exc:
+            raise InputError(save_to, f"cannot write: {describe(exc)}") from None
     files["kpdiag.json"] = json.dumps(manifest).encode()
     return service_report(NodeState(Bundle.from_files("", files)), namespace, name, select, ignore)
 
