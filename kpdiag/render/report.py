@@ -133,7 +133,7 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
             if x.evidence:
                 out.append("  evidence:")
                 out.extend(c("dim", f"    {term(e)}") for e in x.evidence)
-    out.extend(_skipped_lines(report, verbose, c))
+    out.extend(_skipped_lines(report, verbose, c, width))
     if report.problems:
         out.append("")
         out.append(c("dim", f"could not read ({len(report.problems)}):"))
@@ -145,7 +145,7 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     return "\n".join(out) + "\n"
 
 
-def _skipped_lines(report: Report, verbose: bool, c) -> list[str]:
+def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[str]:
     """Checks that did not run: one line per reason by default (-v: each check and its reason). A check that failed
     with an internal error is always listed."""
     failed = [r for r in report.checks if r.status == "error"]
@@ -166,10 +166,10 @@ def _skipped_lines(report: Report, verbose: bool, c) -> list[str]:
         needs = all((r.reason or "").startswith("needs ") for r in runs)
         count = f"{len(runs)} check{'s' if len(runs) != 1 else ''}"
         if needs:
-            line = f"  {count} need{'s' if len(runs) == 1 else ''} {term(why)}"
+            line = f"{count} need{'s' if len(runs) == 1 else ''} {why}"
         else:
-            line = f"  {count} skipped: {term(why)}"
-        out.append(c("dim", line + " — -v lists " + ("it" if len(runs) == 1 else "them")))
+            line = f"{count} skipped: {why}"
+        out.extend(c("dim", w) for w in _wrap(line + " — -v lists " + ("it" if len(runs) == 1 else "them"), width, "  ", "    "))
     return out
 
 
@@ -202,7 +202,7 @@ def notable_rows(rows: list[dict], verbose: bool = False) -> tuple[list[dict], i
 
 def fit_table(rows: list[list], headers: list[str], width: int | None = None, floors: dict[int, int] | None = None) -> str:
     """A plain table whose cells (escaped: :func:`term`) wrap so that it fits ``width`` columns (the terminal's):
-    the widest columns give way first, no column below its floor (default 6, or its widest number)."""
+    the columns with the most room above their floor (default 6) give way first."""
     from tabulate import tabulate
 
     width = output_width(width)
@@ -210,28 +210,50 @@ def fit_table(rows: list[list], headers: list[str], width: int | None = None, fl
     heads = [term(h) for h in headers]
     n = len(heads)
     natural = [max([len(heads[i])] + [len(r[i]) for r in body]) for i in range(n)]
-    sep = 2 * (n - 1)
-    limits = list(natural)
     floor = [min(natural[i], (floors or {}).get(i, 6)) for i in range(n)]
-    while sum(limits) + sep > width:
-        i = max(range(n), key=lambda k: (limits[k] - floor[k], limits[k]))
-        if limits[i] <= floor[i]:
-            break  # as narrow as it gets
-        limits[i] -= 1
-    wrap = None if limits == natural else limits
-    return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True, maxcolwidths=wrap,
-                    maxheadercolwidths=wrap) + "\n"
+    limits = list(natural)
+
+    def render(wrap):
+        import tabulate as tabulate_module
+
+        padding = tabulate_module.MIN_PADDING
+        tabulate_module.MIN_PADDING = 0  # tabulate widens every column to its header + 2: the column gap is enough
+        try:
+            return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True, maxcolwidths=wrap, maxheadercolwidths=wrap)
+        finally:
+            tabulate_module.MIN_PADDING = padding
+
+    out = render(None)
+    for _ in range(12):  # measure what tabulate drew, narrow the roomiest columns, draw again
+        excess = max((len(line) for line in out.splitlines()), default=0) - width
+        if excess <= 0:
+            break
+        for _ in range(excess):
+            i = max(range(n), key=lambda k: (limits[k] - floor[k], limits[k]))
+            if limits[i] <= floor[i]:
+                if all(f <= 4 for f in floor):
+                    return out + "\n"  # as narrow as it gets
+                floor = [min(f, 4) for f in floor]  # last resort: below the preferred floors
+                continue
+            limits[i] -= 1
+        out = render(list(limits))
+    return out + "\n"
 
 
 def nodes_table(rows: list[dict], width: int | None = None) -> str:
     """The per-node summary of a cluster report."""
     cols = [("node", "node"), ("status", "status"), ("mode", "mode"), ("kube_proxy", "kube-proxy"), ("kernel", "kernel"),
-            ("iptables_rules", "rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("error", "E"),
-            ("warning", "W"), ("info", "I")]
+            ("iptables_rules", "rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("findings", "E/W/I")]
     if any(r.get("service") for r in rows):
         cols.append(("service", "service trace"))
-    body = [[r.get(k) for k, _ in cols] for r in rows]
-    return fit_table(body, [h for _, h in cols], width, floors={0: 12, 8: 1, 9: 1, 10: 1})
+
+    def cell(r: dict, k: str):
+        if k == "findings":
+            return "/".join("" if r.get(s) is None else str(r.get(s)) for s in ("error", "warning", "info")) if r.get("status") == "ok" else ""
+        return r.get(k)
+
+    body = [[cell(r, k) for k, _ in cols] for r in rows]
+    return fit_table(body, [h for _, h in cols], width, floors={0: 12, 1: 11, 2: 8, 3: 5, 4: 7, 5: 5, 6: 5, 7: 9, 8: 5, 9: 16})
 
 
 def report_to_table(report: Report, width: int | None = None) -> str:

@@ -38,7 +38,7 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
     pk = result.packet
     lines = []
     src, dst = hostport(pk.src, pk.sport if pk.proto != "icmp" else None), hostport(pk.dst, pk.dport)
-    lines.append(term(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)"))
+    lines.extend(_wrap(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)", width, "", "        "))
     lines.extend(_wrap(f"mode    {result.mode}; rules from {', '.join(result.sources)}", width, "", "        "))
     n = len(result.paths)
     lines.append(
