@@ -7,6 +7,7 @@ import ipaddress
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import persist_sysctls
 from kpdiag.model import Evidence
 
 PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
@@ -106,7 +107,7 @@ def rp_filter_strict(ctx, new):
             f"{uplink}: NodePort and LoadBalancer traffic to {', '.join(a.split('/')[0] for a in addrs)} from anywhere but "
             f"{nets} is dropped on arrival",
             fix=(f"sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{name}.rp_filter=2   # loose: the source must be routable at all",
-                 f"printf 'net.ipv4.conf.all.rp_filter = 2\\nnet.ipv4.conf.{name}.rp_filter = 2\\n' > {PERSIST} && sysctl --system",
+                 persist_sysctls({"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}, "rp-filter"),
                  "nstat -az TcpExtIPReversePathFilter   # counts the packets the check dropped",
                  f"or answer out of {name}: ip rule add from <{name} address> table 100; ip route add default via <gateway on {name}> dev {name} table 100"),
             evidence=[e for e in (ev.sysctl(ctx, "net.ipv4.conf.all.rp_filter"),
@@ -165,7 +166,7 @@ def ipv6_forward_off(ctx, new):
     yield new(
         "net.ipv6.conf.all.forwarding = 0 on a node with IPv6 Services: IPv6 Service traffic to pods is not forwarded",
         fix=("sysctl -w net.ipv6.conf.all.forwarding=1",
-             f"echo 'net.ipv6.conf.all.forwarding = 1' >> {PERSIST} && sysctl --system   # keep it across reboots",
+             persist_sysctls({"net.ipv6.conf.all.forwarding": 1}, "ipv6-forwarding") + "   # keep it across reboots",
              "grep -r 'ipv6.*forwarding' /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off"),
         evidence=[ev.sysctl(ctx, "net.ipv6.conf.all.forwarding")] + [Evidence(w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in why],
         subject="node",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from kpdiag import evidence as ev
+from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
@@ -76,10 +77,9 @@ def ipvs_unavailable(ctx, new):
     yield new(
         f"mode is ipvs but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not loaded on kernel {k}: {consequence}",
         fix=(
-            f"modprobe -a {' '.join(wanted)}",
-            f"printf '%s\\n' {' '.join(wanted)} > /etc/modules-load.d/ipvs.conf   # load them at every boot",
+            persist_modules(wanted, "ipvs") + "   # now and at every boot",
             "apt-get install -y ipset ipvsadm   # Debian/Ubuntu;  dnf install -y ipset ipvsadm   # RHEL/Fedora",
-            "sysctl -w net.ipv4.vs.conntrack=1 && echo 'net.ipv4.vs.conntrack = 1' >> /etc/sysctl.d/99-kubernetes.conf",
+            set_sysctls({"net.ipv4.vs.conntrack": 1}) + " && " + persist_sysctls({"net.ipv4.vs.conntrack": 1}, "ipvs-conntrack"),
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
         ),

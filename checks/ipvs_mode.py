@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kpdiag import evidence as ev
+from kpdiag.fixcmd import persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
@@ -86,7 +87,7 @@ def realservers(ctx, new):
         for port, key, family in _api_keys(svc):
             vs = services.get(key)
             want = wanted_targets(ctx, svc, port, family)  # internalTrafficPolicy: Local → this node's ready endpoints
-            if vs is None or want is None or not any(e.ready for e in svc.endpoints_for(port, family=family)):
+            if vs is None or not want:
                 continue
             have = {r.target for r in vs.reals if r.weight > 0}
             if have == want:
@@ -241,7 +242,7 @@ def ipvs_sysctls(ctx, new):
         raise Skip("no net.ipv4.vs.* sysctls collected (ip_vs not loaded?)")
     for key, v, want, why in wrong:
         yield new(f"{key} = {v.value}, kube-proxy needs {want}: {why}",
-                  fix=(f"sysctl -w {key}={want}", f"echo '{key} = {want}' >> /etc/sysctl.d/99-kubernetes.conf"),
+                  fix=(set_sysctls({key: want}), persist_sysctls({key: want}, "ipvs-" + key.rsplit(".", 1)[-1].replace("_", "-"))),
                   evidence=[ev.sysctl(ctx, key)], subject="node")
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kpdiag import evidence as ev
+from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 
-PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
 
 
 @check(
@@ -18,7 +18,7 @@ PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
         With forwarding off the kernel drops it silently — no REJECT, no log, just timeouts. Something on the
         node (a host firewall, a container runtime restart, a hardening script, a cloud image default) turned it off.
     """,
-    fix=f"sysctl -w net.ipv4.ip_forward=1, persisted in {PERSIST}",
+    fix="sysctl -w net.ipv4.ip_forward=1, persisted in a drop-in file under /etc/sysctl.d (never by truncating a shared one).",
     references=("https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional",),
 )
 def ip_forward(ctx, new):
@@ -30,8 +30,8 @@ def ip_forward(ctx, new):
     yield new(
         "net.ipv4.ip_forward = 0: this node does not forward packets, so Service traffic to pods on other nodes is dropped",
         fix=(
-            "sysctl -w net.ipv4.ip_forward=1",
-            f"echo 'net.ipv4.ip_forward = 1' > {PERSIST} && sysctl --system   # keep it across reboots",
+            set_sysctls({"net.ipv4.ip_forward": 1}),
+            persist_sysctls({"net.ipv4.ip_forward": 1}, "ip-forward") + "   # keep it across reboots (kpdiag's own drop-in file)",
             "grep -r ip_forward /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off",
         ),
         evidence=[ev.sysctl(ctx, "net.ipv4.ip_forward")],
@@ -78,10 +78,9 @@ def bridge_nf_call(ctx, new):
     if ctx.ip_addr is not None and not bridges:
         return  # no bridge: pod traffic is routed (e.g. ptp/ipvlan/eBPF CNIs), br_netfilter does not matter
     fixes = [
-        "modprobe br_netfilter",
-        "echo br_netfilter > /etc/modules-load.d/k8s.conf   # load it at boot",
-        "sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1",
-        f"printf 'net.bridge.bridge-nf-call-iptables = 1\\nnet.bridge.bridge-nf-call-ip6tables = 1\\n' >> {PERSIST} && sysctl --system",
+        persist_modules(["br_netfilter"], "br-netfilter") + "   # now and at every boot",
+        set_sysctls({"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}),
+        persist_sysctls({"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}, "bridge-nf-call"),
     ]
     evidence = []
     if v is None:
@@ -134,8 +133,8 @@ def route_localnet(ctx, new):
     yield new(
         "route_localnet is 0 while kube-proxy serves NodePorts on localhost: 127.0.0.1:<nodePort> will not connect",
         fix=(
-            "sysctl -w net.ipv4.conf.all.route_localnet=1",
-            f"echo 'net.ipv4.conf.all.route_localnet = 1' >> {PERSIST}",
+            set_sysctls({"net.ipv4.conf.all.route_localnet": 1}),
+            persist_sysctls({"net.ipv4.conf.all.route_localnet": 1}, "route-localnet"),
             "or, if localhost NodePorts are not wanted: set iptables.localhostNodePorts: false in the kube-proxy ConfigMap "
             "and restart kube-proxy (kubectl -n kube-system rollout restart daemonset kube-proxy)",
         ),
