@@ -88,13 +88,12 @@ class RoutingTable:
                     "known (no bundle): the kernel's default 0 is assumed", True)
         if known.get("all") or (iif is not None and known.get(iif)):
             return None
-        where = "all" if iif is None else f"all and {iif}"
+        where = "net.ipv4.conf.all.route_localnet = 0" if iif is None else f"net.ipv4.conf.all.route_localnet and .{iif}.route_localnet are 0"
         others = sorted(k for k, v in known.items() if v and k not in ("all", "default"))
         if iif is None and others:
             return (f"{what} is dropped by the kernel unless route_localnet = 1 on its input interface: it is 0 for all, "
                     f"1 on {', '.join(others)} (give --iif to say which)", True)
-        return (f"{what} is dropped by the kernel: net.ipv4.conf.{{{where}}}.route_localnet = 0 (kube-proxy sets it to 1 "
-                "for NodePorts on localhost)", False)
+        return (f"{what} is dropped by the kernel: {where} (kube-proxy sets it to 1 for NodePorts on localhost)", False)
 
     def knows(self, version: int) -> bool:
         """Are any routes of this IP version known?"""
