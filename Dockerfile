@@ -1,5 +1,8 @@
-# kpdiag image: `kpdiag cluster` runs it on every node; `kubectl debug` / a debug pod runs `kpdiag svc`.
-#   docker build -t ghcr.io/kpdiag/kpdiag:$(python3 -c 'import kpdiag; print(kpdiag.__version__)') .
+# kpdiag image for those who build with a container engine: `kpdiag cluster` runs it on every node; `kubectl debug` /
+# a debug pod runs `kpdiag svc`. The image this repository builds and tests is made without one by
+# deploy/build-image.sh (Debian bookworm, debootstrap, umoci, skopeo) from the same package list
+# (deploy/image-packages.txt; tests/packaging/test_deploy.py keeps the two in step) and deploy/constraints.txt.
+#   docker build -t kpdiag:$(python3 -c 'import kpdiag; print(kpdiag.__version__)') .
 #
 # Tools: iptables 1.8 with BOTH backends (iptables-legacy* and iptables-nft*, the node decides which one its
 # rules are in), nftables, ipset, ipvsadm, conntrack, iproute2. On a node, kpdiag prefers the host's own tools
@@ -8,8 +11,8 @@
 # User: the image runs as root by default, because its two main uses need capabilities that only uid 0 gets
 # in a container (kubectl debug cannot set a user, and file capabilities on the interpreter would make the image
 # fail to start where NET_RAW is dropped):
-#   kpdiag node / cluster pods   privileged (CAP_NET_ADMIN for rule and netlink dumps, CAP_SYS_CHROOT for /host,
-#                                the host's /proc/sys); the pod kpdiag cluster creates also sets runAsUser: 0
+#   kpdiag node / cluster pods   NET_ADMIN, NET_RAW, SYS_CHROOT, SYS_PTRACE (deploy/node-pod-privileges.md says
+#                                why each); the pod kpdiag cluster creates sets runAsUser: 0 and drops the rest
 #   kpdiag svc with probes       CAP_NET_RAW (scapy's ICMP/TCP probes), e.g.
 #                                kubectl debug -it POD --image=… --profile=netadmin -- kpdiag svc NAME -n NS
 # Everything else runs as the unprivileged user "kpdiag" (uid 10001) that the image also has:
@@ -23,10 +26,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+COPY deploy/constraints.txt ./deploy/
 COPY kpdiag ./kpdiag
 COPY checks ./checks
-RUN pip install --no-cache-dir . && rm -rf /src
+RUN pip install --no-cache-dir -c deploy/constraints.txt . && rm -rf /src
 
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin kpdiag
 WORKDIR /home/kpdiag

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the image would contain, tried without a container engine: a Debian bookworm root filesystem
-# (debootstrap) with the Dockerfile's own apt packages, kpdiag's wheel installed with pip, the uid 10001
+# (debootstrap) with the image's packages (deploy/image-packages.txt), kpdiag's wheel installed with pip, the uid 10001
 # user, then kpdiag run chrooted in it — as root in a network namespace with kube-proxy rules loaded by the
 # rootfs's own iptables (what `kpdiag cluster` pods do), and as uid 10001 (analyze, trace).
 #
@@ -13,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${1:-/tmp/kpdiag-rootfs}
 NS=kpdiag-rootfs-$$
-pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \(.*\) \\$/\1/p' Dockerfile)
-[ -n "$pkgs" ] || { echo "cannot read the apt packages from the Dockerfile" >&2; exit 2; }
+pkgs=$(grep -v '^\s*#' deploy/image-packages.txt | grep -vx python3 | xargs)
+[ -n "$pkgs" ] || { echo "cannot read the packages from deploy/image-packages.txt" >&2; exit 2; }
 
 if [ ! -x "$ROOT/usr/bin/python3" ]; then
   echo "== debootstrap bookworm + python3 + $pkgs"

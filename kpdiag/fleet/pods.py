@@ -9,8 +9,20 @@ import secrets
 
 from .. import __version__
 
-IMAGE_REPO = "ghcr.io/kpdiag/kpdiag"
+# The image deploy/build-image.sh builds and `kind load` / `ctr images import` put on the nodes. The default is
+# never pulled (imagePullPolicy Never): no registry namespace, whoever owns it, can put its own privileged pod on
+# every node. An --image pinned by digest (NAME@sha256:…, dist/kpdiag-image.ref) may be pulled.
+IMAGE_REPO = "kpdiag"
 DEFAULT_IMAGE = f"{IMAGE_REPO}:{__version__}"
+
+# What `kpdiag node` needs in the node pod — no more (deploy/node-pod-privileges.md explains each; the lab test
+# tests/lab/test_image.py runs the image with exactly these and compares with a run outside any container):
+#   NET_ADMIN   dump netfilter (iptables-save over nf_tables, nft -j list ruleset), ipset, IPVS and conntrack netlink
+#   NET_RAW     iptables-legacy-save reads the legacy tables through a raw socket
+#   SYS_CHROOT  run the host's own iptables/nft/ipvsadm/conntrack in the read-only host root (chroot /host)
+#   SYS_PTRACE  read kube-proxy's /proc/PID/exe and its files through /proc/PID/root: kube-proxy runs with more
+#               capabilities than this pod, and the kernel asks for SYS_PTRACE to look into such a process
+NODE_CAPABILITIES = ("NET_ADMIN", "NET_RAW", "SYS_CHROOT", "SYS_PTRACE")
 DEFAULT_NAMESPACE = "kpdiag"
 CONTAINER = "kpdiag"
 
@@ -31,6 +43,11 @@ def pod_name(run_id: str, node: str) -> str:
     if len(name) > 63:  # keep it a DNS label too (shown in kubectl, used as hostname)
         name = f"kpdiag-{run_id}-{base[:30].rstrip('.-')}-{hashlib.sha1(node.encode()).hexdigest()[:8]}"
     return name
+
+
+def pull_policy(image: str) -> str:
+    """``IfNotPresent`` for an image pinned by digest; ``Never`` otherwise: a tag is only used as loaded on the node."""
+    return "IfNotPresent" if "@sha256:" in image else "Never"
 
 
 def node_command(service: str | None = None) -> list[str]:
@@ -67,14 +84,15 @@ def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: s
             "containers": [{
                 "name": CONTAINER,
                 "image": image,
-                "imagePullPolicy": "IfNotPresent",
+                "imagePullPolicy": pull_policy(image),
                 "command": node_command(service),
                 "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
                 "securityContext": {
-                    # iptables-save, nft and netlink dumps need CAP_NET_ADMIN (and NET_RAW); reading the host's
-                    # /proc/sys and kube-proxy's files is simplest privileged — the host root stays read-only.
-                    # The image's default user is not root: capabilities only apply to uid 0 here.
-                    "privileged": True,
+                    # not privileged: the capabilities above and nothing else; no privilege escalation; uid 0
+                    # because the added capabilities are given to root only (no ambient capabilities in pods)
+                    "privileged": False,
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"], "add": list(NODE_CAPABILITIES)},
                     "runAsUser": 0,
                     "runAsNonRoot": False,
                     "readOnlyRootFilesystem": True,

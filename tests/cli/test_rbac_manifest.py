@@ -95,3 +95,18 @@ def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
         else:
             assert call[0] == "kpdiag" and (call[1], call[2]) in granted_ns, call
     assert {("kpdiag", "pods", "create"), ("kpdiag", "pods", "delete"), ("kpdiag", "pods/log", "get"), ("", "nodes", "list")} <= used
+
+
+def test_svc_rbac_lists_pods_only_per_namespace():
+    """A pod list shows every container's environment: deploy/rbac-svc.yaml grants it through RoleBindings in the
+    namespaces named, never through a ClusterRoleBinding."""
+    with open(os.path.join(ROOT, "deploy", "rbac-svc.yaml")) as fh:
+        docs = [d for d in yaml.safe_load_all(fh) if d]
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("ClusterRole", "Role")}
+    with_pods = {key for key, d in roles.items() if any("pods" in r.get("resources", []) for r in d["rules"])}
+    assert with_pods == {("ClusterRole", "kpdiag-svc-pods")}
+    for d in docs:
+        if d["kind"] == "ClusterRoleBinding":
+            assert (d["roleRef"]["kind"], d["roleRef"]["name"]) not in with_pods, d["metadata"]["name"]
+    bound = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "kpdiag-svc-pods"]
+    assert bound and all(d["metadata"].get("namespace") for d in bound)

@@ -1,0 +1,136 @@
+"""The real kpdiag image (deploy/build-image.sh), run with runc as the node pod runs it: in the network namespace of
+a lab node (hostNetwork), in the host's PID namespace (hostPID), the host's root filesystem read-only at /host, a
+read-only root filesystem with /tmp writable, uid 0 with exactly the capabilities the pod asks for
+(kpdiag.fleet.pods.NODE_CAPABILITIES), not privileged, no privilege escalation. `kpdiag node -o json` inside must
+find the node's kube-proxy rules and give the same programmed table as kpdiag run outside in the same namespace."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from kpdiag import __version__
+from kpdiag.fleet import pods
+from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.conftest import ROOT
+
+from .netlab import KubeNodeLab
+
+pytestmark = pytest.mark.lab
+
+TOOLS = ("debootstrap", "umoci", "skopeo", "runc")
+
+
+@pytest.fixture(scope="module")
+def image_layout():
+    """Build the image (reusing the digest-verified cache of deploy/build-image.sh) and return its OCI layout."""
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if missing or os.geteuid() != 0:
+        why = f"image build needs root and {', '.join(missing) or 'root'} (apt-get install debootstrap umoci skopeo runc)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    proc = subprocess.run(["bash", os.path.join(ROOT, "deploy", "build-image.sh")], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sys.stderr.write(proc.stdout)
+    layout = os.path.join(ROOT, "dist", "kpdiag-oci")
+    digest = open(os.path.join(ROOT, "dist", "kpdiag-image.digest")).read().strip()
+    assert digest.startswith("sha256:") and len(digest) == 71
+    assert open(os.path.join(ROOT, "dist", "kpdiag-image.ref")).read().strip() == f"kpdiag:{__version__}@{digest}"
+    return layout, digest, proc.stdout
+
+
+def _bundle(layout: str, dest: str, netns: str, argv: list[str]) -> str:
+    subprocess.run(["umoci", "unpack", "--image", f"{layout}:{__version__}", dest], check=True, capture_output=True, timeout=300)
+    path = os.path.join(dest, "config.json")
+    with open(path) as fh:
+        cfg = json.load(fh)
+    caps = [f"CAP_{c}" for c in pods.NODE_CAPABILITIES]
+    proc = cfg["process"]
+    proc.update(terminal=False, args=argv, user={"uid": 0, "gid": 0}, noNewPrivileges=True)
+    proc["env"] = [e for e in proc["env"] if not e.startswith("TERM=")] + ["NODE_NAME=lab-node"]
+    proc["capabilities"] = {k: list(caps) for k in ("bounding", "effective", "permitted")}
+    cfg["root"]["readonly"] = True  # readOnlyRootFilesystem
+    ns = [n for n in cfg["linux"]["namespaces"] if n["type"] not in ("network", "pid")]  # hostPID: no pid namespace
+    cfg["linux"]["namespaces"] = ns + [{"type": "network", "path": f"/var/run/netns/{netns}"}]  # hostNetwork
+    cfg["mounts"] += [
+        # the host root, read-only (recursively), as `kubectl debug node` and kpdiag's node pod mount it
+        {"destination": "/host", "type": "bind", "source": "/", "options": ["rbind", "rro", "rprivate"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=256m"]},
+    ]
+    cfg["hostname"] = "lab-node"
+    with open(path, "w") as fh:
+        json.dump(cfg, fh)
+    return dest
+
+
+def _runc(bundle: str) -> subprocess.CompletedProcess:
+    name = "kpdiag-test-" + uuid.uuid4().hex[:8]
+    try:
+        return subprocess.run(["runc", "run", "--bundle", bundle, name], capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        subprocess.run(["runc", "delete", "--force", name], capture_output=True, timeout=60)
+
+
+def test_image_runs_kpdiag_node_like_the_node_pod(lab, image_layout, tmp_path):
+    layout, digest, build_log = image_layout
+    k = KubeNodeLab.build(lab, pod_count=2)
+    lab.route("node", "default", "via", k.client_ip)
+    ips = list(k.pods.values())
+    k.load_iptables(iptables_ruleset([
+        Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint(ips[1])]),
+        Service("shop", "db", "10.96.0.30", [Port("pg", 5432, 5432)], [Endpoint(ips[1])]),
+    ]))
+
+    # exactly the command the node pod runs, in the container
+    bundle = _bundle(layout, str(tmp_path / "bundle"), lab.ns("node"), pods.node_command())
+    inside = _runc(bundle)
+    assert inside.returncode == 0, inside.stderr[-3000:]
+    report = json.loads(inside.stdout)
+    assert report["schema"] == "kpdiag.report/v1"
+    prog = report["extra"]["programmed"]
+    keys = json.dumps(prog)
+    assert prog["count"] == 2 and "10.96.0.20" in keys and "10.96.0.30" in keys, prog
+    assert report["facts"]["iptables_rules"] > 10 and report["facts"]["proxy_mode"] == "iptables", report["facts"]
+    # the host's tools were run in the read-only host root, not the image's copies: no 'could not read' for them
+    assert not [p for p in report["problems"] if "iptables-save" in p["source"]], report["problems"]
+
+    # the same command outside any container, in the same namespace, the same host root
+    exe = shutil.which("kpdiag")
+    argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + pods.node_command()[1:]
+    argv[argv.index("/host")] = "/"
+    outside = lab.sh("node", argv, check=False, timeout=300)
+    assert outside.returncode == 0, outside.stderr
+    expected = json.loads(outside.stdout)
+    assert prog == expected["extra"]["programmed"]
+    assert report["facts"]["iptables_rules"] == expected["facts"]["iptables_rules"]
+    assert [f["id"] for f in report["findings"]] == [f["id"] for f in expected["findings"]]
+
+
+def test_image_archives_are_loadable_and_carry_the_digest(image_layout):
+    """dist/kpdiag-image.tar is a docker-archive (docker load / podman load / kind load image-archive) and
+    dist/kpdiag-image.oci.tar an OCI archive whose manifest digest is the one recorded; the image fits 250 MB."""
+    layout, digest, build_log = image_layout
+    dist = os.path.join(ROOT, "dist")
+    raw = subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{dist}/kpdiag-image.oci.tar"], capture_output=True, timeout=300, check=True).stdout
+    import hashlib
+
+    assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
+    info = json.loads(subprocess.run(["skopeo", "inspect", f"docker-archive:{dist}/kpdiag-image.tar"], capture_output=True,
+                                     text=True, timeout=300, check=True).stdout)
+    assert info["Labels"]["org.opencontainers.image.version"] == __version__ and info["Os"] == "linux"
+    import tarfile
+
+    with tarfile.open(os.path.join(dist, "kpdiag-image.tar")) as tf:
+        manifest = json.load(tf.extractfile("manifest.json"))
+    assert manifest[0]["RepoTags"] == [f"docker.io/library/kpdiag:{__version__}"] or manifest[0]["RepoTags"] == [f"kpdiag:{__version__}"]
+    config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci:{layout}:{__version__}"], capture_output=True,
+                                       text=True, timeout=120, check=True).stdout)
+    assert config["config"]["Entrypoint"] == ["kpdiag"]
+    unpacked = int(open(os.path.join(layout, "rootfs-bytes")).read())
+    assert unpacked <= 250e6, f"image is {unpacked / 1e6:.1f} MB unpacked"
