@@ -131,8 +131,8 @@ def main() -> None:
     for services in args.services:
         results = reports(args.nodes, services)
         with tempfile.TemporaryDirectory() as d:
-            write_report_dir(d, results, {"api_version": "v1.31.4", "local_itp": []})
-            size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+            write_report_dir(d, results, {"api_version": "v1.31.4", "local_itp": []}, force=True)  # d exists
+            size = sum(os.path.getsize(os.path.join(top, f)) for top, _, names in os.walk(d) for f in names)
             runs = [peak_of([sys.executable, "-m", "kpdiag", "analyze", d, "-o", "json"]) for _ in range(args.repeat)]
         mem = []
         for _ in range(args.repeat):

@@ -17,6 +17,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from ..safeio import load_json
+
 API_TIMEOUT = 5.0
 SERVICE_LOOKUP = "cluster/service-lookup.json"
 
@@ -69,15 +71,20 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
             bad = _kubeconfig_problem(path or os.path.expanduser("~/.kube/config"))
             if bad:
                 return None, bad
-            api = config.new_client_from_config(config_file=path, context=context)
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration, persist_config=False)
         else:
-            config.load_incluster_config()
-            api = client.ApiClient()
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+        # no retries inside the client: urllib3 takes them when the ApiClient builds its connection pool (set on the
+        # client afterwards they are ignored, and every timeout is tried 4 times); kpdiag retries what it means to
+        # retry, within its own deadlines
+        configuration.retries = 0
+        api = client.ApiClient(configuration=configuration)
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
         text = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
         return None, (f"no usable Kubernetes credentials ({text}): give --kubeconfig, "
                       "or run in a pod with a service account")
-    api.configuration.retries = 0
     return api, None
 
 
@@ -100,7 +107,9 @@ def _kubeconfig_problem(path: str) -> str | None:
         if len(data) > KUBECONFIG_MAX:
             return f"kubeconfig {one}: larger than {KUBECONFIG_MAX >> 20} MiB, not a kubeconfig"
         try:
-            doc = yaml.safe_load(data)
+            from ..safeio import load_yaml
+
+            doc = load_yaml(data)  # depth- and alias-bounded
         except (yaml.YAMLError, RecursionError, ValueError) as exc:
             where = getattr(exc, "problem_mark", None)
             return f"kubeconfig {one}: not valid YAML" + (f" (line {where.line + 1})" if where is not None else "")
@@ -139,7 +148,7 @@ class ClusterCollector:
         """Call an API method for raw JSON; None (with a recorded reason) on any failure."""
         try:
             resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-            return json.loads(resp.data)
+            return load_json(resp.data)  # API objects are written by anyone who may create them: depth-bounded
         except Exception as exc:  # ApiException, urllib3 errors, JSON errors: all become a reason
             self._err(source, api_reason(exc, what, self.out.api))
             return None
@@ -147,7 +156,7 @@ class ClusterCollector:
     def _get_service(self, core, namespace: str, name: str) -> dict | None:
         try:
             resp = core.read_namespaced_service(name, namespace, _preload_content=False, _request_timeout=self.timeout)
-            doc = json.loads(resp.data)
+            doc = load_json(resp.data)
             self.service_status = 200
             return doc
         except Exception as exc:

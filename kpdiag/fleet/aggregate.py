@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -20,7 +21,8 @@ from functools import cached_property
 from .. import __version__
 from ..model import REPORT_SCHEMA, Report
 
-FAILURE_KINDS = ("unschedulable", "not admitted", "image pull", "timeout", "not json", "api error", "pod failed", "interrupted")
+FAILURE_KINDS = ("unschedulable", "not admitted", "image pull", "timeout", "not json", "bad report", "api error", "pod failed",
+                 "interrupted")
 
 
 @dataclass
@@ -160,10 +162,13 @@ def normalize(report: dict) -> dict:
         report["readable"] = True
     findings = []
     for f in report["findings"]:
-        if not isinstance(f, dict) or not isinstance(f.get("id"), str) or f.get("severity") not in ("error", "warning", "info"):
+        if (not isinstance(f, dict) or not isinstance(f.get("id"), str) or not re.fullmatch(r"KP[0-9]{3}", f["id"])
+                or f.get("severity") not in ("error", "warning", "info")):  # the cluster report's schema: KPnnn ids
             continue
         for key in _FINDING_TEXT:
             f[key] = "" if f.get(key) is None else str(f.get(key))
+        if not re.fullmatch(r"[a-z0-9-]+", f["slug"]):
+            f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
         f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
         f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
         f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
@@ -260,19 +265,38 @@ def aggregate_dir(path: str, select=(), ignore=()) -> Report:
                      select=select, ignore=ignore, subject=f"cluster ({len(results)} node reports in {path})")
 
 
+NODES_DIR = "nodes"  # kpdiag cluster --save-dir: nodes/<node>.json, and the run's cluster.json beside it
+MAX_REPORT_BYTES = 64 * 1024 * 1024  # one node report (a 10,000-Service node's is about 0.6 MB)
+
+
 def looks_like_report_dir(path: str) -> bool:
-    """A directory of node reports (``*.json``), not a bundle (which has kpdiag.json / node/ / cluster/)."""
+    """A directory of node reports (``nodes/*.json`` and ``cluster.json``, or the older ``*.json`` side by side),
+    not a bundle (which has kpdiag.json / node/ / cluster/)."""
     if not os.path.isdir(path) or os.path.exists(os.path.join(path, "kpdiag.json")) or os.path.isdir(os.path.join(path, "node")):
         return False
+    nodes = os.path.join(path, NODES_DIR)
+    if os.path.isdir(nodes) and not os.path.islink(nodes) and any(n.endswith(".json") for n in os.listdir(nodes)):
+        return True
     return any(n.endswith(".json") for n in os.listdir(path))
+
+
+def _read_report_text(path: str, rel: str) -> str:
+    """A report file under the directory PATH: a regular file reached without any symlink, at most MAX_REPORT_BYTES."""
+    from ..safeio import BENEATH, read_file
+
+    return read_file(path, rel, MAX_REPORT_BYTES, BENEATH).decode("utf-8", "replace")
 
 
 def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
     """A node report from text that may carry other lines around it (a pod log): (report, None) or (None, why)."""
+    from ..safeio import TooDeep, raw_decode_json
+
     start = text.find("{")
     while start != -1:
         try:
-            doc, _ = json.JSONDecoder().raw_decode(text, start)
+            doc, _ = raw_decode_json(text, start)
+        except TooDeep as exc:
+            return None, f"{source}: JSON {exc}"
         except json.JSONDecodeError:
             start = text.find("\n{", start + 1)
             start = start + 1 if start != -1 else -1
@@ -292,42 +316,56 @@ def intern_programmed(report: dict, seen: dict[str, dict]) -> None:
 
 
 def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
-    """Node reports saved by ``kpdiag cluster --save-dir`` (or any ``*.json`` node reports), plus the run's
-    ``cluster.json`` when present (failures, API version, traffic-policy keys)."""
+    """Node reports saved by ``kpdiag cluster --save-dir`` (``nodes/*.json``; older runs wrote them beside
+    ``cluster.json``), or any ``*.json`` node reports, plus the run's ``cluster.json`` when present (failures,
+    API version, traffic-policy keys). Only regular files are read, none through a symlink."""
+    from ..safeio import describe, load_json
+
     results: list[NodeResult] = []
     meta: dict = {}
     meta_path = os.path.join(path, "cluster.json")
-    if os.path.exists(meta_path):
+    if os.path.lexists(meta_path):
         try:
-            with open(meta_path, encoding="utf-8") as fh:
-                meta = json.load(fh)
+            meta = load_json(_read_report_text(path, "cluster.json"))
             if not isinstance(meta, dict):
                 raise ValueError("not a JSON object")
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            results.append(NodeResult("cluster.json", failure=f"{meta_path}: unreadable run summary ({describe(exc)})", kind="not json"))
+            meta = {}
+        except ValueError as exc:
             results.append(NodeResult("cluster.json", failure=f"{meta_path}: unreadable run summary ({exc})", kind="not json"))
             meta = {}
     seen: dict[str, dict] = {}  # programmed digest → the first such table: identical nodes share one copy
-    for name in sorted(os.listdir(path)):
-        if not name.endswith(".json") or name in ("cluster.json", "scenario.json"):  # the run's summary; a fixture's description
-            continue
+    rels = [n for n in sorted(os.listdir(path))
+            if n.endswith(".json") and n not in ("cluster.json", "scenario.json")]  # the run's summary; a fixture's description
+    nodes = os.path.join(path, NODES_DIR)
+    if os.path.isdir(nodes) and not os.path.islink(nodes):  # here a node may be called cluster or scenario
+        rels += [f"{NODES_DIR}/{n}" for n in sorted(os.listdir(nodes)) if n.endswith(".json")]
+    for rel in rels:
         # a run's files are named after the Kubernetes node; loose reports carry the host name they ran on
-        results.append(read_report_file(os.path.join(path, name), seen, named_by_file=bool(meta)))
+        results.append(read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel))
     for f in meta.get("failures") or []:
         if isinstance(f, dict) and f.get("node"):
             results.append(NodeResult(str(f["node"]), failure=str(f.get("reason")), kind=f.get("kind")))
     return results, meta
 
 
-def read_report_file(file: str, seen: dict[str, dict] | None = None, named_by_file: bool = False) -> NodeResult:
+def read_report_file(file: str, seen: dict[str, dict] | None = None, named_by_file: bool = False,
+                     root: str | None = None, rel: str | None = None) -> NodeResult:
     """One node report file (``kpdiag node -o json`` output, stray lines around it allowed) as a NodeResult; an
-    unreadable or foreign file is a named failure."""
+    unreadable or foreign file is a named failure. Within a report directory (``root``, ``rel``) only a regular
+    file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only."""
+    from ..safeio import describe
+
     node = os.path.basename(file)
     node = node[: -len(".json")] if node.endswith(".json") else node
     try:
-        with open(file, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        if root is not None:
+            text = _read_report_text(root, rel)
+        else:
+            text = _read_report_text(os.path.dirname(os.path.abspath(file)), os.path.basename(file))
     except OSError as exc:
-        return NodeResult(node, failure=f"{file}: {exc.strerror or exc}", kind="not json", source=file)
+        return NodeResult(node, failure=f"{file}: {describe(exc)}", kind="not json", source=file)
     report, why = parse_node_report(text, file)
     if report is None:
         return NodeResult(node, failure=why, kind="not json", source=file)
@@ -358,16 +396,32 @@ def aggregate_files(paths: list[str], select=(), ignore=()) -> Report:
     return aggregate(results, select=select, ignore=ignore, subject=f"cluster ({what})")
 
 
-def write_report_dir(path: str, results: list[NodeResult], meta: dict) -> None:
-    """Each node's report as ``<node>.json`` and the run (failures, API version, traffic-policy keys) as
-    ``cluster.json``: what ``kpdiag analyze DIR`` reads back."""
-    os.makedirs(path, exist_ok=True)
-    for r in results:
-        if r.ok:
-            safe = r.node.replace("/", "_")
-            with open(os.path.join(path, f"{safe}.json"), "w", encoding="utf-8") as fh:
-                json.dump(r.report, fh)
-    doc = dict(meta)
-    doc["failures"] = [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok]
-    with open(os.path.join(path, "cluster.json"), "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
+def report_file_name(node: str, taken: set[str]) -> str:
+    """nodes/<name>.json for a node: only [A-Za-z0-9._-], never hidden, '.' or '..', never twice."""
+    import re
+
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", node) or "_"
+    if base.startswith("."):
+        base = "_" + base
+    name, i = base, 1
+    while name in taken:
+        i += 1
+        name = f"{base}~{i}"
+    taken.add(name)
+    return f"{name}.json"
+
+
+def write_report_dir(path: str, results: list[NodeResult], meta: dict, force: bool = False) -> None:
+    """Each node's report as ``nodes/<node>.json`` and the run (failures, API version, traffic-policy keys) as
+    ``cluster.json``: what ``kpdiag analyze DIR`` reads back. PATH is created new (or, with ``force``, an
+    existing directory is written into); files are created afresh, 0600, never through a symlink."""
+    from ..safeio import OutputDir
+
+    taken: set[str] = set()
+    with OutputDir(path, force) as out:
+        for r in results:
+            if r.ok:
+                out.write(f"{NODES_DIR}/{report_file_name(r.node, taken)}", json.dumps(r.report).encode())
+        doc = dict(meta)
+        doc["failures"] = [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok]
+        out.write("cluster.json", json.dumps(doc, indent=1).encode())

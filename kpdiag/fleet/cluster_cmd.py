@@ -28,7 +28,8 @@ def _node_spec(nodes: str | None) -> tuple[str | None, list[str] | None]:
 
 
 def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, timeout=600, kubeconfig=None, context=None,
-        dry_run=False, cleanup=False, keep_pods=False, save_dir=None, poll=2.0, select=(), ignore=(), progress=None, bar=None) -> Outcome:
+        dry_run=False, cleanup=False, keep_pods=False, save_dir=None, poll=2.0, select=(), ignore=(), progress=None, bar=None,
+        force=False) -> Outcome:
     from ..collect.cluster import api_client, api_reason
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
@@ -39,6 +40,13 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
     if service and "/" not in service:
         return Outcome(error="--service takes NAMESPACE/NAME", code=exitcodes.USAGE)
     selector, names = _node_spec(nodes)
+    if save_dir and not (dry_run or cleanup):  # before any pod runs: a new directory, or --force (never a symlink)
+        from ..safeio import OutputExists, check_new_output
+
+        try:
+            check_new_output(save_dir, force)
+        except OutputExists as exc:
+            return Outcome(error=f"--save-dir {save_dir}: {exc.strerror}", code=exitcodes.USAGE)
     if dry_run and names:  # nothing to ask the API: print the manifests for the named nodes
         return Outcome(text=_manifests([P.node_pod(n, "dryrun", image=image, namespace=namespace, timeout=timeout, service=service) for n in names]))
     api, why = api_client(kubeconfig, context)
@@ -80,10 +88,12 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
     if save_dir:
         try:
             write_report_dir(save_dir, results, {"run": runner.run_id, "api_version": api_version,
-                                                 "local_itp": sorted(local_itp) if local_itp is not None else None})
+                                                 "local_itp": sorted(local_itp) if local_itp is not None else None}, force=force)
             messages.append(f"wrote {sum(r.ok for r in results)} node report(s) to {save_dir} (kpdiag analyze {save_dir})")
         except OSError as exc:
-            messages.append(f"{save_dir}: cannot write: {exc.strerror or exc}")
+            from ..safeio import describe
+
+            messages.append(f"{save_dir}: cannot write: {describe(exc)}")
     report = aggregate(results, api_version=api_version, local_itp=local_itp, select=select, ignore=ignore)
     return Outcome(report=report, messages=messages)
 

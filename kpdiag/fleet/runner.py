@@ -5,11 +5,23 @@ pod), a deadline per node, every failure a named reason, and cleanup that always
 its own pod in a ``finally``, the run deletes whatever is left on errors and Ctrl-C, every pod carries
 ``app.kubernetes.io/managed-by=kpdiag`` for ``kpdiag cluster --cleanup``, and ``activeDeadlineSeconds`` makes
 the kubelet stop a pod whose client vanished.
+
+``timeout`` is a hard bound: every API call of a node (create, log read) gets its connect and read timeouts from
+the time the node has left, the log is read in chunks against the same deadline (a server that trickles bytes
+cannot hold it), retries wait only while time is left, and a 429's Retry-After is honoured. The calls before
+the pods (node list, /version, Services) share half of ``timeout``; the deletes after a node, and the final
+cleanup, a quarter each. The client itself never retries (``retries = 0`` is set on the Configuration before
+the ApiClient is built, see :func:`kpdiag.collect.cluster.api_client`): every retry is one of these.
+
+A node's report is checked before it is used: it must be a well-formed kpdiag node report (the JSON schema's
+types, finding ids and slugs) and must not claim to be another node of the cluster.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
+import re
 import signal
 import threading
 import time
@@ -18,16 +30,53 @@ from dataclasses import dataclass, field
 
 from ..collect.cluster import api_reason
 from ..errors import Interrupted
+from ..safeio import load_json
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
 
 LOG_LIMIT = 64 * 1024 * 1024
-API_TIMEOUT = 15.0
+API_TIMEOUT = 15.0  # the longest any one API call may take (less when the deadline is nearer)
 RETRIES = 3  # for timeouts, 429 and 5xx answers
+SETUP_SHARE = 0.5  # of --timeout, for the node list, /version and the Service list before any pod
+CLEANUP_SHARE = 0.25  # of --timeout, for a node's delete, and again for the final cleanup
+MIN_CALL = 0.05  # seconds: a call is not started with less time than this left
+CHUNK = 256 * 1024
+
+
+class DeadlineExceeded(Exception):
+    """The time given to this step ran out (before or during an API call)."""
 
 
 def _transient(status) -> bool:
     return not status or status == 429 or status >= 500
+
+
+def retry_after(exc: Exception) -> float | None:
+    """Seconds a 429/503 answer asks the client to wait (Retry-After: seconds or an HTTP date), or None."""
+    headers = getattr(exc, "headers", None)
+    try:
+        value = headers.get("Retry-After") if headers is not None else None
+    except AttributeError:
+        value = None
+    if not value:
+        return None
+    value = str(value).strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None if when is None else max(0.0, when.timestamp() - time.time())
+
+
+def call_timeout(deadline: float, cap: float = API_TIMEOUT) -> tuple[float, float]:
+    """(connect, read) timeouts for one API call from the time left before ``deadline``."""
+    left = deadline - time.monotonic()
+    if left < MIN_CALL:
+        raise DeadlineExceeded()
+    t = min(cap, left)
+    return (t, t)
 IMAGE_FAILURES = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONTAINER_FAILURES = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
@@ -100,6 +149,8 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
 class FleetRunner:
     def __init__(self, api, *, namespace: str = P.DEFAULT_NAMESPACE, image: str = P.DEFAULT_IMAGE, timeout: float = 600,
                  parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False, say=None):
+        self.setup_deadline = time.monotonic() + max(1.0, min(120.0, timeout * SETUP_SHARE))
+        self.cleanup_budget = max(1.0, min(API_TIMEOUT * 2, timeout * CLEANUP_SHARE))
         from kubernetes import client
 
         self.api = api
@@ -128,34 +179,70 @@ class FleetRunner:
         self._fatal: str | None = None
         self._signalled: int | None = None
         self._programmed: dict[str, dict] = {}
+        self.known_nodes: set[str] = set()  # every node name the API listed (a report claiming one of them is checked)
+        self.leftover_pods: list[str] = []  # pods this run created and could not delete
 
     # ------------------------------------------------------------ API helpers (raw JSON)
     def _why(self, exc: Exception, what: str) -> str:
-        return api_reason(exc, what, self.api.configuration.host)
+        if isinstance(exc, DeadlineExceeded):
+            return f"{what}: no time left ({str(exc) or 'the deadline passed'})"
+        why = api_reason(exc, what, self.api.configuration.host)
+        wait = retry_after(exc) if getattr(exc, "status", None) in (429, 503) else None
+        if wait is not None:
+            why += f" (the API server asked to retry after {wait:.0f} s, beyond the time left)"
+        return why
 
-    def _json(self, fn, *args, **kwargs):
-        resp = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kwargs)
-        return json.loads(resp.data)
+    def _call(self, fn, *args, deadline: float, cap: float = API_TIMEOUT, retries: int = RETRIES, **kwargs):
+        """One API call (raw response) within ``deadline``: timeouts, 429 (after its Retry-After) and 5xx are retried
+        with backoff while time is left; anything else, or no time left, raises."""
+        for attempt in range(retries):
+            try:
+                return fn(*args, _preload_content=False, _request_timeout=call_timeout(deadline, cap), **kwargs)
+            except DeadlineExceeded:
+                raise
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                if not _transient(status) or attempt == retries - 1 or self._stop.is_set():
+                    raise
+                wait = retry_after(exc) if status in (429, 503) else None
+                delay = wait if wait is not None else 0.5 * 2 ** attempt
+                if time.monotonic() + delay >= deadline - MIN_CALL:
+                    raise  # waiting as asked would pass the deadline: this answer is the reason
+                self._stop.wait(delay)  # a signal ends the wait at once
+        raise AssertionError("unreachable")
 
-    def _list_all(self, fn, *args, **kwargs) -> list[dict]:
+    def _json(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs):
+        resp = self._call(fn, *args, deadline=deadline if deadline is not None else self.setup_deadline, retries=retries, **kwargs)
+        return load_json(resp.data)  # depth-bounded: API objects are written by whoever may create them
+
+    def _list_all(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs) -> list[dict]:
         items, token = [], None
         while True:
-            doc = self._json(fn, *args, limit=500, **({"_continue": token} if token else {}), **kwargs)
-            items.extend(doc.get("items") or [])
+            doc = self._json(fn, *args, deadline=deadline, retries=retries, limit=500, **({"_continue": token} if token else {}), **kwargs)
+            if not isinstance(doc, dict):
+                raise ValueError(f"the API answered a list with {type(doc).__name__}, not an object")
+            items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
             token = (doc.get("metadata") or {}).get("continue")
             if not token:
                 return items
 
-    def _labelled_pods(self, label: str, value: str) -> dict[str, dict]:
+    def _labelled_pods(self, label: str, value: str, deadline: float | None = None) -> dict[str, dict]:
         """The namespace's pods with ``label=value``, by name: selected by the server and checked again here."""
-        pods = self._list_all(self.core.list_namespaced_pod, self.namespace, label_selector=f"{label}={value}")
+        if deadline is None:
+            deadline = time.monotonic() + self.cleanup_budget
+        pods = self._list_all(self.core.list_namespaced_pod, self.namespace, deadline=deadline, label_selector=f"{label}={value}")
         return {p["metadata"]["name"]: p for p in pods
-                if ((p.get("metadata") or {}).get("labels") or {}).get(label) == value and p["metadata"].get("name")}
+                if isinstance(p.get("metadata"), dict) and (p["metadata"].get("labels") or {}).get(label) == value
+                and isinstance(p["metadata"].get("name"), str)}
 
     def targets(self, selector: str | None = None, names: list[str] | None = None) -> ClusterTargets:
         """The nodes to run on: all, a label selector, or names; NotReady and unknown nodes are skipped with why."""
         kwargs = {"label_selector": selector} if selector else {}
-        nodes = self._list_all(self.core.list_node, **kwargs)
+        # the first call of a run: an API server that is starting or throttling gets a few tries (with backoff,
+        # after its Retry-After), within the setup's share of --timeout
+        nodes = self._list_all(self.core.list_node, retries=5, **kwargs)
+        self.known_nodes |= {n["metadata"]["name"] for n in nodes
+                             if isinstance(n.get("metadata"), dict) and isinstance(n["metadata"].get("name"), str)}
         if selector:
             nodes = [n for n in nodes if _labels_match(selector, (n.get("metadata") or {}).get("labels") or {})]
         by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
@@ -177,7 +264,8 @@ class FleetRunner:
         from kubernetes import client
 
         try:
-            return str(self._json(client.VersionApi(self.api).get_code).get("gitVersion") or "") or None
+            doc = self._json(client.VersionApi(self.api).get_code, retries=5)
+            return (str(doc.get("gitVersion") or "") or None) if isinstance(doc, dict) else None
         except Exception as exc:
             self.notes.append(self._why(exc, "get /version"))
             return None
@@ -265,7 +353,7 @@ class FleetRunner:
     def _refresh(self) -> None:
         """One list call for every pod of this run; the workers read the statuses."""
         try:
-            self._status = self._labelled_pods(P.LABEL_RUN, self.run_id)
+            self._status = self._labelled_pods(P.LABEL_RUN, self.run_id, deadline=time.monotonic() + self.cleanup_budget)
         except Exception:
             return  # transient: the workers keep waiting until their deadline
         with self._tick:
@@ -279,6 +367,7 @@ class FleetRunner:
 
     def _one_node(self, node: str) -> NodeResult:
         start = time.monotonic()
+        deadline = start + self.timeout
         if self._stop.is_set():
             return NodeResult(node, failure="interrupted before its pod was created", kind="interrupted")
         if self._fatal:
@@ -286,10 +375,15 @@ class FleetRunner:
         manifest = self.manifest(node)
         name = manifest["metadata"]["name"]
         try:
-            self._create(name, manifest)
+            self._create(name, manifest, deadline)
         except Exception as exc:
             status = getattr(exc, "status", None)
-            why = _create_reason(exc, self.namespace, self.api.configuration.host)
+            if isinstance(exc, DeadlineExceeded):  # the pod may exist all the same
+                with self._lock:
+                    self._created.add(name)
+                return NodeResult(node, failure=f"timed out after {self.timeout:.0f} s creating pod {self.namespace}/{name}",
+                                  kind="timeout", seconds=time.monotonic() - start)
+            why = self._why(exc, "create pod") if status == 429 else _create_reason(exc, self.namespace, self.api.configuration.host)
             if status in (401, 403, 404, 422):
                 self._fatal = why  # the same for every node: do not try hundreds more
             if not status or status >= 500:  # a timeout or a server error: the pod may exist all the same
@@ -299,18 +393,20 @@ class FleetRunner:
         with self._lock:
             self._created.add(name)
         try:
-            return self._await(node, name, start)
+            return self._await(node, name, start, deadline)
         finally:
             if not self.keep_pods:
                 self._delete(name)
 
-    def _create(self, name: str, manifest: dict) -> None:
-        """Create the pod; a timeout, 429 or 5xx is retried (with backoff), and a 409 on a retry means the earlier
-        attempt did create it (the name is this run's own)."""
+    def _create(self, name: str, manifest: dict, deadline: float) -> None:
+        """Create the pod within the node's deadline; a timeout, 429 (after its Retry-After) or 5xx is retried with
+        backoff, and a 409 on a retry means the earlier attempt did create it (the name is this run's own)."""
         for attempt in range(RETRIES):
             try:
-                self.core.create_namespaced_pod(self.namespace, manifest, _preload_content=False, _request_timeout=API_TIMEOUT)
+                self.core.create_namespaced_pod(self.namespace, manifest, _preload_content=False, _request_timeout=call_timeout(deadline))
                 return
+            except DeadlineExceeded:
+                raise
             except Exception as exc:
                 status = getattr(exc, "status", None)
                 if attempt and status == 409:
@@ -319,17 +415,20 @@ class FleetRunner:
                     raise
                 with self._lock:
                     self._created.add(name)  # it may exist already: make sure it is deleted in any case
-                time.sleep(0.5 * 2 ** attempt)
+                wait = retry_after(exc) if status in (429, 503) else None
+                delay = wait if wait is not None else 0.5 * 2 ** attempt
+                if time.monotonic() + delay >= deadline - MIN_CALL:
+                    raise
+                self._stop.wait(delay)
 
-    def _await(self, node: str, name: str, start: float) -> NodeResult:
-        deadline = start + self.timeout
+    def _await(self, node: str, name: str, start: float, deadline: float) -> NodeResult:
         while True:
             if self._stop.is_set():
                 return NodeResult(node, failure="interrupted", kind="interrupted", seconds=time.monotonic() - start)
             pod = self._status.get(name)
             verdict, kind, why = classify(pod)
             if verdict == "done":
-                return self._read(node, name, pod, start)
+                return self._read(node, name, pod, start, deadline)
             if verdict == "fail":
                 return NodeResult(node, failure=why, kind=kind, seconds=time.monotonic() - start)
             if time.monotonic() > deadline:
@@ -339,34 +438,73 @@ class FleetRunner:
             with self._tick:
                 self._tick.wait(min(self.poll, max(0.05, deadline - time.monotonic())))
 
-    def _read(self, node: str, name: str, pod: dict, start: float) -> NodeResult:
+    def _read(self, node: str, name: str, pod: dict, start: float, deadline: float) -> NodeResult:
         try:
-            for attempt in range(RETRIES):
-                try:
-                    resp = self.core.read_namespaced_pod_log(name, self.namespace, container=P.CONTAINER, limit_bytes=LOG_LIMIT,
-                                                             _preload_content=False, _request_timeout=120)
-                    break
-                except Exception as exc:
-                    if not _transient(getattr(exc, "status", None)) or attempt == RETRIES - 1 or self._stop.is_set():
-                        raise
-                    time.sleep(0.5 * 2 ** attempt)
-            text = resp.data.decode("utf-8", "replace")
+            text = self._read_log(name, deadline)
+        except DeadlineExceeded as exc:
+            return NodeResult(node, failure=f"timed out after {self.timeout:.0f} s reading the log of pod {self.namespace}/{name}"
+                              + (f" ({exc})" if str(exc) else ""), kind="timeout", seconds=time.monotonic() - start)
         except Exception as exc:
             return NodeResult(node, failure=self._why(exc, f"read log of pod {self.namespace}/{name}"),
                               kind="api error", seconds=time.monotonic() - start)
-        report, why = parse_node_report(text, f"pod {self.namespace}/{name} log")
+        source = f"pod {self.namespace}/{name} log"
+        report, why = parse_node_report(text, source)
         if report is None:
             term = (((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("terminated") or {}
             code = term.get("exitCode")
             return NodeResult(node, failure=why + (f"; container exited {code}" if code is not None else ""), kind="not json",
                               seconds=time.monotonic() - start)
+        bad = report_problem(report)
+        if bad is not None:
+            return NodeResult(node, failure=f"{source}: malformed node report: {bad}", kind="bad report", seconds=time.monotonic() - start)
+        claimed = report["facts"].get("node")
+        if isinstance(claimed, str) and claimed != node and claimed in self.known_nodes:
+            return NodeResult(node, failure=f"{source}: the report claims to be from node {claimed!r}, another node of the cluster, "
+                              f"but comes from the pod pinned to {node!r}: rejected", kind="bad report", seconds=time.monotonic() - start)
         with self._lock:
             intern_programmed(report, self._programmed)
         return NodeResult(node, report=report, seconds=time.monotonic() - start)
 
-    def _delete(self, name: str) -> None:
+    def _read_log(self, name: str, deadline: float) -> str:
+        """The pod's log, read in chunks against the deadline: neither a server that never answers nor one that
+        trickles bytes holds the node past its time."""
+        resp = self._call(self.core.read_namespaced_pod_log, name, self.namespace, deadline=deadline,
+                          container=P.CONTAINER, limit_bytes=LOG_LIMIT)
+        chunks: list[bytes] = []
+        size, eof = 0, False
+        read = getattr(resp, "read1", None) or resp.read
         try:
-            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=API_TIMEOUT)
+            while size <= LOG_LIMIT:
+                left = deadline - time.monotonic()
+                if left < MIN_CALL:
+                    raise DeadlineExceeded(f"{size} bytes read")
+                sock = getattr(getattr(resp, "connection", None), "sock", None)
+                if sock is not None:  # each wait for bytes ends at the deadline at the latest
+                    sock.settimeout(min(API_TIMEOUT, left))
+                try:
+                    chunk = read(CHUNK)
+                except Exception as exc:
+                    if "timed out" in str(exc).lower() or isinstance(exc, TimeoutError):
+                        raise DeadlineExceeded(f"{size} bytes read") from None
+                    raise
+                if not chunk:
+                    eof = True
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            try:
+                resp.release_conn() if eof else resp.close()  # a half-read connection is not reused
+            except Exception:
+                pass
+        return b"".join(chunks)[:LOG_LIMIT].decode("utf-8", "replace")
+
+    def _delete(self, name: str, deadline: float | None = None) -> None:
+        """Delete one pod (retrying a slow or throttling API within the cleanup's share of --timeout)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.cleanup_budget
+        try:
+            self._call(self.core.delete_namespaced_pod, name, self.namespace, deadline=deadline, grace_period_seconds=0)
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
                 self.cleanup_errors.append(f"pod {self.namespace}/{name}: " + self._why(exc, "delete"))
@@ -376,32 +514,39 @@ class FleetRunner:
 
     def _delete_leftovers(self) -> None:
         """Delete what this run created and has not deleted yet; then ask the API which pods of this run still
-        exist (a create that timed out may have succeeded) and delete those too, retrying a slow API."""
+        exist (a create that timed out may have succeeded) and delete those too — all within the cleanup's share
+        of --timeout. What could not be deleted is listed in ``leftover_pods``."""
         if self.keep_pods:
             return
+        deadline = time.monotonic() + self.cleanup_budget
         self.cleanup_errors.clear()
         for name in sorted(self._created - self._deleted):
-            self._delete(name)
+            self._delete(name, deadline)
+        listed: set[str] = set()
         for attempt in range(3):
             try:
-                names = list(self._labelled_pods(P.LABEL_RUN, self.run_id))
+                listed = set(self._labelled_pods(P.LABEL_RUN, self.run_id, deadline=deadline))
             except Exception as exc:
-                if attempt == 2:
+                if attempt == 2 or time.monotonic() + 1 >= deadline:
                     self.cleanup_errors.append(f"pods of run {self.run_id}: " + self._why(exc, "list"))
-                time.sleep(1 + attempt)
+                    break
+                self._stop.wait(1 + attempt)
                 continue
-            if not names:
+            if not listed:
                 self.cleanup_errors.clear()  # earlier failures were retried and the run left nothing
-                return
+                break
             self.cleanup_errors.clear()
-            for name in names:
+            for name in sorted(listed):
                 self._deleted.discard(name)
-                self._delete(name)
+                self._delete(name, deadline)
+            if time.monotonic() + 1 + attempt >= deadline:
+                break
             time.sleep(1 + attempt)
+        self.leftover_pods = sorted((self._created | listed) - self._deleted)
 
     def cleanup(self) -> tuple[list[str], list[str]]:
         """Delete every pod kpdiag left in the namespace (any run): (deleted names, errors)."""
-        names = sorted(self._labelled_pods(P.LABEL_MANAGED, "kpdiag"))
+        names = sorted(self._labelled_pods(P.LABEL_MANAGED, "kpdiag", deadline=self.setup_deadline))
         before = len(self.cleanup_errors)
         for name in names:
             self._delete(name)
@@ -425,3 +570,68 @@ def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
     if status == 422:
         return f"create pod: 422 rejected by the API server: {body[:200]}"
     return api_reason(exc, "create pod", server)
+
+
+_ID = re.compile(r"KP[0-9]{3}")
+_SLUG = re.compile(r"[a-z0-9-]+")
+_TYPES = {"schema": str, "kpdiag_version": str, "subject": str, "readable": bool, "summary": dict, "facts": dict,
+          "findings": list, "checks": list, "problems": list, "extra": dict}
+
+
+def _type(value) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}.get(
+        type(value), "null" if value is None else type(value).__name__)
+
+
+def report_problem(doc: dict) -> str | None:
+    """Why a node report is not a well-formed kpdiag.report/v1 document (the schema's types and patterns for what the
+    cluster report copies from it), in a few words; None when it is."""
+    for key, kind in _TYPES.items():
+        if key not in doc:
+            if key == "extra":
+                continue
+            return f'"{key}" is missing'
+        if not isinstance(doc[key], kind) or (kind is not bool and isinstance(doc[key], bool)):
+            return f'"{key}" is {_type(doc[key])}, not {_type(kind())}'
+    for key in ("error", "warning", "info"):
+        value = doc["summary"].get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return f'"summary.{key}" is {_type(value)}, not a count'
+    for i, f in enumerate(doc["findings"]):
+        where = f"findings[{i}]"
+        if not isinstance(f, dict):
+            return f"{where} is {_type(f)}, not an object"
+        if not isinstance(f.get("id"), str) or not _ID.fullmatch(f["id"]):
+            return f"{where}.id is not a check id (KPnnn)"
+        if not isinstance(f.get("slug"), str) or not _SLUG.fullmatch(f["slug"]):
+            return f"{where}.slug is not a check slug"
+        if f.get("severity") not in ("error", "warning", "info"):
+            return f"{where}.severity is not error, warning or info"
+        for key in ("title", "summary", "explanation"):
+            if not isinstance(f.get(key), str):
+                return f"{where}.{key} is {_type(f.get(key))}, not a string"
+        if not f["summary"] or not f["explanation"]:
+            return f"{where} has an empty summary or explanation"
+        if f.get("subject") is not None and not isinstance(f.get("subject"), str):
+            return f"{where}.subject is {_type(f.get('subject'))}, not a string"
+        for key in ("fix", "references"):
+            if not isinstance(f.get(key), list) or not all(isinstance(x, str) for x in f[key]):
+                return f"{where}.{key} is not a list of strings"
+        if not f["fix"]:
+            return f"{where}.fix is empty"
+        evidence = f.get("evidence")
+        if not isinstance(evidence, list):
+            return f"{where}.evidence is {_type(evidence)}, not a list"
+        for j, e in enumerate(evidence):
+            if not isinstance(e, dict) or not isinstance(e.get("source"), str) or not isinstance(e.get("text"), str):
+                return f"{where}.evidence[{j}] is not a source and a text"
+            line = e.get("line")
+            if line is not None and (not isinstance(line, int) or isinstance(line, bool) or line < 1):
+                return f"{where}.evidence[{j}].line is not a line number"
+    for i, p in enumerate(doc["problems"]):
+        if not isinstance(p, dict) or not isinstance(p.get("source"), str) or not isinstance(p.get("error"), str):
+            return f"problems[{i}] is not a source and an error"
+    for i, c in enumerate(doc["checks"]):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("status") not in ("ran", "skipped", "error"):
+            return f"checks[{i}] is not a check run"
+    return None

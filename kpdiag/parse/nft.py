@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..safeio import MAX_DEPTH, TooDeep, json_too_deep, load_json
 
 HOOK_PRIO_NAMES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
 
@@ -113,11 +114,13 @@ def _items(text: str, source: str):
     m = re.match(r'\s*\{\s*"nftables"\s*:\s*\[', text)
     if not m:
         try:
-            doc = json.loads(text)
+            doc = load_json(text)
+        except TooDeep as exc:
+            raise InputError(source, f"JSON {exc}") from None
         except json.JSONDecodeError as exc:
             raise InputError(source, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
         except RecursionError:
-            raise InputError(source, "JSON nested too deeply") from None
+            raise InputError(source, f"JSON nested deeper than {MAX_DEPTH} levels: refused") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("nftables"), list):
             raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
         for item in doc["nftables"]:
@@ -136,8 +139,11 @@ def _items(text: str, source: str):
         except json.JSONDecodeError as exc:
             raise InputError(source, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
         except RecursionError:
-            raise InputError(source, "JSON nested too deeply") from None
-        yield item, text[pos:nxt]
+            raise InputError(source, f"JSON nested deeper than {MAX_DEPTH} levels: refused") from None
+        raw = text[pos:nxt]
+        if json_too_deep(raw):  # the rules' expressions are walked recursively later
+            raise InputError(source, f"JSON nested deeper than {MAX_DEPTH} levels: refused", text.count("\n", 0, pos) + 1)
+        yield item, raw
         pos = nxt
 
 

@@ -166,8 +166,12 @@ def parse_kube_proxy_config(text: str, source: str = "config.yaml") -> KubeProxy
     except ImportError:  # pragma: no cover - yaml comes with the kubernetes client
         yaml = None
     if yaml is not None:
+        from ..safeio import TooDeep, load_yaml
+
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)  # nested 5,000 deep, or a billion laughs: refused, not a RecursionError
+        except TooDeep as exc:
+            raise InputError(source, f"YAML {exc}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise InputError(source, f"invalid YAML: {getattr(exc, 'problem', exc)}", (mark.line + 1) if mark else None) from None

@@ -125,7 +125,7 @@ def test_a_finding_on_most_nodes_is_reported_once():
 
 def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
     results = [_node("a"), _node("b"), _node("c", "healthy-nftables"), NodeResult("d", failure="ImagePullBackOff: x", kind="image pull")]
-    write_report_dir(str(tmp_path), results, {"api_version": "v1.31.4", "local_itp": []})
+    write_report_dir(str(tmp_path), results, {"api_version": "v1.31.4", "local_itp": []}, force=True)  # tmp_path exists
     (tmp_path / "e.json").write_text('{"truncated": ')
     (tmp_path / "f.json").write_text('{"schema": "something/else"}')
     rc = main(["analyze", str(tmp_path), "-o", "json"])
