@@ -206,7 +206,9 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
         (ruled if ok else remain).append(f"{len(ok)} of {len(pods)} CoreDNS pod(s) ready" + ("" if ok else " (KP131)"))
     else:
         remain.append("CoreDNS pods' health (not collected)")
-    remain += ["a NetworkPolicy restricting this pod's egress without allowing 53/UDP and 53/TCP to kube-system (not checked here)",
+    policies = ("KP122 judges the NetworkPolicies collected" if ctx.bundle.exists("cluster/networkpolicies.json")
+                else "not checked: no NetworkPolicies collected")
+    remain += [f"a NetworkPolicy restricting this pod's egress without allowing 53/UDP and 53/TCP to kube-system ({policies})",
                "kube-proxy's rules for the kube-dns ClusterIP on this node (kpdiag svc kube-dns -n kube-system checks them)",
                "a host firewall or cloud security group between this node and the CoreDNS pods",
                "CoreDNS overloaded or stuck (its logs)"]
@@ -598,7 +600,7 @@ def dns_udp_tcp(ctx, new):
 
 @check(
     "KP138", "dns-unreachable", "The nameserver does not answer, refuses or fails", "error",
-    needs=("dns-lookups",),
+    needs=("dns-lookups",), severities=("warning", "error"),
     symptom="'could not resolve host' / 'i/o timeout' / 'server misbehaving' for every name, after a few seconds.",
     why="""
         Three different failures look alike to an application. A timeout: the query or its answer was dropped on the way
@@ -608,6 +610,8 @@ def dns_udp_tcp(ctx, new):
     """,
     fix="Follow the causes listed in the finding, from the ones kpdiag could check to the ones it could not.",
 )
+# an error when the nameserver is the cluster DNS (the kube-dns ClusterIP, or node-local-dns); a warning when kpdiag cannot
+# tell (no kube-dns Service data) or it is another server (a hostNetwork pod, a node: its DNS is not the cluster's)
 def dns_unreachable(ctx, new):
     doc = _doc(ctx)
     if doc.get("result") not in ("timeout", "dns-failure"):
@@ -647,12 +651,19 @@ def dns_unreachable(ctx, new):
             summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
             explanation = None
             fix = (f"dig @{server} {fqdn}",)
-        yield new(summary, explanation=explanation, fix=fix, evidence=ev, subject=f"nameserver {server}")
+        cluster_dns = set(_cluster_ips(_dns_service(ctx))) | {NODE_LOCAL_DNS}
+        known = _dns_service(ctx) is not None
+        if server not in cluster_dns:
+            note = (f" — {server} is not the cluster DNS ({', '.join(sorted(cluster_dns - {NODE_LOCAL_DNS}))}, KP133)" if known else
+                    " (kpdiag could not tell whether it is the cluster DNS: the kube-dns Service was not read)")
+            summary += note
+        yield new(summary, explanation=explanation, fix=fix, evidence=ev, subject=f"nameserver {server}",
+                  severity="error" if server in cluster_dns else "warning")
 
 
 @check(
     "KP139", "dns-kubernetes-default", "kubernetes.default does not resolve", "error",
-    needs=("dns-lookups",),
+    needs=("dns-lookups",), severities=("warning", "error"),
     symptom="Even 'nslookup kubernetes.default' fails from the pod, while the nameserver answers other queries.",
     why="""
         Every cluster has the Service default/kubernetes; CoreDNS answers kubernetes.default.svc.<cluster domain> for it.
@@ -676,7 +687,9 @@ def dns_kubernetes_default(ctx, new):
         cause = (f"the search list says the cluster domain is {domain}; the nameserver {', '.join((doc.get('nameservers') or [])[:1])} "
                  "does not know kubernetes.default.svc." + str(domain) + " — it is not the cluster DNS, or CoreDNS serves another domain")
     ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "nameserver") + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
-    yield new(f"kubernetes.default does not resolve from this pod (NXDOMAIN for every search-path name): {cause}",
+    served = doc.get("result") == "resolved"  # the Service's own FQDN resolves: this is no fault of its name
+    yield new(f"kubernetes.default does not resolve from this pod (NXDOMAIN for every search-path name): {cause}"
+              + (f" — {doc.get('name')} itself resolves" if served else ""), severity="warning" if served else "error",
               fix=("kubectl -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}' | grep kubernetes   # the domain CoreDNS serves",
                    "grep clusterDomain /var/lib/kubelet/config.yaml   # on the node: the domain kubelet writes in pods' search lists",
                    "cat /etc/resolv.conf"),
