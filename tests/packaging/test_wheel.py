@@ -19,4 +19,8 @@ def test_wheel_contains_kpdiag_checks(tmp_path):
     assert "kpdiag/schemas/report.schema.json" in names
     entry = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry[0]).decode()
-    assert "kpdiag = kpdiag.cli:main" in text and "kubectl-kpdiag = kpdiag.cli:main" in text
+    import re
+
+    scripts = dict(re.findall(r"^(kpdiag|kubectl-kpdiag) = (\S+)$", text, re.M))
+    assert scripts.get("kpdiag", "").startswith("kpdiag.cli:") and scripts["kubectl-kpdiag"] == scripts["kpdiag"]
+    assert "LICENSE" in " ".join(names)  # the licence travels with the wheel
