@@ -31,7 +31,7 @@ def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | No
 
 @check(
     "KP110", "service-not-found", "The Service does not exist", "error",
-    needs=(),
+    needs=("service-lookup",),
     symptom="Clients get 'could not resolve host' (NXDOMAIN) for the Service's name; kubectl says 'NotFound'.",
     why="""
         The API server answered, and it has no Service of that name in that namespace. Most often the name or the namespace
@@ -44,7 +44,7 @@ def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | No
 def service_not_found(ctx, new):
     doc = ctx.bundle.read_json(LOOKUP_SRC)
     if not isinstance(doc, dict):
-        raise Skip(f"needs {LOOKUP_SRC} (kpdiag svc writes it when the API says the Service does not exist)")
+        raise Skip(f"{LOOKUP_SRC} is not a lookup document")
     if doc.get("found") is not False:
         return
     ns, name = str(doc.get("namespace") or "?"), str(doc.get("name") or "?")

@@ -105,13 +105,15 @@ def no_endpoints(ctx, new):
 
 
 @check(
-    "KP102", "endpoints-not-ready", "Service has endpoints, none ready", "error",
+    "KP102", "endpoints-not-ready", "Service has endpoints, none ready", "error", severities=("warning", "error"),
     needs=("services", "endpointslices"),
     symptom="Connections to the Service are refused or time out although its pods exist.",
     why="""
         kube-proxy only sends traffic to endpoints whose pods are *ready* (their readiness probe passes). When every
-        endpoint is not ready — a failing readiness probe, a pod still starting, or all pods terminating — the
-        Service behaves as if it had no endpoints. The pods are there; they just have not said they can take traffic.
+        endpoint is not ready — a failing readiness probe, a pod still starting — the Service behaves as if it had no
+        endpoints: the pods are there, they just have not said they can take traffic. One exception (since
+        Kubernetes 1.26): when none is ready but some are *terminating and still serving* (a rolling update, a node
+        drain), kube-proxy falls back to those, so traffic keeps flowing until they exit — then a warning, not an error.
     """,
     fix="Look at why the pods are not ready: kubectl describe pod (readiness probe, events), kubectl logs.",
 )
@@ -121,14 +123,27 @@ def not_ready(ctx, new):
             eps = svc.endpoints_for(port)
             if not eps or any(e.ready for e in eps):
                 continue
+            fallback = [e for e in eps if e.serving_terminating]
             pods = {(p.get("metadata") or {}).get("name"): p for p in ctx.cluster.pods() or []}
             ev = [Evidence(ctx.bundle.display(EPS_SRC), f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
-                           + (", terminating" if e.terminating else "")) for e in eps[:5]]
+                           + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else "")) for e in eps[:5]]
             for e in eps[:3]:
                 pod = pods.get(e.pod)
                 for c in ((pod or {}).get("status") or {}).get("conditions") or []:
                     if c.get("type") == "Ready" and c.get("status") != "True":
                         ev.append(Evidence(ctx.bundle.display(PODS_SRC), f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()))
+            if fallback:
+                yield new(
+                    f"{svc.key} port {port.get('port')}: none of its {len(eps)} endpoint(s) is ready; kube-proxy falls back to the "
+                    f"{len(fallback)} that are terminating but still serving ({', '.join(e.pod or e.ip for e in fallback[:3])}) — "
+                    "traffic flows until they exit, then the Service has nothing",
+                    severity="warning",
+                    fix=(f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items()) or '<selector>'} -o wide   # are new pods coming up?",
+                         f"kubectl -n {svc.namespace} rollout status deployment/<name>   # a rollout whose new pods never get ready",
+                         f"kubectl -n {svc.namespace} describe pod <new pod>   # why the replacements are not ready"),
+                    evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+                )
+                continue
             yield new(
                 f"{svc.key} port {port.get('port')}: {len(eps)} endpoint(s), none ready — kube-proxy sends no traffic to them",
                 fix=(

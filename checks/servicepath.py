@@ -204,7 +204,7 @@ def stale(ctx, new):
                 text, api_ev = drift(ctx, have, want)
                 yield new(
                     f"{svc.key} port {port.get('port')}{' (IPv6)' if family == 6 else ''}: {text}"
-                    + (f" (~{share * 100:.0f}% of connections go to endpoints that are not ready or gone)" if gone else ""),
+                    + (f" (~{share * 100:.0f}% of connections go to endpoints this node should not use: not ready, gone, or hinted for another zone)" if gone else ""),
                     fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
                          "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
                     evidence=[Evidence(rs.source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain

@@ -149,9 +149,8 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     findings: list[Finding] = []
     runs: list[CheckRun] = []
     for spec in checks:
-        missing = [why for why in (availability(ctx, need) for need in spec.needs) if why]
-        if not missing and spec.id in _kube_proxy_checks():
-            missing = [why for why in (_not_in_charge(ctx),) if why]  # a kube-proxy replacement implements Services
+        not_in_charge = _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None  # a replacement implements Services
+        missing = [not_in_charge] if not_in_charge else [why for why in (availability(ctx, need) for need in spec.needs) if why]
         if missing:
             runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
             continue
@@ -200,6 +199,8 @@ def availability(ctx, need: str) -> str | None:
         "endpointslices": (lambda: ctx.bundle.read_json("cluster/endpointslices.json"), "its EndpointSlices (cluster/endpointslices.json)"),
         "pods": (lambda: ctx.cluster.pods(), "the pods behind it (cluster/pods.json)"),
         "networkpolicies": (lambda: ctx.cluster.policy_data(), "the NetworkPolicies (cluster/networkpolicies.json)"),
+        "service-lookup": (lambda: ctx.bundle.read_json("cluster/service-lookup.json"),
+                           "cluster/service-lookup.json (kpdiag svc writes it: did the API know the Service?)"),
         "probes": (lambda: ctx.probes, "active probe results (probes/service.json; kpdiag svc without --no-probe)"),
         "dns": (lambda: ctx.dns, "a DNS lookup of the Service (probes/dns.json)"),
         "dns-lookups": (lambda: (ctx.dns or {}).get("queries") if (ctx.dns or {}).get("schema") == "kpdiag.dns/v1" else None,

@@ -193,6 +193,7 @@ class ClusterCollector:
         svc = self._get_service(core, namespace, name)
         if svc is not None:
             self.out.files["cluster/services.json"] = _as_list("Service", [svc])
+            self.out.files[SERVICE_LOOKUP] = json.dumps({"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1).encode()
         elif self.service_status == 404:
             self._lookup(core, namespace, name)
             return None

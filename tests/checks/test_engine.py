@@ -114,7 +114,7 @@ def test_text_renders_every_part_and_honours_no_color(monkeypatch):
 
     report = analyze_bundle(os.path.join(FIXTURES, "ip-forward-off"))
     text = report_to_text(report, colour=False)
-    assert "KP501 ip-forward-off" in text and "why:" in text and "$ sysctl -w net.ipv4.ip_forward=1" in text
+    assert "KP501 ip-forward-off" in text and "why:" in text and "$ sudo sysctl -w net.ipv4.ip_forward=1" in text
     assert "node/sysctl.txt:" in text and "net.ipv4.ip_forward = 0" in text
     assert "\033[" not in text and "\033[" in report_to_text(report, colour=True)
     assert "KP501" in report_to_table(report)

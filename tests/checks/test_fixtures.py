@@ -33,7 +33,7 @@ NEEDS_FILES = {
     "ipvs": ["node/ipvsadm.txt", "node/ipvsadm-list.txt"],
     "dns-lookups": ["probes/dns.json#kpdiag.dns/v1"], "dns-service": ["cluster/dns-service.json"],
     "dns-pods": ["cluster/dns-pods.json"], "dns-logs": ["cluster/dns-logs.json"],
-    "networkpolicies": ["cluster/networkpolicies.json"],
+    "networkpolicies": ["cluster/networkpolicies.json"], "service-lookup": ["cluster/service-lookup.json"],
 }
 
 
