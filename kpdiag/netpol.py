@@ -455,7 +455,12 @@ class Direction:
     admitted_by: Admission | None = None
     admits: dict[str, str] = field(default_factory=dict)  # policy → what it admits (for a denial)
     missing: str | None = None  # for a denial: what peer/port rule is missing
-    patch: str | None = None  # for a denial: a NetworkPolicy that would admit exactly this flow
+    patch_args: tuple | None = field(default=None, repr=False)  # for a denial: what :attr:`patch` is built from
+
+    @property
+    def patch(self) -> str | None:
+        """For a denial: a NetworkPolicy (YAML) that would admit exactly this flow — built when asked for."""
+        return patch_yaml(*self.patch_args) if self.patch_args else None
 
     def to_dict(self) -> dict:
         return {"direction": self.direction, "subject": self.subject, "applies": self.applies, "restricted": self.restricted,
@@ -513,6 +518,7 @@ class PolicyIndex:
                 self.ns_labels_known[md["name"]] = labels
         self.pods: dict[str, Pod] = {}
         self.by_ip: dict[str, Pod] = {}
+        self._selecting: dict[tuple, list[Policy]] = {}
         for pod in pods or []:
             self.add_pod(pod)
 
@@ -558,8 +564,12 @@ class PolicyIndex:
     def selecting(self, pod: Pod, direction: str) -> list[Policy]:
         if pod.host_network:
             return []
-        t = "Ingress" if direction == "ingress" else "Egress"
-        return [p for p in self.by_ns.get(pod.namespace, ()) if t in p.types and p.pod_sel.matches(pod.labels)]
+        key = (pod.namespace, direction, tuple(sorted(pod.labels.items())))  # pods of one workload share the answer
+        hit = self._selecting.get(key)
+        if hit is None:
+            t = "Ingress" if direction == "ingress" else "Egress"
+            hit = self._selecting[key] = [p for p in self.by_ns.get(pod.namespace, ()) if t in p.types and p.pod_sel.matches(pod.labels)]
+        return hit
 
     def _direction(self, direction: str, subject: End, other: End, port: int, protocol: str, dst: End) -> Direction:
         if not subject.is_pod:
@@ -601,7 +611,7 @@ class PolicyIndex:
             out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {subject.pod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
         else:
             out.missing = f"no rule of {', '.join(p.key for p in pols)} admits {who} on {port}/{protocol}"
-        out.patch = patch_yaml(direction, subject.pod, other, port, protocol)
+        out.patch_args = (direction, subject.pod, other, port, protocol)
         return out
 
     def evaluate(self, src: End, dst: End, port: int | str, protocol: str = "TCP") -> Flow:

@@ -17,6 +17,8 @@ Live (``--kubeconfig``), the same files are read from the API first (only the na
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 from dataclasses import dataclass, field
 
 from .errors import KpdiagError, UsageError
@@ -101,6 +103,258 @@ def _enforcement(bundle, pods_raw: list[dict]) -> Enforcement:
     return recognise_cni(None)
 
 
+# ------------------------------------------------------------------------------------------------ one flow, big files
+LAZY_BYTES = 1 << 20  # a List file larger than this is searched for the items a flow needs, not parsed whole
+MAX_ITEM_BYTES = 4 << 20
+_WS = b" \t\r\n"
+
+
+class ListScan:
+    """A v1 List file (as kubectl prints it) searched for the items in which ``"key": value`` occurs, without
+    parsing the rest: a regular expression finds the value at C speed, and the item around it — the nearest
+    enclosing object that is an element of a list and has a ``metadata`` object — is decoded alone. The caller
+    checks that the field really has that value in the item (the text may also occur elsewhere in it)."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self._decoded: dict[int, tuple | None] = {}
+
+    @staticmethod
+    def looks_like_list(raw: bytes) -> bool:
+        return raw.lstrip()[:1] == b"{" and raw.rstrip()[-1:] == b"}" and b'"items"' in raw
+
+    def line(self, offset: int) -> int:
+        return self.raw.count(b"\n", 0, offset) + 1
+
+    def _decode(self, start: int):
+        if start in self._decoded:
+            return self._decoded[start]
+        dec = json.JSONDecoder()
+        size, out = 4096, None
+        while True:
+            chunk = self.raw[start:start + size]
+            try:
+                text = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if exc.start < len(chunk) - 4:
+                    break  # not UTF-8 inside: not this way
+                text = chunk[:exc.start].decode("utf-8")
+            try:
+                obj, n = dec.raw_decode(text)
+                out = (obj, start + len(text[:n].encode("utf-8")))
+                break
+            except RecursionError:
+                break
+            except json.JSONDecodeError as exc:
+                cut_short = exc.msg.startswith("Unterminated") or exc.pos >= len(text) - 64
+                if not cut_short or start + size >= len(self.raw) or size >= MAX_ITEM_BYTES:
+                    break
+                size *= 4
+        self._decoded[start] = out
+        return out
+
+    def _item_around(self, pos: int):
+        c = pos
+        for _ in range(10000):
+            c = self.raw.rfind(b"{", 0, c)
+            if c <= 0:
+                return None, None
+            j = c - 1
+            while j >= 0 and self.raw[j] in _WS:
+                j -= 1
+            if j < 0 or self.raw[j] not in b"[,":
+                continue
+            got = self._decode(c)
+            if got is None:
+                continue
+            obj, end = got
+            if end > pos and isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+                return c, obj
+        return None, None
+
+    def where(self, key: str, value: str) -> list[tuple[int, dict | None]]:
+        """(start, item) of each item where the text ``"key": "value"`` occurs, with or without the blank after the
+        colon (item None and start the text's offset: not in an item that can be decoded)."""
+        raw = self.raw
+        val = json.dumps(value).encode()
+        before = re.compile(rb'(?:^|[^\\])"' + re.escape(key.encode()) + rb'"[ \t\r\n]*:[ \t\r\n]*$')
+        hits = []
+        at = raw.find(val)  # the value, at C speed; then is it this key's?
+        while at >= 0:
+            if before.search(raw, max(0, at - len(key) - 64), at):
+                hits.append(at)
+            at = raw.find(val, at + 1)
+        out: dict[int, tuple] = {}
+        for pos in sorted(hits):
+            start, obj = self._item_around(pos)
+            if start is None:
+                out.setdefault(-pos - 1, (pos, None))
+            else:
+                out.setdefault(start, (start, obj))
+        return sorted(out.values(), key=lambda t: t[0])
+
+    def list_metadata(self) -> dict:
+        """The List's own metadata (before or after its items), {} when it has none."""
+        raw = self.raw
+        first, items = raw.find(b'"metadata"'), raw.find(b'"items"')
+        candidates = [first] if 0 <= first < items else []
+        last = raw.rfind(b'"metadata"')
+        if last > items >= 0:
+            candidates.append(last)
+        for at in candidates:
+            k = raw.find(b"{", at)
+            got = self._decode(k) if k >= 0 else None
+            if got is None or not isinstance(got[0], dict):
+                continue
+            if at == first and first < items:
+                return got[0]
+            if raw[got[1]:].strip(_WS) == b"}":
+                return got[0]
+        return {}
+
+
+def _path(obj: dict, *keys):
+    for k in keys:
+        obj = obj.get(k) if isinstance(obj, dict) else None
+    return obj
+
+
+class _ListFile:
+    """One List file of the bundle: parsed whole when small, else a :class:`ListScan`."""
+
+    def __init__(self, bundle, rel: str, items: list | None = None, scan: ListScan | None = None, meta: dict | None = None):
+        self.bundle, self.rel, self.items, self.scan, self.meta = bundle, rel, items, scan, meta or {}
+
+    @classmethod
+    def open(cls, bundle, rel: str):
+        if not bundle.exists(rel):
+            return None
+        raw = bundle.read_bytes(rel)
+        if raw is None:
+            return None
+        if len(raw) > LAZY_BYTES and ListScan.looks_like_list(raw):
+            scan = ListScan(raw)
+            return cls(bundle, rel, scan=scan, meta=scan.list_metadata())
+        doc = bundle.read_json(rel)
+        if doc is None:
+            return None
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            bundle.problem(rel, "not a Kubernetes List (expected {\"items\": [...]})")
+            return None
+        return cls(bundle, rel, items=doc["items"], meta=doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {})
+
+    def where(self, key: str, value: str, check) -> list[tuple]:
+        """(where, item) of the items for which ``check(item)`` holds; ``key``/``value`` narrow the search first."""
+        if self.scan is None:
+            return [(f"item {i}", o) for i, o in enumerate(self.items) if isinstance(o, dict) and check(o)]
+        out = []
+        for start, obj in self.scan.where(key, value):
+            if obj is None:
+                self.bundle.problem(f"{self.rel}:{self.scan.line(start)}", f'"{key}": {json.dumps(value)} is in no item that can be decoded')
+            elif check(obj):
+                out.append((start, obj))
+        return out
+
+    def where_text(self, where) -> str:
+        """'item N' (a parsed file) or 'line N' (a searched one) for what :meth:`where` returned."""
+        return where if isinstance(where, str) else f"line {self.scan.line(where)}"
+
+
+class FlowSource:
+    """What one flow needs from a bundle, read as it is asked for: the pods at both ends, the policies of their
+    namespaces, the namespaces, the CNI. Large List files are searched (ListScan), not parsed whole."""
+
+    def __init__(self, bundle):
+        self.bundle = bundle
+        self.np = _ListFile.open(bundle, NP_SRC)
+        if self.np is None:
+            raise CannotEvaluate(f"{bundle.display(NP_SRC)}: missing or unreadable: the NetworkPolicies are needed "
+                                 "(kubectl get networkpolicies -A -o json)")
+        covered = self.np.meta.get("namespaces")
+        self.covered = set(covered) if isinstance(covered, list) else None
+        self.pod_files = [f for f in (_ListFile.open(bundle, rel) for rel in ("cluster/pods.json", "cluster/client-pod.json",
+                                                                             "cluster/dns-pods.json")) if f is not None]
+        ns_doc = bundle.read_json("cluster/namespaces.json") if bundle.exists("cluster/namespaces.json") else None
+        self.namespaces_known = ns_doc is not None
+        self.ns_items = _items(ns_doc)
+        self.pods: dict[str, Pod] = {}
+        self.raw_pods: dict[str, dict] = {}
+        self.problems: list[str] = []
+        self.dns_service = None
+        if bundle.exists("cluster/dns-service.json"):
+            self.dns_service = next(iter(_items(bundle.read_json("cluster/dns-service.json"))), None)
+
+    def coverage_gap(self, *namespaces) -> list[str]:
+        if self.covered is None:
+            return []
+        return sorted({n for n in namespaces if n and n not in self.covered})
+
+    def _keep(self, obj: dict) -> Pod:
+        pod = Pod.from_api(obj)
+        self.pods.setdefault(pod.key, pod)
+        self.raw_pods.setdefault(pod.key, obj)
+        return self.pods[pod.key]
+
+    def _find(self, key: str, value: str, check) -> list[Pod]:
+        out = []
+        for f in self.pod_files:
+            for _, obj in f.where(key, value, lambda o: o.get("kind") in (None, "Pod") and check(o)):
+                out.append(self._keep(obj))
+        return out
+
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        key = f"{namespace}/{name}"
+        if key not in self.pods:
+            self._find("name", name, lambda o: _path(o, "metadata", "name") == name and (_path(o, "metadata", "namespace") or "default") == namespace)
+        return self.pods.get(key)
+
+    def pod_by_ip(self, ip: str) -> Pod | None:
+        def has(o):
+            st = o.get("status") or {}
+            return not _path(o, "spec", "hostNetwork") and ip in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
+        found = self._find("podIP", ip, has) or self._find("ip", ip, has)
+        return found[0] if found else None
+
+    def end_for_ip(self, ip: str) -> End:
+        pod = self.pod_by_ip(ip)
+        return End(ip, pod) if pod else End(ip)
+
+    def pods_in(self, namespace: str) -> list[Pod]:
+        return self._find("namespace", namespace, lambda o: (_path(o, "metadata", "namespace") or "default") == namespace)
+
+    def policies(self, namespaces) -> list:
+        from .netpol import parse_policy
+
+        out = []
+        for ns in sorted(n for n in namespaces if n):
+            for where, obj in self.np.where("namespace", ns, lambda o: (_path(o, "metadata", "namespace") or "default") == ns):
+                try:
+                    out.append(parse_policy(obj))
+                except PolicyError as exc:
+                    line = f"NetworkPolicy {ns}/{_path(obj, 'metadata', 'name') or '?'} ({self.np.where_text(where)}): {exc} — not evaluated"
+                    self.problems.append(line)
+                    self.bundle.problem(NP_SRC, line)
+        return out
+
+    def enforcement(self) -> Enforcement:
+        bundle = self.bundle
+        cni = bundle.read_json("cluster/cni.json") if bundle.exists("cluster/cni.json") else None
+        if isinstance(cni, dict) and isinstance(cni.get("items"), list):
+            return recognise_cni(cni["items"])
+        ds = bundle.read_json("cluster/daemonsets.json") if bundle.exists("cluster/daemonsets.json") else None
+        if isinstance(ds, dict) and isinstance(ds.get("items"), list):
+            return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
+        system = [self.raw_pods[p.key] for ns in CNI_NAMESPACES for p in self.pods_in(ns)]
+        if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
+            found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])
+            if found.cni:
+                return found
+        return recognise_cni(None)
+
+    def index(self, namespaces) -> PolicyIndex:
+        return PolicyIndex(self.policies(namespaces), self.ns_items, list(self.pods.values()))
+
+
 # ------------------------------------------------------------------------------------------------ the command line
 def parse_port(spec: str) -> tuple[int | str, str | None]:
     """'80', '80/tcp', 'http', 'dns/UDP' → (port or name, protocol or None)."""
@@ -148,7 +402,7 @@ def parse_to(spec: str) -> tuple[str, ...]:
     raise UsageError(f"--to {spec}: give NS/POD, NS/SERVICE (NS/svc/NAME, NS/pod/NAME to say which) or an IP address")
 
 
-def _services(bundle, data: PolicyData):
+def _services(bundle, data):
     from .cluster_state import ClusterView, Svc
 
     out = list(ClusterView(bundle).services() or []) if bundle.exists("cluster/services.json") else []
@@ -179,19 +433,15 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     """The ``kpdiag.policy/v1`` document for one flow (to a Service: one flow per endpoint, after DNAT)."""
     src_spec, dst_spec = parse_from(from_spec), parse_to(to_spec)
     port, proto = parse_port(port_spec)
-    data = load(bundle)
-    if data is None:
-        raise CannotEvaluate(f"{bundle.display(NP_SRC)}: missing or unreadable: the NetworkPolicies are needed "
-                             "(kubectl get networkpolicies -A -o json)")
-    idx = data.index
+    source = FlowSource(bundle)
     notes: list[str] = []
     if src_spec[0] == "ip":
-        src = idx.end_for_ip(src_spec[1])
+        src = source.end_for_ip(src_spec[1])
         if src.pod is None:
             notes.append(f"{src_spec[1]} is no pod kpdiag knows of: taken as an address (only ipBlock rules and rules "
                          "open to anyone admit it)")
     else:
-        pod = idx.pod(src_spec[1], src_spec[2])
+        pod = source.pod(src_spec[1], src_spec[2])
         if pod is None:
             raise CannotEvaluate(f"pod {src_spec[1]}/{src_spec[2]} is not in the pods read (cluster/pods.json)")
         if not pod.ips and not pod.host_network:
@@ -200,28 +450,30 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     targets: list[tuple[str, End | None, int | str, str]] = []  # (label, end, port, protocol)
     service = None
     if dst_spec[0] == "ip":
-        targets.append((dst_spec[1], idx.end_for_ip(dst_spec[1]), port, proto or "TCP"))
+        targets.append((dst_spec[1], source.end_for_ip(dst_spec[1]), port, proto or "TCP"))
     else:
         kind, ns, name = dst_spec
-        pod = idx.pod(ns, name) if kind in ("pod", "any") else None
+        pod = source.pod(ns, name) if kind in ("pod", "any") else None
         if pod is None and kind in ("svc", "any"):
-            service = next((s for s in _services(bundle, data) if s.namespace == ns and s.name == name), None)
+            service = next((s for s in _services(bundle, source) if s.namespace == ns and s.name == name), None)
         if pod is not None:
             targets.append((pod.key, End(pod.ip, pod), port, proto or "TCP"))
         elif service is not None:
-            targets, svc_notes = _service_targets(service, idx, port, proto)
+            targets, svc_notes = _service_targets(service, source, port, proto)
             notes += svc_notes
         else:
             what = {"pod": "pod", "svc": "Service"}.get(kind, "pod or Service")
             raise CannotEvaluate(f"no {what} {ns}/{name} in the data read (cluster/pods.json, cluster/services.json)")
-    gap = data.coverage_gap(src.namespace, *(t[1].namespace for t in targets if t[1] is not None))
+    involved = {src.namespace, *(t[1].namespace for t in targets if t[1] is not None)} - {None}
+    gap = source.coverage_gap(*involved)
     if gap:
         raise CannotEvaluate(f"the NetworkPolicies of namespace {', '.join(gap)} were not collected "
-                             f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(data.covered))})")
-    if not data.namespaces_known:
+                             f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(source.covered))})")
+    idx = source.index(involved)
+    if not source.namespaces_known:
         notes.append("cluster/namespaces.json missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)")
     else:
-        for n in sorted({src.namespace, *(t[1].namespace for t in targets if t[1] is not None)} - {None}):
+        for n in sorted(involved):
             if n not in idx.ns_labels_known:
                 notes.append(f"namespace {n} is not in cluster/namespaces.json: only kubernetes.io/metadata.name is assumed")
     flows, results, unknown = [], [], []
@@ -243,7 +495,7 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
         why = "; ".join(r["error"] for r in results if r.get("error")) or "no endpoint to evaluate"
         raise CannotEvaluate(f"cannot evaluate {from_spec} → {to_spec}: {why}")
     allowed = all(f.allowed for f in flows) and not unknown
-    enf = data.enforcement
+    enf = source.enforcement()
     if enf.enforced is False and not allowed:
         notes.append(f"{enf.text()}: the policies deny this flow, but the CNI does not enforce them — they do not drop it")
     elif enf.enforced is None:
@@ -266,7 +518,7 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     return doc
 
 
-def _service_targets(svc, idx: PolicyIndex, port, proto) -> tuple[list, list[str]]:
+def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[str]]:
     """(label, End or None, targetPort, protocol) for each endpoint of the Service port: policies act after DNAT."""
     notes = []
     cands = [p for p in svc.ports if (p.get("port") == port or (p.get("name") and p.get("name") == port))]
@@ -285,8 +537,7 @@ def _service_targets(svc, idx: PolicyIndex, port, proto) -> tuple[list, list[str
             notes.append(f"Service {svc.key} has no ready endpoint: its not-ready endpoints are evaluated")
         for e in ready or eps:
             target = svc.target_of(e, sp)
-            pod = idx.pod(svc.namespace, e.pod) if e.pod else None
-            pod = pod or idx.by_ip.get(e.ip)
+            pod = (source.pod(svc.namespace, e.pod) if e.pod else None) or source.pod_by_ip(e.ip)
             label = f"{e.ip}:{target}" if ":" not in e.ip else f"[{e.ip}]:{target}"
             out.append((label, End(e.ip, pod) if pod else None, target, protocol))
         return out, notes
@@ -294,7 +545,7 @@ def _service_targets(svc, idx: PolicyIndex, port, proto) -> tuple[list, list[str
         raise CannotEvaluate(f"Service {svc.key} has no endpoints in the data read (cluster/endpointslices.json) and no selector")
     from .collect.cluster import selector_matches
 
-    pods = [p for p in idx.pods.values() if p.namespace == svc.namespace and selector_matches(svc.selector, p.labels)]
+    pods = [p for p in source.pods_in(svc.namespace) if selector_matches(svc.selector, p.labels)]
     if not pods:
         raise CannotEvaluate(f"Service {svc.key}: no EndpointSlice read and its selector picks no pod read")
     notes.append(f"no EndpointSlice read for {svc.key}: its endpoints are the pods its selector picks")
