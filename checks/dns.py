@@ -594,8 +594,12 @@ def dns_udp_tcp(ctx, new):
                        ": any answer too large for UDP will fail"),
                       severity="error" if big else "warning", fix=remain, evidence=ev, subject=f"nameserver {server}")
         elif tcp_ok and not udp_ok:
-            yield new(f"{server} answers over TCP but not over UDP (UDP: {udp['result']}): resolvers ask over UDP, so lookups fail",
-                      severity="error", fix=remain, evidence=ev, subject=f"nameserver {server}")
+            use_vc = "use-vc" in _g(doc, "resolv_conf", "options", default={})
+            yield new(f"{server} answers over TCP but not over UDP (UDP: {udp['result']}): " +
+                      ("this pod's resolv.conf says 'options use-vc' (glibc asks over TCP), but other resolvers (musl, Go) ask over UDP"
+                       if use_vc else "resolvers ask over UDP, so lookups fail"),
+                      severity="warning" if use_vc else "error", fix=remain, evidence=ev + (_rc_ev(ctx, doc["resolv_conf"], "options") if use_vc else []),
+                      subject=f"nameserver {server}")
 
 
 @check(

@@ -20,6 +20,7 @@ kpdiag asks the nameservers itself, with DNS messages it builds and parses here 
                      lines as written, at most 64), problems [{line, text, why}], search_chars}  — ndots as the resolvers use it (default 1, at most 15)
     cluster_domain  from the search list ("svc.<domain>"), else "cluster.local" (cluster_domain_from: search|default)
     client_namespace the namespace of the first "<ns>.svc.<domain>" search entry (the pod's own), else null
+    search_queried  how many search domains the expansions below use (the first 8; a longer list is cut here)
     lookups         [{name, purpose (short|namespaced|fqdn|kubernetes), candidates {glibc: […], musl: […]},
                       outcome {glibc: {result, qname, addresses, error}, musl: {…}}}] — each name expanded through
                      the search path given ndots, and what each C library would return, walked over the queries below
@@ -422,7 +423,7 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
     doc = {"schema": "kpdiag.dns/v1", "namespace": namespace, "service": name, "name": fqdn, "result": None, "addresses": [],
            "error": None, "nameservers": servers, "sent": bool(send), "resolv_conf": rc, "cluster_domain": domain,
            "cluster_domain_from": domain_from, "client_namespace": client_namespace_of(rc["search"], domain),
-           "lookups": [], "queries": [], "timeout_s": timeout, "deadline_s": deadline, "elapsed_ms": None}
+           "search_queried": len(search), "lookups": [], "queries": [], "timeout_s": timeout, "deadline_s": deadline, "elapsed_ms": None}
     lookups = [("short", name), ("namespaced", f"{name}.{namespace}"), ("fqdn", fqdn + "."), ("kubernetes", "kubernetes.default")]
     jobs: list[tuple] = []
 
