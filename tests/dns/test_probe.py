@@ -170,3 +170,30 @@ def test_unreadable_resolv_conf_falls_back_to_the_resolver_defaults(tmp_path):
     doc = dns.dns_probe("shop", "web", resolv_conf=str(tmp_path), send=False)
     assert doc["resolv_conf"]["error"].endswith("not a regular file")
     assert doc["nameservers"] == ["127.0.0.1"] and doc["cluster_domain_from"] == "default"
+
+
+def test_ctrl_c_stops_the_probe_at_once(tmp_path):
+    """SIGINT while every query waits: the probe does not sit out its deadline (daemon threads, short waits)."""
+    import signal
+
+    host = "127.0.0.68"
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind((host, 0))
+    port = udp.getsockname()[1]
+    code = (f"from kpdiag.collect.dns import dns_probe\nprint('start', flush=True)\n"
+            f"dns_probe('shop', 'web', resolv_conf={_resolv(tmp_path, host)!r}, port={port}, timeout=60, deadline=60)\nprint('finished')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "start"
+        udp.settimeout(10)
+        udp.recv(512)  # a query arrived: the probe is waiting for answers now
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - sent
+    finally:
+        udp.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert "finished" not in out and "KeyboardInterrupt" in err
+    assert took < 3.0, took  # far below the 60 s deadline (margin for a loaded machine)
