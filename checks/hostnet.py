@@ -108,7 +108,7 @@ def rp_filter_strict(ctx, new):
             f"{nets} is dropped on arrival",
             fix=(f"sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{name}.rp_filter=2   # loose: the source must be routable at all",
                  persist_sysctls({"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}, "rp-filter"),
-                 "nstat -az TcpExtIPReversePathFilter   # counts the packets the check dropped",
+                 f"ip route get {addrs[0].split('/')[0]} from <client IP> iif {name}   # fails ('invalid argument') when the check rejects that client",
                  f"or answer out of {name}: ip rule add from <{name} address> table 100; ip route add default via <gateway on {name}> dev {name} table 100"),
             evidence=[e for e in (ev.sysctl(ctx, "net.ipv4.conf.all.rp_filter"),
                                   Evidence(if_v.source, if_v.text, if_v.line) if if_v is not None else None) if e]

@@ -382,7 +382,7 @@ class NodeCollector:
             return
         finally:
             self._timed("node/kube-proxy/log.txt (journald)", t)
-        data = proc.stdout[-LOG_MAX_BYTES:]
+        data = _kube_proxy_lines(proc.stdout)[-LOG_MAX_BYTES:]
         if proc.returncode != 0 or not data.strip() or data.startswith(b"-- No entries --"):
             return
         self._put("node/kube-proxy/log.txt", data)
@@ -522,6 +522,21 @@ class NodeCollector:
             self._err("node/kube-proxy/log.txt", f"{path} grew while it was read: not read")
         except OSError as exc:
             self._err("node/kube-proxy/log.txt", f"cannot read {path}: {safeio.describe(exc)}")
+
+# k3s and k0s log every component they embed: only kube-proxy's lines are kube-proxy's log (KP704 reads it)
+_PROXY_MARKERS = (b"proxier.go", b"kube-proxy", b"server_linux.go", b"server_others.go", b"conntrack.go",
+                  b"service config", b"endpoint slice config", b"node config", b"proxy mode", b"Proxier", b"proxier")
+
+
+def _kube_proxy_lines(journal: bytes) -> bytes:
+    """journalctl lines of kube-proxy's own unit, and kube-proxy's lines of the k3s/k0s units."""
+    keep = []
+    for line in journal.splitlines(keepends=True):
+        head = line.split(b": ", 1)[0]
+        if b" kube-proxy[" in head or any(m in line for m in _PROXY_MARKERS):
+            keep.append(line)
+    return b"".join(keep)
+
 
 def _mtime(path: str) -> float:
     try:

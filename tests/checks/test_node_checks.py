@@ -1,0 +1,127 @@
+"""Issue 15's node checks beyond their fixtures: the default IPVS node, who implements Services (k3s's embedded
+kube-proxy, Cilium beside kube-proxy, no host PIDs), the host firewall in IPVS mode, older kube-proxy log wordings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from kpdiag.bundle import Bundle, write_bundle
+from kpdiag.diagnose import analyze_bundle
+from kpdiag.state import NodeState
+from kpdiag.synth import Endpoint, Port, Service, ipvs_files
+from tests.conftest import FIXTURES
+
+
+def _copy(tmp_path, fixture, files: dict[str, str] | None = None, drop=(), manifest_errors=None):
+    out = tmp_path / fixture
+    shutil.copytree(os.path.join(FIXTURES, fixture), out)
+    for rel, text in (files or {}).items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    for rel in drop:
+        (out / rel).unlink()
+    if manifest_errors is not None:
+        m = json.loads((out / "kpdiag.json").read_text())
+        m["errors"] = manifest_errors
+        (out / "kpdiag.json").write_text(json.dumps(m))
+    return str(out)
+
+
+def _ids(report) -> set[str]:
+    return {f.id for f in report.findings}
+
+
+def _status(report, check_id):
+    return next(c for c in report.checks if c.id == check_id)
+
+
+def test_default_ipvs_node_without_loadbalancer_ips_has_no_warning():
+    report = analyze_bundle(os.path.join(FIXTURES, "ipvs-healthy"))
+    cfg = open(os.path.join(FIXTURES, "ipvs-healthy", "node", "kube-proxy", "config.yaml")).read()
+    assert "strictARP: false" in cfg  # kube-proxy's default
+    assert report.counts() == {"error": 0, "warning": 0, "info": 0}, [f.summary for f in report.findings]
+    assert _status(report, "KP307").status == "ran"
+
+
+HTTP_ERRORS = [{"source": rel, "error": f"GET http://127.0.0.1:{port}/{path}: [Errno 111] Connection refused"}
+               for rel, port, path in (("node/kube-proxy/proxy-mode.txt", 10249, "proxyMode"), ("node/kube-proxy/metrics.txt", 10249, "metrics"),
+                                       ("node/kube-proxy/healthz.json", 10256, "healthz"))]
+KP_FILES = ["node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json"]
+
+
+def test_k3s_embedded_kube_proxy_is_kube_proxy_in_charge(tmp_path):
+    path = _copy(tmp_path, "healthy-iptables", {"node/processes.txt": "1 systemd\n812 k3s-server\n"})
+    impl = NodeState(Bundle.open(path)).service_implementer
+    assert impl.name == "k3s" and impl.kube_proxy_in_charge and "k3s" in impl.label
+    report = analyze_bundle(path)
+    assert not {"KP707", "KP708"} & _ids(report)
+    assert _status(report, "KP701").status == "ran"  # kube-proxy advice applies
+
+
+def test_kube_proxy_absent_needs_to_see_the_hosts_processes(tmp_path):
+    # the same rules, kube-proxy's endpoints refused, but pid 1 is not visible (no hostPID): kube-proxy may run elsewhere
+    path = _copy(tmp_path, "kube-proxy-absent", {"node/processes.txt": "4242 kpdiag\n"})
+    assert "KP707" not in _ids(analyze_bundle(path))
+    # pid 1 visible and kube-proxy among the processes: not absent
+    path = _copy(tmp_path / "b", "kube-proxy-absent", {"node/processes.txt": "1 systemd\n777 kube-proxy\n"})
+    assert "KP707" not in _ids(analyze_bundle(path))
+
+
+def test_cilium_beside_kube_proxy_leaves_kube_proxy_in_charge(tmp_path):
+    # CILIUM_* chains and cilium_host exist, but so do kube-proxy's KUBE-SVC rules: Cilium without its replacement
+    text = open(os.path.join(FIXTURES, "healthy-iptables", "node", "iptables-save.txt")).read()
+    text = text.replace(":KUBE-FIREWALL - [0:0]", ":CILIUM_FORWARD - [0:0]\n:KUBE-FIREWALL - [0:0]", 1)
+    addrs = json.load(open(os.path.join(FIXTURES, "healthy-iptables", "node", "ip-addr.json")))
+    addrs.append({"ifindex": 99, "ifname": "cilium_host", "mtu": 1500, "addr_info": []})
+    path = _copy(tmp_path, "healthy-iptables", {"node/iptables-save.txt": text, "node/ip-addr.json": json.dumps(addrs)})
+    impl = NodeState(Bundle.open(path)).service_implementer
+    assert impl.kube_proxy_in_charge and "cilium" in impl.present
+    assert "KP708" not in _ids(analyze_bundle(path))
+
+
+def test_replacement_fixture_skips_kube_proxy_checks_with_the_reason():
+    report = analyze_bundle(os.path.join(FIXTURES, "cilium-kube-proxy-replacement"))
+    for check_id in ("KP701", "KP706", "KP601"):
+        run = _status(report, check_id)
+        assert run.status == "skipped" and "Cilium's kube-proxy replacement" in run.reason, run
+    assert "KP707" not in _ids(report)
+
+
+def test_host_firewall_in_ipvs_mode(tmp_path):
+    """IPVS delivers NodePort traffic to the node (INPUT): an INPUT policy DROP without an accept drops it."""
+    svcs = [Service("shop", "front", "10.96.0.40", [Port("http", 80, 8080, node_port=30080)], [Endpoint("10.244.1.11")])]
+    files = ipvs_files(svcs)
+    files["node/kube-proxy/proxy-mode.txt"] = "ipvs\n"
+    out = str(tmp_path / "ok")
+    write_bundle({k: v.encode() for k, v in files.items()}, out, {"format": "kpdiag-bundle/1", "node": "n", "errors": []})
+    report = analyze_bundle(out)
+    assert _status(report, "KP509").status == "ran" and "KP509" not in _ids(report)
+    files["node/iptables-save.txt"] = files["node/iptables-save.txt"].replace(":INPUT ACCEPT", ":INPUT DROP", 1)
+    assert ":INPUT DROP" in files["node/iptables-save.txt"]
+    out = str(tmp_path / "drop")
+    write_bundle({k: v.encode() for k, v in files.items()}, out, {"format": "kpdiag-bundle/1", "node": "n", "errors": []})
+    found = [f for f in analyze_bundle(out).findings if f.id == "KP509"]
+    assert len(found) == 1 and "30080/tcp" in found[0].summary and "INPUT" in found[0].summary, [f.summary for f in found]
+
+
+def test_kp704_reads_older_kube_proxy_wordings(tmp_path):
+    log = ('E0521 10:00:00.000000       1 proxier.go:770] Failed to delete stale service IP 10.96.0.10 connections, error: '
+           'error deleting connection tracking state for UDP service IP: 10.96.0.10, error: exit status 1\n'
+           'E0521 10:00:01.000000       1 reflector.go:178] k8s.io/client-go/informers/factory.go:135: Failed to list *v1.Service: '
+           'Get "https://10.0.0.1:6443/api/v1/services": dial tcp 10.0.0.1:6443: connect: no route to host\n')
+    path = _copy(tmp_path, "healthy-iptables", {"node/kube-proxy/log.txt": log})
+    found = [f for f in analyze_bundle(path).findings if f.id == "KP704"]
+    text = " ".join(f.summary for f in found)
+    assert "stale conntrack" in text and "API server" in text, text
+
+
+def test_journald_lines_of_k3s_are_filtered_to_kube_proxys():
+    from kpdiag.collect.node import _kube_proxy_lines
+
+    journal = (b'2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.1 812 proxier.go:1522] "Failed to execute iptables-restore"\n'
+               b'2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.2 812 reflector.go:1] Failed to watch *v1.Pod\n'
+               b'2026-12-03T00:00:00+0000 node kube-proxy[99]: E1203 00:00:00.3 99 reflector.go:1] Failed to watch *v1.Service\n')
+    kept = _kube_proxy_lines(journal).decode().splitlines()
+    assert len(kept) == 2 and "proxier.go" in kept[0] and "kube-proxy[99]" in kept[1]  # kubelet's watch error inside k3s is not kube-proxy's
