@@ -429,11 +429,12 @@ def resolv_nameserver(ctx, new):
     needs=("dns-lookups",),
     symptom="Names resolve in some images (glibc ≥ 2.26) and not in others (Alpine/musl, older glibc); kubelet logs 'Search Line limits were exceeded'.",
     why="""
-        Resolvers read only part of resolv.conf: at most 3 nameservers (glibc and musl), ndots at most 15, and — in glibc
-        before 2.26 and in musl — at most 6 search domains and 256 characters of search list (musl cuts the line at 255).
-        kubelet builds a pod's search list from its own namespace entries plus the node's search domains (and dnsConfig),
-        so a node with many search domains pushes the cluster entries' neighbours out in older or smaller images. Lines
-        a resolver cannot parse are ignored silently.
+        Resolvers read only part of resolv.conf: at most 3 nameservers (glibc and musl) and ndots at most 15. glibc
+        before 2.26 keeps at most 6 search domains in 256 characters and drops the rest. musl (Alpine images) reads
+        lines of at most 254 characters and skips a longer line entirely — a long search line leaves it no search
+        domain at all, so even the pod's own namespace is not searched. kubelet builds a pod's search list from the
+        cluster entries plus the node's search domains (and dnsConfig), so a node with many or long search domains
+        breaks short names in those images. Lines a resolver cannot parse are ignored silently.
     """,
     fix="Trim the node's search domains (or set the pod's dnsConfig); at most 3 nameservers; fix the lines named.",
 )
@@ -446,10 +447,17 @@ def resolv_limits(ctx, new):
     ndots = (rc.get("options") or {}).get("ndots")
     fix = ("kubectl get pod POD -o jsonpath='{.spec.dnsConfig}'",
            "grep -E '^(search|domain)' /etc/resolv.conf   # on the node: kubelet appends its search domains to every pod's")
-    if len(search) > 6 or chars > 255:
-        yield new(f"the search list has {len(search)} domain(s), {chars} characters: glibc before 2.26 reads only the first 6 / 256 characters "
-                  f"and musl (Alpine) only 255 characters — " + (f"names past '{_cut(search, chars)}' are not searched there" if chars > 255 else
-                                                              f"'{search[6]}' and later are not searched there"),
+    line_chars = rc.get("search_line_chars") if isinstance(rc.get("search_line_chars"), int) else len("search " + " ".join(search))
+    kept = _glibc_old_kept(search)
+    if len(kept) < len(search) or line_chars > MUSL_LINE_MAX:
+        parts = []
+        if len(kept) < len(search):
+            parts.append(f"glibc before 2.26 uses only the first {len(kept)} ({len(kept) and kept[-1]!r} is the last; at most 6 domains, 256 characters) "
+                         f"and never searches {', '.join(repr(d) for d in search[len(kept):][:3])}{' …' if len(search) - len(kept) > 3 else ''}")
+        if line_chars > MUSL_LINE_MAX:
+            parts.append(f"musl (Alpine images) ignores the whole search line ({line_chars} characters; it reads lines of at most "
+                         f"{MUSL_LINE_MAX}): no search domain at all there, so short Service names do not resolve")
+        yield new(f"the search list has {len(search)} domain(s), {chars} characters: " + "; ".join(parts),
                   fix=fix + ("# dnsConfig: {searches: [...]} and dnsPolicy None, or fewer search domains on the node (kubelet --resolv-conf)",),
                   evidence=_rc_ev(ctx, rc, "search"), subject="resolv.conf")
     if len(servers) > 3:
@@ -464,9 +472,18 @@ def resolv_limits(ctx, new):
                   evidence=[Evidence(_rc_source(ctx, rc), str(p.get("text")), p.get("line"))], subject="resolv.conf")
 
 
-def _cut(search: list[str], chars: int) -> str:
-    text = " ".join(search)[:255]
-    return text.rsplit(" ", 1)[0].split()[-1] if " " in text else text
+MUSL_LINE_MAX = 254  # musl reads resolv.conf with a 256-byte line buffer (with the newline and NUL) and skips longer lines
+
+
+def _glibc_old_kept(search: list[str]) -> list[str]:
+    """The search domains glibc before 2.26 keeps: at most 6, in a 256-byte buffer (each with its NUL)."""
+    kept, used = [], 0
+    for d in search[:6]:
+        if used + len(d) + 1 > 256:
+            break
+        kept.append(d)
+        used += len(d) + 1
+    return kept
 
 
 # ------------------------------------------------------------------ what the nameservers answered

@@ -17,7 +17,8 @@ kpdiag asks the nameservers itself, with DNS messages it builds and parses here 
     sent            false when no packet was sent (send=False)
     resolv_conf     {path, error, nameservers, search, ndots, options {timeout, attempts, rotate, edns0, use-vc, …},
                      lines {"nameserver": [line numbers], "search": […], "options": […]}, entries [{line, text}] (those
-                     lines as written, at most 64), problems [{line, text, why}], search_chars}  — ndots as the resolvers use it (default 1, at most 15)
+                     lines as written, at most 64), problems [{line, text, why}], search_chars (the domains joined by
+                     spaces), search_line_chars (the whole search line as written)}  — ndots as the resolvers use it (default 1, at most 15)
     cluster_domain  from the search list ("svc.<domain>"), else "cluster.local" (cluster_domain_from: search|default)
     client_namespace the namespace of the first "<ns>.svc.<domain>" search entry (the pod's own), else null
     search_queried  how many search domains the expansions below use (the first 8; a longer list is cut here)
@@ -86,6 +87,7 @@ def parse_resolv_conf(text: str) -> dict:
         elif key in ("search", "domain"):
             out["lines"]["search"].append(no)
             out["search"] = [d.rstrip(".") for d in args if d.rstrip(".")] if key == "search" else [a.rstrip(".") for a in args[:1]]
+            out["search_line_chars"] = len(raw.rstrip("\r\n"))
         elif key == "options":
             out["lines"]["options"].append(no)
             for opt in args:

@@ -46,3 +46,29 @@ def test_networkpolicies_collected_are_named_as_judged_by_kp122():
     assert "not checked: no NetworkPolicies collected" in _finding(files, "KP138").explanation
     files["cluster/networkpolicies.json"] = json.dumps({"apiVersion": "v1", "kind": "List", "items": []}).encode()
     assert "KP122 judges the NetworkPolicies collected" in _finding(files, "KP138").explanation
+
+
+def test_search_limits_glibc_and_musl_apart():
+    from kpdiag.checks.dns import MUSL_LINE_MAX, _glibc_old_kept
+
+    seven = [f"d{i}.example" for i in range(7)]
+    assert _glibc_old_kept(seven) == seven[:6]
+    long_ones = ["a" * 100 + ".example", "b" * 100 + ".example", "c" * 60 + ".example"]
+    assert _glibc_old_kept(long_ones) == long_ones[:2]  # the third does not fit in 256 bytes
+    files = _fixture_files("dns-search-limits")
+    doc = json.loads(files["probes/dns.json"])
+    rc = doc["resolv_conf"]
+    rc["search"] = seven  # 7 short domains: only glibc < 2.26 loses one; the line is short enough for musl
+    rc["search_chars"] = len(" ".join(seven))
+    rc["search_line_chars"] = len("search " + " ".join(seven))
+    files["probes/dns.json"] = json.dumps(doc).encode()
+    f = _finding(files, "KP134")
+    assert "glibc before 2.26 uses only the first 6" in f.summary and "'d6.example'" in f.summary and "musl" not in f.summary
+    rc["search"] = ["shop.svc.cluster.local", "svc.cluster.local", "x" * 206 + ".example"]  # 253 characters: glibc keeps them all
+    assert _glibc_old_kept(rc["search"]) == rc["search"]
+    rc["search_chars"] = len(" ".join(rc["search"]))
+    rc["search_line_chars"] = len("search " + " ".join(rc["search"]))
+    assert rc["search_line_chars"] > MUSL_LINE_MAX
+    files["probes/dns.json"] = json.dumps(doc).encode()
+    f = _finding(files, "KP134")
+    assert "musl (Alpine images) ignores the whole search line" in f.summary and "glibc" not in f.summary
