@@ -139,36 +139,53 @@ def partially_programmed(ctx, new):
 def endpoints_disagree(ctx, new):
     groups, total = _groups(ctx)
     local = ctx.local_keys
-    votes: dict[str, Counter] = {}
+    zone_of = {r.node: ctx.fact(r, "zone") for r in ctx.ok}
+    zoned = sum(1 for z in zone_of.values() if z) >= 2 and len({z for z in zone_of.values() if z}) >= 2
+    # with topology-aware routing, nodes of different zones program different endpoints by design: nodes are compared
+    # with the nodes of their own zone when the reports say their zones
+    def zone(n: str) -> str:
+        return (zone_of.get(n) or "") if zoned else ""
+
+    votes: dict[tuple[str, str], Counter] = {}
     for _, nodes, table in groups:
         for key, (_, h, n) in table.items():
             if key in local:
                 continue
-            votes.setdefault(key, Counter())[(h, n)] += len(nodes)
+            for node in nodes:
+                votes.setdefault((key, zone(node)), Counter())[(h, n)] += 1
     best = {k: c.most_common(1)[0] for k, c in votes.items() if len(c) > 1}
     if not best:
         return
     names = _port_names(ctx)
     caveat = "" if ctx.policy_known else " (unless a Service has internalTrafficPolicy: Local: the API was not read and IPVS rules do not show it)"
+    if not zoned:
+        caveat += " (node zones unknown: with topology-aware routing, nodes of different zones differ by design)"
     for _, nodes, table in groups:
-        differ = []
-        for key, ((h, n), votes_for) in best.items():
-            mine = table.get(key)
-            if mine is not None and (mine[1], mine[2]) != (h, n):
-                differ.append((key, mine[2], n, votes_for))
-        if not differ:
-            continue
-        differ.sort()
-        first = sorted(nodes)[0]
-        yield new(
-            f"{_who(nodes)} sends {len(differ)} service port(s) to other endpoints than most nodes{caveat}: "
-            + _names([f"{_label(k, names)} ({_differ(mine, n, v)})" for k, mine, n, v in differ]),
-            fix=(f"kubectl get endpointslices -A -l kubernetes.io/service-name={names.get(differ[0][0], 'NAME').split('/')[-1].split(':')[0]}",
-                 f"kpdiag cluster --nodes {first} --service {names[differ[0][0]].split(':')[0] if names.get(differ[0][0]) else 'NS/NAME'}",
-                 "kubectl -n kube-system delete pod <that node's kube-proxy pod>   # after reading its log"),
-            evidence=[Evidence(f"node {first}", f"{_label(k, names)}: {_differ(mine, n, v)}") for k, mine, n, v in differ[:MAX_NAMES]],
-            subject=first,
-        )
+        by_zone: dict[str, list[str]] = {}
+        for node in nodes:
+            by_zone.setdefault(zone(node), []).append(node)
+        for z, zone_nodes in sorted(by_zone.items()):
+            differ = []
+            for (key, kz), ((h, n), votes_for) in best.items():
+                if kz != z:
+                    continue
+                mine = table.get(key)
+                if mine is not None and (mine[1], mine[2]) != (h, n):
+                    differ.append((key, mine[2], n, votes_for))
+            if not differ:
+                continue
+            differ.sort()
+            first = sorted(zone_nodes)[0]
+            yield new(
+                f"{_who(zone_nodes)} sends {len(differ)} service port(s) to other endpoints than most nodes"
+                + (f" of zone {z}" if z else "") + f"{caveat}: "
+                + _names([f"{_label(k, names)} ({_differ(mine, n, v)})" for k, mine, n, v in differ]),
+                fix=(f"kubectl get endpointslices -A -l kubernetes.io/service-name={names.get(differ[0][0], 'NAME').split('/')[-1].split(':')[0]}",
+                     f"kpdiag cluster --nodes {first} --service {names[differ[0][0]].split(':')[0] if names.get(differ[0][0]) else 'NS/NAME'}",
+                     "kubectl -n kube-system delete pod <that node's kube-proxy pod>   # after reading its log"),
+                evidence=[Evidence(f"node {first}", f"{_label(k, names)}: {_differ(mine, n, v)}") for k, mine, n, v in differ[:MAX_NAMES]],
+                subject=first,
+            )
 
 
 def _differ(mine: int, n: int, voters: int) -> str:

@@ -226,9 +226,12 @@ def _progress(message: str) -> None:
 @click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
 @click.option("--preflight", type=click.Choice(["ipvs", "nftables"]), help="Can this node run that proxy mode? (its prerequisite checks only)")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages on stderr (what was not collected is in the report).")
+@click.option("--kubeconfig", type=click.Path(), help="Compare the rules with the API: kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the pod's service account).")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--no-api", is_flag=True, help="Do not ask the Kubernetes API: judge the rules alone.")
 @_report_options
-def node(host_root, service, trace_to, preflight, quiet, output, fail_on, select, ignore, verbose):
-    """Collect this node (read-only) and diagnose it."""
+def node(host_root, service, trace_to, preflight, quiet, kubeconfig, context, no_api, output, fail_on, select, ignore, verbose):
+    """Collect this node (read-only) and diagnose it — against the Services and EndpointSlices of the API when it can."""
     from .bundle import Bundle
     from .collect.node import collect_node
     from .diagnose import analyze_state
@@ -236,6 +239,13 @@ def node(host_root, service, trace_to, preflight, quiet, output, fail_on, select
     from .state import NodeState
 
     files, manifest = collect_node(host_root=host_root, progress=None if quiet else _progress)
+    if not no_api and not preflight:
+        from .nodeapi import api_files
+
+        more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=None if quiet else _progress)
+        files.update(more)
+        manifest.setdefault("errors", []).extend(errors)
+        manifest["api"] = api
     files["kpdiag.json"] = __import__("json").dumps(manifest).encode()
     state = NodeState(Bundle.from_files(manifest.get("node") or "node", files))
     if preflight:
@@ -392,7 +402,10 @@ def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig,
         raise _fail(outcome.error, outcome.code)
     if outcome.report is None:
         raise click.exceptions.Exit(outcome.code)
-    _emit_report(outcome.report, output, fail_on, verbose)
+    try:
+        _emit_report(outcome.report, output, fail_on, verbose)
+    except click.exceptions.Exit as exc:  # pods left behind fail the run, whatever --fail-on says
+        raise click.exceptions.Exit(max(exc.exit_code, outcome.code)) from None
 
 
 @cli.command("redact")

@@ -28,6 +28,12 @@ def facts(state: NodeState, programmed: dict | None = None) -> dict:
         out["service_ports_programmed"] = programmed["count"]
     elif rs is not None:
         out["service_ports_programmed"] = len(state.programmed() or {})
+    try:
+        zone = state.cluster.node_zone()
+    except Exception:  # a malformed cluster/nodes.json is a named problem already; the zone is only a fact
+        zone = None
+    if zone:
+        out["zone"] = zone  # kpdiag cluster compares endpoint sets within a zone (topology-aware routing)
     v = state.kube_proxy_version
     if v:
         out["kube_proxy_version"] = f"{v[0]}.{v[1]}"

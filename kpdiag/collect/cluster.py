@@ -372,5 +372,43 @@ class ClusterCollector:
         self.out.files["cluster/dns-logs.json"] = json.dumps({"logs": logs}, indent=1).encode()
 
 
+    def node_view(self, node_name: str | None, page: int = 500) -> bool:
+        """What `kpdiag node` compares its rules with: every Service and EndpointSlice (paged lists, raw JSON) and this
+        node's Node object (its zone). False, with a recorded reason, when the API cannot be used."""
+        from kubernetes import client
+
+        if self._api is None and not self.connect():
+            return False
+        core = client.CoreV1Api(self._api)
+        disc = client.DiscoveryV1Api(self._api)
+        services = self._paged("cluster/services.json", "list services in all namespaces", core.list_service_for_all_namespaces, page)
+        if services is None:
+            return False
+        self.out.files["cluster/services.json"] = _as_list("Service", services)
+        slices = self._paged("cluster/endpointslices.json", "list endpointslices in all namespaces", disc.list_endpoint_slice_for_all_namespaces, page)
+        if slices is not None:
+            self.out.files["cluster/endpointslices.json"] = _as_list("EndpointSlice", slices)
+        if node_name:
+            node = self._call("cluster/nodes.json", f"get node {node_name}", core.read_node, node_name)
+            if node is not None:
+                self.out.files["cluster/nodes.json"] = _as_list("Node", [node])
+        return True
+
+    def _paged(self, source: str, what: str, fn, page: int, max_items: int = 200_000) -> list | None:
+        items: list = []
+        token = None
+        while True:
+            kwargs = {"limit": page}
+            if token:
+                kwargs["_continue"] = token
+            doc = self._call(source, what, fn, **kwargs)
+            if doc is None:
+                return None
+            items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
+            token = (doc.get("metadata") or {}).get("continue")
+            if not token or len(items) >= max_items:
+                return items
+
+
 def this_node_name() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()

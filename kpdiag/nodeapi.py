@@ -1,0 +1,24 @@
+"""`kpdiag node` with the Kubernetes API: the Services, EndpointSlices and this Node, so that every rules-versus-API
+check (KP105/106, KP202/203, KP302/303, KP402/403, KP504, KP602) runs on the node itself. Credentials: --kubeconfig /
+--context, $KUBECONFIG or ~/.kube/config, else the pod's service account (the pods `kpdiag cluster` starts get a
+read-only one: deploy/rbac-cluster.yaml). Without any, one line says so and the rules alone are read (KP115, KP116)."""
+
+from __future__ import annotations
+
+import os
+
+NO_API = ("no Kubernetes API credentials ({why}): the rules-versus-API checks are skipped; what kube-proxy's rules alone "
+          "show is reported (KP115, KP116) — give --kubeconfig, or run in a pod with kpdiag's service account")
+
+
+def api_files(node_name: str | None, kubeconfig: str | None = None, context: str | None = None, progress=None) -> tuple[dict, list[dict], str | None]:
+    """(bundle files, errors, API server URL) — the errors say in one line each why something could not be read."""
+    from .collect.cluster import ClusterCollector
+
+    cc = ClusterCollector(kubeconfig, context)
+    if not cc.connect():
+        return {}, [{"source": "cluster", "error": NO_API.format(why=cc.config_error or "none found")}], None
+    if progress:
+        progress(f"reading Services and EndpointSlices from {cc.out.api}")
+    cc.node_view(os.environ.get("NODE_NAME") or node_name or None)
+    return dict(cc.out.files), list(cc.out.errors), cc.out.api
