@@ -200,9 +200,20 @@ class End:
         return self.ip or "?"
 
     def addresses(self) -> tuple[str, ...]:
+        """The addresses this end uses in the flow: its pod's of the flow's IP version (the version of ``ip``)."""
         if self.pod is not None and self.pod.ips:
-            return self.pod.ips if not self.ip or self.ip in self.pod.ips else (self.ip, *self.pod.ips)
+            if not self.ip:
+                return self.pod.ips
+            v6 = ":" in self.ip
+            return tuple(dict.fromkeys((self.ip, *(a for a in self.pod.ips if (":" in a) == v6))))
         return (self.ip,) if self.ip else ()
+
+    def in_family_of(self, other: "End") -> "End":
+        """This end with the pod address of ``other``'s IP version (a dual-stack pod talks v4 to v4, v6 to v6)."""
+        if self.pod is None or not other.ip or not self.pod.ips or (self.ip and (":" in self.ip) == (":" in other.ip)):
+            return self
+        same = next((a for a in self.pod.ips if (":" in a) == (":" in other.ip)), None)
+        return End(same, self.pod) if same else self
 
 
 def end_for_pod(pod: Pod) -> End:
@@ -625,6 +636,7 @@ class PolicyIndex:
                 raise PolicyError(f"{dst.text()} declares no {protocol} containerPort named {port!r}")
             port = number
         port = int(port)
+        src = src.in_family_of(dst)
         egress = self._direction("egress", src, dst, port, protocol, dst)
         ingress = self._direction("ingress", dst, src, port, protocol, dst)
         return Flow(src, dst, port, protocol, egress, ingress, name)

@@ -495,6 +495,12 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
         why = "; ".join(r["error"] for r in results if r.get("error")) or "no endpoint to evaluate"
         raise CannotEvaluate(f"cannot evaluate {from_spec} → {to_spec}: {why}")
     allowed = all(f.allowed for f in flows) and not unknown
+    for f in flows:
+        for d, other in ((f.egress, f.dst), (f.ingress, f.src)):
+            if d.admitted_by and d.admitted_by.peer.startswith("ipBlock") and other.is_pod:
+                notes.append(f"{d.admitted_by.policy} admits {other.pod.key} by its pod IP through an ipBlock: CNIs differ on "
+                             "whether ipBlock applies to pod traffic (it is meant for addresses outside the cluster)")
+    notes = list(dict.fromkeys(notes))
     enf = source.enforcement()
     if enf.enforced is False and not allowed:
         notes.append(f"{enf.text()}: the policies deny this flow, but the CNI does not enforce them — they do not drop it")

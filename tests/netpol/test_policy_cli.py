@@ -242,3 +242,11 @@ def test_policy_objects_collects_what_the_checks_read(tmp_path):
     for method, path in calls:
         parts = path.strip("/").split("/")
         assert method == "GET" and ((parts[-1], "list") in granted), (method, path)
+
+
+def test_ipblock_matching_a_pod_is_noted(tmp_path):
+    bundle = write_bundle(tmp_path, [policy("x", "by-cidr", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.244.0.0/16"}}]}]})])
+    doc = ask(bundle, "y/b", "x/a", "80")
+    assert doc["allowed"] and doc["ingress"]["admitted_by"]["peer"] == "ipBlock 10.244.0.0/16"
+    assert any("x/by-cidr admits y/b by its pod IP through an ipBlock" in n for n in doc["notes"])
+    assert not any("ipBlock" in n for n in ask(bundle, "10.244.9.9", "x/a", "80")["notes"])  # a plain address: nothing to say

@@ -282,3 +282,12 @@ def test_cni_from_pods_and_aws_agent():
     kr = [{"kind": "DaemonSet", "name": "kube-router", "containers": [{"name": "kube-router", "args": ["--run-firewall=false"]}]}]
     assert recognise_cni(kr).enforced is False
     assert recognise_cni(None).enforced is None
+
+
+def test_dual_stack_pod_uses_the_flows_ip_version():
+    ds = Pod("y", "ds", {"pod": "ds"}, ("10.0.2.9", "fd00::9"))
+    idx = index(np("x", "p", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "fd00::/64"}}]}]}))
+    idx.add_pod(ds)
+    v6_dst = Pod("x", "a6", {"pod": "a"}, ("10.0.1.1", "fd00::1"))
+    assert not flow(idx, End("10.0.2.9", ds), End("10.0.1.1", v6_dst), 1).allowed  # an IPv4 flow: the v6 block does not count
+    assert flow(idx, End("10.0.2.9", ds), End("fd00::1", v6_dst), 1).allowed  # IPv6 to the pod: the pod's v6 address
