@@ -168,9 +168,11 @@ def _resolved(lk: dict | None, libc: str | None = None) -> bool:
 
 
 def _failed_names(lk: dict) -> bool:
-    """Every libc's walk ended without an answer because the names do not exist (not because the server failed)."""
+    """A libc's walk ended with NXDOMAIN for every name: none exists (not a server failure). A walk ending in NODATA
+    does not count: the search-path names are asked for A records only, and a name of an IPv6-only Service exists
+    without one."""
     outs = lk.get("outcome") or {}
-    return bool(outs) and any((o or {}).get("result") in ("nxdomain", "nodata") for o in outs.values())
+    return any((o or {}).get("result") == "nxdomain" for o in outs.values())
 
 
 def _walk_text(doc, lk: dict, libc: str) -> str:

@@ -38,10 +38,10 @@ def server(tmp_path):
     """Start tests.lab.dnsserver on 127.0.0.X:PORT with flags; yields (host, port, log path)."""
     procs = []
 
-    def start(*flags, host="127.0.0.61"):
+    def start(*flags, host="127.0.0.61", records=None):
         port = _free_port(host)
         rec = tmp_path / "records.json"
-        rec.write_text(json.dumps(RECORDS))
+        rec.write_text(json.dumps(records or RECORDS))
         log = tmp_path / "server.log"
         proc = subprocess.Popen([sys.executable, "-m", "tests.lab.dnsserver", host, str(rec), "--port", str(port), *flags],
                                 stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
@@ -197,3 +197,19 @@ def test_ctrl_c_stops_the_probe_at_once(tmp_path):
             proc.kill()
     assert "finished" not in out and "KeyboardInterrupt" in err
     assert took < 3.0, took  # far below the 60 s deadline (margin for a loaded machine)
+
+
+def test_ipv6_only_names_exist_without_an_a_record(server, tmp_path):
+    """An IPv6-only cluster: A queries get NODATA. The names exist; no check may call them missing."""
+    from tests.dns.dnslab import analyze_files
+
+    host, port, _ = server(host="127.0.0.69", records={"web.shop.svc.cluster.local": "fd00:10:96::20",
+                                                       "kubernetes.default.svc.cluster.local": "fd00:10:96::1"})
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    assert doc["result"] == "resolved" and doc["addresses"] == ["fd00:10:96::20"]
+    assert {x["purpose"]: x["outcome"]["glibc"]["result"] for x in doc["lookups"]} == {
+        "short": "nodata", "namespaced": "nodata", "fqdn": "nodata", "kubernetes": "nodata"}
+    report = analyze_files({"probes/dns.json": json.dumps(doc).encode(), "kpdiag.json": b'{"format": "kpdiag-bundle/1"}'})
+    runs = {r.id: r for r in report.checks}
+    for cid in ("KP135", "KP136", "KP137", "KP138", "KP139"):
+        assert runs[cid].status == "ran" and runs[cid].findings == 0, (cid, [f.summary for f in report.findings])
