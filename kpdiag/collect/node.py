@@ -327,31 +327,37 @@ class NodeCollector:
         argv = self._binary("conntrack")
         if argv is None:
             return
+        import resource
+        import tempfile
+
+        def cap_file_size():  # in the child: the kernel stops conntrack (SIGXFSZ) at the byte bound
+            resource.setrlimit(resource.RLIMIT_FSIZE, (CONNTRACK_MAX_BYTES + 1, CONNTRACK_MAX_BYTES + 1))
+
         t = time.monotonic()
         chunks, entries, size, cut = [], 0, 0, None
         for proto in ("udp", "tcp"):
             if cut:
                 break
-            try:
-                proc = subprocess.Popen(argv + ["-L", "-p", proto], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, env=SAFE_ENV)
-            except OSError as exc:
-                self._err("node/conntrack.txt", f"cannot run conntrack: {exc.strerror or exc}")
-                return
-            try:
-                for line in proc.stdout:
+            with tempfile.TemporaryFile() as fh:
+                try:
+                    proc = subprocess.run(argv + ["-L", "-p", proto], stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.DEVNULL,
+                                          env=SAFE_ENV, timeout=max(1.0, CONNTRACK_TIMEOUT - (time.monotonic() - t)),
+                                          preexec_fn=cap_file_size, check=False)
+                    if proc.returncode < 0:
+                        cut = f"{CONNTRACK_MAX_BYTES} bytes"
+                except subprocess.TimeoutExpired:
+                    cut = f"{CONNTRACK_TIMEOUT:.0f} s"
+                except OSError as exc:
+                    self._err("node/conntrack.txt", f"cannot run conntrack: {exc.strerror or exc}")
+                    return
+                fh.seek(0)
+                for line in fh:
                     if entries >= CONNTRACK_MAX_ENTRIES or size + len(line) > CONNTRACK_MAX_BYTES:
                         cut = f"{entries} entries, {size} bytes"
-                        break
-                    if time.monotonic() - t > CONNTRACK_TIMEOUT:
-                        cut = f"{CONNTRACK_TIMEOUT:.0f} s"
                         break
                     chunks.append(line)
                     entries += 1
                     size += len(line)
-            finally:
-                proc.kill()
-                proc.wait()
         self._put("node/conntrack.txt", b"".join(chunks))
         if cut:
             self._err("node/conntrack.txt", f"conntrack -L cut at {cut} (UDP first, then TCP): the table holds more")
