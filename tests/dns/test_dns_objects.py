@@ -73,3 +73,19 @@ def test_no_dns_service_and_rbac_denied_pods(tmp_path):
     assert runs["KP131"].status == "skipped" and "dns-pods.json" in runs["KP131"].reason
     kp130 = next(f for f in report.findings if f.id == "KP130")
     assert kp130.severity.value == "warning" and "no cluster DNS Service found" in kp130.summary
+
+
+
+def test_services_get_but_not_list_finds_kube_dns_by_name(tmp_path):
+    """deploy/rbac-svc.yaml grants get on services, not list: the Service is read by its usual name."""
+    out, requests = _collect([o.kube_dns_service(), o.coredns_pod("coredns-a", "10.244.0.5")],
+                             fail={"GET /api/v1/namespaces/kube-system/services$": 403}, tmp_path=tmp_path)
+    assert ("GET", "/api/v1/namespaces/kube-system/services/kube-dns") in requests
+    assert [s["metadata"]["name"] for s in _items(out, "cluster/dns-service.json")] == ["kube-dns"]
+    assert not [e for e in out.errors if "services" in e["error"]]
+
+
+def test_neither_list_nor_get_leaves_no_file_and_says_why(tmp_path):
+    out, _ = _collect([o.kube_dns_service()], fail={"services": 403}, tmp_path=tmp_path)
+    assert "cluster/dns-service.json" not in out.files  # not known: not written as "none"
+    assert any(e["source"] == "cluster/dns-service.json" and "403" in e["error"] for e in out.errors)
