@@ -15,9 +15,11 @@ the whole archive refused.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
+import stat
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -107,9 +109,11 @@ class Bundle:
             if not os.access(path, os.R_OK | os.X_OK):
                 raise InputError(path, "permission denied")
             return cls(path, root=path)
+        import lzma
+
         try:
             return cls(path, files=_read_tar(path))
-        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+        except (tarfile.TarError, OSError, EOFError, ValueError, lzma.LZMAError) as exc:
             raise InputError(path, f"not a readable bundle archive ({exc.__class__.__name__}: {exc})") from None
 
     @classmethod
@@ -280,11 +284,39 @@ class _Spool(Mapping):
         return name in self._mem or name in self._disk
 
 
+@contextlib.contextmanager
+def _decompressed(path: str):
+    """The archive's tar stream. The decompressors of gzip/bz2/lzma return bounded pieces (tarfile's own gzip
+    layer re-joins a growing buffer on every read: a member of zeros took minutes to skip)."""
+    import bz2
+    import gzip
+    import lzma
+
+    with open(path, "rb") as raw:
+        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+            raise InputError(path, "not a directory or a regular file")
+        magic = raw.read(6)
+        raw.seek(0)
+        if magic[:2] == b"\x1f\x8b":
+            stream = gzip.GzipFile(fileobj=raw, mode="rb")
+        elif magic[:3] == b"BZh":
+            stream = bz2.BZ2File(raw)
+        elif magic == b"\xfd7zXZ\x00":
+            stream = lzma.LZMAFile(raw)
+        else:
+            stream = raw
+        try:
+            yield stream
+        finally:
+            if stream is not raw:
+                stream.close()
+
+
 def _read_tar(path: str) -> _Spool:
     """Stream a bundle archive once, refusing traversal, links and devices, skipping what is over the caps."""
     files = _Spool()
     total = 0
-    with tarfile.open(path, "r|*") as tar:
+    with _decompressed(path) as stream, tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:
         for count, member in enumerate(tar, 1):
             if count > MAX_TAR_FILES:
                 raise InputError(path, f"more than {MAX_TAR_FILES} entries: refused (tar bomb?)")
