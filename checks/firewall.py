@@ -94,9 +94,13 @@ def _host_firewall(ctx, mode: str):
     keep = [t for t in rs.tables if t not in _IPTABLES_NFT and t[1] != "kube-proxy"]
     if not keep:
         return None
+    from kpdiag.parse.nft import NftRuleset
     from kpdiag.trace.nftables import NftTracer
 
-    return NftTracer(rs, ctx.routing, mode="host firewall")
+    # only those tables: iptables-nft's own (when a dump has them) are traced from iptables-save already
+    only = NftRuleset(rs.source, chains={k: c for k, c in rs.chains.items() if (k[0], k[1]) in keep},
+                      sets={k: v for k, v in rs.sets.items() if (k[0], k[1]) in keep}, tables=keep)
+    return NftTracer(only, ctx.routing, mode="host firewall")
 
 
 def _owner(step) -> str:

@@ -82,7 +82,6 @@ def rp_filter_strict(ctx, new):
         return  # no default route: every source is routed by specific prefixes; nothing general to say
     all_v = ctx.sysctl_value("net.ipv4.conf.all.rp_filter")
     all_n = _as_int(all_v)
-    unknown = []
     links = _links(ctx)
     bridges = {link.get("master") for link in links if link.get("master")}
     for link in links:
@@ -95,10 +94,7 @@ def rp_filter_strict(ctx, new):
         if_v = _sysctl_if(ctx, "ipv4", name, "rp_filter")
         if_n = _as_int(if_v)
         if if_n is None or all_n is None:
-            if all_n == 2 or if_n == 2:
-                continue  # loose either way: max() is 2
-            unknown.append(name)
-            continue
+            continue  # one of the two is unknown: the effective value (their max) cannot be told
         if max(all_n, if_n) != 1:
             continue
         nets = ", ".join(str(ipaddress.ip_interface(a).network) for a in addrs)

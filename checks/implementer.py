@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kpdiag.checkapi import check
-from kpdiag.implementer import PROCESSES, REPLACEMENTS, processes
+from kpdiag.implementer import PROCESSES, processes
 from kpdiag.model import Evidence
 
 HTTP_SOURCES = ("node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json")

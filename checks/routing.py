@@ -156,7 +156,6 @@ def pod_service_overlap(ctx, new):
             pods.append(ipaddress.ip_network(part.strip(), strict=False))
         except ValueError:
             raise Skip(f"clusterCIDR {part.strip()!r} is not a CIDR") from None
-    cidr_ev = ev_config = None
     from kpdiag import evidence as ev
 
     ev_config = ev.config(ctx, "clusterCIDR")
