@@ -176,7 +176,8 @@ def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[s
 def _looks_like_command(step: str) -> bool:
     first = step.split(" ", 1)[0]
     return first in ("sysctl", "modprobe", "echo", "printf", "kubectl", "iptables", "ip", "grep", "conntrack", "watch", "curl",
-                     "apt-get", "update-alternatives", "for", "kpdiag", "nc", "iptables-save", "find", "fuser", "nft", "ipvsadm")
+                     "apt-get", "update-alternatives", "for", "kpdiag", "nc", "iptables-save", "find", "fuser", "nft", "ipvsadm",
+                     "sudo", "systemctl", "ss", "crictl", "nsenter", "ipset", "ip6tables", "ip6tables-save", "test", "if")
 
 
 TABLE_ALL_UP_TO = 40

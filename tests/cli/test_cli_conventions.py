@@ -93,7 +93,8 @@ def test_text_wraps_to_the_terminal_width():
         assert len(wide.splitlines()) < len(text.splitlines())  # re-flowed to the width, not pre-wrapped
     why = run("analyze", os.path.join(FIXTURES, "ip-forward-off"), env={"COLUMNS": "80"}).stdout
     assert "  why: A node forwards packets between its interfaces only when\n" in why  # no ragged pre-wrapped breaks
-    assert "\\n" not in why
+    block = why.split("  why: ")[1].split("  fix:")[0]
+    assert "\\n" not in block and max(len(line) for line in block.splitlines()) <= 80
 
 
 def _is_evidence(text: str, line: str) -> bool:
