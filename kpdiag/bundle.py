@@ -19,7 +19,6 @@ import contextlib
 import errno
 import io
 import os
-import stat
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -292,9 +291,11 @@ def _decompressed(path: str):
     import gzip
     import lzma
 
-    with open(path, "rb") as raw:
-        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
-            raise InputError(path, "not a directory or a regular file")
+    try:  # a FIFO is never opened (it would block), a device never (its driver would run)
+        fd = safeio.open_regular("/", os.path.abspath(path), safeio.IN_ROOT)
+    except safeio.NotRegular as exc:
+        raise InputError(path, f"{exc.strerror}: not a bundle (a directory or a .tar.gz)") from None
+    with os.fdopen(fd, "rb") as raw:
         magic = raw.read(6)
         raw.seek(0)
         if magic[:2] == b"\x1f\x8b":

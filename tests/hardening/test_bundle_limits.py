@@ -207,3 +207,12 @@ def test_archive_hard_link_refused(tmp_path):
         tar.addfile(info)
     with pytest.raises(InputError, match="is a link"):
         Bundle.open(str(path))
+
+
+def test_analyze_of_a_fifo_or_device_path_is_refused_without_opening_it(tmp_path):
+    fifo = tmp_path / "b.tar.gz"
+    os.mkfifo(fifo)
+    proc = _analyze(fifo, timeout=30)
+    assert proc.returncode == 3 and "is a FIFO, not a regular file" in proc.stderr, proc.stderr
+    proc = _analyze("/dev/zero", timeout=30)
+    assert proc.returncode == 3 and "is a character device" in proc.stderr, proc.stderr
