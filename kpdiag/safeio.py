@@ -177,7 +177,10 @@ def open_regular(root: str | int, path: str, how: str = IN_ROOT) -> int:
         if not stat.S_ISREG(st.st_mode):
             raise NotRegular(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file", path)
         # the read descriptor is made from this inode (kpdiag's own /proc/self/fd), not by a second lookup
-        fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except FileNotFoundError:  # no /proc here: a second lookup, checked to be the same inode below
+            fd = _reopen_by_path(root, path, how)
         st2 = os.fstat(fd)
         if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(st2.st_mode):
             os.close(fd)
@@ -185,6 +188,21 @@ def open_regular(root: str | int, path: str, how: str = IN_ROOT) -> int:
         return fd
     finally:
         os.close(pfd)
+
+
+def _reopen_by_path(root: str | int, path: str, how: str) -> int:
+    own = isinstance(root, str)
+    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if own else root
+    try:
+        parent, name = os.path.split(path.lstrip("/"))
+        dfd = open_path(rootfd, parent or ".", how)
+        try:
+            return os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        if own:
+            os.close(rootfd)
 
 
 class TooLarge(OSError):
@@ -317,12 +335,17 @@ class OutputDir:
         check_new_output(path, force)
         pfd, name = _parent_fd(path)
         try:
+            created = True
             try:
                 os.mkdir(name, DIR_MODE, dir_fd=pfd)
             except FileExistsError:
                 if not force:
                     raise OutputExists(errno.EEXIST, "exists: give a new name, or --force", path) from None
+                created = False
             self.fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            if created and os.fstat(self.fd).st_uid != os.geteuid():  # renamed away and replaced by someone else's
+                os.close(self.fd)
+                raise OutputExists(errno.EEXIST, "was replaced by someone else's directory while it was created", path)
         finally:
             os.close(pfd)
         self._dirs: dict[str, int] = {"": self.fd}
