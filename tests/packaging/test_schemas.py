@@ -1,0 +1,112 @@
+"""Every JSON document kpdiag prints has a JSON Schema under kpdiag/schemas, and what it prints validates:
+traces (kpdiag.trace/v1, every fixture's trace case in each mode, ICMP, IPv6, from a pod and the node, rejects and
+drops, and the traces a node report carries), the check catalogue (`checks -o json`). The report schema is
+exercised by tests/checks/test_engine.py and tests/fleet, the policy schema by tests/netpol."""
+
+import glob
+import json
+import os
+
+import jsonschema
+import pytest
+
+from kpdiag.cli import main
+from tests.conftest import FIXTURES, ROOT
+
+SCHEMAS = os.path.join(ROOT, "kpdiag", "schemas")
+
+
+def _schema(name):
+    with open(os.path.join(SCHEMAS, name)) as fh:
+        return json.load(fh)
+
+
+def _run(capsys, *argv):
+    capsys.readouterr()
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, out
+
+
+def test_every_schema_is_a_valid_json_schema():
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(SCHEMAS, "*.schema.json")))
+    assert {"report.schema.json", "trace.schema.json", "checks.schema.json"} <= set(names)
+    for name in names:
+        jsonschema.Draft202012Validator.check_schema(_schema(name))
+
+
+def _fixture_traces():
+    cases = []
+    for path in sorted(glob.glob(os.path.join(FIXTURES, "*", "scenario.json"))):
+        with open(path) as fh:
+            t = json.load(fh).get("trace")
+        if t:
+            cases.append((os.path.basename(os.path.dirname(path)), t))
+    return cases
+
+
+@pytest.mark.parametrize("name,case", _fixture_traces(), ids=[n for n, _ in _fixture_traces()])
+def test_fixture_traces_validate(capsys, name, case):
+    validator = jsonschema.Draft202012Validator(_schema("trace.schema.json"))
+    argv = ["trace", "--bundle", os.path.join(FIXTURES, name), "--src", case["src"], "--dst", case["dst"],
+            "--proto", case.get("proto", "tcp"), "-o", "json"]
+    if case.get("dport") is not None:
+        argv += ["--dport", str(case["dport"])]
+    code, out = _run(capsys, *argv)
+    doc = json.loads(out)
+    validator.validate(doc)
+    assert doc["paths"] and {p["verdict"] for p in doc["paths"]} == {case["expect"]["verdict"]}
+
+
+@pytest.mark.parametrize("argv", [
+    ["--bundle", "healthy-iptables", "--src", "10.244.1.10", "--dst", "10.96.0.20", "--dport", "80", "--from", "pod"],
+    ["--bundle", "healthy-iptables", "--src", "192.168.50.1", "--dst", "10.96.0.20", "--dport", "80", "--from", "node"],
+    ["--bundle", "healthy-iptables", "--src", "192.168.50.2", "--dst", "10.96.0.20", "--proto", "icmp"],
+    ["--bundle", "healthy-nftables", "--src", "192.168.50.2", "--dst", "10.96.0.99", "--dport", "80"],
+    ["--bundle", "healthy-iptables", "--src", "192.168.50.2", "--dst", "10.96.0.20", "--proto", "udp", "--dport", "53"],
+    ["--bundle", "dual-stack", "--src", "fd00:50::2", "--dst", "fd00:10:96::20", "--dport", "80"],
+])
+def test_more_traces_validate(capsys, argv):
+    argv = list(argv)
+    argv[1] = os.path.join(FIXTURES, argv[1])
+    code, out = _run(capsys, "trace", *argv, "-o", "json")
+    assert out.strip(), f"no JSON (exit {code})"
+    jsonschema.validate(json.loads(out), _schema("trace.schema.json"))
+
+
+def test_node_report_traces_validate():
+    """`kpdiag node --service` adds traces to the report's extra: each is a kpdiag.trace/v1 document too (the same
+    code on a recorded bundle: analyze_state + focus_report, as `kpdiag node` calls them)."""
+    from kpdiag.bundle import Bundle
+    from kpdiag.diagnose import analyze_state
+    from kpdiag.focus import focus_report
+    from kpdiag.state import NodeState
+
+    state = NodeState(Bundle.open(os.path.join(FIXTURES, "healthy-iptables")))
+    report = focus_report(analyze_state(state), state, service="shop/web").to_dict()
+    report = json.loads(json.dumps(report))
+    jsonschema.validate(report, _schema("report.schema.json"))
+    traces = report["extra"]["traces"]
+    assert traces
+    for t in traces:
+        jsonschema.validate(t, _schema("trace.schema.json"))
+
+
+def test_check_catalogue_validates(capsys):
+    code, out = _run(capsys, "checks", "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    jsonschema.validate(doc, _schema("checks.schema.json"))
+    assert len(doc) > 20
+
+
+def test_trace_schema_rejects_what_it_should():
+    schema = _schema("trace.schema.json")
+    good = {"schema": "kpdiag.trace/v1", "packet": {"src": "10.0.0.1", "dst": "10.96.0.1", "proto": "tcp", "dport": 80, "sport": 40000,
+                                                    "iif": None, "from": "pod"},
+            "mode": "iptables", "paths": [], "rules_evaluated": 0, "uncertain": False, "notes": [], "sources": []}
+    jsonschema.validate(good, schema)
+    for bad in ({**good, "schema": "kpdiag.trace/v2"}, {**good, "packet": {**good["packet"], "from": "moon"}},
+                {**good, "paths": [{"probability": 2}]}, {**good, "surprise": 1}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
