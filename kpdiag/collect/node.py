@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..bundle import FORMAT
+from ..safeio import load_json
 
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 CMD_TIMEOUT = 60.0
@@ -265,8 +266,8 @@ class NodeCollector:
             data = self._run("node/.nft-table", "nft", ["-j", "list", "table", family, name], timeout=DUMP_TIMEOUT)
             self.out.files.pop("node/.nft-table", None)
             try:
-                doc = json.loads(data) if data else {}
-            except ValueError:
+                doc = load_json(data) if data else {}
+            except ValueError:  # not JSON, or nested deeper than kpdiag decodes
                 self._err("node/nft-ruleset.json", f"nft -j list table {family} {name}: not JSON")
                 continue
             for item in doc.get("nftables", []):
@@ -453,9 +454,7 @@ class NodeCollector:
                 continue
             if rel.endswith("healthz.json"):
                 try:
-                    from ..safeio import load_json  # whatever listens on 10256 wrote it: depth-bounded
-
-                    data = load_json(body.decode("utf-8", "replace"))
+                    data = load_json(body.decode("utf-8", "replace"))  # whatever listens on 10256 wrote it
                     if not isinstance(data, dict):
                         data = {"body": data}
                 except ValueError:
@@ -585,13 +584,19 @@ def _trust(proc: str, pid: str, argv: list[str]) -> str | None:
     Its name (comm) is what any process sets for itself with prctl(PR_SET_NAME); what an unprivileged
     process cannot fake is running as root in kpdiag's user namespace, and the executable it runs:
     kube-proxy runs as root (uid 0 real, effective, saved and filesystem), from a file named kube-proxy,
-    started as kube-proxy (argv[0])."""
+    started as kube-proxy (argv[0]), in the network namespace whose rules kpdiag collects."""
     try:
         uids = _status_uids(proc, pid)
     except OSError as exc:
         return f"its status is unreadable: {exc.strerror or exc}"
     if not uids or any(u != 0 for u in uids):
         return f"it runs as uid {'/'.join(map(str, uids)) or 'unknown'}, not root"
+    try:  # kube-proxy programs the network namespace it runs in: the one kpdiag collects (hostNetwork)
+        theirs, ours = os.stat(os.path.join(proc, pid, "ns", "net")), os.stat("/proc/self/ns/net")
+        if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+            return "it runs in another network namespace than the one collected here (kube-proxy uses the host's)"
+    except OSError:
+        pass  # namespaces not visible: the other checks decide
     try:
         exe = _exe_name(proc, pid)
     except OSError as exc:

@@ -28,6 +28,8 @@ if name:
 uid = os.environ.get("KP_UID")
 if uid:  # the process an unprivileged user would run (root's python is not readable by nobody here)
     os.setgroups([]); os.setgid(int(uid)); os.setuid(int(uid))
+if os.environ.get("KP_NETNS"):  # a network namespace of its own (a pod without hostNetwork)
+    assert ctypes.CDLL(None, use_errno=True).unshare(0x40000000) == 0  # CLONE_NEWNET
 root = os.environ.get("KP_CHROOT")
 if root:
     os.chroot(root)
@@ -172,6 +174,18 @@ def test_config_is_resolved_inside_kube_proxys_root(jail, procs, resolver, confi
         assert CONFIG not in files
         msg = [e["error"] for e in errors if e["source"] == CONFIG]
         assert msg and expect in msg[0] and f"pid {kp.pid}" in msg[0], msg
+
+
+def test_root_kube_proxy_in_another_network_namespace_is_not_trusted(jail, procs):
+    """A root container (no user namespace) that runs a binary named kube-proxy, without hostNetwork: its
+    config would describe another namespace's rules (and is the container's to choose): not used."""
+    root, binary, name, secret = jail
+    kp = procs([str(binary), "-c", SLEEPER, "--config=/etc/good.conf"], env={"KP_CHROOT": str(root), "KP_NETNS": "1"})
+    found = find_kube_proxy()
+    assert found.pid != kp.pid
+    assert "another network namespace" in dict(found.refused)[kp.pid]
+    files, _ = _collect_kube_proxy()
+    assert CONFIG not in files or found.pid is not None
 
 
 def test_open_regular_never_leaves_the_root(jail, resolver):
