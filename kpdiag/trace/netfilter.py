@@ -160,6 +160,12 @@ class PacketWalker:
                 for s2 in self._local_in(s, finished):
                     s2.hook = "delivered:local"
                     finished.append(s2)
+        elif self.routing.dropped_on_receipt(st.src, st.dst, st.ver):
+            why = self.routing.dropped_on_receipt(st.src, st.dst, st.ver)
+            st.steps.append(Step("receive", "-", "-", None, why, "dropped by the kernel"))
+            st.note(why)
+            st.hook = "drop"
+            finished.append(st)
         else:
             live = self._hook("PREROUTING", [st], finished)
             local, fwd = self._route(live, finished, incoming=True)

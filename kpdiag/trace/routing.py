@@ -69,6 +69,15 @@ class RoutingTable:
     def has_routes(self) -> bool:
         return bool(self.routes)
 
+    @staticmethod
+    def dropped_on_receipt(src: int, dst: int, version: int) -> str | None:
+        """Why the kernel drops a packet that arrived on an interface before any hook sees it, or None: IPv6 to or from
+        the loopback address ::1 (IPv6 has no route_localnet)."""
+        if version == 6 and (dst == 1 or src == 1):
+            return ("an IPv6 packet to or from ::1 that arrives on an interface is dropped by the kernel on receipt, before "
+                    "PREROUTING: no rule sees it")
+        return None
+
     def martian(self, src: int, dst: int, version: int, iif: str | None) -> tuple[str, bool] | None:
         """Why the kernel drops a packet that arrived on an interface (not one the node sent) at the routing decision
         after PREROUTING, or None: a loopback destination or source (127.0.0.0/8) is a martian unless route_localnet
