@@ -33,3 +33,12 @@ def test_bench_netpol_runs(tmp_path):
     _run(tmp_path, "benchmarks/bench_netpol.py", "--namespaces", "4", "--pods", "60", "--policies", "30", "--flows", "50", "--repeat", "1")
     result = json.load(open(tmp_path / "netpol.json"))
     assert result["pods"] == 60 and result["one_flow"]["exit"] in (0, 1) and result["many_flows"]["flows"] == 50
+
+
+def test_bench_node_api_runs(tmp_path):
+    from tests.conftest import lab_or_skip
+
+    lab_or_skip()  # a network namespace and kube-proxy's rules loaded in it
+    _run(tmp_path, "benchmarks/bench_node_api.py", "--services", "40")
+    (row,) = json.load(open(tmp_path / "node_api.json"))["rows"]
+    assert row["services"] == 40 and row["api_checks_ran"] == ["KP105", "KP202", "KP203"]  # the API really was compared
