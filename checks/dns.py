@@ -3,6 +3,7 @@ nameservers answered to the names the pod would ask (probes/dns.json, kpdiag.dns
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from kpdiag.checkapi import Skip, check
@@ -15,6 +16,7 @@ PODS_SRC = "cluster/dns-pods.json"
 LOGS_SRC = "cluster/dns-logs.json"
 NODE_LOCAL_DNS = "169.254.20.10"
 RESTARTS_WARN = 3
+RESTART_RECENT = datetime.timedelta(hours=24)  # a last restart longer ago than this before the collection is history
 ANSWERED = ("answer", "nodata", "nxdomain")  # the server replied with a usable verdict
 LOOP_RE = re.compile(r"plugin/loop: Loop \(([^)]{1,120})\) detected for zone \"([^\"]{0,255})\"")
 
@@ -87,6 +89,17 @@ def _g(obj, *keys, default=None):
             return default
         obj = obj.get(k)
     return default if obj is None else obj
+
+
+def _when(value) -> datetime.datetime | None:
+    """An API timestamp ("2026-12-03T08:59:00Z") as an aware datetime; None when absent or not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
 
 
 def _dl(value) -> list[dict]:
@@ -298,12 +311,16 @@ def dns_no_endpoints(ctx, new):
 def coredns_unhealthy(ctx, new):
     pods = _items(ctx, PODS_SRC)
     if not pods:
+        if not _items(ctx, "cluster/dns-service.json"):
+            raise Skip("no kube-dns Service and no pod labelled k8s-app=kube-dns in kube-system: this cluster's DNS is something "
+                       "kpdiag does not know, not necessarily absent")
         yield new("no CoreDNS pod (label k8s-app=kube-dns) in kube-system: nothing answers the cluster's DNS",
                   fix=("kubectl -n kube-system get deploy coredns -o wide", "kubectl -n kube-system describe deploy coredns",
                        "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20"),
                   evidence=[Evidence(ctx.bundle.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")], subject="kube-system/coredns")
         return
     any_ready = any(_pod_ready(p) for p in pods)
+    created = _when(_g(ctx.bundle.read_json("kpdiag.json"), "created"))  # when the data was collected
     for pod in pods:
         pname = _g(pod, "metadata", "name")
         name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
@@ -312,8 +329,10 @@ def coredns_unhealthy(ctx, new):
         restarts = sum(s.get("restartCount") for s in statuses if isinstance(s.get("restartCount"), int))
         waiting = [str(w) for w in (_g(s, "state", "waiting", "reason") for s in statuses) if w]
         last = [str(r) for r in (_g(s, "lastState", "terminated", "reason") for s in statuses) if r]
-        if ready and restarts < RESTARTS_WARN and not waiting:
-            continue
+        ended = [_when(_g(s, "lastState", "terminated", "finishedAt")) for s in statuses]
+        ended = [t for t in ended if t is not None]
+        if ready and not waiting and (restarts < RESTARTS_WARN or (created and ended and max(ended) < created - RESTART_RECENT)):
+            continue  # ready, and its restarts are few or long past (restartCount never goes down)
         bits = []
         if not ready:
             bits.append("not ready")

@@ -269,15 +269,17 @@ def node(host_root, service, trace_to, preflight, quiet, kubeconfig, context, no
 @click.option("--host-root", type=click.Path(), default=None, help="Host root mount, when run on a node.")
 @click.option("--save", "save_to", type=click.Path(), help="Also write what was collected as a bundle (new DIR or FILE.tar.gz) for 'kpdiag analyze'.")
 @click.option("--force", is_flag=True, help="With --save: write even where the output exists (never through a symlink).")
+@click.option("--from", "client", help="The client pod NS/POD for NetworkPolicy (default: the pod kpdiag runs in).")
 @_report_options
-def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, save_to, force, output, fail_on, select, ignore, verbose):
+def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, save_to, force, client, output, fail_on, select, ignore, verbose):
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
     from .service import diagnose_service
 
     if save_to:
         _check_output(save_to, force, "--save")
     report = diagnose_service(namespace, name, kubeconfig=kubeconfig, context=context, probe=not no_probe, node=node_name,
-                              host_root=host_root, select=select, ignore=ignore, progress=_progress, save_to=save_to, save_force=force)
+                              host_root=host_root, select=select, ignore=ignore, progress=_progress, save_to=save_to, save_force=force,
+                              client=client)
     _emit_report(report, output, fail_on, verbose)
 
 

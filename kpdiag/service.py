@@ -47,8 +47,50 @@ def _api_headline(namespace: str, name: str, status: int | None, why: str | None
     return f"{what}: the Kubernetes API answered HTTP {status} ({why or 'error'})"
 
 
+SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _client_guess(client: str | None) -> tuple[tuple[str, str] | None, str]:
+    """The pod kpdiag runs in, as (namespace, name) to look up: --from NS/POD, else $POD_NAMESPACE/$POD_NAME (the
+    downward API), else the service account's namespace and the hostname (a pod's hostname is its name)."""
+    import os
+    import socket
+
+    if client:
+        ns, _, pod = client.partition("/")
+        return ((ns, pod), "--from") if ns and pod else (None, f"--from {client!r} is not NS/POD")
+    ns = os.environ.get("POD_NAMESPACE")
+    if not ns:
+        try:
+            with open(SA_NAMESPACE, "rb") as fh:  # a small regular file the kubelet writes; bounded read
+                ns = fh.read(256).decode("ascii", "replace").strip() or None
+        except OSError:
+            ns = None
+    pod = os.environ.get("POD_NAME") or socket.gethostname()
+    if not ns:
+        return None, "not in a pod (no $POD_NAMESPACE, no service account namespace): give --from NS/POD"
+    return (ns, pod), "this pod"
+
+
+def _client_pod(files: dict[str, bytes], want: tuple[str, str], my_ip: str | None) -> dict | None:
+    """The client pod read back from cluster/client-pod.json — only when it really is this host (its IP is the one the
+    probes leave from, when that is known); a wrong guess must not make kpdiag judge policies for someone else."""
+    try:
+        items = json.loads(files.get("cluster/client-pod.json") or b"{}").get("items") or []
+    except ValueError:
+        return None
+    for pod in items:
+        md = pod.get("metadata") or {}
+        if (md.get("namespace"), md.get("name")) != want:
+            continue
+        ips = {p.get("ip") for p in (pod.get("status") or {}).get("podIPs") or [] if isinstance(p, dict)} | {(pod.get("status") or {}).get("podIP")}
+        if my_ip is None or my_ip in ips:
+            return pod
+    return None
+
+
 def collect_service(namespace: str, name: str, kubeconfig=None, context=None, probe: bool = True, node: str | None = None,
-                    host_root: str | None = None, progress=None, stop=None) -> tuple[dict[str, bytes], dict]:
+                    host_root: str | None = None, progress=None, stop=None, client: str | None = None) -> tuple[dict[str, bytes], dict]:
     """Everything `kpdiag svc` looks at, as bundle files (cluster/, node/ when visible, probes/).
 
     With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either."""
@@ -70,14 +112,33 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
             manifest["headline"] = _api_headline(namespace, name, None if cc.config_error else cc.service_status,
                                                  cc.config_error or cc.service_error)
         return files, manifest
+    # who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it
+    guess, how = _client_guess(client)
+    seen = len(cc.out.errors)
+    cc.policy_objects(sorted({namespace} | ({guess[0]} if guess else set())), client_pod=guess)
+    cc.dns_objects()
+    files.update(cc.out.files)
+    from .collect.probes import _my_address
+
+    spec = service.get("spec") or {}
+    my_ip = _my_address(next((ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"), None))
+    pod = _client_pod(files, guess, None if client else my_ip) if guess else None
+    if pod is not None:
+        manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
+    else:
+        manifest["client_unknown"] = (how if guess is None else
+                                      f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else ""))
+        if client:
+            errors.append({"source": "cluster/client-pod.json", "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)"})
+    errors.extend(cc.out.errors[seen:])
     # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
     dns_box: dict = {}
     dns_thread = None
     if probe:
-        from .collect.dns import resolve_service
+        from .collect.dns import dns_probe
 
         def dns():
-            dns_box["doc"] = resolve_service(namespace, name)
+            dns_box["doc"] = dns_probe(namespace, name)
 
         dns_thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
         dns_thread.start()
@@ -235,8 +296,9 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
 
 
 def diagnose_service(namespace: str, name: str, *, kubeconfig=None, context=None, probe=True, node=None, host_root=None,
-                     select=(), ignore=(), progress=None, save_to: str | None = None, stop=None, save_force: bool = False):
-    files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop)
+                     select=(), ignore=(), progress=None, save_to: str | None = None, stop=None, save_force: bool = False,
+                     client: str | None = None):
+    files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop, client=client)
     if save_to:
         from .bundle import write_bundle
         from .errors import InputError

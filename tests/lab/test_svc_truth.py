@@ -37,19 +37,21 @@ def _objects(pod1: str, pod2: str, name: str = "web") -> list[dict]:
     ]
 
 
-def _build(lab, tmp_path, serve: bool = True, objects=None):
-    """The lab with shop/web's rules on the node, an API server and a DNS server in pod0; (lab info, kubeconfig)."""
-    k = KubeNodeLab.build(lab, pod_count=3)
+def _build(lab, tmp_path, serve: bool = True, objects=None, lab_built=None, api_only: bool = False):
+    """The lab with shop/web's rules on the node, an API server and a DNS server in pod0; (lab info, kubeconfig).
+    ``lab_built``: the namespaces exist already; ``api_only``: only start another API server (other objects)."""
+    k = lab_built or KubeNodeLab.build(lab, pod_count=3)
     pod1, pod2 = k.pods["pod1"], k.pods["pod2"]
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]))
-    if serve:
-        for role in ("pod1", "pod2"):
-            lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
-    (tmp_path / "objects.json").write_text(json.dumps(objects if objects is not None else _objects(pod1, pod2)))
-    (tmp_path / "dns.json").write_text(json.dumps({"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1"}))
-    lab.set_resolv("pod0", "nameserver 127.0.0.53\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1 attempts:1\n")
     env = ["env", f"PYTHONPATH={ROOT}", sys.executable]
-    lab.background("pod0", env + ["-m", "tests.lab.dnsserver", "127.0.0.53", str(tmp_path / "dns.json")], subprocess.DEVNULL)
+    (tmp_path / "objects.json").write_text(json.dumps(objects if objects is not None else _objects(pod1, pod2)))
+    if not api_only:
+        k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]))
+        if serve:
+            for role in ("pod1", "pod2"):
+                lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
+        (tmp_path / "dns.json").write_text(json.dumps({"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1"}))
+        lab.set_resolv("pod0", "nameserver 127.0.0.53\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1 attempts:1\n")
+        lab.background("pod0", env + ["-m", "tests.lab.dnsserver", "127.0.0.53", str(tmp_path / "dns.json")], subprocess.DEVNULL)
     lab.background("pod0", env + ["-m", "tests.apiserver", str(tmp_path / "objects.json"), str(tmp_path / "url")], subprocess.DEVNULL)
     for _ in range(150):
         if (tmp_path / "url").exists() and (tmp_path / "url").read_text():
@@ -63,18 +65,18 @@ def _build(lab, tmp_path, serve: bool = True, objects=None):
     return k, kc
 
 
-def _svc(lab, kc, *args, name="web", output="json"):
-    argv = [sys.executable, "-m", "kpdiag", "svc", name, "-n", "shop", "--kubeconfig", kc, "--node", "lab-node", "-o", output, *args]
+def _svc(lab, kc, *args, name="web", output="json", env=()):
+    argv = ["env", *env, sys.executable, "-m", "kpdiag", "svc", name, "-n", "shop", "--kubeconfig", kc, "--node", "lab-node", "-o", output, *args]
     proc = lab.sh("pod0", argv, check=False, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
 
-def _both(lab, kc, *args, name="web"):
+def _both(lab, kc, *args, name="web", env=()):
     """(JSON report, text output lines, exit code) — two runs, one per output format."""
-    pj = _svc(lab, kc, *args, name=name)
+    pj = _svc(lab, kc, *args, name=name, env=env)
     assert pj.stdout, pj.stderr
-    pt = _svc(lab, kc, *args, name=name, output="text")
+    pt = _svc(lab, kc, *args, name=name, output="text", env=env)
     assert pt.returncode == pj.returncode, (pt.returncode, pj.returncode)
     return json.loads(pj.stdout), [line for line in pt.stdout.splitlines() if line.strip()], pj.returncode
 
@@ -209,3 +211,50 @@ def test_ctrl_c_during_probes_exits_130_within_a_second_without_a_report(lab, tm
     assert took < 1.0, f"exit took {took:.2f} s after Ctrl-C"
     assert out.strip() == "", "a report was printed after Ctrl-C"
     assert "interrupted" in err and "Traceback" not in err
+
+
+def _policy_objects(pod1: str, pod2: str, client_ip: str, with_policy: bool) -> list[dict]:
+    objs = _objects(pod1, pod2) + [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}
+        for n in ("shop", "debug", "kube-system")
+    ] + [
+        k8s.pod("debug", "client", client_ip, {"app": "client"}, node="lab-node"),
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"},
+         "spec": {"template": {"spec": {"containers": [{"name": "calico-node", "image": "docker.io/calico/node:v3.28.0"}]}}}},
+    ]
+    if with_policy:
+        objs.append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                     "metadata": {"name": "web-allow-frontend", "namespace": "shop"},
+                     "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
+                              "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}],
+                                           "ports": [{"port": 8080, "protocol": "TCP"}]}]}})
+    return objs
+
+
+def test_networkpolicy_that_admits_only_frontend_is_named_and_removing_it_heals(lab, tmp_path):
+    """A policy admits only app=frontend to shop/web's pods, enforced in the lab the way a CNI would (a DROP in each
+    backend's namespace for this client): kpdiag svc names the policy in an error finding and blames it on the first
+    line, exit 1. Without the policy (and its DROP): healthy, exit 0."""
+    k = KubeNodeLab.build(lab, pod_count=3)
+    pod1, pod2, me = k.pods["pod1"], k.pods["pod2"], k.pods["pod0"]
+    k, kc = _build(lab, tmp_path, objects=_policy_objects(pod1, pod2, me, True), lab_built=k)
+    for role in ("pod1", "pod2"):
+        lab.sh(role, ["iptables", "-A", "INPUT", "-s", me, "-p", "tcp", "--dport", "8080", "-j", "DROP"])
+    # the client found the way it is in a real debug pod: the downward API's POD_NAMESPACE/POD_NAME, checked by its IP
+    report, text, code = _both(lab, kc, env=("POD_NAMESPACE=debug", "POD_NAME=client"))
+    assert code == 1, report["findings"]
+    kp120 = next(f for f in report["findings"] if f["id"] == "KP120")
+    assert kp120["severity"] == "error" and "shop/web-allow-frontend" in kp120["summary"], kp120["summary"]
+    assert "app=frontend" in kp120["summary"] and "debug/client" in kp120["summary"]
+    assert any("NetworkPolicy" in step or "kubectl apply" in step for step in kp120["fix"]), kp120["fix"]
+    assert text[0].strip(" »").startswith("shop/web does NOT work") and "NetworkPolicy" in " ".join(text[:2]), text[:3]
+    assert "backend is" not in " ".join(text[:6])  # the backend is not blamed: the policy is
+    # the policy removed (a new API server without it), and the CNI's DROP with it
+    (tmp_path / "v2").mkdir()
+    k2, kc2 = _build(lab, tmp_path / "v2", objects=_policy_objects(pod1, pod2, me, False), lab_built=k, api_only=True)
+    for role in ("pod1", "pod2"):
+        lab.sh(role, ["iptables", "-D", "INPUT", "-s", me, "-p", "tcp", "--dport", "8080", "-j", "DROP"])
+    report, text, code = _both(lab, kc2, "--from", "debug/client")
+    assert code == 0, report["findings"]
+    assert text[0].strip(" »").startswith("shop/web works"), text[:3]
+    assert "KP120" not in {f["id"] for f in report["findings"]}
