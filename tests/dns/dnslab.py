@@ -146,7 +146,7 @@ class DnsLab:
             raise RuntimeError("the lab DNS server did not start")
         return self
 
-    def probe(self, namespace="shop", name="web", deadline: float = 4.0, timeout: float = 2.0) -> tuple[dict, float]:
+    def probe(self, namespace="shop", name="web", deadline: float = 6.0, timeout: float = 3.0) -> tuple[dict, float]:
         start = time.monotonic()
         proc = self.lab.sh("pod0", [sys.executable, "-m", "kpdiag.collect.dns", namespace, name, "--deadline", str(deadline),
                                     "--timeout", str(timeout)], timeout=60)

@@ -72,3 +72,18 @@ def test_search_limits_glibc_and_musl_apart():
     files["probes/dns.json"] = json.dumps(doc).encode()
     f = _finding(files, "KP134")
     assert "musl (Alpine images) ignores the whole search line" in f.summary and "glibc" not in f.summary
+
+
+def test_restarts_long_before_the_collection_are_history():
+    files = _fixture_files("dns-tcp-blocked")
+    assert "restarted 5 time(s) (last exit: OOMKilled)" in _finding(files, "KP131").summary  # a minute before the collection
+    pods = json.loads(files["cluster/dns-pods.json"])
+    for p in pods["items"]:
+        for cs in p["status"]["containerStatuses"]:
+            if "lastState" in cs:
+                cs["lastState"]["terminated"]["finishedAt"] = "2026-11-20T08:00:00Z"
+    files["cluster/dns-pods.json"] = json.dumps(pods).encode()
+    runs = {r.id: r for r in analyze_files(files).checks}
+    assert runs["KP131"].status == "ran" and runs["KP131"].findings == 0
+    files["kpdiag.json"] = b'{"format": "kpdiag-bundle/1"}'  # no collection time: the count alone decides
+    assert _finding(files, "KP131").severity.value == "warning"

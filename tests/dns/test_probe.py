@@ -72,7 +72,7 @@ def _q(doc, qname, qtype="A", transport="udp"):
 
 def test_probe_udp_tcp_search_path_and_the_fields_kp108_reads(server, tmp_path):
     host, port, log = server()
-    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert doc["schema"] == "kpdiag.dns/v1" and doc["sent"] is True
     # the fields KP108 (and older bundles) use
     assert doc["name"] == "web.shop.svc.cluster.local" and doc["result"] == "resolved" and doc["error"] is None
@@ -97,14 +97,14 @@ def test_probe_udp_tcp_search_path_and_the_fields_kp108_reads(server, tmp_path):
 
 def test_truncated_udp_answer_is_asked_again_over_tcp(server, tmp_path):
     host, port, _ = server("--truncate-udp", host="127.0.0.62")
-    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert _q(doc, "web.shop.svc.cluster.local")["result"] == "truncated" and _q(doc, "web.shop.svc.cluster.local")["truncated"] is True
     assert doc["result"] == "resolved" and "10.96.0.20" in doc["addresses"]  # as a resolver does: the TCP answer
 
 
 def test_tcp_refused_udp_answers(server, tmp_path):
     host, port, _ = server("--no-tcp", host="127.0.0.63")
-    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert doc["result"] == "resolved"
     tcp = _q(doc, "web.shop.svc.cluster.local", "A", "tcp")
     assert tcp["result"] == "port-unreachable" and "53/tcp" in tcp["error"]
@@ -112,7 +112,7 @@ def test_tcp_refused_udp_answers(server, tmp_path):
 
 def test_refused_and_servfail_rcodes(server, tmp_path):
     host, port, _ = server("--servfail", host="127.0.0.64")
-    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert doc["result"] == "dns-failure" and _q(doc, doc["name"])["result"] == "servfail" and host in doc["error"]
     lk = {x["purpose"]: x for x in doc["lookups"]}
     assert lk["short"]["outcome"]["musl"]["result"] == "servfail"  # musl stops at the first SERVFAIL; glibc goes on
@@ -122,7 +122,7 @@ def test_refused_and_servfail_rcodes(server, tmp_path):
 def test_nothing_listening_is_port_unreachable_not_a_timeout(tmp_path):
     host = "127.0.0.65"
     port = _free_port(host)
-    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert doc["result"] == "dns-failure"
     assert {q["result"] for q in doc["queries"]} == {"port-unreachable"}
     assert doc["error"].startswith(f"{host}: UDP port-unreachable")
@@ -205,7 +205,7 @@ def test_ipv6_only_names_exist_without_an_a_record(server, tmp_path):
 
     host, port, _ = server(host="127.0.0.69", records={"web.shop.svc.cluster.local": "fd00:10:96::20",
                                                        "kubernetes.default.svc.cluster.local": "fd00:10:96::1"})
-    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=3, deadline=8)
+    doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert doc["result"] == "resolved" and doc["addresses"] == ["fd00:10:96::20"]
     assert {x["purpose"]: x["outcome"]["glibc"]["result"] for x in doc["lookups"]} == {
         "short": "nodata", "namespaced": "nodata", "fqdn": "nodata", "kubernetes": "nodata"}
