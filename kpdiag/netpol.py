@@ -41,6 +41,18 @@ class PolicyError(ValueError):
     """A NetworkPolicy that cannot be read: the message says what and where (one line)."""
 
 
+def _obj(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _arr(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _str(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
 # ------------------------------------------------------------------------------------------------ selectors
 @dataclass(frozen=True)
 class Selector:
@@ -160,22 +172,21 @@ class Pod:
 
     @classmethod
     def from_api(cls, obj: dict) -> "Pod":
-        md = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        ips = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip")]
-        if not ips and status.get("podIP"):
+        """A pod as the API returns it; whatever is malformed in it is left out (never an exception)."""
+        md, spec, status = (_obj(_obj(obj).get(k)) for k in ("metadata", "spec", "status"))
+        ips = [p["ip"] for p in _arr(status.get("podIPs")) if isinstance(p, dict) and isinstance(p.get("ip"), str) and p["ip"]]
+        if not ips and isinstance(status.get("podIP"), str) and status["podIP"]:
             ips = [status["podIP"]]
         ports = []
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):  # sidecars declare ports too
-            if not isinstance(c, dict):
-                continue
-            for p in c.get("ports") or []:
-                if isinstance(p, dict) and isinstance(p.get("containerPort"), int):
-                    ports.append((p.get("name") or "", p["containerPort"], (p.get("protocol") or "TCP").upper()))
-        labels = md.get("labels") or {}
-        return cls(md.get("namespace") or "default", md.get("name") or "?", labels if isinstance(labels, dict) else {},
-                   tuple(ips), bool(spec.get("hostNetwork")), tuple(ports), spec.get("nodeName"))
+        for c in _arr(spec.get("containers")) + _arr(spec.get("initContainers")):  # sidecars declare ports too
+            for p in _arr(_obj(c).get("ports")):
+                if isinstance(p, dict) and isinstance(p.get("containerPort"), int) and not isinstance(p["containerPort"], bool):
+                    name = p.get("name") if isinstance(p.get("name"), str) else ""
+                    proto = p.get("protocol") if isinstance(p.get("protocol"), str) else "TCP"
+                    ports.append((name, p["containerPort"], proto.upper()))
+        labels = {k: v for k, v in _obj(md.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
+        return cls(_str(md.get("namespace")) or "default", _str(md.get("name")) or "?", labels, tuple(ips),
+                   spec.get("hostNetwork") is True, tuple(ports), _str(spec.get("nodeName")) or None)
 
 
 @dataclass(frozen=True)
@@ -414,6 +425,8 @@ def parse_policy(obj: dict) -> Policy:
     if not isinstance(obj, dict):
         raise PolicyError("not an object")
     md = obj.get("metadata") or {}
+    if not isinstance(md, dict) or not isinstance(md.get("name", ""), str) or not isinstance(md.get("namespace", ""), str):
+        raise PolicyError("metadata (name, namespace) is not readable")
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         raise PolicyError("no spec")
@@ -435,11 +448,11 @@ def parse_policies(items: list) -> tuple[list[Policy], list[str]]:
     """(the readable policies, one line per unreadable one: 'NS/NAME (item N): why')."""
     out, problems = [], []
     for i, obj in enumerate(items):
-        md = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+        md = _obj(_obj(obj).get("metadata"))
         try:
             out.append(parse_policy(obj))
         except PolicyError as exc:
-            problems.append(f"NetworkPolicy {md.get('namespace') or '?'}/{md.get('name') or '?'} (item {i}): {exc} — not evaluated")
+            problems.append(f"NetworkPolicy {_str(md.get('namespace')) or '?'}/{_str(md.get('name')) or '?'} (item {i}): {exc} — not evaluated")
     return out, problems
 
 
@@ -759,10 +772,10 @@ _NOT_CNI = ("cilium-operator", "cilium-envoy", "calico-kube-controllers", "calic
 
 
 def _workload(component: dict) -> str:
-    owner = component.get("owner") or ""
+    owner = _str(component.get("owner"))
     if owner:
         return owner
-    name = component.get("name") or ""
+    name = _str(component.get("name"))
     if component.get("kind") == "Pod" and "-" in name:
         return name.rsplit("-", 1)[0]  # a DaemonSet's pod: NAME-xxxxx
     return name
@@ -783,13 +796,13 @@ def recognise_cni(components: list[dict] | None) -> Enforcement:
             continue
         for prefix, cni, enforces in _CNI:
             if wl == prefix or (prefix != "flannel" and wl.startswith(prefix + "-")):
-                containers = [c for c in comp.get("containers") or [] if isinstance(c, dict)]
-                args = " ".join(" ".join(map(str, c.get("args") or [])) for c in containers)
+                containers = [c for c in _arr(comp.get("containers")) if isinstance(c, dict)]
+                args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in containers)
                 if cni == "aws-vpc-cni":
                     # the network policy agent runs as a container of aws-node; it only enforces when enabled
                     agent = [c for c in containers if c.get("name") in ("aws-eks-nodeagent", "aws-network-policy-agent")]
                     if agent:
-                        agent_args = " ".join(" ".join(map(str, c.get("args") or [])) for c in agent)
+                        agent_args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in agent)
                         cni = "aws-vpc-cni + network policy agent"
                         enforces = (True if "--enable-network-policy=true" in agent_args
                                     else False if "--enable-network-policy=false" in agent_args else None)
@@ -817,15 +830,16 @@ def component(obj: dict) -> dict | None:
     """A DaemonSet or pod API object reduced to what CNI recognition needs (names, images, two flags)."""
     if not isinstance(obj, dict):
         return None
-    md = obj.get("metadata") or {}
-    kind = obj.get("kind") or ("DaemonSet" if "template" in (obj.get("spec") or {}) else "Pod")
-    spec = obj.get("spec") or {}
+    md = _obj(obj.get("metadata"))
+    spec = _obj(obj.get("spec"))
+    kind = obj.get("kind") if obj.get("kind") in ("DaemonSet", "Pod") else ("DaemonSet" if "template" in spec else "Pod")
     if kind == "DaemonSet":
-        spec = ((spec.get("template") or {}).get("spec")) or {}
-    owner = next((o.get("name") for o in md.get("ownerReferences") or [] if isinstance(o, dict) and o.get("kind") == "DaemonSet"), None)
+        spec = _obj(_obj(spec.get("template")).get("spec"))
+    owner = next((o.get("name") for o in _arr(md.get("ownerReferences")) if isinstance(o, dict) and o.get("kind") == "DaemonSet"
+                  and isinstance(o.get("name"), str)), None)
     containers = []
-    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+    for c in _arr(spec.get("containers")) + _arr(spec.get("initContainers")):
         if isinstance(c, dict):
-            args = [a for a in (c.get("args") or []) + (c.get("command") or []) if isinstance(a, str) and a.startswith(_KEPT_ARGS)]
-            containers.append({"name": c.get("name"), "image": c.get("image"), "args": args})
-    return {"kind": kind, "namespace": md.get("namespace"), "name": md.get("name"), "owner": owner, "containers": containers}
+            args = [a for a in _arr(c.get("args")) + _arr(c.get("command")) if isinstance(a, str) and a.startswith(_KEPT_ARGS)]
+            containers.append({"name": _str(c.get("name")), "image": _str(c.get("image")), "args": args})
+    return {"kind": kind, "namespace": _str(md.get("namespace")) or None, "name": _str(md.get("name")), "owner": owner, "containers": containers}
