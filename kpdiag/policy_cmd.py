@@ -66,7 +66,7 @@ def load(bundle) -> PolicyData | None:
     policies, problems = parse_policies(doc["items"])
     for line in problems:
         bundle.problem(NP_SRC, line)
-    covered = (doc.get("metadata") or {}).get("namespaces")
+    covered = _path(doc, "metadata", "namespaces")
     pods_raw: list[dict] = []
     seen = set()
     dns_service = None
@@ -74,8 +74,7 @@ def load(bundle) -> PolicyData | None:
         for obj in _items(bundle.read_json(rel)) if bundle.exists(rel) else []:
             if obj.get("kind") not in (None, "Pod"):
                 continue
-            md = obj.get("metadata") or {}
-            key = (md.get("namespace"), md.get("name"))
+            key = (_path(obj, "metadata", "namespace"), _path(obj, "metadata", "name"))
             if key not in seen:
                 seen.add(key)
                 pods_raw.append(obj)
@@ -95,7 +94,7 @@ def _enforcement(bundle, pods_raw: list[dict]) -> Enforcement:
     ds = bundle.read_json("cluster/daemonsets.json") if bundle.exists("cluster/daemonsets.json") else None
     if isinstance(ds, dict) and isinstance(ds.get("items"), list):
         return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
-    system = [p for p in pods_raw if (p.get("metadata") or {}).get("namespace") in CNI_NAMESPACES]
+    system = [p for p in pods_raw if _path(p, "metadata", "namespace") in CNI_NAMESPACES]
     if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
         found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])
         if found.cni:
@@ -310,7 +309,7 @@ class FlowSource:
 
     def pod_by_ip(self, ip: str) -> Pod | None:
         def has(o):
-            st = o.get("status") or {}
+            st = o.get("status") if isinstance(o.get("status"), dict) else {}
             return not _path(o, "spec", "hostNetwork") and ip in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
         found = self._find("podIP", ip, has) or self._find("ip", ip, has)
         return found[0] if found else None
@@ -407,8 +406,7 @@ def _services(bundle, data):
 
     out = list(ClusterView(bundle).services() or []) if bundle.exists("cluster/services.json") else []
     if data.dns_service is not None:
-        md = data.dns_service.get("metadata") or {}
-        key = (md.get("namespace") or "kube-system", md.get("name") or "kube-dns")
+        key = (_path(data.dns_service, "metadata", "namespace") or "kube-system", _path(data.dns_service, "metadata", "name") or "kube-dns")
         if not any((s.namespace, s.name) == key for s in out):
             out.append(Svc(key[0], key[1], data.dns_service))
     return out
