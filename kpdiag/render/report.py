@@ -203,8 +203,9 @@ def notable_rows(rows: list[dict], verbose: bool = False) -> tuple[list[dict], i
 
 def fit_table(rows: list[list], headers: list[str], width: int | None = None, floors: dict[int, int] | None = None) -> str:
     """A plain table whose cells (escaped: :func:`term`) wrap so that it fits ``width`` columns (the terminal's):
-    the columns with the most room above their floor (default 6) give way first."""
-    from tabulate import tabulate
+    the columns with the most room above their floor (default 6) give way first; below the floors only when nothing
+    else fits (4 at least)."""
+    import tabulate as tabulate_module
 
     width = output_width(width)
     body = [[term("" if v is None else v) for v in row] for row in rows]
@@ -213,32 +214,30 @@ def fit_table(rows: list[list], headers: list[str], width: int | None = None, fl
     natural = [max([len(heads[i])] + [len(r[i]) for r in body]) for i in range(n)]
     floor = [min(natural[i], (floors or {}).get(i, 6)) for i in range(n)]
     limits = list(natural)
+    budget = width - 2 * (n - 1)  # two spaces between columns
+    while sum(limits) > budget:
+        i = max(range(n), key=lambda k: (limits[k] - floor[k], limits[k]))
+        if limits[i] <= floor[i]:
+            if all(f <= 4 for f in floor):
+                break  # as narrow as it gets
+            floor = [min(f, 4) for f in floor]
+            continue
+        limits[i] -= 1
 
-    def render(wrap):
-        import tabulate as tabulate_module
+    def fit(text: str, limit: int) -> str:
+        if len(text) <= limit:
+            return text
+        return "\n".join(textwrap.wrap(text, limit, break_long_words=True, break_on_hyphens=True)) or text
 
-        padding = tabulate_module.MIN_PADDING
-        tabulate_module.MIN_PADDING = 0  # tabulate widens every column to its header + 2: the column gap is enough
-        try:
-            return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True, maxcolwidths=wrap, maxheadercolwidths=wrap)
-        finally:
-            tabulate_module.MIN_PADDING = padding
-
-    out = render(None)
-    for _ in range(12):  # measure what tabulate drew, narrow the roomiest columns, draw again
-        excess = max((len(line) for line in out.splitlines()), default=0) - width
-        if excess <= 0:
-            break
-        for _ in range(excess):
-            i = max(range(n), key=lambda k: (limits[k] - floor[k], limits[k]))
-            if limits[i] <= floor[i]:
-                if all(f <= 4 for f in floor):
-                    return out + "\n"  # as narrow as it gets
-                floor = [min(f, 4) for f in floor]  # last resort: below the preferred floors
-                continue
-            limits[i] -= 1
-        out = render(list(limits))
-    return out + "\n"
+    if limits != natural:  # wrap only the cells that need it (tabulate's own wrapping is slow on big tables)
+        body = [[fit(v, limits[i]) for i, v in enumerate(r)] for r in body]
+        heads = [fit(h, limits[i]) for i, h in enumerate(heads)]
+    padding = tabulate_module.MIN_PADDING
+    tabulate_module.MIN_PADDING = 0  # tabulate widens every column to its header + 2: the column gap is enough
+    try:
+        return tabulate_module.tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True) + "\n"
+    finally:
+        tabulate_module.MIN_PADDING = padding
 
 
 def nodes_table(rows: list[dict], width: int | None = None) -> str:
