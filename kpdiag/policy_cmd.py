@@ -448,7 +448,15 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     targets: list[tuple[str, End | None, int | str, str]] = []  # (label, end, port, protocol)
     service = None
     if dst_spec[0] == "ip":
-        targets.append((dst_spec[1], source.end_for_ip(dst_spec[1]), port, proto or "TCP"))
+        end = source.end_for_ip(dst_spec[1])
+        if end.pod is None:  # a ClusterIP is not where policies act: its endpoints are (after DNAT)
+            service = next((s for s in _services(bundle, source) if dst_spec[1] in s.cluster_ips), None)
+        if service is not None:
+            notes.append(f"{dst_spec[1]} is the ClusterIP of Service {service.key}: judged at its endpoints")
+            targets, svc_notes = _service_targets(service, source, port, proto)
+            notes += svc_notes
+        else:
+            targets.append((dst_spec[1], end, port, proto or "TCP"))
     else:
         kind, ns, name = dst_spec
         pod = source.pod(ns, name) if kind in ("pod", "any") else None

@@ -250,3 +250,12 @@ def test_ipblock_matching_a_pod_is_noted(tmp_path):
     assert doc["allowed"] and doc["ingress"]["admitted_by"]["peer"] == "ipBlock 10.244.0.0/16"
     assert any("x/by-cidr admits y/b by its pod IP through an ipBlock" in n for n in doc["notes"])
     assert not any("through an ipBlock" in n for n in ask(bundle, "10.244.9.9", "x/a", "80")["notes"])  # a plain address: nothing to say
+
+
+def test_cluster_ip_destination_is_its_service(tmp_path):
+    nss, pods = web_pods()
+    bundle = write_bundle(tmp_path, [ALLOW_80_FROM_Y], nss, pods, svc_extra())
+    doc = ask(bundle, "z/a", "10.96.0.50", "8000")
+    validate(doc)
+    assert doc["service"] == "x/web" and not doc["allowed"] and len(doc["endpoints"]) == 2
+    assert any("ClusterIP of Service x/web" in n for n in doc["notes"])
