@@ -78,7 +78,8 @@ def test_api_objects_labels_and_names(tmp_path):
     b = _copy("svc-selector-typo", tmp_path)
     _replace_everywhere(b, "webb", "webb" + NASTY_NL)  # the Service's selector value (a label)
     _replace_everywhere(b, "web-1", "web-1" + NASTY_NL)  # a pod's name
-    _rewrite_json(os.path.join(b, "kpdiag.json"), lambda d: {**d, "node": "node" + NASTY_NL})
+    _replace_everywhere(b, "web", "web" + NASTY_NL)  # the Service's name (and the pod's label value)
+    _rewrite_json(os.path.join(b, "kpdiag.json"), lambda d: {**d, "node": "node" + NASTY_NL, "service": "shop/web" + NASTY_NL})
     for output in ("text", "table"):
         proc = kpdiag("analyze", b, "-o", output)
         assert proc.returncode == 1, proc.stderr
@@ -87,6 +88,7 @@ def test_api_objects_labels_and_names(tmp_path):
         assert_clean(proc.stderr, f"analyze -o {output} (stderr)")
     text = kpdiag("analyze", b, "-v").stdout
     assert "\\x1b[2J" in text and "\\x07" in text and "\\u202e" in text and "\\n$ kubectl delete ns prod" in text  # shown, escaped
+    assert text.startswith("» shop/webx\\x1b[2J")  # the verdict names the Service, escaped
     assert_clean(text, "analyze -v")
     # JSON stays the raw value (JSON's own escaping is enough)
     doc = json.loads(kpdiag("analyze", b, "-o", "json").stdout)
