@@ -19,8 +19,19 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _BIDI = [0x200E, 0x200F, 0x061C] + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A))
 
 
+class _Escapes(dict):
+    """code point → its replacement; any other character that is not printable (format characters such as U+FEFF or
+    U+200B, separators other than the ASCII space, private use, unassigned) is escaped on first sight too."""
+
+    def __missing__(self, code: int) -> str:
+        ch = chr(code)
+        value = ch if ch.isprintable() else (f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        self[code] = value
+        return value
+
+
 def _table() -> dict[int, str]:
-    table: dict[int, str] = {}
+    table: dict[int, str] = _Escapes()
     for code in list(range(0x00, 0x20)) + [0x7F] + list(range(0x80, 0xA0)):
         ch = chr(code)
         table[code] = _NAMED.get(ch, f"\\x{code:02x}")

@@ -186,3 +186,4 @@ def test_term_makes_every_control_visible(value):
     assert RAW.search(out) is None and "\n" not in out
     assert term("plain ascii, é ü — ✓") == "plain ascii, é ü — ✓"  # printable text is left alone
     assert term("a\nb") == "a\\nb" and term("\x1b[2J") == "\\x1b[2J" and term("\u202e") == "\\u202e"
+    assert term("a\ufeffb\u200bc") == "a\\ufeffb\\u200bc"  # invisible format characters are shown too
