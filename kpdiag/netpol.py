@@ -19,6 +19,8 @@ The rules implemented, as the API defines them:
   protocol). Protocol TCP unless given (UDP, SCTP). A named port never matches an IP that is not a pod.
 - Selector peers only ever match pods that are not host-network; a host-network pod or an IP client is its
   address, matched by ``ipBlock`` rules only. Policies never select host-network pods.
+- Traffic to a pod from its own node (the pod's ``status.hostIP``: kubelet probes, host-network pods there) is
+  allowed whatever the policies say.
 
 A policy that cannot be read (an unknown operator, a bad CIDR, an ``except`` outside its ``cidr``, a peer with
 nothing in it, ...) is reported as one problem naming it, and the others are evaluated.
@@ -155,6 +157,7 @@ class Pod:
     host_network: bool = False
     ports: tuple[tuple[str, int, str], ...] = ()  # containerPorts: (name, number, protocol)
     node: str | None = None
+    host_ip: str | None = None  # status.hostIP: the node it runs on
 
     @property
     def key(self) -> str:
@@ -186,7 +189,8 @@ class Pod:
                     ports.append((name, p["containerPort"], proto.upper()))
         labels = {k: v for k, v in _obj(md.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
         return cls(_str(md.get("namespace")) or "default", _str(md.get("name")) or "?", labels, tuple(ips),
-                   spec.get("hostNetwork") is True, tuple(ports), _str(spec.get("nodeName")) or None)
+                   spec.get("hostNetwork") is True, tuple(ports), _str(spec.get("nodeName")) or None,
+                   _str(status.get("hostIP")) or None)
 
 
 @dataclass(frozen=True)
@@ -601,6 +605,11 @@ class PolicyIndex:
         pols = self.selecting(subject.pod, direction)
         out = Direction(direction, subject.pod.key, True, bool(pols), True, [p.key for p in pols])
         if not pols:
+            return out
+        if direction == "ingress" and not other.is_pod and subject.pod.host_ip and subject.pod.host_ip in other.addresses():
+            # the API's rule: traffic from the pod's own node (kubelet probes, host-network pods there) is allowed
+            out.admitted_by = Admission("(node)", 0, f"{subject.pod.host_ip}: the node {subject.pod.key} runs on "
+                                        "(traffic from a pod's own node is always allowed)", "all ports")
             return out
         near_peer, near_port = [], []
         for p in pols:

@@ -291,3 +291,13 @@ def test_dual_stack_pod_uses_the_flows_ip_version():
     v6_dst = Pod("x", "a6", {"pod": "a"}, ("10.0.1.1", "fd00::1"))
     assert not flow(idx, End("10.0.2.9", ds), End("10.0.1.1", v6_dst), 1).allowed  # an IPv4 flow: the v6 block does not count
     assert flow(idx, End("10.0.2.9", ds), End("fd00::1", v6_dst), 1).allowed  # IPv6 to the pod: the pod's v6 address
+
+
+def test_traffic_from_the_pods_own_node_is_allowed():
+    here = Pod("x", "a", {"pod": "a"}, ("10.0.1.1",), host_ip="192.168.0.5")
+    idx = PolicyIndex(parse_policies([np("x", "deny", {"podSelector": {}})])[0], NS, [here, HOST, B])
+    f = flow(idx, End("192.168.0.5"), here, 8080)
+    assert f.allowed and f.ingress.restricted and f.ingress.admitted_by.policy == "(node)"
+    assert flow(idx, HOST, here, 8080).allowed  # a host-network pod on that node: the node's address
+    assert not flow(idx, End("192.168.0.6"), here, 8080).allowed  # another node
+    assert not flow(idx, B, here, 8080).allowed  # a pod is not its node
