@@ -172,7 +172,12 @@ DIGEST=$(cat "$OCI.digest")
 rm -rf "$DIST/kpdiag-oci" "$DIST/kpdiag-image.tar" "$DIST/kpdiag-image.oci.tar"
 cp -a "$OCI" "$DIST/kpdiag-oci"
 skopeo copy -q "oci:$DIST/kpdiag-oci:$VERSION" "docker-archive:$DIST/kpdiag-image.tar:$NAME:$VERSION"
-skopeo copy -q "oci:$DIST/kpdiag-oci:$VERSION" "oci-archive:$DIST/kpdiag-image.oci.tar:$NAME:$VERSION"
+# the OCI archive's image name fully qualified, as docker and containerd name a docker-archive's (docker.io/library/…)
+case "$NAME" in
+  */*) first=${NAME%%/*}; case "$first" in *.*|*:*|localhost) FULL=$NAME ;; *) FULL=docker.io/$NAME ;; esac ;;
+  *) FULL=docker.io/library/$NAME ;;
+esac
+skopeo copy -q "oci:$DIST/kpdiag-oci:$VERSION" "oci-archive:$DIST/kpdiag-image.oci.tar:$FULL:$VERSION"
 [ "sha256:$(skopeo inspect --raw "oci-archive:$DIST/kpdiag-image.oci.tar" | sha256sum | cut -d' ' -f1)" = "$DIGEST" ] \
   || { echo "build-image.sh: the oci-archive's manifest digest differs from the layout's" >&2; exit 1; }
 CONFIG_ID=$(skopeo inspect --raw "oci:$DIST/kpdiag-oci:$VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["config"]["digest"])')

@@ -134,3 +134,54 @@ def test_image_archives_are_loadable_and_carry_the_digest(image_layout):
     assert config["config"]["Entrypoint"] == ["kpdiag"]
     unpacked = int(open(os.path.join(layout, "rootfs-bytes")).read())
     assert unpacked <= 250e6, f"image is {unpacked / 1e6:.1f} MB unpacked"
+
+
+def test_containerd_imports_both_archives_and_runs_the_image(image_layout, tmp_path):
+    """What `kind load image-archive` and `ctr -n k8s.io images import` do on a node, with a private containerd
+    (its own root, state and socket): the OCI archive keeps the manifest digest the manifests pin; the
+    docker-archive gets a manifest containerd writes itself, but the same image ID (config digest); the image runs."""
+    if not (shutil.which("containerd") and shutil.which("ctr")):
+        why = "containerd and ctr are needed (apt-get install containerd)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    layout, digest, build_log = image_layout
+    dist = os.path.join(ROOT, "dist")
+    image_id = open(os.path.join(dist, "kpdiag-image.id")).read().strip()
+    sock = str(tmp_path / "containerd.sock")
+    log = open(tmp_path / "containerd.log", "w")
+    daemon = subprocess.Popen(["containerd", "--root", str(tmp_path / "root"), "--state", str(tmp_path / "state"), "--address", sock],
+                              stdout=log, stderr=subprocess.STDOUT)
+    ctr = ["ctr", "--address", sock, "-n", "k8s.io"]
+    try:
+        for _ in range(100):
+            if subprocess.run(ctr + ["version"], capture_output=True, timeout=10).returncode == 0:
+                break
+            import time
+
+            time.sleep(0.1)
+        name = f"docker.io/library/kpdiag:{__version__}"
+        imp = subprocess.run(ctr + ["images", "import", os.path.join(dist, "kpdiag-image.oci.tar")], capture_output=True, text=True, timeout=300)
+        assert imp.returncode == 0, imp.stderr
+        images = subprocess.run(ctr + ["images", "ls"], capture_output=True, text=True, timeout=60, check=True).stdout
+        row = next(line for line in images.splitlines() if line.startswith(name + " "))
+        assert digest in row, row  # the pinned manifest digest, kept
+        run = subprocess.run(ctr + ["run", "--rm", name, "kpdiag-ctr-" + uuid.uuid4().hex[:6], "kpdiag", "--version"],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and __version__ in run.stdout, run.stderr
+        subprocess.run(ctr + ["images", "rm", name], capture_output=True, timeout=60)
+
+        imp = subprocess.run(ctr + ["images", "import", os.path.join(dist, "kpdiag-image.tar")], capture_output=True, text=True, timeout=300)
+        assert imp.returncode == 0, imp.stderr
+        config = subprocess.run(ctr + ["images", "check", f"name=={name}"], capture_output=True, text=True, timeout=60)
+        assert config.returncode == 0 and name in config.stdout, config.stdout + config.stderr
+        ids = subprocess.run(ctr + ["content", "ls"], capture_output=True, text=True, timeout=60, check=True).stdout
+        assert image_id in ids  # the config blob: the image ID docker/podman/crictl show
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        log.close()
+        subprocess.run(["umount", "-R", str(tmp_path / "root")], capture_output=True)
