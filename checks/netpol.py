@@ -45,7 +45,8 @@ def _client(ctx, data) -> tuple[End | None, str]:
     ip = m.get("client_ip")
     if isinstance(ip, str) and ip:
         return data.index.end_for_ip(ip), "kpdiag.json client_ip"
-    return None, "no client named (kpdiag.json has neither 'client' nor 'client_ip')"
+    why = m.get("client_unknown")
+    return None, "no client named (kpdiag.json has neither 'client' nor 'client_ip'" + (f"; {why}" if isinstance(why, str) and why else "") + ")"
 
 
 def _client_text(end: End) -> str:
