@@ -62,7 +62,9 @@ def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
         assert spec["activeDeadlineSeconds"] == 180
         (c,) = spec["containers"]
         assert c["image"] == "registry.local/kpdiag:test"
-        assert c["securityContext"]["privileged"] is True
+        # not privileged: the capabilities deploy/node-pod-privileges.md explains, nothing else
+        assert c["securityContext"]["privileged"] is False and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert c["imagePullPolicy"] == "Never"  # a tag is never pulled
         assert c["command"][:4] == ["kpdiag", "node", "-o", "json"] and c["command"][-2:] == ["--service", "shop/web"]
         assert "--quiet" in c["command"] and c["command"][c["command"].index("--host-root") + 1] == "/host"
         host = next(m for m in c["volumeMounts"] if m["mountPath"] == "/host")
