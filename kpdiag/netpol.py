@@ -180,6 +180,8 @@ class Pod:
         ips = [p["ip"] for p in _arr(status.get("podIPs")) if isinstance(p, dict) and isinstance(p.get("ip"), str) and p["ip"]]
         if not ips and isinstance(status.get("podIP"), str) and status["podIP"]:
             ips = [status["podIP"]]
+        if status.get("phase") in ("Succeeded", "Failed"):
+            ips = []  # a finished pod's address is released (and may be another pod's now)
         ports = []
         for c in _arr(spec.get("containers")) + _arr(spec.get("initContainers")):  # sidecars declare ports too
             for p in _arr(_obj(c).get("ports")):

@@ -310,6 +310,8 @@ class FlowSource:
     def pod_by_ip(self, ip: str) -> Pod | None:
         def has(o):
             st = o.get("status") if isinstance(o.get("status"), dict) else {}
+            if st.get("phase") in ("Succeeded", "Failed"):
+                return False  # its address is released, maybe reused by the pod we are after
             return not _path(o, "spec", "hostNetwork") and ip in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
         found = self._find("podIP", ip, has) or self._find("ip", ip, has)
         return found[0] if found else None

@@ -259,3 +259,11 @@ def test_cluster_ip_destination_is_its_service(tmp_path):
     validate(doc)
     assert doc["service"] == "x/web" and not doc["allowed"] and len(doc["endpoints"]) == 2
     assert any("ClusterIP of Service x/web" in n for n in doc["notes"])
+
+
+def test_a_finished_pods_address_is_not_the_running_ones(tmp_path):
+    nss, pods = world_objects()
+    done = pod("z", "job-1", pod_ip("y", "b"), {"pod": "job"})
+    done["status"]["phase"] = "Succeeded"
+    bundle = write_bundle(tmp_path, [], nss, [done] + pods)  # listed first, same IP as y/b
+    assert ask(bundle, pod_ip("y", "b"), "x/a", "80")["from"].startswith("y/b")
