@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from kpdiag.checkapi import check
+from kpdiag.checkapi import Skip, check
 from kpdiag.implementer import PROCESSES, processes
 from kpdiag.model import Evidence
 
 HTTP_SOURCES = ("node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json")
+
+
+def _blind(ctx) -> bool:
+    """Nothing of the node's network state is readable: who implements Services cannot be told."""
+    return ctx.ip_addr is None and ctx.iptables() is None and ctx.nft_text is None
 
 
 @check(
@@ -24,6 +29,8 @@ HTTP_SOURCES = ("node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt",
         "Calico: calico-node -bpf nat dump.",
 )
 def replacement(ctx, new):
+    if _blind(ctx):
+        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
     impl = ctx.service_implementer
     if impl is None or impl.kube_proxy_in_charge:
         return
@@ -56,17 +63,21 @@ def replacement(ctx, new):
         "on this node (tolerations, nodeSelector, crash log) or install the replacement your CNI expects.",
 )
 def absent(ctx, new):
+    if _blind(ctx):
+        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
     impl = ctx.service_implementer
     if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s"):
         return
     b = ctx.bundle
+    if any(b.exists(rel) for rel in HTTP_SOURCES):
+        return  # kube-proxy answered
     errs = {str(e.get("source")): str(e.get("error")) for e in (b.manifest.get("errors") or []) if isinstance(e, dict)}
-    failed = [rel for rel in HTTP_SOURCES if rel in errs and not b.exists(rel)]
+    failed = [rel for rel in HTTP_SOURCES if rel in errs]
     if len(failed) < len(HTTP_SOURCES):
-        return  # something answered, or the bundle does not say that kpdiag asked (an older or hand-made bundle)
+        raise Skip("the bundle does not say whether kube-proxy's :10249/:10256 answered (not collected by kpdiag node/collect)")
     procs = processes(b) if b.exists(PROCESSES) else None
     if procs is None:
-        return  # the processes were not listed: a kube-proxy in another PID namespace cannot be ruled out
+        raise Skip("the node's processes were not listed (node/processes.txt): a kube-proxy cannot be ruled out")
     if "1" not in procs.values() or any(p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s")):
         return  # the host's processes are not visible (no hostPID), or kube-proxy / an embedding runs
     ports = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
