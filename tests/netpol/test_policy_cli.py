@@ -267,3 +267,39 @@ def test_a_finished_pods_address_is_not_the_running_ones(tmp_path):
     done["status"]["phase"] = "Succeeded"
     bundle = write_bundle(tmp_path, [], nss, [done] + pods)  # listed first, same IP as y/b
     assert ask(bundle, pod_ip("y", "b"), "x/a", "80")["from"].startswith("y/b")
+
+
+def _svc_objects(with_policy: bool):
+    web_ports = [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    objs = [namespace("shop", {"team": "shop"}), namespace("debug"), namespace("kube-system"),
+            k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+            k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
+            k8s.pod("shop", "web-1", "10.244.1.11", {"app": "web"}, "node-a", web_ports),
+            k8s.pod("debug", "client", "10.244.1.50", {"app": "debug"}, "node-a"), k8s.kube_proxy_configmap(),
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"},
+             "spec": {"template": {"spec": {"containers": [{"name": "calico-node"}]}}}}]
+    if with_policy:
+        objs.append(policy("shop", "web-allow-frontend", {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}], "ports": [{"port": 8080}]}]}))
+    return objs
+
+
+@pytest.mark.parametrize("with_policy", [True, False])
+def test_svc_through_the_api_names_the_policy(tmp_path, with_policy):
+    """kpdiag svc (no probes, no root) collects the policies and the client through the API; KP120 names the policy."""
+    from tests.apiserver import ApiServer
+
+    with ApiServer(_svc_objects(with_policy)) as api:
+        code, out, err = run_cli("svc", "web", "-n", "shop", "--kubeconfig", api.kubeconfig(tmp_path), "--no-probe", "--from", "debug/client",
+                                 "--node", "node-a", "--save", str(tmp_path / "b"), "-o", "json")
+    doc = json.loads(out)
+    kp120 = [f for f in doc["findings"] if f["id"] == "KP120"]
+    if with_policy:
+        assert code == 1 and len(kp120) == 1 and kp120[0]["severity"] == "error"
+        assert "NetworkPolicy shop/web-allow-frontend admits only pods app=frontend" in kp120[0]["summary"]
+        assert "debug/client" in kp120[0]["summary"]
+        code, out, _ = run_cli("policy", "--bundle", str(tmp_path / "b"), "--from", "debug/client", "--to", "shop/web", "--port", "80", "-o", "json")
+        assert code == 1 and json.loads(out)["ingress"]["policies"] == ["shop/web-allow-frontend"]
+    else:
+        assert not kp120 and not [f for f in doc["findings"] if f["id"] in ("KP121", "KP122", "KP123")]
+        assert {r["id"]: r["status"] for r in doc["checks"]}["KP120"] == "ran"
