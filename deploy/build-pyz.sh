@@ -44,5 +44,6 @@ sys.exit(main())
 EOF
 mkdir -p "$(dirname "$OUT")"
 "$PY" -m zipapp "$WORK/app" -o "$OUT" -p '/usr/bin/env python3' -c
+chmod 0755 "$OUT"   # runnable by anyone as ./kpdiag.pyz (or as kubectl-kpdiag, krew's plugin binary)
 "$PY" "$OUT" --version >/dev/null
 echo "$OUT: $(awk -v b="$(stat -c %s "$OUT")" 'BEGIN { printf "%.1f MB", b / 1e6 }'), $(find "$WORK/app" -maxdepth 1 -name '*.dist-info' | sed 's|.*/||; s|\.dist-info$||' | sort | xargs)"
