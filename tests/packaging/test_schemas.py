@@ -110,3 +110,29 @@ def test_trace_schema_rejects_what_it_should():
                 {**good, "paths": [{"probability": 2}]}, {**good, "surprise": 1}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def test_bundle_manifests_of_the_fixtures_validate():
+    schema = _schema("bundle.schema.json")
+    paths = glob.glob(os.path.join(FIXTURES, "*", "kpdiag.json"))
+    assert len(paths) > 50
+    for path in paths:
+        with open(path) as fh:
+            jsonschema.validate(json.load(fh), schema)
+
+
+@pytest.mark.lab
+def test_collected_bundle_manifest_validates(lab, tmp_path):
+    """`kpdiag collect` in a lab node namespace: its kpdiag.json follows bundle.schema.json, errors included."""
+    import shutil
+    import sys
+
+    lab.add_ns("node")
+    exe = shutil.which("kpdiag")
+    argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + ["collect", "-o", str(tmp_path / "b"), "--host-root", "/"]
+    proc = lab.sh("node", argv, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "b" / "kpdiag.json") as fh:
+        manifest = json.load(fh)
+    jsonschema.validate(manifest, _schema("bundle.schema.json"))
+    assert manifest["errors"], "a lab namespace has no kube-proxy: its sources are named as not collected"
