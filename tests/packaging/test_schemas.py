@@ -136,3 +136,12 @@ def test_collected_bundle_manifest_validates(lab, tmp_path):
         manifest = json.load(fh)
     jsonschema.validate(manifest, _schema("bundle.schema.json"))
     assert manifest["errors"], "a lab namespace has no kube-proxy: its sources are named as not collected"
+
+
+def test_probe_results_of_the_fixtures_validate():
+    schema = _schema("probes.schema.json")
+    paths = glob.glob(os.path.join(FIXTURES, "*", "probes", "service.json"))
+    assert paths
+    for path in paths:
+        with open(path) as fh:
+            jsonschema.validate(json.load(fh), schema)
