@@ -44,6 +44,12 @@ def image_layout():
     return layout, digest, proc.stdout
 
 
+def _recursive_ro() -> str:
+    """runc's recursive read-only ("rro") needs mount_setattr (Linux 5.12); before that only the top mount is ro."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    return "rro" if (major, minor) >= (5, 12) else "ro"
+
+
 def _bundle(layout: str, dest: str, netns: str, argv: list[str]) -> str:
     subprocess.run(["umoci", "unpack", "--image", f"{layout}:{__version__}", dest], check=True, capture_output=True, timeout=300)
     path = os.path.join(dest, "config.json")
@@ -59,7 +65,7 @@ def _bundle(layout: str, dest: str, netns: str, argv: list[str]) -> str:
     cfg["linux"]["namespaces"] = ns + [{"type": "network", "path": f"/var/run/netns/{netns}"}]  # hostNetwork
     cfg["mounts"] += [
         # the host root, read-only (recursively), as `kubectl debug node` and kpdiag's node pod mount it
-        {"destination": "/host", "type": "bind", "source": "/", "options": ["rbind", "rro", "rprivate"]},
+        {"destination": "/host", "type": "bind", "source": "/", "options": ["rbind", _recursive_ro(), "rprivate"]},
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=256m"]},
     ]
     cfg["hostname"] = "lab-node"
