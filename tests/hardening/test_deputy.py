@@ -221,3 +221,38 @@ def test_bundle_files_are_private(tmp_path):
 
     with tarfile.open(tmp_path / "b.tar.gz") as tar:
         assert {m.mode for m in tar} == {0o600}
+
+
+def _fake_proc(tmp_path, procs: dict):
+    """A /proc-shaped tree: pid → (comm, uid, exe path, argv)."""
+    proc = tmp_path / "proc"
+    for pid, (comm, uid, exe, argv) in procs.items():
+        d = proc / str(pid)
+        d.mkdir(parents=True)
+        (d / "comm").write_text(comm + "\n")
+        (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        os.symlink(exe, d / "exe")
+    return str(proc)
+
+
+def test_trust_rules_on_a_constructed_proc(tmp_path):
+    proc = _fake_proc(tmp_path, {
+        10: ("kube-proxy", 0, "/usr/local/bin/kube-proxy (deleted)", ["/usr/local/bin/kube-proxy", "--config=/c"]),  # upgraded on disk
+        11: ("kube-proxy", 0, "/usr/bin/python3", ["/usr/bin/python3", "--config=/etc/shadow"]),
+        12: ("kube-proxy", 0, "/tmp/kube-proxy", ["/bin/sh", "--config=/etc/shadow"]),
+        13: ("kube-proxy", 1000, "/home/u/kube-proxy", ["kube-proxy", "--config=/etc/shadow"]),
+    })
+    found = find_kube_proxy(proc)
+    refused = dict(found.refused)
+    assert found.pid == 10 and found.cmdline[1] == "--config=/c"
+    assert "executable is 'python3'" in refused[11] and "started as '/bin/sh'" in refused[12] and "uid 1000/1000/1000/1000" in refused[13]
+
+
+def test_kube_proxy_inside_k3s_is_said(tmp_path):
+    proc = _fake_proc(tmp_path, {7: ("k3s-server", 0, "/usr/local/bin/k3s", ["/usr/local/bin/k3s", "server"]),
+                                 8: ("k3s-agent", 1000, "/tmp/k3s", ["k3s", "agent"])})
+    c = NodeCollector(host_root=str(tmp_path), proc=proc)
+    c.kube_proxy_files()
+    assert find_kube_proxy(proc).embedded == "k3s-server (pid 7)"
+    assert any("kube-proxy runs inside k3s-server (pid 7)" in e["error"] for e in c.out.errors), c.out.errors
