@@ -26,7 +26,6 @@ import ctypes
 import errno
 import os
 import platform
-import re
 import stat
 
 # ---------------------------------------------------------------- openat2
