@@ -77,7 +77,8 @@ def _drop(paths) -> tuple[float, object] | None:
     that is not kube-proxy's."""
     share, step = 0.0, None
     for p in paths:
-        if p.verdict in ("drop", "reject") and p.steps:
+        # a path the tracer is unsure of (a match it cannot evaluate) does not count: no blame without proof
+        if p.verdict in ("drop", "reject") and p.steps and not p.uncertain:
             last = p.steps[-1]
             if last.hook != "routing" and not _kube_step(last):
                 share += p.probability
