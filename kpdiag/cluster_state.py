@@ -97,6 +97,9 @@ class Svc:
         return None
 
 
+_ANY_NAMESPACE = object()  # an EndpointSlice whose metadata has no namespace
+
+
 def _hint_names(ep: dict, key: str) -> frozenset[str]:
     hints = ep.get("hints") if isinstance(ep.get("hints"), dict) else {}
     return frozenset(h["name"] for h in hints.get(key) or [] if isinstance(h, dict) and isinstance(h.get("name"), str))
@@ -202,18 +205,22 @@ class ClusterView:
             if items is None:
                 return None
             slices = self._list("cluster/endpointslices.json")
+            # slices by (namespace, service name), once: comparing every Service with every slice is quadratic (10,000
+            # Services: 10^8 comparisons, most of kpdiag node's time); a slice without a namespace matches any
+            by_owner: dict[tuple, list[int]] = {}
+            for i, sl in enumerate(slices or []):
+                smd = sl.get("metadata") or {}
+                ns_key = smd["namespace"] if "namespace" in smd else _ANY_NAMESPACE
+                by_owner.setdefault((ns_key, (smd.get("labels") or {}).get("kubernetes.io/service-name")), []).append(i)
             out = []
             for raw in items:
                 md = raw.get("metadata") or {}
                 svc = Svc(md.get("namespace") or "default", md.get("name") or "?", raw)
                 if slices is not None:
                     svc.slices_seen = True
-                    for sl in slices:
+                    for i in sorted(by_owner.get((svc.namespace, svc.name), []) + by_owner.get((_ANY_NAMESPACE, svc.name), [])):
+                        sl = slices[i]
                         smd = sl.get("metadata") or {}
-                        if smd.get("namespace", svc.namespace) != svc.namespace:
-                            continue
-                        if (smd.get("labels") or {}).get("kubernetes.io/service-name") != svc.name:
-                            continue
                         ports = {p.get("name") or "": (p.get("port"), (p.get("protocol") or "TCP").lower()) for p in sl.get("ports") or [] if isinstance(p, dict)}
                         for ep in sl.get("endpoints") or []:
                             cond = ep.get("conditions") or {}
