@@ -372,7 +372,7 @@ def collect(out, host_root, redact, redact_salt, force):
 @cli.command()
 @click.option("--nodes", "nodes", help="A label selector (node-role.kubernetes.io/worker, zone=a) or node names (node-a,node-b). Default: every node.")
 @click.option("--service", "service", help="Also trace this Service (NS/NAME) on every node.")
-@click.option("--image", default=None, help="The kpdiag image the node pods run (default: the one matching this version).")
+@click.option("--image", default=None, help="The kpdiag image the node pods run: NAME@sha256:… may be pulled; a tag, and the default kpdiag:VERSION, are used only as loaded on the nodes, never pulled.")
 @click.option("--namespace", "pod_namespace", default=None, help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).")
 @click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
 @click.option("--timeout", type=click.IntRange(1, 7200), default=600, show_default=True, help="Seconds per node (a 10,000-Service node needs minutes).")
