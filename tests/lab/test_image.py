@@ -191,3 +191,29 @@ def test_containerd_imports_both_archives_and_runs_the_image(image_layout, tmp_p
             daemon.kill()
         log.close()
         subprocess.run(["umount", "-R", str(tmp_path / "root")], capture_output=True)
+
+
+def test_image_runs_offline_commands_as_its_unprivileged_user(image_layout, tmp_path):
+    """analyze and trace as the image's user 10001 with no capability at all (what a locked-down pod gives):
+    the same findings as the installed kpdiag on the same bundle, mounted read-only."""
+    layout, digest, build_log = image_layout
+    fixture = "ipvs-fallback"
+    argv = ["kpdiag", "analyze", f"/data/{fixture}", "-o", "json"]
+    bundle = str(tmp_path / "bundle")
+    subprocess.run(["umoci", "unpack", "--image", f"{layout}:{__version__}", bundle], check=True, capture_output=True, timeout=300)
+    path = os.path.join(bundle, "config.json")
+    with open(path) as fh:
+        cfg = json.load(fh)
+    cfg["process"].update(terminal=False, args=argv, user={"uid": 10001, "gid": 10001}, noNewPrivileges=True,
+                          capabilities={k: [] for k in ("bounding", "effective", "permitted", "inheritable", "ambient")})
+    cfg["root"]["readonly"] = True
+    cfg["mounts"].append({"destination": "/data", "type": "bind", "source": os.path.join(ROOT, "fixtures"), "options": ["rbind", "ro"]})
+    with open(path, "w") as fh:
+        json.dump(cfg, fh)
+    inside = _runc(bundle)
+    want = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", os.path.join(ROOT, "fixtures", fixture), "-o", "json"],
+                          capture_output=True, text=True, timeout=300)
+    assert inside.returncode == want.returncode == 1, inside.stderr[-2000:]
+    got, exp = json.loads(inside.stdout), json.loads(want.stdout)
+    assert [(f["id"], f["summary"]) for f in got["findings"]] == [(f["id"], f["summary"]) for f in exp["findings"]]
+    assert {"KP301", "KP701"} <= {f["id"] for f in got["findings"]}
