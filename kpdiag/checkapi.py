@@ -196,7 +196,7 @@ def availability(ctx, need: str) -> str | None:
         "routes": (lambda: ctx.ip_route, "node/ip-route.json (ip -j route)"),
         "addresses": (lambda: ctx.ip_addr, "node/ip-addr.json (ip -j addr)"),
         "services": (lambda: ctx.services_in_focus(), "the Service from the API (cluster/services.json)"),
-        "endpointslices": (lambda: ctx.bundle.read_json("cluster/endpointslices.json"), "its EndpointSlices (cluster/endpointslices.json)"),
+        "endpointslices": (lambda: ctx.cluster.endpointslices(), "its EndpointSlices (cluster/endpointslices.json)"),
         "pods": (lambda: ctx.cluster.pods(), "the pods behind it (cluster/pods.json)"),
         "networkpolicies": (lambda: ctx.cluster.policy_data(), "the NetworkPolicies (cluster/networkpolicies.json)"),
         "service-lookup": (lambda: ctx.bundle.read_json("cluster/service-lookup.json"),

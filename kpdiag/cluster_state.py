@@ -184,16 +184,21 @@ class ClusterView:
     def __init__(self, bundle):
         self.bundle = bundle
         self._services: list[Svc] | None = None
+        self._lists: dict[str, list[dict] | None] = {}  # read and decoded once (checks ask for the node name per Service)
 
     def _list(self, rel: str) -> list[dict] | None:
+        if rel in self._lists:
+            return self._lists[rel]
         doc = self.bundle.read_json(rel)
-        if doc is None:
-            return None
-        items = _items(doc)
-        if not items and not (isinstance(doc, dict) and isinstance(doc.get("items"), list)):
+        items = None if doc is None else _items(doc)
+        if doc is not None and not items and not (isinstance(doc, dict) and isinstance(doc.get("items"), list)):
             self.bundle.problem(rel, "not a Kubernetes List or object (expected {\"items\": [...]})")
-            return None
+            items = None
+        self._lists[rel] = items
         return items
+
+    def endpointslices(self) -> list[dict] | None:
+        return self._list("cluster/endpointslices.json")
 
     @property
     def available(self) -> bool:
