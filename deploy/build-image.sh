@@ -39,7 +39,7 @@ SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 case "$(uname -m)" in x86_64) ARCH=amd64 ;; aarch64) ARCH=arm64 ;; *) ARCH=$(uname -m) ;; esac
 CACHE=${KPDIAG_IMAGE_CACHE:-$HOME/.cache/kpdiag-image}
-DIST=$REPO/dist
+DIST=${KPDIAG_IMAGE_DIST:-$REPO/dist}   # where the archives go (tests use their own directory)
 PKGS=$(grep -v '^\s*#' deploy/image-packages.txt | xargs)
 START=$(date +%s)
 say() { echo "[$(( $(date +%s) - START ))s] $*"; }
@@ -53,6 +53,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$CACHE" "$DIST"
+exec 9>"$CACHE/lock"
+flock 9   # one build at a time on this machine: they share the cache and dist/
 inroot() { chroot "$ROOT" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 "$@"; }
 
 # ---- 1. base root filesystem -------------------------------------------------------------------------------
@@ -76,7 +78,10 @@ BASE_SHA=$(cat "$BASE_TAR.sha256")
 
 # ---- 2. kpdiag's wheel -----------------------------------------------------------------------------------------
 say "wheel: pip wheel --no-deps ."
-python3 -m pip wheel -q --no-deps -w "$WORK/wheel" "$REPO" >/dev/null
+# from a copy of what the wheel is made of: no build/ directory shared with another build running at the same time
+mkdir -p "$WORK/src" && cp -a pyproject.toml README.md LICENSE kpdiag checks "$WORK/src/"
+find "$WORK/src" -name __pycache__ -type d -prune -exec rm -rf {} +
+python3 -m pip wheel -q --no-deps -w "$WORK/wheel" "$WORK/src" >/dev/null
 WHEEL=$(ls "$WORK"/wheel/kpdiag-*.whl)
 # the wheel's content, not its bytes (zip timestamps differ per build): RECORD lists every file's sha256
 WHEEL_SHA=$(python3 - "$WHEEL" <<'EOF'

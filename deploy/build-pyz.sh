@@ -17,7 +17,10 @@ WORK=$(mktemp -d /tmp/kpdiag-pyz.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 M=$(uname -m)
 
-"$PY" -m pip wheel -q --no-deps -w "$WORK/wheel" . >/dev/null
+# from a copy of what the wheel is made of: no build/ directory shared with another build running at the same time
+mkdir -p "$WORK/src" && cp -a pyproject.toml README.md LICENSE kpdiag checks "$WORK/src/"
+find "$WORK/src" -name __pycache__ -type d -prune -exec rm -rf {} +
+"$PY" -m pip wheel -q --no-deps -w "$WORK/wheel" "$WORK/src" >/dev/null
 WHEEL=$(ls "$WORK"/wheel/kpdiag-*.whl)
 "$PY" -m pip install -q --no-compile --disable-pip-version-check --target "$WORK/app" --only-binary=:all: \
   --python-version 3.10 --implementation cp --abi cp310 --abi abi3 --abi none \

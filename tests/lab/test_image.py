@@ -26,7 +26,7 @@ TOOLS = ("debootstrap", "umoci", "skopeo", "runc")
 
 
 @pytest.fixture(scope="module")
-def image_layout():
+def image_layout(tmp_path_factory):
     """Build the image (reusing the digest-verified cache of deploy/build-image.sh) and return its OCI layout."""
     missing = [t for t in TOOLS if not shutil.which(t)]
     if missing or os.geteuid() != 0:
@@ -34,14 +34,16 @@ def image_layout():
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
-    proc = subprocess.run(["bash", os.path.join(ROOT, "deploy", "build-image.sh")], capture_output=True, text=True, timeout=1800)
+    dist = str(tmp_path_factory.mktemp("dist"))  # its own output directory: other runs may build at the same time
+    proc = subprocess.run(["bash", os.path.join(ROOT, "deploy", "build-image.sh")], capture_output=True, text=True, timeout=1800,
+                          env=dict(os.environ, KPDIAG_IMAGE_DIST=dist))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sys.stderr.write(proc.stdout)
-    layout = os.path.join(ROOT, "dist", "kpdiag-oci")
-    digest = open(os.path.join(ROOT, "dist", "kpdiag-image.digest")).read().strip()
+    layout = os.path.join(dist, "kpdiag-oci")
+    digest = open(os.path.join(dist, "kpdiag-image.digest")).read().strip()
     assert digest.startswith("sha256:") and len(digest) == 71
-    assert open(os.path.join(ROOT, "dist", "kpdiag-image.ref")).read().strip() == f"kpdiag:{__version__}@{digest}"
-    return layout, digest, proc.stdout
+    assert open(os.path.join(dist, "kpdiag-image.ref")).read().strip() == f"kpdiag:{__version__}@{digest}"
+    return layout, digest, dist
 
 
 def _recursive_ro() -> str:
@@ -84,7 +86,7 @@ def _runc(bundle: str) -> subprocess.CompletedProcess:
 
 
 def test_image_runs_kpdiag_node_like_the_node_pod(lab, image_layout, tmp_path):
-    layout, digest, build_log = image_layout
+    layout, digest, dist = image_layout
     k = KubeNodeLab.build(lab, pod_count=2)
     lab.route("node", "default", "via", k.client_ip)
     ips = list(k.pods.values())
@@ -121,8 +123,7 @@ def test_image_runs_kpdiag_node_like_the_node_pod(lab, image_layout, tmp_path):
 def test_image_archives_are_loadable_and_carry_the_digest(image_layout):
     """dist/kpdiag-image.tar is a docker-archive (docker load / podman load / kind load image-archive) and
     dist/kpdiag-image.oci.tar an OCI archive whose manifest digest is the one recorded; the image fits 250 MB."""
-    layout, digest, build_log = image_layout
-    dist = os.path.join(ROOT, "dist")
+    layout, digest, dist = image_layout
     raw = subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{dist}/kpdiag-image.oci.tar"], capture_output=True, timeout=300, check=True).stdout
     import hashlib
 
@@ -151,8 +152,7 @@ def test_containerd_imports_both_archives_and_runs_the_image(image_layout, tmp_p
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
-    layout, digest, build_log = image_layout
-    dist = os.path.join(ROOT, "dist")
+    layout, digest, dist = image_layout
     image_id = open(os.path.join(dist, "kpdiag-image.id")).read().strip()
     sock = str(tmp_path / "containerd.sock")
     log = open(tmp_path / "containerd.log", "w")
@@ -196,7 +196,7 @@ def test_containerd_imports_both_archives_and_runs_the_image(image_layout, tmp_p
 def test_image_runs_offline_commands_as_its_unprivileged_user(image_layout, tmp_path):
     """analyze and trace as the image's user 10001 with no capability at all (what a locked-down pod gives):
     the same findings as the installed kpdiag on the same bundle, mounted read-only."""
-    layout, digest, build_log = image_layout
+    layout, digest, dist = image_layout
     fixture = "ipvs-fallback"
     argv = ["kpdiag", "analyze", f"/data/{fixture}", "-o", "json"]
     bundle = str(tmp_path / "bundle")
