@@ -104,12 +104,19 @@ def _host_firewall(ctx, mode: str):
     return NftTracer(only, ctx.routing, mode="host firewall")
 
 
-def _owner(step) -> str:
+def _owner(step, chains: frozenset = frozenset()) -> str:
+    """Who wrote the rule or policy that dropped: firewalld, ufw, or (unknown) the host firewall. A built-in chain's
+    policy is ufw's or firewalld's when their chains hang off it (ufw sets INPUT/FORWARD to DROP itself)."""
     name = f"{step.table} {step.chain}".lower()
     if "firewalld" in name or step.chain.startswith(("filter_", "nat_")):
         return "firewalld"
     if "ufw" in name:
         return "ufw"
+    if " " not in step.table and step.chain in ("INPUT", "FORWARD"):
+        if any(c.startswith("ufw-") for c in chains):
+            return "ufw"
+        if any(c in ("INPUT_ZONES", "FORWARD_IN_ZONES") or c.startswith("IN_public") for c in chains):
+            return "firewalld"
     return "the host firewall"
 
 
@@ -181,7 +188,9 @@ def host_firewall(ctx, new):
         if untraced:
             raise Skip(f"could not trace {'; '.join(untraced[:2])}")
         return
-    by_owner = sorted({_owner(b[4][1]) for b in blocked})
+    rs = ctx.iptables()
+    chains = frozenset(rs.chain_names("filter")) if rs is not None else frozenset()
+    by_owner = sorted({_owner(b[4][1], chains) for b in blocked})
     proto, port, what, where, (share, step), through = blocked[0]
     ports = ", ".join(f"{b[1]}/{b[0]} ({b[2]})" for b in blocked)
     steps = []
@@ -196,7 +205,7 @@ def host_firewall(ctx, new):
     if "ufw" in by_owner:
         fix += ["ufw allow 30000:32767/tcp && ufw allow 30000:32767/udp && ufw allow 10256/tcp", "ufw route allow to <clusterCIDR>"]
     for st in steps:
-        if _owner(st) != "the host firewall":
+        if _owner(st, chains) != "the host firewall":
             continue
         hook = st.hook.lower()
         if " " in st.table:  # an nftables table ("inet hostfw"): only a rule in that table's chain helps
@@ -220,7 +229,7 @@ def host_firewall(ctx, new):
 
     yield new(
         f"traffic from outside to {ports} on {node_ip} is dropped by {through}: "
-        + "; ".join(f"{_owner(st)} ({st.table} {st.chain}: {st.text[:80]})" for st in steps[:3]),
+        + "; ".join(f"{_owner(st, chains)} ({st.table} {st.chain}: {st.text[:80]})" for st in steps[:3]),
         fix=tuple(dict.fromkeys(fix)),
         evidence=[step_ev(st) for st in steps[:3]]
         + [Evidence(b[3].split(": ", 1)[0], f"{b[1]}/{b[0]}: {b[2]}, {b[4][0] * 100:.0f}% of its paths dropped") for b in blocked[:3]],

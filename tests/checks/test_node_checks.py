@@ -125,3 +125,21 @@ def test_journald_lines_of_k3s_are_filtered_to_kube_proxys():
                b'2026-12-03T00:00:00+0000 node kube-proxy[99]: E1203 00:00:00.3 99 reflector.go:1] Failed to watch *v1.Service\n')
     kept = _kube_proxy_lines(journal).decode().splitlines()
     assert len(kept) == 2 and "proxier.go" in kept[0] and "kube-proxy[99]" in kept[1]  # kubelet's watch error inside k3s is not kube-proxy's
+
+
+def test_ufw_dropping_health_checks_is_named(tmp_path):
+    """ufw sets INPUT's policy to DROP and hangs its chains off it; kube-proxy's /healthz (:10256) is not allowed."""
+    text = open(os.path.join(FIXTURES, "nodeport-etp-local", "node", "iptables-save.txt")).read()
+    head, sep, rest = text.partition("*filter\n")
+    rest = rest.replace(":INPUT ACCEPT", ":INPUT DROP", 1)
+    ufw = (":ufw-before-input - [0:0]\n:ufw-user-input - [0:0]\n"
+           "-A INPUT -j ufw-before-input\n-A ufw-before-input -i lo -j ACCEPT\n"
+           "-A ufw-before-input -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A ufw-before-input -j ufw-user-input\n"
+           "-A ufw-user-input -p tcp -m tcp --dport 22 -j ACCEPT\n")
+    rest = rest.replace("COMMIT", ufw + "COMMIT", 1)
+    path = _copy(tmp_path, "nodeport-etp-local", {"node/iptables-save.txt": head + sep + rest})
+    found = [f for f in analyze_bundle(path).findings if f.id == "KP509"]
+    assert len(found) == 1 and "10256/tcp" in found[0].summary and "ufw (filter INPUT" in found[0].summary, [f.summary for f in found]
+    assert any(f.startswith("ufw allow 30000:32767/tcp") for f in found[0].fix)
+    # NodePort 30080 is forwarded to its pod (FORWARD, which ufw left alone here): not blamed
+    assert "30080" not in found[0].summary
