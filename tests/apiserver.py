@@ -13,6 +13,13 @@ them: the pod's status moves on and ``pods/NAME/log`` serves what the container 
 forever), ``{"waiting": "ImagePullBackOff", "message": …}``, ``{"oom": True}``,
 ``{"rejected": "OutOfpods", "message": …}``. Lists honour ``labelSelector`` (kmock's emulator does not).
 ``pod_logs`` ("ns/pod", or "ns/pod#previous" → text) serves the logs of pods that exist, honouring tailLines and limitBytes.
+
+A slow or hostile server: ``hang`` ({KEY: seconds}) answers matching requests only after that long; ``throttle``
+({KEY: (count, retry_after)}) answers the first ``count`` matching requests 429 with that Retry-After; ``fail``
+({KEY: status}) answers them with an error. KEY is ``"*"``, a resource (``"pods"``), or a method and a resource or
+path prefix (``"DELETE pods"``, ``"GET /api/v1/nodes"``). Kubelet behaviours for the log: ``{"log": TEXT,
+"log_hang": seconds}`` (the log read does not answer for that long), ``{"log": TEXT, "log_trickle": seconds}`` (the
+answer starts at once, then one byte per interval). ``times`` records (monotonic time, method, path) per request.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import json
 import re
 import sys
 import threading
+import time
 import urllib.request
 
 RESOURCES = {
@@ -38,8 +46,13 @@ RESOURCES = {
 
 class ApiServer:
     def __init__(self, objects: list[dict] | None = None, host: str = "127.0.0.1", fail: dict | None = None,
-                 kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4", pod_logs: dict | None = None):
+                 kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4", pod_logs: dict | None = None,
+                 hang: dict | None = None, throttle: dict | None = None):
         self.objects = objects or []
+        self.hang = hang or {}
+        self.throttle = throttle or {}
+        self._throttled: dict[str, int] = {}
+        self.times: list[tuple[float, str, str]] = []
         self.pod_logs = pod_logs or {}  # "ns/pod" (or "ns/pod#previous") → the log text served at pods/NAME/log
         self.kubelet = kubelet
         self.kubelet_delay = kubelet_delay
@@ -84,6 +97,7 @@ class ApiServer:
         self._stop = asyncio.Event()
         requests, fail, server = self.requests, self.fail, self
         logs: dict[tuple, str] = {}
+        hows: dict[tuple, dict] = {}
 
         class Emulator(kmock.KubernetesEmulator):
             """kmock's emulator, counting requests, answering injected errors, filtering by label, running pods."""
@@ -110,8 +124,19 @@ class ApiServer:
                 path = request.url.path
                 method = str(getattr(request.method, "value", request.method)).upper()
                 requests.append((method, path))
+                server.times.append((time.monotonic(), method, path))
+                for key, seconds in server.hang.items():  # a server that does not answer in time
+                    if _hits(key, method, path):
+                        await server._pause(seconds)
+                        break
+                for key, (count, after) in server.throttle.items():
+                    if _hits(key, method, path) and server._throttled.get(key, 0) < count:
+                        server._throttled[key] = server._throttled.get(key, 0) + 1
+                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
+                                                          "reason": "TooManyRequests", "message": "injected 429"},
+                                                         status=429, headers={"Retry-After": str(after)})
                 for plural, status in fail.items():
-                    if plural == "*" or f"/{plural}" in path:
+                    if _hits(plural, method, path):
                         return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
                                                           "reason": {401: "Unauthorized", 403: "Forbidden", 500: "InternalError"}.get(status, "Error"),
                                                           "message": f"injected {status}"}, status=status)
@@ -134,6 +159,22 @@ class ApiServer:
                     if text is None:
                         return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400,
                                                           "message": f'container "kpdiag" in pod "{m.group(2)}" is waiting to start'}, status=400)
+                    how = hows.get((m.group(1), m.group(2))) or {}
+                    if how.get("log_hang"):
+                        await server._pause(how["log_hang"])
+                    if how.get("log_trickle"):
+                        raw = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
+                        try:
+                            await raw.prepare(request._raw_request)
+                            for ch in text.encode():
+                                if server._stop.is_set():
+                                    break
+                                await raw.write(bytes([ch]))
+                                await server._pause(how["log_trickle"])
+                            await raw.write_eof()
+                        except (ConnectionError, RuntimeError):
+                            pass  # the client gave up
+                        return raw
                     return aiohttp.web.Response(text=text, content_type="text/plain")
                 if method == "POST" and path.endswith("/pods") and server.kubelet is not None:
                     body = request.data or {}
@@ -166,6 +207,7 @@ class ApiServer:
                 else:
                     code = int(how.get("exit", 0))
                     logs[(key[1], key[2])] = how.get("log", "")
+                    hows[(key[1], key[2])] = how
                     status = {"phase": "Succeeded" if code == 0 else "Failed",
                               "containerStatuses": [{"name": cname, "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}}]}
                 async with self._lock:
@@ -187,6 +229,13 @@ class ApiServer:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    async def _pause(self, seconds: float) -> None:
+        """Sleep (in the server's loop) for ``seconds``, or until the server stops."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
     def live_pods(self, namespace: str) -> list[str]:
         """The pods that exist now, as the API lists them."""
         with urllib.request.urlopen(f"{self.url}/api/v1/namespaces/{namespace}/pods", timeout=10) as resp:
@@ -199,6 +248,18 @@ class ApiServer:
         path = f"{directory}/kubeconfig"
         write_kubeconfig(path, self.url)
         return path
+
+
+def _hits(key: str, method: str, path: str) -> bool:
+    """Does KEY ("*", "pods", "DELETE pods", "GET /api/v1/nodes", "GET /api/v1/nodes$" = that path only) pick this request?"""
+    if key == "*":
+        return True
+    verb, _, rest = key.partition(" ") if " " in key else ("", "", key)
+    if verb and verb.upper() != method:
+        return False
+    if rest.startswith("/") and rest.endswith("$"):
+        return path.rstrip("/") == rest[:-1]
+    return path.startswith(rest) if rest.startswith("/") else f"/{rest}" in path
 
 
 def _selects(selector: str, labels: dict) -> bool:

@@ -65,7 +65,7 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
     try:
         targets = runner.targets(selector, names)
     except Exception as exc:
-        return Outcome(error=api_reason(exc, "list nodes", host), code=exitcodes.NO_DIAGNOSIS)
+        return Outcome(error=runner._why(exc, "list nodes"), code=exitcodes.NO_DIAGNOSIS)
     if dry_run:
         return Outcome(text=_manifests([runner.manifest(n) for n in targets.nodes]),
                        messages=[f"not run on {r.node}: {r.failure}" for r in targets.skipped])
@@ -95,6 +95,14 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
 
             messages.append(f"{save_dir}: cannot write: {describe(exc)}")
     report = aggregate(results, api_version=api_version, local_itp=local_itp, select=select, ignore=ignore)
+    if runner.leftover_pods:  # deletes failed: the pods are named in the report and the run fails
+        import dataclasses
+
+        report.extra["leftover_pods"] = [f"{namespace}/{n}" for n in runner.leftover_pods]
+        report = dataclasses.replace(report, problems=report.problems + tuple(
+            {"source": f"pod {namespace}/{n}", "error": "not deleted: it is left on its node (kpdiag cluster --cleanup removes it)"}
+            for n in runner.leftover_pods))
+        return Outcome(report=report, messages=messages, code=exitcodes.FINDINGS)
     return Outcome(report=report, messages=messages)
 
 

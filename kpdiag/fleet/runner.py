@@ -70,6 +70,17 @@ def retry_after(exc: Exception) -> float | None:
     return None if when is None else max(0.0, when.timestamp() - time.time())
 
 
+def _is_timeout(exc: BaseException) -> bool:
+    """A connect or read timeout (urllib3 wraps it in MaxRetryError; the client may wrap that again)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, TimeoutError) or exc.__class__.__name__ in ("ReadTimeoutError", "ConnectTimeoutError", "TimeoutError"):
+            return True
+        exc = getattr(exc, "reason", None) if isinstance(getattr(exc, "reason", None), BaseException) else (exc.__cause__ or exc.__context__)
+        seen += 1
+    return False
+
+
 def call_timeout(deadline: float, cap: float = API_TIMEOUT) -> tuple[float, float]:
     """(connect, read) timeouts for one API call from the time left before ``deadline``."""
     left = deadline - time.monotonic()
@@ -149,8 +160,6 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
 class FleetRunner:
     def __init__(self, api, *, namespace: str = P.DEFAULT_NAMESPACE, image: str = P.DEFAULT_IMAGE, timeout: float = 600,
                  parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False, say=None):
-        self.setup_deadline = time.monotonic() + max(1.0, min(120.0, timeout * SETUP_SHARE))
-        self.cleanup_budget = max(1.0, min(API_TIMEOUT * 2, timeout * CLEANUP_SHARE))
         from kubernetes import client
 
         self.api = api
@@ -181,11 +190,14 @@ class FleetRunner:
         self._programmed: dict[str, dict] = {}
         self.known_nodes: set[str] = set()  # every node name the API listed (a report claiming one of them is checked)
         self.leftover_pods: list[str] = []  # pods this run created and could not delete
+        # the clock starts once the client is loaded (importing its API classes takes seconds on a slow machine)
+        self.setup_deadline = time.monotonic() + max(1.0, min(120.0, timeout * SETUP_SHARE))
+        self.cleanup_budget = max(1.0, min(API_TIMEOUT * 2, timeout * CLEANUP_SHARE))
 
     # ------------------------------------------------------------ API helpers (raw JSON)
     def _why(self, exc: Exception, what: str) -> str:
         if isinstance(exc, DeadlineExceeded):
-            return f"{what}: no time left ({str(exc) or 'the deadline passed'})"
+            return f"{what}: timed out: {exc}" if str(exc) else f"{what}: timed out (no time left)"
         why = api_reason(exc, what, self.api.configuration.host)
         wait = retry_after(exc) if getattr(exc, "status", None) in (429, 503) else None
         if wait is not None:
@@ -202,6 +214,8 @@ class FleetRunner:
                 raise
             except Exception as exc:
                 status = getattr(exc, "status", None)
+                if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
+                    raise DeadlineExceeded(f"the API server {self.api.configuration.host} did not answer in the time left") from exc
                 if not _transient(status) or attempt == retries - 1 or self._stop.is_set():
                     raise
                 wait = retry_after(exc) if status in (429, 503) else None
@@ -411,6 +425,8 @@ class FleetRunner:
                 status = getattr(exc, "status", None)
                 if attempt and status == 409:
                     return
+                if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
+                    raise DeadlineExceeded(f"the API server {self.api.configuration.host} did not answer in the time left") from exc
                 if not _transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
                     raise
                 with self._lock:
