@@ -338,7 +338,7 @@ def _check_output(out: str, force: bool, option: str) -> None:
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="A new directory, or FILE.tar.gz.")
 @click.option("--force", is_flag=True, help="Write even where the output exists (each file replaced afresh; a symlink is never followed).")
 @click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
-@click.option("--redact", is_flag=True, help="Replace namespaces, names, node names and non-cluster IPs by stable hashes (the same in every file).")
+@click.option("--redact", is_flag=True, help="Replace names, label values, host names, MACs and every IP address by pseudonyms (the same in every file; IPs keep their prefixes). Tokens are removed with or without it.")
 @click.option("--redact-salt", help="Salt for --redact (the same salt gives the same hashes across bundles; default: random).")
 def collect(out, host_root, redact, redact_salt, force):
     """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
