@@ -11,6 +11,7 @@ from .state import NodeState
 
 
 PROBE_ENDPOINTS_MAX = 16
+ICMP_FIRST_MAX = 4.0  # seconds DNS waits for the ICMP probes at most
 
 
 def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list[tuple[str, int, str]]:
@@ -134,10 +135,16 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
     # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
     dns_box: dict = {}
     dns_thread = None
+    icmp_done = threading.Event()
+    if not probe:
+        icmp_done.set()
     if probe:
         from .collect.dns import dns_probe
 
         def dns():
+            # after the ICMP echo (and TTL walk): a DNS query that errs on a router spends that router's ICMP rate
+            # limit for this host (about one error a second), and the echo's 'Time to live exceeded' would be lost
+            icmp_done.wait(ICMP_FIRST_MAX)
             dns_box["doc"] = dns_probe(namespace, name)
 
         dns_thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
@@ -163,7 +170,8 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
 
         if progress:
             progress("probing the ClusterIP and the endpoints (and asking DNS)")
-        doc = probe_service(service, _probe_endpoints(files, namespace, name), stop=stop)
+        doc = probe_service(service, _probe_endpoints(files, namespace, name), stop=stop, icmp_done=icmp_done)
+        icmp_done.set()
         files["probes/service.json"] = json.dumps(doc, indent=1).encode()
         if doc.get("raw_skipped_reason"):
             errors.append({"source": "probes/service.json", "error": doc["raw_skipped_reason"]})

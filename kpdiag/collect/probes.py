@@ -250,17 +250,30 @@ def _loop(responders: list[str]) -> list[str] | None:
     return None
 
 
-def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBudget, prober, why_no_raw, icmp: bool) -> list:
-    """The probes as independent jobs (each a list of callables run in order, in its own thread)."""
+def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBudget, prober, why_no_raw, icmp: bool,
+          icmp_done: threading.Event | None = None) -> list:
+    """The probes as independent jobs (each a list of callables run in order, in its own thread). ``icmp_done`` is set
+    once the ICMP echoes (and TTL walks) are over."""
     spec = service.get("spec") or {}
     cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]
     jobs: list[list] = []
+    echo_ips = [ip for ip in cluster_ips if icmp and prober is not None]
+    pending = [len(echo_ips)]
+    lock = threading.Lock()
+    if not echo_ips and icmp_done is not None:
+        icmp_done.set()
     for ip in cluster_ips:
         if icmp:
             if prober is not None:
                 def echo_and_walk(ip=ip):
-                    echo = prober.icmp_echo(ip)
-                    return [echo, prober.ttl_walk(ip)] if echo["result"] == "time-exceeded" else [echo]
+                    try:
+                        echo = prober.icmp_echo(ip)
+                        return [echo, prober.ttl_walk(ip)] if echo["result"] == "time-exceeded" else [echo]
+                    finally:
+                        with lock:
+                            pending[0] -= 1
+                            if pending[0] == 0 and icmp_done is not None:
+                                icmp_done.set()
                 jobs.append([echo_and_walk])
             else:
                 jobs.append([lambda ip=ip: [_result(f"{ip}/icmp", "icmp-echo", "skipped", reason=why_no_raw)]])
@@ -320,7 +333,7 @@ def run_parallel(jobs: list, deadline: float, stop: threading.Event | None = Non
 
 
 def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: bool = True, icmp: bool = True,
-                  stop: threading.Event | None = None) -> dict:
+                  stop: threading.Event | None = None, icmp_done: threading.Event | None = None) -> dict:
     """Probe a Service's ClusterIP ports and each endpoint directly, all at once (bounded by the packet budget, the
     rate limit and TOTAL_DEADLINE).
 
@@ -339,7 +352,7 @@ def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: boo
             prober = RawProber(budget)
         except Exception as exc:  # scapy missing or broken
             why_no_raw = f"scapy unavailable: {exc.__class__.__name__}: {exc}"
-    jobs = _jobs(service, endpoints, budget, prober, why_no_raw, icmp)
+    jobs = _jobs(service, endpoints, budget, prober, why_no_raw, icmp, icmp_done)
     try:
         per_job = run_parallel(jobs, budget.deadline + PER_PROBE_TIMEOUT, stop)
     except BaseException:  # Ctrl-C: no further packet from the probe threads, then leave

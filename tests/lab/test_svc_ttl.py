@@ -115,7 +115,7 @@ def test_no_dns_is_one_clear_line(lab, tmp_path):
     objects = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
                k8s.endpointslice("shop", "web", [("10.244.1.10", True, "lab-node", "web-1")], [("http", 8080, "TCP")])]
     kc = _start_api(lab, "pod0", objects, tmp_path)
-    proc, report = _svc(lab, "pod0", kc, "--no-probe")
+    proc, report = _svc(lab, "pod0", kc)  # DNS is a probe: --no-probe would not ask it
     assert report["extra"]["dns"]["result"] in ("dns-failure", "timeout")
     kp108 = next(f for f in report["findings"] if f["id"] == "KP108")
     assert kp108["severity"] == "warning" and kp108["summary"].startswith("DNS could not be asked about shop/web")
