@@ -92,7 +92,7 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         modes = ", ".join(f"{term(m)} {term(n)}" for m, n in (f.get("proxy_modes") or {}).items())
         bits.append(f"{term(f['nodes_diagnosed'])} of {term(f['nodes'])} nodes diagnosed" + (f"; modes: {modes}" if modes else "")
                     + (f"; API server {term(f['api_server_version'])}" if f.get("api_server_version") else ""))
-    out.append(c("bold", f"kpdiag: {term(report.subject)}"))
+    out.extend(c("bold", line) for line in _wrap(f"kpdiag: {report.subject}", width, "", "  "))
     if bits:
         out.extend(_wrap("; ".join(bits), width, "  ", "    "))
     out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
