@@ -36,7 +36,7 @@ MAX_TAR_FILES = 10000
 SPOOL_IN_MEMORY = 4 * 1024 * 1024  # archive members above this wait in a temporary file, not in memory
 MAX_JSON_DEPTH = safeio.MAX_DEPTH
 
-# the layout of DESIGN §3: path → what produced it
+# the bundle layout (docs/architecture.md §3): path → what produced it
 LAYOUT = {
     "node/uname.txt": "uname -r",
     "node/modules.txt": "cat /proc/modules",

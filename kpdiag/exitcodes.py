@@ -1,4 +1,4 @@
-"""Exit codes, decided here and only here (DESIGN §4)."""
+"""Exit codes, decided here and only here (docs/architecture.md §4)."""
 
 from __future__ import annotations
 

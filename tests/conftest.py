@@ -4,7 +4,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("KPDIAG_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
+# kube-proxy's own conformance cases travel with the tests (tests/upstream/README.md)
+SHARED = os.environ.get("KPDIAG_SHARED") or os.path.join(ROOT, "tests", "upstream")
 FIXTURES = os.path.join(ROOT, "fixtures")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -34,6 +35,6 @@ def lab():
 def shared_dir():
     if not os.path.isdir(os.path.join(SHARED, "conformance")):
         if os.environ.get("CI") == "true":
-            pytest.fail(f"shared conformance cases not found at {SHARED}")
-        pytest.skip(f"shared conformance cases not found at {SHARED}")
+            pytest.fail(f"conformance cases not found at {SHARED}")
+        pytest.skip(f"conformance cases not found at {SHARED}")
     return SHARED

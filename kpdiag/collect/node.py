@@ -1,4 +1,4 @@
-"""Collect a live node into the bundle layout (DESIGN §3), read-only.
+"""Collect a live node into the bundle layout (docs/architecture.md §3), read-only.
 
 Every source is optional: a missing binary, a permission problem, a timeout becomes an entry in
 the manifest's ``errors`` and the collection goes on. Nothing here changes the host: commands

@@ -1,4 +1,4 @@
-"""Record a namespace's state as a kpdiag bundle with the standard commands (DESIGN §3)."""
+"""Record a namespace's state as a kpdiag bundle with the standard commands (docs/architecture.md §3)."""
 
 from __future__ import annotations
 
