@@ -87,6 +87,8 @@ def explain_unmatched(result, setup: TraceSetup):
     note = None
     if same:
         defined = sorted({f"{(p.proto or 'tcp').lower()}/{p.port}" for p in same})
+        if f"{pk.proto.lower()}/{pk.dport}" in defined:  # kube-proxy has a rule for it (e.g. REJECT: no endpoints)
+            return result
         names = sorted({p.name.rsplit(":", 1)[0] for p in same})
         note = (f"{dst} is the ClusterIP of {', '.join(names)}, but its Service defines no {pk.proto}/{pk.dport} (only "
                 f"{', '.join(defined)}): kube-proxy does not translate the packet, the node routes it like any other address")

@@ -247,6 +247,14 @@ class PacketWalker:
                 st.oif = "lo"
                 local.append(st)
                 continue
+            off = self.routing.not_forwarded(st.ver, st.iif) if incoming else None
+            if off is not None:
+                why, unsure = off
+                st.steps.append(Step("routing", "-", "-", None, why.split(":", 1)[0], "not forwarded: dropped by the kernel"))
+                st.note(why, uncertain=unsure)
+                st.hook = "drop"
+                finished.append(st)
+                continue
             route = self.routing.lookup(st.dst, st.ver)
             if route is None:
                 st.oif = None

@@ -30,6 +30,8 @@ class RoutingTable:
     addr_dev: dict[tuple[int, int], str] = field(default_factory=dict)
     # net.ipv4.conf.<all|default|dev>.route_localnet from the node's sysctls; None: not known
     route_localnet: dict[str, bool] | None = None
+    # net.ipv4.conf.<all|dev>.forwarding (by interface) and net.ipv6.conf.all.forwarding; None: not known
+    forwarding: dict[int, dict[str, bool]] | None = None
 
     @classmethod
     def from_local_ips(cls, ips) -> "RoutingTable":
@@ -104,6 +106,33 @@ class RoutingTable:
                     f"1 on {', '.join(others)} (give --iif to say which)", True)
         return (f"{what} is dropped by the kernel: {where} (kube-proxy sets it to 1 for NodePorts on localhost)", False)
 
+    def not_forwarded(self, version: int, iif: str | None) -> tuple[str, bool] | None:
+        """Why the kernel drops a packet that arrived on an interface and must be forwarded, or None. IPv4 forwards
+        only when net.ipv4.conf.<input interface>.forwarding is 1 (net.ipv4.ip_forward sets it on every interface);
+        the route lookup then fails and the packet is dropped without an ICMP error. IPv6 forwards only when
+        net.ipv6.conf.all.forwarding is 1 (else ip6_forward drops it, silently too). Returns (why, uncertain) —
+        uncertain when the input interface is not known and some interfaces forward while "all" does not. None when
+        the sysctls are unknown or say it is forwarded."""
+        known = (self.forwarding or {}).get(version)
+        if not known:
+            return None
+        unsure = False
+        if version == 4:
+            key = iif if iif is not None and iif in known else "all"
+            if key not in known or known[key]:
+                return None
+            name = "net.ipv4.ip_forward = 0" if key == "all" else f"net.ipv4.conf.{key}.forwarding = 0"
+            others = sorted(k for k, v in known.items() if v and k not in ("all", "default", "lo"))
+            if key == "all" and iif is None and others:
+                name += f" (but 1 on {', '.join(others)}: give --iif to say where the packet arrives)"
+                unsure = True
+        else:
+            if "all" not in known or known["all"]:
+                return None
+            name = "net.ipv6.conf.all.forwarding = 0"
+        return (f"{name}: the node does not forward packets, so the kernel drops this one (which must leave through "
+                "another interface) after PREROUTING, silently — the client times out (KP501)", unsure)
+
     def knows(self, version: int) -> bool:
         """Are any routes of this IP version known?"""
         return any(prefix.version == version for prefix, _ in self.routes)
@@ -121,11 +150,28 @@ def route_localnet_from_sysctl(sysctl) -> dict[str, bool] | None:
     return out if "all" in out else None
 
 
+def forwarding_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
+    """net.ipv4.conf.X.forwarding and net.ipv6.conf.X.forwarding by interface X (net.ipv4.ip_forward is
+    net.ipv4.conf.all.forwarding), from parsed ``sysctl -a``; None when it says nothing of them."""
+    if not sysctl:
+        return None
+    out: dict[int, dict[str, bool]] = {4: {}, 6: {}}
+    for key, value in sysctl.items():
+        for ver in (4, 6):
+            prefix = f"net.ipv{ver}.conf."
+            if key.startswith(prefix) and key.endswith(".forwarding"):
+                out[ver][key[len(prefix):-len(".forwarding")]] = str(getattr(value, "value", value)).strip() == "1"
+    if "net.ipv4.ip_forward" in sysctl:
+        out[4]["all"] = str(getattr(sysctl["net.ipv4.ip_forward"], "value", sysctl["net.ipv4.ip_forward"])).strip() == "1"
+    return out if out[4] or out[6] else None
+
+
 def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None) -> RoutingTable:
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
     route_localnet)."""
     rt = RoutingTable()
     rt.route_localnet = route_localnet_from_sysctl(sysctl)
+    rt.forwarding = forwarding_from_sysctl(sysctl)
     for link in addrs or []:
         if not isinstance(link, dict):
             continue

@@ -103,6 +103,10 @@ def test_iptables_mode_notes_a_cluster_ip_no_service_has():
     for dst in ("192.0.2.9:80", "10.96.0.20:80"):
         _, doc = trace_json("--bundle", HEALTHY, "--src", "192.168.50.2", "--dst", dst)
         assert not any("no Service has" in n or "its Service defines" in n for n in doc["notes"]), dst
+    # a defined port that kube-proxy rejects (no endpoints) is not "a port its Service lacks"
+    rc, doc = trace_json("--bundle", os.path.join(FIXTURES, "no-endpoints"), "--src", "192.168.50.2", "--dst", "10.96.0.30:80")
+    assert [p["verdict"] for p in doc["paths"]] == ["reject"]
+    assert not any("its Service defines" in n for n in doc["notes"]), doc["notes"]
 
 
 def test_service_cidr_from_the_api_server_flag(tmp_path):

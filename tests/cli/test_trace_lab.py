@@ -148,3 +148,42 @@ def test_an_ipv6_packet_to_loopback_from_outside_never_reaches_prerouting(lab, t
         assert path["verdict"] == "drop" and [s["hook"] for s in path["steps"]] == ["receive"] and path["rules_evaluated"] == 0
         checked.append(mode)
     assert "nftables" in checked, checked
+
+
+COUNT_FWD = """table ip kpfwd {
+  chain pr { type filter hook prerouting priority 0; ip daddr 10.244.1.10 tcp dport 8080 counter; }
+  chain fw { type filter hook forward priority -400; ip daddr 10.244.1.10 tcp dport 8080 counter; }
+}
+"""
+
+
+@pytest.mark.parametrize("forward", ["0", "1"])
+def test_a_dnatted_packet_is_not_forwarded_when_ip_forward_is_off(lab, tmp_path, forward):
+    """A real SYN from the client to a ClusterIP is DNATed to a pod in PREROUTING; with net.ipv4.ip_forward = 0 the
+    kernel drops it at the routing decision (it never reaches FORWARD). kpdiag, tracing a bundle recorded from the
+    same namespace, must say the same: dropped (exit 4) with the reason, or forwarded to the pod."""
+    k = KubeNodeLab.build(lab, pod_count=1)
+    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(k.pods["pod0"])])]))
+    lab.sysctl("node", "net.ipv4.ip_forward", forward)
+    bundle = bundle_from_ns(lab, "node", str(tmp_path / "bundle"))
+    lab.sh("node", ["nft", "-f", "-"], input=COUNT_FWD)
+    script = ("from scapy.all import IP, TCP, send, conf\nconf.verb = 0\n"
+              f"send(IP(src='{k.client_ip}', dst='10.96.0.20')/TCP(sport=41000, dport=80, flags='S'))\n")
+    lab.sh("client", [sys.executable, "-c", script], timeout=120)
+    doc = json.loads(lab.sh("node", ["nft", "-j", "list", "table", "ip", "kpfwd"]).stdout)
+    seen = {i["rule"]["chain"]: next(e["counter"]["packets"] for e in i["rule"]["expr"] if "counter" in e)
+            for i in doc["nftables"] if "rule" in i}
+    assert seen["pr"] == 1, seen  # DNATed to the pod
+    assert seen["fw"] == (1 if forward == "1" else 0), seen
+
+    proc = subprocess.run([sys.executable, "-m", "kpdiag", "trace", "--bundle", bundle, "--src", k.client_ip, "--dst", "10.96.0.20:80",
+                           "--iif", "ext0", "-o", "json"], capture_output=True, text=True)
+    out = json.loads(proc.stdout)
+    (path,) = out["paths"]
+    assert path["dnat"] == f"{k.pods['pod0']}:8080" and not out["uncertain"]
+    if forward == "1":
+        assert proc.returncode == exitcodes.TRACE_DELIVERED and path["verdict"] == "accept" and path["delivery"] != "local"
+    else:
+        assert proc.returncode == exitcodes.TRACE_DROPPED and path["verdict"] == "drop"
+        assert "FORWARD" not in [s["hook"] for s in path["steps"]]
+        assert any("ip_forward = 0" in n for n in path["notes"]), path["notes"]
