@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 
+from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.observe import observations
@@ -158,7 +159,7 @@ def endpoint_drops(ctx, new):
                 + (f". Ruled out: {'; '.join(out)}" if out else "") + f". Not ruled out: {'; '.join(remain)}",
                 fix=(f"kpdiag policy --to {svc.namespace}/{d0.pod or svc.name} --port {d0.port}/{obs.proto.upper()} --from <this pod NS/NAME>   # does a NetworkPolicy admit the client?",
                      f"kubectl -n {svc.namespace} get networkpolicy",
-                     f"kubectl debug node/{d0.node or '<the pod node>'} -it --profile=sysadmin --image=<kpdiag image> -- kpdiag node   # the pod's node: firewall, routes",
+                     f"kubectl debug node/{d0.node or '<the pod node>'} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node   # the pod's node: firewall, routes",
                      f"kubectl -n {svc.namespace} exec {d0.pod or '<pod>'} -- ss -ltn   # Recv-Q at its maximum: the app does not accept"),
                 evidence=[_probe_ev(ctx, f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}") for d in silent[:5]]
                 + ([_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")] if obs.service_result else []),
@@ -195,7 +196,7 @@ def service_path_broken(ctx, new):
                 + "the Service layer on the client's node is at fault, not the backend"
                 + (f" — this client ({me}) is itself an endpoint: its own connection must hairpin back to it (KP206)" if hairpin else "")
                 + (" (see the node findings above: KP2xx/KP3xx/KP4xx)" if on_node else ""),
-                fix=(f"kubectl debug node/{node} -it --profile=sysadmin --image=<kpdiag image> -- kpdiag node --service {svc.key}",
+                fix=(f"kubectl debug node/{node} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node --service {svc.key}",
                      f"kpdiag trace --dst {obs.cluster_ip}:{obs.port} --proto {obs.proto} --from pod --src <this pod IP>   # on that node"),
                 evidence=[_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
                 + [_probe_ev(ctx, f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]],

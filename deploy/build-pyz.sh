@@ -41,9 +41,9 @@ import sys
 
 if sys.version_info < (3, 10):
     sys.exit(f"kpdiag needs Python >= 3.10 (this is {sys.version.split()[0]})")
-from kpdiag.cli import main
+from kpdiag.cli import run
 
-sys.exit(main())
+run()  # the same entry as the installed kpdiag: exit codes, Ctrl-C within 1 s
 EOF
 mkdir -p "$(dirname "$OUT")"
 "$PY" -m zipapp "$WORK/app" -o "$OUT" -p '/usr/bin/env python3' -c

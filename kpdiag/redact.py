@@ -154,7 +154,8 @@ _NAME_KEYS = {"name", "namespace", "generateName", "nodeName", "hostname", "subd
 _LABEL_MAPS = {"labels", "matchLabels", "selector", "nodeSelector"}
 _KEEP_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io", "golang.org", "github.com", "go.dev", "in-addr.arpa", "ip6.arpa",
                  "example.invalid", "redacted.invalid")
-_KEEP_IMAGES = ("registry.k8s.io/", "k8s.gcr.io/", "ghcr.io/kpdiag/")
+# public component registries, and kpdiag's own image as deploy/build-image.sh names it (kpdiag:VERSION[@sha256:…])
+_KEEP_IMAGES = ("registry.k8s.io/", "k8s.gcr.io/", "kpdiag:", "kpdiag@", "docker.io/library/kpdiag:", "localhost/kpdiag:")
 _FILE_EXT = {"go", "yaml", "yml", "json", "conf", "config", "txt", "log", "sh", "py", "so", "ko", "gz", "tgz", "tar", "pem",
              "crt", "key", "sock", "pid", "cfg", "ini", "toml", "service", "socket", "mount", "d", "xml", "html", "md",
              "lock", "bin", "out", "err", "tmp", "bak", "old", "new", "status", "kubeconfig", "c", "h", "rs", "js",

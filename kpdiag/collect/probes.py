@@ -71,13 +71,15 @@ class ProbeBudget:
 
 def raw_capability() -> str | None:
     """None if raw sockets work here, else why not (one line, with the fix)."""
+    from ..fleet.pods import DEFAULT_IMAGE
+
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
         s.close()
         return None
     except PermissionError:
         return ("raw packets need CAP_NET_RAW (root or the capability); ICMP/SYN/UDP probes skipped — run e.g. "
-                "kubectl debug -it <pod> --image=<kpdiag image> --profile=netadmin -- kpdiag svc …")
+                f"kubectl debug -it <pod> --image={DEFAULT_IMAGE} --profile=netadmin -- kpdiag svc …")
     except OSError as exc:
         return f"raw sockets unavailable: {exc.strerror or exc}"
 

@@ -63,3 +63,13 @@ def test_ipv6_and_macs():
     # the route still covers the address: prefixes are preserved, a network stays a network of the same length
     route = ipaddress.ip_network(json.loads(red["node/ip-route.json"])[0]["dst"])
     assert route.prefixlen == 64 and local in route and str(route) != "2a01:4f8:c17:1::/64"
+
+
+def test_images_public_components_and_kpdiag_own_kept_others_replaced():
+    from kpdiag.redact import Redactor
+
+    r = Redactor(salt="x")
+    assert r._image("registry.k8s.io/kube-proxy:v1.31.4") == "registry.k8s.io/kube-proxy:v1.31.4"
+    assert r._image("kpdiag:0.1.0@sha256:" + "a" * 64) == "kpdiag:0.1.0@sha256:" + "a" * 64
+    private = r._image("registry.acme.internal/payments/api:2.3")
+    assert "acme" not in private and "payments" not in private
