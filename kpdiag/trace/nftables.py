@@ -39,7 +39,7 @@ def _kind_of(left) -> str:
             return "int"
         if "meta" in left:
             key = left["meta"].get("key")
-            return {"l4proto": "proto", "mark": "int", "iifname": "str", "oifname": "str", "nfproto": "str", "protocol": "str"}.get(key, "int")
+            return {"l4proto": "proto", "mark": "int", "iifname": "str", "oifname": "str", "iif": "str", "oif": "str", "nfproto": "str", "protocol": "str"}.get(key, "int")
         if "ct" in left:
             key = left["ct"].get("key")
             return {"state": "ctstate", "mark": "int", "status": "ctstate", "original": "ip"}.get(key, "int")
@@ -54,7 +54,15 @@ def _kind_of(left) -> str:
 
 
 def _norm(kind: str, v):
-    """A right-hand value (literal, prefix, range) in the same terms as the packet's values."""
+    """A right-hand value (literal, prefix, range) in the same terms as the packet's values; a value kpdiag cannot
+    read in those terms makes the rule Unknown (the path uncertain), never an error."""
+    try:
+        return _norm_value(kind, v)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise Unknown(f"value {v!r} ({exc.__class__.__name__})") from None
+
+
+def _norm_value(kind: str, v):
     if isinstance(v, dict):
         if "prefix" in v:
             return parse_prefix(f"{v['prefix']['addr']}/{v['prefix']['len']}")
