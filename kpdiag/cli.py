@@ -383,17 +383,21 @@ def collect(out, host_root, redact, redact_salt, force):
 @click.option("--keep-pods", is_flag=True, help="Leave the node pods for inspection (remove them later with --cleanup).")
 @click.option("--save-dir", type=click.Path(file_okay=False), help="Also write each node's report (a new DIR: nodes/NODE.json and cluster.json) for 'kpdiag analyze DIR'.")
 @click.option("--force", is_flag=True, help="With --save-dir: write into an existing directory (each file replaced afresh; never through a symlink).")
+@click.option("--node-api/--no-node-api", default=True, show_default=True,
+              help="Give the node pods kpdiag's read-only service account (kpdiag-node: list Services and EndpointSlices, get Nodes) "
+                   "so each node's rules are compared with every Service; --no-node-api: no token in the pods, the rules alone are read.")
 @click.option("--poll", type=click.FloatRange(0.05, 60), default=2.0, show_default=True, hidden=True, help="Seconds between pod status lists.")
 @_report_options
-def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig, context, dry_run, cleanup, keep_pods, save_dir, force, poll,
-            output, fail_on, select, ignore, verbose):
+def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig, context, dry_run, cleanup, keep_pods, save_dir, force, node_api,
+            poll, output, fail_on, select, ignore, verbose):
     """Run 'kpdiag node' on every node through Kubernetes (one short-lived pod per node) and compare the nodes."""
     from .fleet import cluster_cmd
     from .render.progress import ProgressBar
 
     outcome = cluster_cmd.run(bar=ProgressBar(sys.stderr), nodes=nodes, service=service, image=image, namespace=pod_namespace, parallel=parallel, timeout=timeout,
                               kubeconfig=kubeconfig, context=context, dry_run=dry_run, cleanup=cleanup, keep_pods=keep_pods,
-                              save_dir=save_dir, force=force, poll=poll, select=select, ignore=ignore, progress=_progress)
+                              save_dir=save_dir, force=force, poll=poll, select=select, ignore=ignore, progress=_progress,
+                              node_api=node_api)
     if outcome.text is not None:
         from .render.safe import term_lines
 

@@ -47,8 +47,11 @@ RESOURCES = {
 class ApiServer:
     def __init__(self, objects: list[dict] | None = None, host: str = "127.0.0.1", fail: dict | None = None,
                  kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4", pod_logs: dict | None = None,
-                 hang: dict | None = None, throttle: dict | None = None):
+                 hang: dict | None = None, throttle: dict | None = None, service_accounts: set | None = None):
         self.objects = objects or []
+        # ServiceAccount admission: a pod naming a serviceAccountName not in this set ("ns/name") is refused with the
+        # API server's 403; None: not enforced (the tests that do not care)
+        self.service_accounts = service_accounts
         self.hang = hang or {}
         self.throttle = throttle or {}
         self._throttled: dict[str, int] = {}
@@ -176,6 +179,15 @@ class ApiServer:
                             pass  # the client gave up
                         return raw
                     return aiohttp.web.Response(text=text, content_type="text/plain")
+                if method == "POST" and path.endswith("/pods") and server.service_accounts is not None:
+                    body = request.data or {}
+                    sa = (body.get("spec") or {}).get("serviceAccountName")
+                    ns = request.namespace or (body.get("metadata") or {}).get("namespace")
+                    if sa and f"{ns}/{sa}" not in server.service_accounts:
+                        name = (body.get("metadata") or {}).get("name")
+                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
+                                                          "message": f'pods "{name}" is forbidden: error looking up service account {ns}/{sa}: '
+                                                                     f'serviceaccount "{sa}" not found'}, status=403)
                 if method == "POST" and path.endswith("/pods") and server.kubelet is not None:
                     body = request.data or {}
                     server.created.append(json.loads(json.dumps(body)))

@@ -29,7 +29,7 @@ def _node_spec(nodes: str | None) -> tuple[str | None, list[str] | None]:
 
 def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, timeout=600, kubeconfig=None, context=None,
         dry_run=False, cleanup=False, keep_pods=False, save_dir=None, poll=2.0, select=(), ignore=(), progress=None, bar=None,
-        force=False) -> Outcome:
+        force=False, node_api=True) -> Outcome:
     from ..collect.cluster import api_client, api_reason
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
@@ -48,12 +48,13 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
         except OutputExists as exc:
             return Outcome(error=f"--save-dir {save_dir}: {exc.strerror}", code=exitcodes.USAGE)
     if dry_run and names:  # nothing to ask the API: print the manifests for the named nodes
-        return Outcome(text=_manifests([P.node_pod(n, "dryrun", image=image, namespace=namespace, timeout=timeout, service=service) for n in names]))
+        return Outcome(text=_manifests([P.node_pod(n, "dryrun", image=image, namespace=namespace, timeout=timeout, service=service,
+                                                      service_account=P.NODE_SERVICE_ACCOUNT if node_api else None) for n in names]))
     api, why = api_client(kubeconfig, context)
     if api is None:
         return Outcome(error=why, code=exitcodes.NO_DIAGNOSIS)
     runner = FleetRunner(api, namespace=namespace, image=image, timeout=timeout, parallel=parallel, service=service, poll=poll,
-                         progress=bar, keep_pods=keep_pods, say=lambda msg: (bar and bar.close(), say(msg)))
+                         progress=bar, keep_pods=keep_pods, say=lambda msg: (bar and bar.close(), say(msg)), node_api=node_api)
     host = api.configuration.host
     if cleanup:
         try:

@@ -24,6 +24,10 @@ DEFAULT_IMAGE = f"{IMAGE_REPO}:{__version__}"
 #               capabilities than this pod, and the kernel asks for SYS_PTRACE to look into such a process
 NODE_CAPABILITIES = ("NET_ADMIN", "NET_RAW", "SYS_CHROOT", "SYS_PTRACE")
 DEFAULT_NAMESPACE = "kpdiag"
+# The node pods' service account (deploy/rbac-cluster.yaml): read-only list of Services and EndpointSlices, get of
+# Nodes — so that `kpdiag node` in the pod compares every Service with the node's rules. Nothing else: no Secrets,
+# no pods, no writes. Without it (`kpdiag cluster --no-node-api`, or not applied) the pods run with no token.
+NODE_SERVICE_ACCOUNT = "kpdiag-node"
 CONTAINER = "kpdiag"
 
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
@@ -58,9 +62,10 @@ def node_command(service: str | None = None) -> list[str]:
 
 
 def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: str = DEFAULT_NAMESPACE,
-             timeout: int = 600, service: str | None = None) -> dict:
-    """The pod manifest (a plain dict, as the API takes it) for one node."""
-    return {
+             timeout: int = 600, service: str | None = None, service_account: str | None = NODE_SERVICE_ACCOUNT) -> dict:
+    """The pod manifest (a plain dict, as the API takes it) for one node; with ``service_account`` its token is
+    mounted (read-only API access for the rules-versus-API checks), else the pod has no token at all."""
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -76,7 +81,7 @@ def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: s
             "dnsPolicy": "ClusterFirstWithHostNet",
             "restartPolicy": "Never",
             "tolerations": [{"operator": "Exists"}],  # every taint: control-plane, NoExecute, not-ready …
-            "automountServiceAccountToken": False,  # kpdiag node needs no API access
+            "automountServiceAccountToken": False,  # set below when the node pods read the API
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 0,
             # the kubelet kills it even if the client that started it disappears
@@ -105,3 +110,7 @@ def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: s
                         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
         },
     }
+    if service_account:
+        pod["spec"]["serviceAccountName"] = service_account
+        pod["spec"]["automountServiceAccountToken"] = True
+    return pod

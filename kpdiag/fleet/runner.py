@@ -159,7 +159,8 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
 
 class FleetRunner:
     def __init__(self, api, *, namespace: str = P.DEFAULT_NAMESPACE, image: str = P.DEFAULT_IMAGE, timeout: float = 600,
-                 parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False, say=None):
+                 parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False, say=None,
+                 node_api: bool = True):
         from kubernetes import client
 
         self.api = api
@@ -176,6 +177,9 @@ class FleetRunner:
         self.progress = progress or (lambda **kw: None)
         self.say = say or (lambda msg: None)
         self.keep_pods = keep_pods
+        # the node pods read the API with kpdiag's node service account; None once it proved missing (then they run
+        # without a token and say so) or with node_api=False
+        self.service_account: str | None = P.NODE_SERVICE_ACCOUNT if node_api else None
         self.run_id = P.new_run_id()
         self.cleanup_errors: list[str] = []
         self.notes: list[str] = []
@@ -304,7 +308,8 @@ class FleetRunner:
 
     # ------------------------------------------------------------ the run
     def manifest(self, node: str) -> dict:
-        return P.node_pod(node, self.run_id, image=self.image, namespace=self.namespace, timeout=int(self.timeout), service=self.service)
+        return P.node_pod(node, self.run_id, image=self.image, namespace=self.namespace, timeout=int(self.timeout), service=self.service,
+                          service_account=self.service_account)
 
     def run(self, nodes: list[str]) -> list[NodeResult]:
         """Run every node; on SIGINT/SIGTERM stop starting pods, let the workers finish deleting theirs, delete
@@ -389,7 +394,14 @@ class FleetRunner:
         manifest = self.manifest(node)
         name = manifest["metadata"]["name"]
         try:
-            self._create(name, manifest, deadline)
+            try:
+                self._create(name, manifest, deadline)
+            except Exception as exc:
+                if not _missing_service_account(exc, manifest):
+                    raise
+                self._without_service_account(manifest["spec"]["serviceAccountName"])
+                manifest = self.manifest(node)
+                self._create(name, manifest, deadline)
         except Exception as exc:
             status = getattr(exc, "status", None)
             if isinstance(exc, DeadlineExceeded):  # the pod may exist all the same
@@ -411,6 +423,16 @@ class FleetRunner:
         finally:
             if not self.keep_pods:
                 self._delete(name)
+
+    def _without_service_account(self, account: str) -> None:
+        """The node service account does not exist: the pods run without a token (the rules alone are read), said once."""
+        with self._lock:
+            if self.service_account is None:
+                return
+            self.service_account = None
+            self.notes.append(f"the node pods ran without API access: ServiceAccount {self.namespace}/{account} does not exist, "
+                              "so each node's rules were not compared with the API's Services (only what the rules alone show: "
+                              "KP115, KP116) — kubectl apply -f deploy/rbac-cluster.yaml creates it")
 
     def _create(self, name: str, manifest: dict, deadline: float) -> None:
         """Create the pod within the node's deadline; a timeout, 429 (after its Retry-After) or 5xx is retried with
@@ -567,6 +589,19 @@ class FleetRunner:
         for name in names:
             self._delete(name)
         return [n for n in names if n in self._deleted], self.cleanup_errors[before:]
+
+
+def _missing_service_account(exc: Exception, manifest: dict) -> bool:
+    """Did the ServiceAccount admission refuse the pod because its service account does not exist? (403, "error looking
+    up service account NS/NAME: serviceaccount \"NAME\" not found")"""
+    account = (manifest.get("spec") or {}).get("serviceAccountName")
+    if not account or getattr(exc, "status", None) != 403:
+        return False
+    try:
+        body = json.loads(getattr(exc, "body", "") or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        return False
+    return "service account" in body and f'serviceaccount "{account}" not found' in body
 
 
 def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:

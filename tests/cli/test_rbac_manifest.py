@@ -110,3 +110,33 @@ def test_svc_rbac_lists_pods_only_per_namespace():
             assert (d["roleRef"]["kind"], d["roleRef"]["name"]) not in with_pods, d["metadata"]["name"]
     bound = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "kpdiag-svc-pods"]
     assert bound and all(d["metadata"].get("namespace") for d in bound)
+
+
+def test_node_service_account_grants_exactly_what_kpdiag_node_reads(tmp_path):
+    """The node pods' ServiceAccount (kpdiag/kpdiag-node) is bound to a ClusterRole that grants every call `kpdiag
+    node` makes with the API (kpdiag.nodeapi.api_files, the code the node command runs) — and nothing else."""
+    from kpdiag.nodeapi import api_files
+
+    with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
+        docs = [d for d in yaml.safe_load_all(fh) if d]
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")
+    assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == ("kpdiag", "kpdiag-node")
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding"
+                   and any(s.get("kind") == "ServiceAccount" and s.get("name") == "kpdiag-node" for s in d["subjects"]))
+    role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"])
+    granted = {(g, res, v) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+    assert granted == {("", "services", "list"), ("discovery.k8s.io", "endpointslices", "list"), ("", "nodes", "get")}
+
+    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}), k8s.node("node-a")]
+    with ApiServer(objs) as api:
+        files, errors, _ = api_files("node-a", kubeconfig=api.kubeconfig(tmp_path))
+        calls = list(api.requests)
+    assert errors == [] and {"cluster/services.json", "cluster/endpointslices.json", "cluster/nodes.json"} <= set(files)
+    for method, path in calls:
+        parts = path.split("?")[0].strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        if parts[-2] == "nodes":
+            call = (group, "nodes", "get")
+        else:
+            call = (group, parts[-1], "list")
+        assert method == "GET" and call in granted, (method, path)

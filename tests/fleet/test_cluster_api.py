@@ -58,7 +58,8 @@ def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
         assert spec["hostNetwork"] is True and spec["hostPID"] is True
         assert spec["restartPolicy"] == "Never"
         assert spec["tolerations"] == [{"operator": "Exists"}]
-        assert spec["automountServiceAccountToken"] is False
+        # kpdiag's read-only node service account: `kpdiag node` in the pod compares the rules with the API
+        assert spec["serviceAccountName"] == "kpdiag-node" and spec["automountServiceAccountToken"] is True
         assert spec["activeDeadlineSeconds"] == 180
         (c,) = spec["containers"]
         assert c["image"] == "registry.local/kpdiag:test"
@@ -131,6 +132,30 @@ def test_dry_run_prints_manifests_and_creates_nothing(capsys, tmp_path):
     assert rc == 0 and posts == 0
     assert [d["spec"]["nodeName"] for d in docs] == ["node-000", "node-001", "node-002"]
     assert all(d["kind"] == "Pod" and d["spec"]["hostNetwork"] for d in docs)
+
+
+def test_node_pods_without_their_service_account_run_without_a_token_and_say_so(capsys, tmp_path):
+    """The ServiceAccount admission refuses a pod whose service account does not exist (deploy/rbac-cluster.yaml not
+    applied, or an older one): the run goes on with pods that have no token, and the report says what that costs."""
+    kubelet = {f"node-{i:03d}": {"log": REPORTS["healthy-iptables"]} for i in range(3)}
+    with ApiServer(_nodes(3), kubelet=kubelet, service_accounts=set()) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--parallel", "1")
+        created, posts = list(api.created), api.count("POST", "/pods")
+    report = json.loads(out)
+    assert report["facts"]["nodes_diagnosed"] == 3, err
+    assert "ServiceAccount kpdiag/kpdiag-node does not exist" in err and "deploy/rbac-cluster.yaml" in err
+    ran = [p for p in created if "serviceAccountName" not in p["spec"]]
+    assert len(ran) == 3 and all(p["spec"]["automountServiceAccountToken"] is False for p in ran)
+    assert posts == 4  # one refused attempt with the service account, then none asks for it again
+    with ApiServer(_nodes(2), kubelet=kubelet, service_accounts={"kpdiag/kpdiag-node"}) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json")
+        created = list(api.created)
+    assert len(created) == 2 and all(p["spec"]["serviceAccountName"] == "kpdiag-node" for p in created)
+    assert "does not exist" not in err
+    with ApiServer(_nodes(2), kubelet=kubelet, service_accounts=set()) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--no-node-api")
+        created = list(api.created)
+    assert len(created) == 2 and not any("serviceAccountName" in p["spec"] for p in created) and "does not exist" not in err
 
 
 def test_cleanup_removes_only_kpdiag_pods(capsys, tmp_path):

@@ -41,7 +41,11 @@ def test_node_pod_asks_for_the_documented_capabilities_only():
     assert sc["capabilities"] == {"drop": ["ALL"], "add": list(pods.NODE_CAPABILITIES)}
     assert set(pods.NODE_CAPABILITIES) == {"NET_ADMIN", "NET_RAW", "SYS_CHROOT", "SYS_PTRACE"}
     assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True  # capabilities are given to uid 0 only
-    assert pod["spec"]["hostNetwork"] and pod["spec"]["hostPID"] and not pod["spec"]["automountServiceAccountToken"]
+    assert pod["spec"]["hostNetwork"] and pod["spec"]["hostPID"]
+    # the token of kpdiag's read-only node service account, or none at all
+    assert pod["spec"]["serviceAccountName"] == pods.NODE_SERVICE_ACCOUNT and pod["spec"]["automountServiceAccountToken"] is True
+    bare = pods.node_pod("node-a", "abcd1234", service_account=None)
+    assert "serviceAccountName" not in bare["spec"] and bare["spec"]["automountServiceAccountToken"] is False
     assert [v["name"] for v in c["volumeMounts"] if v.get("readOnly")] == ["host-root"]
     doc = open(os.path.join(ROOT, "deploy", "node-pod-privileges.md")).read()
     for word in [f"CAP_{cap}" for cap in pods.NODE_CAPABILITIES] + ["hostNetwork", "hostPID", "privileged: false",
