@@ -579,22 +579,21 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
 def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) -> tuple[dict[str, bytes], list[dict]]:
     """Read from the API what the flow needs, as bundle files: the two ends' pods (or the Service, its
     EndpointSlices and pods), every namespace, the NetworkPolicies of the namespaces involved, the CNI."""
-    from kubernetes import client
-
     from .collect.cluster import ClusterCollector, _as_list
+    from .collect.kubeapi import ReadApi
 
     src_spec, dst_spec = parse_from(from_spec), parse_to(to_spec)
     cc = ClusterCollector(kubeconfig, context)
     if not cc.connect():
         raise CannotEvaluate(cc.config_error or "no Kubernetes credentials")
-    core = client.CoreV1Api(cc._api)
+    api = ReadApi(cc._api)
     pods: list[dict] = []
     services: list[dict] = []
     slices: list[dict] = []
     namespaces: set[str] = set()
 
     def one_pod(ns: str, name: str) -> dict | None:
-        doc = cc._call("cluster/pods.json", f"list pods in {ns}", core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+        doc = cc._call("cluster/pods.json", f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
         return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
 
     if src_spec[0] == "pod":
@@ -603,7 +602,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         if p:
             pods.append(p)
     else:
-        doc = cc._call("cluster/pods.json", "list pods", core.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}")
+        doc = cc._call("cluster/pods.json", "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}")
         for p in (doc or {}).get("items", []):
             st = p.get("status") or {}
             if src_spec[1] in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}:
@@ -618,17 +617,16 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         elif kind in ("svc", "any"):
             from .collect.cluster import selector_matches
 
-            svc = cc._call("cluster/services.json", f"get service {ns}/{name}", core.read_namespaced_service, name, ns)
+            svc = cc._call("cluster/services.json", f"get service {ns}/{name}", api.read_namespaced_service, name, ns)
             if svc is not None:
                 svc.setdefault("kind", "Service")
                 services.append(svc)
-                disc = client.DiscoveryV1Api(cc._api)
-                sl = cc._call("cluster/endpointslices.json", f"list endpointslices in {ns}", disc.list_namespaced_endpoint_slice, ns,
+                sl = cc._call("cluster/endpointslices.json", f"list endpointslices in {ns}", api.list_namespaced_endpoint_slice, ns,
                               label_selector=f"kubernetes.io/service-name={name}")
                 slices += [s for s in (sl or {}).get("items", []) if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
                 selector = (svc.get("spec") or {}).get("selector")
                 if selector:
-                    doc = cc._call("cluster/pods.json", f"list pods in {ns}", core.list_namespaced_pod, ns,
+                    doc = cc._call("cluster/pods.json", f"list pods in {ns}", api.list_namespaced_pod, ns,
                                    label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())))
                     pods += [p for p in (doc or {}).get("items", []) if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
     cc.policy_objects(sorted(n for n in namespaces if n), dns=False)

@@ -153,9 +153,9 @@ class ClusterCollector:
             self._err(source, api_reason(exc, what, self.out.api))
             return None
 
-    def _get_service(self, core, namespace: str, name: str) -> dict | None:
+    def _get_service(self, api, namespace: str, name: str) -> dict | None:
         try:
-            resp = core.read_namespaced_service(name, namespace, _preload_content=False, _request_timeout=self.timeout)
+            resp = api.read_namespaced_service(name, namespace, _preload_content=False, _request_timeout=self.timeout)
             doc = load_json(resp.data)
             self.service_status = 200
             return doc
@@ -166,16 +166,16 @@ class ClusterCollector:
                 self._err("cluster/services.json", self.service_error)
             return None
 
-    def _lookup(self, core, namespace: str, name: str) -> None:
+    def _lookup(self, api, namespace: str, name: str) -> None:
         """The Service is not there: which names are (nearest in the namespace, the same name elsewhere) —
         cluster/service-lookup.json, read by KP110."""
         doc = {"namespace": namespace, "name": name, "found": False, "status": 404, "listed": False,
                "names_in_namespace": [], "same_name_in": []}
-        listed = self._call(SERVICE_LOOKUP, f"list services in {namespace}", core.list_namespaced_service, namespace, limit=2000)
+        listed = self._call(SERVICE_LOOKUP, f"list services in {namespace}", api.list_namespaced_service, namespace, limit=2000)
         if listed is not None:
             doc["listed"] = True
             doc["names_in_namespace"] = sorted({str((i.get("metadata") or {}).get("name")) for i in listed.get("items") or [] if isinstance(i, dict)})
-        elsewhere = self._call(SERVICE_LOOKUP, "list services in all namespaces", core.list_service_for_all_namespaces,
+        elsewhere = self._call(SERVICE_LOOKUP, "list services in all namespaces", api.list_service_for_all_namespaces,
                                field_selector=f"metadata.name={name}", limit=200)
         if elsewhere is not None:
             doc["same_name_in"] = sorted({str((i.get("metadata") or {}).get("namespace")) for i in elsewhere.get("items") or []
@@ -184,22 +184,21 @@ class ClusterCollector:
         self.out.files[SERVICE_LOOKUP] = json.dumps(doc, indent=1).encode()
 
     def service(self, namespace: str, name: str, node_name: str | None = None) -> dict | None:
-        from kubernetes import client
+        from .kubeapi import ReadApi
 
         if self._api is None and not self.connect():
             return None
-        core = client.CoreV1Api(self._api)
-        disc = client.DiscoveryV1Api(self._api)
-        svc = self._get_service(core, namespace, name)
+        api = ReadApi(self._api)
+        svc = self._get_service(api, namespace, name)
         if svc is not None:
             self.out.files["cluster/services.json"] = _as_list("Service", [svc])
             self.out.files[SERVICE_LOOKUP] = json.dumps({"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1).encode()
         elif self.service_status == 404:
-            self._lookup(core, namespace, name)
+            self._lookup(api, namespace, name)
             return None
         else:
             return None  # the API cannot be used: no point in asking it more
-        slices = self._call("cluster/endpointslices.json", f"list endpointslices in {namespace}", disc.list_namespaced_endpoint_slice,
+        slices = self._call("cluster/endpointslices.json", f"list endpointslices in {namespace}", api.list_namespaced_endpoint_slice,
                             namespace, label_selector=f"kubernetes.io/service-name={name}")
         if slices is not None:
             mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
@@ -207,29 +206,28 @@ class ClusterCollector:
         selector = ((svc or {}).get("spec") or {}).get("selector")
         if selector:
             label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            pods = self._call("cluster/pods.json", f"list pods in {namespace}", core.list_namespaced_pod, namespace, label_selector=label_selector)
+            pods = self._call("cluster/pods.json", f"list pods in {namespace}", api.list_namespaced_pod, namespace, label_selector=label_selector)
             if pods is not None:
                 items = pods.get("items", [])
                 picked = [p for p in items if selector_matches(selector, p.get("metadata", {}).get("labels"))]
                 # near misses help explain a selector that matches nothing: pods sharing at least one label
                 if not picked:
-                    everyone = self._call("cluster/pods.json", f"list pods in {namespace}", core.list_namespaced_pod, namespace, limit=500)
+                    everyone = self._call("cluster/pods.json", f"list pods in {namespace}", api.list_namespaced_pod, namespace, limit=500)
                     items = (everyone or {}).get("items", [])
                     picked = [p for p in items if set((p.get("metadata", {}).get("labels") or {})) & set(selector)]
                 self.out.files["cluster/pods.json"] = _as_list("Pod", picked)
         node_name = node_name or os.environ.get("NODE_NAME") or os.environ.get("KUBERNETES_NODE_NAME")
         if node_name:
-            node = self._call("cluster/nodes.json", f"get node {node_name}", core.read_node, node_name)
+            node = self._call("cluster/nodes.json", f"get node {node_name}", api.read_node, node_name)
             if node is not None:
                 self.out.files["cluster/nodes.json"] = _as_list("Node", [node])
-        cm = self._call("cluster/kube-proxy-configmap.json", "get configmap kube-system/kube-proxy", core.read_namespaced_config_map, "kube-proxy", "kube-system")
+        cm = self._call("cluster/kube-proxy-configmap.json", "get configmap kube-system/kube-proxy", api.read_namespaced_config_map, "kube-proxy", "kube-system")
         if cm is not None:
             self.out.files["cluster/kube-proxy-configmap.json"] = json.dumps(cm, indent=1).encode()
-        apps = client.AppsV1Api(self._api)
-        ds = self._call("cluster/kube-proxy-daemonset.json", "get daemonset kube-system/kube-proxy", apps.read_namespaced_daemon_set, "kube-proxy", "kube-system")
+        ds = self._call("cluster/kube-proxy-daemonset.json", "get daemonset kube-system/kube-proxy", api.read_namespaced_daemon_set, "kube-proxy", "kube-system")
         if ds is not None:
             self.out.files["cluster/kube-proxy-daemonset.json"] = json.dumps(ds, indent=1).encode()
-        ver = self._call("cluster/version.json", "get /version", client.VersionApi(self._api).get_code)
+        ver = self._call("cluster/version.json", "get /version", api.get_code)
         if ver is not None:
             self.out.files["cluster/version.json"] = json.dumps(ver, indent=1).encode()
         return svc
@@ -248,16 +246,14 @@ class ClusterCollector:
         With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
         DNS Service and pods themselves come from :meth:`dns_objects` (cluster/dns-service.json, dns-pods.json).
         Every failure is a recorded reason; False when nothing could be asked."""
-        from kubernetes import client
+        from .kubeapi import ReadApi
 
         from ..netpol import component
 
         if self._api is None and not self.connect():
             return False
-        core = client.CoreV1Api(self._api)
-        net = client.NetworkingV1Api(self._api)
-        apps = client.AppsV1Api(self._api)
-        nss = self._call("cluster/namespaces.json", "list namespaces", core.list_namespace)
+        api = ReadApi(self._api)
+        nss = self._call("cluster/namespaces.json", "list namespaces", api.list_namespace)
         existing = None
         if nss is not None:
             items = nss.get("items", [])
@@ -266,7 +262,7 @@ class ClusterCollector:
         wanted = sorted({n for n in namespaces if n} | ({"kube-system"} if dns else set()))
         policies, complete = [], True
         for ns in wanted:
-            doc = self._call("cluster/networkpolicies.json", f"list networkpolicies in {ns}", net.list_namespaced_network_policy, ns)
+            doc = self._call("cluster/networkpolicies.json", f"list networkpolicies in {ns}", api.list_namespaced_network_policy, ns)
             if doc is None:
                 complete = False
                 continue
@@ -275,7 +271,7 @@ class ClusterCollector:
             self.out.files["cluster/networkpolicies.json"] = json.dumps(
                 {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1).encode()
         comps, listed = [], []
-        ds = self._call("cluster/cni.json", "list daemonsets in kube-system", apps.list_namespaced_daemon_set, "kube-system")
+        ds = self._call("cluster/cni.json", "list daemonsets in kube-system", api.list_namespaced_daemon_set, "kube-system")
         if ds is not None:
             listed.append("kube-system")
             for item in ds.get("items", []):
@@ -286,7 +282,7 @@ class ClusterCollector:
         for ns in ("kube-flannel", "calico-system"):
             if existing is not None and ns not in existing:
                 continue
-            doc = self._call("cluster/cni.json", f"list pods in {ns}", core.list_namespaced_pod, ns, limit=20)
+            doc = self._call("cluster/cni.json", f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20)
             if doc is None:
                 continue
             listed.append(ns)
@@ -299,7 +295,7 @@ class ClusterCollector:
                                                              "namespaces": listed, "items": comps}, indent=1).encode()
         if client_pod:
             ns, name = client_pod
-            doc = self._call("cluster/client-pod.json", f"list pods in {ns}", core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+            doc = self._call("cluster/client-pod.json", f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
             if doc is not None:
                 mine = [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("name") == name]
                 for p in mine:
@@ -317,19 +313,18 @@ class ClusterCollector:
         CoreDNS pods (k8s-app=kube-dns) → cluster/dns-pods.json (Lists), and the last 200 lines (at most 64 KiB) of
         the log of up to 4 of those pods — also the previous container's of a pod that restarted — as
         cluster/dns-logs.json: {"logs": [{"namespace", "pod", "container", "previous", "text" | "error", "truncated"}]}."""
-        from kubernetes import client
+        from .kubeapi import ReadApi
 
         if self._api is None and not self.connect():
             return
         ns, label = "kube-system", "k8s-app=kube-dns"
-        core = client.CoreV1Api(self._api)
-        disc = client.DiscoveryV1Api(self._api)
+        api = ReadApi(self._api)
         mark = len(self.out.errors)
-        svcs = self._call("cluster/dns-service.json", "list services in kube-system", core.list_namespaced_service, ns, label_selector=label)
+        svcs = self._call("cluster/dns-service.json", "list services in kube-system", api.list_namespaced_service, ns, label_selector=label)
         picked = [s for s in (svcs or {}).get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
         if not picked:  # unlabelled, or RBAC allows get but not list (deploy/rbac-svc.yaml): by its usual names
             for name in ("kube-dns", "coredns"):
-                got = self._call("cluster/dns-service.json", f"get service kube-system/{name}", core.read_namespaced_service, name, ns)
+                got = self._call("cluster/dns-service.json", f"get service kube-system/{name}", api.read_namespaced_service, name, ns)
                 if got is not None:
                     picked = [got]
                     del self.out.errors[mark:]  # found: the misses before are no failure
@@ -338,12 +333,12 @@ class ClusterCollector:
             self.out.files["cluster/dns-service.json"] = _as_list("Service", picked[:1])
         if picked:
             name = picked[0]["metadata"]["name"]
-            slices = self._call("cluster/dns-endpointslices.json", "list endpointslices in kube-system", disc.list_namespaced_endpoint_slice,
+            slices = self._call("cluster/dns-endpointslices.json", "list endpointslices in kube-system", api.list_namespaced_endpoint_slice,
                                 ns, label_selector=f"kubernetes.io/service-name={name}")
             if slices is not None:
                 mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
                 self.out.files["cluster/dns-endpointslices.json"] = _as_list("EndpointSlice", mine)
-        pods = self._call("cluster/dns-pods.json", "list pods in kube-system", core.list_namespaced_pod, ns, label_selector=label)
+        pods = self._call("cluster/dns-pods.json", "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label)
         if pods is None:
             return
         dns_pods = [p for p in pods.get("items", []) if (p.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
@@ -358,7 +353,7 @@ class ClusterCollector:
             for previous in ((False, True) if restarted else (False,)):
                 entry = {"namespace": ns, "pod": pname, "container": container, "previous": previous}
                 try:
-                    resp = core.read_namespaced_pod_log(pname, ns, container=container, tail_lines=self.DNS_LOG_TAIL_LINES,
+                    resp = api.read_namespaced_pod_log(pname, ns, container=container, tail_lines=self.DNS_LOG_TAIL_LINES,
                                                         limit_bytes=self.DNS_LOG_LIMIT_BYTES, previous=previous or None,
                                                         _preload_content=False, _request_timeout=self.timeout)
                     data = resp.read(self.DNS_LOG_LIMIT_BYTES + 1) if hasattr(resp, "read") else resp.data
@@ -376,21 +371,20 @@ class ClusterCollector:
     def node_view(self, node_name: str | None, page: int = 500) -> bool:
         """What `kpdiag node` compares its rules with: every Service and EndpointSlice (paged lists, raw JSON) and this
         node's Node object (its zone). False, with a recorded reason, when the API cannot be used."""
-        from kubernetes import client
+        from .kubeapi import ReadApi
 
         if self._api is None and not self.connect():
             return False
-        core = client.CoreV1Api(self._api)
-        disc = client.DiscoveryV1Api(self._api)
-        services = self._paged("cluster/services.json", "list services in all namespaces", core.list_service_for_all_namespaces, page)
+        api = ReadApi(self._api)
+        services = self._paged("cluster/services.json", "list services in all namespaces", api.list_service_for_all_namespaces, page)
         if services is None:
             return False
         self.out.files["cluster/services.json"] = _as_list("Service", services)
-        slices = self._paged("cluster/endpointslices.json", "list endpointslices in all namespaces", disc.list_endpoint_slice_for_all_namespaces, page)
+        slices = self._paged("cluster/endpointslices.json", "list endpointslices in all namespaces", api.list_endpoint_slice_for_all_namespaces, page)
         if slices is not None:
             self.out.files["cluster/endpointslices.json"] = _as_list("EndpointSlice", slices)
         if node_name:
-            node = self._call("cluster/nodes.json", f"get node {node_name}", core.read_node, node_name)
+            node = self._call("cluster/nodes.json", f"get node {node_name}", api.read_node, node_name)
             if node is not None:
                 self.out.files["cluster/nodes.json"] = _as_list("Node", [node])
         return True

@@ -76,10 +76,16 @@ def test_pyz_kubernetes_client_works(pyz, tmp_path):
     objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}), k8s.node("node-a"),
             k8s.kube_proxy_configmap()]
     args = ["svc", "web", "-n", "shop", "--no-probe", "--node", "node-a", "-o", "json"]
+    typo = ["svc", "webb", "-n", "shop", "--no-probe", "--node", "node-a", "-o", "json"]  # a 404, then lists (KP110)
     with ApiServer(objs) as api:
         kc = api.kubeconfig(tmp_path)
         got = subprocess.run([py, pyz, *args, "--kubeconfig", kc], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         want = _installed(*args, "--kubeconfig", kc, cwd=tmp_path)
+        got404 = subprocess.run([py, pyz, *typo, "--kubeconfig", kc], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        want404 = _installed(*typo, "--kubeconfig", kc, cwd=tmp_path)
+    assert got404.returncode == want404.returncode == 1, (got404.stderr[-2000:], want404.stderr[-2000:])
+    nearest = [f for f in json.loads(got404.stdout)["findings"] if f["id"] == "KP110"]
+    assert nearest and "web" in nearest[0]["summary"] and nearest == [f for f in json.loads(want404.stdout)["findings"] if f["id"] == "KP110"]
     assert got.returncode == want.returncode, got.stderr[-2000:]
     mine, theirs = json.loads(got.stdout), json.loads(want.stdout)
     assert mine["subject"] == theirs["subject"] and [f["id"] for f in mine["findings"]] == [f["id"] for f in theirs["findings"]]
