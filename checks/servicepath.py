@@ -15,11 +15,11 @@ from .service import _services, _svc_ev, drift, wanted_targets
 def _tcp_summary(ctx, svc, ip: str | None = None) -> str:
     """What the port probes to ``ip`` (default: the first ClusterIP) found, in a few words."""
     bits = []
-    for ip in [ip] if ip else svc.cluster_ips[:1]:
+    for target in [ip] if ip else svc.cluster_ips[:1]:
         for port in svc.ports:
             proto = (port.get("protocol") or "TCP").lower()
             r = next((r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
-                      if r.get("target") == f"{hostport(ip, port.get('port'))}/{proto}"), None)
+                      if r.get("target") == f"{hostport(target, port.get('port'))}/{proto}"), None)
             if r:
                 ok = r["result"] in ("connected", "syn-ack", "udp-reply")
                 bits.append(f"{proto.upper()} {port.get('port')} {'works' if ok else 'gets ' + r['result']}")

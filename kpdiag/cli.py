@@ -342,7 +342,6 @@ def _check_output(out: str, force: bool, option: str) -> None:
 @click.option("--redact-salt", help="Salt for --redact (the same salt gives the same hashes across bundles; default: random).")
 def collect(out, host_root, redact, redact_salt, force):
     """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
-    import os
 
     from .bundle import write_bundle
     from .collect.node import collect_node

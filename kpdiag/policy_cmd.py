@@ -328,7 +328,7 @@ class FlowSource:
 
         out = []
         for ns in sorted(n for n in namespaces if n):
-            for where, obj in self.np.where("namespace", ns, lambda o: (_path(o, "metadata", "namespace") or "default") == ns):
+            for where, obj in self.np.where("namespace", ns, lambda o, ns=ns: (_path(o, "metadata", "namespace") or "default") == ns):
                 try:
                     out.append(parse_policy(obj))
                 except PolicyError as exc:

@@ -212,7 +212,6 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
     same observation model (kpdiag.observe) and the same findings as the report, so they cannot disagree."""
     from .observe import headline_status, observations
-    from .parse.addr import hostport
 
     lines: list[str] = []
     svcs = state.services_in_focus() or []

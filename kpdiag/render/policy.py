@@ -38,7 +38,7 @@ def policy_to_text(doc: dict) -> str:
     verdict = "ALLOWED" if doc["allowed"] else "DENIED"
     out = [f"kpdiag policy: {term(doc['from'])} → {term(doc['to'])} port {term(doc['port'])}: {verdict}"]
     if doc.get("endpoints") is not None:
-        out.append(f"  (policies act after the Service's DNAT: each endpoint pod at its targetPort)")
+        out.append("  (policies act after the Service's DNAT: each endpoint pod at its targetPort)")
         for ep in doc["endpoints"]:
             if ep.get("error"):
                 out.append(f"  endpoint {term(ep['endpoint'])}: cannot evaluate — {term(ep['error'])}")

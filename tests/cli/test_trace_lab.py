@@ -124,7 +124,7 @@ table ip6 kpcount6 {
 
 def test_an_ipv6_packet_to_loopback_from_outside_never_reaches_prerouting(lab, tmp_path):
     """IPv6 has no route_localnet: a frame to ::1 arriving on ext0 is seen at ingress and never at PREROUTING."""
-    k = KubeNodeLab.build(lab, pod_count=1)
+    KubeNodeLab.build(lab, pod_count=1)
     bundle = bundle_from_ns(lab, "node", str(tmp_path / "bundle"), ipv6=True)
     lab.sh("node", ["nft", "-f", "-"], input=COUNT6)
     mac = json.loads(lab.sh("node", ["ip", "-j", "link", "show", "ext0"]).stdout)[0]["address"]

@@ -19,7 +19,7 @@ RECORDS = {"web.shop.svc.cluster.local": ["10.96.0.20", "fd00:10:96::20"], "kube
 
 
 def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
         for _ in range(50):
             u2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             u2.bind((host, 0))

@@ -212,7 +212,7 @@ def test_bundle_files_are_private(tmp_path):
         write_bundle({"node/x.txt": b"x"}, str(tmp_path / "b.tar.gz"), {"node": "n"})
     finally:
         os.umask(old)
-    for top, dirs, names in os.walk(out):
+    for top, _dirs, names in os.walk(out):
         assert stat.S_IMODE(os.stat(top).st_mode) == 0o700, top
         for n in names:
             assert stat.S_IMODE(os.stat(os.path.join(top, n)).st_mode) == 0o600, n

@@ -127,7 +127,7 @@ def test_node_files_and_bundle_checks(addr, route, sysctl, modules, metrics, con
 def test_small_parsers(text):
     for fn in (nodep.parse_sysctl, nodep.parse_modules, nodep.parse_kernel_version, nodep.parse_metrics,
                nodep.parse_kube_proxy_config, nodep.parse_conntrack_stats):
-        _safe(lambda t: fn(t, "f.txt"), text)
+        _safe(lambda t, fn=fn: fn(t, "f.txt"), text)
 
 
 # ---------------------------------------------------------------- node reports for the cluster aggregation

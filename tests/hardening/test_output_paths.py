@@ -123,6 +123,8 @@ def test_cluster_save_dir_keeps_nodes_named_cluster_and_scenario(tmp_path, capsy
     rc = main(["analyze", str(d), "-o", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert doc["facts"]["nodes_diagnosed"] == 4, doc["facts"]
+    kp806 = [f for f in doc["findings"] if f["id"] == "KP806"]  # the node not diagnosed is named, as a warning
+    assert rc == 0 and [f["severity"] for f in kp806] == ["warning"], (rc, kp806)
     assert {f["node"] for f in doc["extra"]["failures"]} == {"down"}
     with pytest.raises(OutputExists):
         write_report_dir(str(d), results, {})
@@ -137,6 +139,7 @@ def test_analyze_still_reads_the_old_layout(tmp_path, capsys):
     (d / "cluster.json").write_text(json.dumps({"api_version": "v1.31.4", "failures": [{"node": "c", "kind": "timeout", "reason": "slow"}]}))
     rc = main(["analyze", str(d), "-o", "json"])
     doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and any(f["id"] == "KP806" for f in doc["findings"]), rc
     assert doc["facts"]["nodes_diagnosed"] == 2 and {f["node"] for f in doc["extra"]["failures"]} == {"c"}
 
 

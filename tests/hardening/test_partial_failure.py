@@ -52,7 +52,7 @@ def test_read_only_host_root_is_only_read(tmp_path):
     (host / "var" / "log" / "pods" / "kube-system_kube-proxy-abc" / "kube-proxy").mkdir(parents=True)
     log = host / "var" / "log" / "pods" / "kube-system_kube-proxy-abc" / "kube-proxy" / "0.log"
     log.write_text('E1203 proxier.go:1] "Failed to execute iptables-restore" err="Another app is currently holding the xtables lock"\n')
-    for d, _, files in os.walk(host):
+    for d, _, _files in os.walk(host):
         os.chmod(d, 0o555)
     before = sorted(os.walk(host))
     c = NodeCollector(host_root=str(host))

@@ -58,7 +58,7 @@ def test_any_pod_or_component_is_read(obj):
         try:
             Pod.from_api(obj)
         except (TypeError, AttributeError) as exc:  # a reader must not crash on a malformed object
-            raise AssertionError(f"Pod.from_api raised {exc!r} on {obj!r}")
+            raise AssertionError(f"Pod.from_api raised {exc!r} on {obj!r}") from exc
     recognise_cni([component(obj)] if component(obj) else [])
 
 

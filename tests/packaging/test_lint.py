@@ -1,0 +1,22 @@
+"""ruff (a test dependency) finds no bug-class problem in the code, the checks, the tests, the benchmarks or the
+fixture tools: undefined and unused names, unused variables, closures over loop variables (pyproject.toml)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def test_ruff_check_is_clean():
+    exe = shutil.which("ruff") or shutil.which("ruff", path=os.path.dirname(sys.executable))
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ruff is not installed (it is in the test extras: pip install '.[test]')")
+        pytest.skip("ruff is not installed (pip install '.[test]')")
+    proc = subprocess.run([exe, "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
