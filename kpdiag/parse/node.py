@@ -128,6 +128,9 @@ def parse_metrics(text: str, source: str = "metrics") -> Metrics:
     return m
 
 
+_KEY_LINE = re.compile(r"""(["']?)([^"':#{}\[\],\s][^"':#{}\[\],]*)\1\s*:(\s|$)""")
+
+
 @dataclass
 class KubeProxyConfig:
     data: dict
@@ -143,9 +146,28 @@ class KubeProxyConfig:
         return cur
 
     def line_of(self, key: str) -> int | None:
-        last = key.split(".")[-1]
-        for lineno, line in enumerate(self.text.splitlines(), 1):
-            if re.match(rf"\s*{re.escape(last)}\s*:", line):
+        """The line that sets ``key`` (a dotted path: ``ipvs.syncPeriod``), found by the keys' nesting (block YAML or
+        indented JSON) — not the first line naming its last part, which may be ``iptables.syncPeriod``. Flow-style
+        or one-line documents: the first line naming the last part."""
+        parts = key.split(".")
+        lines = self.text.splitlines()
+        stack: list[tuple[int, str]] = []
+        for lineno, line in enumerate(lines, 1):
+            stripped = line.lstrip()
+            m = _KEY_LINE.match(stripped)
+            if not m:
+                continue
+            indent = len(line) - len(stripped)
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, m.group(2).strip()))
+            if [k for _, k in stack] == parts:
+                return lineno
+        if any(_KEY_LINE.match(line.lstrip()) for line in lines):
+            return None  # a document with one key per line that does not set it
+        last = re.compile(rf"""(^|[\s{{,])["']?{re.escape(parts[-1])}["']?\s*:""")
+        for lineno, line in enumerate(lines, 1):
+            if last.search(line):
                 return lineno
         return None
 

@@ -1,0 +1,129 @@
+"""Unit tests of the node's small parsers (kpdiag/parse/node.py): what each line becomes, where it was read, and the
+one-line error (file and line) for a line that is not what the command prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from kpdiag.errors import InputError
+from kpdiag.parse import node as p
+
+SYSCTL = """net.ipv4.ip_forward = 1
+sysctl: permission denied on key 'fs.protected_regular'
+net.ipv4.conf.all.route_localnet = 0
+
+net.bridge.bridge-nf-call-iptables = 1
+kernel.core_pattern = |/usr/lib/systemd/systemd-coredump %P %u
+"""
+
+
+def test_sysctl_values_lines_and_errors():
+    got = p.parse_sysctl(SYSCTL, "node/sysctl.txt")
+    assert got["net.ipv4.ip_forward"] == p.Value("1", "node/sysctl.txt", 1, "net.ipv4.ip_forward = 1")
+    assert got["net.bridge.bridge-nf-call-iptables"].line == 5
+    assert got["kernel.core_pattern"].value == "|/usr/lib/systemd/systemd-coredump %P %u"  # '=' only splits once
+    assert "fs.protected_regular" not in got  # sysctl's own complaints are not values
+    assert p.parse_sysctl("vm.swappiness: 60\n")["vm.swappiness"].value == "60"  # busybox form
+    with pytest.raises(InputError) as err:
+        p.parse_sysctl("net.ipv4.ip_forward = 1\nthis is not a sysctl line\n", "node/sysctl.txt")
+    assert err.value.line == 2 and "node/sysctl.txt" in str(err.value)
+
+
+def test_modules():
+    text = ("br_netfilter 32768 0 - Live 0x0000000000000000\n"
+            "bridge 311296 1 br_netfilter, Live 0x0000000000000000\n"
+            "ip_vs 200704 6 ip_vs_rr,ip_vs_wrr,[permanent], Loading 0x0\n")
+    mods = p.parse_modules(text)
+    assert mods["bridge"] == p.Module("bridge", 311296, 1, ("br_netfilter",), "Live", 2)
+    assert mods["br_netfilter"].used_by == () and mods["ip_vs"].state == "Loading"
+    assert mods["ip_vs"].used_by == ("ip_vs_rr", "ip_vs_wrr", "[permanent]")
+    with pytest.raises(InputError) as err:
+        p.parse_modules("bridge 311296 1 - Live 0x0\nbroken\n")
+    assert err.value.line == 2
+
+
+def test_kernel_version():
+    assert p.parse_kernel_version("6.1.0-27-cloud-amd64\n") == (6, 1, 0)
+    assert p.parse_kernel_version("5.15.153.1-microsoft-standard-WSL2") == (5, 15, 153)
+    assert p.parse_kernel_version("6.8") == (6, 8, 0)
+    with pytest.raises(InputError):
+        p.parse_kernel_version("Linux")
+
+
+METRICS = """# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced
+# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
+kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.733184e+09
+kubeproxy_sync_proxy_rules_iptables_total{table="nat"} 23409
+kubeproxy_sync_proxy_rules_iptables_total{table="filter"} 12
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="0.5"} 3
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="1"} 9
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="+Inf"} 10
+kubeproxy_sync_proxy_rules_duration_seconds_sum 6.5
+kubeproxy_sync_proxy_rules_duration_seconds_count 10
+rest_client_requests_total{code="200",host="10.0.0.1:6443",method="GET"} 7 1733184000000
+"""
+
+
+def test_metrics_samples_labels_histograms():
+    m = p.parse_metrics(METRICS, "node/kube-proxy/metrics.txt")
+    assert m.get("kubeproxy_sync_proxy_rules_iptables_total", table="nat") == 23409
+    assert m.get("kubeproxy_sync_proxy_rules_iptables_total", table="filter") == 12
+    assert m.get("kubeproxy_sync_proxy_rules_iptables_total", table="raw") is None
+    assert m.line_of("kubeproxy_sync_proxy_rules_last_timestamp_seconds") == 3
+    assert m.histogram_mean("kubeproxy_sync_proxy_rules_duration_seconds") == pytest.approx(0.65)
+    assert m.histogram_quantile("kubeproxy_sync_proxy_rules_duration_seconds", 0.5) == 1.0  # 5 of 10 fall by le=1
+    assert m.histogram_quantile("kubeproxy_sync_proxy_rules_duration_seconds", 0.95) == float("inf")
+    assert m.get("rest_client_requests_total", code="200") == 7  # a sample with a timestamp
+    with pytest.raises(InputError) as err:
+        p.parse_metrics("up 1\nup{job=\"x\"} not-a-number\n", "m.txt")
+    assert err.value.line == 2
+
+
+CONFIG = """apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clusterCIDR: 10.244.0.0/16
+iptables:
+  masqueradeAll: false
+  syncPeriod: 30s
+ipvs:
+  strictARP: true
+  syncPeriod: 10s   # ipvs's own
+  excludeCIDRs:
+  - 10.0.0.0/8
+mode: "ipvs"
+"""
+
+
+def test_kube_proxy_config_values_and_the_line_of_a_nested_key():
+    c = p.parse_kube_proxy_config(CONFIG, "node/kube-proxy/config.yaml")
+    assert c.mode == "ipvs" and c.mode_explicit and c.get("ipvs.strictARP") is True
+    # evidence points at the key's own line, not at the first line with the same last part
+    assert (c.line_of("iptables.syncPeriod"), c.line_of("ipvs.syncPeriod"), c.line_of("mode")) == (6, 9, 12)
+    assert c.line_of("nftables.syncPeriod") is None and c.line_of("ipvs.excludeCIDRs") == 10
+    j = p.parse_kube_proxy_config('{\n  "kind": "KubeProxyConfiguration",\n  "iptables": {\n    "syncPeriod": "30s"\n  },\n'
+                                  '  "ipvs": {\n    "syncPeriod": "10s"\n  },\n  "mode": "ipvs"\n}\n')
+    assert (j.line_of("iptables.syncPeriod"), j.line_of("ipvs.syncPeriod"), j.line_of("mode")) == (4, 7, 9)
+    one = p.parse_kube_proxy_config('{"kind": "KubeProxyConfiguration", "mode": "nftables"}')
+    assert one.mode == "nftables" and one.line_of("mode") == 1
+    empty = p.parse_kube_proxy_config("kind: KubeProxyConfiguration\n")
+    assert empty.mode == "iptables" and not empty.mode_explicit  # kube-proxy's default on Linux
+
+
+def test_kube_proxy_config_errors_name_the_file_and_line():
+    with pytest.raises(InputError) as err:
+        p.parse_kube_proxy_config("kind: KubeProxyConfiguration\nmode: [unclosed\n", "config.yaml")
+    assert err.value.source == "config.yaml" and err.value.line is not None
+    with pytest.raises(InputError, match="not KubeProxyConfiguration"):
+        p.parse_kube_proxy_config("kind: KubeletConfiguration\n")
+    with pytest.raises(InputError, match="mapping"):
+        p.parse_kube_proxy_config("- a\n- b\n")
+
+
+def test_conntrack_stats_summed_over_cpus():
+    text = ("cpu=0   \tfound=1 invalid=3 insert=0 insert_failed=2 drop=1 early_drop=0 error=0 search_restart=5\n"
+            "cpu=1   \tfound=0 invalid=4 insert=0 insert_failed=0 drop=0 early_drop=0 error=0 search_restart=1\n")
+    got = p.parse_conntrack_stats(text)
+    assert got["invalid"] == 7 and got["insert_failed"] == 2 and got["search_restart"] == 6 and "cpu" not in got
+    with pytest.raises(InputError) as err:
+        p.parse_conntrack_stats(text + "garbage\n")
+    assert err.value.line == 3
