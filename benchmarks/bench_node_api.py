@@ -3,7 +3,7 @@
 
     sudo python3 benchmarks/bench_node_api.py [--services 10000] [--endpoints 5] [--runs 1]
 
-A network namespace gets kube-proxy's iptables rules for N services (kpdiag.synth, loaded with iptables-restore);
+A network namespace gets kube-proxy's iptables rules for N services (tests.synth, loaded with iptables-restore);
 kmock's API server (tests/apiserver.py) runs inside that namespace and serves the same N Services and their
 EndpointSlices. Measured in the same run, in that namespace:
   - the bare dumps `kpdiag node` needs (iptables-save, ip6tables-save, nft list tables, ip -j addr / route,
@@ -30,7 +30,7 @@ ROOT = os.path.dirname(HERE)
 OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")
 sys.path.insert(0, ROOT)
 
-from kpdiag.synth import iptables_ruleset, many_services  # noqa: E402
+from tests.synth import iptables_ruleset, many_services  # noqa: E402
 from tests import k8sobjects as k8s  # noqa: E402
 from tests.apiserver import write_kubeconfig  # noqa: E402
 

@@ -36,7 +36,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_svc: needs root (network namespaces)", file=sys.stderr)
         return 2
-    from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+    from tests.synth import Endpoint, Port, Service, iptables_ruleset
     from tests import k8sobjects as k8s
     from tests.apiserver import write_kubeconfig
     from tests.lab.netlab import KubeNodeLab, Lab

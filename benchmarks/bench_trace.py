@@ -3,7 +3,7 @@
 
     sudo python3 benchmarks/bench_trace.py [--services 10000 --endpoints 5] [--packets 1000] [--no-kernel]
 
-For each size it generates a kube-proxy-faithful ruleset (kpdiag.synth), loads it into a fresh
+For each size it generates a kube-proxy-faithful ruleset (tests.synth), loads it into a fresh
 network namespace with iptables-restore, and measures in the same run:
   - wall time of `iptables-save` printing it from that namespace (what a user would run);
   - wall time of `iptables -t nat -L -n` there;
@@ -33,7 +33,7 @@ ROOT = os.path.dirname(HERE)
 OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")  # where the results go
 sys.path.insert(0, ROOT)
 
-from kpdiag.synth import iptables_ruleset, many_services  # noqa: E402
+from tests.synth import iptables_ruleset, many_services  # noqa: E402
 
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
@@ -140,7 +140,7 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
 
 def bench_nft(n: int, endpoints: int, packets: int) -> dict:
     """nftables mode: `nft -j list ruleset` vs the whole `kpdiag trace --nft` process, per-packet latency."""
-    from kpdiag.synth import nft_ruleset
+    from tests.synth import nft_ruleset
 
     services = many_services(n, endpoints)
     row: dict = {"services": n}

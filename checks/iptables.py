@@ -161,7 +161,8 @@ def forward_drop(ctx, new):
     port, src = sample
     from kpdiag.trace.model import Packet
 
-    result = ctx.tracer().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
+    # as if the node forwarded: with ip_forward = 0 as well (KP501) the policy is still what drops once that is fixed
+    result = ctx.tracer_if_forwarding().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
     dropped = [p for p in result.paths if p.verdict == "drop" and p.steps and p.steps[-1].chain == "FORWARD" and p.steps[-1].rule is None]
     if not dropped:
         return

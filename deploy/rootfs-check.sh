@@ -40,7 +40,7 @@ run() { echo "+ $*"; "$@"; }
 echo "== as root, in a network namespace with kube-proxy's rules"
 ip netns add "$NS"
 ip -n "$NS" link set lo up
-python3 -c 'from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+python3 -c 'from tests.synth import Endpoint, Port, Service, iptables_ruleset
 print(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint("10.244.1.10"), Endpoint("10.244.1.11")])]), end="")' \
   > "$ROOT/tmp/rules.txt"
 ip netns exec "$NS" chroot "$ROOT" sh -c 'iptables-restore < /tmp/rules.txt'

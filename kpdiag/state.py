@@ -318,6 +318,19 @@ class NodeState(_NodeFiles):
             self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
         return self.__dict__["_tracer"]
 
+    def tracer_if_forwarding(self):
+        """An iptables tracer for this node as if it forwarded packets (net.ipv4.ip_forward = 1): for the checks that
+        ask what the FORWARD chain would do (KP207) on a node where forwarding is also off (KP501 says that)."""
+        if "_fwd_tracer" not in self.__dict__:
+            import dataclasses
+
+            from .trace.netfilter import IptablesTracer
+
+            rs = self.iptables()
+            routing = dataclasses.replace(self.routing, forwarding=None)
+            self.__dict__["_fwd_tracer"] = None if rs is None else IptablesTracer(rs, routing, self.ipsets)
+        return self.__dict__["_fwd_tracer"]
+
     def mode_tracer(self, mode: str | None = None, family: int = 4):
         """The tracer for ``mode`` (default: the mode kube-proxy runs in; nftables, ipvs, else iptables) and IP version
         ``family`` (iptables and IPVS mode: IPv6 packets meet ip6tables' rules), or None without those rules."""

@@ -54,7 +54,7 @@ def _dual_stack_web(tmp_path, v6_endpoints_in_rules: list[str]) -> str:
     """cluster-node-consistent with shop/web made dual-stack: a second ClusterIP fd00:10:96::20, an IPv6
     EndpointSlice (pod0..pod2's IPv6 addresses), and kube-proxy's IPv6 rules in node/ip6tables-save.txt DNATing to
     ``v6_endpoints_in_rules``."""
-    from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+    from tests.synth import Endpoint, Port, Service, iptables_ruleset
 
     out = str(tmp_path / "dual")
     shutil.copytree(os.path.join(FIXTURES, "cluster-node-consistent"), out)

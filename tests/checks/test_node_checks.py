@@ -10,7 +10,7 @@ import shutil
 from kpdiag.bundle import Bundle, write_bundle
 from kpdiag.diagnose import analyze_bundle
 from kpdiag.state import NodeState
-from kpdiag.synth import Endpoint, Port, Service, ipvs_files
+from tests.synth import Endpoint, Port, Service, ipvs_files
 from tests.conftest import FIXTURES
 
 

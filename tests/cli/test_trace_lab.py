@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kpdiag import exitcodes
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from tests.lab.bundle_from_ns import bundle_from_ns
 from tests.lab.netlab import KubeNodeLab
 

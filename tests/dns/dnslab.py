@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from tests.dns import objects as o
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

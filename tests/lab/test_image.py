@@ -15,7 +15,7 @@ import pytest
 
 from kpdiag import __version__
 from kpdiag.fleet import pods
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from tests.conftest import ROOT
 
 from .netlab import KubeNodeLab

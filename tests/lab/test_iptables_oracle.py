@@ -14,7 +14,7 @@ import pytest
 
 from kpdiag.state import NodeState
 from kpdiag.bundle import Bundle
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from kpdiag.trace.model import Packet
 from kpdiag.trace.netfilter import IptablesTracer
 

@@ -13,7 +13,7 @@ import pytest
 
 from kpdiag.bundle import Bundle
 from kpdiag.state import NodeState
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset, nft_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset, nft_ruleset
 from kpdiag.trace.model import Packet
 
 from .bundle_from_ns import bundle_from_ns

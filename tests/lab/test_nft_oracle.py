@@ -12,7 +12,7 @@ import pytest
 
 from kpdiag.bundle import Bundle
 from kpdiag.state import NodeState
-from kpdiag.synth import Endpoint, Port, Service, nft_ruleset
+from tests.synth import Endpoint, Port, Service, nft_ruleset
 from kpdiag.trace.model import Packet
 from kpdiag.trace.nftables import NftTracer
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from tests import k8sobjects as k8s
 
 from .netlab import KubeNodeLab

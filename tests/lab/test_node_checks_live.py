@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 
 from .netlab import KubeNodeLab
 

@@ -15,7 +15,7 @@ from kpdiag.bundle import Bundle
 from kpdiag.kube_rules import programmed_ports
 from kpdiag.parse.iptables import parse_iptables_save
 from kpdiag.state import NodeState
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from tests.conftest import FIXTURES
 
 SERVICES = [

@@ -15,7 +15,7 @@ from kpdiag.cluster_state import Svc
 from kpdiag.focus import focus_report
 from kpdiag.model import Report
 from kpdiag.state import NodeState
-from kpdiag.synth import Endpoint, Port, Service, _nft_hash, iptables_ruleset, port_proto_hash
+from tests.synth import Endpoint, Port, Service, _nft_hash, iptables_ruleset, port_proto_hash
 from tests.conftest import FIXTURES
 
 

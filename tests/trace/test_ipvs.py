@@ -7,7 +7,7 @@ import pytest
 from kpdiag.bundle import Bundle
 from kpdiag.parse.ipvs import parse_ipvsadm_list, parse_ipvsadm_save
 from kpdiag.state import NodeState
-from kpdiag.synth import Endpoint, Port, Service, ipvs_files
+from tests.synth import Endpoint, Port, Service, ipvs_files
 from kpdiag.trace.model import Packet
 from kpdiag.trace.ipvs import IpvsTracer
 from kpdiag.errors import InputError

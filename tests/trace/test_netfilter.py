@@ -4,7 +4,7 @@ import pytest
 
 from kpdiag.parse.ipset import parse_ipset_save
 from kpdiag.parse.iptables import parse_iptables_save
-from kpdiag.synth import Endpoint, Port, Service, iptables_ruleset, many_services
+from tests.synth import Endpoint, Port, Service, iptables_ruleset, many_services
 from kpdiag.trace.model import Packet
 from kpdiag.trace.netfilter import IptablesTracer
 from kpdiag.trace.routing import RoutingTable, routing_from_ip_json
