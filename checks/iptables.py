@@ -67,7 +67,7 @@ SERVICES_WARN = 1000
 
 
 @check(
-    "KP205", "rule-scale", "iptables ruleset large enough to hurt", "warning",
+    "KP205", "rule-scale", "iptables ruleset large enough to hurt", "warning", modes=("iptables",),
     needs=("iptables",),
     symptom="Service changes take seconds to minutes to reach this node; kube-proxy's sync takes long; first packets of connections are slow; CPU spikes in kube-proxy and iptables-restore.",
     why="""

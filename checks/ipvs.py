@@ -107,7 +107,7 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
 
 
 @check(
-    "KP310", "ipvs-idle-timeout", "IPVS forgets idle TCP connections before TCP keepalive probes them", "info",
+    "KP310", "ipvs-idle-timeout", "IPVS forgets idle TCP connections before TCP keepalive probes them", "info", modes=("ipvs",),
     needs=("sysctl",),
     symptom="In IPVS mode, long-lived connections through a ClusterIP (database pools, gRPC streams, message brokers) die "
             "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",

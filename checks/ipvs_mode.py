@@ -22,7 +22,7 @@ def _ipvs_mode(ctx) -> bool:
 
 def _vs(ctx):
     if not _ipvs_mode(ctx):
-        return None
+        raise Skip(f"kube-proxy runs in {ctx.proxy_mode[0]} mode: IPVS is not where Services live")
     services = ctx.ipvs
     if services is None:
         raise Skip("kube-proxy runs in IPVS mode but no IPVS state was collected (node/ipvsadm.txt)")
@@ -38,7 +38,7 @@ def _api_keys(svc):
 
 
 @check(
-    "KP302", "ipvs-service-missing", "Service port without an IPVS virtual server", "error",
+    "KP302", "ipvs-service-missing", "Service port without an IPVS virtual server", "error", modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
     why="""
@@ -50,8 +50,6 @@ def _api_keys(svc):
 )
 def service_missing(ctx, new):
     services = _vs(ctx)
-    if services is None:
-        return
     for svc in _services(ctx):
         for port, key, family in _api_keys(svc):
             if key in services or not any(e.ready for e in svc.endpoints_for(port, family=family)):
@@ -68,7 +66,7 @@ def service_missing(ctx, new):
 
 
 @check(
-    "KP303", "ipvs-realservers-mismatch", "IPVS real servers differ from the ready endpoints", "error",
+    "KP303", "ipvs-realservers-mismatch", "IPVS real servers differ from the ready endpoints", "error", modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
@@ -81,8 +79,6 @@ def service_missing(ctx, new):
 )
 def realservers(ctx, new):
     services = _vs(ctx)
-    if services is None:
-        return
     for svc in _services(ctx):
         for port, key, family in _api_keys(svc):
             vs = services.get(key)
@@ -102,7 +98,7 @@ def realservers(ctx, new):
 
 
 @check(
-    "KP304", "ipvs-ip-not-bound", "ClusterIP not bound on kube-ipvs0", "error",
+    "KP304", "ipvs-ip-not-bound", "ClusterIP not bound on kube-ipvs0", "error", modes=("ipvs",),
     needs=("addresses", "ipvs"),
     symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
     why="""
@@ -114,8 +110,6 @@ def realservers(ctx, new):
 )
 def not_bound(ctx, new):
     services = _vs(ctx)
-    if services is None:
-        return
     bound = set()
     have_iface = False
     for link in ctx.ip_addr or []:
@@ -142,7 +136,7 @@ def _ip(addr):
 
 
 @check(
-    "KP305", "ipvs-graceful-termination", "Terminating real servers still carry connections", "info",
+    "KP305", "ipvs-graceful-termination", "Terminating real servers still carry connections", "info", modes=("ipvs",),
     needs=("ipvs",),
     symptom="After a rollout, some clients keep talking to old pods for a while.",
     why="""
@@ -157,8 +151,6 @@ def _ip(addr):
 )
 def graceful(ctx, new):
     services = _vs(ctx)
-    if services is None:
-        return
     conns = ctx.ipvs_conn
     listed = ctx.bundle.exists("node/ipvsadm-list.txt")
     if not listed and conns is None:
@@ -214,7 +206,7 @@ IPVS_SYSCTLS = {
 
 
 @check(
-    "KP306", "ipvs-sysctls", "IPVS sysctls wrong for kube-proxy", "warning",
+    "KP306", "ipvs-sysctls", "IPVS sysctls wrong for kube-proxy", "warning", modes=("ipvs",),
     needs=("sysctl", "kernel"),
     symptom="Intermittent timeouts or 1-second delays on new connections; clients stuck on removed pods; masquerade not applied.",
     why="""
@@ -247,7 +239,7 @@ def ipvs_sysctls(ctx, new):
 
 
 @check(
-    "KP307", "ipvs-strict-arp", "strictARP off in IPVS mode", "warning",
+    "KP307", "ipvs-strict-arp", "strictARP off in IPVS mode", "warning", modes=("ipvs",),
     needs=("kube-proxy-config", "sysctl"),
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""
@@ -312,7 +304,7 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
 
 
 @check(
-    "KP308", "ipvs-ipset", "kube-proxy's ipsets missing in IPVS mode", "error",
+    "KP308", "ipvs-ipset", "kube-proxy's ipsets missing in IPVS mode", "error", modes=("ipvs",),
     needs=("iptables",),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
     why="""
@@ -342,7 +334,7 @@ def ipvs_ipset(ctx, new):
 
 
 @check(
-    "KP309", "ipvs-deprecated", "IPVS mode is deprecated on this release", "warning",
+    "KP309", "ipvs-deprecated", "IPVS mode is deprecated on this release", "warning", modes=("ipvs",),
     symptom="None yet — but IPVS mode gets no new features and will be removed.",
     why="""
         kube-proxy's IPVS mode is deprecated from Kubernetes v1.35. nftables mode (GA since v1.33) gives the same

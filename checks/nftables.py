@@ -58,8 +58,11 @@ def prerequisites(ctx, new):
 def _programmed(ctx):
     from kpdiag.kube_nft import programmed_nft
 
-    if not ctx.nft_kube_proxy_table:
-        return None, None  # no kube-proxy table: not nftables mode (and no need to parse a big iptables-nft ruleset)
+    mode, _ = ctx.proxy_mode
+    if mode not in (None, "nftables"):
+        raise Skip(f"kube-proxy runs in {mode} mode: its nftables table is not where Services live")
+    if not ctx.nft_kube_proxy_table:  # (and no need to parse a big iptables-nft ruleset)
+        raise Skip("no kube-proxy nftables table on this node (table ip/ip6 kube-proxy): not nftables mode")
     rs = ctx.nft()
     if rs is None:
         raise Skip("node/nft-ruleset.json could not be parsed (see 'could not read')")
@@ -77,7 +80,7 @@ def _api_ports(svc):
 
 
 @check(
-    "KP402", "nftables-service-missing", "Service in the API, but not in kube-proxy's nftables maps", "error",
+    "KP402", "nftables-service-missing", "Service in the API, but not in kube-proxy's nftables maps", "error", modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     symptom="The Service works from other nodes, not from this one (rejected or dropped by cluster-ips-check).",
     why="""
@@ -90,8 +93,6 @@ def _api_ports(svc):
 )
 def service_missing(ctx, new):
     rs, prog = _programmed(ctx)
-    if prog is None:
-        return  # no kube-proxy table: not nftables mode, nothing of this kind to compare
     for svc in _services(ctx):
         for port, key, family, fam in _api_ports(svc):
             if not any(e.ready for e in svc.endpoints_for(port, family=family)):
@@ -108,7 +109,7 @@ def service_missing(ctx, new):
 
 
 @check(
-    "KP403", "nftables-endpoints-mismatch", "nftables endpoint chains differ from the ready endpoints", "error",
+    "KP403", "nftables-endpoints-mismatch", "nftables endpoint chains differ from the ready endpoints", "error", modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     symptom="A share of connections to the Service fails or reaches old pods on this node.",
     why="""
@@ -121,8 +122,6 @@ def service_missing(ctx, new):
 )
 def endpoints_mismatch(ctx, new):
     rs, prog = _programmed(ctx)
-    if prog is None:
-        return  # no kube-proxy table: not nftables mode
     for svc in _services(ctx):
         for port, key, family, fam in _api_ports(svc):
             want = wanted_targets(ctx, svc, port, family)
@@ -159,7 +158,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
 
 
 @check(
-    "KP404", "nftables-localhost-nodeport", "NodePorts on 127.0.0.1 do not work in nftables mode", "warning",
+    "KP404", "nftables-localhost-nodeport", "NodePorts on 127.0.0.1 do not work in nftables mode", "warning", modes=("nftables",),
     needs=("nft", "kube-proxy-config"),
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "
             "health checks that use localhost broke after switching kube-proxy to nftables mode.",
@@ -175,8 +174,6 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
 )
 def localhost_nodeport(ctx, new):
     rs, prog = _programmed(ctx)
-    if prog is None:
-        return  # no kube-proxy table: not nftables mode
     cfg = ctx.kube_proxy_config
     wants = []
     if cfg.get("iptables.localhostNodePorts") is True:

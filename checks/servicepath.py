@@ -137,7 +137,7 @@ def _families(ctx, svc):
 
 
 @check(
-    "KP202", "service-not-programmed", "Service in the API, but not in this node's rules", "error",
+    "KP202", "service-not-programmed", "Service in the API, but not in this node's rules", "error", modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
     symptom="The Service works from some nodes and not from this one; new Services never work here.",
     why="""
@@ -174,7 +174,7 @@ def not_programmed(ctx, new):
 
 
 @check(
-    "KP203", "stale-endpoints", "Node sends traffic to other endpoints than the API lists", "error",
+    "KP203", "stale-endpoints", "Node sends traffic to other endpoints than the API lists", "error", modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
     symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
     why="""

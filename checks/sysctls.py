@@ -104,7 +104,7 @@ def bridge_nf_call(ctx, new):
 
 
 @check(
-    "KP505", "route-localnet", "NodePorts on 127.0.0.1 cannot work", "warning",
+    "KP505", "route-localnet", "NodePorts on 127.0.0.1 cannot work", "warning", modes=("iptables",),
     needs=("sysctl", "iptables"),
     symptom="curl http://127.0.0.1:<nodePort> on the node times out, while the node's own IP works.",
     why="""

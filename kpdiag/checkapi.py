@@ -44,6 +44,7 @@ class CheckSpec:
     origin: str = "kpdiag"
     scope: str = "node"  # node: runs on one node's state; cluster: on many node reports (kpdiag cluster)
     severities: tuple[Severity, ...] = ()  # every severity its findings may have (the contract shown by kpdiag checks)
+    modes: tuple[str, ...] = ()  # the kube-proxy modes it is about (empty: any); on a node in another mode it is skipped
 
     @property
     def may_emit(self) -> tuple[Severity, ...]:
@@ -73,21 +74,25 @@ def _clean(text: str) -> str:
 
 
 def check(id: str, slug: str, title: str, severity: str, *, needs: Iterable[str] = (), symptom: str, why: str, fix: str,
-          references: Iterable[str] = (), scope: str = "node", severities: Iterable[str] = ()):
+          references: Iterable[str] = (), scope: str = "node", severities: Iterable[str] = (), modes: Iterable[str] = ()):
     """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable. ``scope`` is
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
-    is a defect, caught by the tests."""
+    is a defect, caught by the tests. ``modes`` names the kube-proxy modes the check is about (iptables, ipvs,
+    nftables): on a node whose kube-proxy runs another mode (and no --preflight for one of them) it is skipped, saying so."""
     if scope not in ("node", "cluster"):
         raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
     declared = tuple(Severity(x) for x in severities)
     if declared and Severity(severity) not in declared:
         raise ValueError(f"check {id}: severities {severities} must include its severity {severity!r}")
     declared = tuple(sorted(declared, key=lambda x: x.rank))
+    modes = tuple(modes)
+    if set(modes) - {"iptables", "ipvs", "nftables"}:
+        raise ValueError(f"check {id}: modes must be among iptables, ipvs, nftables, not {modes}")
 
     def deco(fn):
         spec = CheckSpec(id, slug, title, Severity(severity), tuple(needs), Docs(_clean(symptom), _clean(why), _clean(fix)), fn,
-                         tuple(references), origin=fn.__module__, scope=scope, severities=declared)
+                         tuple(references), origin=fn.__module__, scope=scope, severities=declared, modes=modes)
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
             raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")
@@ -150,7 +155,9 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     runs: list[CheckRun] = []
     for spec in checks:
         not_in_charge = _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None  # a replacement implements Services
-        missing = [not_in_charge] if not_in_charge else [why for why in (availability(ctx, need) for need in spec.needs) if why]
+        other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
+        missing = [not_in_charge or other_mode] if (not_in_charge or other_mode) else \
+            [why for why in (availability(ctx, need) for need in spec.needs) if why]
         if missing:
             runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
             continue
@@ -166,6 +173,21 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
         runs.append(CheckRun(spec.id, spec.slug, "ran", None, len(produced)))
     findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
     return findings, runs
+
+
+def _other_mode(ctx, spec: CheckSpec) -> str | None:
+    """Why a check about some proxy modes does not apply here: kube-proxy runs another (known) mode and no --preflight
+    asks about one of the check's modes. None when it applies, or when the mode is not known (the check decides)."""
+    preflight = getattr(ctx, "preflight", None)
+    if preflight in spec.modes:
+        return None
+    try:
+        mode = ctx.proxy_mode[0]
+    except Exception:  # the state cannot tell: let the check decide
+        return None
+    if mode is None or mode in spec.modes:
+        return None
+    return f"kube-proxy runs in {mode} mode; this check is about {' and '.join(spec.modes)} mode"
 
 
 def _kube_proxy_checks() -> frozenset:

@@ -21,6 +21,7 @@ def catalogue_table(checks, width: int | None = None) -> str:
 
 def catalogue_json(checks) -> str:
     return json.dumps([{"id": c.id, "slug": c.slug, "severity": c.severity.value, "severities": [x.value for x in getattr(c, "may_emit", (c.severity,))], "title": c.title, "scope": c.scope, "needs": list(c.needs),
+                        "modes": list(getattr(c, "modes", ())),
                         "symptom": c.docs.symptom, "why": c.docs.why, "fix": c.docs.fix, "references": list(c.references)}
                        for c in checks], indent=2) + "\n"
 
@@ -37,6 +38,7 @@ def catalogue_markdown(checks) -> str:
     out += [f"| [{c.id}](#{c.id.lower()}-{c.slug}) | {c.slug} | {severities(c)} | {c.scope} | {c.title} |" for c in checks]
     for c in checks:
         out += ["", f"## {c.id} {c.slug}", "", f"**{c.title}** — severity *{severities(c)}*, scope *{c.scope}*"
+                + (f"; kube-proxy mode {', '.join(c.modes)}" if getattr(c, "modes", ()) else "")
                 + (f"; needs {', '.join(c.needs)}" if c.needs else ""), "",
                 "### Symptom", "", _para(c.docs.symptom), "", "### Why", "", _para(c.docs.why), "", "### Fix", "", _para(c.docs.fix)]
         if c.references:
@@ -58,6 +60,8 @@ def explain_text(c, width: int | None = None) -> str:
     out = flow(f"{c.id} {c.slug} — {c.title} ({severities(c)}; {c.scope} scope)", "", "  ") + [""]
     for title, text in (("Symptom", c.docs.symptom), ("Why", c.docs.why), ("Fix", c.docs.fix)):
         out += [title] + flow(text) + [""]
+    if getattr(c, "modes", ()):
+        out += ["Proxy modes"] + flow(", ".join(c.modes) + " (skipped on a node in another mode)") + [""]
     if c.needs:
         out += ["Needs"] + flow(", ".join(c.needs)) + [""]
     if c.references:
