@@ -5,6 +5,7 @@ from __future__ import annotations
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 
 @check(
@@ -49,7 +50,7 @@ def conntrack_pressure(ctx, new):
             )
     elif not stats:
         raise Skip("neither nf_conntrack_count/max nor conntrack -S statistics were collected")
-    src = ctx.bundle.display("node/conntrack-stats.txt")
+    src = ctx.bundle.display(sources.CONNTRACK_STATS)
     drops = {k: stats.get(k, 0) for k in ("drop", "early_drop") if stats.get(k, 0) > 0}
     if drops and not fired:
         yield new(

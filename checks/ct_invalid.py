@@ -7,6 +7,7 @@ import re
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 INVALID_MIN = 1000  # conntrack -S counts since boot: a handful is normal noise (late retransmissions, port scans)
 
@@ -61,7 +62,7 @@ def conntrack_invalid(ctx, new):
     drops = invalid_drop_rules(ctx)
     if not drops:
         return  # INVALID packets are not dropped by a rule on this node
-    src = ctx.bundle.display("node/conntrack-stats.txt")
+    src = ctx.bundle.display(sources.CONNTRACK_STATS)
     yield new(
         f"conntrack has marked {invalid} packets INVALID since boot, nf_conntrack_tcp_be_liberal is "
         f"{liberal.value.strip() if liberal is not None else 'not known (default 0)'}, and {len(drops)} rule(s) drop INVALID packets: "

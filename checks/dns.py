@@ -8,12 +8,13 @@ import re
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
-DNS_SRC = "probes/dns.json"
-SVC_SRC = "cluster/dns-service.json"
-EPS_SRC = "cluster/dns-endpointslices.json"
-PODS_SRC = "cluster/dns-pods.json"
-LOGS_SRC = "cluster/dns-logs.json"
+DNS_SRC = sources.PROBES_DNS
+SVC_SRC = sources.DNS_SERVICE
+EPS_SRC = sources.DNS_ENDPOINTSLICES
+PODS_SRC = sources.DNS_PODS
+LOGS_SRC = sources.DNS_LOGS
 NODE_LOCAL_DNS = "169.254.20.10"
 RESTARTS_WARN = 3
 RESTART_RECENT = datetime.timedelta(hours=24)  # a last restart longer ago than this before the collection is history
@@ -76,7 +77,7 @@ def _clean(ctx, doc: dict) -> dict:
 def _doc(ctx, need_queries: bool = True) -> dict:
     doc = ctx.dns
     if not isinstance(doc, dict) or doc.get("schema") != "kpdiag.dns/v1":
-        raise Skip("probes/dns.json holds a single lookup (written by an older kpdiag), not the DNS probe")
+        raise Skip(f"{sources.PROBES_DNS} holds a single lookup (written by an older kpdiag), not the DNS probe")
     if need_queries and not doc.get("sent", True):
         raise Skip("no DNS query was sent (--no-probe)")
     return _clean(ctx, doc)
@@ -114,7 +115,7 @@ def _rc(ctx, doc) -> dict:
 
 
 def _items(ctx, rel) -> list[dict] | None:
-    data = ctx.bundle.read_json(rel)
+    data = ctx.source(rel)
     if data is None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("items"), list):
@@ -221,7 +222,7 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
         (ruled if ok else remain).append(f"{len(ok)} of {len(pods)} CoreDNS pod(s) ready" + ("" if ok else " (KP131)"))
     else:
         remain.append("CoreDNS pods' health (not collected)")
-    policies = ("KP122 judges the NetworkPolicies collected" if ctx.bundle.exists("cluster/networkpolicies.json")
+    policies = ("KP122 judges the NetworkPolicies collected" if ctx.has(sources.NETWORKPOLICIES)
                 else "not checked: no NetworkPolicies collected")
     remain += [f"a NetworkPolicy restricting this pod's egress without allowing 53/UDP and 53/TCP to kube-system ({policies})",
                "kube-proxy's rules for the kube-dns ClusterIP on this node (kpdiag svc kube-dns -n kube-system checks them)",
@@ -273,7 +274,7 @@ def dns_no_endpoints(ctx, new):
         return
     slices = _items(ctx, EPS_SRC)
     if slices is None:
-        raise Skip("the kube-dns EndpointSlices were not collected (cluster/dns-endpointslices.json)")
+        raise Skip(f"the kube-dns EndpointSlices were not collected ({sources.DNS_ENDPOINTSLICES})")
     key = _svc_key(svc)
     ready = _ready_endpoints(slices)
     if ready:
@@ -311,7 +312,7 @@ def dns_no_endpoints(ctx, new):
 def coredns_unhealthy(ctx, new):
     pods = _items(ctx, PODS_SRC)
     if not pods:
-        if not _items(ctx, "cluster/dns-service.json"):
+        if not _items(ctx, sources.DNS_SERVICE):
             raise Skip("no kube-dns Service and no pod labelled k8s-app=kube-dns in kube-system: this cluster's DNS is something "
                        "kpdiag does not know, not necessarily absent")
         yield new("no CoreDNS pod (label k8s-app=kube-dns) in kube-system: nothing answers the cluster's DNS",
@@ -320,7 +321,7 @@ def coredns_unhealthy(ctx, new):
                   evidence=[Evidence(ctx.bundle.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")], subject="kube-system/coredns")
         return
     any_ready = any(_pod_ready(p) for p in pods)
-    created = _when(_g(ctx.bundle.read_json("kpdiag.json"), "created"))  # when the data was collected
+    created = _when(_g(ctx.manifest, "created"))  # when the data was collected
     for pod in pods:
         pname = _g(pod, "metadata", "name")
         name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
@@ -372,7 +373,7 @@ def coredns_unhealthy(ctx, new):
         "--resolv-conf), restart kubelet, delete the CoreDNS pods; or forward to upstream IPs in the Corefile.",
 )
 def coredns_loop(ctx, new):
-    data = ctx.bundle.read_json(LOGS_SRC)
+    data = ctx.source(LOGS_SRC)
     logs = _dl(_g(data, "logs"))
     texts = [e for e in logs if isinstance(e.get("text"), str)]
     if not texts:

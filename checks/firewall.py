@@ -8,6 +8,7 @@ import re
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 EXTERNAL_SRC = "203.0.113.77"  # an outside client (TEST-NET-3)
 MAX_TARGETS = 6
@@ -34,7 +35,7 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
     read, else from kube-proxy's rules."""
     out: dict[tuple[str, int], tuple[str, str]] = {}
     svcs = ctx.cluster.services() if ctx.cluster.available else None
-    src = ctx.bundle.display("cluster/services.json")
+    src = ctx.bundle.display(sources.SERVICES)
     for svc in svcs or []:
         for p in svc.ports:
             if p.get("nodePort"):
@@ -51,7 +52,7 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
         node = _node_ip(ctx)
         for key in ctx.ipvs:
             if node and str(key[1]) == node[0]:
-                out.setdefault((key[0], int(key[2])), ("NodePort (IPVS virtual server on the node's address)", ctx.bundle.display("node/ipvsadm.txt")))
+                out.setdefault((key[0], int(key[2])), ("NodePort (IPVS virtual server on the node's address)", ctx.bundle.display(sources.IPVSADM)))
     else:
         rs = ctx.iptables()
         for table, what in (("nat", "NodePort"), ("filter", "health check node port")):

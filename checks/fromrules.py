@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 SUFFIX_NONE = " has no endpoints"
 SUFFIX_LOCAL = " has no local endpoints"
-NFT_SRC = "node/nft-ruleset.json"
+NFT_SRC = sources.NFT_RULESET
 
 
 def _api_present(ctx) -> bool:
@@ -89,7 +90,7 @@ def rules_no_endpoints(ctx, new):
         marks = {k: v for k, v in _nft_marks(ctx, "reject").items()}
     else:
         if ctx.iptables() is None:
-            raise Skip("needs node/iptables-save.txt")
+            raise Skip(f"needs {sources.IPTABLES_SAVE}")
         marks = {k: [Evidence(r.source, r.text, r.lineno) for r in rules] for k, rules in _iptables_marks(ctx, SUFFIX_NONE).items()}
     for name in sorted(marks):
         ns_name = name.split(":")[0]
@@ -123,7 +124,7 @@ def rules_no_local_endpoints(ctx, new):
         kinds = {name: ("internal" if any("no-endpoint-services" in e.text for e in evs) else "external") for name, evs in marks.items()}
     else:
         if ctx.iptables() is None:
-            raise Skip("needs node/iptables-save.txt")
+            raise Skip(f"needs {sources.IPTABLES_SAVE}")
         rules = _iptables_marks(ctx, SUFFIX_LOCAL)
         marks = {k: [Evidence(r.source, r.text, r.lineno) for r in rs] for k, rs in rules.items()}
         kinds = {k: ("internal" if any(r.chain == "KUBE-SERVICES" for r in rs) else "external") for k, rs in rules.items()}

@@ -9,10 +9,11 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import persist_sysctls
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
-ADDR_SRC = "node/ip-addr.json"
-ROUTE_SRC = "node/ip-route.json"
+ADDR_SRC = sources.IP_ADDR
+ROUTE_SRC = sources.IP_ROUTE
 
 
 def _links(ctx) -> list[dict]:
@@ -122,19 +123,19 @@ def _ipv6_services(ctx) -> list[str]:
     why = []
     progs6 = ctx.programmed("ip6tables-save")
     if progs6:
-        why.append(f"{ctx.bundle.display('node/ip6tables-save.txt')}: {len(progs6)} IPv6 service ports in KUBE-SERVICES")
+        why.append(f"{ctx.bundle.display(sources.IP6TABLES_SAVE)}: {len(progs6)} IPv6 service ports in KUBE-SERVICES")
     if ctx.nft_text and '"family": "ip6", "name": "kube-proxy"' in ctx.nft_text:
-        why.append(f"{ctx.bundle.display('node/nft-ruleset.json')}: table ip6 kube-proxy")
+        why.append(f"{ctx.bundle.display(sources.NFT_RULESET)}: table ip6 kube-proxy")
     ipvs = ctx.ipvs
     if ipvs:
         v6 = [k for k in ipvs if ":" in str(k[1])]
         if v6:
-            why.append(f"{ctx.bundle.display('node/ipvsadm.txt')}: {len(v6)} IPv6 virtual servers")
+            why.append(f"{ctx.bundle.display(sources.IPVSADM)}: {len(v6)} IPv6 virtual servers")
     svcs = ctx.cluster.services() if ctx.cluster.available else None
     if svcs:
         v6 = [s.key for s in svcs if any(":" in ip for ip in s.cluster_ips)]
         if v6:
-            why.append(f"{ctx.bundle.display('cluster/services.json')}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})")
+            why.append(f"{ctx.bundle.display(sources.SERVICES)}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})")
     return why
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from kpdiag.checkapi import Skip, check
 from kpdiag.implementer import PROCESSES, processes
 from kpdiag.model import Evidence
+from kpdiag import sources
 
-HTTP_SOURCES = ("node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json")
+HTTP_SOURCES = (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ)
 
 
 def _blind(ctx) -> bool:
@@ -77,7 +78,7 @@ def absent(ctx, new):
         raise Skip("the bundle does not say whether kube-proxy's :10249/:10256 answered (not collected by kpdiag node/collect)")
     procs = processes(b) if b.exists(PROCESSES) else None
     if procs is None:
-        raise Skip("the node's processes were not listed (node/processes.txt): a kube-proxy cannot be ruled out")
+        raise Skip(f"the node's processes were not listed ({sources.PROCESSES}): a kube-proxy cannot be ruled out")
     if "1" not in procs.values() or any(p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s")):
         return  # the host's processes are not visible (no hostPID), or kube-proxy / an embedding runs
     ports = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 
-_TABLE_OR_KUBE_CHAIN = re.compile(r"^(?:\*(\w+)|:(KUBE-[^\s]+))", re.M)
-
-
-def _kube_chains(text: str) -> list[str]:
-    """table/chain of every KUBE-* chain declared in an iptables-save text (no need to parse 200,000 rules)."""
-    out, table = [], "?"
-    for m in _TABLE_OR_KUBE_CHAIN.finditer(text):
-        if m.group(1):
-            table = m.group(1)
-        else:
-            out.append(f"{table}/{m.group(2)}")
-    return out
+def _kube_chains(rs) -> list[str]:
+    """table/chain of every KUBE-* chain of a ruleset (its chain index: no rule is compiled)."""
+    return [f"{t}/{name}" for t, table in rs.tables.items() for name in table.chains if name.startswith("KUBE-")]
 
 
 @check(
@@ -38,12 +29,12 @@ def _kube_chains(text: str) -> list[str]:
     references=("https://github.com/kubernetes/kubernetes/issues/71305",),
 )
 def backend_mix(ctx, new):
-    legacy = ctx.bundle.read_text("node/iptables-legacy-save.txt")
-    nft = ctx.bundle.read_text("node/iptables-nft-save.txt")
+    legacy = ctx.iptables("iptables-legacy-save")
+    nft = ctx.iptables("iptables-nft-save")
     if legacy is None or nft is None:
-        raise Skip("needs node/iptables-legacy-save.txt and node/iptables-nft-save.txt (both backends' dumps)")
+        raise Skip(f"needs {sources.IPTABLES_LEGACY_SAVE} and {sources.IPTABLES_NFT_SAVE} (both backends' dumps)")
     kl, kn = _kube_chains(legacy), _kube_chains(nft)
-    legacy_src, nft_src = ctx.bundle.display("node/iptables-legacy-save.txt"), ctx.bundle.display("node/iptables-nft-save.txt")
+    legacy_src, nft_src = legacy.source, nft.source
     if not kl or not kn:
         return
     yield new(
@@ -217,21 +208,19 @@ def leftover(ctx, new):
 DUPLICATE_MIN = 10  # kube-proxy never writes the same rule twice in a chain; ten copies are a bug, not a style
 
 
-def duplicated_rules(text: str) -> list[tuple[str, str, int, int]]:
-    """(table, rule text, copies, first line) for each rule text found at least DUPLICATE_MIN times in one chain of an
-    iptables-save text, most copies first."""
+def duplicated_rules(rs) -> list[tuple[str, str, int, int]]:
+    """(table, rule text, copies, first line) for each rule text found at least DUPLICATE_MIN times in one chain of a
+    ruleset (its raw rule lines: nothing is compiled), most copies first."""
     from collections import Counter
 
     counts: Counter = Counter()
     first: dict = {}
-    table = "?"
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if line.startswith("*"):
-            table = line[1:].strip()
-        elif line.startswith("-A "):
-            key = (table, line)
-            counts[key] += 1
-            first.setdefault(key, lineno)
+    for table in rs.tables.values():
+        for chain in table.chains.values():
+            for lineno, line in zip(chain.linenos, chain.lines):
+                key = (table.name, line)
+                counts[key] += 1
+                first.setdefault(key, lineno)
     dup = [(t, line, n, first[(t, line)]) for (t, line), n in counts.items() if n >= DUPLICATE_MIN]
     return sorted(dup, key=lambda d: (-d[2], d[3]))
 
@@ -256,8 +245,7 @@ def duplicated(ctx, new):
         rs = ctx.iptables(which)
         if rs is None:
             continue
-        text = ctx.bundle.read_text(f"node/{which}.txt") or ""
-        dups = duplicated_rules(text)
+        dups = duplicated_rules(rs)
         if not dups:
             continue
         total = sum(n - 1 for _, _, n, _ in dups)

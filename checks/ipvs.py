@@ -8,6 +8,7 @@ from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 
 def ipvs_modules(kernel: tuple[int, int, int] | None, scheduler: str | None = None) -> list[str]:
@@ -45,18 +46,18 @@ def ipvs_unavailable(ctx, new):
     preflight = getattr(ctx, "preflight", None) == "ipvs"
     if not preflight:
         if cfg is None:
-            raise Skip("needs the kube-proxy configuration (node/kube-proxy/config.yaml or its ConfigMap)")
+            raise Skip(f"needs the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)")
         if cfg.mode != "ipvs":
             return
     if ctx.modules is None:
         # no /proc/modules (a kernel without loadable modules, or not collected): /proc/net/ip_vs is the sign of life
-        gone = [p for p in ctx.problems if p.source.endswith("node/ipvsadm.txt") and "not loaded" in p.error]
+        gone = [p for p in ctx.problems if p.source.endswith(sources.IPVSADM) and "not loaded" in p.error]
         if not gone:
-            raise Skip("needs node/modules.txt (/proc/modules) to tell which IPVS modules are loaded")
+            raise Skip(f"needs {sources.MODULES} (/proc/modules) to tell which IPVS modules are loaded")
         wanted = ipvs_modules(ctx.kernel, None)
         yield new(
             f"IPVS is not available on this node (kernel {'.'.join(map(str, ctx.kernel))}): {gone[0].error}"
-            + ("" if ctx.bundle.exists("node/modules.txt") else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"),
+            + ("" if ctx.has(sources.MODULES) else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"),
             fix=(f"modprobe -a {' '.join(wanted)}   # on a kernel with loadable modules",
                  "or use mode: nftables (kernel ≥ 5.13) / iptables on this node"),
             evidence=[Evidence(gone[0].source, gone[0].error)],
@@ -83,19 +84,19 @@ def ipvs_unavailable(ctx, new):
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
         ),
-        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display("node/modules.txt"), f"not listed: {', '.join(missing)}"),
-                  Evidence(ctx.bundle.display("node/uname.txt"), k, 1)],
+        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display(sources.MODULES), f"not listed: {', '.join(missing)}"),
+                  Evidence(ctx.bundle.display(sources.UNAME), k, 1)],
         subject="node",
     )
 
 
 _TIMEOUT_RE = re.compile(r"Timeout \(tcp tcpfin udp\):\s*(\d+)\s+(\d+)\s+(\d+)")
-TIMEOUT_SRC = "node/ipvs-timeout.txt"
+TIMEOUT_SRC = sources.IPVS_TIMEOUT
 
 
 def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
     """(tcp, tcpfin, udp, line) from ``ipvsadm -L --timeout`` (node/ipvs-timeout.txt), or None."""
-    text = ctx.bundle.read_text(TIMEOUT_SRC)
+    text = ctx.source(TIMEOUT_SRC)
     if text is None:
         return None
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -127,7 +128,7 @@ def ipvs_idle_timeout(ctx, new):
         return
     t = ipvs_timeouts(ctx)
     if t is None:
-        raise Skip("needs node/ipvs-timeout.txt (ipvsadm -L --timeout)")
+        raise Skip(f"needs {sources.IPVS_TIMEOUT} (ipvsadm -L --timeout)")
     tcp, _, _, line = t
     keep = ctx.sysctl_value("net.ipv4.tcp_keepalive_time")
     if keep is None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
-from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
 
-from .service import _services, _svc_ev, drift, wanted_targets
+from kpdiag import sources
+
+from . import dataplane
 
 
 def _ipvs_mode(ctx) -> bool:
@@ -18,23 +19,6 @@ def _ipvs_mode(ctx) -> bool:
     if mode is None:
         raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")
     return mode == "ipvs"
-
-
-def _vs(ctx):
-    if not _ipvs_mode(ctx):
-        raise Skip(f"kube-proxy runs in {ctx.proxy_mode[0]} mode: IPVS is not where Services live")
-    services = ctx.ipvs
-    if services is None:
-        raise Skip("kube-proxy runs in IPVS mode but no IPVS state was collected (node/ipvsadm.txt)")
-    return services
-
-
-def _api_keys(svc):
-    """(port, (proto, ClusterIP, port), IP version) for each ClusterIP: IPVS holds both families' virtual servers."""
-    for port in svc.ports:
-        proto = (port.get("protocol") or "TCP").lower()
-        for ip in svc.cluster_ips:
-            yield port, (proto, ip, int(port.get("port"))), 6 if ":" in ip else 4
 
 
 @check(
@@ -49,20 +33,8 @@ def _api_keys(svc):
     fix="Check kube-proxy on this node (its log: IPVS errors, ipset errors) and restart it.",
 )
 def service_missing(ctx, new):
-    services = _vs(ctx)
-    for svc in _services(ctx):
-        for port, key, family in _api_keys(svc):
-            if key in services or not any(e.ready for e in svc.endpoints_for(port, family=family)):
-                continue
-            addr = hostport(key[1], key[2])
-            yield new(
-                f"{svc.key} {addr}/{key[0]} has ready endpoints but no IPVS virtual server on this node",
-                fix=(f"ipvsadm -Ln -t {addr}" if key[0] == "tcp" else f"ipvsadm -Ln -u {addr}",
-                     "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail"),
-                evidence=[_svc_ev(ctx, svc, f"clusterIP {key[1]} port {key[2]}/{key[0]}"),
-                          Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"no -A {'-t' if key[0] == 'tcp' else '-u'} {addr}")],
-                subject=f"{svc.key}:{key[2]}",
-            )
+    yield from dataplane.missing(ctx, new, dataplane.IPVS)
+
 
 
 @check(
@@ -78,23 +50,8 @@ def service_missing(ctx, new):
     fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
 )
 def realservers(ctx, new):
-    services = _vs(ctx)
-    for svc in _services(ctx):
-        for port, key, family in _api_keys(svc):
-            vs = services.get(key)
-            want = wanted_targets(ctx, svc, port, family)  # internalTrafficPolicy: Local → this node's ready endpoints
-            if vs is None or not want:
-                continue
-            have = {r.target for r in vs.reals if r.weight > 0}
-            if have == want:
-                continue
-            text, api_ev = drift(ctx, have, want, verb="IPVS sends new connections to")
-            yield new(
-                f"{svc.key} {vs.name}: {text}",
-                fix=(f"ipvsadm -Ln {'-t' if key[0] == 'tcp' else '-u'} {hostport(key[1], key[2])}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-                evidence=[Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line), api_ev],
-                subject=f"{svc.key}:{key[2]}",
-            )
+    yield from dataplane.mismatch(ctx, new, dataplane.IPVS)
+
 
 
 @check(
@@ -109,7 +66,7 @@ def realservers(ctx, new):
     fix="Restart kube-proxy on this node; check that kube-ipvs0 exists (ip addr show kube-ipvs0).",
 )
 def not_bound(ctx, new):
-    services = _vs(ctx)
+    services = dataplane.ipvs_services(ctx)
     bound = set()
     have_iface = False
     for link in ctx.ip_addr or []:
@@ -123,8 +80,8 @@ def not_bound(ctx, new):
         (f"{len(missing)} IPVS virtual server address(es) are not on kube-ipvs0" if have_iface else "there is no kube-ipvs0 interface")
         + f": {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''} never reach IPVS",
         fix=("ip addr show kube-ipvs0", "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # it re-binds every ClusterIP"),
-        evidence=[Evidence(ctx.bundle.display("node/ip-addr.json"), f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0"),
-                  Evidence(ctx.bundle.display("node/ipvsadm.txt"), f"virtual servers for {', '.join(missing[:3])}")],
+        evidence=[Evidence(ctx.bundle.display(sources.IP_ADDR), f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0"),
+                  Evidence(ctx.bundle.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}")],
         subject="node",
     )
 
@@ -150,18 +107,18 @@ def _ip(addr):
     fix="Nothing to fix if expected; shorten connection lifetimes (keep-alive limits) or drain clients if old pods must go.",
 )
 def graceful(ctx, new):
-    services = _vs(ctx)
+    services = dataplane.ipvs_services(ctx)
     conns = ctx.ipvs_conn
-    listed = ctx.bundle.exists("node/ipvsadm-list.txt")
+    listed = ctx.has(sources.IPVSADM_LIST)
     if not listed and conns is None:
-        raise Skip("connection counts need node/ipvsadm-list.txt (ipvsadm -Ln) or node/ipvs-conn.json (/proc/net/ip_vs_conn)")
+        raise Skip(f"connection counts need {sources.IPVSADM_LIST} (ipvsadm -Ln) or {sources.IPVS_CONN} (/proc/net/ip_vs_conn)")
     for vs in services.values():
         for r in vs.reals:
             if listed and r.weight == 0 and (r.active or 0) > 0:
                 yield new(
                     f"{vs.name}: real server {r.target} has weight 0 (terminating) and still {r.active} active connection(s)",
                     fix=(f"ipvsadm -Lnc | grep {r.addr}   # the connections", "sysctl net.ipv4.vs.expire_nodest_conn   # 1: cut when the server is removed"),
-                    evidence=[Evidence(ctx.bundle.display("node/ipvsadm-list.txt"), f"-> {r.target} weight 0 active {r.active}", r.line)],
+                    evidence=[Evidence(ctx.bundle.display(sources.IPVSADM_LIST), f"-> {r.target} weight 0 active {r.active}", r.line)],
                     subject=vs.name,
                 )
     if conns is None:
@@ -186,7 +143,7 @@ def graceful(ctx, new):
         by_state = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
         why_kept = ("net.ipv4.vs.expire_nodest_conn = 0 keeps them until their timeout: clients wait on a pod that is gone"
                     if expire is not None and expire.value.strip() == "0" else "with expire_nodest_conn = 1 each is dropped at its next packet")
-        evidence = [Evidence(ctx.bundle.display("node/ipvs-conn.json"), f"{name} -> {target}: {by_state}")]
+        evidence = [Evidence(ctx.bundle.display(sources.IPVS_CONN), f"{name} -> {target}: {by_state}")]
         fix = [f"ipvsadm -Lnc | grep {target.rsplit(':', 1)[0]}   # the connections"]
         if expire is not None:
             evidence.append(ev.sysctl(ctx, "net.ipv4.vs.expire_nodest_conn"))
@@ -297,9 +254,9 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     out = {}
     for ip, why in candidates.items():
         if bound is not None and ip in bound:
-            out[ip] = (ctx.bundle.display("node/ip-addr.json"), f"bound on kube-ipvs0 ({why})")
+            out[ip] = (ctx.bundle.display(sources.IP_ADDR), f"bound on kube-ipvs0 ({why})")
         elif ip in vips:
-            out[ip] = (ctx.bundle.display("node/ipvsadm.txt"), f"IPVS virtual server ({why})")
+            out[ip] = (ctx.bundle.display(sources.IPVSADM), f"IPVS virtual server ({why})")
     return out
 
 
@@ -321,14 +278,14 @@ def ipvs_ipset(ctx, new):
     sets = ctx.ipsets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    why = "node/ipset.txt has no KUBE-CLUSTER-IP set" if sets is not None else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
+    why = f"{sources.IPSET} has no KUBE-CLUSTER-IP set" if sets is not None else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
     rs = ctx.iptables()
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
     who = "IPVS mode (preflight) needs kube-proxy's ipsets, but" if getattr(ctx, "preflight", None) == "ipvs" else "kube-proxy runs IPVS mode but"
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=("ipset list -n", "apt-get install -y ipset   # or: dnf install -y ipset", "modprobe ip_set", "kubectl -n kube-system rollout restart daemonset kube-proxy"),
-        evidence=[Evidence(ctx.bundle.display("node/ipset.txt"), why)] + [ev.rule(r) for r in refs],
+        evidence=[Evidence(ctx.bundle.display(sources.IPSET), why)] + [ev.rule(r) for r in refs],
         subject="node",
     )
 
@@ -348,7 +305,7 @@ def deprecated(ctx, new):
         return
     version = ctx.kube_proxy_version
     if version is None:
-        raise Skip("kube-proxy's version is unknown (metrics or cluster/version.json)")
+        raise Skip(f"kube-proxy's version is unknown (metrics or {sources.VERSION})")
     if version < (1, 35):
         return
     yield new(
@@ -356,6 +313,6 @@ def deprecated(ctx, new):
         fix=("kpdiag node --preflight nftables   # is this node ready (kernel ≥ 5.13)?",
              "kubectl -n kube-system edit configmap kube-proxy   # mode: nftables", "kubectl -n kube-system rollout restart daemonset kube-proxy",
              "afterwards: ipvsadm -C; ip link del kube-ipvs0   # remove IPVS leftovers (KP208)"),
-        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display("node/kube-proxy/metrics.txt"), f"kube-proxy v{version[0]}.{version[1]}")],
+        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display(sources.KP_METRICS), f"kube-proxy v{version[0]}.{version[1]}")],
         subject="node",
     )

@@ -8,6 +8,7 @@ import re
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag import sources
 
 _USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")
 _FALLBACK = re.compile(r"[Cc]an'?t use (?:the )?(ipvs|IPVS|nftables) [Pp]roxier(?:, trying (iptables) [Pp]roxier)?")
@@ -46,7 +47,7 @@ def mode_mismatch(ctx, new):
     running = ctx.proxy_mode_running
     if running and running != configured:
         disagree.append(f"/proxyMode answers {running}")
-        evidence.append(Evidence(ctx.bundle.display("node/kube-proxy/proxy-mode.txt"), running, 1))
+        evidence.append(Evidence(ctx.bundle.display(sources.KP_PROXY_MODE), running, 1))
     used, fallbacks = _log_modes(ctx)
     if used and used[-1][0] != configured:
         mode, n, line = used[-1]
@@ -135,13 +136,13 @@ STALE_SECONDS = 120
 def unhealthy(ctx, new):
     hz, metrics = ctx.healthz, ctx.metrics
     if hz is None and metrics is None:
-        raise Skip("needs kube-proxy's /healthz or /metrics (node/kube-proxy/healthz.json, metrics.txt)")
+        raise Skip(f"needs kube-proxy's /healthz or /metrics ({sources.KP_HEALTHZ}, metrics.txt)")
     fix = (
         "kubectl -n kube-system logs --tail=200 $(kubectl -n kube-system get pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node> -o name)",
         "curl -s http://127.0.0.1:10256/healthz; curl -s http://127.0.0.1:10249/metrics | grep -E 'sync_proxy_rules_(last|iptables_restore_failures)'",
         "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>   # after fixing the cause",
     )
-    src = ctx.bundle.display("node/kube-proxy/healthz.json")
+    src = ctx.bundle.display(sources.KP_HEALTHZ)
     if hz is not None:
         status = hz.get("kpdiag_http_status")
         last, now = _ts(hz.get("lastUpdated")), _ts(hz.get("currentTime"))

@@ -20,10 +20,11 @@ import re
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.netpol import End, Pod, patch_doc, patch_oneline
+from kpdiag import sources
 
-NP_SRC = "cluster/networkpolicies.json"
-PODS_SRC = "cluster/pods.json"
-CNI_SRC = "cluster/cni.json"
+NP_SRC = sources.NETWORKPOLICIES
+PODS_SRC = sources.PODS
+CNI_SRC = sources.CNI
 
 
 def _data(ctx):
@@ -35,12 +36,12 @@ def _data(ctx):
 
 def _client(ctx, data) -> tuple[End | None, str]:
     """(the client, how it was named) from the manifest; (None, why) without one."""
-    m = ctx.bundle.manifest or {}
+    m = ctx.manifest
     c = m.get("client")
     if isinstance(c, dict) and c.get("namespace") and c.get("pod"):
         pod = data.index.pod(str(c["namespace"]), str(c["pod"]))
         if pod is None:
-            raise Skip(f"the client pod {c['namespace']}/{c['pod']} (kpdiag.json 'client') is not in {PODS_SRC} or cluster/client-pod.json")
+            raise Skip(f"the client pod {c['namespace']}/{c['pod']} (kpdiag.json 'client') is not in {PODS_SRC} or {sources.CLIENT_POD}")
         return End(pod.ip, pod), "kpdiag.json client"
     ip = m.get("client_ip")
     if isinstance(ip, str) and ip:
@@ -59,7 +60,7 @@ def _client_text(end: End) -> str:
 
 def _line_of(ctx, rel: str, namespace: str, name: str) -> int | None:
     """The line of ``"name": NAME`` closest to a ``"namespace": NS`` line in a kubectl-printed List (best effort)."""
-    text = ctx.bundle.read_text(rel) if ctx.bundle.exists(rel) else None
+    text = ctx.source_text(rel) if ctx.has(rel) else None
     if not text:
         return None
     lines = text.splitlines()
@@ -92,7 +93,7 @@ def _policy_ev(ctx, index, key: str, direction: str) -> Evidence:
 def _pod_ev(ctx, pod: Pod) -> Evidence:
     labels = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items())) or "no labels"
     rel, line = PODS_SRC, None
-    for candidate in (PODS_SRC, "cluster/client-pod.json", "cluster/dns-pods.json"):
+    for candidate in (PODS_SRC, sources.CLIENT_POD, sources.DNS_PODS):
         line = _line_of(ctx, candidate, pod.namespace, pod.name)
         if line:
             rel = candidate
@@ -398,7 +399,7 @@ def policies_not_enforced(ctx, new):
         if denied:
             d = denied[0].ingress if not denied[0].ingress.allowed else denied[0].egress
             would = f"; if enforced they would drop {_client_text(client)} → {denied[0].dst.text()}:{denied[0].port} ({d.missing})"
-    ev = [Evidence(ctx.bundle.display(CNI_SRC if ctx.bundle.exists(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
+    ev = [Evidence(ctx.bundle.display(CNI_SRC if ctx.has(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
     ev += [_policy_ev(ctx, data.index, k, "ingress" if "Ingress" in data.index.policy(k).types else "egress") for k in keys[:3]]
     yield new(
         f"{len(keys)} NetworkPolicy object(s) ({', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}) exist, but the CNI ({enf.cni}) "

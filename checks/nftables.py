@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from kpdiag import evidence as ev
-from kpdiag.checkapi import Skip, check
+from kpdiag.checkapi import check
 from kpdiag.model import Evidence
 
-from .service import _services, _svc_ev, drift, wanted_targets
+from kpdiag import sources
+
+from . import dataplane
 
 MIN_KERNEL = (5, 13, 0)
 MIN_NFT = (1, 0, 1)
@@ -39,11 +41,11 @@ def prerequisites(ctx, new):
     problems, evidence = [], []
     if kernel < MIN_KERNEL:
         problems.append(f"kernel {'.'.join(map(str, kernel))} < 5.13")
-        evidence.append(Evidence(ctx.bundle.display("node/uname.txt"), ".".join(map(str, kernel)), 1))
+        evidence.append(Evidence(ctx.bundle.display(sources.UNAME), ".".join(map(str, kernel)), 1))
     nft_v = ctx.nft_version
     if nft_v is not None and nft_v < MIN_NFT:
         problems.append(f"nft {'.'.join(map(str, nft_v))} < 1.0.1")
-        evidence.append(Evidence(ctx.bundle.display("node/nft-version.txt"), ".".join(map(str, nft_v)), 1))
+        evidence.append(Evidence(ctx.bundle.display(sources.NFT_VERSION), ".".join(map(str, nft_v)), 1))
     if not problems:
         return
     yield new(
@@ -53,30 +55,6 @@ def prerequisites(ctx, new):
         evidence=evidence + [e for e in [ev.config(ctx, "mode")] if e],
         subject="node",
     )
-
-
-def _programmed(ctx):
-    from kpdiag.kube_nft import programmed_nft
-
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "nftables"):
-        raise Skip(f"kube-proxy runs in {mode} mode: its nftables table is not where Services live")
-    if not ctx.nft_kube_proxy_table:  # (and no need to parse a big iptables-nft ruleset)
-        raise Skip("no kube-proxy nftables table on this node (table ip/ip6 kube-proxy): not nftables mode")
-    rs = ctx.nft()
-    if rs is None:
-        raise Skip("node/nft-ruleset.json could not be parsed (see 'could not read')")
-    return rs, programmed_nft(rs)
-
-
-def _api_ports(svc):
-    """(port, (ClusterIP, proto, port), IP version, kube-proxy's table family) for each ClusterIP of the Service:
-    a dual-stack Service's IPv6 side is in table ip6 kube-proxy."""
-    for port in svc.ports:
-        proto = (port.get("protocol") or "TCP").lower()
-        for ip in svc.cluster_ips:
-            v6 = ":" in ip
-            yield port, (ip, proto, int(port.get("port"))), 6 if v6 else 4, "ip6" if v6 else "ip"
 
 
 @check(
@@ -92,20 +70,8 @@ def _api_ports(svc):
     fix="Check kube-proxy on this node (log, /healthz); restart it.",
 )
 def service_missing(ctx, new):
-    rs, prog = _programmed(ctx)
-    for svc in _services(ctx):
-        for port, key, family, fam in _api_ports(svc):
-            if not any(e.ready for e in svc.endpoints_for(port, family=family)):
-                continue
-            if key in prog and (prog[key].chain or prog[key].local_policy):
-                continue  # a service-/local- chain, or internalTrafficPolicy: Local's drop (no endpoint here: KP106)
-            yield new(
-                f"{svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
-                fix=(f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
-                evidence=[_svc_ev(ctx, svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
-                          Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")],
-                subject=f"{svc.key}:{key[2]}",
-            )
+    yield from dataplane.missing(ctx, new, dataplane.NFTABLES)
+
 
 
 @check(
@@ -121,25 +87,8 @@ def service_missing(ctx, new):
     fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
 )
 def endpoints_mismatch(ctx, new):
-    rs, prog = _programmed(ctx)
-    for svc in _services(ctx):
-        for port, key, family, fam in _api_ports(svc):
-            want = wanted_targets(ctx, svc, port, family)
-            p = prog.get(key)
-            if not any(e.ready for e in svc.endpoints_for(port, family=family)) or want is None or p is None or not (p.chain or p.local_policy):
-                continue
-            have = set(p.endpoints)
-            if have == want:
-                continue
-            text, api_ev = drift(ctx, have, want)
-            yield new(
-                f"{svc.key} {key[0]}:{key[2]}: {text}",
-                fix=(f"nft list chain {fam} kube-proxy '{p.chain}'" if p.chain else f"nft list map {fam} kube-proxy no-endpoint-services",
-                     "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-                evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}" if p.chain
-                                   else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
-                subject=f"{svc.key}:{key[2]}",
-            )
+    yield from dataplane.mismatch(ctx, new, dataplane.NFTABLES)
+
 
 
 def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
@@ -173,7 +122,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
         "node addresses accept NodePorts.",
 )
 def localhost_nodeport(ctx, new):
-    rs, prog = _programmed(ctx)
+    rs, prog = dataplane.nft_programmed(ctx)
     cfg = ctx.kube_proxy_config
     wants = []
     if cfg.get("iptables.localhostNodePorts") is True:

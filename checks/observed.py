@@ -11,9 +11,10 @@ from kpdiag.model import Evidence
 from kpdiag.observe import observations
 
 from .service import _services, _svc_ev, usable
+from kpdiag import sources
 
-PROBES_SRC = "probes/service.json"
-LOOKUP_SRC = "cluster/service-lookup.json"
+PROBES_SRC = sources.PROBES_SERVICE
+LOOKUP_SRC = sources.SERVICE_LOOKUP
 
 
 def _probe_ev(ctx, text: str) -> Evidence:
@@ -43,7 +44,7 @@ def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | No
     fix="Use the right name and namespace (kubectl get svc -A | grep NAME), or create the Service.",
 )
 def service_not_found(ctx, new):
-    doc = ctx.bundle.read_json(LOOKUP_SRC)
+    doc = ctx.source(LOOKUP_SRC)
     if not isinstance(doc, dict):
         raise Skip(f"{LOOKUP_SRC} is not a lookup document")
     if doc.get("found") is not False:
@@ -74,7 +75,7 @@ def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
     ep = next((e for e in svc.endpoints if e.ip == d.ip), None)
     if ep is not None and ep.ready:
         out.append("the pod is Ready (its readiness probe passes)")
-    pols = ctx.bundle.read_json("cluster/networkpolicies.json") if ctx.bundle.exists("cluster/networkpolicies.json") else None
+    pols = ctx.source(sources.NETWORKPOLICIES) if ctx.has(sources.NETWORKPOLICIES) else None
     if isinstance(pols, dict) and isinstance(pols.get("items"), list):
         mine = [p for p in pols["items"] if isinstance(p, dict) and (p.get("metadata") or {}).get("namespace") == svc.namespace]
         if not mine:

@@ -7,6 +7,7 @@ import ipaddress
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
+from kpdiag import sources
 
 
 def covering_prefix(ips: list[str]) -> str:
@@ -71,7 +72,7 @@ def service_cidr_leaves(ctx, new):
                 f"or on every node: {ip_route} add unreachable {cidr}   # refused at once instead of looping",
                 f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping",
             ),
-            evidence=[Evidence(ctx.bundle.display("node/ip-route.json"), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
+            evidence=[Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
                       Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}")],
             subject=cidr,
         )
@@ -108,7 +109,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     svcs = ctx.cluster.services() if ctx.cluster.available else None
     for svc in svcs or []:
         for ip in svc.cluster_ips:
-            out.setdefault(ip, f"{ctx.bundle.display('cluster/services.json')}: {svc.key}")
+            out.setdefault(ip, f"{ctx.bundle.display(sources.SERVICES)}: {svc.key}")
     mode, _ = ctx.proxy_mode
     if mode == "nftables" and ctx.nft() is not None:
         from kpdiag.kube_nft import cluster_ips
@@ -117,7 +118,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
             out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
     elif mode == "ipvs" and ctx.ipvs is not None:
         for key in ctx.ipvs:
-            out.setdefault(str(key[1]), f"{ctx.bundle.display('node/ipvsadm.txt')}: virtual server")
+            out.setdefault(str(key[1]), f"{ctx.bundle.display(sources.IPVSADM)}: virtual server")
     else:
         for p in (ctx.programmed() or {}).values():
             if p.cluster_ip:

@@ -7,10 +7,11 @@ import ipaddress
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
+from kpdiag import sources
 
-SVC_SRC = "cluster/services.json"
-EPS_SRC = "cluster/endpointslices.json"
-PODS_SRC = "cluster/pods.json"
+SVC_SRC = sources.SERVICES
+EPS_SRC = sources.ENDPOINTSLICES
+PODS_SRC = sources.PODS
 
 
 def _services(ctx, allow_headless: bool = False):
@@ -251,7 +252,7 @@ def target_port(ctx, new):
             failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
             ev = [_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}"),
                   Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}")]
-            ev += [Evidence("probes/service.json", f"connect {r['target']} (the pod directly): {r['result']}") for r in failing[:3]]
+            ev += [Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}") for r in failing[:3]]
             yield new(
                 f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods declare {', '.join(map(str, numbers))}"
                 + (f" — and {len(failing)} endpoint(s) refuse or drop {number}" if failing else " (not probed: the app may still listen there)"),
@@ -265,7 +266,7 @@ def target_port(ctx, new):
 def _local_check(ctx, new, policy: str):
     node = ctx.cluster.node_name() or ctx.node_name
     if not node:
-        raise Skip("the node kpdiag runs on is unknown (cluster/nodes.json or the manifest's node)")
+        raise Skip(f"the node kpdiag runs on is unknown ({sources.NODES} or the manifest's node)")
     for svc in _services(ctx):
         wants = svc.etp_local if policy == "external" else svc.itp_local
         if not wants:
@@ -378,7 +379,7 @@ def dns_mismatch(ctx, new):
     for svc in _services(ctx, allow_headless=True):
         if svc.type == "ExternalName":
             continue
-        ev = Evidence(ctx.bundle.display("probes/dns.json"), f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip())
+        ev = Evidence(ctx.bundle.display(sources.PROBES_DNS), f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip())
         result = doc.get("result")
         if result == "resolved":
             want = set(svc.cluster_ips) if not svc.headless else {e.ip for e in svc.endpoints if e.ready}
@@ -432,5 +433,5 @@ def source_range(ctx, new):
             continue
         yield new(f"this client ({src}) is outside {svc.key}'s loadBalancerSourceRanges {ranges}: its traffic to the load balancer is dropped",
                   fix=(f"kubectl -n {svc.namespace} patch service {svc.name} --type merge -p '{{\"spec\":{{\"loadBalancerSourceRanges\":{ranges + [src + '/32']}}}}}'".replace("'", '"', 0),),
-                  evidence=[_svc_ev(ctx, svc, f"loadBalancerSourceRanges {ranges}"), Evidence("probes/service.json", f"source address {src}")],
+                  evidence=[_svc_ev(ctx, svc, f"loadBalancerSourceRanges {ranges}"), Evidence(sources.PROBES_SERVICE, f"source address {src}")],
                   subject=svc.key)

@@ -9,7 +9,10 @@ from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 
-from .service import _services, _svc_ev, drift, wanted_targets
+from .service import _services
+from kpdiag import sources
+
+from . import dataplane
 
 
 def _tcp_summary(ctx, svc, ip: str | None = None) -> str:
@@ -64,7 +67,7 @@ def icmp_cluster_ip(ctx, new):
                 continue
             works = _tcp_summary(ctx, svc, ip)
             walk = next((r for r in ctx.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
-            ev = [Evidence("probes/service.json", f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""))]
+            ev = [Evidence(sources.PROBES_SERVICE, f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""))]
             cidr = _service_cidr_guess(ip)
             route = "ip -6 route" if ":" in ip else "ip route"
             if echo["result"] == "time-exceeded":
@@ -72,7 +75,7 @@ def icmp_cluster_ip(ctx, new):
                 loop = (walk or {}).get("detail", {}).get("loop_between")
                 if walk:
                     hops = ", ".join(f"ttl {h['ttl']}: {h['from'] or '*'}" for h in walk["detail"]["hops"])
-                    ev.append(Evidence("probes/service.json", f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else "")))
+                    ev.append(Evidence(sources.PROBES_SERVICE, f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else "")))
                 yield new(
                     f"ping {ip} ({svc.key}) gets 'Time to live exceeded' from {router}"
                     + (f": the packet loops between {' and '.join(loop)}" if loop else "")
@@ -119,23 +122,6 @@ def icmp_cluster_ip(ctx, new):
                 )
 
 
-def _api_targets(svc, port, family: int = 4) -> set[str]:
-    return {hostport(e.ip, svc.target_of(e, port)) for e in svc.endpoints_for(port, family=family) if e.ready}
-
-
-def _families(ctx, svc):
-    """(IP version, its programmed ports, its rules) for each family this Service has a ClusterIP of; IPv6 only when
-    the bundle has ip6tables-save (a dual-stack Service's IPv6 side lives there)."""
-    out = []
-    for family, which in ((4, "iptables-save"), (6, "ip6tables-save")):
-        if not any((":" in ip) == (family == 6) for ip in svc.cluster_ips):
-            continue
-        rs = ctx.iptables(which)
-        if rs is not None:
-            out.append((family, ctx.programmed(which) or {}, rs))
-    return out
-
-
 @check(
     "KP202", "service-not-programmed", "Service in the API, but not in this node's rules", "error", modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
@@ -149,28 +135,8 @@ def _families(ctx, svc):
     fix="Check kube-proxy on this node: is it running, what does its log say (KP703, KP704), which mode (KP701)?",
 )
 def not_programmed(ctx, new):
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "iptables"):
-        raise Skip(f"kube-proxy runs in {mode} mode: its iptables rules are not where Services live")
-    for svc in _services(ctx):
-        for family, progs, rs in _families(ctx, svc):
-            ip = next(i for i in svc.cluster_ips if (":" in i) == (family == 6))
-            v6 = " (IPv6)" if family == 6 else ""
-            for port in svc.ports:
-                if not _api_targets(svc, port, family):
-                    continue
-                name = svc.kube_proxy_name(port)
-                if name in progs and (progs[name].chain or progs[name].local_policy):
-                    continue  # a KUBE-SVC/KUBE-SVL chain, or internalTrafficPolicy: Local's DROP (no endpoint here: KP106)
-                yield new(
-                    f"{svc.key} port {port.get('port')}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
-                    fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
-                         "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-                         f"{'ip6tables-save' if family == 6 else 'iptables-save'} -t nat | grep -F '{name}'"),
-                    evidence=[_svc_ev(ctx, svc, f"clusterIP {ip} port {port.get('port')}, {len(_api_targets(svc, port, family))} ready endpoint(s)"),
-                              Evidence(rs.source, f"no KUBE-SERVICES rule with comment \"{name} cluster IP\"")],
-                    subject=f"{svc.key}:{port.get('port')}",
-                )
+    yield from dataplane.missing(ctx, new, dataplane.IPTABLES)
+
 
 
 @check(
@@ -186,31 +152,8 @@ def not_programmed(ctx, new):
     fix="Find why kube-proxy's sync is stale (KP703/KP704, its log) and restart it on this node.",
 )
 def stale(ctx, new):
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "iptables"):
-        raise Skip(f"kube-proxy runs in {mode} mode")
-    for svc in _services(ctx):
-        for family, progs, rs in _families(ctx, svc):
-            for port in svc.ports:
-                want = wanted_targets(ctx, svc, port, family)
-                prog = progs.get(svc.kube_proxy_name(port))
-                if not want or prog is None or not (prog.chain or prog.local_policy):
-                    continue
-                have = set(prog.endpoints)
-                if have == want:
-                    continue
-                gone = have - want
-                share = len(gone) / len(have) if have else 0
-                text, api_ev = drift(ctx, have, want)
-                yield new(
-                    f"{svc.key} port {port.get('port')}{' (IPv6)' if family == 6 else ''}: {text}"
-                    + (f" (~{share * 100:.0f}% of connections go to endpoints this node should not use: not ready, gone, or hinted for another zone)" if gone else ""),
-                    fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-                         "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
-                    evidence=[Evidence(rs.source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain
-                                       else f"KUBE-SERVICES: \"{prog.name} has no local endpoints\" -j DROP"), api_ev],
-                    subject=f"{svc.key}:{port.get('port')}",
-            )
+    yield from dataplane.mismatch(ctx, new, dataplane.IPTABLES)
+
 
 
 @check(
@@ -246,8 +189,8 @@ def hairpin(ctx, new):
                     fix=("grep -i hairpin /var/lib/kubelet/config.yaml   # hairpinMode: hairpin-veth",
                          "for p in /sys/class/net/*/brport/hairpin_mode; do echo $p $(cat $p); done   # on the node: 1 = on",
                          "iptables-save -t nat | grep -- '-s " + src + "/32'   # the KUBE-SEP masquerade rule"),
-                    evidence=[Evidence("probes/service.json", f"source {src}; TCP connect {via['target']}: {via['result']}"),
-                              Evidence(ctx.bundle.display("cluster/endpointslices.json"), f"{src} is an endpoint of {svc.key}")],
+                    evidence=[Evidence(sources.PROBES_SERVICE, f"source {src}; TCP connect {via['target']}: {via['result']}"),
+                              Evidence(ctx.bundle.display(sources.ENDPOINTSLICES), f"{src} is an endpoint of {svc.key}")],
                     subject=svc.key,
                 )
 
@@ -268,7 +211,7 @@ _CT_RE = re.compile(r"^(\w+)\s+\d+\s+\d+\s+(?:\S+\s+)?src=(\S+) dst=(\S+) sport=
     fix="Delete the stale entries (conntrack -D …) and fix kube-proxy's conntrack cleanup (KP704).",
 )
 def stale_udp(ctx, new):
-    text = ctx.bundle.read_text("node/conntrack.txt") or ""
+    text = ctx.source(sources.CONNTRACK) or ""
     for svc in _services(ctx):
         for port in svc.ports:
             if (port.get("protocol") or "TCP").upper() != "UDP":
@@ -290,7 +233,7 @@ def stale_udp(ctx, new):
                 f"still go to {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not a ready endpoint",
                 fix=tuple(f"conntrack -D -p udp --orig-dst {svc.cluster_ips[0]} --reply-src {g}" for g in gone)
                 + ("kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",),
-                evidence=[Evidence(ctx.bundle.display("node/conntrack.txt"), line, n) for n, line, _ in stale_entries[:3]],
+                evidence=[Evidence(ctx.bundle.display(sources.CONNTRACK), line, n) for n, line, _ in stale_entries[:3]],
                 subject=f"{svc.key}:{port.get('port')}",
             )
 
@@ -328,6 +271,6 @@ def no_route(ctx, new):
             f"{svc.key}: no usable route from this node to endpoint{'s' if len(bad) > 1 else ''} {', '.join(e.ip for e, _ in bad)}"
             f" ({', '.join(sorted({r.type + ' ' + (r.dst or '') for _, r in bad}))})",
             fix=(f"ip route get {bad[0][0].ip}", "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node"),
-            evidence=[Evidence(ctx.bundle.display("node/ip-route.json"), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]],
+            evidence=[Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]],
             subject=svc.key,
         )

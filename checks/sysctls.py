@@ -5,6 +5,7 @@ from __future__ import annotations
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
+from kpdiag import sources
 
 
 
@@ -72,7 +73,7 @@ def bridge_nf_call(ctx, new):
     loaded = None if mods is None else "br_netfilter" in mods
     v = ctx.sysctl_value("net.bridge.bridge-nf-call-iptables")
     if v is None and loaded is None:
-        raise Skip("neither node/modules.txt nor the net.bridge sysctls were collected")
+        raise Skip(f"neither {sources.MODULES} nor the net.bridge sysctls were collected")
     if v is not None and v.value.strip() == "1":
         return  # the net.bridge sysctls exist only when br_netfilter is loaded (as a module or built in)
     if ctx.ip_addr is not None and not bridges:
@@ -92,7 +93,7 @@ def bridge_nf_call(ctx, new):
     else:
         what = "br_netfilter is not in /proc/modules"
     if v is None and loaded is False:
-        evidence.append(ev.Evidence(ctx.bundle.display("node/modules.txt"), "br_netfilter: not listed (not loaded)"))
+        evidence.append(ev.Evidence(ctx.bundle.display(sources.MODULES), "br_netfilter: not listed (not loaded)"))
     where = f" on bridge {', '.join(bridges)}" if bridges else ""
     yield new(
         f"{what}: pod-to-pod traffic{where} skips kube-proxy's rules, so same-node Service traffic breaks",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from . import safeio
 from .errors import InputError
+from . import sources
 
 FORMAT = "kpdiag-bundle/1"
 MANIFEST = "kpdiag.json"
@@ -36,38 +37,8 @@ MAX_TAR_FILES = 10000
 SPOOL_IN_MEMORY = 4 * 1024 * 1024  # archive members above this wait in a temporary file, not in memory
 MAX_JSON_DEPTH = safeio.MAX_DEPTH
 
-# the bundle layout (docs/architecture.md §3): path → what produced it
-LAYOUT = {
-    "node/uname.txt": "uname -r",
-    "node/modules.txt": "cat /proc/modules",
-    "node/sysctl.txt": "sysctl -a",
-    "node/ip-addr.json": "ip -j addr",
-    "node/ip-route.json": "ip -j route show table all",
-    "node/ip-link.json": "ip -j link",
-    "node/iptables-save.txt": "iptables-save",
-    "node/iptables-legacy-save.txt": "iptables-legacy-save",
-    "node/iptables-nft-save.txt": "iptables-nft-save",
-    "node/ip6tables-save.txt": "ip6tables-save",
-    "node/nft-ruleset.json": "nft -j list ruleset",
-    "node/ipvsadm.txt": "ipvsadm -Sn (or the same, read through IPVS netlink)",
-    "node/ipvsadm-list.txt": "ipvsadm -Ln (or the same, read through IPVS netlink)",
-    "node/ipvs-conn.json": "/proc/net/ip_vs_conn counted by virtual service, real server and state",
-    "node/ipset.txt": "ipset save",
-    "node/conntrack-stats.txt": "conntrack -S",
-    "node/conntrack-count.txt": "cat /proc/sys/net/netfilter/nf_conntrack_count",
-    "node/conntrack.txt": "conntrack -L",
-    "node/kube-proxy/proxy-mode.txt": "GET http://127.0.0.1:10249/proxyMode",
-    "node/kube-proxy/metrics.txt": "GET http://127.0.0.1:10249/metrics",
-    "node/kube-proxy/healthz.json": "GET http://127.0.0.1:10256/healthz",
-    "node/kube-proxy/config.yaml": "the KubeProxyConfiguration in use",
-    "node/kube-proxy/log.txt": "kube-proxy's log",
-    "cluster/version.json": "GET /version",
-    "cluster/services.json": "kubectl get services -A -o json",
-    "cluster/endpointslices.json": "kubectl get endpointslices -A -o json",
-    "cluster/pods.json": "kubectl get pods -A -o json",
-    "cluster/nodes.json": "kubectl get nodes -o json",
-    "cluster/kube-proxy-configmap.json": "kubectl -n kube-system get configmap kube-proxy -o json",
-}
+# the bundle layout (docs/architecture.md §3): path → what produced it, from the source catalogue
+LAYOUT = sources.layout()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .model import CheckRun, Evidence, Finding, Severity
+from . import sources
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
 
@@ -205,34 +206,34 @@ def _not_in_charge(ctx) -> str | None:
 # what a check may need, and how to tell whether it is there (None = available, else why not)
 def availability(ctx, need: str) -> str | None:
     probes = {
-        "sysctl": (lambda: ctx.sysctl, "node/sysctl.txt (sysctl -a)"),
-        "modules": (lambda: ctx.modules, "node/modules.txt (/proc/modules)"),
-        "kernel": (lambda: ctx.kernel, "node/uname.txt (uname -r)"),
-        "iptables": (lambda: ctx.iptables(), "node/iptables-save.txt"),
-        "kube-proxy-config": (lambda: ctx.kube_proxy_config, "the kube-proxy configuration (node/kube-proxy/config.yaml or its ConfigMap)"),
-        "kube-proxy-mode": (lambda: ctx.proxy_mode_running, "kube-proxy's /proxyMode (node/kube-proxy/proxy-mode.txt)"),
-        "kube-proxy-metrics": (lambda: ctx.metrics, "kube-proxy's /metrics (node/kube-proxy/metrics.txt)"),
-        "kube-proxy-healthz": (lambda: ctx.healthz, "kube-proxy's /healthz (node/kube-proxy/healthz.json)"),
-        "kube-proxy-log": (lambda: ctx.kube_proxy_log, "kube-proxy's log (node/kube-proxy/log.txt)"),
-        "conntrack": (lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"), "conntrack statistics (node/conntrack-stats.txt or nf_conntrack sysctls)"),
-        "routes": (lambda: ctx.ip_route, "node/ip-route.json (ip -j route)"),
-        "addresses": (lambda: ctx.ip_addr, "node/ip-addr.json (ip -j addr)"),
-        "services": (lambda: ctx.services_in_focus(), "the Service from the API (cluster/services.json)"),
-        "endpointslices": (lambda: ctx.cluster.endpointslices(), "its EndpointSlices (cluster/endpointslices.json)"),
-        "pods": (lambda: ctx.cluster.pods(), "the pods behind it (cluster/pods.json)"),
-        "networkpolicies": (lambda: ctx.cluster.policy_data(), "the NetworkPolicies (cluster/networkpolicies.json)"),
-        "service-lookup": (lambda: ctx.bundle.read_json("cluster/service-lookup.json"),
-                           "cluster/service-lookup.json (kpdiag svc writes it: did the API know the Service?)"),
-        "probes": (lambda: ctx.probes, "active probe results (probes/service.json; kpdiag svc without --no-probe)"),
-        "dns": (lambda: ctx.dns, "a DNS lookup of the Service (probes/dns.json)"),
+        "sysctl": (lambda: ctx.sysctl, f"{sources.SYSCTL} (sysctl -a)"),
+        "modules": (lambda: ctx.modules, f"{sources.MODULES} (/proc/modules)"),
+        "kernel": (lambda: ctx.kernel, f"{sources.UNAME} (uname -r)"),
+        "iptables": (lambda: ctx.iptables(), sources.IPTABLES_SAVE),
+        "kube-proxy-config": (lambda: ctx.kube_proxy_config, f"the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)"),
+        "kube-proxy-mode": (lambda: ctx.proxy_mode_running, f"kube-proxy's /proxyMode ({sources.KP_PROXY_MODE})"),
+        "kube-proxy-metrics": (lambda: ctx.metrics, f"kube-proxy's /metrics ({sources.KP_METRICS})"),
+        "kube-proxy-healthz": (lambda: ctx.healthz, f"kube-proxy's /healthz ({sources.KP_HEALTHZ})"),
+        "kube-proxy-log": (lambda: ctx.kube_proxy_log, f"kube-proxy's log ({sources.KP_LOG})"),
+        "conntrack": (lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"), f"conntrack statistics ({sources.CONNTRACK_STATS} or nf_conntrack sysctls)"),
+        "routes": (lambda: ctx.ip_route, f"{sources.IP_ROUTE} (ip -j route)"),
+        "addresses": (lambda: ctx.ip_addr, f"{sources.IP_ADDR} (ip -j addr)"),
+        "services": (lambda: ctx.services_in_focus(), f"the Service from the API ({sources.SERVICES})"),
+        "endpointslices": (lambda: ctx.cluster.endpointslices(), f"its EndpointSlices ({sources.ENDPOINTSLICES})"),
+        "pods": (lambda: ctx.cluster.pods(), f"the pods behind it ({sources.PODS})"),
+        "networkpolicies": (lambda: ctx.cluster.policy_data(), f"the NetworkPolicies ({sources.NETWORKPOLICIES})"),
+        "service-lookup": (lambda: ctx.source(sources.SERVICE_LOOKUP),
+                           f"{sources.SERVICE_LOOKUP} (kpdiag svc writes it: did the API know the Service?)"),
+        "probes": (lambda: ctx.probes, f"active probe results ({sources.PROBES_SERVICE}; kpdiag svc without --no-probe)"),
+        "dns": (lambda: ctx.dns, f"a DNS lookup of the Service ({sources.PROBES_DNS})"),
         "dns-lookups": (lambda: (ctx.dns or {}).get("queries") if (ctx.dns or {}).get("schema") == "kpdiag.dns/v1" else None,
-                        "the DNS probe (probes/dns.json of kpdiag.dns/v1: resolv.conf and the queries)"),
-        "dns-service": (lambda: ctx.bundle.read_json("cluster/dns-service.json"), "the cluster DNS Service (cluster/dns-service.json)"),
-        "dns-pods": (lambda: ctx.bundle.read_json("cluster/dns-pods.json"), "the CoreDNS pods (cluster/dns-pods.json)"),
-        "dns-logs": (lambda: ctx.bundle.read_json("cluster/dns-logs.json"), "the CoreDNS logs (cluster/dns-logs.json)"),
-        "conntrack-entries": (lambda: ctx.bundle.read_text("node/conntrack.txt"), "conntrack entries (node/conntrack.txt)"),
-        "nft": (lambda: ctx.nft_text, "node/nft-ruleset.json (nft -j list ruleset)"),
-        "ipvs": (lambda: ctx.ipvs, "IPVS state (node/ipvsadm.txt: ipvsadm -Sn)"),
+                        f"the DNS probe ({sources.PROBES_DNS} of kpdiag.dns/v1: resolv.conf and the queries)"),
+        "dns-service": (lambda: ctx.source(sources.DNS_SERVICE), f"the cluster DNS Service ({sources.DNS_SERVICE})"),
+        "dns-pods": (lambda: ctx.source(sources.DNS_PODS), f"the CoreDNS pods ({sources.DNS_PODS})"),
+        "dns-logs": (lambda: ctx.source(sources.DNS_LOGS), f"the CoreDNS logs ({sources.DNS_LOGS})"),
+        "conntrack-entries": (lambda: ctx.source(sources.CONNTRACK), f"conntrack entries ({sources.CONNTRACK})"),
+        "nft": (lambda: ctx.nft_text, f"{sources.NFT_RULESET} (nft -j list ruleset)"),
+        "ipvs": (lambda: ctx.ipvs, f"IPVS state ({sources.IPVSADM}: ipvsadm -Sn)"),
     }
     probe = probes.get(need)
     if probe is None:

@@ -11,6 +11,7 @@ import sys
 import click
 
 from . import __version__, exitcodes
+from . import sources
 
 OUTPUTS = ("text", "json", "dot")
 
@@ -287,7 +288,7 @@ def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, sa
 @click.option("--from", "from_", required=True, help="The client: NS/POD or an IP address.")
 @click.option("--to", "to", required=True, help="NS/POD, NS/SERVICE (each endpoint at its targetPort), NS/svc/NAME or NS/pod/NAME, or an IP.")
 @click.option("--port", "port", required=True, help="PORT[/PROTO]: a number or a port name; tcp (default), udp or sctp.")
-@click.option("--bundle", "bundle", type=click.Path(), help="Read cluster/networkpolicies.json, pods.json, namespaces.json … from a bundle.")
+@click.option("--bundle", "bundle", type=click.Path(), help=f"Read {sources.NETWORKPOLICIES}, pods.json, namespaces.json … from a bundle.")
 @click.option("--kubeconfig", type=click.Path(), help="Read from the API: kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
 @click.option("--context", help="kubeconfig context.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .collect.cluster import selector_matches
+from . import sources
 
 
 @dataclass
@@ -198,7 +199,7 @@ class ClusterView:
         return items
 
     def endpointslices(self) -> list[dict] | None:
-        return self._list("cluster/endpointslices.json")
+        return self._list(sources.ENDPOINTSLICES)
 
     @property
     def available(self) -> bool:
@@ -206,10 +207,10 @@ class ClusterView:
 
     def services(self) -> list[Svc] | None:
         if self._services is None:
-            items = self._list("cluster/services.json")
+            items = self._list(sources.SERVICES)
             if items is None:
                 return None
-            slices = self._list("cluster/endpointslices.json")
+            slices = self._list(sources.ENDPOINTSLICES)
             # slices by (namespace, service name), once: comparing every Service with every slice is quadratic (10,000
             # Services: 10^8 comparisons, most of kpdiag node's time); a slice without a namespace matches any
             by_owner: dict[tuple, list[int]] = {}
@@ -242,7 +243,7 @@ class ClusterView:
         return self._services
 
     def pods(self) -> list[dict] | None:
-        return self._list("cluster/pods.json")
+        return self._list(sources.PODS)
 
     def policy_data(self):
         """The NetworkPolicy view (kpdiag.policy_cmd.load: policies, pods, namespaces, the CNI), read once; None
@@ -250,7 +251,7 @@ class ClusterView:
         if not hasattr(self, "_policy_data"):
             from .policy_cmd import load
 
-            self._policy_data = load(self.bundle) if self.bundle.exists("cluster/networkpolicies.json") else None
+            self._policy_data = load(self.bundle) if self.bundle.exists(sources.NETWORKPOLICIES) else None
         return self._policy_data
 
     def selected_pods(self, svc: Svc) -> list[dict]:
@@ -258,14 +259,14 @@ class ClusterView:
                 and selector_matches(svc.selector, (p.get("metadata") or {}).get("labels"))]
 
     def node_name(self) -> str | None:
-        nodes = self._list("cluster/nodes.json")
+        nodes = self._list(sources.NODES)
         if nodes and len(nodes) == 1:
             return (nodes[0].get("metadata") or {}).get("name")
         return self.bundle.manifest.get("node") or None
 
     def node_zone(self) -> str | None:
         """This node's topology.kubernetes.io/zone label (from cluster/nodes.json), or the manifest's "zone"."""
-        nodes = self._list("cluster/nodes.json")
+        nodes = self._list(sources.NODES)
         name = self.node_name()
         for n in nodes or []:
             md = n.get("metadata") or {}

@@ -7,11 +7,12 @@ from .bundle import Bundle
 from .checkapi import load_registry, run_checks, select_checks
 from .model import Report
 from .state import NodeState
+from . import sources
 
-KNOWN_SOURCES = ("node/iptables-save.txt", "node/sysctl.txt", "node/ip-addr.json", "node/ip-route.json", "node/modules.txt",
-                 "node/nft-ruleset.json", "node/ipvsadm.txt", "node/kube-proxy/config.yaml", "node/kube-proxy/metrics.txt",
-                 "node/kube-proxy/log.txt", "node/kube-proxy/healthz.json", "node/kube-proxy/proxy-mode.txt",
-                 "node/conntrack-stats.txt", "cluster/services.json", "cluster/kube-proxy-configmap.json")
+KNOWN_SOURCES = (sources.IPTABLES_SAVE, sources.SYSCTL, sources.IP_ADDR, sources.IP_ROUTE, sources.MODULES,
+                 sources.NFT_RULESET, sources.IPVSADM, sources.KP_CONFIG, sources.KP_METRICS,
+                 sources.KP_LOG, sources.KP_HEALTHZ, sources.KP_PROXY_MODE,
+                 sources.CONNTRACK_STATS, sources.SERVICES, sources.KP_CONFIGMAP)
 
 
 def facts(state: NodeState, programmed: dict | None = None) -> dict:

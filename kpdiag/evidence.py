@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .model import Evidence
+from . import sources
 
 
 def sysctl(ctx, key: str) -> Evidence | None:
@@ -29,7 +30,7 @@ def module(ctx, name: str) -> Evidence | None:
     if not mods or name not in mods:
         return None
     m = mods[name]
-    return Evidence(ctx.bundle.display("node/modules.txt"), f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}", m.line)
+    return Evidence(ctx.bundle.display(sources.MODULES), f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}", m.line)
 
 
 def config(ctx, key: str) -> Evidence | None:
@@ -45,9 +46,9 @@ def config(ctx, key: str) -> Evidence | None:
 
 
 def log_line(ctx, lineno: int, text: str) -> Evidence:
-    return Evidence(ctx.bundle.display("node/kube-proxy/log.txt"), text.strip()[:400], lineno)
+    return Evidence(ctx.bundle.display(sources.KP_LOG), text.strip()[:400], lineno)
 
 
 def metric(ctx, name: str, value) -> Evidence:
     m = ctx.metrics
-    return Evidence(ctx.bundle.display("node/kube-proxy/metrics.txt"), f"{name} {value}", m.line_of(name) if m else None)
+    return Evidence(ctx.bundle.display(sources.KP_METRICS), f"{name} {value}", m.line_of(name) if m else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
+from . import sources
 
 
 def _parse_target(text: str) -> tuple[str, int, str]:
@@ -55,20 +56,20 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
         pod_src = str(ipaddress.ip_network(cidr, strict=False).network_address + 77) if cidr else "10.244.250.77"
         tracer6 = None
         for label, dst, port, proto in targets:
-            sources = (("pod", pod_src), ("external", "203.0.113.77"))
+            origins = (("pod", pod_src), ("external", "203.0.113.77"))
             use = tracer
             if ":" in dst:  # IPv6: iptables and IPVS mode keep those rules apart (ip6tables)
                 tracer6 = tracer6 or state.mode_tracer(family=6)
                 use = tracer6
                 cidr6 = cluster_cidr(state.programmed("ip6tables-save")) if state.proxy_mode[0] != "nftables" else None
-                sources = ((("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()) \
+                origins = ((("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()) \
                     + (("external", "2001:db8::77"),)
                 if use is None:
-                    notes.append(f"{label}: an IPv6 address, and this node's IPv6 rules (node/ip6tables-save.txt) could not be read")
+                    notes.append(f"{label}: an IPv6 address, and this node's IPv6 rules ({sources.IP6TABLES_SAVE}) could not be read")
                     continue
                 if not cidr6:
                     notes.append(f"{label}: the IPv6 pod CIDR is unknown here: traced from an external client only")
-            for origin, src in sources:
+            for origin, src in origins:
                 r = use.trace(Packet(src, dst, proto, port, origin=origin))
                 traces.append({"target": label, **r.to_dict()})
     extra["traces"] = traces

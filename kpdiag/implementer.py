@@ -5,9 +5,10 @@ interfaces, iptables chains, BPF maps, processes, kube-proxy's own endpoints and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from . import sources
 
-PROCESSES = "node/processes.txt"
-BPF_MAPS = "node/bpf-maps.txt"
+PROCESSES = sources.PROCESSES
+BPF_MAPS = sources.BPF_MAPS
 
 # checks that give kube-proxy advice: skipped, with the reason, where a replacement implements Services
 KUBE_PROXY_CHECKS = frozenset({
@@ -57,13 +58,13 @@ def _errors(bundle) -> dict[str, str]:
 def detect(state) -> Implementer:
     b = state.bundle
     links = {str(link.get("ifname")): link for link in state.ip_addr or [] if isinstance(link, dict)}
-    addr_src = b.display("node/ip-addr.json")
+    addr_src = b.display(sources.IP_ADDR)
     rs = state.iptables()
     chains = set()
     if rs is not None:
         for table in rs.tables.values():
             chains.update(table.chains)
-    ipt_src = rs.source if rs is not None else b.display("node/iptables-save.txt")
+    ipt_src = rs.source if rs is not None else b.display(sources.IPTABLES_SAVE)
     maps = [m.strip() for m in (b.read_text(BPF_MAPS) or "").splitlines() if m.strip()]
     procs = processes(b)
     present: dict[str, list] = {}
@@ -101,7 +102,7 @@ def detect(state) -> Implementer:
                 "calico-ebpf": bool(cali_nat or bpfnat)}
 
     kp_rules = state.inferred_modes()
-    kp_http = [rel for rel in ("node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json") if b.exists(rel)]
+    kp_http = [rel for rel in (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ) if b.exists(rel)]
     errs = _errors(b)
     kp_proc = "kube-proxy" in procs
     embedded = next((n for n in ("k3s-server", "k3s-agent", "k3s", "k0s") if n in procs), None)

@@ -32,6 +32,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
+from . import sources
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 NS_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -796,7 +797,7 @@ def recognise_cni(components: list[dict] | None) -> Enforcement:
     """From the kube-system (kube-flannel, calico-system) DaemonSets or their pods: ``components`` items are
     ``{"kind": "DaemonSet"|"Pod", "namespace", "name", "owner", "containers": [{"name", "image", "args"}]}``."""
     if components is None:
-        return Enforcement(None, None, ["no CNI information collected (cluster/cni.json)"])
+        return Enforcement(None, None, [f"no CNI information collected ({sources.CNI})"])
     found: dict[str, bool | None] = {}
     evidence = []
     for comp in components:

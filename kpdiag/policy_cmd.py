@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 from .errors import KpdiagError, UsageError
 from .netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, parse_policies, recognise_cni
+from . import sources
 
 SCHEMA = "kpdiag.policy/v1"
-NP_SRC = "cluster/networkpolicies.json"
+NP_SRC = sources.NETWORKPOLICIES
 CNI_NAMESPACES = ("kube-system", "kube-flannel", "calico-system")
 
 
@@ -70,7 +71,7 @@ def load(bundle) -> PolicyData | None:
     pods_raw: list[dict] = []
     seen = set()
     dns_service = None
-    for rel in ("cluster/pods.json", "cluster/client-pod.json", "cluster/dns-pods.json"):
+    for rel in (sources.PODS, sources.CLIENT_POD, sources.DNS_PODS):
         for obj in _items(bundle.read_json(rel)) if bundle.exists(rel) else []:
             if obj.get("kind") not in (None, "Pod"):
                 continue
@@ -78,9 +79,9 @@ def load(bundle) -> PolicyData | None:
             if key not in seen:
                 seen.add(key)
                 pods_raw.append(obj)
-    if bundle.exists("cluster/dns-service.json"):
-        dns_service = next(iter(_items(bundle.read_json("cluster/dns-service.json"))), None)
-    ns_doc = bundle.read_json("cluster/namespaces.json") if bundle.exists("cluster/namespaces.json") else None
+    if bundle.exists(sources.DNS_SERVICE):
+        dns_service = next(iter(_items(bundle.read_json(sources.DNS_SERVICE))), None)
+    ns_doc = bundle.read_json(sources.NAMESPACES) if bundle.exists(sources.NAMESPACES) else None
     pods = [Pod.from_api(p) for p in pods_raw]
     index = PolicyIndex(policies, _items(ns_doc), pods)
     return PolicyData(index, problems, _enforcement(bundle, pods_raw), set(covered) if isinstance(covered, list) else None,
@@ -88,10 +89,10 @@ def load(bundle) -> PolicyData | None:
 
 
 def _enforcement(bundle, pods_raw: list[dict]) -> Enforcement:
-    cni = bundle.read_json("cluster/cni.json") if bundle.exists("cluster/cni.json") else None
+    cni = bundle.read_json(sources.CNI) if bundle.exists(sources.CNI) else None
     if isinstance(cni, dict) and isinstance(cni.get("items"), list):
         return recognise_cni(cni["items"])
-    ds = bundle.read_json("cluster/daemonsets.json") if bundle.exists("cluster/daemonsets.json") else None
+    ds = bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None
     if isinstance(ds, dict) and isinstance(ds.get("items"), list):
         return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
     system = [p for p in pods_raw if _path(p, "metadata", "namespace") in CNI_NAMESPACES]
@@ -271,17 +272,17 @@ class FlowSource:
                                  "(kubectl get networkpolicies -A -o json)")
         covered = self.np.meta.get("namespaces")
         self.covered = set(covered) if isinstance(covered, list) else None
-        self.pod_files = [f for f in (_ListFile.open(bundle, rel) for rel in ("cluster/pods.json", "cluster/client-pod.json",
-                                                                             "cluster/dns-pods.json")) if f is not None]
-        ns_doc = bundle.read_json("cluster/namespaces.json") if bundle.exists("cluster/namespaces.json") else None
+        self.pod_files = [f for f in (_ListFile.open(bundle, rel) for rel in (sources.PODS, sources.CLIENT_POD,
+                                                                             sources.DNS_PODS)) if f is not None]
+        ns_doc = bundle.read_json(sources.NAMESPACES) if bundle.exists(sources.NAMESPACES) else None
         self.namespaces_known = ns_doc is not None
         self.ns_items = _items(ns_doc)
         self.pods: dict[str, Pod] = {}
         self.raw_pods: dict[str, dict] = {}
         self.problems: list[str] = []
         self.dns_service = None
-        if bundle.exists("cluster/dns-service.json"):
-            self.dns_service = next(iter(_items(bundle.read_json("cluster/dns-service.json"))), None)
+        if bundle.exists(sources.DNS_SERVICE):
+            self.dns_service = next(iter(_items(bundle.read_json(sources.DNS_SERVICE))), None)
 
     def coverage_gap(self, *namespaces) -> list[str]:
         if self.covered is None:
@@ -339,10 +340,10 @@ class FlowSource:
 
     def enforcement(self) -> Enforcement:
         bundle = self.bundle
-        cni = bundle.read_json("cluster/cni.json") if bundle.exists("cluster/cni.json") else None
+        cni = bundle.read_json(sources.CNI) if bundle.exists(sources.CNI) else None
         if isinstance(cni, dict) and isinstance(cni.get("items"), list):
             return recognise_cni(cni["items"])
-        ds = bundle.read_json("cluster/daemonsets.json") if bundle.exists("cluster/daemonsets.json") else None
+        ds = bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None
         if isinstance(ds, dict) and isinstance(ds.get("items"), list):
             return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
         system = [self.raw_pods[p.key] for ns in CNI_NAMESPACES for p in self.pods_in(ns)]
@@ -406,7 +407,7 @@ def parse_to(spec: str) -> tuple[str, ...]:
 def _services(bundle, data):
     from .cluster_state import ClusterView, Svc
 
-    out = list(ClusterView(bundle).services() or []) if bundle.exists("cluster/services.json") else []
+    out = list(ClusterView(bundle).services() or []) if bundle.exists(sources.SERVICES) else []
     if data.dns_service is not None:
         key = (_path(data.dns_service, "metadata", "namespace") or "kube-system", _path(data.dns_service, "metadata", "name") or "kube-dns")
         if not any((s.namespace, s.name) == key for s in out):
@@ -443,7 +444,7 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     else:
         pod = source.pod(src_spec[1], src_spec[2])
         if pod is None:
-            raise CannotEvaluate(f"pod {src_spec[1]}/{src_spec[2]} is not in the pods read (cluster/pods.json)")
+            raise CannotEvaluate(f"pod {src_spec[1]}/{src_spec[2]} is not in the pods read ({sources.PODS})")
         if not pod.ips and not pod.host_network:
             notes.append(f"{pod.key} has no IP yet (not running?): ipBlock rules cannot match it")
         src = End(pod.ip, pod)
@@ -471,7 +472,7 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
             notes += svc_notes
         else:
             what = {"pod": "pod", "svc": "Service"}.get(kind, "pod or Service")
-            raise CannotEvaluate(f"no {what} {ns}/{name} in the data read (cluster/pods.json, cluster/services.json)")
+            raise CannotEvaluate(f"no {what} {ns}/{name} in the data read ({sources.PODS}, {sources.SERVICES})")
     involved = {src.namespace, *(t[1].namespace for t in targets if t[1] is not None)} - {None}
     gap = source.coverage_gap(*involved)
     if gap:
@@ -479,11 +480,11 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
                              f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(source.covered))})")
     idx = source.index(involved)
     if not source.namespaces_known:
-        notes.append("cluster/namespaces.json missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)")
+        notes.append(f"{sources.NAMESPACES} missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)")
     else:
         for n in sorted(involved):
             if n not in idx.ns_labels_known:
-                notes.append(f"namespace {n} is not in cluster/namespaces.json: only kubernetes.io/metadata.name is assumed")
+                notes.append(f"namespace {n} is not in {sources.NAMESPACES}: only kubernetes.io/metadata.name is assumed")
     flows, results, unknown = [], [], []
     for label, end, p, pr in targets:
         if end is None:
@@ -556,7 +557,7 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
             out.append((label, End(e.ip, pod) if pod else None, target, protocol))
         return out, notes
     if not svc.selector:
-        raise CannotEvaluate(f"Service {svc.key} has no endpoints in the data read (cluster/endpointslices.json) and no selector")
+        raise CannotEvaluate(f"Service {svc.key} has no endpoints in the data read ({sources.ENDPOINTSLICES}) and no selector")
     from .collect.cluster import selector_matches
 
     pods = [p for p in source.pods_in(svc.namespace) if selector_matches(svc.selector, p.labels)]
@@ -593,7 +594,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
     namespaces: set[str] = set()
 
     def one_pod(ns: str, name: str) -> dict | None:
-        doc = cc._call("cluster/pods.json", f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+        doc = cc._call(sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
         return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
 
     if src_spec[0] == "pod":
@@ -602,7 +603,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         if p:
             pods.append(p)
     else:
-        doc = cc._call("cluster/pods.json", "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}")
+        doc = cc._call(sources.PODS, "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}")
         for p in (doc or {}).get("items", []):
             st = p.get("status") or {}
             if src_spec[1] in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}:
@@ -617,22 +618,22 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         elif kind in ("svc", "any"):
             from .collect.cluster import selector_matches
 
-            svc = cc._call("cluster/services.json", f"get service {ns}/{name}", api.read_namespaced_service, name, ns)
+            svc = cc._call(sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns)
             if svc is not None:
                 svc.setdefault("kind", "Service")
                 services.append(svc)
-                sl = cc._call("cluster/endpointslices.json", f"list endpointslices in {ns}", api.list_namespaced_endpoint_slice, ns,
+                sl = cc._call(sources.ENDPOINTSLICES, f"list endpointslices in {ns}", api.list_namespaced_endpoint_slice, ns,
                               label_selector=f"kubernetes.io/service-name={name}")
                 slices += [s for s in (sl or {}).get("items", []) if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
                 selector = (svc.get("spec") or {}).get("selector")
                 if selector:
-                    doc = cc._call("cluster/pods.json", f"list pods in {ns}", api.list_namespaced_pod, ns,
+                    doc = cc._call(sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns,
                                    label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())))
                     pods += [p for p in (doc or {}).get("items", []) if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
     cc.policy_objects(sorted(n for n in namespaces if n), dns=False)
     files = dict(cc.out.files)
-    files["cluster/pods.json"] = _as_list("Pod", pods)
+    files[sources.PODS] = _as_list("Pod", pods)
     if services:
-        files["cluster/services.json"] = _as_list("Service", services)
-        files["cluster/endpointslices.json"] = _as_list("EndpointSlice", slices)
+        files[sources.SERVICES] = _as_list("Service", services)
+        files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", slices)
     return files, cc.out.errors

@@ -8,6 +8,7 @@ from dataclasses import replace
 from .bundle import FORMAT, Bundle
 from .diagnose import analyze_state
 from .state import NodeState
+from . import sources
 
 
 PROBE_ENDPOINTS_MAX = 16
@@ -77,7 +78,7 @@ def _client_pod(files: dict[str, bytes], want: tuple[str, str], my_ip: str | Non
     """The client pod read back from cluster/client-pod.json — only when it really is this host (its IP is the one the
     probes leave from, when that is known); a wrong guess must not make kpdiag judge policies for someone else."""
     try:
-        items = json.loads(files.get("cluster/client-pod.json") or b"{}").get("items") or []
+        items = json.loads(files.get(sources.CLIENT_POD) or b"{}").get("items") or []
     except ValueError:
         return None
     for pod in items:
@@ -130,7 +131,7 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
         manifest["client_unknown"] = (how if guess is None else
                                       f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else ""))
         if client:
-            errors.append({"source": "cluster/client-pod.json", "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)"})
+            errors.append({"source": sources.CLIENT_POD, "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)"})
     errors.extend(cc.out.errors[seen:])
     # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
     dns_box: dict = {}
@@ -155,7 +156,7 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
 
         nc = NodeCollector(host_root=host_root, progress=progress)
         nc.iptables()
-        rules = nc.out.files.get("node/iptables-save.txt", b"")
+        rules = nc.out.files.get(sources.IPTABLES_SAVE, b"")
         if b"KUBE-SERVICES" in rules:
             nc.collect()
             files.update(nc.out.files)
@@ -172,17 +173,17 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
             progress("probing the ClusterIP and the endpoints (and asking DNS)")
         doc = probe_service(service, _probe_endpoints(files, namespace, name), stop=stop, icmp_done=icmp_done)
         icmp_done.set()
-        files["probes/service.json"] = json.dumps(doc, indent=1).encode()
+        files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
         if doc.get("raw_skipped_reason"):
-            errors.append({"source": "probes/service.json", "error": doc["raw_skipped_reason"]})
+            errors.append({"source": sources.PROBES_SERVICE, "error": doc["raw_skipped_reason"]})
         if dns_thread is not None:
             dns_thread.join(timeout=8.0)
         if "doc" in dns_box:
-            files["probes/dns.json"] = json.dumps(dns_box["doc"], indent=1).encode()
+            files[sources.PROBES_DNS] = json.dumps(dns_box["doc"], indent=1).encode()
         else:
-            errors.append({"source": "probes/dns.json", "error": "the DNS lookup did not finish in time"})
+            errors.append({"source": sources.PROBES_DNS, "error": "the DNS lookup did not finish in time"})
     else:
-        errors.append({"source": "probes/service.json", "error": "probes disabled (--no-probe): no packet sent, DNS not asked"})
+        errors.append({"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"})
     return files, manifest
 
 

@@ -10,6 +10,7 @@ from functools import cached_property
 
 from .bundle import Bundle
 from .errors import InputError
+from . import sources
 
 
 def _problem(exc: InputError):
@@ -25,73 +26,72 @@ def _problem(exc: InputError):
 # the rest of the node: small files, parsed on first use
 
 
-def _lazy(rel: str, parser_name: str, json_input: bool = False):
+def _lazy(source: "sources.Source"):
+    """A property: ``source`` parsed by the parser the catalogue declares for it, on first use (None when absent)."""
+
     def getter(self):
         cache = self.__dict__.setdefault("_lazy", {})
-        if rel not in cache:
-            from .parse import node as node_parsers
-
-            cache[rel] = self._parse(rel, getattr(node_parsers, parser_name), json_input=json_input)
-        return cache[rel]
+        if source not in cache:
+            cache[source] = self._parse(source)
+        return cache[source]
 
     return property(getter)
 
 
 class _NodeFiles:
-    sysctl = _lazy("node/sysctl.txt", "parse_sysctl")
-    modules = _lazy("node/modules.txt", "parse_modules")
-    kernel = _lazy("node/uname.txt", "parse_kernel_version")
-    metrics = _lazy("node/kube-proxy/metrics.txt", "parse_metrics")
-    conntrack_stats = _lazy("node/conntrack-stats.txt", "parse_conntrack_stats")
+    sysctl = _lazy(sources.SYSCTL)
+    modules = _lazy(sources.MODULES)
+    kernel = _lazy(sources.UNAME)
+    metrics = _lazy(sources.KP_METRICS)
+    conntrack_stats = _lazy(sources.CONNTRACK_STATS)
+    ip_rules = _lazy(sources.IP_RULE)
 
     @property
     def kube_proxy_config(self):
         """The KubeProxyConfiguration: node/kube-proxy/config.yaml, else the ConfigMap's config.conf."""
         cache = self.__dict__.setdefault("_lazy", {})
         if "kpconfig" not in cache:
-            from .parse.node import parse_kube_proxy_config
-
-            cfg = self._parse("node/kube-proxy/config.yaml", parse_kube_proxy_config)
+            cfg = self._parse(sources.KP_CONFIG)
             if cfg is None:
-                cm = self.bundle.read_json("cluster/kube-proxy-configmap.json")
+                cm = self.bundle.read_json(sources.KP_CONFIGMAP)
                 data = (cm or {}).get("data") if isinstance(cm, dict) else None
                 if isinstance(data, dict):
                     text = data.get("config.conf") or next((v for k, v in data.items() if k.endswith((".conf", ".yaml"))), None)
                     if isinstance(text, str):
-                        cfg = self._parse_text(text, "cluster/kube-proxy-configmap.json#config.conf", parse_kube_proxy_config)
+                        cfg = self._parse_text(text, f"{sources.KP_CONFIGMAP}#config.conf", sources.KP_CONFIG.parse_function())
             cache["kpconfig"] = cfg
         return cache["kpconfig"]
 
     @property
     def proxy_mode_running(self) -> str | None:
         """What kube-proxy answers on /proxyMode (iptables, ipvs, nftables, kernelspace…)."""
-        text = self.bundle.read_text("node/kube-proxy/proxy-mode.txt")
+        text = self.bundle.read_text(sources.KP_PROXY_MODE)
         if text is None:
             return None
         mode = text.strip()
         if not mode or len(mode) > 40 or " " in mode:
-            self.bundle.problem("node/kube-proxy/proxy-mode.txt", f"unexpected /proxyMode answer: {mode[:60]!r}")
+            self.bundle.problem(sources.KP_PROXY_MODE, f"unexpected /proxyMode answer: {mode[:60]!r}")
             return None
         return mode
 
     @property
     def healthz(self):
-        data = self.bundle.read_json("node/kube-proxy/healthz.json")
+        data = self.bundle.read_json(sources.KP_HEALTHZ)
         if data is not None and not isinstance(data, dict):
-            self.bundle.problem("node/kube-proxy/healthz.json", "expected a JSON object")
+            self.bundle.problem(sources.KP_HEALTHZ, "expected a JSON object")
             return None
         return data
 
     @property
     def kube_proxy_log(self) -> list[str] | None:
-        text = self.bundle.read_text("node/kube-proxy/log.txt")
+        text = self.bundle.read_text(sources.KP_LOG)
         return None if text is None else text.splitlines()
 
     @property
     def nft_text(self) -> str | None:
         """node/nft-ruleset.json as text (read once; parsed only when something needs the rules)."""
         if "_nft_text" not in self.__dict__:
-            self.__dict__["_nft_text"] = self.bundle.read_text("node/nft-ruleset.json")
+            self.__dict__["_nft_text"] = self.bundle.read_text(sources.NFT_RULESET)
         return self.__dict__["_nft_text"]
 
     @property
@@ -127,29 +127,56 @@ class NodeState(_NodeFiles):
     def problems(self):
         return self.bundle.problems
 
-    def _parse(self, rel: str, parser, *, json_input: bool = False, record_missing: bool = False):
-        data = self.bundle.read_json(rel, record_missing) if json_input else self.bundle.read_text(rel, record_missing)
-        return None if data is None else self._parse_text(data, self.bundle.display(rel), parser)
+    def _parse(self, source: "sources.Source", *, record_missing: bool = False):
+        """``source`` read and parsed by its declared parser (kpdiag/sources.py); a parse error is a recorded problem."""
+        data = self.bundle.read_text(source, record_missing)
+        return None if data is None else self._parse_text(data, self.bundle.display(source), source.parse_function())
+
+    # ------------------------------------------------------------ sources, for checks
+    # Checks read the bundle only through these (tests/packaging/test_source_catalogue.py): each source is read and
+    # parsed once per run, by its declared parser (kpdiag/sources.py), whatever check asks first.
+    def source(self, source: "sources.Source"):
+        """``source`` parsed by its declared parser; a JSON source without one as JSON, a text source as text; None
+        when absent or unreadable (the reason is a recorded problem)."""
+        source = sources.CATALOGUE[source]
+        cache = self.__dict__.setdefault("_sources", {})
+        if source not in cache:
+            if source.parser:
+                cache[source] = self._parse(source)
+            elif source.kind == "json":
+                cache[source] = self.bundle.read_json(source)
+            else:
+                cache[source] = self.bundle.read_text(source)
+        return cache[source]
+
+    def source_text(self, source: "sources.Source") -> str | None:
+        """``source`` as text (to find an object's line for evidence), or None."""
+        return self.bundle.read_text(sources.CATALOGUE[source])
+
+    def has(self, source: "sources.Source") -> bool:
+        """Is ``source`` in the bundle (readable or not)?"""
+        return self.bundle.exists(sources.CATALOGUE[source])
+
+    @property
+    def manifest(self) -> dict:
+        """The bundle's manifest (kpdiag.json): node, created, client, service …"""
+        return self.bundle.manifest or {}
 
     # ------------------------------------------------------------ iptables
     def iptables(self, which: str = "iptables-save"):
         """The ruleset of ``node/<which>.txt`` (``iptables-save``, ``iptables-legacy-save`` …) or None."""
-        from .parse.iptables import parse_iptables_save
-
         cache = self.__dict__.setdefault("_iptables", {})
         if which not in cache:
-            cache[which] = self._parse(f"node/{which}.txt", parse_iptables_save)
+            cache[which] = self._parse(sources.iptables_dump(which))
         return cache[which]
 
     @cached_property
     def ipsets(self):
-        from .parse.ipset import parse_ipset_save
-
-        return self._parse("node/ipset.txt", parse_ipset_save)
+        return self._parse(sources.IPSET)
 
     @cached_property
     def ip_addr(self):
-        return self._json_list("node/ip-addr.json", "ip -j addr")
+        return self._json_list(sources.IP_ADDR, "ip -j addr")
 
     def _json_list(self, rel: str, what: str):
         """A JSON list of objects; anything else is a recorded problem (the objects that are objects are kept)."""
@@ -166,13 +193,13 @@ class NodeState(_NodeFiles):
 
     @cached_property
     def ip_route(self):
-        return self._json_list("node/ip-route.json", "ip -j route")
+        return self._json_list(sources.IP_ROUTE, "ip -j route")
 
     @cached_property
     def routing(self):
         from .trace.routing import routing_from_ip_json
 
-        return routing_from_ip_json(self.ip_addr, self.ip_route, self.sysctl)
+        return routing_from_ip_json(self.ip_addr, self.ip_route, self.sysctl, self.ip_rules)
 
     @property
     def node_name(self) -> str:
@@ -193,7 +220,7 @@ class NodeState(_NodeFiles):
                 found["userspace"] = "iptables chains KUBE-PORTALS-CONTAINER/KUBE-PORTALS-HOST"
             if "KUBE-IPVS-FILTER" in rs.chain_names("filter") or "KUBE-LOAD-BALANCER" in nat:
                 found["ipvs"] = "iptables chains KUBE-IPVS-FILTER / KUBE-LOAD-BALANCER"
-        ipvs = self.bundle.read_text("node/ipvsadm.txt")
+        ipvs = self.bundle.read_text(sources.IPVSADM)
         if ipvs and any(line.startswith("-A ") for line in ipvs.splitlines()):
             found.setdefault("ipvs", "IPVS virtual servers (ipvsadm -Sn)")
         for link in self.ip_addr or []:
@@ -262,7 +289,7 @@ class NodeState(_NodeFiles):
         """From node/nft-version.txt ('nftables v1.0.6 (Lester Gooch #5)')."""
         import re
 
-        text = self.bundle.read_text("node/nft-version.txt")
+        text = self.bundle.read_text(sources.NFT_VERSION)
         m = re.search(r"v(\d+)\.(\d+)(?:\.(\d+))?", text or "")
         return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
@@ -270,10 +297,8 @@ class NodeState(_NodeFiles):
     def ipvs(self):
         """IPVS virtual services: ipvsadm -Sn (node/ipvsadm.txt), with connection counts from -Ln when present."""
         if "_ipvs" not in self.__dict__:
-            from .parse.ipvs import parse_ipvsadm_list, parse_ipvsadm_save
-
-            services = self._parse("node/ipvsadm.txt", parse_ipvsadm_save)
-            listed = self._parse("node/ipvsadm-list.txt", parse_ipvsadm_list)
+            services = self._parse(sources.IPVSADM)
+            listed = self._parse(sources.IPVSADM_LIST)
             if services is None:
                 services = listed
             elif listed:
@@ -290,22 +315,20 @@ class NodeState(_NodeFiles):
     def ipvs_conn(self) -> dict | None:
         """node/ipvs-conn.json: IPVS connections counted by (proto, vaddr:vport, daddr:dport, state), or None."""
         if "_ipvs_conn" not in self.__dict__:
-            doc = self.bundle.read_json("node/ipvs-conn.json")
+            doc = self.bundle.read_json(sources.IPVS_CONN)
             ok = isinstance(doc, dict) and isinstance(doc.get("entries"), list)
             if doc is not None and not ok:
-                self.bundle.problem("node/ipvs-conn.json", "not a kpdiag.ipvs-conn/v1 document (no entries list)")
+                self.bundle.problem(sources.IPVS_CONN, "not a kpdiag.ipvs-conn/v1 document (no entries list)")
             self.__dict__["_ipvs_conn"] = doc if ok else None
         return self.__dict__["_ipvs_conn"]
 
     def nft(self):
         """node/nft-ruleset.json parsed (cached), or None."""
         if "_nft" not in self.__dict__:
-            from .parse.nft import parse_nft_json
-
             data = self.nft_text
             rs = None
             if data is not None:
-                rs = self._parse_text(data, self.bundle.display("node/nft-ruleset.json"), parse_nft_json)
+                rs = self._parse_text(data, self.bundle.display(sources.NFT_RULESET), sources.NFT_RULESET.parse_function())
             self.__dict__["_nft"] = rs
         return self.__dict__["_nft"]
 
@@ -361,7 +384,7 @@ class NodeState(_NodeFiles):
         if m is not None:
             for labels, _, _ in m.samples.get("kubernetes_build_info", []):
                 texts.append(labels.get("git_version", ""))
-        data = self.bundle.read_json("cluster/version.json")
+        data = self.bundle.read_json(sources.VERSION)
         if isinstance(data, dict):
             texts.append(str(data.get("gitVersion", "")))
         for text in texts:
@@ -373,7 +396,7 @@ class NodeState(_NodeFiles):
     @property
     def modules_builtin(self) -> set[str]:
         """Modules built into the kernel (node/modules-builtin.txt: /lib/modules/$(uname -r)/modules.builtin)."""
-        text = self.bundle.read_text("node/modules-builtin.txt")
+        text = self.bundle.read_text(sources.MODULES_BUILTIN)
         if not text:
             return set()
         return {line.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()}
@@ -402,15 +425,15 @@ class NodeState(_NodeFiles):
 
     @property
     def probes(self) -> dict | None:
-        doc = self.bundle.read_json("probes/service.json")
+        doc = self.bundle.read_json(sources.PROBES_SERVICE)
         if doc is not None and (not isinstance(doc, dict) or not isinstance(doc.get("results"), list)):
-            self.bundle.problem("probes/service.json", "not a kpdiag.probes/v1 document")
+            self.bundle.problem(sources.PROBES_SERVICE, "not a kpdiag.probes/v1 document")
             return None
         return doc
 
     @property
     def dns(self) -> dict | None:
-        doc = self.bundle.read_json("probes/dns.json")
+        doc = self.bundle.read_json(sources.PROBES_DNS)
         return doc if isinstance(doc, dict) else None
 
     def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:

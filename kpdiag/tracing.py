@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .bundle import Bundle, Problem
 from .errors import InputError
+from . import sources
 
 
 @dataclass
@@ -48,7 +49,7 @@ def _api_service_cidrs(state) -> tuple[list, str] | None:
     """The service CIDR(s) from kube-apiserver's --service-cluster-ip-range in the bundle's pods (a kubeadm static pod)."""
     import ipaddress
 
-    doc = state.bundle.read_json("cluster/pods.json") if state is not None else None
+    doc = state.bundle.read_json(sources.PODS) if state is not None else None
     for pod in (doc or {}).get("items", []) if isinstance(doc, dict) else []:
         if not isinstance(pod, dict):
             continue
@@ -218,7 +219,7 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
             which = "ip6tables-save" if family == 6 else "iptables-save"
             _required(state, state.iptables(which), bundle, f"{which}.txt", "IPv6 iptables rules" if family == 6 else "iptables rules")
             if mode == "ipvs" and state.ipvs is None:
-                raise InputError(bundle, "no IPVS state to trace (node/ipvsadm.txt missing or unreadable)")
+                raise InputError(bundle, f"no IPVS state to trace ({sources.IPVSADM} missing or unreadable)")
         tracer = state.mode_tracer(mode, family)  # parses ipsets too: their problems are collected after it
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it

@@ -18,9 +18,10 @@ import socket
 from dataclasses import dataclass, field
 
 from ..safeio import load_json
+from .. import sources
 
 API_TIMEOUT = 5.0
-SERVICE_LOOKUP = "cluster/service-lookup.json"
+SERVICE_LOOKUP = sources.SERVICE_LOOKUP
 
 
 @dataclass
@@ -163,7 +164,7 @@ class ClusterCollector:
             self.service_status = int(getattr(exc, "status", 0) or 0)
             self.service_error = api_reason(exc, f"get service {namespace}/{name}", self.out.api)
             if self.service_status != 404:
-                self._err("cluster/services.json", self.service_error)
+                self._err(sources.SERVICES, self.service_error)
             return None
 
     def _lookup(self, api, namespace: str, name: str) -> None:
@@ -191,45 +192,45 @@ class ClusterCollector:
         api = ReadApi(self._api)
         svc = self._get_service(api, namespace, name)
         if svc is not None:
-            self.out.files["cluster/services.json"] = _as_list("Service", [svc])
+            self.out.files[sources.SERVICES] = _as_list("Service", [svc])
             self.out.files[SERVICE_LOOKUP] = json.dumps({"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1).encode()
         elif self.service_status == 404:
             self._lookup(api, namespace, name)
             return None
         else:
             return None  # the API cannot be used: no point in asking it more
-        slices = self._call("cluster/endpointslices.json", f"list endpointslices in {namespace}", api.list_namespaced_endpoint_slice,
+        slices = self._call(sources.ENDPOINTSLICES, f"list endpointslices in {namespace}", api.list_namespaced_endpoint_slice,
                             namespace, label_selector=f"kubernetes.io/service-name={name}")
         if slices is not None:
             mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
-            self.out.files["cluster/endpointslices.json"] = _as_list("EndpointSlice", mine)
+            self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
         selector = ((svc or {}).get("spec") or {}).get("selector")
         if selector:
             label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            pods = self._call("cluster/pods.json", f"list pods in {namespace}", api.list_namespaced_pod, namespace, label_selector=label_selector)
+            pods = self._call(sources.PODS, f"list pods in {namespace}", api.list_namespaced_pod, namespace, label_selector=label_selector)
             if pods is not None:
                 items = pods.get("items", [])
                 picked = [p for p in items if selector_matches(selector, p.get("metadata", {}).get("labels"))]
                 # near misses help explain a selector that matches nothing: pods sharing at least one label
                 if not picked:
-                    everyone = self._call("cluster/pods.json", f"list pods in {namespace}", api.list_namespaced_pod, namespace, limit=500)
+                    everyone = self._call(sources.PODS, f"list pods in {namespace}", api.list_namespaced_pod, namespace, limit=500)
                     items = (everyone or {}).get("items", [])
                     picked = [p for p in items if set((p.get("metadata", {}).get("labels") or {})) & set(selector)]
-                self.out.files["cluster/pods.json"] = _as_list("Pod", picked)
+                self.out.files[sources.PODS] = _as_list("Pod", picked)
         node_name = node_name or os.environ.get("NODE_NAME") or os.environ.get("KUBERNETES_NODE_NAME")
         if node_name:
-            node = self._call("cluster/nodes.json", f"get node {node_name}", api.read_node, node_name)
+            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name)
             if node is not None:
-                self.out.files["cluster/nodes.json"] = _as_list("Node", [node])
-        cm = self._call("cluster/kube-proxy-configmap.json", "get configmap kube-system/kube-proxy", api.read_namespaced_config_map, "kube-proxy", "kube-system")
+                self.out.files[sources.NODES] = _as_list("Node", [node])
+        cm = self._call(sources.KP_CONFIGMAP, "get configmap kube-system/kube-proxy", api.read_namespaced_config_map, "kube-proxy", "kube-system")
         if cm is not None:
-            self.out.files["cluster/kube-proxy-configmap.json"] = json.dumps(cm, indent=1).encode()
-        ds = self._call("cluster/kube-proxy-daemonset.json", "get daemonset kube-system/kube-proxy", api.read_namespaced_daemon_set, "kube-proxy", "kube-system")
+            self.out.files[sources.KP_CONFIGMAP] = json.dumps(cm, indent=1).encode()
+        ds = self._call(sources.KP_DAEMONSET, "get daemonset kube-system/kube-proxy", api.read_namespaced_daemon_set, "kube-proxy", "kube-system")
         if ds is not None:
-            self.out.files["cluster/kube-proxy-daemonset.json"] = json.dumps(ds, indent=1).encode()
-        ver = self._call("cluster/version.json", "get /version", api.get_code)
+            self.out.files[sources.KP_DAEMONSET] = json.dumps(ds, indent=1).encode()
+        ver = self._call(sources.VERSION, "get /version", api.get_code)
         if ver is not None:
-            self.out.files["cluster/version.json"] = json.dumps(ver, indent=1).encode()
+            self.out.files[sources.VERSION] = json.dumps(ver, indent=1).encode()
         return svc
 
     def policy_objects(self, namespaces, client_pod: tuple[str, str] | None = None, dns: bool = True) -> bool:
@@ -253,25 +254,25 @@ class ClusterCollector:
         if self._api is None and not self.connect():
             return False
         api = ReadApi(self._api)
-        nss = self._call("cluster/namespaces.json", "list namespaces", api.list_namespace)
+        nss = self._call(sources.NAMESPACES, "list namespaces", api.list_namespace)
         existing = None
         if nss is not None:
             items = nss.get("items", [])
             existing = {(n.get("metadata") or {}).get("name") for n in items}
-            self.out.files["cluster/namespaces.json"] = _as_list("Namespace", items)
+            self.out.files[sources.NAMESPACES] = _as_list("Namespace", items)
         wanted = sorted({n for n in namespaces if n} | ({"kube-system"} if dns else set()))
         policies, complete = [], True
         for ns in wanted:
-            doc = self._call("cluster/networkpolicies.json", f"list networkpolicies in {ns}", api.list_namespaced_network_policy, ns)
+            doc = self._call(sources.NETWORKPOLICIES, f"list networkpolicies in {ns}", api.list_namespaced_network_policy, ns)
             if doc is None:
                 complete = False
                 continue
             policies += [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("namespace", ns) == ns]
         if complete:
-            self.out.files["cluster/networkpolicies.json"] = json.dumps(
+            self.out.files[sources.NETWORKPOLICIES] = json.dumps(
                 {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1).encode()
         comps, listed = [], []
-        ds = self._call("cluster/cni.json", "list daemonsets in kube-system", api.list_namespaced_daemon_set, "kube-system")
+        ds = self._call(sources.CNI, "list daemonsets in kube-system", api.list_namespaced_daemon_set, "kube-system")
         if ds is not None:
             listed.append("kube-system")
             for item in ds.get("items", []):
@@ -282,7 +283,7 @@ class ClusterCollector:
         for ns in ("kube-flannel", "calico-system"):
             if existing is not None and ns not in existing:
                 continue
-            doc = self._call("cluster/cni.json", f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20)
+            doc = self._call(sources.CNI, f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20)
             if doc is None:
                 continue
             listed.append(ns)
@@ -291,16 +292,16 @@ class ClusterCollector:
                 if c:
                     comps.append(c)
         if "kube-system" in listed:
-            self.out.files["cluster/cni.json"] = json.dumps({"apiVersion": "kpdiag/v1", "kind": "CNIComponents",
+            self.out.files[sources.CNI] = json.dumps({"apiVersion": "kpdiag/v1", "kind": "CNIComponents",
                                                              "namespaces": listed, "items": comps}, indent=1).encode()
         if client_pod:
             ns, name = client_pod
-            doc = self._call("cluster/client-pod.json", f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+            doc = self._call(sources.CLIENT_POD, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
             if doc is not None:
                 mine = [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("name") == name]
                 for p in mine:
                     p.setdefault("kind", "Pod")
-                self.out.files["cluster/client-pod.json"] = _as_list("Pod", mine)
+                self.out.files[sources.CLIENT_POD] = _as_list("Pod", mine)
         return True
 
     DNS_LOG_TAIL_LINES = 200
@@ -320,29 +321,29 @@ class ClusterCollector:
         ns, label = "kube-system", "k8s-app=kube-dns"
         api = ReadApi(self._api)
         mark = len(self.out.errors)
-        svcs = self._call("cluster/dns-service.json", "list services in kube-system", api.list_namespaced_service, ns, label_selector=label)
+        svcs = self._call(sources.DNS_SERVICE, "list services in kube-system", api.list_namespaced_service, ns, label_selector=label)
         picked = [s for s in (svcs or {}).get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
         if not picked:  # unlabelled, or RBAC allows get but not list (deploy/rbac-svc.yaml): by its usual names
             for name in ("kube-dns", "coredns"):
-                got = self._call("cluster/dns-service.json", f"get service kube-system/{name}", api.read_namespaced_service, name, ns)
+                got = self._call(sources.DNS_SERVICE, f"get service kube-system/{name}", api.read_namespaced_service, name, ns)
                 if got is not None:
                     picked = [got]
                     del self.out.errors[mark:]  # found: the misses before are no failure
                     break
         if svcs is not None or picked:  # known: this Service, or (the list answered) none
-            self.out.files["cluster/dns-service.json"] = _as_list("Service", picked[:1])
+            self.out.files[sources.DNS_SERVICE] = _as_list("Service", picked[:1])
         if picked:
             name = picked[0]["metadata"]["name"]
-            slices = self._call("cluster/dns-endpointslices.json", "list endpointslices in kube-system", api.list_namespaced_endpoint_slice,
+            slices = self._call(sources.DNS_ENDPOINTSLICES, "list endpointslices in kube-system", api.list_namespaced_endpoint_slice,
                                 ns, label_selector=f"kubernetes.io/service-name={name}")
             if slices is not None:
                 mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
-                self.out.files["cluster/dns-endpointslices.json"] = _as_list("EndpointSlice", mine)
-        pods = self._call("cluster/dns-pods.json", "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label)
+                self.out.files[sources.DNS_ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
+        pods = self._call(sources.DNS_PODS, "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label)
         if pods is None:
             return
         dns_pods = [p for p in pods.get("items", []) if (p.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
-        self.out.files["cluster/dns-pods.json"] = _as_list("Pod", dns_pods)
+        self.out.files[sources.DNS_PODS] = _as_list("Pod", dns_pods)
         logs = []
         for pod in dns_pods[: self.DNS_LOG_PODS]:
             pname = pod["metadata"]["name"]
@@ -365,7 +366,7 @@ class ClusterCollector:
                 except Exception as exc:  # RBAC (pods/log), a container not started: a reason, the rest goes on
                     entry["error"] = api_reason(exc, f"get pods/log kube-system/{pname}{' (previous)' if previous else ''}", self.out.api)
                 logs.append(entry)
-        self.out.files["cluster/dns-logs.json"] = json.dumps({"logs": logs}, indent=1).encode()
+        self.out.files[sources.DNS_LOGS] = json.dumps({"logs": logs}, indent=1).encode()
 
 
     def node_view(self, node_name: str | None, page: int = 500) -> bool:
@@ -376,17 +377,17 @@ class ClusterCollector:
         if self._api is None and not self.connect():
             return False
         api = ReadApi(self._api)
-        services = self._paged("cluster/services.json", "list services in all namespaces", api.list_service_for_all_namespaces, page)
+        services = self._paged(sources.SERVICES, "list services in all namespaces", api.list_service_for_all_namespaces, page)
         if services is None:
             return False
-        self.out.files["cluster/services.json"] = _as_list("Service", services)
-        slices = self._paged("cluster/endpointslices.json", "list endpointslices in all namespaces", api.list_endpoint_slice_for_all_namespaces, page)
+        self.out.files[sources.SERVICES] = _as_list("Service", services)
+        slices = self._paged(sources.ENDPOINTSLICES, "list endpointslices in all namespaces", api.list_endpoint_slice_for_all_namespaces, page)
         if slices is not None:
-            self.out.files["cluster/endpointslices.json"] = _as_list("EndpointSlice", slices)
+            self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", slices)
         if node_name:
-            node = self._call("cluster/nodes.json", f"get node {node_name}", api.read_node, node_name)
+            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name)
             if node is not None:
-                self.out.files["cluster/nodes.json"] = _as_list("Node", [node])
+                self.out.files[sources.NODES] = _as_list("Node", [node])
         return True
 
     def _paged(self, source: str, what: str, fn, page: int, max_items: int = 200_000) -> list | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..bundle import FORMAT
 from ..safeio import load_json
+from .. import sources
 
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 CMD_TIMEOUT = 60.0
@@ -127,12 +128,12 @@ class NodeCollector:
             return None
 
     def _loaded(self, module: str) -> bool:
-        text = self.out.files.get("node/modules.txt", b"").decode()
+        text = self.out.files.get(sources.MODULES, b"").decode()
         return any(line.split(" ", 1)[0] == module for line in text.splitlines())
 
     # ------------------------------------------------------------------ sources
     def collect(self) -> Collected:
-        steps = [self.kernel, self.sysctls, self.links, self.iptables, self.nft, self.ipvs, self.ipset, self.conntrack,
+        steps = [self.kernel, self.sysctls, self.links, self.ip_rules, self.iptables, self.nft, self.ipvs, self.ipset, self.conntrack,
                  self.conntrack_entries, self.kube_proxy_http, self.kube_proxy_files, self.kube_proxy_journal, self.processes,
                  self.bpf_maps]
         for step in steps:
@@ -143,17 +144,17 @@ class NodeCollector:
         return self.out
 
     def kernel(self) -> None:
-        self._put("node/uname.txt", os.uname().release + "\n")
+        self._put(sources.UNAME, os.uname().release + "\n")
         path = os.path.join(self.proc, "modules")
         text = self._read(path)
         if text is None:
             why = "does not exist (a kernel without loadable module support?)" if not os.path.exists(path) else "is not readable"
-            self._err("node/modules.txt", f"{path} {why}")
+            self._err(sources.MODULES, f"{path} {why}")
         else:
-            self._put("node/modules.txt", text)
+            self._put(sources.MODULES, text)
         builtin = self._read(os.path.join(self.host_root, "lib/modules", os.uname().release, "modules.builtin"))
         if builtin:
-            self._put("node/modules-builtin.txt", builtin)
+            self._put(sources.MODULES_BUILTIN, builtin)
 
     def sysctls(self) -> None:
         t = time.monotonic()
@@ -178,10 +179,10 @@ class NodeCollector:
                         continue
                     lines.append(f"{rel.replace('/', '.')} = {value}")
         if not lines:
-            self._err("node/sysctl.txt", f"no sysctl readable under {base}/net")
+            self._err(sources.SYSCTL, f"no sysctl readable under {base}/net")
         else:
-            self._put("node/sysctl.txt", "\n".join(sorted(lines)) + "\n")
-        self._timed("node/sysctl.txt", t)
+            self._put(sources.SYSCTL, "\n".join(sorted(lines)) + "\n")
+        self._timed(sources.SYSCTL, t)
 
     def links(self) -> None:
         t = time.monotonic()
@@ -190,38 +191,66 @@ class NodeCollector:
 
             with IPRoute() as ipr:
                 addrs, routes = _pyroute2_dump(ipr)
-            self._put("node/ip-addr.json", json.dumps(addrs, indent=1))
-            self._put("node/ip-route.json", json.dumps(routes, indent=1))
+            self._put(sources.IP_ADDR, json.dumps(addrs, indent=1))
+            self._put(sources.IP_ROUTE, json.dumps(routes, indent=1))
         except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j
-            self._err("node/ip-addr.json", f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
-            self._run("node/ip-addr.json", "ip", ["-d", "-j", "addr"])  # -d: link kinds (vxlan, bridge, …) and their MTUs
-            v4 = self._run("node/ip-route.json", "ip", ["-j", "route", "show", "table", "all"])
-            v6 = self._run("node/ip-route.json", "ip", ["-6", "-j", "route", "show", "table", "all"]) if v4 is not None else None
+            self._err(sources.IP_ADDR, f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
+            self._run(sources.IP_ADDR, "ip", ["-d", "-j", "addr"])  # -d: link kinds (vxlan, bridge, …) and their MTUs
+            v4 = self._run(sources.IP_ROUTE, "ip", ["-j", "route", "show", "table", "all"])
+            v6 = self._run(sources.IP_ROUTE, "ip", ["-6", "-j", "route", "show", "table", "all"]) if v4 is not None else None
             if v4 is not None:  # `ip route` shows one family: both, as the pyroute2 dump has them
                 try:
-                    self._put("node/ip-route.json", json.dumps(json.loads(v4) + (json.loads(v6) if v6 else []), indent=1))
+                    self._put(sources.IP_ROUTE, json.dumps(json.loads(v4) + (json.loads(v6) if v6 else []), indent=1))
                 except ValueError:
-                    self._put("node/ip-route.json", v4)
-        self._timed("node/ip-addr.json+ip-route.json", t)
+                    self._put(sources.IP_ROUTE, v4)
+        self._timed(f"{sources.IP_ADDR}+ip-route.json", t)
+
+    def ip_rules(self) -> None:
+        """The policy-routing rules of both families, as ``ip -j rule`` shows them (each with its family)."""
+        t = time.monotonic()
+        try:
+            from pyroute2 import IPRoute
+
+            with IPRoute() as ipr:
+                rules = _pyroute2_rules(ipr)
+        except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j rule
+            self._err(sources.IP_RULE, f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j rule' instead")
+            rules = []
+            for family, args in (("inet", ["-j", "rule", "show"]), ("inet6", ["-6", "-j", "rule", "show"])):
+                text = self._run(sources.IP_RULE, "ip", args)
+                try:
+                    if text is None:
+                        raise ValueError("no output")
+                    rules += [dict(r, family=family) for r in load_json(text) if isinstance(r, dict)]
+                except (ValueError, TypeError):
+                    self._err(sources.IP_RULE, f"ip {' '.join(args)}: no JSON list of rules")
+                    rules = None  # half the rules is not "the rules": the trace must not trust an incomplete list
+                    break
+            self.out.files.pop(sources.IP_RULE, None)  # _run kept the last raw output: the merged list replaces it
+            if rules is None:
+                self._timed(sources.IP_RULE, t)
+                return
+        self._put(sources.IP_RULE, json.dumps(rules, indent=1))
+        self._timed(sources.IP_RULE, t)
 
     def iptables(self) -> None:
         backend = self._iptables_backend()
-        default = self._run("node/iptables-save.txt", "iptables-save", [], timeout=DUMP_TIMEOUT)
+        default = self._run(sources.IPTABLES_SAVE, "iptables-save", [], timeout=DUMP_TIMEOUT)
         # the default binary is one of the two backends: reuse its output instead of a second full dump
         # (on a 10,000-service node each dump takes a minute or more)
         if backend == "nf_tables":
             if default is not None:
-                self._put("node/iptables-nft-save.txt", default)
+                self._put(sources.IPTABLES_NFT_SAVE, default)
         elif self._binary("iptables-nft-save"):
-            self._run("node/iptables-nft-save.txt", "iptables-nft-save", [], timeout=DUMP_TIMEOUT)
+            self._run(sources.IPTABLES_NFT_SAVE, "iptables-nft-save", [], timeout=DUMP_TIMEOUT)
         if backend == "legacy":
             if default is not None:
-                self._put("node/iptables-legacy-save.txt", default)
+                self._put(sources.IPTABLES_LEGACY_SAVE, default)
         # legacy tables exist only when ip_tables is loaded; do not make iptables-legacy-save load it
         elif os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and self._binary("iptables-legacy-save"):
-            self._run("node/iptables-legacy-save.txt", "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
+            self._run(sources.IPTABLES_LEGACY_SAVE, "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
         if default is not None and self._binary("ip6tables-save"):
-            self._run("node/ip6tables-save.txt", "ip6tables-save", [])
+            self._run(sources.IP6TABLES_SAVE, "ip6tables-save", [])
 
     def _iptables_backend(self) -> str | None:
         """'nf_tables' or 'legacy': what the host's iptables uses (from `iptables --version`)."""
@@ -245,9 +274,9 @@ class NodeCollector:
 
         On an iptables-mode node with 10,000 Services those tables hold 230,000 translated rules: as nft
         JSON that is hundreds of MB, and the same rules are in node/iptables-save.txt."""
-        self._run("node/nft-version.txt", "nft", ["--version"])
+        self._run(sources.NFT_VERSION, "nft", ["--version"])
         if self._iptables_backend() != "nf_tables":
-            self._run("node/nft-ruleset.json", "nft", ["-j", "list", "ruleset"], timeout=DUMP_TIMEOUT)
+            self._run(sources.NFT_RULESET, "nft", ["-j", "list", "ruleset"], timeout=DUMP_TIMEOUT)
             return
         listing = self._run("node/.nft-tables", "nft", ["list", "tables"])
         self.out.files.pop("node/.nft-tables", None)
@@ -268,19 +297,19 @@ class NodeCollector:
             try:
                 doc = load_json(data) if data else {}
             except ValueError:  # not JSON, or nested deeper than kpdiag decodes
-                self._err("node/nft-ruleset.json", f"nft -j list table {family} {name}: not JSON")
+                self._err(sources.NFT_RULESET, f"nft -j list table {family} {name}: not JSON")
                 continue
             for item in doc.get("nftables", []):
                 if "metainfo" in item and any("metainfo" in i for i in items):
                     continue
                 items.append(item)
-        self._put("node/nft-ruleset.json", json.dumps({"nftables": items}))
+        self._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
         if skipped:
-            self._err("node/nft-ruleset.json", f"iptables-nft's own tables ({', '.join(skipped)}) left out: node/iptables-save.txt has their rules")
+            self._err(sources.NFT_RULESET, f"iptables-nft's own tables ({', '.join(skipped)}) left out: {sources.IPTABLES_SAVE} has their rules")
 
     def ipvs(self) -> None:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):
-            self._err("node/ipvsadm.txt", "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node")
+            self._err(sources.IPVSADM, "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node")
             return
         from . import ipvs as ipvs_netlink
 
@@ -289,41 +318,41 @@ class NodeCollector:
             services = ipvs_netlink.dump()
         except ipvs_netlink.IpvsUnavailable as exc:
             # ipvsadm would modprobe ip_vs here: it is not run, so the collection stays read-only
-            self._err("node/ipvsadm.txt", f"{exc}, although {self.proc}/net/ip_vs exists; ipvsadm not run (it would load the module)")
+            self._err(sources.IPVSADM, f"{exc}, although {self.proc}/net/ip_vs exists; ipvsadm not run (it would load the module)")
         except Exception as exc:  # pyroute2 missing, netlink refused (no CAP_NET_ADMIN), …: ipvsadm reads the same
-            self._err("node/ipvsadm.txt", f"IPVS netlink dump failed ({exc.__class__.__name__}: {exc}); used ipvsadm instead")
-            self._run("node/ipvsadm.txt", "ipvsadm", ["-Sn"])
-            self._run("node/ipvsadm-list.txt", "ipvsadm", ["-Ln"])
+            self._err(sources.IPVSADM, f"IPVS netlink dump failed ({exc.__class__.__name__}: {exc}); used ipvsadm instead")
+            self._run(sources.IPVSADM, "ipvsadm", ["-Sn"])
+            self._run(sources.IPVSADM_LIST, "ipvsadm", ["-Ln"])
         else:
-            self._put("node/ipvsadm.txt", ipvs_netlink.render_save(services))
-            self._put("node/ipvsadm-list.txt", ipvs_netlink.render_list(services))
-        self._timed("node/ipvsadm.txt", t)
-        if "node/ipvsadm.txt" in self.out.files:  # ip_vs is loaded (checked above): ipvsadm reads, it loads nothing
-            self._run("node/ipvs-timeout.txt", "ipvsadm", ["-L", "--timeout"])
+            self._put(sources.IPVSADM, ipvs_netlink.render_save(services))
+            self._put(sources.IPVSADM_LIST, ipvs_netlink.render_list(services))
+        self._timed(sources.IPVSADM, t)
+        if sources.IPVSADM in self.out.files:  # ip_vs is loaded (checked above): ipvsadm reads, it loads nothing
+            self._run(sources.IPVS_TIMEOUT, "ipvsadm", ["-L", "--timeout"])
         conn = os.path.join(self.proc, "net", "ip_vs_conn")
         t = time.monotonic()
         try:
-            self._put("node/ipvs-conn.json", ipvs_netlink.conn_counts_json(conn))
+            self._put(sources.IPVS_CONN, ipvs_netlink.conn_counts_json(conn))
         except OSError as exc:
-            self._err("node/ipvs-conn.json", f"cannot read {conn}: {exc.strerror or exc}")
-        self._timed("node/ipvs-conn.json", t)
+            self._err(sources.IPVS_CONN, f"cannot read {conn}: {exc.strerror or exc}")
+        self._timed(sources.IPVS_CONN, t)
 
     def ipset(self) -> None:
         if not self._loaded("ip_set"):
-            self._err("node/ipset.txt", "the ip_set kernel module is not loaded: no ipsets on this node")
+            self._err(sources.IPSET, "the ip_set kernel module is not loaded: no ipsets on this node")
             return
-        self._run("node/ipset.txt", "ipset", ["save"])
+        self._run(sources.IPSET, "ipset", ["save"])
 
     def conntrack(self) -> None:
         if not (self._loaded("nf_conntrack") or os.path.exists(os.path.join(self.proc, "sys/net/netfilter/nf_conntrack_count"))):
-            self._err("node/conntrack-stats.txt", "nf_conntrack is not loaded: no connection tracking on this node")
+            self._err(sources.CONNTRACK_STATS, "nf_conntrack is not loaded: no connection tracking on this node")
             return
-        self._run("node/conntrack-stats.txt", "conntrack", ["-S"])
+        self._run(sources.CONNTRACK_STATS, "conntrack", ["-S"])
 
     def conntrack_entries(self) -> None:
         """A bounded ``conntrack -L``: UDP entries first (stale UDP entries are what KP504 looks for), then TCP, at most
         CONNTRACK_MAX_ENTRIES entries / CONNTRACK_MAX_BYTES; a cut is said in the manifest."""
-        if "node/conntrack-stats.txt" not in self.out.files:
+        if sources.CONNTRACK_STATS not in self.out.files:
             return  # nf_conntrack not loaded (said already) or conntrack missing
         argv = self._binary("conntrack")
         if argv is None:
@@ -349,7 +378,7 @@ class NodeCollector:
                 except subprocess.TimeoutExpired:
                     cut = f"{CONNTRACK_TIMEOUT:.0f} s"
                 except OSError as exc:
-                    self._err("node/conntrack.txt", f"cannot run conntrack: {exc.strerror or exc}")
+                    self._err(sources.CONNTRACK, f"cannot run conntrack: {exc.strerror or exc}")
                     return
                 fh.seek(0)
                 for line in fh:
@@ -359,15 +388,15 @@ class NodeCollector:
                     chunks.append(line)
                     entries += 1
                     size += len(line)
-        self._put("node/conntrack.txt", b"".join(chunks))
+        self._put(sources.CONNTRACK, b"".join(chunks))
         if cut:
-            self._err("node/conntrack.txt", f"conntrack -L cut at {cut} (UDP first, then TCP): the table holds more")
-        self._timed("node/conntrack.txt", t)
+            self._err(sources.CONNTRACK, f"conntrack -L cut at {cut} (UDP first, then TCP): the table holds more")
+        self._timed(sources.CONNTRACK, t)
 
     def kube_proxy_journal(self) -> None:
         """kube-proxy's log from journald when no log file was found: kube-proxy, k3s and k0s units (k3s and k0s run
         kube-proxy inside themselves), a bounded tail, with a timeout."""
-        if "node/kube-proxy/log.txt" in self.out.files:
+        if sources.KP_LOG in self.out.files:
             return
         journal = os.path.join(self.host_root, "var/log/journal")
         if not os.path.isdir(journal):
@@ -382,20 +411,20 @@ class NodeCollector:
         try:
             proc = subprocess.run(argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=JOURNAL_TIMEOUT, env=SAFE_ENV, check=False)
         except subprocess.TimeoutExpired:
-            self._err("node/kube-proxy/log.txt", f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
+            self._err(sources.KP_LOG, f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
             return
         except OSError as exc:
-            self._err("node/kube-proxy/log.txt", f"cannot run journalctl: {exc.strerror or exc}")
+            self._err(sources.KP_LOG, f"cannot run journalctl: {exc.strerror or exc}")
             return
         finally:
-            self._timed("node/kube-proxy/log.txt (journald)", t)
+            self._timed(f"{sources.KP_LOG} (journald)", t)
         data = _kube_proxy_lines(proc.stdout)[-LOG_MAX_BYTES:]
         if proc.returncode != 0 or not data.strip() or data.startswith(b"-- No entries --"):
             return
-        self._put("node/kube-proxy/log.txt", data)
+        self._put(sources.KP_LOG, data)
         # the file search's "no kube-proxy log" is answered: say where it came from instead
-        self.out.errors = [e for e in self.out.errors if e.get("source") != "node/kube-proxy/log.txt"]
-        self._err("node/kube-proxy/log.txt", f"no log file; read from journald ({journal}, units {', '.join(JOURNAL_UNITS)})")
+        self.out.errors = [e for e in self.out.errors if e.get("source") != sources.KP_LOG]
+        self._err(sources.KP_LOG, f"no log file; read from journald ({journal}, units {', '.join(JOURNAL_UNITS)})")
 
     def processes(self) -> None:
         """node/processes.txt: ``pid name`` of the processes that tell who implements Services, and of pid 1 (whether
@@ -404,7 +433,7 @@ class NodeCollector:
         try:
             entries = os.listdir(self.proc)
         except OSError as exc:
-            self._err("node/processes.txt", f"cannot list {self.proc}: {exc.strerror or exc}")
+            self._err(sources.PROCESSES, f"cannot list {self.proc}: {exc.strerror or exc}")
             return
         for entry in entries:
             if not entry.isdigit():
@@ -416,7 +445,7 @@ class NodeCollector:
                 continue
             if entry == "1" or comm in PROCESS_NAMES:
                 lines.append(f"{entry} {comm}")
-        self._put("node/processes.txt", "\n".join(sorted(lines, key=lambda l: int(l.split()[0]))) + "\n")
+        self._put(sources.PROCESSES, "\n".join(sorted(lines, key=lambda l: int(l.split()[0]))) + "\n")
 
     def bpf_maps(self) -> None:
         """node/bpf-maps.txt: the names of pinned BPF objects under /sys/fs/bpf (Cilium's cilium_lb4_*, Calico's
@@ -430,18 +459,18 @@ class NodeCollector:
                 dirnames[:] = []
             names.extend(filenames)
             if len(names) >= BPF_MAX_ENTRIES:
-                self._err("node/bpf-maps.txt", f"more than {BPF_MAX_ENTRIES} pinned BPF objects: list cut")
+                self._err(sources.BPF_MAPS, f"more than {BPF_MAX_ENTRIES} pinned BPF objects: list cut")
                 break
         if names:
-            self._put("node/bpf-maps.txt", "\n".join(sorted(set(names))[:BPF_MAX_ENTRIES]) + "\n")
+            self._put(sources.BPF_MAPS, "\n".join(sorted(set(names))[:BPF_MAX_ENTRIES]) + "\n")
 
     def kube_proxy_http(self) -> None:
         import urllib.error
         import urllib.request
 
-        for rel, url in (("node/kube-proxy/proxy-mode.txt", "http://127.0.0.1:10249/proxyMode"),
-                         ("node/kube-proxy/metrics.txt", "http://127.0.0.1:10249/metrics"),
-                         ("node/kube-proxy/healthz.json", "http://127.0.0.1:10256/healthz")):
+        for rel, url in ((sources.KP_PROXY_MODE, "http://127.0.0.1:10249/proxyMode"),
+                         (sources.KP_METRICS, "http://127.0.0.1:10249/metrics"),
+                         (sources.KP_HEALTHZ, "http://127.0.0.1:10256/healthz")):
             status, body = None, None
             try:
                 with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310 - fixed loopback URL
@@ -475,7 +504,7 @@ class NodeCollector:
         :data:`CONFIG_MAX_BYTES`."""
         from .. import safeio
 
-        rel = "node/kube-proxy/config.yaml"
+        rel = sources.KP_CONFIG
         found = find_kube_proxy(self.proc)
         for pid, why in found.refused:
             self._err(rel, f"process {pid} is called kube-proxy but is not trusted ({why}): its files were not read")
@@ -510,7 +539,7 @@ class NodeCollector:
         if os.path.lexists(os.path.join(plain, "kube-proxy.log")):
             found.append((plain, "kube-proxy.log"))
         if not found:
-            self._err("node/kube-proxy/log.txt", f"no kube-proxy log under {pods}")
+            self._err(sources.KP_LOG, f"no kube-proxy log under {pods}")
             return
         base, rel = found[-1]
         path = os.path.join(base, rel)
@@ -522,11 +551,11 @@ class NodeCollector:
                 data = safeio.read_capped(fd, LOG_MAX_BYTES, path)
             finally:
                 os.close(fd)
-            self._put("node/kube-proxy/log.txt", data)
+            self._put(sources.KP_LOG, data)
         except safeio.TooLarge:  # grew while read: what was there is enough
-            self._err("node/kube-proxy/log.txt", f"{path} grew while it was read: not read")
+            self._err(sources.KP_LOG, f"{path} grew while it was read: not read")
         except OSError as exc:
-            self._err("node/kube-proxy/log.txt", f"cannot read {path}: {safeio.describe(exc)}")
+            self._err(sources.KP_LOG, f"cannot read {path}: {safeio.describe(exc)}")
 
 # k3s and k0s log every component they embed: only kube-proxy's lines are kube-proxy's log (KP704 reads it)
 _PROXY_MARKERS = (b"proxier.go", b"kube-proxy", b"server_linux.go", b"server_others.go", b"conntrack.go",
@@ -647,6 +676,74 @@ def _trust_embedding(proc: str, pid: str) -> bool:
 _SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
 _RT_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 6: "blackhole", 7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat"}
 _TABLES = {253: "default", 254: "main", 255: "local"}
+
+
+_RULE_ACTIONS = {1: None, 2: "goto", 3: "nop", 6: "blackhole", 7: "unreachable", 8: "prohibit"}
+_FIB_RULE_INVERT = 0x2
+_IP_PROTOS = {1: "icmp", 6: "tcp", 17: "udp", 58: "ipv6-icmp", 132: "sctp"}
+
+
+def _range(value) -> tuple[int, int] | None:
+    """A netlink port or uid range as pyroute2 gives it ("1000:2000", or an object with start/end)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        lo, _, hi = value.strip("'").partition(":")
+        return int(lo), int(hi or lo)
+    get = value.get_attr if hasattr(value, "get_attr") else value.get
+    return int(get("start")), int(get("end"))
+
+
+def _pyroute2_rules(ipr) -> list[dict]:
+    """The policy-routing rules of both families in the shape of ``ip -j rule show`` (plus ``family``)."""
+    out = []
+    for family, fam in ((socket.AF_INET, "inet"), (socket.AF_INET6, "inet6")):
+        for r in ipr.get_rules(family=family):
+            item: dict = {"family": fam, "priority": r.get_attr("FRA_PRIORITY") or 0}
+            if r["flags"] & _FIB_RULE_INVERT:
+                item["not"] = None
+            for key, attr, length in (("src", "FRA_SRC", "src_len"), ("dst", "FRA_DST", "dst_len")):
+                value = r.get_attr(attr)
+                item[key] = value or "all" if key == "src" else value
+                if value:
+                    item[key + "len"] = r[length]
+            if item.get("dst") is None:
+                item.pop("dst", None)
+            for key, attr in (("iif", "FRA_IIFNAME"), ("oif", "FRA_OIFNAME")):
+                value = r.get_attr(attr)
+                if value:
+                    item[key] = value
+            proto = r.get_attr("FRA_IP_PROTO")
+            if proto:
+                item["ipproto"] = _IP_PROTOS.get(int(proto), str(proto))
+            mark = r.get_attr("FRA_FWMARK")
+            if mark is not None:
+                item["fwmark"] = hex(mark)
+                item["fwmask"] = hex(r.get_attr("FRA_FWMASK") if r.get_attr("FRA_FWMASK") is not None else 0xFFFFFFFF)
+            # ranges as ip -j prints them: "dport": 53, or "dport_start"/"dport_end"; "uid_start"/"uid_end"
+            for key, attr in (("sport", "FRA_SPORT_RANGE"), ("dport", "FRA_DPORT_RANGE"), ("uid", "FRA_UID_RANGE")):
+                rng = _range(r.get_attr(attr))
+                if rng is None:
+                    continue
+                if key != "uid" and rng[0] == rng[1]:
+                    item[key] = rng[0]
+                else:
+                    item[f"{key}_start"], item[f"{key}_end"] = rng
+            for key, attr in (("l3mdev", "FRA_L3MDEV"), ("suppress_prefixlen", "FRA_SUPPRESS_PREFIXLEN"),
+                              ("suppress_ifgroup", "FRA_SUPPRESS_IFGROUP")):
+                value = r.get_attr(attr)
+                if value is not None and int(value) not in (0xFFFFFFFF, -1) and not (attr == "FRA_L3MDEV" and not int(value)):
+                    item[key] = int(value)
+            if r["tos"]:
+                item["tos"] = hex(r["tos"])
+            action = _RULE_ACTIONS.get(r["action"], str(r["action"]))
+            if action is None:
+                table = r.get_attr("FRA_TABLE") or r["table"]
+                item["table"] = _TABLES.get(table, str(table))
+            else:
+                item["action"] = action
+            out.append(item)
+    return out
 
 
 def _pyroute2_dump(ipr) -> tuple[list, list]:

@@ -227,3 +227,127 @@ def parse_conntrack_stats(text: str, source: str = "conntrack -S") -> dict[str, 
                 continue
             totals[k] = totals.get(k, 0) + int(v)
     return totals
+
+
+# ---------------------------------------------------------------------------------------------- policy routing
+RULE_ACTIONS = ("lookup", "blackhole", "unreachable", "prohibit", "goto", "nop")
+_TABLE_NAMES = {"255": "local", "254": "main", "253": "default"}
+_KNOWN_RULE_KEYS = {"priority", "family", "src", "srclen", "dst", "dstlen", "iif", "oif", "fwmark", "fwmask", "not",
+                    "table", "action", "ipproto", "sport", "dport", "sport_start", "sport_end", "dport_start", "dport_end",
+                    "iif_detached", "oif_detached", "protocol", "flags", "uid_start", "uid_end", "suppress_prefixlen"}
+
+
+@dataclass(frozen=True)
+class IpRule:
+    """One policy-routing rule (``ip rule``): its selectors, and the table it looks up or the action it takes."""
+
+    family: int  # 4 or 6
+    priority: int
+    src: str | None  # a prefix ("10.1.0.0/16"); None: from all
+    dst: str | None
+    iif: str | None
+    oif: str | None
+    fwmark: int | None
+    fwmask: int
+    invert: bool  # "not": the selectors must NOT match
+    action: str  # lookup | blackhole | unreachable | prohibit | goto | nop
+    table: str | None  # for lookup: "main", "local", "default" or a number
+    ipproto: str | None
+    dport: tuple[int, int] | None
+    sport: tuple[int, int] | None
+    unknown: tuple[str, ...]  # selectors kpdiag does not evaluate (uidrange, tos, l3mdev, …): may or may not match
+    line: int  # 1-based position in the list, for evidence
+    suppress_prefixlen: int | None = None  # a looked-up route this specific or less is ignored (wg-quick's "suppress_prefixlength 0")
+
+    @property
+    def default(self) -> bool:
+        """One of the kernel's own rules (0: local, 32766: main, 32767: default), which kpdiag's plain lookup follows."""
+        plain = (self.src is None and self.dst is None and self.iif is None and self.oif is None and self.fwmark is None
+                 and not self.invert and self.ipproto is None and self.dport is None and self.sport is None and not self.unknown
+                 and self.suppress_prefixlen is None)
+        return plain and self.action == "lookup" and (self.priority, self.table) in ((0, "local"), (32766, "main"), (32767, "default"))
+
+    def text(self) -> str:
+        """As ``ip rule`` prints it."""
+        bits = [f"{self.priority}:"] + (["not"] if self.invert else [])
+        bits += ["from", self.src or "all"]
+        if self.dst:
+            bits += ["to", self.dst]
+        if self.fwmark is not None:
+            bits += ["fwmark", f"0x{self.fwmark:x}" + (f"/0x{self.fwmask:x}" if self.fwmask != 0xFFFFFFFF else "")]
+        for key in ("iif", "oif", "ipproto"):
+            if getattr(self, key):
+                bits += [key, str(getattr(self, key))]
+        for key in ("sport", "dport"):
+            rng = getattr(self, key)
+            if rng:
+                bits += [key, str(rng[0]) if rng[0] == rng[1] else f"{rng[0]}-{rng[1]}"]
+        bits += list(self.unknown)
+        bits += ["lookup", self.table or "?"] if self.action == "lookup" else [self.action]
+        if self.suppress_prefixlen is not None:
+            bits += ["suppress_prefixlength", str(self.suppress_prefixlen)]
+        return " ".join(bits)
+
+
+def _port_range(item: dict, key: str) -> tuple[int, int] | None:
+    """``"dport": 53`` or ``"dport_start"``/``"dport_end"`` (ip -j rule), as (low, high)."""
+    if item.get(key) is not None:
+        lo, _, hi = str(item[key]).partition("-")
+        return int(lo), int(hi or lo)
+    if item.get(key + "_start") is not None:
+        return int(item[key + "_start"]), int(item.get(key + "_end", item[key + "_start"]))
+    return None
+
+
+def _rule_prefix(item: dict, key: str, family: int) -> str | None:
+    value = item.get(key)
+    if value in (None, "all"):
+        return None
+    return f"{value}/{int(item.get(key + 'len', 128 if family == 6 else 32))}"
+
+
+def parse_ip_rules(text: str, source: str = "ip -j rule") -> list[IpRule]:
+    """``ip -j rule show`` of both families (each entry with ``"family": "inet"|"inet6"``, as kpdiag collects it;
+    an entry without a family is IPv6 when its addresses are). An entry that cannot be read is an error naming it."""
+    from ..safeio import load_json
+
+    try:
+        data = load_json(text)
+    except ValueError as exc:
+        raise InputError(source, f"not JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, list):
+        raise InputError(source, "expected a JSON list of rules (ip -j rule)")
+    out: list[IpRule] = []
+    for n, item in enumerate(data, 1):
+        try:
+            if not isinstance(item, dict):
+                raise ValueError("not a JSON object")
+            fam = item.get("family")
+            addrs = [str(item.get(k) or "") for k in ("src", "dst")]
+            family = 6 if fam == "inet6" or (fam is None and any(":" in a for a in addrs)) else 4
+            if fam not in (None, "inet", "inet6"):
+                raise ValueError(f"unknown family {fam!r}")
+
+            action = str(item.get("action") or ("lookup" if "table" in item else "unknown"))
+            if action == "to_tbl":
+                action = "lookup"
+            if action not in RULE_ACTIONS:
+                raise ValueError(f"unknown action {action!r}")
+            table = item.get("table")
+            mark = item.get("fwmark")
+            unknown = tuple(sorted(k for k in item if k not in _KNOWN_RULE_KEYS))
+            if "uid_start" in item:
+                unknown = tuple(sorted((*unknown, f"uidrange {item['uid_start']}-{item.get('uid_end', item['uid_start'])}")))
+            out.append(IpRule(
+                family=family, priority=int(item.get("priority", 0)), src=_rule_prefix(item, "src", family),
+                dst=_rule_prefix(item, "dst", family),
+                iif=str(item["iif"]) if item.get("iif") else None, oif=str(item["oif"]) if item.get("oif") else None,
+                fwmark=int(str(mark), 0) if mark is not None else None, fwmask=int(str(item.get("fwmask", "0xffffffff")), 0),
+                invert="not" in item, action=action, table=_TABLE_NAMES.get(str(table), str(table)) if table is not None else None,
+                ipproto=str(item["ipproto"]) if item.get("ipproto") is not None else None,
+                dport=_port_range(item, "dport"), sport=_port_range(item, "sport"), unknown=unknown, line=n,
+                suppress_prefixlen=int(item["suppress_prefixlen"]) if item.get("suppress_prefixlen") is not None else None))
+        except (ValueError, TypeError) as exc:
+            raise InputError(source, f"rule {n}: {exc}", n) from None
+    out.sort(key=lambda r: (r.family, r.priority, r.line))
+    return out

@@ -25,6 +25,7 @@ from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
 from .model import Packet, Path, Step, TraceResult, endpoint_text, ip_text
 from .routing import RoutingTable
+from .. import sources
 
 MAX_DEPTH = 64
 MAX_PATHS = 4096
@@ -94,7 +95,7 @@ class _State:
         "prob", "src", "dst", "ver", "proto", "sport", "dport", "icmp_type", "icmp_code", "iif", "oif",
         "mark", "ctmark", "ct_dnat", "ct_snat", "untracked", "orig_dst", "orig_dport",
         "steps", "notes", "uncertain", "dnat", "masquerade", "snat", "rules_evaluated", "hook",
-        "reject_with", "local_redirect", "nat_done",
+        "reject_with", "local_redirect", "nat_done", "origin",
     )
 
     def fork(self, factor: float) -> "_State":
@@ -209,6 +210,7 @@ class PacketWalker:
         st.dport = packet.dport if packet.proto != "icmp" else None
         st.icmp_type, st.icmp_code = packet.icmp_type, packet.icmp_code
         st.iif = packet.iif if packet.origin != "node" else None
+        st.origin = packet.origin
         st.oif = None
         st.mark = st.ctmark = 0
         st.ct_dnat = st.ct_snat = st.untracked = False
@@ -226,8 +228,21 @@ class PacketWalker:
             self._set_oif(st)
         return st
 
+    def _route_lookup(self, st: _State):
+        """The routing decision for this packet: its destination, and for the node's policy-routing rules its source,
+        input interface ("lo" for the node's own packets), mark, protocol and ports."""
+        iif = "lo" if st.origin == "node" else st.iif  # the kernel matches the node's own packets as input from lo
+        route = self.routing.lookup(st.dst, st.ver, src=st.src, iif=iif, mark=st.mark, proto=st.proto,
+                                    sport=st.sport, dport=st.dport)
+        if route is not None:
+            if route.rule:
+                st.note(f"routed by the policy-routing rule '{route.rule}' (table {route.table}), not by the main table")
+            if route.uncertain:
+                st.note(route.uncertain, uncertain=True)
+        return route
+
     def _set_oif(self, st: _State) -> None:
-        route = self.routing.lookup(st.dst, st.ver)
+        route = self._route_lookup(st)
         st.oif = route.dev if route is not None else None
 
     def _route(self, states: list[_State], finished: list[_State], incoming: bool = False) -> tuple[list[_State], list[_State]]:
@@ -255,7 +270,7 @@ class PacketWalker:
                 st.hook = "drop"
                 finished.append(st)
                 continue
-            route = self.routing.lookup(st.dst, st.ver)
+            route = self._route_lookup(st)
             if route is None:
                 st.oif = None
                 if not self.routing.local_ips:
@@ -821,7 +836,7 @@ def _m_set(tr, m, st, rule):
             return tr._unknown_opt(rule, m, opt, st)
         name, flags = opt.args[0], opt.args[1].split(",")
         if tr.ipsets is None:
-            st.note(f"{rule.where}: ipset {name} needed but no ipset list was given (node/ipset.txt); assumed not matching", uncertain=True)
+            st.note(f"{rule.where}: ipset {name} needed but no ipset list was given ({sources.IPSET}); assumed not matching", uncertain=True)
             return 0.0
         s = tr.ipsets.get(name)
         if s is None or s.kinds is None:

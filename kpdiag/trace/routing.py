@@ -1,12 +1,16 @@
 """The routing decision: is a destination local, and if not, which device and gateway take it.
 
 Built from ``ip -j addr`` / ``ip -j route show table all`` (bundle) or from a list of local
-addresses (``--local-ip``). Longest-prefix match in the local table, then the main table.
+addresses (``--local-ip``). Longest-prefix match in the local table, then the main table — or, when the node's
+policy-routing rules are known (``ip -j rule``) and it has rules of its own, the kernel's walk: rules by priority,
+each rule whose selectors match looks up its table (or blackholes, rejects) and the first route found wins. A
+selector kpdiag cannot evaluate for the packet (a uid range, a mark the trace does not know) makes the answer
+uncertain, named, never silently ignored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 
@@ -20,6 +24,8 @@ class Route:
     gateway: str | None = None
     dst: str | None = None  # the route's prefix as text ("default" for 0/0)
     table: str = "main"
+    rule: str | None = None  # the policy-routing rule that chose this route, when it is not the plain main lookup
+    uncertain: str | None = None  # why this might not be the route the kernel takes (rules kpdiag could not evaluate)
 
 
 @dataclass
@@ -32,6 +38,10 @@ class RoutingTable:
     route_localnet: dict[str, bool] | None = None
     # net.ipv4.conf.<all|dev>.forwarding (by interface) and net.ipv6.conf.all.forwarding; None: not known
     forwarding: dict[int, dict[str, bool]] | None = None
+    # routes of the other tables (policy routing), by table name ("100", "default", …)
+    tables: dict[str, list[tuple[Prefix, Route]]] = field(default_factory=dict)
+    # the policy-routing rules (kpdiag.parse.node.IpRule), both families, by priority; None: not known
+    rules: list | None = None
 
     @classmethod
     def from_local_ips(cls, ips) -> "RoutingTable":
@@ -41,9 +51,21 @@ class RoutingTable:
         return rt
 
     def add_route(self, prefix: Prefix, route: Route) -> None:
-        target = self.local_routes if route.table == "local" else self.routes
+        if route.table == "local":
+            target = self.local_routes
+        elif route.table == "main":
+            target = self.routes
+        else:
+            target = self.tables.setdefault(route.table, [])
         target.append((prefix, route))
         target.sort(key=lambda pr: -bin(pr[0].mask).count("1"))
+
+    def policy_rules(self, version: int) -> list | None:
+        """This family's rules when any is not one of the kernel's defaults (else None: the plain lookup is exact)."""
+        if not self.rules:
+            return None
+        mine = [r for r in self.rules if r.family == version]
+        return mine if any(not r.default for r in mine) else None
 
     def is_local(self, addr: int, version: int = 4) -> bool:
         if version == 4 and _LOOPBACK.contains(addr, 4):
@@ -55,17 +77,66 @@ class RoutingTable:
                 return True
         return False
 
-    def lookup(self, addr: int, version: int = 4) -> Route | None:
+    def lookup(self, addr: int, version: int = 4, src: int | None = None, iif: str | None = None, mark: int | None = None,
+               proto: str | None = None, sport: int | None = None, dport: int | None = None) -> Route | None:
         """The route a packet to ``addr`` takes; None when no routes of its IP version are known at all (a bundle
-        whose routes were read with plain `ip route`, which shows IPv4 only, knows nothing of IPv6)."""
+        whose routes were read with plain `ip route`, which shows IPv4 only, knows nothing of IPv6).
+
+        With the packet's source (``src``; ``iif`` "lo" for the node's own packets, its mark, protocol and ports)
+        the node's policy-routing rules are followed; without it (address-type questions) only the local and main
+        tables are asked, as the kernel does for those."""
         if self.is_local(addr, version):
             return Route("local", dev="lo", table="local")
         if not self.knows(version):
             return None
-        for prefix, route in self.routes:
+        rules = self.policy_rules(version) if src is not None else None
+        if rules is None:
+            return self._in_table(self.routes, addr, version) or Route("unreachable", dst="(no route)")
+        return self._policy_lookup(rules, addr, version, src, iif, mark, proto, sport, dport)
+
+    @staticmethod
+    def _in_table(routes, addr: int, version: int, suppress: int | None = None) -> Route | None:
+        """Longest-prefix match; with ``suppress`` (a rule's suppress_prefixlength) a match of that prefix length or
+        shorter counts as no route, and the walk goes on to the next rule — as the kernel does."""
+        for prefix, route in routes:
             if prefix.contains(addr, version):
+                if suppress is not None and bin(prefix.mask).count("1") <= suppress:
+                    return None
                 return route
-        return Route("unreachable", dst="(no route)")
+        return None
+
+    def _policy_lookup(self, rules, addr, version, src, iif, mark, proto, sport, dport) -> Route:
+        unsure: list[str] = []
+
+        def finish(route: Route) -> Route:
+            if unsure:
+                why = (f"policy-routing rule(s) {'; '.join(unsure[:3])} may also apply to this packet (kpdiag cannot tell): "
+                       "if one does, the kernel routes it differently")
+                route = replace(route, uncertain=why)
+            return route
+
+        for rule in rules:
+            hit = rule_matches(rule, src, addr, version, iif, mark, proto, sport, dport)
+            if hit is False:
+                continue
+            if hit is None:
+                unsure.append(f"'{rule.text()}'")
+                continue
+            label = None if rule.default else rule.text()
+            if rule.action in ("blackhole", "unreachable", "prohibit"):
+                return finish(Route(rule.action, dst=f"(ip rule {rule.priority})", table="-", rule=rule.text()))
+            if rule.action != "lookup":  # goto and nop: nothing is looked up here
+                if rule.action == "goto":
+                    unsure.append(f"'{rule.text()}' (goto is not followed)")
+                continue
+            if rule.table == "local":
+                continue  # is_local() above answered for the local table
+            routes = self.routes if rule.table == "main" else self.tables.get(rule.table or "", [])
+            route = self._in_table(routes, addr, version, rule.suppress_prefixlen)
+            if route is None or route.type == "throw":
+                continue
+            return finish(replace(route, rule=label) if label else route)
+        return finish(Route("unreachable", dst="(no route)"))
 
     @property
     def has_routes(self) -> bool:
@@ -138,6 +209,44 @@ class RoutingTable:
         return any(prefix.version == version for prefix, _ in self.routes)
 
 
+_PROTO_NUMBERS = {"tcp": "6", "udp": "17", "sctp": "132", "icmp": "1", "ipv6-icmp": "58"}
+
+
+def rule_matches(rule, src: int, dst: int, version: int, iif: str | None, mark: int | None, proto: str | None,
+                 sport: int | None, dport: int | None) -> bool | None:
+    """Whether a policy-routing rule's selectors match the packet (as the kernel's fib rule match does): True, False,
+    or None when a selector depends on something the trace does not know."""
+    results: list[bool | None] = []
+    for text, addr in ((rule.src, src), (rule.dst, dst)):
+        if text:
+            try:
+                results.append(parse_prefix(text).contains(addr, version))
+            except ValueError:
+                results.append(None)
+    if rule.iif:
+        results.append(None if iif is None else rule.iif == iif)
+    if rule.oif:
+        results.append(None if iif == "lo" else False)  # only a socket bound to a device has an output interface here
+    if rule.fwmark is not None:
+        results.append(None if mark is None else ((mark ^ rule.fwmark) & rule.fwmask) == 0)
+    if rule.ipproto:
+        results.append(None if proto is None else _PROTO_NUMBERS.get(proto, proto) == _PROTO_NUMBERS.get(rule.ipproto, rule.ipproto))
+    for rng, port in ((rule.sport, sport), (rule.dport, dport)):
+        if rng:
+            results.append(None if port is None else rng[0] <= port <= rng[1])
+    if rule.unknown:
+        results.append(None)
+    if False in results:
+        match: bool | None = False
+    elif None in results:
+        match = None
+    else:
+        match = True
+    if rule.invert and match is not None:
+        match = not match
+    return match
+
+
 def route_localnet_from_sysctl(sysctl) -> dict[str, bool] | None:
     """net.ipv4.conf.X.route_localnet by interface X, from parsed ``sysctl -a`` (None when it says nothing of it)."""
     if not sysctl:
@@ -166,10 +275,11 @@ def forwarding_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
     return out if out[4] or out[6] else None
 
 
-def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None) -> RoutingTable:
+def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None, rules: list | None = None) -> RoutingTable:
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
-    route_localnet)."""
+    route_localnet; the parsed ``ip -j rule``, for policy routing)."""
     rt = RoutingTable()
+    rt.rules = rules
     rt.route_localnet = route_localnet_from_sysctl(sysctl)
     rt.forwarding = forwarding_from_sysctl(sysctl)
     for link in addrs or []:
@@ -199,9 +309,7 @@ def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None) -
             continue
         table = str(entry.get("table", "main"))
         rtype = entry.get("type", "unicast")
-        if table not in ("main", "local", "254", "255"):
-            continue
-        table = "local" if table in ("local", "255") else "main"
+        table = {"255": "local", "254": "main", "253": "default"}.get(table, table)
         try:
             if dst == "default":
                 prefix = parse_prefix("0.0.0.0/0") if ":" not in str(entry.get("gateway") or "") else parse_prefix("::/0")

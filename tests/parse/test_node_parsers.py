@@ -127,3 +127,57 @@ def test_conntrack_stats_summed_over_cpus():
     with pytest.raises(InputError) as err:
         p.parse_conntrack_stats(text + "garbage\n")
     assert err.value.line == 3
+
+
+# `ip -j rule show` as iproute2 6.x prints it (from a lab namespace), tagged with the family as kpdiag collects it
+IP_RULES = """[{"family":"inet","priority":0,"src":"all","table":"local"},
+ {"family":"inet","priority":9,"src":"all","fwmark":"0x200","fwmask":"0xf00","table":"2004"},
+ {"family":"inet","priority":100,"src":"10.1.0.0","srclen":16,"table":"100"},
+ {"family":"inet","priority":200,"src":"all","dst":"10.2.0.0","dstlen":16,"iif":"eth0","iif_detached":null,"table":"200"},
+ {"family":"inet","priority":300,"not":null,"src":"10.3.0.0","srclen":24,"action":"unreachable"},
+ {"family":"inet","priority":400,"src":"all","ipproto":"udp","dport":5353,"action":"prohibit"},
+ {"family":"inet","priority":700,"src":"all","uid_start":1000,"uid_end":2000,"table":"100"},
+ {"family":"inet","priority":800,"src":"all","sport_start":1000,"sport_end":2000,"table":"100"},
+ {"family":"inet","priority":32766,"src":"all","table":"main","suppress_prefixlen":0},
+ {"family":"inet6","priority":50,"src":"fd00::","srclen":8,"table":"300"},
+ {"family":"inet","priority":32767,"src":"all","table":"default"}]"""
+
+
+def test_ip_rules_read_as_ip_rule_prints_them():
+    rules = p.parse_ip_rules(IP_RULES, "node/ip-rule.json")
+    v4 = [r.text() for r in rules if r.family == 4]
+    assert v4 == [
+        "0: from all lookup local",
+        "9: from all fwmark 0x200/0xf00 lookup 2004",
+        "100: from 10.1.0.0/16 lookup 100",
+        "200: from all to 10.2.0.0/16 iif eth0 lookup 200",
+        "300: not from 10.3.0.0/24 unreachable",
+        "400: from all ipproto udp dport 5353 prohibit",
+        "700: from all uidrange 1000-2000 lookup 100",
+        "800: from all sport 1000-2000 lookup 100",
+        "32766: from all lookup main suppress_prefixlength 0",
+        "32767: from all lookup default",
+    ]
+    six = [r for r in rules if r.family == 6]
+    assert [r.text() for r in six] == ["50: from fd00::/8 lookup 300"]
+    by_prio = {r.priority: r for r in rules if r.family == 4}
+    assert by_prio[0].default and by_prio[32767].default and not by_prio[32766].default  # suppress: not the plain rule
+    assert by_prio[9].fwmark == 0x200 and by_prio[9].fwmask == 0xF00
+    assert by_prio[300].invert and by_prio[300].action == "unreachable" and by_prio[300].table is None
+    assert by_prio[400].dport == (5353, 5353) and by_prio[800].sport == (1000, 2000)
+    assert by_prio[700].unknown == ("uidrange 1000-2000",)
+    assert by_prio[100].line == 3  # the entry's position, for evidence
+
+
+@pytest.mark.parametrize("text, where", [
+    ("not json", None),
+    ('{"priority": 0}', None),
+    ('[{"priority": 0, "table": "main"}, 5]', 2),
+    ('[{"priority": "x", "table": "main"}]', 1),
+    ('[{"priority": 5, "action": "teleport"}]', 1),
+    ('[{"priority": 5, "family": "inet7", "table": "main"}]', 1),
+])
+def test_ip_rules_errors_name_the_file_and_entry(text, where):
+    with pytest.raises(InputError) as err:
+        p.parse_ip_rules(text, "node/ip-rule.json")
+    assert "node/ip-rule.json" in str(err.value) and err.value.line == where

@@ -1,0 +1,260 @@
+"""One dataplane model for every proxy mode: a Service port on one ClusterIP, and what this node programs for it.
+
+kube-proxy writes the same thing three ways — a KUBE-SVC/KUBE-SVL chain (iptables), a virtual server with real
+servers (IPVS), a service-/local- chain behind the service-ips map (nftables). Each mode has one adapter here that
+reads its rules into :class:`PortView` (the API's Service port, whether the mode programmed it, the endpoints it
+sends new connections to, and where that is written). The two questions every mode asks are then answered once:
+
+* :func:`missing` — the port has ready endpoints in the API, and this node programmed nothing for it;
+* :func:`mismatch` — it is programmed, and its endpoints are not the ones kube-proxy should use here (ready, else
+  serving-terminating; narrowed by topology hints; this node's own under internalTrafficPolicy: Local).
+
+The findings keep their mode's id (KP202/KP203 iptables, KP302/KP303 IPVS, KP402/KP403 nftables): the ids are in
+users' ``--select``/``--ignore`` lists and in their runbooks, and the fix commands are the mode's own. The adapter
+supplies the words (which rule or map is missing, which command shows it); the decision is here, the same for all.
+A fourth mode (a replacement such as Cilium) is one more adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from kpdiag import sources
+from kpdiag.checkapi import Skip
+from kpdiag.model import Evidence
+from kpdiag.parse.addr import hostport
+
+from .service import _services, _svc_ev, drift, wanted_targets
+
+
+@dataclass
+class PortView:
+    """One Service port on one ClusterIP, as the API defines it and as this node's rules program it."""
+
+    svc: object
+    port: dict
+    family: int  # 4 or 6
+    ip: str  # the ClusterIP of that family
+    ready: int  # ready endpoints of that family in the API
+    programmed: object | None  # the mode's object (KUBE-SVC chain, virtual server, nft chain); None: not programmed
+    endpoints: frozenset[str] = frozenset()  # where it sends new connections ("ip:port", "[ip6]:port")
+    context: object = None  # the mode's own extras for its words (the ruleset, the map family, the key)
+
+    @property
+    def number(self) -> int:
+        return int(self.port.get("port"))
+
+    @property
+    def proto(self) -> str:
+        return (self.port.get("protocol") or "TCP").lower()
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """What one proxy mode contributes: its port views, and its words for the two findings."""
+
+    mode: str
+    views: Callable[[object], Iterable[PortView]]
+    missing_words: Callable[[object, PortView], dict]
+    mismatch_words: Callable[[object, PortView, set, set, str, Evidence], dict]
+
+
+def missing(ctx, new, adapter: Adapter):
+    """Service ports with ready endpoints that this node's rules do not program at all."""
+    for view in adapter.views(ctx):
+        if view.ready and view.programmed is None:
+            yield new(**adapter.missing_words(ctx, view))
+
+
+def mismatch(ctx, new, adapter: Adapter):
+    """Programmed Service ports whose endpoints differ from the ones kube-proxy should use on this node."""
+    for view in adapter.views(ctx):
+        if view.programmed is None:
+            continue
+        want = wanted_targets(ctx, view.svc, view.port, view.family)
+        if not want:
+            continue  # nothing usable (KP101/KP102 say so), or this node's name/zone is unknown: not judged
+        have = set(view.endpoints)
+        if have == want:
+            continue
+        text, api_ev = drift(ctx, have, want, verb="IPVS sends new connections to" if adapter.mode == "ipvs" else "the node DNATs to")
+        yield new(**adapter.mismatch_words(ctx, view, have, want, text, api_ev))
+
+
+def _ready(svc, port, family: int) -> int:
+    return sum(1 for e in svc.endpoints_for(port, family=family) if e.ready)
+
+
+def _ips(svc):
+    return [(6 if ":" in ip else 4, ip) for ip in svc.cluster_ips]
+
+
+# ----------------------------------------------------------------------------------------------------- iptables
+def _iptables_views(ctx):
+    mode, _ = ctx.proxy_mode
+    if mode not in (None, "iptables"):
+        raise Skip(f"kube-proxy runs in {mode} mode: its iptables rules are not where Services live")
+    for svc in _services(ctx):
+        done = set()
+        for family, ip in _ips(svc):
+            if family in done:
+                continue
+            done.add(family)
+            which = "ip6tables-save" if family == 6 else "iptables-save"
+            rs = ctx.iptables(which)
+            if rs is None:
+                continue  # a dual-stack Service's IPv6 side is judged only when ip6tables-save was read
+            progs = ctx.programmed(which) or {}
+            for port in svc.ports:
+                name = svc.kube_proxy_name(port)
+                prog = progs.get(name)
+                present = prog is not None and bool(prog.chain or prog.local_policy)  # KUBE-SVC/KUBE-SVL, or Local's DROP
+                yield PortView(svc, port, family, ip, _ready(svc, port, family), prog if present else None,
+                               frozenset(prog.endpoints) if present else frozenset(), (rs, name))
+
+
+def _iptables_missing(ctx, v: PortView) -> dict:
+    rs, name = v.context
+    v6 = " (IPv6)" if v.family == 6 else ""
+    return dict(
+        summary=f"{v.svc.key} port {v.number}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
+        fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
+             "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+             f"{'ip6tables-save' if v.family == 6 else 'iptables-save'} -t nat | grep -F '{name}'"),
+        evidence=[_svc_ev(ctx, v.svc, f"clusterIP {v.ip} port {v.number}, {v.ready} ready endpoint(s)"),
+                  Evidence(rs.source, f"no KUBE-SERVICES rule with comment \"{name} cluster IP\"")],
+        subject=f"{v.svc.key}:{v.number}",
+    )
+
+
+def _iptables_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evidence) -> dict:
+    rs, _ = v.context
+    prog = v.programmed
+    gone = have - want
+    share = len(gone) / len(have) if have else 0
+    return dict(
+        summary=f"{v.svc.key} port {v.number}{' (IPv6)' if v.family == 6 else ''}: {text}"
+        + (f" (~{share * 100:.0f}% of connections go to endpoints this node should not use: not ready, gone, or hinted for another zone)" if gone else ""),
+        fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+             "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
+        evidence=[Evidence(rs.source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain
+                           else f"KUBE-SERVICES: \"{prog.name} has no local endpoints\" -j DROP"), api_ev],
+        subject=f"{v.svc.key}:{v.number}",
+    )
+
+
+IPTABLES = Adapter("iptables", _iptables_views, _iptables_missing, _iptables_mismatch)
+
+
+# ----------------------------------------------------------------------------------------------------- IPVS
+def ipvs_services(ctx):
+    if getattr(ctx, "preflight", None) != "ipvs":
+        mode, _ = ctx.proxy_mode
+        if mode is None:
+            raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")
+        if mode != "ipvs":
+            raise Skip(f"kube-proxy runs in {mode} mode: IPVS is not where Services live")
+    services = ctx.ipvs
+    if services is None:
+        raise Skip(f"kube-proxy runs in IPVS mode but no IPVS state was collected ({sources.IPVSADM})")
+    return services
+
+
+def _ipvs_views(ctx):
+    services = ipvs_services(ctx)
+    for svc in _services(ctx):
+        for port in svc.ports:
+            for family, ip in _ips(svc):  # IPVS holds both families' virtual servers
+                key = ((port.get("protocol") or "TCP").lower(), ip, int(port.get("port")))
+                vs = services.get(key)
+                reals = frozenset(r.target for r in vs.reals if r.weight > 0) if vs is not None else frozenset()
+                yield PortView(svc, port, family, ip, _ready(svc, port, family), vs, reals, key)
+
+
+def _ipvs_flag(proto: str) -> str:
+    return "-t" if proto == "tcp" else "-u"
+
+
+def _ipvs_missing(ctx, v: PortView) -> dict:
+    proto, ip, number = v.context
+    addr = hostport(ip, number)
+    return dict(
+        summary=f"{v.svc.key} {addr}/{proto} has ready endpoints but no IPVS virtual server on this node",
+        fix=(f"ipvsadm -Ln {_ipvs_flag(proto)} {addr}",
+             "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail"),
+        evidence=[_svc_ev(ctx, v.svc, f"clusterIP {ip} port {number}/{proto}"),
+                  Evidence(ctx.bundle.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}")],
+        subject=f"{v.svc.key}:{number}",
+    )
+
+
+def _ipvs_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evidence) -> dict:
+    proto, ip, number = v.context
+    vs = v.programmed
+    return dict(
+        summary=f"{v.svc.key} {vs.name}: {text}",
+        fix=(f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+        evidence=[Evidence(ctx.bundle.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line), api_ev],
+        subject=f"{v.svc.key}:{number}",
+    )
+
+
+IPVS = Adapter("ipvs", _ipvs_views, _ipvs_missing, _ipvs_mismatch)
+
+
+# ----------------------------------------------------------------------------------------------------- nftables
+def nft_programmed(ctx):
+    """(kube-proxy's nftables ruleset, its programmed ports keyed (ClusterIP, proto, port)), or Skip with why."""
+    from kpdiag.kube_nft import programmed_nft
+
+    mode, _ = ctx.proxy_mode
+    if mode not in (None, "nftables"):
+        raise Skip(f"kube-proxy runs in {mode} mode: its nftables table is not where Services live")
+    if not ctx.nft_kube_proxy_table:  # (and no need to parse a big iptables-nft ruleset)
+        raise Skip("no kube-proxy nftables table on this node (table ip/ip6 kube-proxy): not nftables mode")
+    rs = ctx.nft()
+    if rs is None:
+        raise Skip(f"{sources.NFT_RULESET} could not be parsed (see 'could not read')")
+    return rs, programmed_nft(rs)
+
+
+def _nft_views(ctx):
+    rs, prog = nft_programmed(ctx)
+    for svc in _services(ctx):
+        for port in svc.ports:
+            for family, ip in _ips(svc):  # a dual-stack Service's IPv6 side is in table ip6 kube-proxy
+                key = (ip, (port.get("protocol") or "TCP").lower(), int(port.get("port")))
+                p = prog.get(key)
+                present = p is not None and bool(p.chain or p.local_policy)  # a service-/local- chain, or Local's drop
+                yield PortView(svc, port, family, ip, _ready(svc, port, family), p if present else None,
+                               frozenset(p.endpoints) if present else frozenset(), (rs, key, "ip6" if family == 6 else "ip"))
+
+
+def _nft_missing(ctx, v: PortView) -> dict:
+    rs, key, fam = v.context
+    return dict(
+        summary=f"{v.svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
+        fix=(f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
+        evidence=[_svc_ev(ctx, v.svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
+                  Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")],
+        subject=f"{v.svc.key}:{key[2]}",
+    )
+
+
+def _nft_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evidence) -> dict:
+    rs, key, fam = v.context
+    p = v.programmed
+    return dict(
+        summary=f"{v.svc.key} {key[0]}:{key[2]}: {text}",
+        fix=(f"nft list chain {fam} kube-proxy '{p.chain}'" if p.chain else f"nft list map {fam} kube-proxy no-endpoint-services",
+             "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
+        evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}" if p.chain
+                           else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
+        subject=f"{v.svc.key}:{key[2]}",
+    )
+
+
+NFTABLES = Adapter("nftables", _nft_views, _nft_missing, _nft_mismatch)
+
+ADAPTERS = {a.mode: a for a in (IPTABLES, IPVS, NFTABLES)}
