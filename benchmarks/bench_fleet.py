@@ -38,7 +38,7 @@ OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")  # where t
 sys.path.insert(0, ROOT)
 
 from kpdiag import programmed  # noqa: E402
-from kpdiag.diagnose import analyze_bundle  # noqa: E402
+from kpdiag.pipeline import analyze_bundle  # noqa: E402
 from kpdiag.fleet.aggregate import NodeResult, aggregate, write_report_dir  # noqa: E402
 
 
@@ -96,19 +96,36 @@ def live(nodes: int, parallel: int, pod_seconds: float) -> dict:
 
     report = json.dumps(analyze_bundle(os.path.join(ROOT, "fixtures", "healthy-iptables")).to_dict())
     names = [f"node-{i:04d}" for i in range(nodes)]
-    with ApiServer([k8s.node(n, ready=True) for n in names], kubelet={n: {"log": report} for n in names}, kubelet_delay=pod_seconds) as api, \
-            tempfile.TemporaryDirectory() as d:
+    with (
+        ApiServer(
+            [k8s.node(n, ready=True) for n in names],
+            kubelet={n: {"log": report} for n in names},
+            kubelet_delay=pod_seconds,
+        ) as api,
+        tempfile.TemporaryDirectory() as d,
+    ):
         out = io.StringIO()
         t = time.perf_counter()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            rc = kpdiag_main(["cluster", "--kubeconfig", api.kubeconfig(d), "--parallel", str(parallel), "--poll", "1", "-o", "json"])
+            rc = kpdiag_main(
+                ["cluster", "--kubeconfig", api.kubeconfig(d), "--parallel", str(parallel), "--poll", "1", "-o", "json"]
+            )
         took = time.perf_counter() - t
         doc = json.loads(out.getvalue())
         calls = list(api.requests)
         polls = sum(1 for m, p in calls if m == "GET" and p == "/api/v1/namespaces/kpdiag/pods")
-        return {"live_nodes": nodes, "parallel": parallel, "pod_seconds": pod_seconds, "wall_s": round(took, 1), "exit": rc,
-                "diagnosed": doc["facts"]["nodes_diagnosed"], "api_calls": len(calls), "pod_lists": polls,
-                "calls_per_node_besides_lists": round((len(calls) - polls) / nodes, 2), "pods_left": len(api.live_pods("kpdiag"))}
+        return {
+            "live_nodes": nodes,
+            "parallel": parallel,
+            "pod_seconds": pod_seconds,
+            "wall_s": round(took, 1),
+            "exit": rc,
+            "diagnosed": doc["facts"]["nodes_diagnosed"],
+            "api_calls": len(calls),
+            "pod_lists": polls,
+            "calls_per_node_besides_lists": round((len(calls) - polls) / nodes, 2),
+            "pods_left": len(api.live_pods("kpdiag")),
+        }
 
 
 def main() -> None:
@@ -140,11 +157,16 @@ def main() -> None:
             rep = aggregate(results, api_version="v1.31.4", local_itp=set())
             mem.append(time.perf_counter() - t)
         ids = sorted({f.id for f in rep.findings})
-        row = {"nodes": args.nodes, "services_per_node": services, "reports_MB": round(size / 1e6, 1),
-               "analyze_dir_s": round(statistics.median(r[0] for r in runs), 2),
-               "analyze_dir_peak_MB": round(max(r[1] for r in runs) / 1024, 0),
-               "aggregate_in_memory_s": round(statistics.median(mem), 3),
-               "exit": runs[0][2], "findings": ids}
+        row = {
+            "nodes": args.nodes,
+            "services_per_node": services,
+            "reports_MB": round(size / 1e6, 1),
+            "analyze_dir_s": round(statistics.median(r[0] for r in runs), 2),
+            "analyze_dir_peak_MB": round(max(r[1] for r in runs) / 1024, 0),
+            "aggregate_in_memory_s": round(statistics.median(mem), 3),
+            "exit": runs[0][2],
+            "findings": ids,
+        }
         rows.append(row)
         print(json.dumps(row))
     os.makedirs(OUT, exist_ok=True)

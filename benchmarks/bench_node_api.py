@@ -40,7 +40,9 @@ TOKEN = "kpdiag-test"  # what tests/apiserver.write_kubeconfig puts in the kubec
 
 def _wall(argv, stdin=None) -> float:
     t = time.perf_counter()
-    proc = subprocess.run(argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **ENV})
+    proc = subprocess.run(
+        argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **ENV}
+    )
     elapsed = time.perf_counter() - t
     if proc.returncode not in (0,):
         raise RuntimeError(f"{' '.join(argv[:6])} failed ({proc.returncode}): {proc.stderr.decode()[:300]}")
@@ -53,10 +55,23 @@ def api_objects(services, node: str = "bench-node") -> list[dict]:
     for svc in services:
         ports = [k8s.port(p.port, p.target_port, p.name, p.protocol.upper(), p.node_port) for p in svc.ports]
         extra = {"externalTrafficPolicy": "Local"} if svc.etp_local else {}
-        objs.append(k8s.service(svc.namespace, svc.name, svc.cluster_ip, ports, {"app": svc.name},
-                                type_="NodePort" if any(p.node_port for p in svc.ports) else "ClusterIP", **extra))
+        objs.append(
+            k8s.service(
+                svc.namespace,
+                svc.name,
+                svc.cluster_ip,
+                ports,
+                {"app": svc.name},
+                type_="NodePort" if any(p.node_port for p in svc.ports) else "ClusterIP",
+                **extra,
+            )
+        )
         eps = [(e.ip, e.ready, node if e.local else "other-node", None) for e in svc.endpoints]
-        objs.append(k8s.endpointslice(svc.namespace, svc.name, eps, [(p.name, p.target_port, p.protocol.upper()) for p in svc.ports]))
+        objs.append(
+            k8s.endpointslice(
+                svc.namespace, svc.name, eps, [(p.name, p.target_port, p.protocol.upper()) for p in svc.ports]
+            )
+        )
     objs.append(k8s.node(node))
     return objs
 
@@ -79,8 +94,24 @@ def bench(n: int, endpoints: int, runs: int, full_nft: bool = False) -> dict:
         with open(objects, "w") as fh:
             json.dump(api_objects(services), fh)
         url_file = os.path.join(tmp, "url")
-        server = subprocess.Popen(["ip", "netns", "exec", ns, "env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "tests.apiserver", objects, url_file],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        server = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "env",
+                f"PYTHONPATH={ROOT}",
+                sys.executable,
+                "-m",
+                "tests.apiserver",
+                objects,
+                url_file,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
         for _ in range(600):
             if os.path.exists(url_file) and open(url_file).read():
                 break
@@ -97,9 +128,16 @@ def bench(n: int, endpoints: int, runs: int, full_nft: bool = False) -> dict:
             # the dumps kpdiag node needs: on an nf_tables-backend node it lists the nftables tables and dumps only those
             # that are not iptables-nft's own (their rules are in iptables-save) — here there are none
             per = {}
-            for argv in (["iptables-save"], ["ip6tables-save"], ["nft", "list", "tables"], ["ip", "-j", "addr"],
-                         ["ip", "-j", "route", "show", "table", "all"], ["conntrack", "-S"], ["conntrack", "-L", "-p", "udp"],
-                         ["conntrack", "-L", "-p", "tcp"]):
+            for argv in (
+                ["iptables-save"],
+                ["ip6tables-save"],
+                ["nft", "list", "tables"],
+                ["ip", "-j", "addr"],
+                ["ip", "-j", "route", "show", "table", "all"],
+                ["conntrack", "-S"],
+                ["conntrack", "-L", "-p", "udp"],
+                ["conntrack", "-L", "-p", "tcp"],
+            ):
                 per[" ".join(argv)] = round(_wall(["ip", "netns", "exec", ns] + argv), 2)
                 bare += per[" ".join(argv)]
             row["bare_commands"] = per
@@ -107,13 +145,46 @@ def bench(n: int, endpoints: int, runs: int, full_nft: bool = False) -> dict:
                 row["nft_full_ruleset_s"] = round(_wall(["ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"]), 2)
             api = 0.0
             for path in ("/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"):
-                api += _wall(["ip", "netns", "exec", ns, "curl", "-sf", "-H", f"Authorization: Bearer {TOKEN}", "-o", "/dev/null", url + path])
+                api += _wall(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "curl",
+                        "-sf",
+                        "-H",
+                        f"Authorization: Bearer {TOKEN}",
+                        "-o",
+                        "/dev/null",
+                        url + path,
+                    ]
+                )
             bare_runs.append((bare, api))
             out = os.path.join(tmp, "report.json")
             t = time.perf_counter()
             with open(out, "w") as fh:
-                proc = subprocess.run(["ip", "netns", "exec", ns, exe, "node", "--kubeconfig", kubeconfig, "-o", "json", "--host-root", "/",
-                                       "--fail-on", "never"], stdout=fh, stderr=subprocess.PIPE, env={**os.environ, **ENV, "NODE_NAME": "bench-node"})
+                proc = subprocess.run(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        exe,
+                        "node",
+                        "--kubeconfig",
+                        kubeconfig,
+                        "-o",
+                        "json",
+                        "--host-root",
+                        "/",
+                        "--fail-on",
+                        "never",
+                    ],
+                    stdout=fh,
+                    stderr=subprocess.PIPE,
+                    env={**os.environ, **ENV, "NODE_NAME": "bench-node"},
+                )
             node_runs.append(time.perf_counter() - t)
             if proc.returncode != 0:
                 raise RuntimeError(f"kpdiag node failed: {proc.stderr.decode()[-400:]}")
@@ -143,7 +214,9 @@ def main() -> int:
     ap.add_argument("--services", type=int, nargs="+", default=[10000])
     ap.add_argument("--endpoints", type=int, default=5)
     ap.add_argument("--runs", type=int, default=1, help="repeat and keep the best of each (default 1)")
-    ap.add_argument("--full-nft", action="store_true", help="also time nft -j list ruleset (iptables-nft's tables included)")
+    ap.add_argument(
+        "--full-nft", action="store_true", help="also time nft -j list ruleset (iptables-nft's tables included)"
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)

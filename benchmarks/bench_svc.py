@@ -45,18 +45,38 @@ def main() -> int:
     with Lab() as lab, tempfile.TemporaryDirectory() as tmp:
         k = KubeNodeLab.build(lab, pod_count=3)
         p1, p2 = k.pods["pod1"], k.pods["pod2"]
-        k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(p1), Endpoint(p2)])]))
+        k.load_iptables(
+            iptables_ruleset(
+                [Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(p1), Endpoint(p2)])]
+            )
+        )
         for role in ("pod1", "pod2"):
             lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
-        objects = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-                   k8s.endpointslice("shop", "web", [(p1, True, "lab-node", "web-1"), (p2, True, "lab-node", "web-2")], [("http", 8080, "TCP")]),
-                   k8s.pod("shop", "web-1", p1, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]),
-                   k8s.pod("shop", "web-2", p2, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}])]
+        objects = [
+            k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+            k8s.endpointslice(
+                "shop",
+                "web",
+                [(p1, True, "lab-node", "web-1"), (p2, True, "lab-node", "web-2")],
+                [("http", 8080, "TCP")],
+            ),
+            k8s.pod(
+                "shop", "web-1", p1, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]
+            ),
+            k8s.pod(
+                "shop", "web-2", p2, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]
+            ),
+        ]
         with open(f"{tmp}/objects.json", "w") as fh:
             json.dump(objects, fh)
         with open(f"{tmp}/dns.json", "w") as fh:
-            json.dump({"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1"}, fh)
-        lab.set_resolv("pod0", "nameserver 127.0.0.53\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1 attempts:1\n")
+            json.dump(
+                {"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1"}, fh
+            )
+        lab.set_resolv(
+            "pod0",
+            "nameserver 127.0.0.53\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1 attempts:1\n",
+        )
         env = ["env", f"PYTHONPATH={ROOT}", sys.executable]
         lab.background("pod0", env + ["-m", "tests.lab.dnsserver", "127.0.0.53", f"{tmp}/dns.json"], subprocess.DEVNULL)
         lab.background("pod0", env + ["-m", "tests.apiserver", f"{tmp}/objects.json", f"{tmp}/url"], subprocess.DEVNULL)
@@ -75,8 +95,15 @@ def main() -> int:
                 proc = lab.sh("pod0", argv + list(extra), check=False, timeout=120)
                 times.append(time.monotonic() - t)
                 codes.add(proc.returncode)
-            rows.append({"case": name, "runs": args.runs, "median_s": round(statistics.median(times), 2), "max_s": round(max(times), 2),
-                         "exit": sorted(codes)})
+            rows.append(
+                {
+                    "case": name,
+                    "runs": args.runs,
+                    "median_s": round(statistics.median(times), 2),
+                    "max_s": round(max(times), 2),
+                    "exit": sorted(codes),
+                }
+            )
 
         case("healthy")
         case("no-probe", ["--no-probe"])

@@ -66,7 +66,9 @@ def peak_rss(argv) -> tuple[float, int]:
     if os.path.exists("/usr/bin/time"):
         with tempfile.NamedTemporaryFile("r", suffix=".txt") as tf:
             t = time.perf_counter()
-            proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            proc = subprocess.run(
+                ["/usr/bin/time", "-f", "%M", "-o", tf.name] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             elapsed = time.perf_counter() - t
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr.decode()[:300])
@@ -87,7 +89,9 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
             subprocess.run(["ip", "netns", "add", ns], check=True)
             try:
                 with open(rules) as fh:
-                    row["iptables_restore_s"] = round(wall(["ip", "netns", "exec", ns, "iptables-restore"], stdin=fh)[0], 2)
+                    row["iptables_restore_s"] = round(
+                        wall(["ip", "netns", "exec", ns, "iptables-restore"], stdin=fh)[0], 2
+                    )
                 row["iptables_save_s"] = _tool(["ip", "netns", "exec", ns, "iptables-save"])
                 row["iptables_L_nat_s"] = _tool(["ip", "netns", "exec", ns, "iptables", "-t", "nat", "-L", "-n"])
                 if shutil.which("iptables-legacy-restore"):
@@ -98,7 +102,22 @@ def bench_size(n: int, endpoints: int, packets: int, kernel: bool) -> dict:
             finally:
                 subprocess.run(["ip", "netns", "del", ns])
         cip = services[n // 2].cluster_ip
-        argv = [sys.executable, "-m", "kpdiag.cli", "trace", "--rules", rules, "--src", "10.0.0.2", "--dst", cip, "--dport", "80", "-o", "json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "kpdiag.cli",
+            "trace",
+            "--rules",
+            rules,
+            "--src",
+            "10.0.0.2",
+            "--dst",
+            cip,
+            "--dport",
+            "80",
+            "-o",
+            "json",
+        ]
         times = []
         rss = 0
         for _ in range(3):
@@ -154,12 +173,29 @@ def bench_nft(n: int, endpoints: int, packets: int) -> dict:
                 row["nft_load_s"] = round(wall(["ip", "netns", "exec", ns, "nft", "-f", "-"], stdin=fh)[0], 2)
             out = os.path.join(tmp, "ruleset.json")
             with open(out, "w") as fh:
-                row["nft_list_json_s"] = round(wall(["ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"], stdout=fh)[0], 2)
+                row["nft_list_json_s"] = round(
+                    wall(["ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"], stdout=fh)[0], 2
+                )
         finally:
             subprocess.run(["ip", "netns", "del", ns])
         row["json_mbytes"] = round(os.path.getsize(out) / 1e6, 1)
         cip = services[n // 2].cluster_ip
-        argv = [sys.executable, "-m", "kpdiag.cli", "trace", "--nft", out, "--src", "10.0.0.2", "--dst", cip, "--dport", "80", "-o", "json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "kpdiag.cli",
+            "trace",
+            "--nft",
+            out,
+            "--src",
+            "10.0.0.2",
+            "--dst",
+            cip,
+            "--dport",
+            "80",
+            "-o",
+            "json",
+        ]
         best, rss = None, 0
         for _ in range(3):
             t, r = peak_rss(argv)
@@ -202,12 +238,20 @@ def bench_node_e2e(n: int, endpoints: int) -> dict:
             with open(fh.name) as src:
                 wall(["ip", "netns", "exec", ns, "iptables-restore"], stdin=src)
         bare = 0.0
-        for argv in (["iptables-save"], ["nft", "-j", "list", "ruleset"], ["ip", "-j", "addr"], ["ip", "-j", "route", "show", "table", "all"],
-                     ["conntrack", "-S"], ["ip6tables-save"]):
+        for argv in (
+            ["iptables-save"],
+            ["nft", "-j", "list", "ruleset"],
+            ["ip", "-j", "addr"],
+            ["ip", "-j", "route", "show", "table", "all"],
+            ["conntrack", "-S"],
+            ["ip6tables-save"],
+        ):
             bare += wall(["ip", "netns", "exec", ns] + argv)[0]
         row["bare_commands_s"] = round(bare, 2)
         exe = shutil.which("kpdiag") or "kpdiag"
-        t, rss = peak_rss(["ip", "netns", "exec", ns, exe, "node", "-o", "json", "--host-root", "/", "--fail-on", "never"])
+        t, rss = peak_rss(
+            ["ip", "netns", "exec", ns, exe, "node", "-o", "json", "--host-root", "/", "--fail-on", "never"]
+        )
         row["kpdiag_node_s"] = round(t, 2)
         row["overhead_ratio"] = round(t / bare, 2) if bare else None
         row["peak_rss_mb"] = round(rss / 1024, 1)
@@ -253,7 +297,12 @@ def main() -> int:
     ap.add_argument("--endpoints", type=int, default=5)
     ap.add_argument("--packets", type=int, default=1000)
     ap.add_argument("--no-kernel", action="store_true", help="skip loading into a namespace (no root needed)")
-    ap.add_argument("--nft-max", type=int, default=10000, help="largest size for the nftables rows (nft -f of 10k services takes ~2 min)")
+    ap.add_argument(
+        "--nft-max",
+        type=int,
+        default=10000,
+        help="largest size for the nftables rows (nft -f of 10k services takes ~2 min)",
+    )
     ap.add_argument("--node-e2e", type=int, default=10000, help="size for the `kpdiag node` end-to-end row (0: skip)")
     args = ap.parse_args()
     kernel = not args.no_kernel and os.geteuid() == 0
@@ -263,13 +312,27 @@ def main() -> int:
         rows.append(bench_size(n, args.endpoints, args.packets, kernel))
     start = startup()
     analyze_rows = [analyze_bundle_bench(n, args.endpoints) for n in args.services]
-    nft_rows = [bench_nft(n, args.endpoints, args.packets) for n in args.services if n <= args.nft_max] if kernel else []
+    nft_rows = (
+        [bench_nft(n, args.endpoints, args.packets) for n in args.services if n <= args.nft_max] if kernel else []
+    )
     node_rows = [bench_node_e2e(args.node_e2e, args.endpoints)] if kernel and args.node_e2e else []
     from tabulate import tabulate
 
-    cols = ["services", "lines", "mbytes", "iptables_save_s", "legacy_save_s", "iptables_L_nat_s", "kpdiag_trace_s",
-            "ratio_vs_iptables_save", "ratio_vs_legacy_save",
-            "kpdiag_trace_peak_rss_mb", "parse_s", "per_packet_ms_median", "per_packet_ms_p99"]
+    cols = [
+        "services",
+        "lines",
+        "mbytes",
+        "iptables_save_s",
+        "legacy_save_s",
+        "iptables_L_nat_s",
+        "kpdiag_trace_s",
+        "ratio_vs_iptables_save",
+        "ratio_vs_legacy_save",
+        "kpdiag_trace_peak_rss_mb",
+        "parse_s",
+        "per_packet_ms_median",
+        "per_packet_ms_p99",
+    ]
     print(tabulate([[r.get(c, "-") for c in cols] for r in rows], headers=cols, tablefmt="github"))
     print()
     print(tabulate(analyze_rows, headers="keys", tablefmt="github"))
@@ -283,7 +346,23 @@ def main() -> int:
     print(tabulate([start], headers="keys", tablefmt="github"))
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "trace.json"), "w") as fh:
-        json.dump({"rows": rows, "analyze": analyze_rows, "nftables": nft_rows, "node_e2e": node_rows, "startup": start, "machine": {"sysname": os.uname().sysname, "release": os.uname().release, "machine": os.uname().machine}, "cpus": os.cpu_count()}, fh, indent=1)
+        json.dump(
+            {
+                "rows": rows,
+                "analyze": analyze_rows,
+                "nftables": nft_rows,
+                "node_e2e": node_rows,
+                "startup": start,
+                "machine": {
+                    "sysname": os.uname().sysname,
+                    "release": os.uname().release,
+                    "machine": os.uname().machine,
+                },
+                "cpus": os.cpu_count(),
+            },
+            fh,
+            indent=1,
+        )
     return 0
 
 

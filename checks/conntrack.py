@@ -9,7 +9,11 @@ from kpdiag import sources
 
 
 @check(
-    "KP503", "conntrack-pressure", "Connection tracking table near full or dropping", "warning", severities=('warning', 'error'),
+    "KP503",
+    "conntrack-pressure",
+    "Connection tracking table near full or dropping",
+    "warning",
+    severities=("warning", "error"),
     needs=("conntrack",),
     symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
     why="""
@@ -45,7 +49,10 @@ def conntrack_pressure(ctx, new):
                     "kubectl -n kube-system rollout restart daemonset kube-proxy",
                     f"sysctl -w net.netfilter.nf_conntrack_max={limit * 2}   # immediate relief (kube-proxy may set it back)",
                 ),
-                evidence=[ev.sysctl(ctx, "net.netfilter.nf_conntrack_count"), ev.sysctl(ctx, "net.netfilter.nf_conntrack_max")],
+                evidence=[
+                    ev.sysctl(ctx, "net.netfilter.nf_conntrack_count"),
+                    ev.sysctl(ctx, "net.netfilter.nf_conntrack_max"),
+                ],
                 subject="node",
             )
     elif not stats:

@@ -24,7 +24,7 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
                     out.append(Evidence(rs.source, text, chain.linenos[pos]))
     if ctx.nft_text and '"invalid"' in ctx.nft_text:
         rs = ctx.nft()
-        for chain in (rs.chains.values() if rs is not None else []):
+        for chain in rs.chains.values() if rs is not None else []:
             for rule in chain.rules:
                 text = rule.text if hasattr(rule, "text") else ""
                 if "ct state invalid" in text and text.rstrip().endswith("drop"):
@@ -33,10 +33,13 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
 
 
 @check(
-    "KP510", "conntrack-invalid-drops", "Packets conntrack calls INVALID are dropped", "warning",
+    "KP510",
+    "conntrack-invalid-drops",
+    "Packets conntrack calls INVALID are dropped",
+    "warning",
     needs=("conntrack",),
     symptom="Long-lived or high-throughput connections through Services reset or stall now and then (large downloads, "
-            "streaming, database replication); short requests work.",
+    "streaming, database replication); short requests work.",
     why="""
         conntrack marks a packet INVALID when it does not fit the connection's state as conntrack tracks it — most
         often a TCP segment outside the window it expects (after packet loss, reordering, window scaling it missed,
@@ -47,7 +50,7 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
         kube-proxy's conntrack.tcpBeLiberal) stops it from marking out-of-window segments INVALID.
     """,
     fix="Set net.netfilter.nf_conntrack_tcp_be_liberal=1 (kube-proxy ≥ 1.29: conntrack.tcpBeLiberal: true in its "
-        "configuration), and find the packet loss or reordering behind it.",
+    "configuration), and find the packet loss or reordering behind it.",
 )
 def conntrack_invalid(ctx, new):
     stats = ctx.conntrack_stats
@@ -67,11 +70,14 @@ def conntrack_invalid(ctx, new):
         f"conntrack has marked {invalid} packets INVALID since boot, nf_conntrack_tcp_be_liberal is "
         f"{liberal.value.strip() if liberal is not None else 'not known (default 0)'}, and {len(drops)} rule(s) drop INVALID packets: "
         "segments of live Service connections can be dropped, and those connections stall or reset",
-        fix=("conntrack -S | grep -o 'invalid=[0-9]*'   # run twice a minute apart: is it rising?",
-             "sysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1   # and persist it in /etc/sysctl.d",
-             "kube-proxy ≥ 1.29: conntrack: {tcpBeLiberal: true} in its ConfigMap, then restart it",
-             "nstat -az | grep -iE 'retrans|OutOfWindow|TCPAckSkipped'   # the loss or reordering behind it"),
+        fix=(
+            "conntrack -S | grep -o 'invalid=[0-9]*'   # run twice a minute apart: is it rising?",
+            "sysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1   # and persist it in /etc/sysctl.d",
+            "kube-proxy ≥ 1.29: conntrack: {tcpBeLiberal: true} in its ConfigMap, then restart it",
+            "nstat -az | grep -iE 'retrans|OutOfWindow|TCPAckSkipped'   # the loss or reordering behind it",
+        ),
         evidence=[Evidence(src, f"invalid={invalid} (summed over CPUs)")]
-        + [e for e in (ev.sysctl(ctx, "net.netfilter.nf_conntrack_tcp_be_liberal"),) if e] + drops[:2],
+        + [e for e in (ev.sysctl(ctx, "net.netfilter.nf_conntrack_tcp_be_liberal"),) if e]
+        + drops[:2],
         subject="node",
     )

@@ -78,7 +78,9 @@ def mismatch(ctx, new, adapter: Adapter):
         have = set(view.endpoints)
         if have == want:
             continue
-        text, api_ev = drift(ctx, have, want, verb="IPVS sends new connections to" if adapter.mode == "ipvs" else "the node DNATs to")
+        text, api_ev = drift(
+            ctx, have, want, verb="IPVS sends new connections to" if adapter.mode == "ipvs" else "the node DNATs to"
+        )
         yield new(**adapter.mismatch_words(ctx, view, have, want, text, api_ev))
 
 
@@ -109,9 +111,19 @@ def _iptables_views(ctx):
             for port in svc.ports:
                 name = svc.kube_proxy_name(port)
                 prog = progs.get(name)
-                present = prog is not None and bool(prog.chain or prog.local_policy)  # KUBE-SVC/KUBE-SVL, or Local's DROP
-                yield PortView(svc, port, family, ip, _ready(svc, port, family), prog if present else None,
-                               frozenset(prog.endpoints) if present else frozenset(), (rs, name))
+                present = prog is not None and bool(
+                    prog.chain or prog.local_policy
+                )  # KUBE-SVC/KUBE-SVL, or Local's DROP
+                yield PortView(
+                    svc,
+                    port,
+                    family,
+                    ip,
+                    _ready(svc, port, family),
+                    prog if present else None,
+                    frozenset(prog.endpoints) if present else frozenset(),
+                    (rs, name),
+                )
 
 
 def _iptables_missing(ctx, v: PortView) -> dict:
@@ -119,11 +131,15 @@ def _iptables_missing(ctx, v: PortView) -> dict:
     v6 = " (IPv6)" if v.family == 6 else ""
     return dict(
         summary=f"{v.svc.key} port {v.number}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
-        fix=("kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
-             "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-             f"{'ip6tables-save' if v.family == 6 else 'iptables-save'} -t nat | grep -F '{name}'"),
-        evidence=[_svc_ev(ctx, v.svc, f"clusterIP {v.ip} port {v.number}, {v.ready} ready endpoint(s)"),
-                  Evidence(rs.source, f"no KUBE-SERVICES rule with comment \"{name} cluster IP\"")],
+        fix=(
+            "kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
+            "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+            f"{'ip6tables-save' if v.family == 6 else 'iptables-save'} -t nat | grep -F '{name}'",
+        ),
+        evidence=[
+            _svc_ev(ctx, v.svc, f"clusterIP {v.ip} port {v.number}, {v.ready} ready endpoint(s)"),
+            Evidence(rs.source, f'no KUBE-SERVICES rule with comment "{name} cluster IP"'),
+        ],
         subject=f"{v.svc.key}:{v.number}",
     )
 
@@ -135,11 +151,24 @@ def _iptables_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev
     share = len(gone) / len(have) if have else 0
     return dict(
         summary=f"{v.svc.key} port {v.number}{' (IPv6)' if v.family == 6 else ''}: {text}"
-        + (f" (~{share * 100:.0f}% of connections go to endpoints this node should not use: not ready, gone, or hinted for another zone)" if gone else ""),
-        fix=("kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-             "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync"),
-        evidence=[Evidence(rs.source, f"{prog.chain}: DNAT to {', '.join(sorted(have))}" if prog.chain
-                           else f"KUBE-SERVICES: \"{prog.name} has no local endpoints\" -j DROP"), api_ev],
+        + (
+            f" (~{share * 100:.0f}% of connections go to endpoints this node should not use: not ready, gone, or hinted for another zone)"
+            if gone
+            else ""
+        ),
+        fix=(
+            "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+            "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync",
+        ),
+        evidence=[
+            Evidence(
+                rs.source,
+                f"{prog.chain}: DNAT to {', '.join(sorted(have))}"
+                if prog.chain
+                else f'KUBE-SERVICES: "{prog.name} has no local endpoints" -j DROP',
+            ),
+            api_ev,
+        ],
         subject=f"{v.svc.key}:{v.number}",
     )
 
@@ -181,10 +210,14 @@ def _ipvs_missing(ctx, v: PortView) -> dict:
     addr = hostport(ip, number)
     return dict(
         summary=f"{v.svc.key} {addr}/{proto} has ready endpoints but no IPVS virtual server on this node",
-        fix=(f"ipvsadm -Ln {_ipvs_flag(proto)} {addr}",
-             "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail"),
-        evidence=[_svc_ev(ctx, v.svc, f"clusterIP {ip} port {number}/{proto}"),
-                  Evidence(ctx.bundle.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}")],
+        fix=(
+            f"ipvsadm -Ln {_ipvs_flag(proto)} {addr}",
+            "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail",
+        ),
+        evidence=[
+            _svc_ev(ctx, v.svc, f"clusterIP {ip} port {number}/{proto}"),
+            Evidence(ctx.bundle.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}"),
+        ],
         subject=f"{v.svc.key}:{number}",
     )
 
@@ -194,8 +227,16 @@ def _ipvs_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Ev
     vs = v.programmed
     return dict(
         summary=f"{v.svc.key} {vs.name}: {text}",
-        fix=(f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}", "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-        evidence=[Evidence(ctx.bundle.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line), api_ev],
+        fix=(
+            f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}",
+            "kubectl -n kube-system delete pod <kube-proxy pod on this node>",
+        ),
+        evidence=[
+            Evidence(
+                ctx.bundle.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line
+            ),
+            api_ev,
+        ],
         subject=f"{v.svc.key}:{number}",
     )
 
@@ -227,17 +268,30 @@ def _nft_views(ctx):
                 key = (ip, (port.get("protocol") or "TCP").lower(), int(port.get("port")))
                 p = prog.get(key)
                 present = p is not None and bool(p.chain or p.local_policy)  # a service-/local- chain, or Local's drop
-                yield PortView(svc, port, family, ip, _ready(svc, port, family), p if present else None,
-                               frozenset(p.endpoints) if present else frozenset(), (rs, key, "ip6" if family == 6 else "ip"))
+                yield PortView(
+                    svc,
+                    port,
+                    family,
+                    ip,
+                    _ready(svc, port, family),
+                    p if present else None,
+                    frozenset(p.endpoints) if present else frozenset(),
+                    (rs, key, "ip6" if family == 6 else "ip"),
+                )
 
 
 def _nft_missing(ctx, v: PortView) -> dict:
     rs, key, fam = v.context
     return dict(
         summary=f"{v.svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
-        fix=(f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"),
-        evidence=[_svc_ev(ctx, v.svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
-                  Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")],
+        fix=(
+            f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0],
+            "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+        ),
+        evidence=[
+            _svc_ev(ctx, v.svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
+            Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}"),
+        ],
         subject=f"{v.svc.key}:{key[2]}",
     )
 
@@ -247,10 +301,21 @@ def _nft_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evi
     p = v.programmed
     return dict(
         summary=f"{v.svc.key} {key[0]}:{key[2]}: {text}",
-        fix=(f"nft list chain {fam} kube-proxy '{p.chain}'" if p.chain else f"nft list map {fam} kube-proxy no-endpoint-services",
-             "kubectl -n kube-system delete pod <kube-proxy pod on this node>"),
-        evidence=[Evidence(rs.source, f"chain {p.chain}: DNAT to {', '.join(sorted(have))}" if p.chain
-                           else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"), api_ev],
+        fix=(
+            f"nft list chain {fam} kube-proxy '{p.chain}'"
+            if p.chain
+            else f"nft list map {fam} kube-proxy no-endpoint-services",
+            "kubectl -n kube-system delete pod <kube-proxy pod on this node>",
+        ),
+        evidence=[
+            Evidence(
+                rs.source,
+                f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"
+                if p.chain
+                else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop",
+            ),
+            api_ev,
+        ],
         subject=f"{v.svc.key}:{key[2]}",
     )
 

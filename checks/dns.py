@@ -24,6 +24,7 @@ LOOP_RE = re.compile(r"plugin/loop: Loop \(([^)]{1,120})\) detected for zone \"(
 
 # ------------------------------------------------------------------ reading the data
 
+
 def _strs(value) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
@@ -48,7 +49,11 @@ def _clean(ctx, doc: dict) -> dict:
     if rc is not None and not isinstance(rc, dict):
         bad.append("resolv_conf")
     rc = dict(rc) if isinstance(rc, dict) else {}
-    rc["entries"] = [e for e in dicts(rc.get("entries"), "resolv_conf.entries") if isinstance(e.get("line"), int) and isinstance(e.get("text"), str)]
+    rc["entries"] = [
+        e
+        for e in dicts(rc.get("entries"), "resolv_conf.entries")
+        if isinstance(e.get("line"), int) and isinstance(e.get("text"), str)
+    ]
     rc["problems"] = dicts(rc.get("problems"), "resolv_conf.problems")
     rc["search"], rc["nameservers"] = _strs(rc.get("search")), _strs(rc.get("nameservers"))
     rc["options"] = rc.get("options") if isinstance(rc.get("options"), dict) else {}
@@ -63,8 +68,15 @@ def _clean(ctx, doc: dict) -> dict:
         if not isinstance(lk.get("name"), str) or not isinstance(lk.get("purpose"), str):
             bad.append("lookups")
             continue
-        lookups.append({**lk, "candidates": {k: _strs(v) for k, v in cands.items()},
-                        "outcome": {k: {**v, "addresses": _strs(v.get("addresses"))} for k, v in outs.items() if isinstance(v, dict)}})
+        lookups.append(
+            {
+                **lk,
+                "candidates": {k: _strs(v) for k, v in cands.items()},
+                "outcome": {
+                    k: {**v, "addresses": _strs(v.get("addresses"))} for k, v in outs.items() if isinstance(v, dict)
+                },
+            }
+        )
     d["lookups"] = lookups
     d["queries"] = [q for q in dicts(d.get("queries"), "queries") if isinstance(q.get("result"), str)]
     for q in d["queries"]:
@@ -143,8 +155,12 @@ def _rc_source(ctx, rc) -> str:
 
 
 def _rc_ev(ctx, rc, keyword: str) -> list[Evidence]:
-    out = [Evidence(_rc_source(ctx, rc), e["text"], e["line"]) for e in rc.get("entries") or []
-           if str(e.get("text", "")).split()[:1] == [keyword] or (keyword == "search" and str(e.get("text", "")).startswith("domain"))]
+    out = [
+        Evidence(_rc_source(ctx, rc), e["text"], e["line"])
+        for e in rc.get("entries") or []
+        if str(e.get("text", "")).split()[:1] == [keyword]
+        or (keyword == "search" and str(e.get("text", "")).startswith("domain"))
+    ]
     return out or [Evidence(_rc_source(ctx, rc), f"no {keyword} line")]
 
 
@@ -166,7 +182,11 @@ def _q_ev(ctx, q: dict) -> Evidence:
 
 def _queries(doc, **match) -> list[dict]:
     qs = doc.get("queries") if isinstance(doc.get("queries"), list) else []
-    return [q for q in qs if isinstance(q, dict) and isinstance(q.get("result"), str) and all(q.get(k) == v for k, v in match.items())]
+    return [
+        q
+        for q in qs
+        if isinstance(q, dict) and isinstance(q.get("result"), str) and all(q.get(k) == v for k, v in match.items())
+    ]
 
 
 def _lookup(doc, purpose: str) -> dict | None:
@@ -209,7 +229,9 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
         eps = _items(ctx, EPS_SRC)
         if eps is not None:
             ready = _ready_endpoints(eps)
-            (ruled if ready else remain).append(f"kube-dns has {len(ready)} ready endpoint(s)" + ("" if ready else " (KP130)"))
+            (ruled if ready else remain).append(
+                f"kube-dns has {len(ready)} ready endpoint(s)" + ("" if ready else " (KP130)")
+            )
         else:
             remain.append("kube-dns's endpoints (not collected)")
     elif svc is not None and servers:
@@ -222,12 +244,17 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
         (ruled if ok else remain).append(f"{len(ok)} of {len(pods)} CoreDNS pod(s) ready" + ("" if ok else " (KP131)"))
     else:
         remain.append("CoreDNS pods' health (not collected)")
-    policies = ("KP122 judges the NetworkPolicies collected" if ctx.has(sources.NETWORKPOLICIES)
-                else "not checked: no NetworkPolicies collected")
-    remain += [f"a NetworkPolicy restricting this pod's egress without allowing 53/UDP and 53/TCP to kube-system ({policies})",
-               "kube-proxy's rules for the kube-dns ClusterIP on this node (kpdiag svc kube-dns -n kube-system checks them)",
-               "a host firewall or cloud security group between this node and the CoreDNS pods",
-               "CoreDNS overloaded or stuck (its logs)"]
+    policies = (
+        "KP122 judges the NetworkPolicies collected"
+        if ctx.has(sources.NETWORKPOLICIES)
+        else "not checked: no NetworkPolicies collected"
+    )
+    remain += [
+        f"a NetworkPolicy restricting this pod's egress without allowing 53/UDP and 53/TCP to kube-system ({policies})",
+        "kube-proxy's rules for the kube-dns ClusterIP on this node (kpdiag svc kube-dns -n kube-system checks them)",
+        "a host firewall or cloud security group between this node and the CoreDNS pods",
+        "CoreDNS overloaded or stuck (its logs)",
+    ]
     return ruled, remain
 
 
@@ -249,9 +276,14 @@ def _pod_ready(pod: dict) -> bool:
 
 # ------------------------------------------------------------------ API side
 
+
 @check(
-    "KP130", "dns-service-no-endpoints", "The cluster DNS Service has no ready endpoints", "error",
-    needs=("dns-service",), severities=("warning", "error"),
+    "KP130",
+    "dns-service-no-endpoints",
+    "The cluster DNS Service has no ready endpoints",
+    "error",
+    needs=("dns-service",),
+    severities=("warning", "error"),
     symptom="Every name lookup in every pod times out or fails ('could not resolve host', 'i/o timeout', 'SERVFAIL').",
     why="""
         Pods send their DNS queries to the ClusterIP of the kube-dns Service in kube-system (kubelet writes it in their
@@ -261,16 +293,25 @@ def _pod_ready(pod: dict) -> bool:
         may not match them.
     """,
     fix="kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide; kubectl -n kube-system describe pods -l k8s-app=kube-dns; "
-        "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+    "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
 )
 def dns_no_endpoints(ctx, new):
     svc = _dns_service(ctx)
     if svc is None:
-        yield new("no cluster DNS Service found in kube-system (label k8s-app=kube-dns, or named kube-dns / coredns)", severity="warning",
-                  fix=("kubectl -n kube-system get svc -o wide   # is the cluster DNS Service named otherwise?",
-                       "kubectl -n kube-system get deploy,pods -l k8s-app=kube-dns"),
-                  evidence=[Evidence(ctx.bundle.display(SVC_SRC), "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns")],
-                  subject="kube-system/kube-dns")
+        yield new(
+            "no cluster DNS Service found in kube-system (label k8s-app=kube-dns, or named kube-dns / coredns)",
+            severity="warning",
+            fix=(
+                "kubectl -n kube-system get svc -o wide   # is the cluster DNS Service named otherwise?",
+                "kubectl -n kube-system get deploy,pods -l k8s-app=kube-dns",
+            ),
+            evidence=[
+                Evidence(
+                    ctx.bundle.display(SVC_SRC), "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns"
+                )
+            ],
+            subject="kube-system/kube-dns",
+        )
         return
     slices = _items(ctx, EPS_SRC)
     if slices is None:
@@ -279,27 +320,56 @@ def dns_no_endpoints(ctx, new):
     ready = _ready_endpoints(slices)
     if ready:
         return
-    listed = [(a, _g(e, "conditions", default={}), _g(e, "targetRef", "name"))
-              for s in slices for e in _dl(s.get("endpoints")) for a in _strs(e.get("addresses"))]
+    listed = [
+        (a, _g(e, "conditions", default={}), _g(e, "targetRef", "name"))
+        for s in slices
+        for e in _dl(s.get("endpoints"))
+        for a in _strs(e.get("addresses"))
+    ]
     serving = [a for a, cond, _ in listed if cond.get("serving") and cond.get("terminating")]
-    ev = [Evidence(ctx.bundle.display(SVC_SRC), f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {_g(svc, 'spec', 'selector')}")]
-    ev += [Evidence(ctx.bundle.display(EPS_SRC), f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}")
-           for a, cond, pod in listed[:8]] or [Evidence(ctx.bundle.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
-    fix = ("kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
-           "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
-           "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-           f"kubectl -n kube-system get endpointslices -l kubernetes.io/service-name={_g(svc, 'metadata', 'name')} -o wide")
+    ev = [
+        Evidence(
+            ctx.bundle.display(SVC_SRC),
+            f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {_g(svc, 'spec', 'selector')}",
+        )
+    ]
+    ev += [
+        Evidence(
+            ctx.bundle.display(EPS_SRC),
+            f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}",
+        )
+        for a, cond, pod in listed[:8]
+    ] or [Evidence(ctx.bundle.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
+    fix = (
+        "kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
+        "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
+        "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+        f"kubectl -n kube-system get endpointslices -l kubernetes.io/service-name={_g(svc, 'metadata', 'name')} -o wide",
+    )
     if serving:
-        yield new(f"{key} has no ready endpoint; only terminating ones still serve ({', '.join(serving[:4])}): DNS works until they are gone",
-                  severity="warning", fix=fix, evidence=ev, subject=key)
+        yield new(
+            f"{key} has no ready endpoint; only terminating ones still serve ({', '.join(serving[:4])}): DNS works until they are gone",
+            severity="warning",
+            fix=fix,
+            evidence=ev,
+            subject=key,
+        )
     else:
-        yield new(f"{key} has no ready endpoint ({len(listed)} listed, none ready): every DNS lookup in the cluster fails",
-                  fix=fix, evidence=ev, subject=key)
+        yield new(
+            f"{key} has no ready endpoint ({len(listed)} listed, none ready): every DNS lookup in the cluster fails",
+            fix=fix,
+            evidence=ev,
+            subject=key,
+        )
 
 
 @check(
-    "KP131", "coredns-unhealthy", "CoreDNS pods not ready or restarting", "error",
-    needs=("dns-pods",), severities=("warning", "error"),
+    "KP131",
+    "coredns-unhealthy",
+    "CoreDNS pods not ready or restarting",
+    "error",
+    needs=("dns-pods",),
+    severities=("warning", "error"),
     symptom="DNS lookups fail, or fail now and then; CoreDNS pods show CrashLoopBackOff, 0/1 READY or a growing RESTARTS count.",
     why="""
         CoreDNS (label k8s-app=kube-dns) answers the cluster's DNS. A pod that is not ready is taken out of the kube-dns
@@ -313,12 +383,20 @@ def coredns_unhealthy(ctx, new):
     pods = _items(ctx, PODS_SRC)
     if not pods:
         if not _items(ctx, sources.DNS_SERVICE):
-            raise Skip("no kube-dns Service and no pod labelled k8s-app=kube-dns in kube-system: this cluster's DNS is something "
-                       "kpdiag does not know, not necessarily absent")
-        yield new("no CoreDNS pod (label k8s-app=kube-dns) in kube-system: nothing answers the cluster's DNS",
-                  fix=("kubectl -n kube-system get deploy coredns -o wide", "kubectl -n kube-system describe deploy coredns",
-                       "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20"),
-                  evidence=[Evidence(ctx.bundle.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")], subject="kube-system/coredns")
+            raise Skip(
+                "no kube-dns Service and no pod labelled k8s-app=kube-dns in kube-system: this cluster's DNS is something "
+                "kpdiag does not know, not necessarily absent"
+            )
+        yield new(
+            "no CoreDNS pod (label k8s-app=kube-dns) in kube-system: nothing answers the cluster's DNS",
+            fix=(
+                "kubectl -n kube-system get deploy coredns -o wide",
+                "kubectl -n kube-system describe deploy coredns",
+                "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20",
+            ),
+            evidence=[Evidence(ctx.bundle.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")],
+            subject="kube-system/coredns",
+        )
         return
     any_ready = any(_pod_ready(p) for p in pods)
     created = _when(_g(ctx.manifest, "created"))  # when the data was collected
@@ -332,7 +410,11 @@ def coredns_unhealthy(ctx, new):
         last = [str(r) for r in (_g(s, "lastState", "terminated", "reason") for s in statuses) if r]
         ended = [_when(_g(s, "lastState", "terminated", "finishedAt")) for s in statuses]
         ended = [t for t in ended if t is not None]
-        if ready and not waiting and (restarts < RESTARTS_WARN or (created and ended and max(ended) < created - RESTART_RECENT)):
+        if (
+            ready
+            and not waiting
+            and (restarts < RESTARTS_WARN or (created and ended and max(ended) < created - RESTART_RECENT))
+        ):
             continue  # ready, and its restarts are few or long past (restartCount never goes down)
         bits = []
         if not ready:
@@ -342,23 +424,57 @@ def coredns_unhealthy(ctx, new):
         if restarts:
             bits.append(f"restarted {restarts} time(s)" + (f" (last exit: {', '.join(last)})" if last else ""))
         cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
-        ev = [Evidence(ctx.bundle.display(PODS_SRC), f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
-                       + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""))]
-        ev += [Evidence(ctx.bundle.display(PODS_SRC), f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
-                        + (f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}" if _g(s, "lastState", "terminated") else ""))
-               for s in statuses[:4]]
+        ev = [
+            Evidence(
+                ctx.bundle.display(PODS_SRC),
+                f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
+                + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""),
+            )
+        ]
+        ev += [
+            Evidence(
+                ctx.bundle.display(PODS_SRC),
+                f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
+                + (
+                    f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}"
+                    if _g(s, "lastState", "terminated")
+                    else ""
+                ),
+            )
+            for s in statuses[:4]
+        ]
         severity = "error" if not any_ready else "warning"
-        tail = "no CoreDNS pod is ready: DNS is down" if not any_ready else ("the other CoreDNS pods answer meanwhile" if not ready else "DNS queries in flight are lost at each restart")
-        fix = [f"kubectl -n kube-system describe pod {pname}", f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped"]
+        tail = (
+            "no CoreDNS pod is ready: DNS is down"
+            if not any_ready
+            else (
+                "the other CoreDNS pods answer meanwhile"
+                if not ready
+                else "DNS queries in flight are lost at each restart"
+            )
+        )
+        fix = [
+            f"kubectl -n kube-system describe pod {pname}",
+            f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped",
+        ]
         if "OOMKilled" in last:
-            fix.append("kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)")
+            fix.append(
+                "kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)"
+            )
         if any(w in ("CrashLoopBackOff",) for w in waiting):
-            fix.append("kubectl -n kube-system get configmap coredns -o yaml   # a Corefile error or a forwarding loop (KP132) makes CoreDNS exit")
-        yield new(f"CoreDNS pod {name}: {', '.join(bits)} — {tail}", severity=severity, fix=fix, evidence=ev, subject=name)
+            fix.append(
+                "kubectl -n kube-system get configmap coredns -o yaml   # a Corefile error or a forwarding loop (KP132) makes CoreDNS exit"
+            )
+        yield new(
+            f"CoreDNS pod {name}: {', '.join(bits)} — {tail}", severity=severity, fix=fix, evidence=ev, subject=name
+        )
 
 
 @check(
-    "KP132", "coredns-loop", "CoreDNS detected a forwarding loop", "error",
+    "KP132",
+    "coredns-loop",
+    "CoreDNS detected a forwarding loop",
+    "error",
     needs=("dns-logs",),
     symptom="CoreDNS pods in CrashLoopBackOff; their log ends with 'plugin/loop: Loop (127.0.0.1:… -> :53) detected for zone \".\"'.",
     why="""
@@ -370,7 +486,7 @@ def coredns_unhealthy(ctx, new):
         back, and stops CoreDNS on purpose (otherwise it would forward in circles until it ran out of memory).
     """,
     fix="Give kubelet the real upstream list: resolvConf: /run/systemd/resolve/resolv.conf in the KubeletConfiguration (or "
-        "--resolv-conf), restart kubelet, delete the CoreDNS pods; or forward to upstream IPs in the Corefile.",
+    "--resolv-conf), restart kubelet, delete the CoreDNS pods; or forward to upstream IPs in the Corefile.",
 )
 def coredns_loop(ctx, new):
     data = ctx.source(LOGS_SRC)
@@ -390,23 +506,39 @@ def coredns_loop(ctx, new):
         return
     pods = sorted({f"{e.get('namespace')}/{e.get('pod')}" for e, *_ in hits})
     e, _, _, m = hits[0]
-    ev = [Evidence(f"{ctx.bundle.display(LOGS_SRC)} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
-                   h[2][:300], h[1]) for h in hits[:4]]
-    yield new(f"CoreDNS forwards to itself: 'Loop ({m.group(1)}) detected for zone \"{m.group(2)}\"' in the log of {', '.join(pods)} — "
-              "it exits on purpose and restarts",
-              fix=("grep -E '^nameserver' /etc/resolv.conf   # on a node: 127.0.0.53 means systemd-resolved's stub",
-                   "grep -E '^nameserver' /run/systemd/resolve/resolv.conf   # the real upstream servers",
-                   "# KubeletConfiguration (/var/lib/kubelet/config.yaml): resolvConf: /run/systemd/resolve/resolv.conf — then: sudo systemctl restart kubelet",
-                   "kubectl -n kube-system rollout restart deploy/coredns",
-                   "# or in the Corefile (kubectl -n kube-system edit configmap coredns): forward . <upstream IPs> instead of /etc/resolv.conf"),
-              evidence=ev, subject="kube-system/coredns")
+    ev = [
+        Evidence(
+            f"{ctx.bundle.display(LOGS_SRC)} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
+            h[2][:300],
+            h[1],
+        )
+        for h in hits[:4]
+    ]
+    yield new(
+        f"CoreDNS forwards to itself: 'Loop ({m.group(1)}) detected for zone \"{m.group(2)}\"' in the log of {', '.join(pods)} — "
+        "it exits on purpose and restarts",
+        fix=(
+            "grep -E '^nameserver' /etc/resolv.conf   # on a node: 127.0.0.53 means systemd-resolved's stub",
+            "grep -E '^nameserver' /run/systemd/resolve/resolv.conf   # the real upstream servers",
+            "# KubeletConfiguration (/var/lib/kubelet/config.yaml): resolvConf: /run/systemd/resolve/resolv.conf — then: sudo systemctl restart kubelet",
+            "kubectl -n kube-system rollout restart deploy/coredns",
+            "# or in the Corefile (kubectl -n kube-system edit configmap coredns): forward . <upstream IPs> instead of /etc/resolv.conf",
+        ),
+        evidence=ev,
+        subject="kube-system/coredns",
+    )
 
 
 # ------------------------------------------------------------------ the pod's resolv.conf
 
+
 @check(
-    "KP133", "resolv-nameserver", "The pod's nameserver is not the cluster DNS", "warning",
-    needs=("dns-lookups", "dns-service"), severities=("info", "warning"),
+    "KP133",
+    "resolv-nameserver",
+    "The pod's nameserver is not the cluster DNS",
+    "warning",
+    needs=("dns-lookups", "dns-service"),
+    severities=("info", "warning"),
     symptom="Service names do not resolve from this pod (or resolve only sometimes), while other pods resolve them.",
     why="""
         A pod with dnsPolicy ClusterFirst (the default) gets "nameserver <kube-dns ClusterIP>" from kubelet (--cluster-dns /
@@ -427,27 +559,46 @@ def resolv_nameserver(ctx, new):
         raise Skip("the kube-dns Service (or its ClusterIP) is not in the API data")
     good = set(ips) | {NODE_LOCAL_DNS}
     servers = list(rc.get("nameservers") or [])
-    ev = _rc_ev(ctx, rc, "nameserver") + [Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")]
-    fix = ("kubectl get pod POD -o jsonpath='{.spec.dnsPolicy} {.spec.hostNetwork} {.spec.dnsConfig}'",
-           "# dnsPolicy: ClusterFirst — or ClusterFirstWithHostNet for a hostNetwork pod",
-           f"grep -A2 clusterDNS /var/lib/kubelet/config.yaml   # on the node: should list {ips[0]} (or {NODE_LOCAL_DNS} with node-local-dns)")
+    ev = _rc_ev(ctx, rc, "nameserver") + [
+        Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")
+    ]
+    fix = (
+        "kubectl get pod POD -o jsonpath='{.spec.dnsPolicy} {.spec.hostNetwork} {.spec.dnsConfig}'",
+        "# dnsPolicy: ClusterFirst — or ClusterFirstWithHostNet for a hostNetwork pod",
+        f"grep -A2 clusterDNS /var/lib/kubelet/config.yaml   # on the node: should list {ips[0]} (or {NODE_LOCAL_DNS} with node-local-dns)",
+    )
     fqdn_ok = doc.get("result") == "resolved"
     if not servers or servers[0] not in good:
         first = servers[0] if servers else "127.0.0.1 (no nameserver line: the resolvers' default)"
-        yield new(f"this pod asks {first} for names, not the cluster DNS {', '.join(ips)} (nor node-local-dns {NODE_LOCAL_DNS})"
-                  + (f"; it did resolve {doc.get('name')}, so it forwards the cluster domain" if fqdn_ok else
-                     ": Service names resolve only if that server forwards the cluster domain to CoreDNS"),
-                  severity="info" if fqdn_ok else "warning", fix=fix, evidence=ev, subject="resolv.conf")
+        yield new(
+            f"this pod asks {first} for names, not the cluster DNS {', '.join(ips)} (nor node-local-dns {NODE_LOCAL_DNS})"
+            + (
+                f"; it did resolve {doc.get('name')}, so it forwards the cluster domain"
+                if fqdn_ok
+                else ": Service names resolve only if that server forwards the cluster domain to CoreDNS"
+            ),
+            severity="info" if fqdn_ok else "warning",
+            fix=fix,
+            evidence=ev,
+            subject="resolv.conf",
+        )
         return
     others = [s for s in servers[1:3] if s not in good]
     if others:
-        yield new(f"the pod's resolv.conf lists {', '.join(others)} after the cluster DNS {servers[0]}: when the cluster DNS is slow to "
-                  "answer, resolvers ask that server, which answers NXDOMAIN for Service names — intermittent failures",
-                  fix=fix, evidence=ev, subject="resolv.conf")
+        yield new(
+            f"the pod's resolv.conf lists {', '.join(others)} after the cluster DNS {servers[0]}: when the cluster DNS is slow to "
+            "answer, resolvers ask that server, which answers NXDOMAIN for Service names — intermittent failures",
+            fix=fix,
+            evidence=ev,
+            subject="resolv.conf",
+        )
 
 
 @check(
-    "KP134", "resolv-limits", "resolv.conf beyond what resolvers read", "warning",
+    "KP134",
+    "resolv-limits",
+    "resolv.conf beyond what resolvers read",
+    "warning",
     needs=("dns-lookups",),
     symptom="Names resolve in some images (glibc ≥ 2.26) and not in others (Alpine/musl, older glibc); kubelet logs 'Search Line limits were exceeded'.",
     why="""
@@ -467,34 +618,63 @@ def resolv_limits(ctx, new):
     chars = int(rc.get("search_chars") or len(" ".join(search)))
     servers = rc.get("nameservers") or []
     ndots = (rc.get("options") or {}).get("ndots")
-    fix = ("kubectl get pod POD -o jsonpath='{.spec.dnsConfig}'",
-           "grep -E '^(search|domain)' /etc/resolv.conf   # on the node: kubelet appends its search domains to every pod's")
-    line_chars = rc.get("search_line_chars") if isinstance(rc.get("search_line_chars"), int) else len("search " + " ".join(search))
+    fix = (
+        "kubectl get pod POD -o jsonpath='{.spec.dnsConfig}'",
+        "grep -E '^(search|domain)' /etc/resolv.conf   # on the node: kubelet appends its search domains to every pod's",
+    )
+    line_chars = (
+        rc.get("search_line_chars")
+        if isinstance(rc.get("search_line_chars"), int)
+        else len("search " + " ".join(search))
+    )
     kept = _glibc_old_kept(search)
     if len(kept) < len(search) or line_chars > MUSL_LINE_MAX:
         parts = []
         if len(kept) < len(search):
-            parts.append(f"glibc before 2.26 uses only the first {len(kept)} ({len(kept) and kept[-1]!r} is the last; at most 6 domains, 256 characters) "
-                         f"and never searches {', '.join(repr(d) for d in search[len(kept):][:3])}{' …' if len(search) - len(kept) > 3 else ''}")
+            parts.append(
+                f"glibc before 2.26 uses only the first {len(kept)} ({len(kept) and kept[-1]!r} is the last; at most 6 domains, 256 characters) "
+                f"and never searches {', '.join(repr(d) for d in search[len(kept) :][:3])}{' …' if len(search) - len(kept) > 3 else ''}"
+            )
         if line_chars > MUSL_LINE_MAX:
-            parts.append(f"musl (Alpine images) ignores the whole search line ({line_chars} characters; it reads lines of at most "
-                         f"{MUSL_LINE_MAX}): no search domain at all there, so short Service names do not resolve")
-        yield new(f"the search list has {len(search)} domain(s), {chars} characters: " + "; ".join(parts),
-                  fix=fix + ("# dnsConfig: {searches: [...]} and dnsPolicy None, or fewer search domains on the node (kubelet --resolv-conf)",),
-                  evidence=_rc_ev(ctx, rc, "search"), subject="resolv.conf")
+            parts.append(
+                f"musl (Alpine images) ignores the whole search line ({line_chars} characters; it reads lines of at most "
+                f"{MUSL_LINE_MAX}): no search domain at all there, so short Service names do not resolve"
+            )
+        yield new(
+            f"the search list has {len(search)} domain(s), {chars} characters: " + "; ".join(parts),
+            fix=fix
+            + (
+                "# dnsConfig: {searches: [...]} and dnsPolicy None, or fewer search domains on the node (kubelet --resolv-conf)",
+            ),
+            evidence=_rc_ev(ctx, rc, "search"),
+            subject="resolv.conf",
+        )
     if len(servers) > 3:
-        yield new(f"{len(servers)} nameservers: resolvers use the first 3 ({', '.join(servers[:3])}) and ignore {', '.join(servers[3:])}",
-                  fix=fix + ("# keep at most 3 nameserver lines (the node's resolv.conf or the pod's dnsConfig)",),
-                  evidence=_rc_ev(ctx, rc, "nameserver"), subject="resolv.conf")
+        yield new(
+            f"{len(servers)} nameservers: resolvers use the first 3 ({', '.join(servers[:3])}) and ignore {', '.join(servers[3:])}",
+            fix=fix + ("# keep at most 3 nameserver lines (the node's resolv.conf or the pod's dnsConfig)",),
+            evidence=_rc_ev(ctx, rc, "nameserver"),
+            subject="resolv.conf",
+        )
     if isinstance(ndots, int) and ndots > 15:
-        yield new(f"options ndots:{ndots}: resolvers cap it at 15", fix=fix, evidence=_rc_ev(ctx, rc, "options"), subject="resolv.conf")
+        yield new(
+            f"options ndots:{ndots}: resolvers cap it at 15",
+            fix=fix,
+            evidence=_rc_ev(ctx, rc, "options"),
+            subject="resolv.conf",
+        )
     for p in (rc.get("problems") or [])[:4]:
-        yield new(f"resolv.conf line {p.get('line')}: {p.get('why')}",
-                  fix=("# correct or remove the line (the node's resolv.conf, or the pod's dnsConfig)",),
-                  evidence=[Evidence(_rc_source(ctx, rc), str(p.get("text")), p.get("line"))], subject="resolv.conf")
+        yield new(
+            f"resolv.conf line {p.get('line')}: {p.get('why')}",
+            fix=("# correct or remove the line (the node's resolv.conf, or the pod's dnsConfig)",),
+            evidence=[Evidence(_rc_source(ctx, rc), str(p.get("text")), p.get("line"))],
+            subject="resolv.conf",
+        )
 
 
-MUSL_LINE_MAX = 254  # musl reads resolv.conf with a 256-byte line buffer (with the newline and NUL) and skips longer lines
+MUSL_LINE_MAX = (
+    254  # musl reads resolv.conf with a 256-byte line buffer (with the newline and NUL) and skips longer lines
+)
 
 
 def _glibc_old_kept(search: list[str]) -> list[str]:
@@ -510,11 +690,15 @@ def _glibc_old_kept(search: list[str]) -> list[str]:
 
 # ------------------------------------------------------------------ what the nameservers answered
 
+
 @check(
-    "KP135", "dns-search-path", "Short names fail through the search path, the FQDN works", "warning",
+    "KP135",
+    "dns-search-path",
+    "Short names fail through the search path, the FQDN works",
+    "warning",
     needs=("dns-lookups",),
     symptom="curl http://NAME or http://NAME.NAMESPACE fails with 'could not resolve host' (or only in Alpine images), "
-            "while http://NAME.NAMESPACE.svc.cluster.local works.",
+    "while http://NAME.NAMESPACE.svc.cluster.local works.",
     why="""
         A name with fewer dots than ndots (kubelet sets ndots:5) is tried with each search domain first, then as it is; a
         name with at least ndots dots is tried as it is first (glibc then tries the search domains; musl, in Alpine
@@ -541,26 +725,38 @@ def dns_search_path(ctx, new):
             continue  # expected from another namespace: KP136 explains it
         broken = [libc for libc, o in (lk.get("outcome") or {}).items() if (o or {}).get("result") != "resolved"]
         if f"svc.{domain}" not in search and f"{ns}.svc.{domain}" not in search:
-            cause = (f"the search list ({' '.join(search) or 'empty'}) has no svc.{domain} entry, so {lk['name']} is never expanded to "
-                     f"{name}.{ns}.svc.{domain}")
+            cause = (
+                f"the search list ({' '.join(search) or 'empty'}) has no svc.{domain} entry, so {lk['name']} is never expanded to "
+                f"{name}.{ns}.svc.{domain}"
+            )
         elif purpose == "namespaced" and broken == ["musl"]:
-            cause = (f"with ndots:{rc.get('ndots')} '{lk['name']}' has enough dots to be asked as it is; glibc then tries the search list and "
-                     "finds it, musl (Alpine images) does not — it stops at NXDOMAIN")
+            cause = (
+                f"with ndots:{rc.get('ndots')} '{lk['name']}' has enough dots to be asked as it is; glibc then tries the search list and "
+                "finds it, musl (Alpine images) does not — it stops at NXDOMAIN"
+            )
         else:
             cause = f"none of the names the search path gives ({', '.join((lk.get('candidates') or {}).get(broken[0] if broken else 'glibc') or [])}) exists"
         who = " and ".join(broken)
         ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "options")[:1]
         ev += [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, libc)) for libc in broken]
         ev += [_q_ev(ctx, q) for q in _queries(doc, qname=doc.get("name"), qtype="A", transport="udp")[:1]]
-        yield new(f"'{lk['name']}' does not resolve through this pod's search path ({who}) while {doc.get('name')} does: {cause}",
-                  fix=(f"use {name}.{ns}.svc.{domain}. (the FQDN; the trailing dot skips the search path)",
-                       "# or in the pod spec: dnsPolicy: ClusterFirst, or dnsConfig: {options: [{name: ndots, value: \"5\"}]}",
-                       "cat /etc/resolv.conf   # search and options lines"),
-                  evidence=ev, subject=f"{ns}/{name} {purpose}")
+        yield new(
+            f"'{lk['name']}' does not resolve through this pod's search path ({who}) while {doc.get('name')} does: {cause}",
+            fix=(
+                f"use {name}.{ns}.svc.{domain}. (the FQDN; the trailing dot skips the search path)",
+                '# or in the pod spec: dnsPolicy: ClusterFirst, or dnsConfig: {options: [{name: ndots, value: "5"}]}',
+                "cat /etc/resolv.conf   # search and options lines",
+            ),
+            evidence=ev,
+            subject=f"{ns}/{name} {purpose}",
+        )
 
 
 @check(
-    "KP136", "dns-other-namespace", "The Service's short name does not lead to it from this pod's namespace", "warning",
+    "KP136",
+    "dns-other-namespace",
+    "The Service's short name does not lead to it from this pod's namespace",
+    "warning",
     needs=("dns-lookups",),
     symptom="A client in another namespace calls http://NAME and gets 'could not resolve host' — or reaches a different Service of the same name.",
     why="""
@@ -580,23 +776,39 @@ def dns_other_namespace(ctx, new):
     rc = doc.get("resolv_conf") or {}
     client_ns = doc.get("client_namespace")
     want = set(doc.get("addresses") or [])
-    ev = _rc_ev(ctx, rc, "search") + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, short, "glibc")),
-                                      Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, nsd, "glibc"))]
+    ev = _rc_ev(ctx, rc, "search") + [
+        Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, short, "glibc")),
+        Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, nsd, "glibc")),
+    ]
     fix = (f"use {name}.{ns} (or {name}.{ns}.svc.{domain}) in the client's configuration",)
     out = (short.get("outcome") or {}).get("glibc") or {}
     if out.get("result") == "resolved" and want and not (set(out.get("addresses") or []) & want):
-        yield new(f"from this pod '{name}' resolves to {', '.join(out.get('addresses') or [])} ({out.get('qname')}), another Service — "
-                  f"not {ns}/{name} ({', '.join(sorted(want))})", fix=fix, evidence=ev, subject=f"{ns}/{name}")
+        yield new(
+            f"from this pod '{name}' resolves to {', '.join(out.get('addresses') or [])} ({out.get('qname')}), another Service — "
+            f"not {ns}/{name} ({', '.join(sorted(want))})",
+            fix=fix,
+            evidence=ev,
+            subject=f"{ns}/{name}",
+        )
     elif client_ns and client_ns != ns and _failed_names(short):
-        yield new(f"this pod is in namespace {client_ns}: the short name '{name}' searches {name}.{client_ns}.svc.{domain} first and "
-                  f"does not resolve (NXDOMAIN); '{name}.{ns}' does", fix=fix, evidence=ev, subject=f"{ns}/{name}")
+        yield new(
+            f"this pod is in namespace {client_ns}: the short name '{name}' searches {name}.{client_ns}.svc.{domain} first and "
+            f"does not resolve (NXDOMAIN); '{name}.{ns}' does",
+            fix=fix,
+            evidence=ev,
+            subject=f"{ns}/{name}",
+        )
 
 
 @check(
-    "KP137", "dns-udp-tcp", "DNS answers over one transport only (UDP vs TCP)", "warning",
-    needs=("dns-lookups",), severities=("warning", "error"),
+    "KP137",
+    "dns-udp-tcp",
+    "DNS answers over one transport only (UDP vs TCP)",
+    "warning",
+    needs=("dns-lookups",),
+    severities=("warning", "error"),
     symptom="Most lookups work but large answers fail (headless Services with many pods, long records), or every lookup "
-            "waits seconds then fails while 'dig +tcp' works.",
+    "waits seconds then fails while 'dig +tcp' works.",
     why="""
         Resolvers ask over UDP first and retry over TCP when the UDP answer is truncated (TC flag: the answer did not fit
         in 512 bytes, or the EDNS size). So 53/TCP must be open too: kube-dns has a dns-tcp port, and NetworkPolicies or
@@ -621,29 +833,54 @@ def dns_udp_tcp(ctx, new):
             protos = {(str(p.get("protocol") or "TCP").upper(), p.get("port")) for p in _dl(_g(svc, "spec", "ports"))}
             missing = [p for p in ("UDP", "TCP") if (p, 53) not in protos]
             if missing:
-                svc_note.append(Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}"))
+                svc_note.append(
+                    Evidence(
+                        ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}"
+                    )
+                )
         ev = [_q_ev(ctx, udp), _q_ev(ctx, tcp)] + [_q_ev(ctx, q) for q in truncated[:2]] + svc_note
-        remain = ("kubectl get networkpolicy -A   # egress rules allowing 53/UDP but not 53/TCP (or the reverse) to kube-system",
-                  f"dig +tcp @{server} {fqdn}; dig +notcp @{server} {fqdn}",
-                  "kubectl -n kube-system get svc kube-dns -o yaml   # ports dns (53/UDP) and dns-tcp (53/TCP)")
+        remain = (
+            "kubectl get networkpolicy -A   # egress rules allowing 53/UDP but not 53/TCP (or the reverse) to kube-system",
+            f"dig +tcp @{server} {fqdn}; dig +notcp @{server} {fqdn}",
+            "kubectl -n kube-system get svc kube-dns -o yaml   # ports dns (53/UDP) and dns-tcp (53/TCP)",
+        )
         if udp_ok and not tcp_ok:
             big = bool(truncated)
-            yield new(f"{server} answers over UDP but not over TCP (TCP: {tcp['result']})" +
-                      (" — and a UDP answer here was truncated, so that lookup fails" if big else
-                       ": any answer too large for UDP will fail"),
-                      severity="error" if big else "warning", fix=remain, evidence=ev, subject=f"nameserver {server}")
+            yield new(
+                f"{server} answers over UDP but not over TCP (TCP: {tcp['result']})"
+                + (
+                    " — and a UDP answer here was truncated, so that lookup fails"
+                    if big
+                    else ": any answer too large for UDP will fail"
+                ),
+                severity="error" if big else "warning",
+                fix=remain,
+                evidence=ev,
+                subject=f"nameserver {server}",
+            )
         elif tcp_ok and not udp_ok:
             use_vc = "use-vc" in _g(doc, "resolv_conf", "options", default={})
-            yield new(f"{server} answers over TCP but not over UDP (UDP: {udp['result']}): " +
-                      ("this pod's resolv.conf says 'options use-vc' (glibc asks over TCP), but other resolvers (musl, Go) ask over UDP"
-                       if use_vc else "resolvers ask over UDP, so lookups fail"),
-                      severity="warning" if use_vc else "error", fix=remain, evidence=ev + (_rc_ev(ctx, doc["resolv_conf"], "options") if use_vc else []),
-                      subject=f"nameserver {server}")
+            yield new(
+                f"{server} answers over TCP but not over UDP (UDP: {udp['result']}): "
+                + (
+                    "this pod's resolv.conf says 'options use-vc' (glibc asks over TCP), but other resolvers (musl, Go) ask over UDP"
+                    if use_vc
+                    else "resolvers ask over UDP, so lookups fail"
+                ),
+                severity="warning" if use_vc else "error",
+                fix=remain,
+                evidence=ev + (_rc_ev(ctx, doc["resolv_conf"], "options") if use_vc else []),
+                subject=f"nameserver {server}",
+            )
 
 
 @check(
-    "KP138", "dns-unreachable", "The nameserver does not answer, refuses or fails", "error",
-    needs=("dns-lookups",), severities=("warning", "error"),
+    "KP138",
+    "dns-unreachable",
+    "The nameserver does not answer, refuses or fails",
+    "error",
+    needs=("dns-lookups",),
+    severities=("warning", "error"),
     symptom="'could not resolve host' / 'i/o timeout' / 'server misbehaving' for every name, after a few seconds.",
     why="""
         Three different failures look alike to an application. A timeout: the query or its answer was dropped on the way
@@ -669,27 +906,53 @@ def dns_unreachable(ctx, new):
         ev = [_q_ev(ctx, q) for q in qs]
         if results <= {"timeout"}:
             summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
-            explanation = ("Nothing came back — not an answer, not an ICMP error. " + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
-                           + "Causes that remain (not checked): " + "; ".join(remain) + ".")
-            fix = (f"dig @{server} {fqdn}   # from this pod", "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
-                   "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS", "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50")
+            explanation = (
+                "Nothing came back — not an answer, not an ICMP error. "
+                + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
+                + "Causes that remain (not checked): "
+                + "; ".join(remain)
+                + "."
+            )
+            fix = (
+                f"dig @{server} {fqdn}   # from this pod",
+                "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
+                "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS",
+                "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+            )
         elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
             summary = f"nothing listens on port 53 at {server}: {'; '.join(sorted({q['error'] for q in qs if q.get('error')}))[:200]}"
-            explanation = ("The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
-                           "(REJECT); a plain address without a DNS server does it too. " + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
-                           + "Remaining: " + "; ".join(r for r in remain if "NetworkPolicy" not in r) + ".")
-            fix = ("kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns", "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?")
+            explanation = (
+                "The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
+                "(REJECT); a plain address without a DNS server does it too. "
+                + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
+                + "Remaining: "
+                + "; ".join(r for r in remain if "NetworkPolicy" not in r)
+                + "."
+            )
+            fix = (
+                "kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns",
+                "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?",
+            )
         elif "refused" in results:
             summary = f"the nameserver {server} answers REFUSED: it does not serve {fqdn} to this client"
-            explanation = ("A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
-                           "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
-                           "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source.")
-            fix = ("cat /etc/resolv.conf", "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl")
+            explanation = (
+                "A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
+                "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
+                "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source."
+            )
+            fix = (
+                "cat /etc/resolv.conf",
+                "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl",
+            )
         elif "servfail" in results:
             summary = f"the nameserver {server} answers SERVFAIL for {fqdn}"
-            explanation = ("The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
-                           "or its upstream fails for names it forwards.")
-            fix = ("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",)
+            explanation = (
+                "The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
+                "or its upstream fails for names it forwards."
+            )
+            fix = (
+                "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",
+            )
         else:
             summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
             explanation = None
@@ -697,16 +960,29 @@ def dns_unreachable(ctx, new):
         cluster_dns = set(_cluster_ips(_dns_service(ctx))) | {NODE_LOCAL_DNS}
         known = _dns_service(ctx) is not None
         if server not in cluster_dns:
-            note = (f" — {server} is not the cluster DNS ({', '.join(sorted(cluster_dns - {NODE_LOCAL_DNS}))}, KP133)" if known else
-                    " (kpdiag could not tell whether it is the cluster DNS: the kube-dns Service was not read)")
+            note = (
+                f" — {server} is not the cluster DNS ({', '.join(sorted(cluster_dns - {NODE_LOCAL_DNS}))}, KP133)"
+                if known
+                else " (kpdiag could not tell whether it is the cluster DNS: the kube-dns Service was not read)"
+            )
             summary += note
-        yield new(summary, explanation=explanation, fix=fix, evidence=ev, subject=f"nameserver {server}",
-                  severity="error" if server in cluster_dns else "warning")
+        yield new(
+            summary,
+            explanation=explanation,
+            fix=fix,
+            evidence=ev,
+            subject=f"nameserver {server}",
+            severity="error" if server in cluster_dns else "warning",
+        )
 
 
 @check(
-    "KP139", "dns-kubernetes-default", "kubernetes.default does not resolve", "error",
-    needs=("dns-lookups",), severities=("warning", "error"),
+    "KP139",
+    "dns-kubernetes-default",
+    "kubernetes.default does not resolve",
+    "error",
+    needs=("dns-lookups",),
+    severities=("warning", "error"),
     symptom="Even 'nslookup kubernetes.default' fails from the pod, while the nameserver answers other queries.",
     why="""
         Every cluster has the Service default/kubernetes; CoreDNS answers kubernetes.default.svc.<cluster domain> for it.
@@ -724,16 +1000,32 @@ def dns_kubernetes_default(ctx, new):
     rc = doc.get("resolv_conf") or {}
     domain = doc.get("cluster_domain")
     if doc.get("cluster_domain_from") != "search":
-        cause = (f"the pod's search list ({' '.join(rc.get('search') or []) or 'empty'}) has no svc.<cluster domain> entry: "
-                 "it does not come from a ClusterFirst pod")
+        cause = (
+            f"the pod's search list ({' '.join(rc.get('search') or []) or 'empty'}) has no svc.<cluster domain> entry: "
+            "it does not come from a ClusterFirst pod"
+        )
     else:
-        cause = (f"the search list says the cluster domain is {domain}; the nameserver {', '.join((doc.get('nameservers') or [])[:1])} "
-                 "does not know kubernetes.default.svc." + str(domain) + " — it is not the cluster DNS, or CoreDNS serves another domain")
-    ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "nameserver") + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
+        cause = (
+            f"the search list says the cluster domain is {domain}; the nameserver {', '.join((doc.get('nameservers') or [])[:1])} "
+            "does not know kubernetes.default.svc."
+            + str(domain)
+            + " — it is not the cluster DNS, or CoreDNS serves another domain"
+        )
+    ev = (
+        _rc_ev(ctx, rc, "search")
+        + _rc_ev(ctx, rc, "nameserver")
+        + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
+    )
     served = doc.get("result") == "resolved"  # the Service's own FQDN resolves: this is no fault of its name
-    yield new(f"kubernetes.default does not resolve from this pod (NXDOMAIN for every search-path name): {cause}"
-              + (f" — {doc.get('name')} itself resolves" if served else ""), severity="warning" if served else "error",
-              fix=("kubectl -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}' | grep kubernetes   # the domain CoreDNS serves",
-                   "grep clusterDomain /var/lib/kubelet/config.yaml   # on the node: the domain kubelet writes in pods' search lists",
-                   "cat /etc/resolv.conf"),
-              evidence=ev, subject="kubernetes.default")
+    yield new(
+        f"kubernetes.default does not resolve from this pod (NXDOMAIN for every search-path name): {cause}"
+        + (f" — {doc.get('name')} itself resolves" if served else ""),
+        severity="warning" if served else "error",
+        fix=(
+            "kubectl -n kube-system get configmap coredns -o jsonpath='{.data.Corefile}' | grep kubernetes   # the domain CoreDNS serves",
+            "grep clusterDomain /var/lib/kubelet/config.yaml   # on the node: the domain kubelet writes in pods' search lists",
+            "cat /etc/resolv.conf",
+        ),
+        evidence=ev,
+        subject="kubernetes.default",
+    )

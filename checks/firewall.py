@@ -14,7 +14,9 @@ EXTERNAL_SRC = "203.0.113.77"  # an outside client (TEST-NET-3)
 MAX_TARGETS = 6
 _DPORT = re.compile(r"--dport (\d+)")
 _PROTO = re.compile(r"(?:^|\s)-p (\w+)")
-_IPTABLES_NFT = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")}
+_IPTABLES_NFT = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {
+    ("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")
+}
 
 
 def _node_ip(ctx) -> tuple[str, str] | None:
@@ -39,7 +41,9 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
     for svc in svcs or []:
         for p in svc.ports:
             if p.get("nodePort"):
-                out.setdefault(((p.get("protocol") or "TCP").lower(), int(p["nodePort"])), (f"NodePort of {svc.key}", src))
+                out.setdefault(
+                    ((p.get("protocol") or "TCP").lower(), int(p["nodePort"])), (f"NodePort of {svc.key}", src)
+                )
         if svc.spec.get("healthCheckNodePort"):
             out.setdefault(("tcp", int(svc.spec["healthCheckNodePort"])), (f"health check node port of {svc.key}", src))
     mode, _ = ctx.proxy_mode
@@ -52,7 +56,10 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
         node = _node_ip(ctx)
         for key in ctx.ipvs:
             if node and str(key[1]) == node[0]:
-                out.setdefault((key[0], int(key[2])), ("NodePort (IPVS virtual server on the node's address)", ctx.bundle.display(sources.IPVSADM)))
+                out.setdefault(
+                    (key[0], int(key[2])),
+                    ("NodePort (IPVS virtual server on the node's address)", ctx.bundle.display(sources.IPVSADM)),
+                )
     else:
         rs = ctx.iptables()
         for table, what in (("nat", "NodePort"), ("filter", "health check node port")):
@@ -60,10 +67,16 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
             for text in chain.lines if chain is not None else []:
                 m, p = _DPORT.search(text), _PROTO.search(text)
                 if m and (table == "nat" or "health check" in text):
-                    out.setdefault(((p.group(1) if p else "tcp").lower(), int(m.group(1))), (what, f"{rs.source}: {table} KUBE-NODEPORTS"))
+                    out.setdefault(
+                        ((p.group(1) if p else "tcp").lower(), int(m.group(1))),
+                        (what, f"{rs.source}: {table} KUBE-NODEPORTS"),
+                    )
     hc = ctx.kube_proxy_config.get("healthzBindAddress") if ctx.kube_proxy_config is not None else None
     if hc is not None and str(hc).rsplit(":", 1)[-1].isdigit() and not str(hc).startswith("127."):
-        out.setdefault(("tcp", int(str(hc).rsplit(":", 1)[-1])), ("kube-proxy's /healthz (load balancers' health checks)", ctx.kube_proxy_config.source))
+        out.setdefault(
+            ("tcp", int(str(hc).rsplit(":", 1)[-1])),
+            ("kube-proxy's /healthz (load balancers' health checks)", ctx.kube_proxy_config.source),
+        )
     # health checks first: they decide whether a load balancer sends anything at all
     items = sorted(out.items(), key=lambda kv: ("health" not in kv[1][0], kv[0][1]))
     return [(proto, port, what, where) for (proto, port), (what, where) in items[:MAX_TARGETS]]
@@ -100,8 +113,12 @@ def _host_firewall(ctx, mode: str):
     from kpdiag.trace.nftables import NftTracer
 
     # only those tables: iptables-nft's own (when a dump has them) are traced from iptables-save already
-    only = NftRuleset(rs.source, chains={k: c for k, c in rs.chains.items() if (k[0], k[1]) in keep},
-                      sets={k: v for k, v in rs.sets.items() if (k[0], k[1]) in keep}, tables=keep)
+    only = NftRuleset(
+        rs.source,
+        chains={k: c for k, c in rs.chains.items() if (k[0], k[1]) in keep},
+        sets={k: v for k, v in rs.sets.items() if (k[0], k[1]) in keep},
+        tables=keep,
+    )
     return NftTracer(only, ctx.routing, mode="host firewall")
 
 
@@ -122,10 +139,13 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
 
 
 @check(
-    "KP509", "host-firewall-drops-nodeports", "The host firewall drops NodePort or health-check traffic", "error",
+    "KP509",
+    "host-firewall-drops-nodeports",
+    "The host firewall drops NodePort or health-check traffic",
+    "error",
     needs=("addresses", "routes"),
     symptom="NodePorts time out from outside the node although the Service works inside the cluster; cloud load balancers "
-            "mark every node unhealthy (their health check to healthCheckNodePort or :10256 gets no answer).",
+    "mark every node unhealthy (their health check to healthCheckNodePort or :10256 gets no answer).",
     why="""
         NodePort traffic passes the node's own firewall before or after kube-proxy's rules: in iptables and nftables
         mode it is DNATed in prerouting and then *forwarded* to the pod; in IPVS mode it is delivered to the node
@@ -136,8 +156,8 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
         before them accepts the port range.
     """,
     fix="Allow the NodePort range (30000-32767 by default, tcp and udp), the health-check node ports and 10256/tcp in the "
-        "host firewall on the input and forward paths (firewalld: add the ports to the zone and the pod CIDR as trusted; "
-        "ufw: ufw allow 30000:32767/tcp and 'ufw route allow').",
+    "host firewall on the input and forward paths (firewalld: add the ports to the zone and the pod CIDR as trusted; "
+    "ufw: ufw allow 30000:32767/tcp and 'ufw route allow').",
 )
 def host_firewall(ctx, new):
     node = _node_ip(ctx)
@@ -201,23 +221,34 @@ def host_firewall(ctx, new):
             steps.append(st)
     fix = [f"kpdiag trace --bundle <bundle> --src {EXTERNAL_SRC} --dst {node_ip} --dport {port}   # where it ends"]
     if "firewalld" in by_owner:
-        fix += ["firewall-cmd --permanent --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=10256/tcp && firewall-cmd --reload",
-                "firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR> && firewall-cmd --reload   # the forwarded half"]
+        fix += [
+            "firewall-cmd --permanent --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=10256/tcp && firewall-cmd --reload",
+            "firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR> && firewall-cmd --reload   # the forwarded half",
+        ]
     if "ufw" in by_owner:
-        fix += ["ufw allow 30000:32767/tcp && ufw allow 30000:32767/udp && ufw allow 10256/tcp", "ufw route allow to <clusterCIDR>"]
+        fix += [
+            "ufw allow 30000:32767/tcp && ufw allow 30000:32767/udp && ufw allow 10256/tcp",
+            "ufw route allow to <clusterCIDR>",
+        ]
     for st in steps:
         if _owner(st, chains) != "the host firewall":
             continue
         hook = st.hook.lower()
         if " " in st.table:  # an nftables table ("inet hostfw"): only a rule in that table's chain helps
             if hook == "input":
-                fix.append(f"nft insert rule {st.table} {st.chain} tcp dport {{ 30000-32767, 10256 }} accept; "
-                           f"nft insert rule {st.table} {st.chain} udp dport 30000-32767 accept")
+                fix.append(
+                    f"nft insert rule {st.table} {st.chain} tcp dport {{ 30000-32767, 10256 }} accept; "
+                    f"nft insert rule {st.table} {st.chain} udp dport 30000-32767 accept"
+                )
             else:
-                fix.append(f"nft insert rule {st.table} {st.chain} ip daddr <clusterCIDR> accept   # forwarded NodePort traffic to pods")
+                fix.append(
+                    f"nft insert rule {st.table} {st.chain} ip daddr <clusterCIDR> accept   # forwarded NodePort traffic to pods"
+                )
         elif hook == "input":
-            fix.append(f"iptables -I {st.chain} -p tcp -m multiport --dports 30000:32767,10256 -j ACCEPT && "
-                       f"iptables -I {st.chain} -p udp --dport 30000:32767 -j ACCEPT")
+            fix.append(
+                f"iptables -I {st.chain} -p tcp -m multiport --dports 30000:32767,10256 -j ACCEPT && "
+                f"iptables -I {st.chain} -p udp --dport 30000:32767 -j ACCEPT"
+            )
         else:
             fix.append(f"iptables -I {st.chain} -d <clusterCIDR> -j ACCEPT   # forwarded NodePort traffic to pods")
 
@@ -233,6 +264,9 @@ def host_firewall(ctx, new):
         + "; ".join(f"{_owner(st, chains)} ({st.table} {st.chain}: {st.text[:80]})" for st in steps[:3]),
         fix=tuple(dict.fromkeys(fix)),
         evidence=[step_ev(st) for st in steps[:3]]
-        + [Evidence(b[3].split(": ", 1)[0], f"{b[1]}/{b[0]}: {b[2]}, {b[4][0] * 100:.0f}% of its paths dropped") for b in blocked[:3]],
+        + [
+            Evidence(b[3].split(": ", 1)[0], f"{b[1]}/{b[0]}: {b[2]}, {b[4][0] * 100:.0f}% of its paths dropped")
+            for b in blocked[:3]
+        ],
         subject="node",
     )

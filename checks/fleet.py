@@ -24,9 +24,13 @@ def _need_nodes(ctx, n: int = 2):
 
 
 @check(
-    "KP801", "modes-differ", "kube-proxy runs in different modes on different nodes", "warning", scope="cluster",
+    "KP801",
+    "modes-differ",
+    "kube-proxy runs in different modes on different nodes",
+    "warning",
+    scope="cluster",
     symptom="A Service behaves differently depending on the node the client runs on (ping answered here, not there; "
-            "session affinity or timeouts differ); a mode change was rolled out to only some nodes.",
+    "session affinity or timeouts differ); a mode change was rolled out to only some nodes.",
     why="""
         Every node's kube-proxy translates the traffic that leaves from that node, in the mode it runs in. Nodes in
         different modes mean different rules, different behaviour (ICMP, conntrack, hairpin, scale) and usually one
@@ -46,10 +50,14 @@ def modes_differ(ctx, new):
     spread = ", ".join(f"{m} on {c} node{'s' if c != 1 else ''}" for m, c in counts.most_common())
     yield new(
         f"kube-proxy modes differ across nodes: {spread}; not {majority}: {_names(outliers)}",
-        fix=("kubectl -n kube-system get configmap kube-proxy -o jsonpath='{.data.config\\.conf}' | grep -i mode",
-             f"kpdiag cluster --nodes {','.join(outliers[:3])}   # their KP701 / KP301 findings say why",
-             "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>   # restart it there"),
-        evidence=[Evidence(f"node {n}", f"proxy mode {modes[n][0]} (from {modes[n][1]})") for n in outliers[:MAX_NAMES]],
+        fix=(
+            "kubectl -n kube-system get configmap kube-proxy -o jsonpath='{.data.config\\.conf}' | grep -i mode",
+            f"kpdiag cluster --nodes {','.join(outliers[:3])}   # their KP701 / KP301 findings say why",
+            "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>   # restart it there",
+        ),
+        evidence=[
+            Evidence(f"node {n}", f"proxy mode {modes[n][0]} (from {modes[n][1]})") for n in outliers[:MAX_NAMES]
+        ],
         subject="cluster",
     )
 
@@ -80,7 +88,11 @@ def _who(nodes: list[str]) -> str:
 
 
 @check(
-    "KP802", "service-partially-programmed", "A Service is programmed on some nodes only", "error", scope="cluster",
+    "KP802",
+    "service-partially-programmed",
+    "A Service is programmed on some nodes only",
+    "error",
+    scope="cluster",
     symptom="A Service works from most nodes but not from a few (or the other way round); new Services never work on some nodes.",
     why="""
         kube-proxy on every node should program the same ClusterIPs. A node that lacks service ports most nodes have
@@ -107,25 +119,40 @@ def partially_programmed(ctx, new):
             continue
         bits = []
         if missing:
-            bits.append(f"lacks {len(missing)} of the {len(majority)} service ports most nodes programmed: "
-                        + _names([_label(k, names) for k in missing]))
+            bits.append(
+                f"lacks {len(missing)} of the {len(majority)} service ports most nodes programmed: "
+                + _names([_label(k, names) for k in missing])
+            )
         if extra:
-            bits.append(f"has {len(extra)} that at most half of the nodes have: "
-                        + _names([f"{_label(k, names)} (on {presence[k]} of {total})" for k in extra]))
+            bits.append(
+                f"has {len(extra)} that at most half of the nodes have: "
+                + _names([f"{_label(k, names)} (on {presence[k]} of {total})" for k in extra])
+            )
         first = sorted(nodes)[0]
         yield new(
             f"{_who(nodes)} {'; '.join(bits)}",
-            fix=(f"kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName={first}",
-                 "kubectl -n kube-system logs <that node's kube-proxy pod> --tail=100",
-                 f"kpdiag cluster --nodes {first}   # that node's own findings (KP703, KP704, KP705)"),
+            fix=(
+                f"kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName={first}",
+                "kubectl -n kube-system logs <that node's kube-proxy pod> --tail=100",
+                f"kpdiag cluster --nodes {first}   # that node's own findings (KP703, KP704, KP705)",
+            ),
             evidence=[Evidence(f"node {first}", f"missing {_label(k, names)}") for k in missing[:MAX_NAMES]]
-            + [Evidence(f"node {first}", f"only here and on {presence[k] - len(nodes)} other node(s): {_label(k, names)}") for k in extra[:MAX_NAMES]],
+            + [
+                Evidence(
+                    f"node {first}", f"only here and on {presence[k] - len(nodes)} other node(s): {_label(k, names)}"
+                )
+                for k in extra[:MAX_NAMES]
+            ],
             subject=first,
         )
 
 
 @check(
-    "KP803", "endpoints-disagree", "Nodes send a Service's traffic to different endpoints", "error", scope="cluster",
+    "KP803",
+    "endpoints-disagree",
+    "Nodes send a Service's traffic to different endpoints",
+    "error",
+    scope="cluster",
     symptom="Some requests to a Service go to pods that are gone (timeouts, connection refused) depending on the client's node.",
     why="""
         For a ClusterIP every node should spread traffic over the same ready endpoints (those in the Service's
@@ -141,6 +168,7 @@ def endpoints_disagree(ctx, new):
     local = ctx.local_keys
     zone_of = {r.node: ctx.fact(r, "zone") for r in ctx.ok}
     zoned = sum(1 for z in zone_of.values() if z) >= 2 and len({z for z in zone_of.values() if z}) >= 2
+
     # with topology-aware routing, nodes of different zones program different endpoints by design: nodes are compared
     # with the nodes of their own zone when the reports say their zones
     def zone(n: str) -> str:
@@ -157,7 +185,11 @@ def endpoints_disagree(ctx, new):
     if not best:
         return
     names = _port_names(ctx)
-    caveat = "" if ctx.policy_known else " (unless a Service has internalTrafficPolicy: Local: the API was not read and IPVS rules do not show it)"
+    caveat = (
+        ""
+        if ctx.policy_known
+        else " (unless a Service has internalTrafficPolicy: Local: the API was not read and IPVS rules do not show it)"
+    )
     if not zoned:
         caveat += " (node zones unknown: with topology-aware routing, nodes of different zones differ by design)"
     for _, nodes, table in groups:
@@ -178,12 +210,18 @@ def endpoints_disagree(ctx, new):
             first = sorted(zone_nodes)[0]
             yield new(
                 f"{_who(zone_nodes)} sends {len(differ)} service port(s) to other endpoints than most nodes"
-                + (f" of zone {z}" if z else "") + f"{caveat}: "
+                + (f" of zone {z}" if z else "")
+                + f"{caveat}: "
                 + _names([f"{_label(k, names)} ({_differ(mine, n, v)})" for k, mine, n, v in differ]),
-                fix=(f"kubectl get endpointslices -A -l kubernetes.io/service-name={names.get(differ[0][0], 'NAME').split('/')[-1].split(':')[0]}",
-                     f"kpdiag cluster --nodes {first} --service {names[differ[0][0]].split(':')[0] if names.get(differ[0][0]) else 'NS/NAME'}",
-                     "kubectl -n kube-system delete pod <that node's kube-proxy pod>   # after reading its log"),
-                evidence=[Evidence(f"node {first}", f"{_label(k, names)}: {_differ(mine, n, v)}") for k, mine, n, v in differ[:MAX_NAMES]],
+                fix=(
+                    f"kubectl get endpointslices -A -l kubernetes.io/service-name={names.get(differ[0][0], 'NAME').split('/')[-1].split(':')[0]}",
+                    f"kpdiag cluster --nodes {first} --service {names[differ[0][0]].split(':')[0] if names.get(differ[0][0]) else 'NS/NAME'}",
+                    "kubectl -n kube-system delete pod <that node's kube-proxy pod>   # after reading its log",
+                ),
+                evidence=[
+                    Evidence(f"node {first}", f"{_label(k, names)}: {_differ(mine, n, v)}")
+                    for k, mine, n, v in differ[:MAX_NAMES]
+                ],
                 subject=first,
             )
 
@@ -200,7 +238,12 @@ def _minor(text) -> tuple[int, int] | None:
 
 
 @check(
-    "KP804", "version-skew", "kube-proxy versions differ, or are too far from the API server", "warning", severities=('warning', 'error'), scope="cluster",
+    "KP804",
+    "version-skew",
+    "kube-proxy versions differ, or are too far from the API server",
+    "warning",
+    severities=("warning", "error"),
+    scope="cluster",
     symptom="Behaviour differs between nodes after an upgrade; features (traffic policies, nftables fixes) work on some nodes only.",
     why="""
         During an upgrade nodes run different kube-proxy versions for a while; a skew that stays means the upgrade
@@ -238,16 +281,23 @@ def version_skew(ctx, new):
         spread = ", ".join(f"{v[0]}.{v[1]} on {c}" for v, c in sorted(counts.items(), reverse=True))
         yield new(
             f"kube-proxy versions differ across nodes: {spread}; behind {newest[0]}.{newest[1]}: {_names(behind)}",
-            fix=("kubectl -n kube-system get daemonset kube-proxy -o jsonpath='{.spec.template.spec.containers[0].image}'",
-                 "kubectl get nodes -o custom-columns=NAME:.metadata.name,PROXY:.status.nodeInfo.kubeProxyVersion",
-                 "finish the node upgrade (or the kube-proxy DaemonSet rollout) on the nodes named"),
+            fix=(
+                "kubectl -n kube-system get daemonset kube-proxy -o jsonpath='{.spec.template.spec.containers[0].image}'",
+                "kubectl get nodes -o custom-columns=NAME:.metadata.name,PROXY:.status.nodeInfo.kubeProxyVersion",
+                "finish the node upgrade (or the kube-proxy DaemonSet rollout) on the nodes named",
+            ),
             evidence=[Evidence(f"node {n}", f"kube-proxy {known[n][0]}.{known[n][1]}") for n in behind[:MAX_NAMES]],
             subject="cluster",
         )
 
 
 @check(
-    "KP805", "common-finding", "The same finding on most nodes", "warning", severities=('info', 'warning', 'error'), scope="cluster",
+    "KP805",
+    "common-finding",
+    "The same finding on most nodes",
+    "warning",
+    severities=("info", "warning", "error"),
+    scope="cluster",
     symptom="Hundreds of identical findings, one per node.",
     why="""
         A finding that most nodes share comes from something they share: the node image, the kube-proxy ConfigMap,
@@ -264,22 +314,38 @@ def common_finding(ctx, new):
         if len(nodes) < threshold:
             continue
         sample_node, sample = hits[0]
-        sev = max((f.get("severity", "info") for _, f in hits), key=lambda s: {"info": 1, "warning": 2, "error": 3}.get(s, 0))
+        sev = max(
+            (f.get("severity", "info") for _, f in hits), key=lambda s: {"info": 1, "warning": 2, "error": 3}.get(s, 0)
+        )
         clean = sorted(r.node for r in ctx.ok if r.node not in set(nodes))
         yield new(
             f"{cid} {sample.get('slug', '')} on {len(nodes)} of {len(ctx.ok)} nodes"
-            + (f" (not on {_names(clean)})" if clean else " (every node)") + f" — on {sample_node}: {sample.get('summary', '')}",
-            severity=sev, explanation=str(sample.get("explanation") or "") or None,
+            + (f" (not on {_names(clean)})" if clean else " (every node)")
+            + f" — on {sample_node}: {sample.get('summary', '')}",
+            severity=sev,
+            explanation=str(sample.get("explanation") or "") or None,
             fix=tuple(str(x) for x in sample.get("fix") or ()) or (f"kpdiag explain {cid}",),
             evidence=[Evidence(f"node {n}", str(f.get("summary", ""))[:300]) for n, f in hits[:5]]
-            + [Evidence(str(e.get("source")), str(e.get("text")), e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None)
-               for e in (sample.get("evidence") or [])[:3] if isinstance(e, dict)],
+            + [
+                Evidence(
+                    str(e.get("source")),
+                    str(e.get("text")),
+                    e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None,
+                )
+                for e in (sample.get("evidence") or [])[:3]
+                if isinstance(e, dict)
+            ],
             subject=cid,
         )
 
 
 @check(
-    "KP806", "nodes-not-diagnosed", "Some nodes could not be diagnosed", "warning", severities=('warning', 'error'), scope="cluster",
+    "KP806",
+    "nodes-not-diagnosed",
+    "Some nodes could not be diagnosed",
+    "warning",
+    severities=("warning", "error"),
+    scope="cluster",
     symptom="The cluster report covers fewer nodes than the cluster has.",
     why="""
         kpdiag runs one short-lived pod per node. A node is missing from the report when that pod could not be

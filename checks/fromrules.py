@@ -57,8 +57,13 @@ def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
                 name = _comment(raw) or "?"
                 key = _elem_key(raw)
                 what = " . ".join(map(str, key)) if key else "(nodeport)"
-                out.setdefault(name, []).append(Evidence(ctx.bundle.display(NFT_SRC), f"{table[0]} {table[1]} {set_name}: {what} comment \"{name}\" : "
-                                                         + ("goto reject-chain" if v == "goto" else "drop")))
+                out.setdefault(name, []).append(
+                    Evidence(
+                        ctx.bundle.display(NFT_SRC),
+                        f'{table[0]} {table[1]} {set_name}: {what} comment "{name}" : '
+                        + ("goto reject-chain" if v == "goto" else "drop"),
+                    )
+                )
     return out
 
 
@@ -70,7 +75,10 @@ def _mode(ctx) -> str:
 
 
 @check(
-    "KP115", "rules-no-endpoints", "kube-proxy's rules say a Service has no endpoints", "error",
+    "KP115",
+    "rules-no-endpoints",
+    "kube-proxy's rules say a Service has no endpoints",
+    "error",
     needs=(),
     symptom="Connections to a Service are refused at once; the API objects were not collected, but the node's rules say why.",
     why="""
@@ -91,20 +99,29 @@ def rules_no_endpoints(ctx, new):
     else:
         if ctx.iptables() is None:
             raise Skip(f"needs {sources.IPTABLES_SAVE}")
-        marks = {k: [Evidence(r.source, r.text, r.lineno) for r in rules] for k, rules in _iptables_marks(ctx, SUFFIX_NONE).items()}
+        marks = {
+            k: [Evidence(r.source, r.text, r.lineno) for r in rules]
+            for k, rules in _iptables_marks(ctx, SUFFIX_NONE).items()
+        }
     for name in sorted(marks):
         ns_name = name.split(":")[0]
         ns, _, svc = ns_name.partition("/")
         yield new(
             f"{name} has no endpoints (from the node's rules: kube-proxy rejects its traffic): connections are refused",
-            fix=(f"kubectl -n {ns} get endpointslices -l kubernetes.io/service-name={svc} -o wide",
-                 f"kpdiag svc {svc} -n {ns}   # the Service, its selector and its pods from the API"),
-            evidence=marks[name][:3], subject=name,
+            fix=(
+                f"kubectl -n {ns} get endpointslices -l kubernetes.io/service-name={svc} -o wide",
+                f"kpdiag svc {svc} -n {ns}   # the Service, its selector and its pods from the API",
+            ),
+            evidence=marks[name][:3],
+            subject=name,
         )
 
 
 @check(
-    "KP116", "rules-no-local-endpoints", "kube-proxy's rules drop a Local-policy Service on this node", "warning",
+    "KP116",
+    "rules-no-local-endpoints",
+    "kube-proxy's rules drop a Local-policy Service on this node",
+    "warning",
     needs=(),
     symptom="A Service times out from this node (pods here, or NodePort/LoadBalancer traffic arriving here) and works elsewhere.",
     why="""
@@ -121,21 +138,32 @@ def rules_no_local_endpoints(ctx, new):
     mode = _mode(ctx)
     if mode == "nftables":
         marks = _nft_marks(ctx, "drop")
-        kinds = {name: ("internal" if any("no-endpoint-services" in e.text for e in evs) else "external") for name, evs in marks.items()}
+        kinds = {
+            name: ("internal" if any("no-endpoint-services" in e.text for e in evs) else "external")
+            for name, evs in marks.items()
+        }
     else:
         if ctx.iptables() is None:
             raise Skip(f"needs {sources.IPTABLES_SAVE}")
         rules = _iptables_marks(ctx, SUFFIX_LOCAL)
         marks = {k: [Evidence(r.source, r.text, r.lineno) for r in rs] for k, rs in rules.items()}
-        kinds = {k: ("internal" if any(r.chain == "KUBE-SERVICES" for r in rs) else "external") for k, rs in rules.items()}
+        kinds = {
+            k: ("internal" if any(r.chain == "KUBE-SERVICES" for r in rs) else "external") for k, rs in rules.items()
+        }
     for name in sorted(marks):
         ns, _, svc = name.split(":")[0].partition("/")
         internal = kinds[name] == "internal"
         yield new(
             f"{name} has no endpoint on this node and a Local traffic policy (from the node's rules): "
-            + ("pods on this node cannot reach its ClusterIP (internalTrafficPolicy: Local)" if internal
-               else "NodePort/LoadBalancer traffic arriving at this node is dropped (externalTrafficPolicy: Local)"),
-            fix=(f"kubectl -n {ns} get endpointslices -l kubernetes.io/service-name={svc} -o wide   # which nodes have endpoints",
-                 f"kubectl -n {ns} patch service {svc} -p '{{\"spec\":{{\"{'internal' if internal else 'external'}TrafficPolicy\":\"Cluster\"}}}}'   # if locality is not needed"),
-            evidence=marks[name][:3], subject=name,
+            + (
+                "pods on this node cannot reach its ClusterIP (internalTrafficPolicy: Local)"
+                if internal
+                else "NodePort/LoadBalancer traffic arriving at this node is dropped (externalTrafficPolicy: Local)"
+            ),
+            fix=(
+                f"kubectl -n {ns} get endpointslices -l kubernetes.io/service-name={svc} -o wide   # which nodes have endpoints",
+                f'kubectl -n {ns} patch service {svc} -p \'{{"spec":{{"{"internal" if internal else "external"}TrafficPolicy":"Cluster"}}}}\'   # if locality is not needed',
+            ),
+            evidence=marks[name][:3],
+            subject=name,
         )

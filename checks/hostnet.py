@@ -37,8 +37,11 @@ def _default_dev(ctx, version: int = 4) -> str | None:
 
 
 def _global_v4(link: dict) -> list[str]:
-    return [f"{a.get('local')}/{a.get('prefixlen')}" for a in link.get("addr_info") or []
-            if a.get("family") == "inet" and a.get("scope", "global") == "global" and a.get("local")]
+    return [
+        f"{a.get('local')}/{a.get('prefixlen')}"
+        for a in link.get("addr_info") or []
+        if a.get("family") == "inet" and a.get("scope", "global") == "global" and a.get("local")
+    ]
 
 
 def _sysctl_if(ctx, family: str, ifname: str, key: str):
@@ -61,10 +64,13 @@ def _as_int(v) -> int | None:
 
 
 @check(
-    "KP506", "rp-filter-strict", "Strict reverse-path filtering drops Service traffic on a second interface", "warning",
+    "KP506",
+    "rp-filter-strict",
+    "Strict reverse-path filtering drops Service traffic on a second interface",
+    "warning",
     needs=("sysctl", "addresses", "routes"),
     symptom="NodePorts and LoadBalancer traffic work on one of the node's addresses and time out on another; "
-            "nothing is logged, no rule counter moves.",
+    "nothing is logged, no rule counter moves.",
     why="""
         With rp_filter = 1 (strict) the kernel drops a packet when the route back to its source does not leave
         through the interface the packet came in on. The effective value for an interface is the larger of
@@ -75,7 +81,7 @@ def _as_int(v) -> int | None:
         load-balancer network).
     """,
     fix="Use loose mode (2) on the node: sysctl -w net.ipv4.conf.all.rp_filter=2 and net.ipv4.conf.IFACE.rp_filter=2 "
-        "(persist in /etc/sysctl.d), or route replies back out the interface they came in on (policy routing).",
+    "(persist in /etc/sysctl.d), or route replies back out the interface they came in on (policy routing).",
 )
 def rp_filter_strict(ctx, new):
     uplink = _default_dev(ctx, 4)
@@ -103,14 +109,24 @@ def rp_filter_strict(ctx, new):
             f"rp_filter is strict on {name} (effective max(all={all_n}, {name}={if_n}) = 1) and the default route leaves via "
             f"{uplink}: NodePort and LoadBalancer traffic to {', '.join(a.split('/')[0] for a in addrs)} from anywhere but "
             f"{nets} is dropped on arrival",
-            fix=(f"sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{name}.rp_filter=2   # loose: the source must be routable at all",
-                 persist_sysctls({"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}, "rp-filter"),
-                 f"ip route get {addrs[0].split('/')[0]} from <client IP> iif {name}   # fails ('invalid argument') when the check rejects that client",
-                 f"or answer out of {name}: ip rule add from <{name} address> table 100; ip route add default via <gateway on {name}> dev {name} table 100"),
-            evidence=[e for e in (ev.sysctl(ctx, "net.ipv4.conf.all.rp_filter"),
-                                  Evidence(if_v.source, if_v.text, if_v.line) if if_v is not None else None) if e]
-            + [Evidence(ctx.bundle.display(ADDR_SRC), f"{name}: {', '.join(addrs)}"),
-               Evidence(ctx.bundle.display(ROUTE_SRC), f"default dev {uplink}")],
+            fix=(
+                f"sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{name}.rp_filter=2   # loose: the source must be routable at all",
+                persist_sysctls({"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}, "rp-filter"),
+                f"ip route get {addrs[0].split('/')[0]} from <client IP> iif {name}   # fails ('invalid argument') when the check rejects that client",
+                f"or answer out of {name}: ip rule add from <{name} address> table 100; ip route add default via <gateway on {name}> dev {name} table 100",
+            ),
+            evidence=[
+                e
+                for e in (
+                    ev.sysctl(ctx, "net.ipv4.conf.all.rp_filter"),
+                    Evidence(if_v.source, if_v.text, if_v.line) if if_v is not None else None,
+                )
+                if e
+            ]
+            + [
+                Evidence(ctx.bundle.display(ADDR_SRC), f"{name}: {', '.join(addrs)}"),
+                Evidence(ctx.bundle.display(ROUTE_SRC), f"default dev {uplink}"),
+            ],
             subject=name,
         )
 
@@ -135,12 +151,17 @@ def _ipv6_services(ctx) -> list[str]:
     if svcs:
         v6 = [s.key for s in svcs if any(":" in ip for ip in s.cluster_ips)]
         if v6:
-            why.append(f"{ctx.bundle.display(sources.SERVICES)}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})")
+            why.append(
+                f"{ctx.bundle.display(sources.SERVICES)}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})"
+            )
     return why
 
 
 @check(
-    "KP507", "ipv6-forward-off", "IPv6 forwarding is off on a dual-stack node", "error",
+    "KP507",
+    "ipv6-forward-off",
+    "IPv6 forwarding is off on a dual-stack node",
+    "error",
     needs=("sysctl",),
     symptom="Services answer over IPv4 and time out over IPv6 (AAAA records, IPv6 ClusterIPs, IPv6 NodePorts) from or to pods on other nodes.",
     why="""
@@ -162,10 +183,13 @@ def ipv6_forward_off(ctx, new):
         return
     yield new(
         "net.ipv6.conf.all.forwarding = 0 on a node with IPv6 Services: IPv6 Service traffic to pods is not forwarded",
-        fix=("sysctl -w net.ipv6.conf.all.forwarding=1",
-             persist_sysctls({"net.ipv6.conf.all.forwarding": 1}, "ipv6-forwarding") + "   # keep it across reboots",
-             "grep -r 'ipv6.*forwarding' /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off"),
-        evidence=[ev.sysctl(ctx, "net.ipv6.conf.all.forwarding")] + [Evidence(w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in why],
+        fix=(
+            "sysctl -w net.ipv6.conf.all.forwarding=1",
+            persist_sysctls({"net.ipv6.conf.all.forwarding": 1}, "ipv6-forwarding") + "   # keep it across reboots",
+            "grep -r 'ipv6.*forwarding' /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off",
+        ),
+        evidence=[ev.sysctl(ctx, "net.ipv6.conf.all.forwarding")]
+        + [Evidence(w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in why],
         subject="node",
     )
 
@@ -173,10 +197,21 @@ def ipv6_forward_off(ctx, new):
 # ------------------------------------------------------------------------------------------ MTU
 
 TUNNEL_OVERHEAD = {"vxlan": 50, "geneve": 50, "ipip": 20, "wireguard": 60, "gre": 24, "gretap": 38}
-TUNNEL_NAMES = {"flannel.1": "vxlan", "vxlan.calico": "vxlan", "vxlan-v6.calico": "vxlan", "cilium_vxlan": "vxlan",
-                "cilium_geneve": "geneve", "genev_sys_6081": "geneve", "vxlan_sys_4789": "vxlan", "tunl0": "ipip",
-                "flannel-wg": "wireguard", "flannel-wg-v6": "wireguard", "cilium_wg0": "wireguard", "wireguard.cali": "wireguard",
-                "weave": None}
+TUNNEL_NAMES = {
+    "flannel.1": "vxlan",
+    "vxlan.calico": "vxlan",
+    "vxlan-v6.calico": "vxlan",
+    "cilium_vxlan": "vxlan",
+    "cilium_geneve": "geneve",
+    "genev_sys_6081": "geneve",
+    "vxlan_sys_4789": "vxlan",
+    "tunl0": "ipip",
+    "flannel-wg": "wireguard",
+    "flannel-wg-v6": "wireguard",
+    "cilium_wg0": "wireguard",
+    "wireguard.cali": "wireguard",
+    "weave": None,
+}
 POD_PREFIXES = ("veth", "cali", "lxc", "vxlan_sys", "azv", "eni", "gke")
 
 
@@ -193,15 +228,24 @@ def _kind(link: dict) -> str | None:
 
 
 def _routes_via(ctx, dev: str) -> list[str]:
-    return [r.get("dst") for r in ctx.ip_route or [] if r.get("dev") == dev and r.get("dst") not in (None, "default")
-            and r.get("table") in (None, "main") and not str(r.get("dst")).startswith("fe80")]
+    return [
+        r.get("dst")
+        for r in ctx.ip_route or []
+        if r.get("dev") == dev
+        and r.get("dst") not in (None, "default")
+        and r.get("table") in (None, "main")
+        and not str(r.get("dst")).startswith("fe80")
+    ]
 
 
 @check(
-    "KP508", "mtu-mismatch", "Pod or tunnel MTU larger than the path under it", "warning",
+    "KP508",
+    "mtu-mismatch",
+    "Pod or tunnel MTU larger than the path under it",
+    "warning",
     needs=("addresses", "routes"),
     symptom="Small requests through a Service work, large ones hang: TLS handshakes with big certificates, file uploads, "
-            "database result sets; ping works, curl of a large page stalls after the first bytes.",
+    "database result sets; ping works, curl of a large page stalls after the first bytes.",
     why="""
         An overlay (VXLAN, Geneve, IPIP, WireGuard) wraps each pod packet in another one: VXLAN and Geneve add 50
         bytes (more over IPv6 or with Geneve options), IPIP 20, WireGuard 60. The tunnel's MTU must be the uplink's
@@ -211,7 +255,7 @@ def _routes_via(ctx, dev: str) -> list[str]:
         open fine (small packets) and stall on the first full-size segment.
     """,
     fix="Set the CNI's MTU to the uplink's MTU minus the tunnel overhead (flannel, Calico, Cilium all have an mtu setting) "
-        "and recreate the pods (a pod keeps the MTU it was created with).",
+    "and recreate the pods (a pod keeps the MTU it was created with).",
 )
 def mtu_mismatch(ctx, new):
     links = _links(ctx)
@@ -235,10 +279,12 @@ def mtu_mismatch(ctx, new):
             yield new(
                 f"tunnel {link['ifname']} ({kind}) has MTU {link['mtu']}, but {uplink_name} carries {u}: with {over} bytes of {kind} "
                 f"overhead full-size tunnel packets are {link['mtu'] + over} bytes and do not fit (the tunnel's MTU must be ≤ {u - over})",
-                fix=(f"ip link set {link['ifname']} mtu {u - over}   # now; then make the CNI configuration say so (it recreates the device)",
-                     "flannel: net-conf.json \"Backend\" … (MTU follows the uplink unless set); Calico: FelixConfiguration vxlanMTU/"
-                     "ipipMTU/wireguardMTU; Cilium: --mtu",
-                     f"ping -M do -s {u - over - 28} <pod IP on another node>   # passes; -s {link['mtu'] - 28} does not"),
+                fix=(
+                    f"ip link set {link['ifname']} mtu {u - over}   # now; then make the CNI configuration say so (it recreates the device)",
+                    'flannel: net-conf.json "Backend" … (MTU follows the uplink unless set); Calico: FelixConfiguration vxlanMTU/'
+                    "ipipMTU/wireguardMTU; Cilium: --mtu",
+                    f"ping -M do -s {u - over - 28} <pod IP on another node>   # passes; -s {link['mtu'] - 28} does not",
+                ),
                 evidence=[Evidence(addr_src, f"{link['ifname']}: kind {kind}, mtu {link['mtu']}"), up_ev],
                 subject=link["ifname"],
             )
@@ -246,15 +292,24 @@ def mtu_mismatch(ctx, new):
     carrying = [(link, kind, over) for link, kind, over in tunnels if _routes_via(ctx, link["ifname"])]
     if carrying:
         limit = min(min(link["mtu"], u - over) for link, _, over in carrying)
-        why = " / ".join(f"{link['ifname']} ({kind}, mtu {link['mtu']}, uplink {u} − {over})" for link, kind, over in carrying)
+        why = " / ".join(
+            f"{link['ifname']} ({kind}, mtu {link['mtu']}, uplink {u} − {over})" for link, kind, over in carrying
+        )
     else:
         limit, why = u, f"the uplink {uplink_name}"
     tunnel_names = {t[0]["ifname"] for t in tunnels}
     bridges = {link.get("master") for link in links if link.get("master")} - {uplink_name}
-    bridges = {b for b in bridges if b in by_name and _kind(by_name[b]) in (None, "bridge")}  # not a bond, not the uplink
-    pods = [link for link in links if isinstance(link.get("mtu"), int) and link["ifname"] not in ("lo", uplink_name, "kube-ipvs0")
-            and link["ifname"] not in tunnel_names
-            and (link["ifname"] in bridges or link.get("master") in bridges or link["ifname"].startswith(("cali", "lxc")))]
+    bridges = {
+        b for b in bridges if b in by_name and _kind(by_name[b]) in (None, "bridge")
+    }  # not a bond, not the uplink
+    pods = [
+        link
+        for link in links
+        if isinstance(link.get("mtu"), int)
+        and link["ifname"] not in ("lo", uplink_name, "kube-ipvs0")
+        and link["ifname"] not in tunnel_names
+        and (link["ifname"] in bridges or link.get("master") in bridges or link["ifname"].startswith(("cali", "lxc")))
+    ]
     too_big = [link for link in pods if link["mtu"] > limit]
     if not too_big:
         return
@@ -264,13 +319,27 @@ def mtu_mismatch(ctx, new):
         f"{len(too_big)} pod interface(s) ({', '.join(names[:5])}{' …' if len(names) > 5 else ''}) have MTU "
         f"{'/'.join(map(str, sizes))}, larger than the {limit} bytes that fit through {why}: full-size packets between pods "
         f"on different nodes (and Service traffic to them) are dropped",
-        fix=(f"set the CNI's MTU to {limit} (flannel: it derives it from the tunnel; Calico: FelixConfiguration mtu / veth_mtu in "
-             "the calico-config ConfigMap; Cilium: --mtu) and restart the pods (kubectl rollout restart …)",
-             f"ip link set <bridge> mtu {limit}   # the bridge follows its smallest port",
-             f"ping -M do -s {limit - 28} <pod IP on another node>   # from a pod: passes; -s {max(sizes) - 28} does not"),
-        evidence=[Evidence(addr_src, f"{link['ifname']}: mtu {link['mtu']}" + (f", in bridge {link['master']}" if link.get("master") else ""))
-                  for link in too_big[:5]] + [up_ev]
-        + [Evidence(addr_src, f"{link['ifname']}: kind {kind}, mtu {link['mtu']}; routes {', '.join(_routes_via(ctx, link['ifname'])[:3])}")
-           for link, kind, _ in carrying],
+        fix=(
+            f"set the CNI's MTU to {limit} (flannel: it derives it from the tunnel; Calico: FelixConfiguration mtu / veth_mtu in "
+            "the calico-config ConfigMap; Cilium: --mtu) and restart the pods (kubectl rollout restart …)",
+            f"ip link set <bridge> mtu {limit}   # the bridge follows its smallest port",
+            f"ping -M do -s {limit - 28} <pod IP on another node>   # from a pod: passes; -s {max(sizes) - 28} does not",
+        ),
+        evidence=[
+            Evidence(
+                addr_src,
+                f"{link['ifname']}: mtu {link['mtu']}"
+                + (f", in bridge {link['master']}" if link.get("master") else ""),
+            )
+            for link in too_big[:5]
+        ]
+        + [up_ev]
+        + [
+            Evidence(
+                addr_src,
+                f"{link['ifname']}: kind {kind}, mtu {link['mtu']}; routes {', '.join(_routes_via(ctx, link['ifname'])[:3])}",
+            )
+            for link, kind, _ in carrying
+        ],
         subject="node",
     )

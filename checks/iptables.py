@@ -16,7 +16,10 @@ def _kube_chains(rs) -> list[str]:
 
 
 @check(
-    "KP204", "iptables-backend-mix", "kube-proxy rules in both iptables backends", "error",
+    "KP204",
+    "iptables-backend-mix",
+    "kube-proxy rules in both iptables backends",
+    "error",
     symptom="Services work on some nodes and not others, or stop working after a kube-proxy restart; rules you see with iptables -L are not the ones that act.",
     why="""
         iptables has two kernel backends: the old xtables ("legacy") and nf_tables. Both are active at once, and a
@@ -47,8 +50,10 @@ def backend_mix(ctx, new):
             "iptables-legacy -t nat -F && iptables-legacy -t nat -X (and filter, mangle) — only after kube-proxy runs on the other",
             "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<this node>",
         ),
-        evidence=[Evidence(legacy_src, f"{len(kl)} KUBE-* chains, e.g. {', '.join(kl[:3])}"),
-                  Evidence(nft_src, f"{len(kn)} KUBE-* chains, e.g. {', '.join(kn[:3])}")],
+        evidence=[
+            Evidence(legacy_src, f"{len(kl)} KUBE-* chains, e.g. {', '.join(kl[:3])}"),
+            Evidence(nft_src, f"{len(kn)} KUBE-* chains, e.g. {', '.join(kn[:3])}"),
+        ],
         subject="node",
     )
 
@@ -58,7 +63,11 @@ SERVICES_WARN = 1000
 
 
 @check(
-    "KP205", "rule-scale", "iptables ruleset large enough to hurt", "warning", modes=("iptables",),
+    "KP205",
+    "rule-scale",
+    "iptables ruleset large enough to hurt",
+    "warning",
+    modes=("iptables",),
     needs=("iptables",),
     symptom="Service changes take seconds to minutes to reach this node; kube-proxy's sync takes long; first packets of connections are slow; CPU spikes in kube-proxy and iptables-restore.",
     why="""
@@ -90,8 +99,10 @@ def rule_scale(ctx, new):
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "meanwhile: iptables.minSyncPeriod: 10s in the same ConfigMap batches changes",
         ),
-        evidence=[Evidence(rs.source, f"{total} rules over {len(rs.tables)} tables ({rs.line_count} lines)"),
-                  ev.chain(rs, "nat", "KUBE-SERVICES")],
+        evidence=[
+            Evidence(rs.source, f"{total} rules over {len(rs.tables)} tables ({rs.line_count} lines)"),
+            ev.chain(rs, "nat", "KUBE-SERVICES"),
+        ],
         subject="node",
     )
 
@@ -129,7 +140,10 @@ def _sample_path(ctx):
 
 
 @check(
-    "KP207", "forward-drop", "FORWARD policy DROP blocks Service traffic", "error",
+    "KP207",
+    "forward-drop",
+    "FORWARD policy DROP blocks Service traffic",
+    "error",
     needs=("iptables",),
     symptom="Pods cannot reach Services whose endpoints are on other nodes; external clients may still work.",
     why="""
@@ -148,13 +162,21 @@ def forward_drop(ctx, new):
         return
     sample = _sample_path(ctx)
     if sample is None:
-        raise Skip("FORWARD policy is DROP, but no ClusterIP with a remote endpoint and known cluster CIDR to test it with")
+        raise Skip(
+            "FORWARD policy is DROP, but no ClusterIP with a remote endpoint and known cluster CIDR to test it with"
+        )
     port, src = sample
     from kpdiag.trace.model import Packet
 
     # as if the node forwarded: with ip_forward = 0 as well (KP501) the policy is still what drops once that is fixed
-    result = ctx.tracer_if_forwarding().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
-    dropped = [p for p in result.paths if p.verdict == "drop" and p.steps and p.steps[-1].chain == "FORWARD" and p.steps[-1].rule is None]
+    result = ctx.tracer_if_forwarding().trace(
+        Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod")
+    )
+    dropped = [
+        p
+        for p in result.paths
+        if p.verdict == "drop" and p.steps and p.steps[-1].chain == "FORWARD" and p.steps[-1].rule is None
+    ]
     if not dropped:
         return
     share = sum(p.probability for p in dropped)
@@ -163,17 +185,25 @@ def forward_drop(ctx, new):
         f"— {share * 100:.0f}% of connections end at the policy",
         fix=(
             f"iptables -I FORWARD -s {port.cluster_cidr or '<clusterCIDR>'} -j ACCEPT && iptables -I FORWARD -d {port.cluster_cidr or '<clusterCIDR>'} -j ACCEPT",
-            "find who set the policy: Docker sets FORWARD DROP when it starts (\"iptables\": false in /etc/docker/daemon.json, or remove Docker from Kubernetes nodes); "
+            'find who set the policy: Docker sets FORWARD DROP when it starts ("iptables": false in /etc/docker/daemon.json, or remove Docker from Kubernetes nodes); '
             "firewalld: firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR>",
             "check your CNI's documentation for its FORWARD rules (flannel, Calico and others add them)",
         ),
-        evidence=[ev.chain(rs, "filter", "FORWARD"), Evidence(rs.source, f"trace: {dropped[0].steps[-2].text if len(dropped[0].steps) > 1 else ''} … then policy DROP")],
+        evidence=[
+            ev.chain(rs, "filter", "FORWARD"),
+            Evidence(
+                rs.source, f"trace: {dropped[0].steps[-2].text if len(dropped[0].steps) > 1 else ''} … then policy DROP"
+            ),
+        ],
         subject=port.name,
     )
 
 
 @check(
-    "KP208", "leftover-rules", "Rules of another proxy mode left behind", "warning",
+    "KP208",
+    "leftover-rules",
+    "Rules of another proxy mode left behind",
+    "warning",
     needs=("iptables",),
     symptom="Service traffic behaves as if an old configuration still applied: stale DNAT targets, REJECTs for working Services, traffic to the wrong endpoints after a mode switch.",
     why="""
@@ -226,10 +256,13 @@ def duplicated_rules(rs) -> list[tuple[str, str, int, int]]:
 
 
 @check(
-    "KP209", "duplicated-rules", "The same rule many times in one chain", "warning",
+    "KP209",
+    "duplicated-rules",
+    "The same rule many times in one chain",
+    "warning",
     needs=("iptables",),
     symptom="iptables-save grows by the same lines every few minutes; rule syncs and iptables commands get slower and "
-            "slower; CPU in iptables, kubelet, k3s or the CNI; in the end every Service change takes seconds.",
+    "slower; CPU in iptables, kubelet, k3s or the CNI; in the end every Service change takes seconds.",
     why="""
         A component that adds its rules with "iptables -C … || iptables -A …" adds them again whenever the check
         wrongly says they are missing — known with iptables-nft versions whose -C cannot match rules that use a
@@ -238,7 +271,7 @@ def duplicated_rules(rs) -> list[tuple[str, str, int, int]]:
         copies, and every iptables-restore (kube-proxy's sync) rewrite them.
     """,
     fix="Find the component that owns the rule (its comment or chain says), upgrade it or the iptables binary it uses, "
-        "then delete the copies (iptables-save | uniq-by-chain | iptables-restore, or restart the owner after flushing its chain).",
+    "then delete the copies (iptables-save | uniq-by-chain | iptables-restore, or restart the owner after flushing its chain).",
 )
 def duplicated(ctx, new):
     for which in ("iptables-save", "ip6tables-save"):
@@ -251,16 +284,29 @@ def duplicated(ctx, new):
         total = sum(n - 1 for _, _, n, _ in dups)
         table, line, n, lineno = dups[0]
         chain = line.split()[1]
-        owner = "k3s / kubelet" if "KUBE-FIREWALL" in line or "KUBE-KUBELET" in line else ("kube-router" if "KUBE-ROUTER" in line else
-                 "flannel" if "FLANNEL" in line else "Calico" if "cali-" in line else "the owner of that chain")
+        owner = (
+            "k3s / kubelet"
+            if "KUBE-FIREWALL" in line or "KUBE-KUBELET" in line
+            else (
+                "kube-router"
+                if "KUBE-ROUTER" in line
+                else "flannel"
+                if "FLANNEL" in line
+                else "Calico"
+                if "cali-" in line
+                else "the owner of that chain"
+            )
+        )
         yield new(
             f"{len(dups)} rule(s) repeated in {which.split('-')[0]}: the most copied one is in {table} {chain}, {n} times; "
             f"{total} redundant rules in all (added again and again by {owner})",
-            fix=(f"{which} -t {table} | grep -c -- '{line[:60]}'   # watch it grow: run again in a minute",
-                 "k3s: upgrade k3s (its bundled iptables fixes the -C check) or start it with --prefer-bundled-bin; "
-                 "kubelet: upgrade; others: upgrade the component named in the rule",
-                 f"{which.split('-')[0]}-save -t {table} | awk '!(/^-A/ && seen[$0]++)' | {which.split('-')[0]}-restore -T {table}   # remove the copies "
-                 "(after the owner is fixed; kube-proxy rewrites its own chains on its next sync)"),
+            fix=(
+                f"{which} -t {table} | grep -c -- '{line[:60]}'   # watch it grow: run again in a minute",
+                "k3s: upgrade k3s (its bundled iptables fixes the -C check) or start it with --prefer-bundled-bin; "
+                "kubelet: upgrade; others: upgrade the component named in the rule",
+                f"{which.split('-')[0]}-save -t {table} | awk '!(/^-A/ && seen[$0]++)' | {which.split('-')[0]}-restore -T {table}   # remove the copies "
+                "(after the owner is fixed; kube-proxy rewrites its own chains on its next sync)",
+            ),
             evidence=[Evidence(rs.source, f"{line[:300]}  (×{n})", lineno)]
             + [Evidence(rs.source, f"{d[1][:200]}  (×{d[2]})", d[3]) for d in dups[1:3]],
             subject="node",

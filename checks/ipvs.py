@@ -29,7 +29,10 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
 
 
 @check(
-    "KP301", "ipvs-unavailable", "IPVS mode wanted, kernel modules missing", "error",
+    "KP301",
+    "ipvs-unavailable",
+    "IPVS mode wanted, kernel modules missing",
+    "error",
     needs=("kernel",),
     symptom="kube-proxy is configured with mode: ipvs, yet Services behave as in iptables mode — or kube-proxy crash-loops.",
     why="""
@@ -57,9 +60,15 @@ def ipvs_unavailable(ctx, new):
         wanted = ipvs_modules(ctx.kernel, None)
         yield new(
             f"IPVS is not available on this node (kernel {'.'.join(map(str, ctx.kernel))}): {gone[0].error}"
-            + ("" if ctx.has(sources.MODULES) else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"),
-            fix=(f"modprobe -a {' '.join(wanted)}   # on a kernel with loadable modules",
-                 "or use mode: nftables (kernel ≥ 5.13) / iptables on this node"),
+            + (
+                ""
+                if ctx.has(sources.MODULES)
+                else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"
+            ),
+            fix=(
+                f"modprobe -a {' '.join(wanted)}   # on a kernel with loadable modules",
+                "or use mode: nftables (kernel ≥ 5.13) / iptables on this node",
+            ),
             evidence=[Evidence(gone[0].source, gone[0].error)],
             subject="node",
         )
@@ -72,20 +81,27 @@ def ipvs_unavailable(ctx, new):
     if version is None:
         consequence = "kube-proxy ≤ 1.25 then falls back to iptables mode; ≥ 1.26 exits with an error"
     elif version < (1, 26):
-        consequence = f"kube-proxy {version[0]}.{version[1]} falls back to iptables mode (log: \"Can't use ipvs proxier, trying iptables proxier\")"
+        consequence = f'kube-proxy {version[0]}.{version[1]} falls back to iptables mode (log: "Can\'t use ipvs proxier, trying iptables proxier")'
     else:
-        consequence = f"kube-proxy {version[0]}.{version[1]} does not fall back: it exits and restarts until they are there"
+        consequence = (
+            f"kube-proxy {version[0]}.{version[1]} does not fall back: it exits and restarts until they are there"
+        )
     yield new(
         f"mode is ipvs but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not loaded on kernel {k}: {consequence}",
         fix=(
             persist_modules(wanted, "ipvs") + "   # now and at every boot",
             "apt-get install -y ipset ipvsadm   # Debian/Ubuntu;  dnf install -y ipset ipvsadm   # RHEL/Fedora",
-            set_sysctls({"net.ipv4.vs.conntrack": 1}) + " && " + persist_sysctls({"net.ipv4.vs.conntrack": 1}, "ipvs-conntrack"),
+            set_sysctls({"net.ipv4.vs.conntrack": 1})
+            + " && "
+            + persist_sysctls({"net.ipv4.vs.conntrack": 1}, "ipvs-conntrack"),
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
         ),
-        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display(sources.MODULES), f"not listed: {', '.join(missing)}"),
-                  Evidence(ctx.bundle.display(sources.UNAME), k, 1)],
+        evidence=[e for e in (ev.config(ctx, "mode"),) if e]
+        + [
+            Evidence(ctx.bundle.display(sources.MODULES), f"not listed: {', '.join(missing)}"),
+            Evidence(ctx.bundle.display(sources.UNAME), k, 1),
+        ],
         subject="node",
     )
 
@@ -108,10 +124,14 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
 
 
 @check(
-    "KP310", "ipvs-idle-timeout", "IPVS forgets idle TCP connections before TCP keepalive probes them", "info", modes=("ipvs",),
+    "KP310",
+    "ipvs-idle-timeout",
+    "IPVS forgets idle TCP connections before TCP keepalive probes them",
+    "info",
+    modes=("ipvs",),
     needs=("sysctl",),
     symptom="In IPVS mode, long-lived connections through a ClusterIP (database pools, gRPC streams, message brokers) die "
-            "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",
+    "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",
     why="""
         IPVS keeps its own table of connections, separate from conntrack, and drops an established TCP entry after
         it has been idle for the IPVS tcp timeout (900 s unless set: ipvsadm -L --timeout, kube-proxy's
@@ -120,7 +140,7 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
         the kernel's default net.ipv4.tcp_keepalive_time is 7200 s, far longer than IPVS waits.
     """,
     fix="Make clients send keepalives more often than the IPVS tcp timeout (net.ipv4.tcp_keepalive_time below it, or the "
-        "application's own keepalive), or raise ipvs.tcpTimeout in the kube-proxy configuration.",
+    "application's own keepalive), or raise ipvs.tcpTimeout in the kube-proxy configuration.",
 )
 def ipvs_idle_timeout(ctx, new):
     mode, _ = ctx.proxy_mode
@@ -140,16 +160,21 @@ def ipvs_idle_timeout(ctx, new):
     if tcp <= 0 or keepalive < tcp:
         return
     cfg = ctx.kube_proxy_config
-    evidence = [Evidence(ctx.bundle.display(TIMEOUT_SRC), f"Timeout (tcp tcpfin udp): tcp {tcp} s", line), ev.sysctl(ctx, "net.ipv4.tcp_keepalive_time")]
+    evidence = [
+        Evidence(ctx.bundle.display(TIMEOUT_SRC), f"Timeout (tcp tcpfin udp): tcp {tcp} s", line),
+        ev.sysctl(ctx, "net.ipv4.tcp_keepalive_time"),
+    ]
     if cfg is not None and cfg.get("ipvs.tcpTimeout") is not None:
         evidence.append(ev.config(ctx, "ipvs.tcpTimeout"))
     yield new(
         f"IPVS drops a TCP connection after {tcp} s idle, and this node's TCP keepalive starts only after {keepalive} s: idle "
         "long-lived connections through ClusterIPs are forgotten and reset on their next packet",
-        fix=(f"sysctl -w net.ipv4.tcp_keepalive_time={max(60, tcp - 300)}   # on the client side (a pod's own network namespace "
-             "has its own value: set it in the pod's securityContext.sysctls)",
-             "or the application's keepalive / ping interval below that (database pool keepalive, gRPC keepalive time)",
-             "or kube-proxy's ipvs.tcpTimeout (e.g. 3600s) in its ConfigMap, then restart kube-proxy; check: ipvsadm -L --timeout"),
+        fix=(
+            f"sysctl -w net.ipv4.tcp_keepalive_time={max(60, tcp - 300)}   # on the client side (a pod's own network namespace "
+            "has its own value: set it in the pod's securityContext.sysctls)",
+            "or the application's keepalive / ping interval below that (database pool keepalive, gRPC keepalive time)",
+            "or kube-proxy's ipvs.tcpTimeout (e.g. 3600s) in its ConfigMap, then restart kube-proxy; check: ipvsadm -L --timeout",
+        ),
         evidence=[e for e in evidence if e],
         subject="node",
     )

@@ -22,7 +22,11 @@ def _ipvs_mode(ctx) -> bool:
 
 
 @check(
-    "KP302", "ipvs-service-missing", "Service port without an IPVS virtual server", "error", modes=("ipvs",),
+    "KP302",
+    "ipvs-service-missing",
+    "Service port without an IPVS virtual server",
+    "error",
+    modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
     why="""
@@ -36,9 +40,12 @@ def service_missing(ctx, new):
     yield from dataplane.missing(ctx, new, dataplane.IPVS)
 
 
-
 @check(
-    "KP303", "ipvs-realservers-mismatch", "IPVS real servers differ from the ready endpoints", "error", modes=("ipvs",),
+    "KP303",
+    "ipvs-realservers-mismatch",
+    "IPVS real servers differ from the ready endpoints",
+    "error",
+    modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
@@ -53,9 +60,12 @@ def realservers(ctx, new):
     yield from dataplane.mismatch(ctx, new, dataplane.IPVS)
 
 
-
 @check(
-    "KP304", "ipvs-ip-not-bound", "ClusterIP not bound on kube-ipvs0", "error", modes=("ipvs",),
+    "KP304",
+    "ipvs-ip-not-bound",
+    "ClusterIP not bound on kube-ipvs0",
+    "error",
+    modes=("ipvs",),
     needs=("addresses", "ipvs"),
     symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
     why="""
@@ -73,15 +83,33 @@ def not_bound(ctx, new):
         if link.get("ifname") == "kube-ipvs0":
             have_iface = True
             bound |= {a.get("local") for a in link.get("addr_info") or []}
-    missing = sorted({vs.addr for vs in services.values() if vs.addr and vs.addr not in bound and not ctx.routing.is_local(*_ip(vs.addr))})
+    missing = sorted(
+        {
+            vs.addr
+            for vs in services.values()
+            if vs.addr and vs.addr not in bound and not ctx.routing.is_local(*_ip(vs.addr))
+        }
+    )
     if not missing:
         return
     yield new(
-        (f"{len(missing)} IPVS virtual server address(es) are not on kube-ipvs0" if have_iface else "there is no kube-ipvs0 interface")
+        (
+            f"{len(missing)} IPVS virtual server address(es) are not on kube-ipvs0"
+            if have_iface
+            else "there is no kube-ipvs0 interface"
+        )
         + f": {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''} never reach IPVS",
-        fix=("ip addr show kube-ipvs0", "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # it re-binds every ClusterIP"),
-        evidence=[Evidence(ctx.bundle.display(sources.IP_ADDR), f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0"),
-                  Evidence(ctx.bundle.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}")],
+        fix=(
+            "ip addr show kube-ipvs0",
+            "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # it re-binds every ClusterIP",
+        ),
+        evidence=[
+            Evidence(
+                ctx.bundle.display(sources.IP_ADDR),
+                f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0",
+            ),
+            Evidence(ctx.bundle.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}"),
+        ],
         subject="node",
     )
 
@@ -93,7 +121,11 @@ def _ip(addr):
 
 
 @check(
-    "KP305", "ipvs-graceful-termination", "Terminating real servers still carry connections", "info", modes=("ipvs",),
+    "KP305",
+    "ipvs-graceful-termination",
+    "Terminating real servers still carry connections",
+    "info",
+    modes=("ipvs",),
     needs=("ipvs",),
     symptom="After a rollout, some clients keep talking to old pods for a while.",
     why="""
@@ -111,14 +143,25 @@ def graceful(ctx, new):
     conns = ctx.ipvs_conn
     listed = ctx.has(sources.IPVSADM_LIST)
     if not listed and conns is None:
-        raise Skip(f"connection counts need {sources.IPVSADM_LIST} (ipvsadm -Ln) or {sources.IPVS_CONN} (/proc/net/ip_vs_conn)")
+        raise Skip(
+            f"connection counts need {sources.IPVSADM_LIST} (ipvsadm -Ln) or {sources.IPVS_CONN} (/proc/net/ip_vs_conn)"
+        )
     for vs in services.values():
         for r in vs.reals:
             if listed and r.weight == 0 and (r.active or 0) > 0:
                 yield new(
                     f"{vs.name}: real server {r.target} has weight 0 (terminating) and still {r.active} active connection(s)",
-                    fix=(f"ipvsadm -Lnc | grep {r.addr}   # the connections", "sysctl net.ipv4.vs.expire_nodest_conn   # 1: cut when the server is removed"),
-                    evidence=[Evidence(ctx.bundle.display(sources.IPVSADM_LIST), f"-> {r.target} weight 0 active {r.active}", r.line)],
+                    fix=(
+                        f"ipvsadm -Lnc | grep {r.addr}   # the connections",
+                        "sysctl net.ipv4.vs.expire_nodest_conn   # 1: cut when the server is removed",
+                    ),
+                    evidence=[
+                        Evidence(
+                            ctx.bundle.display(sources.IPVSADM_LIST),
+                            f"-> {r.target} weight 0 active {r.active}",
+                            r.line,
+                        )
+                    ],
                     subject=vs.name,
                 )
     if conns is None:
@@ -137,33 +180,55 @@ def graceful(ctx, new):
     if not gone:
         return
     expire = ctx.sysctl_value("net.ipv4.vs.expire_nodest_conn")
-    partial = f" (only the first {conns.get('connections_read')} connections were counted)" if conns.get("truncated") else ""
+    partial = (
+        f" (only the first {conns.get('connections_read')} connections were counted)" if conns.get("truncated") else ""
+    )
     for (name, target), states in sorted(gone.items()):
         total = sum(states.values())
         by_state = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-        why_kept = ("net.ipv4.vs.expire_nodest_conn = 0 keeps them until their timeout: clients wait on a pod that is gone"
-                    if expire is not None and expire.value.strip() == "0" else "with expire_nodest_conn = 1 each is dropped at its next packet")
+        why_kept = (
+            "net.ipv4.vs.expire_nodest_conn = 0 keeps them until their timeout: clients wait on a pod that is gone"
+            if expire is not None and expire.value.strip() == "0"
+            else "with expire_nodest_conn = 1 each is dropped at its next packet"
+        )
         evidence = [Evidence(ctx.bundle.display(sources.IPVS_CONN), f"{name} -> {target}: {by_state}")]
         fix = [f"ipvsadm -Lnc | grep {target.rsplit(':', 1)[0]}   # the connections"]
         if expire is not None:
             evidence.append(ev.sysctl(ctx, "net.ipv4.vs.expire_nodest_conn"))
             if expire.value.strip() == "0":
-                fix.append("sysctl -w net.ipv4.vs.expire_nodest_conn=1   # what kube-proxy sets; persist in /etc/sysctl.d/")
+                fix.append(
+                    "sysctl -w net.ipv4.vs.expire_nodest_conn=1   # what kube-proxy sets; persist in /etc/sysctl.d/"
+                )
         yield new(
             f"{name}: IPVS still holds {total} connection(s) to {target}, which is no real server of it any more ({why_kept}){partial}",
-            fix=tuple(fix), evidence=evidence, subject=name,
+            fix=tuple(fix),
+            evidence=evidence,
+            subject=name,
         )
 
 
 IPVS_SYSCTLS = {
-    "net.ipv4.vs.conntrack": ("1", "IPVS must keep conntrack entries for kube-proxy's masquerade (KUBE-POSTROUTING) and NodePorts"),
-    "net.ipv4.vs.expire_nodest_conn": ("1", "connections to removed real servers must expire, or clients hang on gone pods"),
-    "net.ipv4.vs.expire_quiescent_template": ("1", "persistence templates of weight-0 servers must expire (session affinity)"),
+    "net.ipv4.vs.conntrack": (
+        "1",
+        "IPVS must keep conntrack entries for kube-proxy's masquerade (KUBE-POSTROUTING) and NodePorts",
+    ),
+    "net.ipv4.vs.expire_nodest_conn": (
+        "1",
+        "connections to removed real servers must expire, or clients hang on gone pods",
+    ),
+    "net.ipv4.vs.expire_quiescent_template": (
+        "1",
+        "persistence templates of weight-0 servers must expire (session affinity)",
+    ),
 }
 
 
 @check(
-    "KP306", "ipvs-sysctls", "IPVS sysctls wrong for kube-proxy", "warning", modes=("ipvs",),
+    "KP306",
+    "ipvs-sysctls",
+    "IPVS sysctls wrong for kube-proxy",
+    "warning",
+    modes=("ipvs",),
     needs=("sysctl", "kernel"),
     symptom="Intermittent timeouts or 1-second delays on new connections; clients stuck on removed pods; masquerade not applied.",
     why="""
@@ -185,18 +250,36 @@ def ipvs_sysctls(ctx, new):
     v = ctx.sysctl_value("net.ipv4.vs.conn_reuse_mode")
     want_reuse = "1" if ctx.kernel >= (5, 9, 0) else "0"
     if v is not None and v.value.strip() != want_reuse:
-        wrong.append(("net.ipv4.vs.conn_reuse_mode", v, want_reuse,
-                      "on kernel ≥ 5.9 reuse must stay on" if want_reuse == "1" else "on kernel < 5.9 reuse causes 1 s delays"))
+        wrong.append(
+            (
+                "net.ipv4.vs.conn_reuse_mode",
+                v,
+                want_reuse,
+                "on kernel ≥ 5.9 reuse must stay on"
+                if want_reuse == "1"
+                else "on kernel < 5.9 reuse causes 1 s delays",
+            )
+        )
     if not wrong and ctx.sysctl_value("net.ipv4.vs.conntrack") is None:
         raise Skip("no net.ipv4.vs.* sysctls collected (ip_vs not loaded?)")
     for key, v, want, why in wrong:
-        yield new(f"{key} = {v.value}, kube-proxy needs {want}: {why}",
-                  fix=(set_sysctls({key: want}), persist_sysctls({key: want}, "ipvs-" + key.rsplit(".", 1)[-1].replace("_", "-"))),
-                  evidence=[ev.sysctl(ctx, key)], subject="node")
+        yield new(
+            f"{key} = {v.value}, kube-proxy needs {want}: {why}",
+            fix=(
+                set_sysctls({key: want}),
+                persist_sysctls({key: want}, "ipvs-" + key.rsplit(".", 1)[-1].replace("_", "-")),
+            ),
+            evidence=[ev.sysctl(ctx, key)],
+            subject="node",
+        )
 
 
 @check(
-    "KP307", "ipvs-strict-arp", "strictARP off in IPVS mode", "warning", modes=("ipvs",),
+    "KP307",
+    "ipvs-strict-arp",
+    "strictARP off in IPVS mode",
+    "warning",
+    modes=("ipvs",),
     needs=("kube-proxy-config", "sysctl"),
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""
@@ -222,8 +305,10 @@ def strict_arp(ctx, new):
     yield new(
         f"kube-proxy runs IPVS with strictARP: false and {len(lb)} LoadBalancer/external IP(s) ({', '.join(shown)}) are bound on "
         "kube-ipvs0 of every node — every node answers ARP for them (a problem with L2 load balancers such as MetalLB L2)",
-        fix=("kubectl -n kube-system get configmap kube-proxy -o yaml | sed -e 's/strictARP: false/strictARP: true/' | kubectl apply -f - -n kube-system",
-             "kubectl -n kube-system rollout restart daemonset kube-proxy"),
+        fix=(
+            "kubectl -n kube-system get configmap kube-proxy -o yaml | sed -e 's/strictARP: false/strictARP: true/' | kubectl apply -f - -n kube-system",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+        ),
         evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e]
         + [Evidence(src, f"{ip}: {why}") for ip, (src, why) in sorted(lb.items())[:5]],
         subject="node",
@@ -261,7 +346,11 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
 
 
 @check(
-    "KP308", "ipvs-ipset", "kube-proxy's ipsets missing in IPVS mode", "error", modes=("ipvs",),
+    "KP308",
+    "ipvs-ipset",
+    "kube-proxy's ipsets missing in IPVS mode",
+    "error",
+    modes=("ipvs",),
     needs=("iptables",),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
     why="""
@@ -278,20 +367,37 @@ def ipvs_ipset(ctx, new):
     sets = ctx.ipsets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    why = f"{sources.IPSET} has no KUBE-CLUSTER-IP set" if sets is not None else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
+    why = (
+        f"{sources.IPSET} has no KUBE-CLUSTER-IP set"
+        if sets is not None
+        else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
+    )
     rs = ctx.iptables()
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
-    who = "IPVS mode (preflight) needs kube-proxy's ipsets, but" if getattr(ctx, "preflight", None) == "ipvs" else "kube-proxy runs IPVS mode but"
+    who = (
+        "IPVS mode (preflight) needs kube-proxy's ipsets, but"
+        if getattr(ctx, "preflight", None) == "ipvs"
+        else "kube-proxy runs IPVS mode but"
+    )
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
-        fix=("ipset list -n", "apt-get install -y ipset   # or: dnf install -y ipset", "modprobe ip_set", "kubectl -n kube-system rollout restart daemonset kube-proxy"),
+        fix=(
+            "ipset list -n",
+            "apt-get install -y ipset   # or: dnf install -y ipset",
+            "modprobe ip_set",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+        ),
         evidence=[Evidence(ctx.bundle.display(sources.IPSET), why)] + [ev.rule(r) for r in refs],
         subject="node",
     )
 
 
 @check(
-    "KP309", "ipvs-deprecated", "IPVS mode is deprecated on this release", "warning", modes=("ipvs",),
+    "KP309",
+    "ipvs-deprecated",
+    "IPVS mode is deprecated on this release",
+    "warning",
+    modes=("ipvs",),
     symptom="None yet — but IPVS mode gets no new features and will be removed.",
     why="""
         kube-proxy's IPVS mode is deprecated from Kubernetes v1.35. nftables mode (GA since v1.33) gives the same
@@ -310,9 +416,13 @@ def deprecated(ctx, new):
         return
     yield new(
         f"kube-proxy {version[0]}.{version[1]} runs the IPVS mode, deprecated since v1.35: plan nftables mode",
-        fix=("kpdiag node --preflight nftables   # is this node ready (kernel ≥ 5.13)?",
-             "kubectl -n kube-system edit configmap kube-proxy   # mode: nftables", "kubectl -n kube-system rollout restart daemonset kube-proxy",
-             "afterwards: ipvsadm -C; ip link del kube-ipvs0   # remove IPVS leftovers (KP208)"),
-        evidence=[e for e in (ev.config(ctx, "mode"),) if e] + [Evidence(ctx.bundle.display(sources.KP_METRICS), f"kube-proxy v{version[0]}.{version[1]}")],
+        fix=(
+            "kpdiag node --preflight nftables   # is this node ready (kernel ≥ 5.13)?",
+            "kubectl -n kube-system edit configmap kube-proxy   # mode: nftables",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+            "afterwards: ipvsadm -C; ip link del kube-ipvs0   # remove IPVS leftovers (KP208)",
+        ),
+        evidence=[e for e in (ev.config(ctx, "mode"),) if e]
+        + [Evidence(ctx.bundle.display(sources.KP_METRICS), f"kube-proxy v{version[0]}.{version[1]}")],
         subject="node",
     )

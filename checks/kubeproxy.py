@@ -28,7 +28,10 @@ def _log_modes(ctx):
 
 
 @check(
-    "KP701", "proxy-mode-mismatch", "kube-proxy runs in another mode than configured", "error",
+    "KP701",
+    "proxy-mode-mismatch",
+    "kube-proxy runs in another mode than configured",
+    "error",
     needs=("kube-proxy-config",),
     symptom="You configured IPVS (or nftables) and tuned for it, yet the node behaves like iptables mode — or the reverse.",
     why="""
@@ -67,7 +70,7 @@ def mode_mismatch(ctx, new):
     yield new(
         f"configured mode is {configured}, but {'; '.join(disagree)}: kube-proxy is really running {actual} mode",
         fix=(
-            "kubectl -n kube-system logs ds/kube-proxy | grep -iE \"proxier|proxy mode|can't use\"   # why it did not start as configured",
+            'kubectl -n kube-system logs ds/kube-proxy | grep -iE "proxier|proxy mode|can\'t use"   # why it did not start as configured',
             "kpdiag node --preflight ipvs   # (or the KP301 / KP401 findings) what the node lacks for the configured mode",
             "kubectl -n kube-system get configmap kube-proxy -o yaml | grep -n 'mode:'   # what is configured",
             "kubectl -n kube-system rollout restart daemonset kube-proxy   # after fixing: a ConfigMap change needs a restart",
@@ -78,7 +81,10 @@ def mode_mismatch(ctx, new):
 
 
 @check(
-    "KP702", "userspace-mode", "kube-proxy configured for the removed userspace mode", "error",
+    "KP702",
+    "userspace-mode",
+    "kube-proxy configured for the removed userspace mode",
+    "error",
     symptom="kube-proxy does not start on new releases (unknown proxy mode), or Services are slow and go through a userspace process on old ones.",
     why="""
         The userspace proxy mode — kube-proxy itself accepting every connection and copying bytes to a backend — was
@@ -103,7 +109,7 @@ def userspace(ctx, new):
     yield new(
         "kube-proxy is set up for the userspace proxy mode, removed in Kubernetes v1.26",
         fix=(
-            "kubectl -n kube-system edit configmap kube-proxy   # mode: \"iptables\"  (or \"nftables\" on kernel ≥ 5.13)",
+            'kubectl -n kube-system edit configmap kube-proxy   # mode: "iptables"  (or "nftables" on kernel ≥ 5.13)',
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "remove old portal rules: iptables -t nat -F KUBE-PORTALS-CONTAINER; iptables -t nat -F KUBE-PORTALS-HOST (or kube-proxy --cleanup)",
         ),
@@ -123,7 +129,11 @@ STALE_SECONDS = 120
 
 
 @check(
-    "KP703", "kube-proxy-unhealthy", "kube-proxy is unhealthy or has stopped syncing", "error", severities=('warning', 'error'),
+    "KP703",
+    "kube-proxy-unhealthy",
+    "kube-proxy is unhealthy or has stopped syncing",
+    "error",
+    severities=("warning", "error"),
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
     why="""
         kube-proxy reports on :10256/healthz when it last wrote the node's rules. If that is older than a couple of
@@ -147,54 +157,96 @@ def unhealthy(ctx, new):
         status = hz.get("kpdiag_http_status")
         last, now = _ts(hz.get("lastUpdated")), _ts(hz.get("currentTime"))
         if isinstance(status, int) and status >= 400:
-            yield new(f"kube-proxy's /healthz answers HTTP {status}", fix=fix,
-                      evidence=[Evidence(src, f"HTTP {status} lastUpdated={hz.get('lastUpdated')} currentTime={hz.get('currentTime')}")], subject="node")
+            yield new(
+                f"kube-proxy's /healthz answers HTTP {status}",
+                fix=fix,
+                evidence=[
+                    Evidence(
+                        src, f"HTTP {status} lastUpdated={hz.get('lastUpdated')} currentTime={hz.get('currentTime')}"
+                    )
+                ],
+                subject="node",
+            )
         elif last is not None and now is not None and now - last > STALE_SECONDS:
-            yield new(f"kube-proxy last synced the rules {int(now - last)} s before /healthz was read (more than {STALE_SECONDS} s)", fix=fix,
-                      evidence=[Evidence(src, f"lastUpdated={hz.get('lastUpdated')} currentTime={hz.get('currentTime')}")], subject="node")
+            yield new(
+                f"kube-proxy last synced the rules {int(now - last)} s before /healthz was read (more than {STALE_SECONDS} s)",
+                fix=fix,
+                evidence=[Evidence(src, f"lastUpdated={hz.get('lastUpdated')} currentTime={hz.get('currentTime')}")],
+                subject="node",
+            )
     if metrics is not None:
         failures = metrics.get("kubeproxy_sync_proxy_rules_iptables_restore_failures_total")
         if failures:
-            yield new(f"iptables-restore failed {int(failures)} times since kube-proxy started: some syncs did not apply",
-                      severity="warning", fix=fix,
-                      evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", int(failures))], subject="node")
+            yield new(
+                f"iptables-restore failed {int(failures)} times since kube-proxy started: some syncs did not apply",
+                severity="warning",
+                fix=fix,
+                evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", int(failures))],
+                subject="node",
+            )
         last = metrics.get("kubeproxy_sync_proxy_rules_last_timestamp_seconds")
         created = ctx.created
         if last and created and created - last > 600 and hz is None:
-            yield new(f"kube-proxy's last successful sync was {int(created - last)} s before this bundle was collected", fix=fix,
-                      evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", last)], subject="node")
+            yield new(
+                f"kube-proxy's last successful sync was {int(created - last)} s before this bundle was collected",
+                fix=fix,
+                evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", last)],
+                subject="node",
+            )
 
 
 # known log lines: pattern → (what it means, fix)
 LOG_PATTERNS = [
-    (re.compile(r"Another app is currently holding the xtables lock"),
-     "another program held the iptables lock, so kube-proxy's sync waited or failed",
-     "find the other writer (firewalld, a CNI, a monitoring agent calling iptables in a loop): fuser -v /run/xtables.lock"),
-    (re.compile(r"(Failed to execute iptables-restore|iptables-restore.*failed|line \d+ failed)"),
-     "iptables-restore rejected kube-proxy's ruleset, so the sync did not apply",
-     "check the iptables version/backend matches kube-proxy's (KP204), and kernel modules for the rules used (xt_comment, xt_statistic, xt_recent)"),
+    (
+        re.compile(r"Another app is currently holding the xtables lock"),
+        "another program held the iptables lock, so kube-proxy's sync waited or failed",
+        "find the other writer (firewalld, a CNI, a monitoring agent calling iptables in a loop): fuser -v /run/xtables.lock",
+    ),
+    (
+        re.compile(r"(Failed to execute iptables-restore|iptables-restore.*failed|line \d+ failed)"),
+        "iptables-restore rejected kube-proxy's ruleset, so the sync did not apply",
+        "check the iptables version/backend matches kube-proxy's (KP204), and kernel modules for the rules used (xt_comment, xt_statistic, xt_recent)",
+    ),
     # current wording and older ones ("Failed to delete stale service IP %s connections", "Failed to delete %s endpoint connections")
-    (re.compile(r"(conntrack.*(operation not permitted|permission denied)|Failed to delete stale service (IP \S+ )?connections"
-                r"|Failed to delete (\S+ )?endpoint connections|clearing conntrack entries)", re.I),
-     "kube-proxy could not delete stale conntrack entries: UDP clients keep talking to removed endpoints (KP504)",
-     "make sure the conntrack binary is in the kube-proxy image and the pod is privileged (NET_ADMIN)"),
-    (re.compile(r"(can't set sysctl|Failed to set sysctl|open /proc/sys/.*(read-only|permission denied))", re.I),
-     "kube-proxy could not set a kernel setting it relies on (route_localnet, conntrack max, IPVS sysctls)",
-     "run kube-proxy privileged, or set the sysctl on the node yourself (see KP505/KP503)"),
-    (re.compile(r"(Failed to retrieve node info|Failed to watch|Failed to list \*v1\.|couldn't get current server API group list|dial tcp .*: (connect: connection refused|i/o timeout))"),
-     "kube-proxy cannot reach the API server, so it does not learn about Service and endpoint changes",
-     "check the kube-proxy kubeconfig's server address and the network path from the node to the API server"),
-    (re.compile(r"(Sync failed|Failed to sync|syncProxyRules.*error)", re.I),
-     "a rule sync failed",
-     "read the lines around it for the cause; kube-proxy retries, but until it succeeds the node's rules are stale"),
-    (re.compile(r"(unknown proxy mode|invalid proxy mode)", re.I),
-     "kube-proxy rejected its configured mode",
-     "set mode to iptables, ipvs or nftables in the kube-proxy ConfigMap"),
+    (
+        re.compile(
+            r"(conntrack.*(operation not permitted|permission denied)|Failed to delete stale service (IP \S+ )?connections"
+            r"|Failed to delete (\S+ )?endpoint connections|clearing conntrack entries)",
+            re.I,
+        ),
+        "kube-proxy could not delete stale conntrack entries: UDP clients keep talking to removed endpoints (KP504)",
+        "make sure the conntrack binary is in the kube-proxy image and the pod is privileged (NET_ADMIN)",
+    ),
+    (
+        re.compile(r"(can't set sysctl|Failed to set sysctl|open /proc/sys/.*(read-only|permission denied))", re.I),
+        "kube-proxy could not set a kernel setting it relies on (route_localnet, conntrack max, IPVS sysctls)",
+        "run kube-proxy privileged, or set the sysctl on the node yourself (see KP505/KP503)",
+    ),
+    (
+        re.compile(
+            r"(Failed to retrieve node info|Failed to watch|Failed to list \*v1\.|couldn't get current server API group list|dial tcp .*: (connect: connection refused|i/o timeout))"
+        ),
+        "kube-proxy cannot reach the API server, so it does not learn about Service and endpoint changes",
+        "check the kube-proxy kubeconfig's server address and the network path from the node to the API server",
+    ),
+    (
+        re.compile(r"(Sync failed|Failed to sync|syncProxyRules.*error)", re.I),
+        "a rule sync failed",
+        "read the lines around it for the cause; kube-proxy retries, but until it succeeds the node's rules are stale",
+    ),
+    (
+        re.compile(r"(unknown proxy mode|invalid proxy mode)", re.I),
+        "kube-proxy rejected its configured mode",
+        "set mode to iptables, ipvs or nftables in the kube-proxy ConfigMap",
+    ),
 ]
 
 
 @check(
-    "KP704", "kube-proxy-log-errors", "Known kube-proxy errors in its log", "warning",
+    "KP704",
+    "kube-proxy-log-errors",
+    "Known kube-proxy errors in its log",
+    "warning",
     needs=("kube-proxy-log",),
     symptom="Services are intermittently wrong on this node; kube-proxy restarts or lags behind.",
     why="""
@@ -222,7 +274,11 @@ SLOW_WARN, SLOW_ERROR = 1.0, 10.0
 
 
 @check(
-    "KP705", "sync-slow", "kube-proxy's rule sync is slow", "warning", severities=('warning', 'error'),
+    "KP705",
+    "sync-slow",
+    "kube-proxy's rule sync is slow",
+    "warning",
+    severities=("warning", "error"),
     needs=("kube-proxy-metrics",),
     symptom="New pods take seconds to start receiving Service traffic; deleted pods keep receiving it for a while.",
     why="""
@@ -243,20 +299,27 @@ def sync_slow(ctx, new):
         return
     p90 = m.histogram_quantile(name, 0.9)
     yield new(
-        f"kube-proxy needs {mean:.1f} s per rule sync on average" + (f" (90% of syncs ≤ {p90:g} s)" if p90 not in (None, float('inf')) else ""),
+        f"kube-proxy needs {mean:.1f} s per rule sync on average"
+        + (f" (90% of syncs ≤ {p90:g} s)" if p90 not in (None, float("inf")) else ""),
         severity="error" if mean >= SLOW_ERROR else "warning",
         fix=(
             "count the rules: iptables-save | wc -l   (KP205 shows the scale)",
             "kubectl -n kube-system edit configmap kube-proxy   # mode: nftables (kernel ≥ 5.13), or iptables.minSyncPeriod: 10s",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
-        evidence=[ev.metric(ctx, f"{name}_sum", m.get(f"{name}_sum")), ev.metric(ctx, f"{name}_count", m.get(f"{name}_count"))],
+        evidence=[
+            ev.metric(ctx, f"{name}_sum", m.get(f"{name}_sum")),
+            ev.metric(ctx, f"{name}_count", m.get(f"{name}_count")),
+        ],
         subject="node",
     )
 
 
 @check(
-    "KP706", "no-cluster-cidr", "kube-proxy cannot tell pod traffic from outside traffic", "warning",
+    "KP706",
+    "no-cluster-cidr",
+    "kube-proxy cannot tell pod traffic from outside traffic",
+    "warning",
     symptom="Clients outside the cluster reach a ClusterIP (via a route) but get no answer; or pods see the node's IP instead of the client's.",
     why="""
         kube-proxy masquerades Service traffic that comes from *outside* the cluster, so that the reply returns
@@ -276,8 +339,12 @@ def no_cluster_cidr(ctx, new):
         if cfg.get("iptables.masqueradeAll") is True:
             return
         mode = (cfg.get("detectLocalMode") or "ClusterCIDR") or "ClusterCIDR"
-        needed = {"ClusterCIDR": "clusterCIDR", "NodeCIDR": None, "BridgeInterface": "detectLocal.bridgeInterface",
-                  "InterfaceNamePrefix": "detectLocal.interfaceNamePrefix"}.get(mode, "clusterCIDR")
+        needed = {
+            "ClusterCIDR": "clusterCIDR",
+            "NodeCIDR": None,
+            "BridgeInterface": "detectLocal.bridgeInterface",
+            "InterfaceNamePrefix": "detectLocal.interfaceNamePrefix",
+        }.get(mode, "clusterCIDR")
         if needed is None or cfg.get(needed):
             return
         evidence = [ev.config(ctx, "detectLocalMode"), ev.config(ctx, needed)]
@@ -293,11 +360,17 @@ def no_cluster_cidr(ctx, new):
     if with_chain:
         rs = ctx.iptables()
         first = rs.chain("nat", with_chain[0].chain).rules
-        evidence.append(Evidence(rs.source, f"{with_chain[0].chain} has no '! -s <clusterCIDR> -j KUBE-MARK-MASQ' rule", first[0].lineno if first else None))
+        evidence.append(
+            Evidence(
+                rs.source,
+                f"{with_chain[0].chain} has no '! -s <clusterCIDR> -j KUBE-MARK-MASQ' rule",
+                first[0].lineno if first else None,
+            )
+        )
     yield new(
         f"local-traffic detection ({mode}) has no {needed}: traffic from outside the cluster to ClusterIPs is not masqueraded",
         fix=(
-            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: \"<your pod CIDR, e.g. 10.244.0.0/16>\"",
+            'kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: "<your pod CIDR, e.g. 10.244.0.0/16>"',
             "kubectl cluster-info dump | grep -m1 -- --cluster-cidr   # the pod CIDR the controller manager uses",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),

@@ -41,13 +41,17 @@ def _client(ctx, data) -> tuple[End | None, str]:
     if isinstance(c, dict) and c.get("namespace") and c.get("pod"):
         pod = data.index.pod(str(c["namespace"]), str(c["pod"]))
         if pod is None:
-            raise Skip(f"the client pod {c['namespace']}/{c['pod']} (kpdiag.json 'client') is not in {PODS_SRC} or {sources.CLIENT_POD}")
+            raise Skip(
+                f"the client pod {c['namespace']}/{c['pod']} (kpdiag.json 'client') is not in {PODS_SRC} or {sources.CLIENT_POD}"
+            )
         return End(pod.ip, pod), "kpdiag.json client"
     ip = m.get("client_ip")
     if isinstance(ip, str) and ip:
         return data.index.end_for_ip(ip), "kpdiag.json client_ip"
     why = m.get("client_unknown")
-    return None, "no client named (kpdiag.json has neither 'client' nor 'client_ip'" + (f"; {why}" if isinstance(why, str) and why else "") + ")"
+    return None, "no client named (kpdiag.json has neither 'client' nor 'client_ip'" + (
+        f"; {why}" if isinstance(why, str) and why else ""
+    ) + ")"
 
 
 def _client_text(end: End) -> str:
@@ -86,8 +90,11 @@ def _policy_ev(ctx, index, key: str, direction: str) -> Evidence:
     pol = index.policy(key)
     sel = pol.pod_sel.text() or "{} (every pod)"
     ns, _, name = key.partition("/")
-    return Evidence(ctx.bundle.display(NP_SRC), f"NetworkPolicy {key}: podSelector {sel}; {direction}: {pol.admits_text(direction)}",
-                    _line_of(ctx, NP_SRC, ns, name))
+    return Evidence(
+        ctx.bundle.display(NP_SRC),
+        f"NetworkPolicy {key}: podSelector {sel}; {direction}: {pol.admits_text(direction)}",
+        _line_of(ctx, NP_SRC, ns, name),
+    )
 
 
 def _pod_ev(ctx, pod: Pod) -> Evidence:
@@ -129,11 +136,18 @@ def _flows(ctx, data, client: End):
                 gap = data.coverage_gap(pod.namespace, client.namespace)
                 if gap:
                     raise Skip(f"the NetworkPolicies of namespace {', '.join(gap)} were not collected ({NP_SRC})")
-                flows.append((f"{e.ip}:{target}" if ":" not in e.ip else f"[{e.ip}]:{target}", data.index.evaluate(client, End(e.ip, pod), target, proto)))
+                flows.append(
+                    (
+                        f"{e.ip}:{target}" if ":" not in e.ip else f"[{e.ip}]:{target}",
+                        data.index.evaluate(client, End(e.ip, pod), target, proto),
+                    )
+                )
             if flows:
                 out.append((svc, port, flows))
     if not out:
-        raise Skip("no endpoint pod of the Service is in the pods read" + (f" ({', '.join(unread[:4])})" if unread else ""))
+        raise Skip(
+            "no endpoint pod of the Service is in the pods read" + (f" ({', '.join(unread[:4])})" if unread else "")
+        )
     return out
 
 
@@ -163,10 +177,13 @@ def _unknown_client_skip(ctx, data, why: str):
 
 
 @check(
-    "KP120", "policy-denies-ingress", "NetworkPolicy denies the client at the endpoints", "error",
+    "KP120",
+    "policy-denies-ingress",
+    "NetworkPolicy denies the client at the endpoints",
+    "error",
     needs=("services", "endpointslices", "networkpolicies"),
     symptom="Connections to the Service time out (the SYN is dropped, nothing answers) although the pods are ready and "
-            "answer from other clients; kpdiag's direct probes of the endpoints time out too.",
+    "answer from other clients; kpdiag's direct probes of the endpoints time out too.",
     why="""
         A NetworkPolicy that selects a pod (its podSelector matches the pod's labels) isolates that pod for ingress:
         from then on only what one of the selecting policies admits reaches it — a peer (pods by label, namespaces by
@@ -176,7 +193,7 @@ def _unknown_client_skip(ctx, data, why: str):
         label (app=frontend) — any other client, including a debug pod, is dropped.
     """,
     fix="Add a NetworkPolicy that admits this client on the targetPort (policies are additive: a new policy opens "
-        "only what it names), or give the client the labels an existing rule admits.",
+    "only what it names), or give the client the labels an existing rule admits.",
 )
 def policy_denies_ingress(ctx, new):
     data = _data(ctx)
@@ -191,7 +208,9 @@ def policy_denies_ingress(ctx, new):
             continue
         first = denied[0][1].ingress
         pols = sorted({p for _, f in denied for p in f.ingress.policies})
-        admits = "; ".join(f"NetworkPolicy {k} admits only {data.index.policy(k).peers_summary('ingress')}" for k in pols[:3])
+        admits = "; ".join(
+            f"NetworkPolicy {k} admits only {data.index.policy(k).peers_summary('ingress')}" for k in pols[:3]
+        )
         who = _client_text(client)
         eps = ", ".join(ep for ep, _ in denied[:4]) + (" …" if len(denied) > 4 else "")
         ev = [_policy_ev(ctx, data.index, k, "ingress") for k in pols[:5]]
@@ -199,20 +218,28 @@ def policy_denies_ingress(ctx, new):
         if client.pod is not None:
             ev.append(_pod_ev(ctx, client.pod))
         else:
-            ev.append(Evidence(ctx.bundle.display("kpdiag.json"), f"client_ip {client.ip}: no pod read has this address"))
+            ev.append(
+                Evidence(ctx.bundle.display("kpdiag.json"), f"client_ip {client.ip}: no pod read has this address")
+            )
         yield new(
             f"{admits}; the client {who} is not admitted to {svc.key} port {port.get('port')} → targetPort "
             f"{denied[0][1].port}/{denied[0][1].protocol} ({len(denied)} of {len(flows)} endpoint(s) deny it: {eps}){_enforcement_note(data)}",
-            fix=(f"missing: {first.missing}",
-                 "add this NetworkPolicy (it admits exactly this client on the targetPort; existing policies stay):",
-                 _apply(_service_patch(svc, denied[0][1], "ingress", client)),
-                 f"kubectl -n {svc.namespace} get networkpolicy {' '.join(k.split('/', 1)[1] for k in pols if k.startswith(svc.namespace + '/'))} -o yaml"),
-            evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+            fix=(
+                f"missing: {first.missing}",
+                "add this NetworkPolicy (it admits exactly this client on the targetPort; existing policies stay):",
+                _apply(_service_patch(svc, denied[0][1], "ingress", client)),
+                f"kubectl -n {svc.namespace} get networkpolicy {' '.join(k.split('/', 1)[1] for k in pols if k.startswith(svc.namespace + '/'))} -o yaml",
+            ),
+            evidence=ev,
+            subject=f"{svc.key}:{port.get('port')}",
         )
 
 
 @check(
-    "KP121", "policy-denies-egress", "NetworkPolicy denies the client's egress to the endpoints", "error",
+    "KP121",
+    "policy-denies-egress",
+    "NetworkPolicy denies the client's egress to the endpoints",
+    "error",
     needs=("services", "endpointslices", "networkpolicies"),
     symptom="Connections from this client to the Service time out, while other clients reach it.",
     why="""
@@ -239,18 +266,24 @@ def policy_denies_egress(ctx, new):
             continue
         first = denied[0][1].egress
         pols = first.policies
-        admits = "; ".join(f"NetworkPolicy {k} lets {client.pod.key} send only to {data.index.policy(k).peers_summary('egress')}" for k in pols[:3])
+        admits = "; ".join(
+            f"NetworkPolicy {k} lets {client.pod.key} send only to {data.index.policy(k).peers_summary('egress')}"
+            for k in pols[:3]
+        )
         eps = ", ".join(ep for ep, _ in denied[:4]) + (" …" if len(denied) > 4 else "")
         ev = [_policy_ev(ctx, data.index, k, "egress") for k in pols[:5]] + [_pod_ev(ctx, client.pod)]
         ev += [_pod_ev(ctx, f.dst.pod) for _, f in denied[:2]]
         yield new(
             f"{admits}; {svc.key} port {port.get('port')} (endpoints {eps}, targetPort {denied[0][1].port}/{denied[0][1].protocol}) "
             f"is not among them: the client's egress is dropped{_enforcement_note(data)}",
-            fix=(f"missing: {first.missing}",
-                 "add this NetworkPolicy (it lets exactly this client reach the Service's pods on the targetPort):",
-                 _apply(_service_patch(svc, denied[0][1], "egress", client)),
-                 f"kubectl -n {client.pod.namespace} get networkpolicy {' '.join(k.split('/', 1)[1] for k in pols)} -o yaml"),
-            evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+            fix=(
+                f"missing: {first.missing}",
+                "add this NetworkPolicy (it lets exactly this client reach the Service's pods on the targetPort):",
+                _apply(_service_patch(svc, denied[0][1], "egress", client)),
+                f"kubectl -n {client.pod.namespace} get networkpolicy {' '.join(k.split('/', 1)[1] for k in pols)} -o yaml",
+            ),
+            evidence=ev,
+            subject=f"{svc.key}:{port.get('port')}",
         )
 
 
@@ -259,11 +292,21 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
     svc = data.dns_service
     selector = ((svc or {}).get("spec") or {}).get("selector") or {"k8s-app": "kube-dns"}
     ns = ((svc or {}).get("metadata") or {}).get("namespace") or "kube-system"
-    pods = [p for p in data.index.pods.values() if p.namespace == ns and all(p.labels.get(k) == v for k, v in selector.items())]
+    pods = [
+        p
+        for p in data.index.pods.values()
+        if p.namespace == ns and all(p.labels.get(k) == v for k, v in selector.items())
+    ]
     targets = []
     for proto in ("UDP", "TCP"):
-        sp = next((p for p in ((svc or {}).get("spec") or {}).get("ports") or [] if p.get("port") == 53
-                   and (p.get("protocol") or "TCP").upper() == proto), None)
+        sp = next(
+            (
+                p
+                for p in ((svc or {}).get("spec") or {}).get("ports") or []
+                if p.get("port") == 53 and (p.get("protocol") or "TCP").upper() == proto
+            ),
+            None,
+        )
         tp = (sp or {}).get("targetPort", 53)
         for pod in pods:
             port = pod.named_port(tp, proto) if isinstance(tp, str) and not tp.isdigit() else int(tp)
@@ -273,10 +316,13 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
 
 
 @check(
-    "KP122", "dns-egress-blocked", "NetworkPolicy blocks the client's DNS", "error",
+    "KP122",
+    "dns-egress-blocked",
+    "NetworkPolicy blocks the client's DNS",
+    "error",
     needs=("networkpolicies",),
     symptom="Every name lookup from the pod times out ('connection timed out; no servers could be reached'), so "
-            "calls by Service name fail while calls by IP work — typically right after a 'default deny' policy.",
+    "calls by Service name fail while calls by IP work — typically right after a 'default deny' policy.",
     why="""
         A pod resolves names through the cluster DNS (the kube-dns Service, CoreDNS pods in kube-system) on port 53,
         over UDP and, for large answers, TCP. An egress policy that selects the pod and has no rule admitting port 53
@@ -316,8 +362,10 @@ def dns_egress_blocked(ctx, new):
         yield new(
             f"the client {_client_text(client)} may not send DNS ({'/'.join(missing)} 53) anywhere: its egress policies "
             f"{', '.join(pols)} admit no port 53/{missing[0]} to any destination — every lookup is dropped{_enforcement_note(data)}",
-            fix=("add this egress rule (to the kube-dns pods in kube-system, UDP and TCP 53) to a policy selecting the client:",
-                 _apply(_dns_patch(client.pod))),
+            fix=(
+                "add this egress rule (to the kube-dns pods in kube-system, UDP and TCP 53) to a policy selecting the client:",
+                _apply(_dns_patch(client.pod)),
+            ),
             evidence=[_policy_ev(ctx, idx, k, "egress") for k in pols[:5]] + [_pod_ev(ctx, client.pod)],
             subject=f"{client.pod.key}→dns",
         )
@@ -338,15 +386,24 @@ def dns_egress_blocked(ctx, new):
     parts, fix, ev = [], [], []
     if eg:
         pols = eg[0].egress.policies
-        parts.append(f"the client's egress policies {', '.join(pols)} admit no DNS to the kube-dns pods ({eg[0].egress.missing})")
-        fix += ["add this egress rule (to the kube-dns pods in kube-system, UDP and TCP 53) to a policy selecting the client:",
-                _apply(_dns_patch(client.pod))]
+        parts.append(
+            f"the client's egress policies {', '.join(pols)} admit no DNS to the kube-dns pods ({eg[0].egress.missing})"
+        )
+        fix += [
+            "add this egress rule (to the kube-dns pods in kube-system, UDP and TCP 53) to a policy selecting the client:",
+            _apply(_dns_patch(client.pod)),
+        ]
         ev += [_policy_ev(ctx, idx, k, "egress") for k in pols[:4]]
     if ing:
         pols = ing[0].ingress.policies
-        parts.append(f"the ingress policies of the DNS pods {', '.join(pols)} do not admit the client ({ing[0].ingress.missing})")
+        parts.append(
+            f"the ingress policies of the DNS pods {', '.join(pols)} do not admit the client ({ing[0].ingress.missing})"
+        )
         dst = ing[0].dst.pod
-        fix += ["admit the client at the DNS pods:", _apply(patch_doc("ingress", dst, client, ing[0].port, ing[0].protocol)[0])]
+        fix += [
+            "admit the client at the DNS pods:",
+            _apply(patch_doc("ingress", dst, client, ing[0].port, ing[0].protocol)[0]),
+        ]
         ev += [_policy_ev(ctx, idx, k, "ingress") for k in pols[:4]]
     ev.append(_pod_ev(ctx, client.pod))
     ev += [_pod_ev(ctx, f.dst.pod) for f in denied[:2]]
@@ -354,7 +411,9 @@ def dns_egress_blocked(ctx, new):
     yield new(
         f"DNS from {_client_text(client)} is dropped ({'/'.join(protos)} 53 to {len(denied)} of {total} kube-dns pod/protocol pairs, "
         f"{where}): {'; '.join(parts)}{_enforcement_note(data)}",
-        fix=tuple(fix), evidence=ev, subject=f"{client.pod.key}→dns",
+        fix=tuple(fix),
+        evidence=ev,
+        subject=f"{client.pod.key}→dns",
     )
 
 
@@ -367,7 +426,10 @@ def _dns_patch(client: Pod) -> dict:
 
 
 @check(
-    "KP123", "policies-not-enforced", "NetworkPolicies exist but the CNI does not enforce them", "warning",
+    "KP123",
+    "policies-not-enforced",
+    "NetworkPolicies exist but the CNI does not enforce them",
+    "warning",
     needs=("networkpolicies",),
     symptom="NetworkPolicies that should block traffic have no effect; or a policy 'works' in one cluster and not in another.",
     why="""
@@ -377,7 +439,7 @@ def _dns_patch(client: Pod) -> dict:
         they are not the cause of a drop (kpdiag does not blame them). If isolation is wanted, it is not there.
     """,
     fix="Install a policy engine next to the CNI (e.g. Calico in policy-only mode — canal — with flannel), or enable the "
-        "CNI's own (AWS VPC CNI: enableNetworkPolicy=true); or delete the policies so nobody relies on them.",
+    "CNI's own (AWS VPC CNI: enableNetworkPolicy=true); or delete the policies so nobody relies on them.",
 )
 def policies_not_enforced(ctx, new):
     data = _data(ctx)
@@ -400,9 +462,13 @@ def policies_not_enforced(ctx, new):
             d = denied[0].ingress if not denied[0].ingress.allowed else denied[0].egress
             would = f"; if enforced they would drop {_client_text(client)} → {denied[0].dst.text()}:{denied[0].port} ({d.missing})"
     ev = [Evidence(ctx.bundle.display(CNI_SRC if ctx.has(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
-    ev += [_policy_ev(ctx, data.index, k, "ingress" if "Ingress" in data.index.policy(k).types else "egress") for k in keys[:3]]
+    ev += [
+        _policy_ev(ctx, data.index, k, "ingress" if "Ingress" in data.index.policy(k).types else "egress")
+        for k in keys[:3]
+    ]
     yield new(
         f"{len(keys)} NetworkPolicy object(s) ({', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}) exist, but the CNI ({enf.cni}) "
         f"does not enforce NetworkPolicy: they have no effect and are not the cause of any drop{would}",
-        evidence=ev, subject="cluster",
+        evidence=ev,
+        subject="cluster",
     )

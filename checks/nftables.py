@@ -23,7 +23,10 @@ def _nft_mode(ctx) -> bool:
 
 
 @check(
-    "KP401", "nftables-prerequisites", "nftables mode on a kernel or nft too old for it", "error",
+    "KP401",
+    "nftables-prerequisites",
+    "nftables mode on a kernel or nft too old for it",
+    "error",
     needs=("kernel",),
     symptom="kube-proxy configured with mode: nftables crash-loops or falls back; Services do not work on this node.",
     why="""
@@ -50,15 +53,22 @@ def prerequisites(ctx, new):
         return
     yield new(
         f"kube-proxy is set to nftables mode, but this node has {' and '.join(problems)}",
-        fix=("uname -r; nft --version", "upgrade the node image (kernel ≥ 5.13, nftables ≥ 1.0.1) — or set mode: iptables in the kube-proxy ConfigMap for these nodes",
-             "kubectl -n kube-system logs ds/kube-proxy | grep -i nftables   # what kube-proxy said"),
+        fix=(
+            "uname -r; nft --version",
+            "upgrade the node image (kernel ≥ 5.13, nftables ≥ 1.0.1) — or set mode: iptables in the kube-proxy ConfigMap for these nodes",
+            "kubectl -n kube-system logs ds/kube-proxy | grep -i nftables   # what kube-proxy said",
+        ),
         evidence=evidence + [e for e in [ev.config(ctx, "mode")] if e],
         subject="node",
     )
 
 
 @check(
-    "KP402", "nftables-service-missing", "Service in the API, but not in kube-proxy's nftables maps", "error", modes=("nftables",),
+    "KP402",
+    "nftables-service-missing",
+    "Service in the API, but not in kube-proxy's nftables maps",
+    "error",
+    modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     symptom="The Service works from other nodes, not from this one (rejected or dropped by cluster-ips-check).",
     why="""
@@ -73,9 +83,12 @@ def service_missing(ctx, new):
     yield from dataplane.missing(ctx, new, dataplane.NFTABLES)
 
 
-
 @check(
-    "KP403", "nftables-endpoints-mismatch", "nftables endpoint chains differ from the ready endpoints", "error", modes=("nftables",),
+    "KP403",
+    "nftables-endpoints-mismatch",
+    "nftables endpoint chains differ from the ready endpoints",
+    "error",
+    modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     symptom="A share of connections to the Service fails or reaches old pods on this node.",
     why="""
@@ -88,7 +101,6 @@ def service_missing(ctx, new):
 )
 def endpoints_mismatch(ctx, new):
     yield from dataplane.mismatch(ctx, new, dataplane.NFTABLES)
-
 
 
 def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
@@ -107,10 +119,14 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
 
 
 @check(
-    "KP404", "nftables-localhost-nodeport", "NodePorts on 127.0.0.1 do not work in nftables mode", "warning", modes=("nftables",),
+    "KP404",
+    "nftables-localhost-nodeport",
+    "NodePorts on 127.0.0.1 do not work in nftables mode",
+    "warning",
+    modes=("nftables",),
     needs=("nft", "kube-proxy-config"),
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "
-            "health checks that use localhost broke after switching kube-proxy to nftables mode.",
+    "health checks that use localhost broke after switching kube-proxy to nftables mode.",
     why="""
         In iptables mode kube-proxy also serves NodePorts on 127.0.0.1 (iptables.localhostNodePorts, default true)
         and sets route_localnet=1 for it. nftables mode never does: it accepts NodePorts only on the addresses of
@@ -119,7 +135,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
         carried over from iptables mode shows that they were expected to — get nothing.
     """,
     fix="Point local clients at the node's IP (or the ClusterIP) instead of 127.0.0.1; nodePortAddresses chooses which "
-        "node addresses accept NodePorts.",
+    "node addresses accept NodePorts.",
 )
 def localhost_nodeport(ctx, new):
     rs, prog = dataplane.nft_programmed(ctx)
@@ -140,17 +156,22 @@ def localhost_nodeport(ctx, new):
         return  # no NodePort Service on this node
     ips = rs.set("ip", "kube-proxy", "nodeport-ips")
     on = [str(e) for e in (ips.elems if ips else []) if isinstance(e, str)]
-    reading = (f"nodePortAddresses {addrs}" if addrs else "nodePortAddresses unset (the node's primary IPs)")
+    reading = f"nodePortAddresses {addrs}" if addrs else "nodePortAddresses unset (the node's primary IPs)"
     shown = ", ".join(f"{p}/{proto}" for proto, p in ports[:4])
     yield new(
         f"kube-proxy runs nftables mode with {len(ports)} NodePort(s) ({shown}) and its configuration still expects them on "
         f"localhost, but nftables mode serves NodePorts only on {', '.join(on) or 'the nodePortAddresses'} ({reading}): "
         f"127.0.0.1:{ports[0][1]} does not work here",
-        fix=(f"curl -sv http://{on[0] if on else '<node IP>'}:{ports[0][1]}/   # the node's address works",
-             "change local clients (health checks, host agents, scripts) from 127.0.0.1:<nodePort> to the node IP or the ClusterIP",
-             "kubectl -n kube-system edit configmap kube-proxy   # drop iptables.localhostNodePorts (it has no effect in nftables mode); "
-             "nodePortAddresses: [\"primary\"] or the node's CIDRs"),
-        evidence=wants + [Evidence(rs.source, f"map ip kube-proxy service-nodeports: {shown}"),
-                          Evidence(rs.source, f"set ip kube-proxy nodeport-ips: {', '.join(on) or '(empty)'}")],
+        fix=(
+            f"curl -sv http://{on[0] if on else '<node IP>'}:{ports[0][1]}/   # the node's address works",
+            "change local clients (health checks, host agents, scripts) from 127.0.0.1:<nodePort> to the node IP or the ClusterIP",
+            "kubectl -n kube-system edit configmap kube-proxy   # drop iptables.localhostNodePorts (it has no effect in nftables mode); "
+            'nodePortAddresses: ["primary"] or the node\'s CIDRs',
+        ),
+        evidence=wants
+        + [
+            Evidence(rs.source, f"map ip kube-proxy service-nodeports: {shown}"),
+            Evidence(rs.source, f"set ip kube-proxy nodeport-ips: {', '.join(on) or '(empty)'}"),
+        ],
         subject="node",
     )

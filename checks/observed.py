@@ -25,14 +25,21 @@ def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | No
     for p in ctx.cluster.pods() or []:
         md = p.get("metadata") or {}
         if md.get("name") == pod_name and md.get("namespace", namespace) == namespace:
-            ports = [cp.get("containerPort") for c in (p.get("spec") or {}).get("containers") or [] for cp in c.get("ports") or []
-                     if isinstance(cp, dict)]
+            ports = [
+                cp.get("containerPort")
+                for c in (p.get("spec") or {}).get("containers") or []
+                for cp in c.get("ports") or []
+                if isinstance(cp, dict)
+            ]
             return [x for x in ports if isinstance(x, int)]
     return None
 
 
 @check(
-    "KP110", "service-not-found", "The Service does not exist", "error",
+    "KP110",
+    "service-not-found",
+    "The Service does not exist",
+    "error",
     needs=("service-lookup",),
     symptom="Clients get 'could not resolve host' (NXDOMAIN) for the Service's name; kubectl says 'NotFound'.",
     why="""
@@ -57,13 +64,20 @@ def service_not_found(ctx, new):
     if near:
         bits.append(f"did you mean {', '.join(near)}?")
     if others:
-        bits.append(f"a Service named {name} exists in namespace{'s' if len(others) > 1 else ''} {', '.join(others[:5])}")
+        bits.append(
+            f"a Service named {name} exists in namespace{'s' if len(others) > 1 else ''} {', '.join(others[:5])}"
+        )
     if not near and not others:
-        bits.append(f"namespace {ns} has {len(names)} Service(s)" + (f": {', '.join(sorted(names)[:8])}" if names else "")
-                    if doc.get("listed") else "the other Services could not be listed")
+        bits.append(
+            f"namespace {ns} has {len(names)} Service(s)" + (f": {', '.join(sorted(names)[:8])}" if names else "")
+            if doc.get("listed")
+            else "the other Services could not be listed"
+        )
     ev = [Evidence(ctx.bundle.display(LOOKUP_SRC), f"GET service {ns}/{name}: {doc.get('status', 404)} Not Found")]
     if doc.get("listed"):
-        ev.append(Evidence(ctx.bundle.display(LOOKUP_SRC), f"Services in {ns}: {', '.join(sorted(names)[:12]) or 'none'}"))
+        ev.append(
+            Evidence(ctx.bundle.display(LOOKUP_SRC), f"Services in {ns}: {', '.join(sorted(names)[:12]) or 'none'}")
+        )
     fix = [f"kpdiag svc {near[0]} -n {ns}" for _ in [0] if near] + [f"kpdiag svc {name} -n {o}" for o in others[:2]]
     fix += [f"kubectl get services -A --field-selector metadata.name={name}", f"kubectl -n {ns} get services"]
     yield new(f"Service {ns}/{name} does not exist: " + "; ".join(bits), fix=fix, evidence=ev, subject=f"{ns}/{name}")
@@ -77,20 +91,32 @@ def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
         out.append("the pod is Ready (its readiness probe passes)")
     pols = ctx.source(sources.NETWORKPOLICIES) if ctx.has(sources.NETWORKPOLICIES) else None
     if isinstance(pols, dict) and isinstance(pols.get("items"), list):
-        mine = [p for p in pols["items"] if isinstance(p, dict) and (p.get("metadata") or {}).get("namespace") == svc.namespace]
+        mine = [
+            p
+            for p in pols["items"]
+            if isinstance(p, dict) and (p.get("metadata") or {}).get("namespace") == svc.namespace
+        ]
         if not mine:
             out.append(f"NetworkPolicy (none in namespace {svc.namespace})")
         else:
-            remain.append(f"NetworkPolicy ({len(mine)} in {svc.namespace}; KP120/KP121 say whether one denies this client)")
+            remain.append(
+                f"NetworkPolicy ({len(mine)} in {svc.namespace}; KP120/KP121 say whether one denies this client)"
+            )
     else:
         remain.append("a NetworkPolicy (not collected: kpdiag policy, or kubectl get networkpolicy -A)")
-    remain += [f"a host firewall on node {d.node or '?'} (kpdiag node there)", "the pod itself (a hung process, a full accept queue, its own firewall)",
-               "the CNI's path between the nodes (MTU, tunnel, routes)"]
+    remain += [
+        f"a host firewall on node {d.node or '?'} (kpdiag node there)",
+        "the pod itself (a hung process, a full accept queue, its own firewall)",
+        "the CNI's path between the nodes (MTU, tunnel, routes)",
+    ]
     return out, remain
 
 
 @check(
-    "KP111", "endpoint-refuses", "An endpoint refuses connections on its targetPort", "error",
+    "KP111",
+    "endpoint-refuses",
+    "An endpoint refuses connections on its targetPort",
+    "error",
     needs=("services", "probes"),
     symptom="Some or all connections to the Service are refused ('connection refused') or reset, although the pods are Ready.",
     why="""
@@ -117,23 +143,40 @@ def endpoint_refuses(ctx, new):
             if not refused:
                 continue
             n = len(obs.direct)
-            through = {"ok": "works through the Service for the other endpoints", "unknown": "was not probed through the Service"}.get(
-                obs.service_outcome, f"gets '{obs.service_result}' through the Service")
+            through = {
+                "ok": "works through the Service for the other endpoints",
+                "unknown": "was not probed through the Service",
+            }.get(obs.service_outcome, f"gets '{obs.service_result}' through the Service")
             pod = refused[0].pod or "<pod>"
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port}: nothing listens on {', '.join(d.label() for d in refused)} "
                 f"({len(refused)} of {n} endpoint(s) {'refuse' if obs.proto == 'tcp' else 'answer port-unreachable'}); the port {through}",
-                fix=(f"kubectl -n {svc.namespace} exec {pod} -- ss -ltnp   # or: cat /proc/net/tcp — is {refused[0].port} there, on 0.0.0.0 or 127.0.0.1?",
-                     f"kubectl -n {svc.namespace} logs {pod} --tail=50   # did the app start, which port does it say?",
-                     f"kubectl -n {svc.namespace} describe pod {pod}   # restarts; a readiness probe that does not test port {refused[0].port}"),
-                evidence=[_probe_ev(ctx, f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}") for d in refused[:5]]
-                + ([_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")] if obs.service_result else []),
+                fix=(
+                    f"kubectl -n {svc.namespace} exec {pod} -- ss -ltnp   # or: cat /proc/net/tcp — is {refused[0].port} there, on 0.0.0.0 or 127.0.0.1?",
+                    f"kubectl -n {svc.namespace} logs {pod} --tail=50   # did the app start, which port does it say?",
+                    f"kubectl -n {svc.namespace} describe pod {pod}   # restarts; a readiness probe that does not test port {refused[0].port}",
+                ),
+                evidence=[
+                    _probe_ev(
+                        ctx,
+                        f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}",
+                    )
+                    for d in refused[:5]
+                ]
+                + (
+                    [_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
+                    if obs.service_result
+                    else []
+                ),
                 subject=f"{svc.key}:{obs.port}",
             )
 
 
 @check(
-    "KP112", "endpoint-drops", "An endpoint does not answer at all (packets dropped)", "error",
+    "KP112",
+    "endpoint-drops",
+    "An endpoint does not answer at all (packets dropped)",
+    "error",
     needs=("services", "probes"),
     symptom="Connections to the Service hang and time out (all of them, or one in N), while the pods are Ready.",
     why="""
@@ -156,20 +199,40 @@ def endpoint_drops(ctx, new):
             what = ", ".join(f"{d.label()}: {d.result}" for d in silent[:5])
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port}: {len(silent)} of {len(obs.direct)} endpoint(s) do not answer ({what})"
-                + ("; through the Service it works for the others" if obs.service_outcome == "ok" else f"; through the Service: {obs.service_result or 'not probed'}")
-                + (f". Ruled out: {'; '.join(out)}" if out else "") + f". Not ruled out: {'; '.join(remain)}",
-                fix=(f"kpdiag policy --to {svc.namespace}/{d0.pod or svc.name} --port {d0.port}/{obs.proto.upper()} --from <this pod NS/NAME>   # does a NetworkPolicy admit the client?",
-                     f"kubectl -n {svc.namespace} get networkpolicy",
-                     f"kubectl debug node/{d0.node or '<the pod node>'} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node   # the pod's node: firewall, routes",
-                     f"kubectl -n {svc.namespace} exec {d0.pod or '<pod>'} -- ss -ltn   # Recv-Q at its maximum: the app does not accept"),
-                evidence=[_probe_ev(ctx, f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}") for d in silent[:5]]
-                + ([_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")] if obs.service_result else []),
+                + (
+                    "; through the Service it works for the others"
+                    if obs.service_outcome == "ok"
+                    else f"; through the Service: {obs.service_result or 'not probed'}"
+                )
+                + (f". Ruled out: {'; '.join(out)}" if out else "")
+                + f". Not ruled out: {'; '.join(remain)}",
+                fix=(
+                    f"kpdiag policy --to {svc.namespace}/{d0.pod or svc.name} --port {d0.port}/{obs.proto.upper()} --from <this pod NS/NAME>   # does a NetworkPolicy admit the client?",
+                    f"kubectl -n {svc.namespace} get networkpolicy",
+                    f"kubectl debug node/{d0.node or '<the pod node>'} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node   # the pod's node: firewall, routes",
+                    f"kubectl -n {svc.namespace} exec {d0.pod or '<pod>'} -- ss -ltn   # Recv-Q at its maximum: the app does not accept",
+                ),
+                evidence=[
+                    _probe_ev(
+                        ctx,
+                        f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}",
+                    )
+                    for d in silent[:5]
+                ]
+                + (
+                    [_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
+                    if obs.service_result
+                    else []
+                ),
                 subject=f"{svc.key}:{obs.port}",
             )
 
 
 @check(
-    "KP113", "service-path-broken", "The Service fails although its endpoints answer directly", "error",
+    "KP113",
+    "service-path-broken",
+    "The Service fails although its endpoints answer directly",
+    "error",
     needs=("services", "probes"),
     symptom="curl to the Service's name or ClusterIP fails, while curl to a pod IP works.",
     why="""
@@ -195,10 +258,16 @@ def service_path_broken(ctx, new):
                 + (f" from {obs.service_from}" if obs.service_from else "")
                 + f" — yet {len(ok)} of {len(obs.direct)} endpoint(s) answer directly ({', '.join(d.label() for d in ok[:4])}): "
                 + "the Service layer on the client's node is at fault, not the backend"
-                + (f" — this client ({me}) is itself an endpoint: its own connection must hairpin back to it (KP206)" if hairpin else "")
+                + (
+                    f" — this client ({me}) is itself an endpoint: its own connection must hairpin back to it (KP206)"
+                    if hairpin
+                    else ""
+                )
                 + (" (see the node findings above: KP2xx/KP3xx/KP4xx)" if on_node else ""),
-                fix=(f"kubectl debug node/{node} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node --service {svc.key}",
-                     f"kpdiag trace --dst {obs.cluster_ip}:{obs.port} --proto {obs.proto} --from pod --src <this pod IP>   # on that node"),
+                fix=(
+                    f"kubectl debug node/{node} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node --service {svc.key}",
+                    f"kpdiag trace --dst {obs.cluster_ip}:{obs.port} --proto {obs.proto} --from pod --src <this pod IP>   # on that node",
+                ),
                 evidence=[_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
                 + [_probe_ev(ctx, f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]],
                 subject=f"{svc.key}:{obs.port}",
@@ -206,7 +275,10 @@ def service_path_broken(ctx, new):
 
 
 @check(
-    "KP114", "service-port-fails", "The Service port does not answer", "error",
+    "KP114",
+    "service-port-fails",
+    "The Service port does not answer",
+    "error",
     needs=("services", "probes"),
     symptom="Connections to the Service are refused, reset or time out.",
     why="""
@@ -227,8 +299,13 @@ def service_port_fails(ctx, new):
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port} through {obs.target}: {obs.service_result}; no endpoint was probed directly, "
                 "so the backend and the Service layer cannot be told apart",
-                fix=(f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # then: nc -vz <endpoint IP> <port>",
-                     f"kpdiag node --service {svc.key}   # on the client's node"),
-                evidence=[_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}"), _svc_ev(ctx, svc, f"{len(svc.endpoints)} endpoint(s)")],
+                fix=(
+                    f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # then: nc -vz <endpoint IP> <port>",
+                    f"kpdiag node --service {svc.key}   # on the client's node",
+                ),
+                evidence=[
+                    _probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}"),
+                    _svc_ev(ctx, svc, f"{len(svc.endpoints)} endpoint(s)"),
+                ],
                 subject=f"{svc.key}:{obs.port}",
             )

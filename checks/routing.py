@@ -23,7 +23,10 @@ def covering_prefix(ips: list[str]) -> str:
 
 
 @check(
-    "KP601", "service-cidr-leaves-node", "Traffic to ClusterIPs that kube-proxy does not translate leaves the node", "info",
+    "KP601",
+    "service-cidr-leaves-node",
+    "Traffic to ClusterIPs that kube-proxy does not translate leaves the node",
+    "info",
     needs=("routes", "iptables"),
     symptom="ping to a ClusterIP answers 'Time to live exceeded' (or nothing); a ClusterIP on a port the Service does not define hangs instead of being refused.",
     why="""
@@ -72,8 +75,10 @@ def service_cidr_leaves(ctx, new):
                 f"or on every node: {ip_route} add unreachable {cidr}   # refused at once instead of looping",
                 f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping",
             ),
-            evidence=[Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
-                      Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}")],
+            evidence=[
+                Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
+                Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}"),
+            ],
             subject=cidr,
         )
     if not found:
@@ -98,8 +103,14 @@ def _service_cidr(ctx) -> tuple[str | None, str | None, object]:
                     for item in items or []:
                         p = item.get("prefix") if isinstance(item, dict) else None
                         if p and family == "ip":
-                            return f"{p['addr']}/{p['len']}", "kube-proxy's nftables rule 'Drop traffic to unallocated ClusterIPs'", \
-                                Evidence(rs.source, f"table {family} kube-proxy chain cluster-ips-check: ip daddr {p['addr']}/{p['len']} drop")
+                            return (
+                                f"{p['addr']}/{p['len']}",
+                                "kube-proxy's nftables rule 'Drop traffic to unallocated ClusterIPs'",
+                                Evidence(
+                                    rs.source,
+                                    f"table {family} kube-proxy chain cluster-ips-check: ip daddr {p['addr']}/{p['len']} drop",
+                                ),
+                            )
     return None, None, None
 
 
@@ -127,10 +138,13 @@ def _cluster_ips(ctx) -> dict[str, str]:
 
 
 @check(
-    "KP603", "pod-service-cidr-overlap", "The pod CIDR overlaps the Service CIDR", "error",
+    "KP603",
+    "pod-service-cidr-overlap",
+    "The pod CIDR overlaps the Service CIDR",
+    "error",
     needs=("kube-proxy-config",),
     symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
-            "address, or is not masqueraded, depending on the node.",
+    "address, or is not masqueraded, depending on the node.",
     why="""
         kube-proxy's clusterCIDR says which sources are pods (traffic from elsewhere is masqueraded) and the CNI
         routes the pod CIDR to pods; ClusterIPs are virtual addresses from the Service CIDR. When the two ranges
@@ -140,7 +154,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
         kube-controller-manager --cluster-cidr, the CNI's pool) and must not overlap.
     """,
     fix="Make kube-proxy's clusterCIDR the real pod CIDR (the CNI's pool, kube-controller-manager --cluster-cidr); if the "
-        "cluster itself was built with overlapping ranges, the Service or pod range has to be migrated.",
+    "cluster itself was built with overlapping ranges, the Service or pod range has to be migrated.",
 )
 def pod_service_overlap(ctx, new):
     cfg = ctx.kube_proxy_config
@@ -167,22 +181,30 @@ def pod_service_overlap(ctx, new):
         if hit:
             yield new(
                 f"kube-proxy's clusterCIDR {hit[0]} overlaps the Service CIDR {net} ({how})",
-                fix=("kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
-                     "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy"),
+                fix=(
+                    "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
+                    "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy",
+                ),
                 evidence=[e for e in (ev_config, cidr_ev) if e],
                 subject="node",
             )
             return
-    inside = {ip: where for ip, where in _cluster_ips(ctx).items()
-              if any(ipaddress.ip_address(ip) in p for p in pods if p.version == ipaddress.ip_address(ip).version)}
+    inside = {
+        ip: where
+        for ip, where in _cluster_ips(ctx).items()
+        if any(ipaddress.ip_address(ip) in p for p in pods if p.version == ipaddress.ip_address(ip).version)
+    }
     if not inside:
         return
     first = sorted(inside)[:3]
     yield new(
         f"{len(inside)} ClusterIP(s) lie inside kube-proxy's clusterCIDR {raw} (e.g. {', '.join(first)}): the pod CIDR overlaps "
         "the Service CIDR",
-        fix=("kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
-             "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool (not containing the Service range), then restart kube-proxy"),
-        evidence=[e for e in [ev_config] if e] + [Evidence(inside[ip].split(": ", 1)[0], f"{ip} ({inside[ip].split(': ', 1)[-1]})") for ip in first],
+        fix=(
+            "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
+            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool (not containing the Service range), then restart kube-proxy",
+        ),
+        evidence=[e for e in [ev_config] if e]
+        + [Evidence(inside[ip].split(": ", 1)[0], f"{ip} ({inside[ip].split(': ', 1)[-1]})") for ip in first],
         subject="node",
     )

@@ -30,7 +30,9 @@ def usable(ctx, svc, port, family: int | None = None):
     hints, the serving-terminating fallback, Local traffic policies."""
     from kpdiag.cluster_state import usable_endpoints
 
-    return usable_endpoints(svc, port, node=ctx.cluster.node_name() or ctx.node_name or None, zone=ctx.cluster.node_zone(), family=family)
+    return usable_endpoints(
+        svc, port, node=ctx.cluster.node_name() or ctx.node_name or None, zone=ctx.cluster.node_zone(), family=family
+    )
 
 
 def wanted_targets(ctx, svc, port, family: int = 4) -> set[str] | None:
@@ -66,7 +68,10 @@ def _reject_rule(ctx, svc, port):
 
 
 @check(
-    "KP101", "no-endpoints", "Service has no endpoints", "error",
+    "KP101",
+    "no-endpoints",
+    "Service has no endpoints",
+    "error",
     needs=("services", "endpointslices"),
     symptom="Connections to the Service are refused at once ('connection refused'; ICMP port unreachable for UDP).",
     why="""
@@ -83,8 +88,17 @@ def no_endpoints(ctx, new):
         for port in svc.ports:
             if svc.endpoints_for(port):
                 continue
-            ev = [_svc_ev(ctx, svc, f"selector {svc.selector or '(none)'}; port {port.get('port')}/{port.get('protocol', 'TCP')}"),
-                  Evidence(ctx.bundle.display(EPS_SRC), f"no EndpointSlice with endpoints for {svc.key} port {port.get('name') or port.get('port')}")]
+            ev = [
+                _svc_ev(
+                    ctx,
+                    svc,
+                    f"selector {svc.selector or '(none)'}; port {port.get('port')}/{port.get('protocol', 'TCP')}",
+                ),
+                Evidence(
+                    ctx.bundle.display(EPS_SRC),
+                    f"no EndpointSlice with endpoints for {svc.key} port {port.get('name') or port.get('port')}",
+                ),
+            ]
             rule = _reject_rule(ctx, svc, port)
             if rule is not None:
                 ev.append(Evidence(rule.source, rule.text, rule.lineno))
@@ -92,21 +106,31 @@ def no_endpoints(ctx, new):
                 p = _probe(ctx, f"{hostport(ip, port.get('port'))}/tcp", "tcp-connect")
                 if p:
                     ev.append(Evidence("probe", f"TCP connect {p['target']}: {p['result']}"))
-            cause = "no selector: nobody creates its endpoints" if not svc.selector else "its selector picks no ready or unready pod"
+            cause = (
+                "no selector: nobody creates its endpoints"
+                if not svc.selector
+                else "its selector picks no ready or unready pod"
+            )
             yield new(
                 f"{svc.key} port {port.get('port')} has no endpoints ({cause}): connections are refused",
                 fix=(
                     f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide",
-                    f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items())} -o wide" if svc.selector
+                    f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items())} -o wide"
+                    if svc.selector
                     else f"kubectl -n {svc.namespace} apply -f <an EndpointSlice labelled kubernetes.io/service-name={svc.name}>",
                     f"kubectl -n {svc.namespace} get pods --show-labels   # compare with the selector {svc.selector}",
                 ),
-                evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+                evidence=ev,
+                subject=f"{svc.key}:{port.get('port')}",
             )
 
 
 @check(
-    "KP102", "endpoints-not-ready", "Service has endpoints, none ready", "error", severities=("warning", "error"),
+    "KP102",
+    "endpoints-not-ready",
+    "Service has endpoints, none ready",
+    "error",
+    severities=("warning", "error"),
     needs=("services", "endpointslices"),
     symptom="Connections to the Service are refused or time out although its pods exist.",
     why="""
@@ -126,23 +150,37 @@ def not_ready(ctx, new):
                 continue
             fallback = [e for e in eps if e.serving_terminating]
             pods = {(p.get("metadata") or {}).get("name"): p for p in ctx.cluster.pods() or []}
-            ev = [Evidence(ctx.bundle.display(EPS_SRC), f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
-                           + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else "")) for e in eps[:5]]
+            ev = [
+                Evidence(
+                    ctx.bundle.display(EPS_SRC),
+                    f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
+                    + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else ""),
+                )
+                for e in eps[:5]
+            ]
             for e in eps[:3]:
                 pod = pods.get(e.pod)
                 for c in ((pod or {}).get("status") or {}).get("conditions") or []:
                     if c.get("type") == "Ready" and c.get("status") != "True":
-                        ev.append(Evidence(ctx.bundle.display(PODS_SRC), f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()))
+                        ev.append(
+                            Evidence(
+                                ctx.bundle.display(PODS_SRC),
+                                f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip(),
+                            )
+                        )
             if fallback:
                 yield new(
                     f"{svc.key} port {port.get('port')}: none of its {len(eps)} endpoint(s) is ready; kube-proxy falls back to the "
                     f"{len(fallback)} that are terminating but still serving ({', '.join(e.pod or e.ip for e in fallback[:3])}) — "
                     "traffic flows until they exit, then the Service has nothing",
                     severity="warning",
-                    fix=(f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items()) or '<selector>'} -o wide   # are new pods coming up?",
-                         f"kubectl -n {svc.namespace} rollout status deployment/<name>   # a rollout whose new pods never get ready",
-                         f"kubectl -n {svc.namespace} describe pod <new pod>   # why the replacements are not ready"),
-                    evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+                    fix=(
+                        f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items()) or '<selector>'} -o wide   # are new pods coming up?",
+                        f"kubectl -n {svc.namespace} rollout status deployment/<name>   # a rollout whose new pods never get ready",
+                        f"kubectl -n {svc.namespace} describe pod <new pod>   # why the replacements are not ready",
+                    ),
+                    evidence=ev,
+                    subject=f"{svc.key}:{port.get('port')}",
                 )
                 continue
             yield new(
@@ -152,12 +190,16 @@ def not_ready(ctx, new):
                     f"kubectl -n {svc.namespace} logs {eps[0].pod or '<pod>'}",
                     f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o yaml | grep -A3 conditions",
                 ),
-                evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+                evidence=ev,
+                subject=f"{svc.key}:{port.get('port')}",
             )
 
 
 @check(
-    "KP103", "selector-matches-nothing", "Service selector matches no pod", "error",
+    "KP103",
+    "selector-matches-nothing",
+    "Service selector matches no pod",
+    "error",
     needs=("services", "pods"),
     symptom="The Service has no endpoints although the pods you meant are running.",
     why="""
@@ -180,7 +222,9 @@ def selector_nothing(ctx, new):
             if md.get("namespace", svc.namespace) != svc.namespace:
                 continue
             labels = md.get("labels") or {}
-            diff = [f"{k}: wants {v!r}, pod has {labels.get(k)!r}" for k, v in svc.selector.items() if labels.get(k) != v]
+            diff = [
+                f"{k}: wants {v!r}, pod has {labels.get(k)!r}" for k, v in svc.selector.items() if labels.get(k) != v
+            ]
             if set(labels) & set(svc.selector):  # shares a selector key: a near miss worth showing
                 near.append((len(diff), md.get("name"), diff))
         near.sort()
@@ -194,7 +238,8 @@ def selector_nothing(ctx, new):
                 f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items())}   # empty: the selector matches nothing",
                 f"kubectl -n {svc.namespace} edit service {svc.name}   # or fix the labels in the Deployment's pod template",
             ),
-            evidence=ev, subject=svc.key,
+            evidence=ev,
+            subject=svc.key,
         )
 
 
@@ -206,7 +251,11 @@ def _container_ports(pod: dict) -> list[dict]:
 
 
 @check(
-    "KP104", "target-port-mismatch", "Service targetPort not exposed by its pods", "error", severities=('warning', 'error'),
+    "KP104",
+    "target-port-mismatch",
+    "Service targetPort not exposed by its pods",
+    "error",
+    severities=("warning", "error"),
     needs=("services", "pods"),
     symptom="Connections through the Service are refused or reset, while the pods are ready; or the Service has no endpoints for a named port.",
     why="""
@@ -232,11 +281,18 @@ def target_port(ctx, new):
                 yield new(
                     f"{svc.key} port {port.get('port')} targets the named port {tp!r}, which none of its {len(pods)} pod(s) declares"
                     + (f" (they name: {', '.join(names)})" if names else ""),
-                    fix=(f"kubectl -n {svc.namespace} patch service {svc.name} --type json -p "
-                         f"'[{{\"op\":\"replace\",\"path\":\"/spec/ports/{svc.ports.index(port)}/targetPort\",\"value\":<port or name>}}]'",
-                         f"kubectl -n {svc.namespace} get pod {(pods[0].get('metadata') or {}).get('name')} -o jsonpath='{{.spec.containers[*].ports}}'"),
-                    evidence=[_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {tp!r}"),
-                              Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}")],
+                    fix=(
+                        f"kubectl -n {svc.namespace} patch service {svc.name} --type json -p "
+                        f'\'[{{"op":"replace","path":"/spec/ports/{svc.ports.index(port)}/targetPort","value":<port or name>}}]\'',
+                        f"kubectl -n {svc.namespace} get pod {(pods[0].get('metadata') or {}).get('name')} -o jsonpath='{{.spec.containers[*].ports}}'",
+                    ),
+                    evidence=[
+                        _svc_ev(ctx, svc, f"port {port.get('port')} targetPort {tp!r}"),
+                        Evidence(
+                            ctx.bundle.display(PODS_SRC),
+                            f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}",
+                        ),
+                    ],
                     subject=f"{svc.key}:{port.get('port')}",
                 )
                 continue
@@ -245,21 +301,37 @@ def target_port(ctx, new):
             if not numbers or number in numbers:
                 continue  # nothing declared (containerPorts are optional) or it agrees: a refusal there is KP111's case
             proto = (port.get("protocol") or "TCP").lower()
-            direct = [r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
-                      if str(r.get("target", "")).endswith(f":{number}/{proto}") and r.get("target", "").rsplit(":", 1)[0].strip("[]") not in svc.cluster_ips]
+            direct = [
+                r
+                for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                if str(r.get("target", "")).endswith(f":{number}/{proto}")
+                and r.get("target", "").rsplit(":", 1)[0].strip("[]") not in svc.cluster_ips
+            ]
             if direct and all(r.get("result") in ("connected", "udp-reply") for r in direct):
                 continue  # the app listens on targetPort after all: the declaration is only out of date
             failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
-            ev = [_svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}"),
-                  Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}")]
-            ev += [Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}") for r in failing[:3]]
+            ev = [
+                _svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}"),
+                Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}"),
+            ]
+            ev += [
+                Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}")
+                for r in failing[:3]
+            ]
             yield new(
                 f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods declare {', '.join(map(str, numbers))}"
-                + (f" — and {len(failing)} endpoint(s) refuse or drop {number}" if failing else " (not probed: the app may still listen there)"),
+                + (
+                    f" — and {len(failing)} endpoint(s) refuse or drop {number}"
+                    if failing
+                    else " (not probed: the app may still listen there)"
+                ),
                 severity="error" if failing else "warning",
-                fix=(f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
-                     f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on"),
-                evidence=ev, subject=f"{svc.key}:{port.get('port')}",
+                fix=(
+                    f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
+                    f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on",
+                ),
+                evidence=ev,
+                subject=f"{svc.key}:{port.get('port')}",
             )
 
 
@@ -278,7 +350,10 @@ def _local_check(ctx, new, policy: str):
 
 
 @check(
-    "KP105", "external-local-no-endpoints", "externalTrafficPolicy=Local and no endpoint on this node", "warning",
+    "KP105",
+    "external-local-no-endpoints",
+    "externalTrafficPolicy=Local and no endpoint on this node",
+    "warning",
     needs=("services", "endpointslices"),
     symptom="The NodePort or LoadBalancer works through some nodes and times out through this one.",
     why="""
@@ -291,30 +366,42 @@ def _local_check(ctx, new, policy: str):
 )
 def etp_local(ctx, new):
     for svc, node, ready in _local_check(ctx, new, "external"):
-        ev = [_svc_ev(ctx, svc, f"type {svc.type}, externalTrafficPolicy Local"),
-              Evidence(ctx.bundle.display(EPS_SRC), f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}")]
+        ev = [
+            _svc_ev(ctx, svc, f"type {svc.type}, externalTrafficPolicy Local"),
+            Evidence(
+                ctx.bundle.display(EPS_SRC),
+                f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}",
+            ),
+        ]
         rs = ctx.iptables()
         if rs is not None:
             ext = rs.chain("filter", "KUBE-EXTERNAL-SERVICES")
             for r in ext.rules if ext is not None else []:
-                if (r.comment or "").startswith((f"{svc.key}:", f"{svc.key} ")) and "no local endpoints" in (r.comment or ""):
+                if (r.comment or "").startswith((f"{svc.key}:", f"{svc.key} ")) and "no local endpoints" in (
+                    r.comment or ""
+                ):
                     ev.append(Evidence(r.source, r.text, r.lineno))
                     break
         nps = [str(p.get("nodePort")) for p in svc.ports if p.get("nodePort")]
         yield new(
             f"{svc.key} has externalTrafficPolicy=Local and no ready endpoint on node {node}: external traffic to this node"
-            + (f" (NodePort {', '.join(nps)})" if nps else "") + " is dropped",
+            + (f" (NodePort {', '.join(nps)})" if nps else "")
+            + " is dropped",
             fix=(
                 f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # which nodes have endpoints",
                 f"curl -s http://<node-ip>:{svc.spec.get('healthCheckNodePort', '<healthCheckNodePort>')}/healthz   # what the LB health check sees",
-                f"kubectl -n {svc.namespace} patch service {svc.name} -p '{{\"spec\":{{\"externalTrafficPolicy\":\"Cluster\"}}}}'   # if the client IP need not be kept",
+                f'kubectl -n {svc.namespace} patch service {svc.name} -p \'{{"spec":{{"externalTrafficPolicy":"Cluster"}}}}\'   # if the client IP need not be kept',
             ),
-            evidence=ev, subject=svc.key,
+            evidence=ev,
+            subject=svc.key,
         )
 
 
 @check(
-    "KP106", "internal-local-no-endpoints", "internalTrafficPolicy=Local and no endpoint on this node", "warning",
+    "KP106",
+    "internal-local-no-endpoints",
+    "internalTrafficPolicy=Local and no endpoint on this node",
+    "warning",
     needs=("services", "endpointslices"),
     symptom="Pods on this node cannot reach the Service (timeouts), pods on other nodes can.",
     why="""
@@ -328,16 +415,26 @@ def itp_local(ctx, new):
     for svc, node, ready in _local_check(ctx, new, "internal"):
         yield new(
             f"{svc.key} has internalTrafficPolicy=Local and no ready endpoint on node {node}: pods here cannot reach it",
-            fix=(f"kubectl -n {svc.namespace} patch service {svc.name} -p '{{\"spec\":{{\"internalTrafficPolicy\":\"Cluster\"}}}}'",
-                 f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide"),
-            evidence=[_svc_ev(ctx, svc, "internalTrafficPolicy Local"),
-                      Evidence(ctx.bundle.display(EPS_SRC), f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}")],
+            fix=(
+                f'kubectl -n {svc.namespace} patch service {svc.name} -p \'{{"spec":{{"internalTrafficPolicy":"Cluster"}}}}\'',
+                f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide",
+            ),
+            evidence=[
+                _svc_ev(ctx, svc, "internalTrafficPolicy Local"),
+                Evidence(
+                    ctx.bundle.display(EPS_SRC),
+                    f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}",
+                ),
+            ],
             subject=svc.key,
         )
 
 
 @check(
-    "KP107", "no-cluster-ip", "Service has no ClusterIP", "info",
+    "KP107",
+    "no-cluster-ip",
+    "Service has no ClusterIP",
+    "info",
     needs=("services",),
     symptom="There is no Service IP to ping, curl or trace; DNS returns pod IPs or another name.",
     why="""
@@ -351,17 +448,29 @@ def itp_local(ctx, new):
 def no_cluster_ip(ctx, new):
     for svc in _services(ctx, allow_headless=True):
         if svc.type == "ExternalName":
-            yield new(f"{svc.key} is an ExternalName Service: a DNS alias for {svc.spec.get('externalName')!r}, no kube-proxy rules",
-                      fix=(f"nslookup {svc.name}.{svc.namespace}.svc   # a CNAME to {svc.spec.get('externalName')}",),
-                      evidence=[_svc_ev(ctx, svc, f"type ExternalName, externalName {svc.spec.get('externalName')}")], subject=svc.key)
+            yield new(
+                f"{svc.key} is an ExternalName Service: a DNS alias for {svc.spec.get('externalName')!r}, no kube-proxy rules",
+                fix=(f"nslookup {svc.name}.{svc.namespace}.svc   # a CNAME to {svc.spec.get('externalName')}",),
+                evidence=[_svc_ev(ctx, svc, f"type ExternalName, externalName {svc.spec.get('externalName')}")],
+                subject=svc.key,
+            )
         elif svc.headless:
-            yield new(f"{svc.key} is headless (clusterIP: None): its name resolves to the pod IPs, there is no Service IP",
-                      fix=(f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # the IPs DNS returns",),
-                      evidence=[_svc_ev(ctx, svc, "clusterIP: None")], subject=svc.key)
+            yield new(
+                f"{svc.key} is headless (clusterIP: None): its name resolves to the pod IPs, there is no Service IP",
+                fix=(
+                    f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # the IPs DNS returns",
+                ),
+                evidence=[_svc_ev(ctx, svc, "clusterIP: None")],
+                subject=svc.key,
+            )
 
 
 @check(
-    "KP108", "dns-mismatch", "Service name does not resolve to its ClusterIP", "error", severities=('warning', 'error'),
+    "KP108",
+    "dns-mismatch",
+    "Service name does not resolve to its ClusterIP",
+    "error",
+    severities=("warning", "error"),
     needs=("services", "dns"),
     symptom="curl http://my-service fails with 'could not resolve host', or reaches something else, while the ClusterIP works.",
     why="""
@@ -379,36 +488,67 @@ def dns_mismatch(ctx, new):
     for svc in _services(ctx, allow_headless=True):
         if svc.type == "ExternalName":
             continue
-        ev = Evidence(ctx.bundle.display(sources.PROBES_DNS), f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip())
+        ev = Evidence(
+            ctx.bundle.display(sources.PROBES_DNS),
+            f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip(),
+        )
         result = doc.get("result")
         if result == "resolved":
             want = set(svc.cluster_ips) if not svc.headless else {e.ip for e in svc.endpoints if e.ready}
             got = set(doc.get("addresses") or [])
             if not want or want & got:
                 continue
-            yield new(f"{doc.get('name')} resolves to {', '.join(sorted(got))}, not to {svc.key}'s {'endpoints' if svc.headless else 'ClusterIP'} {', '.join(sorted(want))}",
-                      fix=("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50", f"kubectl -n {svc.namespace} get service {svc.name} -o wide"),
-                      evidence=[ev, _svc_ev(ctx, svc, f"clusterIPs {svc.cluster_ips}")], subject=svc.key)
+            yield new(
+                f"{doc.get('name')} resolves to {', '.join(sorted(got))}, not to {svc.key}'s {'endpoints' if svc.headless else 'ClusterIP'} {', '.join(sorted(want))}",
+                fix=(
+                    "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+                    f"kubectl -n {svc.namespace} get service {svc.name} -o wide",
+                ),
+                evidence=[ev, _svc_ev(ctx, svc, f"clusterIPs {svc.cluster_ips}")],
+                subject=svc.key,
+            )
         elif result == "nxdomain":
-            yield new(f"{doc.get('name')} does not exist in DNS although {svc.key} does",
-                      fix=("kubectl -n kube-system get pods -l k8s-app=kube-dns", "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-                           "cat /etc/resolv.conf   # search list and nameserver of the pod"),
-                      evidence=[ev], subject=svc.key)
+            yield new(
+                f"{doc.get('name')} does not exist in DNS although {svc.key} does",
+                fix=(
+                    "kubectl -n kube-system get pods -l k8s-app=kube-dns",
+                    "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+                    "cat /etc/resolv.conf   # search list and nameserver of the pod",
+                ),
+                evidence=[ev],
+                subject=svc.key,
+            )
         elif result == "nodata":
-            yield new(f"{doc.get('name')} exists in DNS but has no address record (A/AAAA), although {svc.key} has "
-                      f"{'ready endpoints' if svc.headless else 'a ClusterIP'}",
-                      fix=("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50", f"kubectl -n {svc.namespace} get service {svc.name} -o wide"),
-                      evidence=[ev], subject=svc.key)
+            yield new(
+                f"{doc.get('name')} exists in DNS but has no address record (A/AAAA), although {svc.key} has "
+                f"{'ready endpoints' if svc.headless else 'a ClusterIP'}",
+                fix=(
+                    "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+                    f"kubectl -n {svc.namespace} get service {svc.name} -o wide",
+                ),
+                evidence=[ev],
+                subject=svc.key,
+            )
         else:
-            yield new(f"DNS could not be asked about {svc.key}: {doc.get('error')}" + (" (KP138: which server, how)" if doc.get("schema") == "kpdiag.dns/v1" else ""),
-                      severity="warning",
-                      fix=("cat /etc/resolv.conf", "kubectl -n kube-system get svc kube-dns -o wide   # is the nameserver the kube-dns ClusterIP?",
-                           "kpdiag svc kube-dns -n kube-system   # is DNS itself reachable?"),
-                      evidence=[ev], subject=svc.key)
+            yield new(
+                f"DNS could not be asked about {svc.key}: {doc.get('error')}"
+                + (" (KP138: which server, how)" if doc.get("schema") == "kpdiag.dns/v1" else ""),
+                severity="warning",
+                fix=(
+                    "cat /etc/resolv.conf",
+                    "kubectl -n kube-system get svc kube-dns -o wide   # is the nameserver the kube-dns ClusterIP?",
+                    "kpdiag svc kube-dns -n kube-system   # is DNS itself reachable?",
+                ),
+                evidence=[ev],
+                subject=svc.key,
+            )
 
 
 @check(
-    "KP109", "source-range-drop", "Client outside the LoadBalancer's source ranges", "warning",
+    "KP109",
+    "source-range-drop",
+    "Client outside the LoadBalancer's source ranges",
+    "warning",
     needs=("services", "probes"),
     symptom="The LoadBalancer IP times out from here but works from elsewhere.",
     why="""
@@ -431,7 +571,16 @@ def source_range(ctx, new):
             continue
         if inside:
             continue
-        yield new(f"this client ({src}) is outside {svc.key}'s loadBalancerSourceRanges {ranges}: its traffic to the load balancer is dropped",
-                  fix=(f"kubectl -n {svc.namespace} patch service {svc.name} --type merge -p '{{\"spec\":{{\"loadBalancerSourceRanges\":{ranges + [src + '/32']}}}}}'".replace("'", '"', 0),),
-                  evidence=[_svc_ev(ctx, svc, f"loadBalancerSourceRanges {ranges}"), Evidence(sources.PROBES_SERVICE, f"source address {src}")],
-                  subject=svc.key)
+        yield new(
+            f"this client ({src}) is outside {svc.key}'s loadBalancerSourceRanges {ranges}: its traffic to the load balancer is dropped",
+            fix=(
+                f'kubectl -n {svc.namespace} patch service {svc.name} --type merge -p \'{{"spec":{{"loadBalancerSourceRanges":{ranges + [src + "/32"]}}}}}\''.replace(
+                    "'", '"', 0
+                ),
+            ),
+            evidence=[
+                _svc_ev(ctx, svc, f"loadBalancerSourceRanges {ranges}"),
+                Evidence(sources.PROBES_SERVICE, f"source address {src}"),
+            ],
+            subject=svc.key,
+        )

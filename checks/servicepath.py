@@ -21,8 +21,14 @@ def _tcp_summary(ctx, svc, ip: str | None = None) -> str:
     for target in [ip] if ip else svc.cluster_ips[:1]:
         for port in svc.ports:
             proto = (port.get("protocol") or "TCP").lower()
-            r = next((r for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
-                      if r.get("target") == f"{hostport(target, port.get('port'))}/{proto}"), None)
+            r = next(
+                (
+                    r
+                    for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                    if r.get("target") == f"{hostport(target, port.get('port'))}/{proto}"
+                ),
+                None,
+            )
             if r:
                 ok = r["result"] in ("connected", "syn-ack", "udp-reply")
                 bits.append(f"{proto.upper()} {port.get('port')} {'works' if ok else 'gets ' + r['result']}")
@@ -39,7 +45,11 @@ def _service_cidr_guess(ip: str) -> str:
 
 
 @check(
-    "KP201", "icmp-to-cluster-ip", "ping to a ClusterIP does not work — by design", "info", severities=('info', 'warning'),
+    "KP201",
+    "icmp-to-cluster-ip",
+    "ping to a ClusterIP does not work — by design",
+    "info",
+    severities=("info", "warning"),
     needs=("services", "probes"),
     symptom="ping <ClusterIP> prints 'Time to live exceeded' (or nothing at all), and people conclude the Service is down.",
     why="""
@@ -58,16 +68,26 @@ def _service_cidr_guess(ip: str) -> str:
 def icmp_cluster_ip(ctx, new):
     echoes = ctx.probe_results("icmp-echo")
     if not echoes or all(r.get("result") == "skipped" for r in echoes):
-        raise Skip("no ICMP probe was sent: " + next((r.get("detail", {}).get("reason", "") for r in echoes), "no probes"))
+        raise Skip(
+            "no ICMP probe was sent: " + next((r.get("detail", {}).get("reason", "") for r in echoes), "no probes")
+        )
     mode, _ = ctx.proxy_mode
     for svc in _services(ctx):
         for ip in svc.cluster_ips:
-            echo = next((r for r in echoes if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64), None)
+            echo = next(
+                (r for r in echoes if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64),
+                None,
+            )
             if echo is None or echo["result"] == "skipped":
                 continue
             works = _tcp_summary(ctx, svc, ip)
             walk = next((r for r in ctx.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
-            ev = [Evidence(sources.PROBES_SERVICE, f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""))]
+            ev = [
+                Evidence(
+                    sources.PROBES_SERVICE,
+                    f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""),
+                )
+            ]
             cidr = _service_cidr_guess(ip)
             route = "ip -6 route" if ":" in ip else "ip route"
             if echo["result"] == "time-exceeded":
@@ -75,7 +95,12 @@ def icmp_cluster_ip(ctx, new):
                 loop = (walk or {}).get("detail", {}).get("loop_between")
                 if walk:
                     hops = ", ".join(f"ttl {h['ttl']}: {h['from'] or '*'}" for h in walk["detail"]["hops"])
-                    ev.append(Evidence(sources.PROBES_SERVICE, f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else "")))
+                    ev.append(
+                        Evidence(
+                            sources.PROBES_SERVICE,
+                            f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else ""),
+                        )
+                    )
                 yield new(
                     f"ping {ip} ({svc.key}) gets 'Time to live exceeded' from {router}"
                     + (f": the packet loops between {' and '.join(loop)}" if loop else "")
@@ -88,7 +113,8 @@ def icmp_cluster_ip(ctx, new):
                         f"or on every node: {route} add unreachable <service CIDR>   # the node then refuses untranslated traffic itself",
                         "never use ping as a Service health check; use a TCP/HTTP probe on the Service port",
                     ),
-                    evidence=ev, subject=f"{svc.key} {ip}",
+                    evidence=ev,
+                    subject=f"{svc.key} {ip}",
                 )
             elif echo["result"] == "timeout":
                 if mode == "ipvs":
@@ -96,34 +122,64 @@ def icmp_cluster_ip(ctx, new):
                 yield new(
                     f"ping {ip} ({svc.key}) gets no answer — expected in {mode or 'iptables/nftables'} mode: a ClusterIP only answers on its Service ports."
                     + (f" {works} through the Service." if works else ""),
-                    fix=(f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports", f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}"),
-                    evidence=ev, subject=f"{svc.key} {ip}",
+                    fix=(
+                        f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports",
+                        f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}",
+                    ),
+                    evidence=ev,
+                    subject=f"{svc.key} {ip}",
                 )
             elif echo["result"] in ("port-unreachable", "admin-prohibited") and mode == "ipvs":
                 rs = ctx.iptables()
                 filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
                 yield new(
-                    f"ping {ip} ({svc.key}) is rejected ({echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else "")
+                    f"ping {ip} ({svc.key}) is rejected ({echo['result']}"
+                    + (f" from {echo.get('from')}" if echo.get("from") else "")
                     + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER"
-                    + (f" (kube-proxy v{ctx.kube_proxy_version[0]}.{ctx.kube_proxy_version[1]})" if ctx.kube_proxy_version else "")
+                    + (
+                        f" (kube-proxy v{ctx.kube_proxy_version[0]}.{ctx.kube_proxy_version[1]})"
+                        if ctx.kube_proxy_version
+                        else ""
+                    )
                     + " rejects traffic to ports the Service does not define — ICMP included. Older releases, without that chain, answered ping here."
                     + (f" {works} through the Service." if works else ""),
-                    fix=(f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports", f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}"),
-                    evidence=ev + ([Evidence(rs.source, ":KUBE-IPVS-FILTER (rejects new connections to bound IPs outside the Service ports)",
-                                             rs.chain("filter", "KUBE-IPVS-FILTER").lineno)] if filt else []),
+                    fix=(
+                        f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports",
+                        f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}",
+                    ),
+                    evidence=ev
+                    + (
+                        [
+                            Evidence(
+                                rs.source,
+                                ":KUBE-IPVS-FILTER (rejects new connections to bound IPs outside the Service ports)",
+                                rs.chain("filter", "KUBE-IPVS-FILTER").lineno,
+                            )
+                        ]
+                        if filt
+                        else []
+                    ),
                     subject=f"{svc.key} {ip}",
                 )
             elif echo["result"] == "echo-reply" and mode != "ipvs":
                 yield new(
                     f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",
                     severity="warning",
-                    fix=(f"ip -o addr | grep -w {ip}   # on the nodes: who has the address?", "kpdiag trace --dst <ClusterIP> --proto icmp … on a node"),
-                    evidence=ev, subject=f"{svc.key} {ip}",
+                    fix=(
+                        f"ip -o addr | grep -w {ip}   # on the nodes: who has the address?",
+                        "kpdiag trace --dst <ClusterIP> --proto icmp … on a node",
+                    ),
+                    evidence=ev,
+                    subject=f"{svc.key} {ip}",
                 )
 
 
 @check(
-    "KP202", "service-not-programmed", "Service in the API, but not in this node's rules", "error", modes=("iptables",),
+    "KP202",
+    "service-not-programmed",
+    "Service in the API, but not in this node's rules",
+    "error",
+    modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
     symptom="The Service works from some nodes and not from this one; new Services never work here.",
     why="""
@@ -138,9 +194,12 @@ def not_programmed(ctx, new):
     yield from dataplane.missing(ctx, new, dataplane.IPTABLES)
 
 
-
 @check(
-    "KP203", "stale-endpoints", "Node sends traffic to other endpoints than the API lists", "error", modes=("iptables",),
+    "KP203",
+    "stale-endpoints",
+    "Node sends traffic to other endpoints than the API lists",
+    "error",
+    modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
     symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
     why="""
@@ -155,9 +214,11 @@ def stale(ctx, new):
     yield from dataplane.mismatch(ctx, new, dataplane.IPTABLES)
 
 
-
 @check(
-    "KP206", "hairpin", "A pod cannot reach itself through its own Service", "warning",
+    "KP206",
+    "hairpin",
+    "A pod cannot reach itself through its own Service",
+    "warning",
     needs=("services", "probes"),
     symptom="From inside a pod, its own Service times out — but only when the connection lands on that same pod.",
     why="""
@@ -179,27 +240,43 @@ def hairpin(ctx, new):
             continue
         for ip in svc.cluster_ips[:1]:
             for port in svc.ports:
-                via = next((r for r in ctx.probe_results("tcp-connect") if r.get("target") == f"{hostport(ip, port.get('port'))}/tcp"), None)
+                via = next(
+                    (
+                        r
+                        for r in ctx.probe_results("tcp-connect")
+                        if r.get("target") == f"{hostport(ip, port.get('port'))}/tcp"
+                    ),
+                    None,
+                )
                 if via is None or via["result"] == "connected":
                     continue
                 n = len([e for e in svc.endpoints if e.ready]) or 1
                 yield new(
                     f"this pod ({src}) is an endpoint of {svc.key}, and connecting to its ClusterIP {ip}:{port.get('port')} gets {via['result']}: "
                     f"the hairpin case (~1 in {n} connections lands on this pod)",
-                    fix=("grep -i hairpin /var/lib/kubelet/config.yaml   # hairpinMode: hairpin-veth",
-                         "for p in /sys/class/net/*/brport/hairpin_mode; do echo $p $(cat $p); done   # on the node: 1 = on",
-                         "iptables-save -t nat | grep -- '-s " + src + "/32'   # the KUBE-SEP masquerade rule"),
-                    evidence=[Evidence(sources.PROBES_SERVICE, f"source {src}; TCP connect {via['target']}: {via['result']}"),
-                              Evidence(ctx.bundle.display(sources.ENDPOINTSLICES), f"{src} is an endpoint of {svc.key}")],
+                    fix=(
+                        "grep -i hairpin /var/lib/kubelet/config.yaml   # hairpinMode: hairpin-veth",
+                        "for p in /sys/class/net/*/brport/hairpin_mode; do echo $p $(cat $p); done   # on the node: 1 = on",
+                        "iptables-save -t nat | grep -- '-s " + src + "/32'   # the KUBE-SEP masquerade rule",
+                    ),
+                    evidence=[
+                        Evidence(sources.PROBES_SERVICE, f"source {src}; TCP connect {via['target']}: {via['result']}"),
+                        Evidence(ctx.bundle.display(sources.ENDPOINTSLICES), f"{src} is an endpoint of {svc.key}"),
+                    ],
                     subject=svc.key,
                 )
 
 
-_CT_RE = re.compile(r"^(\w+)\s+\d+\s+\d+\s+(?:\S+\s+)?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+).*?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)")
+_CT_RE = re.compile(
+    r"^(\w+)\s+\d+\s+\d+\s+(?:\S+\s+)?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+).*?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)"
+)
 
 
 @check(
-    "KP504", "stale-udp-conntrack", "UDP conntrack entries still point to gone endpoints", "warning",
+    "KP504",
+    "stale-udp-conntrack",
+    "UDP conntrack entries still point to gone endpoints",
+    "warning",
     needs=("services", "endpointslices", "conntrack-entries"),
     symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
     why="""
@@ -223,7 +300,12 @@ def stale_udp(ctx, new):
                 if not m or m.group(1) != "udp":
                     continue
                 orig_dst, dport, reply_src = m.group(3), int(m.group(5)), m.group(6)
-                if orig_dst in svc.cluster_ips and dport == port.get("port") and reply_src not in ready and reply_src != orig_dst:
+                if (
+                    orig_dst in svc.cluster_ips
+                    and dport == port.get("port")
+                    and reply_src not in ready
+                    and reply_src != orig_dst
+                ):
                     stale_entries.append((n, line.strip(), reply_src))
             if not stale_entries:
                 continue
@@ -232,14 +314,19 @@ def stale_udp(ctx, new):
                 f"{len(stale_entries)} UDP conntrack entr{'y' if len(stale_entries) == 1 else 'ies'} to {svc.key} ({svc.cluster_ips[0]}:{port.get('port')}) "
                 f"still go to {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not a ready endpoint",
                 fix=tuple(f"conntrack -D -p udp --orig-dst {svc.cluster_ips[0]} --reply-src {g}" for g in gone)
-                + ("kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",),
+                + (
+                    "kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",
+                ),
                 evidence=[Evidence(ctx.bundle.display(sources.CONNTRACK), line, n) for n, line, _ in stale_entries[:3]],
                 subject=f"{svc.key}:{port.get('port')}",
             )
 
 
 @check(
-    "KP602", "no-route-to-endpoint", "The node has no route to an endpoint", "error",
+    "KP602",
+    "no-route-to-endpoint",
+    "The node has no route to an endpoint",
+    "error",
     needs=("services", "endpointslices", "routes"),
     symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",
     why="""
@@ -270,7 +357,13 @@ def no_route(ctx, new):
         yield new(
             f"{svc.key}: no usable route from this node to endpoint{'s' if len(bad) > 1 else ''} {', '.join(e.ip for e, _ in bad)}"
             f" ({', '.join(sorted({r.type + ' ' + (r.dst or '') for _, r in bad}))})",
-            fix=(f"ip route get {bad[0][0].ip}", "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node"),
-            evidence=[Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]],
+            fix=(
+                f"ip route get {bad[0][0].ip}",
+                "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node",
+            ),
+            evidence=[
+                Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip())
+                for e, r in bad[:3]
+            ],
             subject=svc.key,
         )

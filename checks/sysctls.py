@@ -8,9 +8,11 @@ from kpdiag.checkapi import Skip, check
 from kpdiag import sources
 
 
-
 @check(
-    "KP501", "ip-forward-off", "IPv4 forwarding is off", "error",
+    "KP501",
+    "ip-forward-off",
+    "IPv4 forwarding is off",
+    "error",
     needs=("sysctl",),
     symptom="Pods on other nodes and Services backed by them never answer; traffic from outside to NodePorts dies on the node.",
     why="""
@@ -20,7 +22,9 @@ from kpdiag import sources
         node (a host firewall, a container runtime restart, a hardening script, a cloud image default) turned it off.
     """,
     fix="sysctl -w net.ipv4.ip_forward=1, persisted in a drop-in file under /etc/sysctl.d (never by truncating a shared one).",
-    references=("https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional",),
+    references=(
+        "https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional",
+    ),
 )
 def ip_forward(ctx, new):
     v = ctx.sysctl_value("net.ipv4.ip_forward")
@@ -32,7 +36,8 @@ def ip_forward(ctx, new):
         "net.ipv4.ip_forward = 0: this node does not forward packets, so Service traffic to pods on other nodes is dropped",
         fix=(
             set_sysctls({"net.ipv4.ip_forward": 1}),
-            persist_sysctls({"net.ipv4.ip_forward": 1}, "ip-forward") + "   # keep it across reboots (kpdiag's own drop-in file)",
+            persist_sysctls({"net.ipv4.ip_forward": 1}, "ip-forward")
+            + "   # keep it across reboots (kpdiag's own drop-in file)",
             "grep -r ip_forward /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off",
         ),
         evidence=[ev.sysctl(ctx, "net.ipv4.ip_forward")],
@@ -54,7 +59,11 @@ def _bridges(ctx) -> list[str]:
 
 
 @check(
-    "KP502", "bridge-nf-call-off", "Bridged pod traffic bypasses iptables", "error", severities=('warning', 'error'),
+    "KP502",
+    "bridge-nf-call-off",
+    "Bridged pod traffic bypasses iptables",
+    "error",
+    severities=("warning", "error"),
     needs=("sysctl",),
     symptom="Pods on the same node cannot reach each other through a Service (timeouts or replies from the wrong address), while other nodes work.",
     why="""
@@ -81,7 +90,9 @@ def bridge_nf_call(ctx, new):
     fixes = [
         persist_modules(["br_netfilter"], "br-netfilter") + "   # now and at every boot",
         set_sysctls({"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}),
-        persist_sysctls({"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}, "bridge-nf-call"),
+        persist_sysctls(
+            {"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}, "bridge-nf-call"
+        ),
     ]
     evidence = []
     if v is None:
@@ -105,7 +116,11 @@ def bridge_nf_call(ctx, new):
 
 
 @check(
-    "KP505", "route-localnet", "NodePorts on 127.0.0.1 cannot work", "warning", modes=("iptables",),
+    "KP505",
+    "route-localnet",
+    "NodePorts on 127.0.0.1 cannot work",
+    "warning",
+    modes=("iptables",),
     needs=("sysctl", "iptables"),
     symptom="curl http://127.0.0.1:<nodePort> on the node times out, while the node's own IP works.",
     why="""
@@ -125,7 +140,9 @@ def route_localnet(ctx, new):
         return
     rs = ctx.iptables()
     nodeports = rs.chain("nat", "KUBE-NODEPORTS")
-    if nodeports is None or not any(r.target and r.target.startswith(("KUBE-EXT-", "KUBE-SVC-")) for r in nodeports.rules):
+    if nodeports is None or not any(
+        r.target and r.target.startswith(("KUBE-EXT-", "KUBE-SVC-")) for r in nodeports.rules
+    ):
         return  # no NodePort services
     v = ctx.sysctl_value("net.ipv4.conf.all.route_localnet")
     if v is None or v.value.strip() != "0":

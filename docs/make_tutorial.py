@@ -31,7 +31,9 @@ def run(cmd: str) -> tuple[int, str]:
     assert argv[0] == "kpdiag", cmd
     env = dict(os.environ, NO_COLOR="1", COLUMNS="100")
     env.pop("TERM", None)
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", *argv[1:]], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", *argv[1:]], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -40,7 +42,12 @@ def blocks(text: str):
     for m in MARK.finditer(text):
         body = m.group(0).split("\n", 2)[2].rsplit("```", 1)[0]
         code = re.search(r"^\(exit (\d+)\)$", body, re.M)
-        yield m.group("cmd"), (int(m.group("lines")) if m.group("lines") else None), body, int(code.group(1)) if code else None
+        yield (
+            m.group("cmd"),
+            (int(m.group("lines")) if m.group("lines") else None),
+            body,
+            int(code.group(1)) if code else None,
+        )
 
 
 def render(text: str) -> str:

@@ -146,7 +146,10 @@ class Bundle:
         try:
             data = safeio.read_file(self.root, rel, MAX_FILE_BYTES, safeio.BENEATH)
         except safeio.TooLarge as exc:
-            self.problem(rel, f"larger than the {safeio.human_bytes(MAX_FILE_BYTES)} per-file limit ({exc.size} bytes or more): not read")
+            self.problem(
+                rel,
+                f"larger than the {safeio.human_bytes(MAX_FILE_BYTES)} per-file limit ({exc.size} bytes or more): not read",
+            )
             return None
         except FileNotFoundError:
             if record_missing:
@@ -168,7 +171,9 @@ class Bundle:
             self._read_sizes[rel] = len(data)
             total = sum(self._read_sizes.values())
             if total > MAX_TOTAL_BYTES:
-                self.problem(rel, f"not read: the bundle's files reach the {safeio.human_bytes(MAX_TOTAL_BYTES)} total limit")
+                self.problem(
+                    rel, f"not read: the bundle's files reach the {safeio.human_bytes(MAX_TOTAL_BYTES)} total limit"
+                )
                 self._read_sizes[rel] = 0
                 return None
         return data
@@ -198,7 +203,10 @@ class Bundle:
             self.problem(rel, f"JSON {exc}")
             return None
         except ValueError as exc:  # json.JSONDecodeError
-            self.problem(f"{rel}:{getattr(exc, 'lineno', 1)}", f"invalid JSON: {getattr(exc, 'msg', exc)} (column {getattr(exc, 'colno', 0)})")
+            self.problem(
+                f"{rel}:{getattr(exc, 'lineno', 1)}",
+                f"invalid JSON: {getattr(exc, 'msg', exc)} (column {getattr(exc, 'colno', 0)})",
+            )
             return None
 
 
@@ -307,12 +315,22 @@ def _read_tar(path: str) -> _Spool:
                 continue
             total += member.size
             if total > MAX_TOTAL_BYTES:
-                files.problems.append((norm, f"not read, nor anything after it: the archive holds more than the "
-                                             f"{safeio.human_bytes(MAX_TOTAL_BYTES)} total limit"))
+                files.problems.append(
+                    (
+                        norm,
+                        f"not read, nor anything after it: the archive holds more than the "
+                        f"{safeio.human_bytes(MAX_TOTAL_BYTES)} total limit",
+                    )
+                )
                 break
             if member.size > MAX_FILE_BYTES:  # skipped: the stream decompresses it in small blocks and drops them
-                files.problems.append((norm, f"larger than the {safeio.human_bytes(MAX_FILE_BYTES)} per-file limit "
-                                             f"({member.size} bytes): not read"))
+                files.problems.append(
+                    (
+                        norm,
+                        f"larger than the {safeio.human_bytes(MAX_FILE_BYTES)} per-file limit "
+                        f"({member.size} bytes): not read",
+                    )
+                )
                 continue
             fh = tar.extractfile(member)
             if fh is not None:
@@ -324,8 +342,8 @@ def _read_tar(path: str) -> _Spool:
         if f"{root}/{MANIFEST}" in files or any(k.startswith(f"{root}/node/") for k in files):
             inner = [k for k in files if "/" in k]
             if len(inner) == len(files):
-                files.rename(lambda k: k[len(root) + 1:])
-            files.problems = [(k[len(root) + 1:] if k.startswith(root + "/") else k, e) for k, e in files.problems]
+                files.rename(lambda k: k[len(root) + 1 :])
+            files.problems = [(k[len(root) + 1 :] if k.startswith(root + "/") else k, e) for k, e in files.problems]
     return files
 
 

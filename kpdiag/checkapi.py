@@ -45,14 +45,25 @@ class CheckSpec:
     origin: str = "kpdiag"
     scope: str = "node"  # node: runs on one node's state; cluster: on many node reports (kpdiag cluster)
     severities: tuple[Severity, ...] = ()  # every severity its findings may have (the contract shown by kpdiag checks)
-    modes: tuple[str, ...] = ()  # the kube-proxy modes it is about (empty: any); on a node in another mode it is skipped
+    modes: tuple[
+        str, ...
+    ] = ()  # the kube-proxy modes it is about (empty: any); on a node in another mode it is skipped
 
     @property
     def may_emit(self) -> tuple[Severity, ...]:
         return self.severities or (self.severity,)
 
-    def new(self, summary: str, *, fix: Iterable[str] = (), evidence: Iterable[Evidence] = (), explanation: str | None = None,
-            severity: Severity | str | None = None, subject: str | None = None, references: Iterable[str] = ()) -> Finding:
+    def new(
+        self,
+        summary: str,
+        *,
+        fix: Iterable[str] = (),
+        evidence: Iterable[Evidence] = (),
+        explanation: str | None = None,
+        severity: Severity | str | None = None,
+        subject: str | None = None,
+        references: Iterable[str] = (),
+    ) -> Finding:
         return Finding(
             id=self.id,
             slug=self.slug,
@@ -74,8 +85,21 @@ def _clean(text: str) -> str:
     return textwrap.dedent(text).strip()
 
 
-def check(id: str, slug: str, title: str, severity: str, *, needs: Iterable[str] = (), symptom: str, why: str, fix: str,
-          references: Iterable[str] = (), scope: str = "node", severities: Iterable[str] = (), modes: Iterable[str] = ()):
+def check(
+    id: str,
+    slug: str,
+    title: str,
+    severity: str,
+    *,
+    needs: Iterable[str] = (),
+    symptom: str,
+    why: str,
+    fix: str,
+    references: Iterable[str] = (),
+    scope: str = "node",
+    severities: Iterable[str] = (),
+    modes: Iterable[str] = (),
+):
     """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable. ``scope`` is
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
@@ -92,8 +116,20 @@ def check(id: str, slug: str, title: str, severity: str, *, needs: Iterable[str]
         raise ValueError(f"check {id}: modes must be among iptables, ipvs, nftables, not {modes}")
 
     def deco(fn):
-        spec = CheckSpec(id, slug, title, Severity(severity), tuple(needs), Docs(_clean(symptom), _clean(why), _clean(fix)), fn,
-                         tuple(references), origin=fn.__module__, scope=scope, severities=declared, modes=modes)
+        spec = CheckSpec(
+            id,
+            slug,
+            title,
+            Severity(severity),
+            tuple(needs),
+            Docs(_clean(symptom), _clean(why), _clean(fix)),
+            fn,
+            tuple(references),
+            origin=fn.__module__,
+            scope=scope,
+            severities=declared,
+            modes=modes,
+        )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
             raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")
@@ -155,10 +191,15 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     findings: list[Finding] = []
     runs: list[CheckRun] = []
     for spec in checks:
-        not_in_charge = _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None  # a replacement implements Services
+        not_in_charge = (
+            _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None
+        )  # a replacement implements Services
         other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
-        missing = [not_in_charge or other_mode] if (not_in_charge or other_mode) else \
-            [why for why in (availability(ctx, need) for need in spec.needs) if why]
+        missing = (
+            [not_in_charge or other_mode]
+            if (not_in_charge or other_mode)
+            else [why for why in (availability(ctx, need) for need in spec.needs) if why]
+        )
         if missing:
             runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
             continue
@@ -210,24 +251,37 @@ def availability(ctx, need: str) -> str | None:
         "modules": (lambda: ctx.modules, f"{sources.MODULES} (/proc/modules)"),
         "kernel": (lambda: ctx.kernel, f"{sources.UNAME} (uname -r)"),
         "iptables": (lambda: ctx.iptables(), sources.IPTABLES_SAVE),
-        "kube-proxy-config": (lambda: ctx.kube_proxy_config, f"the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)"),
+        "kube-proxy-config": (
+            lambda: ctx.kube_proxy_config,
+            f"the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)",
+        ),
         "kube-proxy-mode": (lambda: ctx.proxy_mode_running, f"kube-proxy's /proxyMode ({sources.KP_PROXY_MODE})"),
         "kube-proxy-metrics": (lambda: ctx.metrics, f"kube-proxy's /metrics ({sources.KP_METRICS})"),
         "kube-proxy-healthz": (lambda: ctx.healthz, f"kube-proxy's /healthz ({sources.KP_HEALTHZ})"),
         "kube-proxy-log": (lambda: ctx.kube_proxy_log, f"kube-proxy's log ({sources.KP_LOG})"),
-        "conntrack": (lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"), f"conntrack statistics ({sources.CONNTRACK_STATS} or nf_conntrack sysctls)"),
+        "conntrack": (
+            lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"),
+            f"conntrack statistics ({sources.CONNTRACK_STATS} or nf_conntrack sysctls)",
+        ),
         "routes": (lambda: ctx.ip_route, f"{sources.IP_ROUTE} (ip -j route)"),
         "addresses": (lambda: ctx.ip_addr, f"{sources.IP_ADDR} (ip -j addr)"),
         "services": (lambda: ctx.services_in_focus(), f"the Service from the API ({sources.SERVICES})"),
         "endpointslices": (lambda: ctx.cluster.endpointslices(), f"its EndpointSlices ({sources.ENDPOINTSLICES})"),
         "pods": (lambda: ctx.cluster.pods(), f"the pods behind it ({sources.PODS})"),
         "networkpolicies": (lambda: ctx.cluster.policy_data(), f"the NetworkPolicies ({sources.NETWORKPOLICIES})"),
-        "service-lookup": (lambda: ctx.source(sources.SERVICE_LOOKUP),
-                           f"{sources.SERVICE_LOOKUP} (kpdiag svc writes it: did the API know the Service?)"),
-        "probes": (lambda: ctx.probes, f"active probe results ({sources.PROBES_SERVICE}; kpdiag svc without --no-probe)"),
+        "service-lookup": (
+            lambda: ctx.source(sources.SERVICE_LOOKUP),
+            f"{sources.SERVICE_LOOKUP} (kpdiag svc writes it: did the API know the Service?)",
+        ),
+        "probes": (
+            lambda: ctx.probes,
+            f"active probe results ({sources.PROBES_SERVICE}; kpdiag svc without --no-probe)",
+        ),
         "dns": (lambda: ctx.dns, f"a DNS lookup of the Service ({sources.PROBES_DNS})"),
-        "dns-lookups": (lambda: (ctx.dns or {}).get("queries") if (ctx.dns or {}).get("schema") == "kpdiag.dns/v1" else None,
-                        f"the DNS probe ({sources.PROBES_DNS} of kpdiag.dns/v1: resolv.conf and the queries)"),
+        "dns-lookups": (
+            lambda: (ctx.dns or {}).get("queries") if (ctx.dns or {}).get("schema") == "kpdiag.dns/v1" else None,
+            f"the DNS probe ({sources.PROBES_DNS} of kpdiag.dns/v1: resolv.conf and the queries)",
+        ),
         "dns-service": (lambda: ctx.source(sources.DNS_SERVICE), f"the cluster DNS Service ({sources.DNS_SERVICE})"),
         "dns-pods": (lambda: ctx.source(sources.DNS_PODS), f"the CoreDNS pods ({sources.DNS_PODS})"),
         "dns-logs": (lambda: ctx.source(sources.DNS_LOGS), f"the CoreDNS logs ({sources.DNS_LOGS})"),

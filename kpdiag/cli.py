@@ -78,7 +78,9 @@ def _check_patterns(ctx, param, value):
             continue
         near = _nearest(p, checks)
         hint = f"; nearest: {', '.join(near)}" if near else ""
-        raise click.BadParameter(f"no check matches {term(pattern)!r}{hint} (see 'kpdiag checks')", ctx=ctx, param=param)
+        raise click.BadParameter(
+            f"no check matches {term(pattern)!r}{hint} (see 'kpdiag checks')", ctx=ctx, param=param
+        )
     return value
 
 
@@ -94,23 +96,65 @@ def cli():
 @cli.command()
 @click.option("--rules", "rules", type=click.Path(dir_okay=False), help="iptables-save output to trace through.")
 @click.option("--bundle", "bundle", type=click.Path(), help="A kpdiag bundle (directory or .tar.gz).")
-@click.option("--nft", "nft_file", type=click.Path(dir_okay=False), help="'nft -j list ruleset' output to trace through (nftables mode).")
-@click.option("--mode", type=click.Choice(["auto", "iptables", "nftables", "ipvs"]), default="auto", show_default=True,
-              help="With --bundle or live: which rules to trace (auto: the mode kube-proxy runs in).")
+@click.option(
+    "--nft",
+    "nft_file",
+    type=click.Path(dir_okay=False),
+    help="'nft -j list ruleset' output to trace through (nftables mode).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "iptables", "nftables", "ipvs"]),
+    default="auto",
+    show_default=True,
+    help="With --bundle or live: which rules to trace (auto: the mode kube-proxy runs in).",
+)
 @click.option("--ipsets", "ipset_file", type=click.Path(dir_okay=False), help="'ipset save' output (with --rules).")
 @click.option("--src", help="Source IP (default: a node address with --from node).")
-@click.option("--dst", required=True, help="Destination: IP, IP:PORT or [IPv6]:PORT (a ClusterIP, node IP, external or LB IP).")
+@click.option(
+    "--dst", required=True, help="Destination: IP, IP:PORT or [IPv6]:PORT (a ClusterIP, node IP, external or LB IP)."
+)
 @click.option("--proto", type=click.Choice(["tcp", "udp", "sctp", "icmp"]), default="tcp", show_default=True)
 @click.option("--dport", type=int, help="Destination port (not for icmp; or give it in --dst IP:PORT).")
 @click.option("--sport", type=int, default=40000, show_default=True, help="Source port.")
-@click.option("--from", "origin", type=click.Choice(["external", "pod", "node"]), default="external", show_default=True,
-              help="Where the packet comes from: another host / a pod (PREROUTING) or the node itself (OUTPUT).")
-@click.option("--local-ip", "local_ips", multiple=True, help="The node's own addresses (repeatable) when no bundle gives them.")
+@click.option(
+    "--from",
+    "origin",
+    type=click.Choice(["external", "pod", "node"]),
+    default="external",
+    show_default=True,
+    help="Where the packet comes from: another host / a pod (PREROUTING) or the node itself (OUTPUT).",
+)
+@click.option(
+    "--local-ip", "local_ips", multiple=True, help="The node's own addresses (repeatable) when no bundle gives them."
+)
 @click.option("--iif", help="Input interface of the packet (for rules with -i).")
-@click.option("--host-root", type=click.Path(), default=None, help="Live (no --rules/--nft/--bundle): where the host's root is mounted.")
+@click.option(
+    "--host-root",
+    type=click.Path(),
+    default=None,
+    help="Live (no --rules/--nft/--bundle): where the host's root is mounted.",
+)
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
-def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, sport, origin, local_ips, iif, host_root, output, verbose):
+def trace(
+    rules,
+    bundle,
+    nft_file,
+    mode,
+    ipset_file,
+    src,
+    dst,
+    proto,
+    dport,
+    sport,
+    origin,
+    local_ips,
+    iif,
+    host_root,
+    output,
+    verbose,
+):
     """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability.
 
     Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only).
@@ -122,7 +166,10 @@ def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, spo
     from .tracing import explain_unmatched, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
-        raise _fail("give at most one of --rules FILE, --nft FILE or --bundle DIR (none: trace live on this node)", exitcodes.USAGE)
+        raise _fail(
+            "give at most one of --rules FILE, --nft FILE or --bundle DIR (none: trace live on this node)",
+            exitcodes.USAGE,
+        )
     try:
         dst, dst_port = split_dst(dst)
     except ValueError as exc:
@@ -134,8 +181,18 @@ def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, spo
     family = 6 if ":" in dst else 4
     live = not (rules or bundle or nft_file)
     try:
-        setup = setup_trace(rules=rules, bundle=bundle, local_ips=local_ips, ipset_file=ipset_file, nft=nft_file, mode=mode,
-                            family=family, live=live, host_root=host_root, progress=_progress)
+        setup = setup_trace(
+            rules=rules,
+            bundle=bundle,
+            local_ips=local_ips,
+            ipset_file=ipset_file,
+            nft=nft_file,
+            mode=mode,
+            family=family,
+            live=live,
+            host_root=host_root,
+            progress=_progress,
+        )
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if src is None:
@@ -143,7 +200,9 @@ def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, spo
             raise _fail("--src is needed unless --from node", exitcodes.USAGE)
         src = _first_local(setup, local_ips, family, dst)
         if src is None:
-            raise _fail(f"--from node: no IPv{family} address of the node is known; give --src or --local-ip", exitcodes.USAGE)
+            raise _fail(
+                f"--from node: no IPv{family} address of the node is known; give --src or --local-ip", exitcodes.USAGE
+            )
     try:
         packet = Packet(src=src, dst=dst, proto=proto, dport=dport, sport=sport, origin=origin, iif=iif)
     except ValueError as exc:
@@ -157,13 +216,30 @@ def trace(rules, bundle, nft_file, mode, ipset_file, src, dst, proto, dport, spo
 
 
 def _report_options(fn):
-    fn = click.option("--ignore", multiple=True, callback=_check_patterns, shell_complete=_complete_checks,
-                      help="Skip checks by id, id prefix or slug (repeatable).")(fn)
-    fn = click.option("--select", multiple=True, callback=_check_patterns, shell_complete=_complete_checks,
-                      help="Run only these checks: id (KP501), prefix (KP5) or slug (repeatable).")(fn)
-    fn = click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default="error", show_default=True,
-                      help="Exit 1 when a finding is at or above this severity.")(fn)
-    fn = click.option("-o", "--output", type=click.Choice(["text", "table", "json"]), default="text", show_default=True)(fn)
+    fn = click.option(
+        "--ignore",
+        multiple=True,
+        callback=_check_patterns,
+        shell_complete=_complete_checks,
+        help="Skip checks by id, id prefix or slug (repeatable).",
+    )(fn)
+    fn = click.option(
+        "--select",
+        multiple=True,
+        callback=_check_patterns,
+        shell_complete=_complete_checks,
+        help="Run only these checks: id (KP501), prefix (KP5) or slug (repeatable).",
+    )(fn)
+    fn = click.option(
+        "--fail-on",
+        type=click.Choice(["error", "warning", "info", "never"]),
+        default="error",
+        show_default=True,
+        help="Exit 1 when a finding is at or above this severity.",
+    )(fn)
+    fn = click.option(
+        "-o", "--output", type=click.Choice(["text", "table", "json"]), default="text", show_default=True
+    )(fn)
     fn = click.option("-v", "--verbose", is_flag=True, help="List every check that did not run.")(fn)
     return fn
 
@@ -176,7 +252,11 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
     if output == "json":
         click.echo(report_to_json(report), nl=False)  # a machine reading it gets the problems too
     elif code != exitcodes.NO_DIAGNOSIS:
-        text = report_to_table(report) if output == "table" else report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
+        text = (
+            report_to_table(report)
+            if output == "table"
+            else report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
+        )
         click.echo(text, nl=False)
     if code == exitcodes.NO_DIAGNOSIS:  # one line that says why, not an empty report
         raise _fail(_unreadable(report), code)
@@ -201,7 +281,7 @@ def _unreadable(report) -> str:
 def analyze(bundle, output, fail_on, select, ignore, verbose):
     """Run every check on a bundle (directory or .tar.gz), offline — or aggregate node reports: a directory of them
     (kpdiag cluster --save-dir, or kpdiag node -o json outputs) or one such file."""
-    from .diagnose import analyze_bundle
+    from .pipeline import analyze_bundle
     from .errors import InputError
     from .fleet.aggregate import aggregate_dir, aggregate_files, looks_like_report_dir, looks_like_report_file
 
@@ -222,16 +302,45 @@ def _progress(message: str) -> None:
 
 
 @cli.command()
-@click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
+@click.option(
+    "--host-root",
+    type=click.Path(),
+    default=None,
+    help="Where the host's root is mounted (default: /host when present, else /).",
+)
 @click.option("--service", "service", help="Focus on one Service (NS/NAME): trace each of its ports.")
 @click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
-@click.option("--preflight", type=click.Choice(["ipvs", "nftables"]), help="Can this node run that proxy mode? (its prerequisite checks only)")
-@click.option("-q", "--quiet", is_flag=True, help="No progress messages on stderr (what was not collected is in the report).")
-@click.option("--kubeconfig", type=click.Path(), help="Compare the rules with the API: kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the pod's service account).")
+@click.option(
+    "--preflight",
+    type=click.Choice(["ipvs", "nftables"]),
+    help="Can this node run that proxy mode? (its prerequisite checks only)",
+)
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress messages on stderr (what was not collected is in the report)."
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(),
+    help="Compare the rules with the API: kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the pod's service account).",
+)
 @click.option("--context", help="kubeconfig context.")
 @click.option("--no-api", is_flag=True, help="Do not ask the Kubernetes API: judge the rules alone.")
 @_report_options
-def node(host_root, service, trace_to, preflight, quiet, kubeconfig, context, no_api, output, fail_on, select, ignore, verbose):
+def node(
+    host_root,
+    service,
+    trace_to,
+    preflight,
+    quiet,
+    kubeconfig,
+    context,
+    no_api,
+    output,
+    fail_on,
+    select,
+    ignore,
+    verbose,
+):
     """Collect this node (read-only) and diagnose it — against the Services and EndpointSlices of the API when it can."""
     from .bundle import Bundle
     from .collect.node import collect_node
@@ -252,7 +361,12 @@ def node(host_root, service, trace_to, preflight, quiet, kubeconfig, context, no
     if preflight:
         state.preflight = preflight
         select = select or ({"ipvs": ("KP301", "KP306", "KP308", "KP309"), "nftables": ("KP401",)}[preflight])
-    report = analyze_state(state, select, ignore, subject=f"node {manifest.get('node')}" + (f" (preflight: {preflight})" if preflight else ""))
+    report = analyze_state(
+        state,
+        select,
+        ignore,
+        subject=f"node {manifest.get('node')}" + (f" (preflight: {preflight})" if preflight else ""),
+    )
     try:
         report = focus_report(report, state, service=service, trace_to=trace_to)
     except ValueError as exc:
@@ -263,33 +377,86 @@ def node(host_root, service, trace_to, preflight, quiet, kubeconfig, context, no
 @cli.command()
 @click.argument("name")
 @click.option("-n", "--namespace", default="default", show_default=True)
-@click.option("--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option(
+    "--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)."
+)
 @click.option("--context", help="kubeconfig context.")
 @click.option("--no-probe", is_flag=True, help="API and rules only: send no packets.")
 @click.option("--node", "node_name", help="The node this runs on (default: $NODE_NAME), for traffic-policy checks.")
 @click.option("--host-root", type=click.Path(), default=None, help="Host root mount, when run on a node.")
-@click.option("--save", "save_to", type=click.Path(), help="Also write what was collected as a bundle (new DIR or FILE.tar.gz) for 'kpdiag analyze'.")
-@click.option("--force", is_flag=True, help="With --save: write even where the output exists (never through a symlink).")
+@click.option(
+    "--save",
+    "save_to",
+    type=click.Path(),
+    help="Also write what was collected as a bundle (new DIR or FILE.tar.gz) for 'kpdiag analyze'.",
+)
+@click.option(
+    "--force", is_flag=True, help="With --save: write even where the output exists (never through a symlink)."
+)
 @click.option("--from", "client", help="The client pod NS/POD for NetworkPolicy (default: the pod kpdiag runs in).")
 @_report_options
-def svc(name, namespace, kubeconfig, context, no_probe, node_name, host_root, save_to, force, client, output, fail_on, select, ignore, verbose):
+def svc(
+    name,
+    namespace,
+    kubeconfig,
+    context,
+    no_probe,
+    node_name,
+    host_root,
+    save_to,
+    force,
+    client,
+    output,
+    fail_on,
+    select,
+    ignore,
+    verbose,
+):
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
     from .service import diagnose_service
 
     if save_to:
         _check_output(save_to, force, "--save")
-    report = diagnose_service(namespace, name, kubeconfig=kubeconfig, context=context, probe=not no_probe, node=node_name,
-                              host_root=host_root, select=select, ignore=ignore, progress=_progress, save_to=save_to, save_force=force,
-                              client=client)
+    report = diagnose_service(
+        namespace,
+        name,
+        kubeconfig=kubeconfig,
+        context=context,
+        probe=not no_probe,
+        node=node_name,
+        host_root=host_root,
+        select=select,
+        ignore=ignore,
+        progress=_progress,
+        save_to=save_to,
+        save_force=force,
+        client=client,
+    )
     _emit_report(report, output, fail_on, verbose)
 
 
 @cli.command()
 @click.option("--from", "from_", required=True, help="The client: NS/POD or an IP address.")
-@click.option("--to", "to", required=True, help="NS/POD, NS/SERVICE (each endpoint at its targetPort), NS/svc/NAME or NS/pod/NAME, or an IP.")
-@click.option("--port", "port", required=True, help="PORT[/PROTO]: a number or a port name; tcp (default), udp or sctp.")
-@click.option("--bundle", "bundle", type=click.Path(), help=f"Read {sources.NETWORKPOLICIES}, pods.json, namespaces.json … from a bundle.")
-@click.option("--kubeconfig", type=click.Path(), help="Read from the API: kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    help="NS/POD, NS/SERVICE (each endpoint at its targetPort), NS/svc/NAME or NS/pod/NAME, or an IP.",
+)
+@click.option(
+    "--port", "port", required=True, help="PORT[/PROTO]: a number or a port name; tcp (default), udp or sctp."
+)
+@click.option(
+    "--bundle",
+    "bundle",
+    type=click.Path(),
+    help=f"Read {sources.NETWORKPOLICIES}, pods.json, namespaces.json … from a bundle.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(),
+    help="Read from the API: kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
+)
 @click.option("--context", help="kubeconfig context.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def policy(from_, to, port, bundle, kubeconfig, context, output):
@@ -320,7 +487,22 @@ def policy(from_, to, port, bundle, kubeconfig, context, output):
 
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
-_NOT_A_BUNDLE = (".zip", ".tar", ".gz", ".bz2", ".xz", ".zst", ".7z", ".tbz", ".tbz2", ".txz", ".json", ".yaml", ".yml", ".txt")
+_NOT_A_BUNDLE = (
+    ".zip",
+    ".tar",
+    ".gz",
+    ".bz2",
+    ".xz",
+    ".zst",
+    ".7z",
+    ".tbz",
+    ".tbz2",
+    ".txz",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".txt",
+)
 
 
 def _check_output(out: str, force: bool, option: str) -> None:
@@ -328,7 +510,10 @@ def _check_output(out: str, force: bool, option: str) -> None:
     from .safeio import OutputExists, check_new_output
 
     if not out.endswith(ARCHIVE_SUFFIXES) and out.lower().endswith(_NOT_A_BUNDLE):
-        raise _fail(f"{option} {out}: a bundle is written as a directory or a FILE.tar.gz (not {out.rsplit('.', 1)[-1]})", exitcodes.USAGE)
+        raise _fail(
+            f"{option} {out}: a bundle is written as a directory or a FILE.tar.gz (not {out.rsplit('.', 1)[-1]})",
+            exitcodes.USAGE,
+        )
     try:
         check_new_output(out, force)
     except OutputExists as exc:
@@ -337,10 +522,25 @@ def _check_output(out: str, force: bool, option: str) -> None:
 
 @cli.command()
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="A new directory, or FILE.tar.gz.")
-@click.option("--force", is_flag=True, help="Write even where the output exists (each file replaced afresh; a symlink is never followed).")
-@click.option("--host-root", type=click.Path(), default=None, help="Where the host's root is mounted (default: /host when present, else /).")
-@click.option("--redact", is_flag=True, help="Replace names, label values, host names, MACs and every IP address by pseudonyms (the same in every file; IPs keep their prefixes). Tokens are removed with or without it.")
-@click.option("--redact-salt", help="Salt for --redact (the same salt gives the same hashes across bundles; default: random).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write even where the output exists (each file replaced afresh; a symlink is never followed).",
+)
+@click.option(
+    "--host-root",
+    type=click.Path(),
+    default=None,
+    help="Where the host's root is mounted (default: /host when present, else /).",
+)
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace names, label values, host names, MACs and every IP address by pseudonyms (the same in every file; IPs keep their prefixes). Tokens are removed with or without it.",
+)
+@click.option(
+    "--redact-salt", help="Salt for --redact (the same salt gives the same hashes across bundles; default: random)."
+)
 def collect(out, host_root, redact, redact_salt, force):
     """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
 
@@ -370,34 +570,113 @@ def collect(out, host_root, redact, redact_salt, force):
 
 
 @cli.command()
-@click.option("--nodes", "nodes", help="A label selector (node-role.kubernetes.io/worker, zone=a) or node names (node-a,node-b). Default: every node.")
+@click.option(
+    "--nodes",
+    "nodes",
+    help="A label selector (node-role.kubernetes.io/worker, zone=a) or node names (node-a,node-b). Default: every node.",
+)
 @click.option("--service", "service", help="Also trace this Service (NS/NAME) on every node.")
-@click.option("--image", default=None, help="The kpdiag image the node pods run: NAME@sha256:… may be pulled; a tag, and the default kpdiag:VERSION, are used only as loaded on the nodes, never pulled.")
-@click.option("--namespace", "pod_namespace", default=None, help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).")
+@click.option(
+    "--image",
+    default=None,
+    help="The kpdiag image the node pods run: NAME@sha256:… may be pulled; a tag, and the default kpdiag:VERSION, are used only as loaded on the nodes, never pulled.",
+)
+@click.option(
+    "--namespace",
+    "pod_namespace",
+    default=None,
+    help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).",
+)
 @click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
-@click.option("--timeout", type=click.IntRange(1, 7200), default=600, show_default=True, help="Seconds per node (a 10,000-Service node needs minutes).")
-@click.option("--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+@click.option(
+    "--timeout",
+    type=click.IntRange(1, 7200),
+    default=600,
+    show_default=True,
+    help="Seconds per node (a 10,000-Service node needs minutes).",
+)
+@click.option(
+    "--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)."
+)
 @click.option("--context", help="kubeconfig context.")
 @click.option("--dry-run", is_flag=True, help="Print the pod manifests and create nothing.")
 @click.option("--cleanup", is_flag=True, help="Delete every pod kpdiag left behind in the namespace, and stop.")
-@click.option("--keep-pods", is_flag=True, help="Leave the node pods for inspection (remove them later with --cleanup).")
-@click.option("--save-dir", type=click.Path(file_okay=False), help="Also write each node's report (a new DIR: nodes/NODE.json and cluster.json) for 'kpdiag analyze DIR'.")
-@click.option("--force", is_flag=True, help="With --save-dir: write into an existing directory (each file replaced afresh; never through a symlink).")
-@click.option("--node-api/--no-node-api", default=True, show_default=True,
-              help="Give the node pods kpdiag's read-only service account (kpdiag-node: list Services and EndpointSlices, get Nodes) "
-                   "so each node's rules are compared with every Service; --no-node-api: no token in the pods, the rules alone are read.")
-@click.option("--poll", type=click.FloatRange(0.05, 60), default=2.0, show_default=True, hidden=True, help="Seconds between pod status lists.")
+@click.option(
+    "--keep-pods", is_flag=True, help="Leave the node pods for inspection (remove them later with --cleanup)."
+)
+@click.option(
+    "--save-dir",
+    type=click.Path(file_okay=False),
+    help="Also write each node's report (a new DIR: nodes/NODE.json and cluster.json) for 'kpdiag analyze DIR'.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --save-dir: write into an existing directory (each file replaced afresh; never through a symlink).",
+)
+@click.option(
+    "--node-api/--no-node-api",
+    default=True,
+    show_default=True,
+    help="Give the node pods kpdiag's read-only service account (kpdiag-node: list Services and EndpointSlices, get Nodes) "
+    "so each node's rules are compared with every Service; --no-node-api: no token in the pods, the rules alone are read.",
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(0.05, 60),
+    default=2.0,
+    show_default=True,
+    hidden=True,
+    help="Seconds between pod status lists.",
+)
 @_report_options
-def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig, context, dry_run, cleanup, keep_pods, save_dir, force, node_api,
-            poll, output, fail_on, select, ignore, verbose):
+def cluster(
+    nodes,
+    service,
+    image,
+    pod_namespace,
+    parallel,
+    timeout,
+    kubeconfig,
+    context,
+    dry_run,
+    cleanup,
+    keep_pods,
+    save_dir,
+    force,
+    node_api,
+    poll,
+    output,
+    fail_on,
+    select,
+    ignore,
+    verbose,
+):
     """Run 'kpdiag node' on every node through Kubernetes (one short-lived pod per node) and compare the nodes."""
     from .fleet import cluster_cmd
     from .render.progress import ProgressBar
 
-    outcome = cluster_cmd.run(bar=ProgressBar(sys.stderr), nodes=nodes, service=service, image=image, namespace=pod_namespace, parallel=parallel, timeout=timeout,
-                              kubeconfig=kubeconfig, context=context, dry_run=dry_run, cleanup=cleanup, keep_pods=keep_pods,
-                              save_dir=save_dir, force=force, poll=poll, select=select, ignore=ignore, progress=_progress,
-                              node_api=node_api)
+    outcome = cluster_cmd.run(
+        bar=ProgressBar(sys.stderr),
+        nodes=nodes,
+        service=service,
+        image=image,
+        namespace=pod_namespace,
+        parallel=parallel,
+        timeout=timeout,
+        kubeconfig=kubeconfig,
+        context=context,
+        dry_run=dry_run,
+        cleanup=cleanup,
+        keep_pods=keep_pods,
+        save_dir=save_dir,
+        force=force,
+        poll=poll,
+        select=select,
+        ignore=ignore,
+        progress=_progress,
+        node_api=node_api,
+    )
     if outcome.text is not None:
         from .render.safe import term_lines
 
@@ -416,7 +695,14 @@ def cluster(nodes, service, image, pod_namespace, parallel, timeout, kubeconfig,
 
 @cli.command("redact")
 @click.argument("bundle", type=click.Path())
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="A new directory, or FILE.tar.gz (an existing path is refused).")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    type=click.Path(),
+    help="A new directory, or FILE.tar.gz (an existing path is refused).",
+)
 @click.option("--salt", help="Salt (the same salt gives the same pseudonyms across bundles; default: random).")
 def redact_cmd(bundle, out, salt):
     """Write a redacted copy of a bundle collected without --redact (names, addresses, host names, tokens replaced)."""
@@ -428,7 +714,10 @@ def redact_cmd(bundle, out, salt):
     from .redact import redact_files
 
     if os.path.lexists(out):
-        raise _fail(f"{out} exists: give a new directory or FILE.tar.gz (a redacted copy is always written fresh)", exitcodes.USAGE)
+        raise _fail(
+            f"{out} exists: give a new directory or FILE.tar.gz (a redacted copy is always written fresh)",
+            exitcodes.USAGE,
+        )
     try:
         source = Bundle.open(bundle)
     except InputError as exc:
@@ -450,7 +739,10 @@ def redact_cmd(bundle, out, salt):
         write_bundle(red, out, manifest)
     except OSError as exc:
         raise _fail(f"{out}: cannot write: {exc.strerror or exc}", exitcodes.NO_DIAGNOSIS) from None
-    click.echo(f"kpdiag: wrote {out}: {len(red) + 1} files; {len(redactor.names)} names and {len(redactor.ips)} addresses replaced", err=True)
+    click.echo(
+        f"kpdiag: wrote {out}: {len(red) + 1} files; {len(redactor.names)} names and {len(redactor.ips)} addresses replaced",
+        err=True,
+    )
 
 
 @cli.command("checks")
@@ -463,7 +755,10 @@ def checks_cmd(output):
     registry = load_registry()
     for name, why in registry.load_errors:
         _say(f"warning: plugin {name} not loaded: {why}")
-    click.echo({"table": catalogue_table, "json": catalogue_json, "markdown": catalogue_markdown}[output](registry.checks), nl=False)
+    click.echo(
+        {"table": catalogue_table, "json": catalogue_json, "markdown": catalogue_markdown}[output](registry.checks),
+        nl=False,
+    )
 
 
 @cli.command()
@@ -477,7 +772,10 @@ def explain(check_id):
     spec = registry.get(check_id)
     if spec is None:
         near = _nearest(check_id, registry.checks)
-        raise _fail(f"no check {check_id!r}" + (f"; nearest: {', '.join(near)}" if near else "") + " (see 'kpdiag checks')", exitcodes.USAGE)
+        raise _fail(
+            f"no check {check_id!r}" + (f"; nearest: {', '.join(near)}" if near else "") + " (see 'kpdiag checks')",
+            exitcodes.USAGE,
+        )
     click.echo(explain_text(spec), nl=False)
 
 
@@ -511,13 +809,18 @@ def _first_local(setup, local_ips, family: int = 4, dst: str | None = None) -> s
 
         route = routing.lookup(*parse_ip(dst))
         if route is not None and route.dev and route.dev != "lo":
-            mine = sorted(v for (v, ver), dev in routing.addr_dev.items() if dev == route.dev and ver == family
-                          and not (family == 6 and v >> 118 == 0x3FA))
+            mine = sorted(
+                v
+                for (v, ver), dev in routing.addr_dev.items()
+                if dev == route.dev and ver == family and not (family == 6 and v >> 118 == 0x3FA)
+            )
             if mine:
                 return int_to_ip(mine[0], family)
     candidates = []
     for value, version in routing.local_ips:
-        if version != family or (value >> 24 == 127 if family == 4 else value == 1 or value >> 118 == 0x3FA):  # fe80::/10
+        if version != family or (
+            value >> 24 == 127 if family == 4 else value == 1 or value >> 118 == 0x3FA
+        ):  # fe80::/10
             continue
         dev = routing.addr_dev.get((value, version)) or ""
         # an address of a physical-looking interface before those of bridges, kube-ipvs0, docker0 …
@@ -530,7 +833,10 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     """Ctrl-C is 130; a run stopped by SIGTERM is 143 (128 + signal, as a shell reports it)."""
     signum = getattr(exc, "signum", 2)
     if getattr(exc, "forced", False):
-        click.echo("kpdiag: interrupted before cleanup finished: pods may be left; remove them with: kpdiag cluster --cleanup", err=True)
+        click.echo(
+            "kpdiag: interrupted before cleanup finished: pods may be left; remove them with: kpdiag cluster --cleanup",
+            err=True,
+        )
     else:
         click.echo("kpdiag: interrupted", err=True)
     _INTERRUPTED.append(signum)
@@ -558,7 +864,7 @@ def run() -> None:
 
 
 def prog_name(argv0: str | None = None) -> str:
-    """"kubectl kpdiag" when run as kubectl's plugin (the kubectl-kpdiag executable), else "kpdiag"."""
+    """ "kubectl kpdiag" when run as kubectl's plugin (the kubectl-kpdiag executable), else "kpdiag"."""
     import os
 
     base = os.path.basename(sys.argv[0] if argv0 is None else argv0)

@@ -73,7 +73,9 @@ class Svc:
         return self.spec.get("internalTrafficPolicy") == "Local"
 
     def port_name(self, port: dict) -> str:
-        return f"{self.key}:{port.get('name') or ''}".rstrip(":") if port.get("name") else f"{self.key}:{port.get('port')}"
+        return (
+            f"{self.key}:{port.get('name') or ''}".rstrip(":") if port.get("name") else f"{self.key}:{port.get('port')}"
+        )
 
     def kube_proxy_name(self, port: dict) -> str:
         """The name kube-proxy uses in its rule comments (its ServicePortName): ns/svc:portname, and plain ns/svc
@@ -132,7 +134,9 @@ class Usable:
         return self.local if svc.etp_local else self.cluster
 
 
-def usable_endpoints(svc: "Svc", port: dict, node: str | None = None, zone: str | None = None, family: int | None = None) -> Usable:
+def usable_endpoints(
+    svc: "Svc", port: dict, node: str | None = None, zone: str | None = None, family: int | None = None
+) -> Usable:
     """The endpoints kube-proxy on ``node`` (in ``zone``) programs for ``port`` of ``svc`` (see :class:`Usable`)."""
     eps = svc.endpoints_for(port, family=family)
     ready = [e for e in eps if e.ready]
@@ -142,7 +146,9 @@ def usable_endpoints(svc: "Svc", port: dict, node: str | None = None, zone: str 
     mode, unknown = "", None
     if ready and all(e.node_hints for e in ready):
         if node is None:
-            unknown = "the endpoints carry node hints (trafficDistribution: PreferSameNode) and this node's name is unknown"
+            unknown = (
+                "the endpoints carry node hints (trafficDistribution: PreferSameNode) and this node's name is unknown"
+            )
         elif any(node in e.node_hints for e in ready):
             mode = "PreferSameNode"
     if not mode and not unknown and ready and all(e.zone_hints for e in ready):
@@ -185,7 +191,9 @@ class ClusterView:
     def __init__(self, bundle):
         self.bundle = bundle
         self._services: list[Svc] | None = None
-        self._lists: dict[str, list[dict] | None] = {}  # read and decoded once (checks ask for the node name per Service)
+        self._lists: dict[
+            str, list[dict] | None
+        ] = {}  # read and decoded once (checks ask for the node name per Service)
 
     def _list(self, rel: str) -> list[dict] | None:
         if rel in self._lists:
@@ -193,7 +201,7 @@ class ClusterView:
         doc = self.bundle.read_json(rel)
         items = None if doc is None else _items(doc)
         if doc is not None and not items and not (isinstance(doc, dict) and isinstance(doc.get("items"), list)):
-            self.bundle.problem(rel, "not a Kubernetes List or object (expected {\"items\": [...]})")
+            self.bundle.problem(rel, 'not a Kubernetes List or object (expected {"items": [...]})')
             items = None
         self._lists[rel] = items
         return items
@@ -224,20 +232,35 @@ class ClusterView:
                 svc = Svc(md.get("namespace") or "default", md.get("name") or "?", raw)
                 if slices is not None:
                     svc.slices_seen = True
-                    for i in sorted(by_owner.get((svc.namespace, svc.name), []) + by_owner.get((_ANY_NAMESPACE, svc.name), [])):
+                    for i in sorted(
+                        by_owner.get((svc.namespace, svc.name), []) + by_owner.get((_ANY_NAMESPACE, svc.name), [])
+                    ):
                         sl = slices[i]
                         smd = sl.get("metadata") or {}
-                        ports = {p.get("name") or "": (p.get("port"), (p.get("protocol") or "TCP").lower()) for p in sl.get("ports") or [] if isinstance(p, dict)}
+                        ports = {
+                            p.get("name") or "": (p.get("port"), (p.get("protocol") or "TCP").lower())
+                            for p in sl.get("ports") or []
+                            if isinstance(p, dict)
+                        }
                         for ep in sl.get("endpoints") or []:
                             cond = ep.get("conditions") or {}
                             ready = cond.get("ready")
                             for addr in ep.get("addresses") or []:
-                                svc.endpoints.append(Endpoint(
-                                    ip=addr, ready=ready is not False, serving=cond.get("serving", ready) is not False,
-                                    terminating=bool(cond.get("terminating")), node=ep.get("nodeName"),
-                                    pod=((ep.get("targetRef") or {}).get("name")), ports=ports, slice_name=smd.get("name", "?"),
-                                    zone_hints=_hint_names(ep, "forZones"), node_hints=_hint_names(ep, "forNodes"),
-                                    zone=ep.get("zone") if isinstance(ep.get("zone"), str) else None))
+                                svc.endpoints.append(
+                                    Endpoint(
+                                        ip=addr,
+                                        ready=ready is not False,
+                                        serving=cond.get("serving", ready) is not False,
+                                        terminating=bool(cond.get("terminating")),
+                                        node=ep.get("nodeName"),
+                                        pod=((ep.get("targetRef") or {}).get("name")),
+                                        ports=ports,
+                                        slice_name=smd.get("name", "?"),
+                                        zone_hints=_hint_names(ep, "forZones"),
+                                        node_hints=_hint_names(ep, "forNodes"),
+                                        zone=ep.get("zone") if isinstance(ep.get("zone"), str) else None,
+                                    )
+                                )
                 out.append(svc)
             self._services = out
         return self._services
@@ -246,17 +269,21 @@ class ClusterView:
         return self._list(sources.PODS)
 
     def policy_data(self):
-        """The NetworkPolicy view (kpdiag.policy_cmd.load: policies, pods, namespaces, the CNI), read once; None
+        """The NetworkPolicy view (kpdiag.policy_data.load: policies, pods, namespaces, the CNI), read once; None
         without a readable cluster/networkpolicies.json."""
         if not hasattr(self, "_policy_data"):
-            from .policy_cmd import load
+            from .policy_data import load
 
             self._policy_data = load(self.bundle) if self.bundle.exists(sources.NETWORKPOLICIES) else None
         return self._policy_data
 
     def selected_pods(self, svc: Svc) -> list[dict]:
-        return [p for p in self.pods() or [] if (p.get("metadata") or {}).get("namespace", svc.namespace) == svc.namespace
-                and selector_matches(svc.selector, (p.get("metadata") or {}).get("labels"))]
+        return [
+            p
+            for p in self.pods() or []
+            if (p.get("metadata") or {}).get("namespace", svc.namespace) == svc.namespace
+            and selector_matches(svc.selector, (p.get("metadata") or {}).get("labels"))
+        ]
 
     def node_name(self) -> str | None:
         nodes = self._list(sources.NODES)

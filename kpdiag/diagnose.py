@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 from . import __version__
-from .bundle import Bundle
 from .checkapi import load_registry, run_checks, select_checks
 from .model import Report
 from .state import NodeState
 from . import sources
 
-KNOWN_SOURCES = (sources.IPTABLES_SAVE, sources.SYSCTL, sources.IP_ADDR, sources.IP_ROUTE, sources.MODULES,
-                 sources.NFT_RULESET, sources.IPVSADM, sources.KP_CONFIG, sources.KP_METRICS,
-                 sources.KP_LOG, sources.KP_HEALTHZ, sources.KP_PROXY_MODE,
-                 sources.CONNTRACK_STATS, sources.SERVICES, sources.KP_CONFIGMAP)
+KNOWN_SOURCES = (
+    sources.IPTABLES_SAVE,
+    sources.SYSCTL,
+    sources.IP_ADDR,
+    sources.IP_ROUTE,
+    sources.MODULES,
+    sources.NFT_RULESET,
+    sources.IPVSADM,
+    sources.KP_CONFIG,
+    sources.KP_METRICS,
+    sources.KP_LOG,
+    sources.KP_HEALTHZ,
+    sources.KP_PROXY_MODE,
+    sources.CONNTRACK_STATS,
+    sources.SERVICES,
+    sources.KP_CONFIGMAP,
+)
 
 
 def facts(state: NodeState, programmed: dict | None = None) -> dict:
@@ -24,7 +36,9 @@ def facts(state: NodeState, programmed: dict | None = None) -> dict:
     rs = state.iptables()
     if rs is not None:
         out["iptables_rules"] = rs.rule_count
-        out["iptables_backend"] = next((("nf_tables" if "nf_tables" in c else "legacy") for c in rs.header_comments if "iptables" in c), None)
+        out["iptables_backend"] = next(
+            (("nf_tables" if "nf_tables" in c else "legacy") for c in rs.header_comments if "iptables" in c), None
+        )
     if programmed is not None:
         out["service_ports_programmed"] = programmed["count"]
     elif rs is not None:
@@ -83,15 +97,3 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
         kpdiag_version=__version__,
         extra=extra,
     )
-
-
-def analyze_bundle(path: str, select=(), ignore=()) -> Report:
-    """Diagnose a bundle; one written by `kpdiag svc --save` is diagnosed as that Service again."""
-    state = NodeState(Bundle.open(path))
-    focus = str(state.bundle.manifest.get("service") or "")
-    if "/" in focus:
-        from .service import service_report
-
-        ns, name = focus.split("/", 1)
-        return service_report(state, ns, name, select, ignore)
-    return analyze_state(state, select, ignore, subject=None)

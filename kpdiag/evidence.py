@@ -30,7 +30,11 @@ def module(ctx, name: str) -> Evidence | None:
     if not mods or name not in mods:
         return None
     m = mods[name]
-    return Evidence(ctx.bundle.display(sources.MODULES), f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}", m.line)
+    return Evidence(
+        ctx.bundle.display(sources.MODULES),
+        f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}",
+        m.line,
+    )
 
 
 def config(ctx, key: str) -> Evidence | None:

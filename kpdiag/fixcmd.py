@@ -31,4 +31,4 @@ def set_sysctls(settings: dict[str, object]) -> str:
 def persist_modules(modules: list[str], name: str) -> str:
     """Load ``modules`` now and at every boot (kpdiag's own modules-load.d file)."""
     body = "".join(f"{m}\\n" for m in modules)
-    return (f"sudo modprobe -a {' '.join(modules)} && printf {shlex.quote(body)} | sudo tee {MODULES_DIR}/kpdiag-{name}.conf >/dev/null")
+    return f"sudo modprobe -a {' '.join(modules)} && printf {shlex.quote(body)} | sudo tee {MODULES_DIR}/kpdiag-{name}.conf >/dev/null"

@@ -47,7 +47,9 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
         if state.proxy_mode[0] == "ipvs":
             notes.append(f"{service}: IPVS keeps no Service names — trace its ClusterIP with --trace CLUSTERIP:PORT")
         else:
-            notes.append(f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202/KP402)")
+            notes.append(
+                f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202/KP402)"
+            )
     if tracer is not None:
         from .kube_rules import cluster_cidr
         from .trace.model import Packet
@@ -62,10 +64,13 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
                 tracer6 = tracer6 or state.mode_tracer(family=6)
                 use = tracer6
                 cidr6 = cluster_cidr(state.programmed("ip6tables-save")) if state.proxy_mode[0] != "nftables" else None
-                origins = ((("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()) \
-                    + (("external", "2001:db8::77"),)
+                origins = (
+                    (("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()
+                ) + (("external", "2001:db8::77"),)
                 if use is None:
-                    notes.append(f"{label}: an IPv6 address, and this node's IPv6 rules ({sources.IP6TABLES_SAVE}) could not be read")
+                    notes.append(
+                        f"{label}: an IPv6 address, and this node's IPv6 rules ({sources.IP6TABLES_SAVE}) could not be read"
+                    )
                     continue
                 if not cidr6:
                     notes.append(f"{label}: the IPv6 pod CIDR is unknown here: traced from an external client only")

@@ -11,10 +11,37 @@ PROCESSES = sources.PROCESSES
 BPF_MAPS = sources.BPF_MAPS
 
 # checks that give kube-proxy advice: skipped, with the reason, where a replacement implements Services
-KUBE_PROXY_CHECKS = frozenset({
-    "KP202", "KP203", "KP205", "KP208", "KP301", "KP302", "KP303", "KP304", "KP305", "KP306", "KP307", "KP308", "KP309",
-    "KP310", "KP401", "KP402", "KP403", "KP404", "KP504", "KP505", "KP601", "KP701", "KP702", "KP703", "KP704", "KP705", "KP706",
-})
+KUBE_PROXY_CHECKS = frozenset(
+    {
+        "KP202",
+        "KP203",
+        "KP205",
+        "KP208",
+        "KP301",
+        "KP302",
+        "KP303",
+        "KP304",
+        "KP305",
+        "KP306",
+        "KP307",
+        "KP308",
+        "KP309",
+        "KP310",
+        "KP401",
+        "KP402",
+        "KP403",
+        "KP404",
+        "KP504",
+        "KP505",
+        "KP601",
+        "KP701",
+        "KP702",
+        "KP703",
+        "KP704",
+        "KP705",
+        "KP706",
+    }
+)
 
 REPLACEMENTS = {
     "cilium": "Cilium's kube-proxy replacement",
@@ -36,7 +63,9 @@ class Implementer:
     def skip_reason(self) -> str | None:
         if self.kube_proxy_in_charge:
             return None
-        return f"kube-proxy is not in charge of Services on this node ({self.label} implements them): no kube-proxy advice"
+        return (
+            f"kube-proxy is not in charge of Services on this node ({self.label} implements them): no kube-proxy advice"
+        )
 
 
 def processes(bundle) -> dict[str, str]:
@@ -98,8 +127,11 @@ def detect(state) -> Implementer:
     if bpfnat:
         seen("calico-ebpf", addr_src, f"interfaces {', '.join(bpfnat)} (Calico's eBPF NAT devices)")
     # the service proxy parts, not just the CNI: Cilium/Calico also run alongside kube-proxy
-    proxying = {"cilium": bool(cil_lb) or "cilium_host" in links, "kube-router": "kube-dummy-if" in links,
-                "calico-ebpf": bool(cali_nat or bpfnat)}
+    proxying = {
+        "cilium": bool(cil_lb) or "cilium_host" in links,
+        "kube-router": "kube-dummy-if" in links,
+        "calico-ebpf": bool(cali_nat or bpfnat),
+    }
 
     kp_rules = state.inferred_modes()
     kp_http = [rel for rel in (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ) if b.exists(rel)]
@@ -117,7 +149,13 @@ def detect(state) -> Implementer:
     if kp_rules or kp_http or kp_proc:
         if embedded and not kp_proc:
             label = f"kube-proxy embedded in {embedded.split('-')[0]}"
-            return Implementer(embedded.split("-")[0], label, evidence + [(b.display(PROCESSES), f"process {embedded} (pid {procs[embedded]})")], True, present)
+            return Implementer(
+                embedded.split("-")[0],
+                label,
+                evidence + [(b.display(PROCESSES), f"process {embedded} (pid {procs[embedded]})")],
+                True,
+                present,
+            )
         return Implementer("kube-proxy", "kube-proxy", evidence, True, present)
     absent = [(src, err) for src, err in errs.items() if src.startswith("node/kube-proxy/")]
     if replacement:

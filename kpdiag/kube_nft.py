@@ -74,7 +74,9 @@ def programmed_nft(rs: NftRuleset) -> dict[tuple[str, str, int], NftServicePort]
             if key is not None:
                 port = out.setdefault(key, NftServicePort(key, None))
                 port.comment = _comment(raw)
-                if _verdict(raw) == "drop":  # a Local traffic policy with no endpoint on this node; reject-chain: none at all
+                if (
+                    _verdict(raw) == "drop"
+                ):  # a Local traffic policy with no endpoint on this node; reject-chain: none at all
                     port.local_policy = True
                 else:
                     port.no_endpoints = True

@@ -76,8 +76,15 @@ def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
             name = _strip(c)
             dst = _field(_DST, text)
             dport = _field(_DPORT, text)
-            port = ProgrammedPort(name, dst.split("/")[0] if dst else None, _field(_PROTO, text), int(dport) if dport else None, target, (services, pos),
-                                  local_policy=target.startswith("KUBE-SVL-"))
+            port = ProgrammedPort(
+                name,
+                dst.split("/")[0] if dst else None,
+                _field(_PROTO, text),
+                int(dport) if dport else None,
+                target,
+                (services, pos),
+                local_policy=target.startswith("KUBE-SVL-"),
+            )
             chain = rs.chain("nat", target)
             for sr in chain.lines if chain is not None else []:
                 t = _field(_TARGET, sr)
@@ -103,7 +110,13 @@ def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
                 if port is None:
                     dst = _field(_DST, text)
                     dport = _field(_DPORT, text)
-                    port = out[name] = ProgrammedPort(name, dst.split("/")[0] if dst else None, _field(_PROTO, text), int(dport) if dport else None, None)
+                    port = out[name] = ProgrammedPort(
+                        name,
+                        dst.split("/")[0] if dst else None,
+                        _field(_PROTO, text),
+                        int(dport) if dport else None,
+                        None,
+                    )
                 if local:
                     port.local_policy, port.no_local_ref = True, (filt, pos)
                 else:

@@ -37,7 +37,12 @@ from . import sources
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 NS_NAME_LABEL = "kubernetes.io/metadata.name"
 # labels that identify one pod generation, not the workload: left out of the selectors of a suggested patch
-_VOLATILE_LABELS = ("pod-template-hash", "controller-revision-hash", "pod-template-generation", "apps.kubernetes.io/pod-index")
+_VOLATILE_LABELS = (
+    "pod-template-hash",
+    "controller-revision-hash",
+    "pod-template-generation",
+    "apps.kubernetes.io/pod-index",
+)
 
 
 class PolicyError(ValueError):
@@ -105,8 +110,10 @@ class Selector:
         if self.labels:
             out["matchLabels"] = dict(self.labels)
         if self.exprs:
-            out["matchExpressions"] = [{"key": k, "operator": op, **({"values": list(v)} if op in ("In", "NotIn") else {})}
-                                       for (k, op, _), v in zip(self.exprs, self.ordered_values)]
+            out["matchExpressions"] = [
+                {"key": k, "operator": op, **({"values": list(v)} if op in ("In", "NotIn") else {})}
+                for (k, op, _), v in zip(self.exprs, self.ordered_values)
+            ]
         return out
 
 
@@ -178,7 +185,11 @@ class Pod:
     def from_api(cls, obj: dict) -> "Pod":
         """A pod as the API returns it; whatever is malformed in it is left out (never an exception)."""
         md, spec, status = (_obj(_obj(obj).get(k)) for k in ("metadata", "spec", "status"))
-        ips = [p["ip"] for p in _arr(status.get("podIPs")) if isinstance(p, dict) and isinstance(p.get("ip"), str) and p["ip"]]
+        ips = [
+            p["ip"]
+            for p in _arr(status.get("podIPs"))
+            if isinstance(p, dict) and isinstance(p.get("ip"), str) and p["ip"]
+        ]
         if not ips and isinstance(status.get("podIP"), str) and status["podIP"]:
             ips = [status["podIP"]]
         if status.get("phase") in ("Succeeded", "Failed"):
@@ -186,14 +197,25 @@ class Pod:
         ports = []
         for c in _arr(spec.get("containers")) + _arr(spec.get("initContainers")):  # sidecars declare ports too
             for p in _arr(_obj(c).get("ports")):
-                if isinstance(p, dict) and isinstance(p.get("containerPort"), int) and not isinstance(p["containerPort"], bool):
+                if (
+                    isinstance(p, dict)
+                    and isinstance(p.get("containerPort"), int)
+                    and not isinstance(p["containerPort"], bool)
+                ):
                     name = p.get("name") if isinstance(p.get("name"), str) else ""
                     proto = p.get("protocol") if isinstance(p.get("protocol"), str) else "TCP"
                     ports.append((name, p["containerPort"], proto.upper()))
         labels = {k: v for k, v in _obj(md.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
-        return cls(_str(md.get("namespace")) or "default", _str(md.get("name")) or "?", labels, tuple(ips),
-                   spec.get("hostNetwork") is True, tuple(ports), _str(spec.get("nodeName")) or None,
-                   _str(status.get("hostIP")) or None)
+        return cls(
+            _str(md.get("namespace")) or "default",
+            _str(md.get("name")) or "?",
+            labels,
+            tuple(ips),
+            spec.get("hostNetwork") is True,
+            tuple(ports),
+            _str(spec.get("nodeName")) or None,
+            _str(status.get("hostIP")) or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -214,7 +236,11 @@ class End:
 
     def text(self) -> str:
         if self.pod is not None:
-            return f"{self.pod.key}" + (" (host network)" if self.pod.host_network else "") + (f" {self.ip}" if self.ip else "")
+            return (
+                f"{self.pod.key}"
+                + (" (host network)" if self.pod.host_network else "")
+                + (f" {self.ip}" if self.ip else "")
+            )
         return self.ip or "?"
 
     def addresses(self) -> tuple[str, ...]:
@@ -344,7 +370,9 @@ class Policy:
         if not rules:
             return f"admits no {direction} at all (no {direction} rules: deny all)"
         word = "from" if direction == "ingress" else "to"
-        return "; ".join(f"rule {i}: {word} {r.peers_text(self.namespace)} on {r.ports_text()}" for i, r in enumerate(rules))
+        return "; ".join(
+            f"rule {i}: {word} {r.peers_text(self.namespace)} on {r.ports_text()}" for i, r in enumerate(rules)
+        )
 
 
 def _cidr(text, where: str):
@@ -360,7 +388,12 @@ def _peer(doc, where: str) -> Peer:
     if not isinstance(doc, dict):
         raise PolicyError(f"{where} is not a peer")
     ipb = doc.get("ipBlock")
-    has_sel = "podSelector" in doc and doc["podSelector"] is not None or "namespaceSelector" in doc and doc["namespaceSelector"] is not None
+    has_sel = (
+        "podSelector" in doc
+        and doc["podSelector"] is not None
+        or "namespaceSelector" in doc
+        and doc["namespaceSelector"] is not None
+    )
     if ipb is not None:
         if has_sel:
             raise PolicyError(f"{where}: ipBlock cannot be combined with a selector in one peer")
@@ -377,7 +410,11 @@ def _peer(doc, where: str) -> Peer:
     if not has_sel:
         raise PolicyError(f"{where}: a peer needs podSelector, namespaceSelector or ipBlock")
     pod_sel = parse_selector(doc["podSelector"], f"{where}.podSelector") if doc.get("podSelector") is not None else None
-    ns_sel = parse_selector(doc["namespaceSelector"], f"{where}.namespaceSelector") if doc.get("namespaceSelector") is not None else None
+    ns_sel = (
+        parse_selector(doc["namespaceSelector"], f"{where}.namespaceSelector")
+        if doc.get("namespaceSelector") is not None
+        else None
+    )
     return Peer(pod_sel=pod_sel, ns_sel=ns_sel)
 
 
@@ -422,8 +459,12 @@ def _rules(docs, direction: str, where: str) -> tuple[Rule, ...]:
         ports = r.get("ports") or []
         if not isinstance(peers, list) or not isinstance(ports, list):
             raise PolicyError(f"{here}: {peer_key} and ports must be lists")
-        out.append(Rule(tuple(_peer(p, f"{here}.{peer_key}[{j}]") for j, p in enumerate(peers)),
-                        tuple(_port(p, f"{here}.ports[{j}]") for j, p in enumerate(ports))))
+        out.append(
+            Rule(
+                tuple(_peer(p, f"{here}.{peer_key}[{j}]") for j, p in enumerate(peers)),
+                tuple(_port(p, f"{here}.ports[{j}]") for j, p in enumerate(ports)),
+            )
+        )
     return tuple(out)
 
 
@@ -432,7 +473,11 @@ def parse_policy(obj: dict) -> Policy:
     if not isinstance(obj, dict):
         raise PolicyError("not an object")
     md = obj.get("metadata") or {}
-    if not isinstance(md, dict) or not isinstance(md.get("name", ""), str) or not isinstance(md.get("namespace", ""), str):
+    if (
+        not isinstance(md, dict)
+        or not isinstance(md.get("name", ""), str)
+        or not isinstance(md.get("namespace", ""), str)
+    ):
         raise PolicyError("metadata (name, namespace) is not readable")
     spec = obj.get("spec")
     if not isinstance(spec, dict):
@@ -459,7 +504,9 @@ def parse_policies(items: list) -> tuple[list[Policy], list[str]]:
         try:
             out.append(parse_policy(obj))
         except PolicyError as exc:
-            problems.append(f"NetworkPolicy {_str(md.get('namespace')) or '?'}/{_str(md.get('name')) or '?'} (item {i}): {exc} — not evaluated")
+            problems.append(
+                f"NetworkPolicy {_str(md.get('namespace')) or '?'}/{_str(md.get('name')) or '?'} (item {i}): {exc} — not evaluated"
+            )
     return out, problems
 
 
@@ -494,10 +541,18 @@ class Direction:
         return patch_yaml(*self.patch_args) if self.patch_args else None
 
     def to_dict(self) -> dict:
-        return {"direction": self.direction, "subject": self.subject, "applies": self.applies, "restricted": self.restricted,
-                "allowed": self.allowed, "policies": list(self.policies),
-                "admitted_by": self.admitted_by.to_dict() if self.admitted_by else None,
-                "admits": dict(self.admits), "missing": self.missing, "patch": self.patch}
+        return {
+            "direction": self.direction,
+            "subject": self.subject,
+            "applies": self.applies,
+            "restricted": self.restricted,
+            "allowed": self.allowed,
+            "policies": list(self.policies),
+            "admitted_by": self.admitted_by.to_dict() if self.admitted_by else None,
+            "admits": dict(self.admits),
+            "missing": self.missing,
+            "patch": self.patch,
+        }
 
     def reason(self) -> str:
         """One line: why this direction passes or not."""
@@ -526,8 +581,15 @@ class Flow:
         return self.egress.allowed and self.ingress.allowed
 
     def to_dict(self) -> dict:
-        return {"from": self.src.text(), "to": self.dst.text(), "port": self.port, "protocol": self.protocol,
-                "allowed": self.allowed, "egress": self.egress.to_dict(), "ingress": self.ingress.to_dict()}
+        return {
+            "from": self.src.text(),
+            "to": self.dst.text(),
+            "port": self.port,
+            "protocol": self.protocol,
+            "allowed": self.allowed,
+            "egress": self.egress.to_dict(),
+            "ingress": self.ingress.to_dict(),
+        }
 
 
 # ------------------------------------------------------------------------------------------------ the index
@@ -578,9 +640,16 @@ class PolicyIndex:
         out = []
         for p in pols:
             for i, rule in enumerate(p.rules(direction)):
-                if not rule.ports or any(x.protocol == protocol and (x.port is None or isinstance(x.port, str) or x.port == port
-                                                                     or (x.end_port is not None and x.port <= port <= x.end_port))
-                                         for x in rule.ports):
+                if not rule.ports or any(
+                    x.protocol == protocol
+                    and (
+                        x.port is None
+                        or isinstance(x.port, str)
+                        or x.port == port
+                        or (x.end_port is not None and x.port <= port <= x.end_port)
+                    )
+                    for x in rule.ports
+                ):
                     out.append((p, i, rule))
         return out
 
@@ -599,7 +668,9 @@ class PolicyIndex:
         hit = self._selecting.get(key)
         if hit is None:
             t = "Ingress" if direction == "ingress" else "Egress"
-            hit = self._selecting[key] = [p for p in self.by_ns.get(pod.namespace, ()) if t in p.types and p.pod_sel.matches(pod.labels)]
+            hit = self._selecting[key] = [
+                p for p in self.by_ns.get(pod.namespace, ()) if t in p.types and p.pod_sel.matches(pod.labels)
+            ]
         return hit
 
     def _direction(self, direction: str, subject: End, other: End, port: int, protocol: str, dst: End) -> Direction:
@@ -609,10 +680,20 @@ class PolicyIndex:
         out = Direction(direction, subject.pod.key, True, bool(pols), True, [p.key for p in pols])
         if not pols:
             return out
-        if direction == "ingress" and not other.is_pod and subject.pod.host_ip and subject.pod.host_ip in other.addresses():
+        if (
+            direction == "ingress"
+            and not other.is_pod
+            and subject.pod.host_ip
+            and subject.pod.host_ip in other.addresses()
+        ):
             # the API's rule: traffic from the pod's own node (kubelet probes, host-network pods there) is allowed
-            out.admitted_by = Admission("(node)", 0, f"{subject.pod.host_ip}: the node {subject.pod.key} runs on "
-                                        "(traffic from a pod's own node is always allowed)", "all ports")
+            out.admitted_by = Admission(
+                "(node)",
+                0,
+                f"{subject.pod.host_ip}: the node {subject.pod.key} runs on "
+                "(traffic from a pod's own node is always allowed)",
+                "all ports",
+            )
             return out
         near_peer, near_port = [], []
         for p in pols:
@@ -637,12 +718,16 @@ class PolicyIndex:
         word = "from" if direction == "ingress" else "to"
         if near_peer:
             p, i, rule = near_peer[0]
-            out.missing = (f"{p.key} rule {i} admits {who} only on {rule.ports_text()}, not {port}/{protocol}: "
-                           f"a port rule for {port}/{protocol} is missing")
+            out.missing = (
+                f"{p.key} rule {i} admits {who} only on {rule.ports_text()}, not {port}/{protocol}: "
+                f"a port rule for {port}/{protocol} is missing"
+            )
         elif near_port:
             p, i, rule = near_port[0]
-            out.missing = (f"{p.key} rule {i} admits {port}/{protocol} only {word} {rule.peers_text(p.namespace)}; "
-                           f"{who} is not among them: a peer rule for it is missing")
+            out.missing = (
+                f"{p.key} rule {i} admits {port}/{protocol} only {word} {rule.peers_text(p.namespace)}; "
+                f"{who} is not among them: a peer rule for it is missing"
+            )
         elif all(not p.rules(direction) for p in pols):
             out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {subject.pod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
         else:
@@ -683,7 +768,17 @@ _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9./_-]*")
 
 def _scalar(value) -> str:
     if isinstance(value, str):
-        plain = _PLAIN.fullmatch(value) and value.lower() not in ("true", "false", "yes", "no", "on", "off", "null", "y", "n")
+        plain = _PLAIN.fullmatch(value) and value.lower() not in (
+            "true",
+            "false",
+            "yes",
+            "no",
+            "on",
+            "off",
+            "null",
+            "y",
+            "n",
+        )
         return value if plain else json.dumps(value)
     return json.dumps(value)
 
@@ -703,7 +798,7 @@ def to_yaml(value, indent: int = 0) -> str:
         for item in value:
             if isinstance(item, (dict, list)) and item:
                 body = to_yaml(item, indent + 2).rstrip("\n")
-                lines.append(f"{pad}- {body[indent + 2:]}")
+                lines.append(f"{pad}- {body[indent + 2 :]}")
             else:
                 lines.append(f"{pad}- {_scalar(item)}")
     else:
@@ -718,7 +813,9 @@ def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str
     notes = []
     mine = _stable_labels(subject)
     if not mine:
-        notes.append(f"{subject.key} has no labels: podSelector {{}} selects every pod of {subject.namespace}; label the pod and select that")
+        notes.append(
+            f"{subject.key} has no labels: podSelector {{}} selects every pod of {subject.namespace}; label the pod and select that"
+        )
     other_name = other.pod.name if other.is_pod else (other.ip or "peer")
     name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
     labels = _stable_labels(other.pod) if other.is_pod else {}
@@ -730,12 +827,21 @@ def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str
         ip = other.ip or (other.pod.ip if other.pod else None) or "0.0.0.0"
         peer = {"ipBlock": {"cidr": f"{ip}{'/128' if ':' in ip else '/32'}"}}
         if other.is_pod:
-            notes.append(f"{other.pod.key} has no labels: admitted by its address, which changes when the pod is recreated")
-    doc = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-           "metadata": {"name": name, "namespace": subject.namespace},
-           "spec": {"podSelector": {"matchLabels": dict(sorted(mine.items()))} if mine else {},
-                    "policyTypes": ["Ingress" if direction == "ingress" else "Egress"],
-                    direction: [{("from" if direction == "ingress" else "to"): [peer], "ports": [{"protocol": protocol, "port": port}]}]}}
+            notes.append(
+                f"{other.pod.key} has no labels: admitted by its address, which changes when the pod is recreated"
+            )
+    doc = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": subject.namespace},
+        "spec": {
+            "podSelector": {"matchLabels": dict(sorted(mine.items()))} if mine else {},
+            "policyTypes": ["Ingress" if direction == "ingress" else "Egress"],
+            direction: [
+                {("from" if direction == "ingress" else "to"): [peer], "ports": [{"protocol": protocol, "port": port}]}
+            ],
+        },
+    }
     return doc, notes
 
 
@@ -758,8 +864,11 @@ class Enforcement:
 
     def text(self) -> str:
         if self.enforced is None:
-            return ("the CNI was not recognised" + (f" ({self.cni})" if self.cni else "")
-                    + ": NetworkPolicies are taken as enforced, which may not be so")
+            return (
+                "the CNI was not recognised"
+                + (f" ({self.cni})" if self.cni else "")
+                + ": NetworkPolicies are taken as enforced, which may not be so"
+            )
         return f"CNI {self.cni}: NetworkPolicy {'is' if self.enforced else 'is NOT'} enforced"
 
     def to_dict(self) -> dict:
@@ -812,23 +921,35 @@ def recognise_cni(components: list[dict] | None) -> Enforcement:
                 args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in containers)
                 if cni == "aws-vpc-cni":
                     # the network policy agent runs as a container of aws-node; it only enforces when enabled
-                    agent = [c for c in containers if c.get("name") in ("aws-eks-nodeagent", "aws-network-policy-agent")]
+                    agent = [
+                        c for c in containers if c.get("name") in ("aws-eks-nodeagent", "aws-network-policy-agent")
+                    ]
                     if agent:
                         agent_args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in agent)
                         cni = "aws-vpc-cni + network policy agent"
-                        enforces = (True if "--enable-network-policy=true" in agent_args
-                                    else False if "--enable-network-policy=false" in agent_args else None)
+                        enforces = (
+                            True
+                            if "--enable-network-policy=true" in agent_args
+                            else False
+                            if "--enable-network-policy=false" in agent_args
+                            else None
+                        )
                 if cni == "kube-router" and "--run-firewall=false" in args:
                     enforces = False
                 if cni not in found:
-                    evidence.append(f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or 'kube-system'}/{comp.get('name')}"
-                                    + (f" (of {wl})" if wl != comp.get("name") else "") + f": {cni}")
+                    evidence.append(
+                        f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or 'kube-system'}/{comp.get('name')}"
+                        + (f" (of {wl})" if wl != comp.get("name") else "")
+                        + f": {cni}"
+                    )
                     found[cni] = enforces
                 elif found[cni] is not True and enforces is not False:
                     found[cni] = enforces
                 break
     if not found:
-        return Enforcement(None, None, evidence or ["no known CNI DaemonSet in kube-system, kube-flannel or calico-system"])
+        return Enforcement(
+            None, None, evidence or ["no known CNI DaemonSet in kube-system, kube-flannel or calico-system"]
+        )
     names = " + ".join(sorted(found))
     values = list(found.values())
     enforced = True if True in values else None if None in values else False
@@ -844,14 +965,32 @@ def component(obj: dict) -> dict | None:
         return None
     md = _obj(obj.get("metadata"))
     spec = _obj(obj.get("spec"))
-    kind = obj.get("kind") if obj.get("kind") in ("DaemonSet", "Pod") else ("DaemonSet" if "template" in spec else "Pod")
+    kind = (
+        obj.get("kind") if obj.get("kind") in ("DaemonSet", "Pod") else ("DaemonSet" if "template" in spec else "Pod")
+    )
     if kind == "DaemonSet":
         spec = _obj(_obj(spec.get("template")).get("spec"))
-    owner = next((o.get("name") for o in _arr(md.get("ownerReferences")) if isinstance(o, dict) and o.get("kind") == "DaemonSet"
-                  and isinstance(o.get("name"), str)), None)
+    owner = next(
+        (
+            o.get("name")
+            for o in _arr(md.get("ownerReferences"))
+            if isinstance(o, dict) and o.get("kind") == "DaemonSet" and isinstance(o.get("name"), str)
+        ),
+        None,
+    )
     containers = []
     for c in _arr(spec.get("containers")) + _arr(spec.get("initContainers")):
         if isinstance(c, dict):
-            args = [a for a in _arr(c.get("args")) + _arr(c.get("command")) if isinstance(a, str) and a.startswith(_KEPT_ARGS)]
+            args = [
+                a
+                for a in _arr(c.get("args")) + _arr(c.get("command"))
+                if isinstance(a, str) and a.startswith(_KEPT_ARGS)
+            ]
             containers.append({"name": _str(c.get("name")), "image": _str(c.get("image")), "args": args})
-    return {"kind": kind, "namespace": _str(md.get("namespace")) or None, "name": _str(md.get("name")), "owner": owner, "containers": containers}
+    return {
+        "kind": kind,
+        "namespace": _str(md.get("namespace")) or None,
+        "name": _str(md.get("name")),
+        "owner": owner,
+        "containers": containers,
+    }

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import os
 
-NO_API = ("no Kubernetes API credentials ({why}): the rules-versus-API checks are skipped; what kube-proxy's rules alone "
-          "show is reported (KP115, KP116) — give --kubeconfig, or run in a pod with kpdiag's service account")
+NO_API = (
+    "no Kubernetes API credentials ({why}): the rules-versus-API checks are skipped; what kube-proxy's rules alone "
+    "show is reported (KP115, KP116) — give --kubeconfig, or run in a pod with kpdiag's service account"
+)
 
 
-def api_files(node_name: str | None, kubeconfig: str | None = None, context: str | None = None, progress=None) -> tuple[dict, list[dict], str | None]:
+def api_files(
+    node_name: str | None, kubeconfig: str | None = None, context: str | None = None, progress=None
+) -> tuple[dict, list[dict], str | None]:
     """(bundle files, errors, API server URL) — the errors say in one line each why something could not be read."""
     from .collect.cluster import ClusterCollector
 

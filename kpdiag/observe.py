@@ -112,10 +112,19 @@ def observations(state, svc) -> list[PortObservation]:
             kinds = ("tcp-connect", "tcp-syn") if proto == "tcp" else ("udp",)
             res = None
             for kind in kinds:
-                res = next((r for r in state.probe_results(kind) if r.get("target") == target and r.get("result") not in ("skipped",)), None)
+                res = next(
+                    (
+                        r
+                        for r in state.probe_results(kind)
+                        if r.get("target") == target and r.get("result") not in ("skipped",)
+                    ),
+                    None,
+                )
                 if res is not None:
                     break
-            obs = PortObservation(svc.key, ip, number, proto, port, res.get("result") if res else None, res.get("from") if res else None)
+            obs = PortObservation(
+                svc.key, ip, number, proto, port, res.get("result") if res else None, res.get("from") if res else None
+            )
             family = 6 if ":" in ip else 4
             seen = set()
             for e in svc.endpoints_for(port, family=family):
@@ -123,8 +132,14 @@ def observations(state, svc) -> list[PortObservation]:
                 if t is None or (e.ip, t) in seen:
                     continue
                 seen.add((e.ip, t))
-                direct = next((r for r in state.probe_results("tcp-connect" if proto == "tcp" else "udp")
-                               if r.get("target") == f"{hostport(e.ip, t)}/{proto}"), None)
+                direct = next(
+                    (
+                        r
+                        for r in state.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                        if r.get("target") == f"{hostport(e.ip, t)}/{proto}"
+                    ),
+                    None,
+                )
                 if direct is None or direct.get("result") == "skipped":
                     continue
                 obs.direct.append(DirectProbe(e.ip, int(t), proto, direct.get("result"), e.pod, e.node, e.terminating))

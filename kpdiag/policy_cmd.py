@@ -19,88 +19,17 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from dataclasses import dataclass, field
 
 from .errors import KpdiagError, UsageError
-from .netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, parse_policies, recognise_cni
+from .netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, recognise_cni
+from .policy_data import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, list_items, get_path, load  # noqa: F401 (re-exported)
 from . import sources
 
 SCHEMA = "kpdiag.policy/v1"
-NP_SRC = sources.NETWORKPOLICIES
-CNI_NAMESPACES = ("kube-system", "kube-flannel", "calico-system")
 
 
 class CannotEvaluate(KpdiagError):
     """The flow cannot be judged from the data at hand (exit 3): the message says what is missing."""
-
-
-def _items(doc) -> list[dict]:
-    if isinstance(doc, dict) and isinstance(doc.get("items"), list):
-        return [i for i in doc["items"] if isinstance(i, dict)]
-    return []
-
-
-@dataclass
-class PolicyData:
-    index: PolicyIndex
-    problems: list[str] = field(default_factory=list)  # one line per unreadable policy
-    enforcement: Enforcement = field(default_factory=lambda: Enforcement(None, None))
-    covered: set | None = None  # namespaces whose policies were listed; None: all
-    namespaces_known: bool = False
-    dns_service: dict | None = None  # the kube-dns Service (raw), when collected
-
-    def coverage_gap(self, *namespaces) -> list[str]:
-        if self.covered is None:
-            return []
-        return sorted({n for n in namespaces if n and n not in self.covered})
-
-
-def load(bundle) -> PolicyData | None:
-    """The NetworkPolicy view of a bundle; None when it has no readable cluster/networkpolicies.json. Unreadable
-    policies are recorded as problems of the bundle (one line each, naming the policy) and left out."""
-    doc = bundle.read_json(NP_SRC)
-    if doc is None:
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
-        bundle.problem(NP_SRC, "not a Kubernetes List (expected {\"items\": [...]})")
-        return None
-    policies, problems = parse_policies(doc["items"])
-    for line in problems:
-        bundle.problem(NP_SRC, line)
-    covered = _path(doc, "metadata", "namespaces")
-    pods_raw: list[dict] = []
-    seen = set()
-    dns_service = None
-    for rel in (sources.PODS, sources.CLIENT_POD, sources.DNS_PODS):
-        for obj in _items(bundle.read_json(rel)) if bundle.exists(rel) else []:
-            if obj.get("kind") not in (None, "Pod"):
-                continue
-            key = (_path(obj, "metadata", "namespace"), _path(obj, "metadata", "name"))
-            if key not in seen:
-                seen.add(key)
-                pods_raw.append(obj)
-    if bundle.exists(sources.DNS_SERVICE):
-        dns_service = next(iter(_items(bundle.read_json(sources.DNS_SERVICE))), None)
-    ns_doc = bundle.read_json(sources.NAMESPACES) if bundle.exists(sources.NAMESPACES) else None
-    pods = [Pod.from_api(p) for p in pods_raw]
-    index = PolicyIndex(policies, _items(ns_doc), pods)
-    return PolicyData(index, problems, _enforcement(bundle, pods_raw), set(covered) if isinstance(covered, list) else None,
-                      ns_doc is not None, dns_service)
-
-
-def _enforcement(bundle, pods_raw: list[dict]) -> Enforcement:
-    cni = bundle.read_json(sources.CNI) if bundle.exists(sources.CNI) else None
-    if isinstance(cni, dict) and isinstance(cni.get("items"), list):
-        return recognise_cni(cni["items"])
-    ds = bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None
-    if isinstance(ds, dict) and isinstance(ds.get("items"), list):
-        return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
-    system = [p for p in pods_raw if _path(p, "metadata", "namespace") in CNI_NAMESPACES]
-    if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
-        found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])
-        if found.cni:
-            return found
-    return recognise_cni(None)
 
 
 # ------------------------------------------------------------------------------------------------ one flow, big files
@@ -132,13 +61,13 @@ class ListScan:
         dec = json.JSONDecoder()
         size, out = 4096, None
         while True:
-            chunk = self.raw[start:start + size]
+            chunk = self.raw[start : start + size]
             try:
                 text = chunk.decode("utf-8")
             except UnicodeDecodeError as exc:
                 if exc.start < len(chunk) - 4:
                     break  # not UTF-8 inside: not this way
-                text = chunk[:exc.start].decode("utf-8")
+                text = chunk[: exc.start].decode("utf-8")
             try:
                 obj, n = dec.raw_decode(text)
                 out = (obj, start + len(text[:n].encode("utf-8")))
@@ -208,21 +137,17 @@ class ListScan:
                 continue
             if at == first and first < items:
                 return got[0]
-            if raw[got[1]:].strip(_WS) == b"}":
+            if raw[got[1] :].strip(_WS) == b"}":
                 return got[0]
         return {}
-
-
-def _path(obj: dict, *keys):
-    for k in keys:
-        obj = obj.get(k) if isinstance(obj, dict) else None
-    return obj
 
 
 class _ListFile:
     """One List file of the bundle: parsed whole when small, else a :class:`ListScan`."""
 
-    def __init__(self, bundle, rel: str, items: list | None = None, scan: ListScan | None = None, meta: dict | None = None):
+    def __init__(
+        self, bundle, rel: str, items: list | None = None, scan: ListScan | None = None, meta: dict | None = None
+    ):
         self.bundle, self.rel, self.items, self.scan, self.meta = bundle, rel, items, scan, meta or {}
 
     @classmethod
@@ -239,9 +164,11 @@ class _ListFile:
         if doc is None:
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
-            bundle.problem(rel, "not a Kubernetes List (expected {\"items\": [...]})")
+            bundle.problem(rel, 'not a Kubernetes List (expected {"items": [...]})')
             return None
-        return cls(bundle, rel, items=doc["items"], meta=doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {})
+        return cls(
+            bundle, rel, items=doc["items"], meta=doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        )
 
     def where(self, key: str, value: str, check) -> list[tuple]:
         """(where, item) of the items for which ``check(item)`` holds; ``key``/``value`` narrow the search first."""
@@ -250,7 +177,10 @@ class _ListFile:
         out = []
         for start, obj in self.scan.where(key, value):
             if obj is None:
-                self.bundle.problem(f"{self.rel}:{self.scan.line(start)}", f'"{key}": {json.dumps(value)} is in no item that can be decoded')
+                self.bundle.problem(
+                    f"{self.rel}:{self.scan.line(start)}",
+                    f'"{key}": {json.dumps(value)} is in no item that can be decoded',
+                )
             elif check(obj):
                 out.append((start, obj))
         return out
@@ -268,21 +198,26 @@ class FlowSource:
         self.bundle = bundle
         self.np = _ListFile.open(bundle, NP_SRC)
         if self.np is None:
-            raise CannotEvaluate(f"{bundle.display(NP_SRC)}: missing or unreadable: the NetworkPolicies are needed "
-                                 "(kubectl get networkpolicies -A -o json)")
+            raise CannotEvaluate(
+                f"{bundle.display(NP_SRC)}: missing or unreadable: the NetworkPolicies are needed "
+                "(kubectl get networkpolicies -A -o json)"
+            )
         covered = self.np.meta.get("namespaces")
         self.covered = set(covered) if isinstance(covered, list) else None
-        self.pod_files = [f for f in (_ListFile.open(bundle, rel) for rel in (sources.PODS, sources.CLIENT_POD,
-                                                                             sources.DNS_PODS)) if f is not None]
+        self.pod_files = [
+            f
+            for f in (_ListFile.open(bundle, rel) for rel in (sources.PODS, sources.CLIENT_POD, sources.DNS_PODS))
+            if f is not None
+        ]
         ns_doc = bundle.read_json(sources.NAMESPACES) if bundle.exists(sources.NAMESPACES) else None
         self.namespaces_known = ns_doc is not None
-        self.ns_items = _items(ns_doc)
+        self.ns_items = list_items(ns_doc)
         self.pods: dict[str, Pod] = {}
         self.raw_pods: dict[str, dict] = {}
         self.problems: list[str] = []
         self.dns_service = None
         if bundle.exists(sources.DNS_SERVICE):
-            self.dns_service = next(iter(_items(bundle.read_json(sources.DNS_SERVICE))), None)
+            self.dns_service = next(iter(list_items(bundle.read_json(sources.DNS_SERVICE))), None)
 
     def coverage_gap(self, *namespaces) -> list[str]:
         if self.covered is None:
@@ -305,7 +240,14 @@ class FlowSource:
     def pod(self, namespace: str, name: str) -> Pod | None:
         key = f"{namespace}/{name}"
         if key not in self.pods:
-            self._find("name", name, lambda o: _path(o, "metadata", "name") == name and (_path(o, "metadata", "namespace") or "default") == namespace)
+            self._find(
+                "name",
+                name,
+                lambda o: (
+                    get_path(o, "metadata", "name") == name
+                    and (get_path(o, "metadata", "namespace") or "default") == namespace
+                ),
+            )
         return self.pods.get(key)
 
     def pod_by_ip(self, ip: str) -> Pod | None:
@@ -313,7 +255,11 @@ class FlowSource:
             st = o.get("status") if isinstance(o.get("status"), dict) else {}
             if st.get("phase") in ("Succeeded", "Failed"):
                 return False  # its address is released, maybe reused by the pod we are after
-            return not _path(o, "spec", "hostNetwork") and ip in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
+            return not get_path(o, "spec", "hostNetwork") and ip in {
+                st.get("podIP"),
+                *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict)),
+            }
+
         found = self._find("podIP", ip, has) or self._find("ip", ip, has)
         return found[0] if found else None
 
@@ -322,18 +268,22 @@ class FlowSource:
         return End(ip, pod) if pod else End(ip)
 
     def pods_in(self, namespace: str) -> list[Pod]:
-        return self._find("namespace", namespace, lambda o: (_path(o, "metadata", "namespace") or "default") == namespace)
+        return self._find(
+            "namespace", namespace, lambda o: (get_path(o, "metadata", "namespace") or "default") == namespace
+        )
 
     def policies(self, namespaces) -> list:
         from .netpol import parse_policy
 
         out = []
         for ns in sorted(n for n in namespaces if n):
-            for where, obj in self.np.where("namespace", ns, lambda o, ns=ns: (_path(o, "metadata", "namespace") or "default") == ns):
+            for where, obj in self.np.where(
+                "namespace", ns, lambda o, ns=ns: (get_path(o, "metadata", "namespace") or "default") == ns
+            ):
                 try:
                     out.append(parse_policy(obj))
                 except PolicyError as exc:
-                    line = f"NetworkPolicy {ns}/{_path(obj, 'metadata', 'name') or '?'} ({self.np.where_text(where)}): {exc} — not evaluated"
+                    line = f"NetworkPolicy {ns}/{get_path(obj, 'metadata', 'name') or '?'} ({self.np.where_text(where)}): {exc} — not evaluated"
                     self.problems.append(line)
                     self.bundle.problem(NP_SRC, line)
         return out
@@ -345,7 +295,7 @@ class FlowSource:
             return recognise_cni(cni["items"])
         ds = bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None
         if isinstance(ds, dict) and isinstance(ds.get("items"), list):
-            return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in _items(ds)) if c])
+            return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in list_items(ds)) if c])
         system = [self.raw_pods[p.key] for ns in CNI_NAMESPACES for p in self.pods_in(ns)]
         if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
             found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])
@@ -409,7 +359,10 @@ def _services(bundle, data):
 
     out = list(ClusterView(bundle).services() or []) if bundle.exists(sources.SERVICES) else []
     if data.dns_service is not None:
-        key = (_path(data.dns_service, "metadata", "namespace") or "kube-system", _path(data.dns_service, "metadata", "name") or "kube-dns")
+        key = (
+            get_path(data.dns_service, "metadata", "namespace") or "kube-system",
+            get_path(data.dns_service, "metadata", "name") or "kube-dns",
+        )
         if not any((s.namespace, s.name) == key for s in out):
             out.append(Svc(key[0], key[1], data.dns_service))
     return out
@@ -423,11 +376,18 @@ def _direction_summary(direction: str, flows: list) -> dict:
     admits: dict = {}
     for d in parts:
         admits.update(d.admits)
-    return {"direction": direction, "subject": ", ".join(sorted({d.subject for d in parts})),
-            "applies": any(d.applies for d in parts), "restricted": any(d.restricted for d in parts),
-            "allowed": not denied, "policies": sorted({p for d in parts for p in d.policies}),
-            "admitted_by": next(iter(admitted.values())) if len(admitted) == 1 and not denied else None,
-            "admits": admits, "missing": denied[0].missing if denied else None, "patch": denied[0].patch if denied else None}
+    return {
+        "direction": direction,
+        "subject": ", ".join(sorted({d.subject for d in parts})),
+        "applies": any(d.applies for d in parts),
+        "restricted": any(d.restricted for d in parts),
+        "allowed": not denied,
+        "policies": sorted({p for d in parts for p in d.policies}),
+        "admitted_by": next(iter(admitted.values())) if len(admitted) == 1 and not denied else None,
+        "admits": admits,
+        "missing": denied[0].missing if denied else None,
+        "patch": denied[0].patch if denied else None,
+    }
 
 
 def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
@@ -439,8 +399,10 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     if src_spec[0] == "ip":
         src = source.end_for_ip(src_spec[1])
         if src.pod is None:
-            notes.append(f"{src_spec[1]} is no pod kpdiag knows of: taken as an address (only ipBlock rules and rules "
-                         "open to anyone admit it)")
+            notes.append(
+                f"{src_spec[1]} is no pod kpdiag knows of: taken as an address (only ipBlock rules and rules "
+                "open to anyone admit it)"
+            )
     else:
         pod = source.pod(src_spec[1], src_spec[2])
         if pod is None:
@@ -476,27 +438,41 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     involved = {src.namespace, *(t[1].namespace for t in targets if t[1] is not None)} - {None}
     gap = source.coverage_gap(*involved)
     if gap:
-        raise CannotEvaluate(f"the NetworkPolicies of namespace {', '.join(gap)} were not collected "
-                             f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(source.covered))})")
+        raise CannotEvaluate(
+            f"the NetworkPolicies of namespace {', '.join(gap)} were not collected "
+            f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(source.covered))})"
+        )
     idx = source.index(involved)
     if not source.namespaces_known:
-        notes.append(f"{sources.NAMESPACES} missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)")
+        notes.append(
+            f"{sources.NAMESPACES} missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)"
+        )
     else:
         for n in sorted(involved):
             if n not in idx.ns_labels_known:
-                notes.append(f"namespace {n} is not in {sources.NAMESPACES}: only kubernetes.io/metadata.name is assumed")
+                notes.append(
+                    f"namespace {n} is not in {sources.NAMESPACES}: only kubernetes.io/metadata.name is assumed"
+                )
     flows, results, unknown = [], [], []
     for label, end, p, pr in targets:
         if end is None:
             unknown.append(label)
-            results.append({"endpoint": label, "pod": None, "allowed": None,
-                            "error": "the endpoint's pod is not in the pods read: its ingress policies cannot be evaluated"})
+            results.append(
+                {
+                    "endpoint": label,
+                    "pod": None,
+                    "allowed": None,
+                    "error": "the endpoint's pod is not in the pods read: its ingress policies cannot be evaluated",
+                }
+            )
             continue
         try:
             flow = idx.evaluate(src, end, p, pr)
         except PolicyError as exc:
             unknown.append(label)
-            results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, "allowed": None, "error": str(exc)})
+            results.append(
+                {"endpoint": label, "pod": end.pod.key if end.pod else None, "allowed": None, "error": str(exc)}
+            )
             continue
         flows.append(flow)
         results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, **flow.to_dict(), "error": None})
@@ -507,12 +483,16 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     for f in flows:
         for d, other in ((f.egress, f.dst), (f.ingress, f.src)):
             if d.admitted_by and d.admitted_by.peer.startswith("ipBlock") and other.is_pod:
-                notes.append(f"{d.admitted_by.policy} admits {other.pod.key} by its pod IP through an ipBlock: CNIs differ on "
-                             "whether ipBlock applies to pod traffic (it is meant for addresses outside the cluster)")
+                notes.append(
+                    f"{d.admitted_by.policy} admits {other.pod.key} by its pod IP through an ipBlock: CNIs differ on "
+                    "whether ipBlock applies to pod traffic (it is meant for addresses outside the cluster)"
+                )
     notes = list(dict.fromkeys(notes))
     enf = source.enforcement()
     if enf.enforced is False and not allowed:
-        notes.append(f"{enf.text()}: the policies deny this flow, but the CNI does not enforce them — they do not drop it")
+        notes.append(
+            f"{enf.text()}: the policies deny this flow, but the CNI does not enforce them — they do not drop it"
+        )
     elif enf.enforced is None:
         notes.append(enf.text())
     doc = {
@@ -540,8 +520,13 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
     if proto:
         cands = [p for p in cands if (p.get("protocol") or "TCP").upper() == proto]
     if not cands:
-        have = ", ".join(f"{p.get('name') + '=' if p.get('name') else ''}{p.get('port')}/{p.get('protocol') or 'TCP'}" for p in svc.ports)
-        raise CannotEvaluate(f"Service {svc.key} has no port {port}{'/' + proto if proto else ''} (it has: {have or 'none'})")
+        have = ", ".join(
+            f"{p.get('name') + '=' if p.get('name') else ''}{p.get('port')}/{p.get('protocol') or 'TCP'}"
+            for p in svc.ports
+        )
+        raise CannotEvaluate(
+            f"Service {svc.key} has no port {port}{'/' + proto if proto else ''} (it has: {have or 'none'})"
+        )
     sp = next((p for p in cands if (p.get("protocol") or "TCP").upper() == "TCP"), cands[0])
     protocol = (sp.get("protocol") or "TCP").upper()
     out = []
@@ -557,7 +542,9 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
             out.append((label, End(e.ip, pod) if pod else None, target, protocol))
         return out, notes
     if not svc.selector:
-        raise CannotEvaluate(f"Service {svc.key} has no endpoints in the data read ({sources.ENDPOINTSLICES}) and no selector")
+        raise CannotEvaluate(
+            f"Service {svc.key} has no endpoints in the data read ({sources.ENDPOINTSLICES}) and no selector"
+        )
     from .collect.cluster import selector_matches
 
     pods = [p for p in source.pods_in(svc.namespace) if selector_matches(svc.selector, p.labels)]
@@ -594,7 +581,9 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
     namespaces: set[str] = set()
 
     def one_pod(ns: str, name: str) -> dict | None:
-        doc = cc._call(sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+        doc = cc._call(
+            sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}"
+        )
         return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
 
     if src_spec[0] == "pod":
@@ -603,7 +592,9 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         if p:
             pods.append(p)
     else:
-        doc = cc._call(sources.PODS, "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}")
+        doc = cc._call(
+            sources.PODS, "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}"
+        )
         for p in (doc or {}).get("items", []):
             st = p.get("status") or {}
             if src_spec[1] in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}:
@@ -622,14 +613,32 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
             if svc is not None:
                 svc.setdefault("kind", "Service")
                 services.append(svc)
-                sl = cc._call(sources.ENDPOINTSLICES, f"list endpointslices in {ns}", api.list_namespaced_endpoint_slice, ns,
-                              label_selector=f"kubernetes.io/service-name={name}")
-                slices += [s for s in (sl or {}).get("items", []) if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
+                sl = cc._call(
+                    sources.ENDPOINTSLICES,
+                    f"list endpointslices in {ns}",
+                    api.list_namespaced_endpoint_slice,
+                    ns,
+                    label_selector=f"kubernetes.io/service-name={name}",
+                )
+                slices += [
+                    s
+                    for s in (sl or {}).get("items", [])
+                    if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name
+                ]
                 selector = (svc.get("spec") or {}).get("selector")
                 if selector:
-                    doc = cc._call(sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns,
-                                   label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())))
-                    pods += [p for p in (doc or {}).get("items", []) if selector_matches(selector, (p.get("metadata") or {}).get("labels"))]
+                    doc = cc._call(
+                        sources.PODS,
+                        f"list pods in {ns}",
+                        api.list_namespaced_pod,
+                        ns,
+                        label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+                    )
+                    pods += [
+                        p
+                        for p in (doc or {}).get("items", [])
+                        if selector_matches(selector, (p.get("metadata") or {}).get("labels"))
+                    ]
     cc.policy_objects(sorted(n for n in namespaces if n), dns=False)
     files = dict(cc.out.files)
     files[sources.PODS] = _as_list("Pod", pods)

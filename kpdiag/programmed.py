@@ -47,7 +47,9 @@ def service_table(state) -> dict[str, Entry] | None:
             # name, whose ServicePortName is plain ns/name)
             parts = (sp.chain or "").split("-", 2)
             bits = parts[2].split("/") if len(parts) == 3 else []
-            name = (f"{bits[0]}/{bits[1]}" + (f":{bits[3]}" if bits[3] else "")) if len(bits) == 4 else (sp.comment or "")
+            name = (
+                (f"{bits[0]}/{bits[1]}" + (f":{bits[3]}" if bits[3] else "")) if len(bits) == 4 else (sp.comment or "")
+            )
             table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)), sp.local_policy)
         return table
     if mode == "ipvs":
@@ -58,15 +60,26 @@ def service_table(state) -> dict[str, Entry] | None:
         for vs in services.values():
             if vs.addr is None or (bound is not None and vs.addr not in bound):
                 continue  # fwmark services and NodePorts on the node's own addresses are per node
-            table[f"{vs.addr}:{vs.port}/{vs.proto}"] = ("", tuple(sorted(r.target for r in vs.reals if r.weight > 0)), False)
+            table[f"{vs.addr}:{vs.port}/{vs.proto}"] = (
+                "",
+                tuple(sorted(r.target for r in vs.reals if r.weight > 0)),
+                False,
+            )
         return table
     progs = state.programmed()
     if progs is None:
         return None
-    for ports in (progs, state.programmed("ip6tables-save") or {}):  # a dual-stack node's IPv6 Services are in ip6tables
+    for ports in (
+        progs,
+        state.programmed("ip6tables-save") or {},
+    ):  # a dual-stack node's IPv6 Services are in ip6tables
         for p in ports.values():
             if p.cluster_ip and p.port:
-                table[f"{p.cluster_ip}:{p.port}/{(p.proto or 'tcp').lower()}"] = (p.name, tuple(sorted(p.endpoints)), p.local_policy)
+                table[f"{p.cluster_ip}:{p.port}/{(p.proto or 'tcp').lower()}"] = (
+                    p.name,
+                    tuple(sorted(p.endpoints)),
+                    p.local_policy,
+                )
     return table
 
 
@@ -81,11 +94,19 @@ def _ipvs_bound(state) -> set[str] | None:
 
 
 def encode(table: dict[str, Entry], mode: str | None) -> dict:
-    lines = [f"{key}\t{name}\t{_ep_hash(eps)}\t{len(eps)}" + ("\tL" if local else "")
-             for key, (name, eps, local) in sorted(table.items())]
+    lines = [
+        f"{key}\t{name}\t{_ep_hash(eps)}\t{len(eps)}" + ("\tL" if local else "")
+        for key, (name, eps, local) in sorted(table.items())
+    ]
     text = "\n".join(lines)
-    return {"format": FORMAT, "mode": mode, "count": len(lines), "digest": hashlib.sha256(text.encode()).hexdigest()[:16],
-            "policy": mode in ("iptables", "nftables"), "entries": text}
+    return {
+        "format": FORMAT,
+        "mode": mode,
+        "count": len(lines),
+        "digest": hashlib.sha256(text.encode()).hexdigest()[:16],
+        "policy": mode in ("iptables", "nftables"),
+        "entries": text,
+    }
 
 
 def decode(doc: dict, local: set[str] | None = None) -> dict[str, tuple[str, str, int]]:

@@ -39,10 +39,14 @@ _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*")  # base64 of "-----BEGIN
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+|%20|=)(?!REDACTED)[A-Za-z0-9._~+/=:-]{6,}")
 _AUTHZ = re.compile(r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?!REDACTED)[^\"'\r\n,}\\]+")
-_SECRET_KEYS = (r"[a-z0-9_-]*token|password|passwd|passphrase|secret[-_]?key|client[-_]?secret|api[-_]?key|"
-                r"client-key-data|client-certificate-data|certificate-authority-data|private[-_]?key|credentials?")
-_KEYVAL = re.compile(r"(?i)((?<![A-Za-z0-9])[\"']?(?:" + _SECRET_KEYS + r")[\"']?\s*[:=]\s*)"
-                     r"(\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?![\[{\"'\\]|(?:true|false|null)\b)[^\s,}\]\\\"']+)")
+_SECRET_KEYS = (
+    r"[a-z0-9_-]*token|password|passwd|passphrase|secret[-_]?key|client[-_]?secret|api[-_]?key|"
+    r"client-key-data|client-certificate-data|certificate-authority-data|private[-_]?key|credentials?"
+)
+_KEYVAL = re.compile(
+    r"(?i)((?<![A-Za-z0-9])[\"']?(?:" + _SECRET_KEYS + r")[\"']?\s*[:=]\s*)"
+    r"(\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?![\[{\"'\\]|(?:true|false|null)\b)[^\s,}\]\\\"']+)"
+)
 _URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"']+:[^/\s@\"']+@")
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -78,10 +82,18 @@ def _scrub_objects(doc) -> bool:
             for key, value in node.items():
                 if key == "env" and isinstance(value, list):
                     for var in value:
-                        if isinstance(var, dict) and isinstance(var.get("value"), str) and var["value"] not in ("", REDACTED):
+                        if (
+                            isinstance(var, dict)
+                            and isinstance(var.get("value"), str)
+                            and var["value"] not in ("", REDACTED)
+                        ):
                             var["value"] = REDACTED
                             changed = True
-                elif key == "annotations" and isinstance(value, dict) and value.get(_LAST_APPLIED) not in (None, REDACTED):
+                elif (
+                    key == "annotations"
+                    and isinstance(value, dict)
+                    and value.get(_LAST_APPLIED) not in (None, REDACTED)
+                ):
                     value[_LAST_APPLIED] = REDACTED
                     changed = True
                 if isinstance(value, (dict, list)):
@@ -125,52 +137,311 @@ def _map_strings(doc, fn):
 
 # ---------------------------------------------------------------- names
 # kube-system's well-known objects: they say nothing about the user, and keep the bundle readable
-_SKIP_NAMES = {"default", "kube-system", "kube-public", "kube-node-lease", "kubernetes", "kube-proxy", "kube-dns", "coredns",
-               "kube-root-ca.crt", "localhost"}
+_SKIP_NAMES = {
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "kubernetes",
+    "kube-proxy",
+    "kube-dns",
+    "coredns",
+    "kube-root-ca.crt",
+    "localhost",
+}
 # cluster components (CNI, DNS, control plane): their object names say which software runs, and checks read them
-_INFRA = ("calico", "canal", "cilium", "weave", "antrea", "kube-router", "kube-network-policies", "kube-flannel", "flannel",
-          "aws-node", "aws-eks-nodeagent", "aws-network-policy-agent", "tigera", "coredns", "kube-dns", "kube-proxy",
-          "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "metrics-server", "konnectivity",
-          "node-local-dns", "nodelocaldns", "multus", "ovnkube", "kindnet", "kpdiag", "dnsmasq", "sidecar", "install-cni",
-          "upgrade-ipam", "mount-bpf-fs", "clean-cilium-state")
+_INFRA = (
+    "calico",
+    "canal",
+    "cilium",
+    "weave",
+    "antrea",
+    "kube-router",
+    "kube-network-policies",
+    "kube-flannel",
+    "flannel",
+    "aws-node",
+    "aws-eks-nodeagent",
+    "aws-network-policy-agent",
+    "tigera",
+    "coredns",
+    "kube-dns",
+    "kube-proxy",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "metrics-server",
+    "konnectivity",
+    "node-local-dns",
+    "nodelocaldns",
+    "multus",
+    "ovnkube",
+    "kindnet",
+    "kpdiag",
+    "dnsmasq",
+    "sidecar",
+    "install-cni",
+    "upgrade-ipam",
+    "mount-bpf-fs",
+    "clean-cilium-state",
+)
 # words that are syntax in the files kpdiag writes: a name spelled like one is replaced only where it is a name
 _RESERVED = {
-    "tcp", "udp", "sctp", "icmp", "icmpv6", "http", "https", "dns", "nat", "filter", "mangle", "raw", "security", "input",
-    "output", "forward", "prerouting", "postrouting", "accept", "drop", "reject", "return", "masquerade", "snat", "dnat",
-    "true", "false", "null", "none", "local", "cluster", "ip", "ip6", "inet", "arp", "bridge", "netdev", "node", "nodes",
-    "service", "services", "pod", "pods", "endpoint", "endpoints", "chain", "table", "rule", "set", "map", "elem",
-    "comment", "jump", "goto", "counter", "packets", "bytes", "family", "name", "type", "handle", "hook", "prio",
-    "policy", "mode", "iptables", "ipvs", "nftables", "userspace", "kernelspace", "kube", "proxy", "metrics", "healthz",
-    "version", "items", "metadata", "spec", "status", "kind", "list", "labels", "annotations", "selector", "ready",
-    "serving", "terminating", "conditions", "addresses", "ports", "port", "protocol", "targetport", "nodeport",
-    "clusterip", "loadbalancer", "externalname", "main", "eth0", "lo", "link", "global", "host",
-    "scope", "dev", "via", "src", "dst", "unicast", "broadcast", "multicast", "blackhole", "unreachable", "prohibit",
-    "error", "warning", "info", "debug", "yes", "no", "on", "off", "enabled", "disabled",
-    "running", "succeeded", "failed", "pending", "unknown", "always", "never", "ifnotpresent", "clusterfirst",
+    "tcp",
+    "udp",
+    "sctp",
+    "icmp",
+    "icmpv6",
+    "http",
+    "https",
+    "dns",
+    "nat",
+    "filter",
+    "mangle",
+    "raw",
+    "security",
+    "input",
+    "output",
+    "forward",
+    "prerouting",
+    "postrouting",
+    "accept",
+    "drop",
+    "reject",
+    "return",
+    "masquerade",
+    "snat",
+    "dnat",
+    "true",
+    "false",
+    "null",
+    "none",
+    "local",
+    "cluster",
+    "ip",
+    "ip6",
+    "inet",
+    "arp",
+    "bridge",
+    "netdev",
+    "node",
+    "nodes",
+    "service",
+    "services",
+    "pod",
+    "pods",
+    "endpoint",
+    "endpoints",
+    "chain",
+    "table",
+    "rule",
+    "set",
+    "map",
+    "elem",
+    "comment",
+    "jump",
+    "goto",
+    "counter",
+    "packets",
+    "bytes",
+    "family",
+    "name",
+    "type",
+    "handle",
+    "hook",
+    "prio",
+    "policy",
+    "mode",
+    "iptables",
+    "ipvs",
+    "nftables",
+    "userspace",
+    "kernelspace",
+    "kube",
+    "proxy",
+    "metrics",
+    "healthz",
+    "version",
+    "items",
+    "metadata",
+    "spec",
+    "status",
+    "kind",
+    "list",
+    "labels",
+    "annotations",
+    "selector",
+    "ready",
+    "serving",
+    "terminating",
+    "conditions",
+    "addresses",
+    "ports",
+    "port",
+    "protocol",
+    "targetport",
+    "nodeport",
+    "clusterip",
+    "loadbalancer",
+    "externalname",
+    "main",
+    "eth0",
+    "lo",
+    "link",
+    "global",
+    "host",
+    "scope",
+    "dev",
+    "via",
+    "src",
+    "dst",
+    "unicast",
+    "broadcast",
+    "multicast",
+    "blackhole",
+    "unreachable",
+    "prohibit",
+    "error",
+    "warning",
+    "info",
+    "debug",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "enabled",
+    "disabled",
+    "running",
+    "succeeded",
+    "failed",
+    "pending",
+    "unknown",
+    "always",
+    "never",
+    "ifnotpresent",
+    "clusterfirst",
 }
-_NAME_KEYS = {"name", "namespace", "generateName", "nodeName", "hostname", "subdomain", "serviceAccountName",
-              "serviceAccount", "externalName", "secretName", "claimName", "clusterName", "providerID", "machineID",
-              "systemUUID", "bootID", "node", "priorityClassName", "runtimeClassName", "schedulerName", "service"}
+_NAME_KEYS = {
+    "name",
+    "namespace",
+    "generateName",
+    "nodeName",
+    "hostname",
+    "subdomain",
+    "serviceAccountName",
+    "serviceAccount",
+    "externalName",
+    "secretName",
+    "claimName",
+    "clusterName",
+    "providerID",
+    "machineID",
+    "systemUUID",
+    "bootID",
+    "node",
+    "priorityClassName",
+    "runtimeClassName",
+    "schedulerName",
+    "service",
+}
 _LABEL_MAPS = {"labels", "matchLabels", "selector", "nodeSelector"}
-_KEEP_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io", "golang.org", "github.com", "go.dev", "in-addr.arpa", "ip6.arpa",
-                 "example.invalid", "redacted.invalid")
+_KEEP_DOMAINS = (
+    "kubernetes.io",
+    "k8s.io",
+    "x-k8s.io",
+    "golang.org",
+    "github.com",
+    "go.dev",
+    "in-addr.arpa",
+    "ip6.arpa",
+    "example.invalid",
+    "redacted.invalid",
+)
 # public component registries, and kpdiag's own image as deploy/build-image.sh names it (kpdiag:VERSION[@sha256:…])
-_KEEP_IMAGES = ("registry.k8s.io/", "k8s.gcr.io/", "kpdiag:", "kpdiag@", "docker.io/library/kpdiag:", "localhost/kpdiag:")
-_FILE_EXT = {"go", "yaml", "yml", "json", "conf", "config", "txt", "log", "sh", "py", "so", "ko", "gz", "tgz", "tar", "pem",
-             "crt", "key", "sock", "pid", "cfg", "ini", "toml", "service", "socket", "mount", "d", "xml", "html", "md",
-             "lock", "bin", "out", "err", "tmp", "bak", "old", "new", "status", "kubeconfig", "c", "h", "rs", "js",
-             "timer", "target", "slice", "scope", "csv", "zst", "xz", "bz2", "deb", "rpm", "whl", "swp"}
+_KEEP_IMAGES = (
+    "registry.k8s.io/",
+    "k8s.gcr.io/",
+    "kpdiag:",
+    "kpdiag@",
+    "docker.io/library/kpdiag:",
+    "localhost/kpdiag:",
+)
+_FILE_EXT = {
+    "go",
+    "yaml",
+    "yml",
+    "json",
+    "conf",
+    "config",
+    "txt",
+    "log",
+    "sh",
+    "py",
+    "so",
+    "ko",
+    "gz",
+    "tgz",
+    "tar",
+    "pem",
+    "crt",
+    "key",
+    "sock",
+    "pid",
+    "cfg",
+    "ini",
+    "toml",
+    "service",
+    "socket",
+    "mount",
+    "d",
+    "xml",
+    "html",
+    "md",
+    "lock",
+    "bin",
+    "out",
+    "err",
+    "tmp",
+    "bak",
+    "old",
+    "new",
+    "status",
+    "kubeconfig",
+    "c",
+    "h",
+    "rs",
+    "js",
+    "timer",
+    "target",
+    "slice",
+    "scope",
+    "csv",
+    "zst",
+    "xz",
+    "bz2",
+    "deb",
+    "rpm",
+    "whl",
+    "swp",
+}
 _CLUSTER_SUFFIXES = (".svc.cluster.local", ".cluster.local")
 
 _TOKEN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")
 # ns/name:port (iptables comments, kube-proxy log values, manifest focus)
-_NS_NAME_PORT = re.compile(r"(?<![A-Za-z0-9_.-])([a-z0-9][a-z0-9-]{0,62})/([a-z0-9][a-z0-9.-]{0,252})(?::([A-Za-z0-9][A-Za-z0-9-]{0,62}))?(?![A-Za-z0-9_-])")
+_NS_NAME_PORT = re.compile(
+    r"(?<![A-Za-z0-9_.-])([a-z0-9][a-z0-9-]{0,62})/([a-z0-9][a-z0-9.-]{0,252})(?::([A-Za-z0-9][A-Za-z0-9-]{0,62}))?(?![A-Za-z0-9_-])"
+)
 # kube-proxy's nftables chain/set names: PREFIX-HASH-ns/name/proto/portname[__ip/port]
-_NFT_NAME = re.compile(r"(?<![A-Za-z0-9_-])([a-z][a-z-]*)-([A-Z0-9]{8})-([a-z0-9][a-z0-9-]*)/([a-z0-9][a-z0-9.-]*)/(tcp|udp|sctp)/([A-Za-z0-9-]*)"
-                       r"(?:__(\[?[0-9A-Fa-f:.]+\]?)/(\d+))?")
+_NFT_NAME = re.compile(
+    r"(?<![A-Za-z0-9_-])([a-z][a-z-]*)-([A-Z0-9]{8})-([a-z0-9][a-z0-9-]*)/([a-z0-9][a-z0-9.-]*)/(tcp|udp|sctp)/([A-Za-z0-9-]*)"
+    r"(?:__(\[?[0-9A-Fa-f:.]+\]?)/(\d+))?"
+)
 _IPT_COMMENT = re.compile(r'--comment "?([a-z0-9][a-z0-9-]*)/([a-z0-9][a-z0-9.-]*)(?::([A-Za-z0-9-]*))?')
-_KLOG_NAME = re.compile(r'(?<![A-Za-z0-9_])(service|svc|servicePortName|portName|servicePort_name|node|nodeName|hostname|host|pod|namespace|'
-                        r'endpointSlice|slice|serviceName)="?([A-Za-z0-9][A-Za-z0-9_.:/-]*)"?')
+_KLOG_NAME = re.compile(
+    r"(?<![A-Za-z0-9_])(service|svc|servicePortName|portName|servicePort_name|node|nodeName|hostname|host|pod|namespace|"
+    r'endpointSlice|slice|serviceName)="?([A-Za-z0-9][A-Za-z0-9_.:/-]*)"?'
+)
 _CONFIG_NAME = re.compile(r"(?m)^\s*(hostnameOverride|nodeName|hostname)\s*:\s*\"?([A-Za-z0-9][A-Za-z0-9_.-]*)\"?\s*$")
 
 # ---------------------------------------------------------------- addresses
@@ -181,8 +452,19 @@ _ADDR = re.compile(
     r"(?:(?:[0-9A-Fa-f]{0,4}:){2,6}\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]{2,39})(?:%[A-Za-z0-9_.-]+)?)(?:/(?P<v6len>\d{1,3})(?!\d))?"
     r"|(?P<v4>(?<![0-9.])(?<![vV])\d{1,3}(?:\.\d{1,3}){3})(?![0-9])(?!\.\d)(?:/(?P<v4len>\d{1,2})(?!\d))?"
 )
-_VERBATIM = {"schema", "format", "apiVersion", "kind", "kpdiag_version", "created", "creationTimestamp", "resourceVersion"}
-_DNS_NAME = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?")
+_VERBATIM = {
+    "schema",
+    "format",
+    "apiVersion",
+    "kind",
+    "kpdiag_version",
+    "created",
+    "creationTimestamp",
+    "resourceVersion",
+}
+_DNS_NAME = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?"
+)
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -236,7 +518,7 @@ class Redactor:
             if value == prefix:
                 return value
             if value.startswith(prefix + "-"):
-                rest = value[len(prefix) + 1:]
+                rest = value[len(prefix) + 1 :]
                 return f"{prefix}-{self.names[rest]}" if rest in self.names else value
         return None
 
@@ -257,11 +539,13 @@ class Redactor:
         for suffix in _CLUSTER_SUFFIXES:  # web.shop.svc.cluster.local: the Service and namespace, not the suffix
             if low.endswith(suffix):
                 head = value[: len(value) - len(suffix)]
-                return ".".join(self.name(p) for p in head.split(".")) + value[len(head):]
+                return ".".join(self.name(p) for p in head.split(".")) + value[len(head) :]
         if value not in self.names:
             # label by label (a name keeps its number of dots: resolv.conf's ndots counts them), the top-level domain kept
             labels = value.split(".")
-            out = [self.names[p] if p in self.global_names else f"h{self._h('label:' + p.lower(), 7)}" for p in labels[:-1]]
+            out = [
+                self.names[p] if p in self.global_names else f"h{self._h('label:' + p.lower(), 7)}" for p in labels[:-1]
+            ]
             self.names[value] = ".".join(out + [labels[-1]])
             self._pseudonyms.add(self.names[value])
         return self.names[value]
@@ -294,7 +578,9 @@ class Redactor:
     def _v6(self, a: int) -> tuple[int, int]:
         if a in (0, 1) or a >> 120 == 0xFF:  # ::, ::1, multicast
             return a, 128
-        if a >> 32 in (0, 0xFFFF) or a >> 32 == 0x0064FF9B << 64:  # IPv4-compatible, IPv4-mapped, NAT64: the IPv4 inside
+        if (
+            a >> 32 in (0, 0xFFFF) or a >> 32 == 0x0064FF9B << 64
+        ):  # IPv4-compatible, IPv4-mapped, NAT64: the IPv4 inside
             v4, keep = self._v4(a & 0xFFFFFFFF)
             return (a & ~0xFFFFFFFF) | v4, 96 + keep
         for prefix_len, prefix in ((10, 0x3FA), (7, 0x7E), (3, 0x1)):  # link-local, ULA, global unicast
@@ -320,7 +606,9 @@ class Redactor:
         mapped, kept = (self._v4 if addr.version == 4 else self._v6)(int(addr))
         if prefixlen is not None and prefixlen <= nbits:
             hostmask = (1 << (nbits - prefixlen)) - 1
-            if int(addr) & hostmask == 0:  # a network address: stays one (or stays as it is when shorter than what is kept)
+            if (
+                int(addr) & hostmask == 0
+            ):  # a network address: stays one (or stays as it is when shorter than what is kept)
                 mapped = int(addr) if prefixlen < kept else mapped & ~hostmask
         out = ipaddress.ip_address(mapped) if addr.version == 4 else ipaddress.IPv6Address(mapped)
         if addr.version == 6 and ":" in value and value.count(":") == 7 and "::" not in value and len(value) == 39:
@@ -349,7 +637,12 @@ class Redactor:
 
     def _addr_sub(self, m: re.Match) -> str:
         if m.group("nftp"):  # nft -j writes a network as {"prefix": {"addr": A, "len": N}}
-            return m.group("nftp") + self.ip(m.group("nftaddr"), int(m.group("nftlen"))) + m.group("nftmid") + m.group("nftlen")
+            return (
+                m.group("nftp")
+                + self.ip(m.group("nftaddr"), int(m.group("nftlen")))
+                + m.group("nftmid")
+                + m.group("nftlen")
+            )
         if m.group("mac"):
             return self.mac(m.group("mac"))
         if m.group("v4"):
@@ -369,7 +662,7 @@ class Redactor:
         if not raw:
             return m.group(0)
         if tail:
-            return self.ip(raw) + tail + m.group(0)[len(m.group("v6")):]
+            return self.ip(raw) + tail + m.group(0)[len(m.group("v6")) :]
         return self.ip(raw, int(plen) if plen else None) + (f"/{plen}" if plen else "")
 
     # ------------------------------------------------------------ learning what to hide
@@ -442,7 +735,11 @@ class Redactor:
                                 self.name(av, free_text=False)
                     elif k == "addresses" and isinstance(v, list):
                         for a in v:
-                            if isinstance(a, dict) and a.get("type") in ("Hostname", "InternalDNS", "ExternalDNS") and isinstance(a.get("address"), str):
+                            if (
+                                isinstance(a, dict)
+                                and a.get("type") in ("Hostname", "InternalDNS", "ExternalDNS")
+                                and isinstance(a.get("address"), str)
+                            ):
                                 self.name(a["address"])
                     if isinstance(v, (dict, list)):
                         stack.append((k, v))
@@ -530,7 +827,9 @@ class Redactor:
         if isinstance(doc, list):
             return [self.json_doc(v, key) for v in doc]
         if isinstance(doc, str):
-            return self.names[doc] if doc in self.names else self.text(doc)  # a whole value equal to a name is that name
+            return (
+                self.names[doc] if doc in self.names else self.text(doc)
+            )  # a whole value equal to a name is that name
         return doc
 
     def _label_key(self, k: str) -> str:
@@ -557,7 +856,11 @@ class Redactor:
         out = {}
         for rel, data in files.items():
             text = data.decode("utf-8", "surrogateescape")
-            doc = _json(data) if rel.endswith(".json") and (rel.startswith(("cluster/", "probes/")) or rel == "kpdiag.json") else None
+            doc = (
+                _json(data)
+                if rel.endswith(".json") and (rel.startswith(("cluster/", "probes/")) or rel == "kpdiag.json")
+                else None
+            )
             if doc is not None:
                 _scrub_objects(doc)
                 red = self.json_doc(doc)
@@ -569,20 +872,35 @@ class Redactor:
 
 
 def _global_ok(value: str) -> bool:
-    return (3 <= len(value) <= 253 and value.lower() not in _RESERVED and any(c.isalpha() for c in value)
-            and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", value) is not None)
+    return (
+        3 <= len(value) <= 253
+        and value.lower() not in _RESERVED
+        and any(c.isalpha() for c in value)
+        and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", value) is not None
+    )
 
 
 def _looks_numeric(value: str) -> bool:
-    return re.fullmatch(r"[0-9.:/\[\]a-fA-F%-]*", value) is not None and any(c.isdigit() for c in value) and not re.search(r"[g-zG-Z]", value)
+    return (
+        re.fullmatch(r"[0-9.:/\[\]a-fA-F%-]*", value) is not None
+        and any(c.isdigit() for c in value)
+        and not re.search(r"[g-zG-Z]", value)
+    )
 
 
 def _fqdn_like(parts: list[str]) -> bool:
     if len(parts) < 2 or not all(re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", p) for p in parts):
         return False
     last = parts[-1]
-    return (last.isalpha() and last.islower() and len(last) >= 2 and last not in _FILE_EXT and any(c.isalpha() for c in parts[0])
-            and all(p == p.lower() for p in parts) and parts[0] not in ("net", "kernel", "vm", "fs", "dev", "user", "abi", "debug"))
+    return (
+        last.isalpha()
+        and last.islower()
+        and len(last) >= 2
+        and last not in _FILE_EXT
+        and any(c.isalpha() for c in parts[0])
+        and all(p == p.lower() for p in parts)
+        and parts[0] not in ("net", "kernel", "vm", "fs", "dev", "user", "abi", "debug")
+    )
 
 
 def _kept_domain(t: str) -> bool:

@@ -36,8 +36,21 @@ RESOLVE_BENEATH = 0x08
 RESOLVE_IN_ROOT = 0x10
 
 # openat2 has the same number on every architecture of the unified syscall table (Linux ≥ 5.6)
-_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "armv7l": 437, "armv8l": 437, "ppc64le": 437, "ppc64": 437,
-                "s390x": 437, "riscv64": 437, "i686": 437, "i386": 437, "mips64": 437, "loongarch64": 437}
+_SYS_OPENAT2 = {
+    "x86_64": 437,
+    "aarch64": 437,
+    "arm64": 437,
+    "armv7l": 437,
+    "armv8l": 437,
+    "ppc64le": 437,
+    "ppc64": 437,
+    "s390x": 437,
+    "riscv64": 437,
+    "i686": 437,
+    "i386": 437,
+    "mips64": 437,
+    "loongarch64": 437,
+}
 MAX_SYMLINKS = 40  # as the kernel: a path with more links is a loop
 
 IN_ROOT = "in-root"  # resolve inside the root as if it were '/': symlinks followed, never out of it
@@ -66,8 +79,13 @@ def openat2_available() -> bool:
         ok = False
         if platform.machine() in _SYS_OPENAT2 and _libc() is not None:
             try:
-                fd = _openat2(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ".", os.O_PATH | os.O_CLOEXEC,
-                              RESOLVE_BENEATH, close_dirfd=True)
+                fd = _openat2(
+                    os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC),
+                    ".",
+                    os.O_PATH | os.O_CLOEXEC,
+                    RESOLVE_BENEATH,
+                    close_dirfd=True,
+                )
                 os.close(fd)
                 ok = True
             except OSError as exc:
@@ -82,8 +100,13 @@ def _openat2(dirfd: int, path: str, flags: int, resolve: int, close_dirfd: bool 
     raw = os.fsencode(path)
     try:
         for _ in range(8):  # EAGAIN: a rename or mount raced the lookup; the kernel asks to retry
-            fd = libc.syscall(_SYS_OPENAT2[platform.machine()], ctypes.c_int(dirfd), ctypes.c_char_p(raw), ctypes.byref(how),
-                              ctypes.c_size_t(ctypes.sizeof(how)))
+            fd = libc.syscall(
+                _SYS_OPENAT2[platform.machine()],
+                ctypes.c_int(dirfd),
+                ctypes.c_char_p(raw),
+                ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)),
+            )
             if fd >= 0:
                 return fd
             err = ctypes.get_errno()
@@ -143,8 +166,14 @@ class NotRegular(OSError):
 
 
 def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
         if test(mode):
             return what
     return "not a regular file"
@@ -157,7 +186,9 @@ def open_path(root: str | int, path: str, how: str = IN_ROOT) -> int:
     try:
         rel = path.lstrip("/") or "."
         if openat2_available():
-            resolve = RESOLVE_NO_MAGICLINKS | (RESOLVE_IN_ROOT if how == IN_ROOT else RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+            resolve = RESOLVE_NO_MAGICLINKS | (
+                RESOLVE_IN_ROOT if how == IN_ROOT else RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
+            )
             return _openat2(rootfd, rel, os.O_PATH | os.O_CLOEXEC, resolve)
         return _walk(rootfd, rel, how)
     finally:
@@ -280,9 +311,13 @@ class OutputExists(OSError):
 def check_new_output(path: str, force: bool = False) -> None:
     """Refuse an output path that exists (unless ``force``) and a symbolic link always (even dangling)."""
     if os.path.islink(path):
-        raise OutputExists(errno.EEXIST, "is a symbolic link: refused (kpdiag never writes through one, even with --force)", path)
+        raise OutputExists(
+            errno.EEXIST, "is a symbolic link: refused (kpdiag never writes through one, even with --force)", path
+        )
     if os.path.lexists(path) and not force:
-        raise OutputExists(errno.EEXIST, "exists: give a new name, or --force to replace what kpdiag writes there", path)
+        raise OutputExists(
+            errno.EEXIST, "exists: give a new name, or --force to replace what kpdiag writes there", path
+        )
     if force and os.path.lexists(path):
         st = os.lstat(path)
         if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
@@ -404,7 +439,11 @@ _FOLD = bytes.maketrans(b"{}", b"[]")
 def json_too_deep(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
     """Is the JSON text nested deeper than ``limit``? Done at C speed: escaped backslashes and quotes dropped,
     every byte but brackets and quotes deleted, strings cut out, then the innermost pairs peeled, one level a pass."""
-    if len(text) < (1 << 16) and text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") < limit:
+    if (
+        len(text) < (1 << 16)
+        and text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{")
+        < limit
+    ):
         return False
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     if b"\\" in raw:  # an escaped backslash or quote must not end or start a string

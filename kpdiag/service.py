@@ -42,8 +42,10 @@ def _api_headline(namespace: str, name: str, status: int | None, why: str | None
     if status == 401:
         return f"{what}: the Kubernetes API refused the credentials (401 Unauthorized) — renew the kubeconfig's token or certificate"
     if status == 403:
-        return (f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — apply deploy/rbac-svc.yaml "
-                f"to this user or service account (check: kubectl auth can-i get services -n {namespace})")
+        return (
+            f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — apply deploy/rbac-svc.yaml "
+            f"to this user or service account (check: kubectl auth can-i get services -n {namespace})"
+        )
     if status == 0 or status is None:
         return f"{what}: {why or 'the Kubernetes API could not be reached'}"
     return f"{what}: the Kubernetes API answered HTTP {status} ({why or 'error'})"
@@ -85,14 +87,26 @@ def _client_pod(files: dict[str, bytes], want: tuple[str, str], my_ip: str | Non
         md = pod.get("metadata") or {}
         if (md.get("namespace"), md.get("name")) != want:
             continue
-        ips = {p.get("ip") for p in (pod.get("status") or {}).get("podIPs") or [] if isinstance(p, dict)} | {(pod.get("status") or {}).get("podIP")}
+        ips = {p.get("ip") for p in (pod.get("status") or {}).get("podIPs") or [] if isinstance(p, dict)} | {
+            (pod.get("status") or {}).get("podIP")
+        }
         if my_ip is None or my_ip in ips:
             return pod
     return None
 
 
-def collect_service(namespace: str, name: str, kubeconfig=None, context=None, probe: bool = True, node: str | None = None,
-                    host_root: str | None = None, progress=None, stop=None, client: str | None = None) -> tuple[dict[str, bytes], dict]:
+def collect_service(
+    namespace: str,
+    name: str,
+    kubeconfig=None,
+    context=None,
+    probe: bool = True,
+    node: str | None = None,
+    host_root: str | None = None,
+    progress=None,
+    stop=None,
+    client: str | None = None,
+) -> tuple[dict[str, bytes], dict]:
     """Everything `kpdiag svc` looks at, as bundle files (cluster/, node/ when visible, probes/).
 
     With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either."""
@@ -106,13 +120,20 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
     service = cc.service(namespace, name, node_name=node)
     files.update(cc.out.files)
     errors.extend(cc.out.errors)
-    manifest = {"format": FORMAT, "node": node or "", "kpdiag_version": __import__("kpdiag").__version__, "errors": errors,
-                "service": f"{namespace}/{name}", "api": cc.out.api,
-                "api_status": {"service": cc.service_status, "error": cc.config_error or cc.service_error}}
+    manifest = {
+        "format": FORMAT,
+        "node": node or "",
+        "kpdiag_version": __import__("kpdiag").__version__,
+        "errors": errors,
+        "service": f"{namespace}/{name}",
+        "api": cc.out.api,
+        "api_status": {"service": cc.service_status, "error": cc.config_error or cc.service_error},
+    }
     if service is None:
         if cc.config_error or cc.service_status != 404:
-            manifest["headline"] = _api_headline(namespace, name, None if cc.config_error else cc.service_status,
-                                                 cc.config_error or cc.service_error)
+            manifest["headline"] = _api_headline(
+                namespace, name, None if cc.config_error else cc.service_status, cc.config_error or cc.service_error
+            )
         return files, manifest
     # who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it
     guess, how = _client_guess(client)
@@ -123,15 +144,25 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
     from .collect.probes import _my_address
 
     spec = service.get("spec") or {}
-    my_ip = _my_address(next((ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"), None))
+    my_ip = _my_address(
+        next((ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"), None)
+    )
     pod = _client_pod(files, guess, None if client else my_ip) if guess else None
     if pod is not None:
         manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
     else:
-        manifest["client_unknown"] = (how if guess is None else
-                                      f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else ""))
+        manifest["client_unknown"] = (
+            how
+            if guess is None
+            else f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else "")
+        )
         if client:
-            errors.append({"source": sources.CLIENT_POD, "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)"})
+            errors.append(
+                {
+                    "source": sources.CLIENT_POD,
+                    "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
+                }
+            )
     errors.extend(cc.out.errors[seen:])
     # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
     dns_box: dict = {}
@@ -162,8 +193,13 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
             files.update(nc.out.files)
             errors.extend(nc.out.errors)
         else:
-            errors.append({"source": "node", "error": "kube-proxy's rules are not visible from here (not in the node's network namespace): "
-                                                      "node-side checks skipped — run kpdiag node on the node for them"})
+            errors.append(
+                {
+                    "source": "node",
+                    "error": "kube-proxy's rules are not visible from here (not in the node's network namespace): "
+                    "node-side checks skipped — run kpdiag node on the node for them",
+                }
+            )
     except Exception as exc:  # the node side is a bonus; never let it stop the Service diagnosis
         errors.append({"source": "node", "error": f"node rules not collected: {exc.__class__.__name__}: {exc}"})
     if probe:
@@ -183,7 +219,9 @@ def collect_service(namespace: str, name: str, kubeconfig=None, context=None, pr
         else:
             errors.append({"source": sources.PROBES_DNS, "error": "the DNS lookup did not finish in time"})
     else:
-        errors.append({"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"})
+        errors.append(
+            {"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"}
+        )
     return files, manifest
 
 
@@ -226,11 +264,15 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
         return lines, "unread"
     svc = svcs[0]
     if svc.type == "ExternalName" or svc.headless:
-        lines.append(f"{svc.key} has no ClusterIP ({'ExternalName' if svc.type == 'ExternalName' else 'headless'}): kube-proxy is not involved")
+        lines.append(
+            f"{svc.key} has no ClusterIP ({'ExternalName' if svc.type == 'ExternalName' else 'headless'}): kube-proxy is not involved"
+        )
         return lines, "no-clusterip"
     ready = [e for e in svc.endpoints if e.ready]
     term = [e for e in svc.endpoints if not e.ready and e.serving_terminating]
-    detail = f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(svc.endpoints)}"
+    detail = (
+        f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(svc.endpoints)}"
+    )
     if not ready and term:
         detail += f" — kube-proxy falls back to {len(term)} serving but terminating endpoint(s)"
     obs = observations(state, svc)
@@ -253,14 +295,18 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
             body.append(f"{p} works through the Service{to} ({o.service_result})")
         elif o.status == "partial":
             bad = o.failing_direct
-            body.append(f"{p} works through the Service{to}, but {len(bad)} of {len(o.direct)} endpoint(s) fail directly "
-                        f"({', '.join(f'{d.label()}: {d.result}' for d in bad[:3])}): about {len(bad)} in {len(o.direct)} connections fail "
-                        f"({'KP111' if any(d.outcome == 'refused' for d in bad) else 'KP112'})")
+            body.append(
+                f"{p} works through the Service{to}, but {len(bad)} of {len(o.direct)} endpoint(s) fail directly "
+                f"({', '.join(f'{d.label()}: {d.result}' for d in bad[:3])}): about {len(bad)} in {len(o.direct)} connections fail "
+                f"({'KP111' if any(d.outcome == 'refused' for d in bad) else 'KP112'})"
+            )
         elif o.status == "fails":
             text = f"{p} through the Service{to}: {o.service_result}"
             if o.ok_direct:
-                text += (f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's node is "
-                         "broken, not the backend (KP113)")
+                text += (
+                    f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's node is "
+                    "broken, not the backend (KP113)"
+                )
             elif o.direct:
                 kinds = sorted({d.result for d in o.direct})
                 if policy:
@@ -275,21 +321,43 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
                 text += " — no endpoint was probed directly (KP114)"
             body.append(text)
         else:
-            body.append(f"{p} through the Service{to}: {o.service_result or 'not probed'}"
-                        + (" (UDP: silence is what an open port that does not answer looks like, too)" if o.proto == "udp" else ""))
+            body.append(
+                f"{p} through the Service{to}: {o.service_result or 'not probed'}"
+                + (
+                    " (UDP: silence is what an open port that does not answer looks like, too)"
+                    if o.proto == "udp"
+                    else ""
+                )
+            )
     for ip in svc.cluster_ips:
-        echo = next((r for r in state.probe_results("icmp-echo") if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64), None)
+        echo = next(
+            (
+                r
+                for r in state.probe_results("icmp-echo")
+                if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64
+            ),
+            None,
+        )
         if echo and echo["result"] != "skipped":
             if echo["result"] == "time-exceeded":
-                body.append(f"ping {ip} does not and cannot work: 'Time to live exceeded' from {echo.get('from')} — ICMP is not translated and loops via the gateway (KP201)")
+                body.append(
+                    f"ping {ip} does not and cannot work: 'Time to live exceeded' from {echo.get('from')} — ICMP is not translated and loops via the gateway (KP201)"
+                )
             elif echo["result"] == "timeout":
                 body.append(f"ping {ip} gets no answer — normal: a ClusterIP only answers on its Service ports (KP201)")
             else:
                 body.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
     errs = [f for f in findings if f.severity.value == "error"]
     if status == "fails":
-        lines.append(f"{svc.key} does NOT work: " + _cause(next(o for o in obs if o.status == "fails"), policy, bool(ready or term),
-                                                         (state.probes or {}).get("source")))
+        lines.append(
+            f"{svc.key} does NOT work: "
+            + _cause(
+                next(o for o in obs if o.status == "fails"),
+                policy,
+                bool(ready or term),
+                (state.probes or {}).get("source"),
+            )
+        )
     elif status == "partial":
         lines.append(f"{svc.key} works only in part: some of its endpoints fail")
     elif status == "works" and errs:
@@ -303,10 +371,26 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     return lines, status
 
 
-def diagnose_service(namespace: str, name: str, *, kubeconfig=None, context=None, probe=True, node=None, host_root=None,
-                     select=(), ignore=(), progress=None, save_to: str | None = None, stop=None, save_force: bool = False,
-                     client: str | None = None):
-    files, manifest = collect_service(namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop, client=client)
+def diagnose_service(
+    namespace: str,
+    name: str,
+    *,
+    kubeconfig=None,
+    context=None,
+    probe=True,
+    node=None,
+    host_root=None,
+    select=(),
+    ignore=(),
+    progress=None,
+    save_to: str | None = None,
+    stop=None,
+    save_force: bool = False,
+    client: str | None = None,
+):
+    files, manifest = collect_service(
+        namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop, client=client
+    )
     if save_to:
         from .bundle import write_bundle
         from .errors import InputError
@@ -335,9 +419,13 @@ def service_report(state: NodeState, namespace: str, name: str, select=(), ignor
 
         spec = load_registry().get("KP114")
         if spec is not None:
-            findings.append(spec.new(f"{namespace}/{name} does not work as probed (" + "; ".join(lines[1:3]) + "), and no check "
-                                     "named the cause — a gap in kpdiag's checks: run kpdiag node --service on the client's node",
-                                     subject=f"{namespace}/{name}"))
+            findings.append(
+                spec.new(
+                    f"{namespace}/{name} does not work as probed (" + "; ".join(lines[1:3]) + "), and no check "
+                    "named the cause — a gap in kpdiag's checks: run kpdiag node --service on the client's node",
+                    subject=f"{namespace}/{name}",
+                )
+            )
             findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
     extra = dict(report.extra)
     extra["verdict"] = lines

@@ -63,52 +63,115 @@ KUBE_PROXY_DIR = "node/kube-proxy/"
 
 # ---------------------------------------------------------------- the node: kernel and host networking
 UNAME = _declare("node/uname.txt", "uname -r", "the kernel release", "kpdiag.parse.node:parse_kernel_version")
-MODULES = _declare("node/modules.txt", "cat /proc/modules", "the loaded kernel modules", "kpdiag.parse.node:parse_modules")
-MODULES_BUILTIN = _declare("node/modules-builtin.txt", "/lib/modules/$(uname -r)/modules.builtin",
-                           "the modules built into the kernel")
-SYSCTL = _declare("node/sysctl.txt", "sysctl -a (net.* read from /proc/sys)", "the network sysctls", "kpdiag.parse.node:parse_sysctl")
-IP_ADDR = _declare("node/ip-addr.json", "ip -d -j addr (or the same through pyroute2)", "the node's interfaces and addresses")
-IP_ROUTE = _declare("node/ip-route.json", "ip -j route show table all, IPv4 and IPv6 (or the same through pyroute2)",
-                    "the node's routes, every table")
-IP_RULE = _declare("node/ip-rule.json", "ip -j rule show, IPv4 and IPv6 (or the same through pyroute2)",
-                   "the node's policy-routing rules", "kpdiag.parse.node:parse_ip_rules")
-PROCESSES = _declare("node/processes.txt", "/proc/*/comm and cmdline (pid, name, arguments)",
-                     "the node's processes, to find who implements Services")
-BPF_MAPS = _declare("node/bpf-maps.txt", "the names pinned under /sys/fs/bpf", "the pinned BPF objects (Cilium, Calico eBPF …)")
+MODULES = _declare(
+    "node/modules.txt", "cat /proc/modules", "the loaded kernel modules", "kpdiag.parse.node:parse_modules"
+)
+MODULES_BUILTIN = _declare(
+    "node/modules-builtin.txt", "/lib/modules/$(uname -r)/modules.builtin", "the modules built into the kernel"
+)
+SYSCTL = _declare(
+    "node/sysctl.txt", "sysctl -a (net.* read from /proc/sys)", "the network sysctls", "kpdiag.parse.node:parse_sysctl"
+)
+IP_ADDR = _declare(
+    "node/ip-addr.json", "ip -d -j addr (or the same through pyroute2)", "the node's interfaces and addresses"
+)
+IP_ROUTE = _declare(
+    "node/ip-route.json",
+    "ip -j route show table all, IPv4 and IPv6 (or the same through pyroute2)",
+    "the node's routes, every table",
+)
+IP_RULE = _declare(
+    "node/ip-rule.json",
+    "ip -j rule show, IPv4 and IPv6 (or the same through pyroute2)",
+    "the node's policy-routing rules",
+    "kpdiag.parse.node:parse_ip_rules",
+)
+PROCESSES = _declare(
+    "node/processes.txt",
+    "/proc/*/comm and cmdline (pid, name, arguments)",
+    "the node's processes, to find who implements Services",
+)
+BPF_MAPS = _declare(
+    "node/bpf-maps.txt", "the names pinned under /sys/fs/bpf", "the pinned BPF objects (Cilium, Calico eBPF …)"
+)
 
 # ---------------------------------------------------------------- the node: netfilter
-IPTABLES_SAVE = _declare("node/iptables-save.txt", "iptables-save", "the IPv4 iptables rules (the default backend)",
-                         "kpdiag.parse.iptables:parse_iptables_save")
-IPTABLES_LEGACY_SAVE = _declare("node/iptables-legacy-save.txt", "iptables-legacy-save", "the IPv4 rules of the legacy backend",
-                                "kpdiag.parse.iptables:parse_iptables_save")
-IPTABLES_NFT_SAVE = _declare("node/iptables-nft-save.txt", "iptables-nft-save", "the IPv4 rules of the nf_tables backend",
-                             "kpdiag.parse.iptables:parse_iptables_save")
-IP6TABLES_SAVE = _declare("node/ip6tables-save.txt", "ip6tables-save", "the IPv6 iptables rules",
-                          "kpdiag.parse.iptables:parse_iptables_save")
-NFT_RULESET = _declare("node/nft-ruleset.json", "nft -j list ruleset (iptables-nft's own tables left out)",
-                       "the nftables ruleset", "kpdiag.parse.nft:parse_nft_json")
+IPTABLES_SAVE = _declare(
+    "node/iptables-save.txt",
+    "iptables-save",
+    "the IPv4 iptables rules (the default backend)",
+    "kpdiag.parse.iptables:parse_iptables_save",
+)
+IPTABLES_LEGACY_SAVE = _declare(
+    "node/iptables-legacy-save.txt",
+    "iptables-legacy-save",
+    "the IPv4 rules of the legacy backend",
+    "kpdiag.parse.iptables:parse_iptables_save",
+)
+IPTABLES_NFT_SAVE = _declare(
+    "node/iptables-nft-save.txt",
+    "iptables-nft-save",
+    "the IPv4 rules of the nf_tables backend",
+    "kpdiag.parse.iptables:parse_iptables_save",
+)
+IP6TABLES_SAVE = _declare(
+    "node/ip6tables-save.txt", "ip6tables-save", "the IPv6 iptables rules", "kpdiag.parse.iptables:parse_iptables_save"
+)
+NFT_RULESET = _declare(
+    "node/nft-ruleset.json",
+    "nft -j list ruleset (iptables-nft's own tables left out)",
+    "the nftables ruleset",
+    "kpdiag.parse.nft:parse_nft_json",
+)
 NFT_VERSION = _declare("node/nft-version.txt", "nft --version", "the nft tool's version")
 IPSET = _declare("node/ipset.txt", "ipset save", "the ipsets", "kpdiag.parse.ipset:parse_ipset_save")
-CONNTRACK_STATS = _declare("node/conntrack-stats.txt", "conntrack -S", "the connection tracking counters per CPU",
-                           "kpdiag.parse.node:parse_conntrack_stats")
-CONNTRACK = _declare("node/conntrack.txt", "conntrack -L (UDP first, then TCP; bounded)", "the connection tracking entries")
+CONNTRACK_STATS = _declare(
+    "node/conntrack-stats.txt",
+    "conntrack -S",
+    "the connection tracking counters per CPU",
+    "kpdiag.parse.node:parse_conntrack_stats",
+)
+CONNTRACK = _declare(
+    "node/conntrack.txt", "conntrack -L (UDP first, then TCP; bounded)", "the connection tracking entries"
+)
 
 # ---------------------------------------------------------------- the node: IPVS
-IPVSADM = _declare("node/ipvsadm.txt", "ipvsadm -Sn (or the same, read through IPVS netlink)", "the IPVS virtual and real servers",
-                   "kpdiag.parse.ipvs:parse_ipvsadm_save")
-IPVSADM_LIST = _declare("node/ipvsadm-list.txt", "ipvsadm -Ln (or the same, read through IPVS netlink)",
-                        "the IPVS servers with their connection counts", "kpdiag.parse.ipvs:parse_ipvsadm_list")
+IPVSADM = _declare(
+    "node/ipvsadm.txt",
+    "ipvsadm -Sn (or the same, read through IPVS netlink)",
+    "the IPVS virtual and real servers",
+    "kpdiag.parse.ipvs:parse_ipvsadm_save",
+)
+IPVSADM_LIST = _declare(
+    "node/ipvsadm-list.txt",
+    "ipvsadm -Ln (or the same, read through IPVS netlink)",
+    "the IPVS servers with their connection counts",
+    "kpdiag.parse.ipvs:parse_ipvsadm_list",
+)
 IPVS_TIMEOUT = _declare("node/ipvs-timeout.txt", "ipvsadm -L --timeout", "the IPVS connection timeouts")
-IPVS_CONN = _declare("node/ipvs-conn.json", "/proc/net/ip_vs_conn counted by virtual service, real server and state",
-                     "the IPVS connections, counted")
+IPVS_CONN = _declare(
+    "node/ipvs-conn.json",
+    "/proc/net/ip_vs_conn counted by virtual service, real server and state",
+    "the IPVS connections, counted",
+)
 
 # ---------------------------------------------------------------- the node: kube-proxy itself
-KP_PROXY_MODE = _declare("node/kube-proxy/proxy-mode.txt", "GET http://127.0.0.1:10249/proxyMode", "kube-proxy's running mode")
-KP_METRICS = _declare("node/kube-proxy/metrics.txt", "GET http://127.0.0.1:10249/metrics", "kube-proxy's metrics",
-                      "kpdiag.parse.node:parse_metrics")
+KP_PROXY_MODE = _declare(
+    "node/kube-proxy/proxy-mode.txt", "GET http://127.0.0.1:10249/proxyMode", "kube-proxy's running mode"
+)
+KP_METRICS = _declare(
+    "node/kube-proxy/metrics.txt",
+    "GET http://127.0.0.1:10249/metrics",
+    "kube-proxy's metrics",
+    "kpdiag.parse.node:parse_metrics",
+)
 KP_HEALTHZ = _declare("node/kube-proxy/healthz.json", "GET http://127.0.0.1:10256/healthz", "kube-proxy's health")
-KP_CONFIG = _declare("node/kube-proxy/config.yaml", "the KubeProxyConfiguration file in kube-proxy's --config",
-                     "kube-proxy's configuration", "kpdiag.parse.node:parse_kube_proxy_config")
+KP_CONFIG = _declare(
+    "node/kube-proxy/config.yaml",
+    "the KubeProxyConfiguration file in kube-proxy's --config",
+    "kube-proxy's configuration",
+    "kpdiag.parse.node:parse_kube_proxy_config",
+)
 KP_LOG = _declare("node/kube-proxy/log.txt", "kube-proxy's container log, else journald", "kube-proxy's log")
 
 # ---------------------------------------------------------------- the cluster (Kubernetes API)
@@ -118,25 +181,48 @@ ENDPOINTSLICES = _declare("cluster/endpointslices.json", "list endpointslices", 
 PODS = _declare("cluster/pods.json", "list pods (the Service's, or all)", "the pods")
 NODES = _declare("cluster/nodes.json", "get node (this node)", "the Node object")
 NAMESPACES = _declare("cluster/namespaces.json", "list namespaces (their labels, for NetworkPolicy)", "the namespaces")
-NETWORKPOLICIES = _declare("cluster/networkpolicies.json", "list networkpolicies (per namespace)", "the NetworkPolicies")
-CNI = _declare("cluster/cni.json", "list daemonsets and pods in kube-system, reduced to the CNI components",
-               "the CNI components (which one enforces NetworkPolicy)")
-DAEMONSETS = _declare("cluster/daemonsets.json", "kubectl get daemonsets -A -o json (a hand-made bundle)",
-                      "the DaemonSets (read when cni.json is absent)")
+NETWORKPOLICIES = _declare(
+    "cluster/networkpolicies.json", "list networkpolicies (per namespace)", "the NetworkPolicies"
+)
+CNI = _declare(
+    "cluster/cni.json",
+    "list daemonsets and pods in kube-system, reduced to the CNI components",
+    "the CNI components (which one enforces NetworkPolicy)",
+)
+DAEMONSETS = _declare(
+    "cluster/daemonsets.json",
+    "kubectl get daemonsets -A -o json (a hand-made bundle)",
+    "the DaemonSets (read when cni.json is absent)",
+)
 CLIENT_POD = _declare("cluster/client-pod.json", "get pod (the --from client)", "the client pod")
-SERVICE_LOOKUP = _declare("cluster/service-lookup.json", "get service (the one asked for, and the outcome)",
-                          "the outcome of looking the diagnosed Service up")
-KP_CONFIGMAP = _declare("cluster/kube-proxy-configmap.json", "get configmap kube-system/kube-proxy", "kube-proxy's ConfigMap")
-KP_DAEMONSET = _declare("cluster/kube-proxy-daemonset.json", "get daemonset kube-system/kube-proxy", "kube-proxy's DaemonSet")
-DNS_SERVICE = _declare("cluster/dns-service.json", "list services in kube-system -l k8s-app=kube-dns", "the cluster DNS Service")
-DNS_ENDPOINTSLICES = _declare("cluster/dns-endpointslices.json", "list endpointslices of the cluster DNS Service",
-                              "the cluster DNS Service's EndpointSlices")
+SERVICE_LOOKUP = _declare(
+    "cluster/service-lookup.json",
+    "get service (the one asked for, and the outcome)",
+    "the outcome of looking the diagnosed Service up",
+)
+KP_CONFIGMAP = _declare(
+    "cluster/kube-proxy-configmap.json", "get configmap kube-system/kube-proxy", "kube-proxy's ConfigMap"
+)
+KP_DAEMONSET = _declare(
+    "cluster/kube-proxy-daemonset.json", "get daemonset kube-system/kube-proxy", "kube-proxy's DaemonSet"
+)
+DNS_SERVICE = _declare(
+    "cluster/dns-service.json", "list services in kube-system -l k8s-app=kube-dns", "the cluster DNS Service"
+)
+DNS_ENDPOINTSLICES = _declare(
+    "cluster/dns-endpointslices.json",
+    "list endpointslices of the cluster DNS Service",
+    "the cluster DNS Service's EndpointSlices",
+)
 DNS_PODS = _declare("cluster/dns-pods.json", "list pods in kube-system -l k8s-app=kube-dns", "the CoreDNS pods")
 DNS_LOGS = _declare("cluster/dns-logs.json", "the CoreDNS pods' recent log lines", "the CoreDNS logs")
 
 # ---------------------------------------------------------------- what kpdiag observed (probes)
-PROBES_SERVICE = _declare("probes/service.json", "kpdiag's probes of the Service (ICMP, TCP, UDP, TCP connect)",
-                          "what the Service's addresses answered")
+PROBES_SERVICE = _declare(
+    "probes/service.json",
+    "kpdiag's probes of the Service (ICMP, TCP, UDP, TCP connect)",
+    "what the Service's addresses answered",
+)
 PROBES_DNS = _declare("probes/dns.json", "kpdiag's DNS lookup of the Service name", "the DNS answer for the Service")
 
 # a collector's scratch names (errors of intermediate commands), never written to a bundle

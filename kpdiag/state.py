@@ -20,8 +20,6 @@ def _problem(exc: InputError):
     return Problem(where, exc.message)
 
 
-
-
 # ---------------------------------------------------------------------------------------
 # the rest of the node: small files, parsed on first use
 
@@ -56,9 +54,13 @@ class _NodeFiles:
                 cm = self.bundle.read_json(sources.KP_CONFIGMAP)
                 data = (cm or {}).get("data") if isinstance(cm, dict) else None
                 if isinstance(data, dict):
-                    text = data.get("config.conf") or next((v for k, v in data.items() if k.endswith((".conf", ".yaml"))), None)
+                    text = data.get("config.conf") or next(
+                        (v for k, v in data.items() if k.endswith((".conf", ".yaml"))), None
+                    )
                     if isinstance(text, str):
-                        cfg = self._parse_text(text, f"{sources.KP_CONFIGMAP}#config.conf", sources.KP_CONFIG.parse_function())
+                        cfg = self._parse_text(
+                            text, f"{sources.KP_CONFIGMAP}#config.conf", sources.KP_CONFIG.parse_function()
+                        )
             cache["kpconfig"] = cfg
         return cache["kpconfig"]
 
@@ -114,7 +116,6 @@ class _NodeFiles:
         except InputError as exc:
             self.bundle.problems.append(_problem(exc))
             return None
-
 
 
 class NodeState(_NodeFiles):
@@ -328,7 +329,9 @@ class NodeState(_NodeFiles):
             data = self.nft_text
             rs = None
             if data is not None:
-                rs = self._parse_text(data, self.bundle.display(sources.NFT_RULESET), sources.NFT_RULESET.parse_function())
+                rs = self._parse_text(
+                    data, self.bundle.display(sources.NFT_RULESET), sources.NFT_RULESET.parse_function()
+                )
             self.__dict__["_nft"] = rs
         return self.__dict__["_nft"]
 
@@ -399,7 +402,9 @@ class NodeState(_NodeFiles):
         text = self.bundle.read_text(sources.MODULES_BUILTIN)
         if not text:
             return set()
-        return {line.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()}
+        return {
+            line.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()
+        }
 
     # ------------------------------------------------------------ the API side and probes
     focus: tuple[str, str] | None = None  # (namespace, name) when diagnosing one Service
@@ -438,5 +443,10 @@ class NodeState(_NodeFiles):
 
     def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
         doc = self.probes or {}
-        return [r for r in doc.get("results", []) if isinstance(r, dict)
-                and (kind is None or r.get("kind") == kind) and (target_prefix is None or str(r.get("target", "")).startswith(target_prefix))]
+        return [
+            r
+            for r in doc.get("results", [])
+            if isinstance(r, dict)
+            and (kind is None or r.get("kind") == kind)
+            and (target_prefix is None or str(r.get("target", "")).startswith(target_prefix))
+        ]

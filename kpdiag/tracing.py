@@ -53,13 +53,17 @@ def _api_service_cidrs(state) -> tuple[list, str] | None:
     for pod in (doc or {}).get("items", []) if isinstance(doc, dict) else []:
         if not isinstance(pod, dict):
             continue
-        for c in ((pod.get("spec") or {}).get("containers") or []):
+        for c in (pod.get("spec") or {}).get("containers") or []:
             if not isinstance(c, dict):
                 continue
             for arg in list(c.get("command") or []) + list(c.get("args") or []):
                 if isinstance(arg, str) and arg.startswith("--service-cluster-ip-range="):
                     try:
-                        nets = [ipaddress.ip_network(x.strip(), strict=False) for x in arg.split("=", 1)[1].split(",") if x.strip()]
+                        nets = [
+                            ipaddress.ip_network(x.strip(), strict=False)
+                            for x in arg.split("=", 1)[1].split(",")
+                            if x.strip()
+                        ]
                     except ValueError:
                         continue
                     if nets:
@@ -91,28 +95,37 @@ def explain_unmatched(result, setup: TraceSetup):
         if f"{pk.proto.lower()}/{pk.dport}" in defined:  # kube-proxy has a rule for it (e.g. REJECT: no endpoints)
             return result
         names = sorted({p.name.rsplit(":", 1)[0] for p in same})
-        note = (f"{dst} is the ClusterIP of {', '.join(names)}, but its Service defines no {pk.proto}/{pk.dport} (only "
-                f"{', '.join(defined)}): kube-proxy does not translate the packet, the node routes it like any other address")
+        note = (
+            f"{dst} is the ClusterIP of {', '.join(names)}, but its Service defines no {pk.proto}/{pk.dport} (only "
+            f"{', '.join(defined)}): kube-proxy does not translate the packet, the node routes it like any other address"
+        )
     else:
         cidrs = _api_service_cidrs(setup.state)
         if cidrs is not None:
             nets, source = cidrs
             inside = [n for n in nets if n.version == dst.version and dst in n]
             if inside:
-                note = (f"no Service has {dst} (in the service CIDR {inside[0]}, from {source}): kube-proxy has no rule for it, "
-                        "so the packet is not translated and the node routes it like any other address")
+                note = (
+                    f"no Service has {dst} (in the service CIDR {inside[0]}, from {source}): kube-proxy has no rule for it, "
+                    "so the packet is not translated and the node routes it like any other address"
+                )
         else:
-            ips = sorted({ipaddress.ip_address(p.cluster_ip) for p in ports if ":" in p.cluster_ip} if dst.version == 6 else
-                         {ipaddress.ip_address(p.cluster_ip) for p in ports if ":" not in p.cluster_ip})
+            ips = sorted(
+                {ipaddress.ip_address(p.cluster_ip) for p in ports if ":" in p.cluster_ip}
+                if dst.version == 6
+                else {ipaddress.ip_address(p.cluster_ip) for p in ports if ":" not in p.cluster_ip}
+            )
             if ips:
                 limit = 12 if dst.version == 4 else 108  # the API server allows no wider service CIDR
                 bits = dst.max_prefixlen
                 lo, hi = min(int(ips[0]), int(dst)), max(int(ips[-1]), int(dst))
                 if bits - (lo ^ hi).bit_length() >= limit:
                     span = ipaddress.ip_network((int(ips[0]) >> (bits - limit) << (bits - limit), limit))
-                    note = (f"no Service has {dst}: kube-proxy has no rule for it, though it may be in the service CIDR (it is in "
-                            f"{span} with this node's ClusterIPs {', '.join(str(i) for i in ips[:3])}{' …' if len(ips) > 3 else ''}): "
-                            "the packet is not translated; the node routes it like any other address")
+                    note = (
+                        f"no Service has {dst}: kube-proxy has no rule for it, though it may be in the service CIDR (it is in "
+                        f"{span} with this node's ClusterIPs {', '.join(str(i) for i in ips[:3])}{' …' if len(ips) > 3 else ''}): "
+                        "the packet is not translated; the node routes it like any other address"
+                    )
     return result if note is None else replace(result, notes=tuple(result.notes) + (note,))
 
 
@@ -167,9 +180,18 @@ def _saved_family(data: bytes) -> int | None:
     return None if m is None else (6 if m.group(1) == b"ip6" else 4)
 
 
-def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(), ipset_file: str | None = None,
-                nft: str | None = None, mode: str = "auto", family: int = 4, live: bool = False, host_root: str | None = None,
-                progress=None) -> TraceSetup:
+def setup_trace(
+    rules: str | None = None,
+    bundle: str | None = None,
+    local_ips=(),
+    ipset_file: str | None = None,
+    nft: str | None = None,
+    mode: str = "auto",
+    family: int = 4,
+    live: bool = False,
+    host_root: str | None = None,
+    progress=None,
+) -> TraceSetup:
     """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset), ``--bundle``, or
     ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart)."""
     from .parse.iptables import parse_iptables_save
@@ -189,8 +211,11 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
         saved = _saved_family(data)
         if saved is not None and saved != family:
             need = "ip6tables-save" if family == 6 else "iptables-save"
-            raise InputError(rules, f"{'ip6tables' if saved == 6 else 'iptables'}-save output holds IPv{saved} rules only; "
-                                    f"an IPv{family} packet needs {need} output")
+            raise InputError(
+                rules,
+                f"{'ip6tables' if saved == 6 else 'iptables'}-save output holds IPv{saved} rules only; "
+                f"an IPv{family} packet needs {need} output",
+            )
         ruleset = parse_iptables_save(data, rules)
         routing = RoutingTable.from_local_ips(local_ips)
         if ipset_file:
@@ -217,14 +242,23 @@ def setup_trace(rules: str | None = None, bundle: str | None = None, local_ips=(
             _required(state, state.nft(), bundle, "nft-ruleset.json", "an nftables ruleset")
         else:
             which = "ip6tables-save" if family == 6 else "iptables-save"
-            _required(state, state.iptables(which), bundle, f"{which}.txt", "IPv6 iptables rules" if family == 6 else "iptables rules")
+            _required(
+                state,
+                state.iptables(which),
+                bundle,
+                f"{which}.txt",
+                "IPv6 iptables rules" if family == 6 else "iptables rules",
+            )
             if mode == "ipvs" and state.ipvs is None:
                 raise InputError(bundle, f"no IPVS state to trace ({sources.IPVSADM} missing or unreadable)")
         tracer = state.mode_tracer(mode, family)  # parses ipsets too: their problems are collected after it
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
-            needed = {"iptables": ("iptables-save", "ip-addr", "ip-route", "sysctl"), "nftables": ("nft-ruleset", "ip-addr", "ip-route", "sysctl"),
-                      "ipvs": ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl")}[mode]
+            needed = {
+                "iptables": ("iptables-save", "ip-addr", "ip-route", "sysctl"),
+                "nftables": ("nft-ruleset", "ip-addr", "ip-route", "sysctl"),
+                "ipvs": ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl"),
+            }[mode]
             problems = [p for p in problems if any(n in p.source for n in needed)]
         return TraceSetup(tracer, mode, problems, state)
     else:

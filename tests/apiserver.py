@@ -45,9 +45,19 @@ RESOURCES = {
 
 
 class ApiServer:
-    def __init__(self, objects: list[dict] | None = None, host: str = "127.0.0.1", fail: dict | None = None,
-                 kubelet: dict | None = None, kubelet_delay: float = 0.05, version: str = "v1.31.4", pod_logs: dict | None = None,
-                 hang: dict | None = None, throttle: dict | None = None, service_accounts: set | None = None):
+    def __init__(
+        self,
+        objects: list[dict] | None = None,
+        host: str = "127.0.0.1",
+        fail: dict | None = None,
+        kubelet: dict | None = None,
+        kubelet_delay: float = 0.05,
+        version: str = "v1.31.4",
+        pod_logs: dict | None = None,
+        hang: dict | None = None,
+        throttle: dict | None = None,
+        service_accounts: set | None = None,
+    ):
         self.objects = objects or []
         # ServiceAccount admission: a pod naming a serviceAccountName not in this set ("ns/name") is refused with the
         # API server's 403; None: not enforced (the tests that do not care)
@@ -115,12 +125,23 @@ class ApiServer:
                     if m.group(1):
                         hit = next((o for o in nss if o["metadata"]["name"] == m.group(1)), None)
                         if hit is None:
-                            return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
-                                                              "reason": "NotFound", "message": f'namespaces "{m.group(1)}" not found'}, status=404)
+                            return aiohttp.web.json_response(
+                                {
+                                    "kind": "Status",
+                                    "apiVersion": "v1",
+                                    "status": "Failure",
+                                    "code": 404,
+                                    "reason": "NotFound",
+                                    "message": f'namespaces "{m.group(1)}" not found',
+                                },
+                                status=404,
+                            )
                         return aiohttp.web.json_response(hit)
                     selector = raw_request.query.get("labelSelector")
                     items = [o for o in nss if not selector or _selects(selector, o["metadata"].get("labels") or {})]
-                    return aiohttp.web.json_response({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items})
+                    return aiohttp.web.json_response(
+                        {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items}
+                    )
                 return await super().__call__(raw_request)
 
             async def _handle(self, request):
@@ -135,33 +156,74 @@ class ApiServer:
                 for key, (count, after) in server.throttle.items():
                     if _hits(key, method, path) and server._throttled.get(key, 0) < count:
                         server._throttled[key] = server._throttled.get(key, 0) + 1
-                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
-                                                          "reason": "TooManyRequests", "message": "injected 429"},
-                                                         status=429, headers={"Retry-After": str(after)})
+                        return aiohttp.web.json_response(
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "code": 429,
+                                "reason": "TooManyRequests",
+                                "message": "injected 429",
+                            },
+                            status=429,
+                            headers={"Retry-After": str(after)},
+                        )
                 for plural, status in fail.items():
                     if _hits(plural, method, path):
-                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
-                                                          "reason": {401: "Unauthorized", 403: "Forbidden", 500: "InternalError"}.get(status, "Error"),
-                                                          "message": f"injected {status}"}, status=status)
+                        return aiohttp.web.json_response(
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "code": status,
+                                "reason": {401: "Unauthorized", 403: "Forbidden", 500: "InternalError"}.get(
+                                    status, "Error"
+                                ),
+                                "message": f"injected {status}",
+                            },
+                            status=status,
+                        )
                 if path.rstrip("/") == "/version":  # a real API server always answers it
-                    return aiohttp.web.json_response({"major": "1", "minor": "31", "gitVersion": server.version, "platform": "linux/amd64"})
+                    return aiohttp.web.json_response(
+                        {"major": "1", "minor": "31", "gitVersion": server.version, "platform": "linux/amd64"}
+                    )
                 m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path)
                 params = request.params or {}
-                key = m and f"{m.group(1)}/{m.group(2)}" + ("#previous" if str(params.get("previous", "")).lower() == "true" else "")
-                if m and server.pod_logs and (key in server.pod_logs or server.kubelet is None):  # as a kubelet serves them
+                key = m and f"{m.group(1)}/{m.group(2)}" + (
+                    "#previous" if str(params.get("previous", "")).lower() == "true" else ""
+                )
+                if (
+                    m and server.pod_logs and (key in server.pod_logs or server.kubelet is None)
+                ):  # as a kubelet serves them
                     text = server.pod_logs.get(key)
                     if text is None:
-                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400,
-                                                          "message": f'previous terminated container not found for pod "{m.group(2)}"'}, status=400)
+                        return aiohttp.web.json_response(
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "code": 400,
+                                "message": f'previous terminated container not found for pod "{m.group(2)}"',
+                            },
+                            status=400,
+                        )
                     if params.get("tailLines"):
-                        text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+                        text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]) :])
                     data = text.encode()[: int(params["limitBytes"])] if params.get("limitBytes") else text.encode()
                     return aiohttp.web.Response(body=data, content_type="text/plain")
                 if m and server.kubelet is not None:
                     text = logs.get((m.group(1), m.group(2)))
                     if text is None:
-                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400,
-                                                          "message": f'container "kpdiag" in pod "{m.group(2)}" is waiting to start'}, status=400)
+                        return aiohttp.web.json_response(
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "code": 400,
+                                "message": f'container "kpdiag" in pod "{m.group(2)}" is waiting to start',
+                            },
+                            status=400,
+                        )
                     how = hows.get((m.group(1), m.group(2))) or {}
                     if how.get("log_hang"):
                         await server._pause(how["log_hang"])
@@ -185,23 +247,42 @@ class ApiServer:
                     ns = request.namespace or (body.get("metadata") or {}).get("namespace")
                     if sa and f"{ns}/{sa}" not in server.service_accounts:
                         name = (body.get("metadata") or {}).get("name")
-                        return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
-                                                          "message": f'pods "{name}" is forbidden: error looking up service account {ns}/{sa}: '
-                                                                     f'serviceaccount "{sa}" not found'}, status=403)
+                        return aiohttp.web.json_response(
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "code": 403,
+                                "reason": "Forbidden",
+                                "message": f'pods "{name}" is forbidden: error looking up service account {ns}/{sa}: '
+                                f'serviceaccount "{sa}" not found',
+                            },
+                            status=403,
+                        )
                 if method == "POST" and path.endswith("/pods") and server.kubelet is not None:
                     body = request.data or {}
                     server.created.append(json.loads(json.dumps(body)))
                     resp = await super()._handle(request)
                     node = (body.get("spec") or {}).get("nodeName")
                     if resp.status < 300 and node in server.kubelet:
-                        key = (kmock.resource("", "v1", "pods"), request.namespace or body["metadata"].get("namespace"), body["metadata"]["name"])
-                        server._tasks.add(asyncio.get_running_loop().create_task(self._run_pod(key, server.kubelet[node])))
+                        key = (
+                            kmock.resource("", "v1", "pods"),
+                            request.namespace or body["metadata"].get("namespace"),
+                            body["metadata"]["name"],
+                        )
+                        server._tasks.add(
+                            asyncio.get_running_loop().create_task(self._run_pod(key, server.kubelet[node]))
+                        )
                     return resp
                 selector = request.params.get("labelSelector") if request.params else None
                 resp = await super()._handle(request)
                 if selector and method == "GET" and "watch" not in request.params and resp.status == 200:
                     doc = json.loads(resp.body)
-                    doc["items"] = [o for o in doc.get("items", []) if _selects(selector, (o.get("metadata") or {}).get("labels") or {})]
+                    doc["items"] = [
+                        o
+                        for o in doc.get("items", [])
+                        if _selects(selector, (o.get("metadata") or {}).get("labels") or {})
+                    ]
                     return aiohttp.web.json_response(doc)
                 return resp
 
@@ -209,30 +290,64 @@ class ApiServer:
                 await asyncio.sleep(server.kubelet_delay)
                 cname = "kpdiag"
                 if how.get("hang"):
-                    status = {"phase": "Running", "containerStatuses": [{"name": cname, "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}]}
+                    status = {
+                        "phase": "Running",
+                        "containerStatuses": [
+                            {"name": cname, "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}
+                        ],
+                    }
                 elif how.get("waiting"):
-                    status = {"phase": "Pending", "containerStatuses": [{"name": cname, "state": {"waiting": {"reason": how["waiting"], "message": how.get("message", "")}}}]}
+                    status = {
+                        "phase": "Pending",
+                        "containerStatuses": [
+                            {
+                                "name": cname,
+                                "state": {"waiting": {"reason": how["waiting"], "message": how.get("message", "")}},
+                            }
+                        ],
+                    }
                 elif how.get("rejected"):
                     status = {"phase": "Failed", "reason": how["rejected"], "message": how.get("message", "")}
                 elif how.get("oom"):
-                    status = {"phase": "Failed", "containerStatuses": [{"name": cname, "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+                    status = {
+                        "phase": "Failed",
+                        "containerStatuses": [
+                            {"name": cname, "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+                        ],
+                    }
                 else:
                     code = int(how.get("exit", 0))
                     logs[(key[1], key[2])] = how.get("log", "")
                     hows[(key[1], key[2])] = how
-                    status = {"phase": "Succeeded" if code == 0 else "Failed",
-                              "containerStatuses": [{"name": cname, "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}}]}
+                    status = {
+                        "phase": "Succeeded" if code == 0 else "Failed",
+                        "containerStatuses": [
+                            {
+                                "name": cname,
+                                "state": {
+                                    "terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+                                },
+                            }
+                        ],
+                    }
                 async with self._lock:
                     if key in self._objects and not self._objects[key].deleted:
                         self._objects[key].patch({"status": status})
 
         async with Emulator() as emu, kmock.Server(emu, host=self.host) as srv:
             for kind, (group, version, plural, namespaced) in RESOURCES.items():
-                emu.resources[f"{group + '/' if group else ''}{version}/{plural}"] = {"kind": kind, "namespaced": namespaced}
+                emu.resources[f"{group + '/' if group else ''}{version}/{plural}"] = {
+                    "kind": kind,
+                    "namespaced": namespaced,
+                }
             for obj in self.objects:
                 group, version, plural, namespaced = RESOURCES[obj["kind"]]
                 md = obj["metadata"]
-                key = (kmock.resource(group, version, plural), md.get("namespace"), md["name"]) if namespaced else (kmock.resource(group, version, plural), None, md["name"])
+                key = (
+                    (kmock.resource(group, version, plural), md.get("namespace"), md["name"])
+                    if namespaced
+                    else (kmock.resource(group, version, plural), None, md["name"])
+                )
                 emu.objects[key] = obj
             self.url = str(srv.url).rstrip("/")
             self._ready.set()
@@ -254,7 +369,9 @@ class ApiServer:
             return sorted(p["metadata"]["name"] for p in json.load(resp).get("items", []))
 
     def count(self, method: str | None = None, contains: str = "") -> int:
-        return sum(1 for m, p in list(self.requests) if (method is None or m.upper() == method.upper()) and contains in p)
+        return sum(
+            1 for m, p in list(self.requests) if (method is None or m.upper() == method.upper()) and contains in p
+        )
 
     def kubeconfig(self, directory) -> str:
         path = f"{directory}/kubeconfig"
@@ -293,9 +410,14 @@ def _selects(selector: str, labels: dict) -> bool:
 
 
 def write_kubeconfig(path: str, url: str) -> None:
-    kc = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "test", "cluster": {"server": url}}],
-          "users": [{"name": "test", "user": {"token": "kpdiag-test"}}],
-          "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}], "current-context": "test"}
+    kc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": url}}],
+        "users": [{"name": "test", "user": {"token": "kpdiag-test"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "current-context": "test",
+    }
     with open(path, "w") as fh:
         json.dump(kc, fh)
 

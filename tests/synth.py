@@ -76,13 +76,24 @@ def _saved_probability(p: float) -> str:
     return f"{value / 0x80000000:.11f}"
 
 
-def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244.0.0/16", canonical: bool = True) -> str:
+def iptables_ruleset(
+    services: list[Service], cluster_cidr: str | None = "10.244.0.0/16", canonical: bool = True
+) -> str:
     """Render ``services`` as a kube-proxy iptables ruleset (``iptables-save`` text).
 
     ``cluster_cidr=None`` renders what kube-proxy writes without local-traffic detection: no
     ``! -s CIDR -j KUBE-MARK-MASQ`` rule in the KUBE-SVC chains.
     """
-    f_chains = ["KUBE-EXTERNAL-SERVICES", "KUBE-FIREWALL", "KUBE-FORWARD", "KUBE-KUBELET-CANARY", "KUBE-NODEPORTS", "KUBE-PROXY-CANARY", "KUBE-PROXY-FIREWALL", "KUBE-SERVICES"]
+    f_chains = [
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-FIREWALL",
+        "KUBE-FORWARD",
+        "KUBE-KUBELET-CANARY",
+        "KUBE-NODEPORTS",
+        "KUBE-PROXY-CANARY",
+        "KUBE-PROXY-FIREWALL",
+        "KUBE-SERVICES",
+    ]
     f_rules: list[str] = [
         '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
         '-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
@@ -102,8 +113,17 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
     v6 = any(":" in svc.cluster_ip for svc in services)  # ip6tables-restore input (kube-proxy's IPv6 proxier)
     reject = "icmp6-port-unreachable" if v6 else "icmp-port-unreachable"
     if not v6:  # route_localnet protection: IPv4 only
-        f_rules.append('-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP')
-    n_chains = ["KUBE-KUBELET-CANARY", "KUBE-MARK-MASQ", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-SERVICES"]
+        f_rules.append(
+            '-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP'
+        )
+    n_chains = [
+        "KUBE-KUBELET-CANARY",
+        "KUBE-MARK-MASQ",
+        "KUBE-NODEPORTS",
+        "KUBE-POSTROUTING",
+        "KUBE-PROXY-CANARY",
+        "KUBE-SERVICES",
+    ]
     n_head = [
         '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
         '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
@@ -127,11 +147,17 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
             has_external = bool(port.node_port or svc.external_ips or svc.lb_ips)
             c = f'-m comment --comment "{spn} cluster IP"'
             if not ready:
-                f_rules.append(f'-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with {reject}')
+                f_rules.append(
+                    f'-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with {reject}'
+                )
                 for ip in svc.external_ips + svc.lb_ips:
-                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with {reject}')
+                    f_rules.append(
+                        f'-A KUBE-EXTERNAL-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} has no endpoints" -m {proto} --dport {port.port} -j REJECT --reject-with {reject}'
+                    )
                 if port.node_port:
-                    f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j REJECT --reject-with {reject}')
+                    f_rules.append(
+                        f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j REJECT --reject-with {reject}'
+                    )
                 continue
             # internalTrafficPolicy: Local sends ClusterIP traffic to KUBE-SVL (this node's endpoints), or DROPs it
             # in the filter table when this node has none ("has no local endpoints")
@@ -140,46 +166,85 @@ def iptables_ruleset(services: list[Service], cluster_cidr: str | None = "10.244
             uses_cluster = svc.uses_cluster_chain(has_external)
             uses_local = bool(local_ready) and svc.uses_local_chain(has_external)
             if has_internal:
-                svc_rules.append(f"-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} {c} -m {proto} --dport {port.port} -j {internal_chain}")
+                svc_rules.append(
+                    f"-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} {c} -m {proto} --dport {port.port} -j {internal_chain}"
+                )
             else:
-                f_rules.append(f'-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
+                f_rules.append(
+                    f'-A KUBE-SERVICES -d {_host(svc.cluster_ip)} -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP'
+                )
             if has_external:
                 n_chains.append(ext_chain)
                 for ip in svc.external_ips:
-                    svc_rules.append(f'-A KUBE-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} external IP" -m {proto} --dport {port.port} -j {ext_chain}')
+                    svc_rules.append(
+                        f'-A KUBE-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} external IP" -m {proto} --dport {port.port} -j {ext_chain}'
+                    )
                 for ip in svc.lb_ips:
-                    svc_rules.append(f'-A KUBE-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} loadbalancer IP" -m {proto} --dport {port.port} -j {ext_chain}')
+                    svc_rules.append(
+                        f'-A KUBE-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} loadbalancer IP" -m {proto} --dport {port.port} -j {ext_chain}'
+                    )
                 if port.node_port:
-                    nodeport_rules.append(f'-A KUBE-NODEPORTS -p {proto} -m comment --comment "{spn}" -m {proto} --dport {port.node_port} -j {ext_chain}')
+                    nodeport_rules.append(
+                        f'-A KUBE-NODEPORTS -p {proto} -m comment --comment "{spn}" -m {proto} --dport {port.node_port} -j {ext_chain}'
+                    )
                 if svc.etp_local:
                     if cluster_cidr:
-                        chain_rules.append(f'-A {ext_chain} -s {cluster_cidr} -m comment --comment "pod traffic for {spn} external destinations" -j {svc_chain}')
-                    chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ')
-                    chain_rules.append(f'-A {ext_chain} -m comment --comment "route LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j {svc_chain}')
+                        chain_rules.append(
+                            f'-A {ext_chain} -s {cluster_cidr} -m comment --comment "pod traffic for {spn} external destinations" -j {svc_chain}'
+                        )
+                    chain_rules.append(
+                        f'-A {ext_chain} -m comment --comment "masquerade LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ'
+                    )
+                    chain_rules.append(
+                        f'-A {ext_chain} -m comment --comment "route LOCAL traffic for {spn} external destinations" -m addrtype --src-type LOCAL -j {svc_chain}'
+                    )
                     if local_ready:
                         chain_rules.append(f"-A {ext_chain} -j {svl_chain}")
                     else:
                         for ip in svc.external_ips + svc.lb_ips:
-                            f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP')
+                            f_rules.append(
+                                f'-A KUBE-EXTERNAL-SERVICES -d {_host(ip)} -p {proto} -m comment --comment "{spn} has no local endpoints" -m {proto} --dport {port.port} -j DROP'
+                            )
                         if port.node_port:
-                            f_rules.append(f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no local endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j DROP')
+                            f_rules.append(
+                                f'-A KUBE-EXTERNAL-SERVICES -p {proto} -m comment --comment "{spn} has no local endpoints" -m addrtype --dst-type LOCAL -m {proto} --dport {port.node_port} -j DROP'
+                            )
                 else:
-                    chain_rules.append(f'-A {ext_chain} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ')
+                    chain_rules.append(
+                        f'-A {ext_chain} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ'
+                    )
                     chain_rules.append(f"-A {ext_chain} -j {svc_chain}")
             if has_internal and cluster_cidr:
-                chain_rules.append(f"-A {internal_chain} ! -s {cluster_cidr} -d {_host(svc.cluster_ip)} -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ")
+                chain_rules.append(
+                    f"-A {internal_chain} ! -s {cluster_cidr} -d {_host(svc.cluster_ip)} -p {proto} {c} -m {proto} --dport {port.port} -j KUBE-MARK-MASQ"
+                )
             if uses_cluster:
                 n_chains.append(svc_chain)
                 chain_rules.extend(_endpoint_rules(svc, port, svc_chain, ready, n_chains))
             if uses_local:
                 n_chains.append(svl_chain)
-                chain_rules.extend(_endpoint_rules(svc, port, svl_chain, local_ready, None if uses_cluster else n_chains))
+                chain_rules.extend(
+                    _endpoint_rules(svc, port, svl_chain, local_ready, None if uses_cluster else n_chains)
+                )
     nodeports_last = '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS'
     n_rules = n_head + nodeport_rules + chain_rules + svc_rules + [nodeports_last]
-    out = ["# Generated by tests.synth", "*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    out = [
+        "# Generated by tests.synth",
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+    ]
     out += [f":{c} - [0:0]" for c in f_chains]
     out += _order(f_rules, f_chains, ("INPUT", "FORWARD", "OUTPUT")) if canonical else f_rules
-    out += ["COMMIT", "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]"]
+    out += [
+        "COMMIT",
+        "*nat",
+        ":PREROUTING ACCEPT [0:0]",
+        ":INPUT ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":POSTROUTING ACCEPT [0:0]",
+    ]
     n_chains_sorted = sorted(set(n_chains)) if canonical else list(dict.fromkeys(n_chains))
     out += [f":{c} - [0:0]" for c in n_chains_sorted]
     out += _order(n_rules, n_chains_sorted, ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")) if canonical else n_rules
@@ -199,11 +264,15 @@ def _endpoint_rules(svc: Service, port: Port, chain: str, endpoints: list[Endpoi
         seps.append((sep, dest, ep))
     if svc.affinity_seconds:
         for sep, dest, _ in seps:
-            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -m recent --rcheck --seconds {svc.affinity_seconds} --reap --name {sep} --mask {mask} --rsource -j {sep}')
+            rules.append(
+                f'-A {chain} -m comment --comment "{spn} -> {dest}" -m recent --rcheck --seconds {svc.affinity_seconds} --reap --name {sep} --mask {mask} --rsource -j {sep}'
+            )
     n = len(seps)
     for i, (sep, dest, _) in enumerate(seps):
         if i < n - 1:
-            rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -m statistic --mode random --probability {_saved_probability(1.0 / (n - i))} -j {sep}')
+            rules.append(
+                f'-A {chain} -m comment --comment "{spn} -> {dest}" -m statistic --mode random --probability {_saved_probability(1.0 / (n - i))} -j {sep}'
+            )
         else:
             rules.append(f'-A {chain} -m comment --comment "{spn} -> {dest}" -j {sep}')
     if declare is not None:
@@ -211,9 +280,13 @@ def _endpoint_rules(svc: Service, port: Port, chain: str, endpoints: list[Endpoi
             declare.append(sep)
             rules.append(f'-A {sep} -s {_host(ep.ip)} -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
             if svc.affinity_seconds:
-                rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m recent --set --name {sep} --mask {mask} --rsource -m {proto} -j DNAT --to-destination {dest}')
+                rules.append(
+                    f'-A {sep} -p {proto} -m comment --comment "{spn}" -m recent --set --name {sep} --mask {mask} --rsource -m {proto} -j DNAT --to-destination {dest}'
+                )
             else:
-                rules.append(f'-A {sep} -p {proto} -m comment --comment "{spn}" -m {proto} -j DNAT --to-destination {dest}')
+                rules.append(
+                    f'-A {sep} -p {proto} -m comment --comment "{spn}" -m {proto} -j DNAT --to-destination {dest}'
+                )
     return rules
 
 
@@ -230,8 +303,17 @@ def _order(rules: list[str], chains: list[str], builtins: tuple[str, ...]) -> li
     return out
 
 
-def many_services(count: int, endpoints: int = 5, *, service_cidr: str = "10.96.0.0/12", pod_cidr: str = "10.244.0.0/16",
-                  no_endpoint_every: int = 50, nodeport_every: int = 10, local_every: int = 20, affinity_every: int = 25) -> list[Service]:
+def many_services(
+    count: int,
+    endpoints: int = 5,
+    *,
+    service_cidr: str = "10.96.0.0/12",
+    pod_cidr: str = "10.244.0.0/16",
+    no_endpoint_every: int = 50,
+    nodeport_every: int = 10,
+    local_every: int = 20,
+    affinity_every: int = 25,
+) -> list[Service]:
     """A big, varied set of services: most ClusterIP, some NodePort, ETP=Local, affinity, no endpoints."""
     svc_base = int(ipaddress.ip_network(service_cidr).network_address) + 10
     pod_base = int(ipaddress.ip_network(pod_cidr).network_address) + 2
@@ -249,11 +331,17 @@ def many_services(count: int, endpoints: int = 5, *, service_cidr: str = "10.96.
             for k in range(endpoints):
                 eps.append(Endpoint(str(ipaddress.IPv4Address(pod_base + pod)), local=(k == 0)))
                 pod += 1
-        services.append(Service(
-            namespace=f"ns{i % 100}", name=f"svc{i}", cluster_ip=cip, ports=[port], endpoints=eps,
-            etp_local=bool(has_np and local_every and i % local_every == 1),
-            affinity_seconds=10800 if affinity_every and i % affinity_every == 3 else None,
-        ))
+        services.append(
+            Service(
+                namespace=f"ns{i % 100}",
+                name=f"svc{i}",
+                cluster_ip=cip,
+                ports=[port],
+                endpoints=eps,
+                etp_local=bool(has_np and local_every and i % local_every == 1),
+                affinity_seconds=10800 if affinity_every and i % affinity_every == 3 else None,
+            )
+        )
     return services
 
 
@@ -261,8 +349,12 @@ def _nft_hash(text: str) -> str:
     return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:8]
 
 
-def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", service_cidr: str = "10.96.0.0/12",
-                node_ips: tuple[str, ...] = ("192.168.50.1",)) -> str:
+def nft_ruleset(
+    services: list[Service],
+    cluster_cidr: str = "10.244.0.0/16",
+    service_cidr: str = "10.96.0.0/12",
+    node_ips: tuple[str, ...] = ("192.168.50.1",),
+) -> str:
     """Render ``services`` as kube-proxy's nftables transaction (``nft -f`` input), in the layout of its
     TestOverallNFTablesRules: chain names hash8(ns/svc/proto/port)-ns/svc/proto/port; vmaps keyed by
     ``ip daddr . meta l4proto . th dport``; ``numgen random mod N`` over endpoint chains.
@@ -276,19 +368,31 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
         f'add table {t} {{ comment "rules for kube-proxy" ; }}',
         f'add set {t} cluster-ips {{ type {addr_t} ; comment "Active ClusterIPs" ; }}',
         f'add set {t} nodeport-ips {{ type {addr_t} ; comment "IPs that accept NodePort traffic" ; }}',
-        f'add map {t} firewall-ips {{ type {addr_t} . inet_proto . inet_service : verdict ; }}',
-        f'add map {t} no-endpoint-nodeports {{ type inet_proto . inet_service : verdict ; }}',
-        f'add map {t} no-endpoint-services {{ type {addr_t} . inet_proto . inet_service : verdict ; }}',
-        f'add map {t} service-ips {{ type {addr_t} . inet_proto . inet_service : verdict ; }}',
-        f'add map {t} service-nodeports {{ type inet_proto . inet_service : verdict ; }}',
+        f"add map {t} firewall-ips {{ type {addr_t} . inet_proto . inet_service : verdict ; }}",
+        f"add map {t} no-endpoint-nodeports {{ type inet_proto . inet_service : verdict ; }}",
+        f"add map {t} no-endpoint-services {{ type {addr_t} . inet_proto . inet_service : verdict ; }}",
+        f"add map {t} service-ips {{ type {addr_t} . inet_proto . inet_service : verdict ; }}",
+        f"add map {t} service-nodeports {{ type inet_proto . inet_service : verdict ; }}",
     ]
-    chains = ["cluster-ips-check", "firewall-check", "mark-for-masquerade", "masquerading", "nodeport-endpoints-check",
-              "reject-chain", "services", "service-endpoints-check"]
+    chains = [
+        "cluster-ips-check",
+        "firewall-check",
+        "mark-for-masquerade",
+        "masquerading",
+        "nodeport-endpoints-check",
+        "reject-chain",
+        "services",
+        "service-endpoints-check",
+    ]
     base = [
-        ("filter-prerouting-pre-dnat", "filter hook prerouting priority -110"), ("filter-output-pre-dnat", "filter hook output priority -110"),
-        ("filter-forward", "filter hook forward priority 0"), ("filter-input", "filter hook input priority 0"),
-        ("filter-output", "filter hook output priority 0"), ("nat-output", "nat hook output priority -100"),
-        ("nat-postrouting", "nat hook postrouting priority 100"), ("nat-prerouting", "nat hook prerouting priority -100"),
+        ("filter-prerouting-pre-dnat", "filter hook prerouting priority -110"),
+        ("filter-output-pre-dnat", "filter hook output priority -110"),
+        ("filter-forward", "filter hook forward priority 0"),
+        ("filter-input", "filter hook input priority 0"),
+        ("filter-output", "filter hook output priority 0"),
+        ("nat-output", "nat hook output priority -100"),
+        ("nat-postrouting", "nat hook postrouting priority 100"),
+        ("nat-prerouting", "nat hook prerouting priority -100"),
     ]
     rules = [
         f'add rule {t} cluster-ips-check {fam} daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
@@ -329,33 +433,47 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
             has_external = bool(port.node_port or svc.external_ips or svc.lb_ips)
             elements.append(f"add element {t} cluster-ips {{ {svc.cluster_ip} }}")
             if not ready:
-                elements.append(f'add element {t} no-endpoint-services {{ {svc.cluster_ip} . {proto} . {port.port} comment "{svc.port_name(port)}" : goto reject-chain }}')
+                elements.append(
+                    f'add element {t} no-endpoint-services {{ {svc.cluster_ip} . {proto} . {port.port} comment "{svc.port_name(port)}" : goto reject-chain }}'
+                )
                 if port.node_port:
-                    elements.append(f'add element {t} no-endpoint-nodeports {{ {proto} . {port.node_port} comment "{svc.port_name(port)}" : goto reject-chain }}')
+                    elements.append(
+                        f'add element {t} no-endpoint-nodeports {{ {proto} . {port.node_port} comment "{svc.port_name(port)}" : goto reject-chain }}'
+                    )
                 continue
             internal_chain = local_chain if svc.itp_local else svc_chain
             has_internal = bool(local_ready) or not svc.itp_local
             uses_cluster = svc.uses_cluster_chain(has_external)
             uses_local = bool(local_ready) and svc.uses_local_chain(has_external)
             if has_internal:
-                elements.append(f"add element {t} service-ips {{ {svc.cluster_ip} . {proto} . {port.port} : goto {internal_chain} }}")
+                elements.append(
+                    f"add element {t} service-ips {{ {svc.cluster_ip} . {proto} . {port.port} : goto {internal_chain} }}"
+                )
             else:  # internalTrafficPolicy: Local and no endpoint on this node
-                elements.append(f'add element {t} no-endpoint-services {{ {svc.cluster_ip} . {proto} . {port.port} comment "{svc.port_name(port)}" : drop }}')
+                elements.append(
+                    f'add element {t} no-endpoint-services {{ {svc.cluster_ip} . {proto} . {port.port} comment "{svc.port_name(port)}" : drop }}'
+                )
             reachable = ready if uses_cluster else local_ready
             eps = {}
             for e in reachable:
-                ep_name = f"{base_name}__{e.ip.replace(':', '.')}/{port.target_port}"  # kube-proxy: IPv6 colons become dots
+                ep_name = (
+                    f"{base_name}__{e.ip.replace(':', '.')}/{port.target_port}"  # kube-proxy: IPv6 colons become dots
+                )
                 ep_chain = f"endpoint-{_nft_hash(ep_name)}-{ep_name}"
                 eps[e.ip] = (ep_chain, ep_name)
                 chains.append(ep_chain)
                 rules.append(f"add rule {t} {ep_chain} {fam} saddr {e.ip} jump mark-for-masquerade")
                 if svc.affinity_seconds:
                     aff = f"affinity-{_nft_hash(ep_name)}-{ep_name}"
-                    sets.append(f"add set {t} {aff} {{ type {addr_t} ; flags dynamic,timeout ; timeout {svc.affinity_seconds}s ; }}")
+                    sets.append(
+                        f"add set {t} {aff} {{ type {addr_t} ; flags dynamic,timeout ; timeout {svc.affinity_seconds}s ; }}"
+                    )
                     rules.append(f"add rule {t} {ep_chain} update @{aff} {{ {fam} saddr }}")
                 rules.append(f"add rule {t} {ep_chain} meta l4proto {proto} dnat to {hostport(e.ip, port.target_port)}")
             if has_internal:
-                rules.append(f"add rule {t} {internal_chain} {fam} daddr {svc.cluster_ip} {proto} dport {port.port} {fam} saddr != {cluster_cidr} jump mark-for-masquerade")
+                rules.append(
+                    f"add rule {t} {internal_chain} {fam} daddr {svc.cluster_ip} {proto} dport {port.port} {fam} saddr != {cluster_cidr} jump mark-for-masquerade"
+                )
             for chain, members, used in ((svc_chain, ready, uses_cluster), (local_chain, local_ready, uses_local)):
                 if not used:
                     continue
@@ -363,39 +481,68 @@ def nft_ruleset(services: list[Service], cluster_cidr: str = "10.244.0.0/16", se
                 if svc.affinity_seconds:
                     for e in members:
                         ep_chain, ep_name = eps[e.ip]
-                        rules.append(f"add rule {t} {chain} {fam} saddr @affinity-{_nft_hash(ep_name)}-{ep_name} goto {ep_chain}")
+                        rules.append(
+                            f"add rule {t} {chain} {fam} saddr @affinity-{_nft_hash(ep_name)}-{ep_name} goto {ep_chain}"
+                        )
                 vmap = ", ".join(f"{i} : goto {eps[e.ip][0]}" for i, e in enumerate(members))
                 rules.append(f"add rule {t} {chain} numgen random mod {len(members)} vmap {{ {vmap} }}")
             if has_external:
                 chains.append(ext_chain)
                 if port.node_port:
-                    elements.append(f"add element {t} service-nodeports {{ {proto} . {port.node_port} : goto {ext_chain} }}")
+                    elements.append(
+                        f"add element {t} service-nodeports {{ {proto} . {port.node_port} : goto {ext_chain} }}"
+                    )
                 if svc.etp_local:
-                    rules.append(f'add rule {t} {ext_chain} {fam} saddr {cluster_cidr} goto {svc_chain} comment "short-circuit pod traffic"')
-                    rules.append(f'add rule {t} {ext_chain} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"')
-                    rules.append(f'add rule {t} {ext_chain} fib saddr type local goto {svc_chain} comment "short-circuit local traffic"')
+                    rules.append(
+                        f'add rule {t} {ext_chain} {fam} saddr {cluster_cidr} goto {svc_chain} comment "short-circuit pod traffic"'
+                    )
+                    rules.append(
+                        f'add rule {t} {ext_chain} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"'
+                    )
+                    rules.append(
+                        f'add rule {t} {ext_chain} fib saddr type local goto {svc_chain} comment "short-circuit local traffic"'
+                    )
                     if local_ready:
                         rules.append(f"add rule {t} {ext_chain} goto {local_chain}")
                     elif port.node_port:
-                        elements.append(f'add element {t} no-endpoint-nodeports {{ {proto} . {port.node_port} comment "{svc.port_name(port)}" : drop }}')
+                        elements.append(
+                            f'add element {t} no-endpoint-nodeports {{ {proto} . {port.node_port} comment "{svc.port_name(port)}" : drop }}'
+                        )
                 else:
                     rules.append(f"add rule {t} {ext_chain} jump mark-for-masquerade")
                     rules.append(f"add rule {t} {ext_chain} goto {svc_chain}")
-    decl = [f"add chain {t} {name}" for name in chains] + [f"add chain {t} {name} {{ type {spec} ; }}" for name, spec in base]
+    decl = [f"add chain {t} {name}" for name in chains] + [
+        f"add chain {t} {name} {{ type {spec} ; }}" for name, spec in base
+    ]
     return "\n".join(head + sets + decl + rules + elements) + "\n"
 
 
-def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", node_ip: str = "192.168.50.1",
-               gateway: str = "192.168.50.254", ipvs_filter: bool = True, weights: dict | None = None,
-               active: dict | None = None, scheduler: str = "rr") -> dict[str, str]:
+def ipvs_files(
+    services: list[Service],
+    cluster_cidr: str = "10.244.0.0/16",
+    node_ip: str = "192.168.50.1",
+    gateway: str = "192.168.50.254",
+    ipvs_filter: bool = True,
+    weights: dict | None = None,
+    active: dict | None = None,
+    scheduler: str = "rr",
+) -> dict[str, str]:
     """What a kube-proxy IPVS-mode node shows: iptables-save, ipset save, ipvsadm -Sn / -Ln, ip -j addr/route.
 
     ``weights``/``active``: {endpoint ip: weight / active connections} (weight 0 = terminating).
     ``ipvs_filter``: newer kube-proxy's KUBE-IPVS-FILTER (rejects non-Service ports of bound IPs)."""
     weights, active = weights or {}, active or {}
     nat = [
-        "*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]",
-        ":KUBE-LOAD-BALANCER - [0:0]", ":KUBE-MARK-MASQ - [0:0]", ":KUBE-NODE-PORT - [0:0]", ":KUBE-POSTROUTING - [0:0]", ":KUBE-SERVICES - [0:0]",
+        "*nat",
+        ":PREROUTING ACCEPT [0:0]",
+        ":INPUT ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":POSTROUTING ACCEPT [0:0]",
+        ":KUBE-LOAD-BALANCER - [0:0]",
+        ":KUBE-MARK-MASQ - [0:0]",
+        ":KUBE-NODE-PORT - [0:0]",
+        ":KUBE-POSTROUTING - [0:0]",
+        ":KUBE-SERVICES - [0:0]",
         '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
         '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
         '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
@@ -410,32 +557,63 @@ def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", nod
         "-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT",
         "COMMIT",
     ]
-    filt = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD ACCEPT [0:0]", ":OUTPUT ACCEPT [0:0]", ":KUBE-FIREWALL - [0:0]", ":KUBE-FORWARD - [0:0]",
-            ":KUBE-NODE-PORT - [0:0]", ":KUBE-PROXY-FIREWALL - [0:0]", ":KUBE-SOURCE-RANGES-FIREWALL - [0:0]"]
+    filt = [
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":KUBE-FIREWALL - [0:0]",
+        ":KUBE-FORWARD - [0:0]",
+        ":KUBE-NODE-PORT - [0:0]",
+        ":KUBE-PROXY-FIREWALL - [0:0]",
+        ":KUBE-SOURCE-RANGES-FIREWALL - [0:0]",
+    ]
     if ipvs_filter:
-        filt += [":KUBE-IPVS-FILTER - [0:0]", ":KUBE-IPVS-OUT-FILTER - [0:0]",
-                 '-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER']
-    filt += ['-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
-             '-A INPUT -m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT',
-             '-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
-             '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD']
+        filt += [
+            ":KUBE-IPVS-FILTER - [0:0]",
+            ":KUBE-IPVS-OUT-FILTER - [0:0]",
+            '-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER',
+        ]
+    filt += [
+        '-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+        '-A INPUT -m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT',
+        '-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+        '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD',
+    ]
     if ipvs_filter:
         filt += ['-A OUTPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-OUT-FILTER']
-    filt += ["-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
-             '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
-             '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT']
+    filt += [
+        "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+    ]
     if ipvs_filter:
-        filt += ["-A KUBE-IPVS-FILTER -m set --match-set KUBE-LOAD-BALANCER dst,dst -j RETURN",
-                 "-A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN",
-                 "-A KUBE-IPVS-FILTER -m set --match-set KUBE-EXTERNAL-IP dst,dst -j RETURN",
-                 "-A KUBE-IPVS-FILTER -m set --match-set KUBE-HEALTH-CHECK-NODE-PORT dst -j RETURN",
-                 "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with icmp-port-unreachable"]
+        filt += [
+            "-A KUBE-IPVS-FILTER -m set --match-set KUBE-LOAD-BALANCER dst,dst -j RETURN",
+            "-A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN",
+            "-A KUBE-IPVS-FILTER -m set --match-set KUBE-EXTERNAL-IP dst,dst -j RETURN",
+            "-A KUBE-IPVS-FILTER -m set --match-set KUBE-HEALTH-CHECK-NODE-PORT dst -j RETURN",
+            "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with icmp-port-unreachable",
+        ]
     filt.append("COMMIT")
-    sets = {"KUBE-CLUSTER-IP": "hash:ip,port", "KUBE-IPVS-IPS": "hash:ip", "KUBE-LOOP-BACK": "hash:ip,port,ip", "KUBE-NODE-PORT-TCP": "bitmap:port",
-            "KUBE-LOAD-BALANCER": "hash:ip,port", "KUBE-EXTERNAL-IP": "hash:ip,port", "KUBE-HEALTH-CHECK-NODE-PORT": "bitmap:port"}
+    sets = {
+        "KUBE-CLUSTER-IP": "hash:ip,port",
+        "KUBE-IPVS-IPS": "hash:ip",
+        "KUBE-LOOP-BACK": "hash:ip,port,ip",
+        "KUBE-NODE-PORT-TCP": "bitmap:port",
+        "KUBE-LOAD-BALANCER": "hash:ip,port",
+        "KUBE-EXTERNAL-IP": "hash:ip,port",
+        "KUBE-HEALTH-CHECK-NODE-PORT": "bitmap:port",
+    }
     members: dict[str, list[str]] = {k: [] for k in sets}
-    save, listing = [], ["IP Virtual Server version 1.2.1 (size=4096)", "Prot LocalAddress:Port Scheduler Flags",
-                         "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn"]
+    save, listing = (
+        [],
+        [
+            "IP Virtual Server version 1.2.1 (size=4096)",
+            "Prot LocalAddress:Port Scheduler Flags",
+            "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn",
+        ],
+    )
     bound = []
     for svc in services:
         bound.append(svc.cluster_ip)
@@ -446,12 +624,17 @@ def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", nod
             flag = {"tcp": "-t", "udp": "-u", "sctp": "--sctp-service"}[proto]
             persist = f" -p {svc.affinity_seconds}" if svc.affinity_seconds else ""
             save.append(f"-A {flag} {svc.cluster_ip}:{port.port} -s {scheduler}{persist}")
-            listing.append(f"{proto.upper():<4} {svc.cluster_ip}:{port.port} {scheduler}" + (f" persistent {svc.affinity_seconds}" if svc.affinity_seconds else ""))
+            listing.append(
+                f"{proto.upper():<4} {svc.cluster_ip}:{port.port} {scheduler}"
+                + (f" persistent {svc.affinity_seconds}" if svc.affinity_seconds else "")
+            )
             if port.node_port:
                 members["KUBE-NODE-PORT-TCP"].append(str(port.node_port))
                 save.append(f"-A {flag} {node_ip}:{port.node_port} -s {scheduler}")
             # LoadBalancer ingress IPs and externalIPs: bound on kube-ipvs0, a virtual server each, in their ipsets
-            extern = [(ip, "KUBE-LOAD-BALANCER") for ip in svc.lb_ips] + [(ip, "KUBE-EXTERNAL-IP") for ip in svc.external_ips]
+            extern = [(ip, "KUBE-LOAD-BALANCER") for ip in svc.lb_ips] + [
+                (ip, "KUBE-EXTERNAL-IP") for ip in svc.external_ips
+            ]
             for ip, ipset_name in extern:
                 if ip not in bound:
                     bound.append(ip)
@@ -462,7 +645,9 @@ def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", nod
                 if not e.ready:
                     continue
                 w = weights.get(e.ip, 1)
-                if e.local or not svc.itp_local:  # internalTrafficPolicy: Local: the ClusterIP's real servers are this node's
+                if (
+                    e.local or not svc.itp_local
+                ):  # internalTrafficPolicy: Local: the ClusterIP's real servers are this node's
                     save.append(f"-a {flag} {svc.cluster_ip}:{port.port} -r {e.ip}:{port.target_port} -m -w {w}")
                     listing.append(f"  -> {e.ip}:{port.target_port:<22} Masq    {w:<6} {active.get(e.ip, 0):<10} 0")
                 members["KUBE-LOOP-BACK"].append(f"{e.ip},{proto}:{port.target_port},{e.ip}")
@@ -476,14 +661,32 @@ def ipvs_files(services: list[Service], cluster_cidr: str = "10.244.0.0/16", nod
         ipset.append(f"create {name} {kind}{extra}")
         ipset.extend(f"add {name} {m}" for m in members[name])
     addrs = [
-        {"ifindex": 1, "ifname": "lo", "mtu": 65536, "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
-        {"ifindex": 2, "ifname": "eth0", "mtu": 1500, "addr_info": [{"family": "inet", "local": node_ip, "prefixlen": 24}]},
-        {"ifindex": 3, "ifname": "kube-ipvs0", "mtu": 1500, "linkinfo": {"info_kind": "dummy"},
-         "addr_info": [{"family": "inet", "local": ip, "prefixlen": 32} for ip in bound]},
+        {
+            "ifindex": 1,
+            "ifname": "lo",
+            "mtu": 65536,
+            "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}],
+        },
+        {
+            "ifindex": 2,
+            "ifname": "eth0",
+            "mtu": 1500,
+            "addr_info": [{"family": "inet", "local": node_ip, "prefixlen": 24}],
+        },
+        {
+            "ifindex": 3,
+            "ifname": "kube-ipvs0",
+            "mtu": 1500,
+            "linkinfo": {"info_kind": "dummy"},
+            "addr_info": [{"family": "inet", "local": ip, "prefixlen": 32} for ip in bound],
+        },
     ]
     net = node_ip.rsplit(".", 1)[0]
-    routes = [{"dst": "default", "gateway": gateway, "dev": "eth0"}, {"dst": f"{net}.0/24", "dev": "eth0", "prefsrc": node_ip},
-              {"dst": "10.244.0.0/16", "gateway": f"{net}.2", "dev": "eth0"}]
+    routes = [
+        {"dst": "default", "gateway": gateway, "dev": "eth0"},
+        {"dst": f"{net}.0/24", "dev": "eth0", "prefsrc": node_ip},
+        {"dst": "10.244.0.0/16", "gateway": f"{net}.2", "dev": "eth0"},
+    ]
     routes += [{"type": "local", "dst": ip, "dev": "kube-ipvs0", "table": "local"} for ip in bound]
     import json
 

@@ -56,7 +56,12 @@ def api_reason(exc: Exception, what: str, server: str | None) -> str:
         body = getattr(exc, "reason", "") or ""
         return f"{what}: HTTP {status} {body}".strip()
     text = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-    if "Max retries" in text or "Connection refused" in text or "timed out" in text.lower() or "NewConnectionError" in text:
+    if (
+        "Max retries" in text
+        or "Connection refused" in text
+        or "timed out" in text.lower()
+        or "NewConnectionError" in text
+    ):
         return f"{what}: the API server {server or ''} is unreachable ({text[:160]})"
     return f"{what}: {exc.__class__.__name__}: {text[:200]}"
 
@@ -73,7 +78,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
             if bad:
                 return None, bad
             configuration = client.Configuration()
-            config.load_kube_config(config_file=path, context=context, client_configuration=configuration, persist_config=False)
+            config.load_kube_config(
+                config_file=path, context=context, client_configuration=configuration, persist_config=False
+            )
         else:
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
@@ -84,8 +91,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
         api = client.ApiClient(configuration=configuration)
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
         text = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
-        return None, (f"no usable Kubernetes credentials ({text}): give --kubeconfig, "
-                      "or run in a pod with a service account")
+        return None, (
+            f"no usable Kubernetes credentials ({text}): give --kubeconfig, or run in a pod with a service account"
+        )
     return api, None
 
 
@@ -115,8 +123,10 @@ def _kubeconfig_problem(path: str) -> str | None:
             where = getattr(exc, "problem_mark", None)
             return f"kubeconfig {one}: not valid YAML" + (f" (line {where.line + 1})" if where is not None else "")
         if not isinstance(doc, dict) or not any(k in doc for k in ("clusters", "contexts", "users", "current-context")):
-            return (f"kubeconfig {one}: not a kubeconfig (expected a YAML mapping with clusters, contexts and users; "
-                    f"found {type(doc).__name__ if doc is not None else 'an empty file'})")
+            return (
+                f"kubeconfig {one}: not a kubeconfig (expected a YAML mapping with clusters, contexts and users; "
+                f"found {type(doc).__name__ if doc is not None else 'an empty file'})"
+            )
     return None
 
 
@@ -170,18 +180,40 @@ class ClusterCollector:
     def _lookup(self, api, namespace: str, name: str) -> None:
         """The Service is not there: which names are (nearest in the namespace, the same name elsewhere) —
         cluster/service-lookup.json, read by KP110."""
-        doc = {"namespace": namespace, "name": name, "found": False, "status": 404, "listed": False,
-               "names_in_namespace": [], "same_name_in": []}
-        listed = self._call(SERVICE_LOOKUP, f"list services in {namespace}", api.list_namespaced_service, namespace, limit=2000)
+        doc = {
+            "namespace": namespace,
+            "name": name,
+            "found": False,
+            "status": 404,
+            "listed": False,
+            "names_in_namespace": [],
+            "same_name_in": [],
+        }
+        listed = self._call(
+            SERVICE_LOOKUP, f"list services in {namespace}", api.list_namespaced_service, namespace, limit=2000
+        )
         if listed is not None:
             doc["listed"] = True
-            doc["names_in_namespace"] = sorted({str((i.get("metadata") or {}).get("name")) for i in listed.get("items") or [] if isinstance(i, dict)})
-        elsewhere = self._call(SERVICE_LOOKUP, "list services in all namespaces", api.list_service_for_all_namespaces,
-                               field_selector=f"metadata.name={name}", limit=200)
+            doc["names_in_namespace"] = sorted(
+                {str((i.get("metadata") or {}).get("name")) for i in listed.get("items") or [] if isinstance(i, dict)}
+            )
+        elsewhere = self._call(
+            SERVICE_LOOKUP,
+            "list services in all namespaces",
+            api.list_service_for_all_namespaces,
+            field_selector=f"metadata.name={name}",
+            limit=200,
+        )
         if elsewhere is not None:
-            doc["same_name_in"] = sorted({str((i.get("metadata") or {}).get("namespace")) for i in elsewhere.get("items") or []
-                                          if isinstance(i, dict) and (i.get("metadata") or {}).get("name") == name
-                                          and (i.get("metadata") or {}).get("namespace") != namespace})
+            doc["same_name_in"] = sorted(
+                {
+                    str((i.get("metadata") or {}).get("namespace"))
+                    for i in elsewhere.get("items") or []
+                    if isinstance(i, dict)
+                    and (i.get("metadata") or {}).get("name") == name
+                    and (i.get("metadata") or {}).get("namespace") != namespace
+                }
+            )
         self.out.files[SERVICE_LOOKUP] = json.dumps(doc, indent=1).encode()
 
     def service(self, namespace: str, name: str, node_name: str | None = None) -> dict | None:
@@ -193,27 +225,46 @@ class ClusterCollector:
         svc = self._get_service(api, namespace, name)
         if svc is not None:
             self.out.files[sources.SERVICES] = _as_list("Service", [svc])
-            self.out.files[SERVICE_LOOKUP] = json.dumps({"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1).encode()
+            self.out.files[SERVICE_LOOKUP] = json.dumps(
+                {"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1
+            ).encode()
         elif self.service_status == 404:
             self._lookup(api, namespace, name)
             return None
         else:
             return None  # the API cannot be used: no point in asking it more
-        slices = self._call(sources.ENDPOINTSLICES, f"list endpointslices in {namespace}", api.list_namespaced_endpoint_slice,
-                            namespace, label_selector=f"kubernetes.io/service-name={name}")
+        slices = self._call(
+            sources.ENDPOINTSLICES,
+            f"list endpointslices in {namespace}",
+            api.list_namespaced_endpoint_slice,
+            namespace,
+            label_selector=f"kubernetes.io/service-name={name}",
+        )
         if slices is not None:
-            mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
+            mine = [
+                s
+                for s in slices.get("items", [])
+                if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
+            ]
             self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
         selector = ((svc or {}).get("spec") or {}).get("selector")
         if selector:
             label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            pods = self._call(sources.PODS, f"list pods in {namespace}", api.list_namespaced_pod, namespace, label_selector=label_selector)
+            pods = self._call(
+                sources.PODS,
+                f"list pods in {namespace}",
+                api.list_namespaced_pod,
+                namespace,
+                label_selector=label_selector,
+            )
             if pods is not None:
                 items = pods.get("items", [])
                 picked = [p for p in items if selector_matches(selector, p.get("metadata", {}).get("labels"))]
                 # near misses help explain a selector that matches nothing: pods sharing at least one label
                 if not picked:
-                    everyone = self._call(sources.PODS, f"list pods in {namespace}", api.list_namespaced_pod, namespace, limit=500)
+                    everyone = self._call(
+                        sources.PODS, f"list pods in {namespace}", api.list_namespaced_pod, namespace, limit=500
+                    )
                     items = (everyone or {}).get("items", [])
                     picked = [p for p in items if set((p.get("metadata", {}).get("labels") or {})) & set(selector)]
                 self.out.files[sources.PODS] = _as_list("Pod", picked)
@@ -222,10 +273,22 @@ class ClusterCollector:
             node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name)
             if node is not None:
                 self.out.files[sources.NODES] = _as_list("Node", [node])
-        cm = self._call(sources.KP_CONFIGMAP, "get configmap kube-system/kube-proxy", api.read_namespaced_config_map, "kube-proxy", "kube-system")
+        cm = self._call(
+            sources.KP_CONFIGMAP,
+            "get configmap kube-system/kube-proxy",
+            api.read_namespaced_config_map,
+            "kube-proxy",
+            "kube-system",
+        )
         if cm is not None:
             self.out.files[sources.KP_CONFIGMAP] = json.dumps(cm, indent=1).encode()
-        ds = self._call(sources.KP_DAEMONSET, "get daemonset kube-system/kube-proxy", api.read_namespaced_daemon_set, "kube-proxy", "kube-system")
+        ds = self._call(
+            sources.KP_DAEMONSET,
+            "get daemonset kube-system/kube-proxy",
+            api.read_namespaced_daemon_set,
+            "kube-proxy",
+            "kube-system",
+        )
         if ds is not None:
             self.out.files[sources.KP_DAEMONSET] = json.dumps(ds, indent=1).encode()
         ver = self._call(sources.VERSION, "get /version", api.get_code)
@@ -263,14 +326,17 @@ class ClusterCollector:
         wanted = sorted({n for n in namespaces if n} | ({"kube-system"} if dns else set()))
         policies, complete = [], True
         for ns in wanted:
-            doc = self._call(sources.NETWORKPOLICIES, f"list networkpolicies in {ns}", api.list_namespaced_network_policy, ns)
+            doc = self._call(
+                sources.NETWORKPOLICIES, f"list networkpolicies in {ns}", api.list_namespaced_network_policy, ns
+            )
             if doc is None:
                 complete = False
                 continue
             policies += [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("namespace", ns) == ns]
         if complete:
             self.out.files[sources.NETWORKPOLICIES] = json.dumps(
-                {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1).encode()
+                {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1
+            ).encode()
         comps, listed = [], []
         ds = self._call(sources.CNI, "list daemonsets in kube-system", api.list_namespaced_daemon_set, "kube-system")
         if ds is not None:
@@ -292,11 +358,18 @@ class ClusterCollector:
                 if c:
                     comps.append(c)
         if "kube-system" in listed:
-            self.out.files[sources.CNI] = json.dumps({"apiVersion": "kpdiag/v1", "kind": "CNIComponents",
-                                                             "namespaces": listed, "items": comps}, indent=1).encode()
+            self.out.files[sources.CNI] = json.dumps(
+                {"apiVersion": "kpdiag/v1", "kind": "CNIComponents", "namespaces": listed, "items": comps}, indent=1
+            ).encode()
         if client_pod:
             ns, name = client_pod
-            doc = self._call(sources.CLIENT_POD, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}")
+            doc = self._call(
+                sources.CLIENT_POD,
+                f"list pods in {ns}",
+                api.list_namespaced_pod,
+                ns,
+                field_selector=f"metadata.name={name}",
+            )
             if doc is not None:
                 mine = [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("name") == name]
                 for p in mine:
@@ -321,11 +394,19 @@ class ClusterCollector:
         ns, label = "kube-system", "k8s-app=kube-dns"
         api = ReadApi(self._api)
         mark = len(self.out.errors)
-        svcs = self._call(sources.DNS_SERVICE, "list services in kube-system", api.list_namespaced_service, ns, label_selector=label)
-        picked = [s for s in (svcs or {}).get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
+        svcs = self._call(
+            sources.DNS_SERVICE, "list services in kube-system", api.list_namespaced_service, ns, label_selector=label
+        )
+        picked = [
+            s
+            for s in (svcs or {}).get("items", [])
+            if (s.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"
+        ]
         if not picked:  # unlabelled, or RBAC allows get but not list (deploy/rbac-svc.yaml): by its usual names
             for name in ("kube-dns", "coredns"):
-                got = self._call(sources.DNS_SERVICE, f"get service kube-system/{name}", api.read_namespaced_service, name, ns)
+                got = self._call(
+                    sources.DNS_SERVICE, f"get service kube-system/{name}", api.read_namespaced_service, name, ns
+                )
                 if got is not None:
                     picked = [got]
                     del self.out.errors[mark:]  # found: the misses before are no failure
@@ -334,15 +415,28 @@ class ClusterCollector:
             self.out.files[sources.DNS_SERVICE] = _as_list("Service", picked[:1])
         if picked:
             name = picked[0]["metadata"]["name"]
-            slices = self._call(sources.DNS_ENDPOINTSLICES, "list endpointslices in kube-system", api.list_namespaced_endpoint_slice,
-                                ns, label_selector=f"kubernetes.io/service-name={name}")
+            slices = self._call(
+                sources.DNS_ENDPOINTSLICES,
+                "list endpointslices in kube-system",
+                api.list_namespaced_endpoint_slice,
+                ns,
+                label_selector=f"kubernetes.io/service-name={name}",
+            )
             if slices is not None:
-                mine = [s for s in slices.get("items", []) if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name]
+                mine = [
+                    s
+                    for s in slices.get("items", [])
+                    if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
+                ]
                 self.out.files[sources.DNS_ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
-        pods = self._call(sources.DNS_PODS, "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label)
+        pods = self._call(
+            sources.DNS_PODS, "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label
+        )
         if pods is None:
             return
-        dns_pods = [p for p in pods.get("items", []) if (p.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"]
+        dns_pods = [
+            p for p in pods.get("items", []) if (p.get("metadata", {}).get("labels") or {}).get("k8s-app") == "kube-dns"
+        ]
         self.out.files[sources.DNS_PODS] = _as_list("Pod", dns_pods)
         logs = []
         for pod in dns_pods[: self.DNS_LOG_PODS]:
@@ -351,23 +445,31 @@ class ClusterCollector:
             containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name")]
             container = "coredns" if "coredns" in containers else (containers[0] if containers else None)
             restarted = any(s.get("name") == container and (s.get("restartCount") or 0) > 0 for s in statuses)
-            for previous in ((False, True) if restarted else (False,)):
+            for previous in (False, True) if restarted else (False,):
                 entry = {"namespace": ns, "pod": pname, "container": container, "previous": previous}
                 try:
-                    resp = api.read_namespaced_pod_log(pname, ns, container=container, tail_lines=self.DNS_LOG_TAIL_LINES,
-                                                        limit_bytes=self.DNS_LOG_LIMIT_BYTES, previous=previous or None,
-                                                        _preload_content=False, _request_timeout=self.timeout)
+                    resp = api.read_namespaced_pod_log(
+                        pname,
+                        ns,
+                        container=container,
+                        tail_lines=self.DNS_LOG_TAIL_LINES,
+                        limit_bytes=self.DNS_LOG_LIMIT_BYTES,
+                        previous=previous or None,
+                        _preload_content=False,
+                        _request_timeout=self.timeout,
+                    )
                     data = resp.read(self.DNS_LOG_LIMIT_BYTES + 1) if hasattr(resp, "read") else resp.data
                     if hasattr(resp, "release_conn"):
                         resp.release_conn()
                     entry["truncated"] = len(data) > self.DNS_LOG_LIMIT_BYTES
                     lines = data[: self.DNS_LOG_LIMIT_BYTES].decode("utf-8", "replace").splitlines()
-                    entry["text"] = "\n".join(lines[-self.DNS_LOG_TAIL_LINES:])
+                    entry["text"] = "\n".join(lines[-self.DNS_LOG_TAIL_LINES :])
                 except Exception as exc:  # RBAC (pods/log), a container not started: a reason, the rest goes on
-                    entry["error"] = api_reason(exc, f"get pods/log kube-system/{pname}{' (previous)' if previous else ''}", self.out.api)
+                    entry["error"] = api_reason(
+                        exc, f"get pods/log kube-system/{pname}{' (previous)' if previous else ''}", self.out.api
+                    )
                 logs.append(entry)
         self.out.files[sources.DNS_LOGS] = json.dumps({"logs": logs}, indent=1).encode()
-
 
     def node_view(self, node_name: str | None, page: int = 500) -> bool:
         """What `kpdiag node` compares its rules with: every Service and EndpointSlice (paged lists, raw JSON) and this
@@ -377,11 +479,18 @@ class ClusterCollector:
         if self._api is None and not self.connect():
             return False
         api = ReadApi(self._api)
-        services = self._paged(sources.SERVICES, "list services in all namespaces", api.list_service_for_all_namespaces, page)
+        services = self._paged(
+            sources.SERVICES, "list services in all namespaces", api.list_service_for_all_namespaces, page
+        )
         if services is None:
             return False
         self.out.files[sources.SERVICES] = _as_list("Service", services)
-        slices = self._paged(sources.ENDPOINTSLICES, "list endpointslices in all namespaces", api.list_endpoint_slice_for_all_namespaces, page)
+        slices = self._paged(
+            sources.ENDPOINTSLICES,
+            "list endpointslices in all namespaces",
+            api.list_endpoint_slice_for_all_namespaces,
+            page,
+        )
         if slices is not None:
             self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", slices)
         if node_name:

@@ -62,11 +62,19 @@ RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP",
 
 # ------------------------------------------------------------------ resolv.conf
 
+
 def parse_resolv_conf(text: str) -> dict:
     """resolv.conf as glibc and musl read it: ``nameserver`` lines (in order), the last ``search``/``domain`` line wins,
     ``options`` (ndots:N capped at 15, timeout:N, attempts:N, flags). Comments start with ``#`` or ``;``."""
-    out = {"nameservers": [], "search": [], "ndots": 1, "options": {}, "lines": {"nameserver": [], "search": [], "options": []},
-           "entries": [], "problems": []}
+    out = {
+        "nameservers": [],
+        "search": [],
+        "ndots": 1,
+        "options": {},
+        "lines": {"nameserver": [], "search": [], "options": []},
+        "entries": [],
+        "problems": [],
+    }
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].split(";", 1)[0].strip()
         if not line:
@@ -81,12 +89,20 @@ def parse_resolv_conf(text: str) -> dict:
                 continue
             addr = args[0]
             if not _is_ip(addr.split("%", 1)[0]):
-                out["problems"].append({"line": no, "text": raw[:200], "why": f"{addr[:80]!r} is not an IP address (resolvers ignore the line)"})
+                out["problems"].append(
+                    {
+                        "line": no,
+                        "text": raw[:200],
+                        "why": f"{addr[:80]!r} is not an IP address (resolvers ignore the line)",
+                    }
+                )
                 continue
             out["nameservers"].append(addr)
         elif key in ("search", "domain"):
             out["lines"]["search"].append(no)
-            out["search"] = [d.rstrip(".") for d in args if d.rstrip(".")] if key == "search" else [a.rstrip(".") for a in args[:1]]
+            out["search"] = (
+                [d.rstrip(".") for d in args if d.rstrip(".")] if key == "search" else [a.rstrip(".") for a in args[:1]]
+            )
             out["search_line_chars"] = len(raw.rstrip("\r\n"))
         elif key == "options":
             out["lines"]["options"].append(no)
@@ -98,7 +114,9 @@ def parse_resolv_conf(text: str) -> dict:
                         if n < 0:
                             raise ValueError
                     except ValueError:
-                        out["problems"].append({"line": no, "text": raw[:200], "why": f"options {opt[:40]}: not a number"})
+                        out["problems"].append(
+                            {"line": no, "text": raw[:200], "why": f"options {opt[:40]}: not a number"}
+                        )
                         continue
                     if name == "ndots":
                         out["options"]["ndots"] = n
@@ -187,6 +205,7 @@ def search_candidates(name: str, search: list[str], ndots: int, libc: str = "gli
 
 # ------------------------------------------------------------------ DNS messages
 
+
 def encode_name(name: str) -> bytes:
     out = b""
     for label in name.rstrip(".").split("."):
@@ -224,7 +243,7 @@ def _read_name(msg: bytes, off: int) -> tuple[str, int]:
         off += 1
         if n == 0:
             break
-        labels.append(msg[off:off + n].decode("ascii", "replace"))
+        labels.append(msg[off : off + n].decode("ascii", "replace"))
         off += n
     return ".".join(labels), (end if end is not None else off)
 
@@ -245,9 +264,9 @@ def parse_response(msg: bytes, qid: int) -> dict:
         rname, off = _read_name(msg, off)
         if off + 10 > len(msg):
             raise ValueError("answer runs past the message")
-        rtype, _rclass, ttl, rdlen = struct.unpack("!HHIH", msg[off:off + 10])
+        rtype, _rclass, ttl, rdlen = struct.unpack("!HHIH", msg[off : off + 10])
         off += 10
-        rdata = msg[off:off + rdlen]
+        rdata = msg[off : off + rdlen]
         if len(rdata) != rdlen:
             raise ValueError("record data runs past the message")
         if rtype == 1 and rdlen == 4:
@@ -261,7 +280,12 @@ def parse_response(msg: bytes, qid: int) -> dict:
         answers.append({"name": rname, "type": QTYPE_NAMES.get(rtype, str(rtype)), "ttl": ttl, "data": data})
         off += rdlen
     rcode = flags & 0x000F
-    return {"rcode": rcode, "rcode_name": RCODES.get(rcode, str(rcode)), "truncated": bool(flags & 0x0200), "answers": answers}
+    return {
+        "rcode": rcode,
+        "rcode_name": RCODES.get(rcode, str(rcode)),
+        "truncated": bool(flags & 0x0200),
+        "answers": answers,
+    }
 
 
 def _family(server: str) -> int:
@@ -283,10 +307,25 @@ def _judge(doc: dict, reply: dict, qtype: str) -> None:
             doc["error"] = f"rcode {reply['rcode_name']}"
 
 
-def query(server: str, qname: str, qtype: str = "A", transport: str = "udp", timeout: float = QUERY_TIMEOUT, port: int = 53) -> dict:
+def query(
+    server: str, qname: str, qtype: str = "A", transport: str = "udp", timeout: float = QUERY_TIMEOUT, port: int = 53
+) -> dict:
     """One query, one transport; never raises. UDP is sent again once at half the timeout (a lost datagram)."""
-    doc = {"server": server, "port": port, "qname": qname, "qtype": qtype, "transport": transport, "result": None, "rcode": None,
-           "truncated": False, "answers": [], "addresses": [], "duration_ms": None, "tries": 0, "error": None}
+    doc = {
+        "server": server,
+        "port": port,
+        "qname": qname,
+        "qtype": qtype,
+        "transport": transport,
+        "result": None,
+        "rcode": None,
+        "truncated": False,
+        "answers": [],
+        "addresses": [],
+        "duration_ms": None,
+        "tries": 0,
+        "error": None,
+    }
     qid = random.randrange(1, 0xFFFF)
     start = time.monotonic()
     end = start + max(timeout, 0.05)
@@ -331,7 +370,11 @@ def query(server: str, qname: str, qtype: str = "A", transport: str = "udp", tim
         doc["result"], doc["error"] = "timeout", f"no answer within {timeout:g} s"
     except ConnectionRefusedError:
         doc["result"] = "port-unreachable"
-        doc["error"] = "ICMP port unreachable: nothing listens on 53/udp there" if transport == "udp" else "connection refused (TCP reset or ICMP port unreachable): nothing accepts 53/tcp there"
+        doc["error"] = (
+            "ICMP port unreachable: nothing listens on 53/udp there"
+            if transport == "udp"
+            else "connection refused (TCP reset or ICMP port unreachable): nothing accepts 53/tcp there"
+        )
     except ConnectionResetError:
         doc["result"], doc["error"] = "port-unreachable", "connection reset by the server"
     except ValueError as exc:
@@ -360,6 +403,7 @@ def _recv_exact(sock, n: int, end: float) -> bytes:
 
 
 # ------------------------------------------------------------------ the probe
+
 
 def _outcome(candidates: list[str], answer_of, libc: str) -> dict:
     """What ``libc`` returns, walking the candidates: the first answer; NXDOMAIN/no data go on to the next; a server
@@ -391,7 +435,14 @@ def _run_parallel(jobs: list[tuple], timeout: float, deadline_at: float, port: i
     def work(i, job):
         try:
             server, qname, qtype, transport = job
-            results[i] = query(server, qname, qtype, transport, timeout=min(timeout, max(0.05, deadline_at - time.monotonic())), port=port)
+            results[i] = query(
+                server,
+                qname,
+                qtype,
+                transport,
+                timeout=min(timeout, max(0.05, deadline_at - time.monotonic())),
+                port=port,
+            )
         finally:
             with lock:
                 left[0] -= 1
@@ -410,8 +461,16 @@ def _run_parallel(jobs: list[tuple], timeout: float, deadline_at: float, port: i
     return results
 
 
-def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf", timeout: float = QUERY_TIMEOUT,
-              deadline: float = DEADLINE, send: bool = True, port: int = 53) -> dict:
+def dns_probe(
+    namespace: str,
+    name: str,
+    *,
+    resolv_conf: str = "/etc/resolv.conf",
+    timeout: float = QUERY_TIMEOUT,
+    deadline: float = DEADLINE,
+    send: bool = True,
+    port: int = 53,
+) -> dict:
     """The ``probes/dns.json`` document (see the module docstring). ``send=False`` reads resolv.conf only. ``port``
     is for tests (resolv.conf has no port: resolvers always use 53)."""
     started = time.monotonic()
@@ -422,11 +481,33 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
     search = rc["search"][:MAX_SEARCH_USED]
     fqdn = f"{name}.{namespace}.svc.{domain}"
     k8s_fqdn = f"kubernetes.default.svc.{domain}"
-    doc = {"schema": "kpdiag.dns/v1", "namespace": namespace, "service": name, "name": fqdn, "result": None, "addresses": [],
-           "error": None, "nameservers": servers, "sent": bool(send), "resolv_conf": rc, "cluster_domain": domain,
-           "cluster_domain_from": domain_from, "client_namespace": client_namespace_of(rc["search"], domain),
-           "search_queried": len(search), "lookups": [], "queries": [], "timeout_s": timeout, "deadline_s": deadline, "elapsed_ms": None}
-    lookups = [("short", name), ("namespaced", f"{name}.{namespace}"), ("fqdn", fqdn + "."), ("kubernetes", "kubernetes.default")]
+    doc = {
+        "schema": "kpdiag.dns/v1",
+        "namespace": namespace,
+        "service": name,
+        "name": fqdn,
+        "result": None,
+        "addresses": [],
+        "error": None,
+        "nameservers": servers,
+        "sent": bool(send),
+        "resolv_conf": rc,
+        "cluster_domain": domain,
+        "cluster_domain_from": domain_from,
+        "client_namespace": client_namespace_of(rc["search"], domain),
+        "search_queried": len(search),
+        "lookups": [],
+        "queries": [],
+        "timeout_s": timeout,
+        "deadline_s": deadline,
+        "elapsed_ms": None,
+    }
+    lookups = [
+        ("short", name),
+        ("namespaced", f"{name}.{namespace}"),
+        ("fqdn", fqdn + "."),
+        ("kubernetes", "kubernetes.default"),
+    ]
     jobs: list[tuple] = []
 
     def want(job):
@@ -453,9 +534,21 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
     for i, (job, res) in enumerate(zip(jobs, results)):
         if res is None:  # its thread was still waiting at the deadline
             server, qname, qtype, transport = job
-            res = {"server": server, "port": port, "qname": qname, "qtype": qtype, "transport": transport, "result": "timeout", "rcode": None,
-                   "truncated": False, "answers": [], "addresses": [], "duration_ms": None, "tries": None,
-                   "error": f"no answer before the probe's {deadline:g} s deadline"}
+            res = {
+                "server": server,
+                "port": port,
+                "qname": qname,
+                "qtype": qtype,
+                "transport": transport,
+                "result": "timeout",
+                "rcode": None,
+                "truncated": False,
+                "answers": [],
+                "addresses": [],
+                "duration_ms": None,
+                "tries": None,
+                "error": f"no answer before the probe's {deadline:g} s deadline",
+            }
         res["id"] = i
         doc["queries"].append(res)
         by_key[job] = res
@@ -483,13 +576,18 @@ def dns_probe(namespace: str, name: str, *, resolv_conf: str = "/etc/resolv.conf
         errors.append((server, a))
     else:
         doc["result"] = "timeout" if all(q["result"] == "timeout" for _, q in errors) else "dns-failure"
-        doc["error"] = "; ".join(f"{s}: {q['transport'].upper()} {q['result']}" + (f" ({q['error']})" if q.get("error") and q["error"] != q["result"] else "")
-                                 for s, q in errors)
+        doc["error"] = "; ".join(
+            f"{s}: {q['transport'].upper()} {q['result']}"
+            + (f" ({q['error']})" if q.get("error") and q["error"] != q["result"] else "")
+            for s, q in errors
+        )
     doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
     return doc
 
 
-def resolve_service(namespace: str, name: str, resolv_conf: str = "/etc/resolv.conf", timeout: float = QUERY_TIMEOUT) -> dict:
+def resolve_service(
+    namespace: str, name: str, resolv_conf: str = "/etc/resolv.conf", timeout: float = QUERY_TIMEOUT
+) -> dict:
     """The single-lookup entry point kept for existing callers: now the full :func:`dns_probe`."""
     return dns_probe(namespace, name, resolv_conf=resolv_conf, timeout=timeout, deadline=max(timeout * 2, DEADLINE))
 
@@ -506,7 +604,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=QUERY_TIMEOUT)
     ap.add_argument("--deadline", type=float, default=DEADLINE)
     args = ap.parse_args(argv)
-    print(json.dumps(dns_probe(args.namespace, args.name, resolv_conf=args.resolv_conf, timeout=args.timeout, deadline=args.deadline), indent=1))
+    print(
+        json.dumps(
+            dns_probe(
+                args.namespace, args.name, resolv_conf=args.resolv_conf, timeout=args.timeout, deadline=args.deadline
+            ),
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -70,8 +70,13 @@ def service_from_nla(nla) -> Service:
         svc = Service("fwmark", None, None, mark, sched)
     else:
         proto = _attr(nla, "IPVS_SVC_ATTR_PROTOCOL", 0)
-        svc = Service(PROTOCOLS.get(proto, str(proto)), str(_attr(nla, "IPVS_SVC_ATTR_ADDR", "")),
-                      _attr(nla, "IPVS_SVC_ATTR_PORT", 0), None, sched)
+        svc = Service(
+            PROTOCOLS.get(proto, str(proto)),
+            str(_attr(nla, "IPVS_SVC_ATTR_ADDR", "")),
+            _attr(nla, "IPVS_SVC_ATTR_PORT", 0),
+            None,
+            sched,
+        )
     if bits & SVC_F_PERSISTENT:
         svc.timeout = _attr(nla, "IPVS_SVC_ATTR_TIMEOUT", 0)
     svc.onepacket = bool(bits & SVC_F_ONEPACKET)
@@ -81,9 +86,12 @@ def service_from_nla(nla) -> Service:
 def dest_from_nla(nla) -> Dest:
     method = _attr(nla, "IPVS_DEST_ATTR_FWD_METHOD", 0) & FWD_MASK
     return Dest(
-        str(_attr(nla, "IPVS_DEST_ATTR_ADDR", "")), _attr(nla, "IPVS_DEST_ATTR_PORT", 0),
-        FWD_NAMES.get(method, str(method)), _attr(nla, "IPVS_DEST_ATTR_WEIGHT", 0),
-        _attr(nla, "IPVS_DEST_ATTR_ACTIVE_CONNS", 0), _attr(nla, "IPVS_DEST_ATTR_INACT_CONNS", 0),
+        str(_attr(nla, "IPVS_DEST_ATTR_ADDR", "")),
+        _attr(nla, "IPVS_DEST_ATTR_PORT", 0),
+        FWD_NAMES.get(method, str(method)),
+        _attr(nla, "IPVS_DEST_ATTR_WEIGHT", 0),
+        _attr(nla, "IPVS_DEST_ATTR_ACTIVE_CONNS", 0),
+        _attr(nla, "IPVS_DEST_ATTR_INACT_CONNS", 0),
         _attr(nla, "IPVS_DEST_ATTR_PERSIST_CONNS", 0),
     )
 
@@ -117,7 +125,11 @@ def render_save(services: list[Service]) -> str:
     """``ipvsadm -Sn`` text."""
     lines = []
     for s in services:
-        what = f"-f {s.fwmark}" if s.fwmark is not None else f"{SAVE_PROTO.get(s.proto, '-t')} {hostport(s.addr or '', s.port or 0)}"
+        what = (
+            f"-f {s.fwmark}"
+            if s.fwmark is not None
+            else f"{SAVE_PROTO.get(s.proto, '-t')} {hostport(s.addr or '', s.port or 0)}"
+        )
         line = f"-A {what} -s {s.scheduler}"
         if s.timeout is not None:
             line += f" -p {s.timeout}"
@@ -131,11 +143,17 @@ def render_save(services: list[Service]) -> str:
 
 def render_list(services: list[Service]) -> str:
     """``ipvsadm -Ln`` text (with connection counts)."""
-    out = ["IP Virtual Server version (read through netlink by kpdiag)",
-           "Prot LocalAddress:Port Scheduler Flags",
-           "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn"]
+    out = [
+        "IP Virtual Server version (read through netlink by kpdiag)",
+        "Prot LocalAddress:Port Scheduler Flags",
+        "  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn",
+    ]
     for s in services:
-        head = f"FWM  {s.fwmark}" if s.fwmark is not None else f"{s.proto.upper():<4} {hostport(s.addr or '', s.port or 0)}"
+        head = (
+            f"FWM  {s.fwmark}"
+            if s.fwmark is not None
+            else f"{s.proto.upper():<4} {hostport(s.addr or '', s.port or 0)}"
+        )
         line = f"{head} {s.scheduler}"
         if s.timeout is not None:
             line += f" persistent {s.timeout}"
@@ -143,11 +161,14 @@ def render_list(services: list[Service]) -> str:
             line += " ops"
         out.append(line)
         for d in s.dests:
-            out.append(f"  -> {hostport(d.addr, d.port):<28} {LIST_FWD.get(d.forward, d.forward):<7} {d.weight:<6} {d.active:<10} {d.inactive}")
+            out.append(
+                f"  -> {hostport(d.addr, d.port):<28} {LIST_FWD.get(d.forward, d.forward):<7} {d.weight:<6} {d.active:<10} {d.inactive}"
+            )
     return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- /proc/net/ip_vs_conn
+
 
 def _conn_addr(tok: str) -> str:
     tok = tok.strip("[]")
@@ -171,15 +192,30 @@ def conn_counts(fh, max_lines: int = CONN_MAX_LINES) -> dict:
         read += 1
         toks = raw.split()
         try:
-            key = (toks[0].lower(), _conn_addr(toks[3]), int(toks[4], 16), _conn_addr(toks[5]), int(toks[6], 16), toks[7])
+            key = (
+                toks[0].lower(),
+                _conn_addr(toks[3]),
+                int(toks[4], 16),
+                _conn_addr(toks[5]),
+                int(toks[6], 16),
+                toks[7],
+            )
         except (IndexError, ValueError):
             bad += 1
             continue
         counts[key] = counts.get(key, 0) + 1
-    entries = [{"proto": k[0], "vaddr": k[1], "vport": k[2], "daddr": k[3], "dport": k[4], "state": k[5], "count": c}
-               for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return {"format": "kpdiag.ipvs-conn/v1", "connections_read": read, "truncated": truncated,
-            "max_lines": max_lines, "unparsed": bad, "entries": entries}
+    entries = [
+        {"proto": k[0], "vaddr": k[1], "vport": k[2], "daddr": k[3], "dport": k[4], "state": k[5], "count": c}
+        for k, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return {
+        "format": "kpdiag.ipvs-conn/v1",
+        "connections_read": read,
+        "truncated": truncated,
+        "max_lines": max_lines,
+        "unparsed": bad,
+        "entries": entries,
+    }
 
 
 def conn_counts_json(path: str, max_lines: int = CONN_MAX_LINES) -> str:

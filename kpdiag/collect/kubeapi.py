@@ -15,9 +15,17 @@ from urllib.parse import quote
 
 _ACCEPT = {"Accept": "application/json"}
 # the client's keyword → the API's query parameter
-_QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector", "limit": "limit", "_continue": "continue",
-          "tail_lines": "tailLines", "limit_bytes": "limitBytes", "container": "container", "previous": "previous",
-          "timeout_seconds": "timeoutSeconds"}
+_QUERY = {
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "limit": "limit",
+    "_continue": "continue",
+    "tail_lines": "tailLines",
+    "limit_bytes": "limitBytes",
+    "container": "container",
+    "previous": "previous",
+    "timeout_seconds": "timeoutSeconds",
+}
 
 
 def _seg(value: str) -> str:
@@ -44,16 +52,25 @@ class ReadApi:
         if hasattr(api, "param_serialize"):  # kubernetes >= 31: serialize (auth applied), then send
             from kubernetes.client.exceptions import ApiException
 
-            method, url, headers, _body, _post = api.param_serialize("GET", path, query_params=params, header_params=dict(_ACCEPT),
-                                                                     auth_settings=["BearerToken"])
+            method, url, headers, _body, _post = api.param_serialize(
+                "GET", path, query_params=params, header_params=dict(_ACCEPT), auth_settings=["BearerToken"]
+            )
             resp = api.call_api(method, url, header_params=headers, _request_timeout=_request_timeout)
             if not 200 <= resp.status <= 299:
                 resp.read()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
             return resp.response
         # older clients: one call that serializes, authenticates, sends and raises on a non-2xx answer
-        return api.call_api(path, "GET", query_params=params, header_params=dict(_ACCEPT), auth_settings=["BearerToken"],
-                            _preload_content=False, _return_http_data_only=True, _request_timeout=_request_timeout)
+        return api.call_api(
+            path,
+            "GET",
+            query_params=params,
+            header_params=dict(_ACCEPT),
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=_request_timeout,
+        )
 
     # ------------------------------------------------------------ core/v1
     def read_namespaced_service(self, name, namespace, **kw):

@@ -36,7 +36,17 @@ JOURNAL_TIMEOUT = 20.0
 JOURNAL_UNITS = ("kube-proxy", "k3s", "k3s-agent", "k0sworker", "k0scontroller")
 JOURNAL_LINES = 20000
 # processes whose presence says who implements Services (node/processes.txt: pid and name only, plus pid 1)
-PROCESS_NAMES = ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "cilium-agent", "kube-router", "calico-node", "kubelet")
+PROCESS_NAMES = (
+    "kube-proxy",
+    "k3s",
+    "k3s-server",
+    "k3s-agent",
+    "k0s",
+    "cilium-agent",
+    "kube-router",
+    "calico-node",
+    "kubelet",
+)
 BPF_MAX_ENTRIES = 2000
 
 SYSCTL_DIRS = ("net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/netfilter", "net/core")
@@ -86,14 +96,18 @@ class NodeCollector:
         path = shutil.which(name, path=SAFE_ENV["PATH"])
         return [path] if path else None
 
-    def _run(self, rel: str, name: str, args: list[str], timeout: float = CMD_TIMEOUT, max_lines: int | None = None) -> bytes | None:
+    def _run(
+        self, rel: str, name: str, args: list[str], timeout: float = CMD_TIMEOUT, max_lines: int | None = None
+    ) -> bytes | None:
         argv = self._binary(name)
         if argv is None:
             self._err(rel, f"{name} not found (install it, or mount the host root at /host)")
             return None
         t = time.monotonic()
         try:
-            proc = subprocess.run(argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=SAFE_ENV, check=False)
+            proc = subprocess.run(
+                argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=SAFE_ENV, check=False
+            )
         except subprocess.TimeoutExpired:
             self._err(rel, f"{name} timed out after {timeout:.0f} s")
             return None
@@ -104,7 +118,9 @@ class NodeCollector:
             self._timed(rel, t)
         if proc.returncode != 0:
             msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-            self._err(rel, f"{name} {' '.join(args)} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}")
+            self._err(
+                rel, f"{name} {' '.join(args)} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}"
+            )
             return None
         data = proc.stdout  # kept as bytes: on a big node this is hundreds of MB, copy it no more than needed
         if max_lines is not None:
@@ -133,9 +149,23 @@ class NodeCollector:
 
     # ------------------------------------------------------------------ sources
     def collect(self) -> Collected:
-        steps = [self.kernel, self.sysctls, self.links, self.ip_rules, self.iptables, self.nft, self.ipvs, self.ipset, self.conntrack,
-                 self.conntrack_entries, self.kube_proxy_http, self.kube_proxy_files, self.kube_proxy_journal, self.processes,
-                 self.bpf_maps]
+        steps = [
+            self.kernel,
+            self.sysctls,
+            self.links,
+            self.ip_rules,
+            self.iptables,
+            self.nft,
+            self.ipvs,
+            self.ipset,
+            self.conntrack,
+            self.conntrack_entries,
+            self.kube_proxy_http,
+            self.kube_proxy_files,
+            self.kube_proxy_journal,
+            self.processes,
+            self.bpf_maps,
+        ]
         for step in steps:
             try:
                 step()
@@ -148,7 +178,11 @@ class NodeCollector:
         path = os.path.join(self.proc, "modules")
         text = self._read(path)
         if text is None:
-            why = "does not exist (a kernel without loadable module support?)" if not os.path.exists(path) else "is not readable"
+            why = (
+                "does not exist (a kernel without loadable module support?)"
+                if not os.path.exists(path)
+                else "is not readable"
+            )
             self._err(sources.MODULES, f"{path} {why}")
         else:
             self._put(sources.MODULES, text)
@@ -197,7 +231,11 @@ class NodeCollector:
             self._err(sources.IP_ADDR, f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
             self._run(sources.IP_ADDR, "ip", ["-d", "-j", "addr"])  # -d: link kinds (vxlan, bridge, …) and their MTUs
             v4 = self._run(sources.IP_ROUTE, "ip", ["-j", "route", "show", "table", "all"])
-            v6 = self._run(sources.IP_ROUTE, "ip", ["-6", "-j", "route", "show", "table", "all"]) if v4 is not None else None
+            v6 = (
+                self._run(sources.IP_ROUTE, "ip", ["-6", "-j", "route", "show", "table", "all"])
+                if v4 is not None
+                else None
+            )
             if v4 is not None:  # `ip route` shows one family: both, as the pyroute2 dump has them
                 try:
                     self._put(sources.IP_ROUTE, json.dumps(json.loads(v4) + (json.loads(v6) if v6 else []), indent=1))
@@ -259,7 +297,14 @@ class NodeCollector:
             backend = None
             if argv:
                 try:
-                    out = subprocess.run(argv + ["--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=CMD_TIMEOUT, env=SAFE_ENV, check=False)
+                    out = subprocess.run(
+                        argv + ["--version"],
+                        stdin=subprocess.DEVNULL,
+                        capture_output=True,
+                        timeout=CMD_TIMEOUT,
+                        env=SAFE_ENV,
+                        check=False,
+                    )
                     text = out.stdout.decode("utf-8", "replace")
                     backend = "nf_tables" if "nf_tables" in text else ("legacy" if "legacy" in text else None)
                 except (OSError, subprocess.TimeoutExpired):
@@ -267,7 +312,9 @@ class NodeCollector:
             self.__dict__["_backend"] = backend
         return self.__dict__["_backend"]
 
-    IPTABLES_NFT_TABLES = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")}
+    IPTABLES_NFT_TABLES = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security")} | {
+        ("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")
+    }
 
     def nft(self) -> None:
         """``nft -j list ruleset`` — without iptables-nft's own tables when iptables-save already has them.
@@ -305,11 +352,17 @@ class NodeCollector:
                 items.append(item)
         self._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
         if skipped:
-            self._err(sources.NFT_RULESET, f"iptables-nft's own tables ({', '.join(skipped)}) left out: {sources.IPTABLES_SAVE} has their rules")
+            self._err(
+                sources.NFT_RULESET,
+                f"iptables-nft's own tables ({', '.join(skipped)}) left out: {sources.IPTABLES_SAVE} has their rules",
+            )
 
     def ipvs(self) -> None:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):
-            self._err(sources.IPVSADM, "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node")
+            self._err(
+                sources.IPVSADM,
+                "the ip_vs kernel module is not loaded (no /proc/net/ip_vs): no IPVS state on this node",
+            )
             return
         from . import ipvs as ipvs_netlink
 
@@ -318,9 +371,14 @@ class NodeCollector:
             services = ipvs_netlink.dump()
         except ipvs_netlink.IpvsUnavailable as exc:
             # ipvsadm would modprobe ip_vs here: it is not run, so the collection stays read-only
-            self._err(sources.IPVSADM, f"{exc}, although {self.proc}/net/ip_vs exists; ipvsadm not run (it would load the module)")
+            self._err(
+                sources.IPVSADM,
+                f"{exc}, although {self.proc}/net/ip_vs exists; ipvsadm not run (it would load the module)",
+            )
         except Exception as exc:  # pyroute2 missing, netlink refused (no CAP_NET_ADMIN), …: ipvsadm reads the same
-            self._err(sources.IPVSADM, f"IPVS netlink dump failed ({exc.__class__.__name__}: {exc}); used ipvsadm instead")
+            self._err(
+                sources.IPVSADM, f"IPVS netlink dump failed ({exc.__class__.__name__}: {exc}); used ipvsadm instead"
+            )
             self._run(sources.IPVSADM, "ipvsadm", ["-Sn"])
             self._run(sources.IPVSADM_LIST, "ipvsadm", ["-Ln"])
         else:
@@ -344,7 +402,10 @@ class NodeCollector:
         self._run(sources.IPSET, "ipset", ["save"])
 
     def conntrack(self) -> None:
-        if not (self._loaded("nf_conntrack") or os.path.exists(os.path.join(self.proc, "sys/net/netfilter/nf_conntrack_count"))):
+        if not (
+            self._loaded("nf_conntrack")
+            or os.path.exists(os.path.join(self.proc, "sys/net/netfilter/nf_conntrack_count"))
+        ):
             self._err(sources.CONNTRACK_STATS, "nf_conntrack is not loaded: no connection tracking on this node")
             return
         self._run(sources.CONNTRACK_STATS, "conntrack", ["-S"])
@@ -370,9 +431,16 @@ class NodeCollector:
                 break
             with tempfile.TemporaryFile() as fh:
                 try:
-                    proc = subprocess.run(argv + ["-L", "-p", proto], stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.DEVNULL,
-                                          env=SAFE_ENV, timeout=max(1.0, CONNTRACK_TIMEOUT - (time.monotonic() - t)),
-                                          preexec_fn=cap_file_size, check=False)
+                    proc = subprocess.run(
+                        argv + ["-L", "-p", proto],
+                        stdin=subprocess.DEVNULL,
+                        stdout=fh,
+                        stderr=subprocess.DEVNULL,
+                        env=SAFE_ENV,
+                        timeout=max(1.0, CONNTRACK_TIMEOUT - (time.monotonic() - t)),
+                        preexec_fn=cap_file_size,
+                        check=False,
+                    )
                     if proc.returncode < 0:
                         cut = f"{CONNTRACK_MAX_BYTES} bytes"
                 except subprocess.TimeoutExpired:
@@ -409,7 +477,14 @@ class NodeCollector:
             return
         t = time.monotonic()
         try:
-            proc = subprocess.run(argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=JOURNAL_TIMEOUT, env=SAFE_ENV, check=False)
+            proc = subprocess.run(
+                argv + args,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=JOURNAL_TIMEOUT,
+                env=SAFE_ENV,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             self._err(sources.KP_LOG, f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
             return
@@ -455,7 +530,7 @@ class NodeCollector:
             return
         names = []
         for dirpath, dirnames, filenames in os.walk(root):
-            if dirpath[len(root):].count(os.sep) >= 3:
+            if dirpath[len(root) :].count(os.sep) >= 3:
                 dirnames[:] = []
             names.extend(filenames)
             if len(names) >= BPF_MAX_ENTRIES:
@@ -468,9 +543,11 @@ class NodeCollector:
         import urllib.error
         import urllib.request
 
-        for rel, url in ((sources.KP_PROXY_MODE, "http://127.0.0.1:10249/proxyMode"),
-                         (sources.KP_METRICS, "http://127.0.0.1:10249/metrics"),
-                         (sources.KP_HEALTHZ, "http://127.0.0.1:10256/healthz")):
+        for rel, url in (
+            (sources.KP_PROXY_MODE, "http://127.0.0.1:10249/proxyMode"),
+            (sources.KP_METRICS, "http://127.0.0.1:10249/metrics"),
+            (sources.KP_HEALTHZ, "http://127.0.0.1:10256/healthz"),
+        ):
             status, body = None, None
             try:
                 with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310 - fixed loopback URL
@@ -520,9 +597,16 @@ class NodeCollector:
             self._err(rel, f"kube-proxy (pid {pid}) has a relative --config {config_path!r}: not read")
         elif config_path:
             try:
-                self._put(rel, safeio.read_file(os.path.join(self.proc, str(pid), "root"), config_path, CONFIG_MAX_BYTES, safeio.IN_ROOT))
+                self._put(
+                    rel,
+                    safeio.read_file(
+                        os.path.join(self.proc, str(pid), "root"), config_path, CONFIG_MAX_BYTES, safeio.IN_ROOT
+                    ),
+                )
             except OSError as exc:
-                self._err(rel, f"cannot read {config_path} of kube-proxy (pid {pid}) inside its root: {safeio.describe(exc)}")
+                self._err(
+                    rel, f"cannot read {config_path} of kube-proxy (pid {pid}) inside its root: {safeio.describe(exc)}"
+                )
         elif pid is None and found.embedded:
             self._err(rel, f"kube-proxy runs inside {found.embedded}: it has no configuration file of its own")
         elif pid is None:
@@ -533,7 +617,10 @@ class NodeCollector:
         """The newest kube-proxy pod log (or /var/log/kube-proxy.log): regular files under the log folder only,
         no symlink on the way, the last LOG_MAX_BYTES."""
         pods = os.path.join(self.host_root, "var/log/pods")
-        found = [(pods, os.path.relpath(p, pods)) for p in glob.glob(os.path.join(pods, "kube-system_kube-proxy-*/kube-proxy/*.log"))]
+        found = [
+            (pods, os.path.relpath(p, pods))
+            for p in glob.glob(os.path.join(pods, "kube-system_kube-proxy-*/kube-proxy/*.log"))
+        ]
         found.sort(key=lambda item: _mtime(os.path.join(*item)))
         plain = os.path.join(self.host_root, "var/log")
         if os.path.lexists(os.path.join(plain, "kube-proxy.log")):
@@ -557,9 +644,21 @@ class NodeCollector:
         except OSError as exc:
             self._err(sources.KP_LOG, f"cannot read {path}: {safeio.describe(exc)}")
 
+
 # k3s and k0s log every component they embed: only kube-proxy's lines are kube-proxy's log (KP704 reads it)
-_PROXY_MARKERS = (b"proxier.go", b"kube-proxy", b"server_linux.go", b"server_others.go", b"conntrack.go",
-                  b"service config", b"endpoint slice config", b"node config", b"proxy mode", b"Proxier", b"proxier")
+_PROXY_MARKERS = (
+    b"proxier.go",
+    b"kube-proxy",
+    b"server_linux.go",
+    b"server_others.go",
+    b"conntrack.go",
+    b"service config",
+    b"endpoint slice config",
+    b"node config",
+    b"proxy mode",
+    b"Proxier",
+    b"proxier",
+)
 
 
 def _kube_proxy_lines(journal: bytes) -> bytes:
@@ -673,8 +772,20 @@ def _trust_embedding(proc: str, pid: str) -> bool:
     except OSError:
         return False
 
+
 _SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
-_RT_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 6: "blackhole", 7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat"}
+_RT_TYPES = {
+    1: "unicast",
+    2: "local",
+    3: "broadcast",
+    4: "anycast",
+    5: "multicast",
+    6: "blackhole",
+    7: "unreachable",
+    8: "prohibit",
+    9: "throw",
+    10: "nat",
+}
 _TABLES = {253: "default", 254: "main", 255: "local"}
 
 
@@ -729,10 +840,17 @@ def _pyroute2_rules(ipr) -> list[dict]:
                     item[key] = rng[0]
                 else:
                     item[f"{key}_start"], item[f"{key}_end"] = rng
-            for key, attr in (("l3mdev", "FRA_L3MDEV"), ("suppress_prefixlen", "FRA_SUPPRESS_PREFIXLEN"),
-                              ("suppress_ifgroup", "FRA_SUPPRESS_IFGROUP")):
+            for key, attr in (
+                ("l3mdev", "FRA_L3MDEV"),
+                ("suppress_prefixlen", "FRA_SUPPRESS_PREFIXLEN"),
+                ("suppress_ifgroup", "FRA_SUPPRESS_IFGROUP"),
+            ):
                 value = r.get_attr(attr)
-                if value is not None and int(value) not in (0xFFFFFFFF, -1) and not (attr == "FRA_L3MDEV" and not int(value)):
+                if (
+                    value is not None
+                    and int(value) not in (0xFFFFFFFF, -1)
+                    and not (attr == "FRA_L3MDEV" and not int(value))
+                ):
                     item[key] = int(value)
             if r["tos"]:
                 item["tos"] = hex(r["tos"])
@@ -755,8 +873,14 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
         names[idx] = name
         info = link.get_attr("IFLA_LINKINFO")
         kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
-        entry = {"ifindex": idx, "ifname": name, "mtu": link.get_attr("IFLA_MTU"), "operstate": link.get_attr("IFLA_OPERSTATE"),
-                 "address": link.get_attr("IFLA_ADDRESS"), "addr_info": []}
+        entry = {
+            "ifindex": idx,
+            "ifname": name,
+            "mtu": link.get_attr("IFLA_MTU"),
+            "operstate": link.get_attr("IFLA_OPERSTATE"),
+            "address": link.get_attr("IFLA_ADDRESS"),
+            "addr_info": [],
+        }
         master = link.get_attr("IFLA_MASTER")
         if master:
             entry["master_index"] = master
@@ -768,9 +892,15 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
         if entry is None:
             continue
         fam = "inet" if addr["family"] == socket.AF_INET else "inet6"
-        entry["addr_info"].append({"family": fam, "local": addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS"),
-                                   "prefixlen": addr["prefixlen"], "scope": _SCOPES.get(addr["scope"], str(addr["scope"])),
-                                   "label": addr.get_attr("IFA_LABEL")})
+        entry["addr_info"].append(
+            {
+                "family": fam,
+                "local": addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS"),
+                "prefixlen": addr["prefixlen"],
+                "scope": _SCOPES.get(addr["scope"], str(addr["scope"])),
+                "label": addr.get_attr("IFA_LABEL"),
+            }
+        )
     for entry in out_links.values():
         if "master_index" in entry:
             entry["master"] = names.get(entry.pop("master_index"))
@@ -779,9 +909,12 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
         for r in ipr.get_routes(family=family):  # every table
             table = r.get_attr("RTA_TABLE") or r["table"]
             dst = r.get_attr("RTA_DST")
-            item = {"type": _RT_TYPES.get(r["type"], str(r["type"])),
-                    "dst": f"{dst}/{r['dst_len']}" if dst and r["dst_len"] not in (32, 128) else (dst or "default"),
-                    "table": _TABLES.get(table, str(table)), "scope": _SCOPES.get(r["scope"], str(r["scope"]))}
+            item = {
+                "type": _RT_TYPES.get(r["type"], str(r["type"])),
+                "dst": f"{dst}/{r['dst_len']}" if dst and r["dst_len"] not in (32, 128) else (dst or "default"),
+                "table": _TABLES.get(table, str(table)),
+                "scope": _SCOPES.get(r["scope"], str(r["scope"])),
+            }
             gw = r.get_attr("RTA_GATEWAY")
             if gw:
                 item["gateway"] = gw

@@ -29,10 +29,23 @@ PER_PROBE_TIMEOUT = 1.5
 TOTAL_DEADLINE = 20.0
 TRACE_MAX_TTL = 12
 
-_UNREACH = {0: "net-unreachable", 1: "host-unreachable", 3: "port-unreachable", 9: "admin-prohibited", 10: "admin-prohibited", 13: "admin-prohibited"}
+_UNREACH = {
+    0: "net-unreachable",
+    1: "host-unreachable",
+    3: "port-unreachable",
+    9: "admin-prohibited",
+    10: "admin-prohibited",
+    13: "admin-prohibited",
+}
 # ICMPv6 destination unreachable codes (RFC 4443) in the same words
-_UNREACH6 = {0: "net-unreachable", 1: "admin-prohibited", 3: "host-unreachable", 4: "port-unreachable", 5: "admin-prohibited",
-             6: "admin-prohibited"}
+_UNREACH6 = {
+    0: "net-unreachable",
+    1: "admin-prohibited",
+    3: "host-unreachable",
+    4: "port-unreachable",
+    5: "admin-prohibited",
+    6: "admin-prohibited",
+}
 
 
 class ProbeRefused(Exception):
@@ -78,14 +91,22 @@ def raw_capability() -> str | None:
         s.close()
         return None
     except PermissionError:
-        return ("raw packets need CAP_NET_RAW (root or the capability); ICMP/SYN/UDP probes skipped — run e.g. "
-                f"kubectl debug -it <pod> --image={DEFAULT_IMAGE} --profile=netadmin -- kpdiag svc …")
+        return (
+            "raw packets need CAP_NET_RAW (root or the capability); ICMP/SYN/UDP probes skipped — run e.g. "
+            f"kubectl debug -it <pod> --image={DEFAULT_IMAGE} --profile=netadmin -- kpdiag svc …"
+        )
     except OSError as exc:
         return f"raw sockets unavailable: {exc.strerror or exc}"
 
 
 def _result(target: str, kind: str, result: str, src: str | None = None, rtt: float | None = None, **detail) -> dict:
-    out = {"target": target, "kind": kind, "result": result, "from": src, "rtt_ms": None if rtt is None else round(rtt * 1000, 2)}
+    out = {
+        "target": target,
+        "kind": kind,
+        "result": result,
+        "from": src,
+        "rtt_ms": None if rtt is None else round(rtt * 1000, 2),
+    }
     if detail:
         out["detail"] = detail
     return out
@@ -176,7 +197,7 @@ class RawProber:
         from scapy.layers.inet6 import ICMPv6EchoRequest
 
         target = f"{ip}/icmp"
-        echo = ICMPv6EchoRequest(id=0x6b70, seq=ttl) if ":" in ip else ICMP(id=0x6b70, seq=ttl)
+        echo = ICMPv6EchoRequest(id=0x6B70, seq=ttl) if ":" in ip else ICMP(id=0x6B70, seq=ttl)
         try:
             reply, rtt = self._send(self._ip(ip, ttl) / echo, ip)
         except ProbeRefused as exc:
@@ -232,8 +253,14 @@ class RawProber:
                 break
         responders = [h["from"] for h in hops if h["from"]]
         loop = _loop(responders)
-        return {"target": f"{ip}/icmp", "kind": "ttl-walk", "result": "loop" if loop else "path", "from": None, "rtt_ms": None,
-                "detail": {"hops": hops, "loop_between": loop}}
+        return {
+            "target": f"{ip}/icmp",
+            "kind": "ttl-walk",
+            "result": "loop" if loop else "path",
+            "from": None,
+            "rtt_ms": None,
+            "detail": {"hops": hops, "loop_between": loop},
+        }
 
 
 def _loop(responders: list[str]) -> list[str] | None:
@@ -252,8 +279,15 @@ def _loop(responders: list[str]) -> list[str] | None:
     return None
 
 
-def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBudget, prober, why_no_raw, icmp: bool,
-          icmp_done: threading.Event | None = None) -> list:
+def _jobs(
+    service: dict,
+    endpoints: list[tuple[str, int, str]],
+    budget: ProbeBudget,
+    prober,
+    why_no_raw,
+    icmp: bool,
+    icmp_done: threading.Event | None = None,
+) -> list:
     """The probes as independent jobs (each a list of callables run in order, in its own thread). ``icmp_done`` is set
     once the ICMP echoes (and TTL walks) are over."""
     spec = service.get("spec") or {}
@@ -267,6 +301,7 @@ def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBud
     for ip in cluster_ips:
         if icmp:
             if prober is not None:
+
                 def echo_and_walk(ip=ip):
                     try:
                         echo = prober.icmp_echo(ip)
@@ -276,6 +311,7 @@ def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBud
                             pending[0] -= 1
                             if pending[0] == 0 and icmp_done is not None:
                                 icmp_done.set()
+
                 jobs.append([echo_and_walk])
             else:
                 jobs.append([lambda ip=ip: [_result(f"{ip}/icmp", "icmp-echo", "skipped", reason=why_no_raw)]])
@@ -289,8 +325,15 @@ def _jobs(service: dict, endpoints: list[tuple[str, int, str]], budget: ProbeBud
                 if prober is not None:
                     jobs.append([lambda ip=ip, n=number: [prober.tcp_syn(ip, n)]])
             elif proto == "udp":
-                jobs.append([lambda ip=ip, n=number: [prober.udp(ip, n) if prober else
-                                                       _result(f"{hostport(ip, n)}/udp", "udp", "skipped", reason=why_no_raw)]])
+                jobs.append(
+                    [
+                        lambda ip=ip, n=number: [
+                            prober.udp(ip, n)
+                            if prober
+                            else _result(f"{hostport(ip, n)}/udp", "udp", "skipped", reason=why_no_raw)
+                        ]
+                    ]
+                )
     for ip, port, proto in endpoints:
         if proto == "tcp":
             jobs.append([lambda ip=ip, n=port: [tcp_connect(budget, ip, n)]])
@@ -316,8 +359,16 @@ def run_parallel(jobs: list, deadline: float, stop: threading.Event | None = Non
             for step in steps:
                 out.extend(step())
         except Exception as exc:  # a probe's bug must not hide the others
-            out.append({"target": "?", "kind": "error", "result": "error", "from": None, "rtt_ms": None,
-                        "detail": {"error": f"{exc.__class__.__name__}: {exc}"}})
+            out.append(
+                {
+                    "target": "?",
+                    "kind": "error",
+                    "result": "error",
+                    "from": None,
+                    "rtt_ms": None,
+                    "detail": {"error": f"{exc.__class__.__name__}: {exc}"},
+                }
+            )
         results[i] = out
         with lock:
             left[0] -= 1
@@ -334,15 +385,23 @@ def run_parallel(jobs: list, deadline: float, stop: threading.Event | None = Non
     return [r if r is not None else [] for r in results]
 
 
-def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: bool = True, icmp: bool = True,
-                  stop: threading.Event | None = None, icmp_done: threading.Event | None = None) -> dict:
+def probe_service(
+    service: dict,
+    endpoints: list[tuple[str, int, str]],
+    raw: bool = True,
+    icmp: bool = True,
+    stop: threading.Event | None = None,
+    icmp_done: threading.Event | None = None,
+) -> dict:
     """Probe a Service's ClusterIP ports and each endpoint directly, all at once (bounded by the packet budget, the
     rate limit and TOTAL_DEADLINE).
 
     ``endpoints``: (ip, targetPort, protocol) of the endpoints kube-proxy uses. Returns the probes document.
     """
     spec = service.get("spec") or {}
-    cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]  # both families
+    cluster_ips = [
+        ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"
+    ]  # both families
     allowed = set(cluster_ips) | {ip for ip, _, _ in endpoints}
     budget = ProbeBudget(allowed)
     if stop is not None:
@@ -362,9 +421,15 @@ def probe_service(service: dict, endpoints: list[tuple[str, int, str]], raw: boo
         raise
     results = [r for out in per_job for r in out]
     unfinished = sum(1 for out in per_job if not out)
-    return {"schema": PROBES_SCHEMA, "source": _my_address(cluster_ips[0] if cluster_ips else None), "raw": why_no_raw is None,
-            "raw_skipped_reason": why_no_raw, "packets_sent": budget.sent, "results": results,
-            **({"unfinished": unfinished} if unfinished else {})}
+    return {
+        "schema": PROBES_SCHEMA,
+        "source": _my_address(cluster_ips[0] if cluster_ips else None),
+        "raw": why_no_raw is None,
+        "raw_skipped_reason": why_no_raw,
+        "packets_sent": budget.sent,
+        "results": results,
+        **({"unfinished": unfinished} if unfinished else {}),
+    }
 
 
 def _my_address(towards: str | None) -> str | None:

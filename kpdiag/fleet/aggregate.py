@@ -21,8 +21,17 @@ from functools import cached_property
 from .. import __version__
 from ..model import REPORT_SCHEMA, Report
 
-FAILURE_KINDS = ("unschedulable", "not admitted", "image pull", "timeout", "not json", "bad report", "api error", "pod failed",
-                 "interrupted")
+FAILURE_KINDS = (
+    "unschedulable",
+    "not admitted",
+    "image pull",
+    "timeout",
+    "not json",
+    "bad report",
+    "api error",
+    "pod failed",
+    "interrupted",
+)
 
 
 @dataclass
@@ -109,12 +118,18 @@ def node_row(r: NodeResult) -> dict:
     prog = (rep.get("extra") or {}).get("programmed") or {}
     summary = rep.get("summary") or {}
     return {
-        "node": r.node, "status": "ok" if rep.get("readable", True) else "unreadable",
-        "mode": f.get("proxy_mode"), "kube_proxy": f.get("kube_proxy_version"), "kernel": f.get("kernel"),
-        "iptables_rules": f.get("iptables_rules"), "service_ports": prog.get("count", f.get("service_ports_programmed")),
+        "node": r.node,
+        "status": "ok" if rep.get("readable", True) else "unreadable",
+        "mode": f.get("proxy_mode"),
+        "kube_proxy": f.get("kube_proxy_version"),
+        "kernel": f.get("kernel"),
+        "iptables_rules": f.get("iptables_rules"),
+        "service_ports": prog.get("count", f.get("service_ports_programmed")),
         "conntrack": f"{ct['count']}/{ct['max']}" if ct.get("max") else None,
         "conntrack_pct": round(100.0 * ct["count"] / ct["max"], 1) if ct.get("max") else None,
-        "error": summary.get("error", 0), "warning": summary.get("warning", 0), "info": summary.get("info", 0),
+        "error": summary.get("error", 0),
+        "warning": summary.get("warning", 0),
+        "info": summary.get("info", 0),
         "service": _trace_summary((rep.get("extra") or {}).get("traces")),
     }
 
@@ -135,8 +150,17 @@ def _trace_summary(traces) -> str | None:
     return ", ".join(dict.fromkeys(out))
 
 
-_FACT_TYPES = {"node": str, "proxy_mode": str, "proxy_mode_source": str, "kernel": str, "iptables_rules": int,
-               "iptables_backend": str, "service_ports_programmed": int, "kube_proxy_version": str, "conntrack": dict}
+_FACT_TYPES = {
+    "node": str,
+    "proxy_mode": str,
+    "proxy_mode_source": str,
+    "kernel": str,
+    "iptables_rules": int,
+    "iptables_backend": str,
+    "service_ports_programmed": int,
+    "kube_proxy_version": str,
+    "conntrack": dict,
+}
 _FINDING_TEXT = ("id", "slug", "title", "summary", "explanation")
 
 
@@ -162,8 +186,12 @@ def normalize(report: dict) -> dict:
         report["readable"] = True
     findings = []
     for f in report["findings"]:
-        if (not isinstance(f, dict) or not isinstance(f.get("id"), str) or not re.fullmatch(r"KP[0-9]{3}", f["id"])
-                or f.get("severity") not in ("error", "warning", "info")):  # the cluster report's schema: KPnnn ids
+        if (
+            not isinstance(f, dict)
+            or not isinstance(f.get("id"), str)
+            or not re.fullmatch(r"KP[0-9]{3}", f["id"])
+            or f.get("severity") not in ("error", "warning", "info")
+        ):  # the cluster report's schema: KPnnn ids
             continue
         for key in _FINDING_TEXT:
             f[key] = "" if f.get(key) is None else str(f.get(key))
@@ -177,7 +205,9 @@ def normalize(report: dict) -> dict:
     report["findings"] = findings
     extra = report["extra"]
     prog = extra.get("programmed")
-    if prog is not None and not (isinstance(prog, dict) and isinstance(prog.get("entries"), str) and isinstance(prog.get("digest"), str)):
+    if prog is not None and not (
+        isinstance(prog, dict) and isinstance(prog.get("entries"), str) and isinstance(prog.get("digest"), str)
+    ):
         extra.pop("programmed")
     elif prog is not None and not _is(prog.get("count"), int):
         prog["count"] = None
@@ -186,8 +216,15 @@ def normalize(report: dict) -> dict:
     return report
 
 
-def aggregate(results: list[NodeResult], *, api_version: str | None = None, local_itp: set[str] | None = None,
-              select=(), ignore=(), subject: str | None = None) -> Report:
+def aggregate(
+    results: list[NodeResult],
+    *,
+    api_version: str | None = None,
+    local_itp: set[str] | None = None,
+    select=(),
+    ignore=(),
+    subject: str | None = None,
+) -> Report:
     from ..checkapi import load_registry, run_checks, select_checks
 
     for r in results:
@@ -197,13 +234,19 @@ def aggregate(results: list[NodeResult], *, api_version: str | None = None, loca
     registry = load_registry()
     chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "cluster"]
     findings, runs = run_checks(state, chosen)
-    findings = sorted(findings + _node_findings(state, select, ignore), key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
+    findings = sorted(
+        findings + _node_findings(state, select, ignore), key=lambda f: (-f.severity.rank, f.id, f.subject or "")
+    )
     problems = [{"source": f"node {r.node}", "error": r.failure} for r in results if not r.ok]
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     ok = state.ok
     modes = Counter(state.fact(r, "proxy_mode") or "unknown" for r in ok)
-    facts = {"nodes": len(results), "nodes_diagnosed": len(ok), "nodes_failed": len(results) - len(ok),
-             "proxy_modes": dict(modes.most_common())}
+    facts = {
+        "nodes": len(results),
+        "nodes_diagnosed": len(ok),
+        "nodes_failed": len(results) - len(ok),
+        "proxy_modes": dict(modes.most_common()),
+    }
     if api_version:
         facts["api_server_version"] = api_version
     return Report(
@@ -214,8 +257,10 @@ def aggregate(results: list[NodeResult], *, api_version: str | None = None, loca
         facts=facts,
         readable=bool(ok),
         kpdiag_version=__version__,
-        extra={"nodes": [node_row(r) for r in sorted(results, key=lambda r: r.node)],
-               "failures": [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok]},
+        extra={
+            "nodes": [node_row(r) for r in sorted(results, key=lambda r: r.node)],
+            "failures": [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok],
+        },
     )
 
 
@@ -236,14 +281,29 @@ def _node_findings(state: FleetState, select=(), ignore=()) -> list:
                 continue
             if (select or ignore) and not select_checks([_Named(cid, str(f.get("slug", "")))], select, ignore):
                 continue
-            evidence = tuple(Evidence(str(e.get("source")), str(e.get("text")), e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None)
-                             for e in f.get("evidence") or [] if isinstance(e, dict))
-            out.append(Finding(
-                id=cid, slug=str(f.get("slug", "")), severity=sev, title=str(f.get("title", "")),
-                summary=f"{node}: {f.get('summary', '')}", explanation=str(f.get("explanation") or f.get("title") or cid),
-                fix=tuple(str(x) for x in f.get("fix") or ()) or (f"kpdiag explain {cid}",), evidence=evidence,
-                references=tuple(str(x) for x in f.get("references") or ()), subject=f"{node} {f.get('subject') or ''}".strip(),
-            ))
+            evidence = tuple(
+                Evidence(
+                    str(e.get("source")),
+                    str(e.get("text")),
+                    e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None,
+                )
+                for e in f.get("evidence") or []
+                if isinstance(e, dict)
+            )
+            out.append(
+                Finding(
+                    id=cid,
+                    slug=str(f.get("slug", "")),
+                    severity=sev,
+                    title=str(f.get("title", "")),
+                    summary=f"{node}: {f.get('summary', '')}",
+                    explanation=str(f.get("explanation") or f.get("title") or cid),
+                    fix=tuple(str(x) for x in f.get("fix") or ()) or (f"kpdiag explain {cid}",),
+                    evidence=evidence,
+                    references=tuple(str(x) for x in f.get("references") or ()),
+                    subject=f"{node} {f.get('subject') or ''}".strip(),
+                )
+            )
     return out
 
 
@@ -257,12 +317,19 @@ class _Named:
 
 # ---------------------------------------------------------------- reading node reports from a directory
 
+
 def aggregate_dir(path: str, select=(), ignore=()) -> Report:
     """``kpdiag analyze DIR`` on a directory of node reports."""
     results, meta = read_report_dir(path)
     local = meta.get("local_itp")
-    return aggregate(results, api_version=meta.get("api_version"), local_itp=set(local) if isinstance(local, list) else None,
-                     select=select, ignore=ignore, subject=f"cluster ({len(results)} node reports in {path})")
+    return aggregate(
+        results,
+        api_version=meta.get("api_version"),
+        local_itp=set(local) if isinstance(local, list) else None,
+        select=select,
+        ignore=ignore,
+        subject=f"cluster ({len(results)} node reports in {path})",
+    )
 
 
 NODES_DIR = "nodes"  # kpdiag cluster --save-dir: nodes/<node>.json, and the run's cluster.json beside it
@@ -272,7 +339,11 @@ MAX_REPORT_BYTES = 64 * 1024 * 1024  # one node report (a 10,000-Service node's 
 def looks_like_report_dir(path: str) -> bool:
     """A directory of node reports (``nodes/*.json`` and ``cluster.json``, or the older ``*.json`` side by side),
     not a bundle (which has kpdiag.json / node/ / cluster/)."""
-    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "kpdiag.json")) or os.path.isdir(os.path.join(path, "node")):
+    if (
+        not os.path.isdir(path)
+        or os.path.exists(os.path.join(path, "kpdiag.json"))
+        or os.path.isdir(os.path.join(path, "node"))
+    ):
         return False
     nodes = os.path.join(path, NODES_DIR)
     if os.path.isdir(nodes) and not os.path.islink(nodes) and any(n.endswith(".json") for n in os.listdir(nodes)):
@@ -303,7 +374,10 @@ def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
             continue
         if isinstance(doc, dict) and doc.get("schema") == REPORT_SCHEMA:
             return doc, None
-        return None, f"{source}: JSON, but not a kpdiag node report (schema {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r})"
+        return (
+            None,
+            f"{source}: JSON, but not a kpdiag node report (schema {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r})",
+        )
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return None, f"{source}: not JSON" + (f" (starts with {first[:80]!r})" if first else " (empty)")
 
@@ -330,14 +404,21 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
             if not isinstance(meta, dict):
                 raise ValueError("not a JSON object")
         except OSError as exc:
-            results.append(NodeResult("cluster.json", failure=f"{meta_path}: unreadable run summary ({describe(exc)})", kind="not json"))
+            results.append(
+                NodeResult(
+                    "cluster.json", failure=f"{meta_path}: unreadable run summary ({describe(exc)})", kind="not json"
+                )
+            )
             meta = {}
         except ValueError as exc:
-            results.append(NodeResult("cluster.json", failure=f"{meta_path}: unreadable run summary ({exc})", kind="not json"))
+            results.append(
+                NodeResult("cluster.json", failure=f"{meta_path}: unreadable run summary ({exc})", kind="not json")
+            )
             meta = {}
     seen: dict[str, dict] = {}  # programmed digest → the first such table: identical nodes share one copy
-    rels = [n for n in sorted(os.listdir(path))
-            if n.endswith(".json") and n not in ("cluster.json", "scenario.json")]  # the run's summary; a fixture's description
+    rels = [
+        n for n in sorted(os.listdir(path)) if n.endswith(".json") and n not in ("cluster.json", "scenario.json")
+    ]  # the run's summary; a fixture's description
     nodes = os.path.join(path, NODES_DIR)
     if os.path.isdir(nodes) and not os.path.islink(nodes):  # here a node may be called cluster or scenario
         rels += [f"{NODES_DIR}/{n}" for n in sorted(os.listdir(nodes)) if n.endswith(".json")]
@@ -350,8 +431,13 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     return results, meta
 
 
-def read_report_file(file: str, seen: dict[str, dict] | None = None, named_by_file: bool = False,
-                     root: str | None = None, rel: str | None = None) -> NodeResult:
+def read_report_file(
+    file: str,
+    seen: dict[str, dict] | None = None,
+    named_by_file: bool = False,
+    root: str | None = None,
+    rel: str | None = None,
+) -> NodeResult:
     """One node report file (``kpdiag node -o json`` output, stray lines around it allowed) as a NodeResult; an
     unreadable or foreign file is a named failure. Within a report directory (``root``, ``rel``) only a regular
     file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only."""

@@ -27,9 +27,28 @@ def _node_spec(nodes: str | None) -> tuple[str | None, list[str] | None]:
     return None, [n.strip() for n in nodes.split(",") if n.strip()]
 
 
-def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, timeout=600, kubeconfig=None, context=None,
-        dry_run=False, cleanup=False, keep_pods=False, save_dir=None, poll=2.0, select=(), ignore=(), progress=None, bar=None,
-        force=False, node_api=True) -> Outcome:
+def run(
+    *,
+    nodes=None,
+    service=None,
+    image=None,
+    namespace=None,
+    parallel=20,
+    timeout=600,
+    kubeconfig=None,
+    context=None,
+    dry_run=False,
+    cleanup=False,
+    keep_pods=False,
+    save_dir=None,
+    poll=2.0,
+    select=(),
+    ignore=(),
+    progress=None,
+    bar=None,
+    force=False,
+    node_api=True,
+) -> Outcome:
     from ..collect.cluster import api_client, api_reason
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
@@ -48,34 +67,69 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
         except OutputExists as exc:
             return Outcome(error=f"--save-dir {save_dir}: {exc.strerror}", code=exitcodes.USAGE)
     if dry_run and names:  # nothing to ask the API: print the manifests for the named nodes
-        return Outcome(text=_manifests([P.node_pod(n, "dryrun", image=image, namespace=namespace, timeout=timeout, service=service,
-                                                      service_account=P.NODE_SERVICE_ACCOUNT if node_api else None) for n in names]))
+        return Outcome(
+            text=_manifests(
+                [
+                    P.node_pod(
+                        n,
+                        "dryrun",
+                        image=image,
+                        namespace=namespace,
+                        timeout=timeout,
+                        service=service,
+                        service_account=P.NODE_SERVICE_ACCOUNT if node_api else None,
+                    )
+                    for n in names
+                ]
+            )
+        )
     api, why = api_client(kubeconfig, context)
     if api is None:
         return Outcome(error=why, code=exitcodes.NO_DIAGNOSIS)
-    runner = FleetRunner(api, namespace=namespace, image=image, timeout=timeout, parallel=parallel, service=service, poll=poll,
-                         progress=bar, keep_pods=keep_pods, say=lambda msg: (bar and bar.close(), say(msg)), node_api=node_api)
+    runner = FleetRunner(
+        api,
+        namespace=namespace,
+        image=image,
+        timeout=timeout,
+        parallel=parallel,
+        service=service,
+        poll=poll,
+        progress=bar,
+        keep_pods=keep_pods,
+        say=lambda msg: (bar and bar.close(), say(msg)),
+        node_api=node_api,
+    )
     host = api.configuration.host
     if cleanup:
         try:
             deleted, errors = runner.cleanup()
         except Exception as exc:
             return Outcome(error=api_reason(exc, f"list pods in {namespace}", host), code=exitcodes.NO_DIAGNOSIS)
-        text = f"deleted {len(deleted)} kpdiag pod(s) in namespace {namespace}" + "".join(f"\n  {n}" for n in deleted) + "\n"
+        text = (
+            f"deleted {len(deleted)} kpdiag pod(s) in namespace {namespace}"
+            + "".join(f"\n  {n}" for n in deleted)
+            + "\n"
+        )
         return Outcome(text=text, messages=errors, code=exitcodes.FINDINGS if errors else exitcodes.OK)
     try:
         targets = runner.targets(selector, names)
     except Exception as exc:
         return Outcome(error=runner._why(exc, "list nodes"), code=exitcodes.NO_DIAGNOSIS)
     if dry_run:
-        return Outcome(text=_manifests([runner.manifest(n) for n in targets.nodes]),
-                       messages=[f"not run on {r.node}: {r.failure}" for r in targets.skipped])
+        return Outcome(
+            text=_manifests([runner.manifest(n) for n in targets.nodes]),
+            messages=[f"not run on {r.node}: {r.failure}" for r in targets.skipped],
+        )
     if not targets.nodes and not targets.skipped:
-        return Outcome(error="no node matches " + (repr(nodes) if nodes else "(the cluster has no nodes)"), code=exitcodes.USAGE)
+        return Outcome(
+            error="no node matches " + (repr(nodes) if nodes else "(the cluster has no nodes)"), code=exitcodes.USAGE
+        )
     api_version = runner.api_version()
     local_itp = runner.local_traffic_keys()
-    say(f"run {runner.run_id}: {len(targets.nodes)} node(s), {parallel} at a time, image {image}, namespace {namespace}"
-        + (f"; {len(targets.skipped)} skipped" if targets.skipped else ""))
+    say(
+        f"run {runner.run_id}: {len(targets.nodes)} node(s), {parallel} at a time, image {image}, namespace {namespace}"
+        + (f"; {len(targets.skipped)} skipped" if targets.skipped else "")
+    )
     try:
         results = runner.run(targets.nodes)
     finally:
@@ -88,9 +142,19 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
         messages.append(f"pods kept (label {P.LABEL_RUN}={runner.run_id}); remove them with: kpdiag cluster --cleanup")
     if save_dir:
         try:
-            write_report_dir(save_dir, results, {"run": runner.run_id, "api_version": api_version,
-                                                 "local_itp": sorted(local_itp) if local_itp is not None else None}, force=force)
-            messages.append(f"wrote {sum(r.ok for r in results)} node report(s) to {save_dir} (kpdiag analyze {save_dir})")
+            write_report_dir(
+                save_dir,
+                results,
+                {
+                    "run": runner.run_id,
+                    "api_version": api_version,
+                    "local_itp": sorted(local_itp) if local_itp is not None else None,
+                },
+                force=force,
+            )
+            messages.append(
+                f"wrote {sum(r.ok for r in results)} node report(s) to {save_dir} (kpdiag analyze {save_dir})"
+            )
         except OSError as exc:
             from ..safeio import describe
 
@@ -100,9 +164,17 @@ def run(*, nodes=None, service=None, image=None, namespace=None, parallel=20, ti
         import dataclasses
 
         report.extra["leftover_pods"] = [f"{namespace}/{n}" for n in runner.leftover_pods]
-        report = dataclasses.replace(report, problems=report.problems + tuple(
-            {"source": f"pod {namespace}/{n}", "error": "not deleted: it is left on its node (kpdiag cluster --cleanup removes it)"}
-            for n in runner.leftover_pods))
+        report = dataclasses.replace(
+            report,
+            problems=report.problems
+            + tuple(
+                {
+                    "source": f"pod {namespace}/{n}",
+                    "error": "not deleted: it is left on its node (kpdiag cluster --cleanup removes it)",
+                }
+                for n in runner.leftover_pods
+            ),
+        )
         return Outcome(report=report, messages=messages, code=exitcodes.FINDINGS)
     return Outcome(report=report, messages=messages)
 

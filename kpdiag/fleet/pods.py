@@ -61,8 +61,16 @@ def node_command(service: str | None = None) -> list[str]:
     return cmd
 
 
-def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: str = DEFAULT_NAMESPACE,
-             timeout: int = 600, service: str | None = None, service_account: str | None = NODE_SERVICE_ACCOUNT) -> dict:
+def node_pod(
+    node: str,
+    run_id: str,
+    *,
+    image: str = DEFAULT_IMAGE,
+    namespace: str = DEFAULT_NAMESPACE,
+    timeout: int = 600,
+    service: str | None = None,
+    service_account: str | None = NODE_SERVICE_ACCOUNT,
+) -> dict:
     """The pod manifest (a plain dict, as the API takes it) for one node; with ``service_account`` its token is
     mounted (read-only API access for the rules-versus-API checks), else the pod has no token at all."""
     pod = {
@@ -86,28 +94,34 @@ def node_pod(node: str, run_id: str, *, image: str = DEFAULT_IMAGE, namespace: s
             "terminationGracePeriodSeconds": 0,
             # the kubelet kills it even if the client that started it disappears
             "activeDeadlineSeconds": int(timeout) + 60,
-            "containers": [{
-                "name": CONTAINER,
-                "image": image,
-                "imagePullPolicy": pull_policy(image),
-                "command": node_command(service),
-                "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                "securityContext": {
-                    # not privileged: the capabilities above and nothing else; no privilege escalation; uid 0
-                    # because the added capabilities are given to root only (no ambient capabilities in pods)
-                    "privileged": False,
-                    "allowPrivilegeEscalation": False,
-                    "capabilities": {"drop": ["ALL"], "add": list(NODE_CAPABILITIES)},
-                    "runAsUser": 0,
-                    "runAsNonRoot": False,
-                    "readOnlyRootFilesystem": True,
-                },
-                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
-                "volumeMounts": [{"name": "host-root", "mountPath": "/host", "readOnly": True},
-                                 {"name": "tmp", "mountPath": "/tmp"}],
-            }],
-            "volumes": [{"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+            "containers": [
+                {
+                    "name": CONTAINER,
+                    "image": image,
+                    "imagePullPolicy": pull_policy(image),
+                    "command": node_command(service),
+                    "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                    "securityContext": {
+                        # not privileged: the capabilities above and nothing else; no privilege escalation; uid 0
+                        # because the added capabilities are given to root only (no ambient capabilities in pods)
+                        "privileged": False,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"], "add": list(NODE_CAPABILITIES)},
+                        "runAsUser": 0,
+                        "runAsNonRoot": False,
+                        "readOnlyRootFilesystem": True,
+                    },
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+                    "volumeMounts": [
+                        {"name": "host-root", "mountPath": "/host", "readOnly": True},
+                        {"name": "tmp", "mountPath": "/tmp"},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
+                {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+            ],
         },
     }
     if service_account:

@@ -74,9 +74,17 @@ def _is_timeout(exc: BaseException) -> bool:
     """A connect or read timeout (urllib3 wraps it in MaxRetryError; the client may wrap that again)."""
     seen = 0
     while exc is not None and seen < 5:
-        if isinstance(exc, TimeoutError) or exc.__class__.__name__ in ("ReadTimeoutError", "ConnectTimeoutError", "TimeoutError"):
+        if isinstance(exc, TimeoutError) or exc.__class__.__name__ in (
+            "ReadTimeoutError",
+            "ConnectTimeoutError",
+            "TimeoutError",
+        ):
             return True
-        exc = getattr(exc, "reason", None) if isinstance(getattr(exc, "reason", None), BaseException) else (exc.__cause__ or exc.__context__)
+        exc = (
+            getattr(exc, "reason", None)
+            if isinstance(getattr(exc, "reason", None), BaseException)
+            else (exc.__cause__ or exc.__context__)
+        )
         seen += 1
     return False
 
@@ -88,6 +96,8 @@ def call_timeout(deadline: float, cap: float = API_TIMEOUT) -> tuple[float, floa
         raise DeadlineExceeded()
     t = min(cap, left)
     return (t, t)
+
+
 IMAGE_FAILURES = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONTAINER_FAILURES = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
@@ -122,7 +132,10 @@ def _ready(node: dict) -> tuple[bool, str]:
         if c.get("type") == "Ready":
             if c.get("status") == "True":
                 return True, ""
-            return False, f"node is NotReady (Ready={c.get('status')}: {c.get('reason') or ''} {c.get('message') or ''})".strip()
+            return (
+                False,
+                f"node is NotReady (Ready={c.get('status')}: {c.get('reason') or ''} {c.get('message') or ''})".strip(),
+            )
     return True, ""  # no conditions reported: try anyway
 
 
@@ -146,7 +159,11 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
         return "fail", "not admitted", f"the node did not run the pod: {reason or phase}: {message}".strip(" :")
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return "fail", "unschedulable", f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message') or ''}".strip(" :")
+            return (
+                "fail",
+                "unschedulable",
+                f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message') or ''}".strip(" :"),
+            )
     waiting = state.get("waiting") or {}
     why = waiting.get("reason")
     if why in IMAGE_FAILURES:
@@ -158,15 +175,28 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
 
 
 class FleetRunner:
-    def __init__(self, api, *, namespace: str = P.DEFAULT_NAMESPACE, image: str = P.DEFAULT_IMAGE, timeout: float = 600,
-                 parallel: int = 20, service: str | None = None, poll: float = 2.0, progress=None, keep_pods: bool = False, say=None,
-                 node_api: bool = True):
+    def __init__(
+        self,
+        api,
+        *,
+        namespace: str = P.DEFAULT_NAMESPACE,
+        image: str = P.DEFAULT_IMAGE,
+        timeout: float = 600,
+        parallel: int = 20,
+        service: str | None = None,
+        poll: float = 2.0,
+        progress=None,
+        keep_pods: bool = False,
+        say=None,
+        node_api: bool = True,
+    ):
         from kubernetes import client
 
         self.api = api
         # one connection per worker (the default pool is 5 per CPU: workers would queue for connections)
-        api.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(int(parallel) + 4,
-                                                                          api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1)
+        api.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(
+            int(parallel) + 4, api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1
+        )
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.image = image
@@ -219,24 +249,36 @@ class FleetRunner:
             except Exception as exc:
                 status = getattr(exc, "status", None)
                 if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
-                    raise DeadlineExceeded(f"the API server {self.api.configuration.host} did not answer in the time left") from exc
+                    raise DeadlineExceeded(
+                        f"the API server {self.api.configuration.host} did not answer in the time left"
+                    ) from exc
                 if not _transient(status) or attempt == retries - 1 or self._stop.is_set():
                     raise
                 wait = retry_after(exc) if status in (429, 503) else None
-                delay = wait if wait is not None else 0.5 * 2 ** attempt
+                delay = wait if wait is not None else 0.5 * 2**attempt
                 if time.monotonic() + delay >= deadline - MIN_CALL:
                     raise  # waiting as asked would pass the deadline: this answer is the reason
                 self._stop.wait(delay)  # a signal ends the wait at once
         raise AssertionError("unreachable")
 
     def _json(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs):
-        resp = self._call(fn, *args, deadline=deadline if deadline is not None else self.setup_deadline, retries=retries, **kwargs)
+        resp = self._call(
+            fn, *args, deadline=deadline if deadline is not None else self.setup_deadline, retries=retries, **kwargs
+        )
         return load_json(resp.data)  # depth-bounded: API objects are written by whoever may create them
 
     def _list_all(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs) -> list[dict]:
         items, token = [], None
         while True:
-            doc = self._json(fn, *args, deadline=deadline, retries=retries, limit=500, **({"_continue": token} if token else {}), **kwargs)
+            doc = self._json(
+                fn,
+                *args,
+                deadline=deadline,
+                retries=retries,
+                limit=500,
+                **({"_continue": token} if token else {}),
+                **kwargs,
+            )
             if not isinstance(doc, dict):
                 raise ValueError(f"the API answered a list with {type(doc).__name__}, not an object")
             items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
@@ -248,10 +290,16 @@ class FleetRunner:
         """The namespace's pods with ``label=value``, by name: selected by the server and checked again here."""
         if deadline is None:
             deadline = time.monotonic() + self.cleanup_budget
-        pods = self._list_all(self.core.list_namespaced_pod, self.namespace, deadline=deadline, label_selector=f"{label}={value}")
-        return {p["metadata"]["name"]: p for p in pods
-                if isinstance(p.get("metadata"), dict) and (p["metadata"].get("labels") or {}).get(label) == value
-                and isinstance(p["metadata"].get("name"), str)}
+        pods = self._list_all(
+            self.core.list_namespaced_pod, self.namespace, deadline=deadline, label_selector=f"{label}={value}"
+        )
+        return {
+            p["metadata"]["name"]: p
+            for p in pods
+            if isinstance(p.get("metadata"), dict)
+            and (p["metadata"].get("labels") or {}).get(label) == value
+            and isinstance(p["metadata"].get("name"), str)
+        }
 
     def targets(self, selector: str | None = None, names: list[str] | None = None) -> ClusterTargets:
         """The nodes to run on: all, a label selector, or names; NotReady and unknown nodes are skipped with why."""
@@ -259,8 +307,11 @@ class FleetRunner:
         # the first call of a run: an API server that is starting or throttling gets a few tries (with backoff,
         # after its Retry-After), within the setup's share of --timeout
         nodes = self._list_all(self.core.list_node, retries=5, **kwargs)
-        self.known_nodes |= {n["metadata"]["name"] for n in nodes
-                             if isinstance(n.get("metadata"), dict) and isinstance(n["metadata"].get("name"), str)}
+        self.known_nodes |= {
+            n["metadata"]["name"]
+            for n in nodes
+            if isinstance(n.get("metadata"), dict) and isinstance(n["metadata"].get("name"), str)
+        }
         if selector:
             nodes = [n for n in nodes if _labels_match(selector, (n.get("metadata") or {}).get("labels") or {})]
         by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
@@ -269,7 +320,13 @@ class FleetRunner:
         for name in wanted:
             node = by_name.get(name)
             if node is None:
-                out.skipped.append(NodeResult(name, failure="no such node in the API" + (f" matching {selector!r}" if selector else ""), kind="unschedulable"))
+                out.skipped.append(
+                    NodeResult(
+                        name,
+                        failure="no such node in the API" + (f" matching {selector!r}" if selector else ""),
+                        kind="unschedulable",
+                    )
+                )
                 continue
             ok, why = _ready(node)
             if ok:
@@ -293,7 +350,10 @@ class FleetRunner:
         try:
             services = self._list_all(self.core.list_service_for_all_namespaces)
         except Exception as exc:
-            self.notes.append(self._why(exc, "list services") + " — KP802/KP803 cannot leave out internalTrafficPolicy: Local Services")
+            self.notes.append(
+                self._why(exc, "list services")
+                + " — KP802/KP803 cannot leave out internalTrafficPolicy: Local Services"
+            )
             return None
         keys = set()
         for s in services:
@@ -308,8 +368,15 @@ class FleetRunner:
 
     # ------------------------------------------------------------ the run
     def manifest(self, node: str) -> dict:
-        return P.node_pod(node, self.run_id, image=self.image, namespace=self.namespace, timeout=int(self.timeout), service=self.service,
-                          service_account=self.service_account)
+        return P.node_pod(
+            node,
+            self.run_id,
+            image=self.image,
+            namespace=self.namespace,
+            timeout=int(self.timeout),
+            service=self.service,
+            service_account=self.service_account,
+        )
 
     def run(self, nodes: list[str]) -> list[NodeResult]:
         """Run every node; on SIGINT/SIGTERM stop starting pods, let the workers finish deleting theirs, delete
@@ -330,11 +397,15 @@ class FleetRunner:
                 for fut in done_now:
                     results[futures[fut]] = fut.result()
                 failed = sum(1 for r in results.values() if not r.ok)
-                self.progress(done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted))
+                self.progress(
+                    done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted)
+                )
             if self._signalled is not None:
                 running = len(self._created - self._deleted)
-                self.say(f"{signal.Signals(self._signalled).name}: stopping; deleting {running} pod(s) "
-                         "(interrupt again to quit at once and leave them to `kpdiag cluster --cleanup`)")
+                self.say(
+                    f"{signal.Signals(self._signalled).name}: stopping; deleting {running} pod(s) "
+                    "(interrupt again to quit at once and leave them to `kpdiag cluster --cleanup`)"
+                )
         finally:
             self._stop.set()
             with self._tick:
@@ -372,7 +443,9 @@ class FleetRunner:
     def _refresh(self) -> None:
         """One list call for every pod of this run; the workers read the statuses."""
         try:
-            self._status = self._labelled_pods(P.LABEL_RUN, self.run_id, deadline=time.monotonic() + self.cleanup_budget)
+            self._status = self._labelled_pods(
+                P.LABEL_RUN, self.run_id, deadline=time.monotonic() + self.cleanup_budget
+            )
         except Exception:
             return  # transient: the workers keep waiting until their deadline
         with self._tick:
@@ -407,9 +480,17 @@ class FleetRunner:
             if isinstance(exc, DeadlineExceeded):  # the pod may exist all the same
                 with self._lock:
                     self._created.add(name)
-                return NodeResult(node, failure=f"timed out after {self.timeout:.0f} s creating pod {self.namespace}/{name}",
-                                  kind="timeout", seconds=time.monotonic() - start)
-            why = self._why(exc, "create pod") if status == 429 else _create_reason(exc, self.namespace, self.api.configuration.host)
+                return NodeResult(
+                    node,
+                    failure=f"timed out after {self.timeout:.0f} s creating pod {self.namespace}/{name}",
+                    kind="timeout",
+                    seconds=time.monotonic() - start,
+                )
+            why = (
+                self._why(exc, "create pod")
+                if status == 429
+                else _create_reason(exc, self.namespace, self.api.configuration.host)
+            )
             if status in (401, 403, 404, 422):
                 self._fatal = why  # the same for every node: do not try hundreds more
             if not status or status >= 500:  # a timeout or a server error: the pod may exist all the same
@@ -430,16 +511,20 @@ class FleetRunner:
             if self.service_account is None:
                 return
             self.service_account = None
-            self.notes.append(f"the node pods ran without API access: ServiceAccount {self.namespace}/{account} does not exist, "
-                              "so each node's rules were not compared with the API's Services (only what the rules alone show: "
-                              "KP115, KP116) — kubectl apply -f deploy/rbac-cluster.yaml creates it")
+            self.notes.append(
+                f"the node pods ran without API access: ServiceAccount {self.namespace}/{account} does not exist, "
+                "so each node's rules were not compared with the API's Services (only what the rules alone show: "
+                "KP115, KP116) — kubectl apply -f deploy/rbac-cluster.yaml creates it"
+            )
 
     def _create(self, name: str, manifest: dict, deadline: float) -> None:
         """Create the pod within the node's deadline; a timeout, 429 (after its Retry-After) or 5xx is retried with
         backoff, and a 409 on a retry means the earlier attempt did create it (the name is this run's own)."""
         for attempt in range(RETRIES):
             try:
-                self.core.create_namespaced_pod(self.namespace, manifest, _preload_content=False, _request_timeout=call_timeout(deadline))
+                self.core.create_namespaced_pod(
+                    self.namespace, manifest, _preload_content=False, _request_timeout=call_timeout(deadline)
+                )
                 return
             except DeadlineExceeded:
                 raise
@@ -448,13 +533,15 @@ class FleetRunner:
                 if attempt and status == 409:
                     return
                 if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
-                    raise DeadlineExceeded(f"the API server {self.api.configuration.host} did not answer in the time left") from exc
+                    raise DeadlineExceeded(
+                        f"the API server {self.api.configuration.host} did not answer in the time left"
+                    ) from exc
                 if not _transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
                     raise
                 with self._lock:
                     self._created.add(name)  # it may exist already: make sure it is deleted in any case
                 wait = retry_after(exc) if status in (429, 503) else None
-                delay = wait if wait is not None else 0.5 * 2 ** attempt
+                delay = wait if wait is not None else 0.5 * 2**attempt
                 if time.monotonic() + delay >= deadline - MIN_CALL:
                     raise
                 self._stop.wait(delay)
@@ -471,8 +558,12 @@ class FleetRunner:
                 return NodeResult(node, failure=why, kind=kind, seconds=time.monotonic() - start)
             if time.monotonic() > deadline:
                 phase = ((pod or {}).get("status") or {}).get("phase") or "not seen yet"
-                return NodeResult(node, failure=f"timed out after {self.timeout:.0f} s (pod {phase})", kind="timeout",
-                                  seconds=time.monotonic() - start)
+                return NodeResult(
+                    node,
+                    failure=f"timed out after {self.timeout:.0f} s (pod {phase})",
+                    kind="timeout",
+                    seconds=time.monotonic() - start,
+                )
             with self._tick:
                 self._tick.wait(min(self.poll, max(0.05, deadline - time.monotonic())))
 
@@ -480,25 +571,50 @@ class FleetRunner:
         try:
             text = self._read_log(name, deadline)
         except DeadlineExceeded as exc:
-            return NodeResult(node, failure=f"timed out after {self.timeout:.0f} s reading the log of pod {self.namespace}/{name}"
-                              + (f" ({exc})" if str(exc) else ""), kind="timeout", seconds=time.monotonic() - start)
+            return NodeResult(
+                node,
+                failure=f"timed out after {self.timeout:.0f} s reading the log of pod {self.namespace}/{name}"
+                + (f" ({exc})" if str(exc) else ""),
+                kind="timeout",
+                seconds=time.monotonic() - start,
+            )
         except Exception as exc:
-            return NodeResult(node, failure=self._why(exc, f"read log of pod {self.namespace}/{name}"),
-                              kind="api error", seconds=time.monotonic() - start)
+            return NodeResult(
+                node,
+                failure=self._why(exc, f"read log of pod {self.namespace}/{name}"),
+                kind="api error",
+                seconds=time.monotonic() - start,
+            )
         source = f"pod {self.namespace}/{name} log"
         report, why = parse_node_report(text, source)
         if report is None:
-            term = (((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("terminated") or {}
+            term = (((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}).get(
+                "terminated"
+            ) or {}
             code = term.get("exitCode")
-            return NodeResult(node, failure=why + (f"; container exited {code}" if code is not None else ""), kind="not json",
-                              seconds=time.monotonic() - start)
+            return NodeResult(
+                node,
+                failure=why + (f"; container exited {code}" if code is not None else ""),
+                kind="not json",
+                seconds=time.monotonic() - start,
+            )
         bad = report_problem(report)
         if bad is not None:
-            return NodeResult(node, failure=f"{source}: malformed node report: {bad}", kind="bad report", seconds=time.monotonic() - start)
+            return NodeResult(
+                node,
+                failure=f"{source}: malformed node report: {bad}",
+                kind="bad report",
+                seconds=time.monotonic() - start,
+            )
         claimed = report["facts"].get("node")
         if isinstance(claimed, str) and claimed != node and claimed in self.known_nodes:
-            return NodeResult(node, failure=f"{source}: the report claims to be from node {claimed!r}, another node of the cluster, "
-                              f"but comes from the pod pinned to {node!r}: rejected", kind="bad report", seconds=time.monotonic() - start)
+            return NodeResult(
+                node,
+                failure=f"{source}: the report claims to be from node {claimed!r}, another node of the cluster, "
+                f"but comes from the pod pinned to {node!r}: rejected",
+                kind="bad report",
+                seconds=time.monotonic() - start,
+            )
         with self._lock:
             intern_programmed(report, self._programmed)
         return NodeResult(node, report=report, seconds=time.monotonic() - start)
@@ -506,8 +622,14 @@ class FleetRunner:
     def _read_log(self, name: str, deadline: float) -> str:
         """The pod's log, read in chunks against the deadline: neither a server that never answers nor one that
         trickles bytes holds the node past its time."""
-        resp = self._call(self.core.read_namespaced_pod_log, name, self.namespace, deadline=deadline,
-                          container=P.CONTAINER, limit_bytes=LOG_LIMIT)
+        resp = self._call(
+            self.core.read_namespaced_pod_log,
+            name,
+            self.namespace,
+            deadline=deadline,
+            container=P.CONTAINER,
+            limit_bytes=LOG_LIMIT,
+        )
         chunks: list[bytes] = []
         size, eof = 0, False
         read = getattr(resp, "read1", None) or resp.read
@@ -612,10 +734,14 @@ def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
     except (ValueError, AttributeError):
         pass
     if status == 404:
-        return f"create pod: namespace {namespace!r} does not exist (kubectl apply -f deploy/rbac-cluster.yaml creates it)"
+        return (
+            f"create pod: namespace {namespace!r} does not exist (kubectl apply -f deploy/rbac-cluster.yaml creates it)"
+        )
     if status == 403 and "PodSecurity" in body:
-        return (f"create pod: PodSecurity admission rejects a privileged pod in {namespace!r} "
-                f"(kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged): {body[:200]}")
+        return (
+            f"create pod: PodSecurity admission rejects a privileged pod in {namespace!r} "
+            f"(kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged): {body[:200]}"
+        )
     if status == 403:
         return f"create pod: 403 Forbidden — RBAC does not allow creating pods in {namespace!r} (see deploy/rbac-cluster.yaml){': ' + body[:160] if body else ''}"
     if status == 422:
@@ -625,13 +751,29 @@ def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
 
 _ID = re.compile(r"KP[0-9]{3}")
 _SLUG = re.compile(r"[a-z0-9-]+")
-_TYPES = {"schema": str, "kpdiag_version": str, "subject": str, "readable": bool, "summary": dict, "facts": dict,
-          "findings": list, "checks": list, "problems": list, "extra": dict}
+_TYPES = {
+    "schema": str,
+    "kpdiag_version": str,
+    "subject": str,
+    "readable": bool,
+    "summary": dict,
+    "facts": dict,
+    "findings": list,
+    "checks": list,
+    "problems": list,
+    "extra": dict,
+}
 
 
 def _type(value) -> str:
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}.get(
-        type(value), "null" if value is None else type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), "null" if value is None else type(value).__name__)
 
 
 def report_problem(doc: dict) -> str | None:
@@ -683,6 +825,10 @@ def report_problem(doc: dict) -> str | None:
         if not isinstance(p, dict) or not isinstance(p.get("source"), str) or not isinstance(p.get("error"), str):
             return f"problems[{i}] is not a source and an error"
     for i, c in enumerate(doc["checks"]):
-        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or c.get("status") not in ("ran", "skipped", "error"):
+        if (
+            not isinstance(c, dict)
+            or not isinstance(c.get("id"), str)
+            or c.get("status") not in ("ran", "skipped", "error")
+        ):
             return f"checks[{i}] is not a check run"
     return None

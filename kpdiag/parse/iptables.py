@@ -118,7 +118,9 @@ class Chain:
 
     __slots__ = ("table", "name", "policy", "counters", "lineno", "linenos", "_all", "_rules", "_source", "errors")
 
-    def __init__(self, table: str, name: str, policy: str | None, counters, lineno: int, source: str, all_lines: list[str]):
+    def __init__(
+        self, table: str, name: str, policy: str | None, counters, lineno: int, source: str, all_lines: list[str]
+    ):
         self.table = table
         self.name = name
         self.policy = policy  # None for user-defined chains
@@ -155,7 +157,9 @@ class Chain:
                 raise err
             lineno = self.linenos[pos]
             try:
-                rule = rules[pos] = parse_rule(self._all[lineno - 1], self.table, self.name, pos + 1, lineno, self._source)
+                rule = rules[pos] = parse_rule(
+                    self._all[lineno - 1], self.table, self.name, pos + 1, lineno, self._source
+                )
             except InputError as exc:
                 self.errors[pos] = exc
                 raise
@@ -483,7 +487,9 @@ def parse_iptables_save(data: bytes | str, source: str = "iptables-save") -> Rul
             raise InputError(source, f"unexpected line: {_short(line)}", lineno)
     if table is not None:
         raise InputError(
-            source, f"truncated: table {table.name} (line {table.lineno}) has no COMMIT before the end of the file", lineno
+            source,
+            f"truncated: table {table.name} (line {table.lineno}) has no COMMIT before the end of the file",
+            lineno,
         )
     rs.line_count = lineno
     rs.rule_count = rule_count

@@ -8,7 +8,14 @@ from ..errors import InputError
 from .addr import hostport
 
 _PROTO_FLAG = {"-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp", "--sctp-service": "sctp"}
-_FWD = {"-g": "route", "--gatewaying": "route", "-i": "tunnel", "--ipip": "tunnel", "-m": "masq", "--masquerading": "masq"}
+_FWD = {
+    "-g": "route",
+    "--gatewaying": "route",
+    "-i": "tunnel",
+    "--ipip": "tunnel",
+    "-m": "masq",
+    "--masquerading": "masq",
+}
 
 
 @dataclass
@@ -89,9 +96,14 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
         else:
             raise InputError(source, f"no service (-t/-u/-f) in: {line[:120]}", lineno)
         if verb in ("-A", "--add-service"):
-            vs = VirtualService(key[0] if key[0] != "fwmark" else "fwmark", key[1] if key[0] != "fwmark" else None,
-                                key[2] if key[0] != "fwmark" else None, key[1] if key[0] == "fwmark" else None,
-                                scheduler=opts.get("-s") or opts.get("--scheduler") or "wlc", line=lineno)
+            vs = VirtualService(
+                key[0] if key[0] != "fwmark" else "fwmark",
+                key[1] if key[0] != "fwmark" else None,
+                key[2] if key[0] != "fwmark" else None,
+                key[1] if key[0] == "fwmark" else None,
+                scheduler=opts.get("-s") or opts.get("--scheduler") or "wlc",
+                line=lineno,
+            )
             if "-p" in opts or "--persistent" in opts:
                 value = opts.get("-p") or opts.get("--persistent") or "300"
                 vs.persistent = int(value) if value.isascii() and value.isdigit() else 300
@@ -142,7 +154,11 @@ def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple, Vi
                 vs.scheduler = toks[2]
                 if "persistent" in toks:
                     k = toks.index("persistent")
-                    vs.persistent = int(toks[k + 1]) if k + 1 < len(toks) and toks[k + 1].isascii() and toks[k + 1].isdigit() else 300
+                    vs.persistent = (
+                        int(toks[k + 1])
+                        if k + 1 < len(toks) and toks[k + 1].isascii() and toks[k + 1].isdigit()
+                        else 300
+                    )
             services[vs.key] = vs
             current = vs
         elif toks[0] == "->":
@@ -153,11 +169,15 @@ def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple, Vi
             addr, port = _split_addr(toks[1], source, lineno)
             rs = RealServer(addr, port, line=lineno)
             if columns == "conn" and len(toks) >= 6:
-                rs.forward = {"Masq": "masq", "Route": "route", "Tunnel": "tunnel", "Local": "local"}.get(toks[2], toks[2].lower())
+                rs.forward = {"Masq": "masq", "Route": "route", "Tunnel": "tunnel", "Local": "local"}.get(
+                    toks[2], toks[2].lower()
+                )
                 try:
                     rs.weight, rs.active, rs.inactive = int(toks[3]), int(toks[4]), int(toks[5])
                 except ValueError:
-                    raise InputError(source, f"weight and connection counts must be numbers: {s[:120]}", lineno) from None
+                    raise InputError(
+                        source, f"weight and connection counts must be numbers: {s[:120]}", lineno
+                    ) from None
             current.reals.append(rs)
         else:
             raise InputError(source, f"unexpected line: {s[:120]}", lineno)

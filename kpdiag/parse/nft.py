@@ -21,7 +21,14 @@ class NftRule:
     __slots__ = ("family", "table", "chain", "index", "handle", "comment", "_expr", "_raw")
 
     def __init__(self, family, table, chain, index, handle, expr=None, comment=None, raw: str | None = None):
-        self.family, self.table, self.chain, self.index, self.handle, self.comment = family, table, chain, index, handle, comment
+        self.family, self.table, self.chain, self.index, self.handle, self.comment = (
+            family,
+            table,
+            chain,
+            index,
+            handle,
+            comment,
+        )
         self._expr = expr
         self._raw = raw
 
@@ -87,7 +94,7 @@ class NftRuleset:
         key = (families, hook)
         if key not in cache:
             found = [c for c in self.chains.values() if c.base and c.hook == hook and c.family in families]
-            cache[key] = sorted(found, key=lambda c: (c.prio if c.prio is not None else 0))
+            cache[key] = sorted(found, key=lambda c: c.prio if c.prio is not None else 0)
         return cache[key]
 
     def has_table(self, family: str, name: str) -> bool:
@@ -142,7 +149,9 @@ def _items(text: str, source: str):
             raise InputError(source, f"JSON nested deeper than {MAX_DEPTH} levels: refused") from None
         raw = text[pos:nxt]
         if json_too_deep(raw):  # the rules' expressions are walked recursively later
-            raise InputError(source, f"JSON nested deeper than {MAX_DEPTH} levels: refused", text.count("\n", 0, pos) + 1)
+            raise InputError(
+                source, f"JSON nested deeper than {MAX_DEPTH} levels: refused", text.count("\n", 0, pos) + 1
+            )
         yield item, raw
         pos = nxt
 
@@ -164,18 +173,30 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
     for n, (item, raw) in enumerate(items):
         if not isinstance(item, dict) or len(item) != 1:
             raise InputError(source, f"nftables[{n}] is not a single-key object")
-        (kind, body), = item.items()
+        ((kind, body),) = item.items()
         if not isinstance(body, dict) and kind != "metainfo":
             raise InputError(source, f"nftables[{n}].{kind} is not an object")
         if kind == "table":
             rs.tables.append((body.get("family", "ip"), body.get("name", "")))
         elif kind == "chain":
             key = (body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
-            rs.chains[key] = NftChain(*key, type=body.get("type"), hook=body.get("hook"), prio=_prio(body.get("prio")), policy=body.get("policy"))
+            rs.chains[key] = NftChain(
+                *key,
+                type=body.get("type"),
+                hook=body.get("hook"),
+                prio=_prio(body.get("prio")),
+                policy=body.get("policy"),
+            )
         elif kind in ("set", "map"):
             key = (body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
-            rs.sets[key] = NftSet(*key, type=body.get("type"), is_map=kind == "map", map_type=body.get("map"),
-                                  flags=list(body.get("flags") or []), elems=list(body.get("elem") or []))
+            rs.sets[key] = NftSet(
+                *key,
+                type=body.get("type"),
+                is_map=kind == "map",
+                map_type=body.get("map"),
+                flags=list(body.get("flags") or []),
+                elems=list(body.get("elem") or []),
+            )
         elif kind == "rule":
             if not isinstance(body.get("expr"), list):
                 raise InputError(source, f"rule {body.get('handle')} in {body.get('chain')} has no expression list")
@@ -188,7 +209,16 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
             raise InputError(source, f"rule for chain {key[2]!r} of table {key[1]!r}, which is not declared")
         raw = expr_or_raw if isinstance(expr_or_raw, str) else None
         expr = None if raw is not None else expr_or_raw
-        chain.rules.append(NftRule(*key, index=len(chain.rules) + 1, handle=meta.get("handle"), expr=expr, comment=meta.get("comment"), raw=raw))
+        chain.rules.append(
+            NftRule(
+                *key,
+                index=len(chain.rules) + 1,
+                handle=meta.get("handle"),
+                expr=expr,
+                comment=meta.get("comment"),
+                raw=raw,
+            )
+        )
         rs.rule_count += 1
     return rs
 
@@ -237,7 +267,7 @@ def render_rule(expr: list) -> str:
     for e in expr:
         if not isinstance(e, dict) or not e:
             continue
-        (k, v), = list(e.items())[:1]
+        ((k, v),) = list(e.items())[:1]
         if k == "match":
             op = v.get("op", "==")
             left, right = render_value(v.get("left")), render_value(v.get("right"))
@@ -249,7 +279,9 @@ def render_rule(expr: list) -> str:
         elif k in ("accept", "drop", "return", "continue"):
             out.append(k)
         elif k == "reject":
-            out.append("reject" + (f" with {v.get('type')} {v.get('expr')}" if isinstance(v, dict) and v.get("expr") else ""))
+            out.append(
+                "reject" + (f" with {v.get('type')} {v.get('expr')}" if isinstance(v, dict) and v.get("expr") else "")
+            )
         elif k == "dnat":
             port = f":{v['port']}" if v.get("port") is not None else ""
             out.append(f"dnat to {render_value(v.get('addr'))}{port}")

@@ -96,7 +96,11 @@ class Metrics:
 
     def histogram_quantile(self, name: str, q: float) -> float | None:
         buckets = sorted(
-            ((float("inf") if lab.get("le") in ("+Inf", "Inf") else float(lab["le"]), v) for lab, v, _ in self.samples.get(f"{name}_bucket", []) if "le" in lab),
+            (
+                (float("inf") if lab.get("le") in ("+Inf", "Inf") else float(lab["le"]), v)
+                for lab, v, _ in self.samples.get(f"{name}_bucket", [])
+                if "le" in lab
+            ),
         )
         if not buckets or buckets[-1][1] <= 0:
             return None
@@ -196,7 +200,9 @@ def parse_kube_proxy_config(text: str, source: str = "config.yaml") -> KubeProxy
             raise InputError(source, f"YAML {exc}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            raise InputError(source, f"invalid YAML: {getattr(exc, 'problem', exc)}", (mark.line + 1) if mark else None) from None
+            raise InputError(
+                source, f"invalid YAML: {getattr(exc, 'problem', exc)}", (mark.line + 1) if mark else None
+            ) from None
     else:
         data = {}
         for line in text.splitlines():
@@ -232,9 +238,35 @@ def parse_conntrack_stats(text: str, source: str = "conntrack -S") -> dict[str, 
 # ---------------------------------------------------------------------------------------------- policy routing
 RULE_ACTIONS = ("lookup", "blackhole", "unreachable", "prohibit", "goto", "nop")
 _TABLE_NAMES = {"255": "local", "254": "main", "253": "default"}
-_KNOWN_RULE_KEYS = {"priority", "family", "src", "srclen", "dst", "dstlen", "iif", "oif", "fwmark", "fwmask", "not",
-                    "table", "action", "ipproto", "sport", "dport", "sport_start", "sport_end", "dport_start", "dport_end",
-                    "iif_detached", "oif_detached", "protocol", "flags", "uid_start", "uid_end", "suppress_prefixlen"}
+_KNOWN_RULE_KEYS = {
+    "priority",
+    "family",
+    "src",
+    "srclen",
+    "dst",
+    "dstlen",
+    "iif",
+    "oif",
+    "fwmark",
+    "fwmask",
+    "not",
+    "table",
+    "action",
+    "ipproto",
+    "sport",
+    "dport",
+    "sport_start",
+    "sport_end",
+    "dport_start",
+    "dport_end",
+    "iif_detached",
+    "oif_detached",
+    "protocol",
+    "flags",
+    "uid_start",
+    "uid_end",
+    "suppress_prefixlen",
+}
 
 
 @dataclass(frozen=True)
@@ -257,15 +289,31 @@ class IpRule:
     sport: tuple[int, int] | None
     unknown: tuple[str, ...]  # selectors kpdiag does not evaluate (uidrange, tos, l3mdev, …): may or may not match
     line: int  # 1-based position in the list, for evidence
-    suppress_prefixlen: int | None = None  # a looked-up route this specific or less is ignored (wg-quick's "suppress_prefixlength 0")
+    suppress_prefixlen: int | None = (
+        None  # a looked-up route this specific or less is ignored (wg-quick's "suppress_prefixlength 0")
+    )
 
     @property
     def default(self) -> bool:
         """One of the kernel's own rules (0: local, 32766: main, 32767: default), which kpdiag's plain lookup follows."""
-        plain = (self.src is None and self.dst is None and self.iif is None and self.oif is None and self.fwmark is None
-                 and not self.invert and self.ipproto is None and self.dport is None and self.sport is None and not self.unknown
-                 and self.suppress_prefixlen is None)
-        return plain and self.action == "lookup" and (self.priority, self.table) in ((0, "local"), (32766, "main"), (32767, "default"))
+        plain = (
+            self.src is None
+            and self.dst is None
+            and self.iif is None
+            and self.oif is None
+            and self.fwmark is None
+            and not self.invert
+            and self.ipproto is None
+            and self.dport is None
+            and self.sport is None
+            and not self.unknown
+            and self.suppress_prefixlen is None
+        )
+        return (
+            plain
+            and self.action == "lookup"
+            and (self.priority, self.table) in ((0, "local"), (32766, "main"), (32767, "default"))
+        )
 
     def text(self) -> str:
         """As ``ip rule`` prints it."""
@@ -337,16 +385,32 @@ def parse_ip_rules(text: str, source: str = "ip -j rule") -> list[IpRule]:
             mark = item.get("fwmark")
             unknown = tuple(sorted(k for k in item if k not in _KNOWN_RULE_KEYS))
             if "uid_start" in item:
-                unknown = tuple(sorted((*unknown, f"uidrange {item['uid_start']}-{item.get('uid_end', item['uid_start'])}")))
-            out.append(IpRule(
-                family=family, priority=int(item.get("priority", 0)), src=_rule_prefix(item, "src", family),
-                dst=_rule_prefix(item, "dst", family),
-                iif=str(item["iif"]) if item.get("iif") else None, oif=str(item["oif"]) if item.get("oif") else None,
-                fwmark=int(str(mark), 0) if mark is not None else None, fwmask=int(str(item.get("fwmask", "0xffffffff")), 0),
-                invert="not" in item, action=action, table=_TABLE_NAMES.get(str(table), str(table)) if table is not None else None,
-                ipproto=str(item["ipproto"]) if item.get("ipproto") is not None else None,
-                dport=_port_range(item, "dport"), sport=_port_range(item, "sport"), unknown=unknown, line=n,
-                suppress_prefixlen=int(item["suppress_prefixlen"]) if item.get("suppress_prefixlen") is not None else None))
+                unknown = tuple(
+                    sorted((*unknown, f"uidrange {item['uid_start']}-{item.get('uid_end', item['uid_start'])}"))
+                )
+            out.append(
+                IpRule(
+                    family=family,
+                    priority=int(item.get("priority", 0)),
+                    src=_rule_prefix(item, "src", family),
+                    dst=_rule_prefix(item, "dst", family),
+                    iif=str(item["iif"]) if item.get("iif") else None,
+                    oif=str(item["oif"]) if item.get("oif") else None,
+                    fwmark=int(str(mark), 0) if mark is not None else None,
+                    fwmask=int(str(item.get("fwmask", "0xffffffff")), 0),
+                    invert="not" in item,
+                    action=action,
+                    table=_TABLE_NAMES.get(str(table), str(table)) if table is not None else None,
+                    ipproto=str(item["ipproto"]) if item.get("ipproto") is not None else None,
+                    dport=_port_range(item, "dport"),
+                    sport=_port_range(item, "sport"),
+                    unknown=unknown,
+                    line=n,
+                    suppress_prefixlen=int(item["suppress_prefixlen"])
+                    if item.get("suppress_prefixlen") is not None
+                    else None,
+                )
+            )
         except (ValueError, TypeError) as exc:
             raise InputError(source, f"rule {n}: {exc}", n) from None
     out.sort(key=lambda r: (r.family, r.priority, r.line))

@@ -16,14 +16,35 @@ def catalogue_table(checks, width: int | None = None) -> str:
     from .report import fit_table
 
     rows = [[c.id, c.slug, severities(c), c.scope, c.title] for c in checks]
-    return fit_table(rows, ["id", "slug", "severity", "scope", "title"], width, floors={0: 5, 1: 20, 2: 13, 3: 7, 4: 24})
+    return fit_table(
+        rows, ["id", "slug", "severity", "scope", "title"], width, floors={0: 5, 1: 20, 2: 13, 3: 7, 4: 24}
+    )
 
 
 def catalogue_json(checks) -> str:
-    return json.dumps([{"id": c.id, "slug": c.slug, "severity": c.severity.value, "severities": [x.value for x in getattr(c, "may_emit", (c.severity,))], "title": c.title, "scope": c.scope, "needs": list(c.needs),
-                        "modes": list(getattr(c, "modes", ())),
-                        "symptom": c.docs.symptom, "why": c.docs.why, "fix": c.docs.fix, "references": list(c.references)}
-                       for c in checks], indent=2) + "\n"
+    return (
+        json.dumps(
+            [
+                {
+                    "id": c.id,
+                    "slug": c.slug,
+                    "severity": c.severity.value,
+                    "severities": [x.value for x in getattr(c, "may_emit", (c.severity,))],
+                    "title": c.title,
+                    "scope": c.scope,
+                    "needs": list(c.needs),
+                    "modes": list(getattr(c, "modes", ())),
+                    "symptom": c.docs.symptom,
+                    "why": c.docs.why,
+                    "fix": c.docs.fix,
+                    "references": list(c.references),
+                }
+                for c in checks
+            ],
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def _para(text: str) -> str:
@@ -31,16 +52,41 @@ def _para(text: str) -> str:
 
 
 def catalogue_markdown(checks) -> str:
-    out = ["# kpdiag checks", "", "Generated from the check registry by `kpdiag checks -o markdown`; do not edit by hand.", "",
-           "Scope *node*: run on one node's state (`kpdiag node`, `svc`, `analyze BUNDLE`). Scope *cluster*: run on the",
-           "reports of many nodes (`kpdiag cluster`, `kpdiag analyze DIR-OF-NODE-REPORTS`).", "",
-           "| id | slug | severity | scope | title |", "|---|---|---|---|---|"]
-    out += [f"| [{c.id}](#{c.id.lower()}-{c.slug}) | {c.slug} | {severities(c)} | {c.scope} | {c.title} |" for c in checks]
+    out = [
+        "# kpdiag checks",
+        "",
+        "Generated from the check registry by `kpdiag checks -o markdown`; do not edit by hand.",
+        "",
+        "Scope *node*: run on one node's state (`kpdiag node`, `svc`, `analyze BUNDLE`). Scope *cluster*: run on the",
+        "reports of many nodes (`kpdiag cluster`, `kpdiag analyze DIR-OF-NODE-REPORTS`).",
+        "",
+        "| id | slug | severity | scope | title |",
+        "|---|---|---|---|---|",
+    ]
+    out += [
+        f"| [{c.id}](#{c.id.lower()}-{c.slug}) | {c.slug} | {severities(c)} | {c.scope} | {c.title} |" for c in checks
+    ]
     for c in checks:
-        out += ["", f"## {c.id} {c.slug}", "", f"**{c.title}** — severity *{severities(c)}*, scope *{c.scope}*"
-                + (f"; kube-proxy mode {', '.join(c.modes)}" if getattr(c, "modes", ()) else "")
-                + (f"; needs {', '.join(c.needs)}" if c.needs else ""), "",
-                "### Symptom", "", _para(c.docs.symptom), "", "### Why", "", _para(c.docs.why), "", "### Fix", "", _para(c.docs.fix)]
+        out += [
+            "",
+            f"## {c.id} {c.slug}",
+            "",
+            f"**{c.title}** — severity *{severities(c)}*, scope *{c.scope}*"
+            + (f"; kube-proxy mode {', '.join(c.modes)}" if getattr(c, "modes", ()) else "")
+            + (f"; needs {', '.join(c.needs)}" if c.needs else ""),
+            "",
+            "### Symptom",
+            "",
+            _para(c.docs.symptom),
+            "",
+            "### Why",
+            "",
+            _para(c.docs.why),
+            "",
+            "### Fix",
+            "",
+            _para(c.docs.fix),
+        ]
         if c.references:
             out += ["", "### References", ""] + [f"- {r}" for r in c.references]
     return "\n".join(out) + "\n"
@@ -54,8 +100,14 @@ def explain_text(c, width: int | None = None) -> str:
     width = output_width(width)
 
     def flow(text: str, first: str = "  ", rest: str = "  ") -> list[str]:
-        return textwrap.wrap(term(_para(text)), width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
-                             break_on_hyphens=False)
+        return textwrap.wrap(
+            term(_para(text)),
+            width,
+            initial_indent=first,
+            subsequent_indent=rest,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
 
     out = flow(f"{c.id} {c.slug} — {c.title} ({severities(c)}; {c.scope} scope)", "", "  ") + [""]
     for title, text in (("Symptom", c.docs.symptom), ("Why", c.docs.why), ("Fix", c.docs.fix)):

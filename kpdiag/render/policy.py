@@ -22,7 +22,11 @@ def _direction(d: dict, indent: str = "  ") -> list[str]:
         return out
     if d["allowed"]:
         a = d.get("admitted_by")
-        how = f"admitted by {term(a['policy'])} rule {a['rule']} ({term(a['peer'])} on {term(a['ports'])})" if a else "admitted"
+        how = (
+            f"admitted by {term(a['policy'])} rule {a['rule']} ({term(a['peer'])} on {term(a['ports'])})"
+            if a
+            else "admitted"
+        )
         out.append(f"{indent}{name} ({term(d['subject'])}): {how}")
         return out
     out.append(f"{indent}{name} ({term(d['subject'])}): DENIED — {term(d.get('missing') or 'no rule admits it')}")
@@ -43,7 +47,9 @@ def policy_to_text(doc: dict) -> str:
             if ep.get("error"):
                 out.append(f"  endpoint {term(ep['endpoint'])}: cannot evaluate — {term(ep['error'])}")
                 continue
-            out.append(f"  endpoint {term(ep['endpoint'])} ({term(ep.get('pod') or 'no pod')}): {'allowed' if ep['allowed'] else 'DENIED'}")
+            out.append(
+                f"  endpoint {term(ep['endpoint'])} ({term(ep.get('pod') or 'no pod')}): {'allowed' if ep['allowed'] else 'DENIED'}"
+            )
             out.extend(_direction(ep["egress"], "    "))
             out.extend(_direction(ep["ingress"], "    "))
     else:
@@ -51,7 +57,9 @@ def policy_to_text(doc: dict) -> str:
         out.extend(_direction(doc["ingress"]))
     enf = doc.get("enforcement") or {}
     if enf.get("cni"):
-        out.append(f"  CNI: {term(enf['cni'])} — NetworkPolicy {'enforced' if enf.get('enforced') else 'NOT enforced' if enf.get('enforced') is False else 'enforcement unknown'}")
+        out.append(
+            f"  CNI: {term(enf['cni'])} — NetworkPolicy {'enforced' if enf.get('enforced') else 'NOT enforced' if enf.get('enforced') is False else 'enforcement unknown'}"
+        )
     for note in doc.get("notes") or []:
         out.append(f"  note: {term(note)}")
     if doc.get("problems"):

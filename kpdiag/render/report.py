@@ -10,7 +10,14 @@ import textwrap
 from ..model import Report
 from .safe import term
 
-_COLOURS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
+_COLOURS = {
+    "error": "\033[31m",
+    "warning": "\033[33m",
+    "info": "\033[36m",
+    "bold": "\033[1m",
+    "dim": "\033[2m",
+    "reset": "\033[0m",
+}
 
 
 def use_colour(stream) -> bool:
@@ -39,8 +46,16 @@ def _wrap(text, width: int, first: str, rest: str, prose: bool = False) -> list[
     neighbours, so that no value can start a line that looks like a fix command or a verdict."""
     text = term(" ".join(str(text).split()) if prose else text)
     glued = _MARKERS.sub("\u00a0", text)
-    lines = textwrap.wrap(glued, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
-                          break_on_hyphens=False, expand_tabs=False, replace_whitespace=False) or [first.rstrip()]
+    lines = textwrap.wrap(
+        glued,
+        width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+        expand_tabs=False,
+        replace_whitespace=False,
+    ) or [first.rstrip()]
     return [line.replace("\u00a0", " ") for line in lines]
 
 
@@ -57,8 +72,12 @@ def skip_group(reason: str | None) -> str:
     if "probes/" in first:
         return "probe results (probes/…; kpdiag svc without --no-probe)"
     if first.startswith("needs "):
-        first = first[len("needs "):]
-        return first[:-len(", which is missing or unreadable")] if first.endswith(", which is missing or unreadable") else first
+        first = first[len("needs ") :]
+        return (
+            first[: -len(", which is missing or unreadable")]
+            if first.endswith(", which is missing or unreadable")
+            else first
+        )
     return first
 
 
@@ -87,11 +106,16 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     if f.get("kernel"):
         bits.append(f"kernel {term(f['kernel'])}")
     if f.get("iptables_rules") is not None:
-        bits.append(f"{term(f['iptables_rules'])} iptables rules, {term(f.get('service_ports_programmed', 0))} service ports")
+        bits.append(
+            f"{term(f['iptables_rules'])} iptables rules, {term(f.get('service_ports_programmed', 0))} service ports"
+        )
     if f.get("nodes") is not None:
         modes = ", ".join(f"{term(m)} {term(n)}" for m, n in (f.get("proxy_modes") or {}).items())
-        bits.append(f"{term(f['nodes_diagnosed'])} of {term(f['nodes'])} nodes diagnosed" + (f"; modes: {modes}" if modes else "")
-                    + (f"; API server {term(f['api_server_version'])}" if f.get("api_server_version") else ""))
+        bits.append(
+            f"{term(f['nodes_diagnosed'])} of {term(f['nodes'])} nodes diagnosed"
+            + (f"; modes: {modes}" if modes else "")
+            + (f"; API server {term(f['api_server_version'])}" if f.get("api_server_version") else "")
+        )
     out.extend(c("bold", line) for line in _wrap(f"kpdiag: {report.subject}", width, "", "  "))
     if bits:
         out.extend(_wrap("; ".join(bits), width, "  ", "    "))
@@ -101,17 +125,28 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         rows, hidden = notable_rows(report.extra["nodes"], verbose)
         out.extend("  " + line for line in nodes_table(rows, width - 2).splitlines())
         if hidden:
-            out.append(f"  … and {hidden} more node(s) like the majority: ok, no error or warning (-v lists every node)")
+            out.append(
+                f"  … and {hidden} more node(s) like the majority: ok, no error or warning (-v lists every node)"
+            )
     traces = report.extra.get("traces") or []
     notes = report.extra.get("notes") or []
     if traces or notes:
         out.append("")
     for t in traces:
         pk = t["packet"]
-        ends = ", ".join(f"{p['probability'] * 100:.0f}% {term(p['verdict'])}" + (f" → {term(p['dnat'])}" if p["dnat"] else "")
-                         for p in t["paths"][:6])
-        out.extend(_wrap(f"trace {term(t['target'])} from {term(pk['from'])} {term(pk['src'])}: {ends}" + (" …" if len(t["paths"]) > 6 else ""),
-                         width, "  ", "    "))
+        ends = ", ".join(
+            f"{p['probability'] * 100:.0f}% {term(p['verdict'])}" + (f" → {term(p['dnat'])}" if p["dnat"] else "")
+            for p in t["paths"][:6]
+        )
+        out.extend(
+            _wrap(
+                f"trace {term(t['target'])} from {term(pk['from'])} {term(pk['src'])}: {ends}"
+                + (" …" if len(t["paths"]) > 6 else ""),
+                width,
+                "  ",
+                "    ",
+            )
+        )
     for note in notes:
         out.extend(_wrap(note, width, "  note: ", "        "))
     for severity in ("error", "warning", "info"):
@@ -124,12 +159,14 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
             out.append("")
             name = f"{term(x.id)} {term(x.slug)}"
             head = _wrap(f"{x.id} {x.slug}  {x.summary}", width, "", "    ")
-            out.append(c(severity, name) + head[0][len(name):])
+            out.append(c(severity, name) + head[0][len(name) :])
             out.extend(head[1:])
             out.extend(_wrap(x.explanation, width, "  why: ", "       ", prose=True))
             if x.fix:
                 out.append("  fix:")
-                out.extend(f"    $ {term(step)}" if _looks_like_command(step) else f"    - {term(step)}" for step in x.fix)
+                out.extend(
+                    f"    $ {term(step)}" if _looks_like_command(step) else f"    - {term(step)}" for step in x.fix
+                )
             if x.evidence:
                 out.append("  evidence:")
                 out.extend(c("dim", f"    {term(e)}") for e in x.evidence)
@@ -169,15 +206,48 @@ def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[s
             line = f"{count} need{'s' if len(runs) == 1 else ''} {why}"
         else:
             line = f"{count} skipped: {why}"
-        out.extend(c("dim", w) for w in _wrap(line + " — -v lists " + ("it" if len(runs) == 1 else "them"), width, "  ", "    "))
+        out.extend(
+            c("dim", w)
+            for w in _wrap(line + " — -v lists " + ("it" if len(runs) == 1 else "them"), width, "  ", "    ")
+        )
     return out
 
 
 def _looks_like_command(step: str) -> bool:
     first = step.split(" ", 1)[0]
-    return first in ("sysctl", "modprobe", "echo", "printf", "kubectl", "iptables", "ip", "grep", "conntrack", "watch", "curl",
-                     "apt-get", "update-alternatives", "for", "kpdiag", "nc", "iptables-save", "find", "fuser", "nft", "ipvsadm",
-                     "sudo", "systemctl", "ss", "crictl", "nsenter", "ipset", "ip6tables", "ip6tables-save", "test", "if")
+    return first in (
+        "sysctl",
+        "modprobe",
+        "echo",
+        "printf",
+        "kubectl",
+        "iptables",
+        "ip",
+        "grep",
+        "conntrack",
+        "watch",
+        "curl",
+        "apt-get",
+        "update-alternatives",
+        "for",
+        "kpdiag",
+        "nc",
+        "iptables-save",
+        "find",
+        "fuser",
+        "nft",
+        "ipvsadm",
+        "sudo",
+        "systemctl",
+        "ss",
+        "crictl",
+        "nsenter",
+        "ipset",
+        "ip6tables",
+        "ip6tables-save",
+        "test",
+        "if",
+    )
 
 
 TABLE_ALL_UP_TO = 40
@@ -190,18 +260,26 @@ def notable_rows(rows: list[dict], verbose: bool = False) -> tuple[list[dict], i
         return rows, 0
     from collections import Counter
 
-    usual = {k: Counter(r.get(k) for r in rows if r.get("status") == "ok").most_common(1) for k in ("mode", "kube_proxy")}
+    usual = {
+        k: Counter(r.get(k) for r in rows if r.get("status") == "ok").most_common(1) for k in ("mode", "kube_proxy")
+    }
     usual = {k: v[0][0] for k, v in usual.items() if v}
 
     def notable(r: dict) -> bool:
-        return (r.get("status") != "ok" or r.get("error") or r.get("warning")
-                or any(r.get(k) != v for k, v in usual.items()))
+        return (
+            r.get("status") != "ok"
+            or r.get("error")
+            or r.get("warning")
+            or any(r.get(k) != v for k, v in usual.items())
+        )
 
     shown = [r for r in rows if notable(r)]
     return shown, len(rows) - len(shown)
 
 
-def fit_table(rows: list[list], headers: list[str], width: int | None = None, floors: dict[int, int] | None = None) -> str:
+def fit_table(
+    rows: list[list], headers: list[str], width: int | None = None, floors: dict[int, int] | None = None
+) -> str:
     """A plain table whose cells (escaped: :func:`term`) wrap so that it fits ``width`` columns (the terminal's):
     the columns with the most room above their floor (default 6) give way first; below the floors only when nothing
     else fits (4 at least)."""
@@ -242,18 +320,33 @@ def fit_table(rows: list[list], headers: list[str], width: int | None = None, fl
 
 def nodes_table(rows: list[dict], width: int | None = None) -> str:
     """The per-node summary of a cluster report."""
-    cols = [("node", "node"), ("status", "status"), ("mode", "mode"), ("kube_proxy", "kube-proxy"), ("kernel", "kernel"),
-            ("iptables_rules", "rules"), ("service_ports", "svc ports"), ("conntrack", "conntrack"), ("findings", "E/W/I")]
+    cols = [
+        ("node", "node"),
+        ("status", "status"),
+        ("mode", "mode"),
+        ("kube_proxy", "kube-proxy"),
+        ("kernel", "kernel"),
+        ("iptables_rules", "rules"),
+        ("service_ports", "svc ports"),
+        ("conntrack", "conntrack"),
+        ("findings", "E/W/I"),
+    ]
     if any(r.get("service") for r in rows):
         cols.append(("service", "service trace"))
 
     def cell(r: dict, k: str):
         if k == "findings":
-            return "/".join("" if r.get(s) is None else str(r.get(s)) for s in ("error", "warning", "info")) if r.get("status") == "ok" else ""
+            return (
+                "/".join("" if r.get(s) is None else str(r.get(s)) for s in ("error", "warning", "info"))
+                if r.get("status") == "ok"
+                else ""
+            )
         return r.get(k)
 
     body = [[cell(r, k) for k, _ in cols] for r in rows]
-    return fit_table(body, [h for _, h in cols], width, floors={0: 12, 1: 11, 2: 8, 3: 5, 4: 7, 5: 5, 6: 5, 7: 9, 8: 5, 9: 16})
+    return fit_table(
+        body, [h for _, h in cols], width, floors={0: 12, 1: 11, 2: 8, 3: 5, 4: 7, 5: 5, 6: 5, 7: 9, 8: 5, 9: 16}
+    )
 
 
 def report_to_table(report: Report, width: int | None = None) -> str:
@@ -261,7 +354,9 @@ def report_to_table(report: Report, width: int | None = None) -> str:
     head = nodes_table(report.extra["nodes"], width) + "\n" if report.extra.get("nodes") else ""
     if not rows:
         return head + "no findings\n"
-    return head + fit_table(rows, ["severity", "id", "check", "subject", "summary"], width, floors={0: 7, 1: 5, 2: 12, 3: 10, 4: 24})
+    return head + fit_table(
+        rows, ["severity", "id", "check", "subject", "summary"], width, floors={0: 7, 1: 5, 2: 12, 3: 10, 4: 24}
+    )
 
 
 def report_to_json(report: Report) -> str:

@@ -38,7 +38,14 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
     pk = result.packet
     lines = []
     src, dst = hostport(pk.src, pk.sport if pk.proto != "icmp" else None), hostport(pk.dst, pk.dport)
-    lines.extend(_wrap(f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)", width, "", "        "))
+    lines.extend(
+        _wrap(
+            f"packet  {pk.proto.upper()} {src} -> {dst}  (from {pk.origin}; first packet of a new connection)",
+            width,
+            "",
+            "        ",
+        )
+    )
     lines.extend(_wrap(f"mode    {result.mode}; rules from {', '.join(result.sources)}", width, "", "        "))
     n = len(result.paths)
     lines.append(
@@ -48,12 +55,32 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
     lines.append("")
     rows = []
     for i, path in enumerate(result.paths, 1):
-        rows.append([i, _pct(path.probability), path.verdict, path.dnat or "-", "yes" if path.masquerade else "no", path.delivery or "-", path.rules_evaluated])
-    lines.append(fit_table(rows, ["path", "probability", "verdict", "DNAT", "masquerade", "delivery", "rules walked"], width).rstrip("\n"))
+        rows.append(
+            [
+                i,
+                _pct(path.probability),
+                path.verdict,
+                path.dnat or "-",
+                "yes" if path.masquerade else "no",
+                path.delivery or "-",
+                path.rules_evaluated,
+            ]
+        )
+    lines.append(
+        fit_table(
+            rows, ["path", "probability", "verdict", "DNAT", "masquerade", "delivery", "rules walked"], width
+        ).rstrip("\n")
+    )
     for i, path in enumerate(result.paths, 1):
         lines.append("")
-        lines.extend(_wrap(f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}",
-                           width, "", "  "))
+        lines.extend(
+            _wrap(
+                f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}",
+                width,
+                "",
+                "  ",
+            )
+        )
         hook = None
         last = max((k for k, st in enumerate(path.steps) if st.rule is not None), default=-1)
         for k, step in enumerate(path.steps):
@@ -61,10 +88,15 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
                 hook = step.hook
                 lines.append(f"  {term(hook)}")
             where = term(f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else ""))
-            lines.append(f"    {where:<44} {term(step.action)}" if len(where) + len(step.action) + 5 <= width or len(where) >= 44
-                         else f"    {where}  {term(step.action)}")
+            lines.append(
+                f"    {where:<44} {term(step.action)}"
+                if len(where) + len(step.action) + 5 <= width or len(where) >= 44
+                else f"    {where}  {term(step.action)}"
+            )
             text = term(step.text)
-            if verbose or step.rule is None or k == last:  # in full (wrapped): the rule that decided, or every rule with -v
+            if (
+                verbose or step.rule is None or k == last
+            ):  # in full (wrapped): the rule that decided, or every rule with -v
                 lines.extend(_wrap_rule(text, width))
             else:
                 lines.append(f"      {_shorten(text, max(width - 6, 40))}")
@@ -82,8 +114,15 @@ def _wrap_rule(text: str, width: int) -> list[str]:
     import re
 
     glued = re.sub(r'"[^"]*"', lambda m: m.group(0).replace(" ", "\u00a0"), text)  # a quoted comment stays on one line
-    lines = textwrap.wrap(glued, max(width, 40), initial_indent="      ", subsequent_indent="          ", break_long_words=False,
-                          break_on_hyphens=False, replace_whitespace=False) or [""]
+    lines = textwrap.wrap(
+        glued,
+        max(width, 40),
+        initial_indent="      ",
+        subsequent_indent="          ",
+        break_long_words=False,
+        break_on_hyphens=False,
+        replace_whitespace=False,
+    ) or [""]
     return [line.replace("\u00a0", " ") for line in lines]
 
 
@@ -112,13 +151,21 @@ def trace_to_dot(result: TraceResult) -> str:
     for path in result.paths:
         prev = "packet"
         for step in path.steps:
-            node = f"{_dot(step.hook)}\\n{_dot(step.table)}/{_dot(step.chain)}" if step.rule is not None or step.table != "-" else _dot(step.hook)
+            node = (
+                f"{_dot(step.hook)}\\n{_dot(step.table)}/{_dot(step.chain)}"
+                if step.rule is not None or step.table != "-"
+                else _dot(step.hook)
+            )
             if node != prev:
                 key = (prev, node)
                 edges[key] = edges.get(key, 0.0) + path.probability
                 labels.setdefault(key, "")
                 prev = node
-        end = _dot(path.verdict.upper()) + (f"\\nDNAT {_dot(path.dnat)}" if path.dnat else "") + ("\\nmasquerade" if path.masquerade else "")
+        end = (
+            _dot(path.verdict.upper())
+            + (f"\\nDNAT {_dot(path.dnat)}" if path.dnat else "")
+            + ("\\nmasquerade" if path.masquerade else "")
+        )
         ends[end] = "box"
         key = (prev, end)
         edges[key] = edges.get(key, 0.0) + path.probability

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..parse.addr import parse_ip
 from .model import Step, ip_text
-from .netfilter import IptablesTracer, _State
+from .netfilter import IptablesTracer
+from .walker import PacketState
 
 WEIGHTED = {"wrr", "wlc", "sed", "nq", "mh", "fo", "ovf"}
 SCHED_NOTES = {
@@ -22,22 +23,32 @@ class IpvsTracer(IptablesTracer):
         super().__init__(ruleset, routing, ipsets, mode=mode)
         self.services = services
 
-    def _lookup(self, st: _State):
+    def _lookup(self, st: PacketState):
         key = (st.proto, ip_text(st.dst, st.ver), st.dport)
         vs = self.services.get(key)
         if vs is None and st.mark:
             vs = self.services.get(("fwmark", st.mark))
         return vs
 
-    def _local_in(self, st: _State, finished: list[_State]) -> list[_State]:
+    def _local_in(self, st: PacketState, finished: list[PacketState]) -> list[PacketState]:
         vs = self._lookup(st)
         if vs is None:
             if st.proto in ("tcp", "udp", "sctp"):
-                st.note(f"no IPVS virtual service for {st.proto} {ip_text(st.dst, st.ver)}:{st.dport} (KP302): the node itself receives the packet")
+                st.note(
+                    f"no IPVS virtual service for {st.proto} {ip_text(st.dst, st.ver)}:{st.dport} (KP302): the node itself receives the packet"
+                )
             return [st]
         live = [r for r in vs.reals if r.weight > 0]
-        st.steps.append(Step("INPUT", "ipvs", vs.name, None, f"-A {vs.name} -s {vs.scheduler}" + (f" -p {vs.persistent}" if vs.persistent else ""),
-                             f"IPVS virtual service ({vs.scheduler}, {len(live)} of {len(vs.reals)} real servers take new connections)"))
+        st.steps.append(
+            Step(
+                "INPUT",
+                "ipvs",
+                vs.name,
+                None,
+                f"-A {vs.name} -s {vs.scheduler}" + (f" -p {vs.persistent}" if vs.persistent else ""),
+                f"IPVS virtual service ({vs.scheduler}, {len(live)} of {len(vs.reals)} real servers take new connections)",
+            )
+        )
         if vs.scheduler in SCHED_NOTES:
             st.note(SCHED_NOTES[vs.scheduler])
         if vs.persistent:
@@ -56,10 +67,20 @@ class IpvsTracer(IptablesTracer):
             b.dport = r.port
             b.ct_dnat = True
             b.dnat = r.target
-            b.steps.append(Step("INPUT", "ipvs", vs.name, None, f"-a {vs.name} -r {r.target} -{r.forward[0]} -w {r.weight}",
-                                f"IPVS {r.forward} to {r.target} (weight {r.weight})"))
+            b.steps.append(
+                Step(
+                    "INPUT",
+                    "ipvs",
+                    vs.name,
+                    None,
+                    f"-a {vs.name} -r {r.target} -{r.forward[0]} -w {r.weight}",
+                    f"IPVS {r.forward} to {r.target} (weight {r.weight})",
+                )
+            )
             if r.forward != "masq":
-                b.note(f"IPVS forwards to {r.target} by {r.forward}, not NAT: the reply must not come back through this node")
+                b.note(
+                    f"IPVS forwards to {r.target} by {r.forward}, not NAT: the reply must not come back through this node"
+                )
             out.append(b)
         for b in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
             self._set_oif(b)

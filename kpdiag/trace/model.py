@@ -36,7 +36,9 @@ class Packet:
             except ValueError:
                 raise ValueError(f"--{name} {getattr(self, name)!r} is not an IP address") from None
         if versions[0] != versions[1]:
-            raise ValueError(f"--src {self.src} is IPv{versions[0]} and --dst {self.dst} IPv{versions[1]}: a packet has one IP version")
+            raise ValueError(
+                f"--src {self.src} is IPv{versions[0]} and --dst {self.dst} IPv{versions[1]}: a packet has one IP version"
+            )
         if proto != "icmp" and self.dport is None:
             raise ValueError(f"{proto} needs --dport")
         if self.dport is not None and not 0 <= self.dport <= 65535:

@@ -23,12 +23,11 @@ import re
 from ..errors import InputError
 from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
-from .model import Packet, Path, Step, TraceResult, endpoint_text, ip_text
+from .model import Step, endpoint_text
 from .routing import RoutingTable
+from .walker import MAX_DEPTH, MAX_PATHS, PacketState, PacketWalker
 from .. import sources
 
-MAX_DEPTH = 64
-MAX_PATHS = 4096
 INDEX_MIN_RULES = 24
 
 HOOK_TABLES = {
@@ -61,7 +60,23 @@ ICMP_TYPES = {
     "timestamp-reply": (14, None),
 }
 
-_NOOP_TARGETS = {"LOG", "NFLOG", "ULOG", "TRACE", "AUDIT", "CHECKSUM", "TCPMSS", "TOS", "DSCP", "TTL", "HL", "CLASSIFY", "IDLETIMER", "SECMARK", "CONNSECMARK"}
+_NOOP_TARGETS = {
+    "LOG",
+    "NFLOG",
+    "ULOG",
+    "TRACE",
+    "AUDIT",
+    "CHECKSUM",
+    "TCPMSS",
+    "TOS",
+    "DSCP",
+    "TTL",
+    "HL",
+    "CLASSIFY",
+    "IDLETIMER",
+    "SECMARK",
+    "CONNSECMARK",
+}
 _MULTICAST = parse_prefix("224.0.0.0/4")
 
 
@@ -88,32 +103,6 @@ def _exact_dst(text: str) -> int | None:
         return None
 
 
-class _State:
-    """A packet on one path (mutable; forked where the ruleset branches)."""
-
-    __slots__ = (
-        "prob", "src", "dst", "ver", "proto", "sport", "dport", "icmp_type", "icmp_code", "iif", "oif",
-        "mark", "ctmark", "ct_dnat", "ct_snat", "untracked", "orig_dst", "orig_dport",
-        "steps", "notes", "uncertain", "dnat", "masquerade", "snat", "rules_evaluated", "hook",
-        "reject_with", "local_redirect", "nat_done", "origin",
-    )
-
-    def fork(self, factor: float) -> "_State":
-        other = _State.__new__(_State)
-        for name in _State.__slots__:
-            setattr(other, name, getattr(self, name))
-        other.steps = list(self.steps)
-        other.notes = list(self.notes)
-        other.prob = self.prob * factor
-        return other
-
-    def note(self, text: str, uncertain: bool = False) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-        if uncertain:
-            self.uncertain = True
-
-
 def _port_in(spec: str, port: int | None) -> bool:
     if port is None:
         return False
@@ -134,213 +123,25 @@ def _iface_match(pattern: str, name: str) -> bool:
     return name == pattern
 
 
-class PacketWalker:
-    """What every tracer shares: the packet's first state, the hooks in kernel order, the routing
-    decision, and turning finished states into paths. Subclasses provide ``_hook(HOOK, …)``."""
-
-    rs = None
-    routing: RoutingTable
-    mode = "?"
-
-    def trace(self, packet: Packet) -> TraceResult:
-        st = self._initial(packet)
-        finished: list[_State] = []
-        if packet.origin == "node":
-            live = self._hook("OUTPUT", [st], finished)
-            local, fwd = self._route(live, finished)
-            post = self._hook("POSTROUTING", local + fwd, finished)
-            local_after = []
-            for s in post:
-                if s.oif == "lo":
-                    s.iif = "lo"
-                    local_after.append(s)
-                else:
-                    s.hook = "delivered:forward"
-                    finished.append(s)
-            for s in self._hook("INPUT", local_after, finished):
-                for s2 in self._local_in(s, finished):
-                    s2.hook = "delivered:local"
-                    finished.append(s2)
-        elif self.routing.dropped_on_receipt(st.src, st.dst, st.ver):
-            why = self.routing.dropped_on_receipt(st.src, st.dst, st.ver)
-            st.steps.append(Step("receive", "-", "-", None, why, "dropped by the kernel"))
-            st.note(why)
-            st.hook = "drop"
-            finished.append(st)
-        else:
-            live = self._hook("PREROUTING", [st], finished)
-            local, fwd = self._route(live, finished, incoming=True)
-            for s in self._hook("INPUT", local, finished):
-                for s2 in self._local_in(s, finished):
-                    s2.hook = "delivered:local"
-                    finished.append(s2)
-            fwd = self._hook("FORWARD", fwd, finished)
-            for s in self._hook("POSTROUTING", fwd, finished):
-                s.hook = "delivered:forward"
-                finished.append(s)
-        paths = tuple(_explained(self._to_path(s)) for s in finished)
-        total = sum(p.probability for p in paths)
-        notes = []
-        if abs(total - 1.0) > 1e-6:
-            notes.append(f"path probabilities sum to {total:.6f}, not 1 (more than {MAX_PATHS} paths were cut)")
-        return TraceResult(
-            packet=packet,
-            mode=self.mode,
-            paths=paths,
-            rules_evaluated=max((p.rules_evaluated for p in paths), default=0),
-            notes=tuple(notes),
-            sources=(self.rs.source,),
-        )
-
-    def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _local_in(self, st: _State, finished: list[_State]) -> list[_State]:
-        """What happens to a locally delivered packet after INPUT (IPVS hooks in here); default: delivered."""
-        return [st]
-
-    # ------------------------------------------------------------------ hooks
-    def _initial(self, packet: Packet) -> _State:
-        st = _State.__new__(_State)
-        st.prob = 1.0
-        st.src, st.ver = parse_ip(packet.src)
-        st.dst, _ = parse_ip(packet.dst)
-        st.proto = packet.proto
-        st.sport = packet.sport if packet.proto != "icmp" else None
-        st.dport = packet.dport if packet.proto != "icmp" else None
-        st.icmp_type, st.icmp_code = packet.icmp_type, packet.icmp_code
-        st.iif = packet.iif if packet.origin != "node" else None
-        st.origin = packet.origin
-        st.oif = None
-        st.mark = st.ctmark = 0
-        st.ct_dnat = st.ct_snat = st.untracked = False
-        st.orig_dst, st.orig_dport = st.dst, st.dport
-        st.steps, st.notes = [], []
-        st.uncertain = False
-        st.dnat = st.snat = None
-        st.masquerade = False
-        st.rules_evaluated = 0
-        st.hook = ""
-        st.reject_with = None
-        st.local_redirect = False
-        st.nat_done = None
-        if packet.origin == "node":
-            self._set_oif(st)
-        return st
-
-    def _route_lookup(self, st: _State):
-        """The routing decision for this packet: its destination, and for the node's policy-routing rules its source,
-        input interface ("lo" for the node's own packets), mark, protocol and ports."""
-        iif = "lo" if st.origin == "node" else st.iif  # the kernel matches the node's own packets as input from lo
-        route = self.routing.lookup(st.dst, st.ver, src=st.src, iif=iif, mark=st.mark, proto=st.proto,
-                                    sport=st.sport, dport=st.dport)
-        if route is not None:
-            if route.rule:
-                st.note(f"routed by the policy-routing rule '{route.rule}' (table {route.table}), not by the main table")
-            if route.uncertain:
-                st.note(route.uncertain, uncertain=True)
-        return route
-
-    def _set_oif(self, st: _State) -> None:
-        route = self._route_lookup(st)
-        st.oif = route.dev if route is not None else None
-
-    def _route(self, states: list[_State], finished: list[_State], incoming: bool = False) -> tuple[list[_State], list[_State]]:
-        """The routing decision after PREROUTING / OUTPUT: local delivery or forward (or no route); a packet that
-        arrived on an interface (``incoming``) with a loopback address is a martian (RoutingTable.martian)."""
-        local, fwd = [], []
-        for st in states:
-            martian = None if not incoming or st.local_redirect else self.routing.martian(st.src, st.dst, st.ver, st.iif)
-            if martian is not None:
-                why, unsure = martian
-                st.steps.append(Step("routing", "-", "-", None, why, "martian: dropped by the kernel"))
-                st.note(why, uncertain=unsure)
-                st.hook = "drop"
-                finished.append(st)
-                continue
-            if st.local_redirect or self.routing.is_local(st.dst, st.ver):
-                st.oif = "lo"
-                local.append(st)
-                continue
-            off = self.routing.not_forwarded(st.ver, st.iif) if incoming else None
-            if off is not None:
-                why, unsure = off
-                st.steps.append(Step("routing", "-", "-", None, why.split(":", 1)[0], "not forwarded: dropped by the kernel"))
-                st.note(why, uncertain=unsure)
-                st.hook = "drop"
-                finished.append(st)
-                continue
-            route = self._route_lookup(st)
-            if route is None:
-                st.oif = None
-                if not self.routing.local_ips:
-                    st.note("no node addresses known (give --local-ip or a bundle): every destination is treated as not local")
-                elif self.routing.has_routes:  # routes of the other family only
-                    st.note(f"no IPv{st.ver} routes are known (the bundle's routes are IPv{10 - st.ver} only): assumed forwarded", uncertain=True)
-            elif route.type in ("blackhole", "unreachable", "prohibit"):
-                st.steps.append(Step("routing", "-", "-", None, f"{route.type} {route.dst}", f"route type {route.type}: not forwarded"))
-                st.note(f"the node's route for {ip_text(st.dst, st.ver)} is {route.type} ({route.dst}): the packet is not forwarded")
-                st.hook = "drop"
-                st.reject_with = None if route.type == "blackhole" else f"route {route.type}"
-                finished.append(st)
-                continue
-            else:
-                st.oif = route.dev
-            fwd.append(st)
-        return local, fwd
-
-
-    def _to_path(self, st: _State) -> Path:
-        outcome = st.hook
-        if outcome.startswith("delivered:"):
-            verdict, delivery = "accept", outcome.split(":", 1)[1]
-        elif outcome == "reject":
-            verdict, delivery = "reject", None
-        else:
-            verdict, delivery = "drop", None
-        return Path(
-            probability=round(st.prob, 12),
-            verdict=verdict,
-            dnat=st.dnat,
-            masquerade=st.masquerade and verdict == "accept",
-            steps=tuple(st.steps),
-            notes=tuple(st.notes),
-            uncertain=st.uncertain,
-            snat=st.snat if verdict == "accept" else None,
-            delivery=delivery,
-            final_dst=endpoint_text(st.dst, st.ver, st.dport),
-            rules_evaluated=st.rules_evaluated,
-            reject_with=st.reject_with if verdict == "reject" else None,
-        )
-
-
-def _explained(path: Path) -> Path:
-    """A drop or reject by one of kube-proxy's own rules gets a note saying what it means."""
-    from dataclasses import replace
-
-    from .kube import verdict_note
-
-    note = verdict_note(path)
-    return replace(path, notes=path.notes + (note,)) if note else path
-
-
 class IptablesTracer(PacketWalker):
     """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets."""
 
-    def __init__(self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"):
+    def __init__(
+        self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"
+    ):
         self.rs = ruleset
         self.routing = routing or RoutingTable()
         self.ipsets = ipsets
         self.mode = mode
         self._indexes: dict[tuple[str, str], tuple] = {}
 
-    def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:
+    def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
         """Run every table of ``hook`` in priority order; return the states that get through."""
         for table_name in HOOK_TABLES[hook]:
             chain = self.rs.chain(table_name, hook)
             if chain is None:
                 continue
-            nxt: list[_State] = []
+            nxt: list[PacketState] = []
             for st in states:
                 if table_name == "nat" and st.untracked:
                     continue  # untracked packets never see the nat table
@@ -349,7 +150,17 @@ class IptablesTracer(PacketWalker):
                     if outcome == "return":
                         outcome = chain.policy or "ACCEPT"
                         if outcome != "ACCEPT":
-                            s2.steps.append(Step(hook, table_name, hook, None, f":{hook} {outcome}", f"policy {outcome}", f"{self.rs.source}:{chain.lineno}"))
+                            s2.steps.append(
+                                Step(
+                                    hook,
+                                    table_name,
+                                    hook,
+                                    None,
+                                    f":{hook} {outcome}",
+                                    f"policy {outcome}",
+                                    f"{self.rs.source}:{chain.lineno}",
+                                )
+                            )
                     if outcome == "ACCEPT":
                         nxt.append(s2)
                     else:
@@ -366,7 +177,7 @@ class IptablesTracer(PacketWalker):
         return states
 
     # ------------------------------------------------------------------ chains
-    def _candidates(self, chain: Chain, st: _State):
+    def _candidates(self, chain: Chain, st: PacketState):
         """Rule positions that can match this packet, in order (an index keeps first-match order).
 
         Big chains (KUBE-SERVICES: one rule per service port) are indexed by the rules' exact
@@ -400,7 +211,7 @@ class IptablesTracer(PacketWalker):
                 cache[st.dst] = cand
         return cand
 
-    def _run(self, chain: Chain, st: _State, start: int, depth: int) -> list[tuple[_State, str]]:
+    def _run(self, chain: Chain, st: PacketState, start: int, depth: int) -> list[tuple[PacketState, str]]:
         """Walk ``chain`` from rule ``start`` (0-based); return (state, outcome) for every path.
 
         outcome: "return" (fell off the end or RETURN), "ACCEPT", "DROP", "REJECT".
@@ -413,10 +224,10 @@ class IptablesTracer(PacketWalker):
         if cand is None:
             positions = range(start, n_rules)
         else:
-            positions = cand[bisect_left(cand, start):] if start else cand
+            positions = cand[bisect_left(cand, start) :] if start else cand
         cursor = start
-        out: list[tuple[_State, str]] = []
-        deferred: list[tuple[_State, int]] = []  # the "did not match" side of random matches
+        out: list[tuple[PacketState, str]] = []
+        deferred: list[tuple[PacketState, int]] = []  # the "did not match" side of random matches
         for pos in positions:
             try:
                 rule = chain.rule_at(pos)
@@ -444,10 +255,10 @@ class IptablesTracer(PacketWalker):
             out.extend(self._run(chain, other, resume, depth))
         return out
 
-    def _step(self, rule: Rule, st: _State, action: str) -> None:
+    def _step(self, rule: Rule, st: PacketState, action: str) -> None:
         st.steps.append(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
 
-    def _target(self, rule: Rule, st: _State, depth: int, out: list) -> str | None:
+    def _target(self, rule: Rule, st: PacketState, depth: int, out: list) -> str | None:
         t = rule.target
         if t is None:
             self._step(rule, st, "no target (counts only)")
@@ -518,16 +329,22 @@ class IptablesTracer(PacketWalker):
             return None
         if t in ("QUEUE", "NFQUEUE"):
             self._step(rule, st, f"{t}: handed to a userspace program")
-            st.note(f"{rule.where}: {t} gives the packet to a userspace program whose verdict kpdiag cannot know; assumed ACCEPT", uncertain=True)
+            st.note(
+                f"{rule.where}: {t} gives the packet to a userspace program whose verdict kpdiag cannot know; assumed ACCEPT",
+                uncertain=True,
+            )
             return "ACCEPT"
         if sub is not None:  # jump to a built-in chain name: not allowed by the kernel
             st.note(f"{rule.where}: jump to built-in chain {t}", uncertain=True)
             return None
         self._step(rule, st, f"{t} (unknown target: not evaluated)")
-        st.note(f"{rule.where}: target {t} is unknown to kpdiag or names a missing chain; assumed to continue", uncertain=True)
+        st.note(
+            f"{rule.where}: target {t} is unknown to kpdiag or names a missing chain; assumed to continue",
+            uncertain=True,
+        )
         return None
 
-    def _dnat(self, rule: Rule, st: _State) -> str:
+    def _dnat(self, rule: Rule, st: PacketState) -> str:
         opt = rule.target_opt("--to-destination") or rule.target_opt("--to")
         if opt is None or not opt.value:
             st.note(f"{rule.where}: DNAT without --to-destination", uncertain=True)
@@ -542,7 +359,10 @@ class IptablesTracer(PacketWalker):
             host, port = spec, ""
         first_host = host.split("-")[0]
         if "-" in host:
-            st.note(f"{rule.where}: DNAT to a range {host}; the kernel picks one address per connection, shown is the first", uncertain=False)
+            st.note(
+                f"{rule.where}: DNAT to a range {host}; the kernel picks one address per connection, shown is the first",
+                uncertain=False,
+            )
         try:
             st.dst, _ = parse_ip(first_host) if first_host else (st.dst, st.ver)
         except ValueError:
@@ -554,7 +374,7 @@ class IptablesTracer(PacketWalker):
         self._step(rule, st, f"DNAT to {st.dnat}")
         return "ACCEPT"
 
-    def _mark(self, rule: Rule, st: _State, attr: str) -> None:
+    def _mark(self, rule: Rule, st: PacketState, attr: str) -> None:
         before = getattr(st, attr)
         value = before
         for opt in rule.target_opts:
@@ -572,7 +392,7 @@ class IptablesTracer(PacketWalker):
         setattr(st, attr, value)
         self._step(rule, st, f"{'MARK' if attr == 'mark' else 'CONNMARK'} 0x{before:x} -> 0x{value:x}")
 
-    def _connmark(self, rule: Rule, st: _State) -> None:
+    def _connmark(self, rule: Rule, st: PacketState) -> None:
         if rule.target_opt("--save-mark"):
             st.ctmark = st.mark
             self._step(rule, st, f"CONNMARK save 0x{st.mark:x}")
@@ -583,7 +403,7 @@ class IptablesTracer(PacketWalker):
             self._mark(rule, st, "ctmark")
 
     # ------------------------------------------------------------------ matches
-    def _match(self, rule: Rule, st: _State) -> float:
+    def _match(self, rule: Rule, st: PacketState) -> float:
         """Probability that ``rule`` matches ``st`` (0, 1, or in between for random matches)."""
         d = rule.dst
         if d is not None:
@@ -595,7 +415,11 @@ class IptablesTracer(PacketWalker):
                 return 0.0
         proto = rule.proto
         if proto is not None and proto != "all" and proto != "0":
-            same = proto == st.proto or (proto.isascii() and proto.isdigit() and int(proto) == {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1}.get(st.proto))
+            same = proto == st.proto or (
+                proto.isascii()
+                and proto.isdigit()
+                and int(proto) == {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1}.get(st.proto)
+            )
             if same == rule.proto_neg:
                 return 0.0
         if rule.frag:
@@ -607,7 +431,10 @@ class IptablesTracer(PacketWalker):
                     if not rule.iif_neg:
                         return 0.0
                     return self._matches(rule, st) if rule.matches else 1.0
-                st.note(f"{rule.where}: rule tests the input interface ({'! ' if rule.iif_neg else ''}-i {rule.iif}) and the packet's is unknown (give --iif); assumed not matching", uncertain=True)
+                st.note(
+                    f"{rule.where}: rule tests the input interface ({'! ' if rule.iif_neg else ''}-i {rule.iif}) and the packet's is unknown (give --iif); assumed not matching",
+                    uncertain=True,
+                )
                 return 0.0
             if _iface_match(rule.iif, st.iif) == rule.iif_neg:
                 return 0.0
@@ -617,7 +444,10 @@ class IptablesTracer(PacketWalker):
                     if not rule.oif_neg:
                         return 0.0
                     return self._matches(rule, st) if rule.matches else 1.0
-                st.note(f"{rule.where}: rule tests the output interface (-o {rule.oif}) and kpdiag does not know the route; assumed not matching", uncertain=True)
+                st.note(
+                    f"{rule.where}: rule tests the output interface (-o {rule.oif}) and kpdiag does not know the route; assumed not matching",
+                    uncertain=True,
+                )
                 return 0.0
             if _iface_match(rule.oif, st.oif) == rule.oif_neg:
                 return 0.0
@@ -625,12 +455,14 @@ class IptablesTracer(PacketWalker):
             return 1.0
         return self._matches(rule, st)
 
-    def _matches(self, rule: Rule, st: _State) -> float:
+    def _matches(self, rule: Rule, st: PacketState) -> float:
         p = 1.0
         for m in rule.matches:
             fn = _MATCHERS.get(m.module)
             if fn is None:
-                st.note(f"{rule.where}: -m {m.module} cannot be evaluated by kpdiag; assumed not matching", uncertain=True)
+                st.note(
+                    f"{rule.where}: -m {m.module} cannot be evaluated by kpdiag; assumed not matching", uncertain=True
+                )
                 return 0.0
             q = fn(self, m, st, rule)
             if q <= 0.0:
@@ -638,8 +470,11 @@ class IptablesTracer(PacketWalker):
             p *= q
         return p
 
-    def _unknown_opt(self, rule: Rule, m, opt, st: _State) -> float:
-        st.note(f"{rule.where}: -m {m.module} {opt.name} cannot be evaluated by kpdiag; assumed not matching", uncertain=True)
+    def _unknown_opt(self, rule: Rule, m, opt, st: PacketState) -> float:
+        st.note(
+            f"{rule.where}: -m {m.module} {opt.name} cannot be evaluated by kpdiag; assumed not matching",
+            uncertain=True,
+        )
         return 0.0
 
 
@@ -808,7 +643,9 @@ def _m_statistic(tr, m, st, rule):
     if mode.value == "nth":
         every = m.get("--every")
         n = int(every.value) if every else 1
-        st.note(f"{rule.where}: -m statistic --mode nth: which of every {n} connections this is depends on history; each branch has probability 1/{n}")
+        st.note(
+            f"{rule.where}: -m statistic --mode nth: which of every {n} connections this is depends on history; each branch has probability 1/{n}"
+        )
         return 1.0 / n
     return tr._unknown_opt(rule, m, mode, st)
 
@@ -829,14 +666,23 @@ def _m_recent(tr, m, st, rule):
 def _m_set(tr, m, st, rule):
     for opt in m.opts:
         if opt.name != "--match-set":
-            if opt.name in ("--return-nomatch", "--update-counters", "--update-subcounters", "--packets-eq", "--bytes-eq"):
+            if opt.name in (
+                "--return-nomatch",
+                "--update-counters",
+                "--update-subcounters",
+                "--packets-eq",
+                "--bytes-eq",
+            ):
                 continue
             return tr._unknown_opt(rule, m, opt, st)
         if len(opt.args) < 2:
             return tr._unknown_opt(rule, m, opt, st)
         name, flags = opt.args[0], opt.args[1].split(",")
         if tr.ipsets is None:
-            st.note(f"{rule.where}: ipset {name} needed but no ipset list was given ({sources.IPSET}); assumed not matching", uncertain=True)
+            st.note(
+                f"{rule.where}: ipset {name} needed but no ipset list was given ({sources.IPSET}); assumed not matching",
+                uncertain=True,
+            )
             return 0.0
         s = tr.ipsets.get(name)
         if s is None or s.kinds is None:

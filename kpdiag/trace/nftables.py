@@ -12,14 +12,23 @@ from __future__ import annotations
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 from ..parse.nft import NftChain, NftRule, NftRuleset
 from .model import Step, endpoint_text
-from .netfilter import MAX_DEPTH, MAX_PATHS, PacketWalker, _State
+from .walker import MAX_DEPTH, MAX_PATHS, PacketState, PacketWalker
 from .routing import RoutingTable
 
 FAMILIES = ("ip", "inet")  # the tables an IPv4 packet meets
 FAMILIES6 = ("ip6", "inet")
 PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 132: "sctp", 58: "icmpv6"}
-TYPE_KINDS = {"ipv4_addr": "ip", "ipv6_addr": "ip", "inet_proto": "proto", "inet_service": "port", "mark": "int",
-              "ifname": "str", "ether_addr": "str", "integer": "int", "verdict": "verdict"}
+TYPE_KINDS = {
+    "ipv4_addr": "ip",
+    "ipv6_addr": "ip",
+    "inet_proto": "proto",
+    "inet_service": "port",
+    "mark": "int",
+    "ifname": "str",
+    "ether_addr": "str",
+    "integer": "int",
+    "verdict": "verdict",
+}
 
 
 class Unknown(Exception):
@@ -39,7 +48,16 @@ def _kind_of(left) -> str:
             return "int"
         if "meta" in left:
             key = left["meta"].get("key")
-            return {"l4proto": "proto", "mark": "int", "iifname": "str", "oifname": "str", "iif": "str", "oif": "str", "nfproto": "str", "protocol": "str"}.get(key, "int")
+            return {
+                "l4proto": "proto",
+                "mark": "int",
+                "iifname": "str",
+                "oifname": "str",
+                "iif": "str",
+                "oif": "str",
+                "nfproto": "str",
+                "protocol": "str",
+            }.get(key, "int")
         if "ct" in left:
             key = left["ct"].get("key")
             return {"state": "ctstate", "mark": "int", "status": "ctstate", "original": "ip"}.get(key, "int")
@@ -132,7 +150,7 @@ class NftTracer(PacketWalker):
         self._sets: dict = {}
 
     # ----------------------------------------------------------------- hooks
-    def _hook(self, hook: str, states: list[_State], finished: list[_State]) -> list[_State]:
+    def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
         """Every base chain of the ip/inet (IPv6: ip6/inet) families on this hook, by priority."""
         hook_name = hook
         hook = hook.lower()
@@ -147,9 +165,18 @@ class NftTracer(PacketWalker):
                 dnat_before = st.ct_dnat
                 for s2, outcome in self._run(chain, st, 0, 0):
                     if outcome == "return":
-                        outcome = (chain.policy or "accept")
+                        outcome = chain.policy or "accept"
                         if outcome != "accept":
-                            s2.steps.append(Step(s2.hook, f"{chain.family} {chain.table}", chain.name, None, f"policy {outcome}", f"policy {outcome}"))
+                            s2.steps.append(
+                                Step(
+                                    s2.hook,
+                                    f"{chain.family} {chain.table}",
+                                    chain.name,
+                                    None,
+                                    f"policy {outcome}",
+                                    f"policy {outcome}",
+                                )
+                            )
                     if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
                         s2.nat_done = hook
                     if outcome == "accept":
@@ -167,11 +194,11 @@ class NftTracer(PacketWalker):
         return states
 
     # ----------------------------------------------------------------- chains and rules
-    def _run(self, chain: NftChain, st: _State, start: int, depth: int) -> list[tuple[_State, str]]:
+    def _run(self, chain: NftChain, st: PacketState, start: int, depth: int) -> list[tuple[PacketState, str]]:
         if depth > MAX_DEPTH:
             st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
             return [(st, "drop")]
-        out: list[tuple[_State, str]] = []
+        out: list[tuple[PacketState, str]] = []
         rules = chain.rules
         for pos in range(start, len(rules)):
             st.rules_evaluated += 1
@@ -200,18 +227,27 @@ class NftTracer(PacketWalker):
         out.append((st, "return"))
         return out
 
-    def _step(self, rule: NftRule, st: _State, action: str) -> None:
-        st.steps.append(Step(st.hook, f"{rule.family} {rule.table}", rule.chain, rule.index, rule.text, action,
-                             f"{self.rs.source}#handle{rule.handle}" if rule.handle is not None else self.rs.source))
+    def _step(self, rule: NftRule, st: PacketState, action: str) -> None:
+        st.steps.append(
+            Step(
+                st.hook,
+                f"{rule.family} {rule.table}",
+                rule.chain,
+                rule.index,
+                rule.text,
+                action,
+                f"{self.rs.source}#handle{rule.handle}" if rule.handle is not None else self.rs.source,
+            )
+        )
 
-    def _rule(self, rule: NftRule, st: _State) -> list[tuple[_State, object]]:
+    def _rule(self, rule: NftRule, st: PacketState) -> list[tuple[PacketState, object]]:
         """Evaluate one rule: [(state, action)] — action None (next rule), "accept"/"drop"/"reject"/"return", or (jump|goto, chain)."""
         return self._exprs(rule, rule.expr, 0, st)
 
-    def _exprs(self, rule: NftRule, exprs: list, i: int, st: _State) -> list[tuple[_State, object]]:
+    def _exprs(self, rule: NftRule, exprs: list, i: int, st: PacketState) -> list[tuple[PacketState, object]]:
         while i < len(exprs):
             e = exprs[i]
-            (k, v), = list(e.items())[:1]
+            ((k, v),) = list(e.items())[:1]
             try:
                 if k == "match":
                     if not self._match(rule, v, st):
@@ -227,7 +263,9 @@ class NftTracer(PacketWalker):
                 elif k in ("accept", "drop", "return", "continue", "jump", "goto"):
                     return [(st, self._verdict(rule, e, st))]
                 elif k == "reject":
-                    st.reject_with = (v or {}).get("expr") or "port-unreachable" if isinstance(v, dict) else "port-unreachable"
+                    st.reject_with = (
+                        (v or {}).get("expr") or "port-unreachable" if isinstance(v, dict) else "port-unreachable"
+                    )
                     self._step(rule, st, f"reject ({st.reject_with})")
                     return [(st, "reject")]
                 elif k == "dnat":
@@ -261,7 +299,9 @@ class NftTracer(PacketWalker):
                     self._step(rule, st, "notrack")
                 elif k == "set":
                     if v.get("op") in ("update", "add"):
-                        st.note(f"session affinity: {rule.chain} records the client in {v.get('set')} (kpdiag assumes a client not seen before)")
+                        st.note(
+                            f"session affinity: {rule.chain} records the client in {v.get('set')} (kpdiag assumes a client not seen before)"
+                        )
                 elif k in ("counter", "log", "limit", "quota", "meter", "comment"):
                     pass
                 elif k == "xt":
@@ -269,7 +309,10 @@ class NftTracer(PacketWalker):
                 else:
                     raise Unknown(f"expression '{k}'")
             except Unknown as exc:
-                st.note(f"{rule.family} {rule.table} {rule.chain} rule {rule.index}: {exc} cannot be evaluated; assumed not matching", uncertain=True)
+                st.note(
+                    f"{rule.family} {rule.table} {rule.chain} rule {rule.index}: {exc} cannot be evaluated; assumed not matching",
+                    uncertain=True,
+                )
                 return [(st, None)]
             i += 1
         self._step(rule, st, "continue")
@@ -279,7 +322,9 @@ class NftTracer(PacketWalker):
         mod = int(numgen.get("mod", 1))
         offset = int(numgen.get("offset", 0))
         if numgen.get("mode") != "random":
-            st.note(f"{rule.chain}: numgen {numgen.get('mode')} depends on history; every index taken with probability 1/{mod}")
+            st.note(
+                f"{rule.chain}: numgen {numgen.get('mode')} depends on history; every index taken with probability 1/{mod}"
+            )
         out = []
         for n in range(mod):
             branch = st.fork(1.0 / mod) if mod > 1 else st
@@ -287,12 +332,12 @@ class NftTracer(PacketWalker):
             out.append((branch, self._verdict(rule, verdict, branch) if found else None))
         return out
 
-    def _verdict(self, rule: NftRule, verdict, st: _State):
+    def _verdict(self, rule: NftRule, verdict, st: PacketState):
         if isinstance(verdict, str):
             verdict = {verdict: None}
         if not isinstance(verdict, dict):
             raise Unknown(f"verdict {verdict}")
-        (k, v), = list(verdict.items())[:1]
+        ((k, v),) = list(verdict.items())[:1]
         if k in ("jump", "goto"):
             self._step(rule, st, f"{k} {v.get('target')}")
             return (k, v.get("target"))
@@ -303,7 +348,7 @@ class NftTracer(PacketWalker):
         return k
 
     # ----------------------------------------------------------------- values
-    def _value(self, rule: NftRule, left, st: _State):
+    def _value(self, rule: NftRule, left, st: PacketState):
         if isinstance(left, dict):
             if "payload" in left:
                 p = left["payload"]
@@ -373,13 +418,21 @@ class NftTracer(PacketWalker):
                 route = self.routing.lookup(addr, st.ver)
                 if route is None:
                     return "unicast"
-                return {"unicast": "unicast", "blackhole": "blackhole", "unreachable": "unreachable", "prohibit": "prohibit"}.get(route.type, route.type)
+                return {
+                    "unicast": "unicast",
+                    "blackhole": "blackhole",
+                    "unreachable": "unreachable",
+                    "prohibit": "prohibit",
+                }.get(route.type, route.type)
             if "concat" in left:
                 return tuple(self._value(rule, x, st) for x in left["concat"])
             for op in ("&", "|", "^"):
                 if op in left:
                     a, b = left[op]
-                    av, bv = self._value(rule, a, st), _norm("int", b) if not isinstance(b, dict) else self._value(rule, b, st)
+                    av, bv = (
+                        self._value(rule, a, st),
+                        _norm("int", b) if not isinstance(b, dict) else self._value(rule, b, st),
+                    )
                     return {"&": av & bv, "|": av | bv, "^": av ^ bv}[op]
             raise Unknown(f"expression {list(left)[0]}")
         return left
@@ -404,7 +457,11 @@ class NftTracer(PacketWalker):
             except _NoMatch:
                 return False, None
             key_value = value if isinstance(value, tuple) else (value,)
-            kinds = ([_kind_of(x) for x in key_expr["concat"]] if isinstance(key_expr, dict) and "concat" in key_expr else [_kind_of(key_expr)])
+            kinds = (
+                [_kind_of(x) for x in key_expr["concat"]]
+                if isinstance(key_expr, dict) and "concat" in key_expr
+                else [_kind_of(key_expr)]
+            )
         if isinstance(data, str) and data.startswith("@"):
             idx = self._set_index(rule, data, kinds)
         elif isinstance(data, dict) and "set" in data:
@@ -416,7 +473,7 @@ class NftTracer(PacketWalker):
             st.note(f"session affinity ({s.name}): kpdiag assumes this client was not seen before")
         return idx.lookup(tuple(key_value))
 
-    def _match(self, rule: NftRule, m: dict, st: _State) -> bool:
+    def _match(self, rule: NftRule, m: dict, st: PacketState) -> bool:
         op, left, right = m.get("op", "=="), m.get("left"), m.get("right")
         try:
             value = self._value(rule, left, st)
@@ -448,9 +505,13 @@ class NftTracer(PacketWalker):
             return {"<": value < target, ">": value > target, "<=": value <= target, ">=": value >= target}[op]
         raise Unknown(f"operator {op}")
 
-    def _mangle(self, rule: NftRule, v: dict, st: _State) -> None:
+    def _mangle(self, rule: NftRule, v: dict, st: PacketState) -> None:
         key = v.get("key", {})
-        if not (isinstance(key, dict) and ("meta" in key or "ct" in key) and (key.get("meta") or key.get("ct")).get("key") == "mark"):
+        if not (
+            isinstance(key, dict)
+            and ("meta" in key or "ct" in key)
+            and (key.get("meta") or key.get("ct")).get("key") == "mark"
+        ):
             raise Unknown("mangle of something other than the mark")
         before = st.mark if "meta" in key else st.ctmark
         value = self._value(rule, v.get("value"), st)
@@ -464,4 +525,3 @@ class NftTracer(PacketWalker):
 
 class _NoMatch(Exception):
     """The packet lacks the header the expression reads (e.g. tcp dport on a UDP packet): no match."""
-

@@ -77,8 +77,17 @@ class RoutingTable:
                 return True
         return False
 
-    def lookup(self, addr: int, version: int = 4, src: int | None = None, iif: str | None = None, mark: int | None = None,
-               proto: str | None = None, sport: int | None = None, dport: int | None = None) -> Route | None:
+    def lookup(
+        self,
+        addr: int,
+        version: int = 4,
+        src: int | None = None,
+        iif: str | None = None,
+        mark: int | None = None,
+        proto: str | None = None,
+        sport: int | None = None,
+        dport: int | None = None,
+    ) -> Route | None:
         """The route a packet to ``addr`` takes; None when no routes of its IP version are known at all (a bundle
         whose routes were read with plain `ip route`, which shows IPv4 only, knows nothing of IPv6).
 
@@ -110,8 +119,10 @@ class RoutingTable:
 
         def finish(route: Route) -> Route:
             if unsure:
-                why = (f"policy-routing rule(s) {'; '.join(unsure[:3])} may also apply to this packet (kpdiag cannot tell): "
-                       "if one does, the kernel routes it differently")
+                why = (
+                    f"policy-routing rule(s) {'; '.join(unsure[:3])} may also apply to this packet (kpdiag cannot tell): "
+                    "if one does, the kernel routes it differently"
+                )
                 route = replace(route, uncertain=why)
             return route
 
@@ -147,8 +158,10 @@ class RoutingTable:
         """Why the kernel drops a packet that arrived on an interface before any hook sees it, or None: IPv6 to or from
         the loopback address ::1 (IPv6 has no route_localnet)."""
         if version == 6 and (dst == 1 or src == 1):
-            return ("an IPv6 packet to or from ::1 that arrives on an interface is dropped by the kernel on receipt, before "
-                    "PREROUTING: no rule sees it")
+            return (
+                "an IPv6 packet to or from ::1 that arrives on an interface is dropped by the kernel on receipt, before "
+                "PREROUTING: no rule sees it"
+            )
         return None
 
     def martian(self, src: int, dst: int, version: int, iif: str | None) -> tuple[str, bool] | None:
@@ -166,15 +179,25 @@ class RoutingTable:
             return None
         known = self.route_localnet
         if known is None:
-            return (f"{what} is dropped by the kernel unless net.ipv4.conf.all.route_localnet = 1; the node's sysctls are not "
-                    "known (no bundle): the kernel's default 0 is assumed", True)
+            return (
+                f"{what} is dropped by the kernel unless net.ipv4.conf.all.route_localnet = 1; the node's sysctls are not "
+                "known (no bundle): the kernel's default 0 is assumed",
+                True,
+            )
         if known.get("all") or (iif is not None and known.get(iif)):
             return None
-        where = "net.ipv4.conf.all.route_localnet = 0" if iif is None else f"net.ipv4.conf.all.route_localnet and .{iif}.route_localnet are 0"
+        where = (
+            "net.ipv4.conf.all.route_localnet = 0"
+            if iif is None
+            else f"net.ipv4.conf.all.route_localnet and .{iif}.route_localnet are 0"
+        )
         others = sorted(k for k, v in known.items() if v and k not in ("all", "default"))
         if iif is None and others:
-            return (f"{what} is dropped by the kernel unless route_localnet = 1 on its input interface: it is 0 for all, "
-                    f"1 on {', '.join(others)} (give --iif to say which)", True)
+            return (
+                f"{what} is dropped by the kernel unless route_localnet = 1 on its input interface: it is 0 for all, "
+                f"1 on {', '.join(others)} (give --iif to say which)",
+                True,
+            )
         return (f"{what} is dropped by the kernel: {where} (kube-proxy sets it to 1 for NodePorts on localhost)", False)
 
     def not_forwarded(self, version: int, iif: str | None) -> tuple[str, bool] | None:
@@ -201,8 +224,11 @@ class RoutingTable:
             if "all" not in known or known["all"]:
                 return None
             name = "net.ipv6.conf.all.forwarding = 0"
-        return (f"{name}: the node does not forward packets, so the kernel drops this one (which must leave through "
-                "another interface) after PREROUTING, silently — the client times out (KP501)", unsure)
+        return (
+            f"{name}: the node does not forward packets, so the kernel drops this one (which must leave through "
+            "another interface) after PREROUTING, silently — the client times out (KP501)",
+            unsure,
+        )
 
     def knows(self, version: int) -> bool:
         """Are any routes of this IP version known?"""
@@ -212,8 +238,17 @@ class RoutingTable:
 _PROTO_NUMBERS = {"tcp": "6", "udp": "17", "sctp": "132", "icmp": "1", "ipv6-icmp": "58"}
 
 
-def rule_matches(rule, src: int, dst: int, version: int, iif: str | None, mark: int | None, proto: str | None,
-                 sport: int | None, dport: int | None) -> bool | None:
+def rule_matches(
+    rule,
+    src: int,
+    dst: int,
+    version: int,
+    iif: str | None,
+    mark: int | None,
+    proto: str | None,
+    sport: int | None,
+    dport: int | None,
+) -> bool | None:
     """Whether a policy-routing rule's selectors match the packet (as the kernel's fib rule match does): True, False,
     or None when a selector depends on something the trace does not know."""
     results: list[bool | None] = []
@@ -230,7 +265,11 @@ def rule_matches(rule, src: int, dst: int, version: int, iif: str | None, mark: 
     if rule.fwmark is not None:
         results.append(None if mark is None else ((mark ^ rule.fwmark) & rule.fwmask) == 0)
     if rule.ipproto:
-        results.append(None if proto is None else _PROTO_NUMBERS.get(proto, proto) == _PROTO_NUMBERS.get(rule.ipproto, rule.ipproto))
+        results.append(
+            None
+            if proto is None
+            else _PROTO_NUMBERS.get(proto, proto) == _PROTO_NUMBERS.get(rule.ipproto, rule.ipproto)
+        )
     for rng, port in ((rule.sport, sport), (rule.dport, dport)):
         if rng:
             results.append(None if port is None else rng[0] <= port <= rng[1])
@@ -255,7 +294,7 @@ def route_localnet_from_sysctl(sysctl) -> dict[str, bool] | None:
     for key, value in sysctl.items():
         if key.startswith("net.ipv4.conf.") and key.endswith(".route_localnet"):
             raw = getattr(value, "value", value)
-            out[key[len("net.ipv4.conf."):-len(".route_localnet")]] = str(raw).strip() == "1"
+            out[key[len("net.ipv4.conf.") : -len(".route_localnet")]] = str(raw).strip() == "1"
     return out if "all" in out else None
 
 
@@ -269,13 +308,17 @@ def forwarding_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
         for ver in (4, 6):
             prefix = f"net.ipv{ver}.conf."
             if key.startswith(prefix) and key.endswith(".forwarding"):
-                out[ver][key[len(prefix):-len(".forwarding")]] = str(getattr(value, "value", value)).strip() == "1"
+                out[ver][key[len(prefix) : -len(".forwarding")]] = str(getattr(value, "value", value)).strip() == "1"
     if "net.ipv4.ip_forward" in sysctl:
-        out[4]["all"] = str(getattr(sysctl["net.ipv4.ip_forward"], "value", sysctl["net.ipv4.ip_forward"])).strip() == "1"
+        out[4]["all"] = (
+            str(getattr(sysctl["net.ipv4.ip_forward"], "value", sysctl["net.ipv4.ip_forward"])).strip() == "1"
+        )
     return out if out[4] or out[6] else None
 
 
-def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None, rules: list | None = None) -> RoutingTable:
+def routing_from_ip_json(
+    addrs: list | None, routes: list | None, sysctl=None, rules: list | None = None
+) -> RoutingTable:
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
     route_localnet; the parsed ``ip -j rule``, for policy routing)."""
     rt = RoutingTable()
@@ -312,11 +355,22 @@ def routing_from_ip_json(addrs: list | None, routes: list | None, sysctl=None, r
         table = {"255": "local", "254": "main", "253": "default"}.get(table, table)
         try:
             if dst == "default":
-                prefix = parse_prefix("0.0.0.0/0") if ":" not in str(entry.get("gateway") or "") else parse_prefix("::/0")
+                prefix = (
+                    parse_prefix("0.0.0.0/0") if ":" not in str(entry.get("gateway") or "") else parse_prefix("::/0")
+                )
             else:
                 prefix = parse_prefix(dst)
         except ValueError:
             continue
         gw, dev = entry.get("gateway"), entry.get("dev")
-        rt.add_route(prefix, Route(str(rtype), dev=dev if isinstance(dev, str) else None, gateway=gw if isinstance(gw, str) else None, dst=dst, table=table))
+        rt.add_route(
+            prefix,
+            Route(
+                str(rtype),
+                dev=dev if isinstance(dev, str) else None,
+                gateway=gw if isinstance(gw, str) else None,
+                dst=dst,
+                table=table,
+            ),
+        )
     return rt

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.diagnose import analyze_bundle
+from kpdiag.pipeline import analyze_bundle
 
 from ..conftest import FIXTURES
 
@@ -29,7 +29,9 @@ def test_findings_stay_within_their_declared_severities(name):
     specs = {c.id: c for c in load_registry().checks}
     for f in _report(name).findings:
         spec = specs[f.id]
-        assert f.severity in spec.may_emit, f"{name}: {f.id} emitted {f.severity.value}, declares {[s.value for s in spec.may_emit]}"
+        assert f.severity in spec.may_emit, (
+            f"{name}: {f.id} emitted {f.severity.value}, declares {[s.value for s in spec.may_emit]}"
+        )
 
 
 # a redirection that truncates an /etc file ("> /etc/x", "tee /etc/x" is fine only for kpdiag's own drop-ins)
@@ -72,11 +74,21 @@ def test_kpdiag_dropin_commands_are_idempotent(tmp_path):
     """The persist commands really run (in a temp dir instead of /etc, without sudo): twice gives the same file."""
     from kpdiag.fixcmd import persist_modules, persist_sysctls
 
-    for cmd in (persist_sysctls({"net.ipv4.ip_forward": 1, "net.bridge.bridge-nf-call-iptables": 1}, "t"), persist_modules(["br_netfilter"], "t")):
-        local = cmd.replace("sudo ", "").replace("/etc/", f"{tmp_path}/").replace("sysctl --system", "true").replace("modprobe -a", "true")
+    for cmd in (
+        persist_sysctls({"net.ipv4.ip_forward": 1, "net.bridge.bridge-nf-call-iptables": 1}, "t"),
+        persist_modules(["br_netfilter"], "t"),
+    ):
+        local = (
+            cmd.replace("sudo ", "")
+            .replace("/etc/", f"{tmp_path}/")
+            .replace("sysctl --system", "true")
+            .replace("modprobe -a", "true")
+        )
         os.makedirs(tmp_path / "sysctl.d", exist_ok=True)
         os.makedirs(tmp_path / "modules-load.d", exist_ok=True)
         for _ in range(2):
             subprocess.run(["sh", "-c", local], check=True)
-    assert (tmp_path / "sysctl.d" / "99-zz-kpdiag-t.conf").read_text() == "net.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\n"
+    assert (
+        tmp_path / "sysctl.d" / "99-zz-kpdiag-t.conf"
+    ).read_text() == "net.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\n"
     assert (tmp_path / "modules-load.d" / "kpdiag-t.conf").read_text() == "br_netfilter\n"

@@ -12,7 +12,8 @@ from kpdiag import exitcodes
 from kpdiag.bundle import Bundle
 from kpdiag.checkapi import Skip, check, load_registry, run_checks, select_checks
 from kpdiag.cli import main
-from kpdiag.diagnose import analyze_bundle, analyze_state
+from kpdiag.diagnose import analyze_state
+from kpdiag.pipeline import analyze_bundle
 from kpdiag.state import NodeState
 from tests.conftest import FIXTURES, ROOT
 
@@ -89,7 +90,9 @@ def test_every_file_corrupt_still_reports(tmp_path):
     report = analyze_bundle(str(b))
     assert not report.readable
     assert all(r.status == "skipped" for r in report.checks)
-    assert len(report.problems) >= 8 and all("not text" in p["error"] or "not collected" in p["error"] for p in report.problems)
+    assert len(report.problems) >= 8 and all(
+        "not text" in p["error"] or "not collected" in p["error"] for p in report.problems
+    )
     assert main(["analyze", str(b)]) == exitcodes.NO_DIAGNOSIS
     # one readable file is enough to diagnose something: exit is not 3
     shutil.copy(os.path.join(HEALTHY, "node", "sysctl.txt"), b / "node" / "sysctl.txt")
@@ -133,16 +136,39 @@ def test_docs_checks_md_is_current():
     from kpdiag.render.catalogue import catalogue_markdown
 
     with open(os.path.join(ROOT, "docs", "checks.md")) as fh:
-        assert fh.read() == catalogue_markdown(load_registry().checks), "docs/checks.md is stale: run 'kpdiag checks -o markdown > docs/checks.md'"
+        assert fh.read() == catalogue_markdown(load_registry().checks), (
+            "docs/checks.md is stale: run 'kpdiag checks -o markdown > docs/checks.md'"
+        )
 
 
 def test_explain_and_checks_cli():
     out = subprocess.run([sys.executable, "-m", "kpdiag", "explain", "ip-forward-off"], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.startswith("KP501 ip-forward-off") and "Symptom" in out.stdout and "Fix" in out.stdout
+    assert (
+        out.returncode == 0
+        and out.stdout.startswith("KP501 ip-forward-off")
+        and "Symptom" in out.stdout
+        and "Fix" in out.stdout
+    )
     out = subprocess.run([sys.executable, "-m", "kpdiag", "checks", "-o", "json"], capture_output=True, text=True)
     data = json.loads(out.stdout)
-    assert {d["id"] for d in data} >= {"KP204", "KP205", "KP207", "KP208", "KP301", "KP501", "KP502", "KP503", "KP505", "KP601",
-                                     "KP701", "KP702", "KP703", "KP704", "KP705", "KP706"}
+    assert {d["id"] for d in data} >= {
+        "KP204",
+        "KP205",
+        "KP207",
+        "KP208",
+        "KP301",
+        "KP501",
+        "KP502",
+        "KP503",
+        "KP505",
+        "KP601",
+        "KP701",
+        "KP702",
+        "KP703",
+        "KP704",
+        "KP705",
+        "KP706",
+    }
 
 
 def test_analyze_tar_gz_equals_directory(tmp_path):

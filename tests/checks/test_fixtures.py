@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.diagnose import analyze_bundle as _analyze_bundle
+from kpdiag.pipeline import analyze_bundle as _analyze_bundle
 from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
 from tests.conftest import FIXTURES
 
@@ -19,27 +19,42 @@ def analyze_bundle(path):
 def _cluster_fixture(name) -> bool:
     return looks_like_report_dir(os.path.join(FIXTURES, name))
 
+
 SCENARIOS = sorted(d for d in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, d, "scenario.json")))
 
 
 NEEDS_FILES = {
-    "services": ["cluster/services.json"], "endpointslices": ["cluster/endpointslices.json"], "pods": ["cluster/pods.json"],
-    "probes": ["probes/service.json"], "dns": ["probes/dns.json"], "conntrack-entries": ["node/conntrack.txt"],
-    "iptables": ["node/iptables-save.txt"], "sysctl": ["node/sysctl.txt"], "routes": ["node/ip-route.json"],
-    "addresses": ["node/ip-addr.json"], "modules": ["node/modules.txt"], "kernel": ["node/uname.txt"],
+    "services": ["cluster/services.json"],
+    "endpointslices": ["cluster/endpointslices.json"],
+    "pods": ["cluster/pods.json"],
+    "probes": ["probes/service.json"],
+    "dns": ["probes/dns.json"],
+    "conntrack-entries": ["node/conntrack.txt"],
+    "iptables": ["node/iptables-save.txt"],
+    "sysctl": ["node/sysctl.txt"],
+    "routes": ["node/ip-route.json"],
+    "addresses": ["node/ip-addr.json"],
+    "modules": ["node/modules.txt"],
+    "kernel": ["node/uname.txt"],
     "kube-proxy-config": ["node/kube-proxy/config.yaml", "cluster/kube-proxy-configmap.json"],
-    "kube-proxy-log": ["node/kube-proxy/log.txt"], "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
-    "conntrack": ["node/conntrack-stats.txt"], "nft": ["node/nft-ruleset.json"],
+    "kube-proxy-log": ["node/kube-proxy/log.txt"],
+    "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
+    "conntrack": ["node/conntrack-stats.txt"],
+    "nft": ["node/nft-ruleset.json"],
     "ipvs": ["node/ipvsadm.txt", "node/ipvsadm-list.txt"],
-    "dns-lookups": ["probes/dns.json#kpdiag.dns/v1"], "dns-service": ["cluster/dns-service.json"],
-    "dns-pods": ["cluster/dns-pods.json"], "dns-logs": ["cluster/dns-logs.json"],
-    "networkpolicies": ["cluster/networkpolicies.json"], "service-lookup": ["cluster/service-lookup.json"],
+    "dns-lookups": ["probes/dns.json#kpdiag.dns/v1"],
+    "dns-service": ["cluster/dns-service.json"],
+    "dns-pods": ["cluster/dns-pods.json"],
+    "dns-logs": ["cluster/dns-logs.json"],
+    "networkpolicies": ["cluster/networkpolicies.json"],
+    "service-lookup": ["cluster/service-lookup.json"],
 }
 
 
 def _data_present(name, spec) -> bool:
     if spec.scope == "cluster" or _cluster_fixture(name):  # cluster checks run on node reports, node checks on bundles
         return spec.scope == "cluster" and _cluster_fixture(name)
+
     def has(rel):  # "FILE#TEXT": the file exists and holds TEXT (a document of that schema)
         rel, _, marker = rel.partition("#")
         path = os.path.join(FIXTURES, name, rel)
@@ -47,6 +62,7 @@ def _data_present(name, spec) -> bool:
             return os.path.exists(path)
         with open(path, encoding="utf-8", errors="replace") as fh:
             return marker in fh.read()
+
     if not spec.needs:
         return has("node/iptables-save.txt")  # checks that look at whatever node data there is
     return all(any(has(rel) for rel in NEEDS_FILES[n]) for n in spec.needs)
@@ -64,10 +80,16 @@ def test_fixture_fires_what_it_says(name):
     fired = {f.id for f in report.findings}
     assert fired == set(expect["fires"]), (name, [f.summary for f in report.findings])
     runs = {r.id: r for r in report.checks}
-    assert not [r for r in report.checks if r.status == "error"], [r.reason for r in report.checks if r.status == "error"]
+    assert not [r for r in report.checks if r.status == "error"], [
+        r.reason for r in report.checks if r.status == "error"
+    ]
     # every check whose data is in the fixture must run (and, unless it fires, stay silent)
     mode = report.facts.get("proxy_mode")
-    must_run = [c.id for c in load_registry().checks if c.id in runs and _data_present(name, c) and (not c.modes or mode in c.modes)]
+    must_run = [
+        c.id
+        for c in load_registry().checks
+        if c.id in runs and _data_present(name, c) and (not c.modes or mode in c.modes)
+    ]
     for c in load_registry().checks:  # a check about other proxy modes says so, whatever data the bundle has
         if c.modes and mode and mode not in c.modes and c.id in runs and runs[c.id].status != "error":
             assert runs[c.id].status == "skipped" and f"runs in {mode} mode" in runs[c.id].reason, (name, runs[c.id])
@@ -96,8 +118,11 @@ def test_every_check_fires_and_stays_silent_somewhere():
 def test_healthy_node_has_no_error_or_warning():
     report = analyze_bundle(os.path.join(FIXTURES, "healthy-iptables"))
     assert report.counts()["error"] == 0 and report.counts()["warning"] == 0
-    node_checks = {c.id for c in load_registry().checks if "services" not in c.needs and _data_present("healthy-iptables", c)
-                   and (not c.modes or "iptables" in c.modes)}
+    node_checks = {
+        c.id
+        for c in load_registry().checks
+        if "services" not in c.needs and _data_present("healthy-iptables", c) and (not c.modes or "iptables" in c.modes)
+    }
     assert len(node_checks) >= 20
     assert all(r.status == "ran" for r in report.checks if r.id in node_checks)
     assert report.facts["proxy_mode"] == "iptables" and report.facts["kube_proxy_version"] == "1.31"

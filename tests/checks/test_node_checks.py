@@ -8,7 +8,7 @@ import os
 import shutil
 
 from kpdiag.bundle import Bundle, write_bundle
-from kpdiag.diagnose import analyze_bundle
+from kpdiag.pipeline import analyze_bundle
 from kpdiag.state import NodeState
 from tests.synth import Endpoint, Port, Service, ipvs_files
 from tests.conftest import FIXTURES
@@ -45,9 +45,14 @@ def test_default_ipvs_node_without_loadbalancer_ips_has_no_warning():
     assert _status(report, "KP307").status == "ran"
 
 
-HTTP_ERRORS = [{"source": rel, "error": f"GET http://127.0.0.1:{port}/{path}: [Errno 111] Connection refused"}
-               for rel, port, path in (("node/kube-proxy/proxy-mode.txt", 10249, "proxyMode"), ("node/kube-proxy/metrics.txt", 10249, "metrics"),
-                                       ("node/kube-proxy/healthz.json", 10256, "healthz"))]
+HTTP_ERRORS = [
+    {"source": rel, "error": f"GET http://127.0.0.1:{port}/{path}: [Errno 111] Connection refused"}
+    for rel, port, path in (
+        ("node/kube-proxy/proxy-mode.txt", 10249, "proxyMode"),
+        ("node/kube-proxy/metrics.txt", 10249, "metrics"),
+        ("node/kube-proxy/healthz.json", 10256, "healthz"),
+    )
+]
 KP_FILES = ["node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json"]
 
 
@@ -91,26 +96,36 @@ def test_replacement_fixture_skips_kube_proxy_checks_with_the_reason():
 
 def test_host_firewall_in_ipvs_mode(tmp_path):
     """IPVS delivers NodePort traffic to the node (INPUT): an INPUT policy DROP without an accept drops it."""
-    svcs = [Service("shop", "front", "10.96.0.40", [Port("http", 80, 8080, node_port=30080)], [Endpoint("10.244.1.11")])]
+    svcs = [
+        Service("shop", "front", "10.96.0.40", [Port("http", 80, 8080, node_port=30080)], [Endpoint("10.244.1.11")])
+    ]
     files = ipvs_files(svcs)
     files["node/kube-proxy/proxy-mode.txt"] = "ipvs\n"
     out = str(tmp_path / "ok")
-    write_bundle({k: v.encode() for k, v in files.items()}, out, {"format": "kpdiag-bundle/1", "node": "n", "errors": []})
+    write_bundle(
+        {k: v.encode() for k, v in files.items()}, out, {"format": "kpdiag-bundle/1", "node": "n", "errors": []}
+    )
     report = analyze_bundle(out)
     assert _status(report, "KP509").status == "ran" and "KP509" not in _ids(report)
     files["node/iptables-save.txt"] = files["node/iptables-save.txt"].replace(":INPUT ACCEPT", ":INPUT DROP", 1)
     assert ":INPUT DROP" in files["node/iptables-save.txt"]
     out = str(tmp_path / "drop")
-    write_bundle({k: v.encode() for k, v in files.items()}, out, {"format": "kpdiag-bundle/1", "node": "n", "errors": []})
+    write_bundle(
+        {k: v.encode() for k, v in files.items()}, out, {"format": "kpdiag-bundle/1", "node": "n", "errors": []}
+    )
     found = [f for f in analyze_bundle(out).findings if f.id == "KP509"]
-    assert len(found) == 1 and "30080/tcp" in found[0].summary and "INPUT" in found[0].summary, [f.summary for f in found]
+    assert len(found) == 1 and "30080/tcp" in found[0].summary and "INPUT" in found[0].summary, [
+        f.summary for f in found
+    ]
 
 
 def test_kp704_reads_older_kube_proxy_wordings(tmp_path):
-    log = ('E0521 10:00:00.000000       1 proxier.go:770] Failed to delete stale service IP 10.96.0.10 connections, error: '
-           'error deleting connection tracking state for UDP service IP: 10.96.0.10, error: exit status 1\n'
-           'E0521 10:00:01.000000       1 reflector.go:178] k8s.io/client-go/informers/factory.go:135: Failed to list *v1.Service: '
-           'Get "https://10.0.0.1:6443/api/v1/services": dial tcp 10.0.0.1:6443: connect: no route to host\n')
+    log = (
+        "E0521 10:00:00.000000       1 proxier.go:770] Failed to delete stale service IP 10.96.0.10 connections, error: "
+        "error deleting connection tracking state for UDP service IP: 10.96.0.10, error: exit status 1\n"
+        "E0521 10:00:01.000000       1 reflector.go:178] k8s.io/client-go/informers/factory.go:135: Failed to list *v1.Service: "
+        'Get "https://10.0.0.1:6443/api/v1/services": dial tcp 10.0.0.1:6443: connect: no route to host\n'
+    )
     path = _copy(tmp_path, "healthy-iptables", {"node/kube-proxy/log.txt": log})
     found = [f for f in analyze_bundle(path).findings if f.id == "KP704"]
     text = " ".join(f.summary for f in found)
@@ -120,11 +135,15 @@ def test_kp704_reads_older_kube_proxy_wordings(tmp_path):
 def test_journald_lines_of_k3s_are_filtered_to_kube_proxys():
     from kpdiag.collect.node import _kube_proxy_lines
 
-    journal = (b'2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.1 812 proxier.go:1522] "Failed to execute iptables-restore"\n'
-               b'2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.2 812 reflector.go:1] Failed to watch *v1.Pod\n'
-               b'2026-12-03T00:00:00+0000 node kube-proxy[99]: E1203 00:00:00.3 99 reflector.go:1] Failed to watch *v1.Service\n')
+    journal = (
+        b'2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.1 812 proxier.go:1522] "Failed to execute iptables-restore"\n'
+        b"2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.2 812 reflector.go:1] Failed to watch *v1.Pod\n"
+        b"2026-12-03T00:00:00+0000 node kube-proxy[99]: E1203 00:00:00.3 99 reflector.go:1] Failed to watch *v1.Service\n"
+    )
     kept = _kube_proxy_lines(journal).decode().splitlines()
-    assert len(kept) == 2 and "proxier.go" in kept[0] and "kube-proxy[99]" in kept[1]  # kubelet's watch error inside k3s is not kube-proxy's
+    assert (
+        len(kept) == 2 and "proxier.go" in kept[0] and "kube-proxy[99]" in kept[1]
+    )  # kubelet's watch error inside k3s is not kube-proxy's
 
 
 def test_ufw_dropping_health_checks_is_named(tmp_path):
@@ -132,14 +151,18 @@ def test_ufw_dropping_health_checks_is_named(tmp_path):
     text = open(os.path.join(FIXTURES, "nodeport-etp-local", "node", "iptables-save.txt")).read()
     head, sep, rest = text.partition("*filter\n")
     rest = rest.replace(":INPUT ACCEPT", ":INPUT DROP", 1)
-    ufw = (":ufw-before-input - [0:0]\n:ufw-user-input - [0:0]\n"
-           "-A INPUT -j ufw-before-input\n-A ufw-before-input -i lo -j ACCEPT\n"
-           "-A ufw-before-input -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A ufw-before-input -j ufw-user-input\n"
-           "-A ufw-user-input -p tcp -m tcp --dport 22 -j ACCEPT\n")
+    ufw = (
+        ":ufw-before-input - [0:0]\n:ufw-user-input - [0:0]\n"
+        "-A INPUT -j ufw-before-input\n-A ufw-before-input -i lo -j ACCEPT\n"
+        "-A ufw-before-input -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A ufw-before-input -j ufw-user-input\n"
+        "-A ufw-user-input -p tcp -m tcp --dport 22 -j ACCEPT\n"
+    )
     rest = rest.replace("COMMIT", ufw + "COMMIT", 1)
     path = _copy(tmp_path, "nodeport-etp-local", {"node/iptables-save.txt": head + sep + rest})
     found = [f for f in analyze_bundle(path).findings if f.id == "KP509"]
-    assert len(found) == 1 and "10256/tcp" in found[0].summary and "ufw (filter INPUT" in found[0].summary, [f.summary for f in found]
+    assert len(found) == 1 and "10256/tcp" in found[0].summary and "ufw (filter INPUT" in found[0].summary, [
+        f.summary for f in found
+    ]
     assert any(f.startswith("ufw allow 30000:32767/tcp") for f in found[0].fix)
     # NodePort 30080 is forwarded to its pod (FORWARD, which ufw left alone here): not blamed
     assert "30080" not in found[0].summary

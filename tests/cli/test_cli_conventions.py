@@ -26,7 +26,10 @@ def run(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
 
 
 # ---------------------------------------------------------------------------------------------- completion
-@pytest.mark.parametrize("shell,marker", [("bash", "complete -o nosort -F"), ("zsh", "#compdef kpdiag"), ("fish", "complete --no-files --command kpdiag")])
+@pytest.mark.parametrize(
+    "shell,marker",
+    [("bash", "complete -o nosort -F"), ("zsh", "#compdef kpdiag"), ("fish", "complete --no-files --command kpdiag")],
+)
 def test_completion_script(shell, marker):
     proc = run("completion", shell)
     assert proc.returncode == 0, proc.stderr
@@ -41,7 +44,9 @@ def _complete(words: str, cword: int, env=None) -> list[str]:
 
 
 def test_completion_of_check_ids_and_bundle_paths():
-    assert "plain,KP501" in _complete("kpdiag explain KP5", 2) and "plain,KP101" not in _complete("kpdiag explain KP5", 2)
+    assert "plain,KP501" in _complete("kpdiag explain KP5", 2) and "plain,KP101" not in _complete(
+        "kpdiag explain KP5", 2
+    )
     assert "plain,ip-forward-off" in _complete("kpdiag explain ip-f", 2)
     for cmd in ("analyze fixtures/x", "node", "svc web"):
         words = f"kpdiag {cmd} --select KP1"
@@ -55,12 +60,15 @@ def test_completion_of_check_ids_and_bundle_paths():
 
 
 # ------------------------------------------------------------------------------------------ unknown ids
-@pytest.mark.parametrize("cmd", [
-    ["analyze", os.path.join(FIXTURES, "healthy-iptables")],
-    ["node", "--host-root", "/nonexistent"],
-    ["svc", "web", "--kubeconfig", "/nonexistent"],
-    ["cluster", "--dry-run"],
-])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["analyze", os.path.join(FIXTURES, "healthy-iptables")],
+        ["node", "--host-root", "/nonexistent"],
+        ["svc", "web", "--kubeconfig", "/nonexistent"],
+        ["cluster", "--dry-run"],
+    ],
+)
 @pytest.mark.parametrize("option", ["--select", "--ignore"])
 def test_unknown_check_ids_are_a_usage_error_naming_the_nearest(cmd, option):
     proc = run(*cmd, option, "KP50l")  # a typo: l for 1
@@ -88,8 +96,11 @@ def test_text_wraps_to_the_terminal_width():
         text = run("analyze", os.path.join(FIXTURES, fixture), env={"COLUMNS": "80"}).stdout
         # prose is re-flowed; commands to paste ("$ …") and evidence quoted from the bundle are never broken
         # a single word longer than the width (a deep bundle path) cannot be broken, and is never cut
-        long = [line for line in _long_lines(text, 80) if not line.startswith(("    $ ", "    - ")) and not _is_evidence(text, line)
-                and len(line.split()) > 1]
+        long = [
+            line
+            for line in _long_lines(text, 80)
+            if not line.startswith(("    $ ", "    - ")) and not _is_evidence(text, line) and len(line.split()) > 1
+        ]
         assert long == [], (fixture, long)
         wide = run("analyze", os.path.join(FIXTURES, fixture), env={"COLUMNS": "120"}).stdout
         assert len(wide.splitlines()) < len(text.splitlines())  # re-flowed to the width, not pre-wrapped
@@ -104,13 +115,24 @@ def _is_evidence(text: str, line: str) -> bool:
     return any(line in b.split("\n\n")[0] for b in block[1:])
 
 
-@pytest.mark.parametrize("args", [
-    ["checks"],
-    ["analyze", os.path.join(FIXTURES, "ip-forward-off"), "-o", "table"],
-    ["analyze", os.path.join(FIXTURES, "cluster-fleet-drift"), "-o", "table"],
-    ["explain", "KP601"],
-    ["trace", "--bundle", os.path.join(FIXTURES, "no-endpoints"), "--src", "192.168.50.2", "--dst", "10.96.0.30:80"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["checks"],
+        ["analyze", os.path.join(FIXTURES, "ip-forward-off"), "-o", "table"],
+        ["analyze", os.path.join(FIXTURES, "cluster-fleet-drift"), "-o", "table"],
+        ["explain", "KP601"],
+        [
+            "trace",
+            "--bundle",
+            os.path.join(FIXTURES, "no-endpoints"),
+            "--src",
+            "192.168.50.2",
+            "--dst",
+            "10.96.0.30:80",
+        ],
+    ],
+)
 def test_tables_fit_80_columns(args):
     proc = run(*args, env={"COLUMNS": "80"})
     assert proc.returncode in (0, 1, 5), proc.stderr
@@ -161,7 +183,9 @@ def test_usage_names_kubectl_kpdiag_when_run_as_the_plugin(tmp_path):
     assert run("--help").stdout.startswith("Usage: kpdiag [OPTIONS] COMMAND")
     installed = shutil.which("kubectl-kpdiag")
     if installed:  # the console script pip installed
-        assert subprocess.run([installed, "--help"], capture_output=True, text=True).stdout.startswith("Usage: kubectl kpdiag")
+        assert subprocess.run([installed, "--help"], capture_output=True, text=True).stdout.startswith(
+            "Usage: kubectl kpdiag"
+        )
 
 
 # -------------------------------------------------------------------------------------- unreadable bundles
@@ -176,7 +200,9 @@ def test_empty_or_unreadable_bundle_is_one_error_line_exit_3(tmp_path):
             proc = run("analyze", str(b), "-o", output)
             assert proc.returncode == 3
             assert proc.stdout == ""
-            assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("kpdiag: error: ") and says in proc.stderr, proc.stderr
+            assert (
+                len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("kpdiag: error: ") and says in proc.stderr
+            ), proc.stderr
             assert "No problems found" not in proc.stderr + proc.stdout
     proc = run("analyze", str(junk), "-o", "json")  # JSON still carries the whole (unreadable) report
     assert proc.returncode == 3 and json.loads(proc.stdout)["readable"] is False and len(proc.stderr.splitlines()) == 1
@@ -216,11 +242,20 @@ def test_verdict_and_headline_come_first():
     from kpdiag.model import Report
     from kpdiag.render.report import report_to_text
 
-    rep = Report("service shop/web", (), (), extra={"headline": "API unreachable: connection refused (https://10.0.0.1:6443)",
-                                                    "verdict": ["shop/web: could not be diagnosed"]})
+    rep = Report(
+        "service shop/web",
+        (),
+        (),
+        extra={
+            "headline": "API unreachable: connection refused (https://10.0.0.1:6443)",
+            "verdict": ["shop/web: could not be diagnosed"],
+        },
+    )
     lines = report_to_text(rep).splitlines()
     assert lines[0].startswith("API unreachable: connection refused") and lines[1].startswith("» shop/web")
     assert "No problems found" not in "\n".join(lines)
     text = run("analyze", os.path.join(FIXTURES, "svc-selector-typo")).stdout.splitlines()
     assert text[0].startswith("» shop/web is broken") and text.index("kpdiag: service shop/web") > 0
-    assert [i for i, l in enumerate(text) if "error(s)" in l][0] > [i for i, l in enumerate(text) if l.startswith("»")][-1]
+    assert [i for i, l in enumerate(text) if "error(s)" in l][0] > [i for i, l in enumerate(text) if l.startswith("»")][
+        -1
+    ]

@@ -23,13 +23,41 @@ def test_rbac_is_read_only_and_covers_every_call(tmp_path):
     import subprocess
     import sys
 
-    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}), k8s.node("node-a"),
-            k8s.kube_proxy_configmap()]
+    objs = [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+        k8s.node("node-a"),
+        k8s.kube_proxy_configmap(),
+    ]
     with ApiServer(objs) as api:
-        subprocess.run([sys.executable, "-m", "kpdiag", "svc", "web", "-n", "shop", "--kubeconfig", api.kubeconfig(tmp_path),
-                        "--no-probe", "--node", "node-a", "-o", "json"], capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kpdiag",
+                "svc",
+                "web",
+                "-n",
+                "shop",
+                "--kubeconfig",
+                api.kubeconfig(tmp_path),
+                "--no-probe",
+                "--node",
+                "node-a",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            timeout=120,
+        )
         calls = list(api.requests)
-    allowed = {("services", "get"), ("endpointslices", "list"), ("pods", "list"), ("nodes", "get"), ("configmaps", "get"), ("daemonsets", "get")}
+    allowed = {
+        ("services", "get"),
+        ("endpointslices", "list"),
+        ("pods", "list"),
+        ("nodes", "get"),
+        ("configmaps", "get"),
+        ("daemonsets", "get"),
+    }
     granted = {(res, v) for r in rules for res in r.get("resources", []) for v in r["verbs"]}
     assert allowed <= granted
     for method, path in calls:
@@ -48,7 +76,7 @@ def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
     import subprocess
     import sys
 
-    from kpdiag.diagnose import analyze_bundle
+    from kpdiag.pipeline import analyze_bundle
     from tests.conftest import FIXTURES
 
     with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
@@ -67,9 +95,29 @@ def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
     nodes = [k8s.node(n, ready=True) for n in ("a", "b", "c")]
     with ApiServer(nodes, kubelet={"a": {"log": report}, "b": {"hang": True}, "c": {"log": report}}) as api:
         kc = api.kubeconfig(tmp_path)
-        subprocess.run([sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--poll", "0.05", "--timeout", "2", "-o", "json"],
-                       capture_output=True, timeout=120)
-        subprocess.run([sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--cleanup"], capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kpdiag",
+                "cluster",
+                "--kubeconfig",
+                kc,
+                "--poll",
+                "0.05",
+                "--timeout",
+                "2",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--cleanup"],
+            capture_output=True,
+            timeout=60,
+        )
         calls = list(api.requests)
     used = set()
     for method, path in calls:
@@ -94,7 +142,12 @@ def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
             assert (call[1], call[2]) in granted_cluster, call
         else:
             assert call[0] == "kpdiag" and (call[1], call[2]) in granted_ns, call
-    assert {("kpdiag", "pods", "create"), ("kpdiag", "pods", "delete"), ("kpdiag", "pods/log", "get"), ("", "nodes", "list")} <= used
+    assert {
+        ("kpdiag", "pods", "create"),
+        ("kpdiag", "pods", "delete"),
+        ("kpdiag", "pods/log", "get"),
+        ("", "nodes", "list"),
+    } <= used
 
 
 def test_svc_rbac_lists_pods_only_per_namespace():
@@ -121,8 +174,12 @@ def test_node_service_account_grants_exactly_what_kpdiag_node_reads(tmp_path):
         docs = [d for d in yaml.safe_load_all(fh) if d]
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")
     assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == ("kpdiag", "kpdiag-node")
-    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding"
-                   and any(s.get("kind") == "ServiceAccount" and s.get("name") == "kpdiag-node" for s in d["subjects"]))
+    binding = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and any(s.get("kind") == "ServiceAccount" and s.get("name") == "kpdiag-node" for s in d["subjects"])
+    )
     role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"])
     granted = {(g, res, v) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
     assert granted == {("", "services", "list"), ("discovery.k8s.io", "endpointslices", "list"), ("", "nodes", "get")}

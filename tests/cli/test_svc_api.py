@@ -18,8 +18,13 @@ from tests.apiserver import ApiServer, write_kubeconfig
 
 
 def svc(kc, name="web", ns="shop", *extra, env=None, prefix=()):
-    proc = subprocess.run([*prefix, sys.executable, "-m", "kpdiag", "svc", name, "-n", ns, "--kubeconfig", kc, "-o", "json", *extra],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "kpdiag", "svc", name, "-n", ns, "--kubeconfig", kc, "-o", "json", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc, json.loads(proc.stdout)
 
@@ -28,11 +33,16 @@ def ids(report):
     return {f["id"] for f in report["findings"]}
 
 
-WEB_POD = k8s.pod("shop", "web-1", "10.244.1.11", {"app": "web", "tier": "front"}, ports=[{"name": "http", "containerPort": 8080}])
+WEB_POD = k8s.pod(
+    "shop", "web-1", "10.244.1.11", {"app": "web", "tier": "front"}, ports=[{"name": "http", "containerPort": 8080}]
+)
 
 
 def test_kp101_kp103_selector_typo(tmp_path):
-    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web", "tier": "frontend"}), WEB_POD]
+    objs = [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web", "tier": "frontend"}),
+        WEB_POD,
+    ]
     with ApiServer(objs) as api:
         proc, report = svc(api.kubeconfig(tmp_path), "web", "shop", "--no-probe")
         calls = list(api.requests)
@@ -42,13 +52,20 @@ def test_kp101_kp103_selector_typo(tmp_path):
     assert "closest: pod web-1 (tier: wants 'frontend', pod has 'front')" in kp103["summary"]
     # only what one Service needs: no cluster-wide lists
     paths = [p for _, p in calls]
-    assert not any(p in ("/api/v1/services", "/api/v1/pods", "/apis/discovery.k8s.io/v1/endpointslices") for p in paths), paths
-    assert len(calls) <= 20  # the Service's own objects, its namespace's policies, kube-system's DNS: never a cluster-wide object list
+    assert not any(
+        p in ("/api/v1/services", "/api/v1/pods", "/apis/discovery.k8s.io/v1/endpointslices") for p in paths
+    ), paths
+    assert (
+        len(calls) <= 20
+    )  # the Service's own objects, its namespace's policies, kube-system's DNS: never a cluster-wide object list
 
 
 def test_kp104_target_port_named_mismatch(tmp_path):
-    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, "web-http", "http")], {"app": "web"}), WEB_POD,
-            k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")])]
+    objs = [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, "web-http", "http")], {"app": "web"}),
+        WEB_POD,
+        k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
+    ]
     with ApiServer(objs) as api:
         _, report = svc(api.kubeconfig(tmp_path), "web", "shop", "--no-probe")
     kp104 = next(f for f in report["findings"] if f["id"] == "KP104")
@@ -56,9 +73,20 @@ def test_kp104_target_port_named_mismatch(tmp_path):
 
 
 def test_kp105_external_local_without_local_endpoint(tmp_path):
-    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http", node_port=30080)], {"app": "web"},
-                        type_="NodePort", externalTrafficPolicy="Local"), WEB_POD, k8s.node("node-b"),
-            k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")])]
+    objs = [
+        k8s.service(
+            "shop",
+            "web",
+            "10.96.0.20",
+            [k8s.port(80, 8080, "http", node_port=30080)],
+            {"app": "web"},
+            type_="NodePort",
+            externalTrafficPolicy="Local",
+        ),
+        WEB_POD,
+        k8s.node("node-b"),
+        k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
+    ]
     with ApiServer(objs) as api:
         kc = api.kubeconfig(tmp_path)
         _, report = svc(kc, "web", "shop", "--no-probe", "--node", "node-b")
@@ -69,8 +97,11 @@ def test_kp105_external_local_without_local_endpoint(tmp_path):
 
 
 def test_healthy_service_has_no_service_findings(tmp_path):
-    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}), WEB_POD,
-            k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")])]
+    objs = [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+        WEB_POD,
+        k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
+    ]
     with ApiServer(objs) as api:
         _, report = svc(api.kubeconfig(tmp_path), "web", "shop", "--no-probe")
     assert not ids(report) & {"KP101", "KP102", "KP103", "KP104", "KP105", "KP106", "KP107"}
@@ -104,8 +135,13 @@ def test_unreachable_api_and_no_credentials(tmp_path):
     assert any("unreachable" in p["error"] for p in report["problems"]), report["problems"]
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     env["HOME"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", "svc", "web", "-n", "shop", "--no-probe", "-o", "json"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "svc", "web", "-n", "shop", "--no-probe", "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert any("no usable Kubernetes credentials" in p["error"] for p in report["problems"])
@@ -114,29 +150,42 @@ def test_unreachable_api_and_no_credentials(tmp_path):
 def test_without_cap_net_raw_probes_say_why(tmp_path):
     if not shutil.which("setpriv"):
         pytest.skip("needs setpriv (util-linux) to drop CAP_NET_RAW")
-    objs = [k8s.service("shop", "web", "127.0.0.1", [k8s.port(9, 9, "discard")], {"app": "web"}), WEB_POD,
-            k8s.endpointslice("shop", "web", [("127.0.0.1", True, "node-a", "web-1")], [("discard", 9, "TCP")])]
+    objs = [
+        k8s.service("shop", "web", "127.0.0.1", [k8s.port(9, 9, "discard")], {"app": "web"}),
+        WEB_POD,
+        k8s.endpointslice("shop", "web", [("127.0.0.1", True, "node-a", "web-1")], [("discard", 9, "TCP")]),
+    ]
     with ApiServer(objs) as api:
         kc = api.kubeconfig(tmp_path)
         # the same user, without CAP_NET_RAW (what a pod without NET_RAW gets)
         proc, report = svc(kc, "web", "shop", prefix=("setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw"))
     probes = report["extra"]["probes"]
-    assert probes["raw"] is False and "CAP_NET_RAW" in probes["raw_skipped_reason"] and "kubectl debug" in probes["raw_skipped_reason"]
-    assert any(r["kind"] == "tcp-connect" and r["result"] == "refused" for r in probes["results"])  # the socket probe still ran
+    assert (
+        probes["raw"] is False
+        and "CAP_NET_RAW" in probes["raw_skipped_reason"]
+        and "kubectl debug" in probes["raw_skipped_reason"]
+    )
+    assert any(
+        r["kind"] == "tcp-connect" and r["result"] == "refused" for r in probes["results"]
+    )  # the socket probe still ran
     assert {c["id"]: c["status"] for c in report["checks"]}["KP201"] == "skipped"
 
 
 def test_service_not_found_is_an_error_finding_with_the_nearest_names(tmp_path):
-    objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-            k8s.service("shop", "cart", "10.96.0.30", [k8s.port(80, 8080, "http")], {"app": "cart"}),
-            k8s.service("staging", "webb", "10.96.0.40", [k8s.port(80, 8080, "http")], {"app": "web"})]
+    objs = [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+        k8s.service("shop", "cart", "10.96.0.30", [k8s.port(80, 8080, "http")], {"app": "cart"}),
+        k8s.service("staging", "webb", "10.96.0.40", [k8s.port(80, 8080, "http")], {"app": "web"}),
+    ]
     with ApiServer(objs) as api:
         proc, report = svc(api.kubeconfig(tmp_path), "webb", "shop", "--no-probe")
         calls = list(api.requests)
     assert proc.returncode == 1, proc.stderr
     kp110 = [f for f in report["findings"] if f["id"] == "KP110"]
     assert len(kp110) == 1 and kp110[0]["severity"] == "error"
-    assert "did you mean web?" in kp110[0]["summary"] and "namespace staging" in kp110[0]["summary"], kp110[0]["summary"]
+    assert "did you mean web?" in kp110[0]["summary"] and "namespace staging" in kp110[0]["summary"], kp110[0][
+        "summary"
+    ]
     assert report["extra"]["verdict"][0].startswith("Service shop/webb does not exist"), report["extra"]["verdict"]
     assert report["extra"]["status"] == "not-found"
     assert not any("404" in p["error"] for p in report["problems"])  # not a source kpdiag failed to read: an answer

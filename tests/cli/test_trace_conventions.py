@@ -19,7 +19,9 @@ LOCALNET_OFF = os.path.join(FIXTURES, "route-localnet-off")
 
 
 def trace(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kpdiag.cli", "trace", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kpdiag.cli", "trace", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def trace_json(*args) -> tuple[int, dict]:
@@ -57,14 +59,17 @@ def test_dst_bracketed_ipv6_with_a_port(tmp_path):
     assert [p["dnat"] for p in a["paths"]] == ["[fd00:244::5]:8080"]
 
 
-@pytest.mark.parametrize("dst,extra,why", [
-    ("10.96.0.20:80", ["--dport", "81"], "give one"),
-    ("10.96.0.20:http", [], "not a port number"),
-    ("10.96.0.20:0", [], "not a port number"),
-    ("[10.96.0.20]:80", [], "brackets are for IPv6"),
-    ("[fd00::1:80", [], "[ADDR]:PORT"),
-    ("web.shop:80", [], "not an IP address"),
-])
+@pytest.mark.parametrize(
+    "dst,extra,why",
+    [
+        ("10.96.0.20:80", ["--dport", "81"], "give one"),
+        ("10.96.0.20:http", [], "not a port number"),
+        ("10.96.0.20:0", [], "not a port number"),
+        ("[10.96.0.20]:80", [], "brackets are for IPv6"),
+        ("[fd00::1:80", [], "[ADDR]:PORT"),
+        ("web.shop:80", [], "not an IP address"),
+    ],
+)
 def test_bad_dst_is_a_usage_error(dst, extra, why):
     proc = trace("--bundle", HEALTHY, "--src", "192.168.50.2", "--dst", dst, *extra)
     assert proc.returncode == exitcodes.USAGE and why in proc.stderr and proc.stdout == ""
@@ -104,7 +109,9 @@ def test_iptables_mode_notes_a_cluster_ip_no_service_has():
         _, doc = trace_json("--bundle", HEALTHY, "--src", "192.168.50.2", "--dst", dst)
         assert not any("no Service has" in n or "its Service defines" in n for n in doc["notes"]), dst
     # a defined port that kube-proxy rejects (no endpoints) is not "a port its Service lacks"
-    rc, doc = trace_json("--bundle", os.path.join(FIXTURES, "no-endpoints"), "--src", "192.168.50.2", "--dst", "10.96.0.30:80")
+    rc, doc = trace_json(
+        "--bundle", os.path.join(FIXTURES, "no-endpoints"), "--src", "192.168.50.2", "--dst", "10.96.0.30:80"
+    )
     assert [p["verdict"] for p in doc["paths"]] == ["reject"]
     assert not any("its Service defines" in n for n in doc["notes"]), doc["notes"]
 
@@ -113,12 +120,21 @@ def test_service_cidr_from_the_api_server_flag(tmp_path):
     b = tmp_path / "b"
     shutil.copytree(HEALTHY, b)
     (b / "cluster").mkdir()
-    pod = {"metadata": {"name": "kube-apiserver-cp", "namespace": "kube-system"},
-           "spec": {"containers": [{"name": "kube-apiserver", "command": ["kube-apiserver", "--service-cluster-ip-range=10.96.0.0/16"]}]}}
+    pod = {
+        "metadata": {"name": "kube-apiserver-cp", "namespace": "kube-system"},
+        "spec": {
+            "containers": [
+                {"name": "kube-apiserver", "command": ["kube-apiserver", "--service-cluster-ip-range=10.96.0.0/16"]}
+            ]
+        },
+    }
     (b / "cluster" / "pods.json").write_text(json.dumps({"items": [pod]}))
     _, doc = trace_json("--bundle", str(b), "--src", "192.168.50.2", "--dst", "10.96.7.7:80")
-    assert any("no Service has 10.96.7.7 (in the service CIDR 10.96.0.0/16, from kube-apiserver's --service-cluster-ip-range)" in n
-               for n in doc["notes"])
+    assert any(
+        "no Service has 10.96.7.7 (in the service CIDR 10.96.0.0/16, from kube-apiserver's --service-cluster-ip-range)"
+        in n
+        for n in doc["notes"]
+    )
     _, doc = trace_json("--bundle", str(b), "--src", "192.168.50.2", "--dst", "10.97.0.1:80")  # outside the real CIDR
     assert not any("no Service has" in n for n in doc["notes"])
 
@@ -151,20 +167,34 @@ def test_after_dnat_the_kernel_routes_the_new_destination(shared_dir):
     translated header); an untranslated port (3999, no NodePort) stays 127.0.0.1 and is a martian (kube-proxy's TestTracePacket rules;
     no sysctls with --rules: the kernel's default 0 is assumed and the path is marked uncertain)."""
     rules = os.path.join(shared_dir, "conformance", "kube-proxy-iptables", "rules.saved.txt")
-    rc, doc = trace_json("--rules", rules, "--local-ip", "192.168.0.2", "--src", "10.0.0.2", "--dst", "127.0.0.1:3001", "--from", "pod")
+    rc, doc = trace_json(
+        "--rules", rules, "--local-ip", "192.168.0.2", "--src", "10.0.0.2", "--dst", "127.0.0.1:3001", "--from", "pod"
+    )
     assert [p["dnat"] for p in doc["paths"]] == ["10.180.0.2:80"] and rc == 0
-    rc, doc = trace_json("--rules", rules, "--local-ip", "192.168.0.2", "--src", "10.0.0.2", "--dst", "127.0.0.1:3999", "--from", "pod")
+    rc, doc = trace_json(
+        "--rules", rules, "--local-ip", "192.168.0.2", "--src", "10.0.0.2", "--dst", "127.0.0.1:3999", "--from", "pod"
+    )
     assert rc == exitcodes.TRACE_DROPPED and doc["uncertain"]
     assert any("martian destination" in n and "default 0 is assumed" in n for n in doc["paths"][0]["notes"])
 
 
 # ------------------------------------------------------------------------------------------ exit codes
 def test_exit_codes_delivered_dropped_rejected():
-    assert trace("--bundle", HEALTHY, "--src", "192.168.50.2", "--dst", "10.96.0.20:80").returncode == exitcodes.TRACE_DELIVERED == 0
-    rejected = trace("--bundle", os.path.join(FIXTURES, "no-endpoints"), "--src", "192.168.50.2", "--dst", "10.96.0.30:80")
+    assert (
+        trace("--bundle", HEALTHY, "--src", "192.168.50.2", "--dst", "10.96.0.20:80").returncode
+        == exitcodes.TRACE_DELIVERED
+        == 0
+    )
+    rejected = trace(
+        "--bundle", os.path.join(FIXTURES, "no-endpoints"), "--src", "192.168.50.2", "--dst", "10.96.0.30:80"
+    )
     assert rejected.returncode == exitcodes.TRACE_REJECTED == 5 and "REJECT" in rejected.stdout
-    dropped = trace("--bundle", os.path.join(FIXTURES, "nodeport-etp-local"), "--src", "192.168.50.2", "--dst", "192.168.50.1:30081")
-    assert dropped.returncode == exitcodes.TRACE_DROPPED == 4 and "DROP" in dropped.stdout, dropped.stdout + dropped.stderr
+    dropped = trace(
+        "--bundle", os.path.join(FIXTURES, "nodeport-etp-local"), "--src", "192.168.50.2", "--dst", "192.168.50.1:30081"
+    )
+    assert dropped.returncode == exitcodes.TRACE_DROPPED == 4 and "DROP" in dropped.stdout, (
+        dropped.stdout + dropped.stderr
+    )
     assert trace("--bundle", HEALTHY, "--src", "192.168.50.2", "--dst", "10.96.0.20:80", "-o", "dot").returncode == 0
     assert exitcodes.for_trace(["accept", "drop"]) == 4 and exitcodes.for_trace(["accept", "reject"]) == 5
     assert exitcodes.for_trace(["reject", "drop"]) == 4 and exitcodes.for_trace(["accept"]) == 0
@@ -174,6 +204,6 @@ def test_exit_codes_are_documented_in_the_readme():
     root = os.path.dirname(FIXTURES)
     with open(os.path.join(root, "README.md")) as fh:
         readme = fh.read()
-    section = readme[readme.index("kpdiag trace exit codes"):][:1500]
+    section = readme[readme.index("kpdiag trace exit codes") :][:1500]
     for code, word in ((0, "delivered"), (4, "dropped"), (5, "rejected")):
         assert f"| {code} |" in section and word in section

@@ -23,18 +23,27 @@ from tests.dns import objects as o
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DNS_IP = "10.96.0.10"
 CLIENT, SERVER = "10.244.1.10", "10.244.1.11"
-RECORDS = {"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1",
-           "web.debug.svc.cluster.local": "10.96.7.7"}
+RECORDS = {
+    "web.shop.svc.cluster.local": "10.96.0.20",
+    "kubernetes.default.svc.cluster.local": "10.96.0.1",
+    "web.debug.svc.cluster.local": "10.96.7.7",
+}
 
 
-def resolv(namespace: str = "shop", nameserver: str = DNS_IP, ndots: int = 5, extra_search: tuple = (), lines: str = "") -> str:
+def resolv(
+    namespace: str = "shop", nameserver: str = DNS_IP, ndots: int = 5, extra_search: tuple = (), lines: str = ""
+) -> str:
     search = " ".join([f"{namespace}.svc.cluster.local", "svc.cluster.local", "cluster.local", *extra_search])
     return f"{lines}nameserver {nameserver}\nsearch {search}\noptions ndots:{ndots}\n"
 
 
 def healthy_api() -> tuple[list, dict]:
-    return ([o.kube_dns_service(), o.kube_dns_slice([(SERVER, True, "coredns-a")]), o.coredns_pod("coredns-a", SERVER)],
-            {"kube-system/coredns-a": ".:53\nCoreDNS-1.11.1\nlinux/amd64, go1.21.1\n[INFO] plugin/reload: Running configuration SHA512 = 1b226df\n"})
+    return (
+        [o.kube_dns_service(), o.kube_dns_slice([(SERVER, True, "coredns-a")]), o.coredns_pod("coredns-a", SERVER)],
+        {
+            "kube-system/coredns-a": ".:53\nCoreDNS-1.11.1\nlinux/amd64, go1.21.1\n[INFO] plugin/reload: Running configuration SHA512 = 1b226df\n"
+        },
+    )
 
 
 @dataclass
@@ -51,8 +60,11 @@ class Scenario:
 
 
 def _loop_api():
-    objs = [o.kube_dns_service(), o.kube_dns_slice([(SERVER, False, "coredns-a")]),
-            o.coredns_pod("coredns-a", SERVER, ready=False, restarts=9, waiting="CrashLoopBackOff", last="Error")]
+    objs = [
+        o.kube_dns_service(),
+        o.kube_dns_slice([(SERVER, False, "coredns-a")]),
+        o.coredns_pod("coredns-a", SERVER, ready=False, restarts=9, waiting="CrashLoopBackOff", last="Error"),
+    ]
     logs = {"kube-system/coredns-a#previous": ".:53\nCoreDNS-1.11.1\nlinux/amd64, go1.21.1\n" + o.LOOP_LINE + "\n"}
     return objs, logs
 
@@ -69,48 +81,87 @@ def _restarting_api():
 SCENARIOS: dict[str, Scenario] = {
     "dns-healthy": Scenario(
         "A pod in namespace shop with ClusterFirst DNS: web, web.shop, the FQDN and kubernetes.default resolve over UDP and TCP "
-        "through kube-proxy's rules to CoreDNS; kube-dns has a ready endpoint, CoreDNS is ready, its log is clean.", []),
+        "through kube-proxy's rules to CoreDNS; kube-dns has a ready endpoint, CoreDNS is ready, its log is clean.",
+        [],
+    ),
     "dns-coredns-loop": Scenario(
         "CoreDNS forwards to itself (node resolv.conf → 127.0.0.53): its log shows plugin/loop, the pod is in CrashLoopBackOff, "
         "kube-dns has no ready endpoint, kube-proxy REJECTs queries to 10.96.0.10 (port unreachable).",
-        ["KP130", "KP131", "KP132", "KP138"], kube_dns_endpoints=False, api=_loop_api()),
+        ["KP130", "KP131", "KP132", "KP138"],
+        kube_dns_endpoints=False,
+        api=_loop_api(),
+    ),
     "dns-other-namespace": Scenario(
         "The client pod is in namespace debug and diagnoses shop/web: 'web' searches web.debug.svc.cluster.local first — "
         "another Service named web there (10.96.7.7); web.shop and the FQDN resolve to shop/web.",
-        ["KP136"], resolv=resolv("debug")),
+        ["KP136"],
+        resolv=resolv("debug"),
+    ),
     "dns-other-namespace-nxdomain": Scenario(
         "The client pod is in namespace tools, where no Service web exists: 'web' gives NXDOMAIN for every search-path name; "
-        "web.shop resolves.", ["KP136"], resolv=resolv("tools")),
+        "web.shop resolves.",
+        ["KP136"],
+        resolv=resolv("tools"),
+    ),
     "dns-ndots-musl": Scenario(
         "options ndots:1 (a custom dnsConfig): web.shop has one dot, so musl asks it only as it is (NXDOMAIN); glibc goes on "
-        "through the search list and finds web.shop.svc.cluster.local.", ["KP135"], resolv=resolv(ndots=1)),
+        "through the search list and finds web.shop.svc.cluster.local.",
+        ["KP135"],
+        resolv=resolv(ndots=1),
+    ),
     "dns-no-cluster-search": Scenario(
         "dnsPolicy-Default-like resolv.conf (search corp.example, ndots:1) pointing at the cluster DNS: the FQDN works, web and "
         "web.shop never get svc.cluster.local appended; kubernetes.default does not resolve either.",
-        ["KP135", "KP139"], resolv=f"nameserver {DNS_IP}\nsearch corp.example\noptions ndots:1\n"),
+        ["KP135", "KP139"],
+        resolv=f"nameserver {DNS_IP}\nsearch corp.example\noptions ndots:1\n",
+    ),
     "dns-tcp-blocked": Scenario(
         "53/TCP to CoreDNS is dropped (a NetworkPolicy or firewall allowing only UDP): UDP answers, TCP times out. One CoreDNS "
-        "replica restarted 5 times (OOMKilled) and is ready again.", ["KP137", "KP131"], drop=("tcp",), api=_restarting_api()),
+        "replica restarted 5 times (OOMKilled) and is ready again.",
+        ["KP137", "KP131"],
+        drop=("tcp",),
+        api=_restarting_api(),
+    ),
     "dns-truncated-no-tcp": Scenario(
         "Every UDP answer is truncated (TC=1) and 53/TCP is dropped: the resolver must retry over TCP and cannot.",
-        ["KP137"], server_flags=("--truncate-udp",), drop=("tcp",)),
+        ["KP137"],
+        server_flags=("--truncate-udp",),
+        drop=("tcp",),
+    ),
     "dns-udp-blocked": Scenario(
         "53/UDP to CoreDNS is dropped, TCP answers: resolvers ask over UDP, so every lookup times out.",
-        ["KP137"], drop=("udp",)),
+        ["KP137"],
+        drop=("udp",),
+    ),
     "dns-timeout": Scenario(
         "Every DNS packet to CoreDNS is dropped (UDP and TCP): kube-dns has a ready endpoint and CoreDNS is ready, so the causes "
-        "left are on the path (NetworkPolicy egress, kube-proxy, firewall).", ["KP138"], drop=("udp", "tcp")),
+        "left are on the path (NetworkPolicy egress, kube-proxy, firewall).",
+        ["KP138"],
+        drop=("udp", "tcp"),
+    ),
     "dns-refused": Scenario("The DNS server answers REFUSED to everything.", ["KP138"], server_flags=("--refuse",)),
     "dns-wrong-nameserver": Scenario(
         "The pod's nameserver is 10.244.1.11 directly, a DNS server that knows no cluster names (not the kube-dns ClusterIP "
         "10.96.0.10): the FQDN and kubernetes.default are NXDOMAIN.",
-        ["KP133", "KP139"], resolv=resolv(nameserver=SERVER), records={"www.corp.example": "192.0.2.8"}),
+        ["KP133", "KP139"],
+        resolv=resolv(nameserver=SERVER),
+        records={"www.corp.example": "192.0.2.8"},
+    ),
     "dns-search-limits": Scenario(
         "The node adds 5 long corporate search domains: the pod's search list has 8 domains and more than 256 characters; a "
-        "nameserver line holds a name instead of an address.", ["KP134"],
-        resolv=resolv(extra_search=("eu-west-1.compute.internal.corp-infrastructure.example.com", "datacenter-frankfurt.corp-infrastructure.example.com",
-                                    "services.global.corp-infrastructure.example.com", "legacy.apps.corp-infrastructure.example.com",
-                                    "k8s.platform.corp-infrastructure.example.com"), lines="nameserver dns.corp.example\n")),
+        "nameserver line holds a name instead of an address.",
+        ["KP134"],
+        resolv=resolv(
+            extra_search=(
+                "eu-west-1.compute.internal.corp-infrastructure.example.com",
+                "datacenter-frankfurt.corp-infrastructure.example.com",
+                "services.global.corp-infrastructure.example.com",
+                "legacy.apps.corp-infrastructure.example.com",
+                "k8s.platform.corp-infrastructure.example.com",
+            ),
+            lines="nameserver dns.corp.example\n",
+        ),
+    ),
 }
 
 
@@ -125,15 +176,35 @@ class DnsLab:
 
         lab, sc = self.lab, self.sc
         k = KubeNodeLab.build(lab, pod_count=2)
-        lab.route("node", "default", "via", k.client_ip)  # a node has a default route: a ClusterIP is routed, then kube-proxy acts in FORWARD
-        lab.sysctl("node", "net.ipv4.icmp_ratelimit", "0")  # every REJECT answered (the kernel's default limits ICMP errors per host)
+        lab.route(
+            "node", "default", "via", k.client_ip
+        )  # a node has a default route: a ClusterIP is routed, then kube-proxy acts in FORWARD
+        lab.sysctl(
+            "node", "net.ipv4.icmp_ratelimit", "0"
+        )  # every REJECT answered (the kernel's default limits ICMP errors per host)
         eps = [Endpoint(SERVER)] if sc.kube_dns_endpoints else []
-        k.load_iptables(iptables_ruleset([Service("kube-system", "kube-dns", DNS_IP, [Port("dns", 53, 53, "udp"), Port("dns-tcp", 53, 53)], eps)]))
+        k.load_iptables(
+            iptables_ruleset(
+                [Service("kube-system", "kube-dns", DNS_IP, [Port("dns", 53, 53, "udp"), Port("dns-tcp", 53, 53)], eps)]
+            )
+        )
         with open(f"{self.tmp}/records.json", "w") as fh:
             json.dump(sc.records, fh)
         log = open(f"{self.tmp}/dnsserver.log", "w")
-        lab.background("pod1", ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "tests.lab.dnsserver", "0.0.0.0", f"{self.tmp}/records.json",
-                                *sc.server_flags], log)
+        lab.background(
+            "pod1",
+            [
+                "env",
+                f"PYTHONPATH={ROOT}",
+                sys.executable,
+                "-m",
+                "tests.lab.dnsserver",
+                "0.0.0.0",
+                f"{self.tmp}/records.json",
+                *sc.server_flags,
+            ],
+            log,
+        )
         for proto in sc.drop:
             lab.sh("pod1", ["iptables", "-A", "INPUT", "-p", proto, "--dport", "53", "-j", "DROP"])
         lab.set_resolv("pod0", sc.resolv)
@@ -148,8 +219,21 @@ class DnsLab:
 
     def probe(self, namespace="shop", name="web", deadline: float = 6.0, timeout: float = 3.0) -> tuple[dict, float]:
         start = time.monotonic()
-        proc = self.lab.sh("pod0", [sys.executable, "-m", "kpdiag.collect.dns", namespace, name, "--deadline", str(deadline),
-                                    "--timeout", str(timeout)], timeout=60)
+        proc = self.lab.sh(
+            "pod0",
+            [
+                sys.executable,
+                "-m",
+                "kpdiag.collect.dns",
+                namespace,
+                name,
+                "--deadline",
+                str(deadline),
+                "--timeout",
+                str(timeout),
+            ],
+            timeout=60,
+        )
         return json.loads(proc.stdout), time.monotonic() - start
 
     def server_log(self) -> list[str]:
@@ -171,8 +255,17 @@ def api_files(objects: list, logs: dict) -> tuple[dict[str, bytes], list]:
 def bundle_files(probe_doc: dict, api: tuple) -> dict[str, bytes]:
     files, _ = api_files(*api)
     files["probes/dns.json"] = (json.dumps(probe_doc, indent=1) + "\n").encode()
-    files["kpdiag.json"] = json.dumps({"format": "kpdiag-bundle/1", "node": "lab-node", "kpdiag_version": "fixture", "errors": [],
-                                       "created": "2026-12-03T09:00:00Z"}, indent=1, sort_keys=True).encode()
+    files["kpdiag.json"] = json.dumps(
+        {
+            "format": "kpdiag-bundle/1",
+            "node": "lab-node",
+            "kpdiag_version": "fixture",
+            "errors": [],
+            "created": "2026-12-03T09:00:00Z",
+        },
+        indent=1,
+        sort_keys=True,
+    ).encode()
     return files
 
 
@@ -198,10 +291,12 @@ def write_fixture(out_dir: str, name: str, files: dict[str, bytes]) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as fh:
             fh.write(data)
-    scen = {"about": sc.about, "recorded": "probes/dns.json: kpdiag's DNS probe run in a lab pod against tests.lab.dnsserver behind kube-proxy's "
-                                          "rules; cluster/dns-*.json: ClusterCollector.dns_objects() against tests.apiserver (python -m tests.dns.make_fixtures)",
-            "expect": {"fires": sorted(sc.fires), "may_skip": sc.may_skip}}
+    scen = {
+        "about": sc.about,
+        "recorded": "probes/dns.json: kpdiag's DNS probe run in a lab pod against tests.lab.dnsserver behind kube-proxy's "
+        "rules; cluster/dns-*.json: ClusterCollector.dns_objects() against tests.apiserver (python -m tests.dns.make_fixtures)",
+        "expect": {"fires": sorted(sc.fires), "may_skip": sc.may_skip},
+    }
     with open(os.path.join(out_dir, "scenario.json"), "w") as fh:
         json.dump(scen, fh, indent=1)
         fh.write("\n")
-

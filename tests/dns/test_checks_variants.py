@@ -63,8 +63,16 @@ def test_search_limits_glibc_and_musl_apart():
     rc["search_line_chars"] = len("search " + " ".join(seven))
     files["probes/dns.json"] = json.dumps(doc).encode()
     f = _finding(files, "KP134")
-    assert "glibc before 2.26 uses only the first 6" in f.summary and "'d6.example'" in f.summary and "musl" not in f.summary
-    rc["search"] = ["shop.svc.cluster.local", "svc.cluster.local", "x" * 206 + ".example"]  # 253 characters: glibc keeps them all
+    assert (
+        "glibc before 2.26 uses only the first 6" in f.summary
+        and "'d6.example'" in f.summary
+        and "musl" not in f.summary
+    )
+    rc["search"] = [
+        "shop.svc.cluster.local",
+        "svc.cluster.local",
+        "x" * 206 + ".example",
+    ]  # 253 characters: glibc keeps them all
     assert _glibc_old_kept(rc["search"]) == rc["search"]
     rc["search_chars"] = len(" ".join(rc["search"]))
     rc["search_line_chars"] = len("search " + " ".join(rc["search"]))
@@ -76,7 +84,9 @@ def test_search_limits_glibc_and_musl_apart():
 
 def test_restarts_long_before_the_collection_are_history():
     files = _fixture_files("dns-tcp-blocked")
-    assert "restarted 5 time(s) (last exit: OOMKilled)" in _finding(files, "KP131").summary  # a minute before the collection
+    assert (
+        "restarted 5 time(s) (last exit: OOMKilled)" in _finding(files, "KP131").summary
+    )  # a minute before the collection
     pods = json.loads(files["cluster/dns-pods.json"])
     for p in pods["items"]:
         for cs in p["status"]["containerStatuses"]:

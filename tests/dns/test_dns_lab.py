@@ -10,7 +10,9 @@ pytestmark = pytest.mark.lab
 
 
 def _q(doc, qname, qtype="A", transport="udp"):
-    return next(q for q in doc["queries"] if q["qname"] == qname and q["qtype"] == qtype and q["transport"] == transport)
+    return next(
+        q for q in doc["queries"] if q["qname"] == qname and q["qtype"] == qtype and q["transport"] == transport
+    )
 
 
 def _run(lab, tmp_path, name):
@@ -19,18 +21,27 @@ def _run(lab, tmp_path, name):
     fired = {f.id for f in report.findings}
     assert fired == set(SCENARIOS[name].fires), (name, [f.summary for f in report.findings])
     assert not [r for r in report.checks if r.status == "error"]
-    assert took < 6.0 + 6.0, took  # the probe's deadline (6 s) holds; the margin covers starting Python in a loaded namespace
+    assert took < 6.0 + 6.0, (
+        took
+    )  # the probe's deadline (6 s) holds; the margin covers starting Python in a loaded namespace
     return doc, report, dl
 
 
 def test_healthy_udp_tcp_and_the_search_path_through_kube_proxy(lab, tmp_path):
     doc, report, dl = _run(lab, tmp_path, "dns-healthy")
     assert doc["result"] == "resolved" and doc["addresses"] == ["10.96.0.20"] and doc["nameservers"] == ["10.96.0.10"]
-    assert _q(doc, doc["name"], "A", "tcp")["result"] == "answer" and _q(doc, "kubernetes.default.svc.cluster.local", "A", "tcp")["addresses"] == ["10.96.0.1"]
+    assert _q(doc, doc["name"], "A", "tcp")["result"] == "answer" and _q(
+        doc, "kubernetes.default.svc.cluster.local", "A", "tcp"
+    )["addresses"] == ["10.96.0.1"]
     seen = dl.server_log()
     # the server behind the ClusterIP saw what the pod's search path makes a resolver ask, over both transports
-    for line in ("udp web.shop.svc.cluster.local 1 0", "udp web.svc.cluster.local 1 3", "udp web.shop.shop.svc.cluster.local 1 3",
-                 "tcp web.shop.svc.cluster.local 1 0", "udp web.shop.svc.cluster.local 28 0"):
+    for line in (
+        "udp web.shop.svc.cluster.local 1 0",
+        "udp web.svc.cluster.local 1 3",
+        "udp web.shop.shop.svc.cluster.local 1 3",
+        "tcp web.shop.svc.cluster.local 1 0",
+        "udp web.shop.svc.cluster.local 28 0",
+    ):
         assert line in seen, (line, seen)
     assert report.counts()["error"] == 0 and report.counts()["warning"] == 0
 
@@ -39,14 +50,19 @@ def test_short_name_from_another_namespace(lab, tmp_path):
     doc, report, _ = _run(lab, tmp_path, "dns-other-namespace")
     assert doc["client_namespace"] == "debug"
     kp136 = next(f for f in report.findings if f.id == "KP136")
-    assert "10.96.7.7" in kp136.summary and "web.debug.svc.cluster.local" in kp136.summary and "shop/web" in kp136.summary
+    assert (
+        "10.96.7.7" in kp136.summary and "web.debug.svc.cluster.local" in kp136.summary and "shop/web" in kp136.summary
+    )
     assert any("web.shop" in step for step in kp136.fix)
 
 
 def test_ndots_one_musl_stops_glibc_searches(lab, tmp_path):
     doc, report, _ = _run(lab, tmp_path, "dns-ndots-musl")
     lk = next(x for x in doc["lookups"] if x["purpose"] == "namespaced")
-    assert lk["outcome"]["musl"]["result"] == "nxdomain" and lk["outcome"]["glibc"]["qname"] == "web.shop.svc.cluster.local"
+    assert (
+        lk["outcome"]["musl"]["result"] == "nxdomain"
+        and lk["outcome"]["glibc"]["qname"] == "web.shop.svc.cluster.local"
+    )
     kp135 = next(f for f in report.findings if f.id == "KP135")
     assert "(musl)" in kp135.summary and "ndots:1" in kp135.summary
 
@@ -76,11 +92,19 @@ def test_timeout_names_what_was_ruled_out_and_what_remains(lab, tmp_path):
 
 def test_no_endpoints_kube_proxy_rejects_and_the_coredns_loop(lab, tmp_path):
     doc, report, _ = _run(lab, tmp_path, "dns-coredns-loop")
-    assert _q(doc, doc["name"])["result"] == "port-unreachable" and _q(doc, doc["name"], "A", "tcp")["result"] == "port-unreachable"
+    assert (
+        _q(doc, doc["name"])["result"] == "port-unreachable"
+        and _q(doc, doc["name"], "A", "tcp")["result"] == "port-unreachable"
+    )
     kp138 = next(f for f in report.findings if f.id == "KP138")
-    assert "nothing listens on port 53 at 10.96.0.10" in kp138.summary and "kube-dns has 0 ready endpoint(s) (KP130)" in kp138.explanation
+    assert (
+        "nothing listens on port 53 at 10.96.0.10" in kp138.summary
+        and "kube-dns has 0 ready endpoint(s) (KP130)" in kp138.explanation
+    )
     kp132 = next(f for f in report.findings if f.id == "KP132")
-    assert "127.0.0.1:44359 -> :53" in kp132.summary and any("resolvConf: /run/systemd/resolve/resolv.conf" in s for s in kp132.fix)
+    assert "127.0.0.1:44359 -> :53" in kp132.summary and any(
+        "resolvConf: /run/systemd/resolve/resolv.conf" in s for s in kp132.fix
+    )
 
 
 def test_refused(lab, tmp_path):

@@ -23,11 +23,17 @@ def _items(out, rel):
 def test_service_slices_pods_and_bounded_logs(tmp_path):
     other = o.coredns_pod("not-dns", "10.244.0.9")
     other["metadata"]["labels"] = {"k8s-app": "metrics"}  # the server's label filter is re-checked too
-    objects = [o.kube_dns_service(), o.kube_dns_slice([("10.244.0.5", True, "coredns-a"), ("10.244.0.6", False, "coredns-b")]),
-               o.coredns_pod("coredns-a", "10.244.0.5"), o.coredns_pod("coredns-b", "10.244.0.6", ready=False, restarts=7, waiting="CrashLoopBackOff", last="Error"),
-               other]
-    logs = {"kube-system/coredns-a": "".join(f"line {i}\n" for i in range(1000)),
-            "kube-system/coredns-b#previous": ".:53\n" + o.LOOP_LINE + "\n"}
+    objects = [
+        o.kube_dns_service(),
+        o.kube_dns_slice([("10.244.0.5", True, "coredns-a"), ("10.244.0.6", False, "coredns-b")]),
+        o.coredns_pod("coredns-a", "10.244.0.5"),
+        o.coredns_pod("coredns-b", "10.244.0.6", ready=False, restarts=7, waiting="CrashLoopBackOff", last="Error"),
+        other,
+    ]
+    logs = {
+        "kube-system/coredns-a": "".join(f"line {i}\n" for i in range(1000)),
+        "kube-system/coredns-b#previous": ".:53\n" + o.LOOP_LINE + "\n",
+    }
     out, requests = _collect(objects, logs, tmp_path=tmp_path)
     assert out.errors == []  # a log that cannot be read is noted in its entry (below), not as a collection error
     assert [s["metadata"]["name"] for s in _items(out, "cluster/dns-service.json")] == ["kube-dns"]
@@ -52,7 +58,9 @@ def test_service_found_by_name_when_unlabelled_and_logs_capped_in_bytes(tmp_path
     svc["metadata"]["labels"] = {}
     svc["metadata"]["name"] = "coredns"
     big = "x" * 300 + "\n"
-    out, _ = _collect([svc, o.coredns_pod("coredns-a", "10.244.0.5")], {"kube-system/coredns-a": big * 1000}, tmp_path=tmp_path)
+    out, _ = _collect(
+        [svc, o.coredns_pod("coredns-a", "10.244.0.5")], {"kube-system/coredns-a": big * 1000}, tmp_path=tmp_path
+    )
     assert [s["metadata"]["name"] for s in _items(out, "cluster/dns-service.json")] == ["coredns"]
     assert not [e for e in out.errors if "404" in e["error"]]  # the miss of kube-dns before coredns is no error
     assert _items(out, "cluster/dns-endpointslices.json") == []
@@ -75,11 +83,13 @@ def test_no_dns_service_and_rbac_denied_pods(tmp_path):
     assert kp130.severity.value == "warning" and "no cluster DNS Service found" in kp130.summary
 
 
-
 def test_services_get_but_not_list_finds_kube_dns_by_name(tmp_path):
     """deploy/rbac-svc.yaml grants get on services, not list: the Service is read by its usual name."""
-    out, requests = _collect([o.kube_dns_service(), o.coredns_pod("coredns-a", "10.244.0.5")],
-                             fail={"GET /api/v1/namespaces/kube-system/services$": 403}, tmp_path=tmp_path)
+    out, requests = _collect(
+        [o.kube_dns_service(), o.coredns_pod("coredns-a", "10.244.0.5")],
+        fail={"GET /api/v1/namespaces/kube-system/services$": 403},
+        tmp_path=tmp_path,
+    )
     assert ("GET", "/api/v1/namespaces/kube-system/services/kube-dns") in requests
     assert [s["metadata"]["name"] for s in _items(out, "cluster/dns-service.json")] == ["kube-dns"]
     assert not [e for e in out.errors if "services" in e["error"]]

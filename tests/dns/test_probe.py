@@ -15,7 +15,10 @@ import pytest
 from kpdiag.collect import dns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECORDS = {"web.shop.svc.cluster.local": ["10.96.0.20", "fd00:10:96::20"], "kubernetes.default.svc.cluster.local": "10.96.0.1"}
+RECORDS = {
+    "web.shop.svc.cluster.local": ["10.96.0.20", "fd00:10:96::20"],
+    "kubernetes.default.svc.cluster.local": "10.96.0.1",
+}
 
 
 def _free_port(host: str) -> int:
@@ -43,8 +46,13 @@ def server(tmp_path):
         rec = tmp_path / "records.json"
         rec.write_text(json.dumps(records or RECORDS))
         log = tmp_path / "server.log"
-        proc = subprocess.Popen([sys.executable, "-m", "tests.lab.dnsserver", host, str(rec), "--port", str(port), *flags],
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.lab.dnsserver", host, str(rec), "--port", str(port), *flags],
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
         procs.append(proc)
         for _ in range(200):
             if "ready" in log.read_text():
@@ -62,12 +70,16 @@ def server(tmp_path):
 
 def _resolv(tmp_path, host, ns="shop", ndots=5):
     path = tmp_path / "resolv.conf"
-    path.write_text(f"nameserver {host}\nsearch {ns}.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:{ndots}\n")
+    path.write_text(
+        f"nameserver {host}\nsearch {ns}.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:{ndots}\n"
+    )
     return str(path)
 
 
 def _q(doc, qname, qtype="A", transport="udp"):
-    return next(q for q in doc["queries"] if q["qname"] == qname and q["qtype"] == qtype and q["transport"] == transport)
+    return next(
+        q for q in doc["queries"] if q["qname"] == qname and q["qtype"] == qtype and q["transport"] == transport
+    )
 
 
 def test_probe_udp_tcp_search_path_and_the_fields_kp108_reads(server, tmp_path):
@@ -79,8 +91,18 @@ def test_probe_udp_tcp_search_path_and_the_fields_kp108_reads(server, tmp_path):
     assert doc["addresses"] == ["10.96.0.20", "fd00:10:96::20"] and doc["nameservers"] == [host]
     assert doc["cluster_domain"] == "cluster.local" and doc["client_namespace"] == "shop"
     lk = {x["purpose"]: x for x in doc["lookups"]}
-    assert lk["short"]["candidates"]["glibc"] == ["web.shop.svc.cluster.local", "web.svc.cluster.local", "web.cluster.local", "web"]
-    assert lk["short"]["outcome"]["glibc"] == {"result": "resolved", "qname": "web.shop.svc.cluster.local", "addresses": ["10.96.0.20"], "error": None}
+    assert lk["short"]["candidates"]["glibc"] == [
+        "web.shop.svc.cluster.local",
+        "web.svc.cluster.local",
+        "web.cluster.local",
+        "web",
+    ]
+    assert lk["short"]["outcome"]["glibc"] == {
+        "result": "resolved",
+        "qname": "web.shop.svc.cluster.local",
+        "addresses": ["10.96.0.20"],
+        "error": None,
+    }
     assert lk["namespaced"]["outcome"]["musl"]["qname"] == "web.shop.svc.cluster.local"
     assert lk["kubernetes"]["outcome"]["glibc"]["addresses"] == ["10.96.0.1"]
     assert _q(doc, "web.shop.shop.svc.cluster.local")["result"] == "nxdomain"
@@ -91,14 +113,21 @@ def test_probe_udp_tcp_search_path_and_the_fields_kp108_reads(server, tmp_path):
         assert q["server"] == host and q["port"] == port and isinstance(q["duration_ms"], float) and q["tries"] >= 1
     # the server really saw each name over the transport recorded
     seen = set(log.read_text().splitlines())
-    assert "tcp web.shop.svc.cluster.local 1 0" in seen and "udp web.svc.cluster.local 1 3" in seen and "udp web 1 3" in seen
+    assert (
+        "tcp web.shop.svc.cluster.local 1 0" in seen
+        and "udp web.svc.cluster.local 1 3" in seen
+        and "udp web 1 3" in seen
+    )
     json.dumps(doc)  # JSON-ready
 
 
 def test_truncated_udp_answer_is_asked_again_over_tcp(server, tmp_path):
     host, port, _ = server("--truncate-udp", host="127.0.0.62")
     doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
-    assert _q(doc, "web.shop.svc.cluster.local")["result"] == "truncated" and _q(doc, "web.shop.svc.cluster.local")["truncated"] is True
+    assert (
+        _q(doc, "web.shop.svc.cluster.local")["result"] == "truncated"
+        and _q(doc, "web.shop.svc.cluster.local")["truncated"] is True
+    )
     assert doc["result"] == "resolved" and "10.96.0.20" in doc["addresses"]  # as a resolver does: the TCP answer
 
 
@@ -143,10 +172,14 @@ def test_deadline_bounds_a_server_that_never_answers(tmp_path):
     finally:
         udp.close()
         tcp.close()
-    assert took < 1.0 + 2.0, took  # the deadline holds although each query would wait 30 s (margin for a loaded machine)
+    assert took < 1.0 + 2.0, (
+        took
+    )  # the deadline holds although each query would wait 30 s (margin for a loaded machine)
     assert doc["result"] == "timeout" and doc["addresses"] == []
     assert {q["result"] for q in doc["queries"]} == {"timeout"}
-    assert len(doc["queries"]) == 14  # search-path names of web (4), web.shop (3 more), kubernetes.default (4); AAAA; TCP ×2
+    assert (
+        len(doc["queries"]) == 14
+    )  # search-path names of web (4), web.shop (3 more), kubernetes.default (4); AAAA; TCP ×2
     assert all(o["result"] == "timeout" for lk in doc["lookups"] for o in lk["outcome"].values())
 
 
@@ -163,7 +196,10 @@ def test_send_false_sends_nothing(tmp_path):
     finally:
         udp.close()
     assert doc["sent"] is False and doc["result"] == "not-probed" and doc["queries"] == []
-    assert doc["resolv_conf"]["nameservers"] == [host] and doc["lookups"][0]["candidates"]["glibc"][0] == "web.shop.svc.cluster.local"
+    assert (
+        doc["resolv_conf"]["nameservers"] == [host]
+        and doc["lookups"][0]["candidates"]["glibc"][0] == "web.shop.svc.cluster.local"
+    )
 
 
 def test_unreadable_resolv_conf_falls_back_to_the_resolver_defaults(tmp_path):
@@ -180,8 +216,10 @@ def test_ctrl_c_stops_the_probe_at_once(tmp_path):
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind((host, 0))
     port = udp.getsockname()[1]
-    code = (f"from kpdiag.collect.dns import dns_probe\nprint('start', flush=True)\n"
-            f"dns_probe('shop', 'web', resolv_conf={_resolv(tmp_path, host)!r}, port={port}, timeout=60, deadline=60)\nprint('finished')\n")
+    code = (
+        f"from kpdiag.collect.dns import dns_probe\nprint('start', flush=True)\n"
+        f"dns_probe('shop', 'web', resolv_conf={_resolv(tmp_path, host)!r}, port={port}, timeout=60, deadline=60)\nprint('finished')\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "start"
@@ -203,13 +241,24 @@ def test_ipv6_only_names_exist_without_an_a_record(server, tmp_path):
     """An IPv6-only cluster: A queries get NODATA. The names exist; no check may call them missing."""
     from tests.dns.dnslab import analyze_files
 
-    host, port, _ = server(host="127.0.0.69", records={"web.shop.svc.cluster.local": "fd00:10:96::20",
-                                                       "kubernetes.default.svc.cluster.local": "fd00:10:96::1"})
+    host, port, _ = server(
+        host="127.0.0.69",
+        records={
+            "web.shop.svc.cluster.local": "fd00:10:96::20",
+            "kubernetes.default.svc.cluster.local": "fd00:10:96::1",
+        },
+    )
     doc = dns.dns_probe("shop", "web", resolv_conf=_resolv(tmp_path, host), port=port, timeout=5, deadline=15)
     assert doc["result"] == "resolved" and doc["addresses"] == ["fd00:10:96::20"]
     assert {x["purpose"]: x["outcome"]["glibc"]["result"] for x in doc["lookups"]} == {
-        "short": "nodata", "namespaced": "nodata", "fqdn": "nodata", "kubernetes": "nodata"}
-    report = analyze_files({"probes/dns.json": json.dumps(doc).encode(), "kpdiag.json": b'{"format": "kpdiag-bundle/1"}'})
+        "short": "nodata",
+        "namespaced": "nodata",
+        "fqdn": "nodata",
+        "kubernetes": "nodata",
+    }
+    report = analyze_files(
+        {"probes/dns.json": json.dumps(doc).encode(), "kpdiag.json": b'{"format": "kpdiag-bundle/1"}'}
+    )
     runs = {r.id: r for r in report.checks}
     for cid in ("KP135", "KP136", "KP137", "KP138", "KP139"):
         assert runs[cid].status == "ran" and runs[cid].findings == 0, (cid, [f.summary for f in report.findings])

@@ -16,7 +16,9 @@ def _validator():
         return jsonschema.Draft202012Validator(json.load(fh))
 
 
-NEW = [p for p in sorted(glob.glob(os.path.join(FIXTURES, "*", "probes", "dns.json"))) if "kpdiag.dns/v1" in open(p).read()]
+NEW = [
+    p for p in sorted(glob.glob(os.path.join(FIXTURES, "*", "probes", "dns.json"))) if "kpdiag.dns/v1" in open(p).read()
+]
 
 
 def test_there_are_recorded_documents():

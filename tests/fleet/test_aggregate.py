@@ -48,17 +48,28 @@ def _ids(report):
 def test_identical_nodes_are_silent_and_the_report_is_valid():
     rep = aggregate([_node(f"n{i}", "healthy-nftables") for i in range(5)], api_version="v1.31.4", local_itp=set())
     assert [i for i in _ids(rep) if i.startswith("KP8")] == []
-    assert {c.id: c.status for c in rep.checks} == {"KP801": "ran", "KP802": "ran", "KP803": "ran", "KP804": "ran",
-                                                     "KP805": "ran", "KP806": "ran"}
+    assert {c.id: c.status for c in rep.checks} == {
+        "KP801": "ran",
+        "KP802": "ran",
+        "KP803": "ran",
+        "KP804": "ran",
+        "KP805": "ran",
+        "KP806": "ran",
+    }
     jsonschema.validate(rep.to_dict(), SCHEMA)
 
 
 def test_mixed_modes_fire_kp801_naming_the_outliers():
-    nodes = [_node(f"n{i}") for i in range(4)] + [_node("odd-nft", "healthy-nftables"), _node("odd-ipvs", "ipvs-healthy")]
+    nodes = [_node(f"n{i}") for i in range(4)] + [
+        _node("odd-nft", "healthy-nftables"),
+        _node("odd-ipvs", "ipvs-healthy"),
+    ]
     rep = aggregate(nodes)
     kp801 = [f for f in rep.findings if f.id == "KP801"]
     assert len(kp801) == 1
-    assert "iptables on 4 nodes" in kp801[0].summary and "odd-ipvs" in kp801[0].summary and "odd-nft" in kp801[0].summary
+    assert (
+        "iptables on 4 nodes" in kp801[0].summary and "odd-ipvs" in kp801[0].summary and "odd-nft" in kp801[0].summary
+    )
     assert rep.facts["proxy_modes"] == {"iptables": 4, "nftables": 1, "ipvs": 1}
 
 
@@ -69,10 +80,17 @@ def test_iptables_and_nftables_nodes_with_the_same_services_agree():
 
 
 def test_one_failing_node_does_not_lose_the_others():
-    nodes = [_node("a"), _node("b"), NodeResult("c", failure="timed out after 600 s (pod Running)", kind="timeout"), _node("d")]
+    nodes = [
+        _node("a"),
+        _node("b"),
+        NodeResult("c", failure="timed out after 600 s (pod Running)", kind="timeout"),
+        _node("d"),
+    ]
     rep = aggregate(nodes)
     rows = {r["node"]: r for r in rep.extra["nodes"]}
-    assert [rows[n]["status"] for n in "abd"] == ["ok", "ok", "ok"] and rows["c"]["status"].startswith("failed: timed out")
+    assert [rows[n]["status"] for n in "abd"] == ["ok", "ok", "ok"] and rows["c"]["status"].startswith(
+        "failed: timed out"
+    )
     assert rep.facts["nodes_diagnosed"] == 3 and rep.readable
     kp806 = next(f for f in rep.findings if f.id == "KP806")
     assert kp806.severity.value == "warning" and "timeout (1): c" in kp806.summary
@@ -86,7 +104,9 @@ def test_lagging_node_and_stale_endpoints_are_named():
     def stale_dns(t):
         t["10.96.0.10:53/udp"] = (t["10.96.0.10:53/udp"][0], ("10.244.9.9:53",), False)
 
-    rep = aggregate([_node("a"), _node("b"), _node("c"), _node("lag", table_edit=drop_web), _node("stale", table_edit=stale_dns)])
+    rep = aggregate(
+        [_node("a"), _node("b"), _node("c"), _node("lag", table_edit=drop_web), _node("stale", table_edit=stale_dns)]
+    )
     kp802 = [f for f in rep.findings if f.id == "KP802"]
     kp803 = [f for f in rep.findings if f.id == "KP803"]
     assert [f.subject for f in kp802] == ["lag"] and "shop/web:http 10.96.0.20:80/tcp" in kp802[0].summary
@@ -96,10 +116,14 @@ def test_lagging_node_and_stale_endpoints_are_named():
     rep2 = aggregate([_node("a"), _node("b"), _node("stale", table_edit=stale_dns)], local_itp={"10.96.0.10:53/udp"})
     assert "KP803" not in _ids(rep2)
     # … and a Local Service that iptables nodes do not list as a ClusterIP chain is not "missing" there either
-    rep3 = aggregate([_node("a", table_edit=drop_web), _node("b", table_edit=drop_web), _node("nft", "healthy-nftables")],
-                     local_itp={"10.96.0.20:80/tcp"})
+    rep3 = aggregate(
+        [_node("a", table_edit=drop_web), _node("b", table_edit=drop_web), _node("nft", "healthy-nftables")],
+        local_itp={"10.96.0.20:80/tcp"},
+    )
     assert "KP802" not in _ids(rep3)
-    assert "KP802" in _ids(aggregate([_node("a", table_edit=drop_web), _node("b", table_edit=drop_web), _node("nft", "healthy-nftables")]))
+    assert "KP802" in _ids(
+        aggregate([_node("a", table_edit=drop_web), _node("b", table_edit=drop_web), _node("nft", "healthy-nftables")])
+    )
 
 
 def test_version_skew_across_nodes_and_against_the_api_server():
@@ -109,7 +133,11 @@ def test_version_skew_across_nodes_and_against_the_api_server():
     assert {f.severity.value for f in kp804} == {"error", "warning"}
     assert any("more than 3 minor versions older" in f.summary and "old" in f.summary for f in kp804)
     newer = aggregate([_node("a"), _node("b")], api_version="v1.30.2")
-    assert any(f.severity.value == "error" and "newer than the API server" in f.summary for f in newer.findings if f.id == "KP804")
+    assert any(
+        f.severity.value == "error" and "newer than the API server" in f.summary
+        for f in newer.findings
+        if f.id == "KP804"
+    )
 
 
 def test_a_finding_on_most_nodes_is_reported_once():
@@ -118,13 +146,20 @@ def test_a_finding_on_most_nodes_is_reported_once():
     assert "KP601" not in _ids(rep)  # 10 of 11 nodes: not 10 findings …
     kp805 = [f for f in rep.findings if f.id == "KP805"]
     assert len(kp805) == 1 and kp805[0].subject == "KP601" and "on 10 of 11 nodes (not on nft)" in kp805[0].summary
-    few = aggregate([_node("a"), _node("b", "healthy-nftables"), _node("c", "healthy-nftables"), _node("d", "healthy-nftables")])
+    few = aggregate(
+        [_node("a"), _node("b", "healthy-nftables"), _node("c", "healthy-nftables"), _node("d", "healthy-nftables")]
+    )
     kp601 = [f for f in few.findings if f.id == "KP601"]
     assert len(kp601) == 1 and kp601[0].summary.startswith("a: ")  # … but a finding on one node keeps its node name
 
 
 def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
-    results = [_node("a"), _node("b"), _node("c", "healthy-nftables"), NodeResult("d", failure="ImagePullBackOff: x", kind="image pull")]
+    results = [
+        _node("a"),
+        _node("b"),
+        _node("c", "healthy-nftables"),
+        NodeResult("d", failure="ImagePullBackOff: x", kind="image pull"),
+    ]
     write_report_dir(str(tmp_path), results, {"api_version": "v1.31.4", "local_itp": []}, force=True)  # tmp_path exists
     (tmp_path / "e.json").write_text('{"truncated": ')
     (tmp_path / "f.json").write_text('{"schema": "something/else"}')
@@ -161,8 +196,10 @@ def test_analyze_one_node_report_file(tmp_path, capsys):
 def test_text_report_of_a_big_cluster_lists_the_nodes_that_stand_out():
     from kpdiag.render.report import report_to_text
 
-    nodes = [_node(f"n{i:03d}", "healthy-nftables") for i in range(60)] + [_node("odd", "ipvs-healthy"),
-                                                                           NodeResult("gone", failure="x", kind="timeout")]
+    nodes = [_node(f"n{i:03d}", "healthy-nftables") for i in range(60)] + [
+        _node("odd", "ipvs-healthy"),
+        NodeResult("gone", failure="x", kind="timeout"),
+    ]
     rep = aggregate(nodes)
     text = report_to_text(rep)
     assert "odd " in text and "gone " in text and "n000 " not in text

@@ -14,14 +14,16 @@ import pytest
 import yaml
 
 from kpdiag.cli import main
-from kpdiag.diagnose import analyze_bundle
+from kpdiag.pipeline import analyze_bundle
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 from tests.conftest import FIXTURES
 
 NS = "kpdiag"
-REPORTS = {name: json.dumps(analyze_bundle(os.path.join(FIXTURES, name)).to_dict())
-           for name in ("healthy-iptables", "healthy-nftables", "ipvs-healthy")}
+REPORTS = {
+    name: json.dumps(analyze_bundle(os.path.join(FIXTURES, name)).to_dict())
+    for name in ("healthy-iptables", "healthy-nftables", "ipvs-healthy")
+}
 
 
 def _run(capsys, api, tmp_path, *args):
@@ -35,12 +37,28 @@ def _nodes(n, **kw):
 
 
 def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
-    kubelet = {"node-000": {"log": REPORTS["healthy-iptables"]},
-               "node-001": {"log": "kpdiag: collected node/iptables-save.txt in 1.2 s\n" + REPORTS["healthy-nftables"], "exit": 1},
-               "node-002": {"log": REPORTS["ipvs-healthy"]}}
+    kubelet = {
+        "node-000": {"log": REPORTS["healthy-iptables"]},
+        "node-001": {
+            "log": "kpdiag: collected node/iptables-save.txt in 1.2 s\n" + REPORTS["healthy-nftables"],
+            "exit": 1,
+        },
+        "node-002": {"log": REPORTS["ipvs-healthy"]},
+    }
     with ApiServer(_nodes(3), kubelet=kubelet) as api:
-        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--service", "shop/web", "--image", "registry.local/kpdiag:test",
-                            "--timeout", "120")
+        rc, out, err = _run(
+            capsys,
+            api,
+            tmp_path,
+            "-o",
+            "json",
+            "--service",
+            "shop/web",
+            "--image",
+            "registry.local/kpdiag:test",
+            "--timeout",
+            "120",
+        )
         live = api.live_pods(NS)
         created = list(api.created)
         logs = api.count("GET", "/log")
@@ -77,11 +95,15 @@ def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
 
 
 def test_timeout_and_failures_are_named_and_the_rest_is_kept(capsys, tmp_path):
-    kubelet = {"node-000": {"log": REPORTS["healthy-iptables"]}, "node-001": {"hang": True},
-               "node-002": {"waiting": "ImagePullBackOff", "message": 'Back-off pulling image "registry.local/kpdiag:nope"'},
-               "node-003": {"oom": True}, "node-004": {"rejected": "OutOfpods", "message": "Node didn't have enough resource: pods"},
-               "node-005": {"log": "exec /usr/local/bin/kpdiag: exec format error\n", "exit": 1},
-               "node-006": {"log": REPORTS["healthy-iptables"]}}
+    kubelet = {
+        "node-000": {"log": REPORTS["healthy-iptables"]},
+        "node-001": {"hang": True},
+        "node-002": {"waiting": "ImagePullBackOff", "message": 'Back-off pulling image "registry.local/kpdiag:nope"'},
+        "node-003": {"oom": True},
+        "node-004": {"rejected": "OutOfpods", "message": "Node didn't have enough resource: pods"},
+        "node-005": {"log": "exec /usr/local/bin/kpdiag: exec format error\n", "exit": 1},
+        "node-006": {"log": REPORTS["healthy-iptables"]},
+    }
     nodes = _nodes(7) + [k8s.node("node-down", ready=False)]
     with ApiServer(nodes, kubelet=kubelet) as api:
         t0 = time.monotonic()
@@ -94,7 +116,10 @@ def test_timeout_and_failures_are_named_and_the_rest_is_kept(capsys, tmp_path):
     from kpdiag.fleet.aggregate import FAILURE_KINDS
 
     assert all(f["kind"] in FAILURE_KINDS for f in failures.values())
-    assert failures["node-001"]["kind"] == "timeout" and "timed out after 2 s (pod Running)" in failures["node-001"]["reason"]
+    assert (
+        failures["node-001"]["kind"] == "timeout"
+        and "timed out after 2 s (pod Running)" in failures["node-001"]["reason"]
+    )
     assert failures["node-002"]["kind"] == "image pull" and "ImagePullBackOff" in failures["node-002"]["reason"]
     assert failures["node-003"]["kind"] == "pod failed" and "OOMKilled" in failures["node-003"]["reason"]
     assert failures["node-004"]["kind"] == "not admitted" and "OutOfpods" in failures["node-004"]["reason"]
@@ -112,7 +137,10 @@ def test_timeout_and_failures_are_named_and_the_rest_is_kept(capsys, tmp_path):
 
 
 def test_unknown_node_names_and_label_selector(capsys, tmp_path):
-    nodes = [k8s.node("a-1", labels={"pool": "blue"}, ready=True), k8s.node("a-2", labels={"pool": "green"}, ready=True)]
+    nodes = [
+        k8s.node("a-1", labels={"pool": "blue"}, ready=True),
+        k8s.node("a-2", labels={"pool": "green"}, ready=True),
+    ]
     kubelet = {"a-1": {"log": REPORTS["healthy-iptables"]}, "a-2": {"log": REPORTS["healthy-iptables"]}}
     with ApiServer(nodes, kubelet=kubelet) as api:
         rc, out, _ = _run(capsys, api, tmp_path, "-o", "json", "--nodes", "pool=blue")
@@ -121,7 +149,9 @@ def test_unknown_node_names_and_label_selector(capsys, tmp_path):
         named = json.loads(out2)
     assert [r["node"] for r in blue["extra"]["nodes"]] == ["a-1"]
     assert [r["node"] for r in named["extra"]["nodes"]] == ["a-2", "ghost"]
-    assert named["extra"]["failures"] == [{"node": "ghost", "kind": "unschedulable", "reason": "no such node in the API"}]
+    assert named["extra"]["failures"] == [
+        {"node": "ghost", "kind": "unschedulable", "reason": "no such node in the API"}
+    ]
 
 
 def test_dry_run_prints_manifests_and_creates_nothing(capsys, tmp_path):
@@ -155,13 +185,31 @@ def test_node_pods_without_their_service_account_run_without_a_token_and_say_so(
     with ApiServer(_nodes(2), kubelet=kubelet, service_accounts=set()) as api:
         rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--no-node-api")
         created = list(api.created)
-    assert len(created) == 2 and not any("serviceAccountName" in p["spec"] for p in created) and "does not exist" not in err
+    assert (
+        len(created) == 2
+        and not any("serviceAccountName" in p["spec"] for p in created)
+        and "does not exist" not in err
+    )
 
 
 def test_cleanup_removes_only_kpdiag_pods(capsys, tmp_path):
-    leftovers = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"kpdiag-old-{i}", "namespace": NS,
-                                                                     "labels": {"app.kubernetes.io/managed-by": "kpdiag"}}} for i in range(3)]
-    other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "someone-else", "namespace": NS, "labels": {"app": "x"}}}
+    leftovers = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"kpdiag-old-{i}",
+                "namespace": NS,
+                "labels": {"app.kubernetes.io/managed-by": "kpdiag"},
+            },
+        }
+        for i in range(3)
+    ]
+    other = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "someone-else", "namespace": NS, "labels": {"app": "x"}},
+    }
     with ApiServer(leftovers + [other]) as api:
         rc, out, _ = _run(capsys, api, tmp_path, "--cleanup")
         live = api.live_pods(NS)
@@ -190,13 +238,32 @@ def test_unreachable_api_is_one_line(capsys, tmp_path):
     assert err.count("\n") == 1 and "list nodes" in err and "unreachable" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("sig,code,running", [(signal.SIGINT, 130, 3), (signal.SIGTERM, 143, 3), (signal.SIGINT, 130, 1)])
+@pytest.mark.parametrize(
+    "sig,code,running", [(signal.SIGINT, 130, 3), (signal.SIGTERM, 143, 3), (signal.SIGINT, 130, 1)]
+)
 def test_signal_deletes_every_pod(tmp_path, sig, code, running):
     """A real SIGINT/SIGTERM to a real `kpdiag cluster` process while its pods run (all three, or just the first):
     it stops, deletes every pod and exits 128 + signal."""
     with ApiServer(_nodes(5), kubelet={f"node-{i:03d}": {"hang": True} for i in range(5)}) as api:
-        proc = subprocess.Popen([sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", api.kubeconfig(tmp_path), "--poll", "0.1",
-                                 "--parallel", "3", "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kpdiag",
+                "cluster",
+                "--kubeconfig",
+                api.kubeconfig(tmp_path),
+                "--poll",
+                "0.1",
+                "--parallel",
+                "3",
+                "--timeout",
+                "300",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while len(api.live_pods(NS)) < running and time.monotonic() < deadline:
             time.sleep(0.02)

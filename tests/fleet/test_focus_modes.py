@@ -23,7 +23,10 @@ def _focus(fixture, **kw):
 def test_service_focus_traces_each_port_in_the_running_mode(fixture):
     report = _focus(fixture, service="shop/web")
     traces = report.extra["traces"]
-    assert [(t["target"], t["packet"]["from"]) for t in traces] == [("shop/web:http", "pod"), ("shop/web:http", "external")]
+    assert [(t["target"], t["packet"]["from"]) for t in traces] == [
+        ("shop/web:http", "pod"),
+        ("shop/web:http", "external"),
+    ]
     for t in traces:  # the lab's three shop/web pods, one path each
         assert len({p["dnat"] for p in t["paths"]}) == 3 and all(p["dnat"].startswith("10.244.") for p in t["paths"])
     row = node_row(NodeResult("n", report=report.to_dict()))

@@ -42,7 +42,12 @@ def secret(tmp_path):
 
 
 def _analyze(path, timeout=60):
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", str(path), "-o", "json"], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "analyze", str(path), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -110,7 +115,9 @@ def test_per_file_and_total_caps_are_named(tmp_path, monkeypatch):
     monkeypatch.setattr(bundle_mod, "MAX_FILE_BYTES", 1000)
     bun = Bundle.open(str(b))
     assert bun.read_text("node/sysctl.txt") is None
-    assert any("node/sysctl.txt" in str(p) and "larger than the 1000 bytes per-file limit" in str(p) for p in bun.problems), bun.problems
+    assert any(
+        "node/sysctl.txt" in str(p) and "larger than the 1000 bytes per-file limit" in str(p) for p in bun.problems
+    ), bun.problems
     monkeypatch.setattr(bundle_mod, "MAX_FILE_BYTES", 1 << 20)
     monkeypatch.setattr(bundle_mod, "MAX_TOTAL_BYTES", 3100)
     bun = Bundle.open(str(b))  # the manifest (~60 bytes) and sysctl (3 KB) fit; modules.txt then passes the total
@@ -158,8 +165,11 @@ def test_gzip_bomb_stays_under_300_mb(tmp_path):
     write_zero_bomb(bomb, members, 250_000_000)
     assert bomb.stat().st_size < 2_000_000  # ~1 MB holding 1 GB
     # the peak RSS of that one child, from wait4 (Popen must not reap it first)
-    proc = subprocess.Popen([sys.executable, "-m", "kpdiag", "analyze", str(bomb), "-o", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kpdiag", "analyze", str(bomb), "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     err = proc.stderr.read()  # a few lines
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -187,7 +197,9 @@ def test_archive_members_over_the_spool_threshold_wait_on_disk(tmp_path, monkeyp
     assert b.list("node/") == ["node/sysctl.txt"]
 
 
-@pytest.mark.parametrize("name,kind", [("./node/../../x", "outside"), ("node/./../../../etc/passwd", "outside"), ("/abs", "outside")])
+@pytest.mark.parametrize(
+    "name,kind", [("./node/../../x", "outside"), ("node/./../../../etc/passwd", "outside"), ("/abs", "outside")]
+)
 def test_archive_traversal_refused(tmp_path, name, kind):
     path = tmp_path / "t.tar.gz"
     with tarfile.open(path, "w:gz") as tar:

@@ -24,13 +24,16 @@ def _file(name, data=b"x"):
     return info, data
 
 
-@pytest.mark.parametrize("make,words", [
-    (lambda: [_file("../evil.txt")], "outside the bundle"),
-    (lambda: [_file("/etc/passwd")], "outside the bundle"),
-    (lambda: [_file("node/../../x")], "outside the bundle"),
-    (lambda: [(_link("node/iptables-save.txt", "/etc/shadow"), None)], "is a link"),
-    (lambda: [(_dev("node/sda"), None)], "device"),
-])
+@pytest.mark.parametrize(
+    "make,words",
+    [
+        (lambda: [_file("../evil.txt")], "outside the bundle"),
+        (lambda: [_file("/etc/passwd")], "outside the bundle"),
+        (lambda: [_file("node/../../x")], "outside the bundle"),
+        (lambda: [(_link("node/iptables-save.txt", "/etc/shadow"), None)], "is a link"),
+        (lambda: [(_dev("node/sda"), None)], "device"),
+    ],
+)
 def test_hostile_archives_refused(tmp_path, make, words, capsys):
     path = tmp_path / "b.tar.gz"
     _tar(path, make())
@@ -64,7 +67,9 @@ def test_tar_bomb_caps(tmp_path, monkeypatch):
     assert "more than 50 entries" in str(exc.value)
     monkeypatch.setattr(bundle_mod, "MAX_TOTAL_BYTES", 1000)
     path = tmp_path / "big.tar.gz"
-    _tar(path, [_file("node/small.txt", b"1" * 600), _file("node/big.txt", b"0" * 2000)])  # compresses to almost nothing
+    _tar(
+        path, [_file("node/small.txt", b"1" * 600), _file("node/big.txt", b"0" * 2000)]
+    )  # compresses to almost nothing
     b = Bundle.open(str(path))  # what came before the cap is read; the rest is a named problem
     assert b.read_text("node/small.txt") == "1" * 600 and b.read_bytes("node/big.txt") is None
     assert any("node/big.txt" in str(p) and "1000 bytes total limit" in str(p) for p in b.problems), b.problems

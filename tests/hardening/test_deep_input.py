@@ -16,17 +16,21 @@ from kpdiag.fleet.aggregate import write_report_dir
 
 DEEP = 5000
 BLOCK_YAML = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nx:\n" + "".join(
-    "  " * i + "k:\n" for i in range(1, DEEP))
+    "  " * i + "k:\n" for i in range(1, DEEP)
+)
 FLOW_YAML = "kind: KubeProxyConfiguration\nmode: ipvs\nx: " + "[" * DEEP + "]" * DEEP + "\n"
 JSON_DEEP = '{"a":' * DEEP + "1" + "}" * DEEP
 LAUGHS = "kind: KubeProxyConfiguration\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
 
 
 def _bundle(tmp_path, files: dict[str, str]):
     b = tmp_path / "b"
-    base = {"kpdiag.json": json.dumps({"format": "kpdiag-bundle/1", "node": "n1", "errors": []}),
-            "node/sysctl.txt": "net.ipv4.ip_forward = 0\n"}  # KP501 fires from this: the rest of the report
+    base = {
+        "kpdiag.json": json.dumps({"format": "kpdiag-bundle/1", "node": "n1", "errors": []}),
+        "node/sysctl.txt": "net.ipv4.ip_forward = 0\n",
+    }  # KP501 fires from this: the rest of the report
     for rel, text in {**base, **files}.items():
         (b / rel).parent.mkdir(parents=True, exist_ok=True)
         (b / rel).write_text(text)
@@ -34,7 +38,12 @@ def _bundle(tmp_path, files: dict[str, str]):
 
 
 def _analyze(path) -> tuple[int, dict, str]:
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", str(path), "-o", "json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "analyze", str(path), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "RecursionError" not in proc.stdout + proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr
@@ -44,10 +53,16 @@ def _problems(doc) -> list[str]:
     return [f"{p['source']}: {p['error']}" if isinstance(p, dict) else str(p) for p in doc.get("problems", [])]
 
 
-@pytest.mark.parametrize("text,words", [(BLOCK_YAML, "YAML nested deeper than 200 levels"),
-                                        (FLOW_YAML, "YAML nested deeper than 200 levels"),
-                                        (JSON_DEEP, "nested deeper than 200 levels"),
-                                        (LAUGHS, "nodes once its aliases are expanded")], ids=["block", "flow", "json", "laughs"])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        (BLOCK_YAML, "YAML nested deeper than 200 levels"),
+        (FLOW_YAML, "YAML nested deeper than 200 levels"),
+        (JSON_DEEP, "nested deeper than 200 levels"),
+        (LAUGHS, "nodes once its aliases are expanded"),
+    ],
+    ids=["block", "flow", "json", "laughs"],
+)
 def test_deep_kube_proxy_config_is_a_could_not_read_line(tmp_path, text, words):
     rc, doc, _ = _analyze(_bundle(tmp_path, {"node/kube-proxy/config.yaml": text}))
     probs = _problems(doc)
@@ -55,11 +70,21 @@ def test_deep_kube_proxy_config_is_a_could_not_read_line(tmp_path, text, words):
     assert "KP501" in {f["id"] for f in doc["findings"]} and rc == 1  # the rest of the report is intact
 
 
-@pytest.mark.parametrize("configmap,words", [
-    (JSON_DEEP, "cluster/kube-proxy-configmap.json: JSON nested deeper than 200 levels"),
-    (json.dumps({"kind": "ConfigMap", "data": {"config.conf": BLOCK_YAML}}), "kube-proxy-configmap.json#config.conf: YAML nested deeper"),
-    (json.dumps({"kind": "ConfigMap", "data": {"config.conf": FLOW_YAML}}), "kube-proxy-configmap.json#config.conf: YAML nested deeper"),
-], ids=["json", "block-yaml", "flow-yaml"])
+@pytest.mark.parametrize(
+    "configmap,words",
+    [
+        (JSON_DEEP, "cluster/kube-proxy-configmap.json: JSON nested deeper than 200 levels"),
+        (
+            json.dumps({"kind": "ConfigMap", "data": {"config.conf": BLOCK_YAML}}),
+            "kube-proxy-configmap.json#config.conf: YAML nested deeper",
+        ),
+        (
+            json.dumps({"kind": "ConfigMap", "data": {"config.conf": FLOW_YAML}}),
+            "kube-proxy-configmap.json#config.conf: YAML nested deeper",
+        ),
+    ],
+    ids=["json", "block-yaml", "flow-yaml"],
+)
 def test_deep_configmap_is_a_could_not_read_line(tmp_path, configmap, words):
     rc, doc, _ = _analyze(_bundle(tmp_path, {"cluster/kube-proxy-configmap.json": configmap}))
     probs = _problems(doc)
@@ -67,8 +92,16 @@ def test_deep_configmap_is_a_could_not_read_line(tmp_path, configmap, words):
     assert "KP501" in {f["id"] for f in doc["findings"]} and rc == 1
 
 
-@pytest.mark.parametrize("rel", ["cluster/services.json", "cluster/endpointslices.json", "node/ip-addr.json",
-                                 "node/kube-proxy/healthz.json", "kpdiag.json"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "cluster/services.json",
+        "cluster/endpointslices.json",
+        "node/ip-addr.json",
+        "node/kube-proxy/healthz.json",
+        "kpdiag.json",
+    ],
+)
 def test_deep_json_anywhere_in_a_bundle(tmp_path, rel):
     rc, doc, _ = _analyze(_bundle(tmp_path, {rel: JSON_DEEP}))
     probs = _problems(doc)
@@ -76,15 +109,23 @@ def test_deep_json_anywhere_in_a_bundle(tmp_path, rel):
     assert "KP501" in {f["id"] for f in doc["findings"]}
 
 
-@pytest.mark.parametrize("text", ['{"nftables": [{"metainfo": {}}, ' + JSON_DEEP + "]}",  # streamed item by item
-                                  '{"x": 1, "nftables": [' + JSON_DEEP + "]}"], ids=["streamed", "whole"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"nftables": [{"metainfo": {}}, ' + JSON_DEEP + "]}",  # streamed item by item
+        '{"x": 1, "nftables": [' + JSON_DEEP + "]}",
+    ],
+    ids=["streamed", "whole"],
+)
 def test_deep_nft_ruleset(tmp_path, text):
     from kpdiag.bundle import Bundle
     from kpdiag.state import NodeState
 
     state = NodeState(Bundle.open(str(_bundle(tmp_path, {"node/nft-ruleset.json": text}))))
     assert state.nft() is None
-    assert any("nft-ruleset.json" in str(p) and "nested deeper than 200" in str(p) for p in state.problems), state.problems
+    assert any("nft-ruleset.json" in str(p) and "nested deeper than 200" in str(p) for p in state.problems), (
+        state.problems
+    )
 
 
 def test_deep_node_reports_and_cluster_json(tmp_path):
@@ -94,7 +135,9 @@ def test_deep_node_reports_and_cluster_json(tmp_path):
     d = tmp_path / "run"
     write_report_dir(str(d), [_node("a"), _node("b")], {"api_version": "v1.31.4", "local_itp": []})
     (d / "nodes" / "deep.json").write_text(JSON_DEEP)
-    (d / "nodes" / "wrapped.json").write_text("kpdiag: collecting\n" + '{"schema": "kpdiag.report/v1", "x": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    (d / "nodes" / "wrapped.json").write_text(
+        "kpdiag: collecting\n" + '{"schema": "kpdiag.report/v1", "x": ' + "[" * DEEP + "]" * DEEP + "}\n"
+    )
     rc, doc, _ = _analyze(d)
     failures = {f["node"]: f["reason"] for f in doc["extra"]["failures"]}
     assert "nested deeper than 200 levels" in failures["deep"] and "nodes/deep.json" in failures["deep"]
@@ -136,5 +179,10 @@ def test_the_depth_check_agrees_with_the_decoder():
 def test_bounded_loaders_accept_real_documents():
     assert safeio.load_yaml("mode: ipvs\nipvs: {strictARP: true}\nx: &x [1]\ny: *x\n")["y"] == [1]
     assert safeio.load_json('{"a": [[[]]], "s": "[[[[[[\\"]]"}')["a"] == [[[]]]
-    doc = {"items": [{"metadata": {"name": f"s{i}", "labels": {"a": "[{"}}, "spec": {"ports": [{"port": i}]}} for i in range(5000)]}
+    doc = {
+        "items": [
+            {"metadata": {"name": f"s{i}", "labels": {"a": "[{"}}, "spec": {"ports": [{"port": i}]}}
+            for i in range(5000)
+        ]
+    }
     assert safeio.load_json(json.dumps(doc)) == doc

@@ -90,7 +90,9 @@ def _no_secret(files: dict, secret: str):
 def test_unprivileged_process_named_kube_proxy_is_not_trusted(canary, procs):
     """Before: comm == kube-proxy was enough, and /etc/shadow-like files were copied into the bundle."""
     name, secret = canary
-    spoof = procs([sys.executable, "-c", SLEEPER, f"--config=/etc/{name}"], env={"KP_NAME": "kube-proxy", "KP_UID": "65534"})
+    spoof = procs(
+        [sys.executable, "-c", SLEEPER, f"--config=/etc/{name}"], env={"KP_NAME": "kube-proxy", "KP_UID": "65534"}
+    )
     assert open(f"/proc/{spoof.pid}/comm").read().strip() == "kube-proxy"
     found = find_kube_proxy()
     assert found.pid != spoof.pid
@@ -142,16 +144,19 @@ def resolver(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("config,expect", [
-    ("/etc/abs-link.conf", "no such file"),
-    ("/etc/dotdot-link.conf", "no such file"),
-    ("/../../../../etc/{name}", "no such file"),
-    ("/var/hostroot/etc/{name}", "no such file"),
-    ("/etc/fifo.conf", "is a FIFO, not a regular file"),
-    ("/etc/zero.conf", "is a character device, not a regular file"),
-    ("/etc/big.conf", "larger than the 4 MiB limit"),
-    ("/etc/kube-proxy.conf", None),  # a link inside the root: followed inside, read
-])
+@pytest.mark.parametrize(
+    "config,expect",
+    [
+        ("/etc/abs-link.conf", "no such file"),
+        ("/etc/dotdot-link.conf", "no such file"),
+        ("/../../../../etc/{name}", "no such file"),
+        ("/var/hostroot/etc/{name}", "no such file"),
+        ("/etc/fifo.conf", "is a FIFO, not a regular file"),
+        ("/etc/zero.conf", "is a character device, not a regular file"),
+        ("/etc/big.conf", "larger than the 4 MiB limit"),
+        ("/etc/kube-proxy.conf", None),  # a link inside the root: followed inside, read
+    ],
+)
 def test_config_is_resolved_inside_kube_proxys_root(jail, procs, resolver, config, expect):
     """Before: /proc/PID/root/<config> — an absolute symlink in there is resolved from kpdiag's own root, so
     etc/kube-proxy.conf -> /etc/shadow read the host's shadow; a FIFO hung `kpdiag node`."""
@@ -191,7 +196,13 @@ def test_root_kube_proxy_in_another_network_namespace_is_not_trusted(jail, procs
 def test_open_regular_never_leaves_the_root(jail, resolver):
     """The resolver itself, without a process: every escape lands inside the root or fails."""
     root, _, name, secret = jail
-    for path in (f"/etc/{name}", f"../../etc/{name}", "etc/abs-link.conf", "etc/dotdot-link.conf", f"var/hostroot/etc/{name}"):
+    for path in (
+        f"/etc/{name}",
+        f"../../etc/{name}",
+        "etc/abs-link.conf",
+        "etc/dotdot-link.conf",
+        f"var/hostroot/etc/{name}",
+    ):
         with pytest.raises(FileNotFoundError):
             safeio.read_file(str(root), path, 1 << 20, safeio.IN_ROOT)
     # beneath mode (bundles): no symlink at all, no way out
@@ -208,7 +219,9 @@ def test_bundle_files_are_private(tmp_path):
     out = tmp_path / "b"
     old = os.umask(0o022)
     try:
-        write_bundle({"node/kube-proxy/config.yaml": b"mode: ipvs\n", "cluster/nodes.json": b"{}"}, str(out), {"node": "n"})
+        write_bundle(
+            {"node/kube-proxy/config.yaml": b"mode: ipvs\n", "cluster/nodes.json": b"{}"}, str(out), {"node": "n"}
+        )
         write_bundle({"node/x.txt": b"x"}, str(tmp_path / "b.tar.gz"), {"node": "n"})
     finally:
         os.umask(old)
@@ -237,21 +250,38 @@ def _fake_proc(tmp_path, procs: dict):
 
 
 def test_trust_rules_on_a_constructed_proc(tmp_path):
-    proc = _fake_proc(tmp_path, {
-        10: ("kube-proxy", 0, "/usr/local/bin/kube-proxy (deleted)", ["/usr/local/bin/kube-proxy", "--config=/c"]),  # upgraded on disk
-        11: ("kube-proxy", 0, "/usr/bin/python3", ["/usr/bin/python3", "--config=/etc/shadow"]),
-        12: ("kube-proxy", 0, "/tmp/kube-proxy", ["/bin/sh", "--config=/etc/shadow"]),
-        13: ("kube-proxy", 1000, "/home/u/kube-proxy", ["kube-proxy", "--config=/etc/shadow"]),
-    })
+    proc = _fake_proc(
+        tmp_path,
+        {
+            10: (
+                "kube-proxy",
+                0,
+                "/usr/local/bin/kube-proxy (deleted)",
+                ["/usr/local/bin/kube-proxy", "--config=/c"],
+            ),  # upgraded on disk
+            11: ("kube-proxy", 0, "/usr/bin/python3", ["/usr/bin/python3", "--config=/etc/shadow"]),
+            12: ("kube-proxy", 0, "/tmp/kube-proxy", ["/bin/sh", "--config=/etc/shadow"]),
+            13: ("kube-proxy", 1000, "/home/u/kube-proxy", ["kube-proxy", "--config=/etc/shadow"]),
+        },
+    )
     found = find_kube_proxy(proc)
     refused = dict(found.refused)
     assert found.pid == 10 and found.cmdline[1] == "--config=/c"
-    assert "executable is 'python3'" in refused[11] and "started as '/bin/sh'" in refused[12] and "uid 1000/1000/1000/1000" in refused[13]
+    assert (
+        "executable is 'python3'" in refused[11]
+        and "started as '/bin/sh'" in refused[12]
+        and "uid 1000/1000/1000/1000" in refused[13]
+    )
 
 
 def test_kube_proxy_inside_k3s_is_said(tmp_path):
-    proc = _fake_proc(tmp_path, {7: ("k3s-server", 0, "/usr/local/bin/k3s", ["/usr/local/bin/k3s", "server"]),
-                                 8: ("k3s-agent", 1000, "/tmp/k3s", ["k3s", "agent"])})
+    proc = _fake_proc(
+        tmp_path,
+        {
+            7: ("k3s-server", 0, "/usr/local/bin/k3s", ["/usr/local/bin/k3s", "server"]),
+            8: ("k3s-agent", 1000, "/tmp/k3s", ["k3s", "agent"]),
+        },
+    )
     c = NodeCollector(host_root=str(tmp_path), proc=proc)
     c.kube_proxy_files()
     assert find_kube_proxy(proc).embedded == "k3s-server (pid 7)"

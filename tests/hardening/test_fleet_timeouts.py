@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client.api import core_v1_api  # noqa: F401  # loaded once here: the bound is on waiting, not on importing
 
 from kpdiag.cli import main
-from kpdiag.diagnose import analyze_bundle
+from kpdiag.pipeline import analyze_bundle
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 from tests.conftest import FIXTURES
@@ -99,10 +99,14 @@ def test_hanging_version_and_services_do_not_stretch_the_run(capsys, tmp_path):
 
 
 def test_hanging_create_is_a_timeout(capsys, tmp_path):
-    with ApiServer(_nodes(2), kubelet={"node-000": {"log": TEXT}, "node-001": {"log": TEXT}}, hang={"POST pods": 600}) as api:
+    with ApiServer(
+        _nodes(2), kubelet={"node-000": {"log": TEXT}, "node-001": {"log": TEXT}}, hang={"POST pods": 600}
+    ) as api:
         rc, out, err, took = _run(capsys, api, tmp_path, "-o", "json", "--timeout", "4")
     fails = _failures(_report(out, err))
-    assert {f["kind"] for f in fails.values()} == {"timeout"} and all("creating pod" in f["reason"] for f in fails.values())
+    assert {f["kind"] for f in fails.values()} == {"timeout"} and all(
+        "creating pod" in f["reason"] for f in fails.values()
+    )
     assert took < 8, took
 
 
@@ -176,9 +180,14 @@ MALFORMED = [
     (lambda d: d.pop("findings"), '"findings" is missing'),
     (lambda d: d["summary"].update(error="3"), '"summary.error" is a string, not a count'),
     (lambda d: d["findings"].append({**d["findings"][0], "id": "KP6\x1b[2J"}), "findings[1].id is not a check id"),
-    (lambda d: d["findings"].append({**d["findings"][0], "slug": "No Such Slug"}), "findings[1].slug is not a check slug"),
-    (lambda d: d["findings"].append({**d["findings"][0], "evidence": [{"source": "x", "text": "y", "line": 0}]}),
-     "findings[1].evidence[0].line is not a line number"),
+    (
+        lambda d: d["findings"].append({**d["findings"][0], "slug": "No Such Slug"}),
+        "findings[1].slug is not a check slug",
+    ),
+    (
+        lambda d: d["findings"].append({**d["findings"][0], "evidence": [{"source": "x", "text": "y", "line": 0}]}),
+        "findings[1].evidence[0].line is not a line number",
+    ),
     (lambda d: d["findings"].append({**d["findings"][0], "fix": []}), "findings[1].fix is empty"),
 ]
 

@@ -34,9 +34,14 @@ LINES = IPT.splitlines()
 
 def _mutated(lines):
     """Real lines, shuffled, cut, and with random tokens spliced in."""
-    return st.lists(st.one_of(st.sampled_from(lines), st.text(max_size=80),
-                              st.builds(lambda a, b: a[: len(a) // 2] + b, st.sampled_from(lines), st.text(max_size=20))),
-                    max_size=40).map(lambda ls: "\n".join(ls) + "\n")
+    return st.lists(
+        st.one_of(
+            st.sampled_from(lines),
+            st.text(max_size=80),
+            st.builds(lambda a, b: a[: len(a) // 2] + b, st.sampled_from(lines), st.text(max_size=20)),
+        ),
+        max_size=40,
+    ).map(lambda ls: "\n".join(ls) + "\n")
 
 
 def _safe(fn, data):
@@ -68,33 +73,73 @@ def test_iptables_save_binary(data):
 
 
 @SETTINGS
-@given(_mutated(["-A -t 10.96.0.1:443 -s rr", "-a -t 10.96.0.1:443 -r 192.168.0.10:6443 -m -w 1", "-A -f 100 -s sh",
-                 "-a -u 10.96.0.10:53 -r [fd00::1]:53 -m -w 0", "-A -u 10.96.0.10:53 -s wrr -p"]))
+@given(
+    _mutated(
+        [
+            "-A -t 10.96.0.1:443 -s rr",
+            "-a -t 10.96.0.1:443 -r 192.168.0.10:6443 -m -w 1",
+            "-A -f 100 -s sh",
+            "-a -u 10.96.0.10:53 -r [fd00::1]:53 -m -w 0",
+            "-A -u 10.96.0.10:53 -s wrr -p",
+        ]
+    )
+)
 def test_ipvsadm_save(text):
     _safe(lambda t: parse_ipvsadm_save(t, "ipvs.txt"), text)
 
 
 @SETTINGS
-@given(_mutated(["TCP  10.96.0.1:443 rr", "  -> 192.168.0.10:6443            Masq    1      3          0", "FWM  100 sh",
-                 "Prot LocalAddress:Port Scheduler Flags", "UDP  10.96.0.10:53 wrr persistent x", "  -> 1.2.3.4:5 Masq a b c"]))
+@given(
+    _mutated(
+        [
+            "TCP  10.96.0.1:443 rr",
+            "  -> 192.168.0.10:6443            Masq    1      3          0",
+            "FWM  100 sh",
+            "Prot LocalAddress:Port Scheduler Flags",
+            "UDP  10.96.0.10:53 wrr persistent x",
+            "  -> 1.2.3.4:5 Masq a b c",
+        ]
+    )
+)
 def test_ipvsadm_list(text):
     _safe(lambda t: parse_ipvsadm_list(t, "ipvsl.txt"), text)
 
 
 @SETTINGS
-@given(_mutated(["create KUBE-CLUSTER-IP hash:ip,port family inet", "add KUBE-CLUSTER-IP 10.96.0.1,tcp:443", "add NOPE 1.2.3.4",
-                 "create X bitmap:port range 1-2", "add X tcp:80", "add X nonsense,,"]))
+@given(
+    _mutated(
+        [
+            "create KUBE-CLUSTER-IP hash:ip,port family inet",
+            "add KUBE-CLUSTER-IP 10.96.0.1,tcp:443",
+            "add NOPE 1.2.3.4",
+            "create X bitmap:port range 1-2",
+            "add X tcp:80",
+            "add X nonsense,,",
+        ]
+    )
+)
 def test_ipset(text):
     _safe(lambda t: parse_ipset_save(t, "ipset.txt"), text)
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=30)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=30,
+)
 NFT_SEED = json.loads(_seed("healthy-nftables/node/nft-ruleset.json"))["nftables"]
 
 
 @SETTINGS
-@given(st.lists(st.one_of(st.sampled_from(NFT_SEED), st.dictionaries(st.sampled_from(["rule", "chain", "set", "map", "table"]), JSON_VALUES, max_size=1)), max_size=30))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(NFT_SEED),
+            st.dictionaries(st.sampled_from(["rule", "chain", "set", "map", "table"]), JSON_VALUES, max_size=1),
+        ),
+        max_size=30,
+    )
+)
 def test_nft_json(items):
     def parse(doc):
         rs = parse_nft_json(doc, "nft.json")
@@ -107,41 +152,71 @@ def test_nft_json(items):
 
 
 @SETTINGS
-@given(JSON_VALUES, JSON_VALUES, st.text(max_size=300), st.text(max_size=300), st.text(max_size=300), st.text(max_size=300))
+@given(
+    JSON_VALUES, JSON_VALUES, st.text(max_size=300), st.text(max_size=300), st.text(max_size=300), st.text(max_size=300)
+)
 def test_node_files_and_bundle_checks(addr, route, sysctl, modules, metrics, config):
     """Whole bundles of junk through the full diagnosis: a report, never an exception."""
     from kpdiag.diagnose import analyze_state
     from kpdiag.state import NodeState
 
-    files = {"node/ip-addr.json": json.dumps(addr).encode(), "node/ip-route.json": json.dumps(route).encode(),
-             "node/sysctl.txt": sysctl.encode(), "node/modules.txt": modules.encode(), "node/kube-proxy/metrics.txt": metrics.encode(),
-             "node/kube-proxy/config.yaml": config.encode(), "node/iptables-save.txt": IPT.encode(),
-             "cluster/services.json": json.dumps(addr).encode(), "cluster/endpointslices.json": json.dumps(route).encode(),
-             "kpdiag.json": json.dumps(route).encode()}
+    files = {
+        "node/ip-addr.json": json.dumps(addr).encode(),
+        "node/ip-route.json": json.dumps(route).encode(),
+        "node/sysctl.txt": sysctl.encode(),
+        "node/modules.txt": modules.encode(),
+        "node/kube-proxy/metrics.txt": metrics.encode(),
+        "node/kube-proxy/config.yaml": config.encode(),
+        "node/iptables-save.txt": IPT.encode(),
+        "cluster/services.json": json.dumps(addr).encode(),
+        "cluster/endpointslices.json": json.dumps(route).encode(),
+        "kpdiag.json": json.dumps(route).encode(),
+    }
     report = analyze_state(NodeState(Bundle.from_files("fuzz", files)))
-    assert not [r for r in report.checks if r.status == "error"], [r.reason for r in report.checks if r.status == "error"]
+    assert not [r for r in report.checks if r.status == "error"], [
+        r.reason for r in report.checks if r.status == "error"
+    ]
 
 
 @SETTINGS
 @given(st.text(max_size=400))
 def test_small_parsers(text):
-    for fn in (nodep.parse_sysctl, nodep.parse_modules, nodep.parse_kernel_version, nodep.parse_metrics,
-               nodep.parse_kube_proxy_config, nodep.parse_conntrack_stats):
+    for fn in (
+        nodep.parse_sysctl,
+        nodep.parse_modules,
+        nodep.parse_kernel_version,
+        nodep.parse_metrics,
+        nodep.parse_kube_proxy_config,
+        nodep.parse_conntrack_stats,
+    ):
         _safe(lambda t, fn=fn: fn(t, "f.txt"), text)
 
 
 # ---------------------------------------------------------------- node reports for the cluster aggregation
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-_REAL = json.loads(json.dumps(__import__("kpdiag.diagnose", fromlist=["x"]).analyze_bundle(os.path.join(FIXTURES, "healthy-iptables")).to_dict()))
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_REAL = json.loads(
+    json.dumps(
+        __import__("kpdiag.pipeline", fromlist=["x"])
+        .analyze_bundle(os.path.join(FIXTURES, "healthy-iptables"))
+        .to_dict()
+    )
+)
 
 
 def _same_keys(value):
     """Random values under the real keys (the hard case: right shape, wrong types)."""
     if isinstance(value, dict):
-        return st.fixed_dictionaries({k: st.one_of(st.just(v), _JSON, _same_keys(v) if isinstance(v, (dict, list)) else _JSON)
-                                      for k, v in value.items()})
+        return st.fixed_dictionaries(
+            {
+                k: st.one_of(st.just(v), _JSON, _same_keys(v) if isinstance(v, (dict, list)) else _JSON)
+                for k, v in value.items()
+            }
+        )
     if isinstance(value, list) and value:
         return st.lists(st.one_of(_same_keys(value[0]), _JSON), max_size=3)
     return _JSON
@@ -149,8 +224,9 @@ def _same_keys(value):
 
 def _damaged(report):
     keys = ["facts", "extra", "summary", "findings", "subject", "readable"]
-    return st.fixed_dictionaries({k: st.one_of(st.just(report.get(k)), _JSON, _same_keys(report.get(k))) for k in keys}).map(
-        lambda d: {"schema": "kpdiag.report/v1", **d})
+    return st.fixed_dictionaries(
+        {k: st.one_of(st.just(report.get(k)), _JSON, _same_keys(report.get(k))) for k in keys}
+    ).map(lambda d: {"schema": "kpdiag.report/v1", **d})
 
 
 @SETTINGS

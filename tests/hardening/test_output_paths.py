@@ -34,12 +34,18 @@ def _untouched(victim):
     assert sorted(os.listdir(victim)) == ["file"] and (victim / "file").read_text() == "precious\n"
 
 
-@pytest.mark.parametrize("argv", [["collect", "-o", "{out}"], ["collect", "-o", "{out}", "--force"],
-                                  ["svc", "web", "--no-probe", "--kubeconfig", "{kc}", "--save", "{out}"],
-                                  ["svc", "web", "--no-probe", "--kubeconfig", "{kc}", "--save", "{out}", "--force"],
-                                  ["cluster", "--kubeconfig", "{kc}", "--save-dir", "{out}"],
-                                  ["cluster", "--kubeconfig", "{kc}", "--save-dir", "{out}", "--force"]],
-                         ids=["collect", "collect-force", "svc", "svc-force", "cluster", "cluster-force"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["collect", "-o", "{out}"],
+        ["collect", "-o", "{out}", "--force"],
+        ["svc", "web", "--no-probe", "--kubeconfig", "{kc}", "--save", "{out}"],
+        ["svc", "web", "--no-probe", "--kubeconfig", "{kc}", "--save", "{out}", "--force"],
+        ["cluster", "--kubeconfig", "{kc}", "--save-dir", "{out}"],
+        ["cluster", "--kubeconfig", "{kc}", "--save-dir", "{out}", "--force"],
+    ],
+    ids=["collect", "collect-force", "svc", "svc-force", "cluster", "cluster-force"],
+)
 @pytest.mark.parametrize("target", ["dangling", "to-dir", "to-file"])
 def test_a_symlink_as_output_is_refused_before_anything_runs(tmp_path, victim, capsys, argv, target):
     out = tmp_path / ("out.tar.gz" if target == "to-file" else "out")
@@ -47,13 +53,22 @@ def test_a_symlink_as_output_is_refused_before_anything_runs(tmp_path, victim, c
     kc = tmp_path / "no-kubeconfig"  # never read: the output is refused first
     rc = main([a.format(out=out, kc=kc) for a in argv])
     err = capsys.readouterr().err
-    assert rc == 2 and ("is a symbolic link: refused" in err or (argv[0] == "cluster" and "is a file" in err)), err  # click's own check
+    assert rc == 2 and ("is a symbolic link: refused" in err or (argv[0] == "cluster" and "is a file" in err)), (
+        err
+    )  # click's own check
     _untouched(victim)
     assert os.path.islink(out)
 
 
-@pytest.mark.parametrize("argv", [["collect", "-o", "{out}"], ["svc", "web", "--no-probe", "--kubeconfig", "{kc}", "--save", "{out}"],
-                                  ["cluster", "--kubeconfig", "{kc}", "--save-dir", "{out}"]], ids=["collect", "svc", "cluster"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["collect", "-o", "{out}"],
+        ["svc", "web", "--no-probe", "--kubeconfig", "{kc}", "--save", "{out}"],
+        ["cluster", "--kubeconfig", "{kc}", "--save-dir", "{out}"],
+    ],
+    ids=["collect", "svc", "cluster"],
+)
 def test_an_existing_output_needs_force(tmp_path, capsys, argv):
     out = tmp_path / "out"
     out.mkdir()  # empty and user-owned: accepted before, then written by path
@@ -81,7 +96,9 @@ def test_force_into_a_directory_never_follows_what_was_planted(tmp_path, victim)
     write_bundle({"hard": b"kpdiag's\n"}, str(out), {"node": "n"}, force=True)
     _untouched(victim)
     assert not os.path.islink(out / "kpdiag.json") and json.loads((out / "kpdiag.json").read_text())["node"] == "n"
-    assert (out / "hard").read_text() == "kpdiag's\n" and os.stat(out / "hard").st_ino != os.stat(victim / "file").st_ino
+    assert (out / "hard").read_text() == "kpdiag's\n" and os.stat(out / "hard").st_ino != os.stat(
+        victim / "file"
+    ).st_ino
     os.symlink(victim, out / "node")  # directory link: where node/sysctl.txt would go
     with pytest.raises(OSError):
         write_bundle(FILES, str(out), {"node": "n"}, force=True)
@@ -116,7 +133,13 @@ def _node(name):
 
 def test_cluster_save_dir_keeps_nodes_named_cluster_and_scenario(tmp_path, capsys):
     d = tmp_path / "run"
-    results = [_node("cluster"), _node("scenario"), _node("a"), _node(".."), NodeResult("down", failure="ImagePullBackOff: x", kind="image pull")]
+    results = [
+        _node("cluster"),
+        _node("scenario"),
+        _node("a"),
+        _node(".."),
+        NodeResult("down", failure="ImagePullBackOff: x", kind="image pull"),
+    ]
     write_report_dir(str(d), results, {"api_version": "v1.31.4", "local_itp": []})
     assert sorted(os.listdir(d)) == ["cluster.json", "nodes"]
     assert sorted(os.listdir(d / "nodes")) == ["_...json", "a.json", "cluster.json", "scenario.json"]
@@ -136,7 +159,9 @@ def test_analyze_still_reads_the_old_layout(tmp_path, capsys):
     d.mkdir()
     for r in (_node("a"), _node("b")):
         (d / f"{r.node}.json").write_text(json.dumps(r.report))
-    (d / "cluster.json").write_text(json.dumps({"api_version": "v1.31.4", "failures": [{"node": "c", "kind": "timeout", "reason": "slow"}]}))
+    (d / "cluster.json").write_text(
+        json.dumps({"api_version": "v1.31.4", "failures": [{"node": "c", "kind": "timeout", "reason": "slow"}]})
+    )
     rc = main(["analyze", str(d), "-o", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and any(f["id"] == "KP806" for f in doc["findings"]), rc

@@ -36,22 +36,40 @@ def test_permission_denied_on_proc_and_sys_files(tmp_path):
     os.chmod(proc / "sys" / "net" / "ipv4" / "secret", 0)
     (proc / "modules").write_text("ip_vs 1 0 - Live 0x0\n")
     os.chmod(proc / "modules", 0)
-    code = ("import json,sys; from kpdiag.collect.node import NodeCollector;"
-            "c=NodeCollector(host_root='/', proc=sys.argv[1]); c.kernel(); c.sysctls();"
-            "print(json.dumps({'files': sorted(c.out.files), 'sysctl': c.out.files.get('node/sysctl.txt', b'').decode(), 'errors': c.out.errors}))")
-    out = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search",
-                          sys.executable, "-c", code, str(proc)], capture_output=True, text=True, timeout=60)
+    code = (
+        "import json,sys; from kpdiag.collect.node import NodeCollector;"
+        "c=NodeCollector(host_root='/', proc=sys.argv[1]); c.kernel(); c.sysctls();"
+        "print(json.dumps({'files': sorted(c.out.files), 'sysctl': c.out.files.get('node/sysctl.txt', b'').decode(), 'errors': c.out.errors}))"
+    )
+    out = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--inh-caps=-dac_override,-dac_read_search",
+            sys.executable,
+            "-c",
+            code,
+            str(proc),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert "net.ipv4.ip_forward = 1" in data["sysctl"] and "secret" not in data["sysctl"]
-    assert any(e["source"] == "node/modules.txt" and "not readable" in e["error"] for e in data["errors"]), data["errors"]
+    assert any(e["source"] == "node/modules.txt" and "not readable" in e["error"] for e in data["errors"]), data[
+        "errors"
+    ]
 
 
 def test_read_only_host_root_is_only_read(tmp_path):
     host = tmp_path / "host"
     (host / "var" / "log" / "pods" / "kube-system_kube-proxy-abc" / "kube-proxy").mkdir(parents=True)
     log = host / "var" / "log" / "pods" / "kube-system_kube-proxy-abc" / "kube-proxy" / "0.log"
-    log.write_text('E1203 proxier.go:1] "Failed to execute iptables-restore" err="Another app is currently holding the xtables lock"\n')
+    log.write_text(
+        'E1203 proxier.go:1] "Failed to execute iptables-restore" err="Another app is currently holding the xtables lock"\n'
+    )
     for d, _, _files in os.walk(host):
         os.chmod(d, 0o555)
     before = sorted(os.walk(host))
@@ -87,7 +105,9 @@ def test_api_that_never_answers_times_out_with_a_reason(tmp_path):
 
         cc = ClusterCollector(str(kc), timeout=1.0)
         assert cc.service("shop", "web") is None
-        assert any("timed out" in e["error"].lower() or "unreachable" in e["error"] for e in cc.out.errors), cc.out.errors
+        assert any("timed out" in e["error"].lower() or "unreachable" in e["error"] for e in cc.out.errors), (
+            cc.out.errors
+        )
     finally:
         stop.set()
         t.join(2)

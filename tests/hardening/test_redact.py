@@ -31,14 +31,18 @@ def test_redacted_bundle_leaks_nothing_and_diagnoses_the_same(name):
     files = _files(name)
     red, r = redact_files(files, salt="test")
     blob = b"\n".join(red.values()).decode()
-    label_keys = set(re.findall(r'"([A-Za-z0-9_.-]+)": "', b"\n".join(files.values()).decode()))  # kept: keys, not values
+    label_keys = set(
+        re.findall(r'"([A-Za-z0-9_.-]+)": "', b"\n".join(files.values()).decode())
+    )  # kept: keys, not values
     secrets_ = [n for n in r.global_names if n not in label_keys]
     assert secrets_
     for original in secrets_:
         assert not re.search(rf"(?<!\w){re.escape(original)}(?![\w-])", blob), f"{original} survived"
     for ip in r.ips:
         assert not re.search(rf"(?<![\w.]){re.escape(ip)}(?![\w.])", blob), f"{ip} survived"
-    assert "192.168.50.1" in r.ips or name.startswith("svc") or name.startswith("ipvs")  # the node's own address is hidden
+    assert (
+        "192.168.50.1" in r.ips or name.startswith("svc") or name.startswith("ipvs")
+    )  # the node's own address is hidden
     assert any(ip.startswith("10.") for ip in r.ips)  # cluster addresses too (mapped keeping their prefixes)
     before = analyze_state(NodeState(Bundle.from_files("a", files)))
     after = analyze_state(NodeState(Bundle.from_files("b", red)))
@@ -49,8 +53,10 @@ def test_redacted_bundle_leaks_nothing_and_diagnoses_the_same(name):
 
 
 def test_ipv6_and_macs():
-    files = {"node/ip-addr.json": b'[{"ifname": "eth0", "address": "0a:1b:72:6b:93:83", "broadcast": "ff:ff:ff:ff:ff:ff", "addr_info": [{"family": "inet6", "local": "2a01:4f8:c17:1::2", "prefixlen": 64}, {"family": "inet6", "local": "fe80::21b:72ff:fe6b:9383", "prefixlen": 64}, {"family": "inet6", "local": "::1", "prefixlen": 128}]}]',
-             "node/ip-route.json": b'[{"dst": "2a01:4f8:c17:1::/64", "dev": "eth0"}]'}
+    files = {
+        "node/ip-addr.json": b'[{"ifname": "eth0", "address": "0a:1b:72:6b:93:83", "broadcast": "ff:ff:ff:ff:ff:ff", "addr_info": [{"family": "inet6", "local": "2a01:4f8:c17:1::2", "prefixlen": 64}, {"family": "inet6", "local": "fe80::21b:72ff:fe6b:9383", "prefixlen": 64}, {"family": "inet6", "local": "::1", "prefixlen": 128}]}]',
+        "node/ip-route.json": b'[{"dst": "2a01:4f8:c17:1::/64", "dev": "eth0"}]',
+    }
     red, r = redact_files(files, salt="x")
     text = red["node/ip-addr.json"].decode()
     # MACs and EUI-64 link-local addresses carry the hardware address: both are replaced (ff:ff:ff:ff:ff:ff and ::1 say nothing)

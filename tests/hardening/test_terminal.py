@@ -35,16 +35,22 @@ def kpdiag(*args, env=None) -> subprocess.CompletedProcess:
     e = dict(os.environ, COLUMNS="80")
     e.pop("NO_COLOR", None)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "kpdiag.cli", *args], capture_output=True, text=True, env=e, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kpdiag.cli", *args], capture_output=True, text=True, env=e, timeout=120
+    )
 
 
 def assert_clean(text: str, what: str) -> None:
     bad = RAW.search(text)
-    assert bad is None, f"{what}: raw control {bad.group(0)!r} at {bad.start()}: {text[max(0, bad.start() - 60):bad.start() + 20]!r}"
+    assert bad is None, (
+        f"{what}: raw control {bad.group(0)!r} at {bad.start()}: {text[max(0, bad.start() - 60) : bad.start() + 20]!r}"
+    )
     for line in text.splitlines():
         stripped = line.strip()
         assert not stripped.startswith("$ kubectl delete"), f"{what}: a fake command line: {line!r}"
-        assert not stripped.startswith("No problems found") or line == "No problems found by the checks that ran.", f"{what}: {line!r}"
+        assert not stripped.startswith("No problems found") or line == "No problems found by the checks that ran.", (
+            f"{what}: {line!r}"
+        )
     # at most one verdict line, kpdiag's own
     assert sum(line.strip().startswith("No problems found") for line in text.splitlines()) <= 1, what
 
@@ -79,7 +85,9 @@ def test_api_objects_labels_and_names(tmp_path):
     _replace_everywhere(b, "webb", "webb" + NASTY_NL)  # the Service's selector value (a label)
     _replace_everywhere(b, "web-1", "web-1" + NASTY_NL)  # a pod's name
     _replace_everywhere(b, "web", "web" + NASTY_NL)  # the Service's name (and the pod's label value)
-    _rewrite_json(os.path.join(b, "kpdiag.json"), lambda d: {**d, "node": "node" + NASTY_NL, "service": "shop/web" + NASTY_NL})
+    _rewrite_json(
+        os.path.join(b, "kpdiag.json"), lambda d: {**d, "node": "node" + NASTY_NL, "service": "shop/web" + NASTY_NL}
+    )
     for output in ("text", "table"):
         proc = kpdiag("analyze", b, "-o", output)
         assert proc.returncode == 1, proc.stderr
@@ -87,7 +95,9 @@ def test_api_objects_labels_and_names(tmp_path):
         assert_clean(proc.stdout, f"analyze -o {output}")
         assert_clean(proc.stderr, f"analyze -o {output} (stderr)")
     text = kpdiag("analyze", b, "-v").stdout
-    assert "\\x1b[2J" in text and "\\x07" in text and "\\u202e" in text and "\\n$ kubectl delete ns prod" in text  # shown, escaped
+    assert (
+        "\\x1b[2J" in text and "\\x07" in text and "\\u202e" in text and "\\n$ kubectl delete ns prod" in text
+    )  # shown, escaped
     assert text.startswith("» shop/webx\\x1b[2J")  # the verdict names the Service, escaped
     assert_clean(text, "analyze -v")
     # JSON stays the raw value (JSON's own escaping is enough)
@@ -98,7 +108,9 @@ def test_api_objects_labels_and_names(tmp_path):
 def test_iptables_comment_proxy_mode_log_line_and_node_name(tmp_path):
     b = _copy("kube-proxy-log-errors", tmp_path)
     with open(os.path.join(b, "node", "kube-proxy", "log.txt"), "a") as fh:
-        fh.write(f'E1203 00:09:00.000000       1 proxier.go:1500] "Failed to execute iptables-restore" err="{CLEAR}{TITLE}{LINK}\r$ kubectl delete ns prod\a"\n')
+        fh.write(
+            f'E1203 00:09:00.000000       1 proxier.go:1500] "Failed to execute iptables-restore" err="{CLEAR}{TITLE}{LINK}\r$ kubectl delete ns prod\a"\n'
+        )
     with open(os.path.join(b, "node", "kube-proxy", "proxy-mode.txt"), "w") as fh:
         fh.write("iptables" + NASTY)
     rules = os.path.join(b, "node", "iptables-save.txt")
@@ -130,8 +142,12 @@ def test_dot_escapes_quotes_and_backslashes():
     from kpdiag.trace.model import Packet, Path, Step, TraceResult
 
     step = Step("PREROUTING", "nat", 'KUBE-"evil\\"]; x [label="', 1, "-A x", "DNAT")
-    res = TraceResult(Packet(src="10.0.0.1", dst="10.96.0.1", proto="tcp", dport=80), "iptables",
-                      (Path(1.0, "accept", '1.2.3.4:80"\\', False, (step,)),), 1)
+    res = TraceResult(
+        Packet(src="10.0.0.1", dst="10.96.0.1", proto="tcp", dport=80),
+        "iptables",
+        (Path(1.0, "accept", '1.2.3.4:80"\\', False, (step,)),),
+        1,
+    )
     dot = trace_to_dot(res)
     for line in dot.splitlines():
         # every quoted string closes where Graphviz thinks it does: unescaped quotes come in pairs
@@ -149,8 +165,14 @@ def test_node_reports_in_a_cluster_dir(tmp_path):
     rep["facts"]["kernel"] = "6.1" + NASTY_NL
     rep["facts"]["proxy_mode"] = "iptables" + NASTY
     f = dict(rep["findings"][0])
-    f.update(severity="error", summary="all good" + NASTY_NL, explanation="fine" + NASTY_NL, fix=["restart" + NASTY_NL],
-             evidence=[{"source": "node/x" + NASTY, "text": "t" + NASTY_NL, "line": 1}], subject="s" + NASTY_NL)
+    f.update(
+        severity="error",
+        summary="all good" + NASTY_NL,
+        explanation="fine" + NASTY_NL,
+        fix=["restart" + NASTY_NL],
+        evidence=[{"source": "node/x" + NASTY, "text": "t" + NASTY_NL, "line": 1}],
+        subject="s" + NASTY_NL,
+    )
     rep["findings"].append(f)
     rep["problems"].append({"source": "node/y" + NASTY, "error": "e" + NASTY_NL})
     with open(d / "node-b.json", "w") as fh:
@@ -169,8 +191,16 @@ def test_check_catalogue_of_a_plugin_and_messages():
     from kpdiag.model import Severity
     from kpdiag.render.catalogue import catalogue_table, explain_text
 
-    spec = CheckSpec("KP990", "evil" + NASTY, "title" + NASTY_NL, Severity.ERROR, ("sysctl",),
-                     Docs("s" + NASTY_NL, "w" + NASTY_NL, "f" + NASTY_NL), lambda ctx, new: (), ("ref" + NASTY_NL,))
+    spec = CheckSpec(
+        "KP990",
+        "evil" + NASTY,
+        "title" + NASTY_NL,
+        Severity.ERROR,
+        ("sysctl",),
+        Docs("s" + NASTY_NL, "w" + NASTY_NL, "f" + NASTY_NL),
+        lambda ctx, new: (),
+        ("ref" + NASTY_NL,),
+    )
     assert_clean(catalogue_table([spec], 80), "checks")
     assert_clean(explain_text(spec, 80), "explain")
     proc = kpdiag("analyze", os.path.join(FIXTURES, "healthy-iptables"), "--select", "KP5" + NASTY_NL)
@@ -178,7 +208,9 @@ def test_check_catalogue_of_a_plugin_and_messages():
     assert_clean(proc.stderr, "usage error")
 
 
-@pytest.mark.parametrize("value", [NASTY_NL, "\x00\x01\x1f\x7f\x80\x9f", "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"])
+@pytest.mark.parametrize(
+    "value", [NASTY_NL, "\x00\x01\x1f\x7f\x80\x9f", "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
+)
 def test_term_makes_every_control_visible(value):
     from kpdiag.render.safe import term
 

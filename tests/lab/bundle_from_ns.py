@@ -9,15 +9,31 @@ from kpdiag.bundle import FORMAT, write_bundle
 
 from .netlab import Lab
 
-SYSCTL_PREFIXES = ("net.ipv4.ip_forward", "net.ipv4.conf.all.", "net.ipv4.conf.default.", "net.bridge.",
-                   "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_count", "net.ipv4.vs.",
-                   "net.ipv4.conf.all.route_localnet", "net.ipv6.conf.all.forwarding", "net.netfilter.nf_conntrack_tcp_be_liberal",
-                   "net.ipv4.tcp_keepalive_time")
+SYSCTL_PREFIXES = (
+    "net.ipv4.ip_forward",
+    "net.ipv4.conf.all.",
+    "net.ipv4.conf.default.",
+    "net.bridge.",
+    "net.netfilter.nf_conntrack_max",
+    "net.netfilter.nf_conntrack_count",
+    "net.ipv4.vs.",
+    "net.ipv4.conf.all.route_localnet",
+    "net.ipv6.conf.all.forwarding",
+    "net.netfilter.nf_conntrack_tcp_be_liberal",
+    "net.ipv4.tcp_keepalive_time",
+)
 SYSCTL_SUFFIXES = (".rp_filter",)  # per interface too: the effective value is max(all, interface)
 
 
-def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", extra: dict | None = None, created: str | None = None,
-                   ipv6: bool = False) -> str:
+def bundle_from_ns(
+    lab: Lab,
+    role: str,
+    out: str,
+    node_name: str = "lab-node",
+    extra: dict | None = None,
+    created: str | None = None,
+    ipv6: bool = False,
+) -> str:
     """``ipv6``: also ip6tables-save and the IPv6 routes (in node/ip-route.json, as kpdiag's collector writes them)."""
     files: dict[str, str] = {}
     errors = []
@@ -39,12 +55,22 @@ def bundle_from_ns(lab: Lab, role: str, out: str, node_name: str = "lab-node", e
         grab("node/ip6tables-save.txt", ["ip6tables-save"], _strip_iptables_header)
         six = lab.sh(role, ["ip", "-6", "-j", "route", "show", "table", "all"], check=False)
         if six.returncode == 0 and "node/ip-route.json" in files:
-            files["node/ip-route.json"] = json.dumps(json.loads(files["node/ip-route.json"]) + json.loads(six.stdout), indent=1) + "\n"
+            files["node/ip-route.json"] = (
+                json.dumps(json.loads(files["node/ip-route.json"]) + json.loads(six.stdout), indent=1) + "\n"
+            )
     grab("node/ipset.txt", ["ipset", "save"])
     grab("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"])
     grab("node/nft-version.txt", ["nft", "--version"])
     grab("node/uname.txt", ["uname", "-r"])
-    grab("node/sysctl.txt", ["sysctl", "-a"], lambda t: "".join(l + "\n" for l in t.splitlines() if l.startswith(SYSCTL_PREFIXES) or l.split(" =")[0].endswith(SYSCTL_SUFFIXES)))
+    grab(
+        "node/sysctl.txt",
+        ["sysctl", "-a"],
+        lambda t: "".join(
+            l + "\n"
+            for l in t.splitlines()
+            if l.startswith(SYSCTL_PREFIXES) or l.split(" =")[0].endswith(SYSCTL_SUFFIXES)
+        ),
+    )
     files.update(extra or {})
     manifest = {
         "format": FORMAT,

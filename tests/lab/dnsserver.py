@@ -37,7 +37,11 @@ def _answer(data: bytes, records: dict, args, transport: str) -> bytes | None:
         rcode = 0
         addrs = records[name] if isinstance(records[name], list) else [records[name]]
         want6 = qd.qtype == 28
-        an = [DNSRR(rrname=qd.qname, type="AAAA" if want6 else "A", ttl=30, rdata=a) for a in addrs if (":" in a) == want6 and qd.qtype in (1, 28)]
+        an = [
+            DNSRR(rrname=qd.qname, type="AAAA" if want6 else "A", ttl=30, rdata=a)
+            for a in addrs
+            if (":" in a) == want6 and qd.qtype in (1, 28)
+        ]
         resp = DNS(id=q.id, qr=1, aa=1, rd=q.rd, ra=1, qd=qd, an=an or None)
     else:
         rcode = 3

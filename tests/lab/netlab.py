@@ -29,7 +29,9 @@ def can_run_lab() -> tuple[bool, str]:
     return True, ""
 
 
-def run(argv: list[str], input: str | None = None, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+def run(
+    argv: list[str], input: str | None = None, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=ENV)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
@@ -84,7 +86,9 @@ class Lab:
         self.sh(role, ["sysctl", "-qw", f"{key}={value}"])
 
     def background(self, role: str, argv: list[str], stdout) -> subprocess.Popen:
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns(role)] + argv, stdout=stdout, stderr=subprocess.STDOUT, env=ENV)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(role)] + argv, stdout=stdout, stderr=subprocess.STDOUT, env=ENV
+        )
         self._bg.append(proc)
         return proc
 

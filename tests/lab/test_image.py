@@ -30,13 +30,20 @@ def image_layout(tmp_path_factory):
     """Build the image (reusing the digest-verified cache of deploy/build-image.sh) and return its OCI layout."""
     missing = [t for t in TOOLS if not shutil.which(t)]
     if missing or os.geteuid() != 0:
-        why = f"image build needs root and {', '.join(missing) or 'root'} (apt-get install debootstrap umoci skopeo runc)"
+        why = (
+            f"image build needs root and {', '.join(missing) or 'root'} (apt-get install debootstrap umoci skopeo runc)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
     dist = str(tmp_path_factory.mktemp("dist"))  # its own output directory: other runs may build at the same time
-    proc = subprocess.run(["bash", os.path.join(ROOT, "deploy", "build-image.sh")], capture_output=True, text=True, timeout=1800,
-                          env=dict(os.environ, KPDIAG_IMAGE_DIST=dist))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "deploy", "build-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=dict(os.environ, KPDIAG_IMAGE_DIST=dist),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sys.stderr.write(proc.stdout)
     layout = os.path.join(dist, "kpdiag-oci")
@@ -53,7 +60,9 @@ def _recursive_ro() -> str:
 
 
 def _bundle(layout: str, dest: str, netns: str, argv: list[str]) -> str:
-    subprocess.run(["umoci", "unpack", "--image", f"{layout}:{__version__}", dest], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{layout}:{__version__}", dest], check=True, capture_output=True, timeout=300
+    )
     path = os.path.join(dest, "config.json")
     with open(path) as fh:
         cfg = json.load(fh)
@@ -79,8 +88,13 @@ def _bundle(layout: str, dest: str, netns: str, argv: list[str]) -> str:
 def _runc(bundle: str) -> subprocess.CompletedProcess:
     name = "kpdiag-test-" + uuid.uuid4().hex[:8]
     try:
-        return subprocess.run(["runc", "run", "--bundle", bundle, name], capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["runc", "run", "--bundle", bundle, name],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         subprocess.run(["runc", "delete", "--force", name], capture_output=True, timeout=60)
 
@@ -90,10 +104,14 @@ def test_image_runs_kpdiag_node_like_the_node_pod(lab, image_layout, tmp_path):
     k = KubeNodeLab.build(lab, pod_count=2)
     lab.route("node", "default", "via", k.client_ip)
     ips = list(k.pods.values())
-    k.load_iptables(iptables_ruleset([
-        Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint(ips[1])]),
-        Service("shop", "db", "10.96.0.30", [Port("pg", 5432, 5432)], [Endpoint(ips[1])]),
-    ]))
+    k.load_iptables(
+        iptables_ruleset(
+            [
+                Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint(ips[1])]),
+                Service("shop", "db", "10.96.0.30", [Port("pg", 5432, 5432)], [Endpoint(ips[1])]),
+            ]
+        )
+    )
 
     # exactly the command the node pod runs, in the container
     bundle = _bundle(layout, str(tmp_path / "bundle"), lab.ns("node"), pods.node_command())
@@ -124,20 +142,41 @@ def test_image_archives_are_loadable_and_carry_the_digest(image_layout):
     """dist/kpdiag-image.tar is a docker-archive (docker load / podman load / kind load image-archive) and
     dist/kpdiag-image.oci.tar an OCI archive whose manifest digest is the one recorded; the image fits 250 MB."""
     layout, digest, dist = image_layout
-    raw = subprocess.run(["skopeo", "inspect", "--raw", f"oci-archive:{dist}/kpdiag-image.oci.tar"], capture_output=True, timeout=300, check=True).stdout
+    raw = subprocess.run(
+        ["skopeo", "inspect", "--raw", f"oci-archive:{dist}/kpdiag-image.oci.tar"],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    ).stdout
     import hashlib
 
     assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
-    info = json.loads(subprocess.run(["skopeo", "inspect", f"docker-archive:{dist}/kpdiag-image.tar"], capture_output=True,
-                                     text=True, timeout=300, check=True).stdout)
+    info = json.loads(
+        subprocess.run(
+            ["skopeo", "inspect", f"docker-archive:{dist}/kpdiag-image.tar"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        ).stdout
+    )
     assert info["Labels"]["org.opencontainers.image.version"] == __version__ and info["Os"] == "linux"
     import tarfile
 
     with tarfile.open(os.path.join(dist, "kpdiag-image.tar")) as tf:
         manifest = json.load(tf.extractfile("manifest.json"))
-    assert manifest[0]["RepoTags"] == [f"docker.io/library/kpdiag:{__version__}"] or manifest[0]["RepoTags"] == [f"kpdiag:{__version__}"]
-    config = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci:{layout}:{__version__}"], capture_output=True,
-                                       text=True, timeout=120, check=True).stdout)
+    assert manifest[0]["RepoTags"] == [f"docker.io/library/kpdiag:{__version__}"] or manifest[0]["RepoTags"] == [
+        f"kpdiag:{__version__}"
+    ]
+    config = json.loads(
+        subprocess.run(
+            ["skopeo", "inspect", "--config", f"oci:{layout}:{__version__}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
     assert config["config"]["Entrypoint"] == ["kpdiag"]
     unpacked = int(open(os.path.join(layout, "rootfs-bytes")).read())
     assert unpacked <= 250e6, f"image is {unpacked / 1e6:.1f} MB unpacked"
@@ -156,8 +195,11 @@ def test_containerd_imports_both_archives_and_runs_the_image(image_layout, tmp_p
     image_id = open(os.path.join(dist, "kpdiag-image.id")).read().strip()
     sock = str(tmp_path / "containerd.sock")
     log = open(tmp_path / "containerd.log", "w")
-    daemon = subprocess.Popen(["containerd", "--root", str(tmp_path / "root"), "--state", str(tmp_path / "state"), "--address", sock],
-                              stdout=log, stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(
+        ["containerd", "--root", str(tmp_path / "root"), "--state", str(tmp_path / "state"), "--address", sock],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     ctr = ["ctr", "--address", sock, "-n", "k8s.io"]
     try:
         for _ in range(100):
@@ -167,17 +209,31 @@ def test_containerd_imports_both_archives_and_runs_the_image(image_layout, tmp_p
 
             time.sleep(0.1)
         name = f"docker.io/library/kpdiag:{__version__}"
-        imp = subprocess.run(ctr + ["images", "import", os.path.join(dist, "kpdiag-image.oci.tar")], capture_output=True, text=True, timeout=300)
+        imp = subprocess.run(
+            ctr + ["images", "import", os.path.join(dist, "kpdiag-image.oci.tar")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert imp.returncode == 0, imp.stderr
         images = subprocess.run(ctr + ["images", "ls"], capture_output=True, text=True, timeout=60, check=True).stdout
         row = next(line for line in images.splitlines() if line.startswith(name + " "))
         assert digest in row, row  # the pinned manifest digest, kept
-        run = subprocess.run(ctr + ["run", "--rm", name, "kpdiag-ctr-" + uuid.uuid4().hex[:6], "kpdiag", "--version"],
-                             capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            ctr + ["run", "--rm", name, "kpdiag-ctr-" + uuid.uuid4().hex[:6], "kpdiag", "--version"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0 and __version__ in run.stdout, run.stderr
         subprocess.run(ctr + ["images", "rm", name], capture_output=True, timeout=60)
 
-        imp = subprocess.run(ctr + ["images", "import", os.path.join(dist, "kpdiag-image.tar")], capture_output=True, text=True, timeout=300)
+        imp = subprocess.run(
+            ctr + ["images", "import", os.path.join(dist, "kpdiag-image.tar")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert imp.returncode == 0, imp.stderr
         config = subprocess.run(ctr + ["images", "check", f"name=={name}"], capture_output=True, text=True, timeout=60)
         assert config.returncode == 0 and name in config.stdout, config.stdout + config.stderr
@@ -200,19 +256,32 @@ def test_image_runs_offline_commands_as_its_unprivileged_user(image_layout, tmp_
     fixture = "ipvs-fallback"
     argv = ["kpdiag", "analyze", f"/data/{fixture}", "-o", "json"]
     bundle = str(tmp_path / "bundle")
-    subprocess.run(["umoci", "unpack", "--image", f"{layout}:{__version__}", bundle], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{layout}:{__version__}", bundle], check=True, capture_output=True, timeout=300
+    )
     path = os.path.join(bundle, "config.json")
     with open(path) as fh:
         cfg = json.load(fh)
-    cfg["process"].update(terminal=False, args=argv, user={"uid": 10001, "gid": 10001}, noNewPrivileges=True,
-                          capabilities={k: [] for k in ("bounding", "effective", "permitted", "inheritable", "ambient")})
+    cfg["process"].update(
+        terminal=False,
+        args=argv,
+        user={"uid": 10001, "gid": 10001},
+        noNewPrivileges=True,
+        capabilities={k: [] for k in ("bounding", "effective", "permitted", "inheritable", "ambient")},
+    )
     cfg["root"]["readonly"] = True
-    cfg["mounts"].append({"destination": "/data", "type": "bind", "source": os.path.join(ROOT, "fixtures"), "options": ["rbind", "ro"]})
+    cfg["mounts"].append(
+        {"destination": "/data", "type": "bind", "source": os.path.join(ROOT, "fixtures"), "options": ["rbind", "ro"]}
+    )
     with open(path, "w") as fh:
         json.dump(cfg, fh)
     inside = _runc(bundle)
-    want = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", os.path.join(ROOT, "fixtures", fixture), "-o", "json"],
-                          capture_output=True, text=True, timeout=300)
+    want = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "analyze", os.path.join(ROOT, "fixtures", fixture), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert inside.returncode == want.returncode == 1, inside.stderr[-2000:]
     got, exp = json.loads(inside.stdout), json.loads(want.stdout)
     assert [(f["id"], f["summary"]) for f in got["findings"]] == [(f["id"], f["summary"]) for f in exp["findings"]]

@@ -30,14 +30,42 @@ def _services(pods: dict[str, str]) -> list[Service]:
         Service("shop", "web", "10.96.0.10", [Port("http", 80, 8080)], [Endpoint(ip) for ip in ips[:3]]),
         Service("shop", "dns", "10.96.0.11", [Port("dns", 53, 5353, "udp")], [Endpoint(ips[1])]),
         Service("shop", "empty", "10.96.0.12", [Port("http", 80, 8080)], []),
-        Service("shop", "local", "10.96.0.13", [Port("http", 80, 8080, node_port=30080)],
-                [Endpoint(ips[3], local=True), Endpoint("10.244.2.7")], etp_local=True),
-        Service("shop", "remote", "10.96.0.14", [Port("http", 80, 8080, node_port=30081)],
-                [Endpoint("10.244.2.8")], etp_local=True),
-        Service("shop", "sticky", "10.96.0.15", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint(ips[2])], affinity_seconds=10800),
-        Service("shop", "wide", "10.96.0.16", [Port("http", 80, 8080, node_port=30082)], [Endpoint(ip) for ip in ips[:5]]),
+        Service(
+            "shop",
+            "local",
+            "10.96.0.13",
+            [Port("http", 80, 8080, node_port=30080)],
+            [Endpoint(ips[3], local=True), Endpoint("10.244.2.7")],
+            etp_local=True,
+        ),
+        Service(
+            "shop",
+            "remote",
+            "10.96.0.14",
+            [Port("http", 80, 8080, node_port=30081)],
+            [Endpoint("10.244.2.8")],
+            etp_local=True,
+        ),
+        Service(
+            "shop",
+            "sticky",
+            "10.96.0.15",
+            [Port("http", 80, 8080)],
+            [Endpoint(ips[0]), Endpoint(ips[2])],
+            affinity_seconds=10800,
+        ),
+        Service(
+            "shop", "wide", "10.96.0.16", [Port("http", 80, 8080, node_port=30082)], [Endpoint(ip) for ip in ips[:5]]
+        ),
         # internalTrafficPolicy: Local: KUBE-SVL over this node's endpoints; none here → filter DROP "has no local endpoints"
-        Service("shop", "agent", "10.96.0.17", [Port("http", 80, 8080)], [Endpoint(ips[2], local=True), Endpoint("10.244.2.9")], itp_local=True),
+        Service(
+            "shop",
+            "agent",
+            "10.96.0.17",
+            [Port("http", 80, 8080)],
+            [Endpoint(ips[2], local=True), Endpoint("10.244.2.9")],
+            itp_local=True,
+        ),
         Service("shop", "probe", "10.96.0.18", [Port("http", 80, 8080)], [Endpoint("10.244.2.10")], itp_local=True),
     ]
 

@@ -54,8 +54,17 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
         Service("shop", "web", "fd00:10:96::10", [Port("http", 80, 8080)], [Endpoint(ip) for ip in ips[:3]]),
         Service("shop", "dns", "fd00:10:96::11", [Port("dns", 53, 5353, "udp")], [Endpoint(ips[1])]),
         Service("shop", "empty", "fd00:10:96::12", [Port("http", 80, 8080)], []),
-        Service("shop", "agent", "fd00:10:96::13", [Port("http", 80, 8080)], [Endpoint(ips[2], local=True), Endpoint("fd00:244:2::9")], itp_local=True),
-        Service("shop", "probe", "fd00:10:96::14", [Port("http", 80, 8080)], [Endpoint("fd00:244:2::a")], itp_local=True),
+        Service(
+            "shop",
+            "agent",
+            "fd00:10:96::13",
+            [Port("http", 80, 8080)],
+            [Endpoint(ips[2], local=True), Endpoint("fd00:244:2::9")],
+            itp_local=True,
+        ),
+        Service(
+            "shop", "probe", "fd00:10:96::14", [Port("http", 80, 8080)], [Endpoint("fd00:244:2::a")], itp_local=True
+        ),
     ]
     if mode == "iptables":
         lab.sh("node", ["ip6tables-restore"], input=iptables_ruleset(services, cluster_cidr=CIDR))
@@ -114,12 +123,51 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
     # the command line picks the ip6tables rules for an IPv6 destination, from the same bundle
     from kpdiag.cli import main
 
-    assert main(["trace", "--bundle", bundle_dir, "--mode", mode, "--src", CLIENT, "--dst", "fd00:10:96::10", "--dport", "80", "-o", "json"]) == 0
-    assert main(["trace", "--bundle", bundle_dir, "--mode", mode, "--from", "node", "--dst", "fd00:10:96::14", "--dport", "80"]) == 4  # dropped
+    assert (
+        main(
+            [
+                "trace",
+                "--bundle",
+                bundle_dir,
+                "--mode",
+                mode,
+                "--src",
+                CLIENT,
+                "--dst",
+                "fd00:10:96::10",
+                "--dport",
+                "80",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "trace",
+                "--bundle",
+                bundle_dir,
+                "--mode",
+                mode,
+                "--from",
+                "node",
+                "--dst",
+                "fd00:10:96::14",
+                "--dport",
+                "80",
+            ]
+        )
+        == 4
+    )  # dropped
     out = capsys.readouterr().out
     assert f'"dnat": "[{ips[0]}]:8080"' in out and "[fd00:50::1]:40000 -> [fd00:10:96::14]:80" in out
-    assert ("kube-proxy drops it: shop/probe:http has internalTrafficPolicy: Local" if mode == "iptables"
-            else "kube-proxy drops it: the Service's traffic policy is Local") in out
+    assert (
+        "kube-proxy drops it: shop/probe:http has internalTrafficPolicy: Local"
+        if mode == "iptables"
+        else "kube-proxy drops it: the Service's traffic policy is Local"
+    ) in out
     # kube-proxy's IPv6 rules (ip6tables-save, the ip6 table) are in the node's programmed table too
     from kpdiag import programmed
 

@@ -7,7 +7,6 @@ nft 1.0.6's `nft monitor trace` omits the rule lines of the nat prerouting chain
 (the filter and postrouting lines are there). The kernel's DNAT is then read from the packet as the
 next hook sees it, and the chains the kernel does report must appear, in order, on kpdiag's path."""
 
-
 import pytest
 
 from kpdiag.bundle import Bundle
@@ -31,11 +30,39 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
         Service("shop", "three", "10.96.0.11", [Port("http", 80, 8080)], [Endpoint(ip) for ip in ips[:3]]),
         Service("shop", "five", "10.96.0.12", [Port("dns", 53, 5353, "udp")], [Endpoint(ip) for ip in ips[:5]]),
         Service("shop", "empty", "10.96.0.13", [Port("http", 80, 8080)], []),
-        Service("shop", "local", "10.96.0.14", [Port("http", 80, 8080, node_port=30080)], [Endpoint(ips[3], local=True), Endpoint("10.244.2.7")], etp_local=True),
-        Service("shop", "remote", "10.96.0.15", [Port("http", 80, 8080, node_port=30081)], [Endpoint("10.244.2.8")], etp_local=True),
-        Service("shop", "sticky", "10.96.0.16", [Port("http", 80, 8080)], [Endpoint(ips[1]), Endpoint(ips[2])], affinity_seconds=10800),
+        Service(
+            "shop",
+            "local",
+            "10.96.0.14",
+            [Port("http", 80, 8080, node_port=30080)],
+            [Endpoint(ips[3], local=True), Endpoint("10.244.2.7")],
+            etp_local=True,
+        ),
+        Service(
+            "shop",
+            "remote",
+            "10.96.0.15",
+            [Port("http", 80, 8080, node_port=30081)],
+            [Endpoint("10.244.2.8")],
+            etp_local=True,
+        ),
+        Service(
+            "shop",
+            "sticky",
+            "10.96.0.16",
+            [Port("http", 80, 8080)],
+            [Endpoint(ips[1]), Endpoint(ips[2])],
+            affinity_seconds=10800,
+        ),
         # internalTrafficPolicy: Local: a local-… chain over this node's endpoints; none here → drop in no-endpoint-services
-        Service("shop", "agent", "10.96.0.17", [Port("http", 80, 8080)], [Endpoint(ips[2], local=True), Endpoint("10.244.2.9")], itp_local=True),
+        Service(
+            "shop",
+            "agent",
+            "10.96.0.17",
+            [Port("http", 80, 8080)],
+            [Endpoint(ips[2], local=True), Endpoint("10.244.2.9")],
+            itp_local=True,
+        ),
         Service("shop", "probe", "10.96.0.18", [Port("http", 80, 8080)], [Endpoint("10.244.2.10")], itp_local=True),
     ]
     k.load_nft(nft_ruleset(services, node_ips=("192.168.50.1",)))
@@ -77,7 +104,9 @@ def test_kernel_agrees_with_nft_tracer(lab, tmp_path):
         assert path.verdict == fate.verdict, (p, path.verdict, fate.lines)
         if path.verdict == "accept":
             assert path.masquerade == fate.masquerade, (p, fate.lines)
-        assert subsequence(kernel_walk(fate.lines), [(s.table.split()[-1], s.chain) for s in path.steps if s.rule is not None]), (p, "\n".join(fate.lines))
+        assert subsequence(
+            kernel_walk(fate.lines), [(s.table.split()[-1], s.chain) for s in path.steps if s.rule is not None]
+        ), (p, "\n".join(fate.lines))
         seen.setdefault((p["dst"], p["dport"]), set()).add(fate.dnat_to)
     three = tracer.trace(Packet(k.client_ip, "10.96.0.11", "tcp", 80))
     assert three.dnat_set() == {f"{ip}:8080" for ip in ips[:3]}

@@ -20,8 +20,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _api(lab, role, objects, tmp_path) -> str:
     (tmp_path / "objects.json").write_text(json.dumps(objects))
-    lab.background(role, ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "tests.apiserver", str(tmp_path / "objects.json"),
-                          str(tmp_path / "url")], subprocess.DEVNULL)
+    lab.background(
+        role,
+        [
+            "env",
+            f"PYTHONPATH={ROOT}",
+            sys.executable,
+            "-m",
+            "tests.apiserver",
+            str(tmp_path / "objects.json"),
+            str(tmp_path / "url"),
+        ],
+        subprocess.DEVNULL,
+    )
     for _ in range(150):
         if (tmp_path / "url").exists() and (tmp_path / "url").read_text():
             break
@@ -44,11 +55,17 @@ def test_node_compares_every_service_with_the_api(lab, tmp_path):
     k = KubeNodeLab.build(lab, pod_count=3)
     p0, p1, p2 = k.pods["pod0"], k.pods["pod1"], k.pods["pod2"]
     # the node's rules: shop/web → pod0, pod1 (unnamed port, as kube-proxy names it); shop/cart is not programmed at all
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("", 80, 8080)], [Endpoint(p0), Endpoint(p1)])]))
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("", 80, 8080)], [Endpoint(p0), Endpoint(p1)])])
+    )
     objects = [
         k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080)], {"app": "web"}),
-        k8s.endpointslice("shop", "web", [(p0, True, "lab-node", "web-0"), (p1, True, "lab-node", "web-1"), (p2, True, "lab-node", "web-2")],
-                          [("", 8080, "TCP")]),
+        k8s.endpointslice(
+            "shop",
+            "web",
+            [(p0, True, "lab-node", "web-0"), (p1, True, "lab-node", "web-1"), (p2, True, "lab-node", "web-2")],
+            [("", 8080, "TCP")],
+        ),
         k8s.service("shop", "cart", "10.96.0.30", [k8s.port(80, 8080, "http")], {"app": "cart"}),
         k8s.endpointslice("shop", "cart", [(p2, True, "lab-node", "cart-0")], [("http", 8080, "TCP")]),
         k8s.node("lab-node", labels={"topology.kubernetes.io/zone": "zone-a"}),
@@ -63,7 +80,9 @@ def test_node_compares_every_service_with_the_api(lab, tmp_path):
         by_id.setdefault(f["id"], []).append(f)
     assert any("shop/cart" in f["summary"] for f in by_id.get("KP202", [])), report["findings"]
     assert not any("shop/web" in f["summary"] for f in by_id.get("KP202", []))  # the unnamed port is programmed
-    assert any("misses" in f["summary"] and f"{p2}:8080" in f["summary"] for f in by_id.get("KP203", [])), by_id.get("KP203")
+    assert any("misses" in f["summary"] and f"{p2}:8080" in f["summary"] for f in by_id.get("KP203", [])), by_id.get(
+        "KP203"
+    )
     assert "KP115" not in by_id  # the API is there: the rules-only inference stays silent
     assert not any(p["source"] == "cluster" for p in report["problems"]), report["problems"]
 
@@ -75,6 +94,10 @@ def test_node_without_credentials_says_so_in_one_line_and_reads_the_rules(lab, t
     lines = [p for p in report["problems"] if p["source"] == "cluster"]
     assert len(lines) == 1 and "no Kubernetes API credentials" in lines[0]["error"], report["problems"]
     kp115 = [f for f in report["findings"] if f["id"] == "KP115"]
-    assert kp115 and "shop/cart:http has no endpoints" in kp115[0]["summary"] and "from the node's rules" in kp115[0]["summary"]
+    assert (
+        kp115
+        and "shop/cart:http has no endpoints" in kp115[0]["summary"]
+        and "from the node's rules" in kp115[0]["summary"]
+    )
     assert kp115[0]["evidence"][0]["source"].endswith("iptables-save.txt") and kp115[0]["evidence"][0]["line"]
     assert proc.returncode == 1

@@ -48,7 +48,11 @@ def _nodeport_lab(lab):
     k = KubeNodeLab.build(lab, pod_count=2)
     lab.route("node", "default", "via", k.client_ip)
     ips = list(k.pods.values())
-    k.load_iptables(iptables_ruleset([Service("shop", "front", "10.96.0.40", [Port("http", 80, 8080, node_port=30080)], [Endpoint(ips[0])])]))
+    k.load_iptables(
+        iptables_ruleset(
+            [Service("shop", "front", "10.96.0.40", [Port("http", 80, 8080, node_port=30080)], [Endpoint(ips[0])])]
+        )
+    )
     return k, ips
 
 
@@ -58,13 +62,17 @@ def test_rp_filter_strict_drops_for_real_and_kpdiag_names_it(lab):
     lab.veth("client2", "eth0", "node", "ext1")
     lab.addr("client2", "eth0", "192.168.51.2/24")
     lab.addr("node", "ext1", "192.168.51.1/24")
-    lab.sh("client2", ["ip", "addr", "add", "198.51.100.9/32", "dev", "eth0"])  # a client from elsewhere, routed via ext1
+    lab.sh(
+        "client2", ["ip", "addr", "add", "198.51.100.9/32", "dev", "eth0"]
+    )  # a client from elsewhere, routed via ext1
     lab.route("client2", "default", "via", "192.168.51.1")
     for value, strict in (("1", True), ("2", False)):
         lab.sysctl("node", "net.ipv4.conf.all.rp_filter", value)
         lab.sysctl("node", "net.ipv4.conf.ext1.rp_filter", value)
         # the kernel's own input route lookup, reverse-path check included, for that client's packet arriving on ext1
-        verdict = lab.sh("node", ["ip", "route", "get", "192.168.51.1", "from", "198.51.100.9", "iif", "ext1"], check=False)
+        verdict = lab.sh(
+            "node", ["ip", "route", "get", "192.168.51.1", "from", "198.51.100.9", "iif", "ext1"], check=False
+        )
         assert (verdict.returncode != 0) == strict, (value, verdict.stdout, verdict.stderr)
         report = _node_report(lab)
         found = _findings(report, "KP506")
@@ -81,9 +89,19 @@ def test_ipv6_forwarding_off_on_a_dual_stack_node(lab):
     lab.route("node", "default", "via", k.client_ip)
     lab.sh("node", ["ip", "-6", "addr", "add", "fd00:50::1/64", "dev", "ext0", "nodad"])
     lab.sh("node", ["ip", "-6", "addr", "add", "fd00:244:1::1/64", "dev", "cni0", "nodad"])
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(list(k.pods.values())[0])])]))
-    lab.sh("node", ["ip6tables-restore"], input=iptables_ruleset(
-        [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint("fd00:244:1::a")])], cluster_cidr="fd00:244::/48"))
+    k.load_iptables(
+        iptables_ruleset(
+            [Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(list(k.pods.values())[0])])]
+        )
+    )
+    lab.sh(
+        "node",
+        ["ip6tables-restore"],
+        input=iptables_ruleset(
+            [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint("fd00:244:1::a")])],
+            cluster_cidr="fd00:244::/48",
+        ),
+    )
     lab.sysctl("node", "net.ipv6.conf.all.forwarding", "0")
     found = _findings(_node_report(lab), "KP507")
     assert len(found) == 1 and "net.ipv6.conf.all.forwarding = 0" in found[0]["summary"], found
@@ -96,7 +114,10 @@ def test_ipv6_forwarding_off_on_a_dual_stack_node(lab):
 def test_vxlan_mtu_mismatch_and_fixed(lab):
     k = KubeNodeLab.build(lab, pod_count=2)
     lab.route("node", "default", "via", k.client_ip)
-    lab.sh("node", ["ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", "8472", "local", "192.168.50.1"])
+    lab.sh(
+        "node",
+        ["ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", "8472", "local", "192.168.50.1"],
+    )
     lab.sh("node", ["ip", "link", "set", "flannel.1", "mtu", "1500", "up"])
     lab.sh("node", ["ip", "addr", "add", "10.244.1.0/32", "dev", "flannel.1"])
     lab.route("node", "10.244.2.0/24", "via", "10.244.2.0", "dev", "flannel.1", "onlink")
@@ -115,15 +136,21 @@ def test_vxlan_mtu_mismatch_and_fixed(lab):
 def test_host_firewall_drops_nodeports_for_real_and_kpdiag_says_where(lab):
     k, ips = _nodeport_lab(lab)
     lab.background("pod0", [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], stdout=None)
-    probe = [sys.executable, "-c", "import socket,time\nfor _ in range(30):\n    s = socket.socket(); s.settimeout(1)\n"
-             "    try:\n        s.connect(('192.168.50.1', 30080)); print('connected'); break\n    except OSError: time.sleep(0.2)\n"
-             "    finally: s.close()\nelse: print('failed')"]
+    probe = [
+        sys.executable,
+        "-c",
+        "import socket,time\nfor _ in range(30):\n    s = socket.socket(); s.settimeout(1)\n"
+        "    try:\n        s.connect(('192.168.50.1', 30080)); print('connected'); break\n    except OSError: time.sleep(0.2)\n"
+        "    finally: s.close()\nelse: print('failed')",
+    ]
     assert lab.sh("client", probe).stdout.strip() == "connected"  # kube-proxy's NodePort works without the firewall
     report = _node_report(lab)
     assert not _findings(report, "KP509") and _ran(report, "KP509")["status"] == "ran"
 
     lab.sh("node", ["nft", "-f", "-"], input=HOSTFW)
-    assert lab.sh("client", probe[:2] + [probe[2].replace("range(30)", "range(2)")]).stdout.strip() == "failed"  # the kernel drops it
+    assert (
+        lab.sh("client", probe[:2] + [probe[2].replace("range(30)", "range(2)")]).stdout.strip() == "failed"
+    )  # the kernel drops it
     found = _findings(_node_report(lab), "KP509")
     assert len(found) == 1, found
     text = found[0]["summary"]
@@ -133,8 +160,10 @@ def test_host_firewall_drops_nodeports_for_real_and_kpdiag_says_where(lab):
 
 def test_duplicated_rules(lab):
     k, _ = _nodeport_lab(lab)
-    rule = "-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" " \
-           "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+    rule = (
+        '-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" '
+        "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+    )
     lab.sh("node", ["iptables-restore", "--noflush"], input="*filter\n" + "\n".join([rule] * 60) + "\nCOMMIT\n")
     found = _findings(_node_report(lab), "KP209")
     assert len(found) == 1 and "61 times" in found[0]["summary"], found
@@ -144,8 +173,10 @@ def test_duplicated_rules(lab):
 def test_conntrack_invalid_counter_from_real_packets(lab):
     k, _ = _nodeport_lab(lab)
     lab.sysctl("node", "net.netfilter.nf_conntrack_tcp_loose", "0")  # a mid-stream ACK is INVALID then
-    script = ("from scapy.all import IP, TCP, send, conf\nconf.verb = 0\n"
-              "send([IP(src='192.168.50.2', dst='192.168.50.1')/TCP(sport=40000 + i, dport=22, flags='A', seq=1, ack=1) for i in range(1200)])")
+    script = (
+        "from scapy.all import IP, TCP, send, conf\nconf.verb = 0\n"
+        "send([IP(src='192.168.50.2', dst='192.168.50.1')/TCP(sport=40000 + i, dport=22, flags='A', seq=1, ack=1) for i in range(1200)])"
+    )
     lab.sh("client", [sys.executable, "-c", script], timeout=300)
     stats = lab.sh("node", ["conntrack", "-S"]).stdout
     assert sum(int(x.split("=")[1]) for x in stats.split() if x.startswith("invalid=")) >= 1200, stats
@@ -157,19 +188,27 @@ def test_conntrack_invalid_counter_from_real_packets(lab):
 def test_kube_proxy_absent_and_conntrack_entries_collected_udp_first(lab, tmp_path):
     k, ips = _nodeport_lab(lab)
     # UDP and TCP conntrack entries in the node's table (from real packets through kube-proxy's rules)
-    udp = [sys.executable, "-c", "import socket\nfor i in range(30):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-           "    s.sendto(b'x', ('192.168.50.1', 40000 + i))\n"]
+    udp = [
+        sys.executable,
+        "-c",
+        "import socket\nfor i in range(30):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "    s.sendto(b'x', ('192.168.50.1', 40000 + i))\n",
+    ]
     lab.sh("client", udp)
     report = _node_report(lab)
     found = _findings(report, "KP707")
     assert len(found) == 1 and "service ports" in found[0]["summary"], found  # rules left, nothing updating them
     out = tmp_path / "b"
-    code = ("import sys, kpdiag.collect.node as n\nn.CONNTRACK_MAX_ENTRIES = 10\n"
-            "from kpdiag.bundle import write_bundle\nc = n.NodeCollector(host_root='/')\nc.conntrack(); c.conntrack_entries(); c.processes()\n"
-            "write_bundle(c.out.files, sys.argv[1], c.out.manifest('lab'))")
+    code = (
+        "import sys, kpdiag.collect.node as n\nn.CONNTRACK_MAX_ENTRIES = 10\n"
+        "from kpdiag.bundle import write_bundle\nc = n.NodeCollector(host_root='/')\nc.conntrack(); c.conntrack_entries(); c.processes()\n"
+        "write_bundle(c.out.files, sys.argv[1], c.out.manifest('lab'))"
+    )
     lab.sh("node", [sys.executable, "-c", code, str(out)])
     lines = (out / "node" / "conntrack.txt").read_text().splitlines()
     assert len(lines) == 10 and all(line.startswith("udp") for line in lines), lines
     manifest = json.loads((out / "kpdiag.json").read_text())
-    assert any(e["source"] == "node/conntrack.txt" and "cut at 10 entries" in e["error"] for e in manifest["errors"]), manifest["errors"]
+    assert any(e["source"] == "node/conntrack.txt" and "cut at 10 entries" in e["error"] for e in manifest["errors"]), (
+        manifest["errors"]
+    )
     assert (out / "node" / "processes.txt").read_text().startswith("1 ")

@@ -24,12 +24,22 @@ def test_node_live_then_collect_and_analyze_agree(lab, tmp_path):
     k = KubeNodeLab.build(lab, pod_count=2)
     lab.route("node", "default", "via", k.client_ip)
     ips = list(k.pods.values())
-    k.load_iptables(iptables_ruleset([
-        Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint("10.244.7.7")]),
-    ]))
+    k.load_iptables(
+        iptables_ruleset(
+            [
+                Service(
+                    "shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0]), Endpoint("10.244.7.7")]
+                ),
+            ]
+        )
+    )
     lab.sysctl("node", "net.ipv4.ip_forward", "0")
     lab.sh("node", ["iptables", "-P", "FORWARD", "DROP"])
-    lab.sh("node", ["nft", "-f", "-"], input="table inet hostfw { chain input { type filter hook input priority 10; tcp dport 22 accept; }; }\n")
+    lab.sh(
+        "node",
+        ["nft", "-f", "-"],
+        input="table inet hostfw { chain input { type filter hook input priority 10; tcp dport 22 accept; }; }\n",
+    )
 
     live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--service", "shop/web")
     assert live.returncode == 1, live.stderr  # errors found
@@ -54,15 +64,21 @@ def test_node_live_then_collect_and_analyze_agree(lab, tmp_path):
     assert ("inet", "hostfw") in tables and ("ip", "nat") not in tables  # iptables-nft's tables: in iptables-save
     manifest = json.loads((out / "kpdiag.json").read_text())
     assert any("iptables-nft's own tables" in e["error"] for e in manifest["errors"])
-    ana = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", str(out), "-o", "json"], capture_output=True, text=True)
+    ana = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "analyze", str(out), "-o", "json"], capture_output=True, text=True
+    )
     offline = json.loads(ana.stdout)
     assert ana.returncode == live.returncode
-    assert [(f["id"], f["summary"]) for f in offline["findings"]] == [(f["id"], f["summary"]) for f in report["findings"]]
+    assert [(f["id"], f["summary"]) for f in offline["findings"]] == [
+        (f["id"], f["summary"]) for f in report["findings"]
+    ]
     assert [(c["id"], c["status"]) for c in offline["checks"]] == [(c["id"], c["status"]) for c in report["checks"]]
 
     tgz = tmp_path / "bundle.tar.gz"
     assert _kpdiag(lab, "node", "collect", "-o", str(tgz)).returncode == 0
-    ana2 = subprocess.run([sys.executable, "-m", "kpdiag", "analyze", str(tgz), "-o", "json"], capture_output=True, text=True)
+    ana2 = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "analyze", str(tgz), "-o", "json"], capture_output=True, text=True
+    )
     assert [f["id"] for f in json.loads(ana2.stdout)["findings"]] == [f["id"] for f in offline["findings"]]
 
 
@@ -77,16 +93,29 @@ def test_node_live_dual_stack(lab, tmp_path):
     lab.sh("node", ["ip", "-6", "route", "add", "default", "via", "fd00:50::2"])
     lab.sysctl("node", "net.ipv6.conf.all.forwarding", "1")
     ips = list(k.pods.values())
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0])])]))
-    lab.sh("node", ["ip6tables-restore"], input=iptables_ruleset(
-        [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint("fd00:244:1::a")])], cluster_cidr="fd00:244::/32"))
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0])])])
+    )
+    lab.sh(
+        "node",
+        ["ip6tables-restore"],
+        input=iptables_ruleset(
+            [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint("fd00:244:1::a")])],
+            cluster_cidr="fd00:244::/32",
+        ),
+    )
 
-    live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--trace", "[fd00:10:96::20]:80", "--fail-on", "never")
+    live = _kpdiag(
+        lab, "node", "node", "-o", "json", "--host-root", "/", "--trace", "[fd00:10:96::20]:80", "--fail-on", "never"
+    )
     assert live.returncode == 0, live.stderr
     report = json.loads(live.stdout)
     traces = report["extra"]["traces"]
     assert traces and all(p["dnat"] == "[fd00:244:1::a]:8080" for t in traces for p in t["paths"]), traces
-    assert {t["packet"]["src"] for t in traces} == {"fd00:244::4d", "2001:db8::77"}  # a pod of the IPv6 cluster CIDR; outside
+    assert {t["packet"]["src"] for t in traces} == {
+        "fd00:244::4d",
+        "2001:db8::77",
+    }  # a pod of the IPv6 cluster CIDR; outside
     entries = report["extra"]["programmed"]["entries"]
     assert "10.96.0.20:80/tcp" in entries and "fd00:10:96::20:80/tcp" in entries
 
@@ -95,8 +124,26 @@ def test_node_live_dual_stack(lab, tmp_path):
     assert "fd00:10:96::20" in (out / "node" / "ip6tables-save.txt").read_text()
     routes = json.loads((out / "node" / "ip-route.json").read_text())
     assert any(r.get("dst") == "default" and r.get("gateway") == "fd00:50::2" for r in routes)
-    trace = subprocess.run([sys.executable, "-m", "kpdiag", "trace", "--bundle", str(out), "--src", "fd00:50::2",
-                            "--dst", "fd00:10:96::20", "--dport", "80", "-o", "json"], capture_output=True, text=True)
+    trace = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kpdiag",
+            "trace",
+            "--bundle",
+            str(out),
+            "--src",
+            "fd00:50::2",
+            "--dst",
+            "fd00:10:96::20",
+            "--dport",
+            "80",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert trace.returncode == 0, trace.stderr
     doc = json.loads(trace.stdout)
     assert [p["dnat"] for p in doc["paths"]] == ["[fd00:244:1::a]:8080"] and not doc["uncertain"]

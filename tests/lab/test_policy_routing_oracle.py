@@ -83,7 +83,23 @@ def _build(lab) -> None:
 
 
 def _kernel(lab, src, dst, iif, mark, proto, dport) -> dict | None:
-    argv = ["ip", "-j", "route", "get", dst, "from", src, "iif", iif, "mark", hex(mark), "ipproto", proto, "dport", str(dport)]
+    argv = [
+        "ip",
+        "-j",
+        "route",
+        "get",
+        dst,
+        "from",
+        src,
+        "iif",
+        iif,
+        "mark",
+        hex(mark),
+        "ipproto",
+        proto,
+        "dport",
+        str(dport),
+    ]
     proc = lab.sh("node", argv, check=False)
     if proc.returncode != 0:
         return None  # unreachable / prohibit / blackhole: the kernel refuses the route
@@ -92,8 +108,10 @@ def _kernel(lab, src, dst, iif, mark, proto, dport) -> dict | None:
 
 def _collected_rules(lab) -> str:
     """kpdiag's own collector (pyroute2) run inside the node namespace."""
-    code = "import json; from pyroute2 import IPRoute; from kpdiag.collect.node import _pyroute2_rules\n" \
-           "with IPRoute() as i: print(json.dumps(_pyroute2_rules(i)))"
+    code = (
+        "import json; from pyroute2 import IPRoute; from kpdiag.collect.node import _pyroute2_rules\n"
+        "with IPRoute() as i: print(json.dumps(_pyroute2_rules(i)))"
+    )
     proc = lab.sh("node", [sys.executable, "-c", code])
     return proc.stdout
 
@@ -120,17 +138,34 @@ def test_kernel_agrees_on_policy_routing(lab, tmp_path):
         if kernel is None:
             ok = route.type in ("unreachable", "prohibit", "blackhole")
         else:
-            ok = route.type in ("unicast", "local") and route.dev == kernel.get("dev") and route.gateway == kernel.get("gateway")
+            ok = (
+                route.type in ("unicast", "local")
+                and route.dev == kernel.get("dev")
+                and route.gateway == kernel.get("gateway")
+            )
         if not ok:
             disagree.append((src, dst, iif, hex(mark), proto, dport, kernel, route))
         # the uidrange rule (700) can only be reached by packets no earlier rule routed: kpdiag says it may apply
         assert (route.uncertain is not None) == ("uidrange" in (route.uncertain or "")), route
     assert not disagree, "\n".join(map(str, disagree))
     # the three packets the uidrange rule could have caught are the ones main (rule 32766) routed after it
-    main_routed = [c for c in CASES if (r := routing.lookup(parse_ip(c[1])[0], 4, src=parse_ip(c[0])[0], iif=c[2], mark=c[3],
-                                                             proto=c[4], dport=c[5], sport=40000)).rule is None and r.type == "unicast"]
-    assert main_routed and all(routing.lookup(parse_ip(c[1])[0], 4, src=parse_ip(c[0])[0], iif=c[2], mark=c[3], proto=c[4],
-                                              dport=c[5], sport=40000).uncertain for c in main_routed)
+    main_routed = [
+        c
+        for c in CASES
+        if (
+            r := routing.lookup(
+                parse_ip(c[1])[0], 4, src=parse_ip(c[0])[0], iif=c[2], mark=c[3], proto=c[4], dport=c[5], sport=40000
+            )
+        ).rule
+        is None
+        and r.type == "unicast"
+    ]
+    assert main_routed and all(
+        routing.lookup(
+            parse_ip(c[1])[0], 4, src=parse_ip(c[0])[0], iif=c[2], mark=c[3], proto=c[4], dport=c[5], sport=40000
+        ).uncertain
+        for c in main_routed
+    )
 
     # the tracer follows the rules: a pod's packet to the outside leaves by up2 (table 100), and the trace says why
     tracer = state.mode_tracer("iptables")

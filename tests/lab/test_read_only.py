@@ -15,7 +15,9 @@ from .test_svc_ttl import _start_api
 
 pytestmark = pytest.mark.lab
 
-VOLATILE_SYSCTL = re.compile(r"^(net\.netfilter\.nf_conntrack_count|net\.ipv4\.route\.gc_|net\.ipv6\.route\.gc_|.*\.stable_secret|fs\.|kernel\.random)")
+VOLATILE_SYSCTL = re.compile(
+    r"^(net\.netfilter\.nf_conntrack_count|net\.ipv4\.route\.gc_|net\.ipv6\.route\.gc_|.*\.stable_secret|fs\.|kernel\.random)"
+)
 
 
 def snapshot(lab) -> dict[str, str]:
@@ -35,7 +37,11 @@ def snapshot(lab) -> dict[str, str]:
         "addresses": sh("ip", "addr"),
         "links": re.sub(r"\b\w*_timer\s+[\d.]+", "timer", sh("ip", "-d", "link")),  # bridge timers tick on their own
         # the namespace's own settings (net.*); kernel-wide counters such as ns_last_pid move on their own
-        "sysctl": "\n".join(line for line in sh("sysctl", "-a").splitlines() if line.startswith("net.") and not VOLATILE_SYSCTL.match(line)),
+        "sysctl": "\n".join(
+            line
+            for line in sh("sysctl", "-a").splitlines()
+            if line.startswith("net.") and not VOLATILE_SYSCTL.match(line)
+        ),
     }
     return snap
 
@@ -44,13 +50,23 @@ def test_nothing_changes_on_the_node(lab, tmp_path):
     k = KubeNodeLab.build(lab, pod_count=2)
     lab.route("node", "default", "via", k.client_ip)
     ips = list(k.pods.values())
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ip) for ip in ips])]))
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ip) for ip in ips])])
+    )
     lab.sysctl("node", "net.ipv4.ip_forward", "0")  # something for kpdiag to find
     for key in ("net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"):
         lab.sysctl("node", key, "1")  # IPv6 link-local addresses appear on their own (DAD): not kpdiag's doing
-    kc = _start_api(lab, "node", [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-                                  k8s.endpointslice("shop", "web", [(ip, True, "lab-node", f"web-{i}") for i, ip in enumerate(ips)],
-                                                    [("http", 8080, "TCP")])], tmp_path)
+    kc = _start_api(
+        lab,
+        "node",
+        [
+            k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+            k8s.endpointslice(
+                "shop", "web", [(ip, True, "lab-node", f"web-{i}") for i, ip in enumerate(ips)], [("http", 8080, "TCP")]
+            ),
+        ],
+        tmp_path,
+    )
     import time
 
     time.sleep(1.0)
@@ -62,7 +78,17 @@ def test_nothing_changes_on_the_node(lab, tmp_path):
         ["node", "--preflight", "ipvs", "-o", "json", "--host-root", "/"],
         ["node", "--preflight", "nftables", "-o", "json", "--host-root", "/"],
         ["collect", "-o", str(tmp_path / "bundle.tar.gz"), "--host-root", "/"],
-        ["trace", "--bundle", str(tmp_path / "bundle.tar.gz"), "--src", "10.244.1.10", "--dst", "10.96.0.20", "--dport", "80"],
+        [
+            "trace",
+            "--bundle",
+            str(tmp_path / "bundle.tar.gz"),
+            "--src",
+            "10.244.1.10",
+            "--dst",
+            "10.96.0.20",
+            "--dport",
+            "80",
+        ],
         ["svc", "web", "-n", "shop", "--kubeconfig", kc, "-o", "json", "--host-root", "/"],
     ]
     for args in runs:
@@ -85,9 +111,14 @@ def test_no_shell_and_every_command_bounded():
     for path in root.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("run", "Popen", "call", "check_output", "check_call") \
-                    and getattr(getattr(node.func, "value", None), "id", "") == "subprocess":
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") in ("run", "Popen", "call", "check_output", "check_call")
+                and getattr(getattr(node.func, "value", None), "id", "") == "subprocess"
+            ):
                 kw = {k.arg: k.value for k in node.keywords}
-                assert "shell" not in kw or getattr(kw["shell"], "value", True) is False, f"{path}:{node.lineno} uses a shell"
+                assert "shell" not in kw or getattr(kw["shell"], "value", True) is False, (
+                    f"{path}:{node.lineno} uses a shell"
+                )
                 assert "timeout" in kw, f"{path}:{node.lineno} has no timeout"
                 assert "env" in kw, f"{path}:{node.lineno} does not set a minimal environment"

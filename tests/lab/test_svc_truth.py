@@ -30,9 +30,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _objects(pod1: str, pod2: str, name: str = "web") -> list[dict]:
     return [
         k8s.service("shop", name, "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-        k8s.endpointslice("shop", name, [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")], [("http", 8080, "TCP")]),
-        k8s.pod("shop", "web-1", pod1, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]),
-        k8s.pod("shop", "web-2", pod2, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]),
+        k8s.endpointslice(
+            "shop",
+            name,
+            [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")],
+            [("http", 8080, "TCP")],
+        ),
+        k8s.pod(
+            "shop", "web-1", pod1, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]
+        ),
+        k8s.pod(
+            "shop", "web-2", pod2, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]
+        ),
         k8s.kube_proxy_configmap("iptables"),
     ]
 
@@ -45,14 +54,33 @@ def _build(lab, tmp_path, serve: bool = True, objects=None, lab_built=None, api_
     env = ["env", f"PYTHONPATH={ROOT}", sys.executable]
     (tmp_path / "objects.json").write_text(json.dumps(objects if objects is not None else _objects(pod1, pod2)))
     if not api_only:
-        k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]))
+        k.load_iptables(
+            iptables_ruleset(
+                [Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]
+            )
+        )
         if serve:
             for role in ("pod1", "pod2"):
-                lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
-        (tmp_path / "dns.json").write_text(json.dumps({"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1"}))
-        lab.set_resolv("pod0", "nameserver 127.0.0.53\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1 attempts:1\n")
-        lab.background("pod0", env + ["-m", "tests.lab.dnsserver", "127.0.0.53", str(tmp_path / "dns.json")], subprocess.DEVNULL)
-    lab.background("pod0", env + ["-m", "tests.apiserver", str(tmp_path / "objects.json"), str(tmp_path / "url")], subprocess.DEVNULL)
+                lab.background(
+                    role, [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL
+                )
+        (tmp_path / "dns.json").write_text(
+            json.dumps(
+                {"web.shop.svc.cluster.local": "10.96.0.20", "kubernetes.default.svc.cluster.local": "10.96.0.1"}
+            )
+        )
+        lab.set_resolv(
+            "pod0",
+            "nameserver 127.0.0.53\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1 attempts:1\n",
+        )
+        lab.background(
+            "pod0", env + ["-m", "tests.lab.dnsserver", "127.0.0.53", str(tmp_path / "dns.json")], subprocess.DEVNULL
+        )
+    lab.background(
+        "pod0",
+        env + ["-m", "tests.apiserver", str(tmp_path / "objects.json"), str(tmp_path / "url")],
+        subprocess.DEVNULL,
+    )
     for _ in range(150):
         if (tmp_path / "url").exists() and (tmp_path / "url").read_text():
             break
@@ -66,7 +94,24 @@ def _build(lab, tmp_path, serve: bool = True, objects=None, lab_built=None, api_
 
 
 def _svc(lab, kc, *args, name="web", output="json", env=()):
-    argv = ["env", *env, sys.executable, "-m", "kpdiag", "svc", name, "-n", "shop", "--kubeconfig", kc, "--node", "lab-node", "-o", output, *args]
+    argv = [
+        "env",
+        *env,
+        sys.executable,
+        "-m",
+        "kpdiag",
+        "svc",
+        name,
+        "-n",
+        "shop",
+        "--kubeconfig",
+        kc,
+        "--node",
+        "lab-node",
+        "-o",
+        output,
+        *args,
+    ]
     proc = lab.sh("pod0", argv, check=False, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -127,11 +172,15 @@ def test_backend_dropping_is_an_error_that_says_what_remains(lab, tmp_path):
 def test_service_path_broken_while_endpoints_answer(lab, tmp_path):
     """The node's rules DNAT shop/web to a gone pod (stale): through the Service it times out, the endpoints answer."""
     k, kc = _build(lab, tmp_path)
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint("10.244.1.99")])]))
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint("10.244.1.99")])])
+    )
     report, text, code = _both(lab, kc)
     assert code == 1
     kp113 = next(f for f in report["findings"] if f["id"] == "KP113")
-    assert "2 of 2 endpoint(s) answer directly" in kp113["summary"] and "kpdiag node --service shop/web" in " ".join(kp113["fix"])
+    assert "2 of 2 endpoint(s) answer directly" in kp113["summary"] and "kpdiag node --service shop/web" in " ".join(
+        kp113["fix"]
+    )
     assert not {"KP111", "KP112"} & {f["id"] for f in report["findings"]}
 
 
@@ -153,7 +202,9 @@ def test_api_unreachable_is_the_first_line_and_exit_3(lab, tmp_path):
     proc = _svc(lab, dead, output="text")
     assert proc.returncode == 3
     first = (proc.stdout + proc.stderr).splitlines()[0]  # nothing else comes first: the reason is the first line
-    assert first.startswith("kpdiag: error: could not diagnose shop/web") and "unreachable" in first, proc.stdout[:500] + proc.stderr
+    assert first.startswith("kpdiag: error: could not diagnose shop/web") and "unreachable" in first, (
+        proc.stdout[:500] + proc.stderr
+    )
     report = json.loads(_svc(lab, dead).stdout)
     assert report["extra"]["headline"].startswith("kpdiag could not diagnose shop/web") and report["readable"] is False
     bad = _svc(lab, "/etc/passwd", output="text")
@@ -165,10 +216,15 @@ def test_api_unreachable_is_the_first_line_and_exit_3(lab, tmp_path):
 
 def test_no_probe_sends_no_packet(lab, tmp_path):
     k, kc = _build(lab, tmp_path)
-    lab.sh("pod0", ["nft", "-f", "-"], input=(
-        "table inet kpcount {\n"
-        "  chain out { type filter hook output priority 0; oifname != \"lo\" meta l4proto { tcp, udp, icmp } counter; }\n"
-        "}\n"))
+    lab.sh(
+        "pod0",
+        ["nft", "-f", "-"],
+        input=(
+            "table inet kpcount {\n"
+            '  chain out { type filter hook output priority 0; oifname != "lo" meta l4proto { tcp, udp, icmp } counter; }\n'
+            "}\n"
+        ),
+    )
 
     def sent() -> int:
         doc = json.loads(lab.sh("pod0", ["nft", "-j", "list", "table", "inet", "kpcount"]).stdout)
@@ -188,7 +244,23 @@ def test_ctrl_c_during_probes_exits_130_within_a_second_without_a_report(lab, tm
     for role in ("pod1", "pod2"):
         lab.sh(role, ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP"])
     lab.sh("node", ["iptables", "-I", "FORWARD", "-p", "icmp", "-j", "DROP"])  # every probe waits for its timeout
-    argv = ["ip", "netns", "exec", lab.ns("pod0"), sys.executable, "-m", "kpdiag", "svc", "web", "-n", "shop", "--kubeconfig", kc, "-o", "json"]
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        lab.ns("pod0"),
+        sys.executable,
+        "-m",
+        "kpdiag",
+        "svc",
+        "web",
+        "-n",
+        "shop",
+        "--kubeconfig",
+        kc,
+        "-o",
+        "json",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.monotonic() + 60
@@ -214,20 +286,48 @@ def test_ctrl_c_during_probes_exits_130_within_a_second_without_a_report(lab, tm
 
 
 def _policy_objects(pod1: str, pod2: str, client_ip: str, with_policy: bool) -> list[dict]:
-    objs = _objects(pod1, pod2) + [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}
-        for n in ("shop", "debug", "kube-system")
-    ] + [
-        k8s.pod("debug", "client", client_ip, {"app": "client"}, node="lab-node"),
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"},
-         "spec": {"template": {"spec": {"containers": [{"name": "calico-node", "image": "docker.io/calico/node:v3.28.0"}]}}}},
-    ]
+    objs = (
+        _objects(pod1, pod2)
+        + [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}},
+            }
+            for n in ("shop", "debug", "kube-system")
+        ]
+        + [
+            k8s.pod("debug", "client", client_ip, {"app": "client"}, node="lab-node"),
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "calico-node", "namespace": "kube-system"},
+                "spec": {
+                    "template": {
+                        "spec": {"containers": [{"name": "calico-node", "image": "docker.io/calico/node:v3.28.0"}]}
+                    }
+                },
+            },
+        ]
+    )
     if with_policy:
-        objs.append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                     "metadata": {"name": "web-allow-frontend", "namespace": "shop"},
-                     "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
-                              "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}],
-                                           "ports": [{"port": 8080, "protocol": "TCP"}]}]}})
+        objs.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": "web-allow-frontend", "namespace": "shop"},
+                "spec": {
+                    "podSelector": {"matchLabels": {"app": "web"}},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}],
+                            "ports": [{"port": 8080, "protocol": "TCP"}],
+                        }
+                    ],
+                },
+            }
+        )
     return objs
 
 

@@ -43,7 +43,12 @@ def _start_api(lab, role, objects, tmp_path):
 
 
 def _svc(lab, role, kc, *args):
-    proc = lab.sh(role, [sys.executable, "-m", "kpdiag", "svc", "web", "-n", "shop", "--kubeconfig", kc, "-o", "json", *args], check=False, timeout=120)
+    proc = lab.sh(
+        role,
+        [sys.executable, "-m", "kpdiag", "svc", "web", "-n", "shop", "--kubeconfig", kc, "-o", "json", *args],
+        check=False,
+        timeout=120,
+    )
     assert proc.stdout, proc.stderr
     return proc, json.loads(proc.stdout)
 
@@ -53,7 +58,11 @@ def test_ping_ttl_exceeded_reproduced_explained_and_fixed(lab, tmp_path):
     lab.route("router", "10.96.0.0/12", "via", "192.168.60.2")  # the gateway routes the service CIDR back to the node
     lab.route("router", "10.244.0.0/16", "via", "192.168.60.2")
     pod1, pod2 = k.pods["pod1"], k.pods["pod2"]
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]))
+    k.load_iptables(
+        iptables_ruleset(
+            [Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]
+        )
+    )
     for role in ("pod1", "pod2"):
         lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
     time.sleep(1.0)
@@ -65,9 +74,18 @@ def test_ping_ttl_exceeded_reproduced_explained_and_fixed(lab, tmp_path):
 
     objects = [
         k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-        k8s.endpointslice("shop", "web", [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")], [("http", 8080, "TCP")]),
-        k8s.pod("shop", "web-1", pod1, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]),
-        k8s.pod("shop", "web-2", pod2, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]),
+        k8s.endpointslice(
+            "shop",
+            "web",
+            [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")],
+            [("http", 8080, "TCP")],
+        ),
+        k8s.pod(
+            "shop", "web-1", pod1, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]
+        ),
+        k8s.pod(
+            "shop", "web-2", pod2, {"app": "web"}, node="lab-node", ports=[{"name": "http", "containerPort": 8080}]
+        ),
         k8s.kube_proxy_configmap("iptables"),
     ]
     kc = _start_api(lab, "pod0", objects, tmp_path)
@@ -102,7 +120,9 @@ def test_ping_ttl_exceeded_reproduced_explained_and_fixed(lab, tmp_path):
     proc, report = _svc(lab, "pod0", kc)
     assert all(r["result"] != "time-exceeded" for r in report["extra"]["probes"]["results"])
     for f in report["findings"]:
-        assert "Time to live exceeded" not in f["summary"] and not any("time-exceeded" in e["text"] for e in f["evidence"])
+        assert "Time to live exceeded" not in f["summary"] and not any(
+            "time-exceeded" in e["text"] for e in f["evidence"]
+        )
     kp201 = [f for f in report["findings"] if f["id"] == "KP201"]
     assert kp201 and kp201[0]["severity"] == "info" and "no answer" in kp201[0]["summary"]
     assert any(line.startswith("TCP 80 works") for line in report["extra"]["verdict"])
@@ -111,9 +131,14 @@ def test_ping_ttl_exceeded_reproduced_explained_and_fixed(lab, tmp_path):
 
 def test_no_dns_is_one_clear_line(lab, tmp_path):
     KubeNodeLab.build(lab, pod_count=1)
-    lab.set_resolv("pod0", "nameserver 127.0.0.9\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions timeout:1 attempts:1\n")
-    objects = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-               k8s.endpointslice("shop", "web", [("10.244.1.10", True, "lab-node", "web-1")], [("http", 8080, "TCP")])]
+    lab.set_resolv(
+        "pod0",
+        "nameserver 127.0.0.9\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions timeout:1 attempts:1\n",
+    )
+    objects = [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+        k8s.endpointslice("shop", "web", [("10.244.1.10", True, "lab-node", "web-1")], [("http", 8080, "TCP")]),
+    ]
     kc = _start_api(lab, "pod0", objects, tmp_path)
     proc, report = _svc(lab, "pod0", kc)  # DNS is a probe: --no-probe would not ask it
     assert report["extra"]["dns"]["result"] in ("dns-failure", "timeout")
@@ -141,16 +166,35 @@ def test_ipv6_ping_hop_limit_exceeded_on_a_dual_stack_service(lab, tmp_path):
         lab.sh(role, ["ip", "-6", "addr", "add", f"{pods6[role]}/64", "dev", "eth0", "nodad"])
         lab.sh(role, ["ip", "-6", "route", "add", "default", "via", "fd00:244:1::1"])
     lab.sh("node", ["ip", "-6", "route", "add", "default", "via", "fd00:60::1"])
-    lab.sh("router", ["ip", "-6", "route", "add", "fd00:10:96::/112", "via", "fd00:60::2"])  # the service CIDR, back to the node
+    lab.sh(
+        "router", ["ip", "-6", "route", "add", "fd00:10:96::/112", "via", "fd00:60::2"]
+    )  # the service CIDR, back to the node
     lab.sh("router", ["ip", "-6", "route", "add", "fd00:244::/32", "via", "fd00:60::2"])
     for role in ("node", "router"):
         lab.sysctl(role, "net.ipv6.conf.all.forwarding", "1")
         lab.sysctl(role, "net.ipv6.icmp.ratelimit", "0")  # every hop answers the TTL walk (the default is 1 error/s)
     pod1, pod2 = k.pods["pod1"], k.pods["pod2"]
-    k.load_iptables(iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]))
-    lab.sh("node", ["ip6tables-restore"], input=iptables_ruleset(
-        [Service("shop", "web", "fd00:10:96::20", [Port("http", 80, 8080)], [Endpoint(pods6["pod1"]), Endpoint(pods6["pod2"])])],
-        cluster_cidr="fd00:244::/32"))
+    k.load_iptables(
+        iptables_ruleset(
+            [Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod1), Endpoint(pod2)])]
+        )
+    )
+    lab.sh(
+        "node",
+        ["ip6tables-restore"],
+        input=iptables_ruleset(
+            [
+                Service(
+                    "shop",
+                    "web",
+                    "fd00:10:96::20",
+                    [Port("http", 80, 8080)],
+                    [Endpoint(pods6["pod1"]), Endpoint(pods6["pod2"])],
+                )
+            ],
+            cluster_cidr="fd00:244::/32",
+        ),
+    )
     for role in ("pod1", "pod2"):
         lab.background(role, [sys.executable, "-m", "http.server", "8080", "--bind", "::"], subprocess.DEVNULL)
     time.sleep(1.0)
@@ -158,15 +202,33 @@ def test_ipv6_ping_hop_limit_exceeded_on_a_dual_stack_service(lab, tmp_path):
     ping = lab.sh("pod0", ["ping", "-6", "-c", "1", "-W", "3", "fd00:10:96::20"], check=False)
     assert "Time exceeded" in ping.stdout, ping.stdout
 
-    svc = k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"},
-                      ipFamilies=["IPv4", "IPv6"], ipFamilyPolicy="RequireDualStack")
+    svc = k8s.service(
+        "shop",
+        "web",
+        "10.96.0.20",
+        [k8s.port(80, 8080, "http")],
+        {"app": "web"},
+        ipFamilies=["IPv4", "IPv6"],
+        ipFamilyPolicy="RequireDualStack",
+    )
     svc["spec"]["clusterIPs"] = ["10.96.0.20", "fd00:10:96::20"]
-    six = k8s.endpointslice("shop", "web", [(pods6["pod1"], True, "lab-node", "web-1"), (pods6["pod2"], True, "lab-node", "web-2")],
-                            [("http", 8080, "TCP")], name="web-v6")
+    six = k8s.endpointslice(
+        "shop",
+        "web",
+        [(pods6["pod1"], True, "lab-node", "web-1"), (pods6["pod2"], True, "lab-node", "web-2")],
+        [("http", 8080, "TCP")],
+        name="web-v6",
+    )
     six["addressType"] = "IPv6"
     objects = [
-        svc, six,
-        k8s.endpointslice("shop", "web", [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")], [("http", 8080, "TCP")]),
+        svc,
+        six,
+        k8s.endpointslice(
+            "shop",
+            "web",
+            [(pod1, True, "lab-node", "web-1"), (pod2, True, "lab-node", "web-2")],
+            [("http", 8080, "TCP")],
+        ),
         k8s.kube_proxy_configmap("iptables"),
     ]
     kc = _start_api(lab, "pod0", objects, tmp_path)

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from kpdiag.diagnose import analyze_bundle
+from kpdiag.pipeline import analyze_bundle
 from tests.conftest import FIXTURES
 from tests.netpol.world import run_cli
 
@@ -41,7 +41,9 @@ def finding(report, check_id):
 def test_ip_client_not_a_pod(tmp_path):
     rep = analyze_bundle(copy(tmp_path, "netpol-ingress-denied", {"client_ip": "192.168.50.7"}))
     f = finding(rep, "KP120")
-    assert f and "192.168.50.7 (not a pod)" in f.summary and "admits only pods app=frontend in namespace shop" in f.summary
+    assert (
+        f and "192.168.50.7 (not a pod)" in f.summary and "admits only pods app=frontend in namespace shop" in f.summary
+    )
     assert "ipBlock" in " ".join(f.fix) and "192.168.50.7/32" in " ".join(f.fix)
     r = runs(rep)
     assert r["KP121"].status == "skipped" and "not a pod" in r["KP121"].reason
@@ -68,15 +70,25 @@ def test_client_pod_missing_from_data(tmp_path):
 
 
 def test_dns_without_dns_pods_no_port_53_anywhere(tmp_path):
-    rep = analyze_bundle(copy(tmp_path, "netpol-dns-blocked", drop=["cluster/dns-pods.json", "cluster/dns-service.json",
-                                                                    "cluster/dns-endpointslices.json"]))
+    rep = analyze_bundle(
+        copy(
+            tmp_path,
+            "netpol-dns-blocked",
+            drop=["cluster/dns-pods.json", "cluster/dns-service.json", "cluster/dns-endpointslices.json"],
+        )
+    )
     f = finding(rep, "KP122")
     assert f and f.severity.value == "error" and "admit no port 53/UDP to any destination" in f.summary
 
 
 def test_dns_without_dns_pods_but_a_rule_for_53(tmp_path):
-    rep = analyze_bundle(copy(tmp_path, "netpol-egress-denied", drop=["cluster/dns-pods.json", "cluster/dns-service.json",
-                                                                      "cluster/dns-endpointslices.json"]))
+    rep = analyze_bundle(
+        copy(
+            tmp_path,
+            "netpol-egress-denied",
+            drop=["cluster/dns-pods.json", "cluster/dns-service.json", "cluster/dns-endpointslices.json"],
+        )
+    )
     r = runs(rep)["KP122"]
     assert r.status == "skipped" and "admit 53/UDP only to: debug/default-deny-egress rule 0" in r.reason
 
@@ -84,9 +96,17 @@ def test_dns_without_dns_pods_but_a_rule_for_53(tmp_path):
 def test_dns_stopped_at_the_coredns_pods(tmp_path):
     path = copy(tmp_path, "netpol-allowed")
     doc = json.load(open(os.path.join(path, "cluster", "networkpolicies.json")))
-    doc["items"].append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "dns-from-shop", "namespace": "kube-system"},
-                         "spec": {"podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                                  "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "shop"}}}]}]}})
+    doc["items"].append(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "dns-from-shop", "namespace": "kube-system"},
+            "spec": {
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "shop"}}}]}],
+            },
+        }
+    )
     json.dump(doc, open(os.path.join(path, "cluster", "networkpolicies.json"), "w"))
     rep = analyze_bundle(path)
     f = finding(rep, "KP122")
@@ -94,7 +114,9 @@ def test_dns_stopped_at_the_coredns_pods(tmp_path):
     assert {"KP120", "KP121"}.isdisjoint({x.id for x in rep.findings})
 
 
-@pytest.mark.parametrize("name, code", [("netpol-ingress-denied", 1), ("netpol-allowed", 0), ("netpol-not-enforced", 0)])
+@pytest.mark.parametrize(
+    "name, code", [("netpol-ingress-denied", 1), ("netpol-allowed", 0), ("netpol-not-enforced", 0)]
+)
 def test_analyze_exit_code(name, code):
     got, out, err = run_cli("analyze", os.path.join(FIXTURES, name), "-o", "json")
     assert got == code, err

@@ -8,29 +8,95 @@ from hypothesis import strategies as st
 
 from kpdiag.netpol import End, Pod, PolicyIndex, component, parse_policies, recognise_cni
 
-junk = st.recursive(st.none() | st.booleans() | st.integers(-5, 70000) | st.floats(allow_nan=False) | st.text(max_size=12)
-                    | st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "TCP", "UDP", "SCTP", "10.0.0.0/8", "fd00::/64",
-                                       "Ingress", "Egress", "http", "pod", "a"]),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+junk = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 70000)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            "In",
+            "NotIn",
+            "Exists",
+            "DoesNotExist",
+            "TCP",
+            "UDP",
+            "SCTP",
+            "10.0.0.0/8",
+            "fd00::/64",
+            "Ingress",
+            "Egress",
+            "http",
+            "pod",
+            "a",
+        ]
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
 
 
 def maybe(strategy):
     return st.one_of(junk, strategy)
 
 
-selector = st.fixed_dictionaries({}, optional={
-    "matchLabels": maybe(st.dictionaries(st.sampled_from(["pod", "ns", "app"]), st.sampled_from(["a", "b", "x"]), max_size=2)),
-    "matchExpressions": maybe(st.lists(st.fixed_dictionaries({}, optional={
-        "key": maybe(st.sampled_from(["pod", "ns"])), "operator": junk, "values": maybe(st.lists(st.sampled_from(["a", "b"]), max_size=2))}), max_size=2))})
-peer = st.fixed_dictionaries({}, optional={"podSelector": maybe(selector), "namespaceSelector": maybe(selector),
-                                           "ipBlock": maybe(st.fixed_dictionaries({}, optional={"cidr": junk, "except": maybe(st.lists(junk, max_size=2))}))})
+selector = st.fixed_dictionaries(
+    {},
+    optional={
+        "matchLabels": maybe(
+            st.dictionaries(st.sampled_from(["pod", "ns", "app"]), st.sampled_from(["a", "b", "x"]), max_size=2)
+        ),
+        "matchExpressions": maybe(
+            st.lists(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "key": maybe(st.sampled_from(["pod", "ns"])),
+                        "operator": junk,
+                        "values": maybe(st.lists(st.sampled_from(["a", "b"]), max_size=2)),
+                    },
+                ),
+                max_size=2,
+            )
+        ),
+    },
+)
+peer = st.fixed_dictionaries(
+    {},
+    optional={
+        "podSelector": maybe(selector),
+        "namespaceSelector": maybe(selector),
+        "ipBlock": maybe(
+            st.fixed_dictionaries({}, optional={"cidr": junk, "except": maybe(st.lists(junk, max_size=2))})
+        ),
+    },
+)
 port = st.fixed_dictionaries({}, optional={"protocol": junk, "port": junk, "endPort": junk})
-rule = st.fixed_dictionaries({}, optional={"from": maybe(st.lists(maybe(peer), max_size=2)), "to": maybe(st.lists(maybe(peer), max_size=2)),
-                                           "ports": maybe(st.lists(maybe(port), max_size=2))})
-policy = st.fixed_dictionaries({"metadata": maybe(st.fixed_dictionaries({"name": junk, "namespace": junk})),
-                                "spec": maybe(st.fixed_dictionaries({}, optional={
-                                    "podSelector": maybe(selector), "policyTypes": junk, "ingress": maybe(st.lists(maybe(rule), max_size=2)),
-                                    "egress": maybe(st.lists(maybe(rule), max_size=2))}))})
+rule = st.fixed_dictionaries(
+    {},
+    optional={
+        "from": maybe(st.lists(maybe(peer), max_size=2)),
+        "to": maybe(st.lists(maybe(peer), max_size=2)),
+        "ports": maybe(st.lists(maybe(port), max_size=2)),
+    },
+)
+policy = st.fixed_dictionaries(
+    {
+        "metadata": maybe(st.fixed_dictionaries({"name": junk, "namespace": junk})),
+        "spec": maybe(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "podSelector": maybe(selector),
+                    "policyTypes": junk,
+                    "ingress": maybe(st.lists(maybe(rule), max_size=2)),
+                    "egress": maybe(st.lists(maybe(rule), max_size=2)),
+                },
+            )
+        ),
+    }
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -50,9 +116,19 @@ def test_any_policy_is_read_or_named(items):
 
 
 @settings(max_examples=300, deadline=None)
-@given(maybe(st.fixed_dictionaries({"metadata": maybe(st.fixed_dictionaries({}, optional={"name": junk, "namespace": junk, "labels": junk})),
-                                    "spec": maybe(st.fixed_dictionaries({}, optional={"containers": junk, "hostNetwork": junk})),
-                                    "status": maybe(st.fixed_dictionaries({}, optional={"podIP": junk, "podIPs": junk}))})))
+@given(
+    maybe(
+        st.fixed_dictionaries(
+            {
+                "metadata": maybe(
+                    st.fixed_dictionaries({}, optional={"name": junk, "namespace": junk, "labels": junk})
+                ),
+                "spec": maybe(st.fixed_dictionaries({}, optional={"containers": junk, "hostNetwork": junk})),
+                "status": maybe(st.fixed_dictionaries({}, optional={"podIP": junk, "podIPs": junk})),
+            }
+        )
+    )
+)
 def test_any_pod_or_component_is_read(obj):
     if isinstance(obj, dict):
         try:
@@ -63,9 +139,32 @@ def test_any_pod_or_component_is_read(obj):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(maybe(st.fixed_dictionaries({}, optional={"kind": junk, "namespace": junk, "name": maybe(st.sampled_from(
-    ["calico-node", "aws-node", "kube-flannel-ds", "cilium-x1"])), "owner": junk, "containers": maybe(st.lists(maybe(st.fixed_dictionaries(
-    {}, optional={"name": maybe(st.just("aws-eks-nodeagent")), "args": junk})), max_size=2))})), max_size=4))
+@given(
+    st.lists(
+        maybe(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "kind": junk,
+                    "namespace": junk,
+                    "name": maybe(st.sampled_from(["calico-node", "aws-node", "kube-flannel-ds", "cilium-x1"])),
+                    "owner": junk,
+                    "containers": maybe(
+                        st.lists(
+                            maybe(
+                                st.fixed_dictionaries(
+                                    {}, optional={"name": maybe(st.just("aws-eks-nodeagent")), "args": junk}
+                                )
+                            ),
+                            max_size=2,
+                        )
+                    ),
+                },
+            )
+        ),
+        max_size=4,
+    )
+)
 def test_any_cni_file_is_read(items):
     e = recognise_cni(items)  # cluster/cni.json items are read as they are
     assert e.enforced in (True, False, None)

@@ -24,13 +24,23 @@ def validate(doc):
 def svc_extra(selector=None, target="serve-80-tcp", extra_pod_ready=True):
     """A Service x/web (port 8000 → the pods' serve-80-tcp) whose endpoints are x/a and x/b."""
     svc = k8s.service("x", "web", "10.96.0.50", [k8s.port(8000, target, "web")], selector or {"role": "web"})
-    sl = k8s.endpointslice("x", "web", [(pod_ip("x", "a"), True, "node-a", "a"), (pod_ip("x", "b"), extra_pod_ready, "node-a", "b")],
-                           [("web", 80, "TCP")])
+    sl = k8s.endpointslice(
+        "x",
+        "web",
+        [(pod_ip("x", "a"), True, "node-a", "a"), (pod_ip("x", "b"), extra_pod_ready, "node-a", "b")],
+        [("web", 80, "TCP")],
+    )
     return {"cluster/services.json": as_list([svc]), "cluster/endpointslices.json": as_list([sl])}
 
 
-ALLOW_80_FROM_Y = policy("x", "web-from-y", {"podSelector": {"matchLabels": {"role": "web"}},
-                                             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}], "ports": [{"port": 80}]}]})
+ALLOW_80_FROM_Y = policy(
+    "x",
+    "web-from-y",
+    {
+        "podSelector": {"matchLabels": {"role": "web"}},
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}], "ports": [{"port": 80}]}],
+    },
+)
 
 
 def web_pods():
@@ -48,7 +58,9 @@ def test_service_is_judged_per_endpoint_at_its_target_port(tmp_path):
     validate(doc)
     assert doc["allowed"] is True and doc["service"] == "x/web" and doc["port"] == "8000/TCP"
     assert [(e["endpoint"], e["pod"], e["allowed"], e["port"]) for e in doc["endpoints"]] == [
-        ("10.244.1.10:80", "x/a", True, 80), ("10.244.1.11:80", "x/b", True, 80)]
+        ("10.244.1.10:80", "x/a", True, 80),
+        ("10.244.1.11:80", "x/b", True, 80),
+    ]
     assert doc["ingress"]["admitted_by"]["policy"] == "x/web-from-y"
     doc = ask(bundle, "z/c", "x/web", "web")  # by the Service port's name
     validate(doc)
@@ -59,15 +71,21 @@ def test_service_is_judged_per_endpoint_at_its_target_port(tmp_path):
 
 def test_service_allowed_only_when_every_endpoint_admits(tmp_path):
     nss, pods = web_pods()
-    only_a = policy("x", "only-a", {"podSelector": {"matchLabels": {"pod": "b"}}, "ingress": []})  # b isolated, admits nothing
+    only_a = policy(
+        "x", "only-a", {"podSelector": {"matchLabels": {"pod": "b"}}, "ingress": []}
+    )  # b isolated, admits nothing
     bundle = write_bundle(tmp_path, [only_a], nss, pods, svc_extra())
-    code, out, _ = run_cli("policy", "--bundle", bundle, "--from", "y/a", "--to", "x/svc/web", "--port", "8000/tcp", "-o", "json")
+    code, out, _ = run_cli(
+        "policy", "--bundle", bundle, "--from", "y/a", "--to", "x/svc/web", "--port", "8000/tcp", "-o", "json"
+    )
     doc = json.loads(out)
     validate(doc)
     assert code == 1 and doc["allowed"] is False
     assert {e["pod"]: e["allowed"] for e in doc["endpoints"]} == {"x/a": True, "x/b": False}
     code, out, _ = run_cli("policy", "--bundle", bundle, "--from", "y/a", "--to", "x/web", "--port", "8000")
-    assert code == 1 and "endpoint 10.244.1.10:80 (x/a): allowed" in out and "endpoint 10.244.1.11:80 (x/b): DENIED" in out
+    assert (
+        code == 1 and "endpoint 10.244.1.10:80 (x/a): allowed" in out and "endpoint 10.244.1.11:80 (x/b): DENIED" in out
+    )
 
 
 def test_service_without_slices_uses_its_selector_and_named_target_port(tmp_path):
@@ -81,7 +99,10 @@ def test_service_without_slices_uses_its_selector_and_named_target_port(tmp_path
 
 
 def test_ip_client_and_ip_destination(tmp_path):
-    bundle = write_bundle(tmp_path, [policy("x", "p", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "192.168.0.0/16"}}]}]})])
+    bundle = write_bundle(
+        tmp_path,
+        [policy("x", "p", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "192.168.0.0/16"}}]}]})],
+    )
     doc = ask(bundle, "192.168.7.7", "x/a", "80")
     validate(doc)
     assert doc["allowed"] and doc["egress"]["applies"] is False
@@ -94,16 +115,27 @@ def test_ip_client_and_ip_destination(tmp_path):
 
 
 def test_bad_policies_one_line_each_and_the_rest_evaluated(tmp_path):
-    bad_op = policy("x", "bad-operator", {"podSelector": {"matchExpressions": [{"key": "pod", "operator": "Equals", "values": ["a"]}]}})
-    bad_cidr = policy("x", "bad-cidr", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]})
+    bad_op = policy(
+        "x",
+        "bad-operator",
+        {"podSelector": {"matchExpressions": [{"key": "pod", "operator": "Equals", "values": ["a"]}]}},
+    )
+    bad_cidr = policy(
+        "x", "bad-cidr", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/33"}}]}]}
+    )
     good = policy("x", "deny-a", {"podSelector": {"matchLabels": {"pod": "a"}}})
     bundle = write_bundle(tmp_path, [bad_op, good, bad_cidr])
     code, out, err = run_cli("policy", "--bundle", bundle, "--from", "x/b", "--to", "x/a", "--port", "80")
     assert code == 1 and "Traceback" not in out + err
     lines = [line for line in out.splitlines() if "could not read" in line or "bad-" in line]
     assert "could not read (2):" in out
-    assert sum("NetworkPolicy x/bad-operator (item 0)" in line and "invalid operator 'Equals'" in line for line in lines) == 1
-    assert sum("NetworkPolicy x/bad-cidr (item 2)" in line and "invalid CIDR '10.0.0.0/33'" in line for line in lines) == 1
+    assert (
+        sum("NetworkPolicy x/bad-operator (item 0)" in line and "invalid operator 'Equals'" in line for line in lines)
+        == 1
+    )
+    assert (
+        sum("NetworkPolicy x/bad-cidr (item 2)" in line and "invalid CIDR '10.0.0.0/33'" in line for line in lines) == 1
+    )
     assert "x/deny-a" in out  # the readable one is evaluated and blamed
     doc = ask(bundle, "x/b", "x/c", "80")
     validate(doc)
@@ -111,12 +143,21 @@ def test_bad_policies_one_line_each_and_the_rest_evaluated(tmp_path):
 
 
 def test_not_enforced_cni_is_said(tmp_path):
-    cni = {"apiVersion": "kpdiag/v1", "kind": "CNIComponents", "items": [{"kind": "DaemonSet", "namespace": "kube-flannel", "name": "kube-flannel-ds"}]}
-    bundle = write_bundle(tmp_path, [policy("x", "deny", {"podSelector": {}})], extra={"cluster/cni.json": json.dumps(cni)})
+    cni = {
+        "apiVersion": "kpdiag/v1",
+        "kind": "CNIComponents",
+        "items": [{"kind": "DaemonSet", "namespace": "kube-flannel", "name": "kube-flannel-ds"}],
+    }
+    bundle = write_bundle(
+        tmp_path, [policy("x", "deny", {"podSelector": {}})], extra={"cluster/cni.json": json.dumps(cni)}
+    )
     doc = ask(bundle, "y/a", "x/a", "80")
     validate(doc)
-    assert doc["allowed"] is False and doc["enforcement"] == {"cni": "flannel", "enforced": False, "evidence": [
-        "DaemonSet kube-flannel/kube-flannel-ds: flannel"]}
+    assert doc["allowed"] is False and doc["enforcement"] == {
+        "cni": "flannel",
+        "enforced": False,
+        "evidence": ["DaemonSet kube-flannel/kube-flannel-ds: flannel"],
+    }
     assert any("does not enforce them" in n for n in doc["notes"])
 
 
@@ -129,15 +170,18 @@ def test_cni_from_kubectl_pods_list(tmp_path):
     assert doc["enforcement"]["cni"] == "calico" and doc["enforcement"]["enforced"] is True and not doc["notes"]
 
 
-@pytest.mark.parametrize("argv, code, words", [
-    (["--from", "x/b", "--to", "x/a", "--port", "80/icmp"], 2, "tcp, udp or sctp"),
-    (["--from", "x/b", "--to", "x/a", "--port", "99999"], 2, "out of range"),
-    (["--from", "b", "--to", "x/a", "--port", "80"], 2, "NS/POD or an IP"),
-    (["--from", "x/b", "--to", "x/a/b/c", "--port", "80"], 2, "--to"),
-    (["--from", "x/nope", "--to", "x/a", "--port", "80"], 3, "pod x/nope is not in the pods read"),
-    (["--from", "x/b", "--to", "x/nope", "--port", "80"], 3, "no pod or Service x/nope"),
-    (["--from", "x/b", "--to", "x/a", "--port", "nosuchname"], 3, "no TCP containerPort named 'nosuchname'"),
-])
+@pytest.mark.parametrize(
+    "argv, code, words",
+    [
+        (["--from", "x/b", "--to", "x/a", "--port", "80/icmp"], 2, "tcp, udp or sctp"),
+        (["--from", "x/b", "--to", "x/a", "--port", "99999"], 2, "out of range"),
+        (["--from", "b", "--to", "x/a", "--port", "80"], 2, "NS/POD or an IP"),
+        (["--from", "x/b", "--to", "x/a/b/c", "--port", "80"], 2, "--to"),
+        (["--from", "x/nope", "--to", "x/a", "--port", "80"], 3, "pod x/nope is not in the pods read"),
+        (["--from", "x/b", "--to", "x/nope", "--port", "80"], 3, "no pod or Service x/nope"),
+        (["--from", "x/b", "--to", "x/a", "--port", "nosuchname"], 3, "no TCP containerPort named 'nosuchname'"),
+    ],
+)
 def test_usage_and_cannot_evaluate(tmp_path, argv, code, words):
     bundle = write_bundle(tmp_path, [])
     got, out, err = run_cli("policy", "--bundle", bundle, *argv)
@@ -158,7 +202,9 @@ def test_missing_policies_file_and_partial_collection(tmp_path):
 
 
 def test_both_sources_is_a_usage_error(tmp_path):
-    code, _, err = run_cli("policy", "--bundle", str(tmp_path), "--kubeconfig", "kc", "--from", "x/a", "--to", "x/b", "--port", "80")
+    code, _, err = run_cli(
+        "policy", "--bundle", str(tmp_path), "--kubeconfig", "kc", "--from", "x/a", "--to", "x/b", "--port", "80"
+    )
     assert code == 2 and "not both" in err
 
 
@@ -180,10 +226,22 @@ def test_unknown_namespace_labels_are_noted(tmp_path):
 def live_objects():
     nss, pods = web_pods()
     svc = k8s.service("x", "web", "10.96.0.50", [k8s.port(8000, 80, "web")], {"role": "web"})
-    sl = k8s.endpointslice("x", "web", [(pod_ip("x", "a"), True, "node-a", "a"), (pod_ip("x", "b"), True, "node-a", "b")], [("web", 80, "TCP")])
-    calico = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"},
-              "spec": {"template": {"spec": {"containers": [{"name": "calico-node", "image": "calico/node:v3.28"}]}}}}
-    pols = [dict(ALLOW_80_FROM_Y), policy("y", "y-egress", {"podSelector": {"matchLabels": {"pod": "c"}}, "policyTypes": ["Egress"]})]
+    sl = k8s.endpointslice(
+        "x",
+        "web",
+        [(pod_ip("x", "a"), True, "node-a", "a"), (pod_ip("x", "b"), True, "node-a", "b")],
+        [("web", 80, "TCP")],
+    )
+    calico = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "calico-node", "namespace": "kube-system"},
+        "spec": {"template": {"spec": {"containers": [{"name": "calico-node", "image": "calico/node:v3.28"}]}}},
+    }
+    pols = [
+        dict(ALLOW_80_FROM_Y),
+        policy("y", "y-egress", {"podSelector": {"matchLabels": {"pod": "c"}}, "policyTypes": ["Egress"]}),
+    ]
     return nss + pods + [svc, sl, calico] + pols
 
 
@@ -192,20 +250,30 @@ def test_live_through_the_api(tmp_path):
 
     with ApiServer(live_objects()) as api:
         kc = api.kubeconfig(tmp_path)
-        code, out, err = run_cli("policy", "--kubeconfig", kc, "--from", "y/a", "--to", "x/web", "--port", "8000", "-o", "json")
+        code, out, err = run_cli(
+            "policy", "--kubeconfig", kc, "--from", "y/a", "--to", "x/web", "--port", "8000", "-o", "json"
+        )
         assert code == 0, err
         doc = json.loads(out)
         validate(doc)
         assert doc["allowed"] and doc["enforcement"]["cni"] == "calico" and len(doc["endpoints"]) == 2
-        code, out, err = run_cli("policy", "--kubeconfig", kc, "--from", "y/c", "--to", "x/a", "--port", "80", "-o", "json")
+        code, out, err = run_cli(
+            "policy", "--kubeconfig", kc, "--from", "y/c", "--to", "x/a", "--port", "80", "-o", "json"
+        )
         doc = json.loads(out)
         assert code == 1 and doc["egress"]["policies"] == ["y/y-egress"] and doc["ingress"]["allowed"]
         code, out, err = run_cli("policy", "--kubeconfig", kc, "--from", "z/a", "--to", "x/a", "--port", "80")
         assert code == 1 and "x/web-from-y" in out
         asked = {p for _, p in api.requests}
         assert "/apis/networking.k8s.io/v1/namespaces/x/networkpolicies" in asked and "/api/v1/namespaces" in asked
-        assert not any(p.endswith("/networkpolicies") and "/namespaces/z/" not in p and "/namespaces/x/" not in p
-                       and "/namespaces/kube-system/" not in p for p in asked if "/namespaces/y/" not in p)
+        assert not any(
+            p.endswith("/networkpolicies")
+            and "/namespaces/z/" not in p
+            and "/namespaces/x/" not in p
+            and "/namespaces/kube-system/" not in p
+            for p in asked
+            if "/namespaces/y/" not in p
+        )
 
 
 def test_live_unreachable_api_is_exit_3(tmp_path):
@@ -245,11 +313,16 @@ def test_policy_objects_collects_what_the_checks_read(tmp_path):
 
 
 def test_ipblock_matching_a_pod_is_noted(tmp_path):
-    bundle = write_bundle(tmp_path, [policy("x", "by-cidr", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.244.0.0/16"}}]}]})])
+    bundle = write_bundle(
+        tmp_path,
+        [policy("x", "by-cidr", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.244.0.0/16"}}]}]})],
+    )
     doc = ask(bundle, "y/b", "x/a", "80")
     assert doc["allowed"] and doc["ingress"]["admitted_by"]["peer"] == "ipBlock 10.244.0.0/16"
     assert any("x/by-cidr admits y/b by its pod IP through an ipBlock" in n for n in doc["notes"])
-    assert not any("through an ipBlock" in n for n in ask(bundle, "10.244.9.9", "x/a", "80")["notes"])  # a plain address: nothing to say
+    assert not any(
+        "through an ipBlock" in n for n in ask(bundle, "10.244.9.9", "x/a", "80")["notes"]
+    )  # a plain address: nothing to say
 
 
 def test_cluster_ip_destination_is_its_service(tmp_path):
@@ -271,16 +344,35 @@ def test_a_finished_pods_address_is_not_the_running_ones(tmp_path):
 
 def _svc_objects(with_policy: bool):
     web_ports = [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
-    objs = [namespace("shop", {"team": "shop"}), namespace("debug"), namespace("kube-system"),
-            k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-            k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
-            k8s.pod("shop", "web-1", "10.244.1.11", {"app": "web"}, "node-a", web_ports),
-            k8s.pod("debug", "client", "10.244.1.50", {"app": "debug"}, "node-a"), k8s.kube_proxy_configmap(),
-            {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "calico-node", "namespace": "kube-system"},
-             "spec": {"template": {"spec": {"containers": [{"name": "calico-node"}]}}}}]
+    objs = [
+        namespace("shop", {"team": "shop"}),
+        namespace("debug"),
+        namespace("kube-system"),
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+        k8s.endpointslice("shop", "web", [("10.244.1.11", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
+        k8s.pod("shop", "web-1", "10.244.1.11", {"app": "web"}, "node-a", web_ports),
+        k8s.pod("debug", "client", "10.244.1.50", {"app": "debug"}, "node-a"),
+        k8s.kube_proxy_configmap(),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "calico-node", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [{"name": "calico-node"}]}}},
+        },
+    ]
     if with_policy:
-        objs.append(policy("shop", "web-allow-frontend", {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [
-            {"from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}], "ports": [{"port": 8080}]}]}))
+        objs.append(
+            policy(
+                "shop",
+                "web-allow-frontend",
+                {
+                    "podSelector": {"matchLabels": {"app": "web"}},
+                    "ingress": [
+                        {"from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}], "ports": [{"port": 8080}]}
+                    ],
+                },
+            )
+        )
     return objs
 
 
@@ -290,15 +382,42 @@ def test_svc_through_the_api_names_the_policy(tmp_path, with_policy):
     from tests.apiserver import ApiServer
 
     with ApiServer(_svc_objects(with_policy)) as api:
-        code, out, err = run_cli("svc", "web", "-n", "shop", "--kubeconfig", api.kubeconfig(tmp_path), "--no-probe", "--from", "debug/client",
-                                 "--node", "node-a", "--save", str(tmp_path / "b"), "-o", "json")
+        code, out, err = run_cli(
+            "svc",
+            "web",
+            "-n",
+            "shop",
+            "--kubeconfig",
+            api.kubeconfig(tmp_path),
+            "--no-probe",
+            "--from",
+            "debug/client",
+            "--node",
+            "node-a",
+            "--save",
+            str(tmp_path / "b"),
+            "-o",
+            "json",
+        )
     doc = json.loads(out)
     kp120 = [f for f in doc["findings"] if f["id"] == "KP120"]
     if with_policy:
         assert code == 1 and len(kp120) == 1 and kp120[0]["severity"] == "error"
         assert "NetworkPolicy shop/web-allow-frontend admits only pods app=frontend" in kp120[0]["summary"]
         assert "debug/client" in kp120[0]["summary"]
-        code, out, _ = run_cli("policy", "--bundle", str(tmp_path / "b"), "--from", "debug/client", "--to", "shop/web", "--port", "80", "-o", "json")
+        code, out, _ = run_cli(
+            "policy",
+            "--bundle",
+            str(tmp_path / "b"),
+            "--from",
+            "debug/client",
+            "--to",
+            "shop/web",
+            "--port",
+            "80",
+            "-o",
+            "json",
+        )
         assert code == 1 and json.loads(out)["ingress"]["policies"] == ["shop/web-allow-frontend"]
     else:
         assert not kp120 and not [f for f in doc["findings"] if f["id"] in ("KP121", "KP122", "KP123")]

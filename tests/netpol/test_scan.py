@@ -19,8 +19,13 @@ def scan_everything(monkeypatch):
     monkeypatch.setattr(policy_cmd, "LAZY_BYTES", 0)  # every List file is searched
 
 
-PICKED = ("a-from-namespace-y-and-pod-c", "deny-ingress-x-and-egress-y", "a-from-ipblock-y-except-y-b", "a-egress-to-pod-b-everywhere",
-          "a-named-port-80-on-81")
+PICKED = (
+    "a-from-namespace-y-and-pod-c",
+    "deny-ingress-x-and-egress-y",
+    "a-from-ipblock-y-except-y-b",
+    "a-egress-to-pod-b-everywhere",
+    "a-named-port-80-on-81",
+)
 
 
 @pytest.mark.parametrize("name", PICKED)
@@ -45,10 +50,34 @@ def _relayout(path, how):
 
 @pytest.mark.parametrize("how", ["compact", "kubectl"])
 def test_layouts(tmp_path, scan_everything, how):
-    pols = [policy("x", "a-from-y-c", {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [
-        {"namespaceSelector": {"matchLabels": {"ns": "y"}}, "podSelector": {"matchLabels": {"pod": "c"}}}]}]})]
-    bundle = write_bundle(tmp_path, pols, extra={"cluster/networkpolicies.json": json.dumps(
-        {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": ["x", "y"]}, "items": pols})})
+    pols = [
+        policy(
+            "x",
+            "a-from-y-c",
+            {
+                "podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {"matchLabels": {"ns": "y"}},
+                                "podSelector": {"matchLabels": {"pod": "c"}},
+                            }
+                        ]
+                    }
+                ],
+            },
+        )
+    ]
+    bundle = write_bundle(
+        tmp_path,
+        pols,
+        extra={
+            "cluster/networkpolicies.json": json.dumps(
+                {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": ["x", "y"]}, "items": pols}
+            )
+        },
+    )
     _relayout(bundle, how)
     assert ask(bundle, "y/c", "x/a", "80")["allowed"] and not ask(bundle, "y/b", "x/a", "80")["allowed"]
     assert ask(bundle, "10.244.2.12", "x/a", "80")["from"].startswith("y/c")  # found by its IP
@@ -77,8 +106,16 @@ def test_bad_policy_named_with_its_line(tmp_path, scan_everything):
 
 
 def test_strings_that_look_like_fields_are_not_items():
-    items = [{"metadata": {"name": "a", "namespace": "x", "annotations": {"note": '{"metadata": {"name": "b", "namespace": "x"}}'}}},
-             {"metadata": {"name": "b", "namespace": "y"}}]
+    items = [
+        {
+            "metadata": {
+                "name": "a",
+                "namespace": "x",
+                "annotations": {"note": '{"metadata": {"name": "b", "namespace": "x"}}'},
+            }
+        },
+        {"metadata": {"name": "b", "namespace": "y"}},
+    ]
     raw = json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1).encode()
     scan = ListScan(raw)
     assert [o["metadata"]["name"] for _, o in scan.where("namespace", "x")] == ["a"]

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from kpdiag.netpol import (End, Pod, PolicyError, PolicyIndex, parse_policies, parse_policy, parse_selector, patch_doc,
-                           patch_yaml, recognise_cni)
+from kpdiag.netpol import (
+    End,
+    Pod,
+    PolicyError,
+    PolicyIndex,
+    parse_policies,
+    parse_policy,
+    parse_selector,
+    patch_doc,
+    patch_yaml,
+    recognise_cni,
+)
 
 
 def pod(ns, name, labels, ip, ports=(), host=False):
@@ -16,7 +26,10 @@ A = pod("x", "a", {"pod": "a"}, "10.0.1.1", [("http", 8080, "TCP"), ("dns", 53, 
 B = pod("x", "b", {"pod": "b"}, "10.0.1.2", [("http", 9090, "TCP")])
 C = pod("y", "c", {"pod": "c", "tier": "db"}, "10.0.2.3")
 HOST = pod("x", "h", {"pod": "h"}, "192.168.0.5", host=True)
-NS = [{"metadata": {"name": "x", "labels": {"team": "x"}}}, {"metadata": {"name": "y", "labels": {"team": "y", "env": "prod"}}}]
+NS = [
+    {"metadata": {"name": "x", "labels": {"team": "x"}}},
+    {"metadata": {"name": "y", "labels": {"team": "y", "env": "prod"}}},
+]
 
 
 def np(ns, name, spec):
@@ -30,7 +43,12 @@ def index(*policies):
 
 
 def flow(idx, src, dst, port, proto="TCP"):
-    return idx.evaluate(src if isinstance(src, End) else End(src.ip, src), dst if isinstance(dst, End) else End(dst.ip, dst), port, proto)
+    return idx.evaluate(
+        src if isinstance(src, End) else End(src.ip, src),
+        dst if isinstance(dst, End) else End(dst.ip, dst),
+        port,
+        proto,
+    )
 
 
 # ---------------------------------------------------------------- selection, isolation, defaulting
@@ -57,7 +75,11 @@ def test_rules_of_a_direction_outside_policy_types_are_ignored():
 def test_selected_with_no_rules_denies_all_of_that_direction():
     idx = index(np("x", "deny", {"podSelector": {"matchLabels": {"pod": "a"}}}))
     f = flow(idx, B, A, 8080)
-    assert not f.allowed and f.ingress.policies == ["x/deny"] and "admit no ingress at all" in f.ingress.missing.replace("admits", "admit")
+    assert (
+        not f.allowed
+        and f.ingress.policies == ["x/deny"]
+        and "admit no ingress at all" in f.ingress.missing.replace("admits", "admit")
+    )
     assert flow(idx, A, B, 9090).allowed  # b is not selected: open
 
 
@@ -68,8 +90,24 @@ def test_flow_needs_egress_and_ingress():
 
 
 def test_policies_are_additive():
-    idx = index(np("x", "one", {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}),
-                np("x", "two", {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "y"}}}]}]}))
+    idx = index(
+        np(
+            "x",
+            "one",
+            {
+                "podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}],
+            },
+        ),
+        np(
+            "x",
+            "two",
+            {
+                "podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "y"}}}]}],
+            },
+        ),
+    )
     assert flow(idx, B, A, 8080).ingress.admitted_by.policy == "x/one"
     assert flow(idx, C, A, 8080).ingress.admitted_by.policy == "x/two"
     assert not flow(idx, End("10.9.9.9"), A, 8080).allowed
@@ -88,7 +126,13 @@ def test_pod_selector_alone_is_the_policy_namespace():
 
 
 def test_namespace_selector_alone_is_every_pod_there():
-    idx = index(np("x", "p", {"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"env": "prod"}}}]}]}))
+    idx = index(
+        np(
+            "x",
+            "p",
+            {"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"env": "prod"}}}]}]},
+        )
+    )
     assert flow(idx, C, A, 1).allowed and not flow(idx, B, A, 1).allowed
 
 
@@ -110,35 +154,69 @@ def test_both_selectors_in_one_peer_are_anded():
 
 
 def test_namespace_metadata_name_label_is_always_there():
-    idx = PolicyIndex(parse_policies([np("x", "p", {"podSelector": {}, "ingress": [{"from": [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}]}]})])[0], [], [A, C])
+    idx = PolicyIndex(
+        parse_policies(
+            [
+                np(
+                    "x",
+                    "p",
+                    {
+                        "podSelector": {},
+                        "ingress": [
+                            {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}]}
+                        ],
+                    },
+                )
+            ]
+        )[0],
+        [],
+        [A, C],
+    )
     assert flow(idx, C, A, 1).allowed
 
 
-@pytest.mark.parametrize("expr, labels, match", [
-    ({"key": "tier", "operator": "In", "values": ["db", "web"]}, {"tier": "db"}, True),
-    ({"key": "tier", "operator": "In", "values": ["web"]}, {"tier": "db"}, False),
-    ({"key": "tier", "operator": "In", "values": ["web"]}, {}, False),
-    ({"key": "tier", "operator": "NotIn", "values": ["web"]}, {"tier": "db"}, True),
-    ({"key": "tier", "operator": "NotIn", "values": ["db"]}, {"tier": "db"}, False),
-    ({"key": "tier", "operator": "NotIn", "values": ["db"]}, {}, True),  # absent key: NotIn matches
-    ({"key": "tier", "operator": "Exists"}, {"tier": ""}, True),
-    ({"key": "tier", "operator": "Exists"}, {}, False),
-    ({"key": "tier", "operator": "DoesNotExist"}, {}, True),
-    ({"key": "tier", "operator": "DoesNotExist"}, {"tier": "db"}, False),
-])
+@pytest.mark.parametrize(
+    "expr, labels, match",
+    [
+        ({"key": "tier", "operator": "In", "values": ["db", "web"]}, {"tier": "db"}, True),
+        ({"key": "tier", "operator": "In", "values": ["web"]}, {"tier": "db"}, False),
+        ({"key": "tier", "operator": "In", "values": ["web"]}, {}, False),
+        ({"key": "tier", "operator": "NotIn", "values": ["web"]}, {"tier": "db"}, True),
+        ({"key": "tier", "operator": "NotIn", "values": ["db"]}, {"tier": "db"}, False),
+        ({"key": "tier", "operator": "NotIn", "values": ["db"]}, {}, True),  # absent key: NotIn matches
+        ({"key": "tier", "operator": "Exists"}, {"tier": ""}, True),
+        ({"key": "tier", "operator": "Exists"}, {}, False),
+        ({"key": "tier", "operator": "DoesNotExist"}, {}, True),
+        ({"key": "tier", "operator": "DoesNotExist"}, {"tier": "db"}, False),
+    ],
+)
 def test_match_expressions(expr, labels, match):
     assert parse_selector({"matchExpressions": [expr]}, "s").matches(labels) is match
 
 
 def test_match_labels_and_expressions_are_anded():
-    sel = parse_selector({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]}, "s")
-    assert sel.matches({"app": "web", "env": "prod"}) and not sel.matches({"app": "web"}) and not sel.matches({"env": "prod"})
+    sel = parse_selector(
+        {"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]}, "s"
+    )
+    assert (
+        sel.matches({"app": "web", "env": "prod"})
+        and not sel.matches({"app": "web"})
+        and not sel.matches({"env": "prod"})
+    )
     assert parse_selector({}, "s").matches({"anything": "x"})  # empty: everything
 
 
 def test_ip_block_with_except_matches_pod_and_plain_addresses():
-    idx = index(np("x", "p", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.0.2.0/24"]}}]}]}))
+    idx = index(
+        np(
+            "x",
+            "p",
+            {
+                "podSelector": {},
+                "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.0.2.0/24"]}}]}],
+            },
+        )
+    )
     assert flow(idx, B, A, 1).allowed  # pod IP 10.0.1.2
     assert not flow(idx, C, A, 1).allowed  # 10.0.2.3: excepted
     assert flow(idx, End("10.0.7.7"), A, 1).allowed
@@ -190,9 +268,21 @@ def test_named_port_resolves_on_the_destination_pod():
 
 
 def test_named_port_in_egress_resolves_on_the_destination_and_never_matches_an_address():
-    idx = index(np("x", "p", {"podSelector": {"matchLabels": {"pod": "b"}}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": "dns", "protocol": "UDP"}]}]}))
+    idx = index(
+        np(
+            "x",
+            "p",
+            {
+                "podSelector": {"matchLabels": {"pod": "b"}},
+                "policyTypes": ["Egress"],
+                "egress": [{"ports": [{"port": "dns", "protocol": "UDP"}]}],
+            },
+        )
+    )
     assert flow(idx, B, A, 53, "UDP").egress.allowed
-    assert not flow(idx, B, End("10.0.1.1"), 53, "UDP").egress.allowed  # a's IP given as a bare address: no pod, no name
+    assert not flow(
+        idx, B, End("10.0.1.1"), 53, "UDP"
+    ).egress.allowed  # a's IP given as a bare address: no pod, no name
     assert not flow(idx, B, End("8.8.8.8"), 53, "UDP").egress.allowed
 
 
@@ -203,48 +293,105 @@ def test_empty_ports_is_every_port_and_protocol():
 
 # ---------------------------------------------------------------- explanations
 def test_denial_says_what_is_missing_and_patch_admits_exactly_it():
-    idx = index(np("x", "front", {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [
-        {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": 80}]}]}))
+    idx = index(
+        np(
+            "x",
+            "front",
+            {
+                "podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": 80}]}],
+            },
+        )
+    )
     f = flow(idx, B, A, 8080)
     assert "only on 80/TCP" in f.ingress.missing and "port rule" in f.ingress.missing
     f = flow(idx, C, A, 80)
     assert "y/c" in f.ingress.missing and "peer rule" in f.ingress.missing
     doc, notes = patch_doc("ingress", A, End(C.ip, C), 80, "TCP")
     assert not notes
-    patched = PolicyIndex(parse_policies([np("x", "front", {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [
-        {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": 80}]}]}), doc])[0], NS, [A, B, C])
+    patched = PolicyIndex(
+        parse_policies(
+            [
+                np(
+                    "x",
+                    "front",
+                    {
+                        "podSelector": {"matchLabels": {"pod": "a"}},
+                        "ingress": [
+                            {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": 80}]}
+                        ],
+                    },
+                ),
+                doc,
+            ]
+        )[0],
+        NS,
+        [A, B, C],
+    )
     assert flow(patched, C, A, 80).allowed
-    assert not flow(patched, C, A, 81).allowed and not flow(patched, End("10.0.2.99"), A, 80).allowed  # nothing else opens
+    assert (
+        not flow(patched, C, A, 81).allowed and not flow(patched, End("10.0.2.99"), A, 80).allowed
+    )  # nothing else opens
     import yaml
 
     assert yaml.safe_load(patch_yaml("ingress", A, End(C.ip, C), 80, "TCP")) == doc
 
 
 def test_admitting_rule_is_named():
-    idx = index(np("x", "p", {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "zzz"}}}]},
-                                                             {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": 8080}]}]}))
+    idx = index(
+        np(
+            "x",
+            "p",
+            {
+                "podSelector": {},
+                "ingress": [
+                    {"from": [{"podSelector": {"matchLabels": {"pod": "zzz"}}}]},
+                    {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": 8080}]},
+                ],
+            },
+        )
+    )
     a = flow(idx, B, A, 8080).ingress.admitted_by
     assert (a.policy, a.rule, a.peer, a.ports) == ("x/p", 1, "pods pod=b in namespace x", "8080/TCP")
 
 
 # ---------------------------------------------------------------- unreadable policies
-@pytest.mark.parametrize("spec, words", [
-    ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}}, "invalid operator 'Has'"),
-    ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}}, "needs at least one value"),
-    ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}}, "takes no values"),
-    ({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.300/8"}}]}]}, "invalid CIDR"),
-    ({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.1"}}]}]}, "invalid CIDR"),
-    ({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/16"]}}]}]}, "is not inside"),
-    ({"podSelector": {}, "ingress": [{"from": [{}]}]}, "a peer needs"),
-    ({"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]}, "invalid protocol"),
-    ({"podSelector": {}, "ingress": [{"ports": [{"port": 80, "endPort": 70}]}]}, "endPort"),
-    ({"podSelector": {}, "policyTypes": ["Sideways"]}, "policyTypes"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}}, "invalid operator 'Has'"),
+        (
+            {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}},
+            "needs at least one value",
+        ),
+        (
+            {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}},
+            "takes no values",
+        ),
+        ({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.300/8"}}]}]}, "invalid CIDR"),
+        ({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.1"}}]}]}, "invalid CIDR"),
+        (
+            {
+                "podSelector": {},
+                "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/16"]}}]}],
+            },
+            "is not inside",
+        ),
+        ({"podSelector": {}, "ingress": [{"from": [{}]}]}, "a peer needs"),
+        ({"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]}, "invalid protocol"),
+        ({"podSelector": {}, "ingress": [{"ports": [{"port": 80, "endPort": 70}]}]}, "endPort"),
+        ({"podSelector": {}, "policyTypes": ["Sideways"]}, "policyTypes"),
+    ],
+)
 def test_unreadable_policy_is_named_and_the_rest_evaluated(spec, words):
-    good = np("x", "allow-b", {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]})
+    good = np(
+        "x", "allow-b", {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}
+    )
     pols, problems = parse_policies([np("x", "bad", spec), good])
     assert [p.key for p in pols] == ["x/allow-b"]
-    assert len(problems) == 1 and problems[0].startswith("NetworkPolicy x/bad (item 0): ") and words in problems[0], problems
+    assert len(problems) == 1 and problems[0].startswith("NetworkPolicy x/bad (item 0): ") and words in problems[0], (
+        problems
+    )
     assert "\n" not in problems[0]
     idx = PolicyIndex(pols, NS, [A, B, C])
     assert flow(idx, B, A, 1).allowed and not flow(idx, C, A, 1).allowed
@@ -253,18 +400,21 @@ def test_unreadable_policy_is_named_and_the_rest_evaluated(spec, words):
 
 
 # ---------------------------------------------------------------- the CNI
-@pytest.mark.parametrize("names, cni, enforced", [
-    (["calico-node", "calico-kube-controllers"], "calico", True),
-    (["cilium", "cilium-operator"], "cilium", True),
-    (["kube-flannel-ds"], "flannel", False),
-    (["kube-flannel-ds", "calico-node"], "calico + flannel", True),
-    (["canal"], "canal", True),
-    (["weave-net"], "weave-net", True),
-    (["antrea-agent", "antrea-controller"], "antrea", True),
-    (["kube-router"], "kube-router", True),
-    (["kube-proxy", "coredns"], None, None),
-    ([], None, None),
-])
+@pytest.mark.parametrize(
+    "names, cni, enforced",
+    [
+        (["calico-node", "calico-kube-controllers"], "calico", True),
+        (["cilium", "cilium-operator"], "cilium", True),
+        (["kube-flannel-ds"], "flannel", False),
+        (["kube-flannel-ds", "calico-node"], "calico + flannel", True),
+        (["canal"], "canal", True),
+        (["weave-net"], "weave-net", True),
+        (["antrea-agent", "antrea-controller"], "antrea", True),
+        (["kube-router"], "kube-router", True),
+        (["kube-proxy", "coredns"], None, None),
+        ([], None, None),
+    ],
+)
 def test_cni_recognition(names, cni, enforced):
     comps = [{"kind": "DaemonSet", "namespace": "kube-system", "name": n, "containers": []} for n in names]
     e = recognise_cni(comps)
@@ -276,10 +426,26 @@ def test_cni_from_pods_and_aws_agent():
     assert recognise_cni(pods).cni == "calico"
     aws = lambda *c: [{"kind": "DaemonSet", "name": "aws-node", "containers": list(c)}]  # noqa: E731
     assert recognise_cni(aws({"name": "aws-node"})).enforced is False
-    assert recognise_cni(aws({"name": "aws-node"}, {"name": "aws-eks-nodeagent", "args": ["--enable-network-policy=true"]})).enforced is True
-    assert recognise_cni(aws({"name": "aws-node"}, {"name": "aws-eks-nodeagent", "args": ["--enable-network-policy=false"]})).enforced is False
+    assert (
+        recognise_cni(
+            aws({"name": "aws-node"}, {"name": "aws-eks-nodeagent", "args": ["--enable-network-policy=true"]})
+        ).enforced
+        is True
+    )
+    assert (
+        recognise_cni(
+            aws({"name": "aws-node"}, {"name": "aws-eks-nodeagent", "args": ["--enable-network-policy=false"]})
+        ).enforced
+        is False
+    )
     assert recognise_cni(aws({"name": "aws-node"}, {"name": "aws-eks-nodeagent", "args": []})).enforced is None
-    kr = [{"kind": "DaemonSet", "name": "kube-router", "containers": [{"name": "kube-router", "args": ["--run-firewall=false"]}]}]
+    kr = [
+        {
+            "kind": "DaemonSet",
+            "name": "kube-router",
+            "containers": [{"name": "kube-router", "args": ["--run-firewall=false"]}],
+        }
+    ]
     assert recognise_cni(kr).enforced is False
     assert recognise_cni(None).enforced is None
 
@@ -289,7 +455,9 @@ def test_dual_stack_pod_uses_the_flows_ip_version():
     idx = index(np("x", "p", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "fd00::/64"}}]}]}))
     idx.add_pod(ds)
     v6_dst = Pod("x", "a6", {"pod": "a"}, ("10.0.1.1", "fd00::1"))
-    assert not flow(idx, End("10.0.2.9", ds), End("10.0.1.1", v6_dst), 1).allowed  # an IPv4 flow: the v6 block does not count
+    assert not flow(
+        idx, End("10.0.2.9", ds), End("10.0.1.1", v6_dst), 1
+    ).allowed  # an IPv4 flow: the v6 block does not count
     assert flow(idx, End("10.0.2.9", ds), End("fd00::1", v6_dst), 1).allowed  # IPv6 to the pod: the pod's v6 address
 
 

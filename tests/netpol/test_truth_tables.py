@@ -67,66 +67,290 @@ def shapes():
 
     add("deny-all-ingress-in-x", [policy("x", "deny", {"podSelector": {}})], "80/TCP", Reach().to_ns("x", False))
     add("allow-all-ingress-in-x", [policy("x", "allow", {"podSelector": {}, "ingress": [{}]})], "81/UDP", Reach())
-    add("a-from-pod-b-same-namespace", [policy("x", "p", pod_a([{"from": [{"podSelector": sel(pod="b")}]}]))], "80/TCP",
-        Reach().to("x/a", False).pair("x/b", "x/a", True))
-    add("a-from-namespace-y", [policy("x", "p", pod_a([{"from": [{"namespaceSelector": sel(ns="y")}]}]))], "80/TCP",
-        Reach().to("x/a", False).pair("y/a", "x/a", True).pair("y/b", "x/a", True).pair("y/c", "x/a", True))
-    add("a-from-namespace-y-and-pod-c", [policy("x", "p", pod_a([{"from": [{"namespaceSelector": sel(ns="y"), "podSelector": sel(pod="c")}]}]))],
-        "80/TCP", Reach().to("x/a", False).pair("y/c", "x/a", True))
-    add("a-from-namespace-y-or-pod-c", [policy("x", "p", pod_a([{"from": [{"namespaceSelector": sel(ns="y")}, {"podSelector": sel(pod="c")}]}]))],
-        "80/TCP", Reach().to("x/a", False).pair("y/a", "x/a", True).pair("y/b", "x/a", True).pair("y/c", "x/a", True).pair("x/c", "x/a", True))
-    add("a-from-namespaces-not-in-x", [policy("x", "p", pod_a([{"from": [{"namespaceSelector": {"matchExpressions": [
-        {"key": "ns", "operator": "NotIn", "values": ["x"]}]}}]}]))], "80/TCP",
-        Reach().to("x/a", False).pair("y/a", "x/a", True).pair("y/b", "x/a", True).pair("y/c", "x/a", True)
-        .pair("z/a", "x/a", True).pair("z/b", "x/a", True).pair("z/c", "x/a", True))
-    add("a-from-pods-in-b-c-any-namespace", [policy("x", "p", pod_a([{"from": [{"namespaceSelector": {}, "podSelector": {
-        "matchExpressions": [{"key": "pod", "operator": "In", "values": ["b", "c"]}]}}]}]))], "80/TCP",
-        Reach().to("x/a", False).pair("x/b", "x/a", True).pair("x/c", "x/a", True).pair("y/b", "x/a", True)
-        .pair("y/c", "x/a", True).pair("z/b", "x/a", True).pair("z/c", "x/a", True))
-    add("a-from-namespaces-without-ns-label", [policy("x", "p", pod_a([{"from": [{"namespaceSelector": {"matchExpressions": [
-        {"key": "ns", "operator": "DoesNotExist"}]}}]}]))], "80/TCP", Reach().to("x/a", False))
-    add("a-from-pods-with-pod-label-here", [policy("x", "p", pod_a([{"from": [{"podSelector": {"matchExpressions": [
-        {"key": "pod", "operator": "Exists"}]}}]}]))], "80/TCP",
-        Reach().to("x/a", False).pair("x/a", "x/a", True).pair("x/b", "x/a", True).pair("x/c", "x/a", True))
-    add("a-port-81-only-on-80", [policy("x", "p", pod_a([{"ports": [{"port": 81}]}]))], "80/TCP", Reach().to("x/a", False))
+    add(
+        "a-from-pod-b-same-namespace",
+        [policy("x", "p", pod_a([{"from": [{"podSelector": sel(pod="b")}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False).pair("x/b", "x/a", True),
+    )
+    add(
+        "a-from-namespace-y",
+        [policy("x", "p", pod_a([{"from": [{"namespaceSelector": sel(ns="y")}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False).pair("y/a", "x/a", True).pair("y/b", "x/a", True).pair("y/c", "x/a", True),
+    )
+    add(
+        "a-from-namespace-y-and-pod-c",
+        [policy("x", "p", pod_a([{"from": [{"namespaceSelector": sel(ns="y"), "podSelector": sel(pod="c")}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False).pair("y/c", "x/a", True),
+    )
+    add(
+        "a-from-namespace-y-or-pod-c",
+        [policy("x", "p", pod_a([{"from": [{"namespaceSelector": sel(ns="y")}, {"podSelector": sel(pod="c")}]}]))],
+        "80/TCP",
+        Reach()
+        .to("x/a", False)
+        .pair("y/a", "x/a", True)
+        .pair("y/b", "x/a", True)
+        .pair("y/c", "x/a", True)
+        .pair("x/c", "x/a", True),
+    )
+    add(
+        "a-from-namespaces-not-in-x",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(
+                    [
+                        {
+                            "from": [
+                                {
+                                    "namespaceSelector": {
+                                        "matchExpressions": [{"key": "ns", "operator": "NotIn", "values": ["x"]}]
+                                    }
+                                }
+                            ]
+                        }
+                    ]
+                ),
+            )
+        ],
+        "80/TCP",
+        Reach()
+        .to("x/a", False)
+        .pair("y/a", "x/a", True)
+        .pair("y/b", "x/a", True)
+        .pair("y/c", "x/a", True)
+        .pair("z/a", "x/a", True)
+        .pair("z/b", "x/a", True)
+        .pair("z/c", "x/a", True),
+    )
+    add(
+        "a-from-pods-in-b-c-any-namespace",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(
+                    [
+                        {
+                            "from": [
+                                {
+                                    "namespaceSelector": {},
+                                    "podSelector": {
+                                        "matchExpressions": [{"key": "pod", "operator": "In", "values": ["b", "c"]}]
+                                    },
+                                }
+                            ]
+                        }
+                    ]
+                ),
+            )
+        ],
+        "80/TCP",
+        Reach()
+        .to("x/a", False)
+        .pair("x/b", "x/a", True)
+        .pair("x/c", "x/a", True)
+        .pair("y/b", "x/a", True)
+        .pair("y/c", "x/a", True)
+        .pair("z/b", "x/a", True)
+        .pair("z/c", "x/a", True),
+    )
+    add(
+        "a-from-namespaces-without-ns-label",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(
+                    [
+                        {
+                            "from": [
+                                {"namespaceSelector": {"matchExpressions": [{"key": "ns", "operator": "DoesNotExist"}]}}
+                            ]
+                        }
+                    ]
+                ),
+            )
+        ],
+        "80/TCP",
+        Reach().to("x/a", False),
+    )
+    add(
+        "a-from-pods-with-pod-label-here",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a([{"from": [{"podSelector": {"matchExpressions": [{"key": "pod", "operator": "Exists"}]}}]}]),
+            )
+        ],
+        "80/TCP",
+        Reach().to("x/a", False).pair("x/a", "x/a", True).pair("x/b", "x/a", True).pair("x/c", "x/a", True),
+    )
+    add(
+        "a-port-81-only-on-80",
+        [policy("x", "p", pod_a([{"ports": [{"port": 81}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False),
+    )
     add("a-port-81-only-on-81", [policy("x", "p", pod_a([{"ports": [{"port": 81}]}]))], "81/TCP", Reach())
     add("a-named-port-80-on-80", [policy("x", "p", pod_a([{"ports": [{"port": "serve-80-tcp"}]}]))], "80/TCP", Reach())
-    add("a-named-port-80-on-81", [policy("x", "p", pod_a([{"ports": [{"port": "serve-80-tcp"}]}]))], "81/TCP", Reach().to("x/a", False))
-    add("a-udp-80-only-tcp-asked", [policy("x", "p", pod_a([{"ports": [{"protocol": "UDP", "port": 80}]}]))], "80/TCP", Reach().to("x/a", False))
-    add("a-udp-80-only-udp-asked", [policy("x", "p", pod_a([{"ports": [{"protocol": "UDP", "port": 80}]}]))], "80/UDP", Reach())
+    add(
+        "a-named-port-80-on-81",
+        [policy("x", "p", pod_a([{"ports": [{"port": "serve-80-tcp"}]}]))],
+        "81/TCP",
+        Reach().to("x/a", False),
+    )
+    add(
+        "a-udp-80-only-tcp-asked",
+        [policy("x", "p", pod_a([{"ports": [{"protocol": "UDP", "port": 80}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False),
+    )
+    add(
+        "a-udp-80-only-udp-asked",
+        [policy("x", "p", pod_a([{"ports": [{"protocol": "UDP", "port": 80}]}]))],
+        "80/UDP",
+        Reach(),
+    )
     add("a-sctp-only", [policy("x", "p", pod_a([{"ports": [{"protocol": "SCTP"}]}]))], "80/SCTP", Reach())
-    add("a-sctp-only-tcp-asked", [policy("x", "p", pod_a([{"ports": [{"protocol": "SCTP"}]}]))], "81/TCP", Reach().to("x/a", False))
+    add(
+        "a-sctp-only-tcp-asked",
+        [policy("x", "p", pod_a([{"ports": [{"protocol": "SCTP"}]}]))],
+        "81/TCP",
+        Reach().to("x/a", False),
+    )
     add("a-end-port-80-81", [policy("x", "p", pod_a([{"ports": [{"port": 79, "endPort": 81}]}]))], "81/TCP", Reach())
-    add("a-end-port-70-79", [policy("x", "p", pod_a([{"ports": [{"port": 70, "endPort": 79}]}]))], "80/TCP", Reach().to("x/a", False))
-    add("a-from-ipblock-y-except-y-b", [policy("x", "p", pod_a([{"from": [{"ipBlock": {"cidr": "10.244.2.0/24", "except": ["10.244.2.11/32"]}}]}]))],
-        "80/TCP", Reach().to("x/a", False).pair("y/a", "x/a", True).pair("y/c", "x/a", True))
-    add("deny-all-egress-in-x", [policy("x", "deny", {"podSelector": {}, "policyTypes": ["Egress"]})], "80/TCP", Reach().from_ns("x", False))
-    add("a-egress-to-namespace-y-port-80", [policy("x", "p", pod_a(egress=[{"to": [{"namespaceSelector": sel(ns="y")}], "ports": [{"port": 80}]}],
-                                                                   types=["Egress"]))], "80/TCP",
-        Reach().from_("x/a", False).pair("x/a", "y/a", True).pair("x/a", "y/b", True).pair("x/a", "y/c", True))
-    add("a-egress-to-namespace-y-asked-81", [policy("x", "p", pod_a(egress=[{"to": [{"namespaceSelector": sel(ns="y")}], "ports": [{"port": 80}]}],
-                                                                    types=["Egress"]))], "81/TCP", Reach().from_("x/a", False))
-    add("a-egress-to-pod-b-everywhere", [policy("x", "p", pod_a(egress=[{"to": [{"namespaceSelector": {}, "podSelector": sel(pod="b")}]}], types=["Egress"]))],
-        "80/UDP", Reach().from_("x/a", False).pair("x/a", "x/b", True).pair("x/a", "y/b", True).pair("x/a", "z/b", True))
-    add("deny-ingress-x-and-egress-y", [policy("x", "deny-in", {"podSelector": {}}),
-                                        policy("y", "deny-out", {"podSelector": {}, "policyTypes": ["Egress"]})], "80/TCP",
-        Reach().to_ns("x", False).from_ns("y", False))
-    add("additive-two-policies-on-a", [policy("x", "one", pod_a([{"from": [{"podSelector": sel(pod="b")}]}])),
-                                       policy("x", "two", pod_a([{"from": [{"namespaceSelector": sel(ns="z"), "podSelector": sel(pod="c")}]}]))],
-        "80/TCP", Reach().to("x/a", False).pair("x/b", "x/a", True).pair("z/c", "x/a", True))
-    add("egress-only-type-ignores-ingress-rules", [policy("x", "p", pod_a(ingress=[], egress=[{}], types=["Egress"]))], "80/TCP", Reach())
-    add("no-types-with-egress-rules-restricts-egress", [policy("x", "p", pod_a(ingress=[{}], egress=[{"to": [{"podSelector": {}}]}]))], "80/TCP",
-        Reach().from_("x/a", False).pair("x/a", "x/a", True).pair("x/a", "x/b", True).pair("x/a", "x/c", True))
-    add("no-types-empty-egress-list-is-ingress-only", [policy("x", "p", pod_a(egress=[]))], "80/TCP", Reach().to("x/a", False))
-    add("a-egress-named-port-81", [policy("x", "p", pod_a(egress=[{"ports": [{"port": "serve-81-udp", "protocol": "UDP"}]}], types=["Egress"]))],
-        "81/UDP", Reach())
-    add("a-egress-named-port-81-asked-80", [policy("x", "p", pod_a(egress=[{"ports": [{"port": "serve-81-udp", "protocol": "UDP"}]}], types=["Egress"]))],
-        "80/UDP", Reach().from_("x/a", False))
-    add("ingress-and-egress-in-one-policy", [policy("x", "p", pod_a(ingress=[{"from": [{"namespaceSelector": sel(ns="z")}]}],
-                                                                   egress=[{"to": [{"namespaceSelector": sel(ns="z")}]}],
-                                                                   types=["Ingress", "Egress"]))], "80/TCP",
-        Reach().to("x/a", False).from_("x/a", False).pair("z/a", "x/a", True).pair("z/b", "x/a", True).pair("z/c", "x/a", True)
-        .pair("x/a", "z/a", True).pair("x/a", "z/b", True).pair("x/a", "z/c", True))
+    add(
+        "a-end-port-70-79",
+        [policy("x", "p", pod_a([{"ports": [{"port": 70, "endPort": 79}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False),
+    )
+    add(
+        "a-from-ipblock-y-except-y-b",
+        [policy("x", "p", pod_a([{"from": [{"ipBlock": {"cidr": "10.244.2.0/24", "except": ["10.244.2.11/32"]}}]}]))],
+        "80/TCP",
+        Reach().to("x/a", False).pair("y/a", "x/a", True).pair("y/c", "x/a", True),
+    )
+    add(
+        "deny-all-egress-in-x",
+        [policy("x", "deny", {"podSelector": {}, "policyTypes": ["Egress"]})],
+        "80/TCP",
+        Reach().from_ns("x", False),
+    )
+    add(
+        "a-egress-to-namespace-y-port-80",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(egress=[{"to": [{"namespaceSelector": sel(ns="y")}], "ports": [{"port": 80}]}], types=["Egress"]),
+            )
+        ],
+        "80/TCP",
+        Reach().from_("x/a", False).pair("x/a", "y/a", True).pair("x/a", "y/b", True).pair("x/a", "y/c", True),
+    )
+    add(
+        "a-egress-to-namespace-y-asked-81",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(egress=[{"to": [{"namespaceSelector": sel(ns="y")}], "ports": [{"port": 80}]}], types=["Egress"]),
+            )
+        ],
+        "81/TCP",
+        Reach().from_("x/a", False),
+    )
+    add(
+        "a-egress-to-pod-b-everywhere",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(egress=[{"to": [{"namespaceSelector": {}, "podSelector": sel(pod="b")}]}], types=["Egress"]),
+            )
+        ],
+        "80/UDP",
+        Reach().from_("x/a", False).pair("x/a", "x/b", True).pair("x/a", "y/b", True).pair("x/a", "z/b", True),
+    )
+    add(
+        "deny-ingress-x-and-egress-y",
+        [
+            policy("x", "deny-in", {"podSelector": {}}),
+            policy("y", "deny-out", {"podSelector": {}, "policyTypes": ["Egress"]}),
+        ],
+        "80/TCP",
+        Reach().to_ns("x", False).from_ns("y", False),
+    )
+    add(
+        "additive-two-policies-on-a",
+        [
+            policy("x", "one", pod_a([{"from": [{"podSelector": sel(pod="b")}]}])),
+            policy("x", "two", pod_a([{"from": [{"namespaceSelector": sel(ns="z"), "podSelector": sel(pod="c")}]}])),
+        ],
+        "80/TCP",
+        Reach().to("x/a", False).pair("x/b", "x/a", True).pair("z/c", "x/a", True),
+    )
+    add(
+        "egress-only-type-ignores-ingress-rules",
+        [policy("x", "p", pod_a(ingress=[], egress=[{}], types=["Egress"]))],
+        "80/TCP",
+        Reach(),
+    )
+    add(
+        "no-types-with-egress-rules-restricts-egress",
+        [policy("x", "p", pod_a(ingress=[{}], egress=[{"to": [{"podSelector": {}}]}]))],
+        "80/TCP",
+        Reach().from_("x/a", False).pair("x/a", "x/a", True).pair("x/a", "x/b", True).pair("x/a", "x/c", True),
+    )
+    add(
+        "no-types-empty-egress-list-is-ingress-only",
+        [policy("x", "p", pod_a(egress=[]))],
+        "80/TCP",
+        Reach().to("x/a", False),
+    )
+    add(
+        "a-egress-named-port-81",
+        [policy("x", "p", pod_a(egress=[{"ports": [{"port": "serve-81-udp", "protocol": "UDP"}]}], types=["Egress"]))],
+        "81/UDP",
+        Reach(),
+    )
+    add(
+        "a-egress-named-port-81-asked-80",
+        [policy("x", "p", pod_a(egress=[{"ports": [{"port": "serve-81-udp", "protocol": "UDP"}]}], types=["Egress"]))],
+        "80/UDP",
+        Reach().from_("x/a", False),
+    )
+    add(
+        "ingress-and-egress-in-one-policy",
+        [
+            policy(
+                "x",
+                "p",
+                pod_a(
+                    ingress=[{"from": [{"namespaceSelector": sel(ns="z")}]}],
+                    egress=[{"to": [{"namespaceSelector": sel(ns="z")}]}],
+                    types=["Ingress", "Egress"],
+                ),
+            )
+        ],
+        "80/TCP",
+        Reach()
+        .to("x/a", False)
+        .from_("x/a", False)
+        .pair("z/a", "x/a", True)
+        .pair("z/b", "x/a", True)
+        .pair("z/c", "x/a", True)
+        .pair("x/a", "z/a", True)
+        .pair("x/a", "z/b", True)
+        .pair("x/a", "z/c", True),
+    )
     return out
 
 
@@ -145,6 +369,8 @@ def test_truth_table(tmp_path, policies, port, reach):
         for dst in ALL:
             doc = ask(bundle, src, dst, port)
             if doc["allowed"] != reach.m[(src, dst)]:
-                wrong.append(f"{src}→{dst}: kpdiag says {'allowed' if doc['allowed'] else 'denied'} "
-                             f"({doc['egress']['missing'] or ''} {doc['ingress']['missing'] or ''})")
+                wrong.append(
+                    f"{src}→{dst}: kpdiag says {'allowed' if doc['allowed'] else 'denied'} "
+                    f"({doc['egress']['missing'] or ''} {doc['ingress']['missing'] or ''})"
+                )
     assert not wrong, "\n".join(wrong)

@@ -18,23 +18,39 @@ def pod_ip(ns: str, pod: str) -> str:
 
 
 def namespace(name: str, labels: dict | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}},
+    }
 
 
 def pod(ns: str, name: str, ip: str, labels: dict, ports=None, host_network: bool = False) -> dict:
     if ports is None:
-        ports = [{"name": f"serve-{p}-{proto.lower()}", "containerPort": p, "protocol": proto}
-                 for p in (80, 81) for proto in ("TCP", "UDP")]
+        ports = [
+            {"name": f"serve-{p}-{proto.lower()}", "containerPort": p, "protocol": proto}
+            for p in (80, 81)
+            for proto in ("TCP", "UDP")
+        ]
     spec = {"nodeName": "node-a", "containers": [{"name": "srv", "image": "agnhost", "ports": ports}]}
     if host_network:
         spec["hostNetwork"] = True
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": spec, "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": spec,
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+    }
 
 
 def policy(ns: str, name: str, spec: dict) -> dict:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name, "namespace": ns}, "spec": spec}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }
 
 
 def world_objects() -> tuple[list[dict], list[dict]]:
@@ -49,10 +65,12 @@ def as_list(items: list[dict]) -> str:
 
 def write_bundle(path, policies: list[dict], namespaces=None, pods=None, extra: dict | None = None) -> str:
     nss, pds = world_objects()
-    files = {"cluster/namespaces.json": as_list(nss if namespaces is None else namespaces),
-             "cluster/pods.json": as_list(pds if pods is None else pods),
-             "cluster/networkpolicies.json": as_list(policies),
-             "kpdiag.json": json.dumps({"format": "kpdiag-bundle/1", "errors": []})}
+    files = {
+        "cluster/namespaces.json": as_list(nss if namespaces is None else namespaces),
+        "cluster/pods.json": as_list(pds if pods is None else pods),
+        "cluster/networkpolicies.json": as_list(policies),
+        "kpdiag.json": json.dumps({"format": "kpdiag-bundle/1", "errors": []}),
+    }
     files.update(extra or {})
     for rel, text in files.items():
         full = os.path.join(str(path), rel)

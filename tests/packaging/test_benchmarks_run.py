@@ -25,12 +25,37 @@ def test_bench_fleet_runs(tmp_path):
 
 
 def test_bench_trace_runs_without_the_kernel(tmp_path):
-    _run(tmp_path, "benchmarks/bench_trace.py", "--services", "200", "--packets", "20", "--no-kernel", "--node-e2e", "0", "--nft-max", "0")
+    _run(
+        tmp_path,
+        "benchmarks/bench_trace.py",
+        "--services",
+        "200",
+        "--packets",
+        "20",
+        "--no-kernel",
+        "--node-e2e",
+        "0",
+        "--nft-max",
+        "0",
+    )
     assert os.path.getsize(tmp_path / "trace.json") > 0
 
 
 def test_bench_netpol_runs(tmp_path):
-    _run(tmp_path, "benchmarks/bench_netpol.py", "--namespaces", "4", "--pods", "60", "--policies", "30", "--flows", "50", "--repeat", "1")
+    _run(
+        tmp_path,
+        "benchmarks/bench_netpol.py",
+        "--namespaces",
+        "4",
+        "--pods",
+        "60",
+        "--policies",
+        "30",
+        "--flows",
+        "50",
+        "--repeat",
+        "1",
+    )
     result = json.load(open(tmp_path / "netpol.json"))
     assert result["pods"] == 60 and result["one_flow"]["exit"] in (0, 1) and result["many_flows"]["flows"] == 50
 

@@ -43,13 +43,22 @@ def test_node_pod_asks_for_the_documented_capabilities_only():
     assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True  # capabilities are given to uid 0 only
     assert pod["spec"]["hostNetwork"] and pod["spec"]["hostPID"]
     # the token of kpdiag's read-only node service account, or none at all
-    assert pod["spec"]["serviceAccountName"] == pods.NODE_SERVICE_ACCOUNT and pod["spec"]["automountServiceAccountToken"] is True
+    assert (
+        pod["spec"]["serviceAccountName"] == pods.NODE_SERVICE_ACCOUNT
+        and pod["spec"]["automountServiceAccountToken"] is True
+    )
     bare = pods.node_pod("node-a", "abcd1234", service_account=None)
     assert "serviceAccountName" not in bare["spec"] and bare["spec"]["automountServiceAccountToken"] is False
     assert [v["name"] for v in c["volumeMounts"] if v.get("readOnly")] == ["host-root"]
     doc = open(os.path.join(ROOT, "deploy", "node-pod-privileges.md")).read()
-    for word in [f"CAP_{cap}" for cap in pods.NODE_CAPABILITIES] + ["hostNetwork", "hostPID", "privileged: false",
-                                                                     "runAsUser: 0", "allowPrivilegeEscalation", "readOnlyRootFilesystem"]:
+    for word in [f"CAP_{cap}" for cap in pods.NODE_CAPABILITIES] + [
+        "hostNetwork",
+        "hostPID",
+        "privileged: false",
+        "runAsUser: 0",
+        "allowPrivilegeEscalation",
+        "readOnlyRootFilesystem",
+    ]:
         assert word in doc, word
 
 
@@ -75,14 +84,21 @@ def test_manifests_name_the_image_by_digest_placeholder_only(tmp_path):
         assert image == f"kpdiag:{__version__}@sha256:IMAGE_DIGEST", (name, image)
     digest = "sha256:" + "0123456789abcdef" * 4
     env = dict(os.environ, KPDIAG_IMAGE_DIGEST=digest)
-    out = subprocess.run(["bash", os.path.join(ROOT, "deploy", "render.sh"), "deploy/svc-pod.yaml"], capture_output=True,
-                         text=True, env=env, timeout=30)
+    out = subprocess.run(
+        ["bash", os.path.join(ROOT, "deploy", "render.sh"), "deploy/svc-pod.yaml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     (doc,) = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert doc["spec"]["containers"][0]["image"] == f"kpdiag:{__version__}@{digest}"
     assert doc["spec"]["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
     env["KPDIAG_IMAGE_DIGEST"] = "latest"
-    bad = subprocess.run(["bash", os.path.join(ROOT, "deploy", "render.sh")], capture_output=True, text=True, env=env, timeout=30)
+    bad = subprocess.run(
+        ["bash", os.path.join(ROOT, "deploy", "render.sh")], capture_output=True, text=True, env=env, timeout=30
+    )
     assert bad.returncode == 2 and "no image digest" in bad.stderr
 
 
@@ -93,7 +109,7 @@ def test_readme_recipes_use_the_image_by_digest():
     images = re.findall(r"kubectl debug [^\n`]*?--image=(\S+)[^\n`]*-- kpdiag ", text)
     assert len(images) >= 4, images
     assert set(images) <= {'"$(cat', '"$IMAGE"'}, images
-    assert 'IMAGE=$(cat dist/kpdiag-image.ref)' in text and "--image=\"$(cat dist/kpdiag-image.ref)\"" in text
+    assert "IMAGE=$(cat dist/kpdiag-image.ref)" in text and '--image="$(cat dist/kpdiag-image.ref)"' in text
 
 
 def test_pod_names_are_valid_dns_labels():
@@ -115,7 +131,9 @@ def test_krew_manifest_is_valid_and_its_files_exist():
         for f in p["files"]:
             if f["from"] != "kubectl-kpdiag":  # the archive's binary is built; every other file ships from the repo
                 assert os.path.isfile(os.path.join(ROOT, f["from"])), f["from"]
-    scripts = dict(re.findall(r'^(kpdiag|kubectl-kpdiag) = "([^"]+)"', open(os.path.join(ROOT, "pyproject.toml")).read(), re.M))
+    scripts = dict(
+        re.findall(r'^(kpdiag|kubectl-kpdiag) = "([^"]+)"', open(os.path.join(ROOT, "pyproject.toml")).read(), re.M)
+    )
     assert scripts.get("kubectl-kpdiag") and scripts["kubectl-kpdiag"] == scripts.get("kpdiag")
     lic = open(os.path.join(ROOT, "LICENSE")).read()
     assert "Apache License" in lic and "Version 2.0, January 2004" in lic and "END OF TERMS AND CONDITIONS" in lic

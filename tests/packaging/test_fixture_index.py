@@ -39,7 +39,10 @@ def test_stale_index_is_detected(tmp_path):
         (tmp_path / name / "kpdiag.json").write_text("{}")
         (tmp_path / name / "scenario.json").write_text(json.dumps({"about": "x | y", "expect": {"fires": fires}}))
     text = index.render(str(tmp_path))
-    assert "| [a-case](a-case/) | node bundle | KP101 | x \\| y |" in text and "| [b-case](b-case/) | node bundle | nothing |" in text
+    assert (
+        "| [a-case](a-case/) | node bundle | KP101 | x \\| y |" in text
+        and "| [b-case](b-case/) | node bundle | nothing |" in text
+    )
     (tmp_path / "c-case").mkdir()
     (tmp_path / "c-case" / "scenario.json").write_text(json.dumps({"about": "z", "expect": {"fires": []}}))
     assert index.render(str(tmp_path)) != text

@@ -34,7 +34,9 @@ def test_readme_commands_work_verbatim_in_a_fresh_clone(tmp_path):
     if os.environ.get("KPDIAG_README_INNER"):
         pytest.skip("already inside the README test's own clone")
     if not (os.environ.get("CI") == "true" or os.environ.get("KPDIAG_SLOW")):
-        pytest.skip("clones the repository and installs from the package index (minutes): runs under CI=true or KPDIAG_SLOW=1")
+        pytest.skip(
+            "clones the repository and installs from the package index (minutes): runs under CI=true or KPDIAG_SLOW=1"
+        )
     if not shutil.which("git"):
         pytest.fail("git is needed to clone the repository")
     clone = tmp_path / "kpdiag"
@@ -48,7 +50,9 @@ def test_readme_commands_work_verbatim_in_a_fresh_clone(tmp_path):
     env.update(KPDIAG_README_INNER="1", KPDIAG_SHARED=SHARED, NO_COLOR="1")
 
     def sh(cmd, **kw):
-        return subprocess.run(["bash", "-c", cmd], cwd=clone, env={**env, **kw}, capture_output=True, text=True, timeout=1500)
+        return subprocess.run(
+            ["bash", "-c", cmd], cwd=clone, env={**env, **kw}, capture_output=True, text=True, timeout=1500
+        )
 
     run = sh(demo)
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]  # 1: errors found, as the README says

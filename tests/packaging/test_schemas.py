@@ -48,8 +48,19 @@ def _fixture_traces():
 @pytest.mark.parametrize("name,case", _fixture_traces(), ids=[n for n, _ in _fixture_traces()])
 def test_fixture_traces_validate(capsys, name, case):
     validator = jsonschema.Draft202012Validator(_schema("trace.schema.json"))
-    argv = ["trace", "--bundle", os.path.join(FIXTURES, name), "--src", case["src"], "--dst", case["dst"],
-            "--proto", case.get("proto", "tcp"), "-o", "json"]
+    argv = [
+        "trace",
+        "--bundle",
+        os.path.join(FIXTURES, name),
+        "--src",
+        case["src"],
+        "--dst",
+        case["dst"],
+        "--proto",
+        case.get("proto", "tcp"),
+        "-o",
+        "json",
+    ]
     if case.get("dport") is not None:
         argv += ["--dport", str(case["dport"])]
     code, out = _run(capsys, *argv)
@@ -58,14 +69,50 @@ def test_fixture_traces_validate(capsys, name, case):
     assert doc["paths"] and {p["verdict"] for p in doc["paths"]} == {case["expect"]["verdict"]}
 
 
-@pytest.mark.parametrize("argv", [
-    ["--bundle", "healthy-iptables", "--src", "10.244.1.10", "--dst", "10.96.0.20", "--dport", "80", "--from", "pod"],
-    ["--bundle", "healthy-iptables", "--src", "192.168.50.1", "--dst", "10.96.0.20", "--dport", "80", "--from", "node"],
-    ["--bundle", "healthy-iptables", "--src", "192.168.50.2", "--dst", "10.96.0.20", "--proto", "icmp"],
-    ["--bundle", "healthy-nftables", "--src", "192.168.50.2", "--dst", "10.96.0.99", "--dport", "80"],
-    ["--bundle", "healthy-iptables", "--src", "192.168.50.2", "--dst", "10.96.0.20", "--proto", "udp", "--dport", "53"],
-    ["--bundle", "dual-stack", "--src", "fd00:50::2", "--dst", "fd00:10:96::20", "--dport", "80"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [
+            "--bundle",
+            "healthy-iptables",
+            "--src",
+            "10.244.1.10",
+            "--dst",
+            "10.96.0.20",
+            "--dport",
+            "80",
+            "--from",
+            "pod",
+        ],
+        [
+            "--bundle",
+            "healthy-iptables",
+            "--src",
+            "192.168.50.1",
+            "--dst",
+            "10.96.0.20",
+            "--dport",
+            "80",
+            "--from",
+            "node",
+        ],
+        ["--bundle", "healthy-iptables", "--src", "192.168.50.2", "--dst", "10.96.0.20", "--proto", "icmp"],
+        ["--bundle", "healthy-nftables", "--src", "192.168.50.2", "--dst", "10.96.0.99", "--dport", "80"],
+        [
+            "--bundle",
+            "healthy-iptables",
+            "--src",
+            "192.168.50.2",
+            "--dst",
+            "10.96.0.20",
+            "--proto",
+            "udp",
+            "--dport",
+            "53",
+        ],
+        ["--bundle", "dual-stack", "--src", "fd00:50::2", "--dst", "fd00:10:96::20", "--dport", "80"],
+    ],
+)
 def test_more_traces_validate(capsys, argv):
     argv = list(argv)
     argv[1] = os.path.join(FIXTURES, argv[1])
@@ -102,12 +149,31 @@ def test_check_catalogue_validates(capsys):
 
 def test_trace_schema_rejects_what_it_should():
     schema = _schema("trace.schema.json")
-    good = {"schema": "kpdiag.trace/v1", "packet": {"src": "10.0.0.1", "dst": "10.96.0.1", "proto": "tcp", "dport": 80, "sport": 40000,
-                                                    "iif": None, "from": "pod"},
-            "mode": "iptables", "paths": [], "rules_evaluated": 0, "uncertain": False, "notes": [], "sources": []}
+    good = {
+        "schema": "kpdiag.trace/v1",
+        "packet": {
+            "src": "10.0.0.1",
+            "dst": "10.96.0.1",
+            "proto": "tcp",
+            "dport": 80,
+            "sport": 40000,
+            "iif": None,
+            "from": "pod",
+        },
+        "mode": "iptables",
+        "paths": [],
+        "rules_evaluated": 0,
+        "uncertain": False,
+        "notes": [],
+        "sources": [],
+    }
     jsonschema.validate(good, schema)
-    for bad in ({**good, "schema": "kpdiag.trace/v2"}, {**good, "packet": {**good["packet"], "from": "moon"}},
-                {**good, "paths": [{"probability": 2}]}, {**good, "surprise": 1}):
+    for bad in (
+        {**good, "schema": "kpdiag.trace/v2"},
+        {**good, "packet": {**good["packet"], "from": "moon"}},
+        {**good, "paths": [{"probability": 2}]},
+        {**good, "surprise": 1},
+    ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
 
@@ -129,7 +195,13 @@ def test_collected_bundle_manifest_validates(lab, tmp_path):
 
     lab.add_ns("node")
     exe = shutil.which("kpdiag")
-    argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + ["collect", "-o", str(tmp_path / "b"), "--host-root", "/"]
+    argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + [
+        "collect",
+        "-o",
+        str(tmp_path / "b"),
+        "--host-root",
+        "/",
+    ]
     proc = lab.sh("node", argv, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "b" / "kpdiag.json") as fh:

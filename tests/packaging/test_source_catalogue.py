@@ -63,8 +63,14 @@ def test_no_bundle_path_is_spelled_outside_the_catalogue():
 
 def test_the_checker_would_see_a_spelled_path(tmp_path):
     p = tmp_path / "x.py"
-    p.write_text('"""node/iptables-save.txt in a docstring is prose"""\nA = "node/ipvsadm.txt"\nB = f"see {A} and cluster/pods.json"\nC = f"node/{B}.txt"\n')
-    assert [h.split(": ", 1)[1] for h in _spelled_paths(str(p))] == ["node/ipvsadm.txt", "cluster/pods.json", "node/{}.txt"]
+    p.write_text(
+        '"""node/iptables-save.txt in a docstring is prose"""\nA = "node/ipvsadm.txt"\nB = f"see {A} and cluster/pods.json"\nC = f"node/{B}.txt"\n'
+    )
+    assert [h.split(": ", 1)[1] for h in _spelled_paths(str(p))] == [
+        "node/ipvsadm.txt",
+        "cluster/pods.json",
+        "node/{}.txt",
+    ]
 
 
 def test_every_fixture_file_is_a_declared_source():
@@ -116,7 +122,11 @@ def test_checks_never_read_the_raw_bundle():
             continue
         path = os.path.join(checks_dir, name)
         for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
-            if (isinstance(node, ast.Attribute) and node.attr in RAW_READS and isinstance(node.value, ast.Attribute)
-                    and node.value.attr == "bundle"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in RAW_READS
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "bundle"
+            ):
                 hits.append(f"checks/{name}:{node.lineno}: .bundle.{node.attr}")
     assert not hits, "checks reading the bundle directly:\n" + "\n".join(hits)

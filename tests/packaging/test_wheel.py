@@ -8,8 +8,12 @@ from tests.conftest import ROOT
 
 
 def test_wheel_contains_kpdiag_checks(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), ROOT],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), ROOT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     (wheel,) = tmp_path.glob("kpdiag-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

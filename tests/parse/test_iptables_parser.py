@@ -56,7 +56,14 @@ def test_rule_fields_negation_quotes_modules():
 
 
 def test_restore_form_and_unknown_modules_kept():
-    r = parse_rule('-A X -m comment --comment ns/svc:p80 -m tcp -p tcp -d 1.2.3.4 --dport 80 -m frobnicate --level 11 -j FOO --bar baz', "nat", "X", 1, 1, "r")
+    r = parse_rule(
+        "-A X -m comment --comment ns/svc:p80 -m tcp -p tcp -d 1.2.3.4 --dport 80 -m frobnicate --level 11 -j FOO --bar baz",
+        "nat",
+        "X",
+        1,
+        1,
+        "r",
+    )
     assert r.dst.text == "1.2.3.4" and r.dst.is_host
     assert r.match("tcp").get("--dport").value == "80"
     assert r.match("frobnicate").get("--level").value == "11"
@@ -64,15 +71,22 @@ def test_restore_form_and_unknown_modules_kept():
     assert r.comment == "ns/svc:p80"
 
 
-@pytest.mark.parametrize("text,line,msg", [
-    ("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ACCEPT\n", 3, "truncated"),
-    ('*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -m comment --comment "oops -j ACCEPT\nCOMMIT\n', 3, "unbalanced quote"),
-    ("*bogus\nCOMMIT\n", 1, "unknown table 'bogus'"),
-    ("*nat\n:PREROUTING ACCEPT [0:0]\n-A NOPE -j ACCEPT\nCOMMIT\n", 3, "does not declare"),
-    ("*nat\nhello world\nCOMMIT\n", 2, "unexpected line"),
-    ("-A X -j Y\n", 1, "outside any table"),
-    ("*nat\n:PREROUTING MAYBE [0:0]\nCOMMIT\n", 2, "bad policy"),
-])
+@pytest.mark.parametrize(
+    "text,line,msg",
+    [
+        ("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ACCEPT\n", 3, "truncated"),
+        (
+            '*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -m comment --comment "oops -j ACCEPT\nCOMMIT\n',
+            3,
+            "unbalanced quote",
+        ),
+        ("*bogus\nCOMMIT\n", 1, "unknown table 'bogus'"),
+        ("*nat\n:PREROUTING ACCEPT [0:0]\n-A NOPE -j ACCEPT\nCOMMIT\n", 3, "does not declare"),
+        ("*nat\nhello world\nCOMMIT\n", 2, "unexpected line"),
+        ("-A X -j Y\n", 1, "outside any table"),
+        ("*nat\n:PREROUTING MAYBE [0:0]\nCOMMIT\n", 2, "bad policy"),
+    ],
+)
 def test_errors_name_file_and_line(text, line, msg):
     with pytest.raises(InputError) as exc:
         parse_iptables_save(text, "bad.txt")
@@ -92,7 +106,9 @@ def test_binary_garbage():
 
 
 def test_bad_rule_reported_when_compiled():
-    rs = parse_iptables_save("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s not-an-ip -j ACCEPT\n-A INPUT -j ACCEPT\nCOMMIT\n", "x.txt")
+    rs = parse_iptables_save(
+        "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s not-an-ip -j ACCEPT\n-A INPUT -j ACCEPT\nCOMMIT\n", "x.txt"
+    )
     errors = rs.compile_all()
     assert len(errors) == 1 and errors[0].line == 3 and "not an IPv4 address" in str(errors[0])
     assert len(rs.chain("filter", "INPUT").rules) == 1

@@ -28,9 +28,14 @@ def _wire(cmd: int, attr: str, attrs: list) -> ipvsmsg:
 
 
 def _service(addr, port, proto=socket.IPPROTO_TCP, sched="rr", flags=0, timeout=0, fwmark=None, af=socket.AF_INET):
-    attrs = [("IPVS_SVC_ATTR_AF", af), ("IPVS_SVC_ATTR_PROTOCOL", proto), ("IPVS_SVC_ATTR_SCHED_NAME", sched),
-             ("IPVS_SVC_ATTR_FLAGS", {"flags": flags, "mask": 0xFFFFFFFF}), ("IPVS_SVC_ATTR_TIMEOUT", timeout),
-             ("IPVS_SVC_ATTR_NETMASK", "255.255.255.255")]
+    attrs = [
+        ("IPVS_SVC_ATTR_AF", af),
+        ("IPVS_SVC_ATTR_PROTOCOL", proto),
+        ("IPVS_SVC_ATTR_SCHED_NAME", sched),
+        ("IPVS_SVC_ATTR_FLAGS", {"flags": flags, "mask": 0xFFFFFFFF}),
+        ("IPVS_SVC_ATTR_TIMEOUT", timeout),
+        ("IPVS_SVC_ATTR_NETMASK", "255.255.255.255"),
+    ]
     if fwmark is not None:
         attrs.append(("IPVS_SVC_ATTR_FWMARK", fwmark))
     else:
@@ -39,22 +44,37 @@ def _service(addr, port, proto=socket.IPPROTO_TCP, sched="rr", flags=0, timeout=
 
 
 def _dest(addr, port, weight=1, fwd=0, active=0, inactive=0, af=socket.AF_INET):
-    return _wire(IPVS_CMD_GET_DEST, "IPVS_CMD_ATTR_DEST", [
-        ("IPVS_DEST_ATTR_ADDR_FAMILY", af), ("IPVS_DEST_ATTR_ADDR", addr), ("IPVS_DEST_ATTR_PORT", port),
-        ("IPVS_DEST_ATTR_FWD_METHOD", fwd), ("IPVS_DEST_ATTR_WEIGHT", weight),
-        ("IPVS_DEST_ATTR_ACTIVE_CONNS", active), ("IPVS_DEST_ATTR_INACT_CONNS", inactive)])
+    return _wire(
+        IPVS_CMD_GET_DEST,
+        "IPVS_CMD_ATTR_DEST",
+        [
+            ("IPVS_DEST_ATTR_ADDR_FAMILY", af),
+            ("IPVS_DEST_ATTR_ADDR", addr),
+            ("IPVS_DEST_ATTR_PORT", port),
+            ("IPVS_DEST_ATTR_FWD_METHOD", fwd),
+            ("IPVS_DEST_ATTR_WEIGHT", weight),
+            ("IPVS_DEST_ATTR_ACTIVE_CONNS", active),
+            ("IPVS_DEST_ATTR_INACT_CONNS", inactive),
+        ],
+    )
 
 
 def _services():
     web = ipvsnl.service_from_nla(_service("10.96.0.20", 80).get_attr("IPVS_CMD_ATTR_SERVICE"))
-    for d in (_dest("10.244.1.11", 8080, active=3, inactive=1), _dest("10.244.1.12", 8080, weight=0, active=17),
-              _dest("10.244.2.13", 8080)):
+    for d in (
+        _dest("10.244.1.11", 8080, active=3, inactive=1),
+        _dest("10.244.1.12", 8080, weight=0, active=17),
+        _dest("10.244.2.13", 8080),
+    ):
         web.dests.append(ipvsnl.dest_from_nla(d.get_attr("IPVS_CMD_ATTR_DEST")))
-    dns = ipvsnl.service_from_nla(_service("10.96.0.10", 53, proto=socket.IPPROTO_UDP, flags=0x1, timeout=10800)
-                                  .get_attr("IPVS_CMD_ATTR_SERVICE"))
+    dns = ipvsnl.service_from_nla(
+        _service("10.96.0.10", 53, proto=socket.IPPROTO_UDP, flags=0x1, timeout=10800).get_attr("IPVS_CMD_ATTR_SERVICE")
+    )
     dns.dests.append(ipvsnl.dest_from_nla(_dest("10.244.1.20", 53).get_attr("IPVS_CMD_ATTR_DEST")))
     v6 = ipvsnl.service_from_nla(_service("fd00:10:96::20", 443, af=socket.AF_INET6).get_attr("IPVS_CMD_ATTR_SERVICE"))
-    v6.dests.append(ipvsnl.dest_from_nla(_dest("fd00:10:244::11", 8443, af=socket.AF_INET6, fwd=3).get_attr("IPVS_CMD_ATTR_DEST")))
+    v6.dests.append(
+        ipvsnl.dest_from_nla(_dest("fd00:10:244::11", 8443, af=socket.AF_INET6, fwd=3).get_attr("IPVS_CMD_ATTR_DEST"))
+    )
     mark = ipvsnl.service_from_nla(_service(None, None, fwmark=0x4000, sched="sh").get_attr("IPVS_CMD_ATTR_SERVICE"))
     return [web, dns, v6, mark]
 
@@ -75,7 +95,10 @@ def test_netlink_messages_render_as_ipvsadm_save():
     parsed = parse_ipvsadm_save(text)
     web = parsed[("tcp", "10.96.0.20", 80)]
     assert [(r.target, r.weight, r.forward) for r in web.reals] == [
-        ("10.244.1.11:8080", 1, "masq"), ("10.244.1.12:8080", 0, "masq"), ("10.244.2.13:8080", 1, "masq")]
+        ("10.244.1.11:8080", 1, "masq"),
+        ("10.244.1.12:8080", 0, "masq"),
+        ("10.244.2.13:8080", 1, "masq"),
+    ]
     assert parsed[("udp", "10.96.0.10", 53)].persistent == 10800
     assert parsed[("tcp", "fd00:10:96::20", 443)].reals[0].forward == "route"
     assert parsed[("fwmark", 16384)].scheduler == "sh"
@@ -85,7 +108,10 @@ def test_netlink_messages_render_as_ipvsadm_list_with_counts():
     parsed = parse_ipvsadm_list(ipvsnl.render_list(_services()))
     web = parsed[("tcp", "10.96.0.20", 80)]
     assert [(r.target, r.weight, r.active, r.inactive) for r in web.reals] == [
-        ("10.244.1.11:8080", 1, 3, 1), ("10.244.1.12:8080", 0, 17, 0), ("10.244.2.13:8080", 1, 0, 0)]
+        ("10.244.1.11:8080", 1, 3, 1),
+        ("10.244.1.12:8080", 0, 17, 0),
+        ("10.244.2.13:8080", 1, 0, 0),
+    ]
     assert parsed[("udp", "10.96.0.10", 53)].persistent == 10800
     assert parsed[("tcp", "fd00:10:96::20", 443)].reals[0].forward == "route"
 

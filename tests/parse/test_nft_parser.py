@@ -54,27 +54,36 @@ def test_rules_are_decoded_lazily_and_rendered_readably():
     assert all(r._raw is None for r in rules)
     assert any(t.startswith("ip daddr") and "vmap" in t for t in texts)  # the service dispatch map
     assert any("dnat to" in t for t in texts) and any("masquerade" in t for t in texts)
-    assert render_rule([{"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "lo"}}, {"accept": None}]) \
+    assert (
+        render_rule([{"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "lo"}}, {"accept": None}])
         == "meta iifname != lo accept"
+    )
 
 
 def test_the_same_result_from_a_decoded_document():
     text = _text(KUBE)
     a, b = parse_nft_json(text), parse_nft_json(json.loads(text))
     assert a.tables == b.tables and a.rule_count == b.rule_count
-    assert {k: [r.text for r in c.rules] for k, c in a.chains.items()} == {k: [r.text for r in c.rules] for k, c in b.chains.items()}
+    assert {k: [r.text for r in c.rules] for k, c in a.chains.items()} == {
+        k: [r.text for r in c.rules] for k, c in b.chains.items()
+    }
 
 
-@pytest.mark.parametrize("bad, what", [
-    ('{"nftables": [{"table": {"family": "ip", "name": "t"}}', "truncated"),
-    ('{"nftables": [{"table": {"family": "ip", "name": "t"}}, {"chain": ', "invalid JSON"),
-    ('{"tables": []}', 'no top-level "nftables" list'),
-    ('[1, 2]', 'no top-level "nftables" list'),
-    ('{"nftables": [{"table": {}, "chain": {}}]}', "single-key object"),
-    ('{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "c", "expr": []}}]}', "not declared"),
-    ('{"nftables": [{"chain": {"family": "ip", "table": "t", "name": "c"}}, {"rule": {"family": "ip", "table": "t", "chain": "c"}}]}',
-     "no expression list"),
-])
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        ('{"nftables": [{"table": {"family": "ip", "name": "t"}}', "truncated"),
+        ('{"nftables": [{"table": {"family": "ip", "name": "t"}}, {"chain": ', "invalid JSON"),
+        ('{"tables": []}', 'no top-level "nftables" list'),
+        ("[1, 2]", 'no top-level "nftables" list'),
+        ('{"nftables": [{"table": {}, "chain": {}}]}', "single-key object"),
+        ('{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "c", "expr": []}}]}', "not declared"),
+        (
+            '{"nftables": [{"chain": {"family": "ip", "table": "t", "name": "c"}}, {"rule": {"family": "ip", "table": "t", "chain": "c"}}]}',
+            "no expression list",
+        ),
+    ],
+)
 def test_what_nft_never_prints_is_one_error_naming_the_file(bad, what):
     with pytest.raises(InputError) as err:
         parse_nft_json(bad, "node/nft-ruleset.json")
@@ -84,6 +93,11 @@ def test_what_nft_never_prints_is_one_error_naming_the_file(bad, what):
 def test_invalid_utf8_and_deep_nesting_are_refused():
     with pytest.raises(InputError, match="UTF-8"):
         parse_nft_json(b'{"nftables": ["\xff"]}')
-    deep = '{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "c", "expr": ' + "[" * 5000 + "]" * 5000 + "}}]}"
+    deep = (
+        '{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "c", "expr": '
+        + "[" * 5000
+        + "]" * 5000
+        + "}}]}"
+    )
     with pytest.raises(InputError, match="deeper"):
         parse_nft_json(deep)

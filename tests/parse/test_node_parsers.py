@@ -30,9 +30,11 @@ def test_sysctl_values_lines_and_errors():
 
 
 def test_modules():
-    text = ("br_netfilter 32768 0 - Live 0x0000000000000000\n"
-            "bridge 311296 1 br_netfilter, Live 0x0000000000000000\n"
-            "ip_vs 200704 6 ip_vs_rr,ip_vs_wrr,[permanent], Loading 0x0\n")
+    text = (
+        "br_netfilter 32768 0 - Live 0x0000000000000000\n"
+        "bridge 311296 1 br_netfilter, Live 0x0000000000000000\n"
+        "ip_vs 200704 6 ip_vs_rr,ip_vs_wrr,[permanent], Loading 0x0\n"
+    )
     mods = p.parse_modules(text)
     assert mods["bridge"] == p.Module("bridge", 311296, 1, ("br_netfilter",), "Live", 2)
     assert mods["br_netfilter"].used_by == () and mods["ip_vs"].state == "Loading"
@@ -75,7 +77,7 @@ def test_metrics_samples_labels_histograms():
     assert m.histogram_quantile("kubeproxy_sync_proxy_rules_duration_seconds", 0.95) == float("inf")
     assert m.get("rest_client_requests_total", code="200") == 7  # a sample with a timestamp
     with pytest.raises(InputError) as err:
-        p.parse_metrics("up 1\nup{job=\"x\"} not-a-number\n", "m.txt")
+        p.parse_metrics('up 1\nup{job="x"} not-a-number\n', "m.txt")
     assert err.value.line == 2
 
 
@@ -100,8 +102,10 @@ def test_kube_proxy_config_values_and_the_line_of_a_nested_key():
     # evidence points at the key's own line, not at the first line with the same last part
     assert (c.line_of("iptables.syncPeriod"), c.line_of("ipvs.syncPeriod"), c.line_of("mode")) == (6, 9, 12)
     assert c.line_of("nftables.syncPeriod") is None and c.line_of("ipvs.excludeCIDRs") == 10
-    j = p.parse_kube_proxy_config('{\n  "kind": "KubeProxyConfiguration",\n  "iptables": {\n    "syncPeriod": "30s"\n  },\n'
-                                  '  "ipvs": {\n    "syncPeriod": "10s"\n  },\n  "mode": "ipvs"\n}\n')
+    j = p.parse_kube_proxy_config(
+        '{\n  "kind": "KubeProxyConfiguration",\n  "iptables": {\n    "syncPeriod": "30s"\n  },\n'
+        '  "ipvs": {\n    "syncPeriod": "10s"\n  },\n  "mode": "ipvs"\n}\n'
+    )
     assert (j.line_of("iptables.syncPeriod"), j.line_of("ipvs.syncPeriod"), j.line_of("mode")) == (4, 7, 9)
     one = p.parse_kube_proxy_config('{"kind": "KubeProxyConfiguration", "mode": "nftables"}')
     assert one.mode == "nftables" and one.line_of("mode") == 1
@@ -120,8 +124,10 @@ def test_kube_proxy_config_errors_name_the_file_and_line():
 
 
 def test_conntrack_stats_summed_over_cpus():
-    text = ("cpu=0   \tfound=1 invalid=3 insert=0 insert_failed=2 drop=1 early_drop=0 error=0 search_restart=5\n"
-            "cpu=1   \tfound=0 invalid=4 insert=0 insert_failed=0 drop=0 early_drop=0 error=0 search_restart=1\n")
+    text = (
+        "cpu=0   \tfound=1 invalid=3 insert=0 insert_failed=2 drop=1 early_drop=0 error=0 search_restart=5\n"
+        "cpu=1   \tfound=0 invalid=4 insert=0 insert_failed=0 drop=0 early_drop=0 error=0 search_restart=1\n"
+    )
     got = p.parse_conntrack_stats(text)
     assert got["invalid"] == 7 and got["insert_failed"] == 2 and got["search_restart"] == 6 and "cpu" not in got
     with pytest.raises(InputError) as err:
@@ -169,14 +175,17 @@ def test_ip_rules_read_as_ip_rule_prints_them():
     assert by_prio[100].line == 3  # the entry's position, for evidence
 
 
-@pytest.mark.parametrize("text, where", [
-    ("not json", None),
-    ('{"priority": 0}', None),
-    ('[{"priority": 0, "table": "main"}, 5]', 2),
-    ('[{"priority": "x", "table": "main"}]', 1),
-    ('[{"priority": 5, "action": "teleport"}]', 1),
-    ('[{"priority": 5, "family": "inet7", "table": "main"}]', 1),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("not json", None),
+        ('{"priority": 0}', None),
+        ('[{"priority": 0, "table": "main"}, 5]', 2),
+        ('[{"priority": "x", "table": "main"}]', 1),
+        ('[{"priority": 5, "action": "teleport"}]', 1),
+        ('[{"priority": 5, "family": "inet7", "table": "main"}]', 1),
+    ],
+)
 def test_ip_rules_errors_name_the_file_and_entry(text, where):
     with pytest.raises(InputError) as err:
         p.parse_ip_rules(text, "node/ip-rule.json")

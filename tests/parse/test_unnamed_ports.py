@@ -36,7 +36,9 @@ def test_generator_writes_unnamed_ports_as_kube_proxy_does():
 
 
 def test_api_name_for_kube_proxy():
-    svc = Svc("shop", "web", {"spec": {"ports": [{"port": 80}, {"name": "", "port": 81}, {"name": "http", "port": 82}]}})
+    svc = Svc(
+        "shop", "web", {"spec": {"ports": [{"port": 80}, {"name": "", "port": 81}, {"name": "http", "port": 82}]}}
+    )
     assert [svc.kube_proxy_name(p) for p in svc.ports] == ["shop/web", "shop/web", "shop/web:http"]
 
 

@@ -27,7 +27,9 @@ def test_bad_nft_json_names_the_file():
     from kpdiag.errors import InputError
 
     with pytest.raises(InputError) as exc:
-        parse_nft_json('{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "nope", "expr": []}}]}', "r.json")
+        parse_nft_json(
+            '{"nftables": [{"rule": {"family": "ip", "table": "t", "chain": "nope", "expr": []}}]}', "r.json"
+        )
     assert "r.json" in str(exc.value) and "nope" in str(exc.value)
     with pytest.raises(InputError) as exc:
         parse_nft_json("{not json", "r.json")

@@ -59,7 +59,13 @@ def test_parse_save_and_list_formats():
 
 
 def _tracer(weights=None, scheduler="rr", endpoints=3):
-    svc = Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(f"10.244.1.{10 + i}") for i in range(endpoints)])
+    svc = Service(
+        "shop",
+        "web",
+        "10.96.0.20",
+        [Port("http", 80, 8080)],
+        [Endpoint(f"10.244.1.{10 + i}") for i in range(endpoints)],
+    )
     files = ipvs_files([svc], weights=weights or {}, scheduler=scheduler)
     state = NodeState(Bundle.from_files("ipvs", {k: v.encode() for k, v in files.items()}))
     return IpvsTracer(state.iptables(), state.routing, state.ipsets, state.ipvs)
@@ -77,8 +83,12 @@ def test_weight_zero_gets_no_path_and_wrr_shares():
     r = _tracer(weights={"10.244.1.12": 0}).trace(Packet("10.244.9.9", "10.96.0.20", "tcp", 80, origin="pod"))
     assert r.dnat_set() == {"10.244.1.10:8080", "10.244.1.11:8080"}
     assert not any(p.masquerade for p in r.paths)
-    r = _tracer(weights={"10.244.1.10": 3}, scheduler="wrr").trace(Packet("10.244.9.9", "10.96.0.20", "tcp", 80, origin="pod"))
-    assert {p.dnat: p.probability for p in r.paths} == pytest.approx({"10.244.1.10:8080": 0.6, "10.244.1.11:8080": 0.2, "10.244.1.12:8080": 0.2})
+    r = _tracer(weights={"10.244.1.10": 3}, scheduler="wrr").trace(
+        Packet("10.244.9.9", "10.96.0.20", "tcp", 80, origin="pod")
+    )
+    assert {p.dnat: p.probability for p in r.paths} == pytest.approx(
+        {"10.244.1.10:8080": 0.6, "10.244.1.11:8080": 0.2, "10.244.1.12:8080": 0.2}
+    )
 
 
 def test_cluster_ip_without_virtual_service_is_named():
@@ -97,8 +107,23 @@ def test_trace_cli_picks_ipvs_from_the_bundle():
 
     from kpdiag.cli import cli
 
-    out = CliRunner().invoke(cli, ["trace", "--bundle", os.path.join(FIXTURES, "ipvs-terminating"), "--src", "192.168.50.77",
-                                   "--dst", "10.96.0.20", "--dport", "80", "-o", "json"], standalone_mode=False)
+    out = CliRunner().invoke(
+        cli,
+        [
+            "trace",
+            "--bundle",
+            os.path.join(FIXTURES, "ipvs-terminating"),
+            "--src",
+            "192.168.50.77",
+            "--dst",
+            "10.96.0.20",
+            "--dport",
+            "80",
+            "-o",
+            "json",
+        ],
+        standalone_mode=False,
+    )
     import json
 
     data = json.loads(out.output)
@@ -110,8 +135,12 @@ def test_live_preflight_ipvs_reports_without_error():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", "node", "--preflight", "ipvs", "-o", "json", "--host-root", "/"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "node", "--preflight", "ipvs", "-o", "json", "--host-root", "/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in proc.stderr
     import json
 

@@ -13,11 +13,47 @@ from kpdiag.trace.model import Packet
 from tests.conftest import FIXTURES
 
 CASES = [
-    ("itp-local-iptables", "10.244.1.11", "pod", "10.96.0.51", 80, "drop", "shop/probe:http has internalTrafficPolicy: Local", "KP106"),
+    (
+        "itp-local-iptables",
+        "10.244.1.11",
+        "pod",
+        "10.96.0.51",
+        80,
+        "drop",
+        "shop/probe:http has internalTrafficPolicy: Local",
+        "KP106",
+    ),
     ("itp-local-nftables", "10.244.1.11", "pod", "10.96.0.51", 80, "drop", "traffic policy is Local", "KP106"),
-    ("no-endpoints", "192.168.50.2", "external", "10.96.0.30", 80, "reject", "shop/cart:http has no ready endpoint anywhere", "KP101"),
-    ("nodeport-etp-local", "192.168.50.2", "external", "192.168.50.1", 30081, "drop", "shop/api:http has externalTrafficPolicy: Local", "KP105"),
-    ("healthy-nftables", "192.168.50.2", "external", "10.96.0.20", 81, "reject", "a port its Service does not define", ""),
+    (
+        "no-endpoints",
+        "192.168.50.2",
+        "external",
+        "10.96.0.30",
+        80,
+        "reject",
+        "shop/cart:http has no ready endpoint anywhere",
+        "KP101",
+    ),
+    (
+        "nodeport-etp-local",
+        "192.168.50.2",
+        "external",
+        "192.168.50.1",
+        30081,
+        "drop",
+        "shop/api:http has externalTrafficPolicy: Local",
+        "KP105",
+    ),
+    (
+        "healthy-nftables",
+        "192.168.50.2",
+        "external",
+        "10.96.0.20",
+        81,
+        "reject",
+        "a port its Service does not define",
+        "",
+    ),
     ("healthy-nftables", "192.168.50.2", "external", "10.96.0.99", 80, "drop", "no Service has", ""),
 ]
 

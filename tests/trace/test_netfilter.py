@@ -37,21 +37,27 @@ COMMIT
 
 
 def test_policy_drop_and_rules_evaluated():
-    t = tracer("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p udp -j ACCEPT\n-A FORWARD -p icmp -j ACCEPT\nCOMMIT\n")
+    t = tracer(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -p udp -j ACCEPT\n-A FORWARD -p icmp -j ACCEPT\nCOMMIT\n"
+    )
     (path,) = t.trace(Packet("10.0.0.1", "10.0.0.2", "tcp", 80)).paths
     assert path.verdict == "drop" and path.steps[-1].action == "policy DROP"
     assert path.rules_evaluated == 2
 
 
 def test_unknown_match_makes_path_uncertain_not_crash():
-    t = tracer("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m u32 --u32 \"0>>22&0x3C@12>>26&0x3F=0x10\" -j DROP\nCOMMIT\n")
+    t = tracer(
+        '*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m u32 --u32 "0>>22&0x3C@12>>26&0x3F=0x10" -j DROP\nCOMMIT\n'
+    )
     r = t.trace(Packet("10.0.0.1", "10.0.0.2", "tcp", 80))
     assert r.uncertain and r.paths[0].verdict == "accept"
     assert any("-m u32" in n and "t:5" in n for n in r.paths[0].notes)
 
 
 def test_ipset_match_and_missing_set():
-    sets = parse_ipset_save("create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536\nadd KUBE-CLUSTER-IP 10.96.0.1,tcp:443\n")
+    sets = parse_ipset_save(
+        "create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536\nadd KUBE-CLUSTER-IP 10.96.0.1,tcp:443\n"
+    )
     rules = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -m set --match-set KUBE-CLUSTER-IP dst,dst -j DROP\nCOMMIT\n"
     assert tracer(rules, ipsets=sets).trace(Packet("10.0.0.1", "10.96.0.1", "tcp", 443)).verdicts() == {"drop"}
     assert tracer(rules, ipsets=sets).trace(Packet("10.0.0.1", "10.96.0.1", "tcp", 80)).verdicts() == {"accept"}
@@ -60,7 +66,14 @@ def test_ipset_match_and_missing_set():
 
 
 def test_affinity_is_noted_and_endpoints_still_split():
-    svc = Service("ns", "s", "10.96.0.5", [Port("p", 80, 8080)], [Endpoint("10.244.0.2"), Endpoint("10.244.0.3")], affinity_seconds=10800)
+    svc = Service(
+        "ns",
+        "s",
+        "10.96.0.5",
+        [Port("p", 80, 8080)],
+        [Endpoint("10.244.0.2"), Endpoint("10.244.0.3")],
+        affinity_seconds=10800,
+    )
     r = tracer(iptables_ruleset([svc])).trace(Packet("10.244.9.9", "10.96.0.5", "tcp", 80, origin="pod"))
     assert r.dnat_set() == {"10.244.0.2:8080", "10.244.0.3:8080"}
     assert any("session affinity" in n for n in r.paths[0].notes)
@@ -79,7 +92,10 @@ def test_blackhole_route_drops_and_routes_pick_device():
         [{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.168.0.2", "prefixlen": 24}]}],
         [{"dst": "default", "gateway": "192.168.0.1", "dev": "eth0"}, {"dst": "10.96.0.0/12", "type": "blackhole"}],
     )
-    t = tracer("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -o eth0 -j DROP\nCOMMIT\n", routing=rt)
+    t = tracer(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A FORWARD -o eth0 -j DROP\nCOMMIT\n",
+        routing=rt,
+    )
     r = t.trace(Packet("10.0.0.1", "10.96.0.77", "icmp"))
     assert r.verdicts() == {"drop"} and "blackhole" in r.paths[0].steps[-1].action
     assert t.trace(Packet("10.0.0.1", "8.8.8.8", "udp", 53)).verdicts() == {"drop"}  # -o eth0 via default route
@@ -113,7 +129,8 @@ def test_index_keeps_first_match_order_on_big_chain():
         r = t.trace(Packet("10.0.0.1", dst, "tcp", 80))
         linear = IptablesTracer(parse_iptables_save(text, "t"), RoutingTable.from_local_ips(["192.168.0.2"]))
         import kpdiag.trace.netfilter as nf
-        old, nf.INDEX_MIN_RULES = nf.INDEX_MIN_RULES, 10 ** 9
+
+        old, nf.INDEX_MIN_RULES = nf.INDEX_MIN_RULES, 10**9
         try:
             r2 = linear.trace(Packet("10.0.0.1", dst, "tcp", 80))
         finally:
@@ -133,7 +150,10 @@ def test_ttl_walk_loop_detection_tolerates_rate_limited_hops():
 
     assert _loop(["10.0.0.1", "192.168.60.1", "10.0.0.1", "192.168.60.1"]) == ["10.0.0.1", "192.168.60.1"]
     # ICMP rate limiting: some hops silent, so the sequence is uneven
-    assert set(_loop(["10.0.0.1", "192.168.60.1", "10.0.0.1", "10.0.0.1", "192.168.60.1"]) or []) == {"10.0.0.1", "192.168.60.1"}
+    assert set(_loop(["10.0.0.1", "192.168.60.1", "10.0.0.1", "10.0.0.1", "192.168.60.1"]) or []) == {
+        "10.0.0.1",
+        "192.168.60.1",
+    }
     assert _loop(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "8.8.8.8"]) is None  # a path, not a loop
     assert _loop(["10.0.0.1", "192.168.60.1"]) is None
 

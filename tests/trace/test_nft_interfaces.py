@@ -20,7 +20,9 @@ RULESET = os.path.join(os.path.dirname(__file__), "data", "nft-iif-lo.json")
 
 
 def _trace(*args):
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", "trace", "--nft", RULESET, "-o", "json", *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "trace", "--nft", RULESET, "-o", "json", *args], capture_output=True, text=True
+    )
     assert "internal error" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -46,8 +48,28 @@ def test_a_value_kpdiag_cannot_read_makes_the_path_uncertain(tmp_path):
                     e["match"]["right"] = "not-a-port"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, "-m", "kpdiag", "trace", "--nft", str(bad), "-o", "json", "--src", "192.168.1.2",
-                           "--dst", "192.168.1.1:22", "--local-ip", "192.168.1.1", "--iif", "eth0"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kpdiag",
+            "trace",
+            "--nft",
+            str(bad),
+            "-o",
+            "json",
+            "--src",
+            "192.168.1.2",
+            "--dst",
+            "192.168.1.1:22",
+            "--local-ip",
+            "192.168.1.1",
+            "--iif",
+            "eth0",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     out = json.loads(proc.stdout)
     assert out["uncertain"] and any("not-a-port" in n for p in out["paths"] for n in p["notes"]), out

@@ -11,11 +11,16 @@ from kpdiag.parse.node import parse_ip_rules
 from kpdiag.trace.routing import routing_from_ip_json
 
 ADDRS = [{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.0.2.1", "prefixlen": 24}]}]
-ROUTES = [{"type": "unicast", "dst": "default", "gateway": "192.0.2.254", "dev": "eth0", "table": "main"},
-          {"type": "unicast", "dst": "default", "gateway": "198.51.100.1", "dev": "eth1", "table": "100"},
-          {"type": "blackhole", "dst": "10.99.0.0/16", "table": "100"}]
-DEFAULTS = [{"priority": 0, "src": "all", "table": "local"}, {"priority": 32766, "src": "all", "table": "main"},
-            {"priority": 32767, "src": "all", "table": "default"}]
+ROUTES = [
+    {"type": "unicast", "dst": "default", "gateway": "192.0.2.254", "dev": "eth0", "table": "main"},
+    {"type": "unicast", "dst": "default", "gateway": "198.51.100.1", "dev": "eth1", "table": "100"},
+    {"type": "blackhole", "dst": "10.99.0.0/16", "table": "100"},
+]
+DEFAULTS = [
+    {"priority": 0, "src": "all", "table": "local"},
+    {"priority": 32766, "src": "all", "table": "main"},
+    {"priority": 32767, "src": "all", "table": "default"},
+]
 
 
 def _rt(extra):
@@ -50,10 +55,17 @@ def test_mark_unknown_is_uncertain_and_known_mark_decides():
 
 
 def test_rule_table_blackhole_and_actions():
-    rt = _rt([{"priority": 10, "src": "10.244.0.0", "srclen": 16, "table": "100"},
-              {"priority": 20, "src": "all", "dst": "10.60.0.0", "dstlen": 16, "action": "prohibit"}])
+    rt = _rt(
+        [
+            {"priority": 10, "src": "10.244.0.0", "srclen": 16, "table": "100"},
+            {"priority": 20, "src": "all", "dst": "10.60.0.0", "dstlen": 16, "action": "prohibit"},
+        ]
+    )
     assert _get(rt, "10.99.1.1").type == "blackhole"  # table 100's blackhole route
-    assert _get(rt, "8.8.8.8").gateway == "198.51.100.1" and _get(rt, "8.8.8.8").rule == "10: from 10.244.0.0/16 lookup 100"
+    assert (
+        _get(rt, "8.8.8.8").gateway == "198.51.100.1"
+        and _get(rt, "8.8.8.8").rule == "10: from 10.244.0.0/16 lookup 100"
+    )
     assert _get(rt, "10.60.1.1", src="192.0.2.9", iif="eth0").type == "prohibit"
     # without a source (address-type questions), rules are not consulted: the main table answers
     assert rt.lookup(parse_ip("10.99.1.1")[0], 4).dev == "eth0"

@@ -1,0 +1,126 @@
+"""The engine's module graph has no cycle — function-level (lazy) imports included, since a lazy import is still a
+dependency — and the tracers share their walker through public names only."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from tests.conftest import ROOT
+
+
+def _modules() -> dict[str, str]:
+    out = {}
+    base = os.path.join(ROOT, "kpdiag")
+    for dirpath, dirnames, names in os.walk(base):
+        if os.path.islink(dirpath) or os.path.basename(dirpath) in ("checks", "__pycache__"):
+            dirnames[:] = []
+            continue
+        for n in names:
+            if n.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, n), ROOT)[:-3].replace(os.sep, ".")
+                out[rel.removesuffix(".__init__")] = os.path.join(dirpath, n)
+    return out
+
+
+def import_graph(mods: dict[str, str]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.endswith("__init__.py") else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    target = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for cand in [target, *(f"{target}.{a.name}" for a in node.names)]:
+                    if cand in mods and cand != mod:
+                        graph[mod].add(cand)
+            elif isinstance(node, ast.Import):
+                graph[mod].update(a.name for a in node.names if a.name in mods and a.name != mod)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_engine():
+    mods = _modules()
+    assert "kpdiag.pipeline" in mods and "kpdiag.trace.netfilter" in mods and len(mods) > 40
+    graph = import_graph(mods)
+    assert "kpdiag.service" in graph["kpdiag.pipeline"] and "kpdiag.diagnose" in graph["kpdiag.service"]
+    assert cycles(graph) == []
+
+
+def test_tracers_share_the_walker_through_public_names():
+    private = []
+    trace_dir = os.path.join(ROOT, "kpdiag", "trace")
+    for name in sorted(os.listdir(trace_dir)):
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(trace_dir, name)
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.level
+                and node.module
+                and node.module.split(".")[0]
+                in (
+                    "netfilter",
+                    "nftables",
+                    "ipvs",
+                    "routing",
+                    "kube",
+                    "model",
+                )
+            ):
+                private += [f"trace/{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert not private, private
