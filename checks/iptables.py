@@ -6,6 +6,7 @@ import ipaddress
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag import sources
 
@@ -185,8 +186,10 @@ def forward_drop(ctx, new):
         f"— {share * 100:.0f}% of connections end at the policy",
         fix=(
             f"iptables -I FORWARD -s {port.cluster_cidr or '<clusterCIDR>'} -j ACCEPT && iptables -I FORWARD -d {port.cluster_cidr or '<clusterCIDR>'} -j ACCEPT",
-            'find who set the policy: Docker sets FORWARD DROP when it starts ("iptables": false in /etc/docker/daemon.json, or remove Docker from Kubernetes nodes); '
-            "firewalld: firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR>",
+            note(
+                'find who set the policy: Docker sets FORWARD DROP when it starts ("iptables": false in /etc/docker/daemon.json, or remove Docker from Kubernetes nodes); '
+                "firewalld: firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR>"
+            ),
             "check your CNI's documentation for its FORWARD rules (flannel, Calico and others add them)",
         ),
         evidence=[

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag import sources
@@ -73,7 +74,9 @@ def service_cidr_leaves(ctx, new):
                 f"on the gateway {gw or '(the next hop)'}: {ip_route} add blackhole {cidr}   (or 'unreachable' to answer with ICMP errors) — "
                 "or stop advertising/routing the service CIDR to the nodes",
                 f"or on every node: {ip_route} add unreachable {cidr}   # refused at once instead of looping",
-                f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping",
+                note(
+                    f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping"
+                ),
             ),
             evidence=[
                 Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),

@@ -32,3 +32,56 @@ def persist_modules(modules: list[str], name: str) -> str:
     """Load ``modules`` now and at every boot (kpdiag's own modules-load.d file)."""
     body = "".join(f"{m}\\n" for m in modules)
     return f"sudo modprobe -a {' '.join(modules)} && printf {shlex.quote(body)} | sudo tee {MODULES_DIR}/kpdiag-{name}.conf >/dev/null"
+
+
+# ------------------------------------------------------------------------------------------------ fix steps
+# A finding's fix is a list of steps, each a command to paste or a note to read. A check says which with
+# command()/note(); an unmarked step is a command when its first word is a program an operator runs (below) and
+# it does not read as a sentence. The kind travels in the report (``fix_steps``), so renderers never guess.
+COMMAND_WORDS = frozenset(
+    """sysctl modprobe echo printf kubectl iptables ip6tables iptables-save ip6tables-save iptables-legacy-save
+    iptables-nft-save ip grep conntrack watch curl apt-get dnf update-alternatives for while kpdiag nc find fuser nft
+    ipvsadm ipset sudo systemctl journalctl ss crictl nsenter test if cat dig nslookup ls uname nstat ping tcpdump
+    ethtool awk sed tee kubeadm helm""".split()
+)
+
+
+class FixStep(str):
+    """A fix step whose kind ("command" or "note") the check decided."""
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str):
+        if kind not in ("command", "note"):
+            raise ValueError(f"a fix step is a command or a note, not {kind!r}")
+        self = super().__new__(cls, text)
+        self.kind = kind
+        return self
+
+    def __reduce__(self):
+        return (FixStep, (str(self), self.kind))
+
+
+def command(text: str) -> FixStep:
+    """A step to paste into a shell."""
+    return FixStep(text, "command")
+
+
+def note(text: str) -> FixStep:
+    """A step to read (prose; it may quote a command inside it)."""
+    return FixStep(text, "note")
+
+
+def step_kind(step: str) -> str:
+    """ "command" or "note" for one fix step: the check's own choice when it made one, else by its first word."""
+    kind = getattr(step, "kind", None)
+    if kind:
+        return kind
+    first, _, rest = step.strip().partition(" ")
+    if first not in COMMAND_WORDS:
+        return "note"
+    # "find who set the policy: …", "test a Service with its port …": an English sentence that starts with a verb
+    second = rest.split(" ", 1)[0]
+    if second in ("who", "what", "which", "a", "an", "the", "your", "that", "why", "whether"):
+        return "note"
+    return "command"

@@ -33,6 +33,10 @@ class Evidence:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Evidence":
+        return cls(str(d["source"]), str(d["text"]), d.get("line"))
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -47,6 +51,32 @@ class Finding:
     references: tuple[str, ...] = ()
     subject: str | None = None  # e.g. "node", "shop/web:80", "10.96.0.10"
 
+    def fix_steps(self) -> list[dict]:
+        """The fix as typed steps: ``{"kind": "command" | "note", "text": ...}`` (kpdiag.fixcmd.step_kind)."""
+        from .fixcmd import step_kind
+
+        return [{"kind": step_kind(s), "text": str(s)} for s in self.fix]
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        """A finding read back from a report's JSON (the fix steps keep their kinds)."""
+        from .fixcmd import FixStep
+
+        steps = d.get("fix_steps")
+        fix = tuple(FixStep(x["text"], x["kind"]) for x in steps) if steps else tuple(d.get("fix") or ())
+        return cls(
+            id=d["id"],
+            slug=d["slug"],
+            severity=Severity(d["severity"]),
+            title=d["title"],
+            summary=d["summary"],
+            explanation=d["explanation"],
+            fix=fix,
+            evidence=tuple(Evidence.from_dict(e) for e in d.get("evidence") or ()),
+            references=tuple(d.get("references") or ()),
+            subject=d.get("subject"),
+        )
+
     def to_dict(self) -> dict:
         return {
             "id": self.id,
@@ -56,6 +86,7 @@ class Finding:
             "summary": self.summary,
             "explanation": self.explanation,
             "fix": list(self.fix),
+            "fix_steps": self.fix_steps(),
             "evidence": [e.to_dict() for e in self.evidence],
             "references": list(self.references),
             "subject": self.subject,
@@ -74,6 +105,10 @@ class CheckRun:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CheckRun":
+        return cls(d["id"], d["slug"], d["status"], d.get("reason"), int(d.get("findings") or 0))
 
 
 @dataclass(frozen=True)
@@ -95,6 +130,22 @@ class Report:
         for f in self.findings:
             out[f.severity.value] += 1
         return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        """A report read back from its JSON (``kpdiag … -o json``): ``Report.from_dict(r.to_dict()) == r``."""
+        if d.get("schema") != REPORT_SCHEMA:
+            raise ValueError(f"not a {REPORT_SCHEMA} document (schema {d.get('schema')!r})")
+        return cls(
+            subject=d["subject"],
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings") or ()),
+            checks=tuple(CheckRun.from_dict(c) for c in d.get("checks") or ()),
+            problems=tuple(d.get("problems") or ()),
+            facts=dict(d.get("facts") or {}),
+            readable=bool(d.get("readable", True)),
+            kpdiag_version=str(d.get("kpdiag_version") or ""),
+            extra=dict(d.get("extra") or {}),
+        )
 
     def to_dict(self) -> dict:
         return {

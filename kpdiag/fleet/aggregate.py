@@ -34,6 +34,16 @@ FAILURE_KINDS = (
 )
 
 
+def _fix(f: dict) -> tuple:
+    """A node's fix steps with the kinds its report gave them (validated by the normalisation above), else plain."""
+    from ..fixcmd import FixStep
+
+    steps = f.get("fix_steps")
+    if isinstance(steps, list) and steps:
+        return tuple(FixStep(str(x["text"]), x["kind"]) for x in steps)
+    return tuple(str(x) for x in f.get("fix") or ())
+
+
 @dataclass
 class NodeResult:
     node: str
@@ -199,6 +209,16 @@ def normalize(report: dict) -> dict:
             f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
         f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
         f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
+        steps = f.get("fix_steps")
+        if not (
+            isinstance(steps, list)
+            and len(steps) == len(f["fix"])
+            and all(
+                isinstance(x, dict) and x.get("kind") in ("command", "note") and x.get("text") == t
+                for x, t in zip(steps, f["fix"])
+            )
+        ):
+            f.pop("fix_steps", None)  # an older kpdiag's report (or a forged one): the kinds are derived again
         f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
         f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
         findings.append(f)
@@ -298,7 +318,7 @@ def _node_findings(state: FleetState, select=(), ignore=()) -> list:
                     title=str(f.get("title", "")),
                     summary=f"{node}: {f.get('summary', '')}",
                     explanation=str(f.get("explanation") or f.get("title") or cid),
-                    fix=tuple(str(x) for x in f.get("fix") or ()) or (f"kpdiag explain {cid}",),
+                    fix=_fix(f) or (f"kpdiag explain {cid}",),
                     evidence=evidence,
                     references=tuple(str(x) for x in f.get("references") or ()),
                     subject=f"{node} {f.get('subject') or ''}".strip(),

@@ -165,7 +165,8 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
             if x.fix:
                 out.append("  fix:")
                 out.extend(
-                    f"    $ {term(step)}" if _looks_like_command(step) else f"    - {term(step)}" for step in x.fix
+                    f"    $ {term(step['text'])}" if step["kind"] == "command" else f"    - {term(step['text'])}"
+                    for step in x.fix_steps()
                 )
             if x.evidence:
                 out.append("  evidence:")
@@ -211,43 +212,6 @@ def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[s
             for w in _wrap(line + " — -v lists " + ("it" if len(runs) == 1 else "them"), width, "  ", "    ")
         )
     return out
-
-
-def _looks_like_command(step: str) -> bool:
-    first = step.split(" ", 1)[0]
-    return first in (
-        "sysctl",
-        "modprobe",
-        "echo",
-        "printf",
-        "kubectl",
-        "iptables",
-        "ip",
-        "grep",
-        "conntrack",
-        "watch",
-        "curl",
-        "apt-get",
-        "update-alternatives",
-        "for",
-        "kpdiag",
-        "nc",
-        "iptables-save",
-        "find",
-        "fuser",
-        "nft",
-        "ipvsadm",
-        "sudo",
-        "systemctl",
-        "ss",
-        "crictl",
-        "nsenter",
-        "ipset",
-        "ip6tables",
-        "ip6tables-save",
-        "test",
-        "if",
-    )
 
 
 TABLE_ALL_UP_TO = 40

@@ -1,0 +1,71 @@
+"""Reports are typed both ways: every finding's fix is a list of steps whose kind (command to paste, note to read)
+is in the data, decided once (kpdiag.fixcmd.step_kind, or the check's own command()/note()); the text renderer prints
+what the data says; a report's JSON reads back into the same Report (Report.from_dict)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kpdiag.fixcmd import FixStep, command, note, step_kind
+from kpdiag.model import Report
+from kpdiag.pipeline import analyze_bundle
+from kpdiag.render.report import report_to_text
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
+BUNDLES = sorted(n for n in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, n, "kpdiag.json")))
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {n: analyze_bundle(os.path.join(FIXTURES, n)) for n in BUNDLES}
+
+
+def test_every_fix_step_is_typed_and_reads_back(reports):
+    steps = 0
+    for name, report in reports.items():
+        data = report.to_dict()
+        for f in data["findings"]:
+            assert [s["text"] for s in f["fix_steps"]] == f["fix"], (name, f["id"])
+            assert {s["kind"] for s in f["fix_steps"]} <= {"command", "note"}
+            steps += len(f["fix_steps"])
+        again = Report.from_dict(json.loads(json.dumps(data)))
+        assert again.to_dict() == data, name
+    assert steps > 300
+
+
+@pytest.mark.parametrize(
+    "fixture, fid, start, kind",
+    [
+        ("forward-drop", "KP207", "find who set the policy", "note"),  # the check marks it
+        ("backend-mix", "KP601", "test a Service with its port", "note"),
+        ("backend-mix", "KP601", "on the gateway", "note"),
+    ],
+)
+def test_known_steps_have_the_right_kind(reports, fixture, fid, start, kind):
+    if fixture not in reports:
+        pytest.fail(f"fixture {fixture} is gone: pick another that shows {fid}")
+    found = [s for f in reports[fixture].findings if f.id == fid for s in f.fix_steps() if s["text"].startswith(start)]
+    assert found and all(s["kind"] == kind for s in found), found
+
+
+def test_step_kind_rules():
+    assert step_kind("cat /etc/resolv.conf   # search and options lines") == "command"
+    assert step_kind("dig @10.96.0.10 web.shop.svc.cluster.local") == "command"
+    assert step_kind("uname -r; nft --version") == "command"
+    assert step_kind("find who set the policy: Docker …") == "note"
+    assert step_kind("test a Service with its port") == "note"
+    assert step_kind("upgrade the node image (kernel ≥ 5.13)") == "note"
+    assert step_kind(note("kubectl is not a sentence here")) == "note"  # the check's choice wins
+    assert step_kind(command("Deploy NodeLocal DNSCache")) == "command"
+    with pytest.raises(ValueError):
+        FixStep("x", "maybe")
+
+
+def test_text_report_prints_the_kinds(reports):
+    name = next(n for n in ("forward-drop",) if n in reports)
+    text = report_to_text(reports[name], width=200)
+    assert "$ iptables -I FORWARD" in text
+    assert "- find who set the policy" in text
