@@ -24,9 +24,15 @@ def reports():
 
 
 def test_every_fix_step_is_typed_and_reads_back(reports):
-    steps = 0
+    import jsonschema
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "kpdiag", "schemas", "report.schema.json")) as fh:
+        schema = json.load(fh)
+    steps, sections = 0, set()
     for name, report in reports.items():
         data = report.to_dict()
+        jsonschema.validate(data, schema)  # the extra sections too: each is declared and typed
+        sections |= set(data["extra"])
         for f in data["findings"]:
             assert [s["text"] for s in f["fix_steps"]] == f["fix"], (name, f["id"])
             assert {s["kind"] for s in f["fix_steps"]} <= {"command", "note"}
@@ -34,6 +40,7 @@ def test_every_fix_step_is_typed_and_reads_back(reports):
         again = Report.from_dict(json.loads(json.dumps(data)))
         assert again.to_dict() == data, name
     assert steps > 300
+    assert {"programmed", "verdict", "status", "probes", "dns"} <= sections, sections  # traces: tests/packaging/test_schemas.py
 
 
 @pytest.mark.parametrize(
