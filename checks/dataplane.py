@@ -178,7 +178,7 @@ IPTABLES = Adapter("iptables", _iptables_views, _iptables_missing, _iptables_mis
 
 # ----------------------------------------------------------------------------------------------------- IPVS
 def ipvs_services(ctx):
-    if getattr(ctx, "preflight", None) != "ipvs":
+    if ctx.preflight != "ipvs":
         mode, _ = ctx.proxy_mode
         if mode is None:
             raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")

@@ -46,7 +46,7 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
 )
 def ipvs_unavailable(ctx, new):
     cfg = ctx.kube_proxy_config
-    preflight = getattr(ctx, "preflight", None) == "ipvs"
+    preflight = ctx.preflight == "ipvs"
     if not preflight:
         if cfg is None:
             raise Skip(f"needs the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)")

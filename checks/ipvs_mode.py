@@ -13,7 +13,7 @@ from . import dataplane
 
 
 def _ipvs_mode(ctx) -> bool:
-    if getattr(ctx, "preflight", None) == "ipvs":
+    if ctx.preflight == "ipvs":
         return True
     mode, _ = ctx.proxy_mode
     if mode is None:
@@ -376,7 +376,7 @@ def ipvs_ipset(ctx, new):
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
     who = (
         "IPVS mode (preflight) needs kube-proxy's ipsets, but"
-        if getattr(ctx, "preflight", None) == "ipvs"
+        if ctx.preflight == "ipvs"
         else "kube-proxy runs IPVS mode but"
     )
     yield new(

@@ -15,7 +15,7 @@ MIN_NFT = (1, 0, 1)
 
 
 def _nft_mode(ctx) -> bool:
-    if getattr(ctx, "preflight", None) == "nftables":
+    if ctx.preflight == "nftables":
         return True
     mode, _ = ctx.proxy_mode
     cfg = ctx.kube_proxy_config

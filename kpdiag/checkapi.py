@@ -220,7 +220,7 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
 def _other_mode(ctx, spec: CheckSpec) -> str | None:
     """Why a check about some proxy modes does not apply here: kube-proxy runs another (known) mode and no --preflight
     asks about one of the check's modes. None when it applies, or when the mode is not known (the check decides)."""
-    preflight = getattr(ctx, "preflight", None)
+    preflight = ctx.preflight
     if preflight in spec.modes:
         return None
     try:

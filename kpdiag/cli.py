@@ -342,35 +342,25 @@ def node(
     verbose,
 ):
     """Collect this node (read-only) and diagnose it — against the Services and EndpointSlices of the API when it can."""
-    from .bundle import Bundle
-    from .collect.node import collect_node
-    from .diagnose import analyze_state
-    from .focus import focus_report
-    from .state import NodeState
+    from .focus import check_focus
+    from .pipeline import diagnose_node
 
-    files, manifest = collect_node(host_root=host_root, progress=None if quiet else _progress)
-    if not no_api and not preflight:
-        from .nodeapi import api_files
-
-        more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=None if quiet else _progress)
-        files.update(more)
-        manifest.setdefault("errors", []).extend(errors)
-        manifest["api"] = api
-    files["kpdiag.json"] = __import__("json").dumps(manifest).encode()
-    state = NodeState(Bundle.from_files(manifest.get("node") or "node", files))
-    if preflight:
-        state.preflight = preflight
-        select = select or ({"ipvs": ("KP301", "KP306", "KP308", "KP309"), "nftables": ("KP401",)}[preflight])
-    report = analyze_state(
-        state,
-        select,
-        ignore,
-        subject=f"node {manifest.get('node')}" + (f" (preflight: {preflight})" if preflight else ""),
-    )
     try:
-        report = focus_report(report, state, service=service, trace_to=trace_to)
+        check_focus(service, trace_to)  # before minutes of collection
     except ValueError as exc:
         raise _fail(str(exc), exitcodes.USAGE) from None
+    report = diagnose_node(
+        host_root,
+        service=service,
+        trace_to=trace_to,
+        preflight=preflight,
+        use_api=not no_api,
+        kubeconfig=kubeconfig,
+        context=context,
+        select=select,
+        ignore=ignore,
+        progress=None if quiet else _progress,
+    )
     _emit_report(report, output, fail_on, verbose)
 
 

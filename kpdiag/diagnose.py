@@ -81,7 +81,7 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     readable = _anything_readable(state) or bool(findings)
     extra = {}
-    if not getattr(state, "preflight", None):
+    if not state.preflight:
         from .programmed import summary
 
         programmed = summary(state)

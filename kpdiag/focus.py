@@ -17,10 +17,28 @@ def _parse_target(text: str) -> tuple[str, int, str]:
     return host.strip("[]"), int(port), proto.lower()
 
 
+def check_focus(service: str | None, trace_to: str | None) -> None:
+    """ValueError (one line, naming the option) for a --service or --trace that cannot be used: checked before a
+    node is collected, so a typo costs nothing."""
+    if service is not None and ("/" not in service or not all(service.split("/", 1))):
+        raise ValueError(f"--service wants NS/NAME, not {service!r}")
+    if trace_to:
+        from .parse.addr import parse_ip
+        from .trace.model import Packet
+
+        dst, port, proto = _parse_target(trace_to)
+        try:
+            parse_ip(dst)
+            Packet("::1" if ":" in dst else "127.0.0.1", dst, proto, port)
+        except ValueError as exc:
+            raise ValueError(f"--trace {trace_to}: {exc}") from None
+
+
 def focus_report(report, state, service: str | None = None, trace_to: str | None = None):
     """Add traces (from a pod and from an external client) for a Service's ports or one DST:PORT."""
     if not service and not trace_to:
         return report
+    check_focus(service, trace_to)
     tracer = state.mode_tracer()
     targets: list[tuple[str, str, int, str]] = []  # (label, dst, port, proto)
     if trace_to:

@@ -16,9 +16,49 @@ from .state import NodeState
 
 def analyze_bundle(path: str, select=(), ignore=()) -> Report:
     """Diagnose a bundle; one written by `kpdiag svc --save` is diagnosed as that Service again."""
-    state = NodeState(Bundle.open(path))
-    focus = str(state.bundle.manifest.get("service") or "")
+    bundle = Bundle.open(path)
+    focus = str(bundle.manifest.get("service") or "")
     if "/" in focus:
         ns, name = focus.split("/", 1)
-        return service_report(state, ns, name, select, ignore)
-    return analyze_state(state, select, ignore, subject=None)
+        return service_report(bundle, ns, name, select, ignore)
+    return analyze_state(NodeState(bundle), select, ignore, subject=None)
+
+
+PREFLIGHT_CHECKS = {"ipvs": ("KP301", "KP306", "KP308", "KP309"), "nftables": ("KP401",)}
+
+
+def diagnose_node(
+    host_root: str | None = None,
+    *,
+    service: str | None = None,
+    trace_to: str | None = None,
+    preflight: str | None = None,
+    use_api: bool = True,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    select=(),
+    ignore=(),
+    progress=None,
+) -> Report:
+    """`kpdiag node`: collect this node (read-only), with the API's Services and EndpointSlices when it can, then the
+    same analysis as an offline bundle; ``service``/``trace_to`` add traces (kpdiag.focus). ValueError: a bad focus."""
+    import json
+
+    from .collect.node import collect_node
+    from .focus import focus_report
+
+    files, manifest = collect_node(host_root=host_root, progress=progress)
+    if use_api and not preflight:
+        from .nodeapi import api_files
+
+        more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=progress)
+        files.update(more)
+        manifest.setdefault("errors", []).extend(errors)
+        manifest["api"] = api
+    files["kpdiag.json"] = json.dumps(manifest).encode()
+    state = NodeState(Bundle.from_files(manifest.get("node") or "node", files), preflight=preflight)
+    if preflight:
+        select = select or PREFLIGHT_CHECKS[preflight]
+    subject = f"node {manifest.get('node')}" + (f" (preflight: {preflight})" if preflight else "")
+    report = analyze_state(state, select, ignore, subject=subject)
+    return focus_report(report, state, service=service, trace_to=trace_to)

@@ -401,16 +401,16 @@ def diagnose_service(
         except OSError as exc:
             raise InputError(save_to, f"cannot write: {describe(exc)}") from None
     files["kpdiag.json"] = json.dumps(manifest).encode()
-    return service_report(NodeState(Bundle.from_files("", files)), namespace, name, select, ignore)
+    return service_report(Bundle.from_files("", files), namespace, name, select, ignore)
 
 
-def service_report(state: NodeState, namespace: str, name: str, select=(), ignore=()):
+def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=()):
     """The report of one Service from collected state (live or a saved bundle).
 
     The exit code follows what was observed: a Service that does not work always carries an error finding (a check
     explains it; should none, KP114 says so rather than exit 0); a Service that could not be read at all — API
     unreachable, refused credentials, RBAC — is "could not diagnose" (exit 3) with the reason as the first line."""
-    state.focus = (namespace, name)
+    state = NodeState(bundle, focus=(namespace, name))
     report = analyze_state(state, select, ignore, subject=f"service {namespace}/{name}")
     findings = list(report.findings)
     lines, status = verdict(state, findings)

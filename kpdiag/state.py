@@ -121,8 +121,21 @@ class _NodeFiles:
 class NodeState(_NodeFiles):
     """Everything kpdiag knows of one node, parsed lazily from its bundle."""
 
-    def __init__(self, bundle: Bundle):
+    def __init__(self, bundle: Bundle, *, focus: tuple[str, str] | None = None, preflight: str | None = None):
         self.bundle = bundle
+        self._focus = focus
+        self._preflight = preflight
+
+    # the run mode: an input of the run, fixed when the state is made (checks read it, nothing sets it later)
+    @property
+    def focus(self) -> tuple[str, str] | None:
+        """(namespace, name) when diagnosing one Service."""
+        return self._focus
+
+    @property
+    def preflight(self) -> str | None:
+        """ "ipvs" / "nftables": judge the node for a mode it does not run yet."""
+        return self._preflight
 
     @property
     def problems(self):
@@ -407,9 +420,6 @@ class NodeState(_NodeFiles):
         }
 
     # ------------------------------------------------------------ the API side and probes
-    focus: tuple[str, str] | None = None  # (namespace, name) when diagnosing one Service
-    preflight: str | None = None  # "ipvs" / "nftables": judge the node for a mode it does not run yet
-
     @property
     def cluster(self):
         if "_cluster" not in self.__dict__:

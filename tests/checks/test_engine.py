@@ -207,6 +207,6 @@ def test_kp201_in_ipvs_mode_explains_the_reject():
     probes = _json.loads(files["probes/service.json"])
     probes["results"][0].update(result="port-unreachable", **{"from": "10.96.0.20"})
     files["probes/service.json"] = _json.dumps(probes).encode()
-    report = service_report(NodeState(Bundle.from_files("x", files)), "shop", "web")
+    report = service_report(Bundle.from_files("x", files), "shop", "web")
     kp201 = [f for f in report.findings if f.id == "KP201"]
     assert kp201 and "KUBE-IPVS-FILTER rejects" in kp201[0].summary and "TCP 80 works" in kp201[0].summary

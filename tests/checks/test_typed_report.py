@@ -40,7 +40,9 @@ def test_every_fix_step_is_typed_and_reads_back(reports):
         again = Report.from_dict(json.loads(json.dumps(data)))
         assert again.to_dict() == data, name
     assert steps > 300
-    assert {"programmed", "verdict", "status", "probes", "dns"} <= sections, sections  # traces: tests/packaging/test_schemas.py
+    assert {"programmed", "verdict", "status", "probes", "dns"} <= sections, (
+        sections
+    )  # traces: tests/packaging/test_schemas.py
 
 
 @pytest.mark.parametrize(
