@@ -163,7 +163,7 @@ def trace(
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
     from .trace.model import Packet
-    from .tracing import explain_unmatched, setup_trace, split_dst
+    from .trace.inputs import explain_unmatched, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(
@@ -403,7 +403,7 @@ def svc(
     verbose,
 ):
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
-    from .service import diagnose_service
+    from .svc_cmd import diagnose_service
 
     if save_to:
         _check_output(save_to, force, "--save")

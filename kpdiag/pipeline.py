@@ -1,7 +1,7 @@
 """The pipeline: a bundle → its state → the checks → a report, the same for a live run and an offline ``analyze``.
 
 ``analyze_bundle`` is what ``kpdiag analyze`` runs: a node bundle goes through :func:`kpdiag.diagnose.analyze_state`;
-one written by ``kpdiag svc --save`` is diagnosed as that Service again (:func:`kpdiag.service.service_report`).
+one written by ``kpdiag svc --save`` is diagnosed as that Service again (:func:`kpdiag.svc_cmd.service_report`).
 It sits above both so that neither imports the other's caller (no import cycle; a test checks).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from .bundle import Bundle
 from .diagnose import analyze_state
 from .model import Report
-from .service import service_report
+from .svc_cmd import service_report
 from .state import NodeState
 
 

@@ -197,7 +197,7 @@ def test_kp201_in_ipvs_mode_explains_the_reject():
     """IPVS mode, newer kube-proxy: ping to a ClusterIP is rejected by KUBE-IPVS-FILTER — said so, with the rule."""
     import json as _json
 
-    from kpdiag.service import service_report
+    from kpdiag.svc_cmd import service_report
 
     files = {}
     for dirpath, _, names in os.walk(os.path.join(FIXTURES, "svc-ipvs-ping")):

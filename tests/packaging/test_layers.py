@@ -96,7 +96,7 @@ def test_no_import_cycle_in_the_engine():
     mods = _modules()
     assert "kpdiag.pipeline" in mods and "kpdiag.trace.netfilter" in mods and len(mods) > 40
     graph = import_graph(mods)
-    assert "kpdiag.service" in graph["kpdiag.pipeline"] and "kpdiag.diagnose" in graph["kpdiag.service"]
+    assert "kpdiag.svc_cmd" in graph["kpdiag.pipeline"] and "kpdiag.diagnose" in graph["kpdiag.svc_cmd"]
     assert cycles(graph) == []
 
 

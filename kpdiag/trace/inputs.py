@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .bundle import Bundle, Problem
-from .errors import InputError
-from . import sources
+from ..bundle import Bundle, Problem
+from ..errors import InputError
+from .. import sources
 
 
 @dataclass
@@ -80,7 +80,7 @@ def explain_unmatched(result, setup: TraceSetup):
 
     if setup.mode != "iptables" or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
         return result
-    from .kube_rules import programmed_ports
+    from ..kube_rules import programmed_ports
 
     pk = result.packet
     dst = ipaddress.ip_address(pk.dst)
@@ -135,8 +135,8 @@ def live_state(host_root: str | None = None, progress=None):
     import json
     import socket
 
-    from .collect.node import NodeCollector
-    from .state import NodeState
+    from ..collect.node import NodeCollector
+    from ..state import NodeState
 
     c = NodeCollector(host_root=host_root, progress=progress)
     for step in (c.kernel, c.sysctls, c.links, c.iptables, c.nft, c.ipvs, c.ipset, c.kube_proxy_http):
@@ -167,7 +167,7 @@ def _read_file(path: str) -> bytes:
 def _required(state, value, bundle: str, rel: str, what: str):
     """The parsed source, or an InputError that says why it is missing (the file's own problems, first)."""
     if value is None:
-        why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no node/{rel}"
+        why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no {rel}"
         raise InputError(bundle, f"no {what} to trace ({why})")
     return value
 
@@ -194,15 +194,15 @@ def setup_trace(
 ) -> TraceSetup:
     """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset), ``--bundle``, or
     ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart)."""
-    from .parse.iptables import parse_iptables_save
-    from .trace.netfilter import IptablesTracer
-    from .trace.routing import RoutingTable
+    from ..parse.iptables import parse_iptables_save
+    from .netfilter import IptablesTracer
+    from .routing import RoutingTable
 
     problems: list[Problem] = []
     ipsets = None
     if nft:
-        from .parse.nft import parse_nft_json
-        from .trace.nftables import NftTracer
+        from ..parse.nft import parse_nft_json
+        from .nftables import NftTracer
 
         ruleset = parse_nft_json(_read_file(nft), nft)
         return TraceSetup(NftTracer(ruleset, RoutingTable.from_local_ips(local_ips)), "nftables", problems)
@@ -219,7 +219,7 @@ def setup_trace(
         ruleset = parse_iptables_save(data, rules)
         routing = RoutingTable.from_local_ips(local_ips)
         if ipset_file:
-            from .parse.ipset import parse_ipset_save
+            from ..parse.ipset import parse_ipset_save
 
             data = _read_file(ipset_file)
             try:
@@ -227,7 +227,7 @@ def setup_trace(
             except InputError as exc:
                 problems.append(Problem(f"{exc.source}:{exc.line}" if exc.line else exc.source, exc.message))
     elif bundle or live:
-        from .state import NodeState
+        from ..state import NodeState
 
         state = live_state(host_root, progress) if live else NodeState(Bundle.open(bundle))
         bundle = bundle or f"this node ({state.node_name or 'live'})"
@@ -235,18 +235,18 @@ def setup_trace(
             running, _ = state.proxy_mode
             mode = running if running in ("nftables", "ipvs") else "iptables"
         for ip in local_ips:
-            from .parse.addr import parse_ip
+            from ..parse.addr import parse_ip
 
             state.routing.local_ips.add(parse_ip(ip))
         if mode == "nftables":
-            _required(state, state.nft(), bundle, "nft-ruleset.json", "an nftables ruleset")
+            _required(state, state.nft(), bundle, sources.NFT_RULESET, "an nftables ruleset")
         else:
             which = "ip6tables-save" if family == 6 else "iptables-save"
             _required(
                 state,
                 state.iptables(which),
                 bundle,
-                f"{which}.txt",
+                sources.iptables_dump(which),
                 "IPv6 iptables rules" if family == 6 else "iptables rules",
             )
             if mode == "ipvs" and state.ipvs is None:
