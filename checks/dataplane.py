@@ -51,20 +51,36 @@ class PortView:
 
 
 @dataclass(frozen=True)
+class Words:
+    """One finding's words in one mode: the summary, the commands that show the rules, and where they say it."""
+
+    summary: str
+    fix: tuple[str, ...]
+    rules: Evidence  # the rule, virtual server or map element (or its absence)
+
+
+@dataclass(frozen=True)
 class Adapter:
     """What one proxy mode contributes: its port views, and its words for the two findings."""
 
     mode: str
     views: Callable[[object], Iterable[PortView]]
-    missing_words: Callable[[object, PortView], dict]
-    mismatch_words: Callable[[object, PortView, set, set, str, Evidence], dict]
+    missing_words: Callable[[object, PortView], Words]
+    mismatch_words: Callable[[object, PortView, set, str], Words]  # (ctx, view, have, drift text)
+    verb: str = "the node DNATs to"  # how the drift says where new connections go
 
 
 def missing(ctx, new, adapter: Adapter):
     """Service ports with ready endpoints that this node's rules do not program at all."""
     for view in adapter.views(ctx):
         if view.ready and view.programmed is None:
-            yield new(**adapter.missing_words(ctx, view))
+            words = adapter.missing_words(ctx, view)
+            yield new(
+                words.summary,
+                fix=words.fix,
+                evidence=[_svc_ev(ctx, view.svc, _api_side(view, adapter.mode)), words.rules],
+                subject=f"{view.svc.key}:{view.number}",
+            )
 
 
 def mismatch(ctx, new, adapter: Adapter):
@@ -78,10 +94,21 @@ def mismatch(ctx, new, adapter: Adapter):
         have = set(view.endpoints)
         if have == want:
             continue
-        text, api_ev = drift(
-            ctx, have, want, verb="IPVS sends new connections to" if adapter.mode == "ipvs" else "the node DNATs to"
-        )
-        yield new(**adapter.mismatch_words(ctx, view, have, want, text, api_ev))
+        text, api_ev = drift(ctx, have, want, verb=adapter.verb)
+        gone = have - want
+        if gone and adapter.mode == "iptables":  # iptables' words have always said which share goes astray
+            text += (
+                f" (~{len(gone) / len(have) * 100:.0f}% of connections go to endpoints this node should not use: "
+                "not ready, gone, or hinted for another zone)"
+            )
+        words = adapter.mismatch_words(ctx, view, have, text)
+        yield new(words.summary, fix=words.fix, evidence=[words.rules, api_ev], subject=f"{view.svc.key}:{view.number}")
+
+
+def _api_side(view: PortView, mode: str) -> str:
+    if mode == "iptables":
+        return f"clusterIP {view.ip} port {view.number}, {view.ready} ready endpoint(s)"
+    return f"clusterIP {view.ip} port {view.number}/{view.proto}"
 
 
 def _ready(svc, port, family: int) -> int:
@@ -90,6 +117,10 @@ def _ready(svc, port, family: int) -> int:
 
 def _ips(svc):
     return [(6 if ":" in ip else 4, ip) for ip in svc.cluster_ips]
+
+
+KUBE_PROXY_LOG = "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"
+KUBE_PROXY_RESTART = "kubectl -n kube-system delete pod <kube-proxy pod on this node>"
 
 
 # ----------------------------------------------------------------------------------------------------- iptables
@@ -126,50 +157,32 @@ def _iptables_views(ctx):
                 )
 
 
-def _iptables_missing(ctx, v: PortView) -> dict:
+def _iptables_missing(ctx, v: PortView) -> Words:
     rs, name = v.context
     v6 = " (IPv6)" if v.family == 6 else ""
-    return dict(
-        summary=f"{v.svc.key} port {v.number}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
-        fix=(
+    return Words(
+        f"{v.svc.key} port {v.number}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
+        (
             "kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
-            "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
+            KUBE_PROXY_LOG,
             f"{'ip6tables-save' if v.family == 6 else 'iptables-save'} -t nat | grep -F '{name}'",
         ),
-        evidence=[
-            _svc_ev(ctx, v.svc, f"clusterIP {v.ip} port {v.number}, {v.ready} ready endpoint(s)"),
-            Evidence(rs.source, f'no KUBE-SERVICES rule with comment "{name} cluster IP"'),
-        ],
-        subject=f"{v.svc.key}:{v.number}",
+        Evidence(rs.source, f'no KUBE-SERVICES rule with comment "{name} cluster IP"'),
     )
 
 
-def _iptables_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evidence) -> dict:
+def _iptables_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     rs, _ = v.context
     prog = v.programmed
-    gone = have - want
-    share = len(gone) / len(have) if have else 0
-    return dict(
-        summary=f"{v.svc.key} port {v.number}{' (IPv6)' if v.family == 6 else ''}: {text}"
-        + (
-            f" (~{share * 100:.0f}% of connections go to endpoints this node should not use: not ready, gone, or hinted for another zone)"
-            if gone
-            else ""
-        ),
-        fix=(
-            "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-            "kubectl -n kube-system delete pod <kube-proxy pod on this node>   # forces a full resync",
-        ),
-        evidence=[
-            Evidence(
-                rs.source,
-                f"{prog.chain}: DNAT to {', '.join(sorted(have))}"
-                if prog.chain
-                else f'KUBE-SERVICES: "{prog.name} has no local endpoints" -j DROP',
-            ),
-            api_ev,
-        ],
-        subject=f"{v.svc.key}:{v.number}",
+    where = (
+        f"{prog.chain}: DNAT to {', '.join(sorted(have))}"
+        if prog.chain
+        else f'KUBE-SERVICES: "{prog.name} has no local endpoints" -j DROP'
+    )
+    return Words(
+        f"{v.svc.key} port {v.number}{' (IPv6)' if v.family == 6 else ''}: {text}",
+        (KUBE_PROXY_LOG, KUBE_PROXY_RESTART + "   # forces a full resync"),
+        Evidence(rs.source, where),
     )
 
 
@@ -205,43 +218,30 @@ def _ipvs_flag(proto: str) -> str:
     return "-t" if proto == "tcp" else "-u"
 
 
-def _ipvs_missing(ctx, v: PortView) -> dict:
+def _ipvs_missing(ctx, v: PortView) -> Words:
     proto, ip, number = v.context
     addr = hostport(ip, number)
-    return dict(
-        summary=f"{v.svc.key} {addr}/{proto} has ready endpoints but no IPVS virtual server on this node",
-        fix=(
+    return Words(
+        f"{v.svc.key} {addr}/{proto} has ready endpoints but no IPVS virtual server on this node",
+        (
             f"ipvsadm -Ln {_ipvs_flag(proto)} {addr}",
             "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail",
         ),
-        evidence=[
-            _svc_ev(ctx, v.svc, f"clusterIP {ip} port {number}/{proto}"),
-            Evidence(ctx.bundle.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}"),
-        ],
-        subject=f"{v.svc.key}:{number}",
+        Evidence(ctx.bundle.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}"),
     )
 
 
-def _ipvs_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evidence) -> dict:
+def _ipvs_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     proto, ip, number = v.context
     vs = v.programmed
-    return dict(
-        summary=f"{v.svc.key} {vs.name}: {text}",
-        fix=(
-            f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}",
-            "kubectl -n kube-system delete pod <kube-proxy pod on this node>",
-        ),
-        evidence=[
-            Evidence(
-                ctx.bundle.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line
-            ),
-            api_ev,
-        ],
-        subject=f"{v.svc.key}:{number}",
+    return Words(
+        f"{v.svc.key} {vs.name}: {text}",
+        (f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}", KUBE_PROXY_RESTART),
+        Evidence(ctx.bundle.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line),
     )
 
 
-IPVS = Adapter("ipvs", _ipvs_views, _ipvs_missing, _ipvs_mismatch)
+IPVS = Adapter("ipvs", _ipvs_views, _ipvs_missing, _ipvs_mismatch, verb="IPVS sends new connections to")
 
 
 # ----------------------------------------------------------------------------------------------------- nftables
@@ -280,43 +280,32 @@ def _nft_views(ctx):
                 )
 
 
-def _nft_missing(ctx, v: PortView) -> dict:
+def _nft_missing(ctx, v: PortView) -> Words:
     rs, key, fam = v.context
-    return dict(
-        summary=f"{v.svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
-        fix=(
-            f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0],
-            "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100",
-        ),
-        evidence=[
-            _svc_ev(ctx, v.svc, f"clusterIP {key[0]} port {key[2]}/{key[1]}"),
-            Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}"),
-        ],
-        subject=f"{v.svc.key}:{key[2]}",
+    return Words(
+        f"{v.svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
+        (f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], KUBE_PROXY_LOG),
+        Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}"),
     )
 
 
-def _nft_mismatch(ctx, v: PortView, have: set, want: set, text: str, api_ev: Evidence) -> dict:
+def _nft_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     rs, key, fam = v.context
     p = v.programmed
-    return dict(
-        summary=f"{v.svc.key} {key[0]}:{key[2]}: {text}",
-        fix=(
+    where = (
+        f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"
+        if p.chain
+        else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"
+    )
+    return Words(
+        f"{v.svc.key} {key[0]}:{key[2]}: {text}",
+        (
             f"nft list chain {fam} kube-proxy '{p.chain}'"
             if p.chain
             else f"nft list map {fam} kube-proxy no-endpoint-services",
-            "kubectl -n kube-system delete pod <kube-proxy pod on this node>",
+            KUBE_PROXY_RESTART,
         ),
-        evidence=[
-            Evidence(
-                rs.source,
-                f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"
-                if p.chain
-                else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop",
-            ),
-            api_ev,
-        ],
-        subject=f"{v.svc.key}:{key[2]}",
+        Evidence(rs.source, where),
     )
 
 
