@@ -170,6 +170,7 @@ def test_node_files_and_bundle_checks(addr, route, sysctl, modules, metrics, con
         "node/iptables-save.txt": IPT.encode(),
         "cluster/services.json": json.dumps(addr).encode(),
         "cluster/endpointslices.json": json.dumps(route).encode(),
+        "node/ip-rule.json": json.dumps(route).encode(),
         "kpdiag.json": json.dumps(route).encode(),
     }
     report = analyze_state(NodeState(Bundle.from_files("fuzz", files)))
@@ -190,6 +191,65 @@ def test_small_parsers(text):
         nodep.parse_conntrack_stats,
     ):
         _safe(lambda t, fn=fn: fn(t, "f.txt"), text)
+
+
+_RULE_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.text(max_size=12),
+    st.sampled_from(["all", "10.1.0.0", "fd00::", "main", "local", "100", "0x4000", "0xffff", "tcp", "80-90", "lo"]),
+)
+_RULE = st.dictionaries(
+    st.sampled_from(
+        [
+            "family",
+            "priority",
+            "src",
+            "srclen",
+            "dst",
+            "dstlen",
+            "iif",
+            "oif",
+            "fwmark",
+            "fwmask",
+            "not",
+            "table",
+            "action",
+            "ipproto",
+            "sport",
+            "dport",
+            "dport_start",
+            "dport_end",
+            "uid_start",
+            "suppress_prefixlen",
+            "tos",
+            "l3mdev",
+        ]
+    ),
+    _RULE_VALUES,
+    max_size=8,
+)
+
+
+@SETTINGS
+@given(st.lists(_RULE | JSON_VALUES, max_size=8))
+def test_ip_rules_and_policy_routing(rules):
+    """Junk policy-routing rules: an InputError naming the entry, or rules the routing decision can walk."""
+    from kpdiag.trace.routing import routing_from_ip_json
+
+    def parse(text):
+        parsed = nodep.parse_ip_rules(text, "node/ip-rule.json")
+        routes = [
+            {"dst": "default", "gateway": "192.0.2.254", "dev": "eth0", "table": "main"},
+            {"dst": "10.0.0.0/8", "dev": "eth1", "table": "100"},
+        ]
+        rt = routing_from_ip_json([], routes, None, parsed)
+        for dst in (0x08080808, 0x0A000001):
+            route = rt.lookup(dst, 4, src=0x0A010005, iif="eth0", mark=0x4000, proto="tcp", sport=40000, dport=80)
+            assert route is not None and route.type
+
+    _safe(parse, json.dumps(rules))
 
 
 # ---------------------------------------------------------------- node reports for the cluster aggregation
