@@ -80,6 +80,7 @@ def missing(ctx, new, adapter: Adapter):
                 fix=words.fix,
                 evidence=[_svc_ev(ctx, view.svc, _api_side(view, adapter.mode)), words.rules],
                 subject=f"{view.svc.key}:{view.number}",
+                data={**_data(view, adapter.mode), "programmed": False, "ready_endpoints": view.ready},
             )
 
 
@@ -102,7 +103,31 @@ def mismatch(ctx, new, adapter: Adapter):
                 "not ready, gone, or hinted for another zone)"
             )
         words = adapter.mismatch_words(ctx, view, have, text)
-        yield new(words.summary, fix=words.fix, evidence=[words.rules, api_ev], subject=f"{view.svc.key}:{view.number}")
+        yield new(
+            words.summary,
+            fix=words.fix,
+            evidence=[words.rules, api_ev],
+            subject=f"{view.svc.key}:{view.number}",
+            data={
+                **_data(view, adapter.mode),
+                "programmed": True,
+                "endpoints": sorted(have),
+                "expected": sorted(want),
+                "stale": sorted(have - want),
+                "missing": sorted(want - have),
+            },
+        )
+
+
+def _data(view: PortView, mode: str) -> dict:
+    return {
+        "service": view.svc.key,
+        "port": view.number,
+        "protocol": view.proto,
+        "cluster_ip": view.ip,
+        "family": view.family,
+        "mode": mode,
+    }
 
 
 def _api_side(view: PortView, mode: str) -> str:

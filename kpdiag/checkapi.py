@@ -63,6 +63,7 @@ class CheckSpec:
         severity: Severity | str | None = None,
         subject: str | None = None,
         references: Iterable[str] = (),
+        data: dict | None = None,
     ) -> Finding:
         return Finding(
             id=self.id,
@@ -75,6 +76,7 @@ class CheckSpec:
             evidence=tuple(evidence),
             references=tuple(references) or self.references,
             subject=subject,
+            data=dict(data or {}),
         )
 
 

@@ -50,6 +50,8 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     references: tuple[str, ...] = ()
     subject: str | None = None  # e.g. "node", "shop/web:80", "10.96.0.10"
+    # the case as data, for scripts (JSON values only): e.g. {"service": "shop/web", "port": 80, "stale": [...]}
+    data: dict = field(default_factory=dict, compare=False, hash=False)
 
     def fix_steps(self) -> list[dict]:
         """The fix as typed steps: ``{"kind": "command" | "note", "text": ...}`` (kpdiag.fixcmd.step_kind)."""
@@ -75,6 +77,7 @@ class Finding:
             evidence=tuple(Evidence.from_dict(e) for e in d.get("evidence") or ()),
             references=tuple(d.get("references") or ()),
             subject=d.get("subject"),
+            data=dict(d.get("data") or {}),
         )
 
     def to_dict(self) -> dict:
@@ -90,6 +93,7 @@ class Finding:
             "evidence": [e.to_dict() for e in self.evidence],
             "references": list(self.references),
             "subject": self.subject,
+            **({"data": self.data} if self.data else {}),
         }
 
 

@@ -209,6 +209,8 @@ def normalize(report: dict) -> dict:
             f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
         f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
         f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
+        if "data" in f and not isinstance(f["data"], dict):
+            f.pop("data")  # the finding's data is an object (the cluster report's schema)
         steps = f.get("fix_steps")
         if not (
             isinstance(steps, list)
@@ -319,6 +321,7 @@ def _node_findings(state: FleetState, select=(), ignore=()) -> list:
                     summary=f"{node}: {f.get('summary', '')}",
                     explanation=str(f.get("explanation") or f.get("title") or cid),
                     fix=_fix(f) or (f"kpdiag explain {cid}",),
+                    data=f["data"] if isinstance(f.get("data"), dict) else {},
                     evidence=evidence,
                     references=tuple(str(x) for x in f.get("references") or ()),
                     subject=f"{node} {f.get('subject') or ''}".strip(),

@@ -78,3 +78,22 @@ def test_text_report_prints_the_kinds(reports):
     text = report_to_text(reports[name], width=200)
     assert "$ iptables -I FORWARD" in text
     assert "- find who set the policy" in text
+
+
+def test_dataplane_findings_carry_their_case_as_data(reports):
+    seen = {}
+    for report in reports.values():
+        for f in report.findings:
+            if f.id in ("KP202", "KP203", "KP302", "KP303", "KP402", "KP403"):
+                seen.setdefault(f.id, f)
+    assert set(seen) == {"KP202", "KP203", "KP302", "KP303", "KP402", "KP403"}
+    for fid, f in seen.items():
+        d = f.to_dict()["data"]
+        assert d["service"] and d["cluster_ip"] and d["port"] > 0 and d["family"] in (4, 6)
+        assert d["mode"] == {"2": "iptables", "3": "ipvs", "4": "nftables"}[fid[2]]
+        if fid in ("KP203", "KP303", "KP403"):
+            assert d["programmed"] and d["endpoints"] != d["expected"]
+            assert set(d["stale"]) == set(d["endpoints"]) - set(d["expected"])
+            assert set(d["missing"]) == set(d["expected"]) - set(d["endpoints"])
+        else:
+            assert d["programmed"] is False and d["ready_endpoints"] > 0
