@@ -17,6 +17,16 @@ import socket
 import sys
 import threading
 
+_LOG = threading.Lock()
+
+
+def _log(line: str) -> None:
+    """One whole line per query: print() writes the text and its newline separately, so the UDP and TCP threads'
+    lines could interleave ("tcp a 1 0tcp b 1 0")."""
+    with _LOG:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
 
 def _answer(data: bytes, records: dict, args, transport: str) -> bytes | None:
     from scapy.layers.dns import DNS, DNSRR
@@ -46,7 +56,7 @@ def _answer(data: bytes, records: dict, args, transport: str) -> bytes | None:
     else:
         rcode = 3
         resp = DNS(id=q.id, qr=1, aa=1, rd=q.rd, ra=1, rcode=3, qd=qd)
-    print(f"{transport} {name} {qd.qtype} {rcode}", flush=True)
+    _log(f"{transport} {name} {qd.qtype} {rcode}")
     return bytes(resp)
 
 
@@ -113,7 +123,7 @@ def main(argv: list[str]) -> int:
         servers.append(threading.Thread(target=_serve_tcp, args=(args.host, args.port, records, args), daemon=True))
     for t in servers:
         t.start()
-    print("ready", flush=True)
+    _log("ready")
     for t in servers:
         t.join()
     return 0
