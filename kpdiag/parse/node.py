@@ -348,10 +348,15 @@ def _port_range(item: dict, key: str) -> tuple[int, int] | None:
 
 
 def _rule_prefix(item: dict, key: str, family: int) -> str | None:
+    """The rule's from/to prefix as the kernel keeps it: the network address (a redacted bundle's mapped address may
+    carry host bits), or None for "all"."""
+    import ipaddress
+
     value = item.get(key)
     if value in (None, "all"):
         return None
-    return f"{value}/{int(item.get(key + 'len', 128 if family == 6 else 32))}"
+    length = int(item.get(key + "len", 128 if family == 6 else 32))
+    return str(ipaddress.ip_network(f"{value}/{length}", strict=False))
 
 
 def parse_ip_rules(text: str, source: str = "ip -j rule") -> list[IpRule]:

@@ -173,6 +173,9 @@ def test_ip_rules_read_as_ip_rule_prints_them():
     assert by_prio[400].dport == (5353, 5353) and by_prio[800].sport == (1000, 2000)
     assert by_prio[700].unknown == ("uidrange 1000-2000",)
     assert by_prio[100].line == 3  # the entry's position, for evidence
+    # a redacted bundle's mapped address may carry host bits: the kernel keeps the network address
+    (r,) = p.parse_ip_rules('[{"priority": 1, "src": "119.126.35.226", "srclen": 16, "table": "9"}]', "x")
+    assert r.src == "119.126.0.0/16"
 
 
 @pytest.mark.parametrize(
