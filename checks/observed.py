@@ -169,6 +169,7 @@ def endpoint_refuses(ctx, new):
                     else []
                 ),
                 subject=f"{svc.key}:{obs.port}",
+                data=obs.data(),
             )
 
 
@@ -225,6 +226,7 @@ def endpoint_drops(ctx, new):
                     else []
                 ),
                 subject=f"{svc.key}:{obs.port}",
+                data=obs.data(),
             )
 
 
@@ -271,6 +273,7 @@ def service_path_broken(ctx, new):
                 evidence=[_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
                 + [_probe_ev(ctx, f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]],
                 subject=f"{svc.key}:{obs.port}",
+                data=obs.data(),
             )
 
 
@@ -308,4 +311,5 @@ def service_port_fails(ctx, new):
                     _svc_ev(ctx, svc, f"{len(svc.endpoints)} endpoint(s)"),
                 ],
                 subject=f"{svc.key}:{obs.port}",
+                data=obs.data(),
             )

@@ -87,6 +87,32 @@ class PortObservation:
     def failing_direct(self) -> list[DirectProbe]:
         return [d for d in self.direct if d.outcome in ("refused", "dropped", "icmp-error", "error")]
 
+    def data(self) -> dict:
+        """This port's observation as data (a finding's ``data``): through the Service, and each endpoint directly."""
+        return {
+            "service": self.svc_key,
+            "cluster_ip": self.cluster_ip,
+            "port": self.port,
+            "protocol": self.proto,
+            "status": self.status,
+            "through_service": {
+                "result": self.service_result,
+                "outcome": self.service_outcome,
+                "from": self.service_from,
+            },
+            "endpoints": [
+                {
+                    "target": d.target,
+                    "pod": d.pod,
+                    "node": d.node,
+                    "result": d.result,
+                    "outcome": d.outcome,
+                    "terminating": d.terminating,
+                }
+                for d in self.direct
+            ],
+        }
+
     @property
     def status(self) -> str:
         s = self.service_outcome

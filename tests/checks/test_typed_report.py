@@ -97,3 +97,17 @@ def test_dataplane_findings_carry_their_case_as_data(reports):
             assert set(d["missing"]) == set(d["expected"]) - set(d["endpoints"])
         else:
             assert d["programmed"] is False and d["ready_endpoints"] > 0
+
+
+def test_observed_failures_carry_the_probes_as_data(reports):
+    """KP111–KP114 (what the probes saw) give scripts the same facts as the summary: the port through the Service and
+    each endpoint probed directly, with its pod, node, result and outcome."""
+    f = next(f for f in reports["svc-backend-refuses"].findings if f.id == "KP111")
+    d = f.to_dict()["data"]
+    assert d["service"] == "shop/web" and d["port"] == 80 and d["status"] == "fails"
+    assert d["through_service"]["outcome"] == "refused"
+    assert d["endpoints"] and all(e["outcome"] == "refused" and e["pod"] for e in d["endpoints"])
+    for e in d["endpoints"]:
+        assert e["target"] in f.summary  # the data and the words say the same
+    udp = next(f for f in reports["svc-udp-fails"].findings if f.id == "KP114").data
+    assert udp["protocol"] == "udp" and udp["endpoints"] == [] and udp["through_service"]["from"] == "10.244.1.1"
