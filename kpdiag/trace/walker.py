@@ -169,7 +169,9 @@ class PacketWalker:
             st.dst, st.ver, src=st.src, iif=iif, mark=st.mark, proto=st.proto, sport=st.sport, dport=st.dport
         )
         if route is not None:
-            if route.rule:
+            if route.rule and route.table == "-":  # the rule's own action: blackhole, unreachable, prohibit
+                st.note(f"the policy-routing rule '{route.rule}' stops it ({route.type})")
+            elif route.rule and route.table != "main":
                 st.note(
                     f"routed by the policy-routing rule '{route.rule}' (table {route.table}), not by the main table"
                 )

@@ -76,3 +76,32 @@ def test_iif_of_the_nodes_own_packets_is_lo():
     assert _get(rt, "8.8.8.8", src="192.0.2.1", iif="lo").dev == "eth1"
     assert _get(rt, "8.8.8.8", iif="cni0").dev == "eth0"
     assert _get(rt, "8.8.8.8", iif=None).uncertain  # an incoming packet whose interface is not known
+
+
+def test_the_trace_names_the_rule_that_routed_or_stopped_the_packet():
+    from kpdiag.parse.iptables import parse_iptables_save
+    from kpdiag.trace.model import Packet
+    from kpdiag.trace.netfilter import IptablesTracer
+
+    rt = _rt(
+        [
+            {"priority": 10, "src": "10.244.0.0", "srclen": 16, "table": "100"},
+            {"priority": 20, "src": "all", "dst": "10.60.0.0", "dstlen": 16, "action": "prohibit"},
+            {"priority": 30, "src": "all", "dst": "10.70.0.0", "dstlen": 16, "table": "main"},
+        ]
+    )
+    rt.forwarding = None
+    rs = parse_iptables_save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n", "r")
+    tracer = IptablesTracer(rs, rt)
+
+    def notes(src, dst):
+        r = tracer.trace(Packet(src, dst, "tcp", 80, origin="external", iif="eth0"))
+        return " ".join([*r.notes, *(n for p in r.paths for n in p.notes)]), r
+
+    text, r = notes("10.244.1.5", "8.8.8.8")
+    assert "routed by the policy-routing rule '10: from 10.244.0.0/16 lookup 100' (table 100)" in text
+    text, r = notes("192.0.2.9", "10.60.1.1")
+    assert "the policy-routing rule '20: from all to 10.60.0.0/16 prohibit' stops it (prohibit)" in text
+    assert all(p.verdict != "accept" for p in r.paths)
+    text, _ = notes("192.0.2.9", "10.70.0.1")
+    assert "policy-routing" not in text  # an explicit lookup of main is the plain decision
