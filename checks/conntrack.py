@@ -57,7 +57,7 @@ def conntrack_pressure(ctx, new):
             )
     elif not stats:
         raise Skip("neither nf_conntrack_count/max nor conntrack -S statistics were collected")
-    src = ctx.bundle.display(sources.CONNTRACK_STATS)
+    src = ctx.display(sources.CONNTRACK_STATS)
     drops = {k: stats.get(k, 0) for k in ("drop", "early_drop") if stats.get(k, 0) > 0}
     if drops and not fired:
         yield new(

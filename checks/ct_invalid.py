@@ -38,6 +38,7 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
     "Packets conntrack calls INVALID are dropped",
     "warning",
     needs=("conntrack",),
+    uses=("iptables", "nft"),
     symptom="Long-lived or high-throughput connections through Services reset or stall now and then (large downloads, "
     "streaming, database replication); short requests work.",
     why="""
@@ -65,7 +66,7 @@ def conntrack_invalid(ctx, new):
     drops = invalid_drop_rules(ctx)
     if not drops:
         return  # INVALID packets are not dropped by a rule on this node
-    src = ctx.bundle.display(sources.CONNTRACK_STATS)
+    src = ctx.display(sources.CONNTRACK_STATS)
     yield new(
         f"conntrack has marked {invalid} packets INVALID since boot, nf_conntrack_tcp_be_liberal is "
         f"{liberal.value.strip() if liberal is not None else 'not known (default 0)'}, and {len(drops)} rule(s) drop INVALID packets: "

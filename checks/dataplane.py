@@ -252,7 +252,7 @@ def _ipvs_missing(ctx, v: PortView) -> Words:
             f"ipvsadm -Ln {_ipvs_flag(proto)} {addr}",
             "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail",
         ),
-        Evidence(ctx.bundle.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}"),
+        Evidence(ctx.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}"),
     )
 
 
@@ -262,7 +262,7 @@ def _ipvs_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     return Words(
         f"{v.svc.key} {vs.name}: {text}",
         (f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}", KUBE_PROXY_RESTART),
-        Evidence(ctx.bundle.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line),
+        Evidence(ctx.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line),
     )
 
 

@@ -82,7 +82,7 @@ def _clean(ctx, doc: dict) -> dict:
     for q in d["queries"]:
         q["addresses"] = _strs(q.get("addresses"))
     for what in sorted(set(bad)):
-        ctx.bundle.problem(DNS_SRC, f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
+        ctx.problem(DNS_SRC, f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
     return d
 
 
@@ -131,7 +131,7 @@ def _items(ctx, rel) -> list[dict] | None:
     if data is None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("items"), list):
-        ctx.bundle.problem(rel, "not a List (kubectl get -o json)")
+        ctx.problem(rel, "not a List (kubectl get -o json)")
         return None
     return [i for i in data["items"] if isinstance(i, dict)]
 
@@ -151,7 +151,7 @@ def _svc_key(svc: dict) -> str:
 
 
 def _rc_source(ctx, rc) -> str:
-    return f"{ctx.bundle.display(DNS_SRC)} (the pod's {rc.get('path') or '/etc/resolv.conf'})"
+    return f"{ctx.display(DNS_SRC)} (the pod's {rc.get('path') or '/etc/resolv.conf'})"
 
 
 def _rc_ev(ctx, rc, keyword: str) -> list[Evidence]:
@@ -177,7 +177,7 @@ def _q_text(q: dict) -> str:
 
 
 def _q_ev(ctx, q: dict) -> Evidence:
-    return Evidence(ctx.bundle.display(DNS_SRC), _q_text(q))
+    return Evidence(ctx.display(DNS_SRC), _q_text(q))
 
 
 def _queries(doc, **match) -> list[dict]:
@@ -306,9 +306,7 @@ def dns_no_endpoints(ctx, new):
                 "kubectl -n kube-system get deploy,pods -l k8s-app=kube-dns",
             ),
             evidence=[
-                Evidence(
-                    ctx.bundle.display(SVC_SRC), "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns"
-                )
+                Evidence(ctx.display(SVC_SRC), "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns")
             ],
             subject="kube-system/kube-dns",
         )
@@ -329,17 +327,17 @@ def dns_no_endpoints(ctx, new):
     serving = [a for a, cond, _ in listed if cond.get("serving") and cond.get("terminating")]
     ev = [
         Evidence(
-            ctx.bundle.display(SVC_SRC),
+            ctx.display(SVC_SRC),
             f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {_g(svc, 'spec', 'selector')}",
         )
     ]
     ev += [
         Evidence(
-            ctx.bundle.display(EPS_SRC),
+            ctx.display(EPS_SRC),
             f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}",
         )
         for a, cond, pod in listed[:8]
-    ] or [Evidence(ctx.bundle.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
+    ] or [Evidence(ctx.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
     fix = (
         "kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
         "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
@@ -370,6 +368,7 @@ def dns_no_endpoints(ctx, new):
     "error",
     needs=("dns-pods",),
     severities=("warning", "error"),
+    uses=("manifest",),
     symptom="DNS lookups fail, or fail now and then; CoreDNS pods show CrashLoopBackOff, 0/1 READY or a growing RESTARTS count.",
     why="""
         CoreDNS (label k8s-app=kube-dns) answers the cluster's DNS. A pod that is not ready is taken out of the kube-dns
@@ -394,7 +393,7 @@ def coredns_unhealthy(ctx, new):
                 "kubectl -n kube-system describe deploy coredns",
                 "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20",
             ),
-            evidence=[Evidence(ctx.bundle.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")],
+            evidence=[Evidence(ctx.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")],
             subject="kube-system/coredns",
         )
         return
@@ -426,14 +425,14 @@ def coredns_unhealthy(ctx, new):
         cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
         ev = [
             Evidence(
-                ctx.bundle.display(PODS_SRC),
+                ctx.display(PODS_SRC),
                 f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
                 + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""),
             )
         ]
         ev += [
             Evidence(
-                ctx.bundle.display(PODS_SRC),
+                ctx.display(PODS_SRC),
                 f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
                 + (
                     f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}"
@@ -508,7 +507,7 @@ def coredns_loop(ctx, new):
     e, _, _, m = hits[0]
     ev = [
         Evidence(
-            f"{ctx.bundle.display(LOGS_SRC)} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
+            f"{ctx.display(LOGS_SRC)} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
             h[2][:300],
             h[1],
         )
@@ -560,7 +559,7 @@ def resolv_nameserver(ctx, new):
     good = set(ips) | {NODE_LOCAL_DNS}
     servers = list(rc.get("nameservers") or [])
     ev = _rc_ev(ctx, rc, "nameserver") + [
-        Evidence(ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")
+        Evidence(ctx.display(SVC_SRC), f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")
     ]
     fix = (
         "kubectl get pod POD -o jsonpath='{.spec.dnsPolicy} {.spec.hostNetwork} {.spec.dnsConfig}'",
@@ -738,7 +737,7 @@ def dns_search_path(ctx, new):
             cause = f"none of the names the search path gives ({', '.join((lk.get('candidates') or {}).get(broken[0] if broken else 'glibc') or [])}) exists"
         who = " and ".join(broken)
         ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "options")[:1]
-        ev += [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, libc)) for libc in broken]
+        ev += [Evidence(ctx.display(DNS_SRC), _walk_text(doc, lk, libc)) for libc in broken]
         ev += [_q_ev(ctx, q) for q in _queries(doc, qname=doc.get("name"), qtype="A", transport="udp")[:1]]
         yield new(
             f"'{lk['name']}' does not resolve through this pod's search path ({who}) while {doc.get('name')} does: {cause}",
@@ -777,8 +776,8 @@ def dns_other_namespace(ctx, new):
     client_ns = doc.get("client_namespace")
     want = set(doc.get("addresses") or [])
     ev = _rc_ev(ctx, rc, "search") + [
-        Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, short, "glibc")),
-        Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, nsd, "glibc")),
+        Evidence(ctx.display(DNS_SRC), _walk_text(doc, short, "glibc")),
+        Evidence(ctx.display(DNS_SRC), _walk_text(doc, nsd, "glibc")),
     ]
     fix = (f"use {name}.{ns} (or {name}.{ns}.svc.{domain}) in the client's configuration",)
     out = (short.get("outcome") or {}).get("glibc") or {}
@@ -807,6 +806,7 @@ def dns_other_namespace(ctx, new):
     "warning",
     needs=("dns-lookups",),
     severities=("warning", "error"),
+    uses=("dns-service",),
     symptom="Most lookups work but large answers fail (headless Services with many pods, long records), or every lookup "
     "waits seconds then fails while 'dig +tcp' works.",
     why="""
@@ -834,9 +834,7 @@ def dns_udp_tcp(ctx, new):
             missing = [p for p in ("UDP", "TCP") if (p, 53) not in protos]
             if missing:
                 svc_note.append(
-                    Evidence(
-                        ctx.bundle.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}"
-                    )
+                    Evidence(ctx.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}")
                 )
         ev = [_q_ev(ctx, udp), _q_ev(ctx, tcp)] + [_q_ev(ctx, q) for q in truncated[:2]] + svc_note
         remain = (
@@ -881,6 +879,7 @@ def dns_udp_tcp(ctx, new):
     "error",
     needs=("dns-lookups",),
     severities=("warning", "error"),
+    uses=("dns-pods", "dns-service", "networkpolicies"),
     symptom="'could not resolve host' / 'i/o timeout' / 'server misbehaving' for every name, after a few seconds.",
     why="""
         Three different failures look alike to an application. A timeout: the query or its answer was dropped on the way
@@ -1014,7 +1013,7 @@ def dns_kubernetes_default(ctx, new):
     ev = (
         _rc_ev(ctx, rc, "search")
         + _rc_ev(ctx, rc, "nameserver")
-        + [Evidence(ctx.bundle.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
+        + [Evidence(ctx.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
     )
     served = doc.get("result") == "resolved"  # the Service's own FQDN resolves: this is no fault of its name
     yield new(

@@ -37,7 +37,7 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
     read, else from kube-proxy's rules."""
     out: dict[tuple[str, int], tuple[str, str]] = {}
     svcs = ctx.cluster.services() if ctx.cluster.available else None
-    src = ctx.bundle.display(sources.SERVICES)
+    src = ctx.display(sources.SERVICES)
     for svc in svcs or []:
         for p in svc.ports:
             if p.get("nodePort"):
@@ -58,7 +58,7 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
             if node and str(key[1]) == node[0]:
                 out.setdefault(
                     (key[0], int(key[2])),
-                    ("NodePort (IPVS virtual server on the node's address)", ctx.bundle.display(sources.IPVSADM)),
+                    ("NodePort (IPVS virtual server on the node's address)", ctx.display(sources.IPVSADM)),
                 )
     else:
         rs = ctx.iptables()
@@ -144,6 +144,7 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
     "The host firewall drops NodePort or health-check traffic",
     "error",
     needs=("addresses", "routes"),
+    uses=("iptables", "ipvs", "kube-proxy-config", "manifest", "nft", "proxy-mode", "services", "tracer"),
     symptom="NodePorts time out from outside the node although the Service works inside the cluster; cloud load balancers "
     "mark every node unhealthy (their health check to healthCheckNodePort or :10256 gets no answer).",
     why="""
@@ -256,7 +257,7 @@ def host_firewall(ctx, new):
         if st.source and st.source.rsplit(":", 1)[-1].isdigit():
             src, line = st.source.rsplit(":", 1)
             return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}", int(line))
-        src = ctx.nft().source if " " in st.table and ctx.nft() is not None else ctx.bundle.name
+        src = ctx.nft().source if " " in st.table and ctx.nft() is not None else ctx.bundle_name
         return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}")
 
     yield new(

@@ -29,6 +29,7 @@ def _need_nodes(ctx, n: int = 2):
     "kube-proxy runs in different modes on different nodes",
     "warning",
     scope="cluster",
+    uses=("node-reports",),
     symptom="A Service behaves differently depending on the node the client runs on (ping answered here, not there; "
     "session affinity or timeouts differ); a mode change was rolled out to only some nodes.",
     why="""
@@ -93,6 +94,7 @@ def _who(nodes: list[str]) -> str:
     "A Service is programmed on some nodes only",
     "error",
     scope="cluster",
+    uses=("node-reports", "programmed"),
     symptom="A Service works from most nodes but not from a few (or the other way round); new Services never work on some nodes.",
     why="""
         kube-proxy on every node should program the same ClusterIPs. A node that lacks service ports most nodes have
@@ -153,6 +155,7 @@ def partially_programmed(ctx, new):
     "Nodes send a Service's traffic to different endpoints",
     "error",
     scope="cluster",
+    uses=("node-reports", "programmed"),
     symptom="Some requests to a Service go to pods that are gone (timeouts, connection refused) depending on the client's node.",
     why="""
         For a ClusterIP every node should spread traffic over the same ready endpoints (those in the Service's
@@ -244,6 +247,7 @@ def _minor(text) -> tuple[int, int] | None:
     "warning",
     severities=("warning", "error"),
     scope="cluster",
+    uses=("node-reports",),
     symptom="Behaviour differs between nodes after an upgrade; features (traffic policies, nftables fixes) work on some nodes only.",
     why="""
         During an upgrade nodes run different kube-proxy versions for a while; a skew that stays means the upgrade
@@ -298,6 +302,7 @@ def version_skew(ctx, new):
     "warning",
     severities=("info", "warning", "error"),
     scope="cluster",
+    uses=("node-reports",),
     symptom="Hundreds of identical findings, one per node.",
     why="""
         A finding that most nodes share comes from something they share: the node image, the kube-proxy ConfigMap,
@@ -346,6 +351,7 @@ def common_finding(ctx, new):
     "warning",
     severities=("warning", "error"),
     scope="cluster",
+    uses=("node-reports",),
     symptom="The cluster report covers fewer nodes than the cluster has.",
     why="""
         kpdiag runs one short-lived pod per node. A node is missing from the report when that pod could not be

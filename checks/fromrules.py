@@ -59,7 +59,7 @@ def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
                 what = " . ".join(map(str, key)) if key else "(nodeport)"
                 out.setdefault(name, []).append(
                     Evidence(
-                        ctx.bundle.display(NFT_SRC),
+                        ctx.display(NFT_SRC),
                         f'{table[0]} {table[1]} {set_name}: {what} comment "{name}" : '
                         + ("goto reject-chain" if v == "goto" else "drop"),
                     )
@@ -80,6 +80,7 @@ def _mode(ctx) -> str:
     "kube-proxy's rules say a Service has no endpoints",
     "error",
     needs=(),
+    uses=("iptables", "nft", "proxy-mode", "services"),
     symptom="Connections to a Service are refused at once; the API objects were not collected, but the node's rules say why.",
     why="""
         When a Service port has no endpoints at all, kube-proxy writes a rule that rejects its traffic — in iptables mode a
@@ -123,6 +124,7 @@ def rules_no_endpoints(ctx, new):
     "kube-proxy's rules drop a Local-policy Service on this node",
     "warning",
     needs=(),
+    uses=("iptables", "nft", "proxy-mode", "services"),
     symptom="A Service times out from this node (pods here, or NodePort/LoadBalancer traffic arriving here) and works elsewhere.",
     why="""
         With internalTrafficPolicy: Local (traffic from pods) or externalTrafficPolicy: Local (NodePort, LoadBalancer,

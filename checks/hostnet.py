@@ -124,8 +124,8 @@ def rp_filter_strict(ctx, new):
                 if e
             ]
             + [
-                Evidence(ctx.bundle.display(ADDR_SRC), f"{name}: {', '.join(addrs)}"),
-                Evidence(ctx.bundle.display(ROUTE_SRC), f"default dev {uplink}"),
+                Evidence(ctx.display(ADDR_SRC), f"{name}: {', '.join(addrs)}"),
+                Evidence(ctx.display(ROUTE_SRC), f"default dev {uplink}"),
             ],
             subject=name,
         )
@@ -139,21 +139,19 @@ def _ipv6_services(ctx) -> list[str]:
     why = []
     progs6 = ctx.programmed("ip6tables-save")
     if progs6:
-        why.append(f"{ctx.bundle.display(sources.IP6TABLES_SAVE)}: {len(progs6)} IPv6 service ports in KUBE-SERVICES")
+        why.append(f"{ctx.display(sources.IP6TABLES_SAVE)}: {len(progs6)} IPv6 service ports in KUBE-SERVICES")
     if ctx.nft_text and '"family": "ip6", "name": "kube-proxy"' in ctx.nft_text:
-        why.append(f"{ctx.bundle.display(sources.NFT_RULESET)}: table ip6 kube-proxy")
+        why.append(f"{ctx.display(sources.NFT_RULESET)}: table ip6 kube-proxy")
     ipvs = ctx.ipvs
     if ipvs:
         v6 = [k for k in ipvs if ":" in str(k[1])]
         if v6:
-            why.append(f"{ctx.bundle.display(sources.IPVSADM)}: {len(v6)} IPv6 virtual servers")
+            why.append(f"{ctx.display(sources.IPVSADM)}: {len(v6)} IPv6 virtual servers")
     svcs = ctx.cluster.services() if ctx.cluster.available else None
     if svcs:
         v6 = [s.key for s in svcs if any(":" in ip for ip in s.cluster_ips)]
         if v6:
-            why.append(
-                f"{ctx.bundle.display(sources.SERVICES)}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})"
-            )
+            why.append(f"{ctx.display(sources.SERVICES)}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})")
     return why
 
 
@@ -163,6 +161,7 @@ def _ipv6_services(ctx) -> list[str]:
     "IPv6 forwarding is off on a dual-stack node",
     "error",
     needs=("sysctl",),
+    uses=("iptables", "ipvs", "nft", "services"),
     symptom="Services answer over IPv4 and time out over IPv6 (AAAA records, IPv6 ClusterIPs, IPv6 NodePorts) from or to pods on other nodes.",
     why="""
         IPv4 and IPv6 forwarding are separate switches. On a dual-stack node kube-proxy programs IPv6 Services too
@@ -265,7 +264,7 @@ def mtu_mismatch(ctx, new):
     if uplink is None or not isinstance(uplink.get("mtu"), int):
         raise Skip("the node's uplink (the default route's interface) or its MTU is not known")
     u = uplink["mtu"]
-    addr_src = ctx.bundle.display(ADDR_SRC)
+    addr_src = ctx.display(ADDR_SRC)
     up_ev = Evidence(addr_src, f"{uplink_name} (default route): mtu {u}")
     tunnels = []
     for link in links:

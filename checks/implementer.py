@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kpdiag.checkapi import Skip, check
-from kpdiag.implementer import PROCESSES, processes
 from kpdiag.model import Evidence
 from kpdiag import sources
 
@@ -20,6 +19,7 @@ def _blind(ctx) -> bool:
     "service-proxy-replacement",
     "Services are implemented by a kube-proxy replacement here",
     "info",
+    uses=("addresses", "implementer", "iptables", "nft"),
     symptom="kube-proxy is not running on this node, or its DaemonSet does not exist, yet Services work (or not) — "
     "kube-proxy advice does not apply.",
     why="""
@@ -65,6 +65,18 @@ def replacement(ctx, new):
     "kube-proxy-absent",
     "kube-proxy is not running, and nothing replaces it",
     "error",
+    uses=(
+        "addresses",
+        "implementer",
+        "iptables",
+        "kube-proxy-healthz",
+        "kube-proxy-metrics",
+        "kube-proxy-mode",
+        "manifest",
+        "nft",
+        "processes",
+        "proxy-mode",
+    ),
     symptom="New Services and endpoint changes never reach this node; if its rules were never written, no ClusterIP works "
     "from here at all.",
     why="""
@@ -83,16 +95,17 @@ def absent(ctx, new):
     impl = ctx.service_implementer
     if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s"):
         return
-    b = ctx.bundle
-    if any(b.exists(rel) for rel in HTTP_SOURCES):
+    if any(ctx.has(rel) for rel in HTTP_SOURCES):
         return  # kube-proxy answered
-    errs = {str(e.get("source")): str(e.get("error")) for e in (b.manifest.get("errors") or []) if isinstance(e, dict)}
+    errs = {
+        str(e.get("source")): str(e.get("error")) for e in (ctx.manifest.get("errors") or []) if isinstance(e, dict)
+    }
     failed = [rel for rel in HTTP_SOURCES if rel in errs]
     if len(failed) < len(HTTP_SOURCES):
         raise Skip(
             "the bundle does not say whether kube-proxy's :10249/:10256 answered (not collected by kpdiag node/collect)"
         )
-    procs = processes(b) if b.exists(PROCESSES) else None
+    procs = ctx.source(sources.PROCESSES)
     if procs is None:
         raise Skip(f"the node's processes were not listed ({sources.PROCESSES}): a kube-proxy cannot be ruled out")
     if "1" not in procs.values() or any(p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s")):
@@ -115,10 +128,10 @@ def absent(ctx, new):
             "kubectl describe node <this node> | grep -i taint   # a taint the DaemonSet does not tolerate?",
             "ls /etc/kubernetes/manifests/   # a static-pod kube-proxy whose manifest was removed?",
         ),
-        evidence=[Evidence(b.display(rel), errs[rel][:200]) for rel in failed[:2]]
+        evidence=[Evidence(ctx.display(rel), errs[rel][:200]) for rel in failed[:2]]
         + [
             Evidence(
-                b.display(PROCESSES),
+                ctx.display(sources.PROCESSES),
                 f"no kube-proxy, k3s or k0s among {len(procs)} processes looked for (pid 1: {next(c for c, p in procs.items() if p == '1')})",
             )
         ],

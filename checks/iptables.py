@@ -21,6 +21,7 @@ def _kube_chains(rs) -> list[str]:
     "iptables-backend-mix",
     "kube-proxy rules in both iptables backends",
     "error",
+    uses=("iptables",),
     symptom="Services work on some nodes and not others, or stop working after a kube-proxy restart; rules you see with iptables -L are not the ones that act.",
     why="""
         iptables has two kernel backends: the old xtables ("legacy") and nf_tables. Both are active at once, and a
@@ -70,6 +71,7 @@ SERVICES_WARN = 1000
     "warning",
     modes=("iptables",),
     needs=("iptables",),
+    uses=("proxy-mode",),
     symptom="Service changes take seconds to minutes to reach this node; kube-proxy's sync takes long; first packets of connections are slow; CPU spikes in kube-proxy and iptables-restore.",
     why="""
         In iptables mode every new connection walks the nat KUBE-SERVICES chain rule by rule until its ClusterIP
@@ -146,6 +148,7 @@ def _sample_path(ctx):
     "FORWARD policy DROP blocks Service traffic",
     "error",
     needs=("iptables",),
+    uses=("kube-proxy-config", "routes", "tracer"),
     symptom="Pods cannot reach Services whose endpoints are on other nodes; external clients may still work.",
     why="""
         After kube-proxy DNATs a Service packet to a pod on another node, the node *forwards* it, so it passes the
@@ -208,6 +211,7 @@ def forward_drop(ctx, new):
     "Rules of another proxy mode left behind",
     "warning",
     needs=("iptables",),
+    uses=("manifest", "proxy-mode"),
     symptom="Service traffic behaves as if an old configuration still applied: stale DNAT targets, REJECTs for working Services, traffic to the wrong endpoints after a mode switch.",
     why="""
         Switching kube-proxy's mode (iptables ↔ IPVS ↔ nftables, or away from the removed userspace mode) does not
@@ -225,7 +229,7 @@ def leftover(ctx, new):
     if not other:
         return
     rs = ctx.iptables()
-    evidence = [Evidence(rs.source if "iptables" in why else ctx.bundle.name, why) for why in other.values()]
+    evidence = [Evidence(rs.source if "iptables" in why else ctx.bundle_name, why) for why in other.values()]
     yield new(
         f"kube-proxy runs in {mode} mode ({how}), but {', '.join(other)} mode artefacts are still on the node: {'; '.join(other.values())}",
         fix=(

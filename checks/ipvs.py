@@ -34,6 +34,7 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
     "IPVS mode wanted, kernel modules missing",
     "error",
     needs=("kernel",),
+    uses=("ipvs", "kube-proxy-config", "kube-proxy-version", "modules", "preflight"),
     symptom="kube-proxy is configured with mode: ipvs, yet Services behave as in iptables mode — or kube-proxy crash-loops.",
     why="""
         IPVS mode needs the ip_vs kernel module, its schedulers (ip_vs_rr, ip_vs_wrr, ip_vs_sh, and the one you
@@ -54,7 +55,7 @@ def ipvs_unavailable(ctx, new):
             return
     if ctx.modules is None:
         # no /proc/modules (a kernel without loadable modules, or not collected): /proc/net/ip_vs is the sign of life
-        gone = [p for p in ctx.problems if p.source.endswith(sources.IPVSADM) and "not loaded" in p.error]
+        gone = [p for p in ctx.problems_with(sources.IPVSADM) if "not loaded" in p.error]
         if not gone:
             raise Skip(f"needs {sources.MODULES} (/proc/modules) to tell which IPVS modules are loaded")
         wanted = ipvs_modules(ctx.kernel, None)
@@ -99,8 +100,8 @@ def ipvs_unavailable(ctx, new):
         ),
         evidence=[e for e in (ev.config(ctx, "mode"),) if e]
         + [
-            Evidence(ctx.bundle.display(sources.MODULES), f"not listed: {', '.join(missing)}"),
-            Evidence(ctx.bundle.display(sources.UNAME), k, 1),
+            Evidence(ctx.display(sources.MODULES), f"not listed: {', '.join(missing)}"),
+            Evidence(ctx.display(sources.UNAME), k, 1),
         ],
         subject="node",
     )
@@ -119,7 +120,7 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
         m = _TIMEOUT_RE.search(line)
         if m:
             return int(m.group(1)), int(m.group(2)), int(m.group(3)), lineno
-    ctx.bundle.problem(TIMEOUT_SRC, "no 'Timeout (tcp tcpfin udp): N N N' line (ipvsadm -L --timeout)")
+    ctx.problem(TIMEOUT_SRC, "no 'Timeout (tcp tcpfin udp): N N N' line (ipvsadm -L --timeout)")
     return None
 
 
@@ -130,6 +131,7 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
     "info",
     modes=("ipvs",),
     needs=("sysctl",),
+    uses=("ipvs-timeout", "kube-proxy-config", "proxy-mode"),
     symptom="In IPVS mode, long-lived connections through a ClusterIP (database pools, gRPC streams, message brokers) die "
     "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",
     why="""
@@ -161,7 +163,7 @@ def ipvs_idle_timeout(ctx, new):
         return
     cfg = ctx.kube_proxy_config
     evidence = [
-        Evidence(ctx.bundle.display(TIMEOUT_SRC), f"Timeout (tcp tcpfin udp): tcp {tcp} s", line),
+        Evidence(ctx.display(TIMEOUT_SRC), f"Timeout (tcp tcpfin udp): tcp {tcp} s", line),
         ev.sysctl(ctx, "net.ipv4.tcp_keepalive_time"),
     ]
     if cfg is not None and cfg.get("ipvs.tcpTimeout") is not None:

@@ -28,6 +28,7 @@ def _ipvs_mode(ctx) -> bool:
     "error",
     modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
+    uses=("focus", "preflight", "proxy-mode"),
     symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
     why="""
         In IPVS mode kube-proxy creates one IPVS virtual server per ClusterIP:port and binds the ClusterIP on the
@@ -47,6 +48,7 @@ def service_missing(ctx, new):
     "error",
     modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
+    uses=("focus", "manifest", "node-object", "preflight", "proxy-mode"),
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
         Each IPVS virtual server's real servers should be exactly the Service's ready endpoints (with
@@ -67,6 +69,7 @@ def realservers(ctx, new):
     "error",
     modes=("ipvs",),
     needs=("addresses", "ipvs"),
+    uses=("preflight", "proxy-mode", "routes"),
     symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
     why="""
         IPVS only sees packets delivered to the node itself. kube-proxy makes that happen by adding every ClusterIP
@@ -105,10 +108,10 @@ def not_bound(ctx, new):
         ),
         evidence=[
             Evidence(
-                ctx.bundle.display(sources.IP_ADDR),
+                ctx.display(sources.IP_ADDR),
                 f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0",
             ),
-            Evidence(ctx.bundle.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}"),
+            Evidence(ctx.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}"),
         ],
         subject="node",
     )
@@ -127,6 +130,7 @@ def _ip(addr):
     "info",
     modes=("ipvs",),
     needs=("ipvs",),
+    uses=("ipvs-conn", "preflight", "proxy-mode", "sysctl"),
     symptom="After a rollout, some clients keep talking to old pods for a while.",
     why="""
         When an endpoint goes away, kube-proxy sets its IPVS real server's weight to 0 instead of deleting it, so
@@ -157,7 +161,7 @@ def graceful(ctx, new):
                     ),
                     evidence=[
                         Evidence(
-                            ctx.bundle.display(sources.IPVSADM_LIST),
+                            ctx.display(sources.IPVSADM_LIST),
                             f"-> {r.target} weight 0 active {r.active}",
                             r.line,
                         )
@@ -191,7 +195,7 @@ def graceful(ctx, new):
             if expire is not None and expire.value.strip() == "0"
             else "with expire_nodest_conn = 1 each is dropped at its next packet"
         )
-        evidence = [Evidence(ctx.bundle.display(sources.IPVS_CONN), f"{name} -> {target}: {by_state}")]
+        evidence = [Evidence(ctx.display(sources.IPVS_CONN), f"{name} -> {target}: {by_state}")]
         fix = [f"ipvsadm -Lnc | grep {target.rsplit(':', 1)[0]}   # the connections"]
         if expire is not None:
             evidence.append(ev.sysctl(ctx, "net.ipv4.vs.expire_nodest_conn"))
@@ -230,6 +234,7 @@ IPVS_SYSCTLS = {
     "warning",
     modes=("ipvs",),
     needs=("sysctl", "kernel"),
+    uses=("preflight", "proxy-mode"),
     symptom="Intermittent timeouts or 1-second delays on new connections; clients stuck on removed pods; masquerade not applied.",
     why="""
         kube-proxy's IPVS mode relies on net.ipv4.vs.conntrack=1, expire_nodest_conn=1 and
@@ -281,6 +286,7 @@ def ipvs_sysctls(ctx, new):
     "warning",
     modes=("ipvs",),
     needs=("kube-proxy-config", "sysctl"),
+    uses=("addresses", "ipsets", "ipvs", "preflight", "proxy-mode", "services"),
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""
         In IPVS mode every node binds every Service address on kube-ipvs0 — LoadBalancer IPs included — and by default
@@ -339,9 +345,9 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     out = {}
     for ip, why in candidates.items():
         if bound is not None and ip in bound:
-            out[ip] = (ctx.bundle.display(sources.IP_ADDR), f"bound on kube-ipvs0 ({why})")
+            out[ip] = (ctx.display(sources.IP_ADDR), f"bound on kube-ipvs0 ({why})")
         elif ip in vips:
-            out[ip] = (ctx.bundle.display(sources.IPVSADM), f"IPVS virtual server ({why})")
+            out[ip] = (ctx.display(sources.IPVSADM), f"IPVS virtual server ({why})")
     return out
 
 
@@ -352,6 +358,7 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     "error",
     modes=("ipvs",),
     needs=("iptables",),
+    uses=("ipsets", "preflight", "proxy-mode"),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
     why="""
         In IPVS mode kube-proxy keeps its iptables rules constant and puts the addresses in ipsets: KUBE-CLUSTER-IP
@@ -387,7 +394,7 @@ def ipvs_ipset(ctx, new):
             "modprobe ip_set",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
-        evidence=[Evidence(ctx.bundle.display(sources.IPSET), why)] + [ev.rule(r) for r in refs],
+        evidence=[Evidence(ctx.display(sources.IPSET), why)] + [ev.rule(r) for r in refs],
         subject="node",
     )
 
@@ -398,6 +405,7 @@ def ipvs_ipset(ctx, new):
     "IPVS mode is deprecated on this release",
     "warning",
     modes=("ipvs",),
+    uses=("kube-proxy-config", "kube-proxy-version", "preflight", "proxy-mode"),
     symptom="None yet — but IPVS mode gets no new features and will be removed.",
     why="""
         kube-proxy's IPVS mode is deprecated from Kubernetes v1.35. nftables mode (GA since v1.33) gives the same
@@ -423,6 +431,6 @@ def deprecated(ctx, new):
             "afterwards: ipvsadm -C; ip link del kube-ipvs0   # remove IPVS leftovers (KP208)",
         ),
         evidence=[e for e in (ev.config(ctx, "mode"),) if e]
-        + [Evidence(ctx.bundle.display(sources.KP_METRICS), f"kube-proxy v{version[0]}.{version[1]}")],
+        + [Evidence(ctx.display(sources.KP_METRICS), f"kube-proxy v{version[0]}.{version[1]}")],
         subject="node",
     )

@@ -33,6 +33,7 @@ def _log_modes(ctx):
     "kube-proxy runs in another mode than configured",
     "error",
     needs=("kube-proxy-config",),
+    uses=("kube-proxy-log", "kube-proxy-mode", "manifest", "proxy-mode"),
     symptom="You configured IPVS (or nftables) and tuned for it, yet the node behaves like iptables mode — or the reverse.",
     why="""
         kube-proxy reads its mode from the KubeProxyConfiguration (the kube-proxy ConfigMap). When that mode cannot
@@ -50,7 +51,7 @@ def mode_mismatch(ctx, new):
     running = ctx.proxy_mode_running
     if running and running != configured:
         disagree.append(f"/proxyMode answers {running}")
-        evidence.append(Evidence(ctx.bundle.display(sources.KP_PROXY_MODE), running, 1))
+        evidence.append(Evidence(ctx.display(sources.KP_PROXY_MODE), running, 1))
     used, fallbacks = _log_modes(ctx)
     if used and used[-1][0] != configured:
         mode, n, line = used[-1]
@@ -63,7 +64,7 @@ def mode_mismatch(ctx, new):
     inferred = ctx.inferred_modes()
     if inferred and configured not in inferred:
         disagree.append(f"the node has {' and '.join(inferred)} rules, none of {configured} mode")
-        evidence.extend(Evidence(ctx.bundle.name, why) for why in inferred.values())
+        evidence.extend(Evidence(ctx.bundle_name, why) for why in inferred.values())
     if not disagree:
         return
     actual = running or (used[-1][0] if used else None) or next(iter(inferred), "unknown")
@@ -85,6 +86,7 @@ def mode_mismatch(ctx, new):
     "userspace-mode",
     "kube-proxy configured for the removed userspace mode",
     "error",
+    uses=("iptables", "kube-proxy-config", "proxy-mode"),
     symptom="kube-proxy does not start on new releases (unknown proxy mode), or Services are slow and go through a userspace process on old ones.",
     why="""
         The userspace proxy mode — kube-proxy itself accepting every connection and copying bytes to a backend — was
@@ -134,6 +136,7 @@ STALE_SECONDS = 120
     "kube-proxy is unhealthy or has stopped syncing",
     "error",
     severities=("warning", "error"),
+    uses=("kube-proxy-healthz", "kube-proxy-metrics", "manifest"),
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
     why="""
         kube-proxy reports on :10256/healthz when it last wrote the node's rules. If that is older than a couple of
@@ -152,7 +155,7 @@ def unhealthy(ctx, new):
         "curl -s http://127.0.0.1:10256/healthz; curl -s http://127.0.0.1:10249/metrics | grep -E 'sync_proxy_rules_(last|iptables_restore_failures)'",
         "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>   # after fixing the cause",
     )
-    src = ctx.bundle.display(sources.KP_HEALTHZ)
+    src = ctx.display(sources.KP_HEALTHZ)
     if hz is not None:
         status = hz.get("kpdiag_http_status")
         last, now = _ts(hz.get("lastUpdated")), _ts(hz.get("currentTime"))
@@ -320,6 +323,7 @@ def sync_slow(ctx, new):
     "no-cluster-cidr",
     "kube-proxy cannot tell pod traffic from outside traffic",
     "warning",
+    uses=("iptables", "kube-proxy-config"),
     symptom="Clients outside the cluster reach a ClusterIP (via a route) but get no answer; or pods see the node's IP instead of the client's.",
     why="""
         kube-proxy masquerades Service traffic that comes from *outside* the cluster, so that the reply returns

@@ -91,7 +91,7 @@ def _policy_ev(ctx, index, key: str, direction: str) -> Evidence:
     sel = pol.pod_sel.text() or "{} (every pod)"
     ns, _, name = key.partition("/")
     return Evidence(
-        ctx.bundle.display(NP_SRC),
+        ctx.display(NP_SRC),
         f"NetworkPolicy {key}: podSelector {sel}; {direction}: {pol.admits_text(direction)}",
         _line_of(ctx, NP_SRC, ns, name),
     )
@@ -105,7 +105,7 @@ def _pod_ev(ctx, pod: Pod) -> Evidence:
         if line:
             rel = candidate
             break
-    return Evidence(ctx.bundle.display(rel), f"pod {pod.key} {pod.ip or 'no IP'}: {labels}", line)
+    return Evidence(ctx.display(rel), f"pod {pod.key} {pod.ip or 'no IP'}: {labels}", line)
 
 
 def _enforcement_note(data) -> str:
@@ -182,6 +182,7 @@ def _unknown_client_skip(ctx, data, why: str):
     "NetworkPolicy denies the client at the endpoints",
     "error",
     needs=("services", "endpointslices", "networkpolicies"),
+    uses=("focus", "manifest"),
     symptom="Connections to the Service time out (the SYN is dropped, nothing answers) although the pods are ready and "
     "answer from other clients; kpdiag's direct probes of the endpoints time out too.",
     why="""
@@ -218,9 +219,7 @@ def policy_denies_ingress(ctx, new):
         if client.pod is not None:
             ev.append(_pod_ev(ctx, client.pod))
         else:
-            ev.append(
-                Evidence(ctx.bundle.display("kpdiag.json"), f"client_ip {client.ip}: no pod read has this address")
-            )
+            ev.append(Evidence(ctx.display("kpdiag.json"), f"client_ip {client.ip}: no pod read has this address"))
         yield new(
             f"{admits}; the client {who} is not admitted to {svc.key} port {port.get('port')} → targetPort "
             f"{denied[0][1].port}/{denied[0][1].protocol} ({len(denied)} of {len(flows)} endpoint(s) deny it: {eps}){_enforcement_note(data)}",
@@ -241,6 +240,7 @@ def policy_denies_ingress(ctx, new):
     "NetworkPolicy denies the client's egress to the endpoints",
     "error",
     needs=("services", "endpointslices", "networkpolicies"),
+    uses=("focus", "manifest"),
     symptom="Connections from this client to the Service time out, while other clients reach it.",
     why="""
         Egress policies isolate the pods they select: once a policy with policyTypes Egress selects the client pod,
@@ -321,6 +321,7 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
     "NetworkPolicy blocks the client's DNS",
     "error",
     needs=("networkpolicies",),
+    uses=("dns-pods", "manifest"),
     symptom="Every name lookup from the pod times out ('connection timed out; no servers could be reached'), so "
     "calls by Service name fail while calls by IP work — typically right after a 'default deny' policy.",
     why="""
@@ -431,6 +432,7 @@ def _dns_patch(client: Pod) -> dict:
     "NetworkPolicies exist but the CNI does not enforce them",
     "warning",
     needs=("networkpolicies",),
+    uses=("focus", "manifest", "services"),
     symptom="NetworkPolicies that should block traffic have no effect; or a policy 'works' in one cluster and not in another.",
     why="""
         NetworkPolicy objects are only intentions: the CNI plugin enforces them. Some CNIs do not — plain flannel
@@ -461,7 +463,7 @@ def policies_not_enforced(ctx, new):
         if denied:
             d = denied[0].ingress if not denied[0].ingress.allowed else denied[0].egress
             would = f"; if enforced they would drop {_client_text(client)} → {denied[0].dst.text()}:{denied[0].port} ({d.missing})"
-    ev = [Evidence(ctx.bundle.display(CNI_SRC if ctx.has(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
+    ev = [Evidence(ctx.display(CNI_SRC if ctx.has(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
     ev += [
         _policy_ev(ctx, data.index, k, "ingress" if "Ingress" in data.index.policy(k).types else "egress")
         for k in keys[:3]

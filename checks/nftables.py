@@ -28,6 +28,7 @@ def _nft_mode(ctx) -> bool:
     "nftables mode on a kernel or nft too old for it",
     "error",
     needs=("kernel",),
+    uses=("kube-proxy-config", "nft-version", "preflight", "proxy-mode"),
     symptom="kube-proxy configured with mode: nftables crash-loops or falls back; Services do not work on this node.",
     why="""
         kube-proxy's nftables mode (beta in v1.31, GA in v1.33) uses kernel features that arrived in Linux 5.13 and
@@ -44,11 +45,11 @@ def prerequisites(ctx, new):
     problems, evidence = [], []
     if kernel < MIN_KERNEL:
         problems.append(f"kernel {'.'.join(map(str, kernel))} < 5.13")
-        evidence.append(Evidence(ctx.bundle.display(sources.UNAME), ".".join(map(str, kernel)), 1))
+        evidence.append(Evidence(ctx.display(sources.UNAME), ".".join(map(str, kernel)), 1))
     nft_v = ctx.nft_version
     if nft_v is not None and nft_v < MIN_NFT:
         problems.append(f"nft {'.'.join(map(str, nft_v))} < 1.0.1")
-        evidence.append(Evidence(ctx.bundle.display(sources.NFT_VERSION), ".".join(map(str, nft_v)), 1))
+        evidence.append(Evidence(ctx.display(sources.NFT_VERSION), ".".join(map(str, nft_v)), 1))
     if not problems:
         return
     yield new(
@@ -70,6 +71,7 @@ def prerequisites(ctx, new):
     "error",
     modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
+    uses=("focus", "proxy-mode"),
     symptom="The Service works from other nodes, not from this one (rejected or dropped by cluster-ips-check).",
     why="""
         In nftables mode kube-proxy puts every ClusterIP . protocol . port into its service-ips verdict map. A Service
@@ -90,6 +92,7 @@ def service_missing(ctx, new):
     "error",
     modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
+    uses=("focus", "manifest", "node-object", "proxy-mode"),
     symptom="A share of connections to the Service fails or reaches old pods on this node.",
     why="""
         kube-proxy's per-Service chain picks an endpoint chain with numgen random mod N; each endpoint chain DNATs to
@@ -125,6 +128,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
     "warning",
     modes=("nftables",),
     needs=("nft", "kube-proxy-config"),
+    uses=("proxy-mode",),
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "
     "health checks that use localhost broke after switching kube-proxy to nftables mode.",
     why="""

@@ -18,7 +18,7 @@ LOOKUP_SRC = sources.SERVICE_LOOKUP
 
 
 def _probe_ev(ctx, text: str) -> Evidence:
-    return Evidence(ctx.bundle.display(PROBES_SRC), text)
+    return Evidence(ctx.display(PROBES_SRC), text)
 
 
 def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | None:
@@ -73,11 +73,9 @@ def service_not_found(ctx, new):
             if doc.get("listed")
             else "the other Services could not be listed"
         )
-    ev = [Evidence(ctx.bundle.display(LOOKUP_SRC), f"GET service {ns}/{name}: {doc.get('status', 404)} Not Found")]
+    ev = [Evidence(ctx.display(LOOKUP_SRC), f"GET service {ns}/{name}: {doc.get('status', 404)} Not Found")]
     if doc.get("listed"):
-        ev.append(
-            Evidence(ctx.bundle.display(LOOKUP_SRC), f"Services in {ns}: {', '.join(sorted(names)[:12]) or 'none'}")
-        )
+        ev.append(Evidence(ctx.display(LOOKUP_SRC), f"Services in {ns}: {', '.join(sorted(names)[:12]) or 'none'}"))
     fix = [f"kpdiag svc {near[0]} -n {ns}" for _ in [0] if near] + [f"kpdiag svc {name} -n {o}" for o in others[:2]]
     fix += [f"kubectl get services -A --field-selector metadata.name={name}", f"kubectl -n {ns} get services"]
     yield new(f"Service {ns}/{name} does not exist: " + "; ".join(bits), fix=fix, evidence=ev, subject=f"{ns}/{name}")
@@ -118,6 +116,7 @@ def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
     "An endpoint refuses connections on its targetPort",
     "error",
     needs=("services", "probes"),
+    uses=("focus", "pods"),
     symptom="Some or all connections to the Service are refused ('connection refused') or reset, although the pods are Ready.",
     why="""
         kpdiag connected to each endpoint directly, at the port the Service sends to, and the pod answered with a reset
@@ -179,6 +178,7 @@ def endpoint_refuses(ctx, new):
     "An endpoint does not answer at all (packets dropped)",
     "error",
     needs=("services", "probes"),
+    uses=("focus", "networkpolicies"),
     symptom="Connections to the Service hang and time out (all of them, or one in N), while the pods are Ready.",
     why="""
         kpdiag connected to the endpoint directly, from where it runs, and nothing came back — no answer, no reset — or an
@@ -236,6 +236,7 @@ def endpoint_drops(ctx, new):
     "The Service fails although its endpoints answer directly",
     "error",
     needs=("services", "probes"),
+    uses=("focus", "iptables", "manifest", "nft", "node-object"),
     symptom="curl to the Service's name or ClusterIP fails, while curl to a pod IP works.",
     why="""
         The endpoints answered when kpdiag connected to them directly, but not through the ClusterIP. What stands between
@@ -283,6 +284,7 @@ def service_path_broken(ctx, new):
     "The Service port does not answer",
     "error",
     needs=("services", "probes"),
+    uses=("focus", "manifest", "node-object"),
     symptom="Connections to the Service are refused, reset or time out.",
     why="""
         Through the ClusterIP the Service port did not answer, and kpdiag could not compare with its endpoints (none was

@@ -29,6 +29,7 @@ def covering_prefix(ips: list[str]) -> str:
     "Traffic to ClusterIPs that kube-proxy does not translate leaves the node",
     "info",
     needs=("routes", "iptables"),
+    uses=("proxy-mode",),
     symptom="ping to a ClusterIP answers 'Time to live exceeded' (or nothing); a ClusterIP on a port the Service does not define hangs instead of being refused.",
     why="""
         A ClusterIP is virtual: no interface has it. In iptables (and nftables) mode kube-proxy only translates
@@ -79,7 +80,7 @@ def service_cidr_leaves(ctx, new):
                 ),
             ),
             evidence=[
-                Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
+                Evidence(ctx.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
                 Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}"),
             ],
             subject=cidr,
@@ -123,7 +124,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     svcs = ctx.cluster.services() if ctx.cluster.available else None
     for svc in svcs or []:
         for ip in svc.cluster_ips:
-            out.setdefault(ip, f"{ctx.bundle.display(sources.SERVICES)}: {svc.key}")
+            out.setdefault(ip, f"{ctx.display(sources.SERVICES)}: {svc.key}")
     mode, _ = ctx.proxy_mode
     if mode == "nftables" and ctx.nft() is not None:
         from kpdiag.kube_nft import cluster_ips
@@ -132,7 +133,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
             out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
     elif mode == "ipvs" and ctx.ipvs is not None:
         for key in ctx.ipvs:
-            out.setdefault(str(key[1]), f"{ctx.bundle.display(sources.IPVSADM)}: virtual server")
+            out.setdefault(str(key[1]), f"{ctx.display(sources.IPVSADM)}: virtual server")
     else:
         for p in (ctx.programmed() or {}).values():
             if p.cluster_ip:
@@ -146,6 +147,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     "The pod CIDR overlaps the Service CIDR",
     "error",
     needs=("kube-proxy-config",),
+    uses=("iptables", "ipvs", "nft", "proxy-mode", "services"),
     symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
     "address, or is not masqueraded, depending on the node.",
     why="""

@@ -22,7 +22,7 @@ def _services(ctx, allow_headless: bool = False):
 
 
 def _svc_ev(ctx, svc, what: str) -> Evidence:
-    return Evidence(ctx.bundle.display(SVC_SRC), f"{svc.key}: {what}")
+    return Evidence(ctx.display(SVC_SRC), f"{svc.key}: {what}")
 
 
 def usable(ctx, svc, port, family: int | None = None):
@@ -49,7 +49,7 @@ def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") 
     """For KP203/KP303/KP403: what a node sends to that the API does not list (and the reverse), and the API's side."""
     gone, missing = sorted(have - want), sorted(want - have)
     text = f"{verb} {', '.join(gone) or 'no stale endpoint'}" + (f" and misses {', '.join(missing)}" if missing else "")
-    return text, Evidence(ctx.bundle.display(EPS_SRC), f"ready: {', '.join(sorted(want))}")
+    return text, Evidence(ctx.display(EPS_SRC), f"ready: {', '.join(sorted(want))}")
 
 
 def _probe(ctx, target: str, kind: str) -> dict | None:
@@ -73,6 +73,7 @@ def _reject_rule(ctx, svc, port):
     "Service has no endpoints",
     "error",
     needs=("services", "endpointslices"),
+    uses=("focus", "iptables", "probes"),
     symptom="Connections to the Service are refused at once ('connection refused'; ICMP port unreachable for UDP).",
     why="""
         A Service is only a name and a virtual IP; the traffic goes to its endpoints — the ready pods its selector
@@ -95,7 +96,7 @@ def no_endpoints(ctx, new):
                     f"selector {svc.selector or '(none)'}; port {port.get('port')}/{port.get('protocol', 'TCP')}",
                 ),
                 Evidence(
-                    ctx.bundle.display(EPS_SRC),
+                    ctx.display(EPS_SRC),
                     f"no EndpointSlice with endpoints for {svc.key} port {port.get('name') or port.get('port')}",
                 ),
             ]
@@ -132,6 +133,7 @@ def no_endpoints(ctx, new):
     "error",
     severities=("warning", "error"),
     needs=("services", "endpointslices"),
+    uses=("focus", "pods"),
     symptom="Connections to the Service are refused or time out although its pods exist.",
     why="""
         kube-proxy only sends traffic to endpoints whose pods are *ready* (their readiness probe passes). When every
@@ -152,7 +154,7 @@ def not_ready(ctx, new):
             pods = {(p.get("metadata") or {}).get("name"): p for p in ctx.cluster.pods() or []}
             ev = [
                 Evidence(
-                    ctx.bundle.display(EPS_SRC),
+                    ctx.display(EPS_SRC),
                     f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
                     + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else ""),
                 )
@@ -164,7 +166,7 @@ def not_ready(ctx, new):
                     if c.get("type") == "Ready" and c.get("status") != "True":
                         ev.append(
                             Evidence(
-                                ctx.bundle.display(PODS_SRC),
+                                ctx.display(PODS_SRC),
                                 f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip(),
                             )
                         )
@@ -201,6 +203,7 @@ def not_ready(ctx, new):
     "Service selector matches no pod",
     "error",
     needs=("services", "pods"),
+    uses=("focus",),
     symptom="The Service has no endpoints although the pods you meant are running.",
     why="""
         A Service finds its pods by label: every key=value of spec.selector must be on the pod, exactly (case and
@@ -229,7 +232,7 @@ def selector_nothing(ctx, new):
                 near.append((len(diff), md.get("name"), diff))
         near.sort()
         ev = [_svc_ev(ctx, svc, f"spec.selector = {svc.selector}")]
-        ev += [Evidence(ctx.bundle.display(PODS_SRC), f"pod {name}: {'; '.join(diff)}") for _, name, diff in near[:3]]
+        ev += [Evidence(ctx.display(PODS_SRC), f"pod {name}: {'; '.join(diff)}") for _, name, diff in near[:3]]
         hint = f" — closest: pod {near[0][1]} ({'; '.join(near[0][2])})" if near else ""
         yield new(
             f"{svc.key} selects pods with {','.join(f'{k}={v}' for k, v in svc.selector.items())}, and no pod in {svc.namespace} has all of them{hint}",
@@ -257,6 +260,7 @@ def _container_ports(pod: dict) -> list[dict]:
     "error",
     severities=("warning", "error"),
     needs=("services", "pods"),
+    uses=("focus", "probes"),
     symptom="Connections through the Service are refused or reset, while the pods are ready; or the Service has no endpoints for a named port.",
     why="""
         A Service forwards port → targetPort on the pods. A *named* targetPort (e.g. http) must match a
@@ -289,7 +293,7 @@ def target_port(ctx, new):
                     evidence=[
                         _svc_ev(ctx, svc, f"port {port.get('port')} targetPort {tp!r}"),
                         Evidence(
-                            ctx.bundle.display(PODS_SRC),
+                            ctx.display(PODS_SRC),
                             f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}",
                         ),
                     ],
@@ -312,7 +316,7 @@ def target_port(ctx, new):
             failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
             ev = [
                 _svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}"),
-                Evidence(ctx.bundle.display(PODS_SRC), f"containerPorts declared: {numbers}"),
+                Evidence(ctx.display(PODS_SRC), f"containerPorts declared: {numbers}"),
             ]
             ev += [
                 Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}")
@@ -355,6 +359,7 @@ def _local_check(ctx, new, policy: str):
     "externalTrafficPolicy=Local and no endpoint on this node",
     "warning",
     needs=("services", "endpointslices"),
+    uses=("focus", "iptables", "manifest", "node-object"),
     symptom="The NodePort or LoadBalancer works through some nodes and times out through this one.",
     why="""
         With externalTrafficPolicy: Local, a node only forwards external traffic to endpoints *on that node* (to keep
@@ -369,7 +374,7 @@ def etp_local(ctx, new):
         ev = [
             _svc_ev(ctx, svc, f"type {svc.type}, externalTrafficPolicy Local"),
             Evidence(
-                ctx.bundle.display(EPS_SRC),
+                ctx.display(EPS_SRC),
                 f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}",
             ),
         ]
@@ -403,6 +408,7 @@ def etp_local(ctx, new):
     "internalTrafficPolicy=Local and no endpoint on this node",
     "warning",
     needs=("services", "endpointslices"),
+    uses=("focus", "manifest", "node-object"),
     symptom="Pods on this node cannot reach the Service (timeouts), pods on other nodes can.",
     why="""
         With internalTrafficPolicy: Local, traffic from pods goes only to endpoints on the *same node*. A node
@@ -422,7 +428,7 @@ def itp_local(ctx, new):
             evidence=[
                 _svc_ev(ctx, svc, "internalTrafficPolicy Local"),
                 Evidence(
-                    ctx.bundle.display(EPS_SRC),
+                    ctx.display(EPS_SRC),
                     f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}",
                 ),
             ],
@@ -436,6 +442,7 @@ def itp_local(ctx, new):
     "Service has no ClusterIP",
     "info",
     needs=("services",),
+    uses=("focus",),
     symptom="There is no Service IP to ping, curl or trace; DNS returns pod IPs or another name.",
     why="""
         A headless Service (clusterIP: None) gets no virtual IP and no kube-proxy rules: its DNS name resolves straight
@@ -472,6 +479,7 @@ def no_cluster_ip(ctx, new):
     "error",
     severities=("warning", "error"),
     needs=("services", "dns"),
+    uses=("focus",),
     symptom="curl http://my-service fails with 'could not resolve host', or reaches something else, while the ClusterIP works.",
     why="""
         Pods find Services by DNS: <service>.<namespace>.svc.<cluster domain>, through the nameserver and search list
@@ -489,7 +497,7 @@ def dns_mismatch(ctx, new):
         if svc.type == "ExternalName":
             continue
         ev = Evidence(
-            ctx.bundle.display(sources.PROBES_DNS),
+            ctx.display(sources.PROBES_DNS),
             f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip(),
         )
         result = doc.get("result")
@@ -550,6 +558,7 @@ def dns_mismatch(ctx, new):
     "Client outside the LoadBalancer's source ranges",
     "warning",
     needs=("services", "probes"),
+    uses=("focus",),
     symptom="The LoadBalancer IP times out from here but works from elsewhere.",
     why="""
         spec.loadBalancerSourceRanges lists the client networks allowed in. kube-proxy enforces it on the nodes

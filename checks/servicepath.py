@@ -51,6 +51,7 @@ def _service_cidr_guess(ip: str) -> str:
     "info",
     severities=("info", "warning"),
     needs=("services", "probes"),
+    uses=("focus", "iptables", "kube-proxy-version", "proxy-mode"),
     symptom="ping <ClusterIP> prints 'Time to live exceeded' (or nothing at all), and people conclude the Service is down.",
     why="""
         In iptables and nftables mode a ClusterIP exists only as rules: kube-proxy DNATs TCP, UDP and SCTP packets to
@@ -181,6 +182,7 @@ def icmp_cluster_ip(ctx, new):
     "error",
     modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
+    uses=("focus", "proxy-mode"),
     symptom="The Service works from some nodes and not from this one; new Services never work here.",
     why="""
         kube-proxy on every node watches Services and EndpointSlices and writes the matching rules. If a Service
@@ -201,6 +203,7 @@ def not_programmed(ctx, new):
     "error",
     modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
+    uses=("focus", "manifest", "node-object", "proxy-mode"),
     symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
     why="""
         The node's DNAT targets (the KUBE-SEP chains of the Service) should be exactly its ready endpoints (with
@@ -220,6 +223,7 @@ def stale(ctx, new):
     "A pod cannot reach itself through its own Service",
     "warning",
     needs=("services", "probes"),
+    uses=("endpointslices", "focus"),
     symptom="From inside a pod, its own Service times out — but only when the connection lands on that same pod.",
     why="""
         When a pod connects to its Service and kube-proxy picks that same pod as the endpoint, the packet must go out
@@ -261,7 +265,7 @@ def hairpin(ctx, new):
                     ),
                     evidence=[
                         Evidence(sources.PROBES_SERVICE, f"source {src}; TCP connect {via['target']}: {via['result']}"),
-                        Evidence(ctx.bundle.display(sources.ENDPOINTSLICES), f"{src} is an endpoint of {svc.key}"),
+                        Evidence(ctx.display(sources.ENDPOINTSLICES), f"{src} is an endpoint of {svc.key}"),
                     ],
                     subject=svc.key,
                 )
@@ -278,6 +282,7 @@ _CT_RE = re.compile(
     "UDP conntrack entries still point to gone endpoints",
     "warning",
     needs=("services", "endpointslices", "conntrack-entries"),
+    uses=("focus",),
     symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
     why="""
         UDP has no connection end, so a client that keeps sending from the same port keeps its conntrack entry — and
@@ -317,7 +322,7 @@ def stale_udp(ctx, new):
                 + (
                     "kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",
                 ),
-                evidence=[Evidence(ctx.bundle.display(sources.CONNTRACK), line, n) for n, line, _ in stale_entries[:3]],
+                evidence=[Evidence(ctx.display(sources.CONNTRACK), line, n) for n, line, _ in stale_entries[:3]],
                 subject=f"{svc.key}:{port.get('port')}",
             )
 
@@ -328,6 +333,7 @@ def stale_udp(ctx, new):
     "The node has no route to an endpoint",
     "error",
     needs=("services", "endpointslices", "routes"),
+    uses=("focus",),
     symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",
     why="""
         After DNAT the node must route the packet to the endpoint's pod IP: directly (a local pod), through the
@@ -362,8 +368,7 @@ def no_route(ctx, new):
                 "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node",
             ),
             evidence=[
-                Evidence(ctx.bundle.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip())
-                for e, r in bad[:3]
+                Evidence(ctx.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]
             ],
             subject=svc.key,
         )

@@ -65,6 +65,7 @@ def _bridges(ctx) -> list[str]:
     "error",
     severities=("warning", "error"),
     needs=("sysctl",),
+    uses=("addresses", "modules"),
     symptom="Pods on the same node cannot reach each other through a Service (timeouts or replies from the wrong address), while other nodes work.",
     why="""
         When pods hang off a Linux bridge (cni0, cbr0, docker0), a packet from one pod to another on the same node is
@@ -104,7 +105,7 @@ def bridge_nf_call(ctx, new):
     else:
         what = "br_netfilter is not in /proc/modules"
     if v is None and loaded is False:
-        evidence.append(ev.Evidence(ctx.bundle.display(sources.MODULES), "br_netfilter: not listed (not loaded)"))
+        evidence.append(ev.Evidence(ctx.display(sources.MODULES), "br_netfilter: not listed (not loaded)"))
     where = f" on bridge {', '.join(bridges)}" if bridges else ""
     yield new(
         f"{what}: pod-to-pod traffic{where} skips kube-proxy's rules, so same-node Service traffic breaks",
@@ -122,6 +123,7 @@ def bridge_nf_call(ctx, new):
     "warning",
     modes=("iptables",),
     needs=("sysctl", "iptables"),
+    uses=("kube-proxy-config", "proxy-mode"),
     symptom="curl http://127.0.0.1:<nodePort> on the node times out, while the node's own IP works.",
     why="""
         kube-proxy in iptables mode serves NodePorts on localhost too (iptables.localhostNodePorts, default true). A

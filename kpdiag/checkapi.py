@@ -1,6 +1,7 @@
 """Declaring checks, finding them (built-in ``kpdiag.checks`` and the entry-point group), running them.
 
-A check is a function decorated with :func:`check`. It receives the state (``ctx``) and a
+A check is a function decorated with :func:`check`. It receives its inputs (``ctx``: a view of the state that opens
+exactly the inputs it declares, kpdiag/broker.py) and a
 ``new`` function that builds a :class:`~kpdiag.model.Finding` carrying the check's id, slug,
 title and severity, and yields findings. It never fetches data itself. If the data it needs
 is missing, the runner reports it *skipped* with the reason; if it raises :class:`Skip`, the
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .model import CheckRun, Evidence, Finding, Severity
-from . import sources
+from . import broker
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
 
@@ -48,6 +49,12 @@ class CheckSpec:
     modes: tuple[
         str, ...
     ] = ()  # the kube-proxy modes it is about (empty: any); on a node in another mode it is skipped
+    uses: tuple[str, ...] = ()  # inputs it reads when they are there (kpdiag/broker.py); needs: those it cannot lack
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every input the check may read: what it needs, then what it uses."""
+        return self.needs + self.uses
 
     @property
     def may_emit(self) -> tuple[Severity, ...]:
@@ -94,6 +101,7 @@ def check(
     severity: str,
     *,
     needs: Iterable[str] = (),
+    uses: Iterable[str] = (),
     symptom: str,
     why: str,
     fix: str,
@@ -102,7 +110,9 @@ def check(
     severities: Iterable[str] = (),
     modes: Iterable[str] = (),
 ):
-    """Declare a check. ``needs`` names data (see :func:`availability`) that must be readable. ``scope`` is
+    """Declare a check. ``needs`` names the inputs (kpdiag/broker.py) it cannot decide without: when one is missing,
+    the check is skipped with the reason. ``uses`` names the inputs it reads when they are there. The check receives
+    a view of the state that opens those inputs and nothing else (:class:`kpdiag.broker.Inputs`). ``scope`` is
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
     is a defect, caught by the tests. ``modes`` names the kube-proxy modes the check is about (iptables, ipvs,
@@ -116,6 +126,8 @@ def check(
     modes = tuple(modes)
     if set(modes) - {"iptables", "ipvs", "nftables"}:
         raise ValueError(f"check {id}: modes must be among iptables, ipvs, nftables, not {modes}")
+    needs, uses = tuple(needs), tuple(uses)
+    broker.validate(id, scope, needs, uses)
 
     def deco(fn):
         spec = CheckSpec(
@@ -131,6 +143,7 @@ def check(
             scope=scope,
             severities=declared,
             modes=modes,
+            uses=uses,
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
@@ -200,18 +213,22 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
         missing = (
             [not_in_charge or other_mode]
             if (not_in_charge or other_mode)
-            else [why for why in (availability(ctx, need) for need in spec.needs) if why]
+            else [why for why in (availability(ctx, need, spec.scope) for need in spec.needs) if why]
         )
         if missing:
             runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
             continue
+        inputs = broker.Inputs(ctx, spec.id, spec.inputs, spec.scope)  # exactly its declared inputs
         try:
-            produced = list(spec.fn(ctx, spec.new) or ())
+            produced = list(spec.fn(inputs, spec.new) or ())
         except Skip as exc:
-            runs.append(CheckRun(spec.id, spec.slug, "skipped", str(exc)))
-            continue
+            produced, outcome = None, ("skipped", str(exc))
         except Exception as exc:  # one broken check must not hide the others
-            runs.append(CheckRun(spec.id, spec.slug, "error", f"internal error: {exc.__class__.__name__}: {exc}"))
+            produced, outcome = None, ("error", f"internal error: {exc.__class__.__name__}: {exc}")
+        if inputs.violations:  # even when the check caught the exception itself
+            produced, outcome = None, ("error", f"internal error: {inputs.violations[0]}")
+        if produced is None:
+            runs.append(CheckRun(spec.id, spec.slug, *outcome))
             continue
         findings.extend(produced)
         runs.append(CheckRun(spec.id, spec.slug, "ran", None, len(produced)))
@@ -246,57 +263,6 @@ def _not_in_charge(ctx) -> str | None:
     return impl.skip_reason if impl is not None else None
 
 
-# what a check may need, and how to tell whether it is there (None = available, else why not)
-def availability(ctx, need: str) -> str | None:
-    probes = {
-        "sysctl": (lambda: ctx.sysctl, f"{sources.SYSCTL} (sysctl -a)"),
-        "modules": (lambda: ctx.modules, f"{sources.MODULES} (/proc/modules)"),
-        "kernel": (lambda: ctx.kernel, f"{sources.UNAME} (uname -r)"),
-        "iptables": (lambda: ctx.iptables(), sources.IPTABLES_SAVE),
-        "kube-proxy-config": (
-            lambda: ctx.kube_proxy_config,
-            f"the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)",
-        ),
-        "kube-proxy-mode": (lambda: ctx.proxy_mode_running, f"kube-proxy's /proxyMode ({sources.KP_PROXY_MODE})"),
-        "kube-proxy-metrics": (lambda: ctx.metrics, f"kube-proxy's /metrics ({sources.KP_METRICS})"),
-        "kube-proxy-healthz": (lambda: ctx.healthz, f"kube-proxy's /healthz ({sources.KP_HEALTHZ})"),
-        "kube-proxy-log": (lambda: ctx.kube_proxy_log, f"kube-proxy's log ({sources.KP_LOG})"),
-        "conntrack": (
-            lambda: ctx.conntrack_stats or ctx.sysctl_value("net.netfilter.nf_conntrack_count"),
-            f"conntrack statistics ({sources.CONNTRACK_STATS} or nf_conntrack sysctls)",
-        ),
-        "routes": (lambda: ctx.ip_route, f"{sources.IP_ROUTE} (ip -j route)"),
-        "addresses": (lambda: ctx.ip_addr, f"{sources.IP_ADDR} (ip -j addr)"),
-        "services": (lambda: ctx.services_in_focus(), f"the Service from the API ({sources.SERVICES})"),
-        "endpointslices": (lambda: ctx.cluster.endpointslices(), f"its EndpointSlices ({sources.ENDPOINTSLICES})"),
-        "pods": (lambda: ctx.cluster.pods(), f"the pods behind it ({sources.PODS})"),
-        "networkpolicies": (lambda: ctx.cluster.policy_data(), f"the NetworkPolicies ({sources.NETWORKPOLICIES})"),
-        "service-lookup": (
-            lambda: ctx.source(sources.SERVICE_LOOKUP),
-            f"{sources.SERVICE_LOOKUP} (kpdiag svc writes it: did the API know the Service?)",
-        ),
-        "probes": (
-            lambda: ctx.probes,
-            f"active probe results ({sources.PROBES_SERVICE}; kpdiag svc without --no-probe)",
-        ),
-        "dns": (lambda: ctx.dns, f"a DNS lookup of the Service ({sources.PROBES_DNS})"),
-        "dns-lookups": (
-            lambda: (ctx.dns or {}).get("queries") if (ctx.dns or {}).get("schema") == "kpdiag.dns/v1" else None,
-            f"the DNS probe ({sources.PROBES_DNS} of kpdiag.dns/v1: resolv.conf and the queries)",
-        ),
-        "dns-service": (lambda: ctx.source(sources.DNS_SERVICE), f"the cluster DNS Service ({sources.DNS_SERVICE})"),
-        "dns-pods": (lambda: ctx.source(sources.DNS_PODS), f"the CoreDNS pods ({sources.DNS_PODS})"),
-        "dns-logs": (lambda: ctx.source(sources.DNS_LOGS), f"the CoreDNS logs ({sources.DNS_LOGS})"),
-        "conntrack-entries": (lambda: ctx.source(sources.CONNTRACK), f"conntrack entries ({sources.CONNTRACK})"),
-        "nft": (lambda: ctx.nft_text, f"{sources.NFT_RULESET} (nft -j list ruleset)"),
-        "ipvs": (lambda: ctx.ipvs, f"IPVS state ({sources.IPVSADM}: ipvsadm -Sn)"),
-    }
-    probe = probes.get(need)
-    if probe is None:
-        getter = getattr(ctx, need.replace("-", "_"), None)
-        value = getter() if callable(getter) else getter
-        return None if value else f"no {need}"
-    value = probe[0]()
-    if value is None:
-        return f"needs {probe[1]}, which is missing or unreadable"
-    return None
+def availability(ctx, need: str, scope: str = "node") -> str | None:
+    """Why the input ``need`` is missing on this state (None when it is there): kpdiag/broker.py declares them."""
+    return broker.missing(ctx, scope, need)

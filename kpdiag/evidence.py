@@ -31,7 +31,7 @@ def module(ctx, name: str) -> Evidence | None:
         return None
     m = mods[name]
     return Evidence(
-        ctx.bundle.display(sources.MODULES),
+        ctx.display(sources.MODULES),
         f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}",
         m.line,
     )
@@ -50,9 +50,9 @@ def config(ctx, key: str) -> Evidence | None:
 
 
 def log_line(ctx, lineno: int, text: str) -> Evidence:
-    return Evidence(ctx.bundle.display(sources.KP_LOG), text.strip()[:400], lineno)
+    return Evidence(ctx.display(sources.KP_LOG), text.strip()[:400], lineno)
 
 
 def metric(ctx, name: str, value) -> Evidence:
     m = ctx.metrics
-    return Evidence(ctx.bundle.display(sources.KP_METRICS), f"{name} {value}", m.line_of(name) if m else None)
+    return Evidence(ctx.display(sources.KP_METRICS), f"{name} {value}", m.line_of(name) if m else None)

@@ -70,13 +70,9 @@ class Implementer:
 
 def processes(bundle) -> dict[str, str]:
     """node/processes.txt: ``pid comm`` per line (only the processes kpdiag looks for, and pid 1) → {comm: pid}."""
-    text = bundle.read_text(PROCESSES)
-    out: dict[str, str] = {}
-    for line in (text or "").splitlines():
-        parts = line.split(None, 1)
-        if len(parts) == 2 and parts[0].isdigit():
-            out.setdefault(parts[1].strip(), parts[0])
-    return out
+    from .parse.node import parse_processes
+
+    return parse_processes(bundle.read_text(PROCESSES) or "")
 
 
 def _errors(bundle) -> dict[str, str]:

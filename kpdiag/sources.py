@@ -90,6 +90,7 @@ PROCESSES = _declare(
     "node/processes.txt",
     "/proc/*/comm and cmdline (pid, name, arguments)",
     "the node's processes, to find who implements Services",
+    "kpdiag.parse.node:parse_processes",
 )
 BPF_MAPS = _declare(
     "node/bpf-maps.txt", "the names pinned under /sys/fs/bpf", "the pinned BPF objects (Cilium, Calico eBPF …)"

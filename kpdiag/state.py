@@ -167,6 +167,18 @@ class NodeState(_NodeFiles):
         """``source`` as text (to find an object's line for evidence), or None."""
         return self.bundle.read_text(sources.CATALOGUE[source])
 
+    def display(self, source: "sources.Source") -> str:
+        """How evidence names ``source``: its path as the user sees the bundle."""
+        return self.bundle.display(source)
+
+    def problem(self, source: "sources.Source", message: str) -> None:
+        """Record a problem with ``source`` (the report lists it; the diagnosis goes on)."""
+        self.bundle.problem(source, message)
+
+    def problems_with(self, source: "sources.Source") -> list:
+        """The problems recorded with ``source`` (by its collector or its parser)."""
+        return [p for p in self.bundle.problems if p.source.split(":", 1)[0].endswith(source)]
+
     def has(self, source: "sources.Source") -> bool:
         """Is ``source`` in the bundle (readable or not)?"""
         return self.bundle.exists(sources.CATALOGUE[source])
@@ -214,6 +226,11 @@ class NodeState(_NodeFiles):
         from .trace.routing import routing_from_ip_json
 
         return routing_from_ip_json(self.ip_addr, self.ip_route, self.sysctl, self.ip_rules)
+
+    @property
+    def bundle_name(self) -> str:
+        """The bundle as the user named it (evidence about the node as a whole cites it)."""
+        return self.bundle.name
 
     @property
     def node_name(self) -> str:

@@ -70,6 +70,17 @@ def parse_kernel_version(text: str, source: str = "uname -r") -> tuple[int, int,
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
+def parse_processes(text: str, source: str = "processes") -> dict[str, str]:
+    """node/processes.txt: ``pid comm`` per line (the processes kpdiag looks for, and pid 1) → {comm: pid}, the first
+    pid of each name. Lines that are not ``pid name`` are ignored (the file is written by kpdiag's collector)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0].isdigit():
+            out.setdefault(parts[1].strip(), parts[0])
+    return out
+
+
 @dataclass
 class Metrics:
     """Prometheus text exposition: name → list of (labels, value, line)."""

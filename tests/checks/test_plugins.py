@@ -24,7 +24,7 @@ def test_entry_point_plugin_runs_and_broken_one_is_named(tmp_path):
         """
         from kpdiag.checkapi import check
 
-        @check("KP950", "always-note", "A plugin check", "info", needs=("sysctl",),
+        @check("KP950", "always-note", "A plugin check", "info", needs=("sysctl",), uses=("manifest",),
                symptom="none", why="a plugin's explanation", fix="nothing")
         def always(ctx, new):
             yield new("the plugin ran on " + ctx.node_name, subject="node")

@@ -1,0 +1,287 @@
+"""Every check receives exactly the inputs it declares (kpdiag/broker.py) — shown two ways.
+
+Statically: the source of every check, and of every helper it hands its inputs to (in its module, another check
+module, kpdiag.evidence, kpdiag.observe …), is read; every member of the inputs it touches (``ctx.iptables()``,
+``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by an input it declares. This covers the
+paths no fixture takes.
+
+At run time: a check reading an undeclared input is an internal error of that check, even when it swallows the
+exception (``test_an_undeclared_read_is_an_error_of_that_check``); every fixture runs every check through that view
+(tests/checks/test_fixtures.py fails on any check error).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+import types
+
+import pytest
+
+from kpdiag import broker, sources
+from kpdiag.checkapi import check, load_registry, run_checks
+
+SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
+OWN = SOURCE_METHODS | {"cluster", "check_id", "declared", "violations"}
+
+
+class Reads:
+    """What a function reads of the inputs passed to it as ``param`` (followed into the helpers it passes them to)."""
+
+    def __init__(self):
+        self.memo: dict = {}
+        self.trees: dict = {}
+
+    def _tree(self, module):
+        if module.__name__ not in self.trees:
+            self.trees[module.__name__] = ast.parse(inspect.getsource(module))
+        return self.trees[module.__name__]
+
+    def _def(self, fn):
+        module = sys.modules[fn.__module__]
+        for node in self._tree(module).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn.__name__:
+                return module, node
+        return module, None
+
+    @staticmethod
+    def _ours(obj) -> bool:
+        return (
+            isinstance(obj, types.FunctionType)
+            and obj.__module__.startswith("kpdiag")
+            and obj.__module__ not in ("kpdiag.state", "kpdiag.broker", "kpdiag.checkapi")
+            and "." not in obj.__qualname__
+        )
+
+    def _resolve(self, module, expr):
+        if isinstance(expr, ast.Name):
+            obj = module.__dict__.get(expr.id)
+        elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            base = module.__dict__.get(expr.value.id)
+            obj = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
+        else:
+            return None
+        return obj if self._ours(obj) else None
+
+    @staticmethod
+    def _const(module, expr):
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return expr.value
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            base = module.__dict__.get(expr.value.id)
+            value = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
+            return value if isinstance(value, str) else None
+        if isinstance(expr, ast.Name):
+            value = module.__dict__.get(expr.id)
+            return value if isinstance(value, str) else None
+        return None
+
+    def _module_value_functions(self, module, name):
+        """Functions named in a module-level assignment (``IPTABLES = Adapter(views=_iptables_views, …)``)."""
+        for node in self._tree(module).body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                for sub in ast.walk(node.value):
+                    obj = self._resolve(module, sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
+                    if obj is not None:
+                        yield obj
+
+    def of(self, fn, param: str = "ctx") -> set[str]:
+        key = (fn, param)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = out = set()
+        module, node = self._def(fn)
+        if node is None:
+            return out
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == param:
+                out.add(n.attr)
+            if (
+                isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Attribute)
+                and n.value.attr == "cluster"
+                and isinstance(n.value.value, ast.Name)
+                and n.value.value.id == param
+            ):
+                out.add(f"cluster.{n.attr}")
+            if isinstance(n, ast.Call):
+                f = n.func
+                if (
+                    isinstance(f, ast.Attribute)
+                    and isinstance(f.value, ast.Name)
+                    and f.value.id == param
+                    and f.attr in SOURCE_METHODS
+                    and n.args
+                ):
+                    src = self._const(module, n.args[0])
+                    if src is not None:
+                        out.add(f"src:{src}")
+                if isinstance(f, ast.Name) and f.id == "getattr" and len(n.args) >= 2:
+                    if isinstance(n.args[0], ast.Name) and n.args[0].id == param:
+                        name = self._const(module, n.args[1])
+                        if name:
+                            out.add(name)
+                callee = self._resolve(module, f)
+                if callee is not None:
+                    params = list(inspect.signature(callee).parameters)
+                    for i, a in enumerate(n.args):
+                        if isinstance(a, ast.Name) and a.id == param and i < len(params):
+                            out |= self.of(callee, params[i])
+                    for kw in n.keywords:
+                        if isinstance(kw.value, ast.Name) and kw.value.id == param and kw.arg:
+                            out |= self.of(callee, kw.arg)
+            where, name = None, None
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id != param:
+                where, name = module, n.id
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):  # dataplane.IPTABLES
+                base = module.__dict__.get(n.value.id)
+                if isinstance(base, types.ModuleType) and base.__name__.startswith("kpdiag"):
+                    where, name = base, n.attr
+            if where is not None:
+                obj = where.__dict__.get(name)
+                targets = [obj] if self._ours(obj) else list(self._module_value_functions(where, name))
+                for t in targets:
+                    if t is not fn and "ctx" in inspect.signature(t).parameters:
+                        out |= self.of(t, "ctx")
+        return out
+
+
+def _granted(spec) -> tuple[set[str], set[str]]:
+    known = broker.catalogue(spec.scope)
+    grants, srcs = set(), set()
+    for name in spec.inputs:
+        grants.update(known[name].grants)
+        srcs.update(known[name].sources)
+    return grants, srcs
+
+
+def _undeclared(spec, reads: set[str]) -> list[str]:
+    grants, srcs = _granted(spec)
+    bad = []
+    for r in sorted(reads):
+        if r.startswith("src:"):
+            if r[4:] not in srcs:
+                bad.append(f"the source {r[4:]}")
+        elif r.startswith("cluster."):
+            if r not in grants:
+                bad.append(r)
+        elif r not in OWN and r not in grants:
+            bad.append(r)
+    return bad
+
+
+def test_every_check_reads_only_what_it_declares():
+    reads = Reads()
+    registry = load_registry(plugins=False)
+    problems = {}
+    seen = 0
+    for spec in registry.checks:
+        got = reads.of(spec.fn, next(iter(inspect.signature(spec.fn).parameters)))
+        seen += bool(got)
+        bad = _undeclared(spec, got)
+        if bad:
+            problems[spec.id] = bad
+    assert not problems, f"checks read inputs they do not declare (needs/uses): {problems}"
+    assert seen >= 80, f"the analysis saw reads in only {seen} checks: it is blind, not the checks clean"
+
+
+def test_the_analysis_sees_reads_through_helpers_and_adapters():
+    """The analysis is not vacuous: it sees a read two helpers deep, through a module-level adapter and by source."""
+    reads = Reads()
+    from kpdiag.checks import hostnet
+
+    spec = load_registry(plugins=False).get("KP202")
+    assert {"iptables", "programmed"} <= reads.of(spec.fn)  # dataplane.missing → IPTABLES adapter → _iptables_views
+    assert "src:" + sources.CONNTRACK in reads.of(load_registry(plugins=False).get("KP504").fn)
+    assert {"sysctl_value", "ip_addr", "ip_route"} <= reads.of(hostnet.rp_filter_strict)  # via _default_dev, ev.sysctl
+    # an undeclared read is reported
+    fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
+    assert _undeclared(fake, {"sysctl_value", "ip_route", "src:" + sources.SYSCTL, "src:" + sources.IP_ROUTE}) == [
+        "ip_route",
+        f"the source {sources.IP_ROUTE}",
+    ]
+
+
+def test_an_undeclared_read_is_an_error_of_that_check(tmp_path):
+    """At run time the view opens only the declared inputs; a check that reads another one — even if it swallows
+    the exception — ends as an internal error naming the input, and the other checks run."""
+    from kpdiag.bundle import Bundle
+    from kpdiag.state import NodeState
+
+    b = Bundle.from_files(
+        "mem", {sources.SYSCTL: b"net.ipv4.ip_forward = 1\n", sources.IP_ROUTE: b"[]", sources.IP_ADDR: b"[]"}
+    )
+    state = NodeState(b)
+
+    @check("KPT91", "t-sneaky", "reads routes undeclared", "info", needs=("sysctl",), symptom="s", why="w", fix="f")
+    def sneaky(ctx, new):
+        try:
+            ctx.ip_route  # noqa: B018 - the read under test
+        except Exception:
+            pass
+        yield new(f"forwarding {ctx.sysctl_value('net.ipv4.ip_forward').value}")
+
+    @check(
+        "KPT92",
+        "t-honest",
+        "declares routes",
+        "info",
+        needs=("sysctl",),
+        uses=("routes",),
+        symptom="s",
+        why="w",
+        fix="f",
+    )
+    def honest(ctx, new):
+        yield new(f"{len(ctx.ip_route)} routes, forwarding {ctx.sysctl_value('net.ipv4.ip_forward').value}")
+
+    @check("KPT93", "t-source", "reads a source undeclared", "info", symptom="s", why="w", fix="f")
+    def by_source(ctx, new):
+        ctx.source(sources.IP_ROUTE)
+        yield new("never")
+
+    @check("KPT94", "t-cluster", "reads the API undeclared", "info", uses=("services",), symptom="s", why="w", fix="f")
+    def by_cluster(ctx, new):
+        ctx.cluster.pods()
+        yield new("never")
+
+    try:
+        findings, runs = run_checks(state, [sneaky.spec, honest.spec, by_source.spec, by_cluster.spec])
+        by_id = {r.id: r for r in runs}
+        assert by_id["KPT91"].status == "error" and "read ip_route" in by_id["KPT91"].reason
+        assert "sysctl" in by_id["KPT91"].reason  # names what it did declare
+        assert by_id["KPT92"].status == "ran" and [f.summary for f in findings] == ["0 routes, forwarding 1"]
+        assert by_id["KPT93"].status == "error" and f"the source {sources.IP_ROUTE}" in by_id["KPT93"].reason
+        assert by_id["KPT94"].status == "error" and "cluster.pods" in by_id["KPT94"].reason
+    finally:
+        from kpdiag import checkapi
+
+        for cid in ("KPT91", "KPT92", "KPT93", "KPT94"):
+            checkapi._REGISTRY.pop(cid, None)
+
+
+def test_declarations_are_checked_when_the_check_is_declared():
+    with pytest.raises(ValueError, match="unknown input 'iptable'"):
+        check("KPT95", "t-typo", "t", "info", needs=("iptable",), symptom="s", why="w", fix="f")
+    with pytest.raises(ValueError, match="both needed and used"):
+        check("KPT96", "t-twice", "t", "info", needs=("sysctl",), uses=("sysctl",), symptom="s", why="w", fix="f")
+    with pytest.raises(ValueError, match="unknown input 'sysctl'"):  # cluster checks have the cluster inputs
+        check("KPT97", "t-scope", "t", "info", uses=("sysctl",), scope="cluster", symptom="s", why="w", fix="f")
+
+
+def test_every_input_is_used_and_every_source_it_opens_is_declared():
+    registry = load_registry(plugins=False)
+    used = {name for spec in registry.checks for name in spec.inputs}
+    for scope in ("node", "cluster"):
+        for name, inp in broker.catalogue(scope).items():
+            assert name in used, f"input {name} is declared but no check uses it"
+            for src in inp.sources:
+                assert src == "kpdiag.json" or sources.declared(src), f"input {name} opens {src}, not in the catalogue"
+
+
+def test_run_mode_is_an_input():
+    """focus and preflight are read only by the checks that declare them (the view has no other way in)."""
+    registry = load_registry(plugins=False)
+    declaring = {spec.id for spec in registry.checks if {"focus", "preflight"} & set(spec.inputs)}
+    assert "KP202" in declaring and "KP301" in declaring
