@@ -368,7 +368,7 @@ def dns_no_endpoints(ctx, new):
     "error",
     needs=("dns-pods",),
     severities=("warning", "error"),
-    uses=("manifest",),
+    uses=("dns-service", "manifest"),
     symptom="DNS lookups fail, or fail now and then; CoreDNS pods show CrashLoopBackOff, 0/1 READY or a growing RESTARTS count.",
     why="""
         CoreDNS (label k8s-app=kube-dns) answers the cluster's DNS. A pod that is not ready is taken out of the kube-dns

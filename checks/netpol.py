@@ -182,7 +182,7 @@ def _unknown_client_skip(ctx, data, why: str):
     "NetworkPolicy denies the client at the endpoints",
     "error",
     needs=("services", "endpointslices", "networkpolicies"),
-    uses=("focus", "manifest"),
+    uses=("dns-pods", "focus", "manifest"),
     symptom="Connections to the Service time out (the SYN is dropped, nothing answers) although the pods are ready and "
     "answer from other clients; kpdiag's direct probes of the endpoints time out too.",
     why="""
@@ -240,7 +240,7 @@ def policy_denies_ingress(ctx, new):
     "NetworkPolicy denies the client's egress to the endpoints",
     "error",
     needs=("services", "endpointslices", "networkpolicies"),
-    uses=("focus", "manifest"),
+    uses=("dns-pods", "focus", "manifest"),
     symptom="Connections from this client to the Service time out, while other clients reach it.",
     why="""
         Egress policies isolate the pods they select: once a policy with policyTypes Egress selects the client pod,

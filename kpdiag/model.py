@@ -124,7 +124,8 @@ class Report:
     facts: dict = field(default_factory=dict)  # mode, kernel, rule counts … (what was seen)
     readable: bool = True  # False when nothing at all could be read
     kpdiag_version: str = ""
-    extra: dict = field(default_factory=dict)  # e.g. trace results, probe results
+    extra: dict = field(default_factory=dict)  # the command's own sections (one schema per kind, kpdiag/schemas)
+    kind: str = "node"  # node (kpdiag node, analyze of a bundle) | service (kpdiag svc) | cluster (kpdiag cluster)
 
     def severities(self) -> list[str]:
         return [f.severity.value for f in self.findings]
@@ -149,11 +150,13 @@ class Report:
             readable=bool(d.get("readable", True)),
             kpdiag_version=str(d.get("kpdiag_version") or ""),
             extra=dict(d.get("extra") or {}),
+            kind=str(d.get("kind") or "node"),  # reports of kpdiag < 0.1 carried no kind: they are node reports
         )
 
     def to_dict(self) -> dict:
         return {
             "schema": REPORT_SCHEMA,
+            "kind": self.kind,
             "kpdiag_version": self.kpdiag_version,
             "subject": self.subject,
             "readable": self.readable,

@@ -436,4 +436,4 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     if headline:
         extra["headline"] = str(headline)
     readable = status != "unread" and (state.cluster.services() is not None or status == "not-found")
-    return replace(report, findings=tuple(findings), extra=extra, readable=readable)
+    return replace(report, findings=tuple(findings), extra=extra, readable=readable, kind="service")

@@ -279,6 +279,7 @@ def aggregate(
         facts=facts,
         readable=bool(ok),
         kpdiag_version=__version__,
+        kind="cluster",
         extra={
             "nodes": [node_row(r) for r in sorted(results, key=lambda r: r.node)],
             "failures": [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok],

@@ -33,6 +33,7 @@ def catalogue_json(checks) -> str:
                     "title": c.title,
                     "scope": c.scope,
                     "needs": list(c.needs),
+                    "uses": list(getattr(c, "uses", ())),
                     "modes": list(getattr(c, "modes", ())),
                     "symptom": c.docs.symptom,
                     "why": c.docs.why,
@@ -73,7 +74,8 @@ def catalogue_markdown(checks) -> str:
             "",
             f"**{c.title}** — severity *{severities(c)}*, scope *{c.scope}*"
             + (f"; kube-proxy mode {', '.join(c.modes)}" if getattr(c, "modes", ()) else "")
-            + (f"; needs {', '.join(c.needs)}" if c.needs else ""),
+            + (f"; needs {', '.join(c.needs)}" if c.needs else "")
+            + (f"; uses {', '.join(c.uses)}" if getattr(c, "uses", ()) else ""),
             "",
             "### Symptom",
             "",
@@ -115,7 +117,9 @@ def explain_text(c, width: int | None = None) -> str:
     if getattr(c, "modes", ()):
         out += ["Proxy modes"] + flow(", ".join(c.modes) + " (skipped on a node in another mode)") + [""]
     if c.needs:
-        out += ["Needs"] + flow(", ".join(c.needs)) + [""]
+        out += ["Needs"] + flow(", ".join(c.needs) + " (skipped, saying which, when one is missing)") + [""]
+    if getattr(c, "uses", ()):
+        out += ["Uses"] + flow(", ".join(c.uses) + " (when they are there)") + [""]
     if c.references:
         out += ["References"] + [f"  {term(r)}" for r in c.references] + [""]
     return "\n".join(out)

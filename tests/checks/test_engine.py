@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 from kpdiag import exitcodes
 from kpdiag.bundle import Bundle
@@ -71,12 +70,12 @@ def test_missing_data_skips_with_reason(tmp_path):
 
 
 def test_json_report_validates_against_schema():
-    jsonschema = pytest.importorskip("jsonschema")
-    with open(os.path.join(ROOT, "kpdiag", "schemas", "report.schema.json")) as fh:
-        schema = json.load(fh)
+    from tests.schemas import validator
+
     for name in ("healthy-iptables", "ipvs-fallback", "kube-proxy-log-errors"):
         data = analyze_bundle(os.path.join(FIXTURES, name)).to_dict()
-        jsonschema.validate(data, schema)
+        validator("report.schema.json").validate(data)
+        validator("node-report.schema.json").validate(data)
 
 
 def test_every_file_corrupt_still_reports(tmp_path):

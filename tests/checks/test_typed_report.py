@@ -13,6 +13,7 @@ from kpdiag.fixcmd import FixStep, command, note, step_kind
 from kpdiag.model import Report
 from kpdiag.pipeline import analyze_bundle
 from kpdiag.render.report import report_to_text
+from tests.schemas import report_validator, validator
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 BUNDLES = sorted(n for n in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, n, "kpdiag.json")))
@@ -24,14 +25,13 @@ def reports():
 
 
 def test_every_fix_step_is_typed_and_reads_back(reports):
-    import jsonschema
-
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "kpdiag", "schemas", "report.schema.json")) as fh:
-        schema = json.load(fh)
-    steps, sections = 0, set()
+    envelope = validator("report.schema.json")
+    steps, sections, kinds = 0, set(), set()
     for name, report in reports.items():
         data = report.to_dict()
-        jsonschema.validate(data, schema)  # the extra sections too: each is declared and typed
+        envelope.validate(data)
+        report_validator(data).validate(data)  # its kind's schema: facts and sections typed, no other key
+        kinds.add(data["kind"])
         sections |= set(data["extra"])
         for f in data["findings"]:
             assert [s["text"] for s in f["fix_steps"]] == f["fix"], (name, f["id"])
@@ -40,6 +40,7 @@ def test_every_fix_step_is_typed_and_reads_back(reports):
         again = Report.from_dict(json.loads(json.dumps(data)))
         assert again.to_dict() == data, name
     assert steps > 300
+    assert kinds == {"node", "service"}, kinds  # cluster reports: tests/fleet
     assert {"programmed", "verdict", "status", "probes", "dns"} <= sections, (
         sections
     )  # traces: tests/packaging/test_schemas.py

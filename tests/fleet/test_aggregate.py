@@ -6,7 +6,6 @@ import copy
 import json
 import os
 
-import jsonschema
 
 from kpdiag import programmed
 from kpdiag.bundle import Bundle
@@ -15,8 +14,9 @@ from kpdiag.diagnose import analyze_state
 from kpdiag.fleet.aggregate import NodeResult, aggregate, write_report_dir
 from kpdiag.state import NodeState
 from tests.conftest import FIXTURES
+from tests.schemas import validator
 
-SCHEMA = json.load(open(os.path.join(os.path.dirname(programmed.__file__), "schemas", "report.schema.json")))
+SCHEMA = validator("cluster-report.schema.json")
 
 
 def _report(fixture: str, node: str, table_edit=None, version: str | None = None) -> dict:
@@ -56,7 +56,7 @@ def test_identical_nodes_are_silent_and_the_report_is_valid():
         "KP805": "ran",
         "KP806": "ran",
     }
-    jsonschema.validate(rep.to_dict(), SCHEMA)
+    SCHEMA.validate(rep.to_dict())
 
 
 def test_mixed_modes_fire_kp801_naming_the_outliers():
@@ -166,7 +166,7 @@ def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
     rc = main(["analyze", str(tmp_path), "-o", "json"])
     out, err = capsys.readouterr()
     doc = json.loads(out)
-    jsonschema.validate(doc, SCHEMA)
+    SCHEMA.validate(doc)
     failures = {f["node"]: f["reason"] for f in doc["extra"]["failures"]}
     assert failures["d"] == "ImagePullBackOff: x"
     assert failures["e"].startswith(f"{tmp_path}/e.json: not JSON")
@@ -183,7 +183,7 @@ def test_analyze_one_node_report_file(tmp_path, capsys):
     rc = main(["analyze", str(tmp_path / "r.json"), "-o", "json"])
     out, err = capsys.readouterr()
     doc = json.loads(out)
-    jsonschema.validate(doc, SCHEMA)
+    SCHEMA.validate(doc)
     assert doc["facts"]["nodes_diagnosed"] == 1 and [r["node"] for r in doc["extra"]["nodes"]] == ["worker-7"]
     assert [f["id"] for f in doc["findings"]] == [f["id"] for f in rep["findings"]]  # the node's own findings, named
     assert rc == 0 and "Traceback" not in err

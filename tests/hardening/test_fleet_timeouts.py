@@ -12,7 +12,6 @@ import json
 import os
 import time
 
-import jsonschema
 import pytest
 from kubernetes.client.api import core_v1_api  # noqa: F401  # loaded once here: the bound is on waiting, not on importing
 
@@ -21,9 +20,10 @@ from kpdiag.pipeline import analyze_bundle
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 from tests.conftest import FIXTURES
+from tests.schemas import validator
 
 NS = "kpdiag"
-SCHEMA = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "kpdiag", "schemas", "report.schema.json")))
+SCHEMA = validator("cluster-report.schema.json")
 REPORT = analyze_bundle(os.path.join(FIXTURES, "healthy-iptables")).to_dict()
 TEXT = json.dumps(REPORT)
 
@@ -44,7 +44,7 @@ def _run(capsys, api, tmp_path, *args):
 def _report(out: str, err: str = "") -> dict:
     assert out.startswith("{"), f"no JSON report; stderr: {err[-2000:]}"
     doc = json.loads(out)
-    jsonschema.validate(doc, SCHEMA)  # whatever the nodes sent, the cluster report is kpdiag's own format
+    SCHEMA.validate(doc)  # whatever the nodes sent, the cluster report is kpdiag's own format
     return doc
 
 

@@ -65,7 +65,9 @@ class Reads:
         return obj if self._ours(obj) else None
 
     @staticmethod
-    def _const(module, expr):
+    def _const(module, expr, bound=()):
+        if isinstance(expr, ast.Name) and expr.id in dict(bound):  # a helper's parameter given a constant
+            return dict(bound)[expr.id]
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
@@ -77,6 +79,34 @@ class Reads:
             return value if isinstance(value, str) else None
         return None
 
+    def _values(self, module, expr, bound, fnode, depth=0) -> list[str]:
+        """Every string ``expr`` can be: a constant, ``sources.X``, a module-level string or a tuple of them, a
+        parameter given a constant, a local name assigned or looped over such values, either branch of an ``if``."""
+        one = self._const(module, expr, bound)
+        if one is not None:
+            return [one]
+        if depth > 3:
+            return []
+        if isinstance(expr, ast.IfExp):
+            return self._values(module, expr.body, bound, fnode, depth + 1) + self._values(
+                module, expr.orelse, bound, fnode, depth + 1
+            )
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return [v for e in expr.elts for v in self._values(module, e, bound, fnode, depth + 1)]
+        if isinstance(expr, ast.Name):
+            value = module.__dict__.get(expr.id)
+            if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+                return list(value)
+            out = []
+            for n in ast.walk(fnode):  # a local: what it is assigned, what it loops over
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets):
+                    out += self._values(module, n.value, bound, fnode, depth + 1)
+                if isinstance(n, (ast.For, ast.comprehension)) and isinstance(n.target, ast.Name):
+                    if n.target.id == expr.id:
+                        out += self._values(module, n.iter, bound, fnode, depth + 1)
+            return out
+        return []
+
     def _module_value_functions(self, module, name):
         """Functions named in a module-level assignment (``IPTABLES = Adapter(views=_iptables_views, …)``)."""
         for node in self._tree(module).body:
@@ -86,8 +116,9 @@ class Reads:
                     if obj is not None:
                         yield obj
 
-    def of(self, fn, param: str = "ctx") -> set[str]:
-        key = (fn, param)
+    def of(self, fn, param: str = "ctx", bound: frozenset = frozenset()) -> set[str]:
+        """``bound``: the helper's other parameters that the caller gave a constant (``_items(ctx, sources.PODS)``)."""
+        key = (fn, param, bound)
         if key in self.memo:
             return self.memo[key]
         self.memo[key] = out = set()
@@ -114,8 +145,7 @@ class Reads:
                     and f.attr in SOURCE_METHODS
                     and n.args
                 ):
-                    src = self._const(module, n.args[0])
-                    if src is not None:
+                    for src in self._values(module, n.args[0], bound, node):
                         out.add(f"src:{src}")
                 if isinstance(f, ast.Name) and f.id == "getattr" and len(n.args) >= 2:
                     if isinstance(n.args[0], ast.Name) and n.args[0].id == param:
@@ -125,12 +155,14 @@ class Reads:
                 callee = self._resolve(module, f)
                 if callee is not None:
                     params = list(inspect.signature(callee).parameters)
-                    for i, a in enumerate(n.args):
-                        if isinstance(a, ast.Name) and a.id == param and i < len(params):
-                            out |= self.of(callee, params[i])
-                    for kw in n.keywords:
-                        if isinstance(kw.value, ast.Name) and kw.value.id == param and kw.arg:
-                            out |= self.of(callee, kw.arg)
+                    given = [(params[i], a) for i, a in enumerate(n.args) if i < len(params)]
+                    given += [(kw.arg, kw.value) for kw in n.keywords if kw.arg]
+                    consts = frozenset(
+                        (name, c) for name, a in given if (c := self._const(module, a, bound)) is not None
+                    )
+                    for name, a in given:
+                        if isinstance(a, ast.Name) and a.id == param:
+                            out |= self.of(callee, name, consts)
             where, name = None, None
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id != param:
                 where, name = module, n.id
@@ -194,6 +226,10 @@ def test_the_analysis_sees_reads_through_helpers_and_adapters():
     spec = load_registry(plugins=False).get("KP202")
     assert {"iptables", "programmed"} <= reads.of(spec.fn)  # dataplane.missing → IPTABLES adapter → _iptables_views
     assert "src:" + sources.CONNTRACK in reads.of(load_registry(plugins=False).get("KP504").fn)
+    # a helper given the source as an argument: dns._items(ctx, sources.DNS_SERVICE) → ctx.source(rel)
+    # a loop over a module-level tuple of sources: for rel in HTTP_SOURCES: ctx.has(rel)
+    assert "src:" + sources.KP_HEALTHZ in reads.of(load_registry(plugins=False).get("KP707").fn)
+    assert "src:" + sources.DNS_SERVICE in reads.of(load_registry(plugins=False).get("KP131").fn)
     assert {"sysctl_value", "ip_addr", "ip_route"} <= reads.of(hostnet.rp_filter_strict)  # via _default_dev, ev.sysctl
     # an undeclared read is reported
     fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
