@@ -37,8 +37,8 @@ ROOT = os.path.dirname(HERE)
 OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")  # where the results go
 sys.path.insert(0, ROOT)
 
-from kpdiag import programmed  # noqa: E402
-from kpdiag.pipeline import analyze_bundle  # noqa: E402
+from kpdiag.state import programmed  # noqa: E402
+from kpdiag.commands.pipeline import analyze_bundle  # noqa: E402
 from kpdiag.fleet.aggregate import NodeResult, aggregate, write_report_dir  # noqa: E402
 
 

@@ -11,7 +11,7 @@ and namespace selectors, ipBlock with except, numeric, named and ranged ports, e
   1. one flow, whole process: `python3 -m kpdiag policy --bundle DIR --from NS/POD --to NS/POD --port 80 -o json`
      in a fresh process — wall time, CPU time and peak RSS (the child's own rusage from wait4), median of --repeat
      runs (large List files are searched for the two pods and their namespaces' policies, not parsed whole);
-  2. many flows, index built once: kpdiag.policy_cmd.load(bundle) once (everything parsed), then --flows
+  2. many flows, index built once: kpdiag.commands.policy.load(bundle) once (everything parsed), then --flows
      evaluations of random pod pairs (PolicyIndex.evaluate) — load time, time per flow, flows per second.
 
 Results are printed and written to benchmarks/out/netpol.json (or $KPDIAG_BENCH_OUT/netpol.json).
@@ -206,9 +206,9 @@ def one_flow_measured(bundle: str, src: str, dst: str) -> tuple[float, float, in
 
 
 def many_flows(bundle: str, names: list[str], flows: int) -> dict:
-    from kpdiag.bundle import Bundle
-    from kpdiag.netpol import End
-    from kpdiag.policy_cmd import load
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.netpol import End
+    from kpdiag.commands.policy import load
 
     t0 = time.perf_counter()
     data = load(Bundle.open(bundle))

@@ -7,7 +7,7 @@ import re
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 INVALID_MIN = 1000  # conntrack -S counts since boot: a handful is normal noise (late retransmissions, port scans)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from kpdiag import sources
+from kpdiag.bundle import sources
 from kpdiag.checkapi import Skip
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import hostport
@@ -272,7 +272,7 @@ IPVS = Adapter("ipvs", _ipvs_views, _ipvs_missing, _ipvs_mismatch, verb="IPVS se
 # ----------------------------------------------------------------------------------------------------- nftables
 def nft_programmed(ctx):
     """(kube-proxy's nftables ruleset, its programmed ports keyed (ClusterIP, proto, port)), or Skip with why."""
-    from kpdiag.kube_nft import programmed_nft
+    from kpdiag.state.kube_nft import programmed_nft
 
     mode, _ = ctx.proxy_mode
     if mode not in (None, "nftables"):

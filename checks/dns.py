@@ -8,7 +8,7 @@ import re
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 DNS_SRC = sources.PROBES_DNS
 SVC_SRC = sources.DNS_SERVICE

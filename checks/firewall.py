@@ -8,7 +8,7 @@ import re
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 EXTERNAL_SRC = "203.0.113.77"  # an outside client (TEST-NET-3)
 MAX_TARGETS = 6

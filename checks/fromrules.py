@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 SUFFIX_NONE = " has no endpoints"
 SUFFIX_LOCAL = " has no local endpoints"
@@ -40,7 +40,7 @@ def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
     rs = ctx.nft()
     if rs is None:
         return {}
-    from kpdiag.kube_nft import TABLES, _comment, _elem_key, _verdict
+    from kpdiag.state.kube_nft import TABLES, _comment, _elem_key, _verdict
 
     out: dict[str, list[Evidence]] = {}
     for table in TABLES:

@@ -9,7 +9,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import persist_sysctls
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
 ADDR_SRC = sources.IP_ADDR

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 HTTP_SOURCES = (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ)
 

@@ -8,7 +8,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 
 def _kube_chains(rs) -> list[str]:
@@ -112,7 +112,7 @@ def rule_scale(ctx, new):
 
 def _sample_path(ctx):
     """A ClusterIP port with a remote endpoint and a pod source address, to trace pod → Service."""
-    from kpdiag.kube_rules import cluster_cidr
+    from kpdiag.state.kube_rules import cluster_cidr
 
     ports = ctx.programmed() or {}
     routing = ctx.routing

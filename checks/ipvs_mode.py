@@ -7,7 +7,7 @@ from kpdiag.fixcmd import persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 from . import dataplane
 

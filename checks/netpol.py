@@ -19,8 +19,8 @@ import re
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.netpol import End, Pod, patch_doc, patch_oneline
-from kpdiag import sources
+from kpdiag.state.netpol import End, Pod, patch_doc, patch_oneline
+from kpdiag.bundle import sources
 
 NP_SRC = sources.NETWORKPOLICIES
 PODS_SRC = sources.PODS

@@ -6,7 +6,7 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
 
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 from . import dataplane
 

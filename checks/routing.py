@@ -8,7 +8,7 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 
 def covering_prefix(ips: list[str]) -> str:
@@ -127,7 +127,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
             out.setdefault(ip, f"{ctx.display(sources.SERVICES)}: {svc.key}")
     mode, _ = ctx.proxy_mode
     if mode == "nftables" and ctx.nft() is not None:
-        from kpdiag.kube_nft import cluster_ips
+        from kpdiag.state.kube_nft import cluster_ips
 
         for ip in cluster_ips(ctx.nft()):
             out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
@@ -165,7 +165,7 @@ def pod_service_overlap(ctx, new):
     cfg = ctx.kube_proxy_config
     raw = str(cfg.get("clusterCIDR") or "").strip() if cfg is not None else ""
     if not raw:
-        from kpdiag.kube_rules import cluster_cidr
+        from kpdiag.state.kube_rules import cluster_cidr
 
         raw = cluster_cidr(ctx.programmed()) or ""
     if not raw:

@@ -7,7 +7,7 @@ import ipaddress
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 SVC_SRC = sources.SERVICES
 EPS_SRC = sources.ENDPOINTSLICES
@@ -26,9 +26,9 @@ def _svc_ev(ctx, svc, what: str) -> Evidence:
 
 
 def usable(ctx, svc, port, family: int | None = None):
-    """What kube-proxy on this node programs for ``port`` (kpdiag.cluster_state.usable_endpoints): ready endpoints, topology
+    """What kube-proxy on this node programs for ``port`` (kpdiag.state.cluster.usable_endpoints): ready endpoints, topology
     hints, the serving-terminating fallback, Local traffic policies."""
-    from kpdiag.cluster_state import usable_endpoints
+    from kpdiag.state.cluster import usable_endpoints
 
     return usable_endpoints(
         svc, port, node=ctx.cluster.node_name() or ctx.node_name or None, zone=ctx.cluster.node_zone(), family=family

@@ -10,7 +10,7 @@ from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 
 from .service import _services
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 from . import dataplane
 

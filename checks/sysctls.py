@@ -5,7 +5,7 @@ from __future__ import annotations
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 
 @check(

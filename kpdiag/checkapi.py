@@ -1,7 +1,7 @@
 """Declaring checks, finding them (built-in ``kpdiag.checks`` and the entry-point group), running them.
 
 A check is a function decorated with :func:`check`. It receives its inputs (``ctx``: a view of the state that opens
-exactly the inputs it declares, kpdiag/broker.py) and a
+exactly the inputs it declares, kpdiag/state/inputs.py) and a
 ``new`` function that builds a :class:`~kpdiag.model.Finding` carrying the check's id, slug,
 title and severity, and yields findings. It never fetches data itself. If the data it needs
 is missing, the runner reports it *skipped* with the reason; if it raises :class:`Skip`, the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .model import CheckRun, Evidence, Finding, Severity
-from . import broker
+from kpdiag.state import inputs as broker
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
 
@@ -49,7 +49,9 @@ class CheckSpec:
     modes: tuple[
         str, ...
     ] = ()  # the kube-proxy modes it is about (empty: any); on a node in another mode it is skipped
-    uses: tuple[str, ...] = ()  # inputs it reads when they are there (kpdiag/broker.py); needs: those it cannot lack
+    uses: tuple[
+        str, ...
+    ] = ()  # inputs it reads when they are there (kpdiag/state/inputs.py); needs: those it cannot lack
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -110,9 +112,9 @@ def check(
     severities: Iterable[str] = (),
     modes: Iterable[str] = (),
 ):
-    """Declare a check. ``needs`` names the inputs (kpdiag/broker.py) it cannot decide without: when one is missing,
+    """Declare a check. ``needs`` names the inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing,
     the check is skipped with the reason. ``uses`` names the inputs it reads when they are there. The check receives
-    a view of the state that opens those inputs and nothing else (:class:`kpdiag.broker.Inputs`). ``scope`` is
+    a view of the state that opens those inputs and nothing else (:class:`kpdiag.state.inputs.Inputs`). ``scope`` is
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
     is a defect, caught by the tests. ``modes`` names the kube-proxy modes the check is about (iptables, ipvs,
@@ -252,7 +254,7 @@ def _other_mode(ctx, spec: CheckSpec) -> str | None:
 
 
 def _kube_proxy_checks() -> frozenset:
-    from .implementer import KUBE_PROXY_CHECKS
+    from kpdiag.state.implementer import KUBE_PROXY_CHECKS
 
     return KUBE_PROXY_CHECKS
 
@@ -264,5 +266,5 @@ def _not_in_charge(ctx) -> str | None:
 
 
 def availability(ctx, need: str, scope: str = "node") -> str | None:
-    """Why the input ``need`` is missing on this state (None when it is there): kpdiag/broker.py declares them."""
+    """Why the input ``need`` is missing on this state (None when it is there): kpdiag/state/inputs.py declares them."""
     return broker.missing(ctx, scope, need)

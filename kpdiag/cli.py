@@ -11,7 +11,7 @@ import sys
 import click
 
 from . import __version__, exitcodes
-from . import sources
+from kpdiag.bundle import sources
 
 OUTPUTS = ("text", "json", "dot")
 
@@ -281,7 +281,7 @@ def _unreadable(report) -> str:
 def analyze(bundle, output, fail_on, select, ignore, verbose):
     """Run every check on a bundle (directory or .tar.gz), offline — or aggregate node reports: a directory of them
     (kpdiag cluster --save-dir, or kpdiag node -o json outputs) or one such file."""
-    from .pipeline import analyze_bundle
+    from kpdiag.commands.pipeline import analyze_bundle
     from .errors import InputError
     from .fleet.aggregate import aggregate_dir, aggregate_files, looks_like_report_dir, looks_like_report_file
 
@@ -342,8 +342,8 @@ def node(
     verbose,
 ):
     """Collect this node (read-only) and diagnose it — against the Services and EndpointSlices of the API when it can."""
-    from .focus import check_focus
-    from .pipeline import diagnose_node
+    from kpdiag.commands.focus import check_focus
+    from kpdiag.commands.pipeline import diagnose_node
 
     try:
         check_focus(service, trace_to)  # before minutes of collection
@@ -403,7 +403,7 @@ def svc(
     verbose,
 ):
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
-    from .svc_cmd import diagnose_service
+    from kpdiag.commands.svc import diagnose_service
 
     if save_to:
         _check_output(save_to, force, "--save")
@@ -451,9 +451,9 @@ def svc(
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def policy(from_, to, port, bundle, kubeconfig, context, output):
     """Is FROM → TO:PORT allowed by NetworkPolicy, and by which policy? Exit 0 allowed, 1 denied, 3 cannot tell."""
-    from .bundle import Bundle
+    from kpdiag.bundle.store import Bundle
     from .errors import InputError, UsageError
-    from .policy_cmd import CannotEvaluate, collect_live, evaluate, parse_from, parse_port, parse_to
+    from kpdiag.commands.policy import CannotEvaluate, collect_live, evaluate, parse_from, parse_port, parse_to
     from .render.policy import policy_to_json, policy_to_text
 
     if bundle and (kubeconfig or context):
@@ -497,7 +497,7 @@ _NOT_A_BUNDLE = (
 
 def _check_output(out: str, force: bool, option: str) -> None:
     """A bundle output is a new directory or FILE.tar.gz; an existing path only with --force, a symlink never."""
-    from .safeio import OutputExists, check_new_output
+    from kpdiag.bundle.safeio import OutputExists, check_new_output
 
     if not out.endswith(ARCHIVE_SUFFIXES) and out.lower().endswith(_NOT_A_BUNDLE):
         raise _fail(
@@ -534,7 +534,7 @@ def _check_output(out: str, force: bool, option: str) -> None:
 def collect(out, host_root, redact, redact_salt, force):
     """Write a bundle of this node's state (plain command outputs) for 'kpdiag analyze' anywhere."""
 
-    from .bundle import write_bundle
+    from kpdiag.bundle.store import write_bundle
     from .collect.node import collect_node
 
     _check_output(out, force, "-o")
@@ -542,7 +542,7 @@ def collect(out, host_root, redact, redact_salt, force):
     if redact:
         import json as _json
 
-        from .redact import redact_files
+        from kpdiag.bundle.redact import redact_files
 
         files["kpdiag.json"] = _json.dumps(manifest).encode()
         files, redactor = redact_files(files, redact_salt)
@@ -551,7 +551,7 @@ def collect(out, host_root, redact, redact_salt, force):
     try:
         write_bundle(files, out, manifest, force=force)
     except OSError as exc:
-        from .safeio import describe
+        from kpdiag.bundle.safeio import describe
 
         raise _fail(f"{out}: cannot write: {describe(exc)}", exitcodes.NO_DIAGNOSIS) from None
     _say(f"wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected")
@@ -699,9 +699,9 @@ def redact_cmd(bundle, out, salt):
     import json as _json
     import os
 
-    from .bundle import FORMAT, Bundle, write_bundle
+    from kpdiag.bundle.store import FORMAT, Bundle, write_bundle
     from .errors import InputError
-    from .redact import redact_files
+    from kpdiag.bundle.redact import redact_files
 
     if os.path.lexists(out):
         raise _fail(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .model import Evidence
-from . import sources
+from kpdiag.bundle import sources
 
 
 def sysctl(ctx, key: str) -> Evidence | None:

@@ -17,8 +17,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from ..safeio import load_json
-from .. import sources
+from kpdiag.bundle.safeio import load_json
+from kpdiag.bundle import sources
 
 API_TIMEOUT = 5.0
 SERVICE_LOOKUP = sources.SERVICE_LOOKUP
@@ -116,7 +116,7 @@ def _kubeconfig_problem(path: str) -> str | None:
         if len(data) > KUBECONFIG_MAX:
             return f"kubeconfig {one}: larger than {KUBECONFIG_MAX >> 20} MiB, not a kubeconfig"
         try:
-            from ..safeio import load_yaml
+            from kpdiag.bundle.safeio import load_yaml
 
             doc = load_yaml(data)  # depth- and alias-bounded
         except (yaml.YAMLError, RecursionError, ValueError) as exc:
@@ -304,7 +304,7 @@ class ClusterCollector:
           its List metadata ``namespaces`` says which were listed — only written when every list succeeded, so a
           namespace whose policies could not be read is never taken as one without policies;
         - ``cluster/cni.json``: the DaemonSets of kube-system (and up to 20 pods of the kube-flannel and calico-system
-          namespaces when they exist) reduced to names, owners, images and two flags (kpdiag.netpol.component), to
+          namespaces when they exist) reduced to names, owners, images and two flags (kpdiag.state.netpol.component), to
           tell whether the CNI enforces NetworkPolicy;
         - ``cluster/client-pod.json``: the client pod ``(namespace, name)`` when given.
         With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
@@ -312,7 +312,7 @@ class ClusterCollector:
         Every failure is a recorded reason; False when nothing could be asked."""
         from .kubeapi import ReadApi
 
-        from ..netpol import component
+        from kpdiag.state.netpol import component
 
         if self._api is None and not self.connect():
             return False

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 
 from .. import __version__
-from ..bundle import FORMAT
-from ..safeio import load_json
-from .. import sources
+from kpdiag.bundle.store import FORMAT
+from kpdiag.bundle.safeio import load_json
+from kpdiag.bundle import sources
 
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 CMD_TIMEOUT = 60.0
@@ -579,7 +579,7 @@ class NodeCollector:
         "kube-proxy"): see :func:`find_kube_proxy`. Its ``--config`` is then resolved inside that process's
         own root (``/proc/PID/root``) and never out of it, regular files only, without blocking, at most
         :data:`CONFIG_MAX_BYTES`."""
-        from .. import safeio
+        from kpdiag.bundle import safeio
 
         rel = sources.KP_CONFIG
         found = find_kube_proxy(self.proc)

@@ -103,7 +103,7 @@ class FleetState:
     def programmed_groups(self) -> list[tuple[dict, list[str], dict[str, tuple[str, str, int]]]]:
         """Nodes grouped by programmed digest: (one document, node names, its decoded table), biggest group first."""
         if "_groups" not in self.__dict__:
-            from ..programmed import decode
+            from kpdiag.state.programmed import decode
 
             groups: dict[str, tuple[dict, list[str]]] = {}
             for r in self.ok:  # normalised: a programmed table, when there, has a str digest and entries
@@ -377,14 +377,14 @@ def looks_like_report_dir(path: str) -> bool:
 
 def _read_report_text(path: str, rel: str) -> str:
     """A report file under the directory PATH: a regular file reached without any symlink, at most MAX_REPORT_BYTES."""
-    from ..safeio import BENEATH, read_file
+    from kpdiag.bundle.safeio import BENEATH, read_file
 
     return read_file(path, rel, MAX_REPORT_BYTES, BENEATH).decode("utf-8", "replace")
 
 
 def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
     """A node report from text that may carry other lines around it (a pod log): (report, None) or (None, why)."""
-    from ..safeio import TooDeep, raw_decode_json
+    from kpdiag.bundle.safeio import TooDeep, raw_decode_json
 
     start = text.find("{")
     while start != -1:
@@ -417,7 +417,7 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     """Node reports saved by ``kpdiag cluster --save-dir`` (``nodes/*.json``; older runs wrote them beside
     ``cluster.json``), or any ``*.json`` node reports, plus the run's ``cluster.json`` when present (failures,
     API version, traffic-policy keys). Only regular files are read, none through a symlink."""
-    from ..safeio import describe, load_json
+    from kpdiag.bundle.safeio import describe, load_json
 
     results: list[NodeResult] = []
     meta: dict = {}
@@ -465,7 +465,7 @@ def read_report_file(
     """One node report file (``kpdiag node -o json`` output, stray lines around it allowed) as a NodeResult; an
     unreadable or foreign file is a named failure. Within a report directory (``root``, ``rel``) only a regular
     file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only."""
-    from ..safeio import describe
+    from kpdiag.bundle.safeio import describe
 
     node = os.path.basename(file)
     node = node[: -len(".json")] if node.endswith(".json") else node
@@ -525,7 +525,7 @@ def write_report_dir(path: str, results: list[NodeResult], meta: dict, force: bo
     """Each node's report as ``nodes/<node>.json`` and the run (failures, API version, traffic-policy keys) as
     ``cluster.json``: what ``kpdiag analyze DIR`` reads back. PATH is created new (or, with ``force``, an
     existing directory is written into); files are created afresh, 0600, never through a symlink."""
-    from ..safeio import OutputDir
+    from kpdiag.bundle.safeio import OutputDir
 
     taken: set[str] = set()
     with OutputDir(path, force) as out:

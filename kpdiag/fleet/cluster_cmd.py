@@ -60,7 +60,7 @@ def run(
         return Outcome(error="--service takes NAMESPACE/NAME", code=exitcodes.USAGE)
     selector, names = _node_spec(nodes)
     if save_dir and not (dry_run or cleanup):  # before any pod runs: a new directory, or --force (never a symlink)
-        from ..safeio import OutputExists, check_new_output
+        from kpdiag.bundle.safeio import OutputExists, check_new_output
 
         try:
             check_new_output(save_dir, force)
@@ -156,7 +156,7 @@ def run(
                 f"wrote {sum(r.ok for r in results)} node report(s) to {save_dir} (kpdiag analyze {save_dir})"
             )
         except OSError as exc:
-            from ..safeio import describe
+            from kpdiag.bundle.safeio import describe
 
             messages.append(f"{save_dir}: cannot write: {describe(exc)}")
     report = aggregate(results, api_version=api_version, local_itp=local_itp, select=select, ignore=ignore)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ..collect.cluster import api_reason
 from ..errors import Interrupted
-from ..safeio import load_json
+from kpdiag.bundle.safeio import load_json
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..bundle import Bundle, Problem
+from kpdiag.bundle.store import Bundle, Problem
 from ..errors import InputError
-from .. import sources
+from kpdiag.bundle import sources
 
 
 @dataclass
@@ -80,7 +80,7 @@ def explain_unmatched(result, setup: TraceSetup):
 
     if setup.mode != "iptables" or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
         return result
-    from ..kube_rules import programmed_ports
+    from kpdiag.state.kube_rules import programmed_ports
 
     pk = result.packet
     dst = ipaddress.ip_address(pk.dst)
@@ -136,7 +136,7 @@ def live_state(host_root: str | None = None, progress=None):
     import socket
 
     from ..collect.node import NodeCollector
-    from ..state import NodeState
+    from kpdiag.state.node import NodeState
 
     c = NodeCollector(host_root=host_root, progress=progress)
     for step in (c.kernel, c.sysctls, c.links, c.iptables, c.nft, c.ipvs, c.ipset, c.kube_proxy_http):
@@ -227,7 +227,7 @@ def setup_trace(
             except InputError as exc:
                 problems.append(Problem(f"{exc.source}:{exc.line}" if exc.line else exc.source, exc.message))
     elif bundle or live:
-        from ..state import NodeState
+        from kpdiag.state.node import NodeState
 
         state = live_state(host_root, progress) if live else NodeState(Bundle.open(bundle))
         bundle = bundle or f"this node ({state.node_name or 'live'})"

@@ -26,7 +26,7 @@ from ..parse.iptables import Chain, Rule, Ruleset
 from .model import Step, endpoint_text
 from .routing import RoutingTable
 from .walker import MAX_DEPTH, MAX_PATHS, PacketState, PacketWalker
-from .. import sources
+from kpdiag.bundle import sources
 
 INDEX_MIN_RULES = 24
 

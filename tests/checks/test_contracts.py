@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.pipeline import analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle
 
 from ..conftest import FIXTURES
 

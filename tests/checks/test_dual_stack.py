@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 
-from kpdiag.pipeline import analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle
 from tests.conftest import FIXTURES
 
 
@@ -113,8 +113,8 @@ def test_the_ipv6_side_of_a_dual_stack_service_is_compared_with_ip6tables(tmp_pa
 def test_ipv6_trace_without_ipv6_routes_is_uncertain_not_dropped(tmp_path):
     """A bundle whose routes are IPv4 only (plain `ip route`) knows nothing of IPv6 routing: a trace says so and
     marks itself uncertain — it does not invent 'no route, dropped'."""
-    from kpdiag.bundle import Bundle
-    from kpdiag.state import NodeState
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
     from kpdiag.trace.model import Packet
 
     bundle = _dual_stack_web(tmp_path, ["fd00:244:1::a"])

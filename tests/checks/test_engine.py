@@ -8,12 +8,12 @@ import sys
 
 
 from kpdiag import exitcodes
-from kpdiag.bundle import Bundle
+from kpdiag.bundle.store import Bundle
 from kpdiag.checkapi import Skip, check, load_registry, run_checks, select_checks
 from kpdiag.cli import main
-from kpdiag.diagnose import analyze_state
-from kpdiag.pipeline import analyze_bundle
-from kpdiag.state import NodeState
+from kpdiag.commands.diagnose import analyze_state
+from kpdiag.commands.pipeline import analyze_bundle
+from kpdiag.state.node import NodeState
 from tests.conftest import FIXTURES, ROOT
 
 HEALTHY = os.path.join(FIXTURES, "healthy-iptables")
@@ -196,7 +196,7 @@ def test_kp201_in_ipvs_mode_explains_the_reject():
     """IPVS mode, newer kube-proxy: ping to a ClusterIP is rejected by KUBE-IPVS-FILTER — said so, with the rule."""
     import json as _json
 
-    from kpdiag.svc_cmd import service_report
+    from kpdiag.commands.svc import service_report
 
     files = {}
     for dirpath, _, names in os.walk(os.path.join(FIXTURES, "svc-ipvs-ping")):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.pipeline import analyze_bundle as _analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle as _analyze_bundle
 from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
 from tests.conftest import FIXTURES
 

@@ -7,9 +7,9 @@ import json
 import os
 import shutil
 
-from kpdiag.bundle import Bundle, write_bundle
-from kpdiag.pipeline import analyze_bundle
-from kpdiag.state import NodeState
+from kpdiag.bundle.store import Bundle, write_bundle
+from kpdiag.commands.pipeline import analyze_bundle
+from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, ipvs_files
 from tests.conftest import FIXTURES
 

@@ -11,7 +11,7 @@ import pytest
 
 from kpdiag.fixcmd import FixStep, command, note, step_kind
 from kpdiag.model import Report
-from kpdiag.pipeline import analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle
 from kpdiag.render.report import report_to_text
 from tests.schemas import report_validator, validator
 

@@ -8,10 +8,10 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from kpdiag.bundle import Bundle
+from kpdiag.bundle.store import Bundle
 from kpdiag.cli import cli
-from kpdiag.pipeline import analyze_bundle
-from kpdiag.state import NodeState
+from kpdiag.commands.pipeline import analyze_bundle
+from kpdiag.state.node import NodeState
 from tests.conftest import FIXTURES
 
 

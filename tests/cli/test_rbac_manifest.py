@@ -76,7 +76,7 @@ def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
     import subprocess
     import sys
 
-    from kpdiag.pipeline import analyze_bundle
+    from kpdiag.commands.pipeline import analyze_bundle
     from tests.conftest import FIXTURES
 
     with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
@@ -167,8 +167,8 @@ def test_svc_rbac_lists_pods_only_per_namespace():
 
 def test_node_service_account_grants_exactly_what_kpdiag_node_reads(tmp_path):
     """The node pods' ServiceAccount (kpdiag/kpdiag-node) is bound to a ClusterRole that grants every call `kpdiag
-    node` makes with the API (kpdiag.nodeapi.api_files, the code the node command runs) — and nothing else."""
-    from kpdiag.nodeapi import api_files
+    node` makes with the API (kpdiag.commands.nodeapi.api_files, the code the node command runs) — and nothing else."""
+    from kpdiag.commands.nodeapi import api_files
 
     with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
         docs = [d for d in yaml.safe_load_all(fh) if d]

@@ -270,9 +270,9 @@ def bundle_files(probe_doc: dict, api: tuple) -> dict[str, bytes]:
 
 
 def analyze_files(files: dict[str, bytes]):
-    from kpdiag.bundle import Bundle
-    from kpdiag.diagnose import analyze_state
-    from kpdiag.state import NodeState
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.commands.diagnose import analyze_state
+    from kpdiag.state.node import NodeState
 
     return analyze_state(NodeState(Bundle.from_files("", files)), (), ())
 

@@ -7,12 +7,12 @@ import json
 import os
 
 
-from kpdiag import programmed
-from kpdiag.bundle import Bundle
+from kpdiag.state import programmed
+from kpdiag.bundle.store import Bundle
 from kpdiag.cli import main
-from kpdiag.diagnose import analyze_state
+from kpdiag.commands.diagnose import analyze_state
 from kpdiag.fleet.aggregate import NodeResult, aggregate, write_report_dir
-from kpdiag.state import NodeState
+from kpdiag.state.node import NodeState
 from tests.conftest import FIXTURES
 from tests.schemas import validator
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kpdiag.cli import main
-from kpdiag.pipeline import analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 from tests.conftest import FIXTURES

@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from kpdiag.bundle import Bundle
-from kpdiag.diagnose import analyze_state
+from kpdiag.bundle.store import Bundle
+from kpdiag.commands.diagnose import analyze_state
 from kpdiag.fleet.aggregate import NodeResult, node_row
-from kpdiag.focus import focus_report
-from kpdiag.state import NodeState
+from kpdiag.commands.focus import focus_report
+from kpdiag.state.node import NodeState
 from tests.conftest import FIXTURES
 
 WEB = ["10.244.1.11:8080", "10.244.1.12:8080", "10.244.2.13:8080"]

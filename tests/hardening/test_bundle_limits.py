@@ -18,8 +18,8 @@ import zlib
 
 import pytest
 
-from kpdiag import bundle as bundle_mod
-from kpdiag.bundle import Bundle
+from kpdiag.bundle import store as bundle_mod
+from kpdiag.bundle.store import Bundle
 from kpdiag.errors import InputError
 
 SECRET = "root:$6$CANARYsecretHASH:19000:0:99999:7:::"

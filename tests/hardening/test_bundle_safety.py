@@ -6,8 +6,8 @@ import tarfile
 
 import pytest
 
-from kpdiag import bundle as bundle_mod
-from kpdiag.bundle import Bundle
+from kpdiag.bundle import store as bundle_mod
+from kpdiag.bundle.store import Bundle
 from kpdiag.cli import main
 from kpdiag.errors import InputError
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from kpdiag import safeio
+from kpdiag.bundle import safeio
 from kpdiag.fleet.aggregate import write_report_dir
 
 DEEP = 5000
@@ -118,8 +118,8 @@ def test_deep_json_anywhere_in_a_bundle(tmp_path, rel):
     ids=["streamed", "whole"],
 )
 def test_deep_nft_ruleset(tmp_path, text):
-    from kpdiag.bundle import Bundle
-    from kpdiag.state import NodeState
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
 
     state = NodeState(Bundle.open(str(_bundle(tmp_path, {"node/nft-ruleset.json": text}))))
     assert state.nft() is None

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from kpdiag import safeio
+from kpdiag.bundle import safeio
 from kpdiag.collect.node import CONFIG_MAX_BYTES, NodeCollector, find_kube_proxy
 
 CONFIG = "node/kube-proxy/config.yaml"
@@ -214,7 +214,7 @@ def test_open_regular_never_leaves_the_root(jail, resolver):
 
 def test_bundle_files_are_private(tmp_path):
     """Bundles hold node state (and before redaction, names and addresses): 0600 files, 0700 directories."""
-    from kpdiag.bundle import write_bundle
+    from kpdiag.bundle.store import write_bundle
 
     out = tmp_path / "b"
     old = os.umask(0o022)

@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client.api import core_v1_api  # noqa: F401  # loaded once here: the bound is on waiting, not on importing
 
 from kpdiag.cli import main
-from kpdiag.pipeline import analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 from tests.conftest import FIXTURES

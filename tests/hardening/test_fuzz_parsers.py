@@ -10,7 +10,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kpdiag.bundle import Bundle
+from kpdiag.bundle.store import Bundle
 from kpdiag.errors import InputError
 from kpdiag.parse import node as nodep
 from kpdiag.parse.ipset import parse_ipset_save
@@ -157,8 +157,8 @@ def test_nft_json(items):
 )
 def test_node_files_and_bundle_checks(addr, route, sysctl, modules, metrics, config):
     """Whole bundles of junk through the full diagnosis: a report, never an exception."""
-    from kpdiag.diagnose import analyze_state
-    from kpdiag.state import NodeState
+    from kpdiag.commands.diagnose import analyze_state
+    from kpdiag.state.node import NodeState
 
     files = {
         "node/ip-addr.json": json.dumps(addr).encode(),
@@ -261,7 +261,7 @@ _JSON = st.recursive(
 )
 _REAL = json.loads(
     json.dumps(
-        __import__("kpdiag.pipeline", fromlist=["x"])
+        __import__("kpdiag.commands.pipeline", fromlist=["x"])
         .analyze_bundle(os.path.join(FIXTURES, "healthy-iptables"))
         .to_dict()
     )

@@ -13,10 +13,10 @@ import tarfile
 
 import pytest
 
-from kpdiag.bundle import write_bundle
+from kpdiag.bundle.store import write_bundle
 from kpdiag.cli import main
 from kpdiag.fleet.aggregate import NodeResult, write_report_dir
-from kpdiag.safeio import OutputExists
+from kpdiag.bundle.safeio import OutputExists
 
 FILES = {"node/sysctl.txt": b"net.ipv4.ip_forward = 0\n", "node/kube-proxy/config.yaml": b"mode: iptables\n"}
 

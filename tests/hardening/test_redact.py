@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from kpdiag.bundle import Bundle
-from kpdiag.diagnose import analyze_state
-from kpdiag.redact import redact_files
-from kpdiag.state import NodeState
+from kpdiag.bundle.store import Bundle
+from kpdiag.commands.diagnose import analyze_state
+from kpdiag.bundle.redact import redact_files
+from kpdiag.state.node import NodeState
 from tests.conftest import FIXTURES
 
 
@@ -72,7 +72,7 @@ def test_ipv6_and_macs():
 
 
 def test_images_public_components_and_kpdiag_own_kept_others_replaced():
-    from kpdiag.redact import Redactor
+    from kpdiag.bundle.redact import Redactor
 
     r = Redactor(salt="x")
     assert r._image("registry.k8s.io/kube-proxy:v1.31.4") == "registry.k8s.io/kube-proxy:v1.31.4"

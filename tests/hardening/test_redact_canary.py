@@ -15,10 +15,10 @@ import tarfile
 
 import pytest
 
-from kpdiag.bundle import write_bundle
+from kpdiag.bundle.store import write_bundle
 from kpdiag.cli import main
-from kpdiag.pipeline import analyze_bundle
-from kpdiag.redact import redact_files, scrub_secrets
+from kpdiag.commands.pipeline import analyze_bundle
+from kpdiag.bundle.redact import redact_files, scrub_secrets
 from tests.conftest import FIXTURES
 
 BASE = "cluster-nft-consistent"  # a healthy node (nftables mode) with its Services, EndpointSlices and Node

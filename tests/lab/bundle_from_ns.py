@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
-from kpdiag.bundle import FORMAT, write_bundle
+from kpdiag.bundle.store import FORMAT, write_bundle
 
 from .netlab import Lab
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from kpdiag.state import NodeState
-from kpdiag.bundle import Bundle
+from kpdiag.state.node import NodeState
+from kpdiag.bundle.store import Bundle
 from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from kpdiag.trace.model import Packet
 from kpdiag.trace.netfilter import IptablesTracer

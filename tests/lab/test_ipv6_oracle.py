@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from kpdiag.bundle import Bundle
-from kpdiag.state import NodeState
+from kpdiag.bundle.store import Bundle
+from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, iptables_ruleset, nft_ruleset
 from kpdiag.trace.model import Packet
 
@@ -169,7 +169,7 @@ def test_kernel_agrees_with_tracer_on_ipv6(lab, tmp_path, capsys, mode):
         else "kube-proxy drops it: the Service's traffic policy is Local"
     ) in out
     # kube-proxy's IPv6 rules (ip6tables-save, the ip6 table) are in the node's programmed table too
-    from kpdiag import programmed
+    from kpdiag.state import programmed
 
     local: set[str] = set()
     table = programmed.decode(programmed.summary(state), local)

@@ -9,8 +9,8 @@ next hook sees it, and the chains the kernel does report must appear, in order, 
 
 import pytest
 
-from kpdiag.bundle import Bundle
-from kpdiag.state import NodeState
+from kpdiag.bundle.store import Bundle
+from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, nft_ruleset
 from kpdiag.trace.model import Packet
 from kpdiag.trace.nftables import NftTracer

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from kpdiag.bundle import Bundle
+from kpdiag.bundle.store import Bundle
 from kpdiag.parse.addr import parse_ip
 from kpdiag.parse.node import parse_ip_rules
-from kpdiag.state import NodeState
+from kpdiag.state.node import NodeState
 from kpdiag.trace.model import Packet
 
 from .bundle_from_ns import bundle_from_ns

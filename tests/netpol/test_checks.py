@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from kpdiag.pipeline import analyze_bundle
+from kpdiag.commands.pipeline import analyze_bundle
 from tests.conftest import FIXTURES
 from tests.netpol.world import run_cli
 

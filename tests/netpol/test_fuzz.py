@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kpdiag.netpol import End, Pod, PolicyIndex, component, parse_policies, recognise_cni
+from kpdiag.state.netpol import End, Pod, PolicyIndex, component, parse_policies, recognise_cni
 
 junk = st.recursive(
     st.none()

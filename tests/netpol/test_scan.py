@@ -1,4 +1,4 @@
-"""Big List files are searched, not parsed whole (kpdiag.policy_cmd.ListScan): the answers must be the same as
+"""Big List files are searched, not parsed whole (kpdiag.commands.policy.ListScan): the answers must be the same as
 from a parsed file, whatever the JSON layout (kubectl's indent and key order, compact, items before metadata)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from kpdiag import policy_cmd
-from kpdiag.policy_cmd import ListScan
+from kpdiag.commands import policy as policy_cmd
+from kpdiag.commands.policy import ListScan
 from tests.netpol.test_truth_tables import ALL, SHAPES
 from tests.netpol.world import ask, policy, write_bundle
 
@@ -81,7 +81,7 @@ def test_layouts(tmp_path, scan_everything, how):
     _relayout(bundle, how)
     assert ask(bundle, "y/c", "x/a", "80")["allowed"] and not ask(bundle, "y/b", "x/a", "80")["allowed"]
     assert ask(bundle, "10.244.2.12", "x/a", "80")["from"].startswith("y/c")  # found by its IP
-    from kpdiag.bundle import Bundle
+    from kpdiag.bundle.store import Bundle
 
     src = policy_cmd.FlowSource(Bundle.open(bundle))
     assert src.covered == {"x", "y"}  # the List's own metadata, before or after the items

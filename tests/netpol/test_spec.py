@@ -1,10 +1,10 @@
-"""The NetworkPolicy rules one by one, on kpdiag.netpol directly (the truth tables go through the CLI)."""
+"""The NetworkPolicy rules one by one, on kpdiag.state.netpol directly (the truth tables go through the CLI)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kpdiag.netpol import (
+from kpdiag.state.netpol import (
     End,
     Pod,
     PolicyError,

@@ -1,7 +1,7 @@
-"""Every check receives exactly the inputs it declares (kpdiag/broker.py) — shown two ways.
+"""Every check receives exactly the inputs it declares (kpdiag/state/inputs.py) — shown two ways.
 
 Statically: the source of every check, and of every helper it hands its inputs to (in its module, another check
-module, kpdiag.evidence, kpdiag.observe …), is read; every member of the inputs it touches (``ctx.iptables()``,
+module, kpdiag.evidence, kpdiag.state.observe …), is read; every member of the inputs it touches (``ctx.iptables()``,
 ``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by an input it declares. This covers the
 paths no fixture takes.
 
@@ -19,7 +19,8 @@ import types
 
 import pytest
 
-from kpdiag import broker, sources
+from kpdiag.state import inputs as broker
+from kpdiag.bundle import sources
 from kpdiag.checkapi import check, load_registry, run_checks
 
 SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
@@ -50,7 +51,7 @@ class Reads:
         return (
             isinstance(obj, types.FunctionType)
             and obj.__module__.startswith("kpdiag")
-            and obj.__module__ not in ("kpdiag.state", "kpdiag.broker", "kpdiag.checkapi")
+            and obj.__module__ not in ("kpdiag.state.node", "kpdiag.state.inputs", "kpdiag.checkapi")
             and "." not in obj.__qualname__
         )
 
@@ -242,8 +243,8 @@ def test_the_analysis_sees_reads_through_helpers_and_adapters():
 def test_an_undeclared_read_is_an_error_of_that_check(tmp_path):
     """At run time the view opens only the declared inputs; a check that reads another one — even if it swallows
     the exception — ends as an internal error naming the input, and the other checks run."""
-    from kpdiag.bundle import Bundle
-    from kpdiag.state import NodeState
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
 
     b = Bundle.from_files(
         "mem", {sources.SYSCTL: b"net.ipv4.ip_forward = 1\n", sources.IP_ROUTE: b"[]", sources.IP_ADDR: b"[]"}

@@ -94,9 +94,12 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle_in_the_engine():
     mods = _modules()
-    assert "kpdiag.pipeline" in mods and "kpdiag.trace.netfilter" in mods and len(mods) > 40
+    assert "kpdiag.commands.pipeline" in mods and "kpdiag.trace.netfilter" in mods and len(mods) > 40
     graph = import_graph(mods)
-    assert "kpdiag.svc_cmd" in graph["kpdiag.pipeline"] and "kpdiag.diagnose" in graph["kpdiag.svc_cmd"]
+    assert (
+        "kpdiag.commands.svc" in graph["kpdiag.commands.pipeline"]
+        and "kpdiag.commands.diagnose" in graph["kpdiag.commands.svc"]
+    )
     assert cycles(graph) == []
 
 

@@ -125,10 +125,10 @@ def test_more_traces_validate(capsys, argv):
 def test_node_report_traces_validate():
     """`kpdiag node --service` adds traces to the report's extra: each is a kpdiag.trace/v1 document too (the same
     code on a recorded bundle: analyze_state + focus_report, as `kpdiag node` calls them)."""
-    from kpdiag.bundle import Bundle
-    from kpdiag.diagnose import analyze_state
-    from kpdiag.focus import focus_report
-    from kpdiag.state import NodeState
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.commands.diagnose import analyze_state
+    from kpdiag.commands.focus import focus_report
+    from kpdiag.state.node import NodeState
 
     state = NodeState(Bundle.open(os.path.join(FIXTURES, "healthy-iptables")))
     report = focus_report(analyze_state(state), state, service="shop/web").to_dict()

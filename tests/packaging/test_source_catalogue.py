@@ -1,4 +1,4 @@
-"""The source catalogue (kpdiag/sources.py) is the only place a bundle path is spelled.
+"""The source catalogue (kpdiag/bundle/sources.py) is the only place a bundle path is spelled.
 
 Every string in the runtime code (kpdiag/ and checks/, docstrings and comments aside) that names a bundle file must
 come from the catalogue, and every file in the fixtures' bundles must be a declared source — so a typo in a path, or
@@ -11,7 +11,7 @@ import ast
 import os
 import re
 
-from kpdiag import sources
+from kpdiag.bundle import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PATH_RE = re.compile(r"\b(?:node|cluster|probes)/[A-Za-z0-9_.{}+-]+(?:/[A-Za-z0-9_.{}+-]+)*\.(?:txt|json|yaml)\b")
@@ -24,7 +24,7 @@ def _runtime_files():
                 dirnames[:] = []
                 continue
             for n in names:
-                if n.endswith(".py") and not (base == "kpdiag" and n == "sources.py" and dirpath.endswith("kpdiag")):
+                if n.endswith(".py") and not (n == "sources.py" and dirpath.endswith(os.path.join("kpdiag", "bundle"))):
                     yield os.path.join(dirpath, n)
 
 
@@ -58,7 +58,7 @@ def test_no_bundle_path_is_spelled_outside_the_catalogue():
     files = list(_runtime_files())
     assert len(files) > 40, files  # the walk found the code
     hits = [h for f in files for h in _spelled_paths(f)]
-    assert not hits, "bundle paths spelled outside kpdiag/sources.py:\n" + "\n".join(hits)
+    assert not hits, "bundle paths spelled outside kpdiag/bundle/sources.py:\n" + "\n".join(hits)
 
 
 def test_the_checker_would_see_a_spelled_path(tmp_path):

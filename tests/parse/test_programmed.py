@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 
-from kpdiag import programmed
-from kpdiag.bundle import Bundle
-from kpdiag.kube_rules import programmed_ports
+from kpdiag.state import programmed
+from kpdiag.bundle.store import Bundle
+from kpdiag.state.kube_rules import programmed_ports
 from kpdiag.parse.iptables import parse_iptables_save
-from kpdiag.state import NodeState
+from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, iptables_ruleset
 from tests.conftest import FIXTURES
 

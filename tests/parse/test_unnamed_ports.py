@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 
-from kpdiag import programmed
-from kpdiag.bundle import Bundle
-from kpdiag.cluster_state import Svc
-from kpdiag.focus import focus_report
+from kpdiag.state import programmed
+from kpdiag.bundle.store import Bundle
+from kpdiag.state.cluster import Svc
+from kpdiag.commands.focus import focus_report
 from kpdiag.model import Report
-from kpdiag.state import NodeState
+from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, _nft_hash, iptables_ruleset, port_proto_hash
 from tests.conftest import FIXTURES
 

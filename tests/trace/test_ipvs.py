@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from kpdiag.bundle import Bundle
+from kpdiag.bundle.store import Bundle
 from kpdiag.parse.ipvs import parse_ipvsadm_list, parse_ipvsadm_save
-from kpdiag.state import NodeState
+from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, ipvs_files
 from kpdiag.trace.model import Packet
 from kpdiag.trace.ipvs import IpvsTracer

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from kpdiag.bundle import Bundle
-from kpdiag.state import NodeState
+from kpdiag.bundle.store import Bundle
+from kpdiag.state.node import NodeState
 from kpdiag.trace.model import Packet
 from tests.conftest import FIXTURES
 

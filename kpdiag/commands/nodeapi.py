@@ -17,7 +17,7 @@ def api_files(
     node_name: str | None, kubeconfig: str | None = None, context: str | None = None, progress=None
 ) -> tuple[dict, list[dict], str | None]:
     """(bundle files, errors, API server URL) — the errors say in one line each why something could not be read."""
-    from .collect.cluster import ClusterCollector
+    from kpdiag.collect.cluster import ClusterCollector
 
     cc = ClusterCollector(kubeconfig, context)
     if not cc.connect():

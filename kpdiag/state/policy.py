@@ -1,13 +1,13 @@
 """The data side of NetworkPolicy: policies, pods, namespaces, the kube-dns Service and the CNI read from a bundle
 into one :class:`PolicyData` (for the checks KP120–KP123 through ``ClusterView.policy_data`` and for
-``kpdiag policy``, kpdiag/policy_cmd.py). Reading only: nothing here evaluates a flow."""
+``kpdiag policy``, kpdiag/commands/policy.py). Reading only: nothing here evaluates a flow."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import sources
-from .netpol import Enforcement, Pod, PolicyIndex, component, parse_policies, recognise_cni
+from kpdiag.bundle import sources
+from kpdiag.state.netpol import Enforcement, Pod, PolicyIndex, component, parse_policies, recognise_cni
 
 NP_SRC = sources.NETWORKPOLICIES
 CNI_NAMESPACES = ("kube-system", "kube-flannel", "calico-system")

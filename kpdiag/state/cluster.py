@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .collect.cluster import selector_matches
-from . import sources
+from kpdiag.collect.cluster import selector_matches
+from kpdiag.bundle import sources
 
 
 @dataclass
@@ -269,10 +269,10 @@ class ClusterView:
         return self._list(sources.PODS)
 
     def policy_data(self):
-        """The NetworkPolicy view (kpdiag.policy_data.load: policies, pods, namespaces, the CNI), read once; None
+        """The NetworkPolicy view (kpdiag.state.policy.load: policies, pods, namespaces, the CNI), read once; None
         without a readable cluster/networkpolicies.json."""
         if not hasattr(self, "_policy_data"):
-            from .policy_data import load
+            from kpdiag.state.policy import load
 
             self._policy_data = load(self.bundle) if self.bundle.exists(sources.NETWORKPOLICIES) else None
         return self._policy_data

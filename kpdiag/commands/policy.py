@@ -20,10 +20,10 @@ import ipaddress
 import json
 import re
 
-from .errors import KpdiagError, UsageError
-from .netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, recognise_cni
-from .policy_data import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, list_items, get_path, load  # noqa: F401 (re-exported)
-from . import sources
+from kpdiag.errors import KpdiagError, UsageError
+from kpdiag.state.netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, recognise_cni
+from kpdiag.state.policy import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, list_items, get_path, load  # noqa: F401 (re-exported)
+from kpdiag.bundle import sources
 
 SCHEMA = "kpdiag.policy/v1"
 
@@ -273,7 +273,7 @@ class FlowSource:
         )
 
     def policies(self, namespaces) -> list:
-        from .netpol import parse_policy
+        from kpdiag.state.netpol import parse_policy
 
         out = []
         for ns in sorted(n for n in namespaces if n):
@@ -355,7 +355,7 @@ def parse_to(spec: str) -> tuple[str, ...]:
 
 
 def _services(bundle, data):
-    from .cluster_state import ClusterView, Svc
+    from kpdiag.state.cluster import ClusterView, Svc
 
     out = list(ClusterView(bundle).services() or []) if bundle.exists(sources.SERVICES) else []
     if data.dns_service is not None:
@@ -545,7 +545,7 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
         raise CannotEvaluate(
             f"Service {svc.key} has no endpoints in the data read ({sources.ENDPOINTSLICES}) and no selector"
         )
-    from .collect.cluster import selector_matches
+    from kpdiag.collect.cluster import selector_matches
 
     pods = [p for p in source.pods_in(svc.namespace) if selector_matches(svc.selector, p.labels)]
     if not pods:
@@ -567,8 +567,8 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
 def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) -> tuple[dict[str, bytes], list[dict]]:
     """Read from the API what the flow needs, as bundle files: the two ends' pods (or the Service, its
     EndpointSlices and pods), every namespace, the NetworkPolicies of the namespaces involved, the CNI."""
-    from .collect.cluster import ClusterCollector, _as_list
-    from .collect.kubeapi import ReadApi
+    from kpdiag.collect.cluster import ClusterCollector, _as_list
+    from kpdiag.collect.kubeapi import ReadApi
 
     src_spec, dst_spec = parse_from(from_spec), parse_to(to_spec)
     cc = ClusterCollector(kubeconfig, context)
@@ -607,7 +607,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         if p:
             pods.append(p)
         elif kind in ("svc", "any"):
-            from .collect.cluster import selector_matches
+            from kpdiag.collect.cluster import selector_matches
 
             svc = cc._call(sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns)
             if svc is not None:

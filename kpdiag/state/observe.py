@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .parse.addr import hostport
+from kpdiag.parse.addr import hostport
 
 OK_RESULTS = frozenset({"connected", "syn-ack", "udp-reply"})
 REFUSED_RESULTS = frozenset({"refused", "rst", "port-unreachable"})

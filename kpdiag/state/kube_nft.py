@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .parse.addr import hostport
-from .parse.nft import NftRuleset
+from kpdiag.parse.addr import hostport
+from kpdiag.parse.nft import NftRuleset
 
 TABLE = ("ip", "kube-proxy")
 TABLES = (TABLE, ("ip6", "kube-proxy"))  # kube-proxy's IPv4 and IPv6 tables (a dual-stack node has both)

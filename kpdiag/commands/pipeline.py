@@ -1,17 +1,17 @@
 """The pipeline: a bundle → its state → the checks → a report, the same for a live run and an offline ``analyze``.
 
-``analyze_bundle`` is what ``kpdiag analyze`` runs: a node bundle goes through :func:`kpdiag.diagnose.analyze_state`;
-one written by ``kpdiag svc --save`` is diagnosed as that Service again (:func:`kpdiag.svc_cmd.service_report`).
+``analyze_bundle`` is what ``kpdiag analyze`` runs: a node bundle goes through :func:`kpdiag.commands.diagnose.analyze_state`;
+one written by ``kpdiag svc --save`` is diagnosed as that Service again (:func:`kpdiag.commands.svc.service_report`).
 It sits above both so that neither imports the other's caller (no import cycle; a test checks).
 """
 
 from __future__ import annotations
 
-from .bundle import Bundle
-from .diagnose import analyze_state
-from .model import Report
-from .svc_cmd import service_report
-from .state import NodeState
+from kpdiag.bundle.store import Bundle
+from kpdiag.commands.diagnose import analyze_state
+from kpdiag.model import Report
+from kpdiag.commands.svc import service_report
+from kpdiag.state.node import NodeState
 
 
 def analyze_bundle(path: str, select=(), ignore=()) -> Report:
@@ -41,15 +41,15 @@ def diagnose_node(
     progress=None,
 ) -> Report:
     """`kpdiag node`: collect this node (read-only), with the API's Services and EndpointSlices when it can, then the
-    same analysis as an offline bundle; ``service``/``trace_to`` add traces (kpdiag.focus). ValueError: a bad focus."""
+    same analysis as an offline bundle; ``service``/``trace_to`` add traces (kpdiag.commands.focus). ValueError: a bad focus."""
     import json
 
-    from .collect.node import collect_node
-    from .focus import focus_report
+    from kpdiag.collect.node import collect_node
+    from kpdiag.commands.focus import focus_report
 
     files, manifest = collect_node(host_root=host_root, progress=progress)
     if use_api and not preflight:
-        from .nodeapi import api_files
+        from kpdiag.commands.nodeapi import api_files
 
         more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=progress)
         files.update(more)

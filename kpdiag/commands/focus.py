@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
-from . import sources
+from kpdiag.bundle import sources
 
 
 def _parse_target(text: str) -> tuple[str, int, str]:
@@ -23,8 +23,8 @@ def check_focus(service: str | None, trace_to: str | None) -> None:
     if service is not None and ("/" not in service or not all(service.split("/", 1))):
         raise ValueError(f"--service wants NS/NAME, not {service!r}")
     if trace_to:
-        from .parse.addr import parse_ip
-        from .trace.model import Packet
+        from kpdiag.parse.addr import parse_ip
+        from kpdiag.trace.model import Packet
 
         dst, port, proto = _parse_target(trace_to)
         try:
@@ -47,7 +47,7 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
     if service:
         if "/" not in service:
             raise ValueError(f"--service wants NS/NAME, not {service!r}")
-        from .programmed import service_table
+        from kpdiag.state.programmed import service_table
 
         prefix = service + ":"
         for key, (name, _, _) in sorted((service_table(state) or {}).items(), key=lambda kv: kv[1][0]):
@@ -69,8 +69,8 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
                 f"{service}: no ClusterIP rules on this node (not a Service here, headless, or not programmed — see KP202/KP402)"
             )
     if tracer is not None:
-        from .kube_rules import cluster_cidr
-        from .trace.model import Packet
+        from kpdiag.state.kube_rules import cluster_cidr
+        from kpdiag.trace.model import Packet
 
         cidr = cluster_cidr(state.programmed())
         pod_src = str(ipaddress.ip_network(cidr, strict=False).network_address + 77) if cidr else "10.244.250.77"

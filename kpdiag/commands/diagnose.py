@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from . import __version__
-from .checkapi import load_registry, run_checks, select_checks
-from .model import Report
-from .state import NodeState
-from . import sources
+from kpdiag import __version__
+from kpdiag.checkapi import load_registry, run_checks, select_checks
+from kpdiag.model import Report
+from kpdiag.state.node import NodeState
+from kpdiag.bundle import sources
 
 KNOWN_SOURCES = (
     sources.IPTABLES_SAVE,
@@ -28,7 +28,7 @@ KNOWN_SOURCES = (
 
 
 def facts(state: NodeState, programmed: dict | None = None) -> dict:
-    """What was seen; ``programmed`` is the node's mode-independent Service table (kpdiag.programmed), when built."""
+    """What was seen; ``programmed`` is the node's mode-independent Service table (kpdiag.state.programmed), when built."""
     mode, how = state.proxy_mode
     out: dict = {"node": state.node_name or None, "proxy_mode": mode, "proxy_mode_source": how}
     if state.kernel is not None:
@@ -82,7 +82,7 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
     readable = _anything_readable(state) or bool(findings)
     extra = {}
     if not state.preflight:
-        from .programmed import summary
+        from kpdiag.state.programmed import summary
 
         programmed = summary(state)
         if programmed is not None:

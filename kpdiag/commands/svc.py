@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from .bundle import FORMAT, Bundle
-from .diagnose import analyze_state
-from .state import NodeState
-from . import sources
+from kpdiag.bundle.store import FORMAT, Bundle
+from kpdiag.commands.diagnose import analyze_state
+from kpdiag.state.node import NodeState
+from kpdiag.bundle import sources
 
 
 PROBE_ENDPOINTS_MAX = 16
@@ -18,7 +18,7 @@ ICMP_FIRST_MAX = 4.0  # seconds DNS waits for the ICMP probes at most
 def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list[tuple[str, int, str]]:
     """(ip, targetPort, proto) of the endpoints to probe directly: those kube-proxy sends to — the ready ones, else
     (KEP-1669) the serving-and-terminating ones — from the EndpointSlices collected; at most PROBE_ENDPOINTS_MAX."""
-    from .cluster_state import ClusterView
+    from kpdiag.state.cluster import ClusterView
 
     view = ClusterView(Bundle.from_files("svc", files))
     out = []
@@ -112,7 +112,7 @@ def collect_service(
     With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either."""
     import threading
 
-    from .collect.cluster import ClusterCollector
+    from kpdiag.collect.cluster import ClusterCollector
 
     files: dict[str, bytes] = {}
     errors: list[dict] = []
@@ -141,7 +141,7 @@ def collect_service(
     cc.policy_objects(sorted({namespace} | ({guess[0]} if guess else set())), client_pod=guess)
     cc.dns_objects()
     files.update(cc.out.files)
-    from .collect.probes import _my_address
+    from kpdiag.collect.probes import _my_address
 
     spec = service.get("spec") or {}
     my_ip = _my_address(
@@ -171,7 +171,7 @@ def collect_service(
     if not probe:
         icmp_done.set()
     if probe:
-        from .collect.dns import dns_probe
+        from kpdiag.collect.dns import dns_probe
 
         def dns():
             # after the ICMP echo (and TTL walk): a DNS query that errs on a router spends that router's ICMP rate
@@ -183,7 +183,7 @@ def collect_service(
         dns_thread.start()
     # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
     try:
-        from .collect.node import NodeCollector
+        from kpdiag.collect.node import NodeCollector
 
         nc = NodeCollector(host_root=host_root, progress=progress)
         nc.iptables()
@@ -203,7 +203,7 @@ def collect_service(
     except Exception as exc:  # the node side is a bonus; never let it stop the Service diagnosis
         errors.append({"source": "node", "error": f"node rules not collected: {exc.__class__.__name__}: {exc}"})
     if probe:
-        from .collect.probes import probe_service
+        from kpdiag.collect.probes import probe_service
 
         if progress:
             progress("probing the ClusterIP and the endpoints (and asking DNS)")
@@ -249,8 +249,8 @@ def _cause(o, policy: list, usable: bool, me: str | None = None) -> str:
 def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
     status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
-    same observation model (kpdiag.observe) and the same findings as the report, so they cannot disagree."""
-    from .observe import headline_status, observations
+    same observation model (kpdiag.state.observe) and the same findings as the report, so they cannot disagree."""
+    from kpdiag.state.observe import headline_status, observations
 
     lines: list[str] = []
     svcs = state.services_in_focus() or []
@@ -392,9 +392,9 @@ def diagnose_service(
         namespace, name, kubeconfig, context, probe, node, host_root, progress, stop=stop, client=client
     )
     if save_to:
-        from .bundle import write_bundle
-        from .errors import InputError
-        from .safeio import describe
+        from kpdiag.bundle.store import write_bundle
+        from kpdiag.errors import InputError
+        from kpdiag.bundle.safeio import describe
 
         try:  # a new DIR or FILE.tar.gz: never over an existing path without save_force, never through a symlink
             write_bundle(files, save_to, manifest, force=save_force)
@@ -415,7 +415,7 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     findings = list(report.findings)
     lines, status = verdict(state, findings)
     if status in ("fails", "partial") and not any(f.severity.value == "error" for f in findings):
-        from .checkapi import load_registry
+        from kpdiag.checkapi import load_registry
 
         spec = load_registry().get("KP114")
         if spec is not None:

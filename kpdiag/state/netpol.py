@@ -32,7 +32,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
-from . import sources
+from kpdiag.bundle import sources
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 NS_NAME_LABEL = "kubernetes.io/metadata.name"

@@ -1,7 +1,7 @@
 """The source catalogue: every file a bundle can hold, declared once (docs/architecture.md §3).
 
 A :class:`Source` *is* its bundle path (a ``str``), so it works wherever a path does — as a key of a collector's
-``files``, in :meth:`kpdiag.bundle.Bundle.read_text`, in evidence — and carries what the rest of kpdiag needs to
+``files``, in :meth:`kpdiag.bundle.store.Bundle.read_text`, in evidence — and carries what the rest of kpdiag needs to
 know about it: how it is collected, what it holds (in words, for messages and docs), and which function parses it.
 
 No other module spells a bundle path: collectors write ``files[src.IPVSADM]``, the state reads

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .parse.iptables import Rule, Ruleset
+from kpdiag.parse.iptables import Rule, Ruleset
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A check declares ``needs`` — the inputs it cannot decide without (when one is missing the runner reports the check
 *skipped* with the reason, and does not call it) — and ``uses`` — the inputs it reads when they are there (kube-proxy's
-REJECT rule cited when the rules were collected, the routes when they were). The state (:class:`kpdiag.state.NodeState`
+REJECT rule cited when the rules were collected, the routes when they were). The state (:class:`kpdiag.state.node.NodeState`
 for node checks, :class:`kpdiag.fleet.aggregate.FleetState` for cluster checks) is the broker: it builds every input
 once per run, whatever check asks first. A check does not get the state: it gets an :class:`Inputs` view that opens
 the members its declared inputs grant and nothing else. Reading anything else is an :class:`UndeclaredInput` — that
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import sources
-from .bundle import MANIFEST
+from kpdiag.bundle import sources
+from kpdiag.bundle.store import MANIFEST
 
 
 class UndeclaredInput(Exception):
@@ -168,7 +168,9 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         "the proxy mode (/proxyMode, else the configuration, else the rules present)",
         ("proxy_mode", "inferred_modes"),
     ),
-    Input("implementer", "who implements Services on this node (kpdiag/implementer.py)", ("service_implementer",)),
+    Input(
+        "implementer", "who implements Services on this node (kpdiag/state/implementer.py)", ("service_implementer",)
+    ),
     Input("tracer", "the packet tracer of the node's proxy mode", ("mode_tracer", "tracer", "tracer_if_forwarding")),
     Input(
         "manifest",

@@ -33,7 +33,7 @@ def service_table(state) -> dict[str, Entry] | None:
     mode, _ = state.proxy_mode
     table: dict[str, Entry] = {}
     if mode == "nftables":
-        from .kube_nft import cluster_ips, programmed_nft
+        from kpdiag.state.kube_nft import cluster_ips, programmed_nft
 
         rs = state.nft()
         ports = programmed_nft(rs) if rs is not None else None

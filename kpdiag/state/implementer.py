@@ -5,7 +5,7 @@ interfaces, iptables chains, BPF maps, processes, kube-proxy's own endpoints and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from . import sources
+from kpdiag.bundle import sources
 
 PROCESSES = sources.PROCESSES
 BPF_MAPS = sources.BPF_MAPS
@@ -70,7 +70,7 @@ class Implementer:
 
 def processes(bundle) -> dict[str, str]:
     """node/processes.txt: ``pid comm`` per line (only the processes kpdiag looks for, and pid 1) → {comm: pid}."""
-    from .parse.node import parse_processes
+    from kpdiag.parse.node import parse_processes
 
     return parse_processes(bundle.read_text(PROCESSES) or "")
 

@@ -1,6 +1,6 @@
 """NodeState: a bundle's files parsed once, lazily, each parse error recorded (file and line).
 
-A live run and an offline ``analyze`` both produce a :class:`~kpdiag.bundle.Bundle` and go
+A live run and an offline ``analyze`` both produce a :class:`~kpdiag.bundle.store.Bundle` and go
 through this same code, so they see the same state.
 """
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .bundle import Bundle
-from .errors import InputError
-from . import sources
+from kpdiag.bundle.store import Bundle
+from kpdiag.errors import InputError
+from kpdiag.bundle import sources
 
 
 def _problem(exc: InputError):
-    from .bundle import Problem
+    from kpdiag.bundle.store import Problem
 
     where = exc.source if exc.line is None else f"{exc.source}:{exc.line}"
     return Problem(where, exc.message)
@@ -142,13 +142,13 @@ class NodeState(_NodeFiles):
         return self.bundle.problems
 
     def _parse(self, source: "sources.Source", *, record_missing: bool = False):
-        """``source`` read and parsed by its declared parser (kpdiag/sources.py); a parse error is a recorded problem."""
+        """``source`` read and parsed by its declared parser (kpdiag/bundle/sources.py); a parse error is a recorded problem."""
         data = self.bundle.read_text(source, record_missing)
         return None if data is None else self._parse_text(data, self.bundle.display(source), source.parse_function())
 
     # ------------------------------------------------------------ sources, for checks
     # Checks read the bundle only through these (tests/packaging/test_source_catalogue.py): each source is read and
-    # parsed once per run, by its declared parser (kpdiag/sources.py), whatever check asks first.
+    # parsed once per run, by its declared parser (kpdiag/bundle/sources.py), whatever check asks first.
     def source(self, source: "sources.Source"):
         """``source`` parsed by its declared parser; a JSON source without one as JSON, a text source as text; None
         when absent or unreadable (the reason is a recorded problem)."""
@@ -223,7 +223,7 @@ class NodeState(_NodeFiles):
 
     @cached_property
     def routing(self):
-        from .trace.routing import routing_from_ip_json
+        from kpdiag.trace.routing import routing_from_ip_json
 
         return routing_from_ip_json(self.ip_addr, self.ip_route, self.sysctl, self.ip_rules)
 
@@ -301,16 +301,16 @@ class NodeState(_NodeFiles):
             if rs is None:
                 cache[which] = None
             else:
-                from .kube_rules import programmed_ports
+                from kpdiag.state.kube_rules import programmed_ports
 
                 cache[which] = programmed_ports(rs)
         return cache[which]
 
     @property
     def service_implementer(self):
-        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.implementer.detect."""
+        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.state.implementer.detect."""
         if "_implementer" not in self.__dict__:
-            from .implementer import detect
+            from kpdiag.state.implementer import detect
 
             self.__dict__["_implementer"] = detect(self)
         return self.__dict__["_implementer"]
@@ -368,7 +368,7 @@ class NodeState(_NodeFiles):
     def tracer(self):
         """One iptables tracer for this node (cached: chain indexes are shared between checks)."""
         if "_tracer" not in self.__dict__:
-            from .trace.netfilter import IptablesTracer
+            from kpdiag.trace.netfilter import IptablesTracer
 
             rs = self.iptables()
             self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
@@ -380,7 +380,7 @@ class NodeState(_NodeFiles):
         if "_fwd_tracer" not in self.__dict__:
             import dataclasses
 
-            from .trace.netfilter import IptablesTracer
+            from kpdiag.trace.netfilter import IptablesTracer
 
             rs = self.iptables()
             routing = dataclasses.replace(self.routing, forwarding=None)
@@ -392,17 +392,17 @@ class NodeState(_NodeFiles):
         ``family`` (iptables and IPVS mode: IPv6 packets meet ip6tables' rules), or None without those rules."""
         mode = mode or self.proxy_mode[0]
         if mode == "nftables":
-            from .trace.nftables import NftTracer
+            from kpdiag.trace.nftables import NftTracer
 
             rs = self.nft()
             return None if rs is None else NftTracer(rs, self.routing)  # the ip6/inet tables for IPv6 packets
         rs = self.iptables("ip6tables-save" if family == 6 else "iptables-save")
         if mode == "ipvs":
-            from .trace.ipvs import IpvsTracer
+            from kpdiag.trace.ipvs import IpvsTracer
 
             return None if rs is None or self.ipvs is None else IpvsTracer(rs, self.routing, self.ipsets, self.ipvs)
         if family == 6:
-            from .trace.netfilter import IptablesTracer
+            from kpdiag.trace.netfilter import IptablesTracer
 
             return None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
         return self.tracer()
@@ -440,7 +440,7 @@ class NodeState(_NodeFiles):
     @property
     def cluster(self):
         if "_cluster" not in self.__dict__:
-            from .cluster_state import ClusterView
+            from kpdiag.state.cluster import ClusterView
 
             self.__dict__["_cluster"] = ClusterView(self.bundle)
         return self.__dict__["_cluster"]

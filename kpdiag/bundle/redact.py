@@ -29,7 +29,7 @@ import json
 import re
 import secrets
 
-from .safeio import load_json
+from kpdiag.bundle.safeio import load_json
 
 REDACTED = "REDACTED"
 

@@ -24,9 +24,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import safeio
-from .errors import InputError
-from . import sources
+from kpdiag.bundle import safeio
+from kpdiag.errors import InputError
+from kpdiag.bundle import sources
 
 FORMAT = "kpdiag-bundle/1"
 MANIFEST = "kpdiag.json"
@@ -350,13 +350,13 @@ def _read_tar(path: str) -> _Spool:
 def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict, force: bool = False) -> str:
     """Write ``files`` and the manifest to a new directory or ``.tar.gz`` (chosen by the name).
 
-    The output is created fresh (see :mod:`kpdiag.safeio`): files 0600, directories 0700, no symlink
+    The output is created fresh (see :mod:`kpdiag.bundle.safeio`): files 0600, directories 0700, no symlink
     followed; an existing path is refused unless ``force`` (and a symlink even then)."""
     import json
 
     blobs = {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()}
     blobs[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-    from .redact import scrub_secrets
+    from kpdiag.bundle.redact import scrub_secrets
 
     blobs = scrub_secrets(blobs)  # tokens, keys and passwords never land in a bundle, --redact or not
     if out.endswith((".tar.gz", ".tgz")):
