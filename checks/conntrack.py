@@ -54,6 +54,7 @@ def conntrack_pressure(ctx, new):
                     ev.sysctl(ctx, "net.netfilter.nf_conntrack_max"),
                 ],
                 subject="node",
+                data={"count": count, "max": limit, "percent_full": round(pct, 1)},
             )
     elif not stats:
         raise Skip("neither nf_conntrack_count/max nor conntrack -S statistics were collected")
@@ -68,6 +69,7 @@ def conntrack_pressure(ctx, new):
             ),
             evidence=[Evidence(src, " ".join(f"{k}={v}" for k, v in drops.items()) + " (summed over CPUs)")],
             subject="node",
+            data={"stats": drops},
         )
     failed = stats.get("insert_failed", 0)
     if failed > 0:
@@ -87,4 +89,5 @@ def conntrack_pressure(ctx, new):
             evidence=[Evidence(src, f"insert_failed={failed} (summed over CPUs)")],
             severity="warning",
             subject="node",
+            data={"stats": {"insert_failed": failed}},
         )

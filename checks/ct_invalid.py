@@ -81,4 +81,9 @@ def conntrack_invalid(ctx, new):
         + [e for e in (ev.sysctl(ctx, "net.netfilter.nf_conntrack_tcp_be_liberal"),) if e]
         + drops[:2],
         subject="node",
+        data={
+            "stats": {"invalid": invalid},
+            "drop_rules": len(drops),
+            **ev.sysctl_data(ctx, {"net.netfilter.nf_conntrack_tcp_be_liberal": 1}),
+        },
     )

@@ -180,6 +180,22 @@ def _q_ev(ctx, q: dict) -> Evidence:
     return Evidence(ctx.display(DNS_SRC), _q_text(q))
 
 
+def _q_data(q: dict) -> dict:
+    """One DNS query as a finding's data."""
+    return {k: q.get(k) for k in ("server", "qname", "qtype", "transport", "result", "rcode", "truncated", "error") if k in q}
+
+
+def _rc_data(rc: dict) -> dict:
+    """The pod's resolv.conf as a finding's data."""
+    return {
+        "resolv_conf": {
+            "nameservers": list(rc.get("nameservers") or []),
+            "search": list(rc.get("search") or []),
+            "ndots": _g(rc, "options", "ndots"),
+        }
+    }
+
+
 def _queries(doc, **match) -> list[dict]:
     qs = doc.get("queries") if isinstance(doc.get("queries"), list) else []
     return [
@@ -580,6 +596,7 @@ def resolv_nameserver(ctx, new):
             fix=fix,
             evidence=ev,
             subject="resolv.conf",
+            data={**_rc_data(rc), "cluster_dns": ips},
         )
         return
     others = [s for s in servers[1:3] if s not in good]
@@ -590,6 +607,7 @@ def resolv_nameserver(ctx, new):
             fix=fix,
             evidence=ev,
             subject="resolv.conf",
+            data={**_rc_data(rc), "cluster_dns": ips, "not_cluster_dns": others},
         )
 
 
@@ -647,6 +665,7 @@ def resolv_limits(ctx, new):
             ),
             evidence=_rc_ev(ctx, rc, "search"),
             subject="resolv.conf",
+            data={**_rc_data(rc), "search_line_chars": line_chars, "glibc_old_searches": len(kept)},
         )
     if len(servers) > 3:
         yield new(
@@ -654,6 +673,7 @@ def resolv_limits(ctx, new):
             fix=fix + ("# keep at most 3 nameserver lines (the node's resolv.conf or the pod's dnsConfig)",),
             evidence=_rc_ev(ctx, rc, "nameserver"),
             subject="resolv.conf",
+            data={**_rc_data(rc), "ignored_nameservers": servers[3:]},
         )
     if isinstance(ndots, int) and ndots > 15:
         yield new(
@@ -661,6 +681,7 @@ def resolv_limits(ctx, new):
             fix=fix,
             evidence=_rc_ev(ctx, rc, "options"),
             subject="resolv.conf",
+            data=_rc_data(rc),
         )
     for p in (rc.get("problems") or [])[:4]:
         yield new(
@@ -855,6 +876,7 @@ def dns_udp_tcp(ctx, new):
                 fix=remain,
                 evidence=ev,
                 subject=f"nameserver {server}",
+                data={"nameserver": server, "udp": _q_data(udp), "tcp": _q_data(tcp), "truncated": len(truncated)},
             )
         elif tcp_ok and not udp_ok:
             use_vc = "use-vc" in _g(doc, "resolv_conf", "options", default={})
@@ -869,6 +891,7 @@ def dns_udp_tcp(ctx, new):
                 fix=remain,
                 evidence=ev + (_rc_ev(ctx, doc["resolv_conf"], "options") if use_vc else []),
                 subject=f"nameserver {server}",
+                data={"nameserver": server, "udp": _q_data(udp), "tcp": _q_data(tcp), "use_vc": use_vc},
             )
 
 
@@ -972,6 +995,11 @@ def dns_unreachable(ctx, new):
             evidence=ev,
             subject=f"nameserver {server}",
             severity="error" if server in cluster_dns else "warning",
+            data={
+                "nameserver": server,
+                "cluster_dns": server in cluster_dns if known else None,
+                "queries": [_q_data(q) for q in qs],
+            },
         )
 
 

@@ -115,6 +115,7 @@ def rules_no_endpoints(ctx, new):
             ),
             evidence=marks[name][:3],
             subject=name,
+            data={"service": ns_name, "port_name": name.partition(":")[2] or None, "mode": mode or "iptables"},
         )
 
 
@@ -168,4 +169,10 @@ def rules_no_local_endpoints(ctx, new):
             ),
             evidence=marks[name][:3],
             subject=name,
+            data={
+                "service": name.split(":")[0],
+                "port_name": name.partition(":")[2] or None,
+                "mode": mode,
+                "policy": "internalTrafficPolicy" if internal else "externalTrafficPolicy",
+            },
         )

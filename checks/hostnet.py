@@ -128,6 +128,13 @@ def rp_filter_strict(ctx, new):
                 Evidence(ctx.display(ROUTE_SRC), f"default dev {uplink}"),
             ],
             subject=name,
+            data={
+                "interface": name,
+                "addresses": addrs,
+                "default_route_dev": uplink,
+                "effective_rp_filter": max(all_n, if_n),
+                **ev.sysctl_data(ctx, {"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}),
+            },
         )
 
 
@@ -190,6 +197,7 @@ def ipv6_forward_off(ctx, new):
         evidence=[ev.sysctl(ctx, "net.ipv6.conf.all.forwarding")]
         + [Evidence(w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in why],
         subject="node",
+        data=ev.sysctl_data(ctx, {"net.ipv6.conf.all.forwarding": 1}),
     )
 
 

@@ -276,6 +276,7 @@ def ipvs_sysctls(ctx, new):
             ),
             evidence=[ev.sysctl(ctx, key)],
             subject="node",
+            data={**ev.sysctl_data(ctx, {key: want}), "why": why},
         )
 
 
@@ -318,6 +319,7 @@ def strict_arp(ctx, new):
         evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e]
         + [Evidence(src, f"{ip}: {why}") for ip, (src, why) in sorted(lb.items())[:5]],
         subject="node",
+        data={"strict_arp": cfg.get("ipvs.strictARP"), "addresses": sorted(lb)},
     )
 
 

@@ -84,6 +84,14 @@ def service_cidr_leaves(ctx, new):
                 Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}"),
             ],
             subject=cidr,
+            data={
+                "family": family,
+                "service_cidr_guess": cidr,
+                "cluster_ips": len(ips),
+                "leaving": len(some),
+                "route": {"dst": dst, "gateway": gw, "dev": dev},
+                "examples": some[:5],
+            },
         )
     if not found:
         raise Skip("no ClusterIPs found in kube-proxy's rules")
@@ -192,6 +200,7 @@ def pod_service_overlap(ctx, new):
                 ),
                 evidence=[e for e in (ev_config, cidr_ev) if e],
                 subject="node",
+                data={"cluster_cidr": [str(p) for p in pods], "service_cidr": str(net), "overlap": str(hit[0])},
             )
             return
     inside = {
@@ -212,4 +221,5 @@ def pod_service_overlap(ctx, new):
         evidence=[e for e in [ev_config] if e]
         + [Evidence(inside[ip].split(": ", 1)[0], f"{ip} ({inside[ip].split(': ', 1)[-1]})") for ip in first],
         subject="node",
+        data={"cluster_cidr": [str(p) for p in pods], "cluster_ips_inside": sorted(inside)},
     )

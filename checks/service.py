@@ -52,6 +52,29 @@ def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") 
     return text, Evidence(ctx.display(EPS_SRC), f"ready: {', '.join(sorted(want))}")
 
 
+def port_data(svc, port: dict, **more) -> dict:
+    """A Service port as a finding's data (the same keys as the dataplane findings')."""
+    return {
+        "service": svc.key,
+        "port": port.get("port"),
+        "protocol": (port.get("protocol") or "TCP").lower(),
+        "port_name": port.get("name") or None,
+        "cluster_ips": list(svc.cluster_ips),
+        **more,
+    }
+
+
+def _endpoint_data(e) -> dict:
+    return {
+        "ip": e.ip,
+        "pod": e.pod,
+        "node": e.node,
+        "ready": e.ready,
+        "serving": e.serving,
+        "terminating": e.terminating,
+    }
+
+
 def _probe(ctx, target: str, kind: str) -> dict | None:
     for r in ctx.probe_results(kind):
         if r.get("target") == target:
@@ -123,6 +146,7 @@ def no_endpoints(ctx, new):
                 ),
                 evidence=ev,
                 subject=f"{svc.key}:{port.get('port')}",
+                data=port_data(svc, port, selector=dict(svc.selector), endpoints=[]),
             )
 
 
@@ -183,6 +207,7 @@ def not_ready(ctx, new):
                     ),
                     evidence=ev,
                     subject=f"{svc.key}:{port.get('port')}",
+                    data=port_data(svc, port, endpoints=[_endpoint_data(e) for e in eps], fallback=True),
                 )
                 continue
             yield new(
@@ -194,6 +219,7 @@ def not_ready(ctx, new):
                 ),
                 evidence=ev,
                 subject=f"{svc.key}:{port.get('port')}",
+                data=port_data(svc, port, endpoints=[_endpoint_data(e) for e in eps], fallback=False),
             )
 
 
@@ -243,6 +269,11 @@ def selector_nothing(ctx, new):
             ),
             evidence=ev,
             subject=svc.key,
+            data={
+                "service": svc.key,
+                "selector": dict(svc.selector),
+                "closest": [{"pod": name, "differs": diff} for _, name, diff in near[:3]],
+            },
         )
 
 
@@ -298,6 +329,7 @@ def target_port(ctx, new):
                         ),
                     ],
                     subject=f"{svc.key}:{port.get('port')}",
+                    data=port_data(svc, port, target_port=tp, container_port_names=names),
                 )
                 continue
             number = int(tp)
@@ -336,6 +368,13 @@ def target_port(ctx, new):
                 ),
                 evidence=ev,
                 subject=f"{svc.key}:{port.get('port')}",
+                data=port_data(
+                    svc,
+                    port,
+                    target_port=number,
+                    container_ports=numbers,
+                    refused_by=[r["target"] for r in failing],
+                ),
             )
 
 

@@ -42,6 +42,7 @@ def ip_forward(ctx, new):
         ),
         evidence=[ev.sysctl(ctx, "net.ipv4.ip_forward")],
         subject="node",
+        data=ev.sysctl_data(ctx, {"net.ipv4.ip_forward": 1}),
     )
 
 
@@ -113,6 +114,11 @@ def bridge_nf_call(ctx, new):
         evidence=[e for e in evidence if e],
         severity="error" if bridges else "warning",
         subject="node",
+        data={
+            "bridges": bridges,
+            "br_netfilter_loaded": loaded,
+            **ev.sysctl_data(ctx, {"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}),
+        },
     )
 
 
@@ -160,4 +166,5 @@ def route_localnet(ctx, new):
         ),
         evidence=[ev.sysctl(ctx, "net.ipv4.conf.all.route_localnet"), ev.rule(first)],
         subject="node",
+        data=ev.sysctl_data(ctx, {"net.ipv4.conf.all.route_localnet": 1}),
     )

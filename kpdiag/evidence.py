@@ -13,6 +13,16 @@ def sysctl(ctx, key: str) -> Evidence | None:
     return Evidence(v.source, v.text, v.line)
 
 
+def sysctl_data(ctx, want: dict) -> dict:
+    """A finding's data about kernel settings: each key with the value seen (None: not collected) and the one the
+    fix sets — ``{"sysctls": [{"key", "value", "want"}]}``, for scripts that check or apply them."""
+    out = []
+    for key, value in want.items():
+        v = ctx.sysctl_value(key)
+        out.append({"key": key, "value": None if v is None else v.value.strip(), "want": str(value)})
+    return {"sysctls": out}
+
+
 def rule(r) -> Evidence:
     return Evidence(r.source, r.text, r.lineno)
 

@@ -112,3 +112,38 @@ def test_observed_failures_carry_the_probes_as_data(reports):
         assert e["target"] in f.summary  # the data and the words say the same
     udp = next(f for f in reports["svc-udp-fails"].findings if f.id == "KP114").data
     assert udp["protocol"] == "udp" and udp["endpoints"] == [] and udp["through_service"]["from"] == "10.244.1.1"
+
+
+def test_findings_carry_their_case_as_data(reports):
+    """Findings carry structured data for scripts, consistent with what they say: the kernel settings (key, value seen,
+    value the fix sets), conntrack counts, the Service port (the dataplane findings' keys), the DNS queries, the route."""
+    by_id: dict[str, list] = {}
+    total = with_data = 0
+    for report in reports.values():
+        for f in report.findings:
+            total += 1
+            with_data += bool(f.data)
+            by_id.setdefault(f.id, []).append(f)
+            for s in f.data.get("sysctls", []):  # every setting is the one the evidence shows, and the fix sets it
+                seen = [e.text for e in f.evidence if e.text.startswith(s["key"] + " ")]
+                assert s["value"] is None or not seen or seen[0].endswith(f"= {s['value']}"), (f.id, s, seen)
+                assert any(f"{s['key']}={s['want']}" in step or f"{s['key']} = {s['want']}" in step for step in f.fix), (
+                    f.id,
+                    s,
+                )
+            if "service" in f.data and f.subject and f.id not in ("KP103",):
+                assert f.subject.startswith(f.data["service"]), (f.id, f.subject, f.data["service"])
+    assert with_data / total > 0.55, f"{with_data} of {total} findings carry data"
+    kp501 = by_id["KP501"][0].data["sysctls"]
+    assert kp501 == [{"key": "net.ipv4.ip_forward", "value": "0", "want": "1"}]
+    kp503 = next(f for f in by_id["KP503"] if "count" in f.data).data
+    assert kp503["count"] < kp503["max"] and kp503["percent_full"] == round(100 * kp503["count"] / kp503["max"], 1)
+    kp601 = by_id["KP601"][0].data
+    assert kp601["route"]["dev"] and 0 < kp601["leaving"] <= kp601["cluster_ips"]
+    kp137 = by_id["KP137"][0].data
+    assert {kp137["udp"]["transport"], kp137["tcp"]["transport"]} == {"udp", "tcp"}
+    assert kp137["udp"]["result"] != kp137["tcp"]["result"]  # one answers, the other does not
+    kp101 = by_id["KP101"][0].data
+    assert kp101["endpoints"] == [] and kp101["protocol"] in ("tcp", "udp", "sctp") and kp101["cluster_ips"]
+    kp102 = by_id["KP102"][0].data
+    assert kp102["endpoints"] and not any(e["ready"] for e in kp102["endpoints"])
