@@ -182,7 +182,11 @@ def _q_ev(ctx, q: dict) -> Evidence:
 
 def _q_data(q: dict) -> dict:
     """One DNS query as a finding's data."""
-    return {k: q.get(k) for k in ("server", "qname", "qtype", "transport", "result", "rcode", "truncated", "error") if k in q}
+    return {
+        k: q.get(k)
+        for k in ("server", "qname", "qtype", "transport", "result", "rcode", "truncated", "error")
+        if k in q
+    }
 
 
 def _rc_data(rc: dict) -> dict:

@@ -127,7 +127,9 @@ def test_findings_carry_their_case_as_data(reports):
             for s in f.data.get("sysctls", []):  # every setting is the one the evidence shows, and the fix sets it
                 seen = [e.text for e in f.evidence if e.text.startswith(s["key"] + " ")]
                 assert s["value"] is None or not seen or seen[0].endswith(f"= {s['value']}"), (f.id, s, seen)
-                assert any(f"{s['key']}={s['want']}" in step or f"{s['key']} = {s['want']}" in step for step in f.fix), (
+                assert any(
+                    f"{s['key']}={s['want']}" in step or f"{s['key']} = {s['want']}" in step for step in f.fix
+                ), (
                     f.id,
                     s,
                 )

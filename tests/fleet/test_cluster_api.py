@@ -326,3 +326,50 @@ def test_api_calls_grow_linearly_with_nodes(capsys, tmp_path, n):
     assert per_node == 3 * n  # create, log, delete: nothing per node beyond that
     assert fixed <= 4  # nodes, services, /version (one page each at this size)
     assert lists <= took / 0.05 + 2  # one list per poll for the whole run, not one GET per pod
+
+
+def test_forty_sigints_at_random_moments_under_load_leave_no_pod(tmp_path):
+    """40 real `kpdiag cluster` runs over 12 nodes (6 in flight at once; half the nodes finish, half hang), each sent
+    SIGINT at a random moment after it began talking to the API — while pods are being created, run, read, deleted.
+    Every run exits 130 without a traceback and leaves no pod. Four runs go at once (the load), each with its own
+    API server. The moments are random but seeded, so a failure can be replayed."""
+    import concurrent.futures
+    import random
+
+    rng = random.Random(20261204)
+    moments = [rng.uniform(0.0, 1.5) for _ in range(40)]
+    kubelet = {f"node-{i:03d}": ({"hang": True} if i % 2 else {"log": REPORTS["healthy-iptables"]}) for i in range(12)}
+
+    def one(i: int, moment: float):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        with ApiServer(_nodes(12), kubelet=kubelet, kubelet_delay=0.02) as api:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", api.kubeconfig(d)]
+                + ["--poll", "0.05", "--parallel", "6", "--timeout", "300", "-o", "json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            deadline = time.monotonic() + 60
+            while not api.requests and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.01)  # the run has begun when the API hears from it
+            time.sleep(moment)
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+                return i, moment, "still running 60 s after SIGINT", err[-400:]
+            live = api.live_pods(NS)
+            created = api.count("POST", "/pods")
+        if proc.returncode != 130 or "Traceback" in err or live:
+            return i, moment, f"exit {proc.returncode}, {len(live)} pod(s) left of {created} created", err[-400:]
+        return i, moment, None, created
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(40), moments))
+    bad = [r for r in results if r[2]]
+    assert not bad, bad
+    assert sum(1 for r in results if r[3]) >= 30, "most runs must be interrupted with pods in flight, not before"

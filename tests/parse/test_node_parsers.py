@@ -193,3 +193,10 @@ def test_ip_rules_errors_name_the_file_and_entry(text, where):
     with pytest.raises(InputError) as err:
         p.parse_ip_rules(text, "node/ip-rule.json")
     assert "node/ip-rule.json" in str(err.value) and err.value.line == where
+
+
+def test_processes_first_pid_of_each_name():
+    text = "1 systemd\n812 kube-proxy\n915 kube-proxy\n77 cilium-agent\nnot a line\n 42 \n300 containerd shim\n"
+    got = p.parse_processes(text, "node/processes.txt")
+    assert got == {"systemd": "1", "kube-proxy": "812", "cilium-agent": "77", "containerd shim": "300"}
+    assert p.parse_processes("", "node/processes.txt") == {}
