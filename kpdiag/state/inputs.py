@@ -257,6 +257,16 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input("preflight", "the proxy mode asked about with --preflight, if any", ("preflight",)),
 )
 
+
+def _source_input(source) -> Input:
+    return Input(str(source), f"{source} ({source.collected_by})", (), (source,), lambda s: s.source(source))
+
+
+# every declared bundle source is an input too, named by its path: a check can read a new source (declared in
+# bundle/sources.py, collected, parsed) with needs=("node/x.txt",) and ctx.source(sources.X) — no other change
+SOURCE_INPUTS: dict[str, Input] = {str(src): _source_input(src) for src in _S.CATALOGUE.values()}
+NODE_INPUTS.update({k: v for k, v in SOURCE_INPUTS.items() if k not in NODE_INPUTS})
+
 CLUSTER_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "node-reports",

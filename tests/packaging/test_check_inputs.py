@@ -312,6 +312,8 @@ def test_every_input_is_used_and_every_source_it_opens_is_declared():
     used = {name for spec in registry.checks for name in spec.inputs}
     for scope in ("node", "cluster"):
         for name, inp in broker.catalogue(scope).items():
+            if name in broker.SOURCE_INPUTS:
+                continue  # a source as an input of its own: there for the next check, used or not
             assert name in used, f"input {name} is declared but no check uses it"
             for src in inp.sources:
                 assert src == "kpdiag.json" or sources.declared(src), f"input {name} opens {src}, not in the catalogue"
@@ -322,3 +324,35 @@ def test_run_mode_is_an_input():
     registry = load_registry(plugins=False)
     declaring = {spec.id for spec in registry.checks if {"focus", "preflight"} & set(spec.inputs)}
     assert "KP202" in declaring and "KP301" in declaring
+
+
+def test_a_new_source_is_an_input_by_its_path(tmp_path):
+    """Adding a bundle source touches the catalogue, its collector and its parser only: a check can declare the source
+    itself (its path) as an input, read it with ctx.source, and is skipped naming it (and how it is collected) when the
+    bundle lacks it."""
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
+
+    assert set(broker.SOURCE_INPUTS) == set(sources.CATALOGUE)
+
+    @check(
+        "KPT98", "t-by-path", "reads node/ip-rule.json", "info", needs=(sources.IP_RULE,), symptom="s", why="w", fix="f"
+    )
+    def by_path(ctx, new):
+        yield new(f"{len(ctx.source(sources.IP_RULE))} rules")
+
+    rules = b'[{"priority": 0, "src": "all", "table": "local"}, {"priority": 32766, "src": "all", "table": "main"}]'
+    try:
+        with_file = NodeState(Bundle.from_files("a", {sources.IP_RULE: rules}))
+        findings, runs = run_checks(with_file, [by_path.spec])
+        assert runs[0].status == "ran" and [f.summary for f in findings] == ["2 rules"]
+        _, runs = run_checks(NodeState(Bundle.from_files("b", {sources.SYSCTL: b"x = 1\n"})), [by_path.spec])
+        assert runs[0].status == "skipped"
+        assert (
+            runs[0].reason
+            == f"needs {sources.IP_RULE} ({sources.IP_RULE.collected_by}), which is missing or unreadable"
+        )
+    finally:
+        from kpdiag import checkapi
+
+        checkapi._REGISTRY.pop("KPT98", None)
