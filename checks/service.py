@@ -532,6 +532,8 @@ def dns_mismatch(ctx, new):
     doc = ctx.dns
     if doc.get("sent") is False or doc.get("result") == "not-probed":
         raise Skip("no DNS query was sent (--no-probe)")
+    if not isinstance(doc.get("result"), str) or not doc.get("name"):
+        raise Skip(f"{sources.PROBES_DNS} says neither which name was asked nor what came back")
     for svc in _services(ctx, allow_headless=True):
         if svc.type == "ExternalName":
             continue

@@ -208,15 +208,21 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     findings: list[Finding] = []
     runs: list[CheckRun] = []
     for spec in checks:
-        not_in_charge = (
-            _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None
-        )  # a replacement implements Services
-        other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
-        missing = (
-            [not_in_charge or other_mode]
-            if (not_in_charge or other_mode)
-            else [why for why in (availability(ctx, need, spec.scope) for need in spec.needs) if why]
-        )
+        try:  # whether it applies and its inputs are there: a failure here is this check's, not the run's
+            not_in_charge = (
+                _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None
+            )  # a replacement implements Services
+            other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
+            missing = (
+                [not_in_charge or other_mode]
+                if (not_in_charge or other_mode)
+                else [why for why in (availability(ctx, need, spec.scope) for need in spec.needs) if why]
+            )
+        except Exception as exc:
+            runs.append(
+                CheckRun(spec.id, spec.slug, "error", f"internal error: its inputs: {exc.__class__.__name__}: {exc}")
+            )
+            continue
         if missing:
             runs.append(CheckRun(spec.id, spec.slug, "skipped", "; ".join(missing)))
             continue

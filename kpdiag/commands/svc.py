@@ -430,10 +430,46 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     extra = dict(report.extra)
     extra["verdict"] = lines
     extra["status"] = status
-    extra["probes"] = state.probes
-    extra["dns"] = state.dns
+    probes, dns, dropped = _recorded(state)
+    extra["probes"] = probes
+    extra["dns"] = dns
     headline = state.bundle.manifest.get("headline") if isinstance(state.bundle.manifest, dict) else None
     if headline:
         extra["headline"] = str(headline)
     readable = status != "unread" and (state.cluster.services() is not None or status == "not-found")
-    return replace(report, findings=tuple(findings), extra=extra, readable=readable, kind="service")
+    return replace(
+        report,
+        findings=tuple(findings),
+        extra=extra,
+        readable=readable,
+        kind="service",
+        problems=tuple(report.problems) + tuple(dropped),
+    )
+
+
+def _recorded(state) -> tuple[dict | None, dict | None, list[dict]]:
+    """The bundle's probe and DNS documents for the report, each only if it conforms to its schema (a bundle may be
+    hand-made, old or hostile; the checks read what they can of it either way): (probes, dns, problems)."""
+    from kpdiag import schemas
+
+    dropped = []
+    probes, dns = state.probes, state.dns
+    why = None if probes is None else schemas.violation(probes, "probes.schema.json")
+    if why:
+        dropped.append(
+            {
+                "source": state.display(sources.PROBES_SERVICE),
+                "error": f"not a kpdiag.probes/v1 document ({why}): left out of the report's probes section",
+            }
+        )
+        probes = None
+    why = None if dns is None else schemas.violation(dns, "dns.schema.json")
+    if why and schemas.violation(dns, "service-report.schema.json#/$defs/dns_legacy"):
+        dropped.append(
+            {
+                "source": state.display(sources.PROBES_DNS),
+                "error": f"not a kpdiag.dns/v1 document ({why}): left out of the report's dns section",
+            }
+        )
+        dns = None
+    return probes, dns, dropped

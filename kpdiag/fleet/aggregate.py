@@ -397,6 +397,9 @@ def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
             start = start + 1 if start != -1 else -1
             continue
         if isinstance(doc, dict) and doc.get("schema") == REPORT_SCHEMA:
+            kind = doc.get("kind", "node")  # reports of earlier kpdiag carry no kind: node reports
+            if kind != "node":
+                return None, f"{source}: a kpdiag {str(kind)[:20]!r} report, not a node report"
             return doc, None
         return (
             None,

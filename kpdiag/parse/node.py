@@ -189,11 +189,15 @@ class KubeProxyConfig:
     @property
     def mode(self) -> str:
         """The configured mode; kube-proxy's default for an empty mode on Linux is iptables."""
-        return (self.get("mode") or "").strip() or "iptables"
+        mode = self.get("mode")
+        return (mode.strip() if isinstance(mode, str) else "") or "iptables"
 
     @property
     def mode_explicit(self) -> bool:
-        return bool((self.get("mode") or "").strip())
+        """A mode is set (a non-string mode — `mode: 123` — is not one kube-proxy would accept: the default is
+        what it runs with then, and the configuration is not the place kpdiag knows it from)."""
+        mode = self.get("mode")
+        return isinstance(mode, str) and bool(mode.strip())
 
 
 def parse_kube_proxy_config(text: str, source: str = "config.yaml") -> KubeProxyConfig:

@@ -320,14 +320,17 @@ class _View:
         object.__setattr__(self, "_prefix", prefix)
 
     def __getattr__(self, name: str):
-        if name.startswith("__"):  # Python's own protocol lookups (copy, pickle …) are not inputs
-            raise AttributeError(name)
+        if name.startswith("__") or name in _View.__slots__ or name in Inputs.__slots__:
+            raise AttributeError(name)  # Python's own lookups (copy, pickle …), or a slot of a half-made copy
         if name in self._grants:
             return getattr(self._target, name)
         raise self._owner._undeclared(f"{self._prefix}{name}")
 
     def __setattr__(self, name, value):
         raise self._owner._undeclared(f"{self._prefix}{name} (written)")
+
+    def __reduce__(self):
+        raise TypeError("a check's inputs are a view of this run's state: not to be copied or pickled")
 
 
 class Inputs(_View):

@@ -163,6 +163,8 @@ def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
     write_report_dir(str(tmp_path), results, {"api_version": "v1.31.4", "local_itp": []}, force=True)  # tmp_path exists
     (tmp_path / "e.json").write_text('{"truncated": ')
     (tmp_path / "f.json").write_text('{"schema": "something/else"}')
+    cluster_report = aggregate([_node("x"), _node("y", "healthy-nftables")]).to_dict()  # a cluster report is not a node
+    (tmp_path / "g.json").write_text(json.dumps(cluster_report))
     rc = main(["analyze", str(tmp_path), "-o", "json"])
     out, err = capsys.readouterr()
     doc = json.loads(out)
@@ -171,6 +173,7 @@ def test_analyze_a_directory_of_node_reports(tmp_path, capsys):
     assert failures["d"] == "ImagePullBackOff: x"
     assert failures["e"].startswith(f"{tmp_path}/e.json: not JSON")
     assert "not a kpdiag node report" in failures["f"]
+    assert "a kpdiag 'cluster' report, not a node report" in failures["g"]
     assert doc["facts"]["nodes_diagnosed"] == 3 and "KP801" in {f["id"] for f in doc["findings"]}
     assert "Traceback" not in err and rc == 1
 

@@ -23,6 +23,9 @@ from kpdiag.state import inputs as broker
 from kpdiag.bundle import sources
 from kpdiag.checkapi import check, load_registry, run_checks
 
+# calls that receive the inputs and are followed another way: the dataplane adapters' functions are read through the
+# module-level Adapter(...) assignments that name them (IPTABLES = Adapter("iptables", _iptables_views, …))
+FOLLOWED_ELSEWHERE = {"adapter.views", "adapter.missing_words", "adapter.mismatch_words"}
 SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
 OWN = SOURCE_METHODS | {"cluster", "check_id", "declared", "violations"}
 
@@ -55,11 +58,28 @@ class Reads:
             and "." not in obj.__qualname__
         )
 
-    def _resolve(self, module, expr):
+    @staticmethod
+    def _local_imports(module, fnode) -> dict:
+        """Names a function imports itself (``from .hostnet import _default_dev`` inside it)."""
+        import importlib
+
+        out = {}
+        for n in ast.walk(fnode):
+            if isinstance(n, ast.ImportFrom):
+                name = "." * n.level + (n.module or "")
+                mod = importlib.import_module(name, module.__package__) if n.level else importlib.import_module(name)
+                for a in n.names:
+                    out[a.asname or a.name] = getattr(mod, a.name, None) or importlib.import_module(
+                        f"{mod.__name__}.{a.name}"
+                    )
+        return out
+
+    def _resolve(self, module, expr, local=None):
+        local = local or {}
         if isinstance(expr, ast.Name):
-            obj = module.__dict__.get(expr.id)
+            obj = local.get(expr.id, module.__dict__.get(expr.id))
         elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-            base = module.__dict__.get(expr.value.id)
+            base = local.get(expr.value.id, module.__dict__.get(expr.value.id))
             obj = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
         else:
             return None
@@ -68,7 +88,8 @@ class Reads:
     @staticmethod
     def _const(module, expr, bound=()):
         if isinstance(expr, ast.Name) and expr.id in dict(bound):  # a helper's parameter given a constant
-            return dict(bound)[expr.id]
+            values = dict(bound)[expr.id]
+            return values[0] if len(values) == 1 else None
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
@@ -83,6 +104,8 @@ class Reads:
     def _values(self, module, expr, bound, fnode, depth=0) -> list[str]:
         """Every string ``expr`` can be: a constant, ``sources.X``, a module-level string or a tuple of them, a
         parameter given a constant, a local name assigned or looped over such values, either branch of an ``if``."""
+        if isinstance(expr, ast.Name) and expr.id in dict(bound):  # a helper's parameter given constants
+            return list(dict(bound)[expr.id])
         one = self._const(module, expr, bound)
         if one is not None:
             return [one]
@@ -126,7 +149,16 @@ class Reads:
         module, node = self._def(fn)
         if node is None:
             return out
+        local = self._local_imports(module, node)
+        called = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}  # followed with their arguments
+        accounted: set[int] = set()  # the uses of ``param`` the analysis follows; any other use is a blind spot
+
+        def blind(n, why: str) -> None:
+            out.add(f"?{why}: {ast.unparse(n)[:80]} ({module.__name__}:{n.lineno})")
+
         for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == param:
+                accounted.add(id(n.value))
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == param:
                 out.add(n.attr)
             if (
@@ -146,26 +178,39 @@ class Reads:
                     and f.attr in SOURCE_METHODS
                     and n.args
                 ):
-                    for src in self._values(module, n.args[0], bound, node):
+                    found = self._values(module, n.args[0], bound, node)
+                    for src in found:
                         out.add(f"src:{src}")
+                    if not found:
+                        blind(n, "a source it cannot name")
                 if isinstance(f, ast.Name) and f.id == "getattr" and len(n.args) >= 2:
                     if isinstance(n.args[0], ast.Name) and n.args[0].id == param:
+                        accounted.add(id(n.args[0]))
                         name = self._const(module, n.args[1])
                         if name:
                             out.add(name)
-                callee = self._resolve(module, f)
+                        else:
+                            blind(n, "getattr of a name it cannot tell")
+                callee = self._resolve(module, f, local)
+                passes = [
+                    a for a in [*n.args, *(kw.value for kw in n.keywords)] if isinstance(a, ast.Name) and a.id == param
+                ]
+                if passes and (callee is not None or ast.unparse(f) in FOLLOWED_ELSEWHERE):
+                    accounted.update(id(a) for a in passes)
                 if callee is not None:
                     params = list(inspect.signature(callee).parameters)
                     given = [(params[i], a) for i, a in enumerate(n.args) if i < len(params)]
                     given += [(kw.arg, kw.value) for kw in n.keywords if kw.arg]
                     consts = frozenset(
-                        (name, c) for name, a in given if (c := self._const(module, a, bound)) is not None
+                        (name, tuple(v)) for name, a in given if (v := self._values(module, a, bound, node))
                     )
                     for name, a in given:
                         if isinstance(a, ast.Name) and a.id == param:
                             out |= self.of(callee, name, consts)
             where, name = None, None
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id != param:
+            if id(n) in called:
+                pass
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id != param:
                 where, name = module, n.id
             elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):  # dataplane.IPTABLES
                 base = module.__dict__.get(n.value.id)
@@ -177,6 +222,9 @@ class Reads:
                 for t in targets:
                     if t is not fn and "ctx" in inspect.signature(t).parameters:
                         out |= self.of(t, "ctx")
+        for n in ast.walk(node):  # the inputs handed somewhere the analysis cannot follow: aliased, stored, returned …
+            if isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Load) and id(n) not in accounted:
+                blind(n, "its inputs go where the analysis cannot follow")
         return out
 
 
@@ -193,7 +241,9 @@ def _undeclared(spec, reads: set[str]) -> list[str]:
     grants, srcs = _granted(spec)
     bad = []
     for r in sorted(reads):
-        if r.startswith("src:"):
+        if r.startswith("?"):
+            bad.append(f"cannot tell what it reads — {r[1:]}")
+        elif r.startswith("src:"):
             if r[4:] not in srcs:
                 bad.append(f"the source {r[4:]}")
         elif r.startswith("cluster."):
@@ -356,3 +406,73 @@ def test_a_new_source_is_an_input_by_its_path(tmp_path):
         from kpdiag import checkapi
 
         checkapi._REGISTRY.pop("KPT98", None)
+
+
+BLIND = """
+from kpdiag.bundle import sources
+
+def _helper(ctx, rel):
+    return ctx.source(rel)
+
+def loop_into_helper(ctx):
+    for rel in [x for x in ("a", "b")]:
+        _helper(ctx, rel + "")
+
+def by_subscript(ctx):
+    return ctx.source({"a": sources.IP_ROUTE}["a"])
+
+def aliased(ctx):
+    s = ctx
+    return s.ip_route
+
+def via_lambda(ctx):
+    f = lambda c: c.ip_route
+    return f(ctx)
+
+def by_getattr(ctx):
+    return getattr(ctx, "ip_" + "route")
+
+def by_fstring(ctx):
+    return ctx.source(f"node/{'ip-route'}.json")
+
+def fine(ctx):
+    return ctx.sysctl_value("x"), ctx.source(sources.SYSCTL)
+"""
+
+
+def test_what_the_analysis_cannot_follow_is_a_failure_not_a_pass(tmp_path):
+    """A read the analysis cannot name (a computed source, the inputs aliased, handed to a lambda, getattr of a
+    computed name) is reported as such — the test fails on it instead of passing it by."""
+    import importlib.util
+
+    path = tmp_path / "kpdiag_blind_probe.py"
+    path.write_text(BLIND)
+    spec = importlib.util.spec_from_file_location("kpdiag_blind_probe", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["kpdiag_blind_probe"] = mod
+    try:
+        spec.loader.exec_module(mod)
+        reads = Reads()
+        fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
+        for name in ("loop_into_helper", "by_subscript", "aliased", "via_lambda", "by_getattr", "by_fstring"):
+            bad = _undeclared(fake, reads.of(getattr(mod, name)))
+            assert any(b.startswith("cannot tell what it reads") for b in bad), (name, bad)
+        assert _undeclared(fake, reads.of(mod.fine)) == []
+    finally:
+        sys.modules.pop("kpdiag_blind_probe", None)
+
+
+def test_the_view_cannot_be_copied_or_pickled_and_hides_nothing_behind_defaults():
+    import copy
+    import pickle
+
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
+
+    view = broker.Inputs(NodeState(Bundle.from_files("x", {sources.SYSCTL: b"a = 1\n"})), "KPX", ("sysctl",))
+    for attempt in (lambda: copy.copy(view), lambda: pickle.dumps(view)):
+        with pytest.raises(TypeError, match="not to be copied or pickled"):
+            attempt()
+    with pytest.raises(broker.UndeclaredInput):  # getattr(ctx, "x", None) must not turn an undeclared read into None
+        getattr(view, "ip_route", None)
+    assert view.sysctl_value("a").value == "1"

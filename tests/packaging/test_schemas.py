@@ -219,3 +219,75 @@ def test_probe_results_of_the_fixtures_validate():
     for path in paths:
         with open(path) as fh:
             jsonschema.validate(json.load(fh), schema)
+
+
+def _recorded_docs():
+    """Every fixture's probes/service.json and probes/dns.json, with broken copies of each."""
+    import copy
+
+    docs = []
+    for path in sorted(glob.glob(os.path.join(FIXTURES, "*", "probes", "*.json"))):
+        name = "probes.schema.json" if path.endswith("service.json") else "dns.schema.json"
+        with open(path) as fh:
+            doc = json.load(fh)
+        docs.append((name, doc))
+        for key in list(doc)[:4]:  # one key missing, one of the wrong type
+            broken = copy.deepcopy(doc)
+            broken.pop(key)
+            docs.append((name, broken))
+            broken = copy.deepcopy(doc)
+            broken[key] = [] if not isinstance(doc[key], list) else {}
+            docs.append((name, broken))
+        for key in ("results", "queries"):
+            if isinstance(doc.get(key), list) and doc[key] and isinstance(doc[key][0], dict):
+                broken = copy.deepcopy(doc)
+                broken[key][0].pop(next(iter(broken[key][0])))
+                docs.append((name, broken))
+                broken = copy.deepcopy(doc)
+                broken[key][0]["unexpected"] = 1
+                docs.append((name, broken))
+    return docs
+
+
+def test_the_recorded_document_checker_agrees_with_jsonschema():
+    """kpdiag.schemas.violation (no dependency; used before a report copies a bundle's probe and DNS documents) says
+    what the jsonschema library says, on every fixture's documents and on broken copies of each."""
+    from kpdiag import schemas
+    from tests.schemas import validator
+
+    docs = _recorded_docs()
+    assert len(docs) > 100
+    valid = invalid = 0
+    for name, doc in docs:
+        expected = validator(name).is_valid(doc)
+        got = schemas.violation(doc, name)
+        assert (got is None) == expected, (name, got, doc if len(json.dumps(doc)) < 400 else "…")
+        valid += expected
+        invalid += not expected
+    assert valid >= 20 and invalid >= 80, (valid, invalid)
+
+
+def test_a_service_report_of_a_bundle_with_broken_probe_documents_keeps_its_schema(tmp_path):
+    """A svc bundle whose probes/service.json lacks a field, and whose probes/dns.json is not any known form: the
+    report still conforms to service-report.schema.json — those sections are null — and says why in its problems."""
+    import shutil
+
+    from kpdiag.commands.pipeline import analyze_bundle
+    from tests.schemas import report_validator
+
+    d = tmp_path / "svc"
+    shutil.copytree(os.path.join(FIXTURES, "svc-udp-fails"), d)
+    probes = json.loads((d / "probes" / "service.json").read_text())
+    probes["results"][0].pop(next(k for k in probes["results"][0] if k not in ("kind", "target", "result")))
+    (d / "probes" / "service.json").write_text(json.dumps(probes))
+    (d / "probes" / "dns.json").write_text(json.dumps({"schema": "kpdiag.dns/v1"}))
+    report = json.loads(json.dumps(analyze_bundle(str(d)).to_dict()))
+    report_validator(report).validate(report)
+    assert report["kind"] == "service" and report["extra"]["probes"] is None and report["extra"]["dns"] is None
+    errors = {p["source"]: p["error"] for p in report["problems"]}
+    assert "not a kpdiag.probes/v1 document ($.results[0]" in errors["probes/service.json"]
+    assert "not a kpdiag.dns/v1 document" in errors["probes/dns.json"]
+    # the diagnosis went on, on what could be read, and says nothing of DNS from a document that holds no lookup
+    assert [f["id"] for f in report["findings"]] == ["KP114"]
+    kp108 = next(c for c in report["checks"] if c["id"] == "KP108")
+    assert kp108["status"] == "skipped" and "neither which name was asked" in kp108["reason"]
