@@ -279,7 +279,12 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     status = headline_status(obs)
     if state.probes is None:
         lines.append(detail)
-        lines.append("not probed (--no-probe): the verdict below comes from the API and the rules only")
+        lines.append(
+            f"the probe results ({sources.PROBES_SERVICE}) could not be read: the verdict below comes from the API and "
+            "the rules only"
+            if state.has(sources.PROBES_SERVICE)
+            else "not probed (--no-probe): the verdict below comes from the API and the rules only"
+        )
         errs = [f for f in findings if f.severity.value == "error"]
         if errs:
             lines.insert(0, f"{svc.key} is broken: {errs[0].summary} ({errs[0].id})")
@@ -411,6 +416,7 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     explains it; should none, KP114 says so rather than exit 0); a Service that could not be read at all — API
     unreachable, refused credentials, RBAC — is "could not diagnose" (exit 3) with the reason as the first line."""
     state = NodeState(bundle, focus=(namespace, name))
+    _ = state.probes  # read (and judged against its schema) first: its problem, if any, is the report's too
     report = analyze_state(state, select, ignore, subject=f"service {namespace}/{name}")
     findings = list(report.findings)
     lines, status = verdict(state, findings)
@@ -453,16 +459,7 @@ def _recorded(state) -> tuple[dict | None, dict | None, list[dict]]:
     from kpdiag import schemas
 
     dropped = []
-    probes, dns = state.probes, state.dns
-    why = None if probes is None else schemas.violation(probes, "probes.schema.json")
-    if why:
-        dropped.append(
-            {
-                "source": state.display(sources.PROBES_SERVICE),
-                "error": f"not a kpdiag.probes/v1 document ({why}): left out of the report's probes section",
-            }
-        )
-        probes = None
+    probes, dns = state.probes, state.dns  # the probes are checked when read (NodeState.probes): the verdict uses them
     why = None if dns is None else schemas.violation(dns, "dns.schema.json")
     if why and schemas.violation(dns, "service-report.schema.json#/$defs/dns_legacy"):
         dropped.append(

@@ -12,6 +12,7 @@ with the jsonschema library on every fixture's documents and on broken ones).
 from __future__ import annotations
 
 import json
+import math
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,10 +40,10 @@ def load(name: str) -> dict:
 
 
 def _is(value, t: str) -> bool:
-    if t == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if t == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if t in ("integer", "number"):  # JSON has no Infinity or NaN (Python reads 1e999 as inf): never a number here
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        return t == "number" or isinstance(value, int) or value.is_integer()  # 5.0 is an integer in JSON Schema
     return isinstance(value, _TYPES[t]) and not (t != "boolean" and isinstance(value, bool))
 
 

@@ -457,11 +457,18 @@ class NodeState(_NodeFiles):
 
     @property
     def probes(self) -> dict | None:
-        doc = self.bundle.read_json(sources.PROBES_SERVICE)
-        if doc is not None and (not isinstance(doc, dict) or not isinstance(doc.get("results"), list)):
-            self.bundle.problem(sources.PROBES_SERVICE, "not a kpdiag.probes/v1 document")
-            return None
-        return doc
+        """probes/service.json, only if it conforms to probes.schema.json: the verdict and the checks read its
+        results as kpdiag wrote them (a hand-made, old or hostile document is a named problem, not a crash)."""
+        if "_probes" not in self.__dict__:
+            from kpdiag import schemas
+
+            doc = self.bundle.read_json(sources.PROBES_SERVICE)
+            why = None if doc is None else schemas.violation(doc, "probes.schema.json")
+            if why:
+                self.bundle.problem(sources.PROBES_SERVICE, f"not a kpdiag.probes/v1 document ({why}): not read")
+                doc = None
+            self.__dict__["_probes"] = doc
+        return self.__dict__["_probes"]
 
     @property
     def dns(self) -> dict | None:

@@ -26,6 +26,7 @@ from kpdiag.checkapi import check, load_registry, run_checks
 # calls that receive the inputs and are followed another way: the dataplane adapters' functions are read through the
 # module-level Adapter(...) assignments that name them (IPTABLES = Adapter("iptables", _iptables_views, …))
 FOLLOWED_ELSEWHERE = {"adapter.views", "adapter.missing_words", "adapter.mismatch_words"}
+NAMES = {"__class__", "__name__", "__qualname__", "__doc__"}  # dunders that only name things (an exception's class)
 SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
 OWN = SOURCE_METHODS | {"cluster", "check_id", "declared", "violations"}
 
@@ -157,6 +158,13 @@ class Reads:
             out.add(f"?{why}: {ast.unparse(n)[:80]} ({module.__name__}:{n.lineno})")
 
         for n in ast.walk(node):
+            if (
+                isinstance(n, ast.Attribute)
+                and n.attr.startswith("__")
+                and n.attr.endswith("__")
+                and n.attr not in NAMES
+            ):
+                blind(n, "Python's internals (a bound method's __self__ is the whole state)")
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == param:
                 accounted.add(id(n.value))
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == param:
@@ -435,6 +443,9 @@ def by_getattr(ctx):
 def by_fstring(ctx):
     return ctx.source(f"node/{'ip-route'}.json")
 
+def via_self(ctx):
+    return ctx.sysctl_value.__self__.ip_route
+
 def fine(ctx):
     return ctx.sysctl_value("x"), ctx.source(sources.SYSCTL)
 """
@@ -454,7 +465,15 @@ def test_what_the_analysis_cannot_follow_is_a_failure_not_a_pass(tmp_path):
         spec.loader.exec_module(mod)
         reads = Reads()
         fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
-        for name in ("loop_into_helper", "by_subscript", "aliased", "via_lambda", "by_getattr", "by_fstring"):
+        for name in (
+            "loop_into_helper",
+            "by_subscript",
+            "aliased",
+            "via_lambda",
+            "by_getattr",
+            "by_fstring",
+            "via_self",
+        ):
             bad = _undeclared(fake, reads.of(getattr(mod, name)))
             assert any(b.startswith("cannot tell what it reads") for b in bad), (name, bad)
         assert _undeclared(fake, reads.of(mod.fine)) == []

@@ -287,7 +287,28 @@ def test_a_service_report_of_a_bundle_with_broken_probe_documents_keeps_its_sche
     errors = {p["source"]: p["error"] for p in report["problems"]}
     assert "not a kpdiag.probes/v1 document ($.results[0]" in errors["probes/service.json"]
     assert "not a kpdiag.dns/v1 document" in errors["probes/dns.json"]
-    # the diagnosis went on, on what could be read, and says nothing of DNS from a document that holds no lookup
-    assert [f["id"] for f in report["findings"]] == ["KP114"]
+    # the diagnosis went on, on what could be read: the probe results are not read at all (the verdict says so, and
+    # does not claim --no-probe), and nothing is said of DNS from a document that holds no lookup
+    assert report["extra"]["verdict"][1].startswith("the probe results (probes/service.json) could not be read")
+    assert report["extra"]["status"] != "works"
     kp108 = next(c for c in report["checks"] if c["id"] == "KP108")
     assert kp108["status"] == "skipped" and "neither which name was asked" in kp108["reason"]
+
+
+def test_the_checker_on_numbers_json_can_and_cannot_hold():
+    """Infinity and NaN are not JSON (Python reads 1e999 as inf; a report holding it would not parse elsewhere): never
+    a number. 5.0 is an integer, as JSON Schema says."""
+    from kpdiag import schemas
+
+    integer = {"type": "integer"}
+    number = {"type": "number"}
+    assert schemas._check(5.0, integer, integer, "$") is None
+    assert schemas._check(5.5, integer, integer, "$") is not None
+    assert schemas._check(True, integer, integer, "$") is not None
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        assert schemas._check(bad, number, number, "$") is not None
+        assert schemas._check(bad, integer, integer, "$") is not None
+    probes = json.load(open(os.path.join(FIXTURES, "svc-backend-partial", "probes", "service.json")))
+    key = next(k for k, v in probes["results"][0].items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    probes["results"][0][key] = float("inf")
+    assert schemas.violation(probes, "probes.schema.json")
