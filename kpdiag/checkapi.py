@@ -216,7 +216,7 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
             missing = (
                 [not_in_charge or other_mode]
                 if (not_in_charge or other_mode)
-                else [why for why in (availability(ctx, need, spec.scope) for need in spec.needs) if why]
+                else [why for why in (broker.missing(ctx, spec.scope, need) for need in spec.needs) if why]
             )
         except Exception as exc:
             runs.append(
@@ -269,8 +269,3 @@ def _not_in_charge(ctx) -> str | None:
     """Why kube-proxy advice does not apply on this node (a replacement implements Services), or None."""
     impl = getattr(ctx, "service_implementer", None)
     return impl.skip_reason if impl is not None else None
-
-
-def availability(ctx, need: str, scope: str = "node") -> str | None:
-    """Why the input ``need`` is missing on this state (None when it is there): kpdiag/state/inputs.py declares them."""
-    return broker.missing(ctx, scope, need)

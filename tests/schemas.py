@@ -4,15 +4,11 @@ never fetched), for the tests that validate what kpdiag prints."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 
+from kpdiag.schemas import load  # the same files, read by the same function as kpdiag's own checker
+
 SCHEMAS = os.path.join(os.path.dirname(__file__), "..", "kpdiag", "schemas")
-
-
-def load(name: str) -> dict:
-    with open(os.path.join(SCHEMAS, name)) as fh:
-        return json.load(fh)
 
 
 def validator(name: str):

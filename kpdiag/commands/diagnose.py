@@ -67,8 +67,7 @@ def _anything_readable(state: NodeState) -> bool:
         data = bundle.read_json(rel) if rel.endswith(".json") else bundle.read_text(rel)
         if data is None:
             continue
-        where = bundle.display(rel)
-        if not any(p.source == where or p.source.startswith(where + ":") for p in bundle.problems):
+        if not state.problems_with(rel):
             return True
     return False
 

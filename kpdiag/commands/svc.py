@@ -436,8 +436,8 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     extra = dict(report.extra)
     extra["verdict"] = lines
     extra["status"] = status
-    probes, dns, dropped = _recorded(state)
-    extra["probes"] = probes
+    dns, dropped = _recorded_dns(state)
+    extra["probes"] = state.probes  # judged against its schema when read (NodeState.probes): the verdict used it
     extra["dns"] = dns
     headline = state.bundle.manifest.get("headline") if isinstance(state.bundle.manifest, dict) else None
     if headline:
@@ -453,13 +453,13 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     )
 
 
-def _recorded(state) -> tuple[dict | None, dict | None, list[dict]]:
-    """The bundle's probe and DNS documents for the report, each only if it conforms to its schema (a bundle may be
-    hand-made, old or hostile; the checks read what they can of it either way): (probes, dns, problems)."""
+def _recorded_dns(state) -> tuple[dict | None, list[dict]]:
+    """The bundle's DNS document for the report, only if it conforms to its schema (a bundle may be hand-made, old or
+    hostile; the DNS checks read what they can of it either way): (dns, problems)."""
     from kpdiag import schemas
 
     dropped = []
-    probes, dns = state.probes, state.dns  # the probes are checked when read (NodeState.probes): the verdict uses them
+    dns = state.dns
     why = None if dns is None else schemas.violation(dns, "dns.schema.json")
     if why and schemas.violation(dns, "service-report.schema.json#/$defs/dns_legacy"):
         dropped.append(
@@ -469,4 +469,4 @@ def _recorded(state) -> tuple[dict | None, dict | None, list[dict]]:
             }
         )
         dns = None
-    return probes, dns, dropped
+    return dns, dropped

@@ -176,8 +176,9 @@ class NodeState(_NodeFiles):
         self.bundle.problem(source, message)
 
     def problems_with(self, source: "sources.Source") -> list:
-        """The problems recorded with ``source`` (by its collector or its parser)."""
-        return [p for p in self.bundle.problems if p.source.split(":", 1)[0].endswith(source)]
+        """The problems recorded with ``source`` (by its collector or its parser; a parser's carry the line)."""
+        where = self.bundle.display(source)
+        return [p for p in self.bundle.problems if p.source == where or p.source.startswith(where + ":")]
 
     def has(self, source: "sources.Source") -> bool:
         """Is ``source`` in the bundle (readable or not)?"""
