@@ -48,6 +48,7 @@ NEEDS_FILES = {
     "dns-logs": ["cluster/dns-logs.json"],
     "networkpolicies": ["cluster/networkpolicies.json"],
     "service-lookup": ["cluster/service-lookup.json"],
+    "cluster/nodes.json": ["cluster/nodes.json#podCIDR"],  # KP610 compares the nodes' pod CIDRs
 }
 
 
@@ -65,7 +66,7 @@ def _data_present(name, spec) -> bool:
 
     if not spec.needs:
         return has("node/iptables-save.txt")  # checks that look at whatever node data there is
-    return all(any(has(rel) for rel in NEEDS_FILES[n]) for n in spec.needs)
+    return all(any(has(rel) for rel in NEEDS_FILES.get(n, [n])) for n in spec.needs)  # a source input is its path
 
 
 def _scenario(name):

@@ -1,0 +1,178 @@
+"""Routes to the other nodes' pod CIDRs: a CNI that routes pod traffic per node (flannel, Calico, kube-router) installs
+one route per remote node's podCIDR; one that is missing leaves that node's pods behind the default route."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import FixStep, command, note
+from kpdiag.model import Evidence
+from kpdiag.parse.addr import parse_ip
+from kpdiag.bundle import sources
+
+# CNIs that install one route per remote node's podCIDR (on the node itself), by what they leave on the node.
+# Cilium (its tunnel is programmed in BPF, its routes may be one for the whole cluster pool), Weave (one bridge for
+# the whole range) and cloud-routed pod networks (VPC routes: the node has only its default route) do not.
+PER_NODE_ROUTES = {
+    "flannel.1": "flannel (VXLAN)",
+    "flannel-wg": "flannel (WireGuard)",
+    "vxlan.calico": "Calico (VXLAN)",
+    "kube-bridge": "kube-router",
+}
+NO_PER_NODE_ROUTES = ("cilium_host", "cilium_vxlan", "cilium_geneve", "weave")
+CNI_PROCESSES = {"flanneld": "flannel", "calico-node": "Calico", "bird": "Calico (BGP)", "kube-router": "kube-router"}
+
+
+def cni_routing(ctx) -> tuple[str | None, str | None]:
+    """(the CNI that routes per node, the evidence text that says so) — or (None, why not known)."""
+    names = {link.get("ifname") for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)}
+    other = sorted(n for n in names if n in NO_PER_NODE_ROUTES)
+    if other:
+        return None, f"interface {other[0]}: this CNI need not route each node's pod CIDR on the node"
+    for dev, label in PER_NODE_ROUTES.items():
+        if dev in names:
+            return label, f"interface {dev}"
+    for r in ctx.ip_route or []:
+        if r.get("protocol") == "bird":
+            return "Calico (BGP)", f"route {r.get('dst')} proto bird"
+    if "tunl0" in names and any(r.get("dev") == "tunl0" for r in ctx.ip_route or []):
+        return "Calico (IPIP)", "routes via tunl0"
+    procs = ctx.source(sources.PROCESSES) or {}
+    for proc, label in CNI_PROCESSES.items():
+        if proc in procs:
+            return label, f"process {proc} (pid {procs[proc]})"
+    return None, "the CNI is not recognised (no flannel.1, vxlan.calico, tunl0, kube-bridge or BGP routes)"
+
+
+def _pod_cidrs(node: dict) -> list[str]:
+    spec = node.get("spec") or {}
+    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    return [c for c in cidrs if isinstance(c, str)]
+
+
+def _node_ip(node: dict) -> str | None:
+    for a in (node.get("status") or {}).get("addresses") or []:
+        if isinstance(a, dict) and a.get("type") == "InternalIP":
+            return a.get("address")
+    return None
+
+
+def _route_text(route) -> str:
+    via = f" via {route.gateway}" if route.gateway else ""
+    dev = f" dev {route.dev}" if route.dev else ""
+    return f"{route.dst}{via}{dev}".strip()
+
+
+@check(
+    "KP610",
+    "pod-cidr-route-missing",
+    "No route to another node's pod CIDR: its pods are behind the default route",
+    "error",
+    needs=("routes", "addresses", sources.NODES),
+    uses=("manifest", sources.PROCESSES),
+    symptom="Pods on one node cannot reach pods on one other node (and Service connections DNATed to those pods time "
+    "out), while every other node pair works; ping of that node's pods leaves through the default gateway.",
+    why="""
+        flannel, Calico and kube-router route pod traffic per node: for every other node they install a route for
+        that node's podCIDR (flannel VXLAN: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"; host-gw and BGP: via
+        the node's address). When one of those routes is missing — the agent on this node missed the node's lease or
+        its annotation, crashed, or the route was flushed — packets to that node's pods match only the default route
+        and leave for the gateway, which drops them or sends them somewhere else. KP602 sees blackhole/unreachable
+        routes; this is the silent case, where the default route hides the gap. CNIs that do not route per node on
+        the node (Cilium's BPF tunnel, Weave, cloud VPC routing) are not judged.
+    """,
+    fix="Restart the CNI agent on this node (it re-adds the routes of every node it knows) and check why it missed the "
+    "node: its log, the node's annotations (flannel: flannel.alpha.coreos.com/public-ip, backend-data; Calico: "
+    "calicoctl node status).",
+)
+def pod_cidr_route_missing(ctx, new):
+    nodes = ctx.source(sources.NODES)
+    items = [n for n in (nodes or {}).get("items") or [] if isinstance(n, dict)] if isinstance(nodes, dict) else []
+    cni, why = cni_routing(ctx)
+    if cni is None:
+        raise Skip(why)
+    routing = ctx.routing
+    if not routing.has_routes:
+        raise Skip("no routes known for this node")
+    me = ctx.node_name
+    local = []
+    for link in ctx.ip_addr or []:
+        for a in link.get("addr_info") or []:
+            try:
+                local.append(ipaddress.ip_address(a.get("local")))
+            except (TypeError, ValueError):
+                continue
+    remote = []
+    for n in items:
+        name = (n.get("metadata") or {}).get("name") or "?"
+        for cidr in _pod_cidrs(n):
+            try:
+                net = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                continue
+            if name == me or any(a in net for a in local if a.version == net.version):
+                continue  # this node's own range (its bridge or tunnel holds an address in it)
+            remote.append((name, net, n))
+    if not remote:
+        raise Skip(f"{ctx.display(sources.NODES)} names no other node with a podCIDR")
+    missing, present = [], []
+    for name, net, n in remote:
+        if not routing.knows(net.version):
+            continue
+        routes = [routing.lookup(*parse_ip(str(a))) for a in (net.network_address, net.broadcast_address)]
+        if any(r is None or r.type != "unicast" for r in routes):
+            continue  # blackhole/unreachable: KP602 names those for the endpoints behind them
+        if any(r.dst == "default" for r in routes):
+            missing.append((name, net, n, next(r for r in routes if r.dst == "default")))
+        else:
+            present.append((name, net, routes[0]))
+    if not missing:
+        return
+    route_src = ctx.display(sources.IP_ROUTE)
+    nodes_src = ctx.display(sources.NODES)
+    name, net, node, default = missing[0]
+    names = ", ".join(f"{m[0]} ({m[1]})" for m in missing[:5])
+    dev = next((p[2].dev for p in present if p[2].dev), None)
+    ip = _node_ip(node)
+    if dev and dev.startswith(("flannel", "vxlan")):
+        restore = f"ip route replace {net} via {net.network_address} dev {dev} onlink   # flannel's VXLAN route form; the agent re-adds it on restart"
+    elif ip:
+        restore = (
+            f"ip route replace {net} via {ip}   # host-gw/BGP form: via the node's InternalIP (if it shares the subnet)"
+        )
+    else:
+        restore = None
+    fix = [
+        f"ip route get {net.network_address + 1}   # now: {_route_text(default)} (the default route)",
+        {
+            "flannel (VXLAN)": "kubectl -n kube-flannel delete pod --field-selector spec.nodeName=<this node> -l app=flannel   "
+            "# restart flannel here (namespace kube-system on older installs)",
+            "flannel (WireGuard)": "kubectl -n kube-flannel delete pod --field-selector spec.nodeName=<this node> -l app=flannel",
+        }.get(
+            cni,
+            "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|kube-router'   # restart the agent on this node",
+        ),
+        f"kubectl get node {name} -o jsonpath='{{.metadata.annotations}}'   # the CNI's record of that node (flannel: public-ip, backend-data)",
+    ]
+    if cni.startswith("Calico"):
+        fix.append("calicoctl node status   # is the BGP session to that node Established?")
+    if restore:
+        fix.append(note(f"to restore at once (the CNI may overwrite it): {restore}"))
+    fix = [s if isinstance(s, FixStep) else command(s) for s in fix]
+    yield new(
+        f"no route to the pod CIDR of {names}: only the default route ({_route_text(default)}) covers it, so traffic to "
+        f"pods on {'that node' if len(missing) == 1 else 'those nodes'} leaves for the gateway instead of the {cni} "
+        f"overlay ({len(present)} other node(s) have their route)",
+        fix=tuple(fix),
+        evidence=[Evidence(nodes_src, f"node {m[0]}: podCIDR {m[1]}") for m in missing[:3]]
+        + [Evidence(route_src, f"{m[1]}: matched only by {_route_text(m[3])}") for m in missing[:3]]
+        + [Evidence(route_src, f"{p[1]} ({p[0]}): {_route_text(p[2])}") for p in present[:2]]
+        + [Evidence(ctx.display(sources.IP_ADDR) if "interface" in why else route_src, f"CNI: {cni} ({why})")],
+        subject=name,
+        data={
+            "cni": cni,
+            "missing": [{"node": m[0], "pod_cidr": str(m[1]), "route": _route_text(m[3])} for m in missing],
+            "present": [{"node": p[0], "pod_cidr": str(p[1]), "route": _route_text(p[2])} for p in present],
+        },
+    )
