@@ -864,6 +864,16 @@ def _pyroute2_rules(ipr) -> list[dict]:
     return out
 
 
+_IFF_FLAGS = (
+    (0x1, "UP"),
+    (0x2, "BROADCAST"),
+    (0x8, "LOOPBACK"),
+    (0x100, "PROMISC"),
+    (0x1000, "MULTICAST"),
+    (0x10000, "LOWER_UP"),
+)
+
+
 def _pyroute2_dump(ipr) -> tuple[list, list]:
     """Links/addresses and routes in the shape of ``ip -j addr`` / ``ip -j route show table all``."""
     names, out_links = {}, {}
@@ -886,6 +896,14 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
             entry["master_index"] = master
         if kind:
             entry["linkinfo"] = {"info_kind": kind}
+        entry["flags"] = [n for bit, n in _IFF_FLAGS if link["flags"] & bit]
+        slave = info.get_attr("IFLA_INFO_SLAVE_KIND") if info is not None else None
+        if slave == "bridge":  # a bridge port: its hairpin mode, as ip -d -j shows it (info_slave_data.hairpin)
+            data = info.get_attr("IFLA_INFO_SLAVE_DATA")
+            mode = data.get_attr("IFLA_BRPORT_MODE") if data is not None else None
+            entry.setdefault("linkinfo", {})["info_slave_kind"] = slave
+            if mode is not None:
+                entry["linkinfo"]["info_slave_data"] = {"hairpin": bool(mode)}
         out_links[idx] = entry
     for addr in ipr.get_addr():
         entry = out_links.get(addr["index"])

@@ -1,0 +1,147 @@
+"""The CNI bridge: hairpin mode on the ports of pods that back Services (a pod reaching itself through its Service)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from kpdiag import evidence as ev
+from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import command, note
+from kpdiag.model import Evidence
+from kpdiag.bundle import sources
+
+
+def _bridges(links: list[dict]) -> dict[str, dict]:
+    return {
+        link["ifname"]: link
+        for link in links
+        if isinstance(link.get("ifname"), str) and (link.get("linkinfo") or {}).get("info_kind") == "bridge"
+    }
+
+
+def _subnets(link: dict) -> list:
+    out = []
+    for a in link.get("addr_info") or []:
+        if a.get("family") == "inet" and a.get("local") and a.get("scope", "global") == "global":
+            try:
+                out.append(ipaddress.ip_interface(f"{a['local']}/{a.get('prefixlen', 32)}").network)
+            except ValueError:
+                continue
+    return out
+
+
+def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
+    """endpoint IP → the Service it backs, and where that is known (the API's EndpointSlices, else kube-proxy's rules)."""
+    out: dict[str, str] = {}
+    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    if svcs:
+        for svc in svcs:
+            for e in svc.endpoints:
+                if e.ready and not svc.headless:
+                    out.setdefault(e.ip, svc.key)
+        return out, ctx.display(sources.ENDPOINTSLICES)
+    mode, _ = ctx.proxy_mode
+    if mode == "nftables" and ctx.nft() is not None:
+        from kpdiag.state.kube_nft import programmed_nft
+
+        for sp in (programmed_nft(ctx.nft()) or {}).values():
+            for target in sp.endpoints:
+                out.setdefault(target.rpartition(":")[0], sp.comment or sp.chain or "a Service")
+        return out, ctx.display(sources.NFT_RULESET)
+    rs = ctx.iptables()
+    if rs is None:
+        return None, ""
+    for p in (ctx.programmed() or {}).values():
+        for target in p.endpoints:
+            out.setdefault(target.rpartition(":")[0], p.name)
+    return out, rs.source
+
+
+@check(
+    "KP520",
+    "bridge-hairpin-off",
+    "Hairpin mode is off on the CNI bridge's pod ports",
+    "warning",
+    needs=("addresses",),
+    uses=("sysctl", "iptables", "nft", "proxy-mode", "services", "endpointslices"),
+    symptom="A pod that backs a Service hangs when it connects to that Service, about one connection in N (N endpoints) — "
+    "the ones kube-proxy sends back to the same pod; every other client is fine.",
+    why="""
+        With br_netfilter (net.bridge.bridge-nf-call-iptables = 1, which kube-proxy needs on bridge CNIs) a pod's
+        packet to a ClusterIP is DNATed while the bridge is still handling the frame. When kube-proxy picks the
+        sending pod itself as the endpoint, the bridge must send the frame back out of the port it came in on, and
+        a Linux bridge does that only for ports in hairpin mode (hairpin on: /sys/class/net/PORT/brport/hairpin_mode
+        = 1). With hairpin off the frame is dropped silently. kubelet (hairpin-veth) or the CNI (the bridge plugin's
+        and flannel's hairpinMode: true) turns it on for every pod port; a CNI configuration without it, or ports
+        made by hand, leave it off. A bridge in promiscuous mode (kubelet's promiscuous-bridge) needs no hairpin.
+    """,
+    fix="Set hairpinMode: true in the CNI configuration (/etc/cni/net.d/*.conflist: the bridge plugin's or flannel's "
+    "cni-conf.json) and recreate the pods; for the running pods, turn it on per port: "
+    "ip link set <port> type bridge_slave hairpin on.",
+)
+def bridge_hairpin_off(ctx, new):
+    links = [link for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)]
+    bridges = _bridges(links)
+    if not bridges:
+        return  # no Linux bridge on this node: hairpin mode does not apply (routed CNIs: Calico, Cilium, ptp)
+    ports_known = [
+        link
+        for link in links
+        if link.get("master") in bridges and (link.get("linkinfo") or {}).get("info_slave_kind") == "bridge"
+    ]
+    if not ports_known and any(link.get("master") in bridges for link in links):
+        raise Skip(f"{ctx.display(sources.IP_ADDR)} has no bridge port details (recorded without ip -d)")
+    nf = ctx.sysctl_value("net.bridge.bridge-nf-call-iptables")
+    if nf is not None and nf.value.strip() == "0":
+        return  # without br_netfilter the DNATed packet is routed by the host, not bridged back (KP502 warns of that)
+    endpoints, ep_src = _endpoints(ctx)
+    if endpoints is None:
+        raise Skip("which pods back Services is not known (neither the API's EndpointSlices nor kube-proxy's rules)")
+    src = ctx.display(sources.IP_ADDR)
+    for name, br in sorted(bridges.items()):
+        if "PROMISC" in (br.get("flags") or []):
+            continue  # promiscuous-bridge mode: the hairpin frame is delivered through the bridge device
+        nets = _subnets(br)
+        ports = [link for link in ports_known if link.get("master") == name]
+        off = [p for p in ports if (p["linkinfo"].get("info_slave_data") or {}).get("hairpin") is False]
+        if not nets or not off:
+            continue
+        backing = sorted(
+            (ip, svc)
+            for ip, svc in endpoints.items()
+            if any(ipaddress.ip_address(ip) in n for n in nets if ":" not in ip)
+        )
+        if not backing:
+            continue  # no pod on this bridge backs a Service: no pod can be sent back to itself
+        names = [p["ifname"] for p in off]
+        eps = ", ".join(f"{ip} ({svc})" for ip, svc in backing[:3]) + (" …" if len(backing) > 3 else "")
+        loop = " ".join(names[:20])
+        yield new(
+            f"hairpin mode is off on {len(off)} of {len(ports)} ports of bridge {name} ({', '.join(names[:4])}"
+            f"{' …' if len(names) > 4 else ''}), and pods on {', '.join(map(str, nets))} back Services ({eps}): a pod "
+            "connecting to its own Service is dropped whenever kube-proxy picks that pod",
+            fix=(
+                command(
+                    f"for p in {loop}; do ip link set $p type bridge_slave hairpin on; done   # the running pods, now"
+                ),
+                command(
+                    'grep -rn hairpinMode /etc/cni/net.d/   # the CNI\'s setting for new pods: "hairpinMode": true'
+                ),
+                note(
+                    'flannel: cni-conf.json in the kube-flannel-cfg ConfigMap sets "hairpinMode": true; the bridge plugin: '
+                    "add it to its entry in the .conflist, then recreate the pods (kubectl rollout restart …)"
+                ),
+                command(f"for p in /sys/class/net/{name}/brif/*/hairpin_mode; do echo $p $(cat $p); done   # 1 = on"),
+            ),
+            evidence=[Evidence(src, f"{p['ifname']}: master {name}, hairpin off") for p in off[:3]]
+            + [Evidence(src, f"{name}: bridge, {', '.join(str(n) for n in nets)}")]
+            + [Evidence(ep_src, f"{ip}: endpoint of {svc}") for ip, svc in backing[:2]]
+            + [e for e in (ev.sysctl(ctx, "net.bridge.bridge-nf-call-iptables"),) if e],
+            subject=name,
+            data={
+                "bridge": name,
+                "ports_hairpin_off": names,
+                "ports": len(ports),
+                "endpoints_on_bridge": [ip for ip, _ in backing],
+            },
+        )
