@@ -46,6 +46,8 @@ PROCESS_NAMES = (
     "kube-router",
     "calico-node",
     "kubelet",
+    "node-cache",  # NodeLocal DNSCache: its rules without it break every lookup (KP140)
+    "flanneld",
 )
 BPF_MAX_ENTRIES = 2000
 
