@@ -15,6 +15,7 @@ from kpdiag.bundle import sources
     "warning",
     severities=("warning", "error"),
     needs=("conntrack",),
+    uses=("conntrack-entries", "iptables", "tracer"),  # to tell the DNS race from SNAT collisions (KP611)
     symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
     why="""
         Every connection through a Service needs a conntrack entry, because kube-proxy's DNAT is undone on the reply
@@ -72,7 +73,35 @@ def conntrack_pressure(ctx, new):
             data={"stats": drops},
         )
     failed = stats.get("insert_failed", 0)
-    if failed > 0:
+    from .snat import snat_collision
+
+    if failed > 0 and snat_collision(ctx) is None:  # SNAT port collisions are KP611's, not the DNS race
+        from .snat import conntrack_flows
+
+        entries = ctx.source(sources.CONNTRACK)
+        dns = sum(conntrack_flows(entries)[1].values()) if entries else None
+        evidence = [Evidence(src, f"insert_failed={failed} (summed over CPUs)")]
+        if dns == 0:  # the entries were collected and none is DNS: do not blame the DNS race
+            yield new(
+                f"conntrack insert_failed = {failed}: packets of new flows lost the race to create their conntrack entry "
+                "and were dropped; the conntrack entries show no DNS traffic, so it is not the DNS race",
+                explanation=(
+                    "insert_failed counts packets dropped because another packet created the same conntrack entry (or "
+                    "took the same NAT mapping) first. The classic cause, UDP DNS queries racing, does not fit here: "
+                    "the node's conntrack entries hold no port-53 flow. Look at which destinations many new connections "
+                    "go to, and whether the masquerade rules they meet have --random-fully (KP611)."
+                ),
+                fix=(
+                    "conntrack -L -o extended | awk '{print $4, $7, $9}' | sort | uniq -c | sort -rn | head   # busiest destinations",
+                    "iptables-save -t nat | grep -e MASQUERADE -e SNAT   # are they --random-fully?",
+                ),
+                evidence=evidence
+                + [Evidence(ctx.display(sources.CONNTRACK), "no conntrack entry to port 53 (UDP or TCP)")],
+                severity="warning",
+                subject="node",
+                data={"stats": {"insert_failed": failed}, "dns_flows": 0},
+            )
+            return
         yield new(
             f"conntrack insert_failed = {failed}: packets of the same new flow raced and some were dropped (the classic 5-second DNS delay)",
             explanation=(
@@ -86,7 +115,8 @@ def conntrack_pressure(ctx, new):
                 "or in the pods' dnsConfig: options: [{name: single-request-reopen}]   # glibc; musl ignores it",
                 "Use a kernel ≥ 5.0, which fixes most of these races in nf_conntrack",
             ),
-            evidence=[Evidence(src, f"insert_failed={failed} (summed over CPUs)")],
+            evidence=evidence
+            + ([Evidence(ctx.display(sources.CONNTRACK), f"{dns} conntrack entries to port 53")] if dns else []),
             severity="warning",
             subject="node",
             data={"stats": {"insert_failed": failed}},
