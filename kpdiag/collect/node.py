@@ -899,6 +899,15 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
         if kind:
             entry["linkinfo"] = {"info_kind": kind}
         entry["flags"] = [n for bit, n in _IFF_FLAGS if link["flags"] & bit]
+        if kind in ("vxlan", "geneve"):  # the overlay's UDP port, as ip -d -j shows it (info_data.port)
+            data = info.get_attr("IFLA_INFO_DATA")
+            port = (
+                data.get_attr("IFLA_VXLAN_PORT" if kind == "vxlan" else "IFLA_GENEVE_PORT")
+                if data is not None
+                else None
+            )
+            if port:
+                entry["linkinfo"]["info_data"] = {"port": int(port)}
         slave = info.get_attr("IFLA_INFO_SLAVE_KIND") if info is not None else None
         if slave == "bridge":  # a bridge port: its hairpin mode, as ip -d -j shows it (info_slave_data.hairpin)
             data = info.get_attr("IFLA_INFO_SLAVE_DATA")

@@ -1,0 +1,148 @@
+"""The overlay between nodes: its UDP port in the host firewall, and the VXLAN checksum-offload bug."""
+
+from __future__ import annotations
+
+from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import command, note
+from kpdiag.model import Evidence
+from kpdiag.bundle import sources
+
+# the UDP port of each overlay kind when the device does not say (ip -d shows it for vxlan; geneve's is fixed)
+DEFAULT_PORTS = {"flannel.1": 8472, "cilium_vxlan": 8472, "vxlan.calico": 4789, "vxlan-v6.calico": 4789}
+KIND_PORTS = {"vxlan": 4789, "geneve": 6081}
+
+
+def overlay_devices(ctx) -> list[tuple[str, str, int]]:
+    """(device, kind, UDP port) of the node's VXLAN and Geneve devices."""
+    out = []
+    for link in ctx.ip_addr or []:
+        name = link.get("ifname")
+        info = link.get("linkinfo") or {}
+        kind = info.get("info_kind")
+        if not isinstance(name, str) or kind not in ("vxlan", "geneve"):
+            continue
+        port = (info.get("info_data") or {}).get("port")
+        if not isinstance(port, int) or not port:
+            port = DEFAULT_PORTS.get(name, KIND_PORTS[kind])
+        out.append((name, kind, port))
+    return out
+
+
+def _peer(ctx, node_ip: str) -> tuple[str, str]:
+    """Another node's address (cluster/nodes.json), else the default gateway: the source of overlay packets."""
+    nodes = ctx.source(sources.NODES)
+    for n in (nodes or {}).get("items") or [] if isinstance(nodes, dict) else []:
+        for a in (n.get("status") or {}).get("addresses") or [] if isinstance(n, dict) else []:
+            if isinstance(a, dict) and a.get("type") == "InternalIP" and a.get("address") not in (None, node_ip):
+                if ":" not in a["address"]:
+                    return a["address"], f"node {(n.get('metadata') or {}).get('name')}"
+    for r in ctx.ip_route or []:
+        if r.get("dst") == "default" and r.get("gateway") and ":" not in r["gateway"]:
+            return r["gateway"], "the default gateway (no other node's address known)"
+    return "192.0.2.1", "a peer (no other node's address known)"
+
+
+@check(
+    "KP521",
+    "overlay-port-blocked",
+    "The host firewall drops the overlay's UDP port between nodes",
+    "error",
+    needs=("addresses", "routes"),
+    uses=("iptables", "nft", "proxy-mode", "tracer", sources.NODES),
+    symptom="Pods reach pods on their own node and nothing on other nodes; Services answer only when kube-proxy picks a "
+    "local endpoint (1 in N connections works); DNS fails from nodes without a CoreDNS pod.",
+    why="""
+        A VXLAN or Geneve overlay carries pod-to-pod traffic between nodes inside UDP packets: flannel and Cilium on
+        port 8472, Calico VXLAN on 4789, Geneve on 6081. The host's firewall sees those packets like any other UDP
+        traffic arriving at (INPUT) and leaving (OUTPUT) the node: a drop policy or reject rule that does not allow the
+        port — firewalld's default zone, a hardened iptables INPUT chain, an nftables inet filter table — silently
+        eats the overlay, and every cross-node pod connection times out. The same port must also be open in whatever
+        filters between the nodes that kpdiag cannot see: cloud security groups, network ACLs, switch ACLs.
+    """,
+    fix="Allow the overlay's UDP port from the other nodes in the host firewall, input and output (firewalld: "
+    "firewall-cmd --permanent --add-port=8472/udp; iptables: -I INPUT -p udp --dport 8472 -s <node subnet> -j ACCEPT), "
+    "and in the cloud security group / network ACL between the nodes.",
+)
+def overlay_port_blocked(ctx, new):
+    devices = overlay_devices(ctx)
+    if not devices:
+        return  # no VXLAN/Geneve device: no overlay port to keep open
+    from .firewall import _drop, _host_firewall, _node_ip, _owner
+
+    node = _node_ip(ctx)
+    if node is None:
+        raise Skip("the node's address on its uplink (the default route's interface) is not known")
+    node_ip, uplink = node
+    peer, peer_what = _peer(ctx, node_ip)
+    mode = ctx.proxy_mode[0] or "iptables"
+    tracer = ctx.mode_tracer() if mode in ("iptables", "ipvs", "nftables") else None
+    host_fw = _host_firewall(ctx, mode)
+    if tracer is None and host_fw is None:
+        raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
+    from kpdiag.trace.model import Packet
+
+    blocked, untraced = [], []
+    for dev, kind, port in devices:
+        for direction, pkt in (
+            ("arriving", Packet(peer, node_ip, "udp", port, sport=port, origin="external", iif=uplink)),
+            ("leaving", Packet(node_ip, peer, "udp", port, sport=port, origin="node")),
+        ):
+            for tr in (tracer, host_fw):
+                if tr is None:
+                    continue
+                try:
+                    hit = _drop(tr.trace(pkt).paths)
+                except Exception as exc:  # a match the tracer cannot evaluate: no blame without proof
+                    untraced.append(f"{port}/udp {direction}: {exc.__class__.__name__}")
+                    continue
+                if hit:
+                    blocked.append((dev, kind, port, direction, hit[1]))
+                    break
+    if not blocked:
+        if untraced:
+            raise Skip(f"could not trace {'; '.join(untraced[:2])}")
+        return
+    rs = ctx.iptables()
+    chains = frozenset(rs.chain_names("filter")) if rs is not None else frozenset()
+    dev, kind, port, direction, step = blocked[0]
+    owner = _owner(step, chains)
+    src, _, line = (step.source or "").rpartition(":")
+    if " " in step.table:  # an nftables table ("inet hostfw")
+        allow = f"nft insert rule {step.table} {step.chain} udp dport {port} accept"
+        ev_src = ctx.display(sources.NFT_RULESET)
+    else:
+        allow = f"iptables -I {step.chain} -p udp --dport {port} -j ACCEPT"
+        ev_src = src or ctx.display(sources.IPTABLES_SAVE)
+    if owner == "firewalld":
+        allow = f"firewall-cmd --permanent --add-port={port}/udp && firewall-cmd --reload"
+    dirs = sorted({b[3] for b in blocked})
+    yield new(
+        f"the host firewall drops the {kind} overlay's UDP port {port} ({dev}) {' and '.join(dirs)} between nodes "
+        f"({owner}: {step.table} {step.chain}: {step.text[:100]}): pod traffic to and from other nodes is lost",
+        fix=(
+            command(f"{allow}   # restrict to the nodes' subnet with a source match where the firewall allows it"),
+            note(
+                f"kpdiag sees the host's firewall only: UDP {port} must also be open between the nodes in the cloud "
+                "security group / network ACL (AWS security group, Azure NSG, GCP firewall rule), which is not visible here"
+            ),
+            command(f"tcpdump -ni {uplink} udp port {port}   # on both nodes while pinging a pod across: do they arrive?"),
+        ),
+        evidence=[
+            Evidence(ev_src, f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}", int(line) if line.isdigit() else None),
+            Evidence(ctx.display(sources.IP_ADDR), f"{dev}: {kind}, UDP port {port}"),
+            Evidence(
+                ctx.display(sources.NODES) if "node " in peer_what else ctx.display(sources.IP_ROUTE),
+                f"traced: UDP {peer} → {node_ip}:{port} ({peer_what}) and back",
+            ),
+        ],
+        subject=dev,
+        data={
+            "device": dev,
+            "kind": kind,
+            "port": port,
+            "directions": dirs,
+            "rule": step.text,
+            "owner": owner,
+            "not_visible": "cloud security groups and network ACLs between the nodes",
+        },
+    )
