@@ -125,10 +125,16 @@ def overlay_port_blocked(ctx, new):
                 f"kpdiag sees the host's firewall only: UDP {port} must also be open between the nodes in the cloud "
                 "security group / network ACL (AWS security group, Azure NSG, GCP firewall rule), which is not visible here"
             ),
-            command(f"tcpdump -ni {uplink} udp port {port}   # on both nodes while pinging a pod across: do they arrive?"),
+            command(
+                f"tcpdump -ni {uplink} udp port {port}   # on both nodes while pinging a pod across: do they arrive?"
+            ),
         ),
         evidence=[
-            Evidence(ev_src, f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}", int(line) if line.isdigit() else None),
+            Evidence(
+                ev_src,
+                f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}",
+                int(line) if line.isdigit() else None,
+            ),
             Evidence(ctx.display(sources.IP_ADDR), f"{dev}: {kind}, UDP port {port}"),
             Evidence(
                 ctx.display(sources.NODES) if "node " in peer_what else ctx.display(sources.IP_ROUTE),
