@@ -152,3 +152,129 @@ def overlay_port_blocked(ctx, new):
             "not_visible": "cloud security groups and network ACLs between the nodes",
         },
     )
+
+
+# ------------------------------------------------------------------------------------------ checksum offload
+
+FIXED_IN = (5, 7, 0)  # the first mainline kernel without the bug (Calico's felix disables the offload below it)
+
+
+def _masquerade(ctx):
+    """(the first MASQUERADE --random-fully rule, does kube-proxy clear its mark before masquerading) — kube-proxy
+    1.19 (and 1.16.13/1.17.9/1.18.6) writes "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000" (iptables-save shows
+    --set-xmark 0x4000/0x0), so the VXLAN packet that carries a masqueraded one is not NATed again."""
+    rs = ctx.iptables()
+    if rs is None:
+        return None, None
+    first, cleared = None, False
+    for chain in rs.chain_names("nat"):
+        c = rs.chain("nat", chain)
+        for rule in c.rules if c is not None else []:
+            if first is None and "--random-fully" in rule.text:
+                first = rule
+            if chain == "KUBE-POSTROUTING" and (
+                "--set-xmark 0x4000/0x0" in rule.text or "--xor-mark 0x4000" in rule.text
+            ):
+                cleared = True
+    return first, cleared
+
+
+@check(
+    "KP522",
+    "vxlan-checksum-offload",
+    "VXLAN checksum offload on a kernel with the NAT checksum bug (63-second delays)",
+    "error",
+    severities=("warning", "error"),
+    needs=(sources.ETHTOOL_OFFLOAD, "kernel"),
+    uses=("addresses", "iptables"),
+    symptom="From a node (or a hostNetwork pod), connections to a ClusterIP or NodePort whose endpoint is on another node "
+    "take 63 seconds (or 1, 3, 7 … seconds) to open; DNS from nodes times out; the receiving node logs 'UDP: bad "
+    "checksum … to …:8472'.",
+    why="""
+        Encapsulating a packet into a VXLAN device reuses the same kernel packet, mark included. A packet kube-proxy
+        marked for masquerade (0x4000: node-originated Service traffic, NodePort traffic forwarded to another node)
+        therefore meets KUBE-POSTROUTING's MASQUERADE --random-fully twice: once as itself and once as the outer VXLAN
+        UDP packet, whose source port is rewritten again. With the device's UDP checksum offload on
+        (tx-checksum-ip-generic: on) the outer checksum is left partial for the "hardware" to finish, and kernels
+        before 5.7 update that partial checksum wrongly on NAT: the VXLAN packet leaves with a bad UDP checksum and
+        the receiving node drops it ("UDP: bad checksum … to …:8472"). TCP retransmits the SYN after 1, 2, 4, 8, 16
+        and 32 seconds: the first one that gets through arrives after 63 seconds. kube-proxy 1.19 (and
+        1.16.13/1.17.9/1.18.6) clears its mark before masquerading, which removes its own share of the trigger;
+        another masquerade rule that matches the outer packet (a CNI's) can still set it off. Kernels from 5.7 on
+        get the checksum right; distribution kernels may carry the fix earlier (RHEL 8's 4.18 does). Turning the
+        device's checksum offload off avoids it on any kernel (Calico does so by itself on kernels before 5.7).
+    """,
+    fix="ethtool -K <vxlan device> tx-checksum-ip-generic off on every node (made permanent with a udev rule or the CNI's "
+    "option: Calico's FelixConfiguration featureDetectOverride ChecksumOffloadBroken=true), or upgrade the kernel to ≥ 5.7.",
+)
+def vxlan_checksum_offload(ctx, new):
+    offloads = ctx.source(sources.ETHTOOL_OFFLOAD)
+    kernel = ctx.kernel
+    if offloads is None or kernel is None:
+        raise Skip("the overlay devices' offload features or the kernel version could not be read")
+    kinds = {link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind") for link in ctx.ip_addr or []}
+    on = [
+        (dev, f)
+        for dev, feats in sorted(offloads.devices.items())
+        if kinds.get(dev, "vxlan") == "vxlan"
+        for f in [feats.get("tx-checksum-ip-generic")]
+        if f is not None and f.on
+    ]
+    if not on or tuple(kernel) >= FIXED_IN:
+        return
+    release = (ctx.source_text(sources.UNAME) or "").strip() or ".".join(map(str, kernel))
+    enterprise = ".el8" in release or ".el9" in release  # RHEL 8 backported the fix into its 4.18
+    masq, cleared = _masquerade(ctx)
+    devs = [dev for dev, _ in on]
+    # an error only for the exact trigger: a masquerade --random-fully whose mark survives into the VXLAN packet
+    certain = masq is not None and cleared is False and not enterprise
+    summary = (
+        f"kernel {release} (before 5.7) with UDP checksum offload on the VXLAN device{'s' if len(devs) > 1 else ''} "
+        f"{', '.join(devs)} (tx-checksum-ip-generic: on)"
+    )
+    if certain:
+        summary += (
+            " and kube-proxy's MASQUERADE --random-fully without its mark reset, so the VXLAN packet is NATed a second "
+            "time: node-originated Service traffic and NodePorts to other nodes leave with a bad UDP checksum and are "
+            "dropped by the receiving node (63-second connection delays)"
+        )
+    else:
+        summary += (
+            ": VXLAN packets that a masquerade rule NATs again leave with a bad UDP checksum and are dropped by the "
+            "receiving node (63-second connection delays)"
+        )
+        if cleared:
+            summary += "; kube-proxy clears its mark, so only another masquerade rule meeting the VXLAN packet (a CNI's) sets it off"
+        if enterprise:
+            summary += "; this RHEL kernel may carry the fix — look for 'UDP: bad checksum' in the other nodes' dmesg"
+    yield new(
+        summary,
+        severity="error" if certain else "warning",
+        fix=(
+            command(
+                f"ethtool -K {devs[0]} tx-checksum-ip-generic off   # now, on this node (every node with this kernel)"
+            ),
+            note(
+                f'make it permanent: a udev rule, e.g. SUBSYSTEM=="net", ACTION=="add", KERNEL=="{devs[0]}", '
+                f'RUN+="/usr/sbin/ethtool -K {devs[0]} tx-checksum-ip-generic off"; Calico: FelixConfiguration '
+                "featureDetectOverride: ChecksumOffloadBroken=true — or upgrade the node's kernel to 5.7 or later"
+            ),
+            note("and a kube-proxy of 1.19 or later (1.16.13, 1.17.9, 1.18.6), which clears its masquerade mark")
+            if certain
+            else note(
+                "check which masquerade rules meet the VXLAN packets: iptables-save -t nat | grep -e MASQUERADE -e SNAT"
+            ),
+            command("dmesg | grep -i 'bad checksum'   # on the receiving node: the dropped VXLAN packets"),
+        ),
+        evidence=[Evidence(offloads.source, f"{dev}: {f.text}", f.line) for dev, f in on[:3]]
+        + [Evidence(ctx.display(sources.UNAME), release, 1)]
+        + ([Evidence(masq.source, masq.text, masq.lineno)] if masq is not None else []),
+        subject=devs[0],
+        data={
+            "kernel": release,
+            "devices": devs,
+            "random_fully": masq is not None,
+            "kube_proxy_clears_mark": cleared,
+            "fixed_in": "5.7",
+        },
+    )

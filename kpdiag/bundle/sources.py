@@ -92,6 +92,12 @@ PROCESSES = _declare(
     "the node's processes, to find who implements Services",
     "kpdiag.parse.node:parse_processes",
 )
+ETHTOOL_OFFLOAD = _declare(
+    "node/ethtool-offload.txt",
+    "ethtool -k DEV for each VXLAN/Geneve device (concatenated; each block starts 'Features for DEV:')",
+    "the overlay devices' offload features (tx-checksum-ip-generic …)",
+    "kpdiag.parse.ethtool:parse_ethtool_features",
+)
 BPF_MAPS = _declare(
     "node/bpf-maps.txt", "the names pinned under /sys/fs/bpf", "the pinned BPF objects (Cilium, Calico eBPF …)"
 )

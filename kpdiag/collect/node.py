@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import glob
 import json
+import re
 import os
 import shutil
 import socket
@@ -50,6 +51,8 @@ PROCESS_NAMES = (
     "flanneld",
 )
 BPF_MAX_ENTRIES = 2000
+MAX_OVERLAY_DEVICES = 16  # ethtool -k runs for at most this many VXLAN/Geneve devices
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 SYSCTL_DIRS = ("net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/netfilter", "net/core")
 SYSCTL_SKIP = ("net/ipv4/route/flush", "net/ipv4/neigh", "net/ipv6/neigh")
@@ -155,6 +158,7 @@ class NodeCollector:
             self.kernel,
             self.sysctls,
             self.links,
+            self.ethtool_offload,
             self.ip_rules,
             self.iptables,
             self.nft,
@@ -244,6 +248,30 @@ class NodeCollector:
                 except ValueError:
                     self._put(sources.IP_ROUTE, v4)
         self._timed(f"{sources.IP_ADDR}+ip-route.json", t)
+
+    def ethtool_offload(self) -> None:
+        """``ethtool -k`` of the node's VXLAN and Geneve devices (the checksum-offload bug of KP522), concatenated."""
+        raw = self.out.files.get(sources.IP_ADDR)
+        try:
+            links = json.loads(raw) if raw else []
+        except ValueError:
+            return
+        devs = [
+            link.get("ifname")
+            for link in links
+            if isinstance(link, dict)
+            and (link.get("linkinfo") or {}).get("info_kind") in ("vxlan", "geneve")
+            and isinstance(link.get("ifname"), str)
+            and _IFNAME.match(link["ifname"])
+        ][:MAX_OVERLAY_DEVICES]
+        blocks = []
+        for dev in devs:
+            data = self._run(sources.ETHTOOL_OFFLOAD, "ethtool", ["-k", dev])
+            if data is not None:
+                blocks.append(data if data.endswith(b"\n") else data + b"\n")
+        self.out.files.pop(sources.ETHTOOL_OFFLOAD, None)  # _run kept the last device's output alone
+        if blocks:
+            self._put(sources.ETHTOOL_OFFLOAD, b"".join(blocks))
 
     def ip_rules(self) -> None:
         """The policy-routing rules of both families, as ``ip -j rule`` shows them (each with its family)."""

@@ -51,6 +51,14 @@ def bundle_from_ns(
     grab("node/conntrack-stats.txt", ["conntrack", "-S"])
     grab("node/ip-addr.json", ["ip", "-d", "-j", "addr"], _pretty_json)  # -d: link kinds (vxlan, bridge, veth)
     grab("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], _pretty_json)
+    overlay = [  # ethtool -k of the VXLAN/Geneve devices, concatenated as kpdiag's collector writes them
+        link["ifname"]
+        for link in json.loads(files.get("node/ip-addr.json") or "[]")
+        if (link.get("linkinfo") or {}).get("info_kind") in ("vxlan", "geneve")
+    ]
+    blocks = [lab.sh(role, ["ethtool", "-k", dev], check=False) for dev in overlay]
+    if any(b.returncode == 0 for b in blocks):
+        files["node/ethtool-offload.txt"] = "".join(b.stdout for b in blocks if b.returncode == 0)
     if ipv6:
         grab("node/ip6tables-save.txt", ["ip6tables-save"], _strip_iptables_header)
         six = lab.sh(role, ["ip", "-6", "-j", "route", "show", "table", "all"], check=False)

@@ -1,0 +1,125 @@
+"""The field failures of issue 26 on the real kernel: what the checks claim is what the kernel does, and kpdiag's own
+collector records what they read (bridge ports' hairpin mode, the overlay's UDP port, ethtool -k, node-cache)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kpdiag.bundle.store import Bundle
+from kpdiag.commands.pipeline import analyze_bundle
+from kpdiag.state.node import NodeState
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
+
+from .netlab import KubeNodeLab
+
+pytestmark = pytest.mark.lab
+
+CONNECT = (
+    "import socket, sys\n"
+    "s = socket.socket(); s.settimeout(1.5)\n"
+    "try:\n    s.connect(('10.96.0.20', 80)); print('connected')\n"
+    "except OSError as e:\n    print('failed', e)\n"
+)
+
+
+def _self_service(lab):
+    """pod0 is the only endpoint of shop/web (10.96.0.20:80 → 8080) and serves HTTP on 8080."""
+    k = KubeNodeLab.build(lab, pod_count=2)
+    lab.route("node", "default", "via", k.client_ip)
+    pod0 = k.pods["pod0"]
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(pod0)])])
+    )
+    lab.background("pod0", [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
+    lab.sh("pod0", [sys.executable, "-c", "import time; time.sleep(0.5)"])
+    return k
+
+
+def test_hairpin_off_drops_a_pod_reaching_itself_through_its_service(lab):
+    """KP520's claim, on the kernel: with br_netfilter, hairpin off drops the pod's own Service connection; on, it works."""
+    _self_service(lab)
+    assert lab.sh("node", ["sysctl", "-n", "net.bridge.bridge-nf-call-iptables"]).stdout.strip() == "1"
+    off = lab.sh("pod0", [sys.executable, "-c", CONNECT]).stdout
+    lab.sh("node", ["ip", "link", "set", "veth0", "type", "bridge_slave", "hairpin", "on"])
+    on = lab.sh("pod0", [sys.executable, "-c", CONNECT]).stdout
+    assert off.startswith("failed") and on.startswith("connected"), (off, on)
+
+
+def test_leftover_nodelocaldns_notrack_skips_kube_proxy_dnat(lab):
+    """KP140's claim: node-cache's raw NOTRACK for the kube-dns ClusterIP takes queries out of kube-proxy's DNAT; with
+    no interface holding the address they leave by the default route, untranslated."""
+    k = KubeNodeLab.build(lab, pod_count=2)
+    lab.route("node", "default", "via", k.client_ip)
+    ips = list(k.pods.values())
+    k.load_iptables(
+        iptables_ruleset(
+            [Service("kube-system", "kube-dns", "10.96.0.10", [Port("dns", 53, 53, "udp")], [Endpoint(ips[1])])]
+        )
+    )
+    lab.sh(
+        "client",
+        ["nft", "-f", "-"],
+        input="table ip seen {\n counter dns {\n }\n chain input {\n  type filter hook prerouting priority -500;\n"
+        '  ip daddr 10.96.0.10 udp dport 53 counter name "dns"\n }\n}\n',
+    )
+    send = (
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'q' * 12, ('10.96.0.10', 53))"
+    )
+
+    def leaked() -> int:
+        out = lab.sh("client", ["nft", "-j", "list", "counter", "ip", "seen", "dns"]).stdout
+        return next(o["counter"]["packets"] for o in json.loads(out)["nftables"] if "counter" in o)
+
+    lab.sh("pod0", [sys.executable, "-c", send])
+    before = leaked()  # kube-proxy DNATs it to the CoreDNS pod: nothing reaches the gateway
+    lab.sh(
+        "node",
+        [
+            "iptables",
+            "-t",
+            "raw",
+            "-I",
+            "PREROUTING",
+            "-p",
+            "udp",
+            "-d",
+            "10.96.0.10",
+            "--dport",
+            "53",
+            "-j",
+            "NOTRACK",
+        ],
+    )
+    lab.sh("pod0", [sys.executable, "-c", send.replace("s.sendto", "s.bind(('0.0.0.0', 40999)); s.sendto")])
+    assert before == 0 and leaked() == 1
+
+
+def test_collector_records_hairpin_overlay_port_and_offloads(lab, tmp_path):
+    """kpdiag collect in a lab node keeps what KP520, KP521 and KP522 read, and the analysis reads them back."""
+    _self_service(lab)
+    lab.sh("node", ["ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", "8472", "dev", "ext0"])
+    lab.sh("node", ["ip", "link", "set", "flannel.1", "up"])
+    lab.sh("node", ["ip", "link", "set", "veth1", "type", "bridge_slave", "hairpin", "on"])
+    out = str(tmp_path / "b")
+    exe = shutil.which("kpdiag")
+    argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + ["collect", "-o", out, "--host-root", "/"]
+    proc = lab.sh("node", argv, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    state = NodeState(Bundle.open(out))
+    links = {link["ifname"]: link for link in state.ip_addr}
+    assert links["veth0"]["linkinfo"]["info_slave_data"] == {"hairpin": False}
+    assert links["veth1"]["linkinfo"]["info_slave_data"] == {"hairpin": True}
+    assert links["flannel.1"]["linkinfo"]["info_data"] == {"port": 8472}
+    offloads = state.source("node/ethtool-offload.txt")
+    assert offloads is not None and "tx-checksum-ip-generic" in offloads.devices["flannel.1"]
+    report = analyze_bundle(out)
+    runs = {r.id: r for r in report.checks}
+    assert runs["KP520"].status == "ran" and runs["KP520"].findings == 1  # veth0 (pod0, the endpoint) is off
+    assert runs["KP522"].status == "ran" and runs["KP522"].findings == 0  # this kernel is ≥ 5.7
+    kp520 = next(f for f in report.findings if f.id == "KP520")
+    assert kp520.data["ports_hairpin_off"] == ["veth0"] and "10.244.1.10" in kp520.data["endpoints_on_bridge"]
+    assert os.path.exists(os.path.join(out, "node", "ethtool-offload.txt"))
