@@ -150,7 +150,7 @@ SCENARIOS: dict[str, Scenario] = {
     "dns-search-limits": Scenario(
         "The node adds 5 long corporate search domains: the pod's search list has 8 domains and more than 256 characters; a "
         "nameserver line holds a name instead of an address.",
-        ["KP134"],
+        ["KP134", "KP141"],
         resolv=resolv(
             extra_search=(
                 "eu-west-1.compute.internal.corp-infrastructure.example.com",
@@ -161,6 +161,13 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             lines="nameserver dns.corp.example\n",
         ),
+    ),
+    "dns-ndots-amplification": Scenario(
+        "A cloud node adds its DNS suffixes to every pod (search … cluster.local eu-west-1.compute.internal corp.example, "
+        "ndots:5): an external name such as api.example.com is asked 10 times (A and AAAA in 5 search domains) before "
+        "it is asked as it is; everything resolves (KP141, issue 26).",
+        ["KP141"],
+        resolv=resolv(extra_search=("eu-west-1.compute.internal", "corp.example")),
     ),
 }
 
