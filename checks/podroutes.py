@@ -115,7 +115,10 @@ def pod_cidr_route_missing(ctx, new):
                 continue  # this node's own range (its bridge or tunnel holds an address in it)
             remote.append((name, net, n))
     if not remote:
-        raise Skip(f"{ctx.display(sources.NODES)} names no other node with a podCIDR")
+        raise Skip(
+            f"{ctx.display(sources.NODES)} names no other node with a podCIDR (kpdiag reads this node's Node only: "
+            "kubectl get nodes -o json > cluster/nodes.json in the bundle lets it compare them all)"
+        )
     missing, present = [], []
     for name, net, n in remote:
         if not routing.knows(net.version):
