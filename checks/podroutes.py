@@ -117,7 +117,7 @@ def pod_cidr_route_missing(ctx, new):
     if not remote:
         raise Skip(
             f"{ctx.display(sources.NODES)} names no other node with a podCIDR (kpdiag reads this node's Node only: "
-            "kubectl get nodes -o json > cluster/nodes.json in the bundle lets it compare them all)"
+            f"kubectl get nodes -o json > {sources.NODES} in the bundle lets it compare them all)"
         )
     missing, present = [], []
     for name, net, n in remote:

@@ -123,3 +123,28 @@ def test_collector_records_hairpin_overlay_port_and_offloads(lab, tmp_path):
     kp520 = next(f for f in report.findings if f.id == "KP520")
     assert kp520.data["ports_hairpin_off"] == ["veth0"] and "10.244.1.10" in kp520.data["endpoints_on_bridge"]
     assert os.path.exists(os.path.join(out, "node", "ethtool-offload.txt"))
+
+
+def test_firewalld_table_rejects_forwarded_pod_traffic(lab):
+    """KP523's claim: firewalld's forward chain (as in fixtures/firewalld-forward-reject) rejects a pod's connection to
+    a pod on another node with admin-prohibited (the pod sees 'No route to host'); with cni0 trusted it is let through."""
+    from fixtures.make_fixtures import _ZONES, _ZONES_TRUSTED, FIREWALLD
+
+    k = KubeNodeLab.build(lab, pod_count=1)
+    lab.route("node", "default", "via", k.client_ip)
+    lab.sh("node", ["ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", "8472", "dev", "ext0"])
+    lab.sh("node", ["ip", "link", "set", "flannel.1", "up"])
+    lab.sh("node", ["ip", "addr", "add", "10.244.1.0/32", "dev", "flannel.1"])
+    lab.sh("node", ["ip", "route", "add", "10.244.2.0/24", "via", "10.244.2.0", "dev", "flannel.1", "onlink"])
+    connect = (
+        "import errno, socket\ns = socket.socket(); s.settimeout(1.5)\n"
+        "try:\n    s.connect(('10.244.2.5', 443)); print('connected')\n"
+        "except socket.timeout:\n    print('timeout')\n"
+        "except OSError as e:\n    print(errno.errorcode.get(e.errno, e.errno))\n"
+    )
+    lab.sh("node", ["nft", "-f", "-"], input=FIREWALLD)
+    rejected = lab.sh("pod0", [sys.executable, "-c", connect]).stdout.strip()
+    lab.sh("node", ["nft", "delete", "table", "inet", "firewalld"])
+    lab.sh("node", ["nft", "-f", "-"], input=FIREWALLD.replace(_ZONES, _ZONES_TRUSTED))
+    trusted = lab.sh("pod0", [sys.executable, "-c", connect]).stdout.strip()
+    assert rejected == "EHOSTUNREACH" and trusted == "timeout", (rejected, trusted)  # no node-b behind flannel.1 here
