@@ -10,6 +10,8 @@ from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
+from .shapes import links
+
 
 def _bridges(links: list[dict]) -> dict[str, dict]:
     return {
@@ -80,16 +82,16 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
     "ip link set <port> type bridge_slave hairpin on.",
 )
 def bridge_hairpin_off(ctx, new):
-    links = [link for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)]
-    bridges = _bridges(links)
+    ifaces = links(ctx)
+    bridges = _bridges(ifaces)
     if not bridges:
         return  # no Linux bridge on this node: hairpin mode does not apply (routed CNIs: Calico, Cilium, ptp)
     ports_known = [
         link
-        for link in links
+        for link in ifaces
         if link.get("master") in bridges and (link.get("linkinfo") or {}).get("info_slave_kind") == "bridge"
     ]
-    if not ports_known and any(link.get("master") in bridges for link in links):
+    if not ports_known and any(link.get("master") in bridges for link in ifaces):
         raise Skip(f"{ctx.display(sources.IP_ADDR)} has no bridge port details (recorded without ip -d)")
     nf = ctx.sysctl_value("net.bridge.bridge-nf-call-iptables")
     if nf is not None and nf.value.strip() == "0":

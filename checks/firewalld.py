@@ -9,6 +9,8 @@ from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
+from .shapes import links, routes
+
 EXTERNAL = "203.0.113.5"  # a destination outside the cluster (TEST-NET-3)
 
 
@@ -34,14 +36,17 @@ def _firewalld_tracer(ctx):
 
 def _pod_side(ctx) -> tuple[str, str, list] | None:
     """(a pod address, the pod bridge it sits behind, the bridge's subnets) — the source of forwarded pod traffic."""
-    links = [link for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)]
-    masters = {link.get("master") for link in links if link.get("master")}
-    for link in links:
+    ifaces = links(ctx)
+    masters = {link.get("master") for link in ifaces if link.get("master")}
+    for link in ifaces:
         if link["ifname"] not in masters or (link.get("linkinfo") or {}).get("info_kind") not in (None, "bridge"):
             continue
         for a in link.get("addr_info") or []:
             if a.get("family") == "inet" and a.get("local") and a.get("scope", "global") == "global":
-                net = ipaddress.ip_interface(f"{a['local']}/{a.get('prefixlen', 32)}").network
+                try:
+                    net = ipaddress.ip_interface(f"{a['local']}/{a.get('prefixlen', 32)}").network
+                except ValueError:
+                    continue
                 if net.num_addresses >= 4:
                     host = next(h for h in net.hosts() if str(h) != a["local"])
                     return str(host + 8 if net.num_addresses > 16 else host), link["ifname"], [net]
@@ -50,7 +55,7 @@ def _pod_side(ctx) -> tuple[str, str, list] | None:
 
 def _remote_pod(ctx, own: list) -> tuple[str, str] | None:
     """A pod address on another node: a route into a pod range that is not this node's (overlay or host-gw)."""
-    for r in ctx.ip_route or []:
+    for r in routes(ctx):
         dst = r.get("dst")
         if not isinstance(dst, str) or dst == "default" or r.get("table") not in (None, "main") or ":" in dst:
             continue
@@ -60,7 +65,7 @@ def _remote_pod(ctx, own: list) -> tuple[str, str] | None:
             continue
         if net.prefixlen < 16 or net.num_addresses < 4 or any(net.overlaps(o) for o in own):
             continue
-        if r.get("dev", "").startswith(("flannel", "vxlan", "cilium", "tunl", "cali", "weave")) or (
+        if (r.get("dev") or "").startswith(("flannel", "vxlan", "cilium", "tunl", "cali", "weave")) or (
             own and net.subnet_of(ipaddress.ip_network(f"{own[0].network_address}/16", strict=False))
         ):
             return str(net.network_address + 5), f"route {dst}{' dev ' + r['dev'] if r.get('dev') else ''}"

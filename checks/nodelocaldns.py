@@ -13,6 +13,8 @@ from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
+from .shapes import links
+
 LINK_LOCAL = "169.254.20.10"  # node-cache's default listen address
 INTERFACE = "nodelocaldns"  # node-cache's default -interfacename
 PROCESS = "node-cache"
@@ -77,10 +79,10 @@ def nodelocaldns_down(ctx, new):
     if not rules:
         return  # no NodeLocal DNSCache on this node
     ips = _listen_ips(rules) or [LINK_LOCAL]
-    links = {link.get("ifname"): link for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)}
+    ifaces = {link["ifname"]: link for link in links(ctx)}
     bound = {
         a.get("local"): name
-        for name, link in links.items()
+        for name, link in ifaces.items()
         for a in link.get("addr_info") or []
         if isinstance(a, dict) and a.get("local") in ips
     }
@@ -132,7 +134,7 @@ def nodelocaldns_down(ctx, new):
             evidence=rule_ev
             + [
                 Evidence(
-                    addr_src, f"no interface holds {ip}" + (f" (no {INTERFACE})" if INTERFACE not in links else "")
+                    addr_src, f"no interface holds {ip}" + (f" (no {INTERFACE})" if INTERFACE not in ifaces else "")
                 )
                 for ip in missing[:2]
             ]

@@ -7,6 +7,8 @@ from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
+from .shapes import d, links, lst, routes
+
 # the UDP port of each overlay kind when the device does not say (ip -d shows it for vxlan; geneve's is fixed)
 DEFAULT_PORTS = {"flannel.1": 8472, "cilium_vxlan": 8472, "vxlan.calico": 4789, "vxlan-v6.calico": 4789}
 KIND_PORTS = {"vxlan": 4789, "geneve": 6081}
@@ -15,9 +17,9 @@ KIND_PORTS = {"vxlan": 4789, "geneve": 6081}
 def overlay_devices(ctx) -> list[tuple[str, str, int]]:
     """(device, kind, UDP port) of the node's VXLAN and Geneve devices."""
     out = []
-    for link in ctx.ip_addr or []:
+    for link in links(ctx):
         name = link.get("ifname")
-        info = link.get("linkinfo") or {}
+        info = link["linkinfo"]
         kind = info.get("info_kind")
         if not isinstance(name, str) or kind not in ("vxlan", "geneve"):
             continue
@@ -31,12 +33,17 @@ def overlay_devices(ctx) -> list[tuple[str, str, int]]:
 def _peer(ctx, node_ip: str) -> tuple[str, str]:
     """Another node's address (cluster/nodes.json), else the default gateway: the source of overlay packets."""
     nodes = ctx.source(sources.NODES)
-    for n in (nodes or {}).get("items") or [] if isinstance(nodes, dict) else []:
-        for a in (n.get("status") or {}).get("addresses") or [] if isinstance(n, dict) else []:
-            if isinstance(a, dict) and a.get("type") == "InternalIP" and a.get("address") not in (None, node_ip):
+    for n in lst(d(nodes).get("items")):
+        for a in lst(d(d(n).get("status")).get("addresses")):
+            if (
+                isinstance(a, dict)
+                and a.get("type") == "InternalIP"
+                and isinstance(a.get("address"), str)
+                and a["address"] != node_ip
+            ):
                 if ":" not in a["address"]:
-                    return a["address"], f"node {(n.get('metadata') or {}).get('name')}"
-    for r in ctx.ip_route or []:
+                    return a["address"], f"node {d(n.get('metadata')).get('name')}"
+    for r in routes(ctx):
         if r.get("dst") == "default" and r.get("gateway") and ":" not in r["gateway"]:
             return r["gateway"], "the default gateway (no other node's address known)"
     return "192.0.2.1", "a peer (no other node's address known)"
@@ -212,7 +219,7 @@ def vxlan_checksum_offload(ctx, new):
     kernel = ctx.kernel
     if offloads is None or kernel is None:
         raise Skip("the overlay devices' offload features or the kernel version could not be read")
-    kinds = {link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind") for link in ctx.ip_addr or []}
+    kinds = {link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind") for link in links(ctx)}
     on = [
         (dev, f)
         for dev, feats in sorted(offloads.devices.items())

@@ -11,6 +11,8 @@ from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.bundle import sources
 
+from .shapes import d, links, lst, routes, s
+
 # CNIs that install one route per remote node's podCIDR (on the node itself), by what they leave on the node.
 # Cilium (its tunnel is programmed in BPF, its routes may be one for the whole cluster pool), Weave (one bridge for
 # the whole range) and cloud-routed pod networks (VPC routes: the node has only its default route) do not.
@@ -26,17 +28,17 @@ CNI_PROCESSES = {"flanneld": "flannel", "calico-node": "Calico", "bird": "Calico
 
 def cni_routing(ctx) -> tuple[str | None, str | None]:
     """(the CNI that routes per node, the evidence text that says so) — or (None, why not known)."""
-    names = {link.get("ifname") for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)}
+    names = {link.get("ifname") for link in links(ctx) if isinstance(link.get("ifname"), str)}
     other = sorted(n for n in names if n in NO_PER_NODE_ROUTES)
     if other:
         return None, f"interface {other[0]}: this CNI need not route each node's pod CIDR on the node"
     for dev, label in PER_NODE_ROUTES.items():
         if dev in names:
             return label, f"interface {dev}"
-    for r in ctx.ip_route or []:
+    for r in routes(ctx):
         if r.get("protocol") == "bird":
             return "Calico (BGP)", f"route {r.get('dst')} proto bird"
-    if "tunl0" in names and any(r.get("dev") == "tunl0" for r in ctx.ip_route or []):
+    if "tunl0" in names and any(r.get("dev") == "tunl0" for r in routes(ctx)):
         return "Calico (IPIP)", "routes via tunl0"
     procs = ctx.source(sources.PROCESSES) or {}
     for proc, label in CNI_PROCESSES.items():
@@ -46,13 +48,13 @@ def cni_routing(ctx) -> tuple[str | None, str | None]:
 
 
 def _pod_cidrs(node: dict) -> list[str]:
-    spec = node.get("spec") or {}
-    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    spec = d(node.get("spec"))
+    cidrs = lst(spec.get("podCIDRs")) or [spec.get("podCIDR")]
     return [c for c in cidrs if isinstance(c, str)]
 
 
 def _node_ip(node: dict) -> str | None:
-    for a in (node.get("status") or {}).get("addresses") or []:
+    for a in lst(d(node.get("status")).get("addresses")):
         if isinstance(a, dict) and a.get("type") == "InternalIP":
             return a.get("address")
     return None
@@ -88,7 +90,7 @@ def _route_text(route) -> str:
 )
 def pod_cidr_route_missing(ctx, new):
     nodes = ctx.source(sources.NODES)
-    items = [n for n in (nodes or {}).get("items") or [] if isinstance(n, dict)] if isinstance(nodes, dict) else []
+    items = [n for n in lst(d(nodes).get("items")) if isinstance(n, dict)]
     cni, why = cni_routing(ctx)
     if cni is None:
         raise Skip(why)
@@ -97,7 +99,7 @@ def pod_cidr_route_missing(ctx, new):
         raise Skip("no routes known for this node")
     me = ctx.node_name
     local = []
-    for link in ctx.ip_addr or []:
+    for link in links(ctx):
         for a in link.get("addr_info") or []:
             try:
                 local.append(ipaddress.ip_address(a.get("local")))
@@ -105,7 +107,7 @@ def pod_cidr_route_missing(ctx, new):
                 continue
     remote = []
     for n in items:
-        name = (n.get("metadata") or {}).get("name") or "?"
+        name = s(d(n.get("metadata")).get("name")) or "?"
         for cidr in _pod_cidrs(n):
             try:
                 net = ipaddress.ip_network(cidr, strict=False)

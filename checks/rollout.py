@@ -8,6 +8,8 @@ from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
+from .shapes import d, lst
+
 SLOW = 1.0  # seconds from an endpoint change to the node's rules before a pod without a preStop delay loses requests
 METRICS = ("kubeproxy_network_programming_duration_seconds", "kubeproxy_sync_proxy_rules_duration_seconds")
 
@@ -22,8 +24,8 @@ def _latency(ctx) -> tuple[float, str] | None:
 
 
 def _has_prestop(pod: dict) -> bool:
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        if isinstance(c, dict) and ((c.get("lifecycle") or {}).get("preStop")):
+    for c in lst(d(pod.get("spec")).get("containers")):
+        if isinstance(c, dict) and d(c.get("lifecycle")).get("preStop"):
             return True
     return False
 
@@ -57,9 +59,9 @@ def rollout_no_prestop(ctx, new):
     if latency < SLOW:
         return  # the rules follow endpoint changes in well under a second: a pod exiting at once loses little
     pods = {
-        ((p.get("metadata") or {}).get("namespace"), (p.get("metadata") or {}).get("name")): p
+        (d(p.get("metadata")).get("namespace"), d(p.get("metadata")).get("name")): p
         for p in ctx.cluster.pods() or []
-        if isinstance(p, dict)
+        if isinstance(p, dict) and isinstance(d(p.get("metadata")).get("name"), str)
     }
     cases = []
     for svc in ctx.cluster.services() or []:
@@ -71,7 +73,8 @@ def rollout_no_prestop(ctx, new):
             if pod is None or _has_prestop(pod):
                 continue
             bare.append(e)
-            grace.add((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            g = d(pod.get("spec")).get("terminationGracePeriodSeconds", 30)
+            grace.add(g if isinstance(g, int) else 30)
             if e.terminating:
                 terminating.append(e)
         if bare:
