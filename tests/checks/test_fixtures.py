@@ -48,6 +48,7 @@ NEEDS_FILES = {
     "dns-logs": ["cluster/dns-logs.json"],
     "networkpolicies": ["cluster/networkpolicies.json"],
     "service-lookup": ["cluster/service-lookup.json"],
+    "processes": ["node/processes.txt"],
 }
 
 
