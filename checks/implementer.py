@@ -90,7 +90,7 @@ def replacement(ctx, new):
         recognised. Whatever rules are left stay as they were when it stopped: new Services are missing, removed
         endpoints still get traffic. Typical causes: the DaemonSet was deleted or does not tolerate this node's
         taints, the static pod manifest was removed, or the pod crash-loops. When the API's view of this node's
-        kube-proxy pod is in the bundle (cluster/pods.json), a pod in CrashLoopBackOff is named as such, with its
+        kube-proxy pod is in the bundle (the pods the API listed), a pod in CrashLoopBackOff is named as such, with its
         restarts and how its last run ended — OOMKilled at its memory limit has another fix (a higher limit) than a
         missing DaemonSet. The finding's data says which: kube_proxy is "absent" or "crash-looping".
     """,
@@ -168,8 +168,8 @@ def _crash_looping(ctx, new, impl, procs):
     """KP707's crash-loop case: the API shows kube-proxy's pod restarting — it is there, and it keeps dying."""
     pod = impl.pod
     if pod.oom_killed:
-        cause = "it is killed for memory (OOMKilled)" + (
-            f" at its memory limit {pod.memory_limit}" if pod.memory_limit else ""
+        cause = "it runs out of memory" + (
+            f" — its limit {pod.memory_limit} is too small for this cluster" if pod.memory_limit else ""
         )
         fix = (
             f"kubectl -n {pod.namespace} get pod {pod.name} -o jsonpath='{{.spec.containers[0].resources}}'   # the limit it is killed at",
@@ -253,7 +253,7 @@ def not_a_node(ctx, new):
     "kube-proxy-leftover-rules",
     "kube-proxy's rules are left behind where a replacement implements Services",
     "warning",
-    uses=("implementer", "iptables", "nft", "processes"),
+    uses=("addresses", "implementer", "iptables", "nft", "processes"),
     severities=("warning",),
     symptom="Cilium (or kube-router, Calico eBPF) implements Services, yet the node still has KUBE-SERVICES/KUBE-SVC-* "
     "rules or a kube-proxy nftables table; some traffic behaves as it did before the migration.",
@@ -267,6 +267,8 @@ def not_a_node(ctx, new):
     fix="Remove kube-proxy's leftover rules on each node (as the replacement's install guide says), never restart kube-proxy.",
 )
 def leftovers(ctx, new):
+    if _blind(ctx):
+        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
     impl = ctx.service_implementer
     if impl is None or impl.kube_proxy != "replaced" or not impl.leftovers:
         return

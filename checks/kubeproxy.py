@@ -421,7 +421,7 @@ def _node_names(doc) -> list[str]:
     "kube-proxy's hostnameOverride is not this node's name",
     "error",
     needs=("kube-proxy-config",),
-    uses=("manifest", "node-object", "services"),
+    uses=("endpointslices", "manifest", "node-object", "services"),
     severities=("error",),
     symptom="Services with externalTrafficPolicy: Local (NodePorts, LoadBalancers) or internalTrafficPolicy: Local "
     "time out through this node although their pods run on it; health checks of cloud load balancers mark the node "
