@@ -20,6 +20,8 @@ import time
 import pytest
 
 from tests.conftest import lab_or_skip
+from tests.lab.netlab import KubeNodeLab
+from tests.synth import Endpoint, Port, Service, iptables_ruleset
 
 SERVER = r"""
 import os, socket, sys, threading, time
@@ -193,3 +195,41 @@ def test_a_trickling_listener_does_not_hang_the_collection(node):
         assert rel not in out["files"]
         (err,) = _errors(out, rel)
         assert f"no complete answer within {HTTP_DEADLINE:g} s" in err["error"], err
+
+
+def _kpdiag(lab, *args, timeout=300):
+    exe = shutil.which("kpdiag")
+    argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + list(args)
+    return lab.sh("node", argv, check=False, timeout=timeout)
+
+
+def test_kpdiag_node_does_not_report_a_spoofed_mode(lab):
+    """End to end on a node with kube-proxy's iptables rules and no kube-proxy: a stranger answering 'ipvs' on
+    127.0.0.1:10249 is not the mode; the report says the answer was unverified, and KP707 says what answered."""
+    k = KubeNodeLab.build(lab, pod_count=2)
+    lab.route("node", "default", "via", k.client_ip)
+    ips = list(k.pods.values())
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0])])])
+    )
+    spoof = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ns("node"), sys.executable, "-c", SERVER, "10249", "serve"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "KP_UID": "65534"},
+    )
+    try:
+        assert spoof.stdout.readline() == b"ready\n"
+        proc = _kpdiag(lab, "node", "-o", "json", "--no-api", "--host-root", "/")
+    finally:
+        spoof.kill()
+        spoof.wait()
+    report = json.loads(proc.stdout)
+    facts = report["facts"]
+    assert facts["proxy_mode"] == "iptables" and "proxyMode" not in facts["proxy_mode_source"], facts
+    ids = {f["id"] for f in report["findings"]}
+    assert not ids & {"KP308", "KP301", "KP701"}, ids
+    problems = [p for p in report["problems"] if p["source"] == MODE]
+    assert problems and "unverified" in problems[0]["error"] and f"pid {spoof.pid}" in problems[0]["error"], problems
+    (kp707,) = [f for f in report["findings"] if f["id"] == "KP707"]
+    assert "something that is not kube-proxy answers on its ports (unverified, not used)" in kp707["summary"]
+    assert kp707["data"]["kube_proxy"] == "absent" and MODE in kp707["data"]["unverified_answers"]
