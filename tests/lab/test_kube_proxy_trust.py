@@ -233,3 +233,26 @@ def test_kpdiag_node_does_not_report_a_spoofed_mode(lab):
     (kp707,) = [f for f in report["findings"] if f["id"] == "KP707"]
     assert "something that is not kube-proxy answers on its ports (unverified, not used)" in kp707["summary"]
     assert kp707["data"]["kube_proxy"] == "absent" and MODE in kp707["data"]["unverified_answers"]
+
+
+def test_sock_diag_and_proc_tables_agree():
+    """The listening sockets come from NETLINK_SOCK_DIAG (fast); /proc/net/tcp{,6} is the fallback: same answer."""
+    import socket
+
+    from kpdiag.collect.node import _diag_listeners, _proc_listeners
+
+    v4 = socket.socket()
+    v6 = socket.socket(socket.AF_INET6)
+    try:
+        v4.bind(("127.0.0.1", 0))
+        port = v4.getsockname()[1]
+        v4.listen()
+        v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        v6.bind(("::", port))
+        v6.listen()
+        diag, proc = _diag_listeners(port), _proc_listeners(port, None)
+    finally:
+        v4.close()
+        v6.close()
+    assert sorted(map(str, diag)) == sorted(map(str, proc)) == [f"127.0.0.1:{port}", f"[::]:{port}"]
+    assert {x.inode for x in diag} == {x.inode for x in proc}
