@@ -101,7 +101,7 @@ def absent(ctx, new):
     if _blind(ctx):
         raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
     impl = ctx.service_implementer
-    if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s"):
+    if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s", "kubelite"):
         return
     procs = ctx.source(sources.PROCESSES)
     if impl.kube_proxy == "crash-looping":
@@ -119,7 +119,9 @@ def absent(ctx, new):
         )
     if procs is None:
         raise Skip(f"the node's processes were not listed ({sources.PROCESSES}): a kube-proxy cannot be ruled out")
-    if "1" not in procs.values() or any(p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s")):
+    if "1" not in procs.values() or any(
+        p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "kubelite")
+    ):
         return  # the host's processes are not visible (no hostPID), or kube-proxy / an embedding runs
     what = _left(ctx)
     unverified = [rel for rel in failed if errs[rel].get("unverified")]

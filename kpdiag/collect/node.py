@@ -48,6 +48,7 @@ PROCESS_NAMES = (
     "k3s-server",
     "k3s-agent",
     "k0s",
+    "kubelite",
     "cilium-agent",
     "kube-router",
     "calico-node",
@@ -719,7 +720,9 @@ def _mtime(path: str) -> float:
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024  # kube-proxy's --config file (a KubeProxyConfiguration is a few KB)
 KUBE_PROXY_EXES = ("kube-proxy",)  # the executable's file name (kubeadm, kOps, k0s, EKS, GKE, AKS images)
-EMBEDDING_EXES = ("k3s", "k3s-server", "k3s-agent")  # run kube-proxy in their own process, from their flags
+# run kube-proxy in their own process, from their flags: their names (comm) → the executable each must be
+EMBEDDING_EXES = ("k3s", "k3s-server", "k3s-agent", "kubelite")  # kubelite: MicroK8s' one process for all components
+_EMBEDDING_EXE = {"k3s": "k3s", "k3s-server": "k3s", "k3s-agent": "k3s", "kubelite": "kubelite"}
 
 
 @dataclass
@@ -788,7 +791,7 @@ def find_kube_proxy(proc: str = "/proc") -> KubeProxyProcess:
             with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as fh:
                 comm = fh.read().strip()
             if comm in EMBEDDING_EXES and out.embedded is None:
-                if not _trust_embedding(proc, entry):
+                if not _trust_embedding(proc, entry, comm):
                     continue
                 out.embedded, out.embedded_pid = f"{comm} (pid {entry})", int(entry)
                 continue
@@ -806,9 +809,9 @@ def find_kube_proxy(proc: str = "/proc") -> KubeProxyProcess:
     return out
 
 
-def _trust_embedding(proc: str, pid: str) -> bool:
+def _trust_embedding(proc: str, pid: str, comm: str = "k3s") -> bool:
     try:
-        return all(u == 0 for u in _status_uids(proc, pid) or [1]) and _exe_name(proc, pid) in EMBEDDING_EXES[:1]
+        return all(u == 0 for u in _status_uids(proc, pid) or [1]) and _exe_name(proc, pid) == _EMBEDDING_EXE[comm]
     except OSError:
         return False
 

@@ -244,7 +244,7 @@ def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict
     """(signs found, what was looked for) — None when the bundle cannot tell (the host's processes, interfaces or
     rules were not readable): a host is called "not a Kubernetes node" only when all of them were read."""
     looked = [
-        "a kubelet, kube-proxy, k3s or k0s process",
+        "a kubelet, kube-proxy, k3s, k0s or kubelite process",
         "kube-proxy answering on :10249/:10256",
         f"a network plugin's interfaces ({', '.join(p.rstrip('._-') + '*' for p in CNI_INTERFACE_PREFIXES[:6])} …)",
         "KUBE-* iptables chains or a kube-proxy nftables table",
@@ -257,7 +257,7 @@ def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict
     if "1" not in procs.values() or state.ip_addr is None or (state.iptables() is None and state.nft_text is None):
         return None
     found = []
-    for name in ("kubelet", "kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s"):
+    for name in ("kubelet", "kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "kubelite"):
         if name in procs:
             found.append(f"process {name} (pid {procs[name]})")
     found += [
@@ -346,7 +346,7 @@ def detect(state) -> Implementer:
     errs = _errors(b)
     kp_proc = "kube-proxy" in procs
     procs_visible = "1" in procs.values()
-    embedded = next((n for n in ("k3s-server", "k3s-agent", "k3s", "k0s") if n in procs), None)
+    embedded = next((n for n in ("k3s-server", "k3s-agent", "k3s", "k0s", "kubelite") if n in procs), None)
     evidence = [(ipt_src if "iptables" in why else b.name, why) for why in kp_rules.values()]
     evidence += [(b.display(rel), "answered") for rel in kp_http]
     if kp_proc:

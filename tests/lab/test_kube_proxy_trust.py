@@ -256,3 +256,15 @@ def test_sock_diag_and_proc_tables_agree():
         v6.close()
     assert sorted(map(str, diag)) == sorted(map(str, proc)) == [f"127.0.0.1:{port}", f"[::]:{port}"]
     assert {x.inode for x in diag} == {x.inode for x in proc}
+
+
+def test_kube_proxy_embedded_in_kubelite_is_verified(node, tmp_path):
+    """MicroK8s runs kube-proxy inside kubelite: that process's socket is kube-proxy's (as k3s's is)."""
+    lab, listen, collect = node
+    exe = tmp_path / "kubelite"
+    shutil.copy2(os.path.realpath(sys.executable), exe)
+    kl = listen(10249, exe=str(exe))
+    out = collect()
+    assert out["files"][MODE] == "ipvs", out["errors"]
+    assert out["verified"][MODE] == f"the socket listening on 127.0.0.1:10249 belongs to kubelite (pid {kl.pid})"
+    assert f"{kl.pid} kubelite" in out["files"]["node/processes.txt"].splitlines()
