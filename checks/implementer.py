@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
@@ -53,10 +54,12 @@ def replacement(ctx, new):
         ),
     }
     yield new(
-        f"Services on this node are implemented by {impl.label}, not kube-proxy: kube-proxy's checks are skipped",
+        f"Services on this node are implemented by {impl.label}, not kube-proxy: kube-proxy's checks are skipped"
+        + (" (kube-proxy's rules left on the node are leftovers: KP710)" if impl.leftovers else ""),
         fix=tools.get(impl.name, ()),
         evidence=[Evidence(src, text) for src, text in impl.evidence[:4]],
         subject="node",
+        data=impl.data(),
     )
 
 
@@ -74,9 +77,11 @@ def replacement(ctx, new):
         "kube-proxy-mode",
         "manifest",
         "nft",
+        "pods",
         "processes",
         "proxy-mode",
     ),
+    severities=("error",),
     symptom="New Services and endpoint changes never reach this node; if its rules were never written, no ClusterIP works "
     "from here at all.",
     why="""
@@ -84,7 +89,10 @@ def replacement(ctx, new):
         process runs, its metrics (:10249) and health (:10256) endpoints do not answer, and no replacement is
         recognised. Whatever rules are left stay as they were when it stopped: new Services are missing, removed
         endpoints still get traffic. Typical causes: the DaemonSet was deleted or does not tolerate this node's
-        taints, the static pod manifest was removed, or the pod crash-loops (see its log).
+        taints, the static pod manifest was removed, or the pod crash-loops. When the API's view of this node's
+        kube-proxy pod is in the bundle (the pods the API listed), a pod in CrashLoopBackOff is named as such, with its
+        restarts and how its last run ended — OOMKilled at its memory limit has another fix (a higher limit) than a
+        missing DaemonSet. The finding's data says which: kube_proxy is "absent" or "crash-looping".
     """,
     fix="kubectl -n kube-system get ds kube-proxy; kubectl -n kube-system get pods -o wide | grep kube-proxy — make it run "
     "on this node (tolerations, nodeSelector, crash log) or install the replacement your CNI expects.",
@@ -93,47 +101,199 @@ def absent(ctx, new):
     if _blind(ctx):
         raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
     impl = ctx.service_implementer
-    if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s"):
+    if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s", "kubelite"):
+        return
+    procs = ctx.source(sources.PROCESSES)
+    if impl.kube_proxy == "crash-looping":
+        yield from _crash_looping(ctx, new, impl, procs)
         return
     if any(ctx.has(rel) for rel in HTTP_SOURCES):
-        return  # kube-proxy answered
+        return  # kube-proxy answered (its own socket: the collector verified it)
     errs = {
-        str(e.get("source")): str(e.get("error")) for e in (ctx.manifest.get("errors") or []) if isinstance(e, dict)
+        str(e.get("source")): e for e in (ctx.manifest.get("errors") or []) if isinstance(e, dict) and e.get("source")
     }
     failed = [rel for rel in HTTP_SOURCES if rel in errs]
     if len(failed) < len(HTTP_SOURCES):
         raise Skip(
             "the bundle does not say whether kube-proxy's :10249/:10256 answered (not collected by kpdiag node/collect)"
         )
-    procs = ctx.source(sources.PROCESSES)
     if procs is None:
         raise Skip(f"the node's processes were not listed ({sources.PROCESSES}): a kube-proxy cannot be ruled out")
-    if "1" not in procs.values() or any(p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s")):
+    if "1" not in procs.values() or any(
+        p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "kubelite")
+    ):
         return  # the host's processes are not visible (no hostPID), or kube-proxy / an embedding runs
-    ports = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
-    rules = ctx.inferred_modes()
-    if rules:
-        what = (
-            f"its {next(iter(rules))}-mode rules ({ports} service ports) are still in place and nothing updates them"
-            if ports
-            else f"what it left ({'; '.join(rules.values())}) is not updated any more"
-        )
-    else:
-        what = "no Service rules exist: ClusterIPs and NodePorts do not work on this node"
+    what = _left(ctx)
+    unverified = [rel for rel in failed if errs[rel].get("unverified")]
+    answered = (
+        "something that is not kube-proxy answers on its ports (unverified, not used)"
+        if unverified
+        else ":10249 and :10256 do not answer"
+    )
+    pod = impl.pod
+    pod_text = f"; its {pod.describe()}" if pod is not None else ""
     yield new(
-        f"kube-proxy is not running on this node (no process; :10249 and :10256 do not answer) and no replacement is recognised: {what}",
+        f"kube-proxy is not running on this node (no process; {answered}{pod_text}) and no replacement is recognised: {what}",
         fix=(
             "kubectl -n kube-system get ds kube-proxy -o wide   # DESIRED vs this node",
             "kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide --field-selector spec.nodeName=<this node>",
             "kubectl describe node <this node> | grep -i taint   # a taint the DaemonSet does not tolerate?",
             "ls /etc/kubernetes/manifests/   # a static-pod kube-proxy whose manifest was removed?",
         ),
-        evidence=[Evidence(ctx.display(rel), errs[rel][:200]) for rel in failed[:2]]
+        evidence=[Evidence(ctx.display(rel), str(errs[rel].get("error"))[:200]) for rel in (unverified or failed)[:2]]
         + [
             Evidence(
                 ctx.display(sources.PROCESSES),
                 f"no kube-proxy, k3s or k0s among {len(procs)} processes looked for (pid 1: {next(c for c, p in procs.items() if p == '1')})",
             )
+        ]
+        + ([Evidence(ctx.display(sources.PODS), pod.describe())] if pod is not None else []),
+        subject="node",
+        data=impl.data() | {"kube_proxy": "absent", "unverified_answers": unverified},
+    )
+
+
+def _left(ctx) -> str:
+    """What kube-proxy's absence leaves: its rules, frozen, or none at all."""
+    ports = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
+    rules = ctx.inferred_modes()
+    if rules:
+        return (
+            f"its {next(iter(rules))}-mode rules ({ports} service ports) are still in place and nothing updates them"
+            if ports
+            else f"what it left ({'; '.join(rules.values())}) is not updated any more"
+        )
+    return "no Service rules exist: ClusterIPs and NodePorts do not work on this node"
+
+
+def _crash_looping(ctx, new, impl, procs):
+    """KP707's crash-loop case: the API shows kube-proxy's pod restarting — it is there, and it keeps dying."""
+    pod = impl.pod
+    if pod.oom_killed:
+        cause = "it runs out of memory" + (
+            f" — its limit {pod.memory_limit} is too small for this cluster" if pod.memory_limit else ""
+        )
+        fix = (
+            f"kubectl -n {pod.namespace} get pod {pod.name} -o jsonpath='{{.spec.containers[0].resources}}'   # the limit it is killed at",
+            "kubectl -n kube-system set resources daemonset kube-proxy -c kube-proxy --limits=memory=<about twice its peak>"
+            "   # kube-proxy's memory grows with the number of Services and endpoints",
+            f"kubectl -n {pod.namespace} get pod {pod.name} -w   # RESTARTS stops growing once it fits",
+        )
+    else:
+        cause = "its container keeps exiting" + (
+            f" ({pod.last_reason}" + (f", exit code {pod.last_exit_code})" if pod.last_exit_code is not None else ")")
+            if pod.last_reason
+            else ""
+        )
+        fix = (
+            f"kubectl -n {pod.namespace} logs {pod.name} -c kube-proxy --previous   # why the last run ended",
+            f"kubectl -n {pod.namespace} describe pod {pod.name}   # events: probes, OOM, image, mounts",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy   # after fixing the cause",
+        )
+    evidence = [Evidence(ctx.display(sources.PODS), pod.describe())]
+    if procs is not None and "kube-proxy" not in procs and "1" in procs.values():
+        evidence.append(Evidence(ctx.display(sources.PROCESSES), "no kube-proxy process when the node was collected"))
+    yield new(
+        f"kube-proxy is crash-looping on this node, not absent ({pod.describe()}): {cause}; between restarts "
+        + _left(ctx),
+        fix=fix,
+        evidence=evidence,
+        subject="node",
+        data=impl.data(),
+    )
+
+
+@check(
+    "KP709",
+    "not-a-kubernetes-node",
+    "This host does not look like a Kubernetes node",
+    "warning",
+    needs=("processes",),
+    uses=("addresses", "implementer", "iptables", "manifest", "nft"),
+    severities=("warning",),
+    symptom="kpdiag node was run on a host that is not part of the cluster (a laptop, a bastion, the wrong VM, a "
+    "container without hostNetwork/hostPID) and would otherwise report its ordinary settings as faults.",
+    why="""
+        A Kubernetes node runs a kubelet (alone, or inside k3s/k0s), has kube-proxy or a replacement implementing
+        Services, a network plugin's interfaces (cni0, flannel.1, cali*, cilium_* …) and KUBE-* rules. When the host's
+        processes, interfaces and rules were all readable and none of these is there, the host is not a node: IPv4
+        forwarding off or no kube-proxy is normal for it, and advice to change its sysctls or restart kube-proxy would
+        change a machine that is none of Kubernetes' business. Every other node check is skipped with that reason and
+        kpdiag exits 3 (could not diagnose).
+    """,
+    fix="Run kpdiag node on a node of the cluster: kubectl debug node/NAME -it --profile=sysadmin --image=… -- kpdiag node.",
+)
+def not_a_node(ctx, new):
+    procs = ctx.source(sources.PROCESSES)
+    if not procs or "1" not in procs.values():
+        raise Skip("the host's processes are not visible (no pid 1: run with hostPID): a kubelet cannot be ruled out")
+    impl = ctx.service_implementer
+    if impl is None or impl.not_a_node is None:
+        return
+    yield new(
+        "this host does not look like a Kubernetes node: none of " + "; ".join(impl.not_a_node) + " — nothing is "
+        "diagnosed or recommended for it",
+        fix=(
+            note("run kpdiag on a node of the cluster instead (this host needs no change):"),
+            "kubectl debug node/<node> -it --profile=sysadmin --image=<kpdiag image> -- kpdiag node",
+        ),
+        evidence=[
+            Evidence(
+                ctx.display(sources.PROCESSES),
+                f"no kubelet, kube-proxy, k3s or k0s among the processes (pid 1: {next(c for c, p in procs.items() if p == '1')})",
+            ),
+            Evidence(ctx.display(sources.IP_ADDR), "no network plugin interface"),
+            Evidence(ctx.display(sources.IPTABLES_SAVE), "no KUBE-* chain, no kube-proxy nftables table"),
         ],
         subject="node",
+        data={"not_a_node": True, "looked_for": list(impl.not_a_node)},
+    )
+
+
+@check(
+    "KP710",
+    "kube-proxy-leftover-rules",
+    "kube-proxy's rules are left behind where a replacement implements Services",
+    "warning",
+    uses=("addresses", "implementer", "iptables", "nft", "processes"),
+    severities=("warning",),
+    symptom="Cilium (or kube-router, Calico eBPF) implements Services, yet the node still has KUBE-SERVICES/KUBE-SVC-* "
+    "rules or a kube-proxy nftables table; some traffic behaves as it did before the migration.",
+    why="""
+        When a kube-proxy replacement is installed, kube-proxy's DaemonSet is removed but the rules it wrote stay until
+        someone removes them (kube-proxy --cleanup, or a reboot). Nothing updates them any more: they still DNAT
+        ClusterIPs to the endpoints of the day kube-proxy stopped — packets the replacement does not take (host
+        traffic before its socket hook, a NodePort from outside when its BPF program is not on that device) meet
+        these stale rules. They are leftovers, not a kube-proxy to restart.
+    """,
+    fix="Remove kube-proxy's leftover rules on each node (as the replacement's install guide says), never restart kube-proxy.",
+)
+def leftovers(ctx, new):
+    if _blind(ctx):
+        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
+    impl = ctx.service_implementer
+    if impl is None or impl.kube_proxy != "replaced" or not impl.leftovers:
+        return
+    programmed = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
+    evidence = []
+    rs = ctx.iptables()
+    if rs is not None and "KUBE-SERVICES" in rs.chain_names("nat"):
+        first = rs.chain("nat", "KUBE-SERVICES").rules
+        evidence.append(
+            Evidence(rs.source, f"-N KUBE-SERVICES ({len(first)} rules)", first[0].lineno if first else None)
+        )
+    evidence += [Evidence(ctx.display(sources.IPTABLES_SAVE), why) for why in impl.leftovers.values()]
+    yield new(
+        f"{impl.label} implements Services here, and kube-proxy's {' and '.join(sorted(impl.leftovers))}-mode rules "
+        f"are leftovers ({programmed} service ports, frozen when kube-proxy stopped): remove them; do not restart "
+        "kube-proxy",
+        fix=(
+            note("on this node, as root (the replacement keeps working; only kube-proxy's own rules are removed):"),
+            "iptables-save | grep -v KUBE | iptables-restore   # kube-proxy's iptables chains and jumps (also ip6tables-save | grep -v KUBE | ip6tables-restore)",
+            "nft delete table ip kube-proxy; nft delete table ip6 kube-proxy   # an nftables-mode kube-proxy's tables, if any",
+            "kubectl -n kube-system get ds kube-proxy   # must not exist (NotFound): a kube-proxy that comes back rewrites them",
+        ),
+        evidence=evidence,
+        subject="node",
+        data=impl.data(),
     )

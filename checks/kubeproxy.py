@@ -198,20 +198,30 @@ def unhealthy(ctx, new):
             )
 
 
-# known log lines: pattern → (what it means, fix)
+# known log lines: (key, pattern, what it means, fix). A line counts for the FIRST pattern it matches: an
+# iptables-restore that gave up waiting for the xtables lock ("exit status 4": iptables' RESOURCE_PROBLEM) also says
+# "Failed to execute iptables-restore", but nothing rejected the ruleset — another program held the lock.
 LOG_PATTERNS = [
     (
-        re.compile(r"Another app is currently holding the xtables lock"),
-        "another program held the iptables lock, so kube-proxy's sync waited or failed",
-        "find the other writer (firewalld, a CNI, a monitoring agent calling iptables in a loop): fuser -v /run/xtables.lock",
+        "xtables-lock",
+        re.compile(
+            r"(Another app is currently holding the xtables lock|xtables lock|iptables-restore.*exit status 4\b)"
+        ),
+        "another program held the xtables lock (/run/xtables.lock), so kube-proxy's iptables-restore gave up waiting "
+        "(exit status 4, a resource problem): the ruleset was not rejected, the sync was not applied and is retried",
+        "find the other writer and make it stop holding the lock: fuser -v /run/xtables.lock (firewalld, a CNI plugin, "
+        "a monitoring agent calling iptables in a loop); kube-proxy needs no change",
     ),
     (
+        "restore-rejected",
         re.compile(r"(Failed to execute iptables-restore|iptables-restore.*failed|line \d+ failed)"),
-        "iptables-restore rejected kube-proxy's ruleset, so the sync did not apply",
+        "iptables-restore rejected kube-proxy's ruleset (a rule the iptables binary or the kernel does not accept), "
+        "so the sync did not apply",
         "check the iptables version/backend matches kube-proxy's (KP204), and kernel modules for the rules used (xt_comment, xt_statistic, xt_recent)",
     ),
     # current wording and older ones ("Failed to delete stale service IP %s connections", "Failed to delete %s endpoint connections")
     (
+        "conntrack-cleanup",
         re.compile(
             r"(conntrack.*(operation not permitted|permission denied)|Failed to delete stale service (IP \S+ )?connections"
             r"|Failed to delete (\S+ )?endpoint connections|clearing conntrack entries)",
@@ -221,11 +231,13 @@ LOG_PATTERNS = [
         "make sure the conntrack binary is in the kube-proxy image and the pod is privileged (NET_ADMIN)",
     ),
     (
+        "sysctl",
         re.compile(r"(can't set sysctl|Failed to set sysctl|open /proc/sys/.*(read-only|permission denied))", re.I),
         "kube-proxy could not set a kernel setting it relies on (route_localnet, conntrack max, IPVS sysctls)",
         "run kube-proxy privileged, or set the sysctl on the node yourself (see KP505/KP503)",
     ),
     (
+        "api-unreachable",
         re.compile(
             r"(Failed to retrieve node info|Failed to watch|Failed to list \*v1\.|couldn't get current server API group list|dial tcp .*: (connect: connection refused|i/o timeout))"
         ),
@@ -233,11 +245,13 @@ LOG_PATTERNS = [
         "check the kube-proxy kubeconfig's server address and the network path from the node to the API server",
     ),
     (
+        "sync-failed",
         re.compile(r"(Sync failed|Failed to sync|syncProxyRules.*error)", re.I),
         "a rule sync failed",
         "read the lines around it for the cause; kube-proxy retries, but until it succeeds the node's rules are stale",
     ),
     (
+        "bad-mode",
         re.compile(r"(unknown proxy mode|invalid proxy mode)", re.I),
         "kube-proxy rejected its configured mode",
         "set mode to iptables, ipvs or nftables in the kube-proxy ConfigMap",
@@ -255,21 +269,30 @@ LOG_PATTERNS = [
     why="""
         kube-proxy logs a handful of well-known errors when it cannot do its job: the iptables lock held by another
         program, iptables-restore rejecting a ruleset, no permission to clear conntrack, sysctls it cannot set, the API
-        server out of reach. Each leaves the node's rules stale or incomplete in its own way.
+        server out of reach. Each leaves the node's rules stale or incomplete in its own way, and each has its own fix:
+        a lock held by another program (iptables-restore exit status 4, "Another app is currently holding the xtables
+        lock") is that program's to release, while a rejected ruleset (exit status 1/2, "line N failed") is
+        kube-proxy's or the iptables binary's — a line is counted once, for the first cause it shows.
     """,
     fix="Follow the fix given for each error line below.",
 )
 def log_errors(ctx, new):
     lines = ctx.kube_proxy_log
-    for pattern, meaning, fix in LOG_PATTERNS:
-        hits = [(n, line) for n, line in enumerate(lines, 1) if pattern.search(line)]
-        if not hits:
+    hits: dict[str, list] = {}
+    for n, line in enumerate(lines, 1):
+        key = next((k for k, pattern, _, _ in LOG_PATTERNS if pattern.search(line)), None)
+        if key is not None:
+            hits.setdefault(key, []).append((n, line))
+    for key, _, meaning, fix in LOG_PATTERNS:
+        found = hits.get(key)
+        if not found:
             continue
-        shown = [hits[0]] + ([hits[-1]] if len(hits) > 1 else [])
+        shown = [found[0]] + ([found[-1]] if len(found) > 1 else [])
         yield new(
-            f"{len(hits)} log line{'s' if len(hits) > 1 else ''}: {meaning}",
+            f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}",
             fix=(fix,),
             evidence=[ev.log_line(ctx, n, line) for n, line in shown],
+            data={"cause": key, "lines": len(found)},
         )
 
 
@@ -380,4 +403,84 @@ def no_cluster_cidr(ctx, new):
         ),
         evidence=[e for e in evidence if e],
         subject="node",
+    )
+
+
+def _node_names(doc) -> list[str]:
+    items = doc.get("items") if isinstance(doc, dict) and isinstance(doc.get("items"), list) else [doc]
+    return [
+        str((i.get("metadata") or {}).get("name"))
+        for i in items
+        if isinstance(i, dict) and isinstance(i.get("metadata"), dict) and (i.get("metadata") or {}).get("name")
+    ]
+
+
+@check(
+    "KP711",
+    "hostname-override-mismatch",
+    "kube-proxy's hostnameOverride is not this node's name",
+    "error",
+    needs=("kube-proxy-config",),
+    uses=("endpointslices", "manifest", "node-object", "services"),
+    severities=("error",),
+    symptom="Services with externalTrafficPolicy: Local (NodePorts, LoadBalancers) or internalTrafficPolicy: Local "
+    "time out through this node although their pods run on it; health checks of cloud load balancers mark the node "
+    "down.",
+    why="""
+        kube-proxy knows which endpoints are local by comparing each endpoint's nodeName with its own node name: the
+        hostnameOverride of its configuration (lower-cased), else the host name. When that name is not the Node's
+        name, no endpoint is ever local: for externalTrafficPolicy: Local and internalTrafficPolicy: Local kube-proxy
+        writes "has no local endpoints" DROP rules and its health-check port answers 503 — traffic for those Services
+        is dropped on this node, on every node the same configuration reaches. A copied ConfigMap (one node's name
+        for all) or a cloud's FQDN against a short host name are the usual causes.
+    """,
+    fix="Set hostnameOverride to the Node's name (or remove it: kubeadm's DaemonSet passes --hostname-override=$(NODE_NAME)) "
+    "and restart kube-proxy.",
+)
+def hostname_override(ctx, new):
+    cfg = ctx.kube_proxy_config
+    raw = cfg.get("hostnameOverride")
+    if not isinstance(raw, str) or not raw.strip():
+        return  # kube-proxy uses the host name (or the --hostname-override flag kubeadm passes): nothing to compare
+    override = raw.strip().lower()  # as kube-proxy reads it
+    nodes = _node_names(ctx.source(sources.NODES)) if ctx.has(sources.NODES) else []
+    services = ctx.cluster.services() if ctx.has(sources.SERVICES) else None
+    on_nodes = {ep.node for svc in services or [] for ep in svc.endpoints if ep.node}
+    if len(nodes) == 1:
+        node, how = nodes[0], f"the Node object in {ctx.display(sources.NODES)}"
+    elif override in nodes or override in on_nodes:
+        return  # a node the API knows by that name
+    elif ctx.node_name and ctx.node_name in on_nodes:
+        node, how = ctx.node_name, "this node's name in the EndpointSlices' nodeName"
+    else:
+        raise Skip(
+            f"needs this node's Node object ({sources.NODES}) or EndpointSlices naming it to compare hostnameOverride with"
+        )
+    if override == node.lower():
+        return
+    affected = sorted(svc.key for svc in services or [] if svc.etp_local or svc.itp_local)
+    consequence = (
+        f"{len(affected)} Service{'s' if len(affected) != 1 else ''} with a Local traffic policy "
+        f"({', '.join(affected[:5])}{', …' if len(affected) > 5 else ''}) get no traffic through this node"
+        if affected
+        else "any Service with externalTrafficPolicy/internalTrafficPolicy: Local gets no traffic through this node"
+        + (" (none exists now)" if services is not None else "")
+    )
+    evidence = [ev.config(ctx, "hostnameOverride"), Evidence(ctx.display(sources.NODES), f"metadata.name: {node}")]
+    if how.startswith("this node's name"):
+        evidence[1] = Evidence(ctx.display(sources.ENDPOINTSLICES), f"endpoints with nodeName: {node}")
+    evidence += [Evidence(ctx.display(sources.SERVICES), f"{key}: a Local traffic policy") for key in affected[:3]]
+    yield new(
+        f"kube-proxy's hostnameOverride {raw.strip()!r} is not this node's name {node!r} (from {how}): kube-proxy "
+        "finds no local endpoints, so it drops externalTrafficPolicy: Local and internalTrafficPolicy: Local traffic "
+        f"here — {consequence}",
+        fix=(
+            f'kubectl -n kube-system edit configmap kube-proxy   # hostnameOverride: "{node}" — or remove it where each '
+            "node's kube-proxy gets --hostname-override=$(NODE_NAME) from the DaemonSet",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+            'kubectl get --raw /api/v1/nodes | grep -o \'"name":"[^"]*"\' | head   # the Node names kube-proxy must use',
+        ),
+        evidence=[e for e in evidence if e],
+        subject="node",
+        data={"hostname_override": raw.strip(), "node": node, "node_from": how, "services": affected},
     )

@@ -210,8 +210,8 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     for spec in checks:
         try:  # whether it applies and its inputs are there: a failure here is this check's, not the run's
             not_in_charge = (
-                _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else None
-            )  # a replacement implements Services
+                _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else _not_a_node(ctx, spec)
+            )  # a replacement implements Services; or this host is no Kubernetes node at all
             other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
             missing = (
                 [not_in_charge or other_mode]
@@ -263,6 +263,17 @@ def _kube_proxy_checks() -> frozenset:
     from kpdiag.state.implementer import KUBE_PROXY_CHECKS
 
     return KUBE_PROXY_CHECKS
+
+
+def _not_a_node(ctx, spec: CheckSpec) -> str | None:
+    """Why a node check does not apply: the host does not look like a Kubernetes node (state/implementer.py), so
+    advice about its kernel settings or rules would change a host that is none of Kubernetes' business."""
+    from kpdiag.state.implementer import NOT_A_NODE_CHECKS
+
+    if spec.scope != "node" or spec.id in NOT_A_NODE_CHECKS:
+        return None
+    impl = getattr(ctx, "service_implementer", None)
+    return impl.skip_reason if impl is not None and impl.not_a_node is not None else None
 
 
 def _not_in_charge(ctx) -> str | None:

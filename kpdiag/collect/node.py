@@ -27,7 +27,13 @@ from kpdiag.bundle import sources
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 CMD_TIMEOUT = 60.0
 DUMP_TIMEOUT = 600.0  # iptables-save / nft list of a 10,000-Service node take minutes on the nf_tables backend
-HTTP_TIMEOUT = 2.0
+HTTP_DEADLINE = 4.0  # per kube-proxy endpoint, the whole answer: connect, header and body together
+HTTP_MAX_BYTES = 8 * 1024 * 1024
+KP_ENDPOINTS = (
+    (sources.KP_PROXY_MODE, 10249, "/proxyMode"),
+    (sources.KP_METRICS, 10249, "/metrics"),
+    (sources.KP_HEALTHZ, 10256, "/healthz"),
+)
 LOG_MAX_BYTES = 2 * 1024 * 1024
 CONNTRACK_MAX_LINES = 5000
 CONNTRACK_MAX_ENTRIES = 100_000  # conntrack -L: UDP first, then TCP, until either bound is reached
@@ -43,6 +49,7 @@ PROCESS_NAMES = (
     "k3s-server",
     "k3s-agent",
     "k0s",
+    "kubelite",
     "cilium-agent",
     "kube-router",
     "calico-node",
@@ -63,9 +70,11 @@ class Collected:
     files: dict[str, bytes] = field(default_factory=dict)
     errors: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    verified: dict[str, str] = field(default_factory=dict)  # source → how its answer was verified (kube-proxy's socket)
 
     def manifest(self, node: str) -> dict:
-        return {
+        extra = {"verified": dict(self.verified)} if self.verified else {}
+        return extra | {
             "format": FORMAT,
             "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "node": node,
@@ -83,6 +92,7 @@ class NodeCollector:
         self.proc = proc
         self.progress = progress or (lambda msg: None)
         self.out = Collected()
+        self._kp: KubeProxyProcess | None = None  # find_kube_proxy, once per collection
 
     # ------------------------------------------------------------------ helpers
     def _err(self, source: str, error: str) -> None:
@@ -548,6 +558,8 @@ class NodeCollector:
                     comm = fh.read(64).strip()
             except OSError:
                 continue
+            if comm in KUBE_PROXY_EXES and int(entry) != self._kube_proxy_process().pid:
+                continue  # called kube-proxy but not trusted as kube-proxy (find_kube_proxy): a name any user can take
             if entry == "1" or comm in PROCESS_NAMES:
                 lines.append(f"{entry} {comm}")
         self._put(sources.PROCESSES, "\n".join(sorted(lines, key=lambda l: int(l.split()[0]))) + "\n")
@@ -570,27 +582,50 @@ class NodeCollector:
             self._put(sources.BPF_MAPS, "\n".join(sorted(set(names))[:BPF_MAX_ENTRIES]) + "\n")
 
     def kube_proxy_http(self) -> None:
-        import urllib.error
-        import urllib.request
+        """kube-proxy's /proxyMode, /metrics and /healthz — believed only when the socket that answers is kube-proxy's.
 
-        for rel, url in (
-            (sources.KP_PROXY_MODE, "http://127.0.0.1:10249/proxyMode"),
-            (sources.KP_METRICS, "http://127.0.0.1:10249/metrics"),
-            (sources.KP_HEALTHZ, "http://127.0.0.1:10256/healthz"),
-        ):
-            status, body = None, None
+        Any local user can listen on 127.0.0.1:10249 or :10256 where kube-proxy does not (absent, or bound to
+        another address). So before and after each GET the listening sockets a connection to 127.0.0.1:PORT can
+        reach are read from kpdiag's own network namespace (/proc/thread-self/net/tcp and tcp6: state LISTEN, the
+        port, address 127.0.0.1, 0.0.0.0, :: or ::ffff:127.0.0.1) and each one's inode is looked up among the file
+        descriptors of the kube-proxy process :func:`find_kube_proxy` trusts (or of k3s when it embeds kube-proxy).
+        Verified: the file is written and the manifest's ``verified`` says how. Otherwise nothing is written for that
+        source and the manifest's error for it says ``unverified`` and who owns the socket: no check takes what a
+        stranger said as kube-proxy's word. Each GET has one total deadline (connect, header and body together), so
+        a listener that trickles a byte at a time is cut off there, not waited on per read."""
+        found = self._kube_proxy_process()
+        before: dict[int, tuple[bool, str]] = {}
+        answers = []
+        for rel, port, path in KP_ENDPOINTS:
+            url = f"http://127.0.0.1:{port}{path}"
+            if port not in before:
+                before[port] = verify_listener(port, found, self.proc)
+            t = time.monotonic()
             try:
-                with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310 - fixed loopback URL
-                    status, body = resp.status, resp.read(8 * 1024 * 1024)
-            except urllib.error.HTTPError as exc:
-                status, body = exc.code, exc.read(1024 * 1024)
-            except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                self._err(rel, f"GET {url}: {reason} (kube-proxy not running here, or not on hostNetwork)")
+                answers.append((rel, port, url, *http_get(port, path, HTTP_DEADLINE, HTTP_MAX_BYTES)))
+            except HttpFailure as exc:
+                self._err(rel, f"GET {url}: {exc} (kube-proxy not running here, or not on hostNetwork)")
+            finally:
+                self._timed(rel, t)
+        after = {port: verify_listener(port, found, self.proc) for port in {a[1] for a in answers} if before[port][0]}
+        for rel, port, url, status, body, cut in answers:
+            ok, why = before[port] if not before[port][0] else after[port]
+            if not ok:
+                self.out.errors.append(
+                    {
+                        "source": rel,
+                        "error": f"unverified: GET {url} was answered (HTTP {status}, {len(body)} bytes, "
+                        f"{_excerpt(body)}), but {why}: the answer is not used",
+                        "unverified": True,
+                    }
+                )
                 continue
-            if rel.endswith("healthz.json"):
+            self.out.verified[rel] = before[port][1]
+            if cut:
+                self._err(rel, f"GET {url}: the answer is larger than {HTTP_MAX_BYTES // (1024 * 1024)} MiB: cut there")
+            if rel == sources.KP_HEALTHZ:
                 try:
-                    data = load_json(body.decode("utf-8", "replace"))  # whatever listens on 10256 wrote it
+                    data = load_json(body.decode("utf-8", "replace"))  # kube-proxy's, verified; still checked
                     if not isinstance(data, dict):
                         data = {"body": data}
                 except ValueError:
@@ -601,6 +636,11 @@ class NodeCollector:
                 self._put(rel, body)
             else:
                 self._err(rel, f"GET {url}: HTTP {status}")
+
+    def _kube_proxy_process(self) -> "KubeProxyProcess":
+        if self._kp is None:
+            self._kp = find_kube_proxy(self.proc)
+        return self._kp
 
     def kube_proxy_files(self) -> None:
         """kube-proxy's configuration file and its log.
@@ -710,7 +750,9 @@ def _mtime(path: str) -> float:
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024  # kube-proxy's --config file (a KubeProxyConfiguration is a few KB)
 KUBE_PROXY_EXES = ("kube-proxy",)  # the executable's file name (kubeadm, kOps, k0s, EKS, GKE, AKS images)
-EMBEDDING_EXES = ("k3s", "k3s-server", "k3s-agent")  # run kube-proxy in their own process, from their flags
+# run kube-proxy in their own process, from their flags: their names (comm) → the executable each must be
+EMBEDDING_EXES = ("k3s", "k3s-server", "k3s-agent", "kubelite")  # kubelite: MicroK8s' one process for all components
+_EMBEDDING_EXE = {"k3s": "k3s", "k3s-server": "k3s", "k3s-agent": "k3s", "kubelite": "kubelite"}
 
 
 @dataclass
@@ -719,6 +761,7 @@ class KubeProxyProcess:
     cmdline: list[str] = field(default_factory=list)
     refused: list[tuple[int, str]] = field(default_factory=list)  # (pid, why): called kube-proxy, not trusted
     embedded: str | None = None  # "k3s (pid N)" when kube-proxy runs inside another binary
+    embedded_pid: int | None = None
 
 
 def _status_uids(proc: str, pid: str) -> list[int]:
@@ -778,9 +821,9 @@ def find_kube_proxy(proc: str = "/proc") -> KubeProxyProcess:
             with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as fh:
                 comm = fh.read().strip()
             if comm in EMBEDDING_EXES and out.embedded is None:
-                if not _trust_embedding(proc, entry):
+                if not _trust_embedding(proc, entry, comm):
                     continue
-                out.embedded = f"{comm} (pid {entry})"
+                out.embedded, out.embedded_pid = f"{comm} (pid {entry})", int(entry)
                 continue
             if comm not in KUBE_PROXY_EXES:
                 continue
@@ -796,11 +839,275 @@ def find_kube_proxy(proc: str = "/proc") -> KubeProxyProcess:
     return out
 
 
-def _trust_embedding(proc: str, pid: str) -> bool:
+def _trust_embedding(proc: str, pid: str, comm: str = "k3s") -> bool:
     try:
-        return all(u == 0 for u in _status_uids(proc, pid) or [1]) and _exe_name(proc, pid) in EMBEDDING_EXES[:1]
+        return all(u == 0 for u in _status_uids(proc, pid) or [1]) and _exe_name(proc, pid) == _EMBEDDING_EXE[comm]
     except OSError:
         return False
+
+
+# ------------------------------------------------------------------ kube-proxy's HTTP endpoints, verified
+
+
+class HttpFailure(Exception):
+    """A GET that gave no usable answer: refused, timed out (the total deadline), not HTTP."""
+
+
+def http_get(port: int, path: str, deadline: float, max_bytes: int, host: str = "127.0.0.1") -> tuple[int, bytes, bool]:
+    """(status, body, cut) of ``GET path`` on host:port within ``deadline`` seconds in all — connect, request, header
+    and body. A per-read timeout would let a listener that sends one byte every second hold kpdiag for ever; here
+    each read waits at most what is left of the one deadline. HTTP/1.0, so the answer ends when the peer closes
+    (chunked answers are decoded all the same); at most ``max_bytes`` of body are kept (``cut`` says so)."""
+    end = time.monotonic() + deadline
+
+    def left() -> float:
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout()
+        return remaining
+
+    buf = bytearray()
+    cut = False
+    try:
+        with socket.create_connection((host, port), timeout=left()) as sock:
+            sock.settimeout(left())
+            sock.sendall(
+                f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nUser-Agent: kpdiag\r\nAccept-Encoding: identity\r\n\r\n".encode()
+            )
+            while True:
+                sock.settimeout(left())
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > max_bytes + 65536:  # header and body: enough; the rest is not read
+                    cut = True
+                    break
+    except socket.timeout:
+        raise HttpFailure(
+            f"no complete answer within {deadline:g} s ({len(buf)} bytes received): a total deadline, not per read"
+        ) from None
+    except ConnectionRefusedError:
+        raise HttpFailure("connection refused") from None
+    except OSError as exc:
+        raise HttpFailure(exc.strerror or str(exc)) from None
+    head, sep, body = bytes(buf).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(None, 2) if sep else []
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        raise HttpFailure(f"not an HTTP answer ({_excerpt(bytes(buf))})")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = _dechunk(body)
+    length = headers.get(b"content-length", b"")
+    if length.isdigit():
+        body = body[: int(length)]
+    if len(body) > max_bytes:
+        body, cut = body[:max_bytes], True
+    if cut and b"\n" in body:
+        body = body[: body.rindex(b"\n") + 1]  # no half line
+    return int(parts[1]), body, cut
+
+
+def _dechunk(data: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while pos < len(data):
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        size = data[pos:eol].split(b";", 1)[0].strip()
+        try:
+            n = int(size, 16)
+        except ValueError:
+            break
+        if n == 0:
+            break
+        out += data[eol + 2 : eol + 2 + n]
+        pos = eol + 2 + n + 2
+    return bytes(out)
+
+
+def _excerpt(body: bytes, n: int = 60) -> str:
+    text = body[:n].decode("utf-8", "replace")
+    return repr(text) + ("…" if len(body) > n else "")
+
+
+# a connection to 127.0.0.1:PORT can be accepted by a socket listening on one of these
+_LOOPBACK_REACHABLE = {"127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1", "::ffff:0.0.0.0"}
+NET_TABLE_MAX_BYTES = 256 * 1024 * 1024  # /proc/net/tcp of a node with a million sockets is ~150 MB
+
+
+@dataclass(frozen=True)
+class Listener:
+    address: str
+    port: int
+    inode: int
+    uid: int
+
+    def __str__(self) -> str:
+        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+
+
+def _hex_addr(text: str) -> str:
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))  # four host-order 32-bit words
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
+def loopback_listeners(port: int, net: str | None = None) -> list[Listener]:
+    """The TCP sockets listening on ``port`` in kpdiag's own network namespace (the one its GET goes through) that
+    a connection to 127.0.0.1:port can reach: from the kernel's socket diagnostics (NETLINK_SOCK_DIAG, listening
+    sockets only — a few ms whatever the number of connections), else from /proc/thread-self/net/tcp{,6}, bounded."""
+    if net is None:
+        try:
+            return _diag_listeners(port)
+        except Exception:  # no pyroute2, or sock_diag refused: the /proc tables say the same, more slowly
+            pass
+    return _proc_listeners(port, net)
+
+
+def _diag_listeners(port: int) -> list[Listener]:
+    from pyroute2 import DiagSocket
+
+    out = []
+    with DiagSocket() as ds:
+        ds.bind()
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for msg in ds.get_sock_stats(family=family, states=1 << 10):  # TCP_LISTEN
+                if msg.get("idiag_sport") != port:
+                    continue
+                addr = socket.inet_ntop(family, socket.inet_pton(family, str(msg.get("idiag_src"))))
+                if addr in _LOOPBACK_REACHABLE:
+                    out.append(Listener(addr, port, int(msg.get("idiag_inode")), int(msg.get("idiag_uid"))))
+    return out
+
+
+def _proc_listeners(port: int, net: str | None) -> list[Listener]:
+    if net is None:
+        net = "/proc/thread-self/net" if os.path.isdir("/proc/thread-self/net") else "/proc/self/net"
+    marker = f":{port:04X} "
+    out = []
+    for name in ("tcp", "tcp6"):
+        try:
+            fh = open(os.path.join(net, name), "rb")
+        except OSError:
+            continue
+        with fh:
+            read = 0
+            for raw in fh:
+                read += len(raw)
+                if read > NET_TABLE_MAX_BYTES:
+                    break
+                line = raw.decode("ascii", "replace")
+                if marker not in line:
+                    continue
+                f = line.split()
+                if len(f) < 10 or f[3] != "0A":  # 0A: TCP_LISTEN
+                    continue
+                addr_hex, _, port_hex = f[1].partition(":")
+                try:
+                    if int(port_hex, 16) != port:
+                        continue
+                    addr = _hex_addr(addr_hex)
+                    listener = Listener(addr, port, int(f[9]), int(f[7]))
+                except ValueError:
+                    continue
+                if addr in _LOOPBACK_REACHABLE:
+                    out.append(listener)
+    return out
+
+
+def socket_inodes(proc: str, pid: int) -> set[int]:
+    """The inodes of the sockets among PID's open files (``socket:[N]`` links in /proc/PID/fd)."""
+    inodes = set()
+    fd_dir = os.path.join(proc, str(pid), "fd")
+    for fd in os.listdir(fd_dir):
+        try:
+            link = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:[") and link.endswith("]"):
+            inodes.add(int(link[8:-1]))
+    return inodes
+
+
+OWNER_SCAN_SECONDS = 1.0
+
+
+def socket_owner(proc: str, inode: int, budget: float = OWNER_SCAN_SECONDS) -> str | None:
+    """``pid N (comm)`` of a process holding socket ``inode``, looked for among every visible process for at most
+    ``budget`` seconds (only to name who answered instead of kube-proxy); None when not found."""
+    target = f"socket:[{inode}]"
+    end = time.monotonic() + budget
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        if time.monotonic() > end:
+            return None
+        fd_dir = os.path.join(proc, entry, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) != target:
+                    continue
+            except OSError:
+                continue
+            try:
+                with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as fh:
+                    comm = fh.read(64).strip()
+            except OSError:
+                comm = "?"
+            return f"pid {entry} ({comm})"
+    return None
+
+
+def verify_listener(
+    port: int, found: "KubeProxyProcess", proc: str = "/proc", net: str | None = None
+) -> tuple[bool, str]:
+    """(verified, how or why not): does every socket that can answer 127.0.0.1:``port`` here belong to the kube-proxy
+    process ``found`` (or to the k3s process that embeds kube-proxy)? Socket inodes are unique across network
+    namespaces, so an inode among kube-proxy's file descriptors is kube-proxy's socket, whatever namespace it is in."""
+    cands = loopback_listeners(port, net)
+    if not cands:
+        return (
+            False,
+            f"no socket listening on port {port} that 127.0.0.1 reaches was found in kpdiag's network namespace",
+        )
+    owners = [(pid, what) for pid, what in ((found.pid, "kube-proxy"), (found.embedded_pid, found.embedded)) if pid]
+    if not owners:
+        first = cands[0]
+        who = socket_owner(proc, first.inode) or f"a process not visible from here (socket uid {first.uid})"
+        refused = "; ".join(f"pid {p}: {why}" for p, why in found.refused[:2])
+        return False, (
+            f"the socket listening on {first} belongs to {who}, and no trusted kube-proxy process is visible"
+            + (f" (refused: {refused})" if refused else " (run with hostPID to see it)")
+        )
+    mine: set[int] = set()
+    for pid, _ in owners:
+        try:
+            mine |= socket_inodes(proc, pid)
+        except OSError as exc:
+            return False, (
+                f"kube-proxy's open files (/proc/{pid}/fd) cannot be read ({exc.strerror or exc}; needs CAP_SYS_PTRACE): "
+                "the socket's owner cannot be checked"
+            )
+    foreign = [c for c in cands if c.inode not in mine]
+    label = " ".join(f"{what} (pid {pid})" if what == "kube-proxy" else str(what) for pid, what in owners)
+    if foreign:
+        f = foreign[0]
+        who = socket_owner(proc, f.inode) or f"a process other than {label} (socket uid {f.uid})"
+        return False, f"the socket listening on {f} belongs to {who}, not to {label}"
+    return True, f"the socket listening on {', '.join(map(str, cands))} belongs to {label}"
 
 
 _SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}

@@ -72,6 +72,23 @@ def _anything_readable(state: NodeState) -> bool:
     return False
 
 
+def _not_a_node(state: NodeState) -> str | None:
+    """The headline when the host does not look like a Kubernetes node (kpdiag.state.implementer), else None."""
+    try:
+        impl = state.service_implementer
+    except Exception:  # the state could not tell: the checks say what they can
+        return None
+    if impl is None or impl.not_a_node is None:
+        return None
+    name = state.node_name or state.bundle.name
+    return (
+        f"kpdiag {name}: this does not look like a Kubernetes node — looked for, found none: "
+        + "; ".join(impl.not_a_node)
+        + ". Nothing was diagnosed and nothing is recommended for this host: run kpdiag node on a node of the cluster "
+        "(kubectl debug node/NAME …)"
+    )
+
+
 def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = None) -> Report:
     registry = load_registry()
     chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "node"]
@@ -80,6 +97,10 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     readable = _anything_readable(state) or bool(findings)
     extra = {}
+    not_a_node = _not_a_node(state)
+    if not_a_node:  # first, and exit 3: nothing to diagnose here, and nothing to change on this host
+        extra["headline"] = not_a_node
+        readable = False
     if not state.preflight:
         from kpdiag.state.programmed import summary
 

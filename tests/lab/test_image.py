@@ -286,3 +286,20 @@ def test_image_runs_offline_commands_as_its_unprivileged_user(image_layout, tmp_
     got, exp = json.loads(inside.stdout), json.loads(want.stdout)
     assert [(f["id"], f["summary"]) for f in got["findings"]] == [(f["id"], f["summary"]) for f in exp["findings"]]
     assert {"KP301", "KP701"} <= {f["id"] for f in got["findings"]}
+
+
+def test_image_on_a_host_that_is_not_a_node(lab, image_layout, tmp_path):
+    """Issue 25 item 3 under runc, as the node pod runs: a bare namespace (an uplink, a default route, forwarding off,
+    nothing of Kubernetes) is said to be no node first, nothing is recommended for it, exit 3."""
+    layout, _, _ = image_layout
+    lab.add_ns("node")
+    lab.add_ns("gw")
+    lab.veth("node", "eth0", "gw", "eth0")
+    lab.addr("node", "eth0", "192.168.77.2/24")
+    lab.route("node", "default", "via", "192.168.77.1")
+    inside = _runc(_bundle(layout, str(tmp_path / "bundle"), lab.ns("node"), pods.node_command()))
+    assert inside.returncode == 3, inside.stderr[-3000:]
+    report = json.loads(inside.stdout)
+    assert [f["id"] for f in report["findings"]] == ["KP709"], report["findings"]
+    assert "this does not look like a Kubernetes node" in report["extra"]["headline"]
+    assert {r["status"] for r in report["checks"] if r["id"] != "KP709"} == {"skipped"}
