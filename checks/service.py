@@ -228,6 +228,7 @@ def not_ready(ctx, new):
     "selector-matches-nothing",
     "Service selector matches no pod",
     "error",
+    explains=("KP101",),
     needs=("services", "pods"),
     uses=("focus",),
     symptom="The Service has no endpoints although the pods you meant are running.",
