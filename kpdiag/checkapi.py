@@ -255,10 +255,10 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
         runs.append(CheckRun(spec.id, spec.slug, "ran", None, len(produced)))
     from .rootcause import link
 
-    return link(findings, runs, _running_mode(ctx))
+    return link(findings, runs, running_mode(ctx))
 
 
-def _running_mode(ctx) -> str | None:
+def running_mode(ctx) -> str | None:
     """The mode kube-proxy runs here, for the root-cause pass (None: unknown, or a --preflight asks about a mode)."""
     try:
         return None if getattr(ctx, "preflight", None) else ctx.proxy_mode[0]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from .fixcmd import FixStep
+
 _ID = re.compile(r"^KP[0-9]{3}$")
 
 
@@ -170,7 +172,7 @@ def _absent(findings: list, parent: list, mode: str | None) -> dict[str, tuple[s
     for i, f in enumerate(findings):
         spec = _spec(f.id)
         for comp in spec.absent if spec is not None else ():
-            why, exempt = out.get(comp, (f"{f.id} {f.slug}" + (f" ({f.subject})" if f.subject else ""), set()))
+            why, exempt = out.get(comp, (f"{f.id} {f.slug}", set()))
             j = i
             while j is not None:  # the finding that says so and its causes
                 exempt.add(j)
@@ -181,18 +183,24 @@ def _absent(findings: list, parent: list, mode: str | None) -> dict[str, tuple[s
     return out
 
 
-def _fix(f, cause, root, absent: dict, i: int) -> tuple:
-    from .fixcmd import note
+class _Added(FixStep):
+    """A note this pass added to a fix: a second pass over the same findings replaces it instead of adding another."""
 
-    steps = list(f.fix)
+    def __reduce__(self):
+        return (_Added, (str(self), self.kind))
+
+
+def _fix(f, cause, root, absent: dict, i: int) -> tuple:
+    steps = [s for s in f.fix if not isinstance(s, _Added)]
     head = []
     if cause is not None:
         via = f", itself a consequence of {root.id} {root.slug}" if root is not cause else ""
         head.append(
-            note(
+            _Added(
                 f"this follows from {cause.id} {cause.slug}"
                 + (f" ({cause.subject})" if cause.subject else "")
-                + f"{via}: fix {root.id} first — this finding may then clear by itself"
+                + f"{via}: fix {root.id} first — this finding may then clear by itself",
+                "note",
             )
         )
     for comp, (why, exempt) in absent.items():
@@ -200,15 +208,19 @@ def _fix(f, cause, root, absent: dict, i: int) -> tuple:
             continue
         c = COMPONENTS[comp]
         kept = [s for s in steps if not c.acts_on.search(str(s))]
-        if len(kept) != len(steps):
+        said = f"steps that act on {c.label} are left out"
+        if len(kept) != len(steps) or any(isinstance(s, _Added) and s.startswith(said) for s in f.fix):
             steps = kept
-            head.append(note(f"steps that act on {c.label} are left out: it is not there on this node ({why})"))
-    return tuple(head + steps) if head else f.fix
+            head.append(
+                _Added(f"steps that act on {c.label} are left out: it is not there on this node ({why})", "note")
+            )
+    return tuple(head + steps) if head or len(steps) != len(f.fix) else f.fix
 
 
 def link(findings: list, runs: list, mode: str | None = None) -> tuple[list, list]:
     """The findings linked to their causes, ordered cause first, their fixes made consistent with the root cause; the
-    runs with the skipped ones that a present finding explains saying so. ``mode`` is the proxy mode kube-proxy runs
+    runs with the skipped ones that a present finding explains saying so. Linking findings again (after a command
+    added one) gives the same result as linking them once. ``mode`` is the proxy mode kube-proxy runs
     (None when unknown or when a --preflight asks about another): a mode other than ipvs means IPVS is not in use."""
     findings = list(findings)
     parent = _parents(findings)
@@ -249,7 +261,8 @@ def _explain_skips(findings: list, runs: list) -> list:
                 None,
             )
             if by is not None:
-                r = replace(r, reason=f"{r.reason} — {by.id} {by.slug} explains why: {by.summary}")
+                root = root_of(findings, by)
+                r = replace(r, reason=f"{r.reason} — {root.id} {root.slug} explains why: {root.summary}")
         out.append(r)
     return out
 

@@ -229,21 +229,40 @@ def _ids_for(findings, svc_key: str, ids: tuple[str, ...]) -> list:
     return [f for f in findings if f.id in ids and (f.subject or "").startswith(svc_key)]
 
 
-def _cause(o, policy: list, usable: bool, me: str | None = None) -> str:
-    """The layer at fault for a failing port, in a few words with the check that explains it."""
+def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """The layer at fault for a failing port, in a few words with the check that explains it, and that check's ids."""
     if o.ok_direct and any(d.ip == me for d in o.direct):
-        return "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)"
+        return (
+            "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)",
+            ("KP113", "KP206"),
+        )
     if o.ok_direct:
-        return "the Service layer on this client's node fails while the endpoints answer (KP113)"
+        return "the Service layer on this client's node fails while the endpoints answer (KP113)", ("KP113",)
     if o.direct:
         if policy:
-            return f"a NetworkPolicy blocks it ({policy[0].id})"
+            return f"a NetworkPolicy blocks it ({policy[0].id})", (policy[0].id,)
         if all(d.outcome == "refused" for d in o.direct):
-            return "nothing listens on its endpoints (KP111)"
-        return "its endpoints do not answer (KP112)"
+            return "nothing listens on its endpoints (KP111)", ("KP111",)
+        return "its endpoints do not answer (KP112)", ("KP112",)
     if not usable:
-        return "it has no ready endpoint (KP101/KP102)"
-    return f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)"
+        return "it has no ready endpoint (KP101/KP102)", ("KP101", "KP102")
+    return (
+        f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)",
+        ("KP114",),
+    )
+
+
+def _root_first(findings, named: tuple[str, ...], text: str) -> str:
+    """The verdict's cause, led by its root cause when the finding it names follows from another one (kube-proxy
+    absent before the Service path it breaks; a NetworkPolicy before the endpoints that do not answer)."""
+    from kpdiag.rootcause import root_of
+
+    for f in findings:
+        if f.id in named and f.caused_by:
+            root = root_of(findings, f)
+            if root is not f:
+                return f"{root.summary} ({root.id}) — hence: {text}"
+    return text
 
 
 def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
@@ -287,7 +306,10 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
         )
         errs = [f for f in findings if f.severity.value == "error"]
         if errs:
-            lines.insert(0, f"{svc.key} is broken: {errs[0].summary} ({errs[0].id})")
+            from kpdiag.rootcause import root_of
+
+            first = root_of(findings, errs[0])  # the root cause, before what follows from it
+            lines.insert(0, f"{svc.key} is broken: {first.summary} ({first.id})")
             return lines, "fails"
         return lines, "unknown"
     policy = [f for f in findings if f.id in ("KP120", "KP121")]
@@ -354,15 +376,13 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
                 body.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
     errs = [f for f in findings if f.severity.value == "error"]
     if status == "fails":
-        lines.append(
-            f"{svc.key} does NOT work: "
-            + _cause(
-                next(o for o in obs if o.status == "fails"),
-                policy,
-                bool(ready or term),
-                (state.probes or {}).get("source"),
-            )
+        text, named = _cause(
+            next(o for o in obs if o.status == "fails"),
+            policy,
+            bool(ready or term),
+            (state.probes or {}).get("source"),
         )
+        lines.append(f"{svc.key} does NOT work: " + _root_first(findings, named, text))
     elif status == "partial":
         lines.append(f"{svc.key} works only in part: some of its endpoints fail")
     elif status == "works" and errs:
@@ -432,7 +452,10 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
                     subject=f"{namespace}/{name}",
                 )
             )
-            findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
+            from kpdiag.checkapi import running_mode
+            from kpdiag.rootcause import link
+
+            findings, _ = link(findings, [], running_mode(state))  # KP114 too follows from a cause, if one is here
     extra = dict(report.extra)
     extra["verdict"] = lines
     extra["status"] = status
