@@ -287,11 +287,13 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
             f"{svc.key} has no ClusterIP ({'ExternalName' if svc.type == 'ExternalName' else 'headless'}): kube-proxy is not involved"
         )
         return lines, "no-clusterip"
-    ready = [e for e in svc.endpoints if e.ready]
-    term = [e for e in svc.endpoints if not e.ready and e.serving_terminating]
-    detail = (
-        f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(svc.endpoints)}"
-    )
+    # the endpoints of its ports, paired by port name as kube-proxy pairs them (KP101 names any that are not)
+    served = list({id(e): e for p in svc.ports for e in svc.endpoints_for(p)}.values())
+    ready = [e for e in served if e.ready]
+    term = [e for e in served if not e.ready and e.serving_terminating]
+    detail = f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(served)}"
+    if len(svc.endpoints) > len(served):
+        detail += f" ({len(svc.endpoints) - len(served)} more listed under port names no Service port has)"
     if not ready and term:
         detail += f" — kube-proxy falls back to {len(term)} serving but terminating endpoint(s)"
     obs = observations(state, svc)
