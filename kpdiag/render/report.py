@@ -120,6 +120,15 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     if bits:
         out.extend(_wrap("; ".join(bits), width, "  ", "    "))
     out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    who = report.extra.get("client")
+    if isinstance(who, dict) and who.get("how"):
+        name = f"{who['namespace']}/{who['pod']}" if who.get("pod") else who.get("ip")
+        line = (
+            f"client (for NetworkPolicy): {name} — {who['how']}"
+            if who.get("identified")
+            else f"client (for NetworkPolicy): not identified — {who['how']}"
+        )
+        out.extend(_wrap(line, width, "  ", "    "))
     if report.extra.get("nodes"):
         out.append("")
         rows, hidden = notable_rows(report.extra["nodes"], verbose)
