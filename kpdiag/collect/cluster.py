@@ -298,17 +298,20 @@ class ClusterCollector:
 
     POD_BY_IP_LIMIT = 20
 
-    def pods_with_ip(self, ip: str) -> tuple[list[dict] | None, int | None, str | None]:
-        """The pods whose status.podIP is ``ip`` in any namespace (one list call, fieldSelector, at most
-        POD_BY_IP_LIMIT): (pods, None, None), or (None, HTTP status or None, why) when the API refused or failed.
-        Only pods that really carry the address are returned, whatever the server did with the selector."""
+    def pods_with_ip(self, ip: str, namespace: str | None = None) -> tuple[list[dict] | None, int | None, str | None]:
+        """The pods whose status.podIP is ``ip``, in all namespaces or in ``namespace`` (one list call, fieldSelector,
+        at most POD_BY_IP_LIMIT): (pods, None, None), or (None, HTTP status or None, why) when the API refused or
+        failed. Only pods that really carry the address are returned, whatever the server did with the selector."""
         from .kubeapi import ReadApi
 
         if self._api is None and not self.connect():
             return None, None, self.config_error or "the Kubernetes API is not configured"
-        what = f"list pods in all namespaces with status.podIP={ip}"
+        where = f"namespace {namespace}" if namespace else "all namespaces"
+        what = f"list pods in {where} with status.podIP={ip}"
+        api = ReadApi(self._api)
+        call = (lambda **kw: api.list_namespaced_pod(namespace, **kw)) if namespace else api.list_pod_for_all_namespaces
         try:
-            resp = ReadApi(self._api).list_pod_for_all_namespaces(
+            resp = call(
                 field_selector=f"status.podIP={ip}",
                 limit=self.POD_BY_IP_LIMIT,
                 _preload_content=False,

@@ -83,16 +83,23 @@ def _named_by_downward_api() -> bool:
     return bool(os.environ.get("POD_NAMESPACE") and os.environ.get("POD_NAME"))
 
 
-def _client_by_address(cc, ip: str) -> dict:
+def _client_by_address(cc, ip: str, namespace: str | None = None) -> dict:
     """The client found by the address kpdiag's packets leave from: {"pod": the one pod that has it, "how"}; for a
     hostNetwork client {"node_ip": ip, "how"}; else {"why": why not (none, several, refused), "error": a line for the
-    report's problems when the API refused or failed}. Accepted only when unique."""
+    report's problems when the API refused or failed}. Accepted only when unique. Listing pods in all namespaces
+    refused (RBAC grants "list pods" per namespace), the Service's ``namespace`` is asked instead."""
     pods, status, why = cc.pods_with_ip(ip)
+    where = ""
+    if pods is None and status == 403 and namespace:
+        pods, _, _ = cc.pods_with_ip(ip, namespace)
+        where = f" in namespace {namespace} (listing all namespaces was refused)"
+        if not pods:  # not there either (or refused too): say what was refused
+            pods = None
     if pods is None:
         if status == 403:
             return {
                 "why": f"the client could not be found by its address {ip}: RBAC forbids listing pods in all namespaces "
-                "(403 Forbidden)",
+                "(403 Forbidden)" + (f" and it is no pod of namespace {namespace}" if namespace else ""),
                 "error": f"looking up the client pod by its address {ip} was refused (403 Forbidden): grant 'list pods' "
                 "cluster-wide to kpdiag's user or service account, or give --from NS/POD",
             }
@@ -104,7 +111,7 @@ def _client_by_address(cc, ip: str) -> dict:
     if len(pod_net) == 1:
         md = pod_net[0].get("metadata") or {}
         if md.get("namespace") and md.get("name"):
-            return {"pod": pod_net[0], "how": f"source address {ip}: the only pod with it"}
+            return {"pod": pod_net[0], "how": f"source address {ip}: the only pod with it{where}"}
     if len(pod_net) > 1:
         names = ", ".join(
             f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" for p in pod_net[:3]
@@ -187,7 +194,7 @@ def collect_service(
     if not client and not _named_by_downward_api() and my_ip:
         # nothing names this pod for sure (an ephemeral debug container has no $POD_NAME, often no token, and a
         # hostname that need not be the pod's): find it by the address its packets leave from
-        by_ip = _client_by_address(cc, my_ip)
+        by_ip = _client_by_address(cc, my_ip, namespace)
     seen = len(cc.out.errors)
     found = (by_ip or {}).get("pod")
     nss = {namespace} | ({guess[0]} if guess else set()) | ({found["metadata"]["namespace"]} if found else set())

@@ -69,6 +69,23 @@ def test_rbac_refusal_is_one_plain_line(tmp_path):
     assert _client_section({"client_unknown": out["why"]}) == {"identified": False, "how": out["why"]}
 
 
+def test_refused_in_all_namespaces_the_services_namespace_is_asked(tmp_path):
+    """deploy/rbac-svc.yaml grants "list pods" per namespace: the client may still be found in the Service's own."""
+    objs = [k8s.pod("prod", "frontend-1", ME, {"app": "frontend"}), k8s.pod("prod", "web-1", "10.244.1.11", {})]
+    with ApiServer(objs, fail={"GET /api/v1/pods": 403}) as api:
+        cc = ClusterCollector(api.kubeconfig(str(tmp_path)))
+        out = _client_by_address(cc, ME, "prod")
+        missing = _client_by_address(cc, ME, "other")
+        calls = [p for m, p in api.requests if "/pods" in p]
+    assert out["pod"]["metadata"]["name"] == "frontend-1"
+    assert (
+        out["how"]
+        == f"source address {ME}: the only pod with it in namespace prod (listing all namespaces was refused)"
+    )
+    assert calls[:2] == ["/api/v1/pods", "/api/v1/namespaces/prod/pods"]
+    assert "pod" not in missing and "no pod of namespace other" in missing["why"] and "403" in missing["error"]
+
+
 def test_a_report_says_how_its_client_was_found(tmp_path):
     """The whole svc path in-process (--no-probe: the lookup sends no packet, it only asks the API)."""
     import os
