@@ -15,7 +15,10 @@ class Severity(str, Enum):
 
     @property
     def rank(self) -> int:
-        return {"info": 1, "warning": 2, "error": 3}[self.value]
+        return _RANK[self.value]
+
+
+_RANK = {"info": 1, "warning": 2, "error": 3}
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,13 @@ def _spec(check_id: str):
     return _REGISTRY.get(check_id)
 
 
+def _specs(findings) -> dict:
+    """The declaration of each check that produced one of ``findings``, looked up once per id."""
+    from .checkapi import _REGISTRY
+
+    return {f.id: _REGISTRY.get(f.id) for f in findings}
+
+
 def _service(f) -> str | None:
     s = (f.data or {}).get("service")
     return s if isinstance(s, str) and s else None
@@ -93,18 +100,14 @@ def _key(f) -> tuple:
 def _parents(findings: list) -> list[int | None]:
     """For each finding, the index of its nearest cause in ``findings`` (None: a root)."""
     n = len(findings)
-    explains = {}
-    for f in findings:
-        if f.id not in explains:
-            spec = _spec(f.id)
-            explains[f.id] = set(spec.explains) if spec is not None else set()
+    causes_of: dict[str, list[int]] = {}  # consequence id → the findings whose check declares it (linear, not n²)
+    specs = _specs(findings)
+    for j, f in enumerate(findings):
+        spec = specs[f.id]
+        for x in spec.explains if spec is not None else ():
+            causes_of.setdefault(x, []).append(j)
     cands = [
-        [
-            j
-            for j in range(n)
-            if j != i and findings[i].id in explains[findings[j].id] and related(findings[j], findings[i])
-        ]
-        for i in range(n)
+        [j for j in causes_of.get(findings[i].id, ()) if j != i and related(findings[j], findings[i])] for i in range(n)
     ]
 
     def ancestors(i: int) -> set[int]:
@@ -124,7 +127,8 @@ def _parents(findings: list) -> list[int | None]:
         near = [j for j in cands[i] if not any(j in anc[k] and k not in anc[j] for k in cands[i] if k != j)]
         if near:
             parent[i] = min(near, key=lambda j: _key(findings[j]))
-    for i in sorted(range(n), key=lambda i: _key(findings[i])):  # declarations may form a loop: break it
+    linked = [i for i in range(n) if parent[i] is not None]
+    for i in sorted(linked, key=lambda i: _key(findings[i])):  # declarations may form a loop: break it
         seen, j = {i}, parent[i]
         while j is not None:
             if j in seen:
@@ -148,20 +152,21 @@ def _order(findings: list, parent: list) -> list[int]:
     for i in range(n):
         children.setdefault(parent[i], []).append(i)
     rank: dict[int, int] = {}
+    keys = [_key(f) for f in findings]
 
     def tree_rank(i: int) -> int:
         if i not in rank:
-            rank[i] = max([findings[i].severity.rank] + [tree_rank(c) for c in children.get(i, ())])
+            rank[i] = max([-keys[i][0]] + [tree_rank(c) for c in children.get(i, ())])
         return rank[i]
 
     out: list[int] = []
 
     def walk(i: int) -> None:
         out.append(i)
-        for c in sorted(children.get(i, ()), key=lambda c: (-tree_rank(c),) + _key(findings[c])):
+        for c in sorted(children.get(i, ()), key=lambda c: (-tree_rank(c),) + keys[c]):
             walk(c)
 
-    for r in sorted(children.get(None, ()), key=lambda r: (-tree_rank(r),) + _key(findings[r])):
+    for r in sorted(children.get(None, ()), key=lambda r: (-tree_rank(r),) + keys[r]):
         walk(r)
     return out
 
@@ -169,8 +174,9 @@ def _order(findings: list, parent: list) -> list[int]:
 def _absent(findings: list, parent: list, mode: str | None) -> dict[str, tuple[str, set[int]]]:
     """Components the report says are not there: {name: (why, the findings that may still name it)}."""
     out: dict[str, tuple[str, set[int]]] = {}
+    specs = _specs(findings)
     for i, f in enumerate(findings):
-        spec = _spec(f.id)
+        spec = specs[f.id]
         for comp in spec.absent if spec is not None else ():
             why, exempt = out.get(comp, (f"{f.id} {f.slug}", set()))
             j = i
@@ -191,7 +197,10 @@ class _Added(FixStep):
 
 
 def _fix(f, cause, root, absent: dict, i: int) -> tuple:
-    steps = [s for s in f.fix if not isinstance(s, _Added)]
+    added = [s for s in f.fix if isinstance(s, _Added)]
+    if cause is None and not absent and not added:
+        return f.fix  # nothing to say and nothing to leave out (most findings of most reports)
+    steps = [s for s in f.fix if not isinstance(s, _Added)] if added else list(f.fix)
     head = []
     if cause is not None:
         via = f", itself a consequence of {root.id} {root.slug}" if root is not cause else ""
@@ -209,7 +218,7 @@ def _fix(f, cause, root, absent: dict, i: int) -> tuple:
         c = COMPONENTS[comp]
         kept = [s for s in steps if not c.acts_on.search(str(s))]
         said = f"steps that act on {c.label} are left out"
-        if len(kept) != len(steps) or any(isinstance(s, _Added) and s.startswith(said) for s in f.fix):
+        if len(kept) != len(steps) or any(s.startswith(said) for s in added):
             steps = kept
             head.append(
                 _Added(f"steps that act on {c.label} are left out: it is not there on this node ({why})", "note")
@@ -229,9 +238,9 @@ def link(findings: list, runs: list, mode: str | None = None) -> tuple[list, lis
     for i, f in enumerate(findings):
         cause = findings[parent[i]] if parent[i] is not None else None
         root = findings[_root(parent, i)]
-        linked.append(
-            replace(f, caused_by=ref(cause) if cause is not None else None, fix=_fix(f, cause, root, absent, i))
-        )
+        link_to = ref(cause) if cause is not None else None
+        fix = _fix(f, cause, root, absent, i)
+        linked.append(f if (link_to == f.caused_by and fix is f.fix) else replace(f, caused_by=link_to, fix=fix))
     ordered = [linked[i] for i in _order(linked, parent)]
     return ordered, _explain_skips(ordered, list(runs))
 
@@ -248,13 +257,15 @@ def _explain_skips(findings: list, runs: list) -> list:
     """A check skipped because kube-proxy runs another mode, when a present finding explains it (KP701: not the mode it
     is configured for): its reason says so."""
     out = []
+    specs = _specs(findings)
+    causes = [f for f in findings if getattr(specs[f.id], "explains", ())]  # few: not every finding per run
     for r in runs:
         if r.status == "skipped" and "this check is about" in (r.reason or ""):
             modes = getattr(_spec(r.id), "modes", ()) or ()
             by = next(
                 (
                     f
-                    for f in findings
+                    for f in causes
                     if r.id in (getattr(_spec(f.id), "explains", ()) or ())
                     and any(re.search(rf"\b{m}\b", f.summary) for m in modes)  # it names the mode the check is about
                 ),
@@ -267,14 +278,14 @@ def _explain_skips(findings: list, runs: list) -> list:
     return out
 
 
-def consequences(findings, cause) -> list:
-    """The findings that follow (directly) from ``cause``."""
-    return [f for f in findings if f.caused_by and f.caused_by == ref(cause)]
+def index_of(findings) -> dict:
+    """The findings by (id, subject), as ``caused_by`` names them: for :func:`root_of` over many findings."""
+    return {(x.id, x.subject): x for x in findings}
 
 
-def root_of(findings, f):
-    """The root cause of ``f`` among ``findings`` (``f`` itself when it has no cause)."""
-    index = {(x.id, x.subject): x for x in findings}
+def root_of(findings, f, index: dict | None = None):
+    """The root cause of ``f`` among ``findings`` (``f`` itself when it has no cause); ``index``: :func:`index_of`."""
+    index = index if index is not None else index_of(findings)
     seen = set()
     while f.caused_by and (f.id, f.subject) not in seen:
         seen.add((f.id, f.subject))

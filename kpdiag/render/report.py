@@ -180,12 +180,13 @@ def _finding_trees(findings) -> list[tuple[str, list]]:
     """The findings as (severity, [(finding, depth)]) sections: each root cause with its consequences under it (depth
     ≥ 1), in the section of the most severe finding of its tree, so a root cause is never listed after what it
     explains (kpdiag/rootcause.py)."""
-    from ..rootcause import root_of
+    from ..rootcause import index_of, root_of
 
+    index = index_of(findings)
     trees: dict[int, list] = {}
     order: list = []
     for x in findings:
-        r = root_of(findings, x)
+        r = root_of(findings, x, index)
         if id(r) not in trees:
             trees[id(r)] = []
             order.append(r)
@@ -195,7 +196,7 @@ def _finding_trees(findings) -> list[tuple[str, list]]:
         d, seen = 0, set()
         while x.caused_by and (x.id, x.subject) not in seen and d < 8:
             seen.add((x.id, x.subject))
-            up = next((y for y in findings if (y.id, y.subject) == (x.caused_by["id"], x.caused_by["subject"])), None)
+            up = index.get((x.caused_by["id"], x.caused_by["subject"]))
             if up is None:
                 break
             x, d = up, d + 1
