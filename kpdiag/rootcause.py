@@ -31,13 +31,14 @@ class Component:
 
     label: str
     acts_on: re.Pattern
+    hint: str  # a word every such step contains, in lower case (a cheap test before the pattern)
 
 
 COMPONENTS: dict[str, Component] = {
     # its pod, DaemonSet, log, restart, --cleanup, ConfigMap-then-restart: every step that needs kube-proxy to run here
-    "kube-proxy": Component("kube-proxy", re.compile(r"kube-proxy", re.I)),
+    "kube-proxy": Component("kube-proxy", re.compile(r"kube-proxy", re.I), "kube-proxy"),
     # running ipvsadm (installing the package is not acting on IPVS)
-    "ipvs": Component("IPVS", re.compile(r"\bipvsadm\s+-")),
+    "ipvs": Component("IPVS", re.compile(r"\bipvsadm\s+-"), "ipvsadm"),
 }
 
 
@@ -216,7 +217,7 @@ def _fix(f, cause, root, absent: dict, i: int) -> tuple:
         if i in exempt:
             continue
         c = COMPONENTS[comp]
-        kept = [s for s in steps if not c.acts_on.search(str(s))]
+        kept = [s for s in steps if c.hint not in s.lower() or not c.acts_on.search(str(s))]
         said = f"steps that act on {c.label} are left out"
         if len(kept) != len(steps) or any(s.startswith(said) for s in added):
             steps = kept
@@ -241,7 +242,10 @@ def link(findings: list, runs: list, mode: str | None = None) -> tuple[list, lis
         link_to = ref(cause) if cause is not None else None
         fix = _fix(f, cause, root, absent, i)
         linked.append(f if (link_to == f.caused_by and fix is f.fix) else replace(f, caused_by=link_to, fix=fix))
-    ordered = [linked[i] for i in _order(linked, parent)]
+    if any(p is not None for p in parent):
+        ordered = [linked[i] for i in _order(linked, parent)]
+    else:  # nothing explains anything here: the plain order (severity, id, subject)
+        ordered = sorted(linked, key=_key)
     return ordered, _explain_skips(ordered, list(runs))
 
 
