@@ -178,7 +178,9 @@ def _absent(findings: list, parent: list, mode: str | None) -> dict[str, tuple[s
     specs = _specs(findings)
     for i, f in enumerate(findings):
         spec = specs[f.id]
-        for comp in spec.absent if spec is not None else ():
+        said = (f.data or {}).get("absent")  # one finding of the check may say otherwise (crash-looping: it is there)
+        comps = said if isinstance(said, list) else (spec.absent if spec is not None else ())
+        for comp in (c for c in comps if c in COMPONENTS):
             why, exempt = out.get(comp, (f"{f.id} {f.slug}", set()))
             j = i
             while j is not None:  # the finding that says so and its causes

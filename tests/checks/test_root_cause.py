@@ -221,6 +221,19 @@ def test_link_nearest_cause_loops_and_services(declared):
     assert order(list(reversed(out))) == out
 
 
+def test_a_finding_may_say_its_component_is_there_after_all(declared):
+    """A check declares absent=("kube-proxy",); one of its findings (kube-proxy crash-looping: its pod exists) says
+    data["absent"] = []: the consequences keep their kube-proxy steps, and still say to fix the cause first."""
+    leaf = ("kubectl -n kube-system logs <kube-proxy pod on this node>", "ls")
+    for said, kept in ((None, ["ls"]), ([], list(leaf))):
+        cause = _finding("KP981", "node", severity="warning")
+        if said is not None:
+            cause = Finding(**{**cause.__dict__, "data": {"absent": said}})
+        out, _ = link([cause, _finding("KP983", "x", fix=leaf)], [])
+        steps = [str(s) for s in out[1].fix]
+        assert "fix KP981 first" in steps[0] and [s for s in steps if s in leaf] == kept, steps
+
+
 def test_related_only_by_the_same_service():
     assert related(_finding("KP103", "shop/web", "shop/web"), _finding("KP101", "shop/web:80", "shop/web"))
     assert not related(_finding("KP103", "shop/web", "shop/web"), _finding("KP101", "shop/cart:80", "shop/cart"))
