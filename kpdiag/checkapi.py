@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .model import CheckRun, Evidence, Finding, Severity
+from .registry import _REGISTRY  # check id → CheckSpec (shared with the root-cause pass, which must not import this)
 from kpdiag.state import inputs as broker
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
@@ -89,9 +90,6 @@ class CheckSpec:
             subject=subject,
             data=dict(data or {}),
         )
-
-
-_REGISTRY: dict[str, CheckSpec] = {}
 
 
 def _clean(text: str) -> str:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, replace
 
 from .fixcmd import FixStep
+from .registry import _REGISTRY
 
 _ID = re.compile(r"^KP[0-9]{3}$")
 
@@ -66,15 +67,11 @@ def validate_declaration(check_id: str, explains, absent) -> tuple[tuple[str, ..
 
 
 def _spec(check_id: str):
-    from .checkapi import _REGISTRY
-
     return _REGISTRY.get(check_id)
 
 
 def _specs(findings) -> dict:
     """The declaration of each check that produced one of ``findings``, looked up once per id."""
-    from .checkapi import _REGISTRY
-
     return {f.id: _REGISTRY.get(f.id) for f in findings}
 
 
