@@ -118,7 +118,9 @@ def _parents(findings: list) -> list[int | None]:
                 todo.extend(cands[j])
         return seen
 
-    anc = [ancestors(i) for i in range(n)]
+    if not any(cands):
+        return [None] * n  # nothing here explains anything else (most reports)
+    anc = [ancestors(i) if cands[i] else set() for i in range(n)]
     parent: list[int | None] = [None] * n
     for i in range(n):
         # the nearest: a candidate that is not (transitively) a cause of another candidate of i
