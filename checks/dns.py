@@ -302,6 +302,7 @@ def _pod_ready(pod: dict) -> bool:
     "dns-service-no-endpoints",
     "The cluster DNS Service has no ready endpoints",
     "error",
+    explains=("KP138", "KP139", "KP108"),
     needs=("dns-service",),
     severities=("warning", "error"),
     symptom="Every name lookup in every pod times out or fails ('could not resolve host', 'i/o timeout', 'SERVFAIL').",
@@ -386,6 +387,7 @@ def dns_no_endpoints(ctx, new):
     "coredns-unhealthy",
     "CoreDNS pods not ready or restarting",
     "error",
+    explains=("KP130", "KP138", "KP139", "KP108"),
     needs=("dns-pods",),
     severities=("warning", "error"),
     uses=("dns-service", "manifest"),
@@ -494,6 +496,7 @@ def coredns_unhealthy(ctx, new):
     "coredns-loop",
     "CoreDNS detected a forwarding loop",
     "error",
+    explains=("KP131", "KP130", "KP138", "KP139", "KP108"),
     needs=("dns-logs",),
     symptom="CoreDNS pods in CrashLoopBackOff; their log ends with 'plugin/loop: Loop (127.0.0.1:… -> :53) detected for zone \".\"'.",
     why="""

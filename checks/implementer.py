@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdiag.rootcause import STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
@@ -20,6 +21,7 @@ def _blind(ctx) -> bool:
     "service-proxy-replacement",
     "Services are implemented by a kube-proxy replacement here",
     "info",
+    absent=("kube-proxy",),
     uses=("addresses", "implementer", "iptables", "nft"),
     symptom="kube-proxy is not running on this node, or its DaemonSet does not exist, yet Services work (or not) — "
     "kube-proxy advice does not apply.",
@@ -68,6 +70,8 @@ def replacement(ctx, new):
     "kube-proxy-absent",
     "kube-proxy is not running, and nothing replaces it",
     "error",
+    explains=STALE + ("KP113", "KP504"),
+    absent=("kube-proxy",),
     uses=(
         "addresses",
         "implementer",

@@ -33,6 +33,7 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
     "ipvs-unavailable",
     "IPVS mode wanted, kernel modules missing",
     "error",
+    explains=("KP701", "KP302", "KP303", "KP304", "KP308"),
     needs=("kernel",),
     uses=("ipvs", "kube-proxy-config", "kube-proxy-version", "modules", "preflight"),
     symptom="kube-proxy is configured with mode: ipvs, yet Services behave as in iptables mode — or kube-proxy crash-loops.",

@@ -6,6 +6,7 @@ import datetime
 import re
 
 from kpdiag import evidence as ev
+from kpdiag.rootcause import MODE_CHECKS, STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
@@ -32,6 +33,7 @@ def _log_modes(ctx):
     "proxy-mode-mismatch",
     "kube-proxy runs in another mode than configured",
     "error",
+    explains=MODE_CHECKS,
     needs=("kube-proxy-config",),
     uses=("kube-proxy-log", "kube-proxy-mode", "manifest", "proxy-mode"),
     symptom="You configured IPVS (or nftables) and tuned for it, yet the node behaves like iptables mode — or the reverse.",
@@ -86,6 +88,7 @@ def mode_mismatch(ctx, new):
     "userspace-mode",
     "kube-proxy configured for the removed userspace mode",
     "error",
+    explains=("KP701",),
     uses=("iptables", "kube-proxy-config", "proxy-mode"),
     symptom="kube-proxy does not start on new releases (unknown proxy mode), or Services are slow and go through a userspace process on old ones.",
     why="""
@@ -135,6 +138,7 @@ STALE_SECONDS = 120
     "kube-proxy-unhealthy",
     "kube-proxy is unhealthy or has stopped syncing",
     "error",
+    explains=STALE + ("KP113", "KP504"),
     severities=("warning", "error"),
     uses=("kube-proxy-healthz", "kube-proxy-metrics", "manifest"),
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",

@@ -181,6 +181,7 @@ def _unknown_client_skip(ctx, data, why: str):
     "policy-denies-ingress",
     "NetworkPolicy denies the client at the endpoints",
     "error",
+    explains=("KP112", "KP114"),
     needs=("services", "endpointslices", "networkpolicies"),
     uses=("dns-pods", "focus", "manifest"),
     symptom="Connections to the Service time out (the SYN is dropped, nothing answers) although the pods are ready and "
@@ -239,6 +240,7 @@ def policy_denies_ingress(ctx, new):
     "policy-denies-egress",
     "NetworkPolicy denies the client's egress to the endpoints",
     "error",
+    explains=("KP112", "KP114"),
     needs=("services", "endpointslices", "networkpolicies"),
     uses=("dns-pods", "focus", "manifest"),
     symptom="Connections from this client to the Service time out, while other clients reach it.",
@@ -320,6 +322,7 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
     "dns-egress-blocked",
     "NetworkPolicy blocks the client's DNS",
     "error",
+    explains=("KP108", "KP135", "KP137", "KP138", "KP139"),
     needs=("networkpolicies",),
     uses=("dns-pods", "manifest"),
     symptom="Every name lookup from the pod times out ('connection timed out; no servers could be reached'), so "

@@ -27,6 +27,7 @@ def _nft_mode(ctx) -> bool:
     "nftables-prerequisites",
     "nftables mode on a kernel or nft too old for it",
     "error",
+    explains=("KP701", "KP703", "KP707", "KP402", "KP403"),
     needs=("kernel",),
     uses=("kube-proxy-config", "nft-version", "preflight", "proxy-mode"),
     symptom="kube-proxy configured with mode: nftables crash-loops or falls back; Services do not work on this node.",

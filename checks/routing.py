@@ -126,6 +126,28 @@ def _service_cidr(ctx) -> tuple[str | None, str | None, object]:
     return None, None, None
 
 
+def _ipvs_cluster_ips(ctx) -> dict[str, str]:
+    """The ClusterIPs of an IPVS node from kube-proxy's own records: its KUBE-CLUSTER-IP ipset (ClusterIP,proto:port),
+    else the addresses bound on kube-ipvs0 that are virtual servers. Not every virtual server: kube-proxy also makes
+    one per NodePort on every node address (cni0, flannel.1, docker0 … whose addresses lie in the pod CIDR)."""
+    out: dict[str, str] = {}
+    sets = ctx.ipsets
+    if sets and "KUBE-CLUSTER-IP" in sets:
+        for raw in sets["KUBE-CLUSTER-IP"].raw_entries:
+            out.setdefault(raw.split(",", 1)[0], f"{ctx.display(sources.IPSET)}: KUBE-CLUSTER-IP")
+        return out
+    bound = {
+        a.get("local")
+        for link in ctx.ip_addr or []
+        if link.get("ifname") == "kube-ipvs0"
+        for a in link.get("addr_info") or []
+    }
+    for key in ctx.ipvs or {}:
+        if str(key[1]) in bound:
+            out.setdefault(str(key[1]), f"{ctx.display(sources.IPVSADM)}: virtual server on kube-ipvs0")
+    return out
+
+
 def _cluster_ips(ctx) -> dict[str, str]:
     """ClusterIP → where it was seen (the API, else kube-proxy's rules)."""
     out: dict[str, str] = {}
@@ -139,9 +161,9 @@ def _cluster_ips(ctx) -> dict[str, str]:
 
         for ip in cluster_ips(ctx.nft()):
             out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
-    elif mode == "ipvs" and ctx.ipvs is not None:
-        for key in ctx.ipvs:
-            out.setdefault(str(key[1]), f"{ctx.display(sources.IPVSADM)}: virtual server")
+    elif mode == "ipvs":
+        if not out:  # no API: the ClusterIPs as kube-proxy recorded them (never every virtual server: see below)
+            out.update(_ipvs_cluster_ips(ctx))
     else:
         for p in (ctx.programmed() or {}).values():
             if p.cluster_ip:
@@ -155,7 +177,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     "The pod CIDR overlaps the Service CIDR",
     "error",
     needs=("kube-proxy-config",),
-    uses=("iptables", "ipvs", "nft", "proxy-mode", "services"),
+    uses=("addresses", "iptables", "ipsets", "ipvs", "nft", "proxy-mode", "services"),
     symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
     "address, or is not masqueraded, depending on the node.",
     why="""

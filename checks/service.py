@@ -6,6 +6,7 @@ import ipaddress
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
+from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
@@ -130,6 +131,10 @@ def no_endpoints(ctx, new):
                 p = _probe(ctx, f"{hostport(ip, port.get('port'))}/tcp", "tcp-connect")
                 if p:
                     ev.append(Evidence("probe", f"TCP connect {p['target']}: {p['result']}"))
+            named = _other_port_names(svc, port)
+            if named:  # endpoints exist, listed under other port names: kube-proxy pairs ports by name only
+                yield _port_name_mismatch(ctx, new, svc, port, named, ev)
+                continue
             cause = (
                 "no selector: nobody creates its endpoints"
                 if not svc.selector
@@ -148,6 +153,77 @@ def no_endpoints(ctx, new):
                 subject=f"{svc.key}:{port.get('port')}",
                 data=port_data(svc, port, selector=dict(svc.selector), endpoints=[]),
             )
+
+
+def _port_label(name: str) -> str:
+    return f"'{name}'" if name else "(unnamed)"
+
+
+def _other_port_names(svc, port) -> dict[str, list]:
+    """The Service's endpoints that serve none of ``port``'s name, by the EndpointSlice port names they do list
+    ({name: endpoints}); empty when it has no endpoints at all."""
+    out: dict[str, list] = {}
+    for e in svc.endpoints:
+        for name in e.ports:
+            out.setdefault(name, []).append(e)
+    want = port.get("name") or ""
+    return {} if want in out else out
+
+
+def _port_name_mismatch(ctx, new, svc, port, named: dict[str, list], ev: list):
+    """KP101 when the EndpointSlices have endpoints, but under port names the Service port does not carry."""
+    want = port.get("name") or ""
+    eps = {e.ip: e for es in named.values() for e in es}
+    ready = [e for e in eps.values() if e.ready]
+    names = ", ".join(_port_label(n) for n in sorted(named))
+    slices = sorted({e.slice_name for e in eps.values()})
+    first = sorted(named)[0]
+    mirrored = not svc.selector
+    ev = (
+        ev[:1]
+        + [
+            Evidence(
+                ctx.display(EPS_SRC),
+                f"EndpointSlice {s}: ports "
+                + ", ".join(
+                    f"{_port_label(n)} {es[0].ports[n][0]}/{es[0].ports[n][1].upper()}"
+                    for n, es in sorted(named.items())
+                    if any(e.slice_name == s for e in es)
+                )
+                + f"; {sum(1 for e in eps.values() if e.slice_name == s)} endpoint(s)",
+            )
+            for s in slices[:3]
+        ]
+        + ev[2:]
+    )
+    return new(
+        f"{svc.key} port {port.get('port')} ({_port_label(want)}) has no endpoints: its EndpointSlice(s) list "
+        f"{len(eps)} endpoint(s) ({len(ready)} ready) under port name(s) {names}, not {_port_label(want)} — kube-proxy "
+        "pairs a Service port with EndpointSlice ports by name, so it programs this port with no endpoints and "
+        "connections are refused",
+        fix=(
+            f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} "
+            "-o custom-columns=SLICE:.metadata.name,PORT-NAMES:.ports[*].name",
+            f"kubectl -n {svc.namespace} get service {svc.name} -o custom-columns=SERVICE:.metadata.name,PORT-NAMES:.spec.ports[*].name",
+            note(
+                f"rename the port {_port_label(first)} of the EndpointSlice (or of the Endpoints object it is mirrored "
+                f"from) to {_port_label(want)}, or the Service port to {_port_label(first)}: the two names must be equal"
+                if mirrored
+                else "the Service's port names and its EndpointSlices' differ: check who writes EndpointSlices "
+                f"labelled kubernetes.io/service-name={svc.name} besides the endpoint controller"
+            ),
+        ),
+        evidence=ev,
+        subject=f"{svc.key}:{port.get('port')}",
+        data=port_data(
+            svc,
+            port,
+            selector=dict(svc.selector),
+            endpoints=[],
+            endpoint_port_names=sorted(named),
+            endpoints_under_other_names=[_endpoint_data(e) for e in list(eps.values())[:16]],
+        ),
+    )
 
 
 @check(
@@ -228,6 +304,7 @@ def not_ready(ctx, new):
     "selector-matches-nothing",
     "Service selector matches no pod",
     "error",
+    explains=("KP101",),
     needs=("services", "pods"),
     uses=("focus",),
     symptom="The Service has no endpoints although the pods you meant are running.",

@@ -332,6 +332,7 @@ def stale_udp(ctx, new):
     "no-route-to-endpoint",
     "The node has no route to an endpoint",
     "error",
+    explains=("KP112",),
     needs=("services", "endpointslices", "routes"),
     uses=("focus",),
     symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",

@@ -64,6 +64,7 @@ def _bridges(ctx) -> list[str]:
     "bridge-nf-call-off",
     "Bridged pod traffic bypasses iptables",
     "error",
+    explains=("KP113", "KP206"),
     severities=("warning", "error"),
     needs=("sysctl",),
     uses=("addresses", "modules"),

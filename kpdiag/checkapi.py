@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .model import CheckRun, Evidence, Finding, Severity
+from .registry import _REGISTRY  # check id → CheckSpec (shared with the root-cause pass, which must not import this)
 from kpdiag.state import inputs as broker
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
@@ -52,6 +53,8 @@ class CheckSpec:
     uses: tuple[
         str, ...
     ] = ()  # inputs it reads when they are there (kpdiag/state/inputs.py); needs: those it cannot lack
+    explains: tuple[str, ...] = ()  # ids of the checks whose findings follow from this one's (kpdiag/rootcause.py)
+    absent: tuple[str, ...] = ()  # components its findings say are not there (kpdiag/rootcause.py COMPONENTS)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -89,9 +92,6 @@ class CheckSpec:
         )
 
 
-_REGISTRY: dict[str, CheckSpec] = {}
-
-
 def _clean(text: str) -> str:
     return textwrap.dedent(text).strip()
 
@@ -111,6 +111,8 @@ def check(
     scope: str = "node",
     severities: Iterable[str] = (),
     modes: Iterable[str] = (),
+    explains: Iterable[str] = (),
+    absent: Iterable[str] = (),
 ):
     """Declare a check. ``needs`` names the inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing,
     the check is skipped with the reason. ``uses`` names the inputs it reads when they are there. The check receives
@@ -118,7 +120,11 @@ def check(
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
     is a defect, caught by the tests. ``modes`` names the kube-proxy modes the check is about (iptables, ipvs,
-    nftables): on a node whose kube-proxy runs another mode (and no --preflight for one of them) it is skipped, saying so."""
+    nftables): on a node whose kube-proxy runs another mode (and no --preflight for one of them) it is skipped, saying so.
+    ``explains`` names the checks whose findings are consequences of this one's (kube-proxy absent explains stale
+    rules): in a report they are linked to it (``caused_by``), ranked under it, and their fixes say to fix it first.
+    ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
+    of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences"."""
     if scope not in ("node", "cluster"):
         raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
     declared = tuple(Severity(x) for x in severities)
@@ -130,6 +136,9 @@ def check(
         raise ValueError(f"check {id}: modes must be among iptables, ipvs, nftables, not {modes}")
     needs, uses = tuple(needs), tuple(uses)
     broker.validate(id, scope, needs, uses)
+    from .rootcause import validate_declaration
+
+    explains, absent = validate_declaration(id, explains, absent)
 
     def deco(fn):
         spec = CheckSpec(
@@ -146,6 +155,8 @@ def check(
             severities=declared,
             modes=modes,
             uses=uses,
+            explains=explains,
+            absent=absent,
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
@@ -240,8 +251,17 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
             continue
         findings.extend(produced)
         runs.append(CheckRun(spec.id, spec.slug, "ran", None, len(produced)))
-    findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
-    return findings, runs
+    from .rootcause import link
+
+    return link(findings, runs, running_mode(ctx))
+
+
+def running_mode(ctx) -> str | None:
+    """The mode kube-proxy runs here, for the root-cause pass (None: unknown, or a --preflight asks about a mode)."""
+    try:
+        return None if getattr(ctx, "preflight", None) else ctx.proxy_mode[0]
+    except Exception:  # a fleet state, or a state that cannot tell
+        return None
 
 
 def _other_mode(ctx, spec: CheckSpec) -> str | None:

@@ -15,7 +15,10 @@ class Severity(str, Enum):
 
     @property
     def rank(self) -> int:
-        return {"info": 1, "warning": 2, "error": 3}[self.value]
+        return _RANK[self.value]
+
+
+_RANK = {"info": 1, "warning": 2, "error": 3}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Finding:
     subject: str | None = None  # e.g. "node", "shop/web:80", "10.96.0.10"
     # the case as data, for scripts (JSON values only): e.g. {"service": "shop/web", "port": 80, "stale": [...]}
     data: dict = field(default_factory=dict, compare=False, hash=False)
+    # the finding this one follows from, in the same report: {"id": "KP707", "subject": "node"} (kpdiag/rootcause.py)
+    caused_by: dict | None = field(default=None, hash=False)
 
     def fix_steps(self) -> list[dict]:
         """The fix as typed steps: ``{"kind": "command" | "note", "text": ...}`` (kpdiag.fixcmd.step_kind)."""
@@ -78,6 +83,7 @@ class Finding:
             references=tuple(d.get("references") or ()),
             subject=d.get("subject"),
             data=dict(d.get("data") or {}),
+            caused_by=_cause_ref(d.get("caused_by")),
         )
 
     def to_dict(self) -> dict:
@@ -94,7 +100,15 @@ class Finding:
             "references": list(self.references),
             "subject": self.subject,
             **({"data": self.data} if self.data else {}),
+            **({"caused_by": dict(self.caused_by)} if self.caused_by else {}),
         }
+
+
+def _cause_ref(ref) -> dict | None:
+    """A ``caused_by`` link read back: ``{"id", "subject"}`` or None."""
+    if not isinstance(ref, dict) or not ref.get("id"):
+        return None
+    return {"id": str(ref["id"]), "subject": None if ref.get("subject") is None else str(ref["subject"])}
 
 
 @dataclass(frozen=True)

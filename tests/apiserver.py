@@ -426,7 +426,7 @@ def main(argv: list[str]) -> int:
     objects_file, url_file = argv[:2]
     with open(objects_file) as fh:
         objects = json.load(fh)
-    server = ApiServer(objects)
+    server = ApiServer(objects, fail=json.loads(argv[2]) if len(argv) > 2 else None)  # {"GET /api/v1/pods": 403}
     with server:
         with open(url_file, "w") as fh:
             fh.write(server.url)

@@ -526,10 +526,13 @@ def ipvs_files(
     weights: dict | None = None,
     active: dict | None = None,
     scheduler: str = "rr",
+    node_addrs: tuple = (),
 ) -> dict[str, str]:
     """What a kube-proxy IPVS-mode node shows: iptables-save, ipset save, ipvsadm -Sn / -Ln, ip -j addr/route.
 
     ``weights``/``active``: {endpoint ip: weight / active connections} (weight 0 = terminating).
+    ``node_addrs``: more interfaces of the node, (ifname, ip, prefixlen, kind) — e.g. cni0 and flannel.1, whose
+    addresses lie in the pod CIDR: kube-proxy makes a NodePort virtual server on every node address, as it does here.
     ``ipvs_filter``: newer kube-proxy's KUBE-IPVS-FILTER (rejects non-Service ports of bound IPs)."""
     weights, active = weights or {}, active or {}
     nat = [
@@ -630,7 +633,8 @@ def ipvs_files(
             )
             if port.node_port:
                 members["KUBE-NODE-PORT-TCP"].append(str(port.node_port))
-                save.append(f"-A {flag} {node_ip}:{port.node_port} -s {scheduler}")
+                for ip in [node_ip] + [a[1] for a in node_addrs]:
+                    save.append(f"-A {flag} {ip}:{port.node_port} -s {scheduler}")
             # LoadBalancer ingress IPs and externalIPs: bound on kube-ipvs0, a virtual server each, in their ipsets
             extern = [(ip, "KUBE-LOAD-BALANCER") for ip in svc.lb_ips] + [
                 (ip, "KUBE-EXTERNAL-IP") for ip in svc.external_ips
@@ -652,7 +656,8 @@ def ipvs_files(
                     listing.append(f"  -> {e.ip}:{port.target_port:<22} Masq    {w:<6} {active.get(e.ip, 0):<10} 0")
                 members["KUBE-LOOP-BACK"].append(f"{e.ip},{proto}:{port.target_port},{e.ip}")
                 if port.node_port:
-                    save.append(f"-a {flag} {node_ip}:{port.node_port} -r {e.ip}:{port.target_port} -m -w {w}")
+                    for ip in [node_ip] + [a[1] for a in node_addrs]:
+                        save.append(f"-a {flag} {ip}:{port.node_port} -r {e.ip}:{port.target_port} -m -w {w}")
                 for ip, _ in extern:
                     save.append(f"-a {flag} {ip}:{port.port} -r {e.ip}:{port.target_port} -m -w {w}")
     ipset = []
@@ -680,6 +685,15 @@ def ipvs_files(
             "linkinfo": {"info_kind": "dummy"},
             "addr_info": [{"family": "inet", "local": ip, "prefixlen": 32} for ip in bound],
         },
+    ] + [
+        {
+            "ifindex": 4 + i,
+            "ifname": ifname,
+            "mtu": 1450,
+            "linkinfo": {"info_kind": kind},
+            "addr_info": [{"family": "inet", "local": ip, "prefixlen": plen}],
+        }
+        for i, (ifname, ip, plen, kind) in enumerate(node_addrs)
     ]
     net = node_ip.rsplit(".", 1)[0]
     routes = [

@@ -76,6 +76,53 @@ def _client_guess(client: str | None) -> tuple[tuple[str, str] | None, str]:
     return (ns, pod), "this pod"
 
 
+def _named_by_downward_api() -> bool:
+    """$POD_NAMESPACE and $POD_NAME set (the downward API, kpdiag's own manifests): the pod is named for sure."""
+    import os
+
+    return bool(os.environ.get("POD_NAMESPACE") and os.environ.get("POD_NAME"))
+
+
+def _client_by_address(cc, ip: str, namespace: str | None = None) -> dict:
+    """The client found by the address kpdiag's packets leave from: {"pod": the one pod that has it, "how"}; for a
+    hostNetwork client {"node_ip": ip, "how"}; else {"why": why not (none, several, refused), "error": a line for the
+    report's problems when the API refused or failed}. Accepted only when unique. Listing pods in all namespaces
+    refused (RBAC grants "list pods" per namespace), the Service's ``namespace`` is asked instead."""
+    pods, status, why = cc.pods_with_ip(ip)
+    where = ""
+    if pods is None and status == 403 and namespace:
+        pods, _, _ = cc.pods_with_ip(ip, namespace)
+        where = f" in namespace {namespace} (listing all namespaces was refused)"
+        if not pods:  # not there either (or refused too): say what was refused
+            pods = None
+    if pods is None:
+        if status == 403:
+            return {
+                "why": f"the client could not be found by its address {ip}: RBAC forbids listing pods in all namespaces "
+                "(403 Forbidden)" + (f" and it is no pod of namespace {namespace}" if namespace else ""),
+                "error": f"looking up the client pod by its address {ip} was refused (403 Forbidden): grant 'list pods' "
+                "cluster-wide to kpdiag's user or service account, or give --from NS/POD",
+            }
+        return {
+            "why": f"the client could not be found by its address {ip}",
+            "error": f"looking up the client pod by its address {ip} failed: {why}",
+        }
+    pod_net = [p for p in pods if not (p.get("spec") or {}).get("hostNetwork")]
+    if len(pod_net) == 1:
+        md = pod_net[0].get("metadata") or {}
+        if md.get("namespace") and md.get("name"):
+            return {"pod": pod_net[0], "how": f"source address {ip}: the only pod with it{where}"}
+    if len(pod_net) > 1:
+        names = ", ".join(
+            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" for p in pod_net[:3]
+        )
+        return {"why": f"{len(pod_net)} pods have the address {ip} ({names}): give --from NS/POD"}
+    if pods:  # only hostNetwork pods have it: the client is their node
+        node = (pods[0].get("spec") or {}).get("nodeName")
+        return {"node_ip": ip, "how": f"source address {ip}: the node {node or '?'} (hostNetwork)"}
+    return {"why": f"no pod has the address {ip} this host speaks from"}
+
+
 def _client_pod(files: dict[str, bytes], want: tuple[str, str], my_ip: str | None) -> dict | None:
     """The client pod read back from cluster/client-pod.json — only when it really is this host (its IP is the one the
     probes leave from, when that is known); a wrong guess must not make kpdiag judge policies for someone else."""
@@ -136,33 +183,56 @@ def collect_service(
             )
         return files, manifest
     # who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it
-    guess, how = _client_guess(client)
-    seen = len(cc.out.errors)
-    cc.policy_objects(sorted({namespace} | ({guess[0]} if guess else set())), client_pod=guess)
-    cc.dns_objects()
-    files.update(cc.out.files)
     from kpdiag.collect.probes import _my_address
 
     spec = service.get("spec") or {}
     my_ip = _my_address(
         next((ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"), None)
     )
-    pod = _client_pod(files, guess, None if client else my_ip) if guess else None
-    if pod is not None:
-        manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
+    guess, how = _client_guess(client)
+    by_ip: dict | None = None
+    if not client and not _named_by_downward_api() and my_ip:
+        # nothing names this pod for sure (an ephemeral debug container has no $POD_NAME, often no token, and a
+        # hostname that need not be the pod's): find it by the address its packets leave from
+        by_ip = _client_by_address(cc, my_ip, namespace)
+    seen = len(cc.out.errors)
+    found = (by_ip or {}).get("pod")
+    nss = {namespace} | ({guess[0]} if guess else set()) | ({found["metadata"]["namespace"]} if found else set())
+    cc.policy_objects(sorted(nss), client_pod=None if found else guess)
+    cc.dns_objects()
+    files.update(cc.out.files)
+    if found:
+        md = found["metadata"]
+        files[sources.CLIENT_POD] = json.dumps(
+            {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [found]}, indent=1
+        ).encode()
+        manifest["client"] = {"namespace": md["namespace"], "pod": md["name"], "how": by_ip["how"]}
+    elif by_ip and by_ip.get("node_ip"):
+        manifest["client_ip"] = my_ip  # a hostNetwork client: the node's address, no pod's policies apply to it
+        manifest["client_how"] = by_ip["how"]
     else:
-        manifest["client_unknown"] = (
-            how
-            if guess is None
-            else f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else "")
-        )
-        if client:
-            errors.append(
-                {
-                    "source": sources.CLIENT_POD,
-                    "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
-                }
+        pod = _client_pod(files, guess, None if client else my_ip) if guess else None
+        if pod is not None:
+            manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
+        else:
+            unknown = (
+                how
+                if guess is None
+                else f"{how}: pod {guess[0]}/{guess[1]} not found"
+                + (f" with IP {my_ip}" if my_ip and not client else "")
             )
+            if by_ip and by_ip.get("why"):
+                unknown = f"{by_ip['why']}; {unknown}"
+            manifest["client_unknown"] = unknown
+            if client:
+                errors.append(
+                    {
+                        "source": sources.CLIENT_POD,
+                        "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
+                    }
+                )
+    if by_ip and by_ip.get("error"):
+        errors.append({"source": sources.CLIENT_POD, "error": by_ip["error"]})
     errors.extend(cc.out.errors[seen:])
     # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
     dns_box: dict = {}
@@ -229,21 +299,40 @@ def _ids_for(findings, svc_key: str, ids: tuple[str, ...]) -> list:
     return [f for f in findings if f.id in ids and (f.subject or "").startswith(svc_key)]
 
 
-def _cause(o, policy: list, usable: bool, me: str | None = None) -> str:
-    """The layer at fault for a failing port, in a few words with the check that explains it."""
+def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """The layer at fault for a failing port, in a few words with the check that explains it, and that check's ids."""
     if o.ok_direct and any(d.ip == me for d in o.direct):
-        return "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)"
+        return (
+            "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)",
+            ("KP113", "KP206"),
+        )
     if o.ok_direct:
-        return "the Service layer on this client's node fails while the endpoints answer (KP113)"
+        return "the Service layer on this client's node fails while the endpoints answer (KP113)", ("KP113",)
     if o.direct:
-        if policy:
-            return f"a NetworkPolicy blocks it ({policy[0].id})"
+        if policy:  # named: "NetworkPolicy shop/web-allow-frontend admits only pods app=frontend …"
+            return f"a NetworkPolicy drops it: {policy[0].summary.split('; ')[0]} ({policy[0].id})", (policy[0].id,)
         if all(d.outcome == "refused" for d in o.direct):
-            return "nothing listens on its endpoints (KP111)"
-        return "its endpoints do not answer (KP112)"
+            return "nothing listens on its endpoints (KP111)", ("KP111",)
+        return "its endpoints do not answer (KP112)", ("KP112",)
     if not usable:
-        return "it has no ready endpoint (KP101/KP102)"
-    return f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)"
+        return "it has no ready endpoint (KP101/KP102)", ("KP101", "KP102")
+    return (
+        f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)",
+        ("KP114",),
+    )
+
+
+def _root_first(findings, named: tuple[str, ...], text: str) -> str:
+    """The verdict's cause, led by its root cause when the finding it names follows from another one (kube-proxy
+    absent before the Service path it breaks; a NetworkPolicy before the endpoints that do not answer)."""
+    from kpdiag.rootcause import root_of
+
+    for f in findings:
+        if f.id in named and f.caused_by:
+            root = root_of(findings, f)
+            if root is not f:
+                return f"{root.summary} ({root.id}) — hence: {text}"
+    return text
 
 
 def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
@@ -268,11 +357,13 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
             f"{svc.key} has no ClusterIP ({'ExternalName' if svc.type == 'ExternalName' else 'headless'}): kube-proxy is not involved"
         )
         return lines, "no-clusterip"
-    ready = [e for e in svc.endpoints if e.ready]
-    term = [e for e in svc.endpoints if not e.ready and e.serving_terminating]
-    detail = (
-        f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(svc.endpoints)}"
-    )
+    # the endpoints of its ports, paired by port name as kube-proxy pairs them (KP101 names any that are not)
+    served = list({id(e): e for p in svc.ports for e in svc.endpoints_for(p)}.values())
+    ready = [e for e in served if e.ready]
+    term = [e for e in served if not e.ready and e.serving_terminating]
+    detail = f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(served)}"
+    if len(svc.endpoints) > len(served):
+        detail += f" ({len(svc.endpoints) - len(served)} more listed under port names no Service port has)"
     if not ready and term:
         detail += f" — kube-proxy falls back to {len(term)} serving but terminating endpoint(s)"
     obs = observations(state, svc)
@@ -287,7 +378,10 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
         )
         errs = [f for f in findings if f.severity.value == "error"]
         if errs:
-            lines.insert(0, f"{svc.key} is broken: {errs[0].summary} ({errs[0].id})")
+            from kpdiag.rootcause import root_of
+
+            first = root_of(findings, errs[0])  # the root cause, before what follows from it
+            lines.insert(0, f"{svc.key} is broken: {first.summary} ({first.id})")
             return lines, "fails"
         return lines, "unknown"
     policy = [f for f in findings if f.id in ("KP120", "KP121")]
@@ -354,15 +448,13 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
                 body.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
     errs = [f for f in findings if f.severity.value == "error"]
     if status == "fails":
-        lines.append(
-            f"{svc.key} does NOT work: "
-            + _cause(
-                next(o for o in obs if o.status == "fails"),
-                policy,
-                bool(ready or term),
-                (state.probes or {}).get("source"),
-            )
+        text, named = _cause(
+            next(o for o in obs if o.status == "fails"),
+            policy,
+            bool(ready or term),
+            (state.probes or {}).get("source"),
         )
+        lines.append(f"{svc.key} does NOT work: " + _root_first(findings, named, text))
     elif status == "partial":
         lines.append(f"{svc.key} works only in part: some of its endpoints fail")
     elif status == "works" and errs:
@@ -432,14 +524,21 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
                     subject=f"{namespace}/{name}",
                 )
             )
-            findings.sort(key=lambda f: (-f.severity.rank, f.id, f.subject or ""))
+            from kpdiag.checkapi import running_mode
+            from kpdiag.rootcause import link
+
+            findings, _ = link(findings, [], running_mode(state))  # KP114 too follows from a cause, if one is here
     extra = dict(report.extra)
     extra["verdict"] = lines
     extra["status"] = status
     dns, dropped = _recorded_dns(state)
     extra["probes"] = state.probes  # judged against its schema when read (NodeState.probes): the verdict used it
     extra["dns"] = dns
-    headline = state.bundle.manifest.get("headline") if isinstance(state.bundle.manifest, dict) else None
+    manifest = state.bundle.manifest if isinstance(state.bundle.manifest, dict) else {}
+    who = _client_section(manifest)
+    if who:
+        extra["client"] = who
+    headline = manifest.get("headline")
     if headline:
         extra["headline"] = str(headline)
     readable = status != "unread" and (state.cluster.services() is not None or status == "not-found")
@@ -451,6 +550,23 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
         kind="service",
         problems=tuple(report.problems) + tuple(dropped),
     )
+
+
+def _client_section(m: dict) -> dict | None:
+    """Who asked, for the report: the client pod or address NetworkPolicy is judged for and how kpdiag identified it
+    (--from, the downward API, the service account and hostname, its source address), or why none was."""
+    c = m.get("client")
+    if isinstance(c, dict) and isinstance(c.get("namespace"), str) and isinstance(c.get("pod"), str):
+        how = c.get("how") if isinstance(c.get("how"), str) and c.get("how") else "named in the bundle's kpdiag.json"
+        return {"namespace": c["namespace"], "pod": c["pod"], "identified": True, "how": how}
+    ip = m.get("client_ip")
+    if isinstance(ip, str) and ip:
+        how = m.get("client_how") if isinstance(m.get("client_how"), str) and m.get("client_how") else None
+        return {"ip": ip, "identified": True, "how": how or "named in the bundle's kpdiag.json (client_ip)"}
+    why = m.get("client_unknown")
+    if isinstance(why, str) and why:
+        return {"identified": False, "how": why}
+    return None
 
 
 def _recorded_dns(state) -> tuple[dict | None, list[dict]]:

@@ -35,6 +35,8 @@ def catalogue_json(checks) -> str:
                     "needs": list(c.needs),
                     "uses": list(getattr(c, "uses", ())),
                     "modes": list(getattr(c, "modes", ())),
+                    "explains": list(getattr(c, "explains", ())),
+                    "absent": list(getattr(c, "absent", ())),
                     "symptom": c.docs.symptom,
                     "why": c.docs.why,
                     "fix": c.docs.fix,
@@ -75,7 +77,9 @@ def catalogue_markdown(checks) -> str:
             f"**{c.title}** — severity *{severities(c)}*, scope *{c.scope}*"
             + (f"; kube-proxy mode {', '.join(c.modes)}" if getattr(c, "modes", ()) else "")
             + (f"; needs {', '.join(c.needs)}" if c.needs else "")
-            + (f"; uses {', '.join(c.uses)}" if getattr(c, "uses", ()) else ""),
+            + (f"; uses {', '.join(c.uses)}" if getattr(c, "uses", ()) else "")
+            + (f"; explains {', '.join(c.explains)}" if getattr(c, "explains", ()) else "")
+            + (f"; says absent: {', '.join(c.absent)}" if getattr(c, "absent", ()) else ""),
             "",
             "### Symptom",
             "",
@@ -120,6 +124,21 @@ def explain_text(c, width: int | None = None) -> str:
         out += ["Needs"] + flow(", ".join(c.needs) + " (skipped, saying which, when one is missing)") + [""]
     if getattr(c, "uses", ()):
         out += ["Uses"] + flow(", ".join(c.uses) + " (when they are there)") + [""]
+    if getattr(c, "explains", ()):
+        out += (
+            ["Explains"]
+            + flow(
+                ", ".join(c.explains) + " (their findings in the same report follow from this one's: ranked under it, "
+                "their fixes say to fix it first)"
+            )
+            + [""]
+        )
+    if getattr(c, "absent", ()):
+        out += (
+            ["Says absent"]
+            + flow(", ".join(c.absent) + " (no other finding of the report advises acting on it)")
+            + [""]
+        )
     if c.references:
         out += ["References"] + [f"  {term(r)}" for r in c.references] + [""]
     return "\n".join(out)

@@ -120,6 +120,15 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     if bits:
         out.extend(_wrap("; ".join(bits), width, "  ", "    "))
     out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    who = report.extra.get("client")
+    if isinstance(who, dict) and who.get("how"):
+        name = f"{who['namespace']}/{who['pod']}" if who.get("pod") else who.get("ip")
+        line = (
+            f"client (for NetworkPolicy): {name} — {who['how']}"
+            if who.get("identified")
+            else f"client (for NetworkPolicy): not identified — {who['how']}"
+        )
+        out.extend(_wrap(line, width, "  ", "    "))
     if report.extra.get("nodes"):
         out.append("")
         rows, hidden = notable_rows(report.extra["nodes"], verbose)
@@ -149,28 +158,12 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         )
     for note in notes:
         out.extend(_wrap(note, width, "  note: ", "        "))
-    for severity in ("error", "warning", "info"):
-        group = [x for x in report.findings if x.severity.value == severity]
-        if not group:
-            continue
+    for severity, trees in _finding_trees(report.findings):
         out.append("")
         out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
-        for x in group:
+        for x, depth in trees:
             out.append("")
-            name = f"{term(x.id)} {term(x.slug)}"
-            head = _wrap(f"{x.id} {x.slug}  {x.summary}", width, "", "    ")
-            out.append(c(severity, name) + head[0][len(name) :])
-            out.extend(head[1:])
-            out.extend(_wrap(x.explanation, width, "  why: ", "       ", prose=True))
-            if x.fix:
-                out.append("  fix:")
-                out.extend(
-                    f"    $ {term(step['text'])}" if step["kind"] == "command" else f"    - {term(step['text'])}"
-                    for step in x.fix_steps()
-                )
-            if x.evidence:
-                out.append("  evidence:")
-                out.extend(c("dim", f"    {term(e)}") for e in x.evidence)
+            out.extend(_finding_lines(x, depth, width, c))
     out.extend(_skipped_lines(report, verbose, c, width))
     if report.problems:
         out.append("")
@@ -181,6 +174,69 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         out.append("")
         out.append("No problems found by the checks that ran.")
     return "\n".join(out) + "\n"
+
+
+def _finding_trees(findings) -> list[tuple[str, list]]:
+    """The findings as (severity, [(finding, depth)]) sections: each root cause with its consequences under it (depth
+    ≥ 1), in the section of the most severe finding of its tree, so a root cause is never listed after what it
+    explains (kpdiag/rootcause.py)."""
+    from ..rootcause import index_of, root_of
+
+    index = index_of(findings)
+    trees: dict[int, list] = {}
+    order: list = []
+    for x in findings:
+        r = root_of(findings, x, index)
+        if id(r) not in trees:
+            trees[id(r)] = []
+            order.append(r)
+        trees[id(r)].append(x)
+
+    def depth(x) -> int:
+        d, seen = 0, set()
+        while x.caused_by and (x.id, x.subject) not in seen and d < 8:
+            seen.add((x.id, x.subject))
+            up = index.get((x.caused_by["id"], x.caused_by["subject"]))
+            if up is None:
+                break
+            x, d = up, d + 1
+        return d
+
+    out = []
+    for severity in ("error", "warning", "info"):
+        group = [
+            (x, depth(x))
+            for r in order
+            if max(trees[id(r)], key=lambda y: y.severity.rank).severity.value == severity
+            for x in trees[id(r)]
+        ]
+        if group:
+            out.append((severity, group))
+    return out
+
+
+def _finding_lines(x, depth: int, width: int, c) -> list[str]:
+    """One finding; a consequence (depth ≥ 1) indented under its cause and saying what it follows from."""
+    pad = "    " * min(depth, 2)
+    severity = x.severity.value
+    out: list[str] = []
+    name = f"{term(x.id)} {term(x.slug)}"
+    lead = f"{pad}↳ " if depth else ""
+    follows = f" (follows from {x.caused_by['id']}; {severity})" if depth and x.caused_by else ""
+    head = _wrap(f"{x.id} {x.slug}  {x.summary}{follows}", width - len(lead), "", "    ")
+    out.append(lead + c(severity, name) + head[0][len(name) :])
+    out.extend(pad + line for line in head[1:])
+    out.extend(_wrap(x.explanation, width, f"{pad}  why: ", f"{pad}       ", prose=True))
+    if x.fix:
+        out.append(f"{pad}  fix:")
+        out.extend(
+            f"{pad}    $ {term(step['text'])}" if step["kind"] == "command" else f"{pad}    - {term(step['text'])}"
+            for step in x.fix_steps()
+        )
+    if x.evidence:
+        out.append(f"{pad}  evidence:")
+        out.extend(c("dim", f"{pad}    {term(e)}") for e in x.evidence)
+    return out
 
 
 def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[str]:

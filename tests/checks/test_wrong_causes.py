@@ -1,0 +1,91 @@
+"""Wrong answers on data kpdiag already has (issue 26): KP603 counts only ClusterIPs, KP101 pairs ports by name."""
+
+import json
+import os
+
+from kpdiag.bundle.store import Bundle
+from kpdiag.commands.diagnose import analyze_state
+from kpdiag.state.node import NodeState
+from tests import k8sobjects as k8s
+from tests.conftest import FIXTURES
+
+NODEPORT_CNI = os.path.join(FIXTURES, "ipvs-nodeport-cni-no-api")
+CLUSTER_IPS = ["10.96.0.1", "10.96.0.10", "10.96.0.20"]
+
+
+def _files(path: str) -> dict[str, bytes]:
+    out = {}
+    for root, _, names in os.walk(path):
+        for n in names:
+            full = os.path.join(root, n)
+            rel = os.path.relpath(full, path)
+            if rel != "scenario.json":
+                with open(full, "rb") as fh:
+                    out[rel] = fh.read()
+    return out
+
+
+def _run(files: dict[str, bytes], select=("KP603",), focus=None):
+    report = analyze_state(NodeState(Bundle.from_files("t", files), focus=focus), select=select)
+    return report.findings, {r.id: r for r in report.checks}
+
+
+def test_kp603_ipvs_nodeport_servers_on_pod_cidr_addresses_are_not_cluster_ips():
+    files = _files(NODEPORT_CNI)
+    vs = files["node/ipvsadm.txt"].decode()
+    assert "-A -t 10.244.1.1:30080" in vs and "-A -t 10.244.1.0:30080" in vs  # cni0 and flannel.1 NodePorts
+    findings, runs = _run(files)
+    assert runs["KP603"].status == "ran" and not findings
+    # without the ipset, kube-ipvs0's addresses say which virtual servers are ClusterIPs
+    files.pop("node/ipset.txt")
+    findings, runs = _run(files)
+    assert runs["KP603"].status == "ran" and not findings
+    # a clusterCIDR that does hold the Service range: exactly the ClusterIPs, never the NodePort addresses
+    cfg = files["node/kube-proxy/config.yaml"].decode().replace("clusterCIDR: 10.244.0.0/16", "clusterCIDR: 10.0.0.0/8")
+    files["node/kube-proxy/config.yaml"] = cfg.encode()
+    for ipset in (None, _files(NODEPORT_CNI)["node/ipset.txt"]):
+        if ipset is not None:
+            files["node/ipset.txt"] = ipset
+        findings, _ = _run(files)
+        assert [f.id for f in findings] == ["KP603"]
+        assert findings[0].data["cluster_ips_inside"] == CLUSTER_IPS, findings[0].data
+
+
+def _svc_files(svc_ports, slice_ports, selector=None):
+    objs = [
+        k8s.service("shop", "db", "10.96.0.70", svc_ports, selector),
+        k8s.endpointslice("shop", "db", [("192.168.60.20", True, None, None)], slice_ports),
+    ]
+    lists = {"Service": [], "EndpointSlice": []}
+    for o in objs:
+        lists[o["kind"]].append(o)
+    return {
+        "cluster/services.json": json.dumps({"kind": "List", "items": lists["Service"]}).encode(),
+        "cluster/endpointslices.json": json.dumps({"kind": "List", "items": lists["EndpointSlice"]}).encode(),
+    }
+
+
+def test_kp101_pairs_ports_by_name_as_kube_proxy_does():
+    # an unnamed Service port and a slice port named 'pg': kube-proxy finds no endpoint for the port
+    findings, _ = _run(_svc_files([k8s.port(5432, 5432)], [("pg", 5432, "TCP")]), select=("KP101",))
+    assert [f.id for f in findings] == ["KP101"]
+    s = findings[0].summary
+    assert "(unnamed)" in s and "'pg'" in s and "nobody creates" not in s, s
+    assert findings[0].data["endpoint_port_names"] == ["pg"]
+    # the names equal: silent
+    findings, runs = _run(_svc_files([k8s.port(5432, 5432, "pg")], [("pg", 5432, "TCP")]), select=("KP101",))
+    assert runs["KP101"].status == "ran" and not findings
+    # no EndpointSlice endpoints at all: still the old cause, said as before
+    files = _svc_files([k8s.port(5432, 5432, "pg")], [("pg", 5432, "TCP")])
+    files["cluster/endpointslices.json"] = b'{"kind": "List", "items": []}'
+    findings, _ = _run(files, select=("KP101",))
+    assert "no selector: nobody creates its endpoints" in findings[0].summary
+
+
+def test_fixture_selectorless_port_name():
+    from kpdiag.commands.pipeline import analyze_bundle
+
+    report = analyze_bundle(os.path.join(FIXTURES, "svc-selectorless-port-name"))
+    first = report.extra["verdict"][0]
+    assert "'pg'" in first and "'postgres'" in first and "(KP101)" in first, first
+    assert "0 ready endpoint(s) of 0 (1 more listed under port names no Service port has)" in report.extra["verdict"][1]
