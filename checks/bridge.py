@@ -65,7 +65,7 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
     "Hairpin mode is off on the CNI bridge's pod ports",
     "warning",
     needs=("addresses",),
-    uses=("sysctl", "iptables", "nft", "proxy-mode", "services", "endpointslices"),
+    uses=("sysctl", "iptables", "nft", "proxy-mode", "services", "endpointslices", "implementer"),
     symptom="A pod that backs a Service hangs when it connects to that Service, about one connection in N (N endpoints) — "
     "the ones kube-proxy sends back to the same pod; every other client is fine.",
     why="""
@@ -82,6 +82,9 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
     "ip link set <port> type bridge_slave hairpin on.",
 )
 def bridge_hairpin_off(ctx, new):
+    impl = ctx.service_implementer
+    if impl is not None and not impl.kube_proxy_in_charge:
+        return  # a replacement (Cilium, Calico eBPF, …) translates Services before the bridge: no hairpin through it
     ifaces = links(ctx)
     bridges = _bridges(ifaces)
     if not bridges:
