@@ -254,6 +254,8 @@ def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict
     b = state.bundle
     if isinstance(b.manifest, dict) and b.manifest.get("service"):
         return None  # a kpdiag svc bundle: the Service is diagnosed wherever kpdiag ran
+    if state.preflight:
+        return None  # --preflight asks whether this host can run a mode: often a node to be, not one yet
     if "1" not in procs.values() or state.ip_addr is None or (state.iptables() is None and state.nft_text is None):
         return None
     found = []

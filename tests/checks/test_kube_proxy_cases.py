@@ -196,3 +196,16 @@ def test_without_the_hosts_processes_a_host_is_not_called_no_node(tmp_path):
     assert not _findings(report, "KP709") and "headline" not in report.extra
     assert _run(report, "KP709").status == "skipped"
     assert _findings(report, "KP501")  # then the node checks speak
+
+
+def test_preflight_on_a_host_that_is_not_a_node_yet_still_answers():
+    """--preflight asks whether the host can run a mode (a node to be): not-a-node does not silence it."""
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.commands.diagnose import analyze_state
+    from kpdiag.state.node import NodeState
+
+    state = NodeState(Bundle.open(os.path.join(FIXTURES, "not-a-node")), preflight="ipvs")
+    report = analyze_state(state)
+    assert "headline" not in report.extra and report.readable
+    assert not _findings(report, "KP709")
+    assert _findings(report, "KP301")  # no ip_vs module here: the preflight answer
