@@ -18,7 +18,7 @@ class NftRule:
     """One rule; its expression tree is kept as JSON text and decoded the first time it is needed
     (a 10,000-service table has 130,000 rules: decoded all at once they take hundreds of MB)."""
 
-    __slots__ = ("family", "table", "chain", "index", "handle", "comment", "_expr", "_raw")
+    __slots__ = ("family", "table", "chain", "index", "handle", "comment", "_expr", "_raw", "_text")
 
     def __init__(self, family, table, chain, index, handle, expr=None, comment=None, raw: str | None = None):
         self.family, self.table, self.chain, self.index, self.handle, self.comment = (
@@ -31,6 +31,7 @@ class NftRule:
         )
         self._expr = expr
         self._raw = raw
+        self._text: str | None = None
 
     @property
     def expr(self) -> list:
@@ -43,7 +44,9 @@ class NftRule:
 
     @property
     def text(self) -> str:
-        return render_rule(self.expr) + (f' comment "{self.comment}"' if self.comment else "")
+        if self._text is None:
+            self._text = render_rule(self.expr) + (f' comment "{self.comment}"' if self.comment else "")
+        return self._text
 
 
 @dataclass

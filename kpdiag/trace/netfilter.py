@@ -25,7 +25,7 @@ from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
 from .model import Step, endpoint_text
 from .routing import RoutingTable
-from .walker import MAX_DEPTH, MAX_PATHS, PacketState, PacketWalker
+from .walker import MAX_DEPTH, PacketState, PacketWalker
 from kpdiag.bundle import sources
 
 INDEX_MIN_RULES = 24
@@ -80,7 +80,7 @@ _NOOP_TARGETS = {
 _MULTICAST = parse_prefix("224.0.0.0/4")
 
 
-_QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_QUOTED_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # linear (see parse/iptables.py _TOKEN_RE)
 _DST_RE = re.compile(r"(?:^|\s)(!\s+)?(?:-d|--destination|--dst)\s+(\S+)")
 
 
@@ -144,13 +144,14 @@ class IptablesTracer(PacketWalker):
             nxt: list[PacketState] = []
             for st in states:
                 if table_name == "nat" and st.untracked:
-                    continue  # untracked packets never see the nat table
+                    nxt.append(st)  # an untracked packet has no conntrack entry: the nat hooks let it pass unseen
+                    continue
                 st.hook = hook
                 for s2, outcome in self._run(chain, st, 0, 0):
                     if outcome == "return":
                         outcome = chain.policy or "ACCEPT"
                         if outcome != "ACCEPT":
-                            s2.steps.append(
+                            s2.add(
                                 Step(
                                     hook,
                                     table_name,
@@ -166,9 +167,6 @@ class IptablesTracer(PacketWalker):
                     else:
                         s2.hook = outcome.lower()
                         finished.append(s2)
-            if len(nxt) > MAX_PATHS:
-                nxt.sort(key=lambda s: -s.prob)
-                nxt = nxt[:MAX_PATHS]
             states = nxt
             if hook == "OUTPUT" and table_name == "nat":
                 for st in states:
@@ -216,9 +214,13 @@ class IptablesTracer(PacketWalker):
 
         outcome: "return" (fell off the end or RETURN), "ACCEPT", "DROP", "REJECT".
         """
+        budget = self.budget
+        if budget.stopped:
+            self._cut(st)
+            return []
         if depth > MAX_DEPTH:
-            st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
-            return [(st, "DROP")]
+            self._cut(st, f"more than {MAX_DEPTH} nested jumps (at {chain.table}/{chain.name}: a loop?)")
+            return []
         n_rules = len(chain)
         cand = self._candidates(chain, st)
         if cand is None:
@@ -229,6 +231,9 @@ class IptablesTracer(PacketWalker):
         out: list[tuple[PacketState, str]] = []
         deferred: list[tuple[PacketState, int]] = []  # the "did not match" side of random matches
         for pos in positions:
+            if not budget.spend():
+                self._cut(st)
+                break
             try:
                 rule = chain.rule_at(pos)
             except InputError as exc:
@@ -240,7 +245,9 @@ class IptablesTracer(PacketWalker):
             st.rules_evaluated += pos + 1 - cursor
             cursor = pos + 1
             if p < 1.0:
-                deferred.append((st.fork(1.0 - p), pos + 1))
+                other = self._fork(st, 1.0 - p)
+                if other is not None:
+                    deferred.append((other, pos + 1))
                 st.prob *= p
             outcome = self._target(rule, st, depth, out)
             if outcome is None:
@@ -256,7 +263,7 @@ class IptablesTracer(PacketWalker):
         return out
 
     def _step(self, rule: Rule, st: PacketState, action: str) -> None:
-        st.steps.append(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
+        st.add(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
 
     def _target(self, rule: Rule, st: PacketState, depth: int, out: list) -> str | None:
         t = rule.target
