@@ -80,11 +80,11 @@ def nft_numgen_huge(mod: int = 100_000_000) -> str:
 
 
 def nft_numgen_ladder(depth: int = 41) -> str:
-    """Each chain forks in two by numgen into the next: 2**depth paths."""
+    """Each chain forks in two by numgen into the next (a jump and a goto: two distinct verdicts): 2**depth paths."""
     chains: dict[str, list[list]] = {"pre": [[{"jump": {"target": "n0"}}]]}
     for i in range(depth - 1):
-        nxt = {"jump": {"target": f"n{i + 1}"}}
-        chains[f"n{i}"] = [[_numgen_vmap(2, [[0, nxt], [1, nxt]])]]
+        nxt = f"n{i + 1}"
+        chains[f"n{i}"] = [[_numgen_vmap(2, [[0, {"jump": {"target": nxt}}], [1, {"goto": {"target": nxt}}]])]]
     chains[f"n{depth - 1}"] = [[{"dnat": {"addr": "10.244.1.10", "port": 8080}}]]
     return _doc(chains)
 
