@@ -226,6 +226,18 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
     return rs
 
 
+_CHAIN_HOOK_RE = re.compile(
+    r'\{\s*"chain"\s*:\s*\{\s*"family"\s*:\s*"(\w+)"\s*,\s*"table"\s*:\s*"([^"\\]*)"[^{}]*?"hook"\s*:'
+)
+
+
+def hooked_tables(text: str) -> set[tuple[str, str]]:
+    """(family, table) of every table with a base chain, found with a regex scan of ``nft -j list ruleset`` text
+    (no parse: on an iptables-nft node with 10,000 Services that JSON is tens of MB), for deciding whether a full
+    parse is needed at all."""
+    return {(m.group(1), m.group(2)) for m in _CHAIN_HOOK_RE.finditer(text)}
+
+
 # ----------------------------------------------------------------------- rendering (for steps)
 def render_value(v) -> str:
     if isinstance(v, dict):

@@ -123,21 +123,63 @@ def _iface_match(pattern: str, name: str) -> bool:
     return name == pattern
 
 
+# the priorities iptables(-nft) registers its tables at, by hook (nat: dstnat before routing, srcnat after)
+TABLE_PRIO = {"raw": -300, "mangle": -150, "filter": 0, "security": 50}
+NAT_PRIO = {"PREROUTING": -100, "OUTPUT": -100, "INPUT": 100, "POSTROUTING": 100}
+IPTABLES_NFT_TABLES = {"raw", "mangle", "nat", "filter", "security"}
+
+
 class IptablesTracer(PacketWalker):
-    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets."""
+    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets.
+
+    ``nft``: the node's nftables ruleset; its base chains other than iptables-nft's own tables (``ip``/``ip6``
+    raw, mangle, nat, filter, security: the rules iptables-save already shows) run at their hooks too, ordered with
+    the iptables tables by priority — a host firewall (firewalld's ``inet firewalld``, a hand-written ``inet filter``)
+    sees forwarded pod traffic as well."""
 
     def __init__(
-        self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"
+        self,
+        ruleset: Ruleset,
+        routing: RoutingTable | None = None,
+        ipsets: dict | None = None,
+        mode: str = "iptables",
+        nft=None,
     ):
         self.rs = ruleset
         self.routing = routing or RoutingTable()
         self.ipsets = ipsets
         self.mode = mode
         self._indexes: dict[tuple[str, str], tuple] = {}
+        self.nft = nft
+        self._nft_tracer = None
+
+    def _nft_chains(self, hook: str, ver: int) -> list:
+        if self.nft is None:
+            return []
+        families = ("ip6", "inet") if ver == 6 else ("ip", "inet")
+        return [
+            c
+            for c in self.nft.base_chains(families, hook.lower())
+            if not (c.family in ("ip", "ip6") and c.table in IPTABLES_NFT_TABLES)
+        ]
 
     def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
-        """Run every table of ``hook`` in priority order; return the states that get through."""
-        for table_name in HOOK_TABLES[hook]:
+        """Run every table of ``hook`` in priority order (with the nft base chains of other tables on that hook, when
+        the node's nftables ruleset is known); return the states that get through."""
+        order = [(NAT_PRIO[hook] if t == "nat" else TABLE_PRIO[t], 0, n, t) for n, t in enumerate(HOOK_TABLES[hook])]
+        others = self._nft_chains(hook, states[0].ver) if states else []
+        if others:
+            from .nftables import NftTracer
+
+            if self._nft_tracer is None:
+                self._nft_tracer = NftTracer(self.nft, self.routing, mode=self.mode)
+            self._nft_tracer.budget = self.budget
+            order += [(c.prio if c.prio is not None else 0, 1, n, c) for n, c in enumerate(others)]
+            order.sort(key=lambda o: o[:3])
+        for _, kind, _, table_name in order:
+            if kind == 1:
+                states = self._nft_tracer._base_chain(table_name, hook, states, finished)
+                continue
             chain = self.rs.chain(table_name, hook)
             if chain is None:
                 continue

@@ -159,40 +159,48 @@ class NftTracer(PacketWalker):
         hook = hook.lower()
         families = FAMILIES6 if states and states[0].ver == 6 else FAMILIES  # DNAT keeps the family
         for chain in self.rs.base_chains(families, hook):
-            nxt = []
-            for st in states:
-                if chain.type == "nat" and (st.untracked or st.nat_done == hook):
-                    nxt.append(st)
-                    continue
-                st.hook = hook_name
-                dnat_before = st.ct_dnat
-                for s2, outcome in self._run(chain, st, 0, 0):
-                    if outcome == "return":
-                        outcome = chain.policy or "accept"
-                        if outcome != "accept":
-                            s2.add(
-                                Step(
-                                    s2.hook,
-                                    f"{chain.family} {chain.table}",
-                                    chain.name,
-                                    None,
-                                    f"policy {outcome}",
-                                    f"policy {outcome}",
-                                )
-                            )
-                    if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
-                        s2.nat_done = hook
-                    if outcome == "accept":
-                        nxt.append(s2)
-                    else:
-                        s2.hook = outcome
-                        finished.append(s2)
-            states = nxt
-            if hook == "output" and chain.type == "nat":
-                for st in states:
-                    if st.ct_dnat:
-                        self._set_oif(st)  # re-route after DNAT in OUTPUT
+            states = self._base_chain(chain, hook_name, states, finished)
         return states
+
+    def _base_chain(
+        self, chain: NftChain, hook_name: str, states: list[PacketState], finished: list[PacketState]
+    ) -> list[PacketState]:
+        """Run one base chain on ``hook_name`` (PREROUTING, …) for every state; return those it lets through (the
+        iptables tracer calls this too, for the nft tables of a node whose kube-proxy runs in iptables mode)."""
+        hook = hook_name.lower()
+        nxt = []
+        for st in states:
+            if chain.type == "nat" and (st.untracked or st.nat_done == hook):
+                nxt.append(st)
+                continue
+            st.hook = hook_name
+            dnat_before = st.ct_dnat
+            for s2, outcome in self._run(chain, st, 0, 0):
+                if outcome == "return":
+                    outcome = chain.policy or "accept"
+                    if outcome != "accept":
+                        s2.add(
+                            Step(
+                                s2.hook,
+                                f"{chain.family} {chain.table}",
+                                chain.name,
+                                None,
+                                f"policy {outcome}",
+                                f"policy {outcome}",
+                            )
+                        )
+                if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
+                    s2.nat_done = hook
+                if outcome == "accept":
+                    nxt.append(s2)
+                else:
+                    s2.hook = outcome
+                    finished.append(s2)
+        if hook == "output" and chain.type == "nat":
+            for st in nxt:
+                if st.ct_dnat:
+                    self._set_oif(st)  # re-route after DNAT in OUTPUT
+        return nxt
 
     # ----------------------------------------------------------------- chains and rules
     def _run(self, chain: NftChain, st: PacketState, start: int, depth: int) -> list[tuple[PacketState, str]]:
