@@ -263,6 +263,23 @@ class IptablesTracer(PacketWalker):
         if depth > MAX_DEPTH:
             self._cut(st, f"more than {MAX_DEPTH} nested jumps (at {chain.table}/{chain.name}: a loop?)")
             return []
+        out: list[tuple[PacketState, str]] = []
+        # walks of this chain still to do, as a stack (the top is next): the "did not match" side of random matches
+        # and the continuations after a jump returns — kept here, not in recursion, so that a chain of thousands of
+        # statistic rules (a Service with thousands of endpoints) or of jump-and-return rules walks in constant stack
+        todo: list[tuple[PacketState, int]] = [(st, start)]
+        while todo:
+            st, start = todo.pop()
+            if budget.stopped:
+                self._cut(st)
+                continue
+            later = self._walk(chain, st, start, depth, out)
+            todo.extend(reversed(later))  # in rule order: continuations first, then the other sides of forks
+        return out
+
+    def _walk(self, chain: Chain, st: PacketState, start: int, depth: int, out: list) -> list[tuple[PacketState, int]]:
+        """One walk of ``chain`` from ``start``; finished outcomes go to ``out``; returns the walks it leaves to do."""
+        budget = self.budget
         n_rules = len(chain)
         cand = self._candidates(chain, st)
         if cand is None:
@@ -270,7 +287,6 @@ class IptablesTracer(PacketWalker):
         else:
             positions = cand[bisect_left(cand, start) :] if start else cand
         cursor = start
-        out: list[tuple[PacketState, str]] = []
         deferred: list[tuple[PacketState, int]] = []  # the "did not match" side of random matches
         for pos in positions:
             if not budget.spend():
@@ -291,38 +307,36 @@ class IptablesTracer(PacketWalker):
                 if other is not None:
                     deferred.append((other, pos + 1))
                 st.prob *= p
-            outcome = self._target(rule, st, depth, out)
+            sub = self.rs.chain(rule.table, rule.target) if rule.target else None
+            if sub is not None and not sub.builtin:
+                self._step(rule, st, ("goto " if rule.goto else "jump ") + rule.target)
+                resume = []
+                for s2, outcome in self._run(sub, st, 0, depth + 1):
+                    if outcome == "return" and not rule.goto:
+                        resume.append((s2, rule.index))  # continue after the jump
+                    else:
+                        out.append((s2, outcome))
+                return resume + deferred
+            outcome = self._target(rule, st)
             if outcome is None:
                 continue  # non-terminal target: next rule
-            if outcome != "_consumed":
-                out.append((st, outcome))
+            out.append((st, outcome))
             break
         else:
             st.rules_evaluated += n_rules - cursor
             out.append((st, "return"))
-        for other, resume in deferred:  # walked after, so paths come out in rule order
-            out.extend(self._run(chain, other, resume, depth))
-        return out
+        return deferred
 
     def _step(self, rule: Rule, st: PacketState, action: str) -> None:
         st.add(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
 
-    def _target(self, rule: Rule, st: PacketState, depth: int, out: list) -> str | None:
+    def _target(self, rule: Rule, st: PacketState) -> str | None:
+        """A target other than a jump to a user chain: its outcome, or None to go on with the next rule."""
         t = rule.target
         if t is None:
             self._step(rule, st, "no target (counts only)")
             return None
         sub = self.rs.chain(rule.table, t)
-        if sub is not None and not sub.builtin:
-            self._step(rule, st, ("goto " if rule.goto else "jump ") + t)
-            results = self._run(sub, st, 0, depth + 1)
-            chain = self.rs.chain(rule.table, rule.chain)
-            for s2, outcome in results:
-                if outcome == "return" and not rule.goto:
-                    out.extend(self._run(chain, s2, rule.index, depth))  # continue after the jump
-                else:
-                    out.append((s2, outcome))
-            return "_consumed"
         if t == "ACCEPT":
             self._step(rule, st, "ACCEPT")
             return "ACCEPT"

@@ -212,36 +212,50 @@ class NftTracer(PacketWalker):
             self._cut(st, f"more than {MAX_DEPTH} nested jumps (at {chain.family} {chain.table} {chain.name}: a loop?)")
             return []
         out: list[tuple[PacketState, str]] = []
+        todo: list[tuple[PacketState, int]] = [(st, start)]  # walks of this chain still to do (a stack, not recursion)
+        while todo:
+            st, start = todo.pop()
+            if budget.stopped:
+                self._cut(st)
+                continue
+            todo.extend(reversed(self._walk(chain, st, start, depth, out)))
+        return out
+
+    def _walk(self, chain: NftChain, st: PacketState, start: int, depth: int, out: list) -> list:
+        """One walk of ``chain`` from ``start``; finished outcomes go to ``out``; returns the walks it leaves to do
+        (the branches of a numgen map or a dnat map that go on with the next rule, continuations after a jump)."""
+        budget = self.budget
         rules = chain.rules
         for pos in range(start, len(rules)):
             if not budget.spend():
                 self._cut(st)
-                return out
+                return []
             st.rules_evaluated += 1
             results = self._rule(rules[pos], st)
             if len(results) == 1 and results[0][1] is None:
                 st = results[0][0]
                 continue
+            later = []
             for s2, action in results:
                 if action is None:
-                    out.extend(self._run(chain, s2, pos + 1, depth))
+                    later.append((s2, pos + 1))
                 elif isinstance(action, tuple):
                     verb, target = action
                     sub = self.rs.chain(chain.family, chain.table, target)
                     if sub is None:
                         s2.note(f"{chain.name}: {verb} to missing chain {target}", uncertain=True)
-                        out.extend(self._run(chain, s2, pos + 1, depth))
+                        later.append((s2, pos + 1))
                         continue
                     for s3, o3 in self._run(sub, s2, 0, depth + 1):
                         if o3 == "return" and verb == "jump":
-                            out.extend(self._run(chain, s3, pos + 1, depth))
+                            later.append((s3, pos + 1))
                         else:
                             out.append((s3, o3))
                 else:
                     out.append((s2, action))
-            return out
+            return later
         out.append((st, "return"))
-        return out
+        return []
 
     def _step(self, rule: NftRule, st: PacketState, action: str) -> None:
         st.add(

@@ -323,3 +323,32 @@ def test_ipvs_real_server_the_node_cannot_route_to_is_host_unreachable_on_that_p
     by = {p.dnat: p for p in result.paths}
     assert by["10.244.1.10:8080"].verdict == "accept" and by["10.244.1.10:8080"].route["gateway"] == "192.168.50.2"
     assert (by["10.60.0.5:8080"].verdict, by["10.60.0.5:8080"].reject_with) == ("reject", "icmp-host-unreachable")
+
+
+# ---------------------------------------------------------------------- long chains walk in constant stack
+def test_a_service_with_thousands_of_endpoints_is_traced_in_full():
+    svc = Service(
+        "shop",
+        "big",
+        "10.96.0.1",
+        [Port("http", 80, 8080)],
+        [Endpoint(f"10.244.{i // 250}.{i % 250 + 1}") for i in range(2500)],
+    )
+    from tests.synth import iptables_ruleset
+
+    tracer = IptablesTracer(
+        parse_iptables_save(iptables_ruleset([svc]), "big"), RoutingTable.from_local_ips(["1.1.1.1"])
+    )
+    result = tracer.trace(Packet("192.168.0.9", "10.96.0.1", "tcp", 80))
+    assert result.complete and len(result.paths) == 2500  # was a RecursionError from 1,000 endpoints on
+    assert sum(p.probability for p in result.paths) == pytest.approx(1.0)
+
+
+def test_thousands_of_jump_and_return_rules_in_one_chain():
+    n = 5000
+    ipt = hostile.IPT_HEAD + ":R - [0:0]\n" + "-A PREROUTING -j R\n" * n + "-A R -j RETURN\nCOMMIT\n"
+    result = IptablesTracer(parse_iptables_save(ipt, "r"), RoutingTable()).trace(PKT)
+    assert result.complete and result.verdicts() == {"accept"}
+    doc = hostile._doc({"pre": [[{"jump": {"target": "r"}}]] * n, "r": [[{"return": None}]]})
+    result = NftTracer(parse_nft_json(doc, "r"), RoutingTable()).trace(PKT)
+    assert result.complete and result.verdicts() == {"accept"}
