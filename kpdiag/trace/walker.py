@@ -13,7 +13,7 @@ MAX_DEPTH = 64  # nested jumps on one path (the kernel refuses rulesets with loo
 MAX_PATHS = 4096  # paths one trace follows, all chains and hooks together (every fork counts)
 MAX_WORK = 100_000  # rule evaluations one trace may make, all paths together
 MAX_STEPS = 1000  # steps kept per path (the last one always: it is the verdict)
-MAX_SHOWN_STEPS = 100_000  # steps in one result, all paths together; past it each path shows its first and last ones
+MAX_SHOWN_STEPS = 40_000  # steps in one result, all paths together; past it each path shows its first and last ones
 
 
 STOPPED = ("blackhole", "unreachable", "prohibit")
