@@ -151,6 +151,7 @@ class NftTracer(PacketWalker):
         self.routing = routing or RoutingTable()
         self.mode = mode
         self._sets: dict = {}
+        self._groups: dict = {}
 
     # ----------------------------------------------------------------- hooks
     def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
@@ -391,6 +392,10 @@ class NftTracer(PacketWalker):
                 f"{rule.chain}: numgen {spec.get('mode')} depends on the connections before this one; each branch is "
                 f"shown with its share of the {mod} values"
             )
+        ckey = (data if isinstance(data, str) else id(data), rule.family, rule.table, mod, offset)
+        cached = self._groups.get(ckey)
+        if cached is not None and (isinstance(data, str) or cached[0] is data):
+            return cached[1]  # a big map is grouped once per trace setup, not once per path
         lo, hi = offset, offset + mod - 1
         groups: dict[str, list] = {}
         covered = 0
@@ -411,6 +416,7 @@ class NftTracer(PacketWalker):
         out = [(n / mod, True, value) for n, _, value in sorted(groups.values(), key=lambda g: g[1])]
         if covered < mod:
             out.append(((mod - covered) / mod, False, None))
+        self._groups[ckey] = (data, out)
         return out
 
     def _branches(self, st: PacketState, shares: list[float]) -> list[PacketState | None]:

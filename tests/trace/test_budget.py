@@ -352,3 +352,86 @@ def test_thousands_of_jump_and_return_rules_in_one_chain():
     doc = hostile._doc({"pre": [[{"jump": {"target": "r"}}]] * n, "r": [[{"return": None}]]})
     result = NftTracer(parse_nft_json(doc, "r"), RoutingTable()).trace(PKT)
     assert result.complete and result.verdicts() == {"accept"}
+
+
+# ---------------------------------------------------------------------- iptables mode sees the other nft tables
+def _firewalld_bundle(tmp_path, with_firewall: bool):
+    from kpdiag.trace.inputs import setup_trace
+
+    items = [{"metainfo": {"json_schema_version": 1}}, {"table": {"family": "ip", "name": "filter", "handle": 1}}]
+    items.append(
+        {
+            "chain": {
+                "family": "ip",
+                "table": "filter",
+                "name": "FORWARD",
+                "handle": 2,
+                "type": "filter",
+                "hook": "forward",
+                "prio": 0,
+                "policy": "accept",
+            }
+        }
+    )  # iptables-nft's own: not traced twice
+    if with_firewall:
+        items.append({"table": {"family": "inet", "name": "firewalld", "handle": 3}})
+        items.append(
+            {
+                "chain": {
+                    "family": "inet",
+                    "table": "firewalld",
+                    "name": "filter_FORWARD",
+                    "handle": 4,
+                    "type": "filter",
+                    "hook": "forward",
+                    "prio": 10,
+                    "policy": "accept",
+                }
+            }
+        )
+        items.append(
+            {
+                "rule": {
+                    "family": "inet",
+                    "table": "firewalld",
+                    "chain": "filter_FORWARD",
+                    "handle": 5,
+                    "expr": [
+                        {
+                            "match": {
+                                "op": "==",
+                                "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                                "right": {"prefix": {"addr": "10.244.0.0", "len": 16}},
+                            }
+                        },
+                        {"reject": {"type": "icmpx", "expr": "admin-prohibited"}},
+                    ],
+                }
+            }
+        )
+    files = {
+        "node/iptables-save.txt": EMPTY,
+        "node/nft-ruleset.json": json.dumps({"nftables": items}),
+        "node/ip-addr.json": json.dumps(ADDRS),
+        "node/ip-route.json": json.dumps(ROUTES),
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "kpdiag.json").write_text(json.dumps({"format": "kpdiag-bundle/v1", "kind": "node"}))
+    return setup_trace(bundle=str(tmp_path), mode="iptables")
+
+
+@pytest.mark.parametrize("with_firewall", [True, False])
+def test_iptables_mode_traces_a_host_firewall_table(tmp_path, with_firewall):
+    setup = _firewalld_bundle(tmp_path, with_firewall)
+    assert (setup.tracer.nft is not None) == with_firewall  # parsed only when another table has base chains
+    (path,) = setup.tracer.trace(Packet("192.168.0.9", "10.244.1.9", "tcp", 80, iif="eth0")).paths
+    if with_firewall:
+        assert (path.verdict, path.reject_with, path.steps[-1].table) == (
+            "reject",
+            "admin-prohibited",
+            "inet firewalld",
+        )
+    else:
+        assert path.verdict == "accept" and path.route["dev"] == "cni0"
