@@ -383,11 +383,11 @@ class PacketWalker:
                     if route.rule and route.table == "-":
                         kind = "rule-" + route.type
                     icmp, text = ICMP_ERRORS[kind]
-                    if (
-                        st.ver == 6 and icmp
-                    ):  # ip6_pkt_drop: no route / unreachable → no-route, prohibit → adm-prohibited
+                    if st.ver == 6 and icmp:
+                        # ip6_pkt_drop: no route and unreachable routes → no route (code 0), prohibit → code 1
                         icmp = "icmp6-adm-prohibited" if "prohibited" in icmp else "icmp6-no-route"
-                        text = text.replace("ICMP", "ICMPv6")
+                        what = "administratively prohibited" if "prohibited" in icmp else "no route to destination"
+                        text = f"{text.split(':')[0]}: the kernel answers ICMPv6 {what} (the client fails at once)"
                     self._stop(st, route, "reject" if icmp else "drop", icmp, text, finished)
                 continue
             else:

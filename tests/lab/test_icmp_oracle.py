@@ -150,3 +150,43 @@ def test_kernel_and_trace_agree_on_routing_failures(lab, tmp_path, mode):
     for (dst, dport), err in zip(LOCAL, local):
         result = tracer.trace(Packet("192.168.50.1", dst, "tcp", dport, origin="node"))
         assert {(p.verdict, p.reject_with) for p in result.paths} == {("reject", err)}, (dst, result.paths)
+
+
+PROBE6 = """
+import json, sys, time
+from scapy.all import IPv6, TCP, ICMPv6DestUnreach, sr1, conf
+conf.verb = 0
+out = []
+for dst in json.loads(sys.argv[1]):
+    time.sleep(1.1)
+    ans = sr1(IPv6(dst=dst) / TCP(dport=80, flags="S"), timeout=1.0)
+    out.append(None if ans is None else int(ans[ICMPv6DestUnreach].code) if ans.haslayer(ICMPv6DestUnreach) else -1)
+print(json.dumps(out))
+"""
+
+
+def test_kernel_and_trace_agree_on_ipv6_routing_failures(lab):
+    from kpdiag.parse.iptables import parse_iptables_save
+    from kpdiag.trace.routing import routing_from_ip_json
+
+    lab.add_ns("client")
+    lab.add_ns("node")
+    lab.veth("client", "eth0", "node", "ext0")
+    lab.sh("client", ["ip", "addr", "add", "fd00:50::2/64", "dev", "eth0", "nodad"])
+    lab.sh("node", ["ip", "addr", "add", "fd00:50::1/64", "dev", "ext0", "nodad"])
+    lab.sh("client", ["ip", "-6", "route", "add", "default", "via", "fd00:50::1"])
+    lab.sysctl("node", "net.ipv6.conf.all.forwarding", "1")
+    for kind, prefix in (("unreachable", "fd00:51::/64"), ("prohibit", "fd00:52::/64"), ("blackhole", "fd00:53::/64")):
+        lab.sh("node", ["ip", "-6", "route", "add", kind, prefix])
+    dsts = ["fd00:99::1", "fd00:51::1", "fd00:52::1", "fd00:53::1"]
+    codes = json.loads(lab.sh("client", [sys.executable, "-c", PROBE6, json.dumps(dsts)], timeout=60).stdout)
+    assert codes == [0, 0, 1, None], codes  # no route / unreachable: code 0 (no route), prohibit: 1, blackhole: none
+    names = {0: "icmp6-no-route", 1: "icmp6-adm-prohibited"}
+    addrs = json.loads(lab.sh("node", ["ip", "-j", "addr"]).stdout)
+    routes = json.loads(lab.sh("node", ["ip", "-6", "-j", "route", "show", "table", "all"]).stdout)
+    empty = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+    tracer = IptablesTracer(parse_iptables_save(empty, "ip6tables-save"), routing_from_ip_json(addrs, routes))
+    for dst, code in zip(dsts, codes):
+        (path,) = tracer.trace(Packet("fd00:50::2", dst, "tcp", 80, iif="ext0")).paths
+        want = ("drop", None) if code is None else ("reject", names[code])
+        assert (path.verdict, path.reject_with) == want, (dst, path)
