@@ -190,3 +190,28 @@ def test_kernel_and_trace_agree_on_ipv6_routing_failures(lab):
         (path,) = tracer.trace(Packet("fd00:50::2", dst, "tcp", 80, iif="ext0")).paths
         want = ("drop", None) if code is None else ("reject", names[code])
         assert (path.verdict, path.reject_with) == want, (dst, path)
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+def test_the_nodes_own_packet_dnated_to_an_unroutable_endpoint_times_out(lab, tmp_path, mode):
+    """The first route lookup (connect) succeeds — the ClusterIP is routed — and the one after DNAT in OUTPUT fails:
+    the kernel drops the SYN without an error to the socket; TCP retries until connect() times out."""
+    k = KubeNodeLab.build(lab, pod_count=1)
+    lab.route("node", "10.96.0.0/16", "dev", "ext0")
+    services = [Service("shop", "gone", "10.96.0.30", [Port("http", 80, 8080)], [Endpoint("10.99.0.5")])]
+    if mode == "iptables":
+        k.load_iptables(iptables_ruleset(services))
+    else:
+        k.load_nft(nft_ruleset(services, node_ips=("192.168.50.1",)))
+    got = json.loads(
+        lab.sh("node", [sys.executable, "-c", CONNECT, json.dumps([["10.96.0.30", 80]])], timeout=60).stdout
+    )
+    assert got == ["timeout"], got
+    state = NodeState(Bundle.open(bundle_from_ns(lab, "node", str(tmp_path / "b"))))
+    tracer = (
+        IptablesTracer(state.iptables(), state.routing, state.ipsets)
+        if mode == "iptables"
+        else NftTracer(state.nft(), state.routing)
+    )
+    result = tracer.trace(Packet("192.168.50.1", "10.96.0.30", "tcp", 80, origin="node"))
+    assert {(p.verdict, p.dnat) for p in result.paths} == {("drop", "10.99.0.5:8080")}, result.paths
