@@ -158,7 +158,8 @@ def trace(
     """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability.
 
     Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only).
-    Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable.
+    Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable
+    or not traced to the end (the trace's work budget; the notes say why).
     """
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
@@ -212,7 +213,7 @@ def trace(
     result = explain_unmatched(setup.tracer.trace(packet), setup)
     render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
     click.echo(render(result), nl=False)
-    raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts()))
+    raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
 
 
 def _report_options(fn):

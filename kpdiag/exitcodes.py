@@ -33,10 +33,14 @@ TRACE_DROPPED = 4  # at least one path drops it (silently: the client times out)
 TRACE_REJECTED = 5  # at least one path rejects it (the client gets an error at once), none drops it
 
 
-def for_trace(verdicts) -> int:
+def for_trace(verdicts, complete: bool = True) -> int:
     """The exit code of a trace from the verdicts of its paths: a drop anywhere wins over a reject, a reject over
-    delivery; a packet some of whose paths are delivered and others dropped is 'dropped' (it will be, sometimes)."""
+    delivery; a packet some of whose paths are delivered and others dropped is 'dropped' (it will be, sometimes).
+    A trace that could not follow every path (``complete`` False: its work budget, a loop) answers only what it saw
+    for certain — a drop or a reject on a traced path — and otherwise 3: delivery cannot be claimed."""
     verdicts = set(verdicts)
+    if not complete and not verdicts & {"drop", "reject"}:
+        return NO_DIAGNOSIS
     if "drop" in verdicts or not verdicts:
         return TRACE_DROPPED
     if "reject" in verdicts:

@@ -18,7 +18,7 @@ class NftRule:
     """One rule; its expression tree is kept as JSON text and decoded the first time it is needed
     (a 10,000-service table has 130,000 rules: decoded all at once they take hundreds of MB)."""
 
-    __slots__ = ("family", "table", "chain", "index", "handle", "comment", "_expr", "_raw")
+    __slots__ = ("family", "table", "chain", "index", "handle", "comment", "_expr", "_raw", "_text")
 
     def __init__(self, family, table, chain, index, handle, expr=None, comment=None, raw: str | None = None):
         self.family, self.table, self.chain, self.index, self.handle, self.comment = (
@@ -31,6 +31,7 @@ class NftRule:
         )
         self._expr = expr
         self._raw = raw
+        self._text: str | None = None
 
     @property
     def expr(self) -> list:
@@ -43,7 +44,9 @@ class NftRule:
 
     @property
     def text(self) -> str:
-        return render_rule(self.expr) + (f' comment "{self.comment}"' if self.comment else "")
+        if self._text is None:
+            self._text = render_rule(self.expr) + (f' comment "{self.comment}"' if self.comment else "")
+        return self._text
 
 
 @dataclass
@@ -221,6 +224,18 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
         )
         rs.rule_count += 1
     return rs
+
+
+_CHAIN_HOOK_RE = re.compile(
+    r'\{\s*"chain"\s*:\s*\{\s*"family"\s*:\s*"(\w+)"\s*,\s*"table"\s*:\s*"([^"\\]*)"[^{}]*?"hook"\s*:'
+)
+
+
+def hooked_tables(text: str) -> set[tuple[str, str]]:
+    """(family, table) of every table with a base chain, found with a regex scan of ``nft -j list ruleset`` text
+    (no parse: on an iptables-nft node with 10,000 Services that JSON is tens of MB), for deciding whether a full
+    parse is needed at all."""
+    return {(m.group(1), m.group(2)) for m in _CHAIN_HOOK_RE.finditer(text)}
 
 
 # ----------------------------------------------------------------------- rendering (for steps)

@@ -28,6 +28,27 @@ def _describe(path) -> str:
     return ", ".join(b for b in bits if b)
 
 
+def route_text(route: dict | None) -> str | None:
+    """The routing decision of a path in one line: "via GW dev DEV (PREFIX, table T)", "local (lo)", …"""
+    if not route:
+        return None
+    if route.get("type") == "local":
+        return "local delivery (the node's own address)"
+    if route.get("prefix") == "(no route)":
+        return "no route"
+    bits = []
+    if route.get("type") not in (None, "unicast"):
+        bits.append(str(route["type"]))
+    if route.get("gateway"):
+        bits.append(f"via {route['gateway']}")
+    if route.get("dev"):
+        bits.append(f"dev {route['dev']}")
+    where = [str(route["prefix"])] if route.get("prefix") else []
+    if route.get("table") and route["table"] != "main":
+        where.append(f"table {route['table']}")
+    return " ".join(bits) + (f" ({', '.join(where)})" if where else "")
+
+
 def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None = None) -> str:
     """The trace for people, fitted to the terminal's width; rule texts, comments and names are escaped
     (:func:`~kpdiag.render.safe.term`): a rule comment is written by whoever can write rules."""
@@ -81,6 +102,9 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
                 "  ",
             )
         )
+        shown = route_text(path.route)
+        if shown:
+            lines.extend(_wrap(term(shown), width, "  route: ", "         "))
         hook = None
         last = max((k for k, st in enumerate(path.steps) if st.rule is not None), default=-1)
         for k, step in enumerate(path.steps):

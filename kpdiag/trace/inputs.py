@@ -180,6 +180,17 @@ def _saved_family(data: bytes) -> int | None:
     return None if m is None else (6 if m.group(1) == b"ip6" else 4)
 
 
+def _with_nft_tables(tracer, state) -> None:
+    """iptables and IPVS mode: the node's other nftables tables (a host firewall such as firewalld's, a leftover
+    kube-proxy table) run at the same hooks; parse the ruleset only when it has base chains of its own."""
+    from ..parse.nft import hooked_tables
+    from .netfilter import IPTABLES_NFT_TABLES
+
+    own = {(f, t) for f in ("ip", "ip6") for t in IPTABLES_NFT_TABLES}
+    if hooked_tables(state.nft_text) - own:
+        tracer.nft = state.nft()
+
+
 def setup_trace(
     rules: str | None = None,
     bundle: str | None = None,
@@ -252,6 +263,8 @@ def setup_trace(
             if mode == "ipvs" and state.ipvs is None:
                 raise InputError(bundle, f"no IPVS state to trace ({sources.IPVSADM} missing or unreadable)")
         tracer = state.mode_tracer(mode, family)  # parses ipsets too: their problems are collected after it
+        if mode in ("iptables", "ipvs") and tracer is not None and state.nft_text:
+            _with_nft_tables(tracer, state)
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
             needed = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..parse.addr import parse_ip
 from .model import Step, ip_text
 from .netfilter import IptablesTracer
-from .walker import PacketState
+from .walker import STOPPED, PacketState
 
 WEIGHTED = {"wrr", "wlc", "sed", "nq", "mh", "fo", "ovf"}
 SCHED_NOTES = {
@@ -39,7 +39,7 @@ class IpvsTracer(IptablesTracer):
                 )
             return [st]
         live = [r for r in vs.reals if r.weight > 0]
-        st.steps.append(
+        st.add(
             Step(
                 "INPUT",
                 "ipvs",
@@ -54,20 +54,36 @@ class IpvsTracer(IptablesTracer):
         if vs.persistent:
             st.note(f"persistence {vs.persistent} s: a client seen within that time returns to the same real server")
         if not live:
-            st.note(f"IPVS {vs.name} has no real server with weight > 0: new connections are dropped")
-            st.hook = "drop"
+            # ip_vs_core.c: the scheduler finds no destination → ip_vs_leave() sends ICMP port unreachable (for TCP
+            # and UDP alike: IPVS runs below the socket layer and cannot send a TCP RST) and drops the packet
+            icmp = "icmp6-port-unreachable" if st.ver == 6 else "icmp-port-unreachable"
+            st.note(
+                f"IPVS {vs.name} has no available real server ({len(vs.reals)} listed, none with weight > 0): the kernel "
+                f"answers new connections with ICMP port unreachable ('no destination available'): connection refused"
+            )
+            st.add(Step("INPUT", "ipvs", vs.name, None, f"-A {vs.name}", f"no destination available: {icmp}"))
+            st.hook = "reject"
+            st.reject_with = icmp
             finished.append(st)
             return []
         total = sum(r.weight for r in live) if vs.scheduler in WEIGHTED else len(live)
         out = []
-        for r in live:
+        for n, r in enumerate(live):
             share = (r.weight if vs.scheduler in WEIGHTED else 1) / total
-            b = st.fork(share) if len(live) > 1 else st
+            if len(live) == 1:
+                b = st
+            elif n == len(live) - 1:
+                b = st
+                b.prob *= share
+            else:
+                b = self._fork(st, share)
+                if b is None:
+                    continue
             b.dst = parse_ip(r.addr)[0]
             b.dport = r.port
             b.ct_dnat = True
             b.dnat = r.target
-            b.steps.append(
+            b.add(
                 Step(
                     "INPUT",
                     "ipvs",
@@ -84,6 +100,19 @@ class IpvsTracer(IptablesTracer):
             out.append(b)
         for b in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
             self._set_oif(b)
+            route = b.route
+            if route is not None and route.type in STOPPED:
+                # ip_vs_xmit.c __ip_vs_get_out_rt: no output route to the real server → dst_link_failure() sends
+                # ICMP host unreachable, whatever the route's type
+                self._stop(
+                    b,
+                    route,
+                    "reject",
+                    "icmp6-addr-unreachable" if b.ver == 6 else "icmp-host-unreachable",
+                    "IPVS cannot route to this real server: the kernel answers ICMP host unreachable",
+                    finished,
+                )
+                continue
             for b2 in self._hook("POSTROUTING", [b], finished):
                 b2.hook = "delivered:forward"
                 finished.append(b2)

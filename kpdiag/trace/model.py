@@ -66,7 +66,15 @@ class Step:
     source: str | None = None  # file:line
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "hook": self.hook,
+            "table": self.table,
+            "chain": self.chain,
+            "rule": self.rule,
+            "text": self.text,
+            "action": self.action,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -83,12 +91,25 @@ class Path:
     final_dst: str | None = None
     rules_evaluated: int = 0
     reject_with: str | None = None
+    # the routing decision after DNAT: {"type", "prefix", "dev", "gateway", "table"}; None before routing
+    route: dict | None = None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["steps"] = [s.to_dict() for s in self.steps]
-        d["notes"] = list(self.notes)
-        return d
+        return {
+            "probability": self.probability,
+            "verdict": self.verdict,
+            "dnat": self.dnat,
+            "masquerade": self.masquerade,
+            "steps": [s.to_dict() for s in self.steps],
+            "notes": list(self.notes),
+            "uncertain": self.uncertain,
+            "snat": self.snat,
+            "delivery": self.delivery,
+            "final_dst": self.final_dst,
+            "rules_evaluated": self.rules_evaluated,
+            "reject_with": self.reject_with,
+            "route": dict(self.route) if self.route is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -99,10 +120,17 @@ class TraceResult:
     rules_evaluated: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     sources: tuple[str, ...] = ()
+    # not None when the trace did not follow every path (its work budget, a jump loop): why, for the notes; the
+    # probability that was not traced is 1 - the sum of the paths'
+    incomplete: str | None = None
 
     @property
     def uncertain(self) -> bool:
-        return any(p.uncertain for p in self.paths)
+        return self.incomplete is not None or not self.paths or any(p.uncertain for p in self.paths)
+
+    @property
+    def complete(self) -> bool:
+        return self.incomplete is None and bool(self.paths)
 
     def dnat_set(self) -> set[str]:
         return {p.dnat for p in self.paths if p.dnat}
@@ -118,6 +146,7 @@ class TraceResult:
             "paths": [p.to_dict() for p in self.paths],
             "rules_evaluated": self.rules_evaluated,
             "uncertain": self.uncertain,
+            "complete": self.complete,
             "notes": list(self.notes),
             "sources": list(self.sources),
         }

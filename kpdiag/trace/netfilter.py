@@ -25,7 +25,7 @@ from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
 from ..parse.iptables import Chain, Rule, Ruleset
 from .model import Step, endpoint_text
 from .routing import RoutingTable
-from .walker import MAX_DEPTH, MAX_PATHS, PacketState, PacketWalker
+from .walker import MAX_DEPTH, PacketState, PacketWalker
 from kpdiag.bundle import sources
 
 INDEX_MIN_RULES = 24
@@ -80,7 +80,7 @@ _NOOP_TARGETS = {
 _MULTICAST = parse_prefix("224.0.0.0/4")
 
 
-_QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_QUOTED_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # linear (see parse/iptables.py _TOKEN_RE)
 _DST_RE = re.compile(r"(?:^|\s)(!\s+)?(?:-d|--destination|--dst)\s+(\S+)")
 
 
@@ -123,34 +123,77 @@ def _iface_match(pattern: str, name: str) -> bool:
     return name == pattern
 
 
+# the priorities iptables(-nft) registers its tables at, by hook (nat: dstnat before routing, srcnat after)
+TABLE_PRIO = {"raw": -300, "mangle": -150, "filter": 0, "security": 50}
+NAT_PRIO = {"PREROUTING": -100, "OUTPUT": -100, "INPUT": 100, "POSTROUTING": 100}
+IPTABLES_NFT_TABLES = {"raw", "mangle", "nat", "filter", "security"}
+
+
 class IptablesTracer(PacketWalker):
-    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets."""
+    """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets.
+
+    ``nft``: the node's nftables ruleset; its base chains other than iptables-nft's own tables (``ip``/``ip6``
+    raw, mangle, nat, filter, security: the rules iptables-save already shows) run at their hooks too, ordered with
+    the iptables tables by priority — a host firewall (firewalld's ``inet firewalld``, a hand-written ``inet filter``)
+    sees forwarded pod traffic as well."""
 
     def __init__(
-        self, ruleset: Ruleset, routing: RoutingTable | None = None, ipsets: dict | None = None, mode: str = "iptables"
+        self,
+        ruleset: Ruleset,
+        routing: RoutingTable | None = None,
+        ipsets: dict | None = None,
+        mode: str = "iptables",
+        nft=None,
     ):
         self.rs = ruleset
         self.routing = routing or RoutingTable()
         self.ipsets = ipsets
         self.mode = mode
         self._indexes: dict[tuple[str, str], tuple] = {}
+        self.nft = nft
+        self._nft_tracer = None
+
+    def _nft_chains(self, hook: str, ver: int) -> list:
+        if self.nft is None:
+            return []
+        families = ("ip6", "inet") if ver == 6 else ("ip", "inet")
+        return [
+            c
+            for c in self.nft.base_chains(families, hook.lower())
+            if not (c.family in ("ip", "ip6") and c.table in IPTABLES_NFT_TABLES)
+        ]
 
     def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
-        """Run every table of ``hook`` in priority order; return the states that get through."""
-        for table_name in HOOK_TABLES[hook]:
+        """Run every table of ``hook`` in priority order (with the nft base chains of other tables on that hook, when
+        the node's nftables ruleset is known); return the states that get through."""
+        order = [(NAT_PRIO[hook] if t == "nat" else TABLE_PRIO[t], 0, n, t) for n, t in enumerate(HOOK_TABLES[hook])]
+        others = self._nft_chains(hook, states[0].ver) if states else []
+        if others:
+            from .nftables import NftTracer
+
+            if self._nft_tracer is None:
+                self._nft_tracer = NftTracer(self.nft, self.routing, mode=self.mode)
+            self._nft_tracer.budget = self.budget
+            order += [(c.prio if c.prio is not None else 0, 1, n, c) for n, c in enumerate(others)]
+            order.sort(key=lambda o: o[:3])
+        for _, kind, _, table_name in order:
+            if kind == 1:
+                states = self._nft_tracer._base_chain(table_name, hook, states, finished)
+                continue
             chain = self.rs.chain(table_name, hook)
             if chain is None:
                 continue
             nxt: list[PacketState] = []
             for st in states:
                 if table_name == "nat" and st.untracked:
-                    continue  # untracked packets never see the nat table
+                    nxt.append(st)  # an untracked packet has no conntrack entry: the nat hooks let it pass unseen
+                    continue
                 st.hook = hook
                 for s2, outcome in self._run(chain, st, 0, 0):
                     if outcome == "return":
                         outcome = chain.policy or "ACCEPT"
                         if outcome != "ACCEPT":
-                            s2.steps.append(
+                            s2.add(
                                 Step(
                                     hook,
                                     table_name,
@@ -166,9 +209,6 @@ class IptablesTracer(PacketWalker):
                     else:
                         s2.hook = outcome.lower()
                         finished.append(s2)
-            if len(nxt) > MAX_PATHS:
-                nxt.sort(key=lambda s: -s.prob)
-                nxt = nxt[:MAX_PATHS]
             states = nxt
             if hook == "OUTPUT" and table_name == "nat":
                 for st in states:
@@ -216,9 +256,30 @@ class IptablesTracer(PacketWalker):
 
         outcome: "return" (fell off the end or RETURN), "ACCEPT", "DROP", "REJECT".
         """
+        budget = self.budget
+        if budget.stopped:
+            self._cut(st)
+            return []
         if depth > MAX_DEPTH:
-            st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
-            return [(st, "DROP")]
+            self._cut(st, f"more than {MAX_DEPTH} nested jumps (at {chain.table}/{chain.name}: a loop?)")
+            return []
+        out: list[tuple[PacketState, str]] = []
+        # walks of this chain still to do, as a stack (the top is next): the "did not match" side of random matches
+        # and the continuations after a jump returns — kept here, not in recursion, so that a chain of thousands of
+        # statistic rules (a Service with thousands of endpoints) or of jump-and-return rules walks in constant stack
+        todo: list[tuple[PacketState, int]] = [(st, start)]
+        while todo:
+            st, start = todo.pop()
+            if budget.stopped:
+                self._cut(st)
+                continue
+            later = self._walk(chain, st, start, depth, out)
+            todo.extend(reversed(later))  # in rule order: continuations first, then the other sides of forks
+        return out
+
+    def _walk(self, chain: Chain, st: PacketState, start: int, depth: int, out: list) -> list[tuple[PacketState, int]]:
+        """One walk of ``chain`` from ``start``; finished outcomes go to ``out``; returns the walks it leaves to do."""
+        budget = self.budget
         n_rules = len(chain)
         cand = self._candidates(chain, st)
         if cand is None:
@@ -226,9 +287,11 @@ class IptablesTracer(PacketWalker):
         else:
             positions = cand[bisect_left(cand, start) :] if start else cand
         cursor = start
-        out: list[tuple[PacketState, str]] = []
         deferred: list[tuple[PacketState, int]] = []  # the "did not match" side of random matches
         for pos in positions:
+            if not budget.spend():
+                self._cut(st)
+                break
             try:
                 rule = chain.rule_at(pos)
             except InputError as exc:
@@ -240,40 +303,40 @@ class IptablesTracer(PacketWalker):
             st.rules_evaluated += pos + 1 - cursor
             cursor = pos + 1
             if p < 1.0:
-                deferred.append((st.fork(1.0 - p), pos + 1))
+                other = self._fork(st, 1.0 - p)
+                if other is not None:
+                    deferred.append((other, pos + 1))
                 st.prob *= p
-            outcome = self._target(rule, st, depth, out)
+            sub = self.rs.chain(rule.table, rule.target) if rule.target else None
+            if sub is not None and not sub.builtin:
+                self._step(rule, st, ("goto " if rule.goto else "jump ") + rule.target)
+                resume = []
+                for s2, outcome in self._run(sub, st, 0, depth + 1):
+                    if outcome == "return" and not rule.goto:
+                        resume.append((s2, rule.index))  # continue after the jump
+                    else:
+                        out.append((s2, outcome))
+                return resume + deferred
+            outcome = self._target(rule, st)
             if outcome is None:
                 continue  # non-terminal target: next rule
-            if outcome != "_consumed":
-                out.append((st, outcome))
+            out.append((st, outcome))
             break
         else:
             st.rules_evaluated += n_rules - cursor
             out.append((st, "return"))
-        for other, resume in deferred:  # walked after, so paths come out in rule order
-            out.extend(self._run(chain, other, resume, depth))
-        return out
+        return deferred
 
     def _step(self, rule: Rule, st: PacketState, action: str) -> None:
-        st.steps.append(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
+        st.add(Step(st.hook, rule.table, rule.chain, rule.index, rule.text, action, rule.where))
 
-    def _target(self, rule: Rule, st: PacketState, depth: int, out: list) -> str | None:
+    def _target(self, rule: Rule, st: PacketState) -> str | None:
+        """A target other than a jump to a user chain: its outcome, or None to go on with the next rule."""
         t = rule.target
         if t is None:
             self._step(rule, st, "no target (counts only)")
             return None
         sub = self.rs.chain(rule.table, t)
-        if sub is not None and not sub.builtin:
-            self._step(rule, st, ("goto " if rule.goto else "jump ") + t)
-            results = self._run(sub, st, 0, depth + 1)
-            chain = self.rs.chain(rule.table, rule.chain)
-            for s2, outcome in results:
-                if outcome == "return" and not rule.goto:
-                    out.extend(self._run(chain, s2, rule.index, depth))  # continue after the jump
-                else:
-                    out.append((s2, outcome))
-            return "_consumed"
         if t == "ACCEPT":
             self._step(rule, st, "ACCEPT")
             return "ACCEPT"

@@ -9,12 +9,15 @@ concatenated keys, ``numgen random mod N`` (every index its own path, probabilit
 
 from __future__ import annotations
 
+import json
+
 from ..parse.addr import Prefix, parse_ip, parse_prefix
-from ..parse.nft import NftChain, NftRule, NftRuleset
+from ..parse.nft import NftChain, NftRule, NftRuleset, render_value
 from .model import Step, endpoint_text
-from .walker import MAX_DEPTH, MAX_PATHS, PacketState, PacketWalker
+from .walker import MAX_DEPTH, PacketState, PacketWalker
 from .routing import RoutingTable
 
+HASHES = {"numgen", "jhash", "symhash"}  # map keys that spread connections over N values
 FAMILIES = ("ip", "inet")  # the tables an IPv4 packet meets
 FAMILIES6 = ("ip6", "inet")
 PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 132: "sctp", 58: "icmpv6"}
@@ -148,6 +151,7 @@ class NftTracer(PacketWalker):
         self.routing = routing or RoutingTable()
         self.mode = mode
         self._sets: dict = {}
+        self._groups: dict = {}
 
     # ----------------------------------------------------------------- hooks
     def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
@@ -156,79 +160,106 @@ class NftTracer(PacketWalker):
         hook = hook.lower()
         families = FAMILIES6 if states and states[0].ver == 6 else FAMILIES  # DNAT keeps the family
         for chain in self.rs.base_chains(families, hook):
-            nxt = []
-            for st in states:
-                if chain.type == "nat" and (st.untracked or st.nat_done == hook):
-                    nxt.append(st)
-                    continue
-                st.hook = hook_name
-                dnat_before = st.ct_dnat
-                for s2, outcome in self._run(chain, st, 0, 0):
-                    if outcome == "return":
-                        outcome = chain.policy or "accept"
-                        if outcome != "accept":
-                            s2.steps.append(
-                                Step(
-                                    s2.hook,
-                                    f"{chain.family} {chain.table}",
-                                    chain.name,
-                                    None,
-                                    f"policy {outcome}",
-                                    f"policy {outcome}",
-                                )
-                            )
-                    if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
-                        s2.nat_done = hook
-                    if outcome == "accept":
-                        nxt.append(s2)
-                    else:
-                        s2.hook = outcome
-                        finished.append(s2)
-            if len(nxt) > MAX_PATHS:
-                nxt = sorted(nxt, key=lambda s: -s.prob)[:MAX_PATHS]
-            states = nxt
-            if hook == "output" and chain.type == "nat":
-                for st in states:
-                    if st.ct_dnat:
-                        self._set_oif(st)  # re-route after DNAT in OUTPUT
+            states = self._base_chain(chain, hook_name, states, finished)
         return states
+
+    def _base_chain(
+        self, chain: NftChain, hook_name: str, states: list[PacketState], finished: list[PacketState]
+    ) -> list[PacketState]:
+        """Run one base chain on ``hook_name`` (PREROUTING, …) for every state; return those it lets through (the
+        iptables tracer calls this too, for the nft tables of a node whose kube-proxy runs in iptables mode)."""
+        hook = hook_name.lower()
+        nxt = []
+        for st in states:
+            if chain.type == "nat" and (st.untracked or st.nat_done == hook):
+                nxt.append(st)
+                continue
+            st.hook = hook_name
+            dnat_before = st.ct_dnat
+            for s2, outcome in self._run(chain, st, 0, 0):
+                if outcome == "return":
+                    outcome = chain.policy or "accept"
+                    if outcome != "accept":
+                        s2.add(
+                            Step(
+                                s2.hook,
+                                f"{chain.family} {chain.table}",
+                                chain.name,
+                                None,
+                                f"policy {outcome}",
+                                f"policy {outcome}",
+                            )
+                        )
+                if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
+                    s2.nat_done = hook
+                if outcome == "accept":
+                    nxt.append(s2)
+                else:
+                    s2.hook = outcome
+                    finished.append(s2)
+        if hook == "output" and chain.type == "nat":
+            for st in nxt:
+                if st.ct_dnat:
+                    self._set_oif(st)  # re-route after DNAT in OUTPUT
+        return nxt
 
     # ----------------------------------------------------------------- chains and rules
     def _run(self, chain: NftChain, st: PacketState, start: int, depth: int) -> list[tuple[PacketState, str]]:
+        budget = self.budget
+        if budget.stopped:
+            self._cut(st)
+            return []
         if depth > MAX_DEPTH:
-            st.note(f"more than {MAX_DEPTH} nested jumps at {chain.name}: a loop? stopped here", uncertain=True)
-            return [(st, "drop")]
+            self._cut(st, f"more than {MAX_DEPTH} nested jumps (at {chain.family} {chain.table} {chain.name}: a loop?)")
+            return []
         out: list[tuple[PacketState, str]] = []
+        todo: list[tuple[PacketState, int]] = [(st, start)]  # walks of this chain still to do (a stack, not recursion)
+        while todo:
+            st, start = todo.pop()
+            if budget.stopped:
+                self._cut(st)
+                continue
+            todo.extend(reversed(self._walk(chain, st, start, depth, out)))
+        return out
+
+    def _walk(self, chain: NftChain, st: PacketState, start: int, depth: int, out: list) -> list:
+        """One walk of ``chain`` from ``start``; finished outcomes go to ``out``; returns the walks it leaves to do
+        (the branches of a numgen map or a dnat map that go on with the next rule, continuations after a jump)."""
+        budget = self.budget
         rules = chain.rules
         for pos in range(start, len(rules)):
+            if not budget.spend():
+                self._cut(st)
+                return []
             st.rules_evaluated += 1
             results = self._rule(rules[pos], st)
             if len(results) == 1 and results[0][1] is None:
                 st = results[0][0]
                 continue
+            later = []
             for s2, action in results:
                 if action is None:
-                    out.extend(self._run(chain, s2, pos + 1, depth))
+                    later.append((s2, pos + 1))
                 elif isinstance(action, tuple):
                     verb, target = action
                     sub = self.rs.chain(chain.family, chain.table, target)
                     if sub is None:
                         s2.note(f"{chain.name}: {verb} to missing chain {target}", uncertain=True)
-                        out.extend(self._run(chain, s2, pos + 1, depth))
+                        later.append((s2, pos + 1))
                         continue
                     for s3, o3 in self._run(sub, s2, 0, depth + 1):
                         if o3 == "return" and verb == "jump":
-                            out.extend(self._run(chain, s3, pos + 1, depth))
+                            later.append((s3, pos + 1))
                         else:
                             out.append((s3, o3))
                 else:
                     out.append((s2, action))
-            return out
+            return later
         out.append((st, "return"))
-        return out
+        return []
 
     def _step(self, rule: NftRule, st: PacketState, action: str) -> None:
-        st.steps.append(
+        st.add(
             Step(
                 st.hook,
                 f"{rule.family} {rule.table}",
@@ -254,8 +285,8 @@ class NftTracer(PacketWalker):
                         return [(st, None)]
                 elif k == "vmap":
                     key = v.get("key")
-                    if isinstance(key, dict) and "numgen" in key:
-                        return self._numgen(rule, key["numgen"], v.get("data"), exprs, i, st)
+                    if isinstance(key, dict) and key.keys() & HASHES:
+                        return self._numgen(rule, key, v.get("data"), st)
                     found, verdict = self._lookup(rule, key, v.get("data"), st)
                     if not found:
                         return [(st, None)]
@@ -269,17 +300,12 @@ class NftTracer(PacketWalker):
                     self._step(rule, st, f"reject ({st.reject_with})")
                     return [(st, "reject")]
                 elif k == "dnat":
-                    addr = v.get("addr")
-                    if isinstance(addr, str):
-                        st.dst = parse_ip(addr)[0]
-                    if v.get("port") is not None:
-                        st.dport = int(v["port"])
-                    st.ct_dnat = True
-                    st.dnat = endpoint_text(st.dst, st.ver, st.dport)
-                    self._step(rule, st, f"DNAT to {st.dnat}")
-                    return [(st, "accept")]
+                    return self._dnat(rule, v if isinstance(v, dict) else {}, st)
                 elif k == "snat":
-                    st.snat = str(v.get("addr"))
+                    v = v if isinstance(v, dict) else {}
+                    st.snat = render_value(v.get("addr")) + (
+                        f":{render_value(v['port'])}" if v.get("port") is not None else ""
+                    )
                     st.ct_snat = True
                     self._step(rule, st, f"SNAT to {st.snat}")
                     return [(st, "accept")]
@@ -288,9 +314,14 @@ class NftTracer(PacketWalker):
                     self._step(rule, st, "masquerade (source becomes the outgoing interface's address)")
                     return [(st, "accept")]
                 elif k == "redirect":
+                    port = v.get("port") if isinstance(v, dict) else None
+                    if isinstance(port, int):
+                        st.dport = port
+                    elif port is not None:
+                        raise Unknown(f"redirect to port {render_value(port)}")
                     st.local_redirect = st.ct_dnat = True
-                    st.dnat = f"(node itself):{v.get('port', st.dport) if isinstance(v, dict) else st.dport}"
-                    self._step(rule, st, "redirect to the node itself")
+                    st.dnat = f"(node itself):{st.dport}"
+                    self._step(rule, st, f"redirect to the node's own port {st.dport}")
                     return [(st, "accept")]
                 elif k == "mangle":
                     self._mangle(rule, v, st)
@@ -318,19 +349,175 @@ class NftTracer(PacketWalker):
         self._step(rule, st, "continue")
         return [(st, None)]
 
-    def _numgen(self, rule, numgen: dict, data, exprs, i, st):
-        mod = int(numgen.get("mod", 1))
-        offset = int(numgen.get("offset", 0))
-        if numgen.get("mode") != "random":
-            st.note(
-                f"{rule.chain}: numgen {numgen.get('mode')} depends on history; every index taken with probability 1/{mod}"
-            )
+    def _elements(self, rule: NftRule, data) -> list[tuple[object, object]]:
+        """(key, value) of every element of a map given inline or by name (@name)."""
+        if isinstance(data, str) and data.startswith("@"):
+            named = self.rs.set(rule.family, rule.table, data[1:])
+            if named is None:
+                raise Unknown(f"map {data} (not in the ruleset)")
+            elems = named.elems
+        elif isinstance(data, dict) and isinstance(data.get("set"), list):
+            elems = data["set"]
+        else:
+            raise Unknown(f"map data {render_value(data)}")
         out = []
-        for n in range(mod):
-            branch = st.fork(1.0 / mod) if mod > 1 else st
-            found, verdict = self._lookup(rule, None, data, branch, key_value=(n + offset,), kinds=["int"])
-            out.append((branch, self._verdict(rule, verdict, branch) if found else None))
+        for raw in elems:
+            if not (isinstance(raw, list) and len(raw) == 2):
+                raise Unknown(f"map element {render_value(raw)}")
+            key, value = raw
+            if isinstance(key, dict) and "elem" in key:
+                key = key["elem"].get("val")
+            out.append((key, value))
         return out
+
+    def _index_groups(self, rule: NftRule, expr: dict, data, st: PacketState) -> list[tuple[float, bool, object]]:
+        """A map looked up by ``numgen``/``jhash``/``symhash … mod N``: the N indices grouped by the value each one
+        takes — [(share, found, value)] in index order, one per distinct value and one for the indices the map
+        lacks (found False). Work is per element, not per index: ``mod 100000000`` costs what ``mod 2`` does."""
+        kind = next(k for k in expr if k in HASHES)
+        spec = expr[kind] if isinstance(expr[kind], dict) else {}
+        try:
+            mod, offset = int(spec.get("mod", 0)), int(spec.get("offset", 0) or 0)
+        except (TypeError, ValueError):
+            raise Unknown(f"{kind} {spec}") from None
+        if mod <= 0:
+            raise Unknown(f"{kind} mod {mod}")
+        if kind != "numgen":
+            st.note(
+                f"{rule.chain}: {kind} mod {mod}: which branch a connection takes is a hash of its addresses/ports "
+                "(kpdiag does not compute the kernel's hash); each branch is shown with its share of the hash values"
+            )
+        elif spec.get("mode") != "random":
+            st.note(
+                f"{rule.chain}: numgen {spec.get('mode')} depends on the connections before this one; each branch is "
+                f"shown with its share of the {mod} values"
+            )
+        ckey = (data if isinstance(data, str) else id(data), rule.family, rule.table, mod, offset)
+        cached = self._groups.get(ckey)
+        if cached is not None and (isinstance(data, str) or cached[0] is data):
+            return cached[1]  # a big map is grouped once per trace setup, not once per path
+        lo, hi = offset, offset + mod - 1
+        groups: dict[str, list] = {}
+        covered = 0
+        for key, value in self._elements(rule, data):
+            try:
+                if isinstance(key, dict) and "range" in key:
+                    a, b = (int(x) for x in key["range"])
+                else:
+                    a = b = int(key)
+            except (TypeError, ValueError):
+                raise Unknown(f"{kind} map key {render_value(key)}") from None
+            n = min(b, hi) - max(a, lo) + 1
+            if n <= 0:
+                continue
+            covered += n
+            g = groups.setdefault(json.dumps(value, sort_keys=True), [0, max(a, lo), value])
+            g[0] += n
+        out = [(n / mod, True, value) for n, _, value in sorted(groups.values(), key=lambda g: g[1])]
+        if covered < mod:
+            out.append(((mod - covered) / mod, False, None))
+        self._groups[ckey] = (data, out)
+        return out
+
+    def _branches(self, st: PacketState, shares: list[float]) -> list[PacketState | None]:
+        """One state per share (the last one is ``st`` itself); None where the path budget refused a fork."""
+        out: list[PacketState | None] = []
+        for n, share in enumerate(shares):
+            if n == len(shares) - 1:
+                st.prob *= share
+                out.append(st)
+            else:
+                out.append(self._fork(st, share))
+        return out
+
+    def _numgen(self, rule: NftRule, key: dict, data, st: PacketState):
+        groups = self._index_groups(rule, key, data, st)
+        out = []
+        for branch, (_, found, verdict) in zip(self._branches(st, [g[0] for g in groups]), groups):
+            if branch is not None:
+                out.append((branch, self._verdict(rule, verdict, branch) if found else None))
+        return out
+
+    def _nat_values(self, rule: NftRule, expr, st: PacketState) -> list[tuple[float, bool, object]]:
+        """A dnat address or port: a literal, a range, or a map (keyed by the packet, or by numgen/jhash: one
+        branch per value) → [(share, found, value)]; found False: the map has no element for this packet."""
+        if expr is None or isinstance(expr, (str, int)):
+            return [(1.0, True, expr)]
+        if isinstance(expr, dict):
+            if "range" in expr:
+                return [(1.0, True, expr)]
+            if "map" in expr and isinstance(expr["map"], dict):
+                m = expr["map"]
+                key = m.get("key")
+                if isinstance(key, dict) and key.keys() & HASHES:
+                    return self._index_groups(rule, key, m.get("data"), st)
+                found, value = self._lookup(rule, key, m.get("data"), st)
+                return [(1.0, found, value)]
+        raise Unknown(f"dnat to {render_value(expr)}")
+
+    def _dnat(self, rule: NftRule, v: dict, st: PacketState):
+        """``dnat to``: an address (literal, range, map by the packet's fields or by numgen/jhash), a port (literal,
+        range, map), or both from one map of ``addr . port`` (``dnat ip addr . port to …``); every value a map can
+        give is its own path with its share."""
+        combos = []
+        for pa, fa, addr in self._nat_values(rule, v.get("addr"), st):
+            for pp, fp, port in self._nat_values(rule, v.get("port"), st):
+                combos.append((pa * pp, fa and fp, addr, port))
+        flags = v.get("flags") or []
+        flags = [flags] if isinstance(flags, str) else list(flags) if isinstance(flags, list) else []
+        out = []
+        for branch, (_, found, addr, port) in zip(self._branches(st, [c[0] for c in combos]), combos):
+            if branch is None:
+                continue
+            if not found:
+                branch.note(f"{rule.chain}: the dnat map has no element for this packet: the rule does not match")
+                self._step(rule, branch, "dnat map: no element (continue)")
+                out.append((branch, None))
+                continue
+            if isinstance(addr, dict) and "concat" in addr and len(addr["concat"]) == 2:
+                addr, port = addr["concat"]
+            try:
+                out.append((branch, self._apply_dnat(rule, branch, addr, port, flags)))
+            except (ValueError, TypeError):
+                raise Unknown(f"dnat to {render_value(addr)}:{render_value(port)}") from None
+        return out
+
+    def _apply_dnat(self, rule: NftRule, st: PacketState, addr, port, flags: list) -> str:
+        shown_addr = None
+        if isinstance(addr, dict) and "range" in addr:
+            lo, hi = addr["range"]
+            st.dst = parse_ip(str(lo))[0]
+            shown_addr = f"{lo}-{hi}"
+            st.note(
+                f"{rule.chain}: dnat to the address range {lo}-{hi}: the kernel picks one address per client (a hash of "
+                "its addresses); shown and routed is the first"
+            )
+        elif isinstance(addr, str):
+            st.dst = parse_ip(addr)[0]
+        elif addr is not None:
+            raise Unknown(f"dnat address {render_value(addr)}")
+        shown_port = None
+        if isinstance(port, dict) and "range" in port:
+            lo, hi = (int(x) for x in port["range"])
+            if {"random", "fully-random"} & set(flags):
+                st.dport = lo
+                shown_port = f"{lo}-{hi}"
+                st.note(f"{rule.chain}: dnat to ports {lo}-{hi} with {','.join(flags)}: the kernel picks one at random")
+            elif st.dport is not None and lo <= st.dport <= hi:
+                pass  # the kernel keeps a destination port that is already in the range
+            else:
+                st.dport = lo  # else the first free port of the range: the first, for a new connection
+        elif isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
+            st.dport = int(port)
+        elif port is not None:
+            raise Unknown(f"dnat port {render_value(port)}")
+        st.ct_dnat = True
+        st.dnat = endpoint_text(st.dst, st.ver, st.dport)
+        if shown_addr or shown_port:
+            host = shown_addr or endpoint_text(st.dst, st.ver, None)
+            st.dnat = f"{host}:{shown_port or st.dport}" if st.dport is not None else host
+        self._step(rule, st, f"DNAT to {st.dnat}")
+        return "accept"
 
     def _verdict(self, rule: NftRule, verdict, st: PacketState):
         if isinstance(verdict, str):
@@ -465,7 +652,11 @@ class NftTracer(PacketWalker):
         if isinstance(data, str) and data.startswith("@"):
             idx = self._set_index(rule, data, kinds)
         elif isinstance(data, dict) and "set" in data:
-            idx = _SetIndex(kinds, data["set"], True)
+            idx = self._sets.get(id(data))  # an anonymous map, indexed once per rule (its expression is kept)
+            if idx is None or idx[0] is not data:
+                idx = (data, _SetIndex(kinds, data["set"], True))
+                self._sets[id(data)] = idx
+            idx = idx[1]
         else:
             raise Unknown(f"map data {data}")
         s = self.rs.set(rule.family, rule.table, data.lstrip("@")) if isinstance(data, str) else None

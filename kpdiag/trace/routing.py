@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 
 _LOOPBACK = parse_prefix("127.0.0.0/8")
+NO_ROUTE = "(no route)"  # the prefix of the answer when no route covers the address (the kernel: ENETUNREACH)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class RoutingTable:
             return None
         rules = self.policy_rules(version) if src is not None else None
         if rules is None:
-            return self._in_table(self.routes, addr, version) or Route("unreachable", dst="(no route)")
+            return self._in_table(self.routes, addr, version) or Route("unreachable", dst=NO_ROUTE)
         return self._policy_lookup(rules, addr, version, src, iif, mark, proto, sport, dport)
 
     @staticmethod
@@ -147,7 +148,7 @@ class RoutingTable:
             if route is None or route.type == "throw":
                 continue
             return finish(replace(route, rule=label) if label else route)
-        return finish(Route("unreachable", dst="(no route)"))
+        return finish(Route("unreachable", dst=NO_ROUTE))
 
     @property
     def has_routes(self) -> bool:

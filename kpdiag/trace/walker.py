@@ -6,11 +6,69 @@ subclass it and supply how their rules are evaluated."""
 from __future__ import annotations
 
 from .model import Packet, Path, Step, TraceResult, endpoint_text, ip_text
-from .routing import RoutingTable
+from .routing import NO_ROUTE, Route, RoutingTable
 from ..parse.addr import parse_ip
 
-MAX_DEPTH = 64
-MAX_PATHS = 4096
+MAX_DEPTH = 64  # nested jumps on one path (the kernel refuses rulesets with loops; deeper is treated as one)
+MAX_PATHS = 4096  # paths one trace follows, all chains and hooks together (every fork counts)
+MAX_WORK = 100_000  # rule evaluations one trace may make, all paths together
+MAX_STEPS = 1000  # steps kept per path (the last one always: it is the verdict)
+MAX_SHOWN_STEPS = 40_000  # steps in one result, all paths together; past it each path shows its first and last ones
+
+
+STOPPED = ("blackhole", "unreachable", "prohibit")
+# What the kernel does with a packet it must forward and cannot route (net/ipv4/route.c ip_error, from the error the
+# lookup gave: fib_props / fib rule actions): (the ICMP error sent back, or None for a silent drop; what happens)
+ICMP_ERRORS = {
+    "none": (
+        "icmp-net-unreachable",
+        "no route: the kernel answers ICMP network unreachable (the client fails at once)",
+    ),
+    "unreachable": ("icmp-host-unreachable", "an unreachable route: the kernel answers ICMP host unreachable"),
+    "prohibit": ("icmp-admin-prohibited", "a prohibit route: the kernel answers ICMP administratively prohibited"),
+    "blackhole": (None, "a blackhole route: the kernel drops it silently (the client times out)"),
+    "rule-unreachable": ("icmp-net-unreachable", "the kernel answers ICMP network unreachable"),
+    "rule-prohibit": ("icmp-admin-prohibited", "the kernel answers ICMP administratively prohibited"),
+    "rule-blackhole": (None, "the kernel drops it silently (the client times out)"),
+}
+# The node's own packet whose route lookup fails: connect()/send() returns the error at once (no packet is sent)
+LOCAL_ERRORS = {
+    "none": ("ENETUNREACH", "connect() fails with 'Network is unreachable'"),
+    "unreachable": ("EHOSTUNREACH", "connect() fails with 'No route to host'"),
+    "prohibit": ("EACCES", "connect() fails with 'Permission denied'"),
+    "blackhole": ("EINVAL", "connect() fails with 'Invalid argument'"),
+}
+
+
+class Budget:
+    """The work one trace may do, shared by every path and chain: rule evaluations (:data:`MAX_WORK`) and paths
+    (:data:`MAX_PATHS`). A path that would exceed it is not followed; its probability is counted as not traced and
+    the result says so (uncertain) — the trace never grows without bound."""
+
+    __slots__ = ("work", "paths", "cut_prob", "cut_paths", "reasons", "stopped")
+
+    def __init__(self) -> None:
+        self.work = 0
+        self.paths = 1
+        self.cut_prob = 0.0
+        self.cut_paths = 0
+        self.reasons: list[str] = []
+        self.stopped = False  # the rule-evaluation budget is spent: nothing more is walked
+
+    def why(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def spend(self, n: int = 1) -> bool:
+        """Count ``n`` rule evaluations; False (and stopped) when the budget is spent."""
+        if self.stopped:
+            return False
+        self.work += n
+        if self.work > MAX_WORK:
+            self.stopped = True
+            self.why(f"{MAX_WORK:,} rule evaluations")
+            return False
+        return True
 
 
 class PacketState:
@@ -47,6 +105,7 @@ class PacketState:
         "local_redirect",
         "nat_done",
         "origin",
+        "route",
     )
 
     def fork(self, factor: float) -> "PacketState":
@@ -57,6 +116,17 @@ class PacketState:
         other.notes = list(self.notes)
         other.prob = self.prob * factor
         return other
+
+    def add(self, step: Step) -> None:
+        """Record a step; past :data:`MAX_STEPS` the middle is elided and the latest step kept (it may be the verdict)."""
+        steps = self.steps
+        if len(steps) < MAX_STEPS:
+            steps.append(step)
+        elif len(steps) == MAX_STEPS:
+            steps[-1] = Step(step.hook, "-", "-", None, "", f"(steps after the first {MAX_STEPS - 1} are not shown)")
+            steps.append(step)
+        else:
+            steps[-1] = step
 
     def note(self, text: str, uncertain: bool = False) -> None:
         if text not in self.notes:
@@ -74,11 +144,15 @@ class PacketWalker:
     mode = "?"
 
     def trace(self, packet: Packet) -> TraceResult:
+        self.budget = Budget()
         st = self._initial(packet)
         finished: list[PacketState] = []
         if packet.origin == "node":
-            live = self._hook("OUTPUT", [st], finished)
-            local, fwd = self._route(live, finished)
+            if self._unroutable(st, finished, local_out=True):
+                live = []
+            else:
+                live = self._hook("OUTPUT", [st], finished)
+            local, fwd = self._route(live, finished, local_out=True)
             post = self._hook("POSTROUTING", local + fwd, finished)
             local_after = []
             for s in post:
@@ -94,7 +168,7 @@ class PacketWalker:
                     finished.append(s2)
         elif self.routing.dropped_on_receipt(st.src, st.dst, st.ver):
             why = self.routing.dropped_on_receipt(st.src, st.dst, st.ver)
-            st.steps.append(Step("receive", "-", "-", None, why, "dropped by the kernel"))
+            st.add(Step("receive", "-", "-", None, why, "dropped by the kernel"))
             st.note(why)
             st.hook = "drop"
             finished.append(st)
@@ -109,11 +183,30 @@ class PacketWalker:
             for s in self._hook("POSTROUTING", fwd, finished):
                 s.hook = "delivered:forward"
                 finished.append(s)
+        if sum(len(s.steps) for s in finished) > MAX_SHOWN_STEPS:
+            keep = max(4, MAX_SHOWN_STEPS // (2 * len(finished)) - 1)
+            for s in finished:
+                if len(s.steps) > 2 * keep + 1:
+                    gap = Step(s.steps[keep].hook, "-", "-", None, "", f"({len(s.steps) - 2 * keep} steps not shown)")
+                    s.steps = s.steps[:keep] + [gap] + s.steps[-keep:]
         paths = tuple(_explained(self._to_path(s)) for s in finished)
         total = sum(p.probability for p in paths)
         notes = []
-        if abs(total - 1.0) > 1e-6:
-            notes.append(f"path probabilities sum to {total:.6f}, not 1 (more than {MAX_PATHS} paths were cut)")
+        b = self.budget
+        incomplete = None
+        if b.cut_paths:
+            incomplete = (
+                f"too many paths: {len(paths) + b.cut_paths} explored, stopped at budget ({', '.join(b.reasons)}): "
+                f"{len(paths)} path{'s' if len(paths) != 1 else ''} traced to the end, {b.cut_paths} not followed "
+                f"({_share(b.cut_prob)} of this packet's chances not traced); the answer is incomplete"
+            )
+            notes.append(incomplete)
+        elif not paths:
+            incomplete = "no path came out of the trace (kpdiag could not follow the packet to a verdict)"
+            notes.append(incomplete)
+        elif abs(total - 1.0) > 1e-6:
+            incomplete = f"path probabilities sum to {total:.6f}, not 1: some way the packet can go was not traced"
+            notes.append(incomplete)
         return TraceResult(
             packet=packet,
             mode=self.mode,
@@ -121,7 +214,29 @@ class PacketWalker:
             rules_evaluated=max((p.rules_evaluated for p in paths), default=0),
             notes=tuple(notes),
             sources=(self.rs.source,),
+            incomplete=incomplete,
         )
+
+    # ------------------------------------------------------------------ the budget
+    def _fork(self, st: PacketState, factor: float) -> PacketState | None:
+        """A copy of ``st`` for another branch (probability ``factor`` of it), or None when the path budget is
+        spent: that branch is not followed and its probability is counted as not traced."""
+        b = self.budget
+        if b.stopped or b.paths >= MAX_PATHS:
+            b.why(f"{MAX_PATHS:,} paths" if not b.stopped else f"{MAX_WORK:,} rule evaluations")
+            b.cut_prob += st.prob * factor
+            b.cut_paths += 1
+            return None
+        b.paths += 1
+        return st.fork(factor)
+
+    def _cut(self, st: PacketState, reason: str | None = None) -> None:
+        """Stop following ``st`` (the budget is spent, or ``reason``)."""
+        b = self.budget
+        if reason:
+            b.why(reason)
+        b.cut_prob += st.prob
+        b.cut_paths += 1
 
     def _hook(
         self, hook: str, states: list[PacketState], finished: list[PacketState]
@@ -157,6 +272,7 @@ class PacketWalker:
         st.reject_with = None
         st.local_redirect = False
         st.nat_done = None
+        st.route = None
         if packet.origin == "node":
             self._set_oif(st)
         return st
@@ -182,9 +298,38 @@ class PacketWalker:
     def _set_oif(self, st: PacketState) -> None:
         route = self._route_lookup(st)
         st.oif = route.dev if route is not None else None
+        st.route = route
+
+    def _unroutable(self, st: PacketState, finished: list[PacketState], local_out: bool = False) -> bool:
+        """The node's own packet before OUTPUT: when its route lookup fails, connect()/send() fails at once with the
+        routing error and no netfilter hook sees the packet. True when ``st`` ended here."""
+        route = st.route
+        if route is None or route.type not in STOPPED:
+            return False
+        kind = route.type if route.dst != NO_ROUTE else "none"
+        if route.rule and route.table == "-" and kind == "unreachable":
+            kind = "none"  # an 'unreachable' ip rule answers ENETUNREACH, an unreachable route EHOSTUNREACH
+        err, text = LOCAL_ERRORS[kind]
+        self._stop(st, route, "reject", err, f"the node's own packet cannot be routed: {text} at once", finished)
+        return True
+
+    def _stop(self, st, route, verdict: str, reject_with: str | None, what: str, finished) -> None:
+        where = "no route" if route.dst == NO_ROUTE else f"{route.type} {route.dst}"
+        if route.rule and route.table == "-":
+            where = f"ip rule '{route.rule}' ({route.type})"
+        st.add(Step("routing", "-", "-", None, where, what))
+        st.note(f"the node's route to {ip_text(st.dst, st.ver)}: {where}: {what}")
+        st.hook = verdict
+        st.reject_with = reject_with
+        st.route = route
+        finished.append(st)
 
     def _route(
-        self, states: list[PacketState], finished: list[PacketState], incoming: bool = False
+        self,
+        states: list[PacketState],
+        finished: list[PacketState],
+        incoming: bool = False,
+        local_out: bool = False,
     ) -> tuple[list[PacketState], list[PacketState]]:
         """The routing decision after PREROUTING / OUTPUT: local delivery or forward (or no route); a packet that
         arrived on an interface (``incoming``) with a loopback address is a martian (RoutingTable.martian)."""
@@ -195,26 +340,26 @@ class PacketWalker:
             )
             if martian is not None:
                 why, unsure = martian
-                st.steps.append(Step("routing", "-", "-", None, why, "martian: dropped by the kernel"))
+                st.add(Step("routing", "-", "-", None, why, "martian: dropped by the kernel"))
                 st.note(why, uncertain=unsure)
                 st.hook = "drop"
                 finished.append(st)
                 continue
             if st.local_redirect or self.routing.is_local(st.dst, st.ver):
                 st.oif = "lo"
+                st.route = Route("local", dev="lo", table="local", dst=ip_text(st.dst, st.ver))
                 local.append(st)
                 continue
             off = self.routing.not_forwarded(st.ver, st.iif) if incoming else None
             if off is not None:
                 why, unsure = off
-                st.steps.append(
-                    Step("routing", "-", "-", None, why.split(":", 1)[0], "not forwarded: dropped by the kernel")
-                )
+                st.add(Step("routing", "-", "-", None, why.split(":", 1)[0], "not forwarded: dropped by the kernel"))
                 st.note(why, uncertain=unsure)
                 st.hook = "drop"
                 finished.append(st)
                 continue
             route = self._route_lookup(st)
+            st.route = route
             if route is None:
                 st.oif = None
                 if not self.routing.local_ips:
@@ -226,23 +371,24 @@ class PacketWalker:
                         f"no IPv{st.ver} routes are known (the bundle's routes are IPv{10 - st.ver} only): assumed forwarded",
                         uncertain=True,
                     )
-            elif route.type in ("blackhole", "unreachable", "prohibit"):
-                st.steps.append(
-                    Step(
-                        "routing",
-                        "-",
-                        "-",
-                        None,
-                        f"{route.type} {route.dst}",
-                        f"route type {route.type}: not forwarded",
+            elif route.type in STOPPED:
+                if local_out:
+                    # re-routed after DNAT in OUTPUT (ip_route_me_harder): the packet is dropped; TCP retries its SYN
+                    # (connect() times out), the first route lookup having succeeded
+                    self._stop(
+                        st, route, "drop", None, "the node's own packet is dropped after DNAT (no ICMP error)", finished
                     )
-                )
-                st.note(
-                    f"the node's route for {ip_text(st.dst, st.ver)} is {route.type} ({route.dst}): the packet is not forwarded"
-                )
-                st.hook = "drop"
-                st.reject_with = None if route.type == "blackhole" else f"route {route.type}"
-                finished.append(st)
+                else:
+                    kind = route.type if route.dst != NO_ROUTE else "none"
+                    if route.rule and route.table == "-":
+                        kind = "rule-" + route.type
+                    icmp, text = ICMP_ERRORS[kind]
+                    if st.ver == 6 and icmp:
+                        # ip6_pkt_drop: no route and unreachable routes → no route (code 0), prohibit → code 1
+                        icmp = "icmp6-adm-prohibited" if "prohibited" in icmp else "icmp6-no-route"
+                        what = "administratively prohibited" if "prohibited" in icmp else "no route to destination"
+                        text = f"{text.split(':')[0]}: the kernel answers ICMPv6 {what} (the client fails at once)"
+                    self._stop(st, route, "reject" if icmp else "drop", icmp, text, finished)
                 continue
             else:
                 st.oif = route.dev
@@ -270,7 +416,24 @@ class PacketWalker:
             final_dst=endpoint_text(st.dst, st.ver, st.dport),
             rules_evaluated=st.rules_evaluated,
             reject_with=st.reject_with if verdict == "reject" else None,
+            route=_route_dict(st.route),
         )
+
+
+def _route_dict(route: Route | None) -> dict | None:
+    if route is None:
+        return None
+    return {
+        "type": route.type,
+        "prefix": route.dst,
+        "dev": route.dev,
+        "gateway": route.gateway,
+        "table": route.table if route.table != "-" else None,
+    }
+
+
+def _share(p: float) -> str:
+    return f"{p * 100:.4g} %"
 
 
 def _explained(path: Path) -> Path:

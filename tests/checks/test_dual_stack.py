@@ -119,9 +119,10 @@ def test_ipv6_trace_without_ipv6_routes_is_uncertain_not_dropped(tmp_path):
 
     bundle = _dual_stack_web(tmp_path, ["fd00:244:1::a"])
     packet = Packet("2001:db8::77", "fd00:10:96::20", "tcp", 80)
-    # as recorded, the node's IPv6 routes are link-local only: no route to the pod, the kernel would not forward
+    # as recorded, the node's IPv6 routes are link-local only: no route to the pod, the kernel answers ICMPv6 no route
     result = NodeState(Bundle.open(bundle)).mode_tracer(family=6).trace(packet)
-    assert [p.verdict for p in result.paths] == ["drop"] and "no route" in result.paths[0].notes[-1]
+    assert [(p.verdict, p.reject_with) for p in result.paths] == [("reject", "icmp6-no-route")]
+    assert "no route" in result.paths[0].notes[-1]
     routes = os.path.join(bundle, "node", "ip-route.json")
     json.dump([r for r in json.load(open(routes)) if ":" not in str(r.get("dst"))], open(routes, "w"))
     result = NodeState(Bundle.open(bundle)).mode_tracer(family=6).trace(packet)
