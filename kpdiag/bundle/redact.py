@@ -44,18 +44,17 @@ _WORD_RUN = re.compile(r"[^\s,;\"'(){}\[\]<>|&/]{0,1048576}")
 
 
 def _pieces(text: str):
-    """``text`` as consecutive pieces (their concatenation is ``text``), none much longer than PIECE_LIMIT."""
+    """``text`` as consecutive pieces (their concatenation is ``text``): whole lines, as many as fit in PIECE_LIMIT;
+    a longer line in parts (see :func:`_cut`)."""
     n, i = len(text), 0
     while i < n:
-        j = text.find("\n", i)
-        end = n if j < 0 else j + 1
-        while end - i > PIECE_LIMIT:
-            cut = _cut(text, i, i + PIECE_LIMIT)
-            yield text[i:cut]
-            i = cut
-        if i < end:
-            yield text[i:end]
-        i = end
+        if n - i <= PIECE_LIMIT:
+            yield text[i:]
+            return
+        j = text.rfind("\n", i, i + PIECE_LIMIT)
+        cut = j + 1 if j >= 0 else _cut(text, i, i + PIECE_LIMIT)
+        yield text[i:cut]
+        i = cut
 
 
 def _cut(text: str, start: int, hi: int) -> int:
@@ -127,8 +126,15 @@ _PREFIXED = re.compile(
     r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{20,255}+|github_pat_[A-Za-z0-9_]{20,255}+|glpat-[A-Za-z0-9_-]{20,}+"
     r"|xox[abposre]-[A-Za-z0-9-]{10,}+|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}"
     r"|AIza[0-9A-Za-z_-]{35}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}+|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+"
-    r"|[a-z0-9]{6}\.[a-z0-9]{16})(?![A-Za-z0-9_])"
+    r")(?![A-Za-z0-9_])"
 )
+_PREFIXES = (
+    "gh", "github_pat_", "glpat-", "xox", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", "ABIA",
+    "ACCA", "AIza", "npm_", "pypi-", "sk_", "rk_",
+)  # fmt: skip
+_BOOTSTRAP = re.compile(r"(?<![A-Za-z0-9_.])[a-z0-9]{6}\.[a-z0-9]{16}(?![A-Za-z0-9_.])")
+# the words a secret's key or flag holds, lower case: a piece without any is not searched for keys
+_HINTS = ("secret", "token", "passw", "pwd", "passphrase", "credential", "auth", "cookie", "session", "key", "-data")
 _B64_BLOB = re.compile(r"(?<![A-Za-z0-9+/=_-])(?!/)[A-Za-z0-9+/]{64,}+={0,2}(?![A-Za-z0-9+/=_-])")
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -245,19 +251,27 @@ def _scrub_pem(text: str) -> str:
 
 
 def _scrub_piece(text: str) -> str:
+    """One piece: each pattern tried only where the piece holds what it starts with (ordinary text stays fast)."""
     if "LS0tLS1CRUdJTi" in text:
         text = _PEM_B64.sub(REDACTED, text)
     if "eyJ" in text:
         text = _JWT.sub(REDACTED, text)
-    text = _PREFIXED.sub(REDACTED, text)
+    if any(p in text for p in _PREFIXES):
+        text = _PREFIXED.sub(REDACTED, text)
+    if "." in text:
+        text = _BOOTSTRAP.sub(REDACTED, text)
     text = _B64_BLOB.sub(_b64_blob, text)
-    text = _AUTHZ.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
-    if ":" in text:
-        text = _YAML_LINE.sub(_yaml_line, text)
-    text = _KEYVAL.sub(_keyval, text)
-    if "-" in text:
-        text = _FLAG.sub(_flag, text)
+    low = text.lower()
+    if "authorization" in low:
+        text = _AUTHZ.sub(lambda m: m.group(1) + REDACTED, text)
+    if "bearer" in low or "basic" in low:
+        text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    if any(h in low for h in _HINTS):
+        if ":" in text:
+            text = _YAML_LINE.sub(_yaml_line, text)
+        text = _KEYVAL.sub(_keyval, text)
+        if "-" in text:
+            text = _FLAG.sub(_flag, text)
     if "@" in text:
         text = _URL_CRED.sub(lambda m: m.group(1) + REDACTED + "@", text)
     return text
@@ -718,26 +732,91 @@ _AZ_SEGMENTS = (
     "routeTables|applicationGateways|privateEndpoints|userAssignedIdentities|registries|agentPools|snapshots|images|"
     "instances|clusters|nodePools|instanceGroups|instanceGroupManagers|networks|subnetworks|serviceAccounts"
 )
-_ADDR = re.compile(
-    r'(?P<nftp>"prefix":\s{0,8}\{\s{0,8}"addr":\s{0,8}")(?P<nftaddr>[0-9A-Fa-f:.]{1,45})(?P<nftmid>",\s{0,8}"len":\s{0,8})(?P<nftlen>\d{1,3})'
-    r"|(?P<arpa6>(?<![0-9A-Za-z.])(?:[0-9A-Fa-f]\.){1,32})(?=(?i:ip6\.arpa)\b)"
-    r"|(?P<arpa4>(?<![0-9A-Za-z.])(?:\d{1,3}\.){1,4})(?=(?i:in-addr\.arpa)\b)"
-    r"|(?P<guid>(?<![0-9A-Za-z-])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}(?![0-9A-Za-z-]))"
-    r"|(?P<macd>(?<![0-9A-Za-z-])[0-9A-Fa-f]{2}(?:-[0-9A-Fa-f]{2}){5,19}(?![0-9A-Za-z-]))"
-    r"|(?P<cisco>(?<![0-9A-Za-z.])[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}(?![0-9A-Za-z.]))"
-    r"|(?P<dash4>(?<![0-9])(?<!\d-)\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?![0-9])(?!-\d))"
-    r"|(?P<url6>(?<![0-9A-Za-z%:])[0-9A-Fa-f]{0,4}(?:%3[Aa][0-9A-Fa-f]{0,4}){2,8}(?![0-9A-Za-z]))"
-    r"|(?P<img>(?<![/\w.@-])(?:[a-z0-9-]{1,63}\.){1,10}[a-z][a-z0-9-]{0,62}(?::\d{1,5})?/[a-z0-9._/-]{1,255}"
-    r"(?::[A-Za-z0-9_.-]{1,128}(?:@sha256:[0-9a-f]{64})?|@sha256:[0-9a-f]{64}))"
-    r"|(?P<awsid>(?<![A-Za-z0-9-])(?:" + _AWS_ID_PREFIX + r")-[0-9a-f]{8,17}(?![A-Za-z0-9-]))"
-    r"|(?P<arn>(?<![A-Za-z0-9])arn:aws[a-z-]{0,16}:[a-z0-9-]{0,32}:[a-z0-9-]{0,32}:)(?P<arnacct>\d{12})?:(?P<arnres>[^\s\"',;)\]}]{1,512})"
-    r"|(?P<ecr>(?<![0-9A-Za-z])\d{12})(?=\.dkr\.ecr)"
-    r"|(?P<acctk>(?i:account[-_ ]?id|owner[-_ ]?id|aws[-_ ]?account)\\?[\"']?\s{0,4}[:=]\s{0,4}\\?[\"']?)(?P<acct>\d{12})(?!\d)"
-    r"|(?P<gce>gce://)(?P<gceproj>[^/\s\"']{1,64})/(?P<gcezone>[^/\s\"']{1,64})/(?P<gcename>[^/\s\"',;]{1,128})"
-    r"|(?P<gcp>(?<![A-Za-z0-9_.-])(?:projects/|(?:[a-z]{2,4}\.)?gcr\.io/|[a-z0-9-]{2,40}-docker\.pkg\.dev/))(?P<gproj>[a-z][a-z0-9-]{4,28}[a-z0-9])(?![A-Za-z0-9_-])"
-    r"|(?P<az>/(?i:" + _AZ_SEGMENTS + r")/)(?P<azname>[^/\s\"',;]{1,128})"
-    r"|(?P<run>(?<![0-9A-Fa-f:.])(?=[:.]?[0-9A-Fa-f]{0,4}[:.][0-9A-Fa-f:.]|[0-9A-Fa-f]{32})[0-9A-Fa-f:.]++)(?P<zone>%[A-Za-z0-9_.-]{1,32})?(?:/(?P<plen>\d{1,3})(?!\d))?"
-)
+
+
+# each alternative with what a piece must contain for it to be tried (a substring or a cheap search): a piece is
+# matched by the alternatives it can hold only, which keeps ordinary bundles fast
+def _has(*subs):
+    return lambda t: any(x in t for x in subs)
+
+
+def _search(pattern):
+    rx = re.compile(pattern)
+    return lambda t: rx.search(t) is not None
+
+
+_ADDR_ALTS = [
+    (
+        r'(?P<nftp>"prefix":\s{0,8}\{\s{0,8}"addr":\s{0,8}")(?P<nftaddr>[0-9A-Fa-f:.]{1,45})(?P<nftmid>",\s{0,8}"len":\s{0,8})(?P<nftlen>\d{1,3})',
+        _has('"prefix"'),
+    ),
+    (r"(?P<arpa6>(?<![0-9A-Za-z.])(?:[0-9A-Fa-f]\.){1,32})(?=(?i:ip6\.arpa)\b)", _has("arpa", "ARPA", "Arpa")),
+    (r"(?P<arpa4>(?<![0-9A-Za-z.])(?:\d{1,3}\.){1,4})(?=(?i:in-addr\.arpa)\b)", _has("arpa", "ARPA", "Arpa")),
+    (
+        r"(?P<guid>(?<![0-9A-Za-z-])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}(?![0-9A-Za-z-]))",
+        _search(r"-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"),
+    ),
+    (
+        r"(?P<macd>(?<![0-9A-Za-z-])[0-9A-Fa-f]{2}(?:-[0-9A-Fa-f]{2}){5,19}(?![0-9A-Za-z-]))",
+        _search(r"-[0-9A-Fa-f]{2}-[0-9A-Fa-f]{2}-[0-9A-Fa-f]{2}-"),
+    ),
+    (
+        r"(?P<cisco>(?<![0-9A-Za-z.])[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}(?![0-9A-Za-z.]))",
+        _search(r"\.[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}"),
+    ),
+    (
+        r"(?P<dash4>(?<![0-9])(?<!\d-)\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?![0-9])(?!-\d))",
+        _search(r"-\d{1,3}-\d{1,3}-\d"),
+    ),
+    (r"(?P<url6>(?<![0-9A-Za-z%:])[0-9A-Fa-f]{0,4}(?:%3[Aa][0-9A-Fa-f]{0,4}){2,8}(?![0-9A-Za-z]))", _has("%3A", "%3a")),
+    (
+        r"(?P<img>(?<![/\w.@-])(?:[a-z0-9-]{1,63}\.){1,10}[a-z][a-z0-9-]{0,62}(?::\d{1,5})?/[a-z0-9._/-]{1,255}"
+        r"(?::[A-Za-z0-9_.-]{1,128}(?:@sha256:[0-9a-f]{64})?|@sha256:[0-9a-f]{64}))",
+        _search(r"\.[a-z][a-z0-9-]{0,62}(?::\d{1,5})?/[a-z0-9._/-]{1,255}[:@]"),
+    ),
+    (
+        r"(?P<awsid>(?<![A-Za-z0-9-])(?:" + _AWS_ID_PREFIX + r")-[0-9a-f]{8,17}(?![A-Za-z0-9-]))",
+        _search(r"-[0-9a-f]{8}"),
+    ),
+    (
+        r"(?P<arn>(?<![A-Za-z0-9])arn:aws[a-z-]{0,16}:[a-z0-9-]{0,32}:[a-z0-9-]{0,32}:)(?P<arnacct>\d{12})?:(?P<arnres>[^\s\"',;)\]}]{1,512})",
+        _has("arn:aws"),
+    ),
+    (r"(?P<ecr>(?<![0-9A-Za-z])\d{12})(?=\.dkr\.ecr)", _has(".dkr.ecr")),
+    (
+        r"(?P<acctk>(?i:account[-_ ]?id|owner[-_ ]?id|aws[-_ ]?account)\\?[\"']?\s{0,4}[:=]\s{0,4}\\?[\"']?)(?P<acct>\d{12})(?!\d)",
+        _search(r"\d{12}"),
+    ),
+    (
+        r"(?P<gce>gce://)(?P<gceproj>[^/\s\"']{1,64})/(?P<gcezone>[^/\s\"']{1,64})/(?P<gcename>[^/\s\"',;]{1,128})",
+        _has("gce://"),
+    ),
+    (
+        r"(?P<gcp>(?<![A-Za-z0-9_.-])(?:projects/|(?:[a-z]{2,4}\.)?gcr\.io/|[a-z0-9-]{2,40}-docker\.pkg\.dev/))(?P<gproj>[a-z][a-z0-9-]{4,28}[a-z0-9])(?![A-Za-z0-9_-])",
+        _has("projects/", "gcr.io/", "docker.pkg.dev/"),
+    ),
+    (
+        r"(?P<az>/(?i:" + _AZ_SEGMENTS + r")/)(?P<azname>[^/\s\"',;]{1,128})",
+        _search(r"(?i)/(?:" + _AZ_SEGMENTS + r")/"),
+    ),
+    (
+        r"(?P<run>(?<![0-9A-Fa-f:.])(?=[:.]?[0-9A-Fa-f]{0,4}[:.][0-9A-Fa-f:.]|[0-9A-Fa-f]{32})[0-9A-Fa-f:.]++)(?P<zone>%[A-Za-z0-9_.-]{1,32})?(?:/(?P<plen>\d{1,3})(?!\d))?",
+        None,
+    ),
+]
+_ADDR_CACHE: dict[tuple, re.Pattern] = {}
+_TOP_GROUPS = [re.match(r"\(\?P<(\w+)>", p).group(1) for p, _ in _ADDR_ALTS]
+
+
+def _addr_regex(text: str) -> re.Pattern:
+    """The address pattern for ``text``: the alternatives it can hold, in their order (the first to match wins)."""
+    key = tuple(t is None or t(text) for _, t in _ADDR_ALTS)
+    rx = _ADDR_CACHE.get(key)
+    if rx is None:
+        rx = _ADDR_CACHE[key] = re.compile("|".join(p for (p, _), on in zip(_ADDR_ALTS, key) if on))
+    return rx
+
+
 _RUN_MAX = 64  # a longer run of hex digits, colons and dots is no address (at most 45 characters)
 _MAC_COLON = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5,19}")
 _HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
@@ -1053,11 +1132,14 @@ class Redactor:
         return ".".join(reversed(mapped)) + "."
 
     def _addr_sub(self, m: re.Match) -> str:
-        g = m.lastgroup
-        if m.group("nftp") is not None:  # nft -j writes a network as {"prefix": {"addr": A, "len": N}}
+        if m.lastgroup in ("run", "zone", "plen"):
+            return self._run(m)
+        gd = m.groupdict()
+        g = next(k for k in _TOP_GROUPS if gd.get(k) is not None)
+        if g == "nftp":  # nft -j writes a network as {"prefix": {"addr": A, "len": N}}
             addr, plen = m.group("nftaddr"), int(m.group("nftlen"))
             return m.group("nftp") + self.ip(addr, plen) + m.group("nftmid") + m.group("nftlen")
-        if m.group("run") is not None:
+        if g == "run":
             return self._run(m)
         if g == "arpa6":
             return self._arpa(m.group(0), True)
@@ -1081,7 +1163,7 @@ class Redactor:
         if g == "awsid":
             prefix, _, rest = m.group(0).rpartition("-")
             return f"{prefix}-{self._h('awsid:' + m.group(0), len(rest))}"
-        if m.group("arn") is not None:
+        if g == "arn":
             acct = m.group("arnacct")
             res = m.group("arnres")
             kind, sep, name = res.partition("/") if "/" in res else res.partition(":")
@@ -1089,16 +1171,16 @@ class Redactor:
             return m.group("arn") + (self.account(acct) if acct else "") + ":" + res_out
         if g == "ecr":
             return self.account(m.group(0))
-        if m.group("acct") is not None:
+        if g == "acctk":
             return m.group("acctk") + self.account(m.group("acct"))
-        if m.group("gce") is not None:
+        if g == "gce":
             return (
                 f"gce://{self.name(m.group('gceproj'), free_text=False)}/{m.group('gcezone')}/"
                 f"{self.name(m.group('gcename'), free_text=False)}"
             )
-        if m.group("gcp") is not None:
+        if g == "gcp":
             return m.group("gcp") + self.name(m.group("gproj"), free_text=False)
-        if m.group("az") is not None:
+        if g == "az":
             name = m.group("azname")
             return m.group("az") + (name if name.isdigit() else self.name(name, free_text=False))
         return m.group(0)
@@ -1197,7 +1279,7 @@ class Redactor:
         if "/" in text:
             text = _NFT_NAME.sub(self._nft_sub, text)
             text = _NS_NAME_PORT.sub(self._ns_sub, text)
-        text = _ADDR.sub(self._addr_sub, text)
+        text = _addr_regex(text).sub(self._addr_sub, text)
         return _TOKEN.sub(lambda m: self._token(m, hosts), text)
 
     def _nft_sub(self, m: re.Match) -> str:
