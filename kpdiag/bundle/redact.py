@@ -81,7 +81,7 @@ def _cut(text: str, start: int, hi: int) -> int:
 # a key or flag whose name says its value is a secret (aws_secret_access_key, client-secret, X-Auth-Token, apiKey,
 # --token, tls.key, db_password …), but not one that names a secret kept elsewhere (tokenFile, secretName, …Ref)
 _SECRET_WORD = (
-    r"secret|token|passw(?:or)?d|pwd|passphrase|credentials?|auth|authorization|cookie|session[-_.]?id|"
+    r"secret|token|passw(?:or)?d|pwd|passphrase|credentials?|auth|authorization|cookie|session[-_.]?id|signature|"
     r"api[-_.]?key|apikey|access[-_.]?key|private[-_.]?key|client[-_.]?key|signing[-_.]?key|"
     r"(?<=[-_.])key|(?-i:(?<=[a-z])Key)|client-key-data|client-certificate-data|certificate-authority-data"
 )
@@ -115,6 +115,11 @@ _SECRET_TAIL = re.compile(
     r"(?i)(?:(?:" + _SECRET_WORD + r")[" + _KEY_CHARS + r"]{0,64}\\?[\"']?[ \t]*(?:[:=]|%3[ad])?|bearer|basic|"
     r"authorization)[ \t]+$"
 )
+# XML: <password>VALUE</password>
+_XML_SECRET = re.compile(
+    r"(<(?P<name>[A-Za-z0-9_.:-]{0,64}?(?i:" + _SECRET_WORD + r")[A-Za-z0-9_.:-]{0,64})(?:\s[^<>]{0,256})?>)"
+    r"(?!REDACTED<)[^<]{1,4096}(</(?P=name)>)"
+)
 _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*+")  # base64 of "-----BEGIN"
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]*+")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)([ \t]*[:=][ \t]*|[ \t]+|%20|\+)(?!REDACTED)[A-Za-z0-9._~+/=:-]{6,}+")
@@ -134,7 +139,20 @@ _PREFIXES = (
 )  # fmt: skip
 _BOOTSTRAP = re.compile(r"(?<![A-Za-z0-9_.])[a-z0-9]{6}\.[a-z0-9]{16}(?![A-Za-z0-9_.])")
 # the words a secret's key or flag holds, lower case: a piece without any is not searched for keys
-_HINTS = ("secret", "token", "passw", "pwd", "passphrase", "credential", "auth", "cookie", "session", "key", "-data")
+_HINTS = (
+    "secret",
+    "signature",
+    "token",
+    "passw",
+    "pwd",
+    "passphrase",
+    "credential",
+    "auth",
+    "cookie",
+    "session",
+    "key",
+    "-data",
+)
 _B64_BLOB = re.compile(r"(?<![A-Za-z0-9+/=_-])(?!/)[A-Za-z0-9+/]{64,}+={0,2}(?![A-Za-z0-9+/=_-])")
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -272,6 +290,8 @@ def _scrub_piece(text: str) -> str:
         text = _KEYVAL.sub(_keyval, text)
         if "-" in text:
             text = _FLAG.sub(_flag, text)
+        if "<" in text:
+            text = _XML_SECRET.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
     if "@" in text:
         text = _URL_CRED.sub(lambda m: m.group(1) + REDACTED + "@", text)
     return text
@@ -699,6 +719,7 @@ _FILE_EXT = {
 }
 _CLUSTER_SUFFIXES = (".svc.cluster.local", ".cluster.local")
 
+_PCT = re.compile(r"(%[0-9A-Fa-f]{2})")
 _TOKEN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")
 # ns/name:port (iptables comments, kube-proxy log values, manifest focus)
 _NS_NAME_PORT = re.compile(
@@ -782,9 +803,13 @@ _ADDR_ALTS = [
         r"(?P<arn>(?<![A-Za-z0-9])arn:aws[a-z-]{0,16}:[a-z0-9-]{0,32}:[a-z0-9-]{0,32}:)(?P<arnacct>\d{12})?:(?P<arnres>[^\s\"',;)\]}]{1,512})",
         _has("arn:aws"),
     ),
+    (
+        r"(?P<email>(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64})@(?=[A-Za-z0-9-]{1,63}\.[A-Za-z0-9.-]{0,200}[A-Za-z])",
+        _has("@"),
+    ),
     (r"(?P<ecr>(?<![0-9A-Za-z])\d{12})(?=\.dkr\.ecr)", _has(".dkr.ecr")),
     (
-        r"(?P<acctk>(?i:account[-_ ]?id|owner[-_ ]?id|aws[-_ ]?account)\\?[\"']?\s{0,4}[:=]\s{0,4}\\?[\"']?)(?P<acct>\d{12})(?!\d)",
+        r"(?P<acctk>(?i:account|owner)[-_ A-Za-z]{0,12}\\?[\"']?\s{0,4}[:= ]\s{0,4}\\?[\"']?)(?P<acct>\d{12})(?!\d)",
         _search(r"\d{12}"),
     ),
     (
@@ -927,7 +952,8 @@ class Redactor:
             out = [
                 self.names[p] if p in self.global_names else f"h{self._h('label:' + p.lower(), 7)}" for p in labels[:-1]
             ]
-            self.names[value] = ".".join(out + [labels[-1]])
+            last = self.names[labels[-1]] if labels[-1] in self.global_names else labels[-1]  # web.shop: shop too
+            self.names[value] = ".".join(out + [last])
             self._pseudonyms.add(self.names[value])
         return self.names[value]
 
@@ -1107,7 +1133,10 @@ class Redactor:
             return whole if out is None else lead + out + trail
         if "." in run:
             out = self._v4_run(run, plen)
-            return whole if out is None else lead + out + trail + (zone if zone else "")
+            if out is None:  # glued to hex letters (a10.0.0.1, 10.0.0.1ab): the address inside
+                inner = _V4_IN.sub(lambda v: self._v4_run(v.group(0), None) or v.group(0), run)
+                return lead + inner + trail + rest
+            return lead + out + trail + (zone if zone else "")
         if _HEX32.fullmatch(run):
             return lead + self._hex32(run) + trail + rest
         return whole
@@ -1169,6 +1198,9 @@ class Redactor:
             kind, sep, name = res.partition("/") if "/" in res else res.partition(":")
             res_out = f"{kind}{sep}{self.name(name, free_text=False)}" if sep else self.name(res, free_text=False)
             return m.group("arn") + (self.account(acct) if acct else "") + ":" + res_out
+        if g == "email":  # the mailbox; its domain is a host name (the host pass that follows)
+            local = m.group("email")
+            return (local if local == REDACTED else f"u{self._h('email:' + local.lower())}") + "@"
         if g == "ecr":
             return self.account(m.group(0))
         if g == "acctk":
@@ -1280,6 +1312,9 @@ class Redactor:
             text = _NFT_NAME.sub(self._nft_sub, text)
             text = _NS_NAME_PORT.sub(self._ns_sub, text)
         text = _addr_regex(text).sub(self._addr_sub, text)
+        if "%" in text:  # URL-encoded: %2F and its kind separate words (…%2Fnamespaces%2Fshop%2F…)
+            parts = _PCT.split(text)
+            return "".join(p if i % 2 else _TOKEN.sub(lambda m: self._token(m, hosts), p) for i, p in enumerate(parts))
         return _TOKEN.sub(lambda m: self._token(m, hosts), text)
 
     def _nft_sub(self, m: re.Match) -> str:
@@ -1300,6 +1335,11 @@ class Redactor:
         t = m.group(0)
         if t in self.global_names:
             return self.names[t]
+        if "_" in t and "." not in t:  # a name inside an identifier: shop_web-frontend, cali_shop_…
+            parts = t.split("_")
+            if any(p in self.global_names for p in parts):
+                return "_".join(self.names[p] if p in self.global_names else p for p in parts)
+            return t
         if "." not in t:
             return t
         parts = t.split(".")
