@@ -243,8 +243,13 @@ def _flag(m: re.Match) -> str:
 
 def _b64_blob(m: re.Match) -> str:
     s = m.group(0)
-    mixed = any(c.isupper() for c in s) and any(c.islower() for c in s) and any(c.isdigit() for c in s)
+    if s.count("/") * 16 > len(s):  # a path, not base64 (where "/" is one character in 64)
+        return s
+    mixed = _UPPER.search(s) and _LOWER.search(s) and _DIGIT.search(s)
     return REDACTED if mixed or "+" in s else s
+
+
+_UPPER, _LOWER, _DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
 
 
 def _scrub_pem(text: str) -> str:
@@ -478,6 +483,7 @@ _INFRA = (
     "mount-bpf-fs",
     "clean-cilium-state",
 )
+_INFRA_RE = re.compile("(" + "|".join(re.escape(p) for p in _INFRA) + ")(?:-|$)")
 # words that are syntax in the files kpdiag writes: a name spelled like one is replaced only where it is a name
 _RESERVED = {
     "tcp",
@@ -842,6 +848,7 @@ def _addr_regex(text: str) -> re.Pattern:
     return rx
 
 
+_CACHE_MAX = 200_000  # entries of a redaction cache (cleared when full: memory stays bounded)
 _RUN_MAX = 64  # a longer run of hex digits, colons and dots is no address (at most 45 characters)
 _MAC_COLON = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5,19}")
 _HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
@@ -886,6 +893,11 @@ class Redactor:
         self.ports: dict[str, str] = {}
         self.ips: dict[str, str] = {}  # the addresses replaced: original → pseudonym
         self._ipcache: dict[str, str] = {}
+        self._runcache: dict[str, str] = {}  # a run of hex digits, colons and dots → its redaction
+        self._tokcache: dict[tuple, str] = {}
+        self._settled: set[str] = (
+            set()
+        )  # names whose free-text standing (global or not) is decided  # a word → its redaction (after learning, it is a function of the word)
         self.macs: dict[str, str] = {}
         self._bits: dict[tuple, int] = {}
         ordinary = [o for o in range(1, 224) if o not in (127, 169)]
@@ -898,6 +910,9 @@ class Redactor:
     # ------------------------------------------------------------ names
     def name(self, value: str, *, free_text: bool = True) -> str:
         """The pseudonym of a name (the same for a namespace, object, node or label value spelled alike)."""
+        hit = self.names.get(value)
+        if hit is not None and not self._learning and (not free_text or value in self._settled):
+            return hit  # the common case: a name seen before
         if not value or value in _SKIP_NAMES or value == REDACTED or value in self._pseudonyms:
             return value
         infra = self._infra(value)
@@ -914,19 +929,23 @@ class Redactor:
         if value not in self.names:
             self.names[value] = f"r{self._h('name:' + value)}"
             self._pseudonyms.add(self.names[value])
-        if free_text and _global_ok(value):
-            self.global_names.add(value)
+        if free_text and value not in self._settled:
+            if _global_ok(value):
+                self.global_names.add(value)
+                self._tokcache.clear()  # a word's redaction may change with a new name
+            self._settled.add(value)
         return self.names[value]
 
     def _infra(self, value: str) -> str | None:
         """A component's name as it is — but a node name inside it (etcd-NODE, kube-proxy-NODE) redacted."""
-        for prefix in _INFRA:
-            if value == prefix:
-                return value
-            if value.startswith(prefix + "-"):
-                rest = value[len(prefix) + 1 :]
-                return f"{prefix}-{self.names[rest]}" if rest in self.names else value
-        return None
+        m = _INFRA_RE.match(value)
+        if m is None:
+            return None
+        prefix = m.group(1)
+        if value == prefix:
+            return value
+        rest = value[len(prefix) + 1 :]
+        return f"{prefix}-{self.names[rest]}" if rest in self.names else value
 
     def port(self, value: str) -> str:
         if not value or value == REDACTED:
@@ -1106,6 +1125,15 @@ class Redactor:
         return self.ip(raw + zone, int(plen) if plen and int(plen) <= 128 else None) + (f"/{plen}" if plen else "")
 
     def _run(self, m: re.Match) -> str:
+        whole = m.group(0)
+        out = self._runcache.get(whole)
+        if out is None:
+            if len(self._runcache) > _CACHE_MAX:
+                self._runcache.clear()
+            out = self._runcache[whole] = self._run_uncached(m)
+        return out
+
+    def _run_uncached(self, m: re.Match) -> str:
         whole, run = m.group(0), m.group("run")
         zone, plen = m.group("zone") or "", m.group("plen")
         rest = whole[len(run) :]
@@ -1333,6 +1361,17 @@ class Redactor:
 
     def _token(self, m: re.Match, hosts: bool) -> str:
         t = m.group(0)
+        if "." not in t and "_" not in t:
+            return self.names[t] if t in self.global_names else t
+        key = (t, hosts)
+        out = self._tokcache.get(key)
+        if out is None:
+            if len(self._tokcache) > _CACHE_MAX:
+                self._tokcache.clear()
+            out = self._tokcache[key] = self._token_uncached(t, hosts)
+        return out
+
+    def _token_uncached(self, t: str, hosts: bool) -> str:
         if t in self.global_names:
             return self.names[t]
         if "_" in t and "." not in t:  # a name inside an identifier: shop_web-frontend, cali_shop_…
@@ -1477,10 +1516,13 @@ def _looks_numeric(value: str) -> bool:
     )
 
 
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
 def _fqdn_like(parts: list[str]) -> bool:
-    if len(parts) < 2 or not all(re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", p) for p in parts):
-        return False
     last = parts[-1]
+    if len(parts) < 2 or not last.isalpha() or not all(_LABEL.fullmatch(p) for p in parts):
+        return False
     return (
         last.isalpha()
         and last.islower()
