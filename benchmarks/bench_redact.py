@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark: `kpdiag redact` time and peak memory, on hostile and on ordinary bundles.
 
-    python3 benchmarks/bench_redact.py [--mb 10] [--services 5000] [--repeat 1] [--only NAME]
+    python3 benchmarks/bench_redact.py [--mb 10] [--services 5000] [--repeat 1] [--only NAME] [--compare DIR]
+
+--compare DIR runs each case with the kpdiag of another checkout DIR as well (e.g. a worktree of the commit
+before a change), one after the other, so both see the same machine load.
 
 Each case writes a bundle directory, then runs `python3 -m kpdiag redact BUNDLE -o OUT --salt bench` in a fresh
 process and reports its wall time and peak RSS (the child's own rusage from wait4; median of --repeat runs):
@@ -122,9 +125,9 @@ def write(files: dict[str, str], root: str) -> int:
     return total
 
 
-def run_once(bundle: str, out: str) -> tuple[float, int, int]:
+def run_once(bundle: str, out: str, root: str = ROOT) -> tuple[float, int, int]:
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=root)
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "kpdiag", "redact", bundle, "-o", out, "--salt", "bench"],
@@ -148,6 +151,7 @@ def main() -> int:
     ap.add_argument("--services", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--compare", default=None, help="another checkout's root, run on the same cases")
     args = ap.parse_args()
     cases = ["comment-words", "comment-short", "comment-hex", "comment-slash", "secrets-line", "ordinary"]
     if args.only:
@@ -158,12 +162,19 @@ def main() -> int:
             bundle = os.path.join(tmp, case)
             files = ordinary(args.services) if case == "ordinary" else hostile(case, args.mb)
             size = write(files, bundle)
-            runs = [run_once(bundle, os.path.join(tmp, case + "-out")) for _ in range(args.repeat)]
-            wall = statistics.median(r[0] for r in runs)
-            rss = statistics.median(r[1] for r in runs)
-            results[case] = {"input_mb": round(size / 1e6, 1), "wall_s": round(wall, 2), "peak_rss_mb": rss}
-            results[case]["exit"] = runs[-1][2]
-            print(f"{case:14} input {size / 1e6:7.1f} MB  wall {wall:7.2f} s  peak RSS {rss:6d} MB  exit {runs[-1][2]}")
+            roots = [("", ROOT)] + ([("compare:", os.path.abspath(args.compare))] if args.compare else [])
+            for tag, root in roots:
+                runs = [run_once(bundle, os.path.join(tmp, case + "-out"), root) for _ in range(args.repeat)]
+                wall = statistics.median(r[0] for r in runs)
+                rss = statistics.median(r[1] for r in runs)
+                results[tag + case] = {"input_mb": round(size / 1e6, 1), "wall_s": round(wall, 2), "peak_rss_mb": rss}
+                results[tag + case]["exit"] = runs[-1][2]
+                print(
+                    f"{tag + case:22} input {size / 1e6:7.1f} MB  wall {wall:7.2f} s  peak RSS {rss:6d} MB  "
+                    f"exit {runs[-1][2]}",
+                    flush=True,
+                )
+            shutil.rmtree(bundle, ignore_errors=True)
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "redact.json"), "w") as fh:
         json.dump(results, fh, indent=1)

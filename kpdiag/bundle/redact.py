@@ -85,7 +85,7 @@ _SECRET_WORD = (
     r"api[-_.]?key|apikey|access[-_.]?key|private[-_.]?key|client[-_.]?key|signing[-_.]?key|"
     r"(?<=[-_.])key|(?-i:(?<=[a-z])Key)|client-key-data|client-certificate-data|certificate-authority-data"
 )
-_SECRET_KEY_FULL = re.compile(r"(?i:[A-Za-z0-9_.-]{0,64}?(?:" + _SECRET_WORD + r")[A-Za-z0-9_.-]{0,64})")
+_SECRET_IN = re.compile(r"(?i:" + _SECRET_WORD + r")")
 _NOT_SECRET_KEY = re.compile(
     r"(?i).*(?:name|names|ref|file|path|dir|namespace|type|count|seconds|ttl|expiration|expirationseconds|"
     r"audience|audiences|mode|enabled|kind|size|length|url|uri|endpoint|prefix|suffix)$"
@@ -93,21 +93,14 @@ _NOT_SECRET_KEY = re.compile(
 _KEY_CHARS = "A-Za-z0-9_.-"
 # key, then = or : (maybe URL-encoded), then a value: quoted (JSON-escaped too), or a bare word
 _KEYVAL = re.compile(
-    r"(?<!["
-    + _KEY_CHARS
-    + r"])(?P<key>\\?[\"']?(?P<name>["
-    + _KEY_CHARS
-    + r"]{0,64}?(?i:"
-    + _SECRET_WORD
-    + r")["
-    + _KEY_CHARS
-    + r"]{0,64})\\?[\"']?)(?P<sep>[ \t]{0,8}(?:[:=]|%3[AaDd])[ \t]{0,8})"
+    r"(?<![" + _KEY_CHARS + r"])(?P<key>\\?[\"']?(?P<name>[" + _KEY_CHARS + r"]{1,256}+)\\?[\"']?)"
+    r"(?P<sep>[ \t]{0,8}(?:[:=]|%3[AaDd])[ \t]{0,8})"
     r"(?P<value>\\\"(?:[^\"\\]|\\[^\"])*+\\\"|\"(?:[^\"\\\n]|\\.)*+\"|'[^'\n]*+'"
     r"|(?!(?:true|false|null|REDACTED)\b)(?:[^\s,;&}\]\\\"'%]|%(?!26))++)"
 )
 # --flag VALUE (a command line): the flag names a secret, the value is the next word
 _FLAG = re.compile(
-    r"(?<![^\s\"'\[,(])(?P<flag>--?(?P<name>[A-Za-z0-9_.-]{0,64}?(?i:" + _SECRET_WORD + r")[A-Za-z0-9_.-]{0,64}))"
+    r"(?<![^\s\"'\[,(])(?P<flag>--?(?P<name>[A-Za-z0-9_.-]{1,256}+))"
     r"(?P<sep>[ \t]{1,8})(?P<value>\"[^\"\n]*+\"|'[^'\n]*+'|(?![-\"'])[^\s\"',]++)"
 )
 # what precedes a piece cut that would split a secret from its key
@@ -117,8 +110,7 @@ _SECRET_TAIL = re.compile(
 )
 # XML: <password>VALUE</password>
 _XML_SECRET = re.compile(
-    r"(<(?P<name>[A-Za-z0-9_.:-]{0,64}?(?i:" + _SECRET_WORD + r")[A-Za-z0-9_.:-]{0,64})(?:\s[^<>]{0,256})?>)"
-    r"(?!REDACTED<)[^<]{1,4096}(</(?P=name)>)"
+    r"(<(?P<name>[A-Za-z0-9_.:-]{1,256}+)(?:\s[^<>]{0,256})?>)(?!REDACTED<)[^<]{1,4096}+(</(?P=name)>)"
 )
 _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*+")  # base64 of "-----BEGIN"
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]*+")
@@ -158,7 +150,7 @@ _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def _is_secret_key(name: str) -> bool:
-    return bool(_SECRET_KEY_FULL.fullmatch(name)) and not _NOT_SECRET_KEY.match(name)
+    return len(name) <= 256 and _SECRET_IN.search(name) is not None and not _NOT_SECRET_KEY.match(name)
 
 
 def _secret_value_kept(value: str) -> bool:
@@ -174,24 +166,11 @@ def _secret_value_kept(value: str) -> bool:
 # YAML: "key: the rest of the line" (a bare value runs to the end of the line), and block scalars ("key: |" then the
 # lines indented under it)
 _YAML_LINE = re.compile(
-    r"(?m)^(?P<key>[ \t]{0,64}(?:- )?(?P<name>["
-    + _KEY_CHARS
-    + r"]{0,64}?(?i:"
-    + _SECRET_WORD
-    + r")["
-    + _KEY_CHARS
-    + r"]{0,64}):[ \t]{1,8})(?P<value>(?![\"'|>\[{&*!]|REDACTED\s*$)[^\n]*?)(?P<end>[ \t]*(?:\r?\n|$))"
+    r"(?m)^(?P<key>[ \t]{0,64}+(?:- )?(?P<name>[" + _KEY_CHARS + r"]{1,256}+):[ \t]{1,8}+)"
+    r"(?P<value>(?![\"'|>\[{&*!]|REDACTED\s*$)[^\n]*?)(?P<end>[ \t]*(?:\r?\n|$))"
 )
 _YAML_BLOCK = re.compile(
-    r"(?m)^(?P<indent>[ \t]{0,64})(?:[^\n]{0,64}?(?<!["
-    + _KEY_CHARS
-    + r"]))?(?P<name>["
-    + _KEY_CHARS
-    + r"]{0,64}?(?i:"
-    + _SECRET_WORD
-    + r")["
-    + _KEY_CHARS
-    + r"]{0,64}):[ \t]*[|>][-+0-9]{0,3}[ \t]*\r?\n"
+    r"(?<![" + _KEY_CHARS + r"])(?P<name>[" + _KEY_CHARS + r"]{1,256}+):[ \t]*[|>][-+0-9]{0,3}[ \t]*\r?\n"
 )
 
 
@@ -201,9 +180,11 @@ def _scrub_yaml_blocks(text: str) -> str:
         return text
     out, i = [], 0
     for m in _YAML_BLOCK.finditer(text):
-        if m.start() < i or _NOT_SECRET_KEY.match(m.group("name")):
+        if m.start() < i or not _is_secret_key(m.group("name")):
             continue
-        depth = len(m.group("indent").expandtabs())
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        head = text[line_start : m.start()]
+        depth = len(head.expandtabs()) - len(head.expandtabs().lstrip(" "))
         j = m.end()
         while j < len(text):
             nl = text.find("\n", j)
@@ -220,23 +201,37 @@ def _scrub_yaml_blocks(text: str) -> str:
 
 
 def _yaml_line(m: re.Match) -> str:
-    if _NOT_SECRET_KEY.match(m.group("name")) or _secret_value_kept(m.group("value")) or not m.group("value"):
+    if not _is_secret_key(m.group("name")) or _secret_value_kept(m.group("value")) or not m.group("value"):
         return m.group(0)
     return m.group("key") + REDACTED + m.group("end")
 
 
-def _keyval(m: re.Match) -> str:
-    if _NOT_SECRET_KEY.match(m.group("name")):
-        return m.group(0)
-    value = m.group("value")
-    if _secret_value_kept(value):
-        return m.group(0)
-    quote = '\\"' if value.startswith('\\"') else (value[0] if value[0] in "\"'" else "")
-    return f"{m.group('key')}{m.group('sep')}{quote}{REDACTED}{quote}"
+def _keyval_scan(text: str) -> str:
+    """Every ``key=value`` / ``key: value`` whose key names a secret, value replaced. A key that does not name one
+    gives way after its separator: its value is searched in turn (``--note=password=x``, ``msg="{\"token\": …}"``)."""
+    out, pos = [], 0
+    while True:
+        m = _KEYVAL.search(text, pos)
+        if m is None:
+            break
+        value = m.group("value")
+        if _is_secret_key(m.group("name")) and not _secret_value_kept(value):
+            quote = '\\"' if value.startswith('\\"') else (value[0] if value[0] in "\"'" else "")
+            out.append(text[pos : m.start("value")] + quote + REDACTED + quote)
+            pos = m.end("value")
+        else:
+            out.append(text[pos : m.end("sep")])
+            pos = m.end("sep")
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _xml(m: re.Match) -> str:
+    return m.group(1) + REDACTED + m.group(3) if _is_secret_key(m.group("name")) else m.group(0)
 
 
 def _flag(m: re.Match) -> str:
-    if _NOT_SECRET_KEY.match(m.group("name")) or _secret_value_kept(m.group("value")):
+    if not _is_secret_key(m.group("name")) or _secret_value_kept(m.group("value")):
         return m.group(0)
     return f"{m.group('flag')}{m.group('sep')}{REDACTED}"
 
@@ -292,11 +287,11 @@ def _scrub_piece(text: str) -> str:
     if any(h in low for h in _HINTS):
         if ":" in text:
             text = _YAML_LINE.sub(_yaml_line, text)
-        text = _KEYVAL.sub(_keyval, text)
+        text = _keyval_scan(text)
         if "-" in text:
             text = _FLAG.sub(_flag, text)
         if "<" in text:
-            text = _XML_SECRET.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+            text = _XML_SECRET.sub(_xml, text)
     if "@" in text:
         text = _URL_CRED.sub(lambda m: m.group(1) + REDACTED + "@", text)
     return text
