@@ -132,6 +132,7 @@ def run_once(bundle: str, out: str, root: str = ROOT) -> tuple[float, int, int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kpdiag", "redact", bundle, "-o", out, "--salt", "bench"],
         env=env,
+        cwd=root,  # `-m` puts the working directory first on the path: the checkout measured is the one imported
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

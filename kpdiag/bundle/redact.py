@@ -40,6 +40,7 @@ REDACTED = "REDACTED"
 # pattern is linear in it (bounded or possessive quantifiers, fixed look-behinds): redaction is linear in the input.
 PIECE_LIMIT = 16 * 1024
 _CUT_PUNCT = ",;\"'(){}[]<>|&/"
+_SOFT_CUT = re.compile(r"[._=+:-](?![0-9A-Fa-f])|(?<![0-9A-Fa-f])[._=+:-]")
 _WORD_RUN = re.compile(r"[^\s,;\"'(){}\[\]<>|&/]{0,1048576}")
 
 
@@ -73,6 +74,11 @@ def _cut(text: str, start: int, hi: int) -> int:
     best = max(text.rfind(c, lo, hi) for c in _CUT_PUNCT)
     if best >= 0:
         return best + 1
+    # a separator inside a word, but not between two digits or hex digits (where it may be inside an address)
+    for m in _SOFT_CUT.finditer(text, lo, hi):
+        best = m.end()
+    if best >= 0:
+        return best
     m = _WORD_RUN.match(text, hi)
     return max(m.end(), hi) if m.end() > hi else hi + 1
 
