@@ -365,9 +365,9 @@ def _scrub_objects(doc) -> bool:
     """API objects and JSON documents, by their keys: container env values, the last-applied annotation (it copies
     env values), and every string under a key that names a secret; True if anything changed."""
     changed = False
-    stack = [doc]
+    stack = [(None, doc)]
     while stack:
-        node = stack.pop()
+        parent, node = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
                 if key == "env" and isinstance(value, list):
@@ -386,13 +386,18 @@ def _scrub_objects(doc) -> bool:
                 ):
                     value[_LAST_APPLIED] = REDACTED
                     changed = True
-                elif isinstance(value, str) and _is_secret_key(key) and not _secret_value_kept(value):
+                elif (
+                    isinstance(value, str)
+                    and parent not in _LABEL_MAPS  # a label is no secret, and selectors must still match
+                    and _is_secret_key(key)
+                    and not _secret_value_kept(value)
+                ):
                     node[key] = REDACTED
                     changed = True
                 if isinstance(value, (dict, list)):
-                    stack.append(value)
+                    stack.append((key, value))
         elif isinstance(node, list):
-            stack.extend(v for v in node if isinstance(v, (dict, list)))
+            stack.extend((parent, v) for v in node if isinstance(v, (dict, list)))
     return changed
 
 

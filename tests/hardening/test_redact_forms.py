@@ -116,6 +116,21 @@ def write() -> None:
         fh.write(head + "<!-- forms:begin -->\n" + "\n".join(out) + "\n<!-- forms:end -->" + tail)
 
 
+def test_the_spec_names_how_every_source_is_treated():
+    """Every source of the catalogue is in the spec's table of sources (by its path or a pattern that covers it)."""
+    import fnmatch
+
+    from kpdiag.bundle import sources
+
+    text = open(DOC, encoding="utf-8").read()
+    table = text.split("## Every source, and how it is treated", 1)[1].split("\n## ", 1)[0]
+    patterns = [
+        p for row in table.splitlines() if row.startswith("| `") for p in re.findall(r"`([^`]+)`", row.split(" | ")[0])
+    ]
+    missing = [path for path in sources.CATALOGUE if not any(fnmatch.fnmatch(path, p) for p in patterns)]
+    assert not missing, missing
+
+
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
     if sys.argv[1:] == ["--write"]:
