@@ -99,11 +99,12 @@ _NOT_SECRET_KEY = re.compile(
 _KEY_CHARS = "A-Za-z0-9_.-"
 # key, then = or : (maybe URL-encoded), then a value: quoted (JSON-escaped too), or a bare word
 _KEYVAL = re.compile(
-    r"(?<![" + _KEY_CHARS + r"])(?P<key>\\?[\"']?(?P<name>[" + _KEY_CHARS + r"]{1,256}+)\\?[\"']?)"
+    r"(?<![" + _KEY_CHARS + r"])(?P<key>\\{0,8}[\"']?(?P<name>[" + _KEY_CHARS + r"]{1,256}+)\\{0,8}[\"']?)"
     r"(?P<sep>[ \t]{0,8}(?:[:=]|%3[AaDd])[ \t]{0,8})"
-    r"(?P<value>\\\"(?:[^\"\\]|\\[^\"])*+\\\"|\"(?:[^\"\\\n]|\\.)*+\"|'[^'\n]*+'"
+    r"(?P<value>\\{1,8}\"[^\"\n]{0,4096}?\\{1,8}\"|\"(?:[^\"\\\n]|\\.)*+\"|'[^'\n]*+'"
     r"|(?!(?:true|false|null|REDACTED)\b)(?:[^\s,;&}\]\\\"'%]|%(?!26))++)"
 )
+_QUOTE = re.compile(r"\\*[\"']|")
 # --flag VALUE (a command line): the flag names a secret, the value is the next word
 _FLAG = re.compile(
     r"(?<![^\s\"'\[,(])(?P<flag>--?(?P<name>[A-Za-z0-9_.-]{1,256}+))"
@@ -181,29 +182,58 @@ _YAML_BLOCK = re.compile(
 
 
 def _scrub_yaml_blocks(text: str) -> str:
-    """The lines of a block scalar under a secret's key (``token: |``): every line indented deeper than the key."""
+    """The lines of a block scalar under a secret's key (``token: |``): every line indented deeper than the key's
+    line. Also where the YAML is itself inside a JSON string in a text (its line breaks written ``\\n``)."""
     if ": |" not in text and ": >" not in text and ":|" not in text and ":>" not in text:
         return text
+    for nl in ("\n", "\\n", "\\\\n"):
+        if nl == "\n" or any(f"{m}{nl}" in text for m in (": |", ": >", ":|", ":>", "|-", ">-")):
+            text = _scrub_blocks_nl(text, nl)
+    return text
+
+
+def _scrub_blocks_nl(text: str, nl: str) -> str:
+    rx = _YAML_BLOCK if nl == "\n" else _yaml_block_rx(nl)
     out, i = [], 0
-    for m in _YAML_BLOCK.finditer(text):
+    for m in rx.finditer(text):
         if m.start() < i or not _is_secret_key(m.group("name")):
             continue
-        line_start = text.rfind("\n", 0, m.start()) + 1
+        line_start = max(text.rfind("\n", 0, m.start()), text.rfind(nl, 0, m.start()) + len(nl) - 1) + 1
         head = text[line_start : m.start()]
-        depth = len(head.expandtabs()) - len(head.expandtabs().lstrip(" "))
+        depth = len(head) - len(head.lstrip(" \t"))
         j = m.end()
         while j < len(text):
-            nl = text.find("\n", j)
-            line_end = len(text) if nl < 0 else nl + 1
-            line = text[j:line_end]
+            k = text.find(nl, j)
+            line_end = len(text) if k < 0 else k + len(nl)
+            line = text[j : line_end - (len(nl) if k >= 0 else 0)]
             if line.strip() and len(line) - len(line.lstrip(" \t")) <= depth:
+                break
+            if k < 0 and not line.strip():
+                break
+            q = _END_QUOTE.search(line) if nl != "\n" else None
+            if q is not None:  # the JSON string that holds the YAML ends on this line: the block ends with it
+                j += q.start()
                 break
             j = line_end
         if j > m.end():
-            out.append(text[i : m.end()] + " " * (depth + 2) + REDACTED + "\n")
+            out.append(text[i : m.end()] + " " * (depth + 2) + REDACTED + nl)
             i = j
     out.append(text[i:])
     return "".join(out)
+
+
+_END_QUOTE = re.compile(r'\\*"')
+
+
+def _yaml_block_rx(nl: str) -> re.Pattern:
+    return re.compile(
+        r"(?<!["
+        + _KEY_CHARS
+        + r"])(?P<name>["
+        + _KEY_CHARS
+        + r"]{1,256}+):[ \t]*[|>][-+0-9]{0,3}[ \t]*"
+        + re.escape(nl)
+    )
 
 
 def _yaml_line(m: re.Match) -> str:
@@ -222,7 +252,7 @@ def _keyval_scan(text: str) -> str:
             break
         value = m.group("value")
         if _is_secret_key(m.group("name")) and not _secret_value_kept(value):
-            quote = '\\"' if value.startswith('\\"') else (value[0] if value[0] in "\"'" else "")
+            quote = _QUOTE.match(value).group(0)  # "x", 'x', \"x\", \\\"x\\\" …: the same quotes around REDACTED
             out.append(text[pos : m.start("value")] + quote + REDACTED + quote)
             pos = m.end("value")
         else:
@@ -274,8 +304,35 @@ def _scrub_pem(text: str) -> str:
     return "".join(out)
 
 
+# a URL-encoded run (a query string, an encoded path or body): decoded when it decodes to printable ASCII,
+# redacted like any text, and encoded again where anything changed
+_URL_RUN = re.compile(
+    r"[A-Za-z0-9._~%/:?#@!$&'()*+,;=-]{0,4096}?%[0-9A-Fa-f]{2}[A-Za-z0-9._~%/:?#@!$&'()*+,;=-]{0,4096}+"
+)
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e\t\n]*")
+
+
+def _url_redo(run: str, fn) -> str | None:
+    """``run`` decoded, through ``fn``, encoded again the way it was (what it wrote plainly stays plain); None when
+    it does not decode to printable ASCII (then it is no URL-encoding: plain text)."""
+    from urllib.parse import quote, unquote
+
+    try:
+        decoded = unquote(run, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    if decoded == run or not _PRINTABLE_ASCII.fullmatch(decoded):
+        return None
+    out = fn(decoded)
+    if out == decoded:
+        return run
+    return quote(out, safe="".join(sorted(set(run) - set("%"))))
+
+
 def _scrub_piece(text: str) -> str:
     """One piece: each pattern tried only where the piece holds what it starts with (ordinary text stays fast)."""
+    if "%" in text:
+        text = _URL_RUN.sub(lambda m: _url_redo(m.group(0), _scrub_piece) or m.group(0), text)
     if "LS0tLS1CRUdJTi" in text:
         text = _PEM_B64.sub(REDACTED, text)
     if "eyJ" in text:
@@ -821,7 +878,7 @@ _ADDR_ALTS = [
     ),
     (r"(?P<ecr>(?<![0-9A-Za-z])\d{12})(?=\.dkr\.ecr)", _has(".dkr.ecr")),
     (
-        r"(?P<acctk>(?i:account|owner)[-_ A-Za-z]{0,12}\\?[\"']?\s{0,4}[:= ]\s{0,4}\\?[\"']?)(?P<acct>\d{12})(?!\d)",
+        r"(?P<acctk>(?i:account|owner)[-_ A-Za-z]{0,12}\\{0,8}[\"']?\s{0,4}[:= ]\s{0,4}\\{0,8}[\"']?)(?P<acct>\d{12})(?!\d)",
         _search(r"\d{12}"),
     ),
     (
@@ -858,6 +915,7 @@ _CACHE_MAX = 200_000  # entries of a redaction cache (cleared when full: memory 
 _RUN_MAX = 64  # a longer run of hex digits, colons and dots is no address (at most 45 characters)
 _MAC_COLON = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5,19}")
 _HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
+_CISCO = re.compile(r"[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}")
 _V4_PARTS = re.compile(r"\d{1,3}(?:\.\d{1,5}){3,}")
 _V4_IN = re.compile(r"(?<![0-9])\d{1,3}(?:\.\d{1,3}){3}(?![0-9])")
 _VERBATIM = {
@@ -1154,7 +1212,7 @@ class Redactor:
             run, trail = run[:-1], run[-1] + trail
         if not run:
             return whole
-        if _MAC_COLON.fullmatch(run) and not (zone or plen):
+        if (_MAC_COLON.fullmatch(run) or _CISCO.fullmatch(run)) and not (zone or plen):
             return lead + self.mac(run) + trail
         if ":" in run:
             out = self._v6_text(run, zone, plen)
@@ -1341,6 +1399,21 @@ class Redactor:
         return "".join(self._piece(p, hosts) for p in _pieces(text))
 
     def _piece(self, text: str, hosts: bool) -> str:
+        if "%" not in text:
+            return self._plain(text, hosts)
+        out, pos = [], 0
+        for m in _URL_RUN.finditer(text):  # a URL-encoded run is redacted decoded, once (never mapped twice)
+            run = m.group(0)
+            out.append(self._plain(text[pos : m.start()], hosts))
+            redone = _url_redo(run, lambda t: self.text(t, hosts))
+            out.append(self._plain(run, hosts) if redone is None else redone)
+            pos = m.end()
+        out.append(self._plain(text[pos:], hosts))
+        return "".join(out)
+
+    def _plain(self, text: str, hosts: bool) -> str:
+        if not text:
+            return text
         text = _scrub_piece(text)
         if "/" in text:
             text = _NFT_NAME.sub(self._nft_sub, text)
@@ -1529,14 +1602,12 @@ def _fqdn_like(parts: list[str]) -> bool:
     last = parts[-1]
     if len(parts) < 2 or not last.isalpha() or not all(_LABEL.fullmatch(p) for p in parts):
         return False
-    return (
-        last.isalpha()
-        and last.islower()
-        and len(last) >= 2
-        and last not in _FILE_EXT
+    return (  # one letter case throughout (DNS ignores case: DB01.ACME.COM is a host name too)
+        len(last) >= 2
+        and (all(p == p.lower() for p in parts) or all(p == p.upper() for p in parts))
+        and last.lower() not in _FILE_EXT
         and any(c.isalpha() for c in parts[0])
-        and all(p == p.lower() for p in parts)
-        and parts[0] not in ("net", "kernel", "vm", "fs", "dev", "user", "abi", "debug")
+        and parts[0].lower() not in ("net", "kernel", "vm", "fs", "dev", "user", "abi", "debug")
     )
 
 
