@@ -22,6 +22,7 @@ netmask-like addresses, the names of kube-system's well-known objects (``kube-sy
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -156,6 +157,7 @@ _B64_BLOB = re.compile(r"(?<![A-Za-z0-9+/=_-])(?!/)[A-Za-z0-9+/]{64,}+={0,2}(?![
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
+@functools.lru_cache(maxsize=8192)
 def _is_secret_key(name: str) -> bool:
     return len(name) <= 256 and _SECRET_IN.search(name) is not None and not _NOT_SECRET_KEY.match(name)
 
@@ -164,10 +166,15 @@ def _secret_value_kept(value: str) -> bool:
     """A value that is no secret though its key says so: empty, a boolean, REDACTED, a file path, a reference."""
     v = value.strip("\\\"'")
     return (
-        v in ("", REDACTED, "true", "false", "null", "[PEM " + REDACTED + "]")
-        or re.fullmatch(r"[|>][-+0-9]{0,3}", v) is not None
-        or (v.startswith("/") and re.fullmatch(r"/[A-Za-z0-9_./-]{0,255}", v) is not None)
+        v in _KEPT_VALUES
+        or (v[:1] in "|>" and _BLOCK_INDICATOR.fullmatch(v) is not None)
+        or (v.startswith("/") and _PATH.fullmatch(v) is not None)
     )
+
+
+_KEPT_VALUES = frozenset(("", REDACTED, "true", "false", "null", "[PEM " + REDACTED + "]"))
+_BLOCK_INDICATOR = re.compile(r"[|>][-+0-9]{0,3}")
+_PATH = re.compile(r"/[A-Za-z0-9_./-]{0,255}")
 
 
 # YAML: "key: the rest of the line" (a bare value runs to the end of the line), and block scalars ("key: |" then the
