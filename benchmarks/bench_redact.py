@@ -13,6 +13,7 @@ process and reports its wall time and peak RSS (the child's own rusage from wait
   comment-short   the same comment as short dotted words ("a.b a.b …": one match of every pattern per 4 bytes)
   comment-hex     the same comment as one --mb MB run of hex digits and colons/dots (address-like, no spaces)
   comment-slash   the same comment as one run of "a/" (a name/name path, no spaces)
+  comment-dashes  the same comment as one run of "a-" (one 10 MB word: a repeated regex group kept 60 B/char)
   secrets-line    one --mb MB line of "password=x token=y " pairs (many secret matches)
   ordinary        an iptables-mode node of --services Services (iptables-save, endpoints, pods.json, services.json)
 
@@ -52,6 +53,9 @@ def hostile(kind: str, mb: int) -> dict[str, str]:
         return {"node/iptables-save.txt": _ipt(body)}
     if kind == "comment-hex":
         body = ("fd00:a1:" * (n // 8 + 1))[:n]
+        return {"node/iptables-save.txt": _ipt(body)}
+    if kind == "comment-dashes":
+        body = ("a-" * (n // 2 + 1))[:n]
         return {"node/iptables-save.txt": _ipt(body)}
     if kind == "comment-slash":
         body = ("a/" * (n // 2 + 1))[:n]
@@ -154,7 +158,15 @@ def main() -> int:
     ap.add_argument("--only", default=None)
     ap.add_argument("--compare", default=None, help="another checkout's root, run on the same cases")
     args = ap.parse_args()
-    cases = ["comment-words", "comment-short", "comment-hex", "comment-slash", "secrets-line", "ordinary"]
+    cases = [
+        "comment-words",
+        "comment-short",
+        "comment-hex",
+        "comment-slash",
+        "comment-dashes",
+        "secrets-line",
+        "ordinary",
+    ]
     if args.only:
         cases = [c for c in cases if c == args.only]
     results = {}

@@ -796,7 +796,8 @@ _FILE_EXT = {
 _CLUSTER_SUFFIXES = (".svc.cluster.local", ".cluster.local")
 
 _PCT = re.compile(r"(%[0-9A-Fa-f]{2})")
-_TOKEN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")
+# possessive: a repeated group keeps no backtracking state (a 10 MB "a-a-a-…" cost 60 bytes per character)
+_TOKEN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_]++(?:[-.][A-Za-z0-9_]++)*+")
 # ns/name:port (iptables comments, kube-proxy log values, manifest focus)
 _NS_NAME_PORT = re.compile(
     r"(?<![A-Za-z0-9_.-])([a-z0-9][a-z0-9-]{0,62})/([a-z0-9][a-z0-9.-]{0,252})(?::([A-Za-z0-9][A-Za-z0-9-]{0,62}))?(?![A-Za-z0-9_-])"
@@ -923,7 +924,6 @@ _RUN_MAX = 64  # a longer run of hex digits, colons and dots is no address (at m
 _MAC_COLON = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5,19}")
 _HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
 _CISCO = re.compile(r"[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}")
-_V4_PARTS = re.compile(r"\d{1,3}(?:\.\d{1,5}){3,}")
 _V4_IN = re.compile(r"(?<![0-9])\d{1,3}(?:\.\d{1,3}){3}(?![0-9])")
 _VERBATIM = {
     "schema",
@@ -936,7 +936,7 @@ _VERBATIM = {
     "resourceVersion",
 }
 _DNS_NAME = re.compile(
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,127}[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?"
 )
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")

@@ -20,6 +20,7 @@ SHAPES = {
     "dots-no-space": lambda n: ("a.b." * (n // 4 + 1))[:n],
     "secrets": lambda n: ("password=x token=y " * (n // 19 + 1))[:n],
     "one-word": lambda n: "a" * n,
+    "dashed-word": lambda n: ("a-" * (n // 2 + 1))[:n],
 }
 
 
