@@ -714,8 +714,9 @@ def redact_cmd(bundle, out, salt):
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     files = {rel: data for rel in source.list("") if (data := source.read_bytes(rel)) is not None}
-    for problem in source.problems:
-        click.echo(f"kpdiag: warning: not copied: {problem}", err=True)
+    for problem in source.problems:  # what is there and could not be copied (not what was never collected)
+        if not problem.error.startswith("not collected:") and problem.source.split(":")[0] not in files:
+            _say(f"warning: not copied: {problem}")
     if not files:
         raise _fail(f"{bundle}: nothing readable to redact", exitcodes.NO_DIAGNOSIS)
     red, redactor = redact_files(files, salt)
@@ -730,9 +731,10 @@ def redact_cmd(bundle, out, salt):
         write_bundle(red, out, manifest)
     except OSError as exc:
         raise _fail(f"{out}: cannot write: {exc.strerror or exc}", exitcodes.NO_DIAGNOSIS) from None
-    click.echo(
-        f"kpdiag: wrote {out}: {len(red) + 1} files; {len(redactor.names)} names and {len(redactor.ips)} addresses replaced",
-        err=True,
+    n_files, n_names, n_ips = len(red) + 1, len(redactor.names), len(redactor.ips)
+    _say(
+        f"wrote {out}: {n_files} file{'' if n_files == 1 else 's'}; {n_names} name{'' if n_names == 1 else 's'} and "
+        f"{n_ips} address{'' if n_ips == 1 else 'es'} replaced"
     )
 
 

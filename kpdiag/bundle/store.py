@@ -36,6 +36,7 @@ MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # everything read from one bundle (an arch
 MAX_TAR_FILES = 10000
 SPOOL_IN_MEMORY = 4 * 1024 * 1024  # archive members above this wait in a temporary file, not in memory
 MAX_JSON_DEPTH = safeio.MAX_DEPTH
+MAX_DEPTH_DIRS = 16  # folders below a bundle's root (its own layout is 2 deep)
 
 # the bundle layout (docs/architecture.md §3): path → what produced it, from the source catalogue
 LAYOUT = sources.layout()
@@ -131,10 +132,26 @@ class Bundle:
             return sorted(k for k in self._files if k.startswith(prefix))
         out = []
         base = os.path.join(self.root, prefix)
-        if os.path.isdir(base):
-            for dirpath, _, names in os.walk(base):
-                for n in names:
-                    out.append(os.path.relpath(os.path.join(dirpath, n), self.root))
+        if not os.path.isdir(base):
+            return out
+        # an iterative walk, bounded in depth: a bundle is a few folders deep, a hostile one may be thousands
+        stack = [(base, 0)]
+        while stack:
+            folder, depth = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError as exc:
+                self.problem(os.path.relpath(folder, self.root), f"cannot list: {safeio.describe(exc)}")
+                continue
+            for entry in entries:
+                rel = os.path.relpath(entry.path, self.root)
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 >= MAX_DEPTH_DIRS:
+                        self.problem(rel, f"more than {MAX_DEPTH_DIRS} folders deep: not read")
+                    else:
+                        stack.append((entry.path, depth + 1))
+                else:
+                    out.append(rel)
         return sorted(out)
 
     def read_bytes(self, rel: str, record_missing: bool = False) -> bytes | None:
