@@ -582,7 +582,12 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
 
     def one_pod(ns: str, name: str) -> dict | None:
         doc = cc._call(
-            sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}"
+            sources.PODS,
+            f"list pods in {ns}",
+            api.list_namespaced_pod,
+            ns,
+            field_selector=f"metadata.name={name}",
+            kind="Pod",
         )
         return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
 
@@ -593,7 +598,11 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
             pods.append(p)
     else:
         doc = cc._call(
-            sources.PODS, "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}"
+            sources.PODS,
+            "list pods",
+            api.list_pod_for_all_namespaces,
+            field_selector=f"status.podIP={src_spec[1]}",
+            kind="Pod",
         )
         for p in (doc or {}).get("items", []):
             st = p.get("status") or {}
@@ -609,7 +618,9 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         elif kind in ("svc", "any"):
             from kpdiag.collect.cluster import selector_matches
 
-            svc = cc._call(sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns)
+            svc = cc._call(
+                sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns, kind="one:Service"
+            )
             if svc is not None:
                 svc.setdefault("kind", "Service")
                 services.append(svc)
@@ -619,6 +630,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
                     api.list_namespaced_endpoint_slice,
                     ns,
                     label_selector=f"kubernetes.io/service-name={name}",
+                    kind="EndpointSlice",
                 )
                 slices += [
                     s
@@ -633,6 +645,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
                         api.list_namespaced_pod,
                         ns,
                         label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+                        kind="Pod",
                     )
                     pods += [
                         p
