@@ -470,6 +470,15 @@ def _stop_children(before: set[int]) -> None:
 API_BUDGET = 60.0  # seconds for every API call of one command (svc, node, policy) together, credentials included
 
 
+def api_budget() -> float:
+    """The API budget of one command: $KPDIAG_API_BUDGET seconds (1 to 3600) when set, else API_BUDGET."""
+    try:
+        value = float(os.environ.get("KPDIAG_API_BUDGET") or API_BUDGET)
+    except ValueError:
+        return API_BUDGET
+    return min(3600.0, max(1.0, value)) if value == value else API_BUDGET
+
+
 class ClusterCollector:
     """The API reads of one command, all within one wall-clock ``deadline`` (a monotonic time; by default ``budget``
     seconds from now): each call gets ``timeout`` (less when the deadline is nearer), its answer is read with a byte cap
@@ -481,12 +490,13 @@ class ClusterCollector:
         context: str | None = None,
         timeout: float = API_TIMEOUT,
         deadline: float | None = None,
-        budget: float = API_BUDGET,
+        budget: float | None = None,
     ):
         self.kubeconfig = kubeconfig
         self.context = context
         self.timeout = timeout
-        self.deadline = deadline if deadline is not None else time.monotonic() + budget
+        self.budget = budget if budget is not None else api_budget()
+        self.deadline = deadline if deadline is not None else time.monotonic() + self.budget
         self.out = ClusterData()
         self._api = None
         self.config_error: str | None = None
@@ -512,7 +522,7 @@ class ClusterCollector:
 
         left = self.deadline - time.monotonic()
         if left <= 0.05:
-            raise ApiDeadline(f"the {API_BUDGET:.0f} s given to the API were used up before this call")
+            raise ApiDeadline(f"the {self.budget:.0f} s given to the API were used up before this call")
         t = min(self.timeout, left)
         return (t, t)
 
