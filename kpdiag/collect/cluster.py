@@ -230,6 +230,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
                 return None, bad
             regular = all(_regular(one) for one, _ in docs)
             before = _children()
+            said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
             try:
                 if regular:
                     within(
@@ -255,6 +256,14 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
                 return None, (
                     f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
                     "(a login prompt, a network call), or give a kubeconfig with a token"
+                )
+            finally:
+                said.close()
+            failed = next((m for m in said.messages if m.startswith("exec: ")), None)
+            if failed:
+                return None, (
+                    f"kubeconfig {given}: the credential plugin {plugin!r} failed ({' '.join(failed[6:].split())}) — "
+                    "run it by hand to see why (an expired login?)"
                 )
         else:
             if not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -437,6 +446,32 @@ def _context_problem(docs: list[tuple[str, dict]], context: str | None, given: s
     return None, plugin
 
 
+class _Said:
+    """Collects what the client logs on the root logger while credentials load (instead of Python's last-resort
+    handler printing it to stderr)."""
+
+    def __init__(self):
+        import logging
+
+        self.messages: list[str] = []
+        outer = self
+
+        class _H(logging.Handler):
+            def emit(self, record):
+                try:
+                    outer.messages.append(str(record.getMessage()))
+                except Exception:
+                    pass
+
+        self._handler = _H(logging.WARNING)
+        logging.getLogger().addHandler(self._handler)
+
+    def close(self) -> None:
+        import logging
+
+        logging.getLogger().removeHandler(self._handler)
+
+
 def _children() -> set[int]:
     """The pids of this process's children now (from /proc)."""
     me, out = os.getpid(), set()
@@ -457,10 +492,26 @@ def _children() -> set[int]:
 
 
 def _stop_children(before: set[int]) -> None:
-    """Stop the children started since ``before`` (a credential plugin the client started and still waits for)."""
+    """Stop the children started since ``before`` (a credential plugin the client started and still waits for) and
+    whatever they started in turn."""
     import signal
 
-    for pid in _children() - before:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    me = os.getpid()
+    doomed = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
+    grown = True
+    while grown:
+        more = {pid for pid, ppid in parents.items() if ppid in doomed and pid not in doomed}
+        doomed |= more
+        grown = bool(more)
+    for pid in doomed:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

@@ -73,6 +73,7 @@ class HostileApi:
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(body)))
+        h.send_header("Connection", "close")
         h.end_headers()
         h.wfile.write(body)
 
@@ -99,6 +100,7 @@ def _send(h, status: int, doc) -> None:
     h.send_response(status)
     h.send_header("Content-Type", "application/json")
     h.send_header("Content-Length", str(len(body)))
+    h.send_header("Connection", "close")
     h.end_headers()
     h.wfile.write(body)
 
