@@ -283,10 +283,13 @@ class FleetRunner:
                 f"the API server {self.api.configuration.host} did not answer in time ({exc})"
             ) from None
 
-    def _list_all(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs) -> list[dict]:
-        """Every object of a paged List; capped in pages and objects (a server whose continue tokens never end)."""
+    def _list_all(
+        self, fn, *args, deadline: float | None = None, retries: int = 1, kind: str | None = None, **kwargs
+    ) -> list[dict]:
+        """Every object of a paged List; capped in pages and objects (a server whose continue tokens never end). With
+        ``kind``, objects of another shape than kpdiag reads are left out, each named in the run's notes."""
         from ..collect.kubeapi import ApiBound, MAX_OBJECTS, MAX_PAGES
-        from ..state.cluster import list_problem
+        from ..state.cluster import list_problem, object_problem
 
         items, token, pages = [], None, 0
         while True:
@@ -308,7 +311,12 @@ class FleetRunner:
             bad = list_problem(doc)
             if bad:
                 raise ValueError(f"the API's answer is malformed: {bad}")
-            items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
+            for item in doc["items"]:
+                bad = object_problem(item, kind) if kind else (None if isinstance(item, dict) else "not an object")
+                if bad is None:
+                    items.append(item)
+                elif len(self.notes) < 20:
+                    self.notes.append(f"an object the API listed was left out, malformed: {bad}")
             token = (doc.get("metadata") or {}).get("continue")
             if not token:
                 return items
@@ -318,7 +326,11 @@ class FleetRunner:
         if deadline is None:
             deadline = time.monotonic() + self.cleanup_budget
         pods = self._list_all(
-            self.core.list_namespaced_pod, self.namespace, deadline=deadline, label_selector=f"{label}={value}"
+            self.core.list_namespaced_pod,
+            self.namespace,
+            deadline=deadline,
+            label_selector=f"{label}={value}",
+            kind="Pod",
         )
         return {
             p["metadata"]["name"]: p
@@ -333,7 +345,7 @@ class FleetRunner:
         kwargs = {"label_selector": selector} if selector else {}
         # the first call of a run: an API server that is starting or throttling gets a few tries (with backoff,
         # after its Retry-After), within the setup's share of --timeout
-        nodes = self._list_all(self.core.list_node, retries=5, **kwargs)
+        nodes = self._list_all(self.core.list_node, retries=5, kind="Node", **kwargs)
         self.known_nodes |= {
             n["metadata"]["name"]
             for n in nodes
@@ -375,7 +387,7 @@ class FleetRunner:
     def local_traffic_keys(self) -> set[str] | None:
         """ClusterIP:port/proto of Services with internalTrafficPolicy: Local (their endpoints differ per node by design)."""
         try:
-            services = self._list_all(self.core.list_service_for_all_namespaces)
+            services = self._list_all(self.core.list_service_for_all_namespaces, kind="Service")
         except Exception as exc:
             self.notes.append(
                 self._why(exc, "list services")
