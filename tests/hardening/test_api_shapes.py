@@ -175,7 +175,7 @@ def test_a_malformed_object_in_a_bundle_api_file(tmp_path):
     report = analyze_bundle(b)
     assert any(
         p["source"] == "cluster/services.json"
-        and f"items[0] left out, malformed: Service" in p["error"]
+        and "items[0] left out, malformed: Service" in p["error"]
         and f"/{name}: spec is a list, not an object" in p["error"]
         for p in report.problems
     ), report.problems
