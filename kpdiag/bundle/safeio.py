@@ -501,7 +501,16 @@ def yaml_check(text: str, limit: int = MAX_DEPTH, max_nodes: int = MAX_YAML_NODE
     sizes: dict[str, int] = {}
     open_nodes: list[list] = []  # [anchor, count] of each open collection
     total = 0
-    for ev in yaml.parse(text, Loader=_safe_loader()):
+    events = yaml.parse(text, Loader=_safe_loader())
+    while True:
+        try:
+            ev = next(events, None)
+        except yaml.YAMLError as exc:
+            if "maximum nesting depth" in str(exc):  # libyaml's own bound on nesting, met before ours
+                raise TooDeep(f"nested deeper than {limit} levels: refused") from None
+            raise
+        if ev is None:
+            return
         if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > limit:
