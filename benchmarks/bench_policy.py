@@ -12,7 +12,10 @@ EndpointSlice controller writes them), a few policies; then runs in a fresh proc
 and prints wall time, CPU time and peak RSS (wait4 rusage) with the pods.json size. Linear work doubles with N;
 quadratic work quadruples. With --yaml it also times the YAML documents kpdiag parses (issue 23.4: a 2 MB
 kube-proxy config.yaml and a 2 MB kubeconfig took 43 s): the two 2 MB documents, and the largest documents the caps
-let through (just under the node cap). Results also go to benchmarks/out/policy.json (or $KPDIAG_BENCH_OUT/).
+let through (just under the node cap). With --view N it times kpdiag's API view (ClusterView.services(), which checks
+every object's shape) of N Services with 5 endpoints each, in a fresh process. --root DIR runs `kpdiag` from another
+source tree (a checkout of the commit before) for a before/after in one run. Results also go to
+benchmarks/out/policy.json (or $KPDIAG_BENCH_OUT/).
 """
 
 from __future__ import annotations
@@ -91,15 +94,19 @@ def write(dirpath: str, pods: int, policies: int) -> int:
     return os.path.getsize(os.path.join(dirpath, "cluster", "pods.json"))
 
 
-def run(bundle: str, src: str) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MiB, exit code) of one `kpdiag policy` process."""
-    argv = [sys.executable, "-m", "kpdiag", "policy", "--bundle", bundle, "--from", src]
-    argv += ["--to", "prod/svc/web", "--port", "80", "-o", "json"]
+SOURCE = ROOT  # the tree kpdiag runs from (--root)
+
+
+def run(bundle: str, src: str, argv: list | None = None) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MiB, exit code) of one `kpdiag policy` process (or of ``argv``)."""
+    if argv is None:
+        argv = [sys.executable, "-m", "kpdiag", "policy", "--bundle", bundle, "--from", src]
+        argv += ["--to", "prod/svc/web", "--port", "80", "-o", "json"]
     t0 = time.perf_counter()
     pid = os.posix_spawn(
         sys.executable,
         argv,
-        dict(os.environ, PYTHONPATH=ROOT),
+        dict(os.environ, PYTHONPATH=SOURCE),
         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)],
     )
     _, status, usage = os.wait4(pid, 0)
@@ -143,14 +150,53 @@ def yaml_times() -> list[dict]:
     return out
 
 
+VIEW = """
+import json, sys, time
+from kpdiag.bundle.store import Bundle
+from kpdiag.state.cluster import ClusterView
+files = {k: open(v, "rb").read() for k, v in json.loads(sys.argv[1]).items()}
+t0 = time.perf_counter()
+n = len(ClusterView(Bundle.from_files("b", files)).services())
+print(n, time.perf_counter() - t0)
+"""
+
+
+def view_time(n: int) -> dict:
+    """CPU and wall time of ClusterView.services() on N Services (5 endpoints each), in a fresh process."""
+    sys.path.insert(0, ROOT)
+    from tests import k8sobjects as k8s
+
+    svcs, slices = [], []
+    for i in range(n):
+        ip = f"10.96.{i // 250}.{i % 250 + 1}"
+        svcs.append(k8s.service(f"ns{i % 50}", f"s{i}", ip, [k8s.port(80, 8080, "http")], {"app": f"s{i}"}))
+        eps = [(f"10.244.{i // 50}.{(i * 5 + k) % 250 + 1}", True, f"node-{k}", f"s{i}-{k}") for k in range(5)]
+        slices.append(k8s.endpointslice(f"ns{i % 50}", f"s{i}", eps, [("http", 8080, "TCP")]))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for rel, items in (("cluster/services.json", svcs), ("cluster/endpointslices.json", slices)):
+            paths[rel] = os.path.join(tmp, rel.replace("/", "_"))
+            with open(paths[rel], "w") as fh:
+                json.dump({"apiVersion": "v1", "kind": "List", "items": items}, fh)
+        wall, cpu, rss, code = run("", "", [sys.executable, "-c", VIEW, json.dumps(paths)])
+    print(f"API view of {n} Services (5 endpoints each): process {wall:.2f} s wall, {cpu:.2f} s CPU, {rss:.0f} MiB")
+    return {"view_services": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mib": round(rss)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, nargs="+", default=[1800, 3600])
     ap.add_argument("--policies", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--yaml", action="store_true", help="also time the YAML documents")
+    ap.add_argument("--view", type=int, default=0, help="also time the API view of this many Services")
+    ap.add_argument("--root", help="run kpdiag from this source tree")
     args = ap.parse_args()
+    global SOURCE
+    SOURCE = os.path.abspath(args.root) if args.root else ROOT
     rows = []
+    if args.view:
+        rows.append(view_time(args.view))
     if args.yaml:
         rows += yaml_times()
     with tempfile.TemporaryDirectory() as tmp:

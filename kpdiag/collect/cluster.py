@@ -126,7 +126,7 @@ def api_reason(exc: Exception, what: str, server: str | None) -> str:
         return f"{what}: {exc}"
     if isinstance(status, int) and status:
         msg = _status_message(exc)
-        said = f" ({msg})" if msg else ""
+        said = f" ({msg})" if msg and msg.lower() not in ("unauthorized", "forbidden") else ""
         if status == 401:
             return (
                 f"{what}: the API server {where} does not accept the credentials (401 Unauthorized){said} — the token "

@@ -101,7 +101,9 @@ def within(deadline: float, fn, *args, **kwargs):
     worker.start()
     worker.join(left)
     if worker.is_alive():
-        raise ApiDeadline("no answer in time")
+        raise ApiDeadline(
+            f"no complete answer within {left:.0f} s" if left >= 1 else "no complete answer in the time left"
+        )
     if "error" in box:
         raise box["error"]
     return box["value"]

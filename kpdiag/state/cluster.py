@@ -312,38 +312,65 @@ def _fits(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def _shape_problem(value, shape, path: str) -> str | None:
-    """The first field of ``value`` that does not fit ``shape``, as "path is X, not Y"; None when it fits."""
+def _misfit(value, shape):
+    """None when ``value`` fits ``shape``; else (the path to the first field that does not, innermost last, reversed as
+    it unwinds; that field's value; the shape it should have). Paths are only built on the way out of a misfit: the
+    common case (everything fits) builds no string."""
     if isinstance(shape, tuple):
-        return None if any(_fits(value, k) for k in shape) else f"{path} is {_tname(value)}, not {_want(shape)}"
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{path} is {_tname(value)}, not a list"
+        return None if any(_fits(value, k) for k in shape) else ([], value, shape)
+    if type(shape) is list:
+        if type(value) is not list:
+            return ([], value, shape)
+        inner = shape[0]
         for i, item in enumerate(value):
-            if item is None and shape[0] is not dict and not isinstance(shape[0], dict):
-                return f"{path}[{i}] is null, not {_want(shape[0])}"
-            bad = _shape_problem(item, shape[0], f"{path}[{i}]")
+            if item is None and inner is not dict and type(inner) is not dict:
+                return ([f"[{i}]"], item, inner)
+            bad = _misfit(item, inner)
             if bad:
+                bad[0].append(f"[{i}]")
                 return bad
         return None
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return f"{path} is {_tname(value)}, not an object"
-        if str in shape:  # a map: every key a string, every value of that shape
+    if type(shape) is dict:
+        if type(value) is not dict:
+            return ([], value, shape)
+        if str in shape:  # a map: every value of that shape
+            sub = shape[str]
             for k, v in value.items():
-                bad = None if v is None else _shape_problem(v, shape[str], f"{path}.{k}")
-                if bad:
-                    return bad
+                if v is not None and type(v) is not sub:
+                    bad = _misfit(v, sub)
+                    if bad:
+                        bad[0].append(f".{k}")
+                        return bad
             return None
-        for key, sub in shape.items():
-            v = value.get(key)
-            if v is None:
+        for key, v in value.items():
+            sub = shape.get(key)
+            if sub is None or v is None:
                 continue
-            bad = _shape_problem(v, sub, f"{path}.{key}" if path else key)
+            if sub is str or sub is bool:
+                if type(v) is sub:
+                    continue
+            elif sub is int:
+                if type(v) is int:
+                    continue
+            elif sub is dict:
+                if type(v) is dict:
+                    continue
+            bad = _misfit(v, sub)
             if bad:
+                bad[0].append(f".{key}")
                 return bad
         return None
-    return None if _fits(value, shape) else f"{path} is {_tname(value)}, not {_want(shape)}"
+    return None if _fits(value, shape) else ([], value, shape)
+
+
+def _shape_problem(value, shape, path: str = "") -> str | None:
+    """The first field of ``value`` that does not fit ``shape``, as "path is X, not Y"; None when it fits."""
+    bad = _misfit(value, shape)
+    if bad is None:
+        return None
+    parts, got, want = bad
+    where = (path + "".join(reversed(parts))).lstrip(".") or "the value"
+    return f"{where} is {_tname(got)}, not {_want(want)}"
 
 
 def object_problem(obj, kind: str) -> str | None:
