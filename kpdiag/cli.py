@@ -584,7 +584,7 @@ def collect(out, host_root, redact, redact_salt, force):
     type=click.IntRange(1, 7200),
     default=600,
     show_default=True,
-    help="Seconds per node (a 10,000-Service node needs minutes).",
+    help="Seconds for the whole run, wall clock: credentials, every node, the cleanup (a 10,000-Service node needs minutes).",
 )
 @click.option(
     "--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)."

@@ -424,7 +424,9 @@ class OutputDir:
 
 # ---------------------------------------------------------------- bounded decoding
 MAX_DEPTH = 200  # nesting levels of JSON/YAML kpdiag decodes; real inputs stay under 20
-MAX_YAML_NODES = 1_000_000  # YAML nodes after alias expansion (a "billion laughs" document is refused)
+MAX_YAML_NODES = 50_000  # YAML nodes after alias expansion (a "billion laughs" document is refused); a kubeconfig of
+# 50 clusters or a KubeProxyConfiguration has a few thousand
+MAX_YAML_BYTES = 1 << 20  # a YAML document kpdiag parses (kube-proxy's config, a kubeconfig) is a few KB
 
 
 class TooDeep(ValueError):
@@ -499,7 +501,16 @@ def yaml_check(text: str, limit: int = MAX_DEPTH, max_nodes: int = MAX_YAML_NODE
     sizes: dict[str, int] = {}
     open_nodes: list[list] = []  # [anchor, count] of each open collection
     total = 0
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+    events = yaml.parse(text, Loader=_safe_loader())
+    while True:
+        try:
+            ev = next(events, None)
+        except yaml.YAMLError as exc:
+            if "maximum nesting depth" in str(exc):  # libyaml's own bound on nesting, met before ours
+                raise TooDeep(f"nested deeper than {limit} levels: refused") from None
+            raise
+        if ev is None:
+            return
         if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > limit:
@@ -524,13 +535,23 @@ def yaml_check(text: str, limit: int = MAX_DEPTH, max_nodes: int = MAX_YAML_NODE
             raise TooDeep(f"more than {max_nodes} nodes once its aliases are expanded: refused")
 
 
-def load_yaml(text: str, limit: int = MAX_DEPTH):
-    """yaml.safe_load that raises :class:`TooDeep` instead of recursing without end (or expanding aliases
-    into a billion nodes); yaml.YAMLError for bad YAML, as safe_load."""
+def _safe_loader():
+    """libyaml's safe loader when PyYAML has it (about 10x faster), else the pure-Python one: the same documents."""
     import yaml
 
-    yaml_check(text, limit)
+    return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+
+def load_yaml(text: str, limit: int = MAX_DEPTH, max_bytes: int = MAX_YAML_BYTES, max_nodes: int = MAX_YAML_NODES):
+    """yaml.safe_load that raises :class:`TooDeep` (a ValueError) instead of recursing without end, expanding aliases
+    into a billion nodes, or parsing for minutes: a document larger than ``max_bytes`` is refused before any parsing,
+    one of more than ``max_nodes`` nodes (aliases expanded) after counting them; yaml.YAMLError for bad YAML."""
+    import yaml
+
+    if len(text) > max_bytes:
+        raise TooDeep(f"larger than {max_bytes >> 10} KiB (kpdiag's cap on a YAML document): refused, not parsed")
+    yaml_check(text, limit, max_nodes)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_safe_loader())
     except RecursionError:
         raise TooDeep(f"nested deeper than {limit} levels: refused") from None

@@ -19,6 +19,7 @@ import contextlib
 import errno
 import io
 import os
+import re
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -54,6 +55,70 @@ class Problem:
 
     def to_dict(self) -> dict:
         return {"source": self.source, "error": self.error}
+
+
+def _tname(value) -> str:
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), "null" if value is None else type(value).__name__)
+
+
+_STR_FIELDS = ("format", "created", "node", "kpdiag_version", "zone", "headline", "client_ip", "client_unknown", "api")
+_OBJ_FIELDS = ("truncated", "api_status")
+
+
+def manifest_problems(data: dict) -> list[tuple[str, str]]:
+    """(key, why) for each field of a manifest (kpdiag.json) that does not have the type kpdiag reads it as — the field
+    named, so that one bad field is ignored and the rest of the bundle is read (docs/architecture.md §3)."""
+    out = []
+    for key in _STR_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            out.append((key, f"{key} is {_tname(data[key])}, not a string"))
+    for key in _OBJ_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            out.append((key, f"{key} is {_tname(data[key])}, not an object"))
+    errors = data.get("errors")
+    if errors is not None:
+        if not isinstance(errors, list):
+            out.append(("errors", f"errors is {_tname(errors)}, not a list"))
+        else:
+            for i, err in enumerate(errors):
+                if not _error_entry(err):
+                    out.append((f"errors[{i}]", f"errors[{i}] is not a source and an error (strings)"))
+    service = data.get("service")
+    if service is not None and not (isinstance(service, str) and (not service or _NS_NAME.fullmatch(service))):
+        out.append(
+            (
+                "service",
+                f"service is {_tname(service) if not isinstance(service, str) else repr(service)}, not NAMESPACE/NAME",
+            )
+        )
+    client = data.get("client")
+    if client is not None and not (
+        isinstance(client, dict) and isinstance(client.get("namespace"), str) and isinstance(client.get("pod"), str)
+    ):
+        out.append(("client", "client is not {namespace, pod} strings"))
+    redacted = data.get("redacted")
+    if redacted is not None and not isinstance(redacted, (bool, dict)):
+        out.append(("redacted", f"redacted is {_tname(redacted)}, not true/false or an object"))
+    return out
+
+
+def _error_entry(err) -> bool:
+    return (
+        isinstance(err, dict)
+        and isinstance(err.get("source"), str)
+        and bool(err["source"])
+        and isinstance(err.get("error", ""), (str, type(None)))
+    )
+
+
+_NS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 class Bundle:
@@ -102,13 +167,46 @@ class Bundle:
         except (ValueError, UnicodeDecodeError) as exc:
             self.problem(MANIFEST, f"unreadable manifest: {str(exc).splitlines()[0]}")
             return
+        for key, why in manifest_problems(data):
+            self.problem(MANIFEST, f"{why}: ignored")
+            data.pop(key, None)
+        if isinstance(data.get("errors"), list):
+            data["errors"] = [e for e in data["errors"] if _error_entry(e)]
         self.manifest = data
         fmt = data.get("format")
         if fmt and fmt != FORMAT:
             self.problem(MANIFEST, f"format {fmt!r} is not {FORMAT!r}; reading it anyway")
         for err in data.get("errors", []) or []:
-            if isinstance(err, dict) and err.get("source"):
-                self.problem(str(err["source"]), f"not collected: {err.get('error', 'unknown reason')}")
+            self.problem(err["source"], f"not collected: {err.get('error') or 'unknown reason'}")
+
+    def service_focus(self) -> tuple[str, str] | None:
+        """(namespace, name) when this is a ``kpdiag svc --save`` bundle of that Service, decided from its files — the
+        manifest's ``service`` is a claim: it is believed when the files are a Service's (probe results, the lookup of
+        that Service, or cluster/services.json holding that one Service), or when nothing contradicts it; a bundle that
+        holds a node's files and none of those is a node bundle whatever the manifest says (said in one line)."""
+        claim = self.manifest.get("service")
+        if not isinstance(claim, str) or "/" not in claim:
+            return None
+        ns, name = claim.split("/", 1)
+        if self.list(sources.PROBES):
+            return ns, name
+        lookup = self.read_json(sources.SERVICE_LOOKUP) if self.exists(sources.SERVICE_LOOKUP) else None
+        if isinstance(lookup, dict) and lookup.get("namespace") == ns and lookup.get("name") == name:
+            return ns, name
+        doc = self.read_json(sources.SERVICES) if self.exists(sources.SERVICES) else None
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if isinstance(items, list) and len(items) == 1 and isinstance(items[0], dict):
+            md = items[0].get("metadata") if isinstance(items[0].get("metadata"), dict) else {}
+            if md.get("namespace") == ns and md.get("name") == name:
+                return ns, name
+        if self.list(sources.NODE):
+            self.problem(
+                MANIFEST,
+                f"says this is a bundle of Service {claim} (kpdiag svc --save), but its files are a node's ({sources.NODE}"
+                "…) with no probe result and no such Service: read as a node bundle",
+            )
+            return None
+        return ns, name
 
     # ----------------------------------------------------------- reading
     def problem(self, source: str, error: str) -> None:

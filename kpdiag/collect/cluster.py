@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 
 from kpdiag.bundle.safeio import load_json
@@ -43,98 +44,510 @@ def _as_list(kind: str, items: list) -> bytes:
     return json.dumps({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}, indent=1).encode()
 
 
+def _causes(exc: BaseException):
+    """``exc`` and what it wraps: urllib3's MaxRetryError keeps the cause in ``reason``, others in __cause__/__context__
+    or in their args."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo and len(seen) < 12:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        reason = getattr(e, "reason", None)
+        todo += [reason] if isinstance(reason, BaseException) else []
+        todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]
+        todo += [e.__cause__, e.__context__]
+
+
+def _endpoint(server: str | None) -> tuple[str, str]:
+    """(host, host:port) of the server URL."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(server or "")
+        host = u.hostname or ""
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        return server or "?", server or "?"
+    return host, f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+
+
+def _can_i(what: str) -> str:
+    """``kubectl auth can-i …`` for a call described as "list pods in shop", "get service shop/web", "get node n1"."""
+    words = what.split()
+    if len(words) < 2 or words[1].startswith("/"):
+        return ""
+    verb, res = words[0], words[1]
+    plural = {"service": "services", "node": "nodes", "configmap": "configmaps", "daemonset": "daemonsets"}.get(
+        res, res
+    )
+    ns = ""
+    if len(words) >= 4 and words[2] == "in":
+        ns = " -A" if words[3] == "all" else f" -n {words[3]}"
+    elif len(words) >= 3 and "/" in words[2]:
+        ns = f" -n {words[2].split('/', 1)[0]}"
+    return f"kubectl auth can-i {verb} {plural}{ns}"
+
+
+def _status_message(exc) -> str:
+    """The API's own message from a Status body (``pods is forbidden: User "x" cannot list …``), whole, or ""."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str) or not body.strip():
+        return ""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return ""
+    msg = doc.get("message") if isinstance(doc, dict) else None
+    if not isinstance(msg, str):
+        return ""
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= 400 else ""
+
+
 def api_reason(exc: Exception, what: str, server: str | None) -> str:
-    """One line that says why an API call failed, and what to do."""
+    """One whole line that says which call failed, against which server, why (DNS, refused, TLS, a timeout, 401/403
+    and what was denied, a cap) and what to do."""
+    import socket
+    import ssl
+
+    from .kubeapi import ApiBound, ApiDeadline
+
+    where = server or "(no server address)"
+    host, hostport = _endpoint(server)
     status = getattr(exc, "status", None)
-    if status == 401:
-        return f"{what}: 401 Unauthorized — the credentials in the kubeconfig / service account are not accepted"
-    if status == 403:
-        return f"{what}: 403 Forbidden — RBAC does not allow it (apply deploy/rbac-svc.yaml, or: kubectl auth can-i get {what.split()[1] if ' ' in what else what})"
-    if status == 404:
-        return f"{what}: 404 Not Found"
-    if status is not None and status != 0:
-        body = getattr(exc, "reason", "") or ""
-        return f"{what}: HTTP {status} {body}".strip()
-    text = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-    if (
-        "Max retries" in text
-        or "Connection refused" in text
-        or "timed out" in text.lower()
-        or "NewConnectionError" in text
-    ):
-        return f"{what}: the API server {server or ''} is unreachable ({text[:160]})"
-    return f"{what}: {exc.__class__.__name__}: {text[:200]}"
+    if isinstance(exc, ApiDeadline):
+        return f"{what}: the API server {where} did not answer in time ({exc}): stopped at kpdiag's deadline"
+    if isinstance(exc, ApiBound):
+        return f"{what}: {exc}"
+    if isinstance(status, int) and status:
+        msg = _status_message(exc)
+        said = f" ({msg})" if msg and msg.lower() not in ("unauthorized", "forbidden") else ""
+        if status == 401:
+            return (
+                f"{what}: the API server {where} does not accept the credentials (401 Unauthorized){said} — the token "
+                "or client certificate is expired or not this cluster's: refresh the kubeconfig or pick another --context"
+            )
+        if status == 403:
+            check = _can_i(what)
+            return (
+                f"{what}: 403 Forbidden — RBAC does not allow it{said}; "
+                + (f"check with: {check}; " if check else "")
+                + "kpdiag's read-only grants are in deploy/rbac-svc.yaml"
+            )
+        if status == 404:
+            return f"{what}: 404 Not Found{said}"
+        reason = getattr(exc, "reason", "") or ""
+        reason = reason if isinstance(reason, str) else ""
+        return f"{what}: the API server {where} answered HTTP {status} {reason}".rstrip() + said
+    causes = list(_causes(exc))
+    names = {c.__class__.__name__ for c in causes}
+    for c in causes:
+        if isinstance(c, socket.gaierror) or c.__class__.__name__ == "NameResolutionError":
+            why = (
+                next((x.strerror for x in causes if isinstance(x, socket.gaierror) and x.strerror), "") or "no address"
+            )
+            return (
+                f"{what}: the API server {where} is unreachable: its name {host!r} does not resolve (DNS: {why}) — "
+                "check the server address in the kubeconfig and this host's DNS"
+            )
+    for c in causes:
+        if isinstance(c, ssl.SSLCertVerificationError):
+            detail = getattr(c, "verify_message", "") or "certificate verify failed"
+            return (
+                f"{what}: TLS: the certificate of the API server {where} is not trusted ({detail}) — the kubeconfig's "
+                "certificate-authority is not the one that signed this server's certificate (wrong cluster or CA?)"
+            )
+    for c in causes:
+        if isinstance(c, ssl.SSLError):
+            detail = getattr(c, "reason", None) or c.__class__.__name__
+            return f"{what}: TLS handshake with the API server {where} failed ({detail}) — is it an HTTPS endpoint?"
+    for c in causes:
+        if isinstance(c, ConnectionRefusedError):
+            return (
+                f"{what}: the API server {where} is unreachable: connection refused (nothing listens on {hostport}) — "
+                "is the address right and the API server up?"
+            )
+    if "ConnectTimeoutError" in names:
+        return (
+            f"{what}: the API server {where} is unreachable: no connection within the timeout (a firewall, a wrong "
+            "address or a network that drops the packets)"
+        )
+    if "ReadTimeoutError" in names or any(isinstance(c, (TimeoutError, socket.timeout)) for c in causes):
+        return f"{what}: the API server {where} accepted the connection, then timed out (no answer within the timeout)"
+    for c in causes:
+        if isinstance(c, (ConnectionResetError, BrokenPipeError)) or c.__class__.__name__ in (
+            "ProtocolError",
+            "RemoteDisconnected",
+            "IncompleteRead",
+        ):
+            return f"{what}: the API server {where} closed the connection before a complete answer"
+    for c in causes:
+        if isinstance(c, OSError) and c.strerror:
+            return f"{what}: the API server {where} is unreachable ({c.strerror})"
+    if isinstance(exc, (ValueError, UnicodeDecodeError)):
+        text = " ".join(str(exc).split()) or exc.__class__.__name__
+        return f"{what}: the API server {where} answered something that is not Kubernetes JSON ({text})"
+    text = " ".join(str(exc).split()) or exc.__class__.__name__
+    if len(text) > 300:
+        text = text[:300].rsplit(" ", 1)[0] + " …"
+    return f"{what}: {exc.__class__.__name__}: {text}"
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None):
-    """(ApiClient, None) from --kubeconfig / $KUBECONFIG / ~/.kube/config, else in-cluster; (None, why) when none works."""
+CONFIG_TIMEOUT = (
+    30.0  # seconds to load credentials (a kubeconfig read, an exec credential plugin) when no deadline is given
+)
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None, deadline: float | None = None):
+    """(ApiClient, None) from --kubeconfig / $KUBECONFIG / ~/.kube/config, else in-cluster; (None, why) when none works.
+
+    Bounded: each kubeconfig is read with a size cap and a deadline (a FIFO or a terminal cannot hold it), and the
+    credential loading (an exec plugin that never returns) ends at ``deadline`` — the plugin is stopped then."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from .kubeapi import ApiDeadline, within
+
+    if deadline is None:
+        deadline = time.monotonic() + CONFIG_TIMEOUT
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    default = os.path.expanduser("~/.kube/config")
+    configuration = client.Configuration()
+    plugin = None
     try:
-        path = kubeconfig or os.environ.get("KUBECONFIG")
-        if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-            bad = _kubeconfig_problem(path or os.path.expanduser("~/.kube/config"))
+        if path or os.path.exists(default):
+            given = path or default
+            docs, bad = _read_kubeconfigs(given, deadline)
             if bad:
                 return None, bad
-            configuration = client.Configuration()
-            config.load_kube_config(
-                config_file=path, context=context, client_configuration=configuration, persist_config=False
-            )
+            bad, plugin = _context_problem(docs, context, given)
+            if bad:
+                return None, bad
+            regular = all(_regular(one) for one, _ in docs)
+            before = _children()
+            said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
+            try:
+                if regular:
+                    within(
+                        deadline,
+                        config.load_kube_config,
+                        config_file=given,
+                        context=context,
+                        client_configuration=configuration,
+                        persist_config=False,
+                    )
+                else:  # a FIFO or /dev/fd/N: already read (once), hand the document over
+                    within(
+                        deadline,
+                        config.load_kube_config_from_dict,
+                        _merge(docs),
+                        context=context,
+                        client_configuration=configuration,
+                        persist_config=False,
+                    )
+            except ApiDeadline:
+                _stop_children(before)
+                left = "its credential plugin " + repr(plugin) if plugin else "loading the credentials"
+                return None, (
+                    f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
+                    "(a login prompt, a network call), or give a kubeconfig with a token"
+                )
+            finally:
+                said.close()
+            failed = next((m for m in said.messages if m.startswith("exec: ")), None)
+            if failed:
+                return None, (
+                    f"kubeconfig {given}: the credential plugin {plugin!r} failed ({' '.join(failed[6:].split())}) — "
+                    "run it by hand to see why (an expired login?)"
+                )
         else:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
+            if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                return None, (
+                    "no usable Kubernetes credentials: no --kubeconfig, $KUBECONFIG is unset, ~/.kube/config does not exist, "
+                    "and this is not a pod (KUBERNETES_SERVICE_HOST is unset) — give --kubeconfig FILE, or run kpdiag "
+                    "in a pod with a service account"
+                )
+            within(deadline, config.load_incluster_config, client_configuration=configuration)
         # no retries inside the client: urllib3 takes them when the ApiClient builds its connection pool (set on the
         # client afterwards they are ignored, and every timeout is tried 4 times); kpdiag retries what it means to
         # retry, within its own deadlines
         configuration.retries = 0
         api = client.ApiClient(configuration=configuration)
+    except ApiDeadline:
+        return None, "loading the in-cluster credentials did not finish in time"
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
-        text = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
-        return None, (
-            f"no usable Kubernetes credentials ({text}): give --kubeconfig, or run in a pod with a service account"
-        )
+        text = " ".join(str(exc).split()) or exc.__class__.__name__
+        if "Service token file does not exist" in text or "Service token file does not" in text:
+            return None, (
+                "in a pod, but no service-account token is mounted (automountServiceAccountToken: false?) — give "
+                "--kubeconfig FILE, or run the pod with a service account"
+            )
+        if text.startswith("exec: "):
+            return None, f"kubeconfig {path or default}: the credential plugin {plugin!r} failed ({text[6:]})"
+        where = f"kubeconfig {path or default}" if (path or os.path.exists(default)) else "in-cluster credentials"
+        return None, f"{where}: not usable ({text})"
     return api, None
 
 
-KUBECONFIG_MAX = 4 << 20
+KUBECONFIG_MAX = 1 << 20  # a kubeconfig is a few KB (tens with embedded certificates, of many clusters)
 
 
-def _kubeconfig_problem(path: str) -> str | None:
-    """Why ``path`` is not a usable kubeconfig, in one line — before the client library fails on it with an unreadable
-    error (a file that is not YAML, a list, /etc/passwd …); None when it looks like one."""
+def _regular(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _read_capped(path: str, deadline: float) -> bytes:
+    """At most KUBECONFIG_MAX + 1 bytes of ``path``, never past ``deadline``: opened non-blocking (a FIFO without a
+    writer does not hold the open), then read as data arrives."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        chunks, size = [], 0
+        while size <= KUBECONFIG_MAX:
+            try:
+                chunk = os.read(fd, min(1 << 16, KUBECONFIG_MAX + 1 - size))
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"nothing more to read after {size} bytes") from None
+                select.select([fd], [], [], min(left, 1.0))
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _read_kubeconfigs(given: str, deadline: float) -> tuple[list[tuple[str, dict]], str | None]:
+    """Each file of ``given`` (a path, or several joined with ':'), read bounded and checked; ([(path, doc)], None), or
+    ([], why in one line) — before the client library fails on it with an unreadable error or hangs."""
     import yaml
 
-    for one in path.split(os.pathsep):
+    from kpdiag.bundle.safeio import TooDeep, load_yaml
+
+    docs = []
+    for one in given.split(os.pathsep):
         if not one:
             continue
+        one = os.path.expanduser(one)
+        if not os.path.exists(one) and given != one:
+            continue  # as kubectl: a missing file in a $KUBECONFIG list is skipped
         try:
-            with open(one, "rb") as fh:
-                data = fh.read(KUBECONFIG_MAX + 1)
+            data = _read_capped(one, deadline)
+        except TimeoutError as exc:
+            return [], f"kubeconfig {one}: not readable in time ({exc}; a FIFO or a terminal with no writer?)"
         except OSError as exc:
-            return f"kubeconfig {one}: cannot read it ({exc.strerror or exc})"
+            return [], f"kubeconfig {one}: cannot read it ({exc.strerror or exc})"
         if len(data) > KUBECONFIG_MAX:
-            return f"kubeconfig {one}: larger than {KUBECONFIG_MAX >> 20} MiB, not a kubeconfig"
+            return [], f"kubeconfig {one}: larger than {KUBECONFIG_MAX >> 20} MiB (kpdiag's cap): not a kubeconfig"
         try:
-            from kpdiag.bundle.safeio import load_yaml
-
-            doc = load_yaml(data)  # depth- and alias-bounded
+            doc = load_yaml(data.decode("utf-8", "replace"))  # depth- and alias-bounded
+        except TooDeep as exc:
+            return [], f"kubeconfig {one}: {exc}"
         except (yaml.YAMLError, RecursionError, ValueError) as exc:
-            where = getattr(exc, "problem_mark", None)
-            return f"kubeconfig {one}: not valid YAML" + (f" (line {where.line + 1})" if where is not None else "")
+            mark = getattr(exc, "problem_mark", None)
+            return [], f"kubeconfig {one}: not valid YAML" + (f" (line {mark.line + 1})" if mark is not None else "")
         if not isinstance(doc, dict) or not any(k in doc for k in ("clusters", "contexts", "users", "current-context")):
-            return (
+            return [], (
                 f"kubeconfig {one}: not a kubeconfig (expected a YAML mapping with clusters, contexts and users; "
                 f"found {type(doc).__name__ if doc is not None else 'an empty file'})"
             )
-    return None
+        for key in ("clusters", "contexts", "users"):
+            entries = doc.get(key)
+            if entries is None:
+                continue
+            if not isinstance(entries, list):
+                return [], f"kubeconfig {one}: {key} is {_kind(entries)}, not a list"
+            for i, e in enumerate(entries):
+                if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+                    return [], f"kubeconfig {one}: {key}[{i}] has no name"
+                inner = key[:-1]
+                if e.get(inner) is not None and not isinstance(e.get(inner), dict):
+                    return [], f"kubeconfig {one}: {key}[{i}].{inner} is {_kind(e.get(inner))}, not a mapping"
+        docs.append((one, doc))
+    if not docs:
+        return [], f"kubeconfig {given}: no such file"
+    return docs, None
+
+
+def _kind(value) -> str:
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), "null" if value is None else type(value).__name__)
+
+
+def _merge(docs: list[tuple[str, dict]]) -> dict:
+    """Several kubeconfigs as one (kubectl's rule: the first file that names an entry, or sets a field, wins)."""
+    out: dict = {"clusters": [], "contexts": [], "users": []}
+    for _, doc in docs:
+        for key in ("clusters", "contexts", "users"):
+            have = {e["name"] for e in out[key]}
+            out[key] += [e for e in doc.get(key) or [] if e["name"] not in have]
+        if doc.get("current-context") and not out.get("current-context"):
+            out["current-context"] = doc["current-context"]
+    return out
+
+
+def _context_problem(docs: list[tuple[str, dict]], context: str | None, given: str) -> tuple[str | None, str | None]:
+    """(why the context cannot be used — the one asked for does not exist, and which do; or it names a cluster or
+    user that is not there — or None; the exec credential plugin command of its user, or None)."""
+    merged = _merge(docs)
+    names = [c["name"] for c in merged["contexts"]]
+    have = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    wanted = context or merged.get("current-context")
+    if not wanted:
+        return (
+            f"kubeconfig {given} sets no current-context and no --context was given"
+            + (f" — pick one of its contexts: {have}" if names else " — it has no contexts")
+        ), None
+    ctx = next((c for c in merged["contexts"] if c["name"] == wanted), None)
+    if ctx is None:
+        if context:
+            return (
+                f"kubeconfig {given} has no context {context!r}"
+                + (f" — its contexts: {have} (give one with --context)" if names else " — it has no contexts at all")
+            ), None
+        return f"kubeconfig {given}: its current-context {wanted!r} is not one of its contexts ({have or 'none'})", None
+    body = ctx.get("context") or {}
+    cluster_name, user_name = body.get("cluster"), body.get("user")
+    cluster = next((c for c in merged["clusters"] if c["name"] == cluster_name), None)
+    if cluster is None:
+        return f"kubeconfig {given}: context {wanted!r} names cluster {cluster_name!r}, which it does not define", None
+    server = (cluster.get("cluster") or {}).get("server")
+    if not isinstance(server, str) or not server:
+        return f"kubeconfig {given}: cluster {cluster_name!r} (context {wanted!r}) has no server address", None
+    plugin = None
+    if user_name:
+        user = next((u for u in merged["users"] if u["name"] == user_name), None)
+        if user is None:
+            return f"kubeconfig {given}: context {wanted!r} names user {user_name!r}, which it does not define", None
+        exec_ = (user.get("user") or {}).get("exec")
+        if isinstance(exec_, dict):
+            plugin = str(exec_.get("command") or "")
+    return None, plugin
+
+
+class _Said:
+    """Collects what the client logs on the root logger while credentials load (instead of Python's last-resort
+    handler printing it to stderr)."""
+
+    def __init__(self):
+        import logging
+
+        self.messages: list[str] = []
+        outer = self
+
+        class _H(logging.Handler):
+            def emit(self, record):
+                try:
+                    outer.messages.append(str(record.getMessage()))
+                except Exception:
+                    pass
+
+        self._handler = _H(logging.WARNING)
+        logging.getLogger().addHandler(self._handler)
+
+    def close(self) -> None:
+        import logging
+
+        logging.getLogger().removeHandler(self._handler)
+
+
+def _children() -> set[int]:
+    """The pids of this process's children now (from /proc)."""
+    me, out = os.getpid(), set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read().rsplit(b")", 1)[1].split()
+                if int(stat[1]) == me:
+                    out.add(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _stop_children(before: set[int]) -> None:
+    """Stop the children started since ``before`` (a credential plugin the client started and still waits for) and
+    whatever they started in turn."""
+    import signal
+
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    me = os.getpid()
+    doomed = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
+    grown = True
+    while grown:
+        more = {pid for pid, ppid in parents.items() if ppid in doomed and pid not in doomed}
+        doomed |= more
+        grown = bool(more)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+API_BUDGET = 60.0  # seconds for every API call of one command (svc, node, policy) together, credentials included
+
+
+def api_budget() -> float:
+    """The API budget of one command: $KPDIAG_API_BUDGET seconds (1 to 3600) when set, else API_BUDGET."""
+    try:
+        value = float(os.environ.get("KPDIAG_API_BUDGET") or API_BUDGET)
+    except ValueError:
+        return API_BUDGET
+    return min(3600.0, max(1.0, value)) if value == value else API_BUDGET
 
 
 class ClusterCollector:
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = API_TIMEOUT):
+    """The API reads of one command, all within one wall-clock ``deadline`` (a monotonic time; by default ``budget``
+    seconds from now): each call gets ``timeout`` (less when the deadline is nearer), its answer is read with a byte cap
+    and checked for the shape kpdiag reads (kpdiag.state.cluster.object_problem) before anything uses it."""
+
+    def __init__(
+        self,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        timeout: float = API_TIMEOUT,
+        deadline: float | None = None,
+        budget: float | None = None,
+    ):
         self.kubeconfig = kubeconfig
         self.context = context
         self.timeout = timeout
+        self.budget = budget if budget is not None else api_budget()
+        self.deadline = deadline if deadline is not None else time.monotonic() + self.budget
         self.out = ClusterData()
         self._api = None
         self.config_error: str | None = None
@@ -146,7 +559,7 @@ class ClusterCollector:
 
     def connect(self) -> bool:
         """Load credentials: --kubeconfig / KUBECONFIG / ~/.kube/config, else in-cluster; False with a reason."""
-        api, why = api_client(self.kubeconfig, self.context)
+        api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline)
         if api is None:
             self.config_error = why
             self._err("cluster", why)
@@ -155,27 +568,84 @@ class ClusterCollector:
         self.out.api = api.configuration.host
         return True
 
-    def _call(self, source: str, what: str, fn, *args, **kwargs):
-        """Call an API method for raw JSON; None (with a recorded reason) on any failure."""
+    def _timeouts(self) -> tuple[float, float]:
+        from .kubeapi import ApiDeadline
+
+        left = self.deadline - time.monotonic()
+        if left <= 0.05:
+            raise ApiDeadline(f"the {self.budget:.0f} s given to the API were used up before this call")
+        t = min(self.timeout, left)
+        return (t, t)
+
+    def _fetch(self, fn, args, kwargs):
+        """One call for raw JSON: the body read in chunks (capped, bounded by the deadline), then decoded."""
+        from .kubeapi import read_body, within
+
+        def go():
+            resp = fn(*args, _preload_content=False, _request_timeout=self._timeouts(), **kwargs)
+            return load_json(
+                read_body(resp, self.deadline)
+            )  # depth-bounded too: anyone who may create objects wrote them
+
+        return within(self.deadline, go)
+
+    def _call(self, source: str, what: str, fn, *args, kind: str | None = None, **kwargs):
+        """Call an API method for raw JSON; None (with a recorded reason) on any failure. ``kind``: the answer must be a
+        List of that kind (a dict whose ``items`` is a list; objects of the wrong shape are left out, each named) or,
+        with "one:" before it, one such object."""
         try:
-            resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-            return load_json(resp.data)  # API objects are written by anyone who may create them: depth-bounded
-        except Exception as exc:  # ApiException, urllib3 errors, JSON errors: all become a reason
+            doc = self._fetch(fn, args, kwargs)
+        except Exception as exc:  # ApiException, urllib3 errors, JSON errors, a cap: all become a reason
             self._err(source, api_reason(exc, what, self.out.api))
             return None
+        return self._shaped(source, what, doc, kind)
+
+    def _shaped(self, source: str, what: str, doc, kind: str | None):
+        from kpdiag.state.cluster import list_problem, object_problem
+
+        if kind is None:  # any JSON object
+            if not isinstance(doc, dict):
+                self._err(source, f"{what}: the API's answer is malformed: it is not an object")
+                return None
+            return doc
+        if kind.startswith("one:"):
+            bad = object_problem(doc, kind[4:])
+            if bad:
+                self._err(source, f"{what}: the API's answer is malformed: {bad}")
+                return None
+            return doc
+        bad = list_problem(doc)
+        if bad:
+            self._err(source, f"{what}: the API's answer is malformed: {bad}")
+            return None
+        good, dropped = [], 0
+        for i, item in enumerate(doc["items"]):
+            why = object_problem(item, kind)
+            if why is None:
+                good.append(item)
+                continue
+            dropped += 1
+            if dropped <= 5:
+                self._err(source, f"{what}: items[{i}] left out, malformed: {why}")
+        if dropped > 5:
+            self._err(source, f"{what}: {dropped - 5} more malformed items left out")
+        return dict(doc, items=good)
 
     def _get_service(self, api, namespace: str, name: str) -> dict | None:
         try:
-            resp = api.read_namespaced_service(name, namespace, _preload_content=False, _request_timeout=self.timeout)
-            doc = load_json(resp.data)
+            doc = self._fetch(api.read_namespaced_service, (name, namespace), {})
             self.service_status = 200
-            return doc
         except Exception as exc:
             self.service_status = int(getattr(exc, "status", 0) or 0)
             self.service_error = api_reason(exc, f"get service {namespace}/{name}", self.out.api)
             if self.service_status != 404:
                 self._err(sources.SERVICES, self.service_error)
             return None
+        doc = self._shaped(sources.SERVICES, f"get service {namespace}/{name}", doc, "one:Service")
+        if doc is None:
+            self.service_status = 0
+            self.service_error = self.out.errors[-1]["error"]
+        return doc
 
     def _lookup(self, api, namespace: str, name: str) -> None:
         """The Service is not there: which names are (nearest in the namespace, the same name elsewhere) —
@@ -190,7 +660,12 @@ class ClusterCollector:
             "same_name_in": [],
         }
         listed = self._call(
-            SERVICE_LOOKUP, f"list services in {namespace}", api.list_namespaced_service, namespace, limit=2000
+            SERVICE_LOOKUP,
+            f"list services in {namespace}",
+            api.list_namespaced_service,
+            namespace,
+            limit=2000,
+            kind="Service",
         )
         if listed is not None:
             doc["listed"] = True
@@ -203,6 +678,7 @@ class ClusterCollector:
             api.list_service_for_all_namespaces,
             field_selector=f"metadata.name={name}",
             limit=200,
+            kind="Service",
         )
         if elsewhere is not None:
             doc["same_name_in"] = sorted(
@@ -239,6 +715,7 @@ class ClusterCollector:
             api.list_namespaced_endpoint_slice,
             namespace,
             label_selector=f"kubernetes.io/service-name={name}",
+            kind="EndpointSlice",
         )
         if slices is not None:
             mine = [
@@ -256,6 +733,7 @@ class ClusterCollector:
                 api.list_namespaced_pod,
                 namespace,
                 label_selector=label_selector,
+                kind="Pod",
             )
             if pods is not None:
                 items = pods.get("items", [])
@@ -263,14 +741,19 @@ class ClusterCollector:
                 # near misses help explain a selector that matches nothing: pods sharing at least one label
                 if not picked:
                     everyone = self._call(
-                        sources.PODS, f"list pods in {namespace}", api.list_namespaced_pod, namespace, limit=500
+                        sources.PODS,
+                        f"list pods in {namespace}",
+                        api.list_namespaced_pod,
+                        namespace,
+                        limit=500,
+                        kind="Pod",
                     )
                     items = (everyone or {}).get("items", [])
                     picked = [p for p in items if set((p.get("metadata", {}).get("labels") or {})) & set(selector)]
                 self.out.files[sources.PODS] = _as_list("Pod", picked)
         node_name = node_name or os.environ.get("NODE_NAME") or os.environ.get("KUBERNETES_NODE_NAME")
         if node_name:
-            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name)
+            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name, kind="one:Node")
             if node is not None:
                 self.out.files[sources.NODES] = _as_list("Node", [node])
         cm = self._call(
@@ -279,6 +762,7 @@ class ClusterCollector:
             api.read_namespaced_config_map,
             "kube-proxy",
             "kube-system",
+            kind="one:ConfigMap",
         )
         if cm is not None:
             self.out.files[sources.KP_CONFIGMAP] = json.dumps(cm, indent=1).encode()
@@ -288,10 +772,11 @@ class ClusterCollector:
             api.read_namespaced_daemon_set,
             "kube-proxy",
             "kube-system",
+            kind="one:DaemonSet",
         )
         if ds is not None:
             self.out.files[sources.KP_DAEMONSET] = json.dumps(ds, indent=1).encode()
-        ver = self._call(sources.VERSION, "get /version", api.get_code)
+        ver = self._call(sources.VERSION, "get /version", api.get_code, kind="one:Version")
         if ver is not None:
             self.out.files[sources.VERSION] = json.dumps(ver, indent=1).encode()
         return svc
@@ -351,7 +836,7 @@ class ClusterCollector:
         if self._api is None and not self.connect():
             return False
         api = ReadApi(self._api)
-        nss = self._call(sources.NAMESPACES, "list namespaces", api.list_namespace)
+        nss = self._call(sources.NAMESPACES, "list namespaces", api.list_namespace, kind="Namespace")
         existing = None
         if nss is not None:
             items = nss.get("items", [])
@@ -361,7 +846,11 @@ class ClusterCollector:
         policies, complete = [], True
         for ns in wanted:
             doc = self._call(
-                sources.NETWORKPOLICIES, f"list networkpolicies in {ns}", api.list_namespaced_network_policy, ns
+                sources.NETWORKPOLICIES,
+                f"list networkpolicies in {ns}",
+                api.list_namespaced_network_policy,
+                ns,
+                kind="NetworkPolicy",
             )
             if doc is None:
                 complete = False
@@ -372,7 +861,13 @@ class ClusterCollector:
                 {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1
             ).encode()
         comps, listed = [], []
-        ds = self._call(sources.CNI, "list daemonsets in kube-system", api.list_namespaced_daemon_set, "kube-system")
+        ds = self._call(
+            sources.CNI,
+            "list daemonsets in kube-system",
+            api.list_namespaced_daemon_set,
+            "kube-system",
+            kind="DaemonSet",
+        )
         if ds is not None:
             listed.append("kube-system")
             for item in ds.get("items", []):
@@ -383,7 +878,7 @@ class ClusterCollector:
         for ns in ("kube-flannel", "calico-system"):
             if existing is not None and ns not in existing:
                 continue
-            doc = self._call(sources.CNI, f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20)
+            doc = self._call(sources.CNI, f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20, kind="Pod")
             if doc is None:
                 continue
             listed.append(ns)
@@ -403,6 +898,7 @@ class ClusterCollector:
                 api.list_namespaced_pod,
                 ns,
                 field_selector=f"metadata.name={name}",
+                kind="Pod",
             )
             if doc is not None:
                 mine = [p for p in doc.get("items", []) if (p.get("metadata") or {}).get("name") == name]
@@ -421,7 +917,7 @@ class ClusterCollector:
         CoreDNS pods (k8s-app=kube-dns) → cluster/dns-pods.json (Lists), and the last 200 lines (at most 64 KiB) of
         the log of up to 4 of those pods — also the previous container's of a pod that restarted — as
         cluster/dns-logs.json: {"logs": [{"namespace", "pod", "container", "previous", "text" | "error", "truncated"}]}."""
-        from .kubeapi import ReadApi
+        from .kubeapi import ReadApi, within
 
         if self._api is None and not self.connect():
             return
@@ -429,7 +925,12 @@ class ClusterCollector:
         api = ReadApi(self._api)
         mark = len(self.out.errors)
         svcs = self._call(
-            sources.DNS_SERVICE, "list services in kube-system", api.list_namespaced_service, ns, label_selector=label
+            sources.DNS_SERVICE,
+            "list services in kube-system",
+            api.list_namespaced_service,
+            ns,
+            label_selector=label,
+            kind="Service",
         )
         picked = [
             s
@@ -439,7 +940,12 @@ class ClusterCollector:
         if not picked:  # unlabelled, or RBAC allows get but not list (deploy/rbac-svc.yaml): by its usual names
             for name in ("kube-dns", "coredns"):
                 got = self._call(
-                    sources.DNS_SERVICE, f"get service kube-system/{name}", api.read_namespaced_service, name, ns
+                    sources.DNS_SERVICE,
+                    f"get service kube-system/{name}",
+                    api.read_namespaced_service,
+                    name,
+                    ns,
+                    kind="one:Service",
                 )
                 if got is not None:
                     picked = [got]
@@ -455,6 +961,7 @@ class ClusterCollector:
                 api.list_namespaced_endpoint_slice,
                 ns,
                 label_selector=f"kubernetes.io/service-name={name}",
+                kind="EndpointSlice",
             )
             if slices is not None:
                 mine = [
@@ -464,7 +971,7 @@ class ClusterCollector:
                 ]
                 self.out.files[sources.DNS_ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
         pods = self._call(
-            sources.DNS_PODS, "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label
+            sources.DNS_PODS, "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label, kind="Pod"
         )
         if pods is None:
             return
@@ -482,19 +989,7 @@ class ClusterCollector:
             for previous in (False, True) if restarted else (False,):
                 entry = {"namespace": ns, "pod": pname, "container": container, "previous": previous}
                 try:
-                    resp = api.read_namespaced_pod_log(
-                        pname,
-                        ns,
-                        container=container,
-                        tail_lines=self.DNS_LOG_TAIL_LINES,
-                        limit_bytes=self.DNS_LOG_LIMIT_BYTES,
-                        previous=previous or None,
-                        _preload_content=False,
-                        _request_timeout=self.timeout,
-                    )
-                    data = resp.read(self.DNS_LOG_LIMIT_BYTES + 1) if hasattr(resp, "read") else resp.data
-                    if hasattr(resp, "release_conn"):
-                        resp.release_conn()
+                    data = within(self.deadline, self._log, api, pname, ns, container, previous)
                     entry["truncated"] = len(data) > self.DNS_LOG_LIMIT_BYTES
                     lines = data[: self.DNS_LOG_LIMIT_BYTES].decode("utf-8", "replace").splitlines()
                     entry["text"] = "\n".join(lines[-self.DNS_LOG_TAIL_LINES :])
@@ -505,6 +1000,22 @@ class ClusterCollector:
                 logs.append(entry)
         self.out.files[sources.DNS_LOGS] = json.dumps({"logs": logs}, indent=1).encode()
 
+    def _log(self, api, pod: str, ns: str, container, previous: bool) -> bytes:
+        """At most DNS_LOG_LIMIT_BYTES + 1 bytes of a pod's log (the server is asked for the limit, and not trusted)."""
+        from .kubeapi import read_body
+
+        resp = api.read_namespaced_pod_log(
+            pod,
+            ns,
+            container=container,
+            tail_lines=self.DNS_LOG_TAIL_LINES,
+            limit_bytes=self.DNS_LOG_LIMIT_BYTES,
+            previous=previous or None,
+            _preload_content=False,
+            _request_timeout=self._timeouts(),
+        )
+        return read_body(resp, self.deadline, limit=self.DNS_LOG_LIMIT_BYTES, truncate=True)
+
     def node_view(self, node_name: str | None, page: int = 500) -> bool:
         """What `kpdiag node` compares its rules with: every Service and EndpointSlice (paged lists, raw JSON) and this
         node's Node object (its zone). False, with a recorded reason, when the API cannot be used."""
@@ -514,7 +1025,7 @@ class ClusterCollector:
             return False
         api = ReadApi(self._api)
         services = self._paged(
-            sources.SERVICES, "list services in all namespaces", api.list_service_for_all_namespaces, page
+            sources.SERVICES, "list services in all namespaces", api.list_service_for_all_namespaces, page, "Service"
         )
         if services is None:
             return False
@@ -524,29 +1035,55 @@ class ClusterCollector:
             "list endpointslices in all namespaces",
             api.list_endpoint_slice_for_all_namespaces,
             page,
+            "EndpointSlice",
         )
         if slices is not None:
             self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", slices)
         if node_name:
-            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name)
+            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name, kind="one:Node")
             if node is not None:
                 self.out.files[sources.NODES] = _as_list("Node", [node])
         return True
 
-    def _paged(self, source: str, what: str, fn, page: int, max_items: int = 200_000) -> list | None:
+    def _paged(self, source: str, what: str, fn, page: int, kind: str | None = None) -> list | None:
+        """Every object of a paged List, or None (with the reason recorded) — never part of it: an incomplete list of
+        Services would make every Service it left out look missing. Capped in pages and objects (kpdiag.collect.
+        kubeapi.MAX_PAGES, MAX_OBJECTS), and a continue token that comes back is a loop."""
+        from .kubeapi import MAX_OBJECTS, MAX_PAGES
+
         items: list = []
-        token = None
-        while True:
+        token, seen = None, set()
+        for pages in range(1, MAX_PAGES + 1):
             kwargs = {"limit": page}
             if token:
                 kwargs["_continue"] = token
-            doc = self._call(source, what, fn, **kwargs)
+            doc = self._call(source, what, fn, kind=kind, **kwargs)
             if doc is None:
                 return None
-            items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
+            items.extend(doc["items"])
             token = (doc.get("metadata") or {}).get("continue")
-            if not token or len(items) >= max_items:
+            if not token:
                 return items
+            if len(items) > MAX_OBJECTS:
+                self._err(
+                    source,
+                    f"{what}: more than {MAX_OBJECTS} objects (kpdiag's cap on one list): stopped after {pages} pages, "
+                    "not used (an incomplete list would be read as missing objects)",
+                )
+                return None
+            if token in seen:
+                self._err(
+                    source,
+                    f"{what}: the API server sent the same continue token again after {pages} pages (a paging loop): "
+                    "stopped, not used",
+                )
+                return None
+            seen.add(token)
+        self._err(
+            source,
+            f"{what}: still more after {MAX_PAGES} pages of {page} (kpdiag's cap on pages of one list): stopped, not used",
+        )
+        return None
 
 
 def this_node_name() -> str:

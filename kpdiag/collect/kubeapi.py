@@ -11,7 +11,103 @@ the generated classes.
 
 from __future__ import annotations
 
+import threading
+import time
 from urllib.parse import quote
+
+# ------------------------------------------------------------------ bounds (docs/api-access.md)
+MAX_BODY = 64 << 20  # bytes of one API answer (a List page of 500 big pods is a few MB)
+MAX_ERROR_BODY = 64 << 10  # bytes of an error answer's body (a Status object is a few hundred)
+MAX_PAGES = 400  # pages of one paged List (500 objects a page: 200,000 objects)
+MAX_OBJECTS = 200_000  # objects of one paged List
+CHUNK = 256 << 10
+
+
+class ApiBound(Exception):
+    """An API read stopped at one of kpdiag's bounds (a cap or the deadline); the message names it."""
+
+
+class ApiDeadline(ApiBound):
+    """The time given to the API ran out before the answer was complete."""
+
+
+def read_body(resp, deadline: float, limit: int = MAX_BODY, truncate: bool = False) -> bytes:
+    """The body of a urllib3 response, read in chunks: at most ``limit`` bytes and never past ``deadline`` (each wait
+    for bytes ends at the deadline, so a server that trickles one byte a second cannot hold the read). Past ``limit``:
+    :class:`ApiBound`, or with ``truncate`` the first ``limit`` + 1 bytes (the caller sees it was cut)."""
+    chunks: list[bytes] = []
+    size, done, start = 0, False, time.monotonic()
+    read = getattr(resp, "read1", None) or resp.read
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ApiDeadline(
+                    f"the answer was not complete in time ({size} bytes in {time.monotonic() - start:.0f} s)"
+                )
+            sock = getattr(getattr(resp, "connection", None), "sock", None) or getattr(
+                getattr(getattr(resp, "_fp", None), "fp", None), "raw", None
+            )
+            settimeout = getattr(sock, "settimeout", None) or getattr(getattr(sock, "_sock", None), "settimeout", None)
+            if settimeout is not None:
+                try:
+                    settimeout(max(0.01, left))
+                except OSError:
+                    pass
+            try:
+                chunk = read(min(CHUNK, limit + 1 - size))
+            except Exception as exc:
+                if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
+                    raise ApiDeadline(
+                        f"the answer was not complete in time ({size} bytes in {time.monotonic() - start:.0f} s)"
+                    ) from None
+                raise
+            if not chunk:
+                done = True
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                if truncate:
+                    return b"".join(chunks)[: limit + 1]
+                raise ApiBound(f"the answer is larger than {_size(limit)} (kpdiag's cap on one API answer): not read")
+    finally:
+        try:
+            resp.release_conn() if done else resp.close()  # a half-read connection is never reused
+        except Exception:
+            pass
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def within(deadline: float, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with a wall-clock bound: it runs in a worker thread and is left behind (a daemon that
+    ends with the process) when ``deadline`` passes — name resolution, a TLS handshake or headers sent one byte a
+    second, an exec credential plugin: nothing in the client can hold the caller past it."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ApiDeadline("no time left")
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="kpdiag-api", daemon=True)
+    worker.start()
+    worker.join(left)
+    if worker.is_alive():
+        raise ApiDeadline(
+            f"no complete answer within {left:.0f} s" if left >= 1 else "no complete answer in the time left"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
 
 _ACCEPT = {"Accept": "application/json"}
 # the client's keyword → the API's query parameter
@@ -57,8 +153,19 @@ class ReadApi:
             )
             resp = api.call_api(method, url, header_params=headers, _request_timeout=_request_timeout)
             if not 200 <= resp.status <= 299:
-                resp.read()
-                raise ApiException.from_response(http_resp=resp, body=None, data=None)
+                raw = resp.response
+                try:  # an error answer's body is a small Status object: read no more than that
+                    body = raw.read(MAX_ERROR_BODY)
+                except Exception:
+                    body = b""
+                finally:
+                    try:
+                        raw.close()
+                    except Exception:
+                        pass
+                exc = ApiException(status=resp.status, reason=resp.reason, body=body.decode("utf-8", "replace"))
+                exc.headers = raw.headers
+                raise exc
             return resp.response
         # older clients: one call that serializes, authenticates, sends and raises on a non-2xx answer
         return api.call_api(

@@ -17,10 +17,9 @@ from kpdiag.state.node import NodeState
 def analyze_bundle(path: str, select=(), ignore=()) -> Report:
     """Diagnose a bundle; one written by `kpdiag svc --save` is diagnosed as that Service again."""
     bundle = Bundle.open(path)
-    focus = str(bundle.manifest.get("service") or "")
-    if "/" in focus:
-        ns, name = focus.split("/", 1)
-        return service_report(bundle, ns, name, select, ignore)
+    focus = bundle.service_focus()  # the kind from the files: the manifest's "service" is only a claim
+    if focus is not None:
+        return service_report(bundle, *focus, select, ignore)
     return analyze_state(NodeState(bundle), select, ignore, subject=None)
 
 

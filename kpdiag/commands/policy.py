@@ -190,6 +190,20 @@ class _ListFile:
         return where if isinstance(where, str) else f"line {self.scan.line(where)}"
 
 
+SCAN_LOOKUPS = 8  # pod look-ups answered by searching the files; past that they are read whole, once
+
+
+def _serving_ips(o: dict) -> set:
+    """The pod's addresses as a destination or source of pod traffic: none for a finished pod (its address is
+    released, maybe reused by the pod we are after) or a hostNetwork one (its address is the node's)."""
+    st = o.get("status") if isinstance(o.get("status"), dict) else {}
+    if st.get("phase") in ("Succeeded", "Failed") or get_path(o, "spec", "hostNetwork"):
+        return set()
+    ips = {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
+    ips.discard(None)
+    return ips
+
+
 class FlowSource:
     """What one flow needs from a bundle, read as it is asked for: the pods at both ends, the policies of their
     namespaces, the namespaces, the CNI. Large List files are searched (ListScan), not parsed whole."""
@@ -214,6 +228,8 @@ class FlowSource:
         self.ns_items = list_items(ns_doc)
         self.pods: dict[str, Pod] = {}
         self.raw_pods: dict[str, dict] = {}
+        self._lookups = 0  # pod look-ups so far: past SCAN_LOOKUPS the pod files are read whole, once
+        self._by_ip: dict[str, Pod] | None = None
         self.problems: list[str] = []
         self.dns_service = None
         if bundle.exists(sources.DNS_SERVICE):
@@ -237,9 +253,41 @@ class FlowSource:
                 out.append(self._keep(obj))
         return out
 
+    def _indexed(self) -> bool:
+        """After SCAN_LOOKUPS look-ups, every pod file is decoded whole, once, and indexed by name and address: a
+        search per look-up is fast for one flow, but a Service of thousands of endpoints would search the file once
+        per endpoint (quadratic: 30 s on a 2.4 MB pods.json)."""
+        if self._by_ip is not None:
+            return True
+        self._lookups += 1
+        if self._lookups <= SCAN_LOOKUPS:
+            return False
+        from kpdiag.bundle.safeio import load_json
+
+        by_ip: dict[str, Pod] = {}
+        for f in self.pod_files:
+            if f.scan is None:
+                items = f.items
+            else:
+                try:
+                    doc = load_json(f.scan.raw)
+                except (ValueError, UnicodeDecodeError):
+                    return False  # not JSON as a whole: keep searching it item by item
+                items = doc.get("items") if isinstance(doc, dict) and isinstance(doc.get("items"), list) else []
+            for obj in items:
+                if not isinstance(obj, dict) or obj.get("kind") not in (None, "Pod"):
+                    continue
+                if not isinstance(obj.get("metadata"), dict):
+                    continue
+                pod = self._keep(obj)
+                for ip in _serving_ips(obj):
+                    by_ip.setdefault(ip, pod)
+        self._by_ip = by_ip
+        return True
+
     def pod(self, namespace: str, name: str) -> Pod | None:
         key = f"{namespace}/{name}"
-        if key not in self.pods:
+        if key not in self.pods and not self._indexed():
             self._find(
                 "name",
                 name,
@@ -251,14 +299,11 @@ class FlowSource:
         return self.pods.get(key)
 
     def pod_by_ip(self, ip: str) -> Pod | None:
+        if self._indexed():
+            return self._by_ip.get(ip)
+
         def has(o):
-            st = o.get("status") if isinstance(o.get("status"), dict) else {}
-            if st.get("phase") in ("Succeeded", "Failed"):
-                return False  # its address is released, maybe reused by the pod we are after
-            return not get_path(o, "spec", "hostNetwork") and ip in {
-                st.get("podIP"),
-                *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict)),
-            }
+            return ip in _serving_ips(o)
 
         found = self._find("podIP", ip, has) or self._find("ip", ip, has)
         return found[0] if found else None
@@ -368,7 +413,60 @@ def _services(bundle, data):
     return out
 
 
-def _direction_summary(direction: str, flows: list) -> dict:
+def _merged_patches(rows: list[dict], service, notes: list[str]) -> dict[int, str | None]:
+    """The NetworkPolicy to propose for each denied direction of a Service's endpoint flows, by id() of the Direction:
+    endpoints that need the same policy (the same namespace and spec: the same pod labels, peer and port) get it once —
+    on the first of them, named after the Service — and None on the others, with a note; not one per endpoint pod."""
+    from kpdiag.state.netpol import _dns_name, patch_doc, to_yaml
+
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        for d in (row["flow"].egress, row["flow"].ingress):
+            if d.allowed or not d.patch_args:
+                continue
+            doc, why = patch_doc(*d.patch_args)
+            key = (d.direction, doc["metadata"]["namespace"], json.dumps(doc["spec"], sort_keys=True))
+            groups.setdefault(key, []).append((row["endpoint"], d, doc, why))
+    out: dict[int, str | None] = {}
+    for (direction, _, _), members in groups.items():
+        if len(members) == 1 or service is None:
+            for _, d, doc, why in members:
+                out[id(d)] = "".join(f"# {n}\n" for n in why) + to_yaml(doc)
+            continue
+        first_label, first, doc, why = members[0]
+        _, _, other, port, _ = first.patch_args
+        other_name = other.pod.name if other.is_pod else (other.ip or "peer")
+        way = "to" if direction == "ingress" else "from"
+        doc = dict(
+            doc, metadata=dict(doc["metadata"], name=_dns_name(f"allow-{other_name}-{way}-{service.name}-{port}"))
+        )
+        head = f"one policy for the {len(members)} endpoints of Service {service.key} that need it"
+        out[id(first)] = "".join(f"# {n}\n" for n in [head, *dict.fromkeys(why)]) + to_yaml(doc)
+        for _, d, _, _ in members[1:]:
+            out[id(d)] = None
+        notes.append(
+            f"{direction}: the {len(members)} denied endpoints need the same NetworkPolicy: it is proposed once "
+            f"(endpoint {first_label})"
+        )
+    return out
+
+
+def _flow_dict(flow, proposals: dict[int, str | None]) -> dict:
+    """Flow.to_dict with the proposals already made (not one NetworkPolicy built per endpoint)."""
+    import dataclasses
+
+    doc = dataclasses.replace(
+        flow,
+        egress=dataclasses.replace(flow.egress, patch_args=None),
+        ingress=dataclasses.replace(flow.ingress, patch_args=None),
+    ).to_dict()
+    for key, d in (("egress", flow.egress), ("ingress", flow.ingress)):
+        if id(d) in proposals:
+            doc[key]["patch"] = proposals[id(d)]
+    return doc
+
+
+def _direction_summary(direction: str, flows: list, proposals: dict | None = None) -> dict:
     """One direction over every endpoint of a Service."""
     parts = [getattr(f, direction) for f in flows]
     denied = [d for d in parts if not d.allowed]
@@ -386,7 +484,11 @@ def _direction_summary(direction: str, flows: list) -> dict:
         "admitted_by": next(iter(admitted.values())) if len(admitted) == 1 and not denied else None,
         "admits": admits,
         "missing": denied[0].missing if denied else None,
-        "patch": denied[0].patch if denied else None,
+        "patch": (
+            (proposals.get(id(denied[0])) if proposals is not None and id(denied[0]) in proposals else denied[0].patch)
+            if denied
+            else None
+        ),
     }
 
 
@@ -475,7 +577,12 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
             )
             continue
         flows.append(flow)
-        results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, **flow.to_dict(), "error": None})
+        results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, "flow": flow, "error": None})
+    proposals = _merged_patches([r for r in results if r.get("flow") is not None], service, notes)
+    for r in results:
+        flow = r.pop("flow", None)
+        if flow is not None:
+            r.update(_flow_dict(flow, proposals), error=None)
     if not flows or (unknown and all(f.allowed for f in flows)):
         why = "; ".join(r["error"] for r in results if r.get("error")) or "no endpoint to evaluate"
         raise CannotEvaluate(f"cannot evaluate {from_spec} → {to_spec}: {why}")
@@ -501,8 +608,8 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
         "from": src.text(),
         "to": to_spec if service is None else f"Service {service.key}",
         "port": f"{port}/{proto or (flows[0].protocol if flows else 'TCP')}",
-        "egress": (flows[0].egress.to_dict() if service is None else _direction_summary("egress", flows)),
-        "ingress": (flows[0].ingress.to_dict() if service is None else _direction_summary("ingress", flows)),
+        "egress": (flows[0].egress.to_dict() if service is None else _direction_summary("egress", flows, proposals)),
+        "ingress": (flows[0].ingress.to_dict() if service is None else _direction_summary("ingress", flows, proposals)),
         "enforcement": enf.to_dict(),
         "notes": notes,
         "problems": [str(p) for p in bundle.problems],  # unreadable policies (one line each), files not read
@@ -582,7 +689,12 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
 
     def one_pod(ns: str, name: str) -> dict | None:
         doc = cc._call(
-            sources.PODS, f"list pods in {ns}", api.list_namespaced_pod, ns, field_selector=f"metadata.name={name}"
+            sources.PODS,
+            f"list pods in {ns}",
+            api.list_namespaced_pod,
+            ns,
+            field_selector=f"metadata.name={name}",
+            kind="Pod",
         )
         return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
 
@@ -593,7 +705,11 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
             pods.append(p)
     else:
         doc = cc._call(
-            sources.PODS, "list pods", api.list_pod_for_all_namespaces, field_selector=f"status.podIP={src_spec[1]}"
+            sources.PODS,
+            "list pods",
+            api.list_pod_for_all_namespaces,
+            field_selector=f"status.podIP={src_spec[1]}",
+            kind="Pod",
         )
         for p in (doc or {}).get("items", []):
             st = p.get("status") or {}
@@ -609,7 +725,9 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         elif kind in ("svc", "any"):
             from kpdiag.collect.cluster import selector_matches
 
-            svc = cc._call(sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns)
+            svc = cc._call(
+                sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns, kind="one:Service"
+            )
             if svc is not None:
                 svc.setdefault("kind", "Service")
                 services.append(svc)
@@ -619,6 +737,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
                     api.list_namespaced_endpoint_slice,
                     ns,
                     label_selector=f"kubernetes.io/service-name={name}",
+                    kind="EndpointSlice",
                 )
                 slices += [
                     s
@@ -633,6 +752,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
                         api.list_namespaced_pod,
                         ns,
                         label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+                        kind="Pod",
                     )
                     pods += [
                         p

@@ -49,9 +49,14 @@ def run(
     force=False,
     node_api=True,
 ) -> Outcome:
+    import time
+
     from ..collect.cluster import api_client, api_reason
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
+
+    # --timeout bounds the whole command, wall clock: credentials, setup, every node, the deletes
+    deadline = time.monotonic() + float(timeout)
 
     say = progress or (lambda msg: None)
     namespace = namespace or P.DEFAULT_NAMESPACE
@@ -83,7 +88,7 @@ def run(
                 ]
             )
         )
-    api, why = api_client(kubeconfig, context)
+    api, why = api_client(kubeconfig, context, deadline=deadline)
     if api is None:
         return Outcome(error=why, code=exitcodes.NO_DIAGNOSIS)
     runner = FleetRunner(
@@ -98,6 +103,7 @@ def run(
         keep_pods=keep_pods,
         say=lambda msg: (bar and bar.close(), say(msg)),
         node_api=node_api,
+        deadline=deadline,
     )
     host = api.configuration.host
     if cleanup:
@@ -124,8 +130,17 @@ def run(
         return Outcome(
             error="no node matches " + (repr(nodes) if nodes else "(the cluster has no nodes)"), code=exitcodes.USAGE
         )
-    api_version = runner.api_version()
-    local_itp = runner.local_traffic_keys()
+    # the server version and the Services only shape the aggregation: asked while the nodes run, not before them
+    import threading
+
+    side: dict = {}
+
+    def _side():
+        side["api_version"] = runner.api_version()
+        side["local_itp"] = runner.local_traffic_keys()
+
+    aside = threading.Thread(target=_side, name="kpdiag-setup", daemon=True)
+    aside.start()
     say(
         f"run {runner.run_id}: {len(targets.nodes)} node(s), {parallel} at a time, image {image}, namespace {namespace}"
         + (f"; {len(targets.skipped)} skipped" if targets.skipped else "")
@@ -135,6 +150,8 @@ def run(
     finally:
         if bar is not None:
             bar.close()
+    aside.join(max(0.0, runner.setup_deadline - time.monotonic()) + 1.0)
+    api_version, local_itp = side.get("api_version"), side.get("local_itp")
     results += targets.skipped
     messages = list(runner.notes)
     messages += [f"could not delete {e} — run: kpdiag cluster --cleanup" for e in runner.cleanup_errors]

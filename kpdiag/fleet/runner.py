@@ -189,6 +189,7 @@ class FleetRunner:
         keep_pods: bool = False,
         say=None,
         node_api: bool = True,
+        deadline: float | None = None,
     ):
         from kubernetes import client
 
@@ -224,9 +225,12 @@ class FleetRunner:
         self._programmed: dict[str, dict] = {}
         self.known_nodes: set[str] = set()  # every node name the API listed (a report claiming one of them is checked)
         self.leftover_pods: list[str] = []  # pods this run created and could not delete
-        # the clock starts once the client is loaded (importing its API classes takes seconds on a slow machine)
-        self.setup_deadline = time.monotonic() + max(1.0, min(120.0, timeout * SETUP_SHARE))
+        # the whole run ends by ``deadline`` (kpdiag cluster: --timeout after the command started), the deletes included:
+        # the nodes' work stops a cleanup budget before it, so that the deletes have that time
         self.cleanup_budget = max(1.0, min(API_TIMEOUT * 2, timeout * CLEANUP_SHARE))
+        self.deadline = deadline if deadline is not None else time.monotonic() + timeout + self.cleanup_budget
+        self.work_deadline = self.deadline - self.cleanup_budget
+        self.setup_deadline = min(time.monotonic() + max(1.0, min(120.0, timeout * SETUP_SHARE)), self.work_deadline)
 
     # ------------------------------------------------------------ API helpers (raw JSON)
     def _why(self, exc: Exception, what: str) -> str:
@@ -262,14 +266,39 @@ class FleetRunner:
         raise AssertionError("unreachable")
 
     def _json(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs):
-        resp = self._call(
-            fn, *args, deadline=deadline if deadline is not None else self.setup_deadline, retries=retries, **kwargs
-        )
-        return load_json(resp.data)  # depth-bounded: API objects are written by whoever may create them
+        """One call for raw JSON, all of it (name resolution, headers, the body read in chunks, capped) within
+        ``deadline``."""
+        from ..collect.kubeapi import ApiDeadline, read_body, within
 
-    def _list_all(self, fn, *args, deadline: float | None = None, retries: int = 1, **kwargs) -> list[dict]:
-        items, token = [], None
+        deadline = deadline if deadline is not None else self.setup_deadline
+
+        def go():
+            resp = self._call(fn, *args, deadline=deadline, retries=retries, **kwargs)
+            return load_json(read_body(resp, deadline))  # depth-bounded: anyone who may create objects wrote them
+
+        try:
+            return within(deadline, go)
+        except ApiDeadline as exc:
+            raise DeadlineExceeded(
+                f"the API server {self.api.configuration.host} did not answer in time ({exc})"
+            ) from None
+
+    def _list_all(
+        self, fn, *args, deadline: float | None = None, retries: int = 1, kind: str | None = None, **kwargs
+    ) -> list[dict]:
+        """Every object of a paged List; capped in pages and objects (a server whose continue tokens never end). With
+        ``kind``, objects of another shape than kpdiag reads are left out, each named in the run's notes."""
+        from ..collect.kubeapi import ApiBound, MAX_OBJECTS, MAX_PAGES
+        from ..state.cluster import list_problem, object_problem
+
+        items, token, pages = [], None, 0
         while True:
+            pages += 1
+            if pages > MAX_PAGES or len(items) > MAX_OBJECTS:
+                raise ApiBound(
+                    f"the list did not end after {pages - 1} pages, {len(items)} objects (kpdiag's caps on one list: "
+                    f"{MAX_PAGES} pages, {MAX_OBJECTS} objects)"
+                )
             doc = self._json(
                 fn,
                 *args,
@@ -279,9 +308,15 @@ class FleetRunner:
                 **({"_continue": token} if token else {}),
                 **kwargs,
             )
-            if not isinstance(doc, dict):
-                raise ValueError(f"the API answered a list with {type(doc).__name__}, not an object")
-            items.extend(i for i in doc.get("items") or [] if isinstance(i, dict))
+            bad = list_problem(doc)
+            if bad:
+                raise ValueError(f"the API's answer is malformed: {bad}")
+            for item in doc["items"]:
+                bad = object_problem(item, kind) if kind else (None if isinstance(item, dict) else "not an object")
+                if bad is None:
+                    items.append(item)
+                elif len(self.notes) < 20:
+                    self.notes.append(f"an object the API listed was left out, malformed: {bad}")
             token = (doc.get("metadata") or {}).get("continue")
             if not token:
                 return items
@@ -291,7 +326,11 @@ class FleetRunner:
         if deadline is None:
             deadline = time.monotonic() + self.cleanup_budget
         pods = self._list_all(
-            self.core.list_namespaced_pod, self.namespace, deadline=deadline, label_selector=f"{label}={value}"
+            self.core.list_namespaced_pod,
+            self.namespace,
+            deadline=deadline,
+            label_selector=f"{label}={value}",
+            kind="Pod",
         )
         return {
             p["metadata"]["name"]: p
@@ -306,7 +345,7 @@ class FleetRunner:
         kwargs = {"label_selector": selector} if selector else {}
         # the first call of a run: an API server that is starting or throttling gets a few tries (with backoff,
         # after its Retry-After), within the setup's share of --timeout
-        nodes = self._list_all(self.core.list_node, retries=5, **kwargs)
+        nodes = self._list_all(self.core.list_node, retries=5, kind="Node", **kwargs)
         self.known_nodes |= {
             n["metadata"]["name"]
             for n in nodes
@@ -348,7 +387,7 @@ class FleetRunner:
     def local_traffic_keys(self) -> set[str] | None:
         """ClusterIP:port/proto of Services with internalTrafficPolicy: Local (their endpoints differ per node by design)."""
         try:
-            services = self._list_all(self.core.list_service_for_all_namespaces)
+            services = self._list_all(self.core.list_service_for_all_namespaces, kind="Service")
         except Exception as exc:
             self.notes.append(
                 self._why(exc, "list services")
@@ -459,11 +498,15 @@ class FleetRunner:
 
     def _one_node(self, node: str) -> NodeResult:
         start = time.monotonic()
-        deadline = start + self.timeout
+        deadline = min(start + self.timeout, self.work_deadline)  # a node that waited for a slot gets what is left
         if self._stop.is_set():
             return NodeResult(node, failure="interrupted before its pod was created", kind="interrupted")
         if self._fatal:
             return NodeResult(node, failure=f"not tried: {self._fatal}", kind="api error")
+        if deadline - start < 5 * MIN_CALL:
+            return NodeResult(
+                node, failure="not started: the run's --timeout ran out before a slot was free", kind="timeout"
+            )
         manifest = self.manifest(node)
         name = manifest["metadata"]["name"]
         try:
@@ -482,7 +525,7 @@ class FleetRunner:
                     self._created.add(name)
                 return NodeResult(
                     node,
-                    failure=f"timed out after {self.timeout:.0f} s creating pod {self.namespace}/{name}",
+                    failure=f"timed out after {deadline - start:.0f} s creating pod {self.namespace}/{name}",
                     kind="timeout",
                     seconds=time.monotonic() - start,
                 )
@@ -560,7 +603,7 @@ class FleetRunner:
                 phase = ((pod or {}).get("status") or {}).get("phase") or "not seen yet"
                 return NodeResult(
                     node,
-                    failure=f"timed out after {self.timeout:.0f} s (pod {phase})",
+                    failure=f"timed out after {deadline - start:.0f} s (pod {phase})",
                     kind="timeout",
                     seconds=time.monotonic() - start,
                 )
@@ -573,7 +616,7 @@ class FleetRunner:
         except DeadlineExceeded as exc:
             return NodeResult(
                 node,
-                failure=f"timed out after {self.timeout:.0f} s reading the log of pod {self.namespace}/{name}"
+                failure=f"timed out after {deadline - start:.0f} s reading the log of pod {self.namespace}/{name}"
                 + (f" ({exc})" if str(exc) else ""),
                 kind="timeout",
                 seconds=time.monotonic() - start,
@@ -662,7 +705,7 @@ class FleetRunner:
     def _delete(self, name: str, deadline: float | None = None) -> None:
         """Delete one pod (retrying a slow or throttling API within the cleanup's share of --timeout)."""
         if deadline is None:
-            deadline = time.monotonic() + self.cleanup_budget
+            deadline = min(time.monotonic() + self.cleanup_budget, max(self.deadline, time.monotonic() + MIN_CALL * 4))
         try:
             self._call(self.core.delete_namespaced_pod, name, self.namespace, deadline=deadline, grace_period_seconds=0)
         except Exception as exc:
@@ -678,7 +721,7 @@ class FleetRunner:
         of --timeout. What could not be deleted is listed in ``leftover_pods``."""
         if self.keep_pods:
             return
-        deadline = time.monotonic() + self.cleanup_budget
+        deadline = min(time.monotonic() + self.cleanup_budget, max(self.deadline, time.monotonic() + 1.0))
         self.cleanup_errors.clear()
         for name in sorted(self._created - self._deleted):
             self._delete(name, deadline)

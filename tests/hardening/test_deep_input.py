@@ -18,6 +18,7 @@ DEEP = 5000
 BLOCK_YAML = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nx:\n" + "".join(
     "  " * i + "k:\n" for i in range(1, DEEP)
 )
+BLOCK_DEEP_SMALL = BLOCK_YAML[: BLOCK_YAML.index("  " * 300 + "k:")]  # 300 levels, under the 1 MiB YAML cap
 FLOW_YAML = "kind: KubeProxyConfiguration\nmode: ipvs\nx: " + "[" * DEEP + "]" * DEEP + "\n"
 JSON_DEEP = '{"a":' * DEEP + "1" + "}" * DEEP
 LAUGHS = "kind: KubeProxyConfiguration\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
@@ -56,12 +57,13 @@ def _problems(doc) -> list[str]:
 @pytest.mark.parametrize(
     "text,words",
     [
-        (BLOCK_YAML, "YAML nested deeper than 200 levels"),
+        (BLOCK_DEEP_SMALL, "YAML nested deeper than 200 levels"),
+        (BLOCK_YAML, "YAML larger than 1024 KiB (kpdiag's cap on a YAML document): refused, not parsed"),
         (FLOW_YAML, "YAML nested deeper than 200 levels"),
         (JSON_DEEP, "nested deeper than 200 levels"),
         (LAUGHS, "nodes once its aliases are expanded"),
     ],
-    ids=["block", "flow", "json", "laughs"],
+    ids=["block", "block-big", "flow", "json", "laughs"],
 )
 def test_deep_kube_proxy_config_is_a_could_not_read_line(tmp_path, text, words):
     rc, doc, _ = _analyze(_bundle(tmp_path, {"node/kube-proxy/config.yaml": text}))
@@ -75,7 +77,7 @@ def test_deep_kube_proxy_config_is_a_could_not_read_line(tmp_path, text, words):
     [
         (JSON_DEEP, "cluster/kube-proxy-configmap.json: JSON nested deeper than 200 levels"),
         (
-            json.dumps({"kind": "ConfigMap", "data": {"config.conf": BLOCK_YAML}}),
+            json.dumps({"kind": "ConfigMap", "data": {"config.conf": BLOCK_DEEP_SMALL}}),
             "kube-proxy-configmap.json#config.conf: YAML nested deeper",
         ),
         (
