@@ -533,7 +533,7 @@ def api_budget() -> float:
 class ClusterCollector:
     """The API reads of one command, all within one wall-clock ``deadline`` (a monotonic time; by default ``budget``
     seconds from now): each call gets ``timeout`` (less when the deadline is nearer), its answer is read with a byte cap
-    and checked for the shape kpdiag reads (kpdiag.state.cluster.object_problem) before anything uses it."""
+    and checked for the shape kpdiag reads (kpdiag.parse.k8s_shapes.object_problem) before anything uses it."""
 
     def __init__(
         self,
@@ -601,7 +601,7 @@ class ClusterCollector:
         return self._shaped(source, what, doc, kind)
 
     def _shaped(self, source: str, what: str, doc, kind: str | None):
-        from kpdiag.state.cluster import list_problem, object_problem
+        from kpdiag.parse.k8s_shapes import list_problem, object_problem
 
         if kind is None:  # any JSON object
             if not isinstance(doc, dict):
