@@ -3,7 +3,6 @@ not requests, so a few long-lived HTTP/2 or gRPC connections can pin all the loa
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from kpdiag.checkapi import Skip, check
@@ -12,9 +11,6 @@ from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
 MIN_CONNECTIONS = 4  # established connections to one Service port before their spread says anything
-_EST = re.compile(
-    r"^tcp\s+\d+\s+\d+\s+ESTABLISHED\s+src=(\S+) dst=(\S+) sport=\d+ dport=(\d+)\s.*?src=(\S+) dst=\S+ sport=(\d+) dport=\d+"
-)
 
 
 def _service_ports(ctx) -> tuple[dict, str]:
@@ -68,15 +64,13 @@ def connections_pinned(ctx, new):
     ports, where = _service_ports(ctx)
     if not ports:
         raise Skip("no TCP Service port known (neither the API's Services nor kube-proxy's rules)")
+    from .snat import conntrack_summary
+
     seen: dict = {}
-    for line in text.splitlines():
-        m = _EST.match(line)
-        if not m:
-            continue
-        _src, dst, dport, ep, _tport = m.groups()
-        key = (dst, int(dport))
+    for (dst, dport, ep), n in conntrack_summary(text)[3].items():
+        key = (dst, dport)
         if key in ports and ep != dst:
-            seen.setdefault(key, Counter())[ep] += 1
+            seen.setdefault(key, Counter())[ep] += n
     src = ctx.display(sources.CONNTRACK)
     for key, counts in sorted(seen.items()):
         name, eps = ports[key]

@@ -173,7 +173,16 @@ def pod_cidr_route_missing(ctx, new):
         evidence=[Evidence(nodes_src, f"node {m[0]}: podCIDR {m[1]}") for m in missing[:3]]
         + [Evidence(route_src, f"{m[1]}: matched only by {_route_text(m[3])}") for m in missing[:3]]
         + [Evidence(route_src, f"{p[1]} ({p[0]}): {_route_text(p[2])}") for p in present[:2]]
-        + [Evidence(ctx.display(sources.IP_ADDR) if "interface" in why else route_src, f"CNI: {cni} ({why})")],
+        + [
+            Evidence(
+                ctx.display(sources.PROCESSES)
+                if why.startswith("process")
+                else ctx.display(sources.IP_ADDR)
+                if why.startswith("interface")
+                else route_src,
+                f"CNI: {cni} ({why})",
+            )
+        ],
         subject=name,
         data={
             "cni": cni,

@@ -3,6 +3,7 @@ lose the race for a source port (conntrack insert_failed) — told apart from th
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 
@@ -13,26 +14,36 @@ from kpdiag.bundle import sources
 
 MIN_FLOWS = 50  # source-NATed flows to one destination before collisions on its port range are the likely cause
 _CT = re.compile(
-    r"^(\w+)\s+\d+\s+\d+\s+(?:[A-Z_]+\s+)?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)\s.*?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)"
+    r"^(\w+)\s+\d+\s+\d+\s+(?:([A-Z_]+)\s+)?src=(\S+) dst=(\S+) sport=\d+ dport=(\d+)\s.*?src=(\S+) dst=(\S+) sport=(\d+)"
 )
 
 
-def conntrack_flows(text: str) -> tuple[Counter, Counter, dict]:
-    """From `conntrack -L`: source-NATed flows per (proto, dst, dport); UDP/TCP flows to port 53 per dst; one pod
-    source per destination (to trace)."""
+@functools.lru_cache(maxsize=1)  # KP503, KP611 and KP612 read the same (up to 100,000-entry) dump: parsed once
+def conntrack_summary(text: str) -> tuple[Counter, Counter, dict, Counter]:
+    """From `conntrack -L`, in one pass and kept small: source-NATed flows per (proto, dst, dport); flows to port 53
+    per (proto, dst); one pod source per source-NATed destination (to trace); ESTABLISHED TCP connections per
+    (dst, dport, the address that answers). The caller must not change what it gets back."""
     snat: Counter = Counter()
     dns: Counter = Counter()
     example: dict = {}
-    for line in text.splitlines():
-        m = _CT.match(line)
+    established: Counter = Counter()
+    for m in map(_CT.match, text.splitlines()):
         if not m:
             continue
-        proto, src, dst, _sport, dport, _rsrc, rdst = m.groups()[:7]
-        if dport == "53":
+        proto, state, src, dst, dport, rsrc, rdst, _rsport = m.groups()
+        dport = int(dport)
+        if dport == 53:
             dns[(proto, dst)] += 1
         if rdst != src:  # the reply goes to another address than the original source: source NAT
-            snat[(proto, dst, int(dport))] += 1
-            example.setdefault((proto, dst, int(dport)), src)
+            snat[(proto, dst, dport)] += 1
+            example.setdefault((proto, dst, dport), src)
+        if proto == "tcp" and state == "ESTABLISHED":
+            established[(dst, dport, rsrc)] += 1
+    return snat, dns, example, established
+
+
+def conntrack_flows(text: str) -> tuple[Counter, Counter, dict]:
+    snat, dns, example, _ = conntrack_summary(text)
     return snat, dns, example
 
 

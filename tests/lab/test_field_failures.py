@@ -148,3 +148,29 @@ def test_firewalld_table_rejects_forwarded_pod_traffic(lab):
     lab.sh("node", ["nft", "-f", "-"], input=FIREWALLD.replace(_ZONES, _ZONES_TRUSTED))
     trusted = lab.sh("pod0", [sys.executable, "-c", connect]).stdout.strip()
     assert rejected == "EHOSTUNREACH" and trusted == "timeout", (rejected, trusted)  # no node-b behind flannel.1 here
+
+
+def test_hardened_host_firewall_drops_vxlan_from_another_node(lab):
+    """KP521's claim: the host firewall of fixtures/overlay-port-blocked drops UDP 8472 arriving from another node
+    before anything after it sees the packet; with 'udp dport 8472 accept' the packet gets through."""
+    from fixtures.make_fixtures import HARDENED_FW
+
+    KubeNodeLab.build(lab, pod_count=1)
+    after = (
+        "table inet seen {\n counter vxlan {\n }\n chain input {\n  type filter hook input priority 10;\n"
+        '  udp dport 8472 counter name "vxlan"\n }\n}\n'
+    )
+    send = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'v' * 50, ('192.168.50.1', 8472))"
+
+    def arrived() -> int:
+        out = lab.sh("node", ["nft", "-j", "list", "counter", "inet", "seen", "vxlan"]).stdout
+        return next(o["counter"]["packets"] for o in json.loads(out)["nftables"] if "counter" in o)
+
+    lab.sh("node", ["nft", "-f", "-"], input=after)
+    lab.sh("node", ["nft", "-f", "-"], input=HARDENED_FW)
+    lab.sh("client", [sys.executable, "-c", send])
+    dropped = arrived()
+    lab.sh("node", ["nft", "delete", "table", "inet", "hostfw"])
+    lab.sh("node", ["nft", "-f", "-"], input=HARDENED_FW.replace("accept; }", "accept; udp dport 8472 accept; }", 1))
+    lab.sh("client", [sys.executable, "-c", send])
+    assert dropped == 0 and arrived() == 1
