@@ -401,7 +401,13 @@ class NodeState(_NodeFiles):
         if mode == "ipvs":
             from kpdiag.trace.ipvs import IpvsTracer
 
-            return None if rs is None or self.ipvs is None else IpvsTracer(rs, self.routing, self.ipsets, self.ipvs)
+            vs_ct = self.sysctl_value("net.ipv4.vs.conntrack")
+            vs_conntrack = None if vs_ct is None else vs_ct.value.strip() != "0"
+            return (
+                None
+                if rs is None or self.ipvs is None
+                else IpvsTracer(rs, self.routing, self.ipsets, self.ipvs, vs_conntrack=vs_conntrack)
+            )
         if family == 6:
             from kpdiag.trace.netfilter import IptablesTracer
 

@@ -19,9 +19,68 @@ SCHED_NOTES = {
 
 
 class IpvsTracer(IptablesTracer):
-    def __init__(self, ruleset, routing, ipsets, services: dict, mode: str = "ipvs"):
+    def __init__(self, ruleset, routing, ipsets, services: dict, mode: str = "ipvs", vs_conntrack: bool | None = None):
         super().__init__(ruleset, routing, ipsets, mode=mode)
         self.services = services
+        # net.ipv4.vs.conntrack (None: the node's sysctls do not say). 0: IPVS keeps no conntrack entry for what it
+        # forwards (ip_vs_notrack): nat's POSTROUTING never sees the packet (no masquerade) and conntrack takes the
+        # real server's reply for a stray packet — kernel lab tests/ipvsvm, scenario vs-conntrack-off
+        self.vs_conntrack = vs_conntrack
+        self._invalid_drop = None
+
+    def _invalid_drop_rule(self):
+        """The filter rule that drops conntrack-INVALID packets (kube-proxy's KUBE-FORWARD has one), if any."""
+        if self._invalid_drop is None:
+            self._invalid_drop = next(
+                (
+                    r
+                    for r in self.ruleset.iter_rules()
+                    if r.table == "filter"
+                    and "INVALID" in r.text
+                    and "--ctstate" in r.text
+                    and r.text.endswith("-j DROP")
+                ),
+                False,
+            )
+        return self._invalid_drop or None
+
+    def _untracked_reply(self, b: PacketState, r, finished: list[PacketState]) -> bool:
+        """With net.ipv4.vs.conntrack = 0 a TCP real server's SYN-ACK has no conntrack entry: INVALID, and
+        kube-proxy's INVALID rule drops it — the client times out. True when the path ended here."""
+        b.untracked = True
+        if b.proto != "tcp":
+            b.note(
+                "net.ipv4.vs.conntrack = 0: IPVS keeps no conntrack entry for this connection, so kube-proxy's "
+                "masquerade does not apply to it (KP306)",
+                uncertain=True,
+            )
+            return False
+        rule = self._invalid_drop_rule()
+        if rule is None:
+            b.note(
+                f"net.ipv4.vs.conntrack = 0: conntrack has no entry for this connection, so {r.target}'s reply is "
+                "INVALID to it; no rule here drops INVALID packets, but nothing masquerades the connection (KP306)",
+                uncertain=True,
+            )
+            return False
+        b.add(
+            Step(
+                "FORWARD",
+                rule.table,
+                rule.chain,
+                rule.index,
+                rule.text,
+                f"the reply from {r.target} is INVALID (net.ipv4.vs.conntrack = 0): DROP",
+                rule.where,
+            )
+        )
+        b.note(
+            f"net.ipv4.vs.conntrack = 0: IPVS keeps no conntrack entry for this connection, so the reply (SYN-ACK) from "
+            f"{r.target} is INVALID to conntrack and '{rule.text}' drops it: the client times out (KP306)"
+        )
+        b.hook = "drop"
+        finished.append(b)
+        return True
 
     def _lookup(self, st: PacketState):
         key = (st.proto, ip_text(st.dst, st.ver), st.dport)
@@ -97,8 +156,8 @@ class IpvsTracer(IptablesTracer):
                 b.note(
                     f"IPVS forwards to {r.target} by {r.forward}, not NAT: the reply must not come back through this node"
                 )
-            out.append(b)
-        for b in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
+            out.append((b, r))
+        for b, r in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
             self._set_oif(b)
             route = b.route
             if route is not None and route.type in STOPPED:
@@ -112,6 +171,8 @@ class IpvsTracer(IptablesTracer):
                     "IPVS cannot route to this real server: the kernel answers ICMP host unreachable",
                     finished,
                 )
+                continue
+            if self.vs_conntrack is False and self._untracked_reply(b, r, finished):
                 continue
             for b2 in self._hook("POSTROUTING", [b], finished):
                 b2.hook = "delivered:forward"
