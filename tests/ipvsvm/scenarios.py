@@ -27,6 +27,7 @@ KUBE_PROXY_SYSCTLS = {  # what kube-proxy's IPVS proxier sets (and the bridge se
     "net.ipv4.vs.expire_quiescent_template": "1",
     "net.ipv4.conf.all.route_localnet": "1",
     "net.bridge.bridge-nf-call-iptables": "1",
+    "net.ipv4.tcp_keepalive_time": "600",  # below IPVS's 900 s TCP idle timeout (else KP310, rightly)
 }
 
 
@@ -138,9 +139,10 @@ def api_objects(sc: Scenario) -> dict[str, dict]:
         [k8s.port(53, 53, "dns", "UDP"), k8s.port(53, 53, "dns-tcp", "TCP")],
         selector={"k8s-app": "kube-dns"},
     )
-    web_eps = [(e.ip, True, "node-a", f"web-{i}") for i, e in enumerate(web.endpoints)]
+    web_eps = [(e.ip, sc.weights.get(e.ip, 1) > 0, "node-a", f"web-{i}") for i, e in enumerate(web.endpoints)]
     extra = {real.split(":")[0] for _, real in sc.extra_reals}
     web_eps += [(ip, True, "node-a", f"extra-{i}") for i, ip in enumerate(sorted(extra))]
+    terminating = {ip for ip, w in sc.weights.items() if w == 0}  # weight 0: the API's terminating endpoints
     slices = [
         k8s.endpointslice("shop", "web", web_eps, [("http", 8080, "TCP")]),
         k8s.endpointslice(
@@ -150,13 +152,23 @@ def api_objects(sc: Scenario) -> dict[str, dict]:
             [("dns", 53, "UDP"), ("dns-tcp", 53, "TCP")],
         ),
     ]
+    for ep in slices[0]["endpoints"]:
+        if ep["addresses"][0] in terminating:
+            ep["conditions"] = {"ready": False, "serving": True, "terminating": True}
     lst = lambda items: {"apiVersion": "v1", "kind": "List", "items": items}  # noqa: E731
     return {"cluster/services.json": lst([svc_web, svc_dns]), "cluster/endpointslices.json": lst(slices)}
 
 
 def conn(origin: str, dst: str, dport: int, count: int, sport: int, proto: str = "tcp", timeout: float = 2.0) -> dict:
-    return {"origin": origin, "dst": dst, "dport": dport, "count": count, "sport": sport, "proto": proto,
-            "timeout": timeout}
+    return {
+        "origin": origin,
+        "dst": dst,
+        "dport": dport,
+        "count": count,
+        "sport": sport,
+        "proto": proto,
+        "timeout": timeout,
+    }
 
 
 HEALTHY_CONNS = [
@@ -169,45 +181,115 @@ HEALTHY_CONNS = [
 ]
 
 SCENARIOS = [
-    Scenario("healthy", "kube-proxy's IPVS state for shop/web (NodePort) and kube-dns, strictARP on.",
-             connections=HEALTHY_CONNS, collect="kpdiag"),
-    Scenario("sched-wrr", "wrr with weights 2:1:1", scheduler="wrr",
-             weights={POD_IPS["pod0"]: 2}, connections=[conn("client", WEB_VIP, 80, 8, 42000)]),
+    Scenario(
+        "healthy",
+        "kube-proxy's IPVS state for shop/web (NodePort) and kube-dns, strictARP on.",
+        connections=HEALTHY_CONNS,
+        collect="kpdiag",
+    ),
+    Scenario(
+        "sched-wrr",
+        "wrr with weights 2:1:1",
+        scheduler="wrr",
+        weights={POD_IPS["pod0"]: 2},
+        connections=[conn("client", WEB_VIP, 80, 8, 42000)],
+    ),
     Scenario("sched-sh", "source hashing", scheduler="sh", connections=[conn("client", WEB_VIP, 80, 4, 42100)]),
     Scenario("sched-lc", "least-connection", scheduler="lc", connections=[conn("client", WEB_VIP, 80, 3, 42200)]),
-    Scenario("sched-sed", "shortest expected delay", scheduler="sed",
-             connections=[conn("client", WEB_VIP, 80, 3, 42300)]),
-    Scenario("persistence", "sessionAffinity ClientIP: ipvsadm -p 60", affinity=60,
-             connections=[conn("client", WEB_VIP, 80, 6, 42400)]),
-    Scenario("graceful-termination", "pod2 is terminating: weight 0, takes no new connection",
-             weights={POD_IPS["pod2"]: 0}, fires=[], connections=[conn("client", WEB_VIP, 80, 6, 42500)]),
-    Scenario("not-bound", "the ClusterIP of shop/web is not bound on kube-ipvs0", unbind=[WEB_VIP],
-             fires=["KP304"], connections=[conn("client", WEB_VIP, 80, 2, 42600)]),
-    Scenario("strict-arp-off", "a LoadBalancer IP on kube-ipvs0 and strictARP off: the node answers ARP for it",
-             lb=True, strict_arp=False, sysctls={"net.ipv4.conf.all.arp_ignore": "0",
-                                                 "net.ipv4.conf.all.arp_announce": "0"},
-             fires=["KP307"], arp=[LB_IP], collect="kpdiag"),
-    Scenario("strict-arp-on", "a LoadBalancer IP on kube-ipvs0 and strictARP on: no ARP answer for it",
-             lb=True, strict_arp=True, fires=[], arp=[LB_IP]),
-    Scenario("stale-real-server", "IPVS still sends to 10.244.1.13:8080, which the API no longer has",
-             stale=[f"{POD_IPS['pod3']}:8080"], fires=["KP303"],
-             connections=[conn("client", WEB_VIP, 80, 8, 42700)], collect="kpdiag"),
-    Scenario("ipset-missing", "kube-proxy's ipsets (and the rules that match them) are missing", no_ipset=True,
-             fires=["KP308"], connections=[conn("client", WEB_VIP, 80, 3, 42800)]),
-    Scenario("vs-conntrack-off", "net.ipv4.vs.conntrack=0: iptables never sees IPVS's connections, so the "
-             "hairpin masquerade does not happen", sysctls={"net.ipv4.vs.conntrack": "0"}, fires=["KP306"],
-             connections=[conn("pod0", WEB_VIP, 80, 6, 42900)]),
-    Scenario("expire-nodest-off", "expire_nodest_conn=0 and conn_reuse_mode=0 on a kernel >= 5.9",
-             sysctls={"net.ipv4.vs.expire_nodest_conn": "0", "net.ipv4.vs.conn_reuse_mode": "0"},
-             fires=["KP306"], connections=[conn("client", WEB_VIP, 80, 3, 43000)]),
-    Scenario("no-destination", "shop/web's only real server has weight 0", web_endpoints=("pod0",),
-             weights={POD_IPS["pod0"]: 0}, connections=[conn("client", WEB_VIP, 80, 2, 43100)]),
-    Scenario("unroutable-real-server", "a real server 10.250.0.5:8080 the node has no route to",
-             extra_reals=[(f"{WEB_VIP}:80", "10.250.0.5:8080")], web_endpoints=("pod0",),
-             connections=[conn("client", WEB_VIP, 80, 4, 43200)]),
-    Scenario("no-route", "an address no route covers, on a node without a default route",
-             connections=[conn("client", "10.99.0.7", 80, 1, 43300)]),
-    Scenario("no-ipvs-modules", "the kernel cannot do IPVS (modules absent): --preflight ipvs before and after",
-             hide_ipvs_modules=True, sysctls=KUBE_PROXY_SYSCTLS),
+    Scenario(
+        "sched-sed", "shortest expected delay", scheduler="sed", connections=[conn("client", WEB_VIP, 80, 3, 42300)]
+    ),
+    Scenario(
+        "persistence",
+        "sessionAffinity ClientIP: ipvsadm -p 60",
+        affinity=60,
+        connections=[conn("client", WEB_VIP, 80, 6, 42400)],
+    ),
+    Scenario(
+        "graceful-termination",
+        "pod2 is terminating: weight 0, takes no new connection",
+        weights={POD_IPS["pod2"]: 0},
+        fires=[],
+        connections=[conn("client", WEB_VIP, 80, 6, 42500)],
+    ),
+    Scenario(
+        "not-bound",
+        "the ClusterIP of shop/web is not bound on kube-ipvs0",
+        unbind=[WEB_VIP],
+        fires=["KP304"],
+        connections=[conn("client", WEB_VIP, 80, 2, 42600)],
+    ),
+    Scenario(
+        "strict-arp-off",
+        "a LoadBalancer IP on kube-ipvs0 and strictARP off: the node answers ARP for it",
+        lb=True,
+        strict_arp=False,
+        sysctls={"net.ipv4.conf.all.arp_ignore": "0", "net.ipv4.conf.all.arp_announce": "0"},
+        fires=["KP307"],
+        arp=[LB_IP],
+        collect="kpdiag",
+    ),
+    Scenario(
+        "strict-arp-on",
+        "a LoadBalancer IP on kube-ipvs0 and strictARP on: no ARP answer for it",
+        lb=True,
+        strict_arp=True,
+        fires=[],
+        arp=[LB_IP],
+    ),
+    Scenario(
+        "stale-real-server",
+        "IPVS still sends to 10.244.1.13:8080, which the API no longer has",
+        stale=[f"{POD_IPS['pod3']}:8080"],
+        fires=["KP303"],
+        connections=[conn("client", WEB_VIP, 80, 8, 42700)],
+        collect="kpdiag",
+    ),
+    Scenario(
+        "ipset-missing",
+        "kube-proxy's ipsets (and the rules that match them) are missing",
+        no_ipset=True,
+        fires=["KP308"],
+        connections=[conn("client", WEB_VIP, 80, 3, 42800)],
+    ),
+    Scenario(
+        "vs-conntrack-off",
+        "net.ipv4.vs.conntrack=0: iptables never sees IPVS's connections, so the hairpin masquerade does not happen",
+        sysctls={"net.ipv4.vs.conntrack": "0"},
+        fires=["KP306"],
+        connections=[conn("pod0", WEB_VIP, 80, 6, 42900)],
+    ),
+    Scenario(
+        "expire-nodest-off",
+        "expire_nodest_conn=0 and conn_reuse_mode=0 on a kernel >= 5.9",
+        sysctls={"net.ipv4.vs.expire_nodest_conn": "0", "net.ipv4.vs.conn_reuse_mode": "0"},
+        fires=["KP306"],
+        connections=[conn("client", WEB_VIP, 80, 3, 43000)],
+    ),
+    Scenario(
+        "no-destination",
+        "shop/web's only real server has weight 0",
+        web_endpoints=("pod0",),
+        weights={POD_IPS["pod0"]: 0},
+        connections=[conn("client", WEB_VIP, 80, 2, 43100)],
+    ),
+    Scenario(
+        "unroutable-real-server",
+        "a real server 10.250.0.5:8080 the node has no route to",
+        extra_reals=[(f"{WEB_VIP}:80", "10.250.0.5:8080")],
+        web_endpoints=("pod0",),
+        connections=[conn("client", WEB_VIP, 80, 4, 43200)],
+    ),
+    Scenario(
+        "no-route",
+        "an address no route covers, on a node without a default route",
+        connections=[conn("client", "10.99.0.7", 80, 1, 43300)],
+    ),
+    Scenario(
+        "no-ipvs-modules",
+        "the kernel cannot do IPVS (modules absent): --preflight ipvs before and after",
+        hide_ipvs_modules=True,
+        sysctls=KUBE_PROXY_SYSCTLS,
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}

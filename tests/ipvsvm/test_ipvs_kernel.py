@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -27,8 +28,12 @@ from tests.conftest import ROOT
 from tests.ipvsvm import scenarios as S
 from tests.ipvsvm import vm
 
-ERR_KIND = {"ECONNREFUSED": "refused", "ENETUNREACH": "unreachable", "EHOSTUNREACH": "unreachable",
-            "ETIMEDOUT": "dropped"}
+ERR_KIND = {
+    "ECONNREFUSED": "refused",
+    "ENETUNREACH": "unreachable",
+    "EHOSTUNREACH": "unreachable",
+    "ETIMEDOUT": "dropped",
+}
 IP_OF_POD = {v: k for k, v in S.POD_IPS.items()}
 
 
@@ -57,7 +62,8 @@ def vm_results(tmp_path_factory):
     except vm.VmUnavailable as exc:
         _skip_or_fail(f"the VM image could not be built: {exc}")
     built = time.monotonic() - t0
-    share = str(tmp_path_factory.mktemp("ipvsvm-share"))
+    # a folder of its own (pytest's numbered temporary folders are rotated by other sessions on the machine)
+    share = tempfile.mkdtemp(prefix="kpdiag-ipvsvm-")
     os.makedirs(os.path.join(share, "src"))
     _copy_source(os.path.join(share, "src"))
     shutil.copy(os.path.join(os.path.dirname(__file__), "inside.py"), share)
@@ -71,18 +77,31 @@ def vm_results(tmp_path_factory):
     ran = time.monotonic() - t1
     path = os.path.join(share, "results.json")
     if not os.path.exists(path):
-        log = open(os.path.join(share, "guest.log")).read()[-3000:] if os.path.exists(os.path.join(share, "guest.log")) else ""
+        log = (
+            open(os.path.join(share, "guest.log")).read()[-3000:]
+            if os.path.exists(os.path.join(share, "guest.log"))
+            else ""
+        )
         pytest.fail(f"the guest wrote no results; guest log: {log}; console: {console[-1500:]}")
     with open(path) as fh:
         results = json.load(fh)
-    print(f"ipvs vm: image {built:.0f} s, boot + {len(results)} scenarios {ran:.0f} s, kernel {image.version}",
-          file=sys.stderr)
-    return {"results": results, "share": share, "kernel": image.version}
+    print(
+        f"ipvs vm: image {built:.0f} s, boot + {len(results)} scenarios {ran:.0f} s, kernel {image.version}",
+        file=sys.stderr,
+    )
+    yield {"results": results, "share": share, "kernel": image.version}
+    if not os.environ.get("KPDIAG_VM_KEEP"):
+        shutil.rmtree(share, ignore_errors=True)
 
 
 def _kpdiag(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kpdiag", *args], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, COLUMNS="100"))
+    return subprocess.run(
+        [sys.executable, "-m", "kpdiag", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, COLUMNS="100"),
+    )
 
 
 def _result(vm_results, name: str) -> dict:
@@ -101,9 +120,12 @@ def _bundle(vm_results, name: str) -> str:
         shutil.copytree(src, dst)
         os.makedirs(os.path.join(dst, "node", "kube-proxy"), exist_ok=True)
         with open(os.path.join(dst, "node", "kube-proxy", "config.yaml"), "w") as fh:
-            fh.write("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
-                     "clusterCIDR: 10.244.0.0/16\nmode: ipvs\nipvs:\n  strictARP: "
-                     + ("true" if S.BY_NAME[name].strict_arp else "false") + "\n")
+            fh.write(
+                "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+                "clusterCIDR: 10.244.0.0/16\nmode: ipvs\nipvs:\n  strictARP: "
+                + ("true" if S.BY_NAME[name].strict_arp else "false")
+                + "\n"
+            )
         os.makedirs(os.path.join(dst, "cluster"), exist_ok=True)
         for rel, doc in S.api_objects(S.BY_NAME[name]).items():
             with open(os.path.join(dst, rel), "w") as fh:
@@ -111,9 +133,7 @@ def _bundle(vm_results, name: str) -> str:
     return dst
 
 
-CONNECTION_CASES = [
-    (sc.name, i) for sc in S.SCENARIOS for i, _ in enumerate(sc.connections)
-]
+CONNECTION_CASES = [(sc.name, i) for sc in S.SCENARIOS for i, _ in enumerate(sc.connections)]
 
 
 def _src_of(origin: str) -> tuple[str, str]:
@@ -126,8 +146,25 @@ def _src_of(origin: str) -> tuple[str, str]:
 
 def _kpdiag_fates(bundle: str, c: dict, sport: int) -> tuple[dict, dict]:
     src, frm = _src_of(c["origin"])
-    p = _kpdiag("trace", "--bundle", bundle, "--mode", "ipvs", "--src", src, "--dst", f"{c['dst']}:{c['dport']}",
-                "--proto", c["proto"], "--sport", str(sport), "--from", frm, "-o", "json")
+    p = _kpdiag(
+        "trace",
+        "--bundle",
+        bundle,
+        "--mode",
+        "ipvs",
+        "--src",
+        src,
+        "--dst",
+        f"{c['dst']}:{c['dport']}",
+        "--proto",
+        c["proto"],
+        "--sport",
+        str(sport),
+        "--from",
+        frm,
+        "-o",
+        "json",
+    )
     assert p.returncode in (0, 4, 5), p.stderr
     doc = json.loads(p.stdout)
     fates: dict = {}
@@ -214,5 +251,6 @@ def test_preflight_from_the_kernels_own_state(vm_results):
     assert errors and any("ip_vs" in json.dumps(f) for f in errors), report["findings"]
     assert without["rc"] != 0
     report = json.loads(with_["stdout"])
-    assert not [f for f in report["findings"] if f["severity"] == "error" and "ip_vs" in json.dumps(f)], \
-        report["findings"]
+    assert not [f for f in report["findings"] if f["severity"] == "error" and "ip_vs" in json.dumps(f)], report[
+        "findings"
+    ]

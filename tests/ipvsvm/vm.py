@@ -164,7 +164,9 @@ def build_image(workdir: str, log=print) -> Image:
     initrd = os.path.join(workdir, "initrd.zst")
     with open(initrd, "wb") as out:
         find = subprocess.Popen(["find", "."], cwd=root, stdout=subprocess.PIPE)
-        cpio = subprocess.Popen(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout, stdout=subprocess.PIPE)
+        cpio = subprocess.Popen(
+            ["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout, stdout=subprocess.PIPE
+        )
         zstd = subprocess.Popen(["zstd", "-q", "-1", "-T0"], stdin=cpio.stdout, stdout=out)
         find.stdout.close()
         cpio.stdout.close()
