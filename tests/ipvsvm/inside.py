@@ -219,6 +219,8 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
                 sh("ip", "netns", "add", ns)
             p = kpdiag("node", "node", "--preflight", "ipvs", "-o", "json", src=src)
             rec["preflight_without"] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
+            p = kpdiag("node", "collect", "-o", os.path.join(out, "bundle-without"), src=src)
+            rec["collect_without"] = {"rc": p.returncode, "stderr": p.stderr[-2000:]}
             rec["modules_without"] = open("/proc/modules").read()
         finally:
             os.rename(ipvs_dir + ".hidden", ipvs_dir)
@@ -229,7 +231,7 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
         sh("ip", "netns", "add", "node")
         try:
             for key, value in sc.get("sysctls", {}).items():
-                nsx("node", "sysctl", "-qw", f"{key}={value}")
+                nsx("node", "sysctl", "-qw", f"{key}={value}", check=False)
             p = kpdiag("node", "node", "--preflight", "ipvs", "-o", "json", src=src)
             rec["preflight_with"] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
         finally:

@@ -142,7 +142,7 @@ def api_objects(sc: Scenario) -> dict[str, dict]:
     web_eps = [(e.ip, sc.weights.get(e.ip, 1) > 0, "node-a", f"web-{i}") for i, e in enumerate(web.endpoints)]
     extra = {real.split(":")[0] for _, real in sc.extra_reals}
     web_eps += [(ip, True, "node-a", f"extra-{i}") for i, ip in enumerate(sorted(extra))]
-    terminating = {ip for ip, w in sc.weights.items() if w == 0}  # weight 0: the API's terminating endpoints
+    terminating = {ip for ip, w in sc.weights.items() if w == 0}  # weight 0: endpoints the API says are going away
     slices = [
         k8s.endpointslice("shop", "web", web_eps, [("http", 8080, "TCP")]),
         k8s.endpointslice(
@@ -154,7 +154,7 @@ def api_objects(sc: Scenario) -> dict[str, dict]:
     ]
     for ep in slices[0]["endpoints"]:
         if ep["addresses"][0] in terminating:
-            ep["conditions"] = {"ready": False, "serving": True, "terminating": True}
+            ep["conditions"] = {"ready": False, "serving": False, "terminating": True}
     lst = lambda items: {"apiVersion": "v1", "kind": "List", "items": items}  # noqa: E731
     return {"cluster/services.json": lst([svc_web, svc_dns]), "cluster/endpointslices.json": lst(slices)}
 

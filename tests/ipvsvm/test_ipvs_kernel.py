@@ -55,6 +55,11 @@ def vm_results(tmp_path_factory):
         _skip_or_fail("needs root (qemu, debootstrap)")
     if missing := vm.missing_tools():
         _skip_or_fail(f"needs {', '.join(missing)} (apt-get install qemu-system-x86 debootstrap cpio zstd kmod)")
+    if os.environ.get("KPDIAG_VM_RESULTS"):  # development only: judge the results of an earlier boot again
+        share = os.environ["KPDIAG_VM_RESULTS"]
+        with open(os.path.join(share, "results.json")) as fh:
+            yield {"results": json.load(fh), "share": share, "kernel": "(earlier boot)"}
+        return
     work = os.environ.get("KPDIAG_VM_CACHE") or str(tmp_path_factory.mktemp("ipvsvm-image"))
     t0 = time.monotonic()
     try:
