@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from kpdiag import evidence as ev
-from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
+from kpdiag.fixcmd import note, persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
@@ -80,6 +80,30 @@ def ipvs_unavailable(ctx, new):
         return
     version = ctx.kube_proxy_version
     k = ".".join(map(str, ctx.kernel))
+    available = ctx.modules_available
+    absent = [m for m in missing if available is not None and m not in available]
+    if absent:
+        # the kernel's own module list says modprobe cannot find them: loading is not the fix
+        yield new(
+            f"mode is ipvs but {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in kernel {k}'s modules "
+            "(neither loaded, built in, nor in its modules.dep): IPVS cannot work on this kernel",
+            fix=(
+                note(
+                    "install this kernel's extra modules (e.g. linux-modules-extra-$(uname -r) on Ubuntu, "
+                    "kernel-modules-extra on RHEL/Fedora) or boot a kernel that has IP_VS"
+                ),
+                note("or run kube-proxy in nftables mode (kernel ≥ 5.13) or iptables mode on this node"),
+                f"modinfo {absent[0]}   # 'not found' confirms it",
+            ),
+            evidence=[e for e in (ev.config(ctx, "mode"),) if e]
+            + [
+                Evidence(ctx.display(sources.MODULES_AVAILABLE), f"not listed: {', '.join(absent)}"),
+                Evidence(ctx.display(sources.MODULES), f"not loaded: {', '.join(missing)}"),
+                Evidence(ctx.display(sources.UNAME), k, 1),
+            ],
+            subject="node",
+        )
+        return
     if version is None:
         consequence = "kube-proxy ≤ 1.25 then falls back to iptables mode; ≥ 1.26 exits with an error"
     elif version < (1, 26):

@@ -376,6 +376,9 @@ def ipvs_ipset(ctx, new):
     sets = ctx.ipsets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
+    if sets is not None and ctx.preflight == "ipvs":
+        # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
+        return
     why = (
         f"{sources.IPSET} has no KUBE-CLUSTER-IP set"
         if sets is not None
@@ -383,11 +386,7 @@ def ipvs_ipset(ctx, new):
     )
     rs = ctx.iptables()
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
-    who = (
-        "IPVS mode (preflight) needs kube-proxy's ipsets, but"
-        if ctx.preflight == "ipvs"
-        else "kube-proxy runs IPVS mode but"
-    )
+    who = "IPVS mode (preflight) needs ipset, but" if ctx.preflight == "ipvs" else "kube-proxy runs IPVS mode but"
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=(

@@ -69,6 +69,11 @@ MODULES = _declare(
 MODULES_BUILTIN = _declare(
     "node/modules-builtin.txt", "/lib/modules/$(uname -r)/modules.builtin", "the modules built into the kernel"
 )
+MODULES_AVAILABLE = _declare(
+    "node/modules-available.txt",
+    "the module paths under kernel/net/ and kernel/drivers/net/ in /lib/modules/$(uname -r)/modules.dep",
+    "the network modules this kernel can load (whether or not they are loaded)",
+)
 SYSCTL = _declare(
     "node/sysctl.txt", "sysctl -a (net.* read from /proc/sys)", "the network sysctls", "kpdiag.parse.node:parse_sysctl"
 )

@@ -205,6 +205,14 @@ class NodeCollector:
         builtin = self._read(os.path.join(self.host_root, "lib/modules", os.uname().release, "modules.builtin"))
         if builtin:
             self._put(sources.MODULES_BUILTIN, builtin)
+        dep = self._read(os.path.join(self.host_root, "lib/modules", os.uname().release, "modules.dep"))
+        if dep:  # the network modules the kernel could load: tells "not loaded" from "cannot be loaded here"
+            names = [
+                line.split(":", 1)[0]
+                for line in dep.splitlines()
+                if line.startswith(("kernel/net/", "kernel/drivers/net/"))
+            ]
+            self._put(sources.MODULES_AVAILABLE, "\n".join(names) + "\n")
 
     def sysctls(self) -> None:
         t = time.monotonic()

@@ -63,8 +63,8 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "modules",
         f"{_S.MODULES} (/proc/modules)",
-        ("modules", "modules_builtin"),
-        (_S.MODULES, _S.MODULES_BUILTIN),
+        ("modules", "modules_builtin", "modules_available"),
+        (_S.MODULES, _S.MODULES_BUILTIN, _S.MODULES_AVAILABLE),
         lambda s: s.modules,
     ),
     Input("kernel", f"{_S.UNAME} (uname -r)", ("kernel",), (_S.UNAME,), lambda s: s.kernel),

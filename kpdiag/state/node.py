@@ -443,6 +443,22 @@ class NodeState(_NodeFiles):
             line.rsplit("/", 1)[-1].removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()
         }
 
+    @property
+    def modules_available(self) -> set[str] | None:
+        """The network modules this kernel can load (node/modules-available.txt, from modules.dep); None when the
+        bundle does not say (not collected: nothing can be concluded about what modprobe would find)."""
+        text = self.bundle.read_text(sources.MODULES_AVAILABLE)
+        if text is None:
+            return None
+        out = set()
+        for line in text.splitlines():
+            name = line.strip().rsplit("/", 1)[-1]
+            for ext in (".xz", ".zst", ".gz"):
+                name = name.removesuffix(ext)
+            if name:
+                out.add(name.removesuffix(".ko").replace("-", "_"))
+        return out
+
     # ------------------------------------------------------------ the API side and probes
     @property
     def cluster(self):

@@ -1,0 +1,298 @@
+"""Runs in the QEMU guest (Debian's kernel, with IPVS): builds each scenario in network namespaces, sends real
+connections, records what the kernel did and what kpdiag collects. Standard library only (the guest's python3).
+
+    python3 inside.py WORK        # WORK/scenarios.json in, WORK/<scenario>/... out
+
+Topology per scenario (fresh namespaces each time):
+    client 192.168.50.2/24 ─ ext0 192.168.50.1/24 [node] cni0 10.244.1.1/24 ─ podN 10.244.1.(10+N)/24
+    the node holds kube-proxy's IPVS state: kube-ipvs0 (dummy) with the bound IPs, ipsets, iptables rules,
+    virtual servers (ipvsadm -R); each pod answers every TCP/UDP port it serves with its own name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+SERVER = r"""
+import socket, sys, threading
+name = sys.argv[1]
+def tcp(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", port)); s.listen(64)
+    while True:
+        c, _ = s.accept(); c.sendall(name.encode()); c.close()
+def udp(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port))
+    while True:
+        _, peer = s.recvfrom(512); s.sendto(name.encode(), peer)
+for spec in sys.argv[2:]:
+    proto, port = spec.split(":")
+    threading.Thread(target=tcp if proto == "tcp" else udp, args=(int(port),), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+CLIENT = r"""
+import errno, json, socket, sys
+plan = json.load(sys.stdin)
+out = []
+for c in plan:
+    res = []
+    for i in range(c["count"]):
+        kind = socket.SOCK_STREAM if c["proto"] == "tcp" else socket.SOCK_DGRAM
+        s = socket.socket(socket.AF_INET, kind)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.settimeout(c.get("timeout", 2.0))
+        sport = c["sport"] + i
+        try:
+            s.bind((c.get("src", ""), sport))
+            s.connect((c["dst"], c["dport"]))
+            if kind == socket.SOCK_DGRAM:
+                s.send(b"q")
+            data = s.recv(64)
+            res.append({"sport": sport, "answer": data.decode()})
+        except socket.timeout:
+            res.append({"sport": sport, "error": "ETIMEDOUT"})
+        except OSError as e:
+            res.append({"sport": sport, "error": errno.errorcode.get(e.errno, str(e.errno))})
+        finally:
+            s.close()
+    out.append(dict(c, results=res))
+print(json.dumps(out))
+"""
+
+
+def sh(*argv: str, input: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(argv), input=input, capture_output=True, text=True, env=ENV, timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {p.returncode}: {p.stderr.strip()[:400]}")
+    return p
+
+
+def nsx(ns: str, *argv: str, **kw) -> subprocess.CompletedProcess:
+    return sh("ip", "netns", "exec", ns, *argv, **kw)
+
+
+def veth(a: str, a_if: str, b: str, b_if: str) -> None:
+    sh("ip", "link", "add", "vtmpa", "type", "veth", "peer", "name", "vtmpb")
+    sh("ip", "link", "set", "vtmpa", "netns", a)
+    sh("ip", "link", "set", "vtmpb", "netns", b)
+    nsx(a, "ip", "link", "set", "vtmpa", "name", a_if)
+    nsx(b, "ip", "link", "set", "vtmpb", "name", b_if)
+    nsx(a, "ip", "link", "set", a_if, "up")
+    nsx(b, "ip", "link", "set", b_if, "up")
+
+
+def build(sc: dict) -> list[subprocess.Popen]:
+    for ns in ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]:
+        sh("ip", "netns", "add", ns)
+        nsx(ns, "ip", "link", "set", "lo", "up")
+    veth("client", "eth0", "node", "ext0")
+    nsx("client", "ip", "addr", "add", "192.168.50.2/24", "dev", "eth0")
+    nsx("node", "ip", "addr", "add", "192.168.50.1/24", "dev", "ext0")
+    nsx("client", "ip", "route", "add", "default", "via", "192.168.50.1")
+    nsx("node", "ip", "link", "add", "cni0", "type", "bridge")
+    nsx("node", "ip", "link", "set", "cni0", "up")
+    nsx("node", "ip", "addr", "add", "10.244.1.1/24", "dev", "cni0")
+    for i in range(sc.get("pods", 4)):
+        veth(f"pod{i}", "eth0", "node", f"veth{i}")
+        nsx("node", "ip", "link", "set", f"veth{i}", "master", "cni0")
+        nsx("node", "ip", "link", "set", f"veth{i}", "type", "bridge_slave", "hairpin", "on")
+        nsx(f"pod{i}", "ip", "addr", "add", f"10.244.1.{10 + i}/24", "dev", "eth0")
+        nsx(f"pod{i}", "ip", "route", "add", "default", "via", "10.244.1.1")
+    nsx("node", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    for key, value in sc.get("sysctls", {}).items():
+        nsx("node", "sysctl", "-qw", f"{key}={value}")
+    nsx("node", "ip", "link", "add", "kube-ipvs0", "type", "dummy")
+    for ip in sc.get("bound", []):
+        nsx("node", "ip", "addr", "add", f"{ip}/32", "dev", "kube-ipvs0")
+    if sc.get("ipset"):
+        nsx("node", "ipset", "restore", input=sc["ipset"])
+    if sc.get("iptables"):
+        nsx("node", "iptables-restore", input=sc["iptables"])
+    if sc.get("ipvsadm"):
+        nsx("node", "ipvsadm", "-R", input=sc["ipvsadm"])
+    for cmd in sc.get("node_cmds", []):
+        nsx("node", *cmd)
+    servers = []
+    for pod, ports in sc.get("servers", {}).items():
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", pod, "python3", "-c", SERVER, pod] + ports,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ENV,
+        )
+        p.stdout.readline()
+        servers.append(p)
+    return servers
+
+
+def teardown(sc: dict, servers: list[subprocess.Popen]) -> None:
+    for p in servers:
+        p.kill()
+        p.wait()
+    for ns in ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]:
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def connect(plan: list[dict]) -> list[dict]:
+    by_origin: dict[str, list[dict]] = {}
+    for c in plan:
+        by_origin.setdefault(c["origin"], []).append(c)
+    done = []
+    for origin, items in by_origin.items():
+        p = nsx(origin, "python3", "-c", CLIENT, input=json.dumps(items), timeout=600)
+        done += json.loads(p.stdout)
+    return done
+
+
+def arp_probe(target: str) -> bool:
+    """Does the node answer ARP for ``target`` on the client's link? (the kernel's own neighbour resolution)"""
+    nsx("client", "ip", "neigh", "flush", "dev", "eth0", check=False)
+    poke = (
+        "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.sendto(b'x',(%r,9)); time.sleep(1.5)"
+    )
+    nsx("client", "python3", "-c", poke % target, check=False)
+    out = nsx("client", "ip", "-j", "neigh", "show", "dev", "eth0", check=False).stdout or "[]"
+    return any(n.get("dst") == target and "lladdr" in n for n in json.loads(out))
+
+
+BUNDLE_COMMANDS = {  # a bundle made by hand, as the bundle format allows: the plain output of each command
+    "node/iptables-save.txt": ["iptables-save"],
+    "node/ipset.txt": ["ipset", "save"],
+    "node/ipvsadm.txt": ["ipvsadm", "-Sn"],
+    "node/ipvsadm-list.txt": ["ipvsadm", "-Ln"],
+    "node/ip-addr.json": ["ip", "-j", "addr"],
+    "node/ip-route.json": ["ip", "-j", "route", "show", "table", "all"],
+    "node/ip-rule.json": ["ip", "-j", "rule"],
+    "node/sysctl.txt": ["sysctl", "-a"],
+    "node/uname.txt": ["uname", "-r"],
+    "node/modules.txt": ["cat", "/proc/modules"],
+}
+
+
+def shell_bundle(bundle: str) -> None:
+    """The node's state by the standard commands (fast under emulation; kpdiag's own collector is compared with
+    them in the scenarios that use it)."""
+    os.makedirs(os.path.join(bundle, "node"), exist_ok=True)
+    for rel, argv in BUNDLE_COMMANDS.items():
+        p = nsx("node", *argv, check=False)
+        with open(os.path.join(bundle, rel), "w") as fh:
+            fh.write(p.stdout)
+    manifest = {
+        "format": "kpdiag-bundle/1",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "node": "ipvs-vm",
+        "kpdiag_version": "0.1.0",
+        "errors": [],
+    }
+    with open(os.path.join(bundle, "kpdiag.json"), "w") as fh:
+        json.dump(manifest, fh)
+
+
+def kpdiag(ns: str, *args: str, src: str) -> subprocess.CompletedProcess:
+    env = dict(ENV, PYTHONPATH=src, PYTHONDONTWRITEBYTECODE="1", COLUMNS="100")
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, "python3", "-m", "kpdiag", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+
+
+def run_scenario(sc: dict, out: str, src: str) -> dict:
+    t0 = time.monotonic()
+    rec: dict = {"name": sc["name"]}
+    if sc.get("hide_ipvs_modules"):
+        # a node whose kernel cannot do IPVS: the modules are not there and not loaded (the preflight's subject)
+        rel = os.uname().release
+        ipvs_dir = f"/lib/modules/{rel}/kernel/net/netfilter/ipvs"
+        os.rename(ipvs_dir, ipvs_dir + ".hidden")
+        sh("depmod", "-a")
+        try:
+            for ns in ("node",):
+                sh("ip", "netns", "add", ns)
+            p = kpdiag("node", "node", "--preflight", "ipvs", "-o", "json", src=src)
+            rec["preflight_without"] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
+            p = kpdiag("node", "collect", "-o", os.path.join(out, "bundle-without"), src=src)
+            rec["collect_without"] = {"rc": p.returncode, "stderr": p.stderr[-2000:]}
+            rec["modules_without"] = open("/proc/modules").read()
+        finally:
+            os.rename(ipvs_dir + ".hidden", ipvs_dir)
+            sh("depmod", "-a")
+            sh("ip", "netns", "del", "node", check=False)
+        for m in ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"):
+            sh("modprobe", m)
+        sh("ip", "netns", "add", "node")
+        try:
+            for key, value in sc.get("sysctls", {}).items():
+                nsx("node", "sysctl", "-qw", f"{key}={value}", check=False)
+            p = kpdiag("node", "node", "--preflight", "ipvs", "-o", "json", src=src)
+            rec["preflight_with"] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
+        finally:
+            sh("ip", "netns", "del", "node", check=False)
+        rec["seconds"] = round(time.monotonic() - t0, 1)
+        return rec
+    servers = build(sc)
+    try:
+        rec["setup_seconds"] = round(time.monotonic() - t0, 1)
+        rec["connections"] = connect(sc.get("connections", []))
+        rec["connect_seconds"] = round(time.monotonic() - t0, 1)
+        if sc.get("arp"):
+            rec["arp"] = {ip: arp_probe(ip) for ip in sc["arp"]}
+        rec["ipvsadm_Sn"] = nsx("node", "ipvsadm", "-Sn").stdout
+        rec["ipvsadm_Ln"] = nsx("node", "ipvsadm", "-Ln").stdout
+        rec["ipvsadm_Lnc"] = nsx("node", "ipvsadm", "-Lnc").stdout
+        rec["setup_seconds"] = round(time.monotonic() - t0, 1)
+        bundle = os.path.join(out, "bundle")
+        if sc.get("collect") == "kpdiag":
+            p = kpdiag("node", "collect", "-o", bundle, src=src)
+            rec["collect"] = {"rc": p.returncode, "stderr": p.stderr[-3000:], "by": "kpdiag"}
+        else:
+            shell_bundle(bundle)
+            rec["collect"] = {"rc": 0, "stderr": "", "by": "commands"}
+    finally:
+        teardown(sc, servers)
+    rec["seconds"] = round(time.monotonic() - t0, 1)
+    return rec
+
+
+def load_modules() -> None:
+    for m in ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "ip_vs_lc", "ip_vs_wlc", "ip_vs_sed", "ip_vs_nq"):
+        sh("modprobe", m, check=False)
+    sh("modprobe", "nf_conntrack")
+    sh("modprobe", "xt_set", check=False)
+    sh("modprobe", "br_netfilter", check=False)  # kubelet's prerequisite: bridged pod traffic meets iptables/IPVS
+
+
+def main() -> int:
+    work = sys.argv[1]
+    src = os.path.join(work, "src")
+    with open(os.path.join(work, "scenarios.json")) as fh:
+        scenarios = json.load(fh)
+    results = {}
+    # the no-modules scenario first, before anything loads ip_vs
+    for sc in sorted(scenarios, key=lambda s: not s.get("hide_ipvs_modules")):
+        if not sc.get("hide_ipvs_modules"):
+            load_modules()
+        out = os.path.join(work, "out", sc["name"])
+        os.makedirs(out, exist_ok=True)
+        try:
+            results[sc["name"]] = run_scenario(sc, out, src)
+        except Exception as exc:  # recorded: the host test of that scenario fails with it
+            results[sc["name"]] = {"name": sc["name"], "error": f"{exc.__class__.__name__}: {exc}"}
+            for ns in ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]:
+                sh("ip", "netns", "del", ns, check=False)
+        print(f"scenario {sc['name']}: {results[sc['name']].get('seconds', 'error')} s", flush=True)
+        with open(os.path.join(work, "results.json"), "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
