@@ -34,7 +34,7 @@ class IpvsTracer(IptablesTracer):
             self._invalid_drop = next(
                 (
                     r
-                    for r in self.ruleset.iter_rules()
+                    for r in self.rs.iter_rules()
                     if r.table == "filter"
                     and "INVALID" in r.text
                     and "--ctstate" in r.text
