@@ -547,6 +547,7 @@ class ClusterCollector:
         self.context = context
         self.timeout = timeout
         self.budget = budget if budget is not None else api_budget()
+        self._fixed = deadline is not None
         self.deadline = deadline if deadline is not None else time.monotonic() + self.budget
         self.out = ClusterData()
         self._api = None
@@ -559,6 +560,12 @@ class ClusterCollector:
 
     def connect(self) -> bool:
         """Load credentials: --kubeconfig / KUBECONFIG / ~/.kube/config, else in-cluster; False with a reason."""
+        if not self._fixed:  # the budget runs from when the client library is loaded (an import waits on no one)
+            import kubernetes.client  # noqa: F401
+            import kubernetes.config  # noqa: F401
+
+            self.deadline = time.monotonic() + self.budget
+            self._fixed = True
         api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline)
         if api is None:
             self.config_error = why
@@ -601,7 +608,7 @@ class ClusterCollector:
         return self._shaped(source, what, doc, kind)
 
     def _shaped(self, source: str, what: str, doc, kind: str | None):
-        from kpdiag.state.cluster import list_problem, object_problem
+        from kpdiag.state.shapes import list_problem, object_problem
 
         if kind is None:  # any JSON object
             if not isinstance(doc, dict):
