@@ -533,7 +533,7 @@ def api_budget() -> float:
 class ClusterCollector:
     """The API reads of one command, all within one wall-clock ``deadline`` (a monotonic time; by default ``budget``
     seconds from now): each call gets ``timeout`` (less when the deadline is nearer), its answer is read with a byte cap
-    and checked for the shape kpdiag reads (kpdiag.parse.k8s_shapes.object_problem) before anything uses it."""
+    and checked for the shape kpdiag reads (kpdiag.state.cluster.object_problem) before anything uses it."""
 
     def __init__(
         self,
@@ -547,6 +547,7 @@ class ClusterCollector:
         self.context = context
         self.timeout = timeout
         self.budget = budget if budget is not None else api_budget()
+        self._fixed = deadline is not None
         self.deadline = deadline if deadline is not None else time.monotonic() + self.budget
         self.out = ClusterData()
         self._api = None
@@ -559,6 +560,12 @@ class ClusterCollector:
 
     def connect(self) -> bool:
         """Load credentials: --kubeconfig / KUBECONFIG / ~/.kube/config, else in-cluster; False with a reason."""
+        if not self._fixed:  # the budget runs from when the client library is loaded (an import waits on no one)
+            import kubernetes.client  # noqa: F401
+            import kubernetes.config  # noqa: F401
+
+            self.deadline = time.monotonic() + self.budget
+            self._fixed = True
         api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline)
         if api is None:
             self.config_error = why
@@ -601,7 +608,7 @@ class ClusterCollector:
         return self._shaped(source, what, doc, kind)
 
     def _shaped(self, source: str, what: str, doc, kind: str | None):
-        from kpdiag.parse.k8s_shapes import list_problem, object_problem
+        from kpdiag.state.shapes import list_problem, object_problem
 
         if kind is None:  # any JSON object
             if not isinstance(doc, dict):
@@ -780,40 +787,6 @@ class ClusterCollector:
         if ver is not None:
             self.out.files[sources.VERSION] = json.dumps(ver, indent=1).encode()
         return svc
-
-    POD_BY_IP_LIMIT = 20
-
-    def pods_with_ip(self, ip: str, namespace: str | None = None) -> tuple[list[dict] | None, int | None, str | None]:
-        """The pods whose status.podIP is ``ip``, in all namespaces or in ``namespace`` (one list call, fieldSelector,
-        at most POD_BY_IP_LIMIT): (pods, None, None), or (None, HTTP status or None, why) when the API refused or
-        failed. Only pods that really carry the address are returned, whatever the server did with the selector."""
-        from .kubeapi import ReadApi
-
-        if self._api is None and not self.connect():
-            return None, None, self.config_error or "the Kubernetes API is not configured"
-        where = f"namespace {namespace}" if namespace else "all namespaces"
-        what = f"list pods in {where} with status.podIP={ip}"
-        api = ReadApi(self._api)
-        call = (lambda **kw: api.list_namespaced_pod(namespace, **kw)) if namespace else api.list_pod_for_all_namespaces
-        try:
-            resp = call(
-                field_selector=f"status.podIP={ip}",
-                limit=self.POD_BY_IP_LIMIT,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-            doc = load_json(resp.data)
-        except Exception as exc:
-            return None, int(getattr(exc, "status", 0) or 0) or None, api_reason(exc, what, self.out.api)
-        items = doc.get("items") if isinstance(doc, dict) else None
-        out = []
-        for pod in items if isinstance(items, list) else []:
-            st = pod.get("status") if isinstance(pod, dict) and isinstance(pod.get("status"), dict) else {}
-            ips = {p.get("ip") for p in st.get("podIPs") or [] if isinstance(p, dict)} | {st.get("podIP")}
-            if ip in ips and st.get("phase") not in ("Succeeded", "Failed"):
-                pod.setdefault("kind", "Pod")
-                out.append(pod)
-        return out, None, None
 
     def policy_objects(self, namespaces, client_pod: tuple[str, str] | None = None, dns: bool = True) -> bool:
         """What NetworkPolicy evaluation needs, for the ``namespaces`` given (the Service's, the client's):

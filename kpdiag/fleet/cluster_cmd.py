@@ -55,7 +55,12 @@ def run(
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
 
-    # --timeout bounds the whole command, wall clock: credentials, setup, every node, the deletes
+    # --timeout bounds the whole command, wall clock: credentials, setup, every node, the deletes — from when the client
+    # library is loaded (importing it takes seconds on a slow machine, and waits on nothing anyone else controls)
+    if not dry_run:
+        import kubernetes.client  # noqa: F401
+        import kubernetes.config  # noqa: F401
+        from kubernetes.client.api import core_v1_api  # noqa: F401
     deadline = time.monotonic() + float(timeout)
 
     say = progress or (lambda msg: None)

@@ -289,7 +289,7 @@ class FleetRunner:
         """Every object of a paged List; capped in pages and objects (a server whose continue tokens never end). With
         ``kind``, objects of another shape than kpdiag reads are left out, each named in the run's notes."""
         from ..collect.kubeapi import ApiBound, MAX_OBJECTS, MAX_PAGES
-        from ..parse.k8s_shapes import list_problem, object_problem
+        from ..state.shapes import list_problem, object_problem
 
         items, token, pages = [], None, 0
         while True:

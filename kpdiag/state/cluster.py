@@ -86,7 +86,7 @@ class Svc:
         """The endpoints serving ``port``; with ``family`` (4 or 6) only those of that IP version — a dual-stack
         Service has an EndpointSlice per family, and kube-proxy programs each family's rules from its own."""
         name = port.get("name") or ""
-        eps = [e for e in self.endpoints if name in e.ports]
+        eps = [e for e in self.endpoints if name in e.ports or (not name and len(e.ports) <= 1)]
         if family is not None:
             eps = [e for e in eps if _family(e.ip) == family]
         return eps
@@ -179,8 +179,22 @@ def usable_endpoints(
     return out
 
 
-# ------------------------------------------------------------------------------------------------ shapes
-from kpdiag.parse.k8s_shapes import KIND_OF, SHAPES, list_problem, object_problem  # noqa: E402,F401  (one definition)
+from kpdiag.state.shapes import SHAPES, list_problem, object_problem  # noqa: F401 (the shapes, re-exported)
+
+# bundle files → the kind of their items
+KIND_OF = {
+    sources.SERVICES: "Service",
+    sources.ENDPOINTSLICES: "EndpointSlice",
+    sources.PODS: "Pod",
+    sources.NODES: "Node",
+    sources.NAMESPACES: "Namespace",
+    sources.NETWORKPOLICIES: "NetworkPolicy",
+    sources.CLIENT_POD: "Pod",
+    sources.DNS_SERVICE: "Service",
+    sources.DNS_ENDPOINTSLICES: "EndpointSlice",
+    sources.DNS_PODS: "Pod",
+}
+
 
 MAX_SHAPE_PROBLEMS = 5  # objects named one by one per file; the rest are counted
 

@@ -146,7 +146,10 @@ def test_a_server_that_never_answers(tmp_path):
         proc, report = svc("--kubeconfig", bad.kubeconfig(tmp_path), budget=3)
     line = the_line(report)
     assert proc.returncode == 3
-    assert f"the API server {bad.url} did not answer in time" in line
+    # the deadline (or the per-call read timeout, cut to the same time left): either way said, and when
+    assert f"the API server {bad.url} did not answer in time" in line or (
+        f"the API server {bad.url} accepted the connection, then timed out" in line
+    )
 
 
 FORBIDDEN = {

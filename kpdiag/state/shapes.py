@@ -1,9 +1,10 @@
-"""The shapes of the Kubernetes API objects kpdiag reads: which fields, of which JSON type. Pure (no I/O): the
-collectors check API answers with it, the state checks bundle files with it (one definition for both)."""
+"""The JSON shape of each kind of API object kpdiag reads: the fields it uses, with the JSON type each must have.
+
+API answers (kpdiag.collect) and bundle API files (kpdiag.state.cluster) are checked against these before anything
+reads them. Imports nothing of kpdiag's: both layers use it.
+"""
 
 from __future__ import annotations
-
-from kpdiag.bundle import sources
 
 # The fields kpdiag reads from each kind of API object, with the JSON type each must have. API answers and bundle files
 # are checked against these before anything reads them: an object of another shape (a list for `spec`, a string for
@@ -94,19 +95,6 @@ SHAPES: dict[str, dict] = {
     "DaemonSet": {"metadata": _META, "spec": dict, "status": dict},
     "ConfigMap": {"metadata": _META, "data": {str: _STR}},
     "Version": {"gitVersion": _STR, "major": _STR, "minor": _STR},
-}
-# bundle files → the kind of their items
-KIND_OF = {
-    sources.SERVICES: "Service",
-    sources.ENDPOINTSLICES: "EndpointSlice",
-    sources.PODS: "Pod",
-    sources.NODES: "Node",
-    sources.NAMESPACES: "Namespace",
-    sources.NETWORKPOLICIES: "NetworkPolicy",
-    sources.CLIENT_POD: "Pod",
-    sources.DNS_SERVICE: "Service",
-    sources.DNS_ENDPOINTSLICES: "EndpointSlice",
-    sources.DNS_PODS: "Pod",
 }
 
 
