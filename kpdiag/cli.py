@@ -84,7 +84,11 @@ def _check_patterns(ctx, param, value):
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+    subcommand_metavar="COMMAND [ARGS]...",
+)
 @click.version_option(__version__, "--version", prog_name="kpdiag")
 @click.pass_context
 def cli(ctx):

@@ -355,7 +355,7 @@ def fit_table(
     heads = [term(h) for h in headers]
     n = len(heads)
     natural = [max([len(heads[i])] + [len(r[i]) for r in body]) for i in range(n)]
-    # a word (a number, a name, an address) is never cut, nor broken at its hyphens — only after a "/" (119340/
+    # a word (a number, a name, an address) is never cut, nor broken at its hyphens — only after a "/" or "=" (119340/
     # 131072, node/ip-route.json): no column is narrower than its longest piece, so a table whose pieces do not fit
     # side by side is wider than ``width``
     unbreakable = [
@@ -390,12 +390,12 @@ def fit_table(
 
 
 def _pieces(word: str) -> list[str]:
-    """Where a word may break in a table cell: after each "/" only."""
-    return re.findall(r"[^/]*/|[^/]+", word) or [word]
+    """Where a word may break in a table cell: after each "/" or "=" only."""
+    return re.findall(r"[^/=]*[/=]|[^/=]+", word) or [word]
 
 
 def _cell_lines(text: str, limit: int) -> list[str]:
-    """A cell's text in lines of at most ``limit``: broken at spaces, a word longer than that after a "/", never
+    """A cell's text in lines of at most ``limit``: broken at spaces, a word longer than that after a "/" or "=", never
     inside a number or a name, never at a hyphen."""
     lines: list[str] = []
     line = ""

@@ -270,3 +270,56 @@ def regenerate(text: str, path: str = "<doc>") -> str:
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text
+
+
+# ------------------------------------------------------------------------------------------ 80-column goldens
+GOLDEN_DIR = os.path.join(ROOT, "tests", "cli", "golden")
+GOLDEN = {  # file: the command whose whole output (COLUMNS=80) it holds — one of each report kind
+    "node.txt": "kpdiag analyze fixtures/ipvs-fallback",
+    "node-table.txt": "kpdiag analyze fixtures/ipvs-fallback -o table",
+    "service.txt": "kpdiag analyze fixtures/svc-path-broken",
+    "cluster.txt": "kpdiag analyze fixtures/cluster-fleet-drift",
+    "cluster-table.txt": "kpdiag analyze fixtures/cluster-fleet-drift -o table",
+    "trace.txt": "kpdiag trace --bundle fixtures/ip-forward-off --from pod --src 10.244.1.10 --dst 10.96.0.20 --dport 80",
+    "policy.txt": "kpdiag policy --bundle fixtures/netpol-ingress-denied --from debug/client --to shop/web --port 80",
+    "checks.txt": "kpdiag checks",
+}
+
+
+def golden_text(command: str) -> str:
+    code, got = run_commands([command])
+    return f"$ {command}\n" + "".join(f"{line}\n" for line in got) + f"(exit {code})\n"
+
+
+def write_goldens() -> list[str]:
+    """Rewrite every golden file whose output changed; the names rewritten."""
+    changed = []
+    os.makedirs(GOLDEN_DIR, exist_ok=True)
+    for name, command in GOLDEN.items():
+        path = os.path.join(GOLDEN_DIR, name)
+        new = golden_text(command)
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if new != old:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(new)
+            changed.append(os.path.relpath(path, ROOT))
+    return changed
+
+
+def too_wide(lines: list[str], width: int = WIDTH) -> list[str]:
+    """The lines wider than ``width`` that the rule does not allow. The rule: a line is wider only because of one
+    token — a word without a blank, or one quoted shell string — that would not fit on a line of its own after the
+    line's indentation either, the rest of the line fitting."""
+    from kpdiag.render.report import _shell_words
+
+    bad = []
+    for line in lines:
+        if len(line) <= width:
+            continue
+        indent = len(line) - len(line.lstrip())
+        words = _shell_words(line.strip())
+        long = [w for w in words if indent + len(w) > width - 2]  # 2: room for a " \\" after it
+        if len(long) == 1 and len(line) - len(long[0]) <= width:
+            continue
+        bad.append(line)
+    return bad

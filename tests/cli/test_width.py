@@ -1,0 +1,45 @@
+"""80 columns: a COLUMNS=80 golden output of each report kind (node, service, cluster — text and table —, trace,
+policy, the catalogue), compared whole, and no line of any of them wider than 80 unless the rule allows it (what
+follows a line's indentation is one unbreakable token longer than the room: docblocks.too_wide). The goldens live in
+tests/cli/golden/; `python docs/make_docs.py` rewrites them (with the README's and the tutorial's outputs)."""
+
+import os
+
+import pytest
+
+from tests.packaging import docblocks
+
+
+@pytest.mark.parametrize("name", sorted(docblocks.GOLDEN))
+def test_golden_output_at_80_columns(name):
+    command = docblocks.GOLDEN[name]
+    path = os.path.join(docblocks.GOLDEN_DIR, name)
+    assert os.path.exists(path), f"{path} missing: python docs/make_docs.py"
+    want = open(path, encoding="utf-8").read()
+    got = docblocks.golden_text(command)
+    assert got == want, f"{name} differs from `{command}` at COLUMNS=80 (regenerate: python docs/make_docs.py)"
+    lines = want.splitlines()[1:]
+    assert docblocks.too_wide(lines) == []
+
+
+def test_the_width_rule():
+    wide = "x" * 90
+    assert docblocks.too_wide(["short", "    " + wide, "    $ " + wide + " \\", "    - " + wide]) == []
+    assert docblocks.too_wide(["    $ printf '" + "a b " * 25 + "'"]) == []  # one quoted string
+    assert docblocks.too_wide(["  two words " + wide]) == []  # the long word would not fit alone either
+    assert docblocks.too_wide(["a " * 50]) == ["a " * 50]
+    assert docblocks.too_wide([wide + " " + wide]) == [wide + " " + wide]  # two such tokens: one line each
+
+
+@pytest.mark.parametrize("extra", [[], ["-v"]])
+def test_trace_and_reports_fit_80_columns_with_every_fixture_kind(extra):
+    """Beyond the goldens: -v traces (every rule in full) and a report of every kind stay within the rule."""
+    for command in (
+        "kpdiag trace --bundle fixtures/healthy-iptables --from pod --src 10.244.1.10 --dst 10.96.0.20 --dport 80",
+        "kpdiag trace --nft fixtures/healthy-nftables/node/nft-ruleset.json --src 192.168.50.2 --dst 10.96.0.20:80",
+        "kpdiag analyze fixtures/svc-ping-ttl-exceeded",
+        "kpdiag analyze fixtures/netpol-ingress-denied",
+    ):
+        code, got = docblocks.run_commands([command + " " + " ".join(extra)])
+        assert code in (0, 1, 4, 5), (command, got[-5:])
+        assert docblocks.too_wide(got) == [], command
