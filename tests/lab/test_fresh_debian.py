@@ -42,11 +42,9 @@ PIP_ENV = ("PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_
 
 
 def _readme_commands() -> tuple[str, str]:
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    demo = next(b.strip() for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "venv" in b and "kpdiag analyze" in b)
-    test = re.search(r"<!-- test-command -->\n```sh\n(.*?)\n```", text, re.S).group(1).strip()
-    assert "\n" not in demo and "\n" not in test, "each README command is one line"
-    return demo, test
+    from tests.packaging.docblocks import readme_commands
+
+    return readme_commands()
 
 
 def _needs():

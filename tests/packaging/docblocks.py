@@ -323,3 +323,15 @@ def too_wide(lines: list[str], width: int = WIDTH) -> list[str]:
             continue
         bad.append(line)
     return bad
+
+
+def readme_commands() -> tuple[str, str]:
+    """The README's two commands, as the sybil parser finds them: the install + demo line (the sh block run by
+    tests/lab/test_fresh_debian.py) and the test command (the sh block after <!-- test-command -->)."""
+    blocks = [e.parsed for e in SYBIL.parse(Path(ROOT) / "README.md").examples() if isinstance(e.parsed, Block)]
+    demo = [b for b in blocks if b.marker == "run by" and b.why.startswith("tests/lab/test_fresh_debian.py")]
+    test = [b for b in blocks if b.why == TEST_COMMAND_RUN_BY]
+    assert len(demo) == 1 and len(test) == 1, "README.md: the install + demo block and the test-command block"
+    demo_line, test_line = demo[0].source.strip(), test[0].source.strip()
+    assert "\n" not in demo_line and "\n" not in test_line, "each README command is one line"
+    return demo_line, test_line
