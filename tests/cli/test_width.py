@@ -43,3 +43,39 @@ def test_trace_and_reports_fit_80_columns_with_every_fixture_kind(extra):
         code, got = docblocks.run_commands([command + " " + " ".join(extra)])
         assert code in (0, 1, 4, 5), (command, got[-5:])
         assert docblocks.too_wide(got) == [], command
+
+
+def _max_width(stderr_columns: int | None) -> int:
+    """`kpdiag analyze` with stdout into a pipe, stderr on a terminal of ``stderr_columns`` (None: no terminal at
+    all), COLUMNS unset: the widest line printed."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["NO_COLOR"] = "1"
+    argv = [sys.executable, "-m", "kpdiag", "analyze", os.path.join(docblocks.ROOT, "fixtures", "ip-forward-off")]
+    if stderr_columns is None:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+        out = proc.stdout
+    else:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, stderr_columns, 0, 0))
+        try:
+            proc = subprocess.run(
+                argv, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env=env, timeout=120, text=True
+            )
+        finally:
+            os.close(slave)
+            os.close(master)
+        out = proc.stdout
+    assert proc.returncode == 1, out[-500:]
+    return max(len(line) for line in out.splitlines())
+
+
+def test_piped_output_is_laid_out_at_the_terminal_width_or_80():
+    assert 70 < _max_width(None) <= 80  # no terminal anywhere: 80, not 100
+    assert 52 < _max_width(60) <= 60  # `kpdiag … | less` in a 60-column window: the window's width
