@@ -75,9 +75,12 @@ def debian(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     mounted = []
     try:
-        for args, where in ((["-t", "proc", "proc"], "proc"), (["--bind", "/dev"], "dev")):
+        # /proc, and /dev with its submounts (/dev/pts: the tests that run kpdiag on a pseudo-terminal), kept from
+        # propagating back to the host's /dev
+        for args, where in ((["-t", "proc", "proc"], "proc"), (["--rbind", "/dev"], "dev")):
             subprocess.run(["mount", *args, str(root / where)], check=True, timeout=60)
             mounted.append(root / where)
+        subprocess.run(["mount", "--make-rslave", str(root / "dev")], check=True, timeout=60)
         shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
         cert = os.environ.get("PIP_CERT")
         if cert and os.path.isfile(cert):
@@ -87,7 +90,7 @@ def debian(tmp_path):
         yield root
     finally:
         for where in reversed(mounted):
-            subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=60)
+            subprocess.run(["umount", "-R", "-l", str(where)], capture_output=True, timeout=60)
 
 
 def _in(root, command: str, **env) -> subprocess.CompletedProcess:
