@@ -77,7 +77,7 @@ def _report_dirs() -> int:
 def _checks() -> int:
     from kpdiag.checkapi import load_registry
 
-    return len(load_registry().checks)
+    return sum(1 for c in load_registry().checks if c.origin.startswith("kpdiag.checks."))  # not plugins
 
 
 def _conformance_nft() -> int:
