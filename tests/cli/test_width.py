@@ -79,3 +79,19 @@ def _max_width(stderr_columns: int | None) -> int:
 def test_piped_output_is_laid_out_at_the_terminal_width_or_80():
     assert 70 < _max_width(None) <= 80  # no terminal anywhere: 80, not 100
     assert 52 < _max_width(60) <= 60  # `kpdiag … | less` in a 60-column window: the window's width
+
+
+def test_table_cells_never_split_a_number_or_break_a_name_at_its_hyphens():
+    from kpdiag.render.report import fit_table
+
+    rows = [
+        ["node-g", "ok", "119340/131072", "service-partially-programmed", "ip-10-0-1-23.ec2.internal lags"],
+        ["node-h", "failed: timed out after 600 s", "0/262144", "endpoints-disagree", "x"],
+    ]
+    text = fit_table(rows, ["node", "status", "conntrack", "check", "summary"], width=60)
+    cells = text.split()
+    for word in ("service-partially-programmed", "ip-10-0-1-23.ec2.internal", "endpoints-disagree", "262144"):
+        assert word in cells or f"0/{word}" in cells, (word, text)
+    assert "119340/" in cells and "131072" in cells  # broken after the "/", never inside a number
+    body = [line for line in text.splitlines() if set(line) - {"-", " "}]  # not the header's rule
+    assert not any(line.rstrip().endswith("-") for line in body), text
