@@ -84,13 +84,21 @@ def _check_patterns(ctx, param, value):
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+    subcommand_metavar="COMMAND [ARGS]...",
+)
 @click.version_option(__version__, "--version", prog_name="kpdiag")
-def cli():
+@click.pass_context
+def cli(ctx):
     """kpdiag tells you why traffic to a Kubernetes Service does not arrive.
 
     It traces packets through the node's real kube-proxy rules and explains what is wrong.
     """
+    if ctx.invoked_subcommand is None:  # plain `kpdiag`: its help, and success (as kubectl does)
+        click.echo(ctx.get_help())
+        raise click.exceptions.Exit(exitcodes.OK)
 
 
 @cli.command()
@@ -181,6 +189,21 @@ def trace(
         dport = dst_port
     family = 6 if ":" in dst else 4
     live = not (rules or bundle or nft_file)
+    # every argument is judged before anything is read: a typo costs no collection of the live node
+    if src is None and origin != "node":
+        raise _fail("--src is needed unless --from node", exitcodes.USAGE)
+    try:  # the packet as given (a stand-in source of its family when --from node picks it later)
+        Packet(
+            src=src or ("::1" if family == 6 else "127.0.0.1"),
+            dst=dst,
+            proto=proto,
+            dport=dport,
+            sport=sport,
+            origin=origin,
+            iif=iif,
+        )
+    except ValueError as exc:
+        raise _fail(str(exc), exitcodes.USAGE) from None
     try:
         setup = setup_trace(
             rules=rules,
@@ -406,6 +429,12 @@ def svc(
     """Why does Service NAME not answer? API view, DNS, probes, node rules when visible."""
     from kpdiag.commands.svc import diagnose_service
 
+    _check_name(name, "Service")
+    _check_name(namespace, "namespace")
+    if client is not None:
+        ns, _, pod = client.partition("/")
+        _check_name(ns, "--from namespace")
+        _check_name(pod, "--from pod", subdomain=True)
     if save_to:
         _check_output(save_to, force, "--save")
     report = diagnose_service(
@@ -509,6 +538,29 @@ def _check_output(out: str, force: bool, option: str) -> None:
         check_new_output(out, force)
     except OutputExists as exc:
         raise _fail(f"{out}: {exc.strerror}", exitcodes.USAGE) from None
+    import os
+
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):  # found now, not after minutes of collection
+        raise _fail(f"{option} {out}: the directory {parent} does not exist", exitcodes.USAGE)
+
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+
+
+def _check_name(value: str, what: str, subdomain: bool = False) -> None:
+    """A Kubernetes object name as the API accepts it (a DNS label; a pod name may have dots), else a usage error —
+    before the API is asked or a packet sent."""
+    import re
+
+    pattern = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*" if subdomain else _DNS_LABEL
+    if not re.fullmatch(pattern, value or "") or len(value) > 253:
+        raise _fail(
+            f"{what} {value!r} is not a Kubernetes name (lower-case letters, digits and '-'"
+            + (", '.'" if subdomain else "")
+            + ")",
+            exitcodes.USAGE,
+        )
 
 
 @cli.command()
@@ -647,6 +699,13 @@ def cluster(
     from .fleet import cluster_cmd
     from .render.progress import ProgressBar
 
+    if image is not None and (not image or any(ch.isspace() for ch in image)):
+        raise _fail(f"--image {image!r} is not an image reference (NAME[:TAG][@sha256:…])", exitcodes.USAGE)
+    if service is not None and ("/" not in service or not all(service.split("/", 1))):
+        raise _fail(f"--service wants NS/NAME, not {service!r}", exitcodes.USAGE)
+    if save_dir:
+        _check_output(save_dir, force, "--save-dir")
+
     outcome = cluster_cmd.run(
         bar=ProgressBar(sys.stderr),
         nodes=nodes,
@@ -772,20 +831,50 @@ def explain(check_id):
     click.echo(explain_text(spec), nl=False)
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
 @cli.command()
-@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
-def completion(shell):
-    """Print the shell completion script (commands, options, check ids, bundle paths).
+@click.argument("shell", type=click.Choice([*COMPLETION_SHELLS, "install"]))
+@click.option(
+    "--shell",
+    "for_shell",
+    type=click.Choice(COMPLETION_SHELLS),
+    default=None,
+    help="With install: the shell (default: $SHELL's, else bash).",
+)
+def completion(shell, for_shell):
+    """Print the completion script of SHELL, or install it for this user.
 
     \b
-    bash:  kpdiag completion bash > ~/.local/share/bash-completion/completions/kpdiag
-    zsh:   kpdiag completion zsh > "${fpath[1]}/_kpdiag"
-    fish:  kpdiag completion fish > ~/.config/fish/completions/kpdiag.fish
+    kpdiag completion install          bash: writes it where bash-completion
+                                       looks (~/.local/share/...), says where
+    . <(kpdiag completion bash)        this shell only
+    kpdiag completion zsh > "${fpath[1]}/_kpdiag"
+    kpdiag completion fish > ~/.config/fish/completions/kpdiag.fish
     """
     from click.shell_completion import get_completion_class
 
-    cls = get_completion_class(shell)
-    click.echo(cls(cli, {}, "kpdiag", COMPLETE_VAR).source())
+    if shell != "install":
+        click.echo(get_completion_class(shell)(cli, {}, "kpdiag", COMPLETE_VAR).source())
+        return
+    import os
+
+    from .commands.completion import install_completion
+
+    chosen = for_shell or os.path.basename(os.environ.get("SHELL", "")) or "bash"
+    if chosen not in COMPLETION_SHELLS:
+        chosen = "bash"
+    script = get_completion_class(chosen)(cli, {}, "kpdiag", COMPLETE_VAR).source()
+    try:
+        path, hint = install_completion(chosen, script + "\n")
+    except OSError as exc:
+        raise _fail(
+            f"cannot write the {chosen} completion: {exc.strerror or exc}: {exc.filename}", exitcodes.NO_DIAGNOSIS
+        ) from None
+    click.echo(f"kpdiag: wrote {path}", err=True)
+    if hint:
+        click.echo(f"kpdiag: {hint}", err=True)
 
 
 def _first_local(setup, local_ips, family: int = 4, dst: str | None = None) -> str | None:
@@ -877,6 +966,12 @@ def main(argv=None) -> int:
         if isinstance(cause, KeyboardInterrupt):  # click turns Ctrl-C into Abort
             return _interrupted(cause)
         click.echo("kpdiag: aborted", err=True)
+        return exitcodes.USAGE
+    except click.UsageError as exc:  # one line: what is wrong, and the command's usage
+        from .render.safe import term
+
+        usage = exc.ctx.get_usage().replace("\n", " ").strip() if exc.ctx is not None else ""
+        click.echo(f"kpdiag: error: {term(exc.format_message())}" + (f" ({usage})" if usage else ""), err=True)
         return exitcodes.USAGE
     except click.ClickException as exc:
         exc.show()

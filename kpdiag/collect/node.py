@@ -134,7 +134,7 @@ class NodeCollector:
         if proc.returncode != 0:
             msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             self._err(
-                rel, f"{name} {' '.join(args)} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}"
+                rel, f"{' '.join([name, *args])} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}"
             )
             return None
         data = proc.stdout  # kept as bytes: on a big node this is hundreds of MB, copy it no more than needed

@@ -28,12 +28,28 @@ def use_colour(stream) -> bool:
 
 
 def output_width(width: int | None = None) -> int:
-    """The width text output wraps to: the terminal's (COLUMNS, else the terminal, else 100), kept between 40 and 120."""
+    """The width text output is laid out at: COLUMNS, else the terminal's — of stdout, or, when stdout is a pipe or a
+    file, of stderr or stdin (``kpdiag … | less`` still fits the window) —, else 80; kept between 40 and 120."""
     if width is None:
-        import shutil
-
-        width = shutil.get_terminal_size((100, 24)).columns
+        width = _terminal_columns()
     return max(40, min(int(width), 120))
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+        if columns > 0:
+            return columns
+    except ValueError:
+        pass
+    for fd in (1, 2, 0):
+        try:
+            columns = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if columns > 0:
+            return columns
+    return 80
 
 
 _MARKERS = re.compile(r" (?=(?:\$|-|»|#|>|\*) )|(?<= (?:\$|-|»|#|>|\*)) ")
@@ -57,6 +73,86 @@ def _wrap(text, width: int, first: str, rest: str, prose: bool = False) -> list[
         replace_whitespace=False,
     ) or [first.rstrip()]
     return [line.replace("\u00a0", " ") for line in lines]
+
+
+def _shell_words(text: str) -> list[str]:
+    """A command's words as written (quotes kept): split at blanks outside quotes, so a quoted string is one word."""
+    words, cur, quote = [], "", None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            cur += ch
+            if ch == "\\" and quote == '"' and i + 1 < len(text):
+                cur += text[i + 1]
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+            cur += ch
+        elif ch == "\\" and i + 1 < len(text):
+            cur += ch + text[i + 1]
+            i += 1
+        elif ch == " ":
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    if cur:
+        words.append(cur)
+    return words
+
+
+def wrap_command(text: str, width: int, first: str = "    $ ", rest: str = "        ") -> list[str]:
+    """A fix command fitted to ``width`` and still pasteable: broken between words outside quotes, each broken line
+    ending in " \\" (the shell joins the lines again); a trailing "# comment" goes on lines of its own after it. A
+    word longer than the room (a long quoted string) is never cut: that line is longer. Operators and marker words
+    ("&&", "|", "$", "-" …) stay at the end of their line, so no continuation line starts with one."""
+    if len(first) + len(text) <= width:
+        return [first + text]
+    words = _shell_words(text)
+    comment: list[str] = []
+    for k, w in enumerate(words):
+        if w.startswith("#") and k:
+            words, comment = words[:k], words[k:]
+            break
+    units: list[str] = []
+    for w in words:
+        if units and (w in _GLUED or _takes_value(units[-1], w)):
+            units[-1] += " " + w  # an option stays with its value ("-o wide"), an operator with what precedes it
+        else:
+            units.append(w)
+    lines: list[str] = []
+    line = first + (units[0] if units else "")
+    for k, w in enumerate(units[1:], 2):
+        tail = 0 if k == len(units) else 2  # room for " \\" unless this is the last word
+        if len(line) + 1 + len(w) + tail <= width:
+            line += " " + w
+        else:
+            lines.append(line + " \\")
+            line = rest + w
+    lines.append(line)
+    if comment:
+        lines.extend(_wrap(" ".join(comment), width, rest, rest + "  "))
+    return lines
+
+
+def _takes_value(option: str, word: str) -> bool:
+    """Does ``word`` read as the value of ``option`` (-n shop, --image X)? Kept on one line with it."""
+    return (
+        option.startswith("-")
+        and " " not in option
+        and "=" not in option
+        and not word.startswith("-")
+        and word not in _GLUED
+        and len(option) + 1 + len(word) <= 40
+    )
+
+
+_GLUED = frozenset(("&&", "||", "|", ";", "$", "-", "»", "#", ">", "*", ">>", "2>&1"))
 
 
 _API_PREFIX = "cluster/"
@@ -169,7 +265,7 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         out.append("")
         out.append(c("dim", f"could not read ({len(report.problems)}):"))
         for p in report.problems:
-            out.append(c("dim", f"  {term(p.get('source'))}: {term(p.get('error'))}"))
+            out.extend(c("dim", w) for w in _wrap(f"{p.get('source')}: {p.get('error')}", width, "  ", "    "))
     if not report.findings and not headline:
         out.append("")
         out.append("No problems found by the checks that ran.")
@@ -229,17 +325,18 @@ def _finding_lines(x, depth: int, width: int, c) -> list[str]:
     out.extend(_wrap(x.explanation, width, f"{pad}  why: ", f"{pad}       ", prose=True))
     if x.fix:
         out.append(f"{pad}  fix:")
-        out.extend(
-            f"{pad}    $ {term(step['text'])}" if step["kind"] == "command" else f"{pad}    - {term(step['text'])}"
-            for step in x.fix_steps()
-        )
+        for step in x.fix_steps():
+            if step["kind"] == "command":
+                out.extend(wrap_command(term(step["text"]), width, f"{pad}    $ ", f"{pad}        "))
+            else:
+                out.extend(_wrap(step["text"], width, f"{pad}    - ", f"{pad}      "))
     if x.evidence:
         out.append(f"{pad}  evidence:")
-        out.extend(c("dim", f"{pad}    {term(e)}") for e in x.evidence)
+        out.extend(c("dim", w) for e in x.evidence for w in _wrap(e, width, f"{pad}    ", f"{pad}      "))
     return out
 
 
-def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[str]:
+def _skipped_lines(report: Report, verbose: bool, c, width: int = 80) -> list[str]:
     """Checks that did not run: one line per reason by default (-v: each check and its reason). A check that failed
     with an internal error is always listed."""
     failed = [r for r in report.checks if r.status == "error"]
@@ -247,12 +344,16 @@ def _skipped_lines(report: Report, verbose: bool, c, width: int = 100) -> list[s
     out: list[str] = []
     if failed:
         out += ["", c("dim", f"failed ({len(failed)}):")]
-        out += [c("dim", f"  {term(r.id)} {term(r.slug)}: {term(r.reason)}") for r in failed]
+        out += [c("dim", w) for r in failed for w in _wrap(f"{r.id} {r.slug}: {r.reason}", width, "  ", "    ")]
     if not skipped:
         return out
     out += ["", c("dim", f"not checked ({len(skipped)}):")]
     if verbose:
-        return out + [c("dim", f"  {term(r.id)} {term(r.slug)}: {term(r.status)} — {term(r.reason)}") for r in skipped]
+        return out + [
+            c("dim", w)
+            for r in skipped
+            for w in _wrap(f"{r.id} {r.slug}: {r.status} — {r.reason}", width, "  ", "    ")
+        ]
     groups: dict[str, list] = {}
     for r in skipped:
         groups.setdefault(skip_group(r.reason), []).append(r)
@@ -310,22 +411,28 @@ def fit_table(
     heads = [term(h) for h in headers]
     n = len(heads)
     natural = [max([len(heads[i])] + [len(r[i]) for r in body]) for i in range(n)]
-    floor = [min(natural[i], (floors or {}).get(i, 6)) for i in range(n)]
+    # a word (a number, a name, an address) is never cut, nor broken at its hyphens — only after a "/" or "=" (119340/
+    # 131072, node/ip-route.json): no column is narrower than its longest piece, so a table whose pieces do not fit
+    # side by side is wider than ``width``
+    unbreakable = [
+        max(len(p) for v in [heads[i]] + [r[i] for r in body] for w in (v.split() or [""]) for p in _pieces(w))
+        for i in range(n)
+    ]
+    floor = [max(unbreakable[i], min(natural[i], (floors or {}).get(i, 6))) for i in range(n)]
     limits = list(natural)
     budget = width - 2 * (n - 1)  # two spaces between columns
     while sum(limits) > budget:
         i = max(range(n), key=lambda k: (limits[k] - floor[k], limits[k]))
         if limits[i] <= floor[i]:
-            if all(f <= 4 for f in floor):
+            low = [max(unbreakable[k], min(f, 4)) for k, f in enumerate(floor)]
+            if low == floor:
                 break  # as narrow as it gets
-            floor = [min(f, 4) for f in floor]
+            floor = low
             continue
         limits[i] -= 1
 
     def fit(text: str, limit: int) -> str:
-        if len(text) <= limit:
-            return text
-        return "\n".join(textwrap.wrap(text, limit, break_long_words=True, break_on_hyphens=True)) or text
+        return text if len(text) <= limit else "\n".join(_cell_lines(text, limit))
 
     if limits != natural:  # wrap only the cells that need it (tabulate's own wrapping is slow on big tables)
         body = [[fit(v, limits[i]) for i, v in enumerate(r)] for r in body]
@@ -338,13 +445,35 @@ def fit_table(
         tabulate_module.MIN_PADDING = padding
 
 
+def _pieces(word: str) -> list[str]:
+    """Where a word may break in a table cell: after each "/" or "=" only."""
+    return re.findall(r"[^/=]*[/=]|[^/=]+", word) or [word]
+
+
+def _cell_lines(text: str, limit: int) -> list[str]:
+    """A cell's text in lines of at most ``limit``: broken at spaces, a word longer than that after a "/" or "=", never
+    inside a number or a name, never at a hyphen."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        parts = [word] if len(word) <= limit else _pieces(word)
+        for k, part in enumerate(parts):
+            sep = " " if line and k == 0 else ""
+            if not line or len(line) + len(sep) + len(part) <= limit:
+                line += sep + part
+            else:
+                lines.append(line)
+                line = part
+    return lines + [line] if line else lines or [text]
+
+
 def nodes_table(rows: list[dict], width: int | None = None) -> str:
     """The per-node summary of a cluster report."""
     cols = [
         ("node", "node"),
         ("status", "status"),
         ("mode", "mode"),
-        ("kube_proxy", "kube-proxy"),
+        ("kube_proxy", "version"),  # kube-proxy's
         ("kernel", "kernel"),
         ("iptables_rules", "rules"),
         ("service_ports", "svc ports"),

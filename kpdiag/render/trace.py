@@ -69,9 +69,14 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
     )
     lines.extend(_wrap(f"mode    {result.mode}; rules from {', '.join(result.sources)}", width, "", "        "))
     n = len(result.paths)
-    lines.append(
-        f"result  {n} path{'s' if n != 1 else ''}; the kernel evaluates up to {result.rules_evaluated} rules on the way"
-        + ("  [UNCERTAIN: see notes]" if result.uncertain else "")
+    lines.extend(
+        _wrap(
+            f"result  {n} path{'s' if n != 1 else ''}; the kernel evaluates up to {result.rules_evaluated} rules on the"
+            " way" + ("  [UNCERTAIN: see notes]" if result.uncertain else ""),
+            width,
+            "",
+            "        ",
+        )
     )
     lines.append("")
     rows = []
@@ -111,12 +116,12 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
             if step.hook != hook:
                 hook = step.hook
                 lines.append(f"  {term(hook)}")
-            where = term(f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else ""))
-            lines.append(
-                f"    {where:<44} {term(step.action)}"
-                if len(where) + len(step.action) + 5 <= width or len(where) >= 44
-                else f"    {where}  {term(step.action)}"
-            )
+            raw_where = f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else "")
+            where, action = term(raw_where), term(step.action)
+            if 4 + max(len(where), 44) + 1 + len(action) <= width:
+                lines.append(f"    {where:<44} {action}")
+            else:  # the action after two spaces, wrapped below the rule's name
+                lines.extend(_wrap(f"{raw_where}  {step.action}", width, "    ", "        "))
             text = term(step.text)
             if (
                 verbose or step.rule is None or k == last

@@ -303,3 +303,40 @@ def test_image_on_a_host_that_is_not_a_node(lab, image_layout, tmp_path):
     assert [f["id"] for f in report["findings"]] == ["KP709"], report["findings"]
     assert "this does not look like a Kubernetes node" in report["extra"]["headline"]
     assert {r["status"] for r in report["checks"] if r["id"] != "KP709"} == {"skipped"}
+
+
+def _readme_runc_recipe() -> str:
+    import re
+
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    m = re.search(r"<!-- run by: tests/lab/test_image.py[^\n]*-->\n```sh\n(.*?)```", text, re.S)
+    assert m, "README.md: the runc recipe marked '<!-- run by: tests/lab/test_image.py' is gone"
+    return m.group(1)
+
+
+def test_readme_runc_recipe_runs_non_interactively(image_layout, tmp_path):
+    """The README's `runc run` recipe, verbatim but for the paths: no terminal (stdin /dev/null, output captured,
+    as from a script or CI), the arguments given in config.json; kpdiag's output and exit code come through."""
+    layout, digest, dist = image_layout
+    recipe = _readme_runc_recipe()
+    assert f"dist/kpdiag-oci:{__version__} " in recipe, "the README names the layout's tag, the package version"
+    name = "kpdiag-readme-" + uuid.uuid4().hex[:8]
+    script = (
+        recipe.replace("dist/kpdiag-oci:", f"{layout}:")
+        .replace("/tmp/kpdiag-bundle", str(tmp_path / "bundle"))
+        .replace("kpdiag-run", name)
+    )
+    try:
+        proc = subprocess.run(
+            ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "KP501" in proc.stdout and "ip_forward" in proc.stdout, proc.stdout[-2000:]
+        # the same bundle with another command line: kpdiag's exit code is runc's (2: a usage error)
+        again = script.split("\n", 1)[1].replace("kpdiag explain KP501", "kpdiag explain KP9999")
+        proc = subprocess.run(
+            ["bash", "-c", again], cwd=tmp_path, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+        )
+        assert proc.returncode == 2 and "no check 'KP9999'" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    finally:
+        subprocess.run(["runc", "delete", "--force", name], capture_output=True, timeout=60)

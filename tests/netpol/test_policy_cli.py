@@ -127,7 +127,8 @@ def test_bad_policies_one_line_each_and_the_rest_evaluated(tmp_path):
     bundle = write_bundle(tmp_path, [bad_op, good, bad_cidr])
     code, out, err = run_cli("policy", "--bundle", bundle, "--from", "x/b", "--to", "x/a", "--port", "80")
     assert code == 1 and "Traceback" not in out + err
-    lines = [line for line in out.splitlines() if "could not read" in line or "bad-" in line]
+    unwrapped = out.replace("\n    ", " ")  # a "could not read" line wrapped to the width goes on indented
+    lines = [line for line in unwrapped.splitlines() if "could not read" in line or "bad-" in line]
     assert "could not read (2):" in out
     assert (
         sum("NetworkPolicy x/bad-operator (item 0)" in line and "invalid operator 'Equals'" in line for line in lines)

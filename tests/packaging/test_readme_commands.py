@@ -22,12 +22,10 @@ from tests.conftest import ROOT, SHARED
 INNER = "tests/checks/test_fixtures.py tests/cli/test_trace_cli.py tests/packaging/test_wheel.py"
 
 
-def _readme_commands(text: str) -> tuple[str, str]:
-    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
-    demo = next(b.strip() for b in blocks if "venv" in b and "kpdiag analyze" in b)
-    test = re.search(r"<!-- test-command -->\n```sh\n(.*?)\n```", text, re.S).group(1).strip()
-    assert "\n" not in demo and "\n" not in test, "each README command is one line"
-    return demo, test
+def _readme_commands() -> tuple[str, str]:
+    from tests.packaging.docblocks import readme_commands
+
+    return readme_commands()
 
 
 def test_readme_commands_work_verbatim_in_a_fresh_clone(tmp_path):
@@ -41,8 +39,7 @@ def test_readme_commands_work_verbatim_in_a_fresh_clone(tmp_path):
         pytest.fail("git is needed to clone the repository")
     clone = tmp_path / "kpdiag"
     subprocess.run(["git", "clone", "-q", ROOT, str(clone)], check=True, timeout=300)
-    with open(clone / "README.md") as fh:
-        demo, test = _readme_commands(fh.read())
+    demo, test = _readme_commands()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     # a PATH without this test run's venv, as in a fresh shell
     venv_bin = os.path.dirname(sys.executable)
