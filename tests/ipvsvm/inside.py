@@ -212,7 +212,8 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
         # a node whose kernel cannot do IPVS: the modules are not there and not loaded (the preflight's subject)
         rel = os.uname().release
         ipvs_dir = f"/lib/modules/{rel}/kernel/net/netfilter/ipvs"
-        os.rename(ipvs_dir, ipvs_dir + ".hidden")
+        hidden = "/ipvs-modules-removed"  # outside /lib/modules: depmod (and so modprobe) no longer finds them
+        os.rename(ipvs_dir, hidden)
         sh("depmod", "-a")
         try:
             for ns in ("node",):
@@ -223,7 +224,7 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
             rec["collect_without"] = {"rc": p.returncode, "stderr": p.stderr[-2000:]}
             rec["modules_without"] = open("/proc/modules").read()
         finally:
-            os.rename(ipvs_dir + ".hidden", ipvs_dir)
+            os.rename(hidden, ipvs_dir)
             sh("depmod", "-a")
             sh("ip", "netns", "del", "node", check=False)
         for m in ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"):
