@@ -227,8 +227,22 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
             os.rename(hidden, ipvs_dir)
             sh("depmod", "-a")
             sh("ip", "netns", "del", "node", check=False)
+
+        def step(name: str) -> None:
+            sh("ip", "netns", "add", "node")
+            try:
+                p = kpdiag("node", "node", "--preflight", "ipvs", "-o", "json", src=src)
+                rec[name] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
+            finally:
+                sh("ip", "netns", "del", "node", check=False)
+
+        # the walkthrough, step by step: the modules are back on disk but not loaded …
+        step("preflight_not_loaded")
+        # … loaded (modprobe; the sysctls still the kernel's defaults in a new namespace) …
         for m in ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"):
             sh("modprobe", m)
+        step("preflight_loaded")
+        # … and the sysctls kube-proxy needs set (in the node's namespace, as kube-proxy sets them)
         sh("ip", "netns", "add", "node")
         try:
             for key, value in sc.get("sysctls", {}).items():
@@ -264,7 +278,17 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
 
 
 def load_modules() -> None:
-    for m in ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "ip_vs_lc", "ip_vs_wlc", "ip_vs_sed", "ip_vs_nq"):
+    for m in (
+        "ip_vs",
+        "ip_vs_rr",
+        "ip_vs_wrr",
+        "ip_vs_sh",
+        "ip_vs_lc",
+        "ip_vs_wlc",
+        "ip_vs_sed",
+        "ip_vs_nq",
+        "ip_vs_dh",
+    ):
         sh("modprobe", m, check=False)
     sh("modprobe", "nf_conntrack")
     sh("modprobe", "xt_set", check=False)

@@ -196,6 +196,15 @@ SCENARIOS = [
     ),
     Scenario("sched-sh", "source hashing", scheduler="sh", connections=[conn("client", WEB_VIP, 80, 4, 42100)]),
     Scenario("sched-lc", "least-connection", scheduler="lc", connections=[conn("client", WEB_VIP, 80, 3, 42200)]),
+    Scenario("sched-dh", "destination hashing", scheduler="dh", connections=[conn("client", WEB_VIP, 80, 3, 42210)]),
+    Scenario("sched-nq", "never queue", scheduler="nq", connections=[conn("client", WEB_VIP, 80, 3, 42220)]),
+    Scenario(
+        "sched-wlc",
+        "weighted least-connection, weights 2:1:1",
+        scheduler="wlc",
+        weights={POD_IPS["pod0"]: 2},
+        connections=[conn("client", WEB_VIP, 80, 4, 42230)],
+    ),
     Scenario(
         "sched-sed", "shortest expected delay", scheduler="sed", connections=[conn("client", WEB_VIP, 80, 3, 42300)]
     ),
