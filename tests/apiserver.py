@@ -74,6 +74,7 @@ class ApiServer:
         self.version = version
         self.created: list[dict] = []  # pod bodies as POSTed
         self.posted: list[dict] = []  # every object body POSTed (with the uid given to it)
+        self._owned: set[str] = set()  # uids named as an owner by some object
         self.collected: list[str] = []  # names of objects the garbage collector deleted with their owner
         self._tasks: set = set()
         self.host = host
@@ -158,6 +159,9 @@ class ApiServer:
                     if isinstance(md, dict):
                         md.setdefault("uid", str(uuid.uuid4()))
                     server.posted.append(json.loads(json.dumps(request.data)))
+                    for ref in (md.get("ownerReferences") or []) if isinstance(md, dict) else []:
+                        if isinstance(ref, dict) and ref.get("uid"):
+                            server._owned.add(ref["uid"])
                 for key, seconds in server.hang.items():  # a server that does not answer in time
                     if _hits(key, method, path):
                         await server._pause(seconds)
@@ -285,12 +289,15 @@ class ApiServer:
                     return resp
                 selector = request.params.get("labelSelector") if request.params else None
                 resp = await super()._handle(request)
-                if method == "DELETE" and resp.status < 300:  # the garbage collector: dependents go with their owner
+                if (
+                    method == "DELETE" and resp.status < 300 and server._owned
+                ):  # the garbage collector: dependents go with their owner
                     try:
                         uid = (json.loads(resp.body).get("metadata") or {}).get("uid")
                     except (ValueError, AttributeError, TypeError):
                         uid = None
-                    if uid:
+                    if uid in server._owned:
+                        server._owned.discard(uid)
                         await self._collect_garbage(uid)
                 if selector and method == "GET" and "watch" not in request.params and resp.status == 200:
                     doc = json.loads(resp.body)
