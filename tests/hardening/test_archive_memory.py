@@ -31,10 +31,11 @@ def _archive(path, members: int, size: int, prefix: str = "node/filler") -> byte
 
 
 def test_many_members_at_the_spool_size_do_not_stay_in_memory(tmp_path):
-    """60 members of exactly SPOOL_IN_MEMORY (240 MiB): opening the archive and reading every member, in a fresh
-    process, peaks far below the members' total (it was above it)."""
+    """90 members of exactly SPOOL_IN_MEMORY (360 MiB): opening the archive and reading every member, in a fresh
+    process, peaks at less than half the members' total (it was above it: 390 MiB). What remains is the interpreter,
+    the 32 MiB kept in memory and the allocator's slack (60–130 MiB measured)."""
     path = tmp_path / "b.tar.gz"
-    filler = _archive(path, 60, store.SPOOL_IN_MEMORY)
+    filler = _archive(path, 90, store.SPOOL_IN_MEMORY)
     code = (
         "import sys\n"
         "from kpdiag.bundle.store import Bundle\n"
@@ -48,10 +49,10 @@ def test_many_members_at_the_spool_size_do_not_stay_in_memory(tmp_path):
     out, err = proc.stdout.read(), proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, err
-    assert out.split() == [b"60", b"0"]  # every member read back whole
+    assert out.split() == [b"90", b"0"]  # every member read back whole
     peak_mib = usage.ru_maxrss / 1024
-    print(f"60 × 4 MiB archive: peak RSS {peak_mib:.0f} MiB")
-    assert peak_mib < 60 * 4 / 2, peak_mib  # it held all 240 MiB before
+    print(f"90 × 4 MiB archive: peak RSS {peak_mib:.0f} MiB")
+    assert peak_mib < 90 * 4 / 2, peak_mib  # it held all 360 MiB before
 
 
 def test_members_in_memory_are_bounded_in_total_and_read_back_whole(tmp_path, monkeypatch):
