@@ -547,8 +547,9 @@ class FleetRunner:
 
         def handler(signum, frame):
             if self._signalled is None:
+                # only a flag: this runs between two bytecodes of the main thread, maybe inside a lock it holds
+                # (Event.set here could wait forever for the lock of the Event the main thread is setting)
                 self._signalled = signum
-                self._stop.set()  # waits (retry backoff) end at once
                 return
             if signum in INSISTING:
                 restore()  # the user insists: the defaults again from here on (a third Ctrl-C is a plain one)
