@@ -804,9 +804,11 @@ class FleetRunner:
         for name in sorted(self._created - self._deleted):
             self._delete(name, deadline)
         listed: set[str] = set()
+        list_ok = False  # once the API listed the run's pods, that list (not what was created) says what is left
         for attempt in range(3):
             try:
                 listed = set(self._labelled_pods(P.LABEL_RUN, self.run_id, deadline=deadline))
+                list_ok = True
             except Exception as exc:
                 if attempt == 2 or time.monotonic() + 1 >= deadline:
                     self.cleanup_errors.append(f"pods of run {self.run_id}: " + self._why(exc, "list"))
@@ -823,7 +825,8 @@ class FleetRunner:
             if time.monotonic() + 1 + attempt >= deadline:
                 break
             time.sleep(1 + attempt)
-        self.leftover_pods = sorted((self._created | listed) - self._deleted)
+        # the garbage collector may have removed pods whose own delete failed (their owner was deleted first)
+        self.leftover_pods = sorted((listed if list_ok else self._created | listed) - self._deleted)
 
     def cleanup(self) -> tuple[list[str], list[str]]:
         """Delete every pod kpdiag left in the namespace (any run), and the runs' ConfigMaps: (deleted pod names,

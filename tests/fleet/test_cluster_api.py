@@ -520,3 +520,16 @@ def test_a_signal_swallowed_before_the_run_still_stops_it_before_any_pod(tmp_pat
                 runner.run([f"node-{i:03d}" for i in range(3)])
         posts = api.count("POST", "/pods")
     assert exc.value.signum == signal.SIGINT and posts == 0
+
+
+def test_pods_whose_deletes_fail_go_with_their_owner(capsys, tmp_path):
+    """Every pod DELETE fails (500), the run's ConfigMap's does not: the garbage collector removes the pods with it,
+    the run's final list finds none, and none is reported as left behind."""
+    kubelet = {f"node-00{i}": {"log": REPORTS["healthy-iptables"]} for i in range(2)}
+    with ApiServer(_nodes(2), kubelet=kubelet, fail={"DELETE pods": 500}) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--timeout", "20")
+        live = api.live_pods(NS)
+        collected = list(api.collected)
+    report = json.loads(out)
+    assert live == [] and len(collected) == 2
+    assert "leftover_pods" not in report["extra"] and rc == 0, err
