@@ -11,8 +11,8 @@
 # User: the image runs as root by default, because its two main uses need capabilities that only uid 0 gets
 # in a container (kubectl debug cannot set a user, and file capabilities on the interpreter would make the image
 # fail to start where NET_RAW is dropped):
-#   kpdiag node / cluster pods   NET_ADMIN, NET_RAW, SYS_CHROOT, SYS_PTRACE (deploy/node-pod-privileges.md says
-#                                why each); the pod kpdiag cluster creates sets runAsUser: 0 and drops the rest
+#   kpdiag node / cluster pods   NET_ADMIN, NET_RAW, SYS_PTRACE (docs/privileges.md says why each); the pod
+#                                kpdiag cluster creates sets runAsUser: 0 and drops the rest
 #   kpdiag svc with probes       CAP_NET_RAW (scapy's ICMP/TCP probes), e.g.
 #                                kubectl debug -it POD --image=… --profile=netadmin -- kpdiag svc NAME -n NS
 # Everything else runs as the unprivileged user "kpdiag" (uid 10001) that the image also has:

@@ -912,20 +912,34 @@ def _first_local(setup, local_ips, family: int = 4, dst: str | None = None) -> s
 
 
 def _interrupted(exc: KeyboardInterrupt) -> int:
-    """Ctrl-C is 130; a run stopped by SIGTERM is 143 (128 + signal, as a shell reports it)."""
+    """A run stopped by a signal: the code is exitcodes.for_signal's (130 Ctrl-C, 129 SIGHUP, 143 SIGTERM …). After a
+    hangup the terminal is gone: the last words are best effort."""
     signum = getattr(exc, "signum", 2)
-    if getattr(exc, "forced", False):
-        click.echo(
-            "kpdiag: interrupted before cleanup finished: pods may be left; remove them with: kpdiag cluster --cleanup",
-            err=True,
-        )
-    else:
-        click.echo("kpdiag: interrupted", err=True)
+    try:
+        if getattr(exc, "forced", False):
+            click.echo(
+                "kpdiag: interrupted before cleanup finished: pods may be left; remove them with: kpdiag cluster --cleanup",
+                err=True,
+            )
+        else:
+            click.echo("kpdiag: interrupted", err=True)
+    except (OSError, ValueError):  # EIO on a hung-up terminal, a closed pipe
+        pass
     _INTERRUPTED.append(signum)
-    return 128 + signum
+    return exitcodes.for_signal(signum)
 
 
 _INTERRUPTED: list[int] = []
+
+
+def _signal_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (a signal) an exception was raised while handling, if any."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def run() -> None:
@@ -982,6 +996,10 @@ def main(argv=None) -> int:
         return exitcodes.OK
     except Exception as exc:  # never a traceback for the user
         from .errors import KpdiagError
+
+        signalled = _signal_behind(exc)
+        if signalled is not None:  # click's own newline after Ctrl-C failed: a hung-up terminal (EIO)
+            return _interrupted(signalled)
 
         if isinstance(exc, KpdiagError):
             click.echo(f"kpdiag: error: {exc}", err=True)

@@ -27,6 +27,15 @@ def for_policy(allowed: bool | None) -> int:
     return OK if allowed else FINDINGS
 
 
+def for_fleet(nodes_failed: int, pods_left: int, not_saved: bool = False) -> int:
+    """kpdiag cluster, beside the code of its findings (the larger one wins): 3 when the --save-dir it was asked for
+    could not be written; 1 when a node could not be diagnosed (KP806 names it) or a pod was left behind — whatever
+    --fail-on says: the run did not do all it was asked."""
+    if not_saved:
+        return NO_DIAGNOSIS
+    return FINDINGS if nodes_failed or pods_left else OK
+
+
 # kpdiag trace: what happens to the packet (2 and 3 as for every command: usage, nothing readable)
 TRACE_DELIVERED = 0  # every path accepts it: delivered to the node itself or forwarded
 TRACE_DROPPED = 4  # at least one path drops it (silently: the client times out)
@@ -46,6 +55,23 @@ def for_trace(verdicts, complete: bool = True) -> int:
     if "reject" in verdicts:
         return TRACE_REJECTED
     return TRACE_DELIVERED
+
+
+# Stopped by a signal (after cleaning up what the run created): 128 + the signal's number, as a shell reports a
+# process that signal ended, so scripts read the same code whether kpdiag caught the signal or not.
+SIGNAL_BASE = 128
+HANGUP = SIGNAL_BASE + 1  # SIGHUP: the terminal went away (a closed ssh session)
+INTERRUPTED = SIGNAL_BASE + 2  # SIGINT: Ctrl-C
+QUIT = SIGNAL_BASE + 3  # SIGQUIT: Ctrl-backslash
+TERMINATED = SIGNAL_BASE + 15  # SIGTERM: kill, timeout(1), a service manager
+
+
+def for_signal(signum: int | None) -> int:
+    """The exit code of a run a signal stopped: 129 SIGHUP, 130 SIGINT, 131 SIGQUIT, 143 SIGTERM (128 + number);
+    an unknown or missing number is taken as Ctrl-C (130)."""
+    if not isinstance(signum, int) or isinstance(signum, bool) or not 0 < signum < 65:
+        return INTERRUPTED
+    return SIGNAL_BASE + signum
 
 
 def for_error(exc: BaseException) -> int:

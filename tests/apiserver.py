@@ -19,7 +19,8 @@ A slow or hostile server: ``hang`` ({KEY: seconds}) answers matching requests on
 ({KEY: status}) answers them with an error. KEY is ``"*"``, a resource (``"pods"``), or a method and a resource or
 path prefix (``"DELETE pods"``, ``"GET /api/v1/nodes"``). Kubelet behaviours for the log: ``{"log": TEXT,
 "log_hang": seconds}`` (the log read does not answer for that long), ``{"log": TEXT, "log_trickle": seconds}`` (the
-answer starts at once, then one byte per interval). ``times`` records (monotonic time, method, path) per request.
+answer starts at once, then one byte per interval). ``times`` records (monotonic time, method, path) per request. Created objects get a ``metadata.uid``; deleting an
+object deletes the objects whose ``ownerReferences`` name its uid (``collected``), as the garbage collector does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 
 RESOURCES = {
     "Service": ("", "v1", "services", True),
@@ -71,6 +73,9 @@ class ApiServer:
         self.kubelet_delay = kubelet_delay
         self.version = version
         self.created: list[dict] = []  # pod bodies as POSTed
+        self.posted: list[dict] = []  # every object body POSTed (with the uid given to it)
+        self._owned: set[str] = set()  # uids named as an owner by some object
+        self.collected: list[str] = []  # names of objects the garbage collector deleted with their owner
         self._tasks: set = set()
         self.host = host
         self.fail = fail or {}  # {"pods": 403, "*": 500}: answer these resources with an error
@@ -149,6 +154,14 @@ class ApiServer:
                 method = str(getattr(request.method, "value", request.method)).upper()
                 requests.append((method, path))
                 server.times.append((time.monotonic(), method, path))
+                if method == "POST" and isinstance(request.data, dict):  # the API server gives each object a uid
+                    md = request.data.setdefault("metadata", {})
+                    if isinstance(md, dict):
+                        md.setdefault("uid", str(uuid.uuid4()))
+                    server.posted.append(json.loads(json.dumps(request.data)))
+                    for ref in (md.get("ownerReferences") or []) if isinstance(md, dict) else []:
+                        if isinstance(ref, dict) and ref.get("uid"):
+                            server._owned.add(ref["uid"])
                 for key, seconds in server.hang.items():  # a server that does not answer in time
                     if _hits(key, method, path):
                         await server._pause(seconds)
@@ -276,6 +289,16 @@ class ApiServer:
                     return resp
                 selector = request.params.get("labelSelector") if request.params else None
                 resp = await super()._handle(request)
+                if (
+                    method == "DELETE" and resp.status < 300 and server._owned
+                ):  # the garbage collector: dependents go with their owner
+                    try:
+                        uid = (json.loads(resp.body).get("metadata") or {}).get("uid")
+                    except (ValueError, AttributeError, TypeError):
+                        uid = None
+                    if uid in server._owned:
+                        server._owned.discard(uid)
+                        await self._collect_garbage(uid)
                 if selector and method == "GET" and "watch" not in request.params and resp.status == 200:
                     doc = json.loads(resp.body)
                     doc["items"] = [
@@ -285,6 +308,14 @@ class ApiServer:
                     ]
                     return aiohttp.web.json_response(doc)
                 return resp
+
+            async def _collect_garbage(self, uid):
+                async with self._lock:
+                    for key, obj in list(self._objects.items()):
+                        refs = (obj.get("metadata") or {}).get("ownerReferences") or [] if not obj.deleted else []
+                        if any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
+                            obj.delete()
+                            server.collected.append(key[2])
 
             async def _run_pod(self, key, how):
                 await asyncio.sleep(server.kubelet_delay)

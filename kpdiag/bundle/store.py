@@ -7,9 +7,10 @@ the caller gets ``None``.
 A bundle is someone else's data. From a directory only regular files are read, each resolved beneath
 the bundle's root with no symbolic link anywhere on the way (a link to a secret, a FIFO, a device: refused,
 never opened for reading). An archive is streamed once: members over :data:`MAX_FILE_BYTES` are skipped
-(named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each
-and in an unnamed temporary file above, and reading stops at :data:`MAX_TOTAL_BYTES` — so a gzip bomb
-costs decompression time, not memory. Members that are links, devices, or named outside the bundle make
+(named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each and
+:data:`SPOOL_MEMORY_TOTAL` in all, and in an unnamed temporary file beyond, and reading stops at
+:data:`MAX_TOTAL_BYTES` — so a gzip bomb or a thousand middle-sized members cost decompression time and
+temporary disk, not memory. Members that are links, devices, or named outside the bundle make
 the whole archive refused.
 """
 
@@ -35,6 +36,7 @@ MAX_FILE_BYTES = 128 * 1024 * 1024  # one file (a 20,000-Service node's iptables
 MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # everything read from one bundle (an archive: every member, skipped ones too)
 MAX_TAR_FILES = 10000
 SPOOL_IN_MEMORY = 4 * 1024 * 1024  # archive members above this wait in a temporary file, not in memory
+SPOOL_MEMORY_TOTAL = 32 * 1024 * 1024  # and once the members kept in memory reach this, every further one does too
 MAX_JSON_DEPTH = safeio.MAX_DEPTH
 MAX_DEPTH_DIRS = 16  # folders below a bundle's root (its own layout is 2 deep)
 
@@ -328,20 +330,25 @@ class Bundle:
 
 
 class _Spool(Mapping):
-    """An archive's members by name: small ones in memory, big ones in an unnamed temporary file."""
+    """An archive's members by name: small ones in memory while they total at most SPOOL_MEMORY_TOTAL, every other
+    one in an unnamed temporary file (read back with pread when asked for: one member in memory at a time) — so the
+    memory an archive costs is bounded whatever its members' number and sizes (250 members of 4 MiB were 1 GB)."""
 
     def __init__(self):
         self._mem: dict[str, bytes] = {}
+        self._mem_bytes = 0
         self._disk: dict[str, tuple[int, int]] = {}  # name → (offset, length) in _tmp
         self._tmp = None
         self._end = 0
         self.problems: list[tuple[str, str]] = []
 
     def add(self, name: str, fh, size: int) -> None:
-        self._mem.pop(name, None)
+        self._mem_bytes -= len(self._mem.pop(name, b""))
         self._disk.pop(name, None)
-        if size <= SPOOL_IN_MEMORY:
-            self._mem[name] = fh.read(size)
+        if size <= SPOOL_IN_MEMORY and self._mem_bytes + size <= SPOOL_MEMORY_TOTAL:
+            data = fh.read(size)
+            self._mem[name] = data
+            self._mem_bytes += len(data)
             return
         if self._tmp is None:
             self._tmp = tempfile.TemporaryFile(prefix="kpdiag-")

@@ -61,6 +61,49 @@ BPF_MAX_ENTRIES = 2000
 MAX_OVERLAY_DEVICES = 16  # ethtool -k runs for at most this many VXLAN/Geneve devices
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
+
+@dataclass(frozen=True)
+class HostPath:
+    """A path under the host root (``--host-root``) the collector reads, what it gives, and whether kpdiag's node pod
+    mounts it (kpdiag/fleet/pods.py derives its read-only hostPath mounts from this list: never the host's /)."""
+
+    path: str  # relative to the host root
+    gives: str
+    pod: bool = True  # mounted read-only into the node pod at /host/PATH
+    not_mounted: str = ""  # why not, and what the pod does instead
+
+
+HOST_PATHS = (
+    HostPath("var/log/pods", "kube-proxy's container log (kube-system_kube-proxy-*/kube-proxy/*.log), the last 2 MB"),
+    HostPath(
+        "lib/modules", "modules.builtin of the running kernel: built-in ip_vs or nf_conntrack are not in /proc/modules"
+    ),
+    HostPath("sys/fs/bpf", "the names of pinned BPF objects (Cilium's, Calico eBPF's): who implements Services"),
+    HostPath(
+        "var/log/kube-proxy.log",
+        "kube-proxy's log where it writes a file of its own (--log-file)",
+        pod=False,
+        not_mounted="a file that may not exist: a hostPath of type File stops the pod where it is absent, an untyped "
+        "one makes the container runtime create it on the host; the pod reads the container log only",
+    ),
+    HostPath(
+        "var/log/journal",
+        "kube-proxy's, k3s' or k0s' journald log (journalctl -D)",
+        pod=False,
+        not_mounted="the image carries no journalctl",
+    ),
+    *(
+        HostPath(
+            d,
+            "the host's own iptables, nft, ipvsadm, ipset, conntrack, run as chroot HOST TOOL (their versions match the rules)",
+            pod=False,
+            not_mounted="the whole host root would be needed to chroot into (with /etc/kubernetes/pki and the kubelet's "
+            "credentials): the pod runs the image's own tools",
+        )
+        for d in ("usr/sbin", "sbin", "usr/bin", "bin")
+    ),
+)
+
 SYSCTL_DIRS = ("net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/netfilter", "net/core")
 SYSCTL_SKIP = ("net/ipv4/route/flush", "net/ipv4/neigh", "net/ipv6/neigh")
 

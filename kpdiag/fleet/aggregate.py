@@ -449,9 +449,14 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     nodes = os.path.join(path, NODES_DIR)
     if os.path.isdir(nodes) and not os.path.islink(nodes):  # here a node may be called cluster or scenario
         rels += [f"{NODES_DIR}/{n}" for n in sorted(os.listdir(nodes)) if n.endswith(".json")]
+    names = meta.get("files") if isinstance(meta.get("files"), dict) else {}
     for rel in rels:
-        # a run's files are named after the Kubernetes node; loose reports carry the host name they ran on
-        results.append(read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel))
+        # a run's files are named after the Kubernetes node (cluster.json's "files" has the full name of each);
+        # loose reports carry the host name they ran on
+        r = read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel)
+        if isinstance(names.get(rel), str) and names[rel]:
+            r.node = names[rel]
+        results.append(r)
     for f in meta.get("failures") or []:
         if isinstance(f, dict) and f.get("node"):
             results.append(NodeResult(str(f["node"]), failure=str(f.get("reason")), kind=f.get("kind")))
@@ -509,13 +514,21 @@ def aggregate_files(paths: list[str], select=(), ignore=()) -> Report:
     return aggregate(results, select=select, ignore=ignore, subject=f"cluster ({what})")
 
 
+FILE_NAME_MAX = 120  # bytes of a node's file name before ".json": far below every file system's 255
+
+
 def report_file_name(node: str, taken: set[str]) -> str:
-    """nodes/<name>.json for a node: only [A-Za-z0-9._-], never hidden, '.' or '..', never twice."""
+    """nodes/<name>.json for a node: only [A-Za-z0-9._-], never hidden, '.' or '..', never twice; a name longer than
+    FILE_NAME_MAX (a node name may have 253 characters) is cut and ends in a hash of the whole name, which
+    cluster.json's ``files`` keeps (what ``kpdiag analyze DIR`` names the node by)."""
+    import hashlib
     import re
 
     base = re.sub(r"[^A-Za-z0-9._-]", "_", node) or "_"
     if base.startswith("."):
         base = "_" + base
+    if len(base) > FILE_NAME_MAX:
+        base = f"{base[: FILE_NAME_MAX - 17]}-{hashlib.sha256(node.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
     name, i = base, 1
     while name in taken:
         i += 1
@@ -531,10 +544,14 @@ def write_report_dir(path: str, results: list[NodeResult], meta: dict, force: bo
     from kpdiag.bundle.safeio import OutputDir
 
     taken: set[str] = set()
+    files: dict[str, str] = {}
     with OutputDir(path, force) as out:
         for r in results:
             if r.ok:
-                out.write(f"{NODES_DIR}/{report_file_name(r.node, taken)}", json.dumps(r.report).encode())
+                rel = f"{NODES_DIR}/{report_file_name(r.node, taken)}"
+                out.write(rel, json.dumps(r.report).encode())
+                files[rel] = r.node
         doc = dict(meta)
+        doc["files"] = files  # file → the node's full name (names are cut, hashed and made file-safe)
         doc["failures"] = [{"node": r.node, "kind": r.kind, "reason": r.failure} for r in results if not r.ok]
         out.write("cluster.json", json.dumps(doc, indent=1).encode())

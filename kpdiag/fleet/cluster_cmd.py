@@ -24,10 +24,21 @@ def _node_spec(nodes: str | None) -> tuple[str | None, list[str] | None]:
         return None, None
     if any(ch in nodes for ch in "=!") or ("/" in nodes and "," not in nodes):
         return nodes, None
-    return None, [n.strip() for n in nodes.split(",") if n.strip()]
+    # each node once, in the order given: a repeated name would be a second pod of the same name (409) counted twice
+    return None, list(dict.fromkeys(n.strip() for n in nodes.split(",") if n.strip()))
 
 
-def run(
+def run(**kwargs) -> Outcome:
+    """`kpdiag cluster`. A terminating signal before the pods (credentials, node list) or after them (aggregation)
+    ends the command at once as Interrupted — nothing of the run exists in the cluster then; while pods exist the
+    runner's own handlers stop the run and clean up first (kpdiag/fleet/runner.py)."""
+    from .runner import raising_on_signals
+
+    with raising_on_signals():
+        return _run(**kwargs)
+
+
+def _run(
     *,
     nodes=None,
     service=None,
@@ -154,14 +165,19 @@ def run(
         results = runner.run(targets.nodes)
     finally:
         if bar is not None:
-            bar.close()
+            try:
+                bar.close()
+            except (OSError, ValueError):  # the terminal hung up (EIO): the run's own outcome goes on
+                pass
     aside.join(max(0.0, runner.setup_deadline - time.monotonic()) + 1.0)
     api_version, local_itp = side.get("api_version"), side.get("local_itp")
     results += targets.skipped
+    failed = sum(1 for r in results if not r.ok)
     messages = list(runner.notes)
     messages += [f"could not delete {e} — run: kpdiag cluster --cleanup" for e in runner.cleanup_errors]
     if keep_pods:
         messages.append(f"pods kept (label {P.LABEL_RUN}={runner.run_id}); remove them with: kpdiag cluster --cleanup")
+    code = exitcodes.for_fleet(failed, len(runner.leftover_pods))
     if save_dir:
         try:
             write_report_dir(
@@ -181,6 +197,7 @@ def run(
             from kpdiag.bundle.safeio import describe
 
             messages.append(f"{save_dir}: cannot write: {describe(exc)}")
+            code = exitcodes.for_fleet(failed, len(runner.leftover_pods), not_saved=True)
     report = aggregate(results, api_version=api_version, local_itp=local_itp, select=select, ignore=ignore)
     if runner.leftover_pods:  # deletes failed: the pods are named in the report and the run fails
         import dataclasses
@@ -197,8 +214,7 @@ def run(
                 for n in runner.leftover_pods
             ),
         )
-        return Outcome(report=report, messages=messages, code=exitcodes.FINDINGS)
-    return Outcome(report=report, messages=messages)
+    return Outcome(report=report, messages=messages, code=code)
 
 
 def _manifests(docs: list[dict]) -> str:

@@ -19,6 +19,7 @@ types, finding ids and slugs) and must not claim to be another node of the clust
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import re
@@ -41,6 +42,51 @@ SETUP_SHARE = 0.5  # of --timeout, for the node list, /version and the Service l
 CLEANUP_SHARE = 0.25  # of --timeout, for a node's delete, and again for the final cleanup
 MIN_CALL = 0.05  # seconds: a call is not started with less time than this left
 CHUNK = 256 * 1024
+
+
+# every terminating signal a process can catch; a repeated Ctrl-C or Ctrl-backslash quits at once
+TERMINATING = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+INSISTING = (signal.SIGINT, signal.SIGQUIT)
+
+
+# signals raised as Interrupted while no pod existed: kept, so that one swallowed on its way (raised inside a finalizer
+# or a library's catch-all) still stops the run at its start (FleetRunner.run reads it)
+_PENDING: list[int] = []
+
+
+@contextlib.contextmanager
+def raising_on_signals():
+    """SIGHUP, SIGINT, SIGQUIT and SIGTERM raise Interrupted at once while no pod exists: the command ends with
+    128 + signal and its one line instead of dying silently (SIGHUP) or dumping core (SIGQUIT). Each is also noted in
+    _PENDING: FleetRunner.run stops before its first pod when one was noted."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        _PENDING.append(signum)
+        raise Interrupted(signum)
+
+    _PENDING.clear()
+    saved = {sig: signal.signal(sig, handler) for sig in TERMINATING}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+        _PENDING.clear()
+
+
+def _best_effort(fn):
+    """Progress and messages after a hangup: the terminal is gone (EIO), and that must not stop the cleanup."""
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (OSError, ValueError):
+            return None
+
+    return call
 
 
 class DeadlineExceeded(Exception):
@@ -151,7 +197,7 @@ def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
         term = state.get("terminated")
         if term is not None:
             if term.get("reason") == "OOMKilled":
-                return "fail", "pod failed", "OOMKilled: kpdiag exceeded the pod's memory limit (1Gi)"
+                return "fail", "pod failed", f"OOMKilled: kpdiag exceeded the pod's memory limit ({P.MEMORY_LIMIT})"
             return "done", None, None
         reason, message = status.get("reason") or "", status.get("message") or ""
         if reason == "DeadlineExceeded":
@@ -205,8 +251,8 @@ class FleetRunner:
         self.parallel = max(1, int(parallel))
         self.service = service
         self.poll = poll
-        self.progress = progress or (lambda **kw: None)
-        self.say = say or (lambda msg: None)
+        self.progress = _best_effort(progress or (lambda **kw: None))
+        self.say = _best_effort(say or (lambda msg: None))
         self.keep_pods = keep_pods
         # the node pods read the API with kpdiag's node service account; None once it proved missing (then they run
         # without a token and say so) or with node_api=False
@@ -223,6 +269,8 @@ class FleetRunner:
         self._fatal: str | None = None
         self._signalled: int | None = None
         self._programmed: dict[str, dict] = {}
+        self.owner_deleted = False
+        self.owner: dict | None = None  # the run's ConfigMap the pods belong to (ownerReferences), once created
         self.known_nodes: set[str] = set()  # every node name the API listed (a report claiming one of them is checked)
         self.leftover_pods: list[str] = []  # pods this run created and could not delete
         # the whole run ends by ``deadline`` (kpdiag cluster: --timeout after the command started), the deletes included:
@@ -415,7 +463,66 @@ class FleetRunner:
             timeout=int(self.timeout),
             service=self.service,
             service_account=self.service_account,
+            owner=self.owner,
         )
+
+    # ------------------------------------------------------------ the run's owner object
+    def _create_owner(self) -> None:
+        """The run's ConfigMap (``kpdiag-run-<id>``, labelled like the pods): every pod names it as its owner, so one
+        DELETE of it — the first thing the cleanup does, on success, failure and every signal — has the API server's
+        garbage collector remove every pod of the run, even those whose create timed out, and even when kpdiag is
+        killed right after. Refused (an older RBAC without configmaps): the pods run without an owner, said once."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": P.owner_name(self.run_id),
+                "namespace": self.namespace,
+                "labels": {P.LABEL_MANAGED: "kpdiag", P.LABEL_NAME: "kpdiag", P.LABEL_RUN: self.run_id},
+            },
+            "data": {"run": self.run_id, "timeout": str(int(self.timeout)), "image": self.image},
+        }
+        try:
+            doc = self._json(
+                self.core.create_namespaced_config_map,
+                self.namespace,
+                body,
+                deadline=time.monotonic() + self.cleanup_budget,
+            )
+        except Exception as exc:
+            self.notes.append(
+                self._why(exc, f"create ConfigMap {self.namespace}/{body['metadata']['name']}")
+                + " — the pods run without a run owner: only this process and their activeDeadlineSeconds remove "
+                "them (deploy/rbac-cluster.yaml grants configmaps create, list and delete in its namespace)"
+            )
+            return
+        uid = ((doc or {}).get("metadata") or {}).get("uid") if isinstance(doc, dict) else None
+        if not isinstance(uid, str) or not uid:
+            self.notes.append("the run's ConfigMap came back without a uid: the pods run without a run owner")
+            self._delete_owner(body["metadata"]["name"])
+            return
+        self.owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": body["metadata"]["name"], "uid": uid}
+
+    def _delete_owner(self, name: str | None = None, deadline: float | None = None) -> None:
+        """Delete the run's ConfigMap; the garbage collector then deletes the pods it owns (propagation Background)."""
+        name = name or (self.owner or {}).get("name")
+        if not name:
+            return
+        if deadline is None:
+            deadline = time.monotonic() + self.cleanup_budget
+        try:
+            self._call(
+                self.core.delete_namespaced_config_map,
+                name,
+                self.namespace,
+                deadline=deadline,
+                propagation_policy="Background",
+            )
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                self.cleanup_errors.append(f"ConfigMap {self.namespace}/{name}: " + self._why(exc, "delete"))
+                return
+        self.owner_deleted = True
 
     def run(self, nodes: list[str]) -> list[NodeResult]:
         """Run every node; on SIGINT/SIGTERM stop starting pods, let the workers finish deleting theirs, delete
@@ -423,8 +530,13 @@ class FleetRunner:
         point of the main thread can leave a future's lock held, and the pool then never shuts down."""
         results: dict[str, NodeResult] = {}
         restore = self._trap_signals()
+        if _PENDING and self._signalled is None:  # a signal before the run that was lost on its way: stop now
+            self._signalled = _PENDING[0]
+            self._stop.set()
         executor = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="kpdiag-node")
         try:
+            if self._signalled is None:
+                self._create_owner()
             futures = {executor.submit(self._one, node): node for node in nodes}
             pending = set(futures)
             last = 0.0
@@ -443,7 +555,7 @@ class FleetRunner:
                 running = len(self._created - self._deleted)
                 self.say(
                     f"{signal.Signals(self._signalled).name}: stopping; deleting {running} pod(s) "
-                    "(interrupt again to quit at once and leave them to `kpdiag cluster --cleanup`)"
+                    "(Ctrl-C again to quit at once and leave them to `kpdiag cluster --cleanup`)"
                 )
         finally:
             self._stop.set()
@@ -457,8 +569,11 @@ class FleetRunner:
         return [results[n] for n in nodes]
 
     def _trap_signals(self):
-        """SIGINT and SIGTERM set a flag the run loop reads (it wakes at least every poll interval); a second one
-        raises at once. Only the main thread may install handlers: elsewhere signals keep their defaults."""
+        """Every terminating signal kpdiag can catch (SIGHUP, SIGINT, SIGQUIT, SIGTERM) sets a flag the run loop reads
+        (it wakes at least every poll interval): the run stops and cleans up. A second Ctrl-C or Ctrl-backslash (a person
+        insisting) raises at once; a second SIGHUP or SIGTERM does not (a hangup comes twice, from the kernel and
+        from the shell; a service manager that wants an immediate end sends SIGKILL). Only the main thread may
+        install handlers: elsewhere signals keep their dispositions."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
 
@@ -470,12 +585,16 @@ class FleetRunner:
             saved.clear()
 
         def handler(signum, frame):
-            if self._signalled is not None:
+            if self._signalled is None:
+                # only a flag: this runs between two bytecodes of the main thread, maybe inside a lock it holds
+                # (Event.set here could wait forever for the lock of the Event the main thread is setting)
+                self._signalled = signum
+                return
+            if signum in INSISTING:
                 restore()  # the user insists: the defaults again from here on (a third Ctrl-C is a plain one)
                 raise Interrupted(signum, forced=True)
-            self._signalled = signum
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in TERMINATING:
             saved[sig] = signal.signal(sig, handler)
         return restore
 
@@ -723,12 +842,16 @@ class FleetRunner:
             return
         deadline = min(time.monotonic() + self.cleanup_budget, max(self.deadline, time.monotonic() + 1.0))
         self.cleanup_errors.clear()
+        self._delete_owner(deadline=deadline)  # first: the garbage collector removes the pods even if kpdiag dies now
+        owner_errors = list(self.cleanup_errors)
         for name in sorted(self._created - self._deleted):
             self._delete(name, deadline)
         listed: set[str] = set()
+        list_ok = False  # once the API listed the run's pods, that list (not what was created) says what is left
         for attempt in range(3):
             try:
                 listed = set(self._labelled_pods(P.LABEL_RUN, self.run_id, deadline=deadline))
+                list_ok = True
             except Exception as exc:
                 if attempt == 2 or time.monotonic() + 1 >= deadline:
                     self.cleanup_errors.append(f"pods of run {self.run_id}: " + self._why(exc, "list"))
@@ -736,23 +859,44 @@ class FleetRunner:
                 self._stop.wait(1 + attempt)
                 continue
             if not listed:
-                self.cleanup_errors.clear()  # earlier failures were retried and the run left nothing
+                self.cleanup_errors[:] = owner_errors  # earlier pod failures were retried and the run left none
                 break
-            self.cleanup_errors.clear()
+            self.cleanup_errors[:] = owner_errors
             for name in sorted(listed):
                 self._deleted.discard(name)
                 self._delete(name, deadline)
             if time.monotonic() + 1 + attempt >= deadline:
                 break
             time.sleep(1 + attempt)
-        self.leftover_pods = sorted((self._created | listed) - self._deleted)
+        # the garbage collector may have removed pods whose own delete failed (their owner was deleted first)
+        self.leftover_pods = sorted((listed if list_ok else self._created | listed) - self._deleted)
 
     def cleanup(self) -> tuple[list[str], list[str]]:
-        """Delete every pod kpdiag left in the namespace (any run): (deleted names, errors)."""
+        """Delete every pod kpdiag left in the namespace (any run), and the runs' ConfigMaps: (deleted pod names,
+        errors). A ConfigMap that cannot be listed (an RBAC from before run owners) is only named."""
         names = sorted(self._labelled_pods(P.LABEL_MANAGED, "kpdiag", deadline=self.setup_deadline))
         before = len(self.cleanup_errors)
         for name in names:
             self._delete(name)
+        try:
+            owners = self._list_all(
+                self.core.list_namespaced_config_map,
+                self.namespace,
+                deadline=time.monotonic() + self.cleanup_budget,
+                label_selector=f"{P.LABEL_MANAGED}=kpdiag",
+            )
+        except Exception as exc:
+            self.cleanup_errors.append(self._why(exc, f"list ConfigMaps in {self.namespace}") + " (run owners)")
+            owners = []
+        for cm in owners:
+            md = cm.get("metadata") if isinstance(cm.get("metadata"), dict) else {}
+            name = md.get("name")
+            if (
+                isinstance(name, str)
+                and name.startswith(P.OWNER_PREFIX)
+                and (md.get("labels") or {}).get(P.LABEL_MANAGED) == "kpdiag"
+            ):
+                self._delete_owner(name)
         return [n for n in names if n in self._deleted], self.cleanup_errors[before:]
 
 

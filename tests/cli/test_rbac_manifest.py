@@ -1,199 +1,303 @@
-"""deploy/rbac-svc.yaml allows exactly the calls kpdiag svc makes (read-only, no Secrets)."""
+"""The RBAC in deploy/ grants exactly what each command uses.
 
+Each command runs against the loopback API server (tests/apiserver.py, the real kubernetes client), in scenarios that
+take each of its paths; every request the server receives is turned into what the API server's authorizer sees
+(verb, API group, resource, subresource, namespace, name — or a non-resource URL) and must be allowed by the grants
+bound to that command's subject in the manifests. And the other way round: every grant (each verb × resource × scope
+of every rule bound to the subject) must allow at least one of those requests — a grant nothing uses fails the test.
+
+Subjects: kpdiag cluster's operator (Group kpdiag-operators, deploy/rbac-cluster.yaml), the node pods' ServiceAccount
+(kpdiag/kpdiag-node, the same file), and kpdiag svc / kpdiag policy's ServiceAccount (default/kpdiag,
+deploy/rbac-svc.yaml with the opt-in deploy/rbac-svc-whoami.yaml).
+"""
+
+from __future__ import annotations
+
+import json
 import os
+from dataclasses import dataclass
 
 import yaml
 
+from kpdiag.cli import main
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
-from tests.conftest import ROOT
+from tests.conftest import FIXTURES, ROOT
 
 
-def _rules():
-    with open(os.path.join(ROOT, "deploy", "rbac-svc.yaml")) as fh:
-        docs = [d for d in yaml.safe_load_all(fh) if d]
-    return [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+# ------------------------------------------------------------------ the manifests
+def _docs(*names: str) -> list[dict]:
+    docs = []
+    for name in names:
+        with open(os.path.join(ROOT, "deploy", name)) as fh:
+            docs += [d for d in yaml.safe_load_all(fh) if d]
+    return docs
 
 
-def test_rbac_is_read_only_and_covers_every_call(tmp_path):
-    rules = _rules()
-    verbs = {v for r in rules for v in r["verbs"]}
-    assert verbs <= {"get", "list"}
-    assert not any("secrets" in r.get("resources", []) or "*" in r.get("resources", []) for r in rules)
-    import subprocess
-    import sys
+@dataclass(frozen=True)
+class Grant:
+    """One verb on one resource (or a non-resource URL) in one scope: namespace, or None for cluster-wide."""
 
-    objs = [
-        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
-        k8s.node("node-a"),
-        k8s.kube_proxy_configmap(),
-    ]
-    with ApiServer(objs) as api:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kpdiag",
-                "svc",
-                "web",
-                "-n",
-                "shop",
-                "--kubeconfig",
-                api.kubeconfig(tmp_path),
-                "--no-probe",
-                "--node",
-                "node-a",
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            timeout=120,
-        )
-        calls = list(api.requests)
-    allowed = {
-        ("services", "get"),
-        ("endpointslices", "list"),
-        ("pods", "list"),
-        ("nodes", "get"),
-        ("configmaps", "get"),
-        ("daemonsets", "get"),
-    }
-    granted = {(res, v) for r in rules for res in r.get("resources", []) for v in r["verbs"]}
-    assert allowed <= granted
-    for method, path in calls:
-        if path.rstrip("/") == "/version":
+    verb: str
+    group: str | None  # None: a non-resource URL
+    resource: str  # "pods", "pods/log", or the URL
+    scope: str | None
+    names: tuple[str, ...] = ()
+    role: str = ""
+
+    def allows(self, req: "Request") -> bool:
+        if self.verb not in (req.verb, "*"):
+            return False
+        if self.group is None or req.url is not None:
+            return self.group is None and req.url is not None and self.resource == req.url
+        res = req.resource + (f"/{req.sub}" if req.sub else "")
+        if self.group != req.group or self.resource not in (res, "*"):
+            return False
+        if self.scope is not None and req.namespace != self.scope:
+            return False  # a RoleBinding: its namespace only (never cluster-scoped resources or all-namespace lists)
+        return not self.names or (req.name in self.names and req.verb not in ("list", "create", "watch"))
+
+
+def grants(docs: list[dict], kind: str, name: str, namespace: str | None = None) -> list[Grant]:
+    """The grants bound to a subject by the bindings of ``docs``."""
+    roles = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): d for d in docs if "rules" in d}
+    out = []
+    for b in docs:
+        if b["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
             continue
-        parts = path.strip("/").split("/")
-        resource = parts[-2] if parts[-2] in ("services", "nodes", "configmaps", "daemonsets") else parts[-1]
-        verb = "get" if parts[-2] in ("services", "nodes", "configmaps", "daemonsets") else "list"
-        assert (resource, verb) in granted, (method, path)
+        if not any(
+            s.get("kind") == kind
+            and s.get("name") == name
+            and (kind != "ServiceAccount" or s.get("namespace") == namespace)
+            for s in b.get("subjects") or []
+        ):
+            continue
+        scope = b["metadata"].get("namespace") if b["kind"] == "RoleBinding" else None
+        ref = b["roleRef"]
+        role = roles[(ref["kind"], ref["name"], scope if ref["kind"] == "Role" else None)]
+        for rule in role["rules"]:
+            for verb in rule["verbs"]:
+                for url in rule.get("nonResourceURLs", []):
+                    out.append(Grant(verb, None, url, None, role=ref["name"]))
+                for group in rule.get("apiGroups", []):
+                    for res in rule.get("resources", []):
+                        out.append(Grant(verb, group, res, scope, tuple(rule.get("resourceNames", [])), ref["name"]))
+    return out
 
 
-def test_cluster_rbac_covers_every_call_kpdiag_cluster_makes(tmp_path):
-    """Run `kpdiag cluster` (3 nodes, one per failure path too) and map each API request to (verb, resource,
-    namespace): deploy/rbac-cluster.yaml must grant exactly those, pod writes only in its own namespace."""
-    import json
-    import subprocess
-    import sys
+# ------------------------------------------------------------------ the requests
+@dataclass(frozen=True)
+class Request:
+    verb: str
+    group: str = ""
+    resource: str = ""
+    sub: str = ""
+    namespace: str | None = None
+    name: str | None = None
+    url: str | None = None  # a non-resource request
 
+
+def request(method: str, path: str) -> Request:
+    """What the API server's authorizer sees for METHOD PATH (as k8s.io/apiserver's RequestInfo resolves it)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if not parts or parts[0] not in ("api", "apis"):
+        return Request(verb="get" if method == "GET" else method.lower(), url="/" + "/".join(parts))
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    resource, name, sub = rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else ""
+    if namespace is None and resource == "namespaces" and name:  # GET /api/v1/namespaces/NAME
+        namespace = name
+    verb = {
+        "GET": "get" if name else "list",
+        "POST": "create",
+        "DELETE": "delete" if name else "deletecollection",
+        "PUT": "update",
+        "PATCH": "patch",
+    }[method]
+    return Request(verb, group, resource, sub, namespace, name)
+
+
+def check(subject: str, grant_list: list[Grant], calls: list[tuple[str, str]]) -> None:
+    """Every call allowed, every grant used."""
+    reqs = [request(m, p) for m, p in calls]
+    assert reqs, f"{subject}: no request was made"
+    denied = sorted(
+        {(m, p.split("?")[0]) for (m, p), r in zip(calls, reqs) if not any(g.allows(r) for g in grant_list)}
+    )
+    assert not denied, f"{subject}: requests no grant allows: {denied}"
+    unused = sorted(
+        {
+            f"{g.role}: {g.verb} {g.group + '/' if g.group else ''}{g.resource} in {g.scope or 'cluster'}"
+            for g in grant_list
+        }
+        - {
+            f"{g.role}: {g.verb} {g.group + '/' if g.group else ''}{g.resource} in {g.scope or 'cluster'}"
+            for g in grant_list
+            if any(g.allows(r) for r in reqs)
+        }
+    )
+    assert not unused, f"{subject}: grants no request uses: {unused}"
+
+
+def test_request_mapping_follows_the_api_servers_request_info():
+    assert request("GET", "/api/v1/namespaces/kpdiag/pods/p1/log?limitBytes=5") == Request(
+        "get", "", "pods", "log", "kpdiag", "p1"
+    )
+    assert request("GET", "/apis/apps/v1/namespaces/kube-system/daemonsets") == Request(
+        "list", "apps", "daemonsets", "", "kube-system", None
+    )
+    assert request("GET", "/api/v1/pods?fieldSelector=status.podIP%3D1.2.3.4") == Request("list", "", "pods")
+    assert request("GET", "/api/v1/namespaces") == Request("list", "", "namespaces")
+    assert request("DELETE", "/api/v1/namespaces/kpdiag/configmaps/x") == Request(
+        "delete", "", "configmaps", "", "kpdiag", "x"
+    )
+    assert request("GET", "/version/") == Request("get", url="/version")
+    # a RoleBinding's grant does not reach other namespaces, nor cluster-wide lists; resourceNames narrow gets only
+    g = Grant("list", "", "pods", "shop")
+    assert g.allows(request("GET", "/api/v1/namespaces/shop/pods")) and not g.allows(request("GET", "/api/v1/pods"))
+    named = Grant("get", "", "configmaps", "kube-system", ("kube-proxy",))
+    assert named.allows(request("GET", "/api/v1/namespaces/kube-system/configmaps/kube-proxy"))
+    assert not named.allows(request("GET", "/api/v1/namespaces/kube-system/configmaps/coredns"))
+
+
+# ------------------------------------------------------------------ kpdiag cluster
+def test_cluster_rbac_grants_exactly_the_calls_kpdiag_cluster_makes(tmp_path, capsys):
+    """A run over three nodes (one hangs past --timeout), then --cleanup: the operator's grants cover each request
+    and each is used; writes only in the kpdiag namespace, no Secrets, no exec."""
     from kpdiag.commands.pipeline import analyze_bundle
-    from tests.conftest import FIXTURES
 
-    with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
-        docs = [d for d in yaml.safe_load_all(fh) if d]
+    docs = _docs("rbac-cluster.yaml")
     ns_doc = next(d for d in docs if d["kind"] == "Namespace")
     assert ns_doc["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
-    ns_rules = [r for d in docs if d["kind"] == "Role" for r in d["rules"]]
-    assert all(d["metadata"]["namespace"] == "kpdiag" for d in docs if d["kind"] == "Role")
-    granted_cluster = {(res, v) for r in cluster_rules for res in r.get("resources", []) for v in r["verbs"]}
-    granted_ns = {(res, v) for r in ns_rules for res in r.get("resources", []) for v in r["verbs"]}
-    assert not any(v in ("create", "delete", "update", "patch") for _, v in granted_cluster)  # no writes outside kpdiag
-    assert not any(res in ("secrets", "*", "pods/exec") for res, _ in granted_cluster | granted_ns)
+    operator = grants(docs, "Group", "kpdiag-operators")
+    assert all(g.scope == "kpdiag" for g in operator if g.verb in ("create", "delete", "update", "patch"))
+    assert not any(g.resource in ("secrets", "*", "pods/exec", "pods/attach") for g in operator)
 
     report = json.dumps(analyze_bundle(os.path.join(FIXTURES, "healthy-iptables")).to_dict())
     nodes = [k8s.node(n, ready=True) for n in ("a", "b", "c")]
     with ApiServer(nodes, kubelet={"a": {"log": report}, "b": {"hang": True}, "c": {"log": report}}) as api:
         kc = api.kubeconfig(tmp_path)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kpdiag",
-                "cluster",
-                "--kubeconfig",
-                kc,
-                "--poll",
-                "0.05",
-                "--timeout",
-                "2",
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            timeout=120,
-        )
-        subprocess.run(
-            [sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--cleanup"],
-            capture_output=True,
-            timeout=60,
-        )
+        main(["cluster", "--kubeconfig", kc, "--poll", "0.05", "--timeout", "2", "-o", "json"])
+        main(["cluster", "--kubeconfig", kc, "--cleanup"])
         calls = list(api.requests)
-    used = set()
-    for method, path in calls:
-        p = path.rstrip("/")
-        if p == "/version":
-            used.add(("/version", "get"))
-            continue
-        parts = p.strip("/").split("/")
-        if parts[-1] == "log":
-            used.add(("kpdiag", "pods/log", "get"))
-        elif "namespaces" in parts:
-            ns = parts[parts.index("namespaces") + 1]
-            named = len(parts) > parts.index("namespaces") + 3
-            verb = {"POST": "create", "DELETE": "delete", "GET": "get" if named else "list"}[method]
-            used.add((ns, parts[parts.index("namespaces") + 2], verb))
-        else:
-            used.add(("", parts[-1], "list" if method == "GET" else method.lower()))
-    for call in used:
-        if call[0] == "/version":
-            assert any("/version" in r.get("nonResourceURLs", []) for r in cluster_rules)
-        elif call[0] == "":
-            assert (call[1], call[2]) in granted_cluster, call
-        else:
-            assert call[0] == "kpdiag" and (call[1], call[2]) in granted_ns, call
-    assert {
-        ("kpdiag", "pods", "create"),
-        ("kpdiag", "pods", "delete"),
-        ("kpdiag", "pods/log", "get"),
-        ("", "nodes", "list"),
-    } <= used
-
-
-def test_svc_rbac_lists_pods_only_per_namespace():
-    """A pod list shows every container's environment: deploy/rbac-svc.yaml grants it through RoleBindings in the
-    namespaces named, never through a ClusterRoleBinding."""
-    with open(os.path.join(ROOT, "deploy", "rbac-svc.yaml")) as fh:
-        docs = [d for d in yaml.safe_load_all(fh) if d]
-    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("ClusterRole", "Role")}
-    with_pods = {key for key, d in roles.items() if any("pods" in r.get("resources", []) for r in d["rules"])}
-    assert with_pods == {("ClusterRole", "kpdiag-svc-pods")}
-    for d in docs:
-        if d["kind"] == "ClusterRoleBinding":
-            assert (d["roleRef"]["kind"], d["roleRef"]["name"]) not in with_pods, d["metadata"]["name"]
-    bound = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "kpdiag-svc-pods"]
-    assert bound and all(d["metadata"].get("namespace") for d in bound)
+    capsys.readouterr()
+    check("kpdiag cluster (Group kpdiag-operators)", operator, calls)
 
 
 def test_node_service_account_grants_exactly_what_kpdiag_node_reads(tmp_path):
-    """The node pods' ServiceAccount (kpdiag/kpdiag-node) is bound to a ClusterRole that grants every call `kpdiag
-    node` makes with the API (kpdiag.commands.nodeapi.api_files, the code the node command runs) — and nothing else."""
+    """The node pods' ServiceAccount (kpdiag/kpdiag-node) is bound to grants that allow every call `kpdiag node` makes
+    with the API (kpdiag.commands.nodeapi.api_files, the code the node command runs) — and nothing else."""
     from kpdiag.commands.nodeapi import api_files
 
-    with open(os.path.join(ROOT, "deploy", "rbac-cluster.yaml")) as fh:
-        docs = [d for d in yaml.safe_load_all(fh) if d]
+    docs = _docs("rbac-cluster.yaml")
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")
     assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == ("kpdiag", "kpdiag-node")
-    binding = next(
-        d
-        for d in docs
-        if d["kind"] == "ClusterRoleBinding"
-        and any(s.get("kind") == "ServiceAccount" and s.get("name") == "kpdiag-node" for s in d["subjects"])
-    )
-    role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"])
-    granted = {(g, res, v) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
-    assert granted == {("", "services", "list"), ("discovery.k8s.io", "endpointslices", "list"), ("", "nodes", "get")}
+    node_sa = grants(docs, "ServiceAccount", "kpdiag-node", "kpdiag")
+    assert {g.verb for g in node_sa} <= {"get", "list"}
 
     objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}), k8s.node("node-a")]
     with ApiServer(objs) as api:
         files, errors, _ = api_files("node-a", kubeconfig=api.kubeconfig(tmp_path))
         calls = list(api.requests)
     assert errors == [] and {"cluster/services.json", "cluster/endpointslices.json", "cluster/nodes.json"} <= set(files)
-    for method, path in calls:
-        parts = path.split("?")[0].strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        if parts[-2] == "nodes":
-            call = (group, "nodes", "get")
-        else:
-            call = (group, parts[-1], "list")
-        assert method == "GET" and call in granted, (method, path)
+    check("kpdiag node in the node pod (ServiceAccount kpdiag/kpdiag-node)", node_sa, calls)
+
+
+# ------------------------------------------------------------------ kpdiag svc, kpdiag policy
+def _svc_objects(dns_label: bool = True) -> list[dict]:
+    dns_svc = k8s.service(
+        "kube-system", "kube-dns", "10.96.0.10", [k8s.port(53, 53, "dns", "UDP")], {"k8s-app": "kube-dns"}
+    )
+    dns_svc["metadata"]["labels"] = {"k8s-app": "kube-dns"} if dns_label else {}
+    coredns = k8s.pod("kube-system", "coredns-abc", "10.244.0.3", {"k8s-app": "kube-dns"})
+    coredns["spec"]["containers"][0]["name"] = "coredns"
+    coredns["status"]["containerStatuses"] = [{"name": "coredns", "restartCount": 1, "ready": True}]
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"name": "kube-proxy", "image": "registry.k8s.io/kube-proxy:v1.31.4"}]}
+            }
+        },
+    }
+    calico = json.loads(json.dumps(ds))
+    calico["metadata"]["name"] = "calico-node"
+    calico["spec"]["template"]["spec"]["containers"] = [
+        {"name": "calico-node", "image": "docker.io/calico/node:v3.28.0"}
+    ]
+    namespaces = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}
+        for n in ("shop", "kube-system", "default")
+    ]
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "web-from-frontend", "namespace": "shop"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "frontend"}}}]}],
+            "policyTypes": ["Ingress"],
+        },
+    }
+    return [
+        k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}),
+        k8s.endpointslice("shop", "web", [("10.244.0.7", True, "node-a", "web-1")], [("http", 8080, "TCP")]),
+        k8s.pod("shop", "web-1", "10.244.0.7", {"app": "web"}),
+        k8s.pod("shop", "client", "10.244.0.9", {"app": "frontend"}),
+        k8s.node("node-a"),
+        k8s.kube_proxy_configmap(),
+        ds,
+        calico,
+        *namespaces,
+        policy,
+        dns_svc,
+        k8s.endpointslice(
+            "kube-system", "kube-dns", [("10.244.0.3", True, "node-a", "coredns-abc")], [("dns", 53, "UDP")]
+        ),
+        coredns,
+    ]
+
+
+def test_svc_rbac_grants_exactly_the_calls_kpdiag_svc_and_policy_make(tmp_path, capsys):
+    """kpdiag svc on a Service with pods, a client, a NetworkPolicy, a CNI DaemonSet, the cluster DNS and a restarted
+    CoreDNS pod; on a Service that does not exist; with an unlabelled DNS Service; and kpdiag policy from a pod's IP.
+    deploy/rbac-svc.yaml with the opt-in deploy/rbac-svc-whoami.yaml allows each request, and each grant is used."""
+    docs = _docs("rbac-svc.yaml", "rbac-svc-whoami.yaml")
+    svc_sa = grants(docs, "ServiceAccount", "kpdiag", "default")
+    assert {g.verb for g in svc_sa} <= {"get", "list"}
+    assert not any(g.resource in ("secrets", "*") for g in svc_sa)
+    logs = {
+        "kube-system/coredns-abc": "[INFO] plugin/reload: Running configuration\n",
+        "kube-system/coredns-abc#previous": "x\n",
+    }
+    calls = []
+    for dns_label in (True, False):
+        with ApiServer(_svc_objects(dns_label), pod_logs=logs) as api:
+            kc = api.kubeconfig(tmp_path)
+            base = ["--kubeconfig", kc, "-o", "json"]
+            main(["svc", "web", "-n", "shop", "--no-probe", "--node", "node-a", "--from", "shop/client", *base])
+            if dns_label:
+                main(["svc", "nope", "-n", "shop", "--no-probe", *base])
+                main(["policy", "--from", "10.244.0.9", "--to", "shop/web", "--port", "8080", *base])
+            calls += list(api.requests)
+    capsys.readouterr()
+    check("kpdiag svc / kpdiag policy (ServiceAccount default/kpdiag)", svc_sa, calls)
+    # the who-is-asking lookup is the one cluster-wide pod list, and only in the opt-in file
+    assert any(request(m, p) == Request("list", "", "pods") for m, p in calls)
+
+
+def test_svc_rbac_lists_pods_only_per_namespace_unless_opted_in():
+    """A pod list shows every container's environment: deploy/rbac-svc.yaml grants it through RoleBindings in the
+    namespaces named, never through a ClusterRoleBinding; the cluster-wide list (who is asking) is only in the opt-in
+    deploy/rbac-svc-whoami.yaml, which says what it costs."""
+    base = grants(_docs("rbac-svc.yaml"), "ServiceAccount", "kpdiag", "default")
+    pods = [g for g in base if g.resource == "pods"]
+    assert pods and all(g.scope for g in pods)
+    whoami = grants(_docs("rbac-svc-whoami.yaml"), "ServiceAccount", "kpdiag", "default")
+    assert [(g.verb, g.resource, g.scope) for g in whoami] == [("list", "pods", None)]
+    text = open(os.path.join(ROOT, "deploy", "rbac-svc-whoami.yaml")).read()
+    assert "status.podIP" in text and "EVERY pod" in text and "environment" in text

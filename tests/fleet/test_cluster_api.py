@@ -62,12 +62,14 @@ def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
         )
         live = api.live_pods(NS)
         created = list(api.created)
+        owner_uids = {o["metadata"]["uid"] for o in api.posted if o.get("kind") == "ConfigMap"}
+        owners_left = api.count("DELETE", f"/namespaces/{NS}/configmaps/")
         logs = api.count("GET", "/log")
         deletes = api.count("DELETE", f"/namespaces/{NS}/pods/")
     report = json.loads(out)
     assert report["facts"]["nodes_diagnosed"] == 3 and report["facts"]["nodes_failed"] == 0, err
     assert {f["id"] for f in report["findings"]} >= {"KP801"}  # iptables, nftables and ipvs nodes
-    assert live == [] and deletes == 3 and logs == 3
+    assert live == [] and deletes == 3 and logs == 3 and len(owner_uids) == 1 and owners_left == 1
     assert sorted(p["spec"]["nodeName"] for p in created) == ["node-000", "node-001", "node-002"]
     for pod in created:
         spec, md = pod["spec"], pod["metadata"]
@@ -79,18 +81,27 @@ def test_three_nodes_pod_spec_logs_and_cleanup(capsys, tmp_path):
         assert spec["tolerations"] == [{"operator": "Exists"}]
         # kpdiag's read-only node service account: `kpdiag node` in the pod compares the rules with the API
         assert spec["serviceAccountName"] == "kpdiag-node" and spec["automountServiceAccountToken"] is True
-        assert spec["activeDeadlineSeconds"] == 180
+        assert spec["activeDeadlineSeconds"] == 120  # the client's own per-node deadline, no more
+        # owned by the run's ConfigMap: deleting it (first thing of every cleanup) deletes every pod of the run
+        (ref,) = md["ownerReferences"]
+        assert ref["kind"] == "ConfigMap" and ref["name"] == "kpdiag-run-" + md["labels"]["kpdiag.io/run"]
+        assert ref["uid"] in owner_uids
         (c,) = spec["containers"]
+        assert c["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert c["resources"]["limits"]["cpu"] and c["resources"]["limits"]["memory"]
         assert c["image"] == "registry.local/kpdiag:test"
         # not privileged: the capabilities deploy/node-pod-privileges.md explains, nothing else
         assert c["securityContext"]["privileged"] is False and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
         assert c["imagePullPolicy"] == "Never"  # a tag is never pulled
         assert c["command"][:4] == ["kpdiag", "node", "-o", "json"] and c["command"][-2:] == ["--service", "shop/web"]
         assert "--quiet" in c["command"] and c["command"][c["command"].index("--host-root") + 1] == "/host"
-        host = next(m for m in c["volumeMounts"] if m["mountPath"] == "/host")
-        assert host["readOnly"] is True
-        vol = next(v for v in spec["volumes"] if v["name"] == host["name"])
-        assert vol["hostPath"]["path"] == "/"
+        # the host paths the node collector reads, each read-only, never the host's /
+        vols = {v["name"]: v for v in spec["volumes"]}
+        host = [m for m in c["volumeMounts"] if m["mountPath"].startswith("/host/")]
+        assert {m["mountPath"] for m in host} >= {"/host/var/log/pods", "/host/lib/modules"}
+        for m in host:
+            assert m["readOnly"] is True and vols[m["name"]]["hostPath"]["path"] == m["mountPath"][len("/host") :]
+        assert all(v["hostPath"]["path"] != "/" for v in vols.values() if "hostPath" in v)
     rows = {r["node"]: r for r in report["extra"]["nodes"]}
     assert rows["node-001"]["mode"] == "nftables" and rows["node-002"]["mode"] == "ipvs"
 
@@ -222,7 +233,7 @@ def test_cleanup_removes_only_kpdiag_pods(capsys, tmp_path):
 def test_forbidden_create_stops_after_the_first_refusal(capsys, tmp_path):
     with ApiServer(_nodes(6), kubelet={}, fail={"pods": 403}) as api:
         rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--parallel", "1")
-        posts = api.count("POST")
+        posts = api.count("POST", "/pods")
     report = json.loads(out)
     assert posts == 1  # the same answer for every node: not 6 tries
     assert rc == 3 and not report["readable"]
@@ -240,36 +251,51 @@ def test_unreachable_api_is_one_line(capsys, tmp_path):
     assert err.count("\n") == 1 and "list nodes" in err and "unreachable" in err and "Traceback" not in err
 
 
+def _cluster_process(api, tmp_path, **popen):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kpdiag",
+            "cluster",
+            "--kubeconfig",
+            api.kubeconfig(tmp_path),
+            "--poll",
+            "0.1",
+            "--parallel",
+            "3",
+            "--timeout",
+            "300",
+        ],
+        **popen,
+    )
+
+
+def _wait_for_pods(api, running):
+    deadline = time.monotonic() + 60
+    while len(api.live_pods(NS)) < running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(api.live_pods(NS)) >= running, "the pods never started"
+
+
 @pytest.mark.parametrize(
-    "sig,code,running", [(signal.SIGINT, 130, 3), (signal.SIGTERM, 143, 3), (signal.SIGINT, 130, 1)]
+    "sig,running",
+    [
+        (signal.SIGINT, 3),
+        (signal.SIGTERM, 3),
+        (signal.SIGINT, 1),
+        (signal.SIGHUP, 3),  # a closed ssh session
+        (signal.SIGQUIT, 2),  # Ctrl-backslash: by default Python would dump core and leave every pod
+    ],
 )
-def test_signal_deletes_every_pod(tmp_path, sig, code, running):
-    """A real SIGINT/SIGTERM to a real `kpdiag cluster` process while its pods run (all three, or just the first):
-    it stops, deletes every pod and exits 128 + signal."""
+def test_signal_deletes_every_pod(tmp_path, sig, running):
+    """A real signal to a real `kpdiag cluster` process while its pods run (all three, or just the first): it stops,
+    deletes every pod and the run's ConfigMap, and exits 128 + signal (exitcodes.for_signal)."""
+    from kpdiag import exitcodes
+
     with ApiServer(_nodes(5), kubelet={f"node-{i:03d}": {"hang": True} for i in range(5)}) as api:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kpdiag",
-                "cluster",
-                "--kubeconfig",
-                api.kubeconfig(tmp_path),
-                "--poll",
-                "0.1",
-                "--parallel",
-                "3",
-                "--timeout",
-                "300",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 60
-        while len(api.live_pods(NS)) < running and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(api.live_pods(NS)) >= running, "the pods never started"
+        proc = _cluster_process(api, tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_pods(api, running)
         proc.send_signal(sig)
         try:
             out, err = proc.communicate(timeout=60)
@@ -278,15 +304,88 @@ def test_signal_deletes_every_pod(tmp_path, sig, code, running):
             out, err = proc.communicate()
             pytest.fail(f"still running 60 s after {sig.name}; stderr: {err}")
         live = api.live_pods(NS)
-        posts = api.count("POST")
-    assert proc.returncode == code, err
+        posts = api.count("POST", "/pods")
+        owners = [o["metadata"]["name"] for o in api.posted if o.get("kind") == "ConfigMap"]
+        owner_deletes = api.count("DELETE", f"/namespaces/{NS}/configmaps/")
+    assert proc.returncode == exitcodes.for_signal(sig) == 128 + sig, err
     assert "interrupted" in err and sig.name in err and "Traceback" not in err
     assert posts <= 3 and live == []  # the queued nodes never got a pod; the running ones are gone
+    assert len(owners) == 1 and owner_deletes == 1
+
+
+def test_hangup_of_the_terminal_deletes_every_pod(tmp_path):
+    """The ssh session closes: kpdiag cluster runs on a terminal (a pty it has as its controlling terminal) whose other
+    end goes away. The kernel sends SIGHUP and every later write to the terminal fails (EIO): the run still deletes
+    every pod and its ConfigMap, and exits 129."""
+    import fcntl
+    import pty
+    import termios
+
+    main_fd, sub_fd = pty.openpty()
+
+    def controlling_terminal():
+        os.setsid()
+        fcntl.ioctl(sub_fd, termios.TIOCSCTTY, 0)
+
+    with ApiServer(_nodes(5), kubelet={f"node-{i:03d}": {"hang": True} for i in range(5)}) as api:
+        try:
+            proc = _cluster_process(
+                api,
+                tmp_path,
+                stdin=sub_fd,
+                stdout=sub_fd,
+                stderr=sub_fd,
+                preexec_fn=controlling_terminal,
+                pass_fds=(sub_fd,),
+            )
+            os.close(sub_fd)
+            _wait_for_pods(api, 3)
+            os.close(main_fd)  # the terminal hangs up
+            main_fd = None
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                pytest.fail("still running 60 s after the terminal hung up")
+        finally:
+            if main_fd is not None:
+                os.close(main_fd)
+        live = api.live_pods(NS)
+        owner_deletes = api.count("DELETE", f"/namespaces/{NS}/configmaps/")
+        pod_deletes = api.count("DELETE", f"/namespaces/{NS}/pods/")
+    assert code == 128 + signal.SIGHUP
+    assert live == [] and owner_deletes == 1 and pod_deletes >= 3
+
+
+def test_pods_die_with_the_run_owner_even_when_kpdiag_is_killed(tmp_path):
+    """SIGKILL cannot be caught: nothing of kpdiag runs. What is left is the run's ConfigMap, owner of every pod:
+    `kpdiag cluster --cleanup` deletes it (and the pods, and the garbage collector any pod it did not list); until
+    then the kubelet stops each pod at its activeDeadlineSeconds (the per-node --timeout)."""
+    with ApiServer(_nodes(5), kubelet={f"node-{i:03d}": {"hang": True} for i in range(5)}) as api:
+        proc = _cluster_process(api, tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for_pods(api, 3)
+        proc.kill()
+        proc.wait(timeout=30)
+        left = api.live_pods(NS)
+        pods = {p["metadata"]["name"]: p for p in api.created}
+        assert left and all(pods[n]["spec"]["activeDeadlineSeconds"] == 300 for n in left)
+        assert all(pods[n]["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap" for n in left)
+        cleanup = subprocess.run(
+            [sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", api.kubeconfig(tmp_path), "--cleanup"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        live = api.live_pods(NS)
+        cms = api.count("DELETE", f"/namespaces/{NS}/configmaps/")
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert live == [] and cms == 1
 
 
 def test_a_second_signal_quits_at_once_and_restores_the_defaults(tmp_path):
-    """The first SIGINT only asks the run to stop (a flag: cleanup still runs); a second one raises at once, marked
-    forced (main() then says pods may be left), and the default handlers are back."""
+    """The first signal only asks the run to stop (a flag: cleanup still runs); a second Ctrl-C raises at once, marked
+    forced (main() then says pods may be left), and the default handlers are back. A second SIGHUP or SIGTERM does
+    not cut the cleanup short (a hangup arrives twice: from the kernel and from the shell)."""
     from kpdiag.collect.cluster import api_client
     from kpdiag.errors import Interrupted
     from kpdiag.fleet.runner import FleetRunner
@@ -297,17 +396,38 @@ def test_a_second_signal_quits_at_once_and_restores_the_defaults(tmp_path):
         before = signal.getsignal(signal.SIGINT)
         restore = runner._trap_signals()
         try:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGHUP)
             time.sleep(0.05)
-            assert runner._signalled == signal.SIGINT  # noted, nothing raised
+            assert runner._signalled == signal.SIGHUP  # noted, nothing raised
+            os.kill(os.getpid(), signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert runner._signalled == signal.SIGHUP and signal.getsignal(signal.SIGINT) is not before
             with pytest.raises(Interrupted) as exc:
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.5)
-            assert exc.value.forced and exc.value.signum == signal.SIGTERM
+            assert exc.value.forced and exc.value.signum == signal.SIGINT
             assert signal.getsignal(signal.SIGINT) is before
         finally:
             restore()
     assert signal.getsignal(signal.SIGINT) is before and main(["--version"]) == 0
+
+
+def test_a_signal_before_any_pod_ends_the_command_with_its_code(tmp_path):
+    """SIGHUP/SIGTERM/SIGQUIT while the node list is still awaited (nothing of the run exists yet): exit 128 + signal
+    with one line, not a silent death or a core dump."""
+    with ApiServer(_nodes(2), hang={"GET /api/v1/nodes": 30}) as api:
+        for sig in (signal.SIGHUP, signal.SIGQUIT):
+            asked = api.count("GET", "/api/v1/nodes")
+            proc = _cluster_process(api, tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while api.count("GET", "/api/v1/nodes") == asked and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert api.count("GET", "/api/v1/nodes") > asked  # waiting for the node list
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 128 + sig and "interrupted" in err and "Traceback" not in err, err
+        assert api.count("POST") == 0
 
 
 @pytest.mark.parametrize("n", [3, 200])
@@ -322,11 +442,15 @@ def test_api_calls_grow_linearly_with_nodes(capsys, tmp_path, n):
     report = json.loads(out)
     assert report["facts"]["nodes_diagnosed"] == n, err
     assert live == []
-    per_node = sum(1 for m, p in calls if (m == "POST" and p.endswith("/pods")) or p.endswith("/log") or m == "DELETE")
+    per_node = sum(
+        1
+        for m, p in calls
+        if (m == "POST" and p.endswith("/pods")) or p.endswith("/log") or "/pods/" in p and m == "DELETE"
+    )
     lists = sum(1 for m, p in calls if m == "GET" and p == f"/api/v1/namespaces/{NS}/pods")
     fixed = len(calls) - per_node - lists
     assert per_node == 3 * n  # create, log, delete: nothing per node beyond that
-    assert fixed <= 4  # nodes, services, /version (one page each at this size)
+    assert fixed <= 6  # nodes, services, /version (one page each at this size), the run's ConfigMap created, deleted
     assert lists <= took / 0.05 + 2  # one list per poll for the whole run, not one GET per pod
 
 
@@ -375,3 +499,39 @@ def test_forty_sigints_at_random_moments_under_load_leave_no_pod(tmp_path):
     bad = [r for r in results if r[2]]
     assert not bad, bad
     assert sum(1 for r in results if r[3]) >= 30, "most runs must be interrupted with pods in flight, not before"
+
+
+def test_a_signal_swallowed_before_the_run_still_stops_it_before_any_pod(tmp_path):
+    """A signal raised while the setup is inside a library that swallows it (seen: pydantic building the client's
+    validator, in C, dropped a Ctrl-C, and 6 pods then ran for the whole --timeout): the signal was noted, and the run
+    stops before its first pod and raises Interrupted."""
+    from kpdiag.collect.cluster import api_client
+    from kpdiag.errors import Interrupted
+    from kpdiag.fleet.runner import FleetRunner, raising_on_signals
+
+    with ApiServer(_nodes(3), kubelet={f"node-{i:03d}": {"hang": True} for i in range(3)}) as api:
+        client, why = api_client(api.kubeconfig(tmp_path), None)
+        runner = FleetRunner(client, poll=0.05)
+        with raising_on_signals():
+            try:  # a library's catch-all
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)
+            except BaseException:
+                pass
+            with pytest.raises(Interrupted) as exc:
+                runner.run([f"node-{i:03d}" for i in range(3)])
+        posts = api.count("POST", "/pods")
+    assert exc.value.signum == signal.SIGINT and posts == 0
+
+
+def test_pods_whose_deletes_fail_go_with_their_owner(capsys, tmp_path):
+    """Every pod DELETE fails (500), the run's ConfigMap's does not: the garbage collector removes the pods with it,
+    the run's final list finds none, and none is reported as left behind."""
+    kubelet = {f"node-00{i}": {"log": REPORTS["healthy-iptables"]} for i in range(2)}
+    with ApiServer(_nodes(2), kubelet=kubelet, fail={"DELETE pods": 500}) as api:
+        rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--timeout", "20")
+        live = api.live_pods(NS)
+        collected = list(api.collected)
+    report = json.loads(out)
+    assert live == [] and len(collected) == 2
+    assert "leftover_pods" not in report["extra"] and rc == 0, err

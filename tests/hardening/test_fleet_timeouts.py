@@ -112,7 +112,9 @@ def test_hanging_create_is_a_timeout(capsys, tmp_path):
 
 def test_hanging_deletes_are_bounded_and_the_pods_are_named(capsys, tmp_path):
     kubelet = {"node-000": {"log": TEXT}, "node-001": {"log": TEXT}}
-    with ApiServer(_nodes(2), kubelet=kubelet, hang={"DELETE pods": 600}) as api:
+    # the pods' deletes and their owner's (the run's ConfigMap, whose deletion would have the garbage collector
+    # remove them) hang
+    with ApiServer(_nodes(2), kubelet=kubelet, hang={"DELETE /api/v1/namespaces/kpdiag/": 600}) as api:
         rc, out, err, took = _run(capsys, api, tmp_path, "-o", "json", "--timeout", "4", "--fail-on", "never")
         live = api.live_pods(NS)
     doc = _report(out, err)
@@ -125,7 +127,7 @@ def test_hanging_deletes_are_bounded_and_the_pods_are_named(capsys, tmp_path):
 
 def test_failing_deletes_exit_non_zero_and_list_the_pods(capsys, tmp_path):
     kubelet = {"node-000": {"log": TEXT}, "node-001": {"log": TEXT}}
-    with ApiServer(_nodes(2), kubelet=kubelet, fail={"DELETE pods": 500}) as api:
+    with ApiServer(_nodes(2), kubelet=kubelet, fail={"DELETE /api/v1/namespaces/kpdiag/": 500}) as api:
         rc, out, err, took = _run(capsys, api, tmp_path, "-o", "json", "--timeout", "20", "--fail-on", "never")
         live = api.live_pods(NS)
         deletes = api.count("DELETE")

@@ -1,6 +1,6 @@
 """The real kpdiag image (deploy/build-image.sh), run with runc as the node pod runs it: in the network namespace of
-a lab node (hostNetwork), in the host's PID namespace (hostPID), the host's root filesystem read-only at /host, a
-read-only root filesystem with /tmp writable, uid 0 with exactly the capabilities the pod asks for
+a lab node (hostNetwork), in the host's PID namespace (hostPID), the host paths the pod mounts read-only under /host
+(never the host's /), a read-only root filesystem with /tmp writable, uid 0 with exactly the capabilities the pod asks for
 (kpdiag.fleet.pods.NODE_CAPABILITIES), not privileged, no privilege escalation. `kpdiag node -o json` inside must
 find the node's kube-proxy rules and give the same programmed table as kpdiag run outside in the same namespace."""
 
@@ -74,11 +74,20 @@ def _bundle(layout: str, dest: str, netns: str, argv: list[str]) -> str:
     cfg["root"]["readonly"] = True  # readOnlyRootFilesystem
     ns = [n for n in cfg["linux"]["namespaces"] if n["type"] not in ("network", "pid")]  # hostPID: no pid namespace
     cfg["linux"]["namespaces"] = ns + [{"type": "network", "path": f"/var/run/netns/{netns}"}]  # hostNetwork
+    # the host paths the node pod mounts (kpdiag.fleet.pods.host_mounts: from the collector's HOST_PATHS), each
+    # read-only, as the pod mounts them — never the host's /
+    mounts, volumes = pods.host_mounts()
+    paths = {v["name"]: v["hostPath"]["path"] for v in volumes}
     cfg["mounts"] += [
-        # the host root, read-only (recursively), as `kubectl debug node` and kpdiag's node pod mount it
-        {"destination": "/host", "type": "bind", "source": "/", "options": ["rbind", _recursive_ro(), "rprivate"]},
-        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=256m"]},
-    ]
+        {
+            "destination": m["mountPath"],
+            "type": "bind",
+            "source": paths[m["name"]],
+            "options": ["rbind", _recursive_ro(), "rprivate"],
+        }
+        for m in mounts
+        if os.path.isdir(paths[m["name"]])
+    ] + [{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=256m"]}]
     cfg["hostname"] = "lab-node"
     with open(path, "w") as fh:
         json.dump(cfg, fh)
@@ -123,13 +132,13 @@ def test_image_runs_kpdiag_node_like_the_node_pod(lab, image_layout, tmp_path):
     keys = json.dumps(prog)
     assert prog["count"] == 2 and "10.96.0.20" in keys and "10.96.0.30" in keys, prog
     assert report["facts"]["iptables_rules"] > 10 and report["facts"]["proxy_mode"] == "iptables", report["facts"]
-    # the host's tools were run in the read-only host root, not the image's copies: no 'could not read' for them
+    # the image's own tools read the host's rules (no host root to chroot into): no 'could not read' for them
     assert not [p for p in report["problems"] if "iptables-save" in p["source"]], report["problems"]
 
-    # the same command outside any container, in the same namespace, the same host root
+    # the same command outside any container, in the same namespace, the host's root
     exe = shutil.which("kpdiag")
     argv = ([exe] if exe else [sys.executable, "-m", "kpdiag"]) + pods.node_command()[1:]
-    argv[argv.index("/host")] = "/"
+    argv[argv.index(pods.HOST_MOUNT)] = "/"
     outside = lab.sh("node", argv, check=False, timeout=300)
     assert outside.returncode == 0, outside.stderr
     expected = json.loads(outside.stdout)

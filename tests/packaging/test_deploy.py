@@ -39,7 +39,10 @@ def test_node_pod_asks_for_the_documented_capabilities_only():
     sc = c["securityContext"]
     assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"], "add": list(pods.NODE_CAPABILITIES)}
-    assert set(pods.NODE_CAPABILITIES) == {"NET_ADMIN", "NET_RAW", "SYS_CHROOT", "SYS_PTRACE"}
+    # no SYS_CHROOT: the host's root is not mounted, so there is nothing to chroot into
+    assert set(pods.NODE_CAPABILITIES) == {"NET_ADMIN", "NET_RAW", "SYS_PTRACE"}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["resources"]["limits"] == {"cpu": pods.CPU_LIMIT, "memory": pods.MEMORY_LIMIT}
     assert sc["runAsUser"] == 0 and sc["readOnlyRootFilesystem"] is True  # capabilities are given to uid 0 only
     assert pod["spec"]["hostNetwork"] and pod["spec"]["hostPID"]
     # the token of kpdiag's read-only node service account, or none at all
@@ -49,17 +52,79 @@ def test_node_pod_asks_for_the_documented_capabilities_only():
     )
     bare = pods.node_pod("node-a", "abcd1234", service_account=None)
     assert "serviceAccountName" not in bare["spec"] and bare["spec"]["automountServiceAccountToken"] is False
-    assert [v["name"] for v in c["volumeMounts"] if v.get("readOnly")] == ["host-root"]
-    doc = open(os.path.join(ROOT, "deploy", "node-pod-privileges.md")).read()
+    doc = open(os.path.join(ROOT, "docs", "privileges.md")).read()
     for word in [f"CAP_{cap}" for cap in pods.NODE_CAPABILITIES] + [
+        "CAP_SYS_CHROOT",  # why it is not asked for
         "hostNetwork",
         "hostPID",
         "privileged: false",
         "runAsUser: 0",
         "allowPrivilegeEscalation",
         "readOnlyRootFilesystem",
+        "seccompProfile: RuntimeDefault",
+        "activeDeadlineSeconds",
+        "ownerReferences",
+        "limits.cpu",
     ]:
         assert word in doc, word
+
+
+def test_node_pod_mounts_exactly_the_host_paths_the_collector_reads_read_only():
+    """The mounts come from one list (kpdiag.collect.node.HOST_PATHS): each host path the node pod may read is a
+    read-only hostPath of type Directory at /host/PATH; the host's / (with /etc/kubernetes/pki and the kubelet's
+    credentials) and anything under /etc or /var/lib are never mounted; docs/privileges.md names each."""
+    from kpdiag.collect.node import HOST_PATHS
+
+    pod = pods.node_pod("node-a", "abcd1234")
+    (c,) = pod["spec"]["containers"]
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    host = {m["mountPath"]: m for m in c["volumeMounts"] if "hostPath" in vols[m["name"]]}
+    assert set(host) == {f"/host/{p.path}" for p in HOST_PATHS if p.pod}
+    for path, m in host.items():
+        hp = vols[m["name"]]["hostPath"]
+        assert m["readOnly"] is True and hp == {"path": path[len("/host") :], "type": "Directory"}
+        assert hp["path"] != "/" and not hp["path"].startswith(("/etc", "/var/lib", "/root", "/home"))
+    assert [m for m in c["volumeMounts"] if not m.get("readOnly")] == [{"name": "tmp", "mountPath": "/tmp"}]
+    doc = open(os.path.join(ROOT, "docs", "privileges.md")).read()
+    for p in HOST_PATHS:
+        assert f"/{p.path}" in doc, p.path
+
+
+def test_every_host_path_the_node_collector_reads_is_declared():
+    """Every literal path the node collector joins to its host root (kpdiag/collect/node.py) is in HOST_PATHS —
+    mounted into the node pod, or declared as not mounted with the reason: a new read cannot silently find nothing in
+    the pod."""
+    import ast
+
+    from kpdiag.collect import node
+    from kpdiag.collect.node import HOST_PATHS
+
+    tree = ast.parse(open(node.__file__).read())
+    read: set[str] = set()
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "join"):
+            continue
+        args = call.args
+        if not args or not (isinstance(args[0], ast.Attribute) and args[0].attr == "host_root"):
+            continue
+        if len(args) < 2:
+            continue
+        if isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+            read.add(args[1].value)
+        elif isinstance(args[1], ast.Name):  # the tool directories of _binary: for d in (...)
+            for loop in ast.walk(tree):
+                if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == args[1].id:
+                    read |= {e.value for e in getattr(loop.iter, "elts", []) if isinstance(e, ast.Constant)}
+        else:
+            raise AssertionError(f"line {call.lineno}: a host path kpdiag cannot check ({ast.unparse(args[1])})")
+    declared = {p.path for p in HOST_PATHS}
+    assert read, "the collector reads nothing under its host root?"
+    # a path itself, under one, or the folder a declared file is opened beneath (var/log for var/log/kube-proxy.log)
+    undeclared = {
+        r for r in read if not any(r == d or r.startswith(d + "/") or d.startswith(r + "/") for d in declared)
+    }
+    assert not undeclared, f"read under the host root but not in HOST_PATHS: {sorted(undeclared)}"
+    assert all(p.pod or p.not_mounted for p in HOST_PATHS)
 
 
 def test_default_image_is_never_pulled_a_digest_may_be():
