@@ -22,7 +22,7 @@ FROM python:3.11-slim-bookworm
 
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables nftables ipset ipvsadm conntrack iproute2 kmod procps ca-certificates \
+ && apt-get install -y --no-install-recommends iptables nftables ipset ipvsadm conntrack iproute2 kmod procps ca-certificates ethtool \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
