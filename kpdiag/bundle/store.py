@@ -58,7 +58,8 @@ class Problem:
         return {"source": self.source, "error": self.error}
 
 
-def _tname(value) -> str:
+def json_type(value) -> str:
+    """A JSON value's type in words ("a list", "an object", …), for messages that name a field of the wrong type."""
     return {
         bool: "a boolean",
         int: "a number",
@@ -79,14 +80,14 @@ def manifest_problems(data: dict) -> list[tuple[str, str]]:
     out = []
     for key in _STR_FIELDS:
         if data.get(key) is not None and not isinstance(data[key], str):
-            out.append((key, f"{key} is {_tname(data[key])}, not a string"))
+            out.append((key, f"{key} is {json_type(data[key])}, not a string"))
     for key in _OBJ_FIELDS:
         if data.get(key) is not None and not isinstance(data[key], dict):
-            out.append((key, f"{key} is {_tname(data[key])}, not an object"))
+            out.append((key, f"{key} is {json_type(data[key])}, not an object"))
     errors = data.get("errors")
     if errors is not None:
         if not isinstance(errors, list):
-            out.append(("errors", f"errors is {_tname(errors)}, not a list"))
+            out.append(("errors", f"errors is {json_type(errors)}, not a list"))
         else:
             for i, err in enumerate(errors):
                 if not _error_entry(err):
@@ -96,7 +97,7 @@ def manifest_problems(data: dict) -> list[tuple[str, str]]:
         out.append(
             (
                 "service",
-                f"service is {_tname(service) if not isinstance(service, str) else repr(service)}, not NAMESPACE/NAME",
+                f"service is {json_type(service) if not isinstance(service, str) else repr(service)}, not NAMESPACE/NAME",
             )
         )
     client = data.get("client")
@@ -106,7 +107,7 @@ def manifest_problems(data: dict) -> list[tuple[str, str]]:
         out.append(("client", "client is not {namespace, pod} strings"))
     redacted = data.get("redacted")
     if redacted is not None and not isinstance(redacted, (bool, dict)):
-        out.append(("redacted", f"redacted is {_tname(redacted)}, not true/false or an object"))
+        out.append(("redacted", f"redacted is {json_type(redacted)}, not true/false or an object"))
     return out
 
 

@@ -788,6 +788,39 @@ class ClusterCollector:
             self.out.files[sources.VERSION] = json.dumps(ver, indent=1).encode()
         return svc
 
+    POD_BY_IP_LIMIT = 20
+
+    def pods_with_ip(self, ip: str, namespace: str | None = None) -> tuple[list[dict] | None, int | None, str | None]:
+        """The pods whose status.podIP is ``ip``, in all namespaces or in ``namespace`` (one list call, fieldSelector,
+        at most POD_BY_IP_LIMIT): (pods, None, None), or (None, HTTP status or None, why) when the API refused or
+        failed. Only pods that really carry the address are returned, whatever the server did with the selector."""
+        from .kubeapi import ReadApi
+
+        if self._api is None and not self.connect():
+            return None, None, self.config_error or "the Kubernetes API is not configured"
+        where = f"namespace {namespace}" if namespace else "all namespaces"
+        what = f"list pods in {where} with status.podIP={ip}"
+        api = ReadApi(self._api)
+        call = (lambda **kw: api.list_namespaced_pod(namespace, **kw)) if namespace else api.list_pod_for_all_namespaces
+        try:  # bounded like every read (deadline, body cap), then judged for shape
+            doc = self._fetch(call, (), {"field_selector": f"status.podIP={ip}", "limit": self.POD_BY_IP_LIMIT})
+        except Exception as exc:
+            return None, int(getattr(exc, "status", 0) or 0) or None, api_reason(exc, what, self.out.api)
+        from kpdiag.state.shapes import list_problem, object_problem
+
+        bad = list_problem(doc)
+        if bad:
+            return None, None, f"{what}: the API's answer is malformed: {bad}"
+        items = [i for i in doc["items"] if object_problem(i, "Pod") is None]
+        out = []
+        for pod in items if isinstance(items, list) else []:
+            st = pod.get("status") if isinstance(pod, dict) and isinstance(pod.get("status"), dict) else {}
+            ips = {p.get("ip") for p in st.get("podIPs") or [] if isinstance(p, dict)} | {st.get("podIP")}
+            if ip in ips and st.get("phase") not in ("Succeeded", "Failed"):
+                pod.setdefault("kind", "Pod")
+                out.append(pod)
+        return out, None, None
+
     def policy_objects(self, namespaces, client_pod: tuple[str, str] | None = None, dns: bool = True) -> bool:
         """What NetworkPolicy evaluation needs, for the ``namespaces`` given (the Service's, the client's):
 

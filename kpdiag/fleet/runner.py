@@ -29,6 +29,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from kpdiag.bundle.store import json_type
+
 from ..collect.cluster import api_reason
 from ..errors import Interrupted
 from kpdiag.bundle.safeio import load_json
@@ -952,17 +954,6 @@ _TYPES = {
 }
 
 
-def _type(value) -> str:
-    return {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-    }.get(type(value), "null" if value is None else type(value).__name__)
-
-
 def report_problem(doc: dict) -> str | None:
     """Why a node report is not a well-formed kpdiag.report/v1 document (the schema's types and patterns for what the
     cluster report copies from it), in a few words; None when it is."""
@@ -972,15 +963,15 @@ def report_problem(doc: dict) -> str | None:
                 continue
             return f'"{key}" is missing'
         if not isinstance(doc[key], kind) or (kind is not bool and isinstance(doc[key], bool)):
-            return f'"{key}" is {_type(doc[key])}, not {_type(kind())}'
+            return f'"{key}" is {json_type(doc[key])}, not {json_type(kind())}'
     for key in ("error", "warning", "info"):
         value = doc["summary"].get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            return f'"summary.{key}" is {_type(value)}, not a count'
+            return f'"summary.{key}" is {json_type(value)}, not a count'
     for i, f in enumerate(doc["findings"]):
         where = f"findings[{i}]"
         if not isinstance(f, dict):
-            return f"{where} is {_type(f)}, not an object"
+            return f"{where} is {json_type(f)}, not an object"
         if not isinstance(f.get("id"), str) or not _ID.fullmatch(f["id"]):
             return f"{where}.id is not a check id (KPnnn)"
         if not isinstance(f.get("slug"), str) or not _SLUG.fullmatch(f["slug"]):
@@ -989,11 +980,11 @@ def report_problem(doc: dict) -> str | None:
             return f"{where}.severity is not error, warning or info"
         for key in ("title", "summary", "explanation"):
             if not isinstance(f.get(key), str):
-                return f"{where}.{key} is {_type(f.get(key))}, not a string"
+                return f"{where}.{key} is {json_type(f.get(key))}, not a string"
         if not f["summary"] or not f["explanation"]:
             return f"{where} has an empty summary or explanation"
         if f.get("subject") is not None and not isinstance(f.get("subject"), str):
-            return f"{where}.subject is {_type(f.get('subject'))}, not a string"
+            return f"{where}.subject is {json_type(f.get('subject'))}, not a string"
         for key in ("fix", "references"):
             if not isinstance(f.get(key), list) or not all(isinstance(x, str) for x in f[key]):
                 return f"{where}.{key} is not a list of strings"
@@ -1001,7 +992,7 @@ def report_problem(doc: dict) -> str | None:
             return f"{where}.fix is empty"
         evidence = f.get("evidence")
         if not isinstance(evidence, list):
-            return f"{where}.evidence is {_type(evidence)}, not a list"
+            return f"{where}.evidence is {json_type(evidence)}, not a list"
         for j, e in enumerate(evidence):
             if not isinstance(e, dict) or not isinstance(e.get("source"), str) or not isinstance(e.get("text"), str):
                 return f"{where}.evidence[{j}] is not a source and a text"

@@ -86,7 +86,7 @@ class Svc:
         """The endpoints serving ``port``; with ``family`` (4 or 6) only those of that IP version — a dual-stack
         Service has an EndpointSlice per family, and kube-proxy programs each family's rules from its own."""
         name = port.get("name") or ""
-        eps = [e for e in self.endpoints if name in e.ports or (not name and len(e.ports) <= 1)]
+        eps = [e for e in self.endpoints if name in e.ports]
         if family is not None:
             eps = [e for e in eps if _family(e.ip) == family]
         return eps

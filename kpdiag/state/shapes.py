@@ -6,6 +6,8 @@ reads them. Imports nothing of kpdiag's: both layers use it.
 
 from __future__ import annotations
 
+from kpdiag.bundle.store import json_type
+
 # The fields kpdiag reads from each kind of API object, with the JSON type each must have. API answers and bundle files
 # are checked against these before anything reads them: an object of another shape (a list for `spec`, a string for
 # `ports`) is left out with one line that names the field, instead of an AttributeError deep in a check. null is taken
@@ -98,17 +100,6 @@ SHAPES: dict[str, dict] = {
 }
 
 
-def _tname(value) -> str:
-    return {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-    }.get(type(value), "null" if value is None else type(value).__name__)
-
-
 def _want(shape) -> str:
     if isinstance(shape, tuple):
         return " or ".join(_want(s) for s in shape)
@@ -183,20 +174,20 @@ def _shape_problem(value, shape, path: str = "") -> str | None:
         return None
     parts, got, want = bad
     where = (path + "".join(reversed(parts))).lstrip(".") or "the value"
-    return f"{where} is {_tname(got)}, not {_want(want)}"
+    return f"{where} is {json_type(got)}, not {_want(want)}"
 
 
 def object_problem(obj, kind: str) -> str | None:
     """Why ``obj`` is not a ``kind`` object kpdiag can read — the first field of the wrong JSON type, named by its path
     (``spec.ports[0].port is a string, not a number``) — or None."""
     if not isinstance(obj, dict):
-        return f"the {kind} is {_tname(obj)}, not an object"
+        return f"the {kind} is {json_type(obj)}, not an object"
     if kind != "Version":
         md = obj.get("metadata")
         if not isinstance(md, dict):
-            return f"metadata is {_tname(md)}, not an object"
+            return f"metadata is {json_type(md)}, not an object"
         if not isinstance(md.get("name"), str):
-            return f"metadata.name is {_tname(md.get('name'))}, not a string"
+            return f"metadata.name is {json_type(md.get('name'))}, not a string"
     bad = _shape_problem(obj, SHAPES.get(kind, {}), "")
     if bad and kind != "Version":
         md = obj["metadata"]
@@ -209,13 +200,13 @@ def list_problem(doc) -> str | None:
     """Why ``doc`` is not a Kubernetes List (an object whose ``items`` is a list, ``metadata.continue`` a string), or
     None."""
     if not isinstance(doc, dict):
-        return f"the answer is {_tname(doc)}, not an object with items"
+        return f"the answer is {json_type(doc)}, not an object with items"
     if not isinstance(doc.get("items"), list):
-        return f"items is {_tname(doc.get('items'))}, not a list"
+        return f"items is {json_type(doc.get('items'))}, not a list"
     md = doc.get("metadata")
     if md is not None and not isinstance(md, dict):
-        return f"metadata is {_tname(md)}, not an object"
+        return f"metadata is {json_type(md)}, not an object"
     token = (md or {}).get("continue")
     if token is not None and not isinstance(token, str):
-        return f"metadata.continue is {_tname(token)}, not a string"
+        return f"metadata.continue is {json_type(token)}, not a string"
     return None
