@@ -360,7 +360,7 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     "error",
     modes=("ipvs",),
     needs=("iptables",),
-    uses=("ipsets", "preflight", "proxy-mode"),
+    uses=("ipsets", "modules", "preflight", "proxy-mode"),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
     why="""
         In IPVS mode kube-proxy keeps its iptables rules constant and puts the addresses in ipsets: KUBE-CLUSTER-IP
@@ -376,9 +376,14 @@ def ipvs_ipset(ctx, new):
     sets = ctx.ipsets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    if sets is not None and ctx.preflight == "ipvs":
-        # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
-        return
+    if ctx.preflight == "ipvs":
+        if sets is not None:
+            # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
+            return
+        available = ctx.modules_available
+        not_loaded = any("not loaded" in p.error for p in ctx.problems_with(sources.IPSET))
+        if not_loaded and available is not None and "ip_set" in available:
+            return  # ip_set is on disk: the first ipset command (kube-proxy's) loads it
     why = (
         f"{sources.IPSET} has no KUBE-CLUSTER-IP set"
         if sets is not None

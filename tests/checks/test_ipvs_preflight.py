@@ -68,3 +68,24 @@ def test_preflight_needs_ipset_working_not_kube_proxys_sets(tmp_path):
     report = _preflight(tmp_path / "b", {"node/ipset.txt": None})  # ipset could not be read at all
     (f,) = _finding(report, "KP308")
     assert "needs ipset" in f.summary
+
+
+def test_preflight_ip_set_on_disk_but_not_loaded_is_enough(tmp_path):
+    """The collector does not run ipset while ip_set is unloaded (it would load it); before the switch that is fine
+    when the kernel has the module: kube-proxy's first ipset command loads it (seen on Debian's kernel, tests/ipvsvm)."""
+    errors = [{"source": "node/ipset.txt", "error": "the ip_set kernel module is not loaded: no ipsets on this node"}]
+    out = tmp_path / "node"
+    shutil.copytree(os.path.join(FIXTURES, "healthy-iptables"), out)
+    (out / "node" / "ipset.txt").unlink(missing_ok=True)
+    import json
+
+    m = json.loads((out / "kpdiag.json").read_text())
+    m["errors"] = errors
+    (out / "kpdiag.json").write_text(json.dumps(m))
+    (out / "node" / "modules-available.txt").write_text(AVAILABLE_WITH_IPVS)
+    report = analyze_state(NodeState(Bundle.open(str(out)), preflight="ipvs"), ("KP308",), (), subject=None)
+    assert not _finding(report, "KP308")
+    (out / "node" / "modules-available.txt").write_text("kernel/net/netfilter/nf_conntrack.ko\n")
+    report = analyze_state(NodeState(Bundle.open(str(out)), preflight="ipvs"), ("KP308",), (), subject=None)
+    (f,) = _finding(report, "KP308")
+    assert "needs ipset" in f.summary
