@@ -84,6 +84,8 @@ def test_a_save_dir_that_cannot_be_written_is_not_a_success(capsys, tmp_path):
     blocker.write_text("a file where the directory's parent should be")
     with ApiServer(nodes, kubelet={"node-0": {"log": REPORT}}) as api:
         rc, out, err = _run(capsys, api, tmp_path, "-o", "json", "--save-dir", str(blocker / "run"))
-    assert rc == exitcodes.NO_DIAGNOSIS, err
-    assert "cannot write" in err and "Traceback" not in err
-    assert json.loads(out)["facts"]["nodes_diagnosed"] == 1  # the report itself is still printed
+        created = [p for m, p in api.requests if m == "POST"]
+    # found before any pod is made (an argument error: exit 2, one line naming the folder), not after the run
+    assert rc == exitcodes.USAGE, err
+    assert str(blocker) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert created == [] and out == ""
