@@ -385,14 +385,11 @@ def _read_kubeconfigs(given: str, deadline: float) -> tuple[list[tuple[str, dict
 
 
 def _kind(value) -> str:
-    return {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }.get(type(value), "null" if value is None else type(value).__name__)
+    """json_type in a kubeconfig's (YAML) words: an object is a mapping."""
+    from kpdiag.bundle.store import json_type
+
+    t = json_type(value)
+    return "a mapping" if t == "an object" else t
 
 
 def _merge(docs: list[tuple[str, dict]]) -> dict:
