@@ -166,7 +166,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "proxy-mode",
         "the proxy mode (/proxyMode, else the configuration, else the rules present)",
-        ("proxy_mode", "inferred_modes"),
+        ("proxy_mode", "inferred_modes", "dataplane"),
     ),
     Input(
         "implementer", "who implements Services on this node (kpdiag/state/implementer.py)", ("service_implementer",)
