@@ -17,14 +17,6 @@ def _blind(ctx) -> bool:
     return ctx.ip_addr is None and ctx.iptables() is None and ctx.nft_text is None
 
 
-CILIUM_TOOLS = {
-    "cilium": (
-        "kubectl -n kube-system exec ds/cilium -- cilium-dbg service list   # the Services Cilium load-balances",
-        "kubectl -n kube-system exec ds/cilium -- cilium-dbg status --verbose | grep -i -A3 KubeProxyReplacement",
-    )
-}
-
-
 @check(
     "KP708",
     "service-proxy-replacement",
@@ -50,7 +42,7 @@ def replacement(ctx, new):
     impl = ctx.service_implementer
     if impl is None or impl.kube_proxy_in_charge:
         return
-    tools = dataplanes.get(impl.name).tools or CILIUM_TOOLS.get(impl.name, ())  # its own view of Services
+    tools = dataplanes.get(impl.name).tools  # its own view of Services
     yield new(
         f"Services on this node are implemented by {impl.label}, not kube-proxy: kube-proxy's checks are skipped"
         + (" (kube-proxy's rules left on the node are leftovers: KP710)" if impl.leftovers else ""),

@@ -255,19 +255,9 @@ def detect(state) -> Implementer:
     def seen(who, src, text):
         present.setdefault(who, []).append((src, text))
 
-    cil_links = sorted(n for n in links if n.startswith("cilium_"))
-    if cil_links:
-        seen("cilium", addr_src, f"interfaces {', '.join(cil_links[:4])}")
-    cil_chains = sorted(c for c in chains if c.startswith("CILIUM_"))
-    if cil_chains:
-        seen("cilium", ipt_src, f"iptables chains {', '.join(cil_chains[:4])}")
-    cil_lb = [m for m in maps if m.startswith(("cilium_lb4_services", "cilium_lb6_services"))]
-    if cil_lb:
-        seen("cilium", b.display(BPF_MAPS), f"BPF maps {', '.join(cil_lb[:3])}")
-    if "cilium-agent" in procs:
-        seen("cilium", b.display(PROCESSES), f"process cilium-agent (pid {procs['cilium-agent']})")
-    # the service proxy parts, not just the CNI: Cilium/Calico also run alongside kube-proxy
-    proxying = {"cilium": bool(cil_lb) or "cilium_host" in links}
+    # each replacement's signs, and whether they are its service proxy (not just the CNI: Cilium and Calico also run
+    # alongside kube-proxy)
+    proxying = {}
     host = Host(links, chains, maps, procs, addr_src, ipt_src, b.display(BPF_MAPS), b.display(PROCESSES))
     for dp in dataplanes.replacements():
         found, proxying[dp.name] = dp.detect(host)
@@ -301,14 +291,13 @@ def detect(state) -> Implementer:
     pod = kube_proxy_pod(state)
     absent = [(src, err) for src, err in errs.items() if src.startswith("node/kube-proxy/")]
 
-    order = ["cilium", *(dp.name for dp in dataplanes.replacements())]
-    replacement = next((r for r in order if r in present and proxying[r]), None)
+    replacement = next((d.name for d in dataplanes.replacements() if d.name in present and proxying[d.name]), None)
     kp_alive = bool(kp_http or kp_proc or embedded)
     if replacement and not kp_alive and (not kp_rules or procs_visible):
         # the replacement first: kube-proxy's rules without a kube-proxy to write them are what it left behind
         return Implementer(
             replacement,
-            dataplanes.get(replacement).label or "Cilium's kube-proxy replacement",
+            dataplanes.get(replacement).label,
             present[replacement],
             False,
             present,

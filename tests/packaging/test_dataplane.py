@@ -74,7 +74,9 @@ def test_no_mode_is_compared_as_a_string_outside_the_dataplane_classes():
 
 def test_every_dataplane_is_complete_and_found_by_name():
     planes = dataplane.registered()
-    assert {"iptables", "ipvs", "nftables", "userspace", "kube-router", "calico-ebpf"} <= {d.name for d in planes}
+    assert {"iptables", "ipvs", "nftables", "userspace", "cilium", "kube-router", "calico-ebpf"} <= {
+        d.name for d in planes
+    }
     for d in planes:
         assert d.name and d.label and dataplane.get(d.name) is d, d
         if d.kube_proxy:
