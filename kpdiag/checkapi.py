@@ -301,7 +301,7 @@ def _other_mode(ctx, spec: CheckSpec) -> str | None:
 
 
 def _not_a_node(ctx, spec: CheckSpec) -> str | None:
-    """Why a node check does not apply: the host does not look like a Kubernetes node (state/implementer.py), so
+    """Why a node check does not apply: the host does not look like a Kubernetes node (state/service_proxy.py), so
     advice about its kernel settings or rules would change a host that is none of Kubernetes' business."""
     if spec.scope != "node" or spec.any_host:
         return None

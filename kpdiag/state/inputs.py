@@ -169,7 +169,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         ("proxy_mode", "inferred_modes", "dataplane"),
     ),
     Input(
-        "implementer", "who implements Services on this node (kpdiag/state/implementer.py)", ("service_implementer",)
+        "implementer", "who implements Services on this node (kpdiag/state/service_proxy.py)", ("service_implementer",)
     ),
     Input("tracer", "the packet tracer of the node's proxy mode", ("mode_tracer", "tracer", "tracer_if_forwarding")),
     Input(

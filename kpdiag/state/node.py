@@ -299,9 +299,9 @@ class NodeState(_NodeFiles):
 
     @property
     def service_implementer(self):
-        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.state.implementer.detect."""
+        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.state.service_proxy.detect."""
         if "_implementer" not in self.__dict__:
-            from kpdiag.state.implementer import detect
+            from kpdiag.state.service_proxy import detect
 
             self.__dict__["_implementer"] = detect(self)
         return self.__dict__["_implementer"]
