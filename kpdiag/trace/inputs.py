@@ -253,7 +253,8 @@ def setup_trace(
             from ..parse.addr import parse_ip
 
             state.routing.local_ips.add(parse_ip(ip))
-        _required(state, *dp.trace_rules(state, family)[:1], bundle, *dp.trace_rules(state, family)[1:])
+        rules, rel, what = dp.trace_rules(state, family)
+        _required(state, rules, bundle, rel, what)
         missing = dp.trace_missing(state)
         if missing:
             raise InputError(bundle, missing)
