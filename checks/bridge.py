@@ -42,8 +42,7 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
                 if e.ready and not svc.headless:
                     out.setdefault(e.ip, svc.key)
         return out, ctx.display(sources.ENDPOINTSLICES)
-    mode, _ = ctx.proxy_mode
-    if mode == "nftables" and ctx.nft() is not None:
+    if ctx.dataplane.services_in_nft and ctx.nft() is not None:
         from kpdiag.state.kube_nft import programmed_nft
 
         for sp in (programmed_nft(ctx.nft()) or {}).values():

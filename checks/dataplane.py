@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from kpdiag import dataplane as dataplanes
 from kpdiag.bundle import sources
 from kpdiag.checkapi import Skip
 from kpdiag.model import Evidence
@@ -68,6 +69,11 @@ class Adapter:
     missing_words: Callable[[object, PortView], Words]
     mismatch_words: Callable[[object, PortView, set, str], Words]  # (ctx, view, have, drift text)
     verb: str = "the node DNATs to"  # how the drift says where new connections go
+    counts_share: bool = False  # a drift also says which share of connections goes astray (iptables' words)
+
+    @property
+    def dataplane(self):
+        return dataplanes.get(self.mode)
 
 
 def missing(ctx, new, adapter: Adapter):
@@ -78,7 +84,7 @@ def missing(ctx, new, adapter: Adapter):
             yield new(
                 words.summary,
                 fix=words.fix,
-                evidence=[_svc_ev(ctx, view.svc, _api_side(view, adapter.mode)), words.rules],
+                evidence=[_svc_ev(ctx, view.svc, _api_side(view, adapter)), words.rules],
                 subject=f"{view.svc.key}:{view.number}",
                 data={**_data(view, adapter.mode), "programmed": False, "ready_endpoints": view.ready},
             )
@@ -97,7 +103,7 @@ def mismatch(ctx, new, adapter: Adapter):
             continue
         text, api_ev = drift(ctx, have, want, verb=adapter.verb)
         gone = have - want
-        if gone and adapter.mode == "iptables":  # iptables' words have always said which share goes astray
+        if gone and adapter.counts_share:  # iptables' words have always said which share goes astray
             text += (
                 f" (~{len(gone) / len(have) * 100:.0f}% of connections go to endpoints this node should not use: "
                 "not ready, gone, or hinted for another zone)"
@@ -130,8 +136,8 @@ def _data(view: PortView, mode: str) -> dict:
     }
 
 
-def _api_side(view: PortView, mode: str) -> str:
-    if mode == "iptables":
+def _api_side(view: PortView, adapter: Adapter) -> str:
+    if adapter.counts_share:
         return f"clusterIP {view.ip} port {view.number}, {view.ready} ready endpoint(s)"
     return f"clusterIP {view.ip} port {view.number}/{view.proto}"
 
@@ -149,10 +155,15 @@ KUBE_PROXY_RESTART = "kubectl -n kube-system delete pod <kube-proxy pod on this 
 
 
 # ----------------------------------------------------------------------------------------------------- iptables
+def _elsewhere(ctx, adapter: Adapter) -> None:
+    """Skip when kube-proxy runs another known mode than the adapter's: its rules are not where Services live."""
+    running = ctx.dataplane
+    if running.known and running is not adapter.dataplane:
+        raise Skip(adapter.dataplane.not_where_services_live(running))
+
+
 def _iptables_views(ctx):
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "iptables"):
-        raise Skip(f"kube-proxy runs in {mode} mode: its iptables rules are not where Services live")
+    _elsewhere(ctx, IPTABLES)
     for svc in _services(ctx):
         done = set()
         for family, ip in _ips(svc):
@@ -211,17 +222,15 @@ def _iptables_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     )
 
 
-IPTABLES = Adapter("iptables", _iptables_views, _iptables_missing, _iptables_mismatch)
+IPTABLES = Adapter("iptables", _iptables_views, _iptables_missing, _iptables_mismatch, counts_share=True)
 
 
 # ----------------------------------------------------------------------------------------------------- IPVS
 def ipvs_services(ctx):
-    if ctx.preflight != "ipvs":
-        mode, _ = ctx.proxy_mode
-        if mode is None:
+    if not dataplanes.get(ctx.preflight).services_in_ipvs:  # --preflight ipvs: whatever runs now
+        if not ctx.dataplane.known:
             raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")
-        if mode != "ipvs":
-            raise Skip(f"kube-proxy runs in {mode} mode: IPVS is not where Services live")
+        _elsewhere(ctx, IPVS)
     services = ctx.ipvs
     if services is None:
         raise Skip(f"kube-proxy runs in IPVS mode but no IPVS state was collected ({sources.IPVSADM})")
@@ -274,9 +283,7 @@ def nft_programmed(ctx):
     """(kube-proxy's nftables ruleset, its programmed ports keyed (ClusterIP, proto, port)), or Skip with why."""
     from kpdiag.state.kube_nft import programmed_nft
 
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "nftables"):
-        raise Skip(f"kube-proxy runs in {mode} mode: its nftables table is not where Services live")
+    _elsewhere(ctx, NFTABLES)
     if not ctx.nft_kube_proxy_table:  # (and no need to parse a big iptables-nft ruleset)
         raise Skip("no kube-proxy nftables table on this node (table ip/ip6 kube-proxy): not nftables mode")
     rs = ctx.nft()

@@ -46,13 +46,13 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
                 )
         if svc.spec.get("healthCheckNodePort"):
             out.setdefault(("tcp", int(svc.spec["healthCheckNodePort"])), (f"health check node port of {svc.key}", src))
-    mode, _ = ctx.proxy_mode
-    if mode == "nftables" and ctx.nft() is not None:
+    dp = ctx.dataplane
+    if dp.services_in_nft and ctx.nft() is not None:
         from .nftables import _nodeports
 
         for proto, port in _nodeports(ctx.nft()):
             out.setdefault((proto, port), ("NodePort", f"{ctx.nft().source}: map service-nodeports"))
-    elif mode == "ipvs" and ctx.ipvs is not None:
+    elif dp.services_in_ipvs and ctx.ipvs is not None:
         node = _node_ip(ctx)
         for key in ctx.ipvs:
             if node and str(key[1]) == node[0]:
@@ -100,11 +100,11 @@ def _drop(paths) -> tuple[float, object] | None:
     return (share, step) if step is not None else None
 
 
-def _host_firewall(ctx, mode: str):
+def _host_firewall(ctx, dp):
     """The node's nftables tables that are neither kube-proxy's nor iptables-nft's own (in iptables and IPVS mode the
     iptables tracer does not see them): an NftTracer over them, or None."""
     rs = ctx.nft()
-    if rs is None or mode == "nftables":
+    if rs is None or not dp.traced_with_iptables:
         return None
     keep = [t for t in rs.tables if t not in _IPTABLES_NFT and t[1] != "kube-proxy"]
     if not keep:
@@ -169,7 +169,7 @@ def host_firewall(ctx, new):
         return  # no NodePort, health-check port or reachable /healthz on this node
     mode = ctx.proxy_mode[0] or "iptables"
     tracer = ctx.mode_tracer()
-    host_fw = _host_firewall(ctx, mode)
+    host_fw = _host_firewall(ctx, ctx.dataplane)
     if tracer is None and host_fw is None:
         raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
     from kpdiag.trace.model import Packet

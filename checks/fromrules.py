@@ -67,11 +67,13 @@ def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
     return out
 
 
-def _mode(ctx) -> str:
-    mode, _ = ctx.proxy_mode
-    if mode == "ipvs":
-        raise Skip("IPVS mode: kube-proxy's no-endpoint REJECTs are not per-Service comments there")
-    return mode or "iptables"
+def _mode(ctx):
+    """The dataplane whose no-endpoint rules are read (unknown: the iptables rules), or Skip when they do not name
+    the Service."""
+    dp = ctx.dataplane
+    if not dp.per_service_reject_comments:
+        raise Skip(f"{dp.in_words}: kube-proxy's no-endpoint REJECTs are not per-Service comments there")
+    return dp
 
 
 @check(
@@ -94,8 +96,8 @@ def _mode(ctx) -> str:
 def rules_no_endpoints(ctx, new):
     if _api_present(ctx):
         return  # KP101/KP102 judge it from the API objects
-    mode = _mode(ctx)
-    if mode == "nftables":
+    dp = _mode(ctx)
+    if dp.services_in_nft:
         marks = {k: v for k, v in _nft_marks(ctx, "reject").items()}
     else:
         if ctx.iptables() is None:
@@ -115,7 +117,7 @@ def rules_no_endpoints(ctx, new):
             ),
             evidence=marks[name][:3],
             subject=name,
-            data={"service": ns_name, "port_name": name.partition(":")[2] or None, "mode": mode or "iptables"},
+            data={"service": ns_name, "port_name": name.partition(":")[2] or None, "mode": dp.name or "iptables"},
         )
 
 
@@ -138,8 +140,8 @@ def rules_no_endpoints(ctx, new):
 def rules_no_local_endpoints(ctx, new):
     if _api_present(ctx):
         return  # KP105/KP106 judge it from the API objects
-    mode = _mode(ctx)
-    if mode == "nftables":
+    dp = _mode(ctx)
+    if dp.services_in_nft:
         marks = _nft_marks(ctx, "drop")
         kinds = {
             name: ("internal" if any("no-endpoint-services" in e.text for e in evs) else "external")
@@ -172,7 +174,7 @@ def rules_no_local_endpoints(ctx, new):
             data={
                 "service": name.split(":")[0],
                 "port_name": name.partition(":")[2] or None,
-                "mode": mode,
+                "mode": dp.name or "iptables",
                 "policy": "internalTrafficPolicy" if internal else "externalTrafficPolicy",
             },
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdiag import dataplane as dataplanes
 from kpdiag.rootcause import STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
@@ -41,24 +42,11 @@ def replacement(ctx, new):
     impl = ctx.service_implementer
     if impl is None or impl.kube_proxy_in_charge:
         return
-    tools = {
-        "cilium": (
-            "kubectl -n kube-system exec ds/cilium -- cilium-dbg service list   # the Services Cilium load-balances",
-            "kubectl -n kube-system exec ds/cilium -- cilium-dbg status --verbose | grep -i -A3 KubeProxyReplacement",
-        ),
-        "kube-router": (
-            "ipvsadm -Ln   # kube-router's virtual servers (on kube-dummy-if)",
-            "kubectl -n kube-system logs ds/kube-router | grep -i service",
-        ),
-        "calico-ebpf": (
-            "kubectl -n calico-system exec ds/calico-node -- calico-node -bpf nat dump   # Calico's Service NAT maps",
-            "kubectl get felixconfiguration default -o yaml | grep -i bpf",
-        ),
-    }
+    tools = dataplanes.get(impl.name).tools  # its own view of Services
     yield new(
         f"Services on this node are implemented by {impl.label}, not kube-proxy: kube-proxy's checks are skipped"
         + (" (kube-proxy's rules left on the node are leftovers: KP710)" if impl.leftovers else ""),
-        fix=tools.get(impl.name, ()),
+        fix=tools,
         evidence=[Evidence(src, text) for src, text in impl.evidence[:4]],
         subject="node",
         data=impl.data(),
@@ -215,6 +203,7 @@ def _crash_looping(ctx, new, impl, procs):
     needs=("processes",),
     uses=("addresses", "implementer", "iptables", "manifest", "nft"),
     severities=("warning",),
+    any_host=True,
     symptom="kpdiag node was run on a host that is not part of the cluster (a laptop, a bastion, the wrong VM, a "
     "container without hostNetwork/hostPID) and would otherwise report its ordinary settings as faults.",
     why="""

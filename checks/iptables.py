@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
@@ -72,6 +73,7 @@ SERVICES_WARN = 1000
     modes=("iptables",),
     needs=("iptables",),
     uses=("proxy-mode",),
+    advice_for="kube-proxy",
     symptom="Service changes take seconds to minutes to reach this node; kube-proxy's sync takes long; first packets of connections are slow; CPU spikes in kube-proxy and iptables-restore.",
     why="""
         In iptables mode every new connection walks the nat KUBE-SERVICES chain rule by rule until its ClusterIP
@@ -85,8 +87,7 @@ SERVICES_WARN = 1000
 )
 def rule_scale(ctx, new):
     rs = ctx.iptables()
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "iptables"):
+    if ctx.dataplane.known and ctx.dataplane is not dataplanes.get("iptables"):
         return
     total = rs.rule_count
     services = rs.chain("nat", "KUBE-SERVICES")
@@ -212,6 +213,7 @@ def forward_drop(ctx, new):
     "warning",
     needs=("iptables",),
     uses=("manifest", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="Service traffic behaves as if an old configuration still applied: stale DNAT targets, REJECTs for working Services, traffic to the wrong endpoints after a mode switch.",
     why="""
         Switching kube-proxy's mode (iptables ↔ IPVS ↔ nftables, or away from the removed userspace mode) does not

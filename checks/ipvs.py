@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import note, persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
@@ -36,6 +37,8 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
     explains=("KP701", "KP302", "KP303", "KP304", "KP308"),
     needs=("kernel",),
     uses=("ipvs", "kube-proxy-config", "kube-proxy-version", "modules", "preflight"),
+    advice_for="kube-proxy",
+    preflight=("ipvs",),
     symptom="kube-proxy is configured with mode: ipvs, yet Services behave as in iptables mode — or kube-proxy crash-loops.",
     why="""
         IPVS mode needs the ip_vs kernel module, its schedulers (ip_vs_rr, ip_vs_wrr, ip_vs_sh, and the one you
@@ -48,11 +51,11 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
 )
 def ipvs_unavailable(ctx, new):
     cfg = ctx.kube_proxy_config
-    preflight = ctx.preflight == "ipvs"
+    preflight = dataplanes.get(ctx.preflight).services_in_ipvs
     if not preflight:
         if cfg is None:
             raise Skip(f"needs the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)")
-        if cfg.mode != "ipvs":
+        if not dataplanes.get(cfg.mode).services_in_ipvs:
             return
     if ctx.modules is None:
         # no /proc/modules (a kernel without loadable modules, or not collected): /proc/net/ip_vs is the sign of life
@@ -157,6 +160,7 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
     modes=("ipvs",),
     needs=("sysctl",),
     uses=("ipvs-timeout", "kube-proxy-config", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="In IPVS mode, long-lived connections through a ClusterIP (database pools, gRPC streams, message brokers) die "
     "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",
     why="""
@@ -170,8 +174,7 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
     "application's own keepalive), or raise ipvs.tcpTimeout in the kube-proxy configuration.",
 )
 def ipvs_idle_timeout(ctx, new):
-    mode, _ = ctx.proxy_mode
-    if mode != "ipvs":
+    if not ctx.dataplane.services_in_ipvs:
         return
     t = ipvs_timeouts(ctx)
     if t is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
@@ -13,12 +14,16 @@ from . import dataplane
 
 
 def _ipvs_mode(ctx) -> bool:
-    if ctx.preflight == "ipvs":
+    if _preflight(ctx):
         return True
-    mode, _ = ctx.proxy_mode
-    if mode is None:
+    if not ctx.dataplane.known:
         raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")
-    return mode == "ipvs"
+    return ctx.dataplane.services_in_ipvs
+
+
+def _preflight(ctx) -> bool:
+    """--preflight asks whether this host can run IPVS mode."""
+    return dataplanes.get(ctx.preflight).services_in_ipvs
 
 
 @check(
@@ -29,6 +34,7 @@ def _ipvs_mode(ctx) -> bool:
     modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     uses=("focus", "preflight", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
     why="""
         In IPVS mode kube-proxy creates one IPVS virtual server per ClusterIP:port and binds the ClusterIP on the
@@ -49,6 +55,7 @@ def service_missing(ctx, new):
     modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     uses=("focus", "manifest", "node-object", "preflight", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
         Each IPVS virtual server's real servers should be exactly the Service's ready endpoints (with
@@ -70,6 +77,7 @@ def realservers(ctx, new):
     modes=("ipvs",),
     needs=("addresses", "ipvs"),
     uses=("preflight", "proxy-mode", "routes"),
+    advice_for="kube-proxy",
     symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
     why="""
         IPVS only sees packets delivered to the node itself. kube-proxy makes that happen by adding every ClusterIP
@@ -131,6 +139,7 @@ def _ip(addr):
     modes=("ipvs",),
     needs=("ipvs",),
     uses=("ipvs-conn", "preflight", "proxy-mode", "sysctl"),
+    advice_for="kube-proxy",
     symptom="After a rollout, some clients keep talking to old pods for a while.",
     why="""
         When an endpoint goes away, kube-proxy sets its IPVS real server's weight to 0 instead of deleting it, so
@@ -235,6 +244,8 @@ IPVS_SYSCTLS = {
     modes=("ipvs",),
     needs=("sysctl", "kernel"),
     uses=("preflight", "proxy-mode"),
+    advice_for="kube-proxy",
+    preflight=("ipvs",),
     symptom="Intermittent timeouts or 1-second delays on new connections; clients stuck on removed pods; masquerade not applied.",
     why="""
         kube-proxy's IPVS mode relies on net.ipv4.vs.conntrack=1, expire_nodest_conn=1 and
@@ -288,6 +299,7 @@ def ipvs_sysctls(ctx, new):
     modes=("ipvs",),
     needs=("kube-proxy-config", "sysctl"),
     uses=("addresses", "ipsets", "ipvs", "preflight", "proxy-mode", "services"),
+    advice_for="kube-proxy",
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""
         In IPVS mode every node binds every Service address on kube-ipvs0 — LoadBalancer IPs included — and by default
@@ -361,6 +373,8 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     modes=("ipvs",),
     needs=("iptables",),
     uses=("ipsets", "modules", "preflight", "proxy-mode"),
+    advice_for="kube-proxy",
+    preflight=("ipvs",),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
     why="""
         In IPVS mode kube-proxy keeps its iptables rules constant and puts the addresses in ipsets: KUBE-CLUSTER-IP
@@ -376,7 +390,7 @@ def ipvs_ipset(ctx, new):
     sets = ctx.ipsets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    if ctx.preflight == "ipvs":
+    if _preflight(ctx):
         if sets is not None:
             # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
             return
@@ -391,7 +405,7 @@ def ipvs_ipset(ctx, new):
     )
     rs = ctx.iptables()
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
-    who = "IPVS mode (preflight) needs ipset, but" if ctx.preflight == "ipvs" else "kube-proxy runs IPVS mode but"
+    who = "IPVS mode (preflight) needs ipset, but" if _preflight(ctx) else "kube-proxy runs IPVS mode but"
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=(
@@ -412,6 +426,8 @@ def ipvs_ipset(ctx, new):
     "warning",
     modes=("ipvs",),
     uses=("kube-proxy-config", "kube-proxy-version", "preflight", "proxy-mode"),
+    advice_for="kube-proxy",
+    preflight=("ipvs",),
     symptom="None yet — but IPVS mode gets no new features and will be removed.",
     why="""
         kube-proxy's IPVS mode is deprecated from Kubernetes v1.35. nftables mode (GA since v1.33) gives the same

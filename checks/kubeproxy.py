@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 
+from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.rootcause import MODE_CHECKS, STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
@@ -36,6 +37,7 @@ def _log_modes(ctx):
     explains=MODE_CHECKS,
     needs=("kube-proxy-config",),
     uses=("kube-proxy-log", "kube-proxy-mode", "manifest", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="You configured IPVS (or nftables) and tuned for it, yet the node behaves like iptables mode — or the reverse.",
     why="""
         kube-proxy reads its mode from the KubeProxyConfiguration (the kube-proxy ConfigMap). When that mode cannot
@@ -90,6 +92,7 @@ def mode_mismatch(ctx, new):
     "error",
     explains=("KP701",),
     uses=("iptables", "kube-proxy-config", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="kube-proxy does not start on new releases (unknown proxy mode), or Services are slow and go through a userspace process on old ones.",
     why="""
         The userspace proxy mode — kube-proxy itself accepting every connection and copying bytes to a backend — was
@@ -105,10 +108,11 @@ def userspace(ctx, new):
     if cfg is None and not inferred:
         raise Skip("needs the kube-proxy configuration or the node's iptables rules")
     evidence = []
-    if cfg is not None and cfg.mode == "userspace":
+    if cfg is not None and dataplanes.get(cfg.mode).removed:
         evidence.append(ev.config(ctx, "mode"))
-    if "userspace" in inferred:
-        evidence.append(Evidence(ctx.iptables().source, inferred["userspace"]))
+    for mode, why in inferred.items():
+        if dataplanes.get(mode).removed:
+            evidence.append(Evidence(ctx.iptables().source, why))
     if not evidence:
         return
     yield new(
@@ -141,6 +145,7 @@ STALE_SECONDS = 120
     explains=STALE + ("KP113", "KP504"),
     severities=("warning", "error"),
     uses=("kube-proxy-healthz", "kube-proxy-metrics", "manifest"),
+    advice_for="kube-proxy",
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
     why="""
         kube-proxy reports on :10256/healthz when it last wrote the node's rules. If that is older than a couple of
@@ -269,6 +274,7 @@ LOG_PATTERNS = [
     "Known kube-proxy errors in its log",
     "warning",
     needs=("kube-proxy-log",),
+    advice_for="kube-proxy",
     symptom="Services are intermittently wrong on this node; kube-proxy restarts or lags behind.",
     why="""
         kube-proxy logs a handful of well-known errors when it cannot do its job: the iptables lock held by another
@@ -310,6 +316,7 @@ SLOW_WARN, SLOW_ERROR = 1.0, 10.0
     "warning",
     severities=("warning", "error"),
     needs=("kube-proxy-metrics",),
+    advice_for="kube-proxy",
     symptom="New pods take seconds to start receiving Service traffic; deleted pods keep receiving it for a while.",
     why="""
         Every Service or endpoint change makes kube-proxy rewrite the node's rules. In iptables mode the cost grows
@@ -351,6 +358,7 @@ def sync_slow(ctx, new):
     "kube-proxy cannot tell pod traffic from outside traffic",
     "warning",
     uses=("iptables", "kube-proxy-config"),
+    advice_for="kube-proxy",
     symptom="Clients outside the cluster reach a ClusterIP (via a route) but get no answer; or pods see the node's IP instead of the client's.",
     why="""
         kube-proxy masquerades Service traffic that comes from *outside* the cluster, so that the reply returns
@@ -427,6 +435,7 @@ def _node_names(doc) -> list[str]:
     needs=("kube-proxy-config",),
     uses=("endpointslices", "manifest", "node-object", "services"),
     severities=("error",),
+    advice_for="kube-proxy",
     symptom="Services with externalTrafficPolicy: Local (NodePorts, LoadBalancers) or internalTrafficPolicy: Local "
     "time out through this node although their pods run on it; health checks of cloud load balancers mark the node "
     "down.",

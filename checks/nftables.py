@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
@@ -15,11 +16,10 @@ MIN_NFT = (1, 0, 1)
 
 
 def _nft_mode(ctx) -> bool:
-    if ctx.preflight == "nftables":
+    if dataplanes.get(ctx.preflight).services_in_nft:
         return True
-    mode, _ = ctx.proxy_mode
     cfg = ctx.kube_proxy_config
-    return mode == "nftables" or (cfg is not None and cfg.mode == "nftables")
+    return ctx.dataplane.services_in_nft or (cfg is not None and dataplanes.get(cfg.mode).services_in_nft)
 
 
 @check(
@@ -30,6 +30,8 @@ def _nft_mode(ctx) -> bool:
     explains=("KP701", "KP703", "KP707", "KP402", "KP403"),
     needs=("kernel",),
     uses=("kube-proxy-config", "nft-version", "preflight", "proxy-mode"),
+    advice_for="kube-proxy",
+    preflight=("nftables",),
     symptom="kube-proxy configured with mode: nftables crash-loops or falls back; Services do not work on this node.",
     why="""
         kube-proxy's nftables mode (beta in v1.31, GA in v1.33) uses kernel features that arrived in Linux 5.13 and
@@ -73,6 +75,7 @@ def prerequisites(ctx, new):
     modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     uses=("focus", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="The Service works from other nodes, not from this one (rejected or dropped by cluster-ips-check).",
     why="""
         In nftables mode kube-proxy puts every ClusterIP . protocol . port into its service-ips verdict map. A Service
@@ -94,6 +97,7 @@ def service_missing(ctx, new):
     modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     uses=("focus", "manifest", "node-object", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="A share of connections to the Service fails or reaches old pods on this node.",
     why="""
         kube-proxy's per-Service chain picks an endpoint chain with numgen random mod N; each endpoint chain DNATs to
@@ -130,6 +134,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
     modes=("nftables",),
     needs=("nft", "kube-proxy-config"),
     uses=("proxy-mode",),
+    advice_for="kube-proxy",
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "
     "health checks that use localhost broke after switching kube-proxy to nftables mode.",
     why="""

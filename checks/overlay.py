@@ -81,9 +81,9 @@ def overlay_port_blocked(ctx, new):
         raise Skip("the node's address on its uplink (the default route's interface) is not known")
     node_ip, uplink = node
     peer, peer_what = _peer(ctx, node_ip)
-    mode = ctx.proxy_mode[0] or "iptables"
-    tracer = ctx.mode_tracer() if mode in ("iptables", "ipvs", "nftables") else None
-    host_fw = _host_firewall(ctx, mode)
+    dp = ctx.dataplane
+    tracer = ctx.mode_tracer() if dp.has_own_tracer or not dp.known else None  # unknown: its iptables rules
+    host_fw = _host_firewall(ctx, dp)
     if tracer is None and host_fw is None:
         raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
     from kpdiag.trace.model import Packet

@@ -30,6 +30,7 @@ def covering_prefix(ips: list[str]) -> str:
     "info",
     needs=("routes", "iptables"),
     uses=("proxy-mode",),
+    advice_for="kube-proxy",
     symptom="ping to a ClusterIP answers 'Time to live exceeded' (or nothing); a ClusterIP on a port the Service does not define hangs instead of being refused.",
     why="""
         A ClusterIP is virtual: no interface has it. In iptables (and nftables) mode kube-proxy only translates
@@ -41,8 +42,7 @@ def covering_prefix(ips: list[str]) -> str:
     fix="Give the service CIDR a blackhole/unreachable route on the gateway (or on the nodes) so unmatched traffic is refused at once; test Services with their TCP/UDP port, never with ping.",
 )
 def service_cidr_leaves(ctx, new):
-    mode, _ = ctx.proxy_mode
-    if mode in ("ipvs", "nftables"):
+    if ctx.dataplane.cluster_ips_stay_on_node:
         return  # ipvs: ClusterIPs are bound on kube-ipvs0; nftables: cluster-ips-check rejects/drops on the node
     routing = ctx.routing
     found = False
@@ -155,13 +155,13 @@ def _cluster_ips(ctx) -> dict[str, str]:
     for svc in svcs or []:
         for ip in svc.cluster_ips:
             out.setdefault(ip, f"{ctx.display(sources.SERVICES)}: {svc.key}")
-    mode, _ = ctx.proxy_mode
-    if mode == "nftables" and ctx.nft() is not None:
+    dp = ctx.dataplane
+    if dp.services_in_nft and ctx.nft() is not None:
         from kpdiag.state.kube_nft import cluster_ips
 
         for ip in cluster_ips(ctx.nft()):
             out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
-    elif mode == "ipvs":
+    elif dp.services_in_ipvs:
         if not out:  # no API: the ClusterIPs as kube-proxy recorded them (never every virtual server: see below)
             out.update(_ipvs_cluster_ips(ctx))
     else:

@@ -118,7 +118,7 @@ def icmp_cluster_ip(ctx, new):
                     subject=f"{svc.key} {ip}",
                 )
             elif echo["result"] == "timeout":
-                if mode == "ipvs":
+                if ctx.dataplane.cluster_ips_bound:
                     continue
                 yield new(
                     f"ping {ip} ({svc.key}) gets no answer — expected in {mode or 'iptables/nftables'} mode: a ClusterIP only answers on its Service ports."
@@ -130,7 +130,7 @@ def icmp_cluster_ip(ctx, new):
                     evidence=ev,
                     subject=f"{svc.key} {ip}",
                 )
-            elif echo["result"] in ("port-unreachable", "admin-prohibited") and mode == "ipvs":
+            elif echo["result"] in ("port-unreachable", "admin-prohibited") and ctx.dataplane.cluster_ips_bound:
                 rs = ctx.iptables()
                 filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
                 yield new(
@@ -162,7 +162,7 @@ def icmp_cluster_ip(ctx, new):
                     ),
                     subject=f"{svc.key} {ip}",
                 )
-            elif echo["result"] == "echo-reply" and mode != "ipvs":
+            elif echo["result"] == "echo-reply" and not ctx.dataplane.cluster_ips_bound:
                 yield new(
                     f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",
                     severity="warning",
@@ -183,6 +183,7 @@ def icmp_cluster_ip(ctx, new):
     modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
     uses=("focus", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="The Service works from some nodes and not from this one; new Services never work here.",
     why="""
         kube-proxy on every node watches Services and EndpointSlices and writes the matching rules. If a Service
@@ -204,6 +205,7 @@ def not_programmed(ctx, new):
     modes=("iptables",),
     needs=("services", "endpointslices", "iptables"),
     uses=("focus", "manifest", "node-object", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
     why="""
         The node's DNAT targets (the KUBE-SEP chains of the Service) should be exactly its ready endpoints (with
@@ -283,6 +285,7 @@ _CT_RE = re.compile(
     "warning",
     needs=("services", "endpointslices", "conntrack-entries"),
     uses=("focus",),
+    advice_for="kube-proxy",
     symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
     why="""
         UDP has no connection end, so a client that keeps sending from the same port keeps its conntrack entry — and

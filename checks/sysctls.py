@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
@@ -131,6 +132,7 @@ def bridge_nf_call(ctx, new):
     modes=("iptables",),
     needs=("sysctl", "iptables"),
     uses=("kube-proxy-config", "proxy-mode"),
+    advice_for="kube-proxy",
     symptom="curl http://127.0.0.1:<nodePort> on the node times out, while the node's own IP works.",
     why="""
         kube-proxy in iptables mode serves NodePorts on localhost too (iptables.localhostNodePorts, default true). A
@@ -141,8 +143,7 @@ def bridge_nf_call(ctx, new):
     fix="sysctl -w net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false and use the node IP)",
 )
 def route_localnet(ctx, new):
-    mode, _ = ctx.proxy_mode
-    if mode not in (None, "iptables"):
+    if ctx.dataplane.known and ctx.dataplane is not dataplanes.get("iptables"):
         return
     cfg = ctx.kube_proxy_config
     if cfg is not None and cfg.get("iptables.localhostNodePorts") is False:

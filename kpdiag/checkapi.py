@@ -55,6 +55,9 @@ class CheckSpec:
     ] = ()  # inputs it reads when they are there (kpdiag/state/inputs.py); needs: those it cannot lack
     explains: tuple[str, ...] = ()  # ids of the checks whose findings follow from this one's (kpdiag/rootcause.py)
     absent: tuple[str, ...] = ()  # components its findings say are not there (kpdiag/rootcause.py COMPONENTS)
+    advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
+    preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
+    any_host: bool = False  # runs even where the host does not look like a Kubernetes node
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -113,6 +116,9 @@ def check(
     modes: Iterable[str] = (),
     explains: Iterable[str] = (),
     absent: Iterable[str] = (),
+    advice_for: str | None = None,
+    preflight: Iterable[str] = (),
+    any_host: bool = False,
 ):
     """Declare a check. ``needs`` names the inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing,
     the check is skipped with the reason. ``uses`` names the inputs it reads when they are there. The check receives
@@ -124,16 +130,28 @@ def check(
     ``explains`` names the checks whose findings are consequences of this one's (kube-proxy absent explains stale
     rules): in a report they are linked to it (``caused_by``), ranked under it, and their fixes say to fix it first.
     ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
-    of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences"."""
+    of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences".
+    ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
+    ``preflight`` names the modes whose ``kpdiag node --preflight MODE`` runs it (one of that mode's prerequisites).
+    ``any_host``: it runs even where the host does not look like a Kubernetes node (every other node check is skipped
+    there)."""
     if scope not in ("node", "cluster"):
         raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
     declared = tuple(Severity(x) for x in severities)
     if declared and Severity(severity) not in declared:
         raise ValueError(f"check {id}: severities {severities} must include its severity {severity!r}")
     declared = tuple(sorted(declared, key=lambda x: x.rank))
-    modes = tuple(modes)
-    if set(modes) - {"iptables", "ipvs", "nftables"}:
-        raise ValueError(f"check {id}: modes must be among iptables, ipvs, nftables, not {modes}")
+    from .dataplane import kube_proxy_modes
+
+    modes, preflight = tuple(modes), tuple(preflight)
+    known = [d.name for d in kube_proxy_modes() if d.has_own_tracer]
+    if set(modes) - set(known):
+        raise ValueError(f"check {id}: modes must be among {', '.join(known)}, not {modes}")
+    can_preflight = [d.name for d in kube_proxy_modes() if d.preflight]
+    if set(preflight) - set(can_preflight):
+        raise ValueError(f"check {id}: preflight must be among {', '.join(can_preflight)}, not {preflight}")
+    if advice_for not in (None, "kube-proxy"):
+        raise ValueError(f"check {id}: advice_for must be 'kube-proxy' or None, not {advice_for!r}")
     needs, uses = tuple(needs), tuple(uses)
     broker.validate(id, scope, needs, uses)
     from .rootcause import validate_declaration
@@ -157,6 +175,9 @@ def check(
             uses=uses,
             explains=explains,
             absent=absent,
+            advice_for=advice_for,
+            preflight=preflight,
+            any_host=any_host,
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
@@ -221,7 +242,7 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     for spec in checks:
         try:  # whether it applies and its inputs are there: a failure here is this check's, not the run's
             not_in_charge = (
-                _not_in_charge(ctx) if spec.id in _kube_proxy_checks() else _not_a_node(ctx, spec)
+                _not_in_charge(ctx) if spec.advice_for else _not_a_node(ctx, spec)
             )  # a replacement implements Services; or this host is no Kubernetes node at all
             other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
             missing = (
@@ -271,26 +292,18 @@ def _other_mode(ctx, spec: CheckSpec) -> str | None:
     if preflight in spec.modes:
         return None
     try:
-        mode = ctx.proxy_mode[0]
+        dp = ctx.dataplane
     except Exception:  # the state cannot tell: let the check decide
         return None
-    if mode is None or mode in spec.modes:
+    if not dp.known or dp.name in spec.modes:
         return None
-    return f"kube-proxy runs in {mode} mode; this check is about {' and '.join(spec.modes)} mode"
-
-
-def _kube_proxy_checks() -> frozenset:
-    from kpdiag.state.implementer import KUBE_PROXY_CHECKS
-
-    return KUBE_PROXY_CHECKS
+    return dp.skip_reason(spec.modes)
 
 
 def _not_a_node(ctx, spec: CheckSpec) -> str | None:
-    """Why a node check does not apply: the host does not look like a Kubernetes node (state/implementer.py), so
+    """Why a node check does not apply: the host does not look like a Kubernetes node (state/service_proxy.py), so
     advice about its kernel settings or rules would change a host that is none of Kubernetes' business."""
-    from kpdiag.state.implementer import NOT_A_NODE_CHECKS
-
-    if spec.scope != "node" or spec.id in NOT_A_NODE_CHECKS:
+    if spec.scope != "node" or spec.any_host:
         return None
     impl = getattr(ctx, "service_implementer", None)
     return impl.skip_reason if impl is not None and impl.not_a_node is not None else None

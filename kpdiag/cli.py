@@ -12,6 +12,7 @@ import click
 
 from . import __version__, exitcodes
 from kpdiag.bundle import sources
+from kpdiag.dataplane import kube_proxy_modes
 
 OUTPUTS = ("text", "json", "dot")
 
@@ -112,7 +113,7 @@ def cli(ctx):
 )
 @click.option(
     "--mode",
-    type=click.Choice(["auto", "iptables", "nftables", "ipvs"]),
+    type=click.Choice(["auto", *(d.name for d in kube_proxy_modes() if d.has_own_tracer)]),
     default="auto",
     show_default=True,
     help="With --bundle or live: which rules to trace (auto: the mode kube-proxy runs in).",
@@ -336,7 +337,7 @@ def _progress(message: str) -> None:
 @click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
 @click.option(
     "--preflight",
-    type=click.Choice(["ipvs", "nftables"]),
+    type=click.Choice([d.name for d in kube_proxy_modes() if d.preflight]),
     help="Can this node run that proxy mode? (its prerequisite checks only)",
 )
 @click.option(

@@ -186,8 +186,11 @@ def _absent(findings: list, parent: list, mode: str | None) -> dict[str, tuple[s
                 exempt.add(j)
                 j = parent[j]
             out[comp] = (why, exempt)
-    if mode in ("iptables", "nftables") and "ipvs" not in out:
-        out["ipvs"] = (f"kube-proxy runs in {mode} mode", set())
+    from kpdiag.dataplane import get
+
+    for comp in get(mode).not_in_use:  # iptables and nftables mode: IPVS is not in use
+        if comp not in out:
+            out[comp] = (f"kube-proxy runs in {mode} mode", set())
     return out
 
 

@@ -73,7 +73,7 @@ def _anything_readable(state: NodeState) -> bool:
 
 
 def _not_a_node(state: NodeState) -> str | None:
-    """The headline when the host does not look like a Kubernetes node (kpdiag.state.implementer), else None."""
+    """The headline when the host does not look like a Kubernetes node (kpdiag.state.service_proxy), else None."""
     try:
         impl = state.service_implementer
     except Exception:  # the state could not tell: the checks say what they can

@@ -62,7 +62,7 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
     if tracer is None:
         notes.append("no rules of kube-proxy's mode could be read on this node: nothing to trace")
     elif service and not any(t[0] == service or t[0].startswith(service + ":") for t in targets):
-        if state.proxy_mode[0] == "ipvs":
+        if not state.dataplane.keeps_service_names:
             notes.append(f"{service}: IPVS keeps no Service names — trace its ClusterIP with --trace CLUSTERIP:PORT")
         else:
             notes.append(
@@ -81,7 +81,9 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
             if ":" in dst:  # IPv6: iptables and IPVS mode keep those rules apart (ip6tables)
                 tracer6 = tracer6 or state.mode_tracer(family=6)
                 use = tracer6
-                cidr6 = cluster_cidr(state.programmed("ip6tables-save")) if state.proxy_mode[0] != "nftables" else None
+                cidr6 = (
+                    cluster_cidr(state.programmed("ip6tables-save")) if state.dataplane.traced_with_iptables else None
+                )
                 origins = (
                     (("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()
                 ) + (("external", "2001:db8::77"),)

@@ -23,7 +23,11 @@ def analyze_bundle(path: str, select=(), ignore=()) -> Report:
     return analyze_state(NodeState(bundle), select, ignore, subject=None)
 
 
-PREFLIGHT_CHECKS = {"ipvs": ("KP301", "KP306", "KP308", "KP309"), "nftables": ("KP401",)}
+def preflight_checks(mode: str) -> tuple[str, ...]:
+    """The checks that declare themselves prerequisites of ``mode`` (``@check(..., preflight=("ipvs",))``)."""
+    from kpdiag.checkapi import load_registry
+
+    return tuple(c.id for c in load_registry().checks if mode in c.preflight)
 
 
 def diagnose_node(
@@ -57,7 +61,7 @@ def diagnose_node(
     files["kpdiag.json"] = json.dumps(manifest).encode()
     state = NodeState(Bundle.from_files(manifest.get("node") or "node", files), preflight=preflight)
     if preflight:
-        select = select or PREFLIGHT_CHECKS[preflight]
+        select = select or preflight_checks(preflight)
     subject = f"node {manifest.get('node')}" + (f" (preflight: {preflight})" if preflight else "")
     report = analyze_state(state, select, ignore, subject=subject)
     return focus_report(report, state, service=service, trace_to=trace_to)

@@ -166,10 +166,10 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "proxy-mode",
         "the proxy mode (/proxyMode, else the configuration, else the rules present)",
-        ("proxy_mode", "inferred_modes"),
+        ("proxy_mode", "inferred_modes", "dataplane"),
     ),
     Input(
-        "implementer", "who implements Services on this node (kpdiag/state/implementer.py)", ("service_implementer",)
+        "implementer", "who implements Services on this node (kpdiag/state/service_proxy.py)", ("service_implementer",)
     ),
     Input("tracer", "the packet tracer of the node's proxy mode", ("mode_tracer", "tracer", "tracer_if_forwarding")),
     Input(

@@ -242,25 +242,13 @@ class NodeState(_NodeFiles):
         """Which proxy modes' artefacts are on the node: mode → evidence text (computed once: most checks ask)."""
         if "_modes" in self.__dict__:
             return dict(self.__dict__["_modes"])
+        from kpdiag.dataplane import kube_proxy_modes
+
         found: dict[str, str] = {}
-        rs = self.iptables()
-        if rs is not None:
-            nat = rs.chain_names("nat")
-            if any(n.startswith(("KUBE-SVC-", "KUBE-SEP-")) for n in nat):
-                found["iptables"] = "iptables chains KUBE-SVC-*/KUBE-SEP-* in the nat table"
-            if any(n in ("KUBE-PORTALS-CONTAINER", "KUBE-PORTALS-HOST") for n in nat):
-                found["userspace"] = "iptables chains KUBE-PORTALS-CONTAINER/KUBE-PORTALS-HOST"
-            if "KUBE-IPVS-FILTER" in rs.chain_names("filter") or "KUBE-LOAD-BALANCER" in nat:
-                found["ipvs"] = "iptables chains KUBE-IPVS-FILTER / KUBE-LOAD-BALANCER"
-        ipvs = self.bundle.read_text(sources.IPVSADM)
-        if ipvs and any(line.startswith("-A ") for line in ipvs.splitlines()):
-            found.setdefault("ipvs", "IPVS virtual servers (ipvsadm -Sn)")
-        for link in self.ip_addr or []:
-            if link.get("ifname") == "kube-ipvs0":
-                found.setdefault("ipvs", "interface kube-ipvs0")
-        family = self.nft_kube_proxy_table
-        if family:
-            found["nftables"] = f"nftables table {family} kube-proxy"
+        for dp in kube_proxy_modes():  # each mode's class says what shows its rules (kpdiag/dataplane/)
+            why = dp.signs(self)
+            if why:
+                found[dp.name] = why
         self.__dict__["_modes"] = found
         return dict(found)
 
@@ -273,10 +261,12 @@ class NodeState(_NodeFiles):
         cfg = self.kube_proxy_config
         if cfg is not None and cfg.mode_explicit:
             return cfg.mode, f"mode in {cfg.source}"
+        from kpdiag.dataplane import kube_proxy_modes
+
         modes = self.inferred_modes()
-        for mode in ("nftables", "ipvs", "iptables", "userspace"):
-            if mode in modes:
-                return mode, modes[mode]
+        for dp in sorted(kube_proxy_modes(), key=lambda d: -d.precedence):  # nftables, ipvs, iptables, userspace
+            if dp.name in modes:
+                return dp.name, modes[dp.name]
         if cfg is not None:
             return cfg.mode, f"{cfg.source} (no mode set: the default)"
         return None, "unknown"
@@ -309,9 +299,9 @@ class NodeState(_NodeFiles):
 
     @property
     def service_implementer(self):
-        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.state.implementer.detect."""
+        """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.state.service_proxy.detect."""
         if "_implementer" not in self.__dict__:
-            from kpdiag.state.implementer import detect
+            from kpdiag.state.service_proxy import detect
 
             self.__dict__["_implementer"] = detect(self)
         return self.__dict__["_implementer"]
@@ -389,30 +379,20 @@ class NodeState(_NodeFiles):
         return self.__dict__["_fwd_tracer"]
 
     def mode_tracer(self, mode: str | None = None, family: int = 4):
-        """The tracer for ``mode`` (default: the mode kube-proxy runs in; nftables, ipvs, else iptables) and IP version
-        ``family`` (iptables and IPVS mode: IPv6 packets meet ip6tables' rules), or None without those rules."""
-        mode = mode or self.proxy_mode[0]
-        if mode == "nftables":
-            from kpdiag.trace.nftables import NftTracer
+        """The tracer of dataplane ``mode`` (default: the one kube-proxy runs; a mode without a tracer of its own is
+        traced through its iptables rules) and IP version ``family`` (iptables and IPVS mode: IPv6 packets meet
+        ip6tables' rules), or None without those rules."""
+        from kpdiag.dataplane import get
 
-            rs = self.nft()
-            return None if rs is None else NftTracer(rs, self.routing)  # the ip6/inet tables for IPv6 packets
-        rs = self.iptables("ip6tables-save" if family == 6 else "iptables-save")
-        if mode == "ipvs":
-            from kpdiag.trace.ipvs import IpvsTracer
+        return (get(mode) if mode else self.dataplane).tracer(self, family)
 
-            vs_ct = self.sysctl_value("net.ipv4.vs.conntrack")
-            vs_conntrack = None if vs_ct is None else vs_ct.value.strip() != "0"
-            return (
-                None
-                if rs is None or self.ipvs is None
-                else IpvsTracer(rs, self.routing, self.ipsets, self.ipvs, vs_conntrack=vs_conntrack)
-            )
-        if family == 6:
-            from kpdiag.trace.netfilter import IptablesTracer
+    @property
+    def dataplane(self):
+        """The dataplane class of the mode kube-proxy runs (kpdiag/dataplane/): what the rest of kpdiag asks instead
+        of comparing mode names. ``dataplane.UNKNOWN`` when the mode is not known."""
+        from kpdiag.dataplane import get
 
-            return None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
-        return self.tracer()
+        return get(self.proxy_mode[0])
 
     @property
     def kube_proxy_version(self) -> tuple[int, int] | None:

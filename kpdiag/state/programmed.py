@@ -30,70 +30,12 @@ Entry = tuple  # (name, endpoints tuple, local policy)
 def service_table(state) -> dict[str, Entry] | None:
     """``{"10.96.0.10:53/udp": ("kube-system/kube-dns:dns", ("10.244.1.20:53", …), False)}`` for the mode kube-proxy
     runs in, or None when this node's rules for that mode are not readable."""
-    mode, _ = state.proxy_mode
-    table: dict[str, Entry] = {}
-    if mode == "nftables":
-        from kpdiag.state.kube_nft import cluster_ips, programmed_nft
-
-        rs = state.nft()
-        ports = programmed_nft(rs) if rs is not None else None
-        if ports is None:
-            return None
-        cips = set(cluster_ips(rs))
-        for (ip, proto, port), sp in ports.items():
-            if sp.external or (cips and ip not in cips):
-                continue  # external and load-balancer IPs: the iptables and IPVS tables hold ClusterIPs only
-            # kube-proxy's chain name: service-HASH-ns/name/proto/portname ("ns/name/proto/" for a port without a
-            # name, whose ServicePortName is plain ns/name)
-            parts = (sp.chain or "").split("-", 2)
-            bits = parts[2].split("/") if len(parts) == 3 else []
-            name = (
-                (f"{bits[0]}/{bits[1]}" + (f":{bits[3]}" if bits[3] else "")) if len(bits) == 4 else (sp.comment or "")
-            )
-            table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)), sp.local_policy)
-        return table
-    if mode == "ipvs":
-        services = state.ipvs
-        if services is None:
-            return None
-        bound = _ipvs_bound(state)
-        for vs in services.values():
-            if vs.addr is None or (bound is not None and vs.addr not in bound):
-                continue  # fwmark services and NodePorts on the node's own addresses are per node
-            table[f"{vs.addr}:{vs.port}/{vs.proto}"] = (
-                "",
-                tuple(sorted(r.target for r in vs.reals if r.weight > 0)),
-                False,
-            )
-        return table
-    progs = state.programmed()
-    if progs is None:
-        return None
-    for ports in (
-        progs,
-        state.programmed("ip6tables-save") or {},
-    ):  # a dual-stack node's IPv6 Services are in ip6tables
-        for p in ports.values():
-            if p.cluster_ip and p.port:
-                table[f"{p.cluster_ip}:{p.port}/{(p.proto or 'tcp').lower()}"] = (
-                    p.name,
-                    tuple(sorted(p.endpoints)),
-                    p.local_policy,
-                )
-    return table
-
-
-def _ipvs_bound(state) -> set[str] | None:
-    links = state.ip_addr
-    if links is None:
-        return None
-    for link in links:
-        if link.get("ifname") == "kube-ipvs0":
-            return {a.get("local") for a in link.get("addr_info") or [] if a.get("local")}
-    return None
+    return state.dataplane.service_table(state)  # each mode reads its own rules (kpdiag/dataplane/)
 
 
 def encode(table: dict[str, Entry], mode: str | None) -> dict:
+    from kpdiag.dataplane import get
+
     lines = [
         f"{key}\t{name}\t{_ep_hash(eps)}\t{len(eps)}" + ("\tL" if local else "")
         for key, (name, eps, local) in sorted(table.items())
@@ -104,7 +46,7 @@ def encode(table: dict[str, Entry], mode: str | None) -> dict:
         "mode": mode,
         "count": len(lines),
         "digest": hashlib.sha256(text.encode()).hexdigest()[:16],
-        "policy": mode in ("iptables", "nftables"),
+        "policy": get(mode).shows_local_policy,
         "entries": text,
     }
 

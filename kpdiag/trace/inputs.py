@@ -78,7 +78,9 @@ def explain_unmatched(result, setup: TraceSetup):
     import ipaddress
     from dataclasses import replace
 
-    if setup.mode != "iptables" or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
+    from kpdiag.dataplane import get
+
+    if get(setup.mode).cluster_ips_stay_on_node or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
         return result
     from kpdiag.state.kube_rules import programmed_ports
 
@@ -242,37 +244,26 @@ def setup_trace(
 
         state = live_state(host_root, progress) if live else NodeState(Bundle.open(bundle))
         bundle = bundle or f"this node ({state.node_name or 'live'})"
-        if mode == "auto":
-            running, _ = state.proxy_mode
-            mode = running if running in ("nftables", "ipvs") else "iptables"
+        from kpdiag.dataplane import get
+
+        dp = state.dataplane if mode == "auto" else get(mode)  # auto: the mode kube-proxy runs in
+        dp = dp if dp.has_own_tracer else get("iptables")  # a mode without a tracer: its iptables rules
+        mode = dp.name
         for ip in local_ips:
             from ..parse.addr import parse_ip
 
             state.routing.local_ips.add(parse_ip(ip))
-        if mode == "nftables":
-            _required(state, state.nft(), bundle, sources.NFT_RULESET, "an nftables ruleset")
-        else:
-            which = "ip6tables-save" if family == 6 else "iptables-save"
-            _required(
-                state,
-                state.iptables(which),
-                bundle,
-                sources.iptables_dump(which),
-                "IPv6 iptables rules" if family == 6 else "iptables rules",
-            )
-            if mode == "ipvs" and state.ipvs is None:
-                raise InputError(bundle, f"no IPVS state to trace ({sources.IPVSADM} missing or unreadable)")
-        tracer = state.mode_tracer(mode, family)  # parses ipsets too: their problems are collected after it
-        if mode in ("iptables", "ipvs") and tracer is not None and state.nft_text:
+        rules, rel, what = dp.trace_rules(state, family)
+        _required(state, rules, bundle, rel, what)
+        missing = dp.trace_missing(state)
+        if missing:
+            raise InputError(bundle, missing)
+        tracer = dp.tracer(state, family)  # parses ipsets too: their problems are collected after it
+        if dp.traced_with_iptables and tracer is not None and state.nft_text:
             _with_nft_tables(tracer, state)
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
-            needed = {
-                "iptables": ("iptables-save", "ip-addr", "ip-route", "sysctl"),
-                "nftables": ("nft-ruleset", "ip-addr", "ip-route", "sysctl"),
-                "ipvs": ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl"),
-            }[mode]
-            problems = [p for p in problems if any(n in p.source for n in needed)]
+            problems = [p for p in problems if any(n in p.source for n in dp.trace_sources)]
         return TraceSetup(tracer, mode, problems, state)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")

@@ -5,54 +5,12 @@ interfaces, iptables chains, BPF maps, processes, kube-proxy's own endpoints and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from kpdiag import dataplane as dataplanes
 from kpdiag.bundle import sources
+from kpdiag.dataplane import Host
 
 PROCESSES = sources.PROCESSES
 BPF_MAPS = sources.BPF_MAPS
-
-# checks that give kube-proxy advice: skipped, with the reason, where a replacement implements Services
-KUBE_PROXY_CHECKS = frozenset(
-    {
-        "KP202",
-        "KP203",
-        "KP205",
-        "KP208",
-        "KP301",
-        "KP302",
-        "KP303",
-        "KP304",
-        "KP305",
-        "KP306",
-        "KP307",
-        "KP308",
-        "KP309",
-        "KP310",
-        "KP401",
-        "KP402",
-        "KP403",
-        "KP404",
-        "KP504",
-        "KP505",
-        "KP601",
-        "KP701",
-        "KP702",
-        "KP703",
-        "KP704",
-        "KP705",
-        "KP706",
-        "KP711",
-    }
-)
-
-# the checks that still run where the host does not look like a Kubernetes node (every other node check is skipped
-# with that reason: nothing is recommended that changes a host that is not a node)
-NOT_A_NODE_CHECKS = frozenset({"KP709"})
-
-REPLACEMENTS = {
-    "cilium": "Cilium's kube-proxy replacement",
-    "kube-router": "kube-router's service proxy",
-    "calico-ebpf": "Calico's eBPF dataplane",
-}
 
 
 @dataclass
@@ -297,37 +255,14 @@ def detect(state) -> Implementer:
     def seen(who, src, text):
         present.setdefault(who, []).append((src, text))
 
-    cil_links = sorted(n for n in links if n.startswith("cilium_"))
-    if cil_links:
-        seen("cilium", addr_src, f"interfaces {', '.join(cil_links[:4])}")
-    cil_chains = sorted(c for c in chains if c.startswith("CILIUM_"))
-    if cil_chains:
-        seen("cilium", ipt_src, f"iptables chains {', '.join(cil_chains[:4])}")
-    cil_lb = [m for m in maps if m.startswith(("cilium_lb4_services", "cilium_lb6_services"))]
-    if cil_lb:
-        seen("cilium", b.display(BPF_MAPS), f"BPF maps {', '.join(cil_lb[:3])}")
-    if "cilium-agent" in procs:
-        seen("cilium", b.display(PROCESSES), f"process cilium-agent (pid {procs['cilium-agent']})")
-    kr = sorted(c for c in chains if c.startswith("KUBE-ROUTER-"))
-    if kr:
-        seen("kube-router", ipt_src, f"iptables chains {', '.join(kr[:3])}")
-    for name in ("kube-bridge", "kube-dummy-if"):
-        if name in links:
-            seen("kube-router", addr_src, f"interface {name}")
-    if "kube-router" in procs:
-        seen("kube-router", b.display(PROCESSES), f"process kube-router (pid {procs['kube-router']})")
-    cali_nat = [m for m in maps if m.startswith(("cali_v4_nat_fe", "cali_v6_nat_fe"))]
-    bpfnat = [n for n in ("bpfnatin", "bpfnatout", "bpfin.cali", "bpfout.cali") if n in links]
-    if cali_nat:
-        seen("calico-ebpf", b.display(BPF_MAPS), f"BPF maps {', '.join(cali_nat[:3])}")
-    if bpfnat:
-        seen("calico-ebpf", addr_src, f"interfaces {', '.join(bpfnat)} (Calico's eBPF NAT devices)")
-    # the service proxy parts, not just the CNI: Cilium/Calico also run alongside kube-proxy
-    proxying = {
-        "cilium": bool(cil_lb) or "cilium_host" in links,
-        "kube-router": "kube-dummy-if" in links,
-        "calico-ebpf": bool(cali_nat or bpfnat),
-    }
+    # each replacement's signs, and whether they are its service proxy (not just the CNI: Cilium and Calico also run
+    # alongside kube-proxy)
+    proxying = {}
+    host = Host(links, chains, maps, procs, addr_src, ipt_src, b.display(BPF_MAPS), b.display(PROCESSES))
+    for dp in dataplanes.replacements():
+        found, proxying[dp.name] = dp.detect(host)
+        for src, text in found:
+            seen(dp.name, src, text)
 
     signs = kubernetes_signs(state, links, chains, procs, present)
     if signs is not None and not signs[0]:
@@ -356,13 +291,13 @@ def detect(state) -> Implementer:
     pod = kube_proxy_pod(state)
     absent = [(src, err) for src, err in errs.items() if src.startswith("node/kube-proxy/")]
 
-    replacement = next((r for r in ("cilium", "kube-router", "calico-ebpf") if r in present and proxying[r]), None)
+    replacement = next((d.name for d in dataplanes.replacements() if d.name in present and proxying[d.name]), None)
     kp_alive = bool(kp_http or kp_proc or embedded)
     if replacement and not kp_alive and (not kp_rules or procs_visible):
         # the replacement first: kube-proxy's rules without a kube-proxy to write them are what it left behind
         return Implementer(
             replacement,
-            REPLACEMENTS[replacement],
+            dataplanes.get(replacement).label,
             present[replacement],
             False,
             present,

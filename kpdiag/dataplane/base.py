@@ -1,0 +1,166 @@
+"""The dataplane base class and its registry (see the package's docstring)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+
+_REGISTRY: dict[str, Dataplane] = {}
+_LOADED = False
+
+
+class Dataplane:
+    """One way Services are implemented on a node. Subclasses set the class attributes and override the methods
+    that differ; the defaults are those of a mode kpdiag knows nothing particular about."""
+
+    name: str = ""  # kube-proxy's name for its mode (iptables, ipvs …) or the replacement's (cilium …)
+    label: str = ""  # for people ("Cilium's kube-proxy replacement")
+    kube_proxy: bool = True  # a kube-proxy mode (False: a replacement that implements Services instead)
+    known: bool = True  # False only for UNKNOWN: no /proxyMode, configuration or rules say the mode
+    order: int = 100  # the order its signs are listed in (and replacements are tried in)
+    precedence: int = 0  # kube-proxy modes: when several modes' rules are on the node, the highest is taken
+    # ---- its words
+    services_live: str = ""  # "its iptables rules are": "kube-proxy runs in ipvs mode: <this> not where Services live"
+    tools: tuple[str, ...] = ()  # commands that show its own view of Services (a replacement's, for KP708)
+    # ---- its capabilities (what the rest of kpdiag asks instead of comparing names)
+    has_own_tracer: bool = False  # kpdiag traces packets through it (else a trace reads the iptables rules)
+    traced_with_iptables: bool = True  # its tracer walks iptables' tables (a host firewall's nft tables are added)
+    shows_local_policy: bool = False  # its programmed table shows internalTrafficPolicy: Local
+    cluster_ips_stay_on_node: bool = False  # a ClusterIP without a matching Service port is not routed away
+    keeps_service_names: bool = True  # its rules name the Service (IPVS keeps addresses only)
+    services_in_nft: bool = False  # its Services are in kube-proxy's nftables table (ClusterIPs, NodePorts, endpoints)
+    services_in_ipvs: bool = False  # its Services are IPVS virtual servers
+    per_service_reject_comments: bool = True  # kube-proxy's no-endpoint rules carry the Service's name
+    cluster_ips_bound: bool = False  # ClusterIPs are addresses of the node (kube-ipvs0): they answer ping
+    removed: str | None = None  # the Kubernetes release that removed this mode
+    not_in_use: tuple[str, ...] = ()  # components (kpdiag/rootcause.py COMPONENTS) a node in this mode does not use
+    preflight: bool = False  # `kpdiag node --preflight NAME` asks whether a host can run it (its checks: preflight=)
+    trace_sources: tuple[str, ...] = ("iptables-save", "ip-addr", "ip-route", "sysctl")  # what a live trace reads
+
+    @property
+    def in_words(self) -> str:
+        """ "iptables mode", "IPVS mode" …"""
+        return f"{self.title or self.name} mode"
+
+    title: str = ""  # its name in prose when that differs (IPVS)
+
+    def __repr__(self) -> str:
+        return f"<dataplane {self.name or 'unknown'}>"
+
+    # ---- detection
+    def signs(self, state) -> str | None:
+        """A kube-proxy mode: what on the node shows its rules (None: nothing)."""
+        return None
+
+    def detect(self, host: Host) -> tuple[list, bool]:
+        """A replacement: ([(source, text)] of what shows it is there, whether its service proxy is the part seen)."""
+        return [], False
+
+    # ---- what it programmed, and how a packet goes through it
+    def service_table(self, state):
+        """``{"ClusterIP:port/proto": (name, endpoints, local policy)}`` read back from this dataplane's rules, or None
+        when they are not readable. The default is kube-proxy's iptables rules (a mode with no table of its own)."""
+        return get("iptables").service_table(state)
+
+    def tracer(self, state, family: int = 4):
+        """The tracer of this dataplane for IP version ``family``, or None without its rules. Default: iptables."""
+        return get("iptables").tracer(state, family)
+
+    def trace_rules(self, state, family: int = 4) -> tuple[object, str, str]:
+        """(parsed rules, source, what they are in words) that a trace of this dataplane cannot do without."""
+        from kpdiag.bundle import sources
+
+        which = "ip6tables-save" if family == 6 else "iptables-save"
+        return (
+            state.iptables(which),
+            sources.iptables_dump(which),
+            "IPv6 iptables rules" if family == 6 else "iptables rules",
+        )
+
+    def trace_missing(self, state) -> str | None:
+        """What else a trace of this dataplane needs and the node lacks, in words (None: nothing)."""
+        return None
+
+    def skip_reason(self, check_modes: tuple[str, ...]) -> str:
+        """Why a check about ``check_modes`` does not run on a node in this mode."""
+        return f"kube-proxy runs in {self.name} mode; this check is about {' and '.join(check_modes)} mode"
+
+    def not_where_services_live(self, running: Dataplane) -> str:
+        return f"kube-proxy runs in {running.name} mode: {self.services_live} not where Services live"
+
+
+class _Other(Dataplane):
+    """A mode name kpdiag has no class for (a configuration's typo, Windows' kernelspace): known, nothing more."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Unknown(Dataplane):
+    known = False
+    label = "unknown"
+
+
+UNKNOWN = _Unknown()
+
+
+@dataclass
+class Host:
+    """What replacements are recognised by: the node's interfaces, iptables chains, BPF map names and processes, with
+    the sources to cite for each."""
+
+    links: dict = field(default_factory=dict)  # ifname → ip -j addr entry
+    chains: set = field(default_factory=set)
+    maps: list = field(default_factory=list)
+    procs: dict = field(default_factory=dict)  # comm → pid
+    addr_src: str = ""
+    ipt_src: str = ""
+    maps_src: str = ""
+    procs_src: str = ""
+
+
+def dataplane(cls):
+    """Register a dataplane class (one instance of it) under its ``name``."""
+    if not cls.name:
+        raise ValueError(f"dataplane {cls.__name__} has no name")
+    existing = _REGISTRY.get(cls.name)
+    if existing is not None and type(existing).__module__ != cls.__module__:
+        raise ValueError(f"dataplane {cls.name} declared twice ({type(existing).__module__} and {cls.__module__})")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    package = __name__.rpartition(".")[0]  # every module of this package but this one declares dataplanes
+    for mod in pkgutil.iter_modules([os.path.dirname(__file__)]):
+        if mod.name != "base":
+            importlib.import_module(f"{package}.{mod.name}")
+
+
+def registered() -> list[Dataplane]:
+    """Every registered dataplane, in ``order``."""
+    _load()
+    return sorted(_REGISTRY.values(), key=lambda d: (d.order, d.name))
+
+
+def kube_proxy_modes() -> list[Dataplane]:
+    return [d for d in registered() if d.kube_proxy]
+
+
+def replacements() -> list[Dataplane]:
+    return [d for d in registered() if not d.kube_proxy]
+
+
+def get(name: str | None) -> Dataplane:
+    """The dataplane called ``name``; UNKNOWN for None, a nameless one for a name no class has."""
+    if name is None:
+        return UNKNOWN
+    _load()
+    found = _REGISTRY.get(name)
+    return found if found is not None else _Other(str(name))

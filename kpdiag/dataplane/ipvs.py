@@ -1,0 +1,81 @@
+"""kube-proxy's IPVS mode: a virtual server per ClusterIP/NodePort with its endpoints as real servers, the ClusterIPs
+bound on kube-ipvs0, and iptables/ipset rules around them (KUBE-IPVS-FILTER, KUBE-LOAD-BALANCER …)."""
+
+from __future__ import annotations
+
+from kpdiag.dataplane.base import Dataplane, dataplane
+
+
+@dataplane
+class Ipvs(Dataplane):
+    name = "ipvs"
+    label = "kube-proxy (IPVS mode)"
+    title = "IPVS"
+    order = 30
+    precedence = 3
+    services_live = "IPVS is"
+    has_own_tracer = True
+    preflight = True
+    cluster_ips_stay_on_node = True  # bound on kube-ipvs0: answered (or refused) by the node itself
+    cluster_ips_bound = True
+    keeps_service_names = False
+    services_in_ipvs = True
+    per_service_reject_comments = False
+    trace_sources = ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl")
+
+    def signs(self, state) -> str | None:
+        from kpdiag.bundle import sources
+
+        rs = state.iptables()
+        if rs is not None and (
+            "KUBE-IPVS-FILTER" in rs.chain_names("filter") or "KUBE-LOAD-BALANCER" in rs.chain_names("nat")
+        ):
+            return "iptables chains KUBE-IPVS-FILTER / KUBE-LOAD-BALANCER"
+        text = state.bundle.read_text(sources.IPVSADM)
+        if text and any(line.startswith("-A ") for line in text.splitlines()):
+            return "IPVS virtual servers (ipvsadm -Sn)"
+        if any(link.get("ifname") == "kube-ipvs0" for link in state.ip_addr or []):
+            return "interface kube-ipvs0"
+        return None
+
+    def service_table(self, state):
+        services = state.ipvs
+        if services is None:
+            return None
+        bound = _bound(state)
+        table = {}
+        for vs in services.values():
+            if vs.addr is None or (bound is not None and vs.addr not in bound):
+                continue  # fwmark services and NodePorts on the node's own addresses are per node
+            table[f"{vs.addr}:{vs.port}/{vs.proto}"] = (
+                "",
+                tuple(sorted(r.target for r in vs.reals if r.weight > 0)),
+                False,
+            )
+        return table
+
+    def tracer(self, state, family: int = 4):
+        from kpdiag.trace.ipvs import IpvsTracer
+
+        rs = state.iptables("ip6tables-save" if family == 6 else "iptables-save")
+        if rs is None or state.ipvs is None:
+            return None
+        vs_ct = state.sysctl_value("net.ipv4.vs.conntrack")
+        vs_conntrack = None if vs_ct is None else vs_ct.value.strip() != "0"
+        return IpvsTracer(rs, state.routing, state.ipsets, state.ipvs, vs_conntrack=vs_conntrack)
+
+    def trace_missing(self, state) -> str | None:
+        from kpdiag.bundle import sources
+
+        return None if state.ipvs is not None else f"no IPVS state to trace ({sources.IPVSADM} missing or unreadable)"
+
+
+def _bound(state) -> set[str] | None:
+    """The addresses on kube-ipvs0 (the ClusterIPs kube-proxy bound), or None when the addresses were not read."""
+    links = state.ip_addr
+    if links is None:
+        return None
+    for link in links:
+        if link.get("ifname") == "kube-ipvs0":
+            return {a.get("local") for a in link.get("addr_info") or [] if a.get("local")}
+    return None
