@@ -252,7 +252,8 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
         inputs = broker.Inputs(ctx, spec.id, spec.inputs, spec.scope)  # exactly its declared inputs
         try:
             produced = list(
-                (typed.call(spec.fn, spec.params, inputs, spec.new) if spec.params else spec.fn(inputs, spec.new)) or ()
+                (typed.call(spec.fn, spec.params, inputs, spec.new, Skip) if spec.params else spec.fn(inputs, spec.new))
+                or ()
             )
         except Skip as exc:
             produced, outcome = None, ("skipped", str(exc))

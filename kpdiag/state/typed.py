@@ -169,8 +169,9 @@ def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
     return tuple(out)
 
 
-def call(fn, params, ctx, new):
-    """Build each typed input from the check's view and call the check with them."""
+def call(fn, params, ctx, new, skip):
+    """Build each typed input from the check's view and call the check with them (``skip``: checkapi.Skip, raised
+    when a needed input is there but cannot be read as its type)."""
     from kpdiag.state.inputs import Inputs
 
     kwargs = {}
@@ -181,9 +182,7 @@ def call(fn, params, ctx, new):
         finally:
             ctx.violations.extend(view.violations)
         if kwargs[name] is None and not _optional:  # there, but not in a form it can be read as
-            from kpdiag.checkapi import Skip
-
-            raise Skip(f"needs {view_what(typ)}, which is missing or unreadable")
+            raise skip(f"needs {view_what(typ)}, which is missing or unreadable")
     return fn(new=new, **kwargs)
 
 
