@@ -41,6 +41,7 @@ KUBE_PROXY_CHECKS = frozenset(
         "KP705",
         "KP706",
         "KP711",
+        "KP613",  # clusterCIDR vs the nodes' podCIDRs: kube-proxy's own setting
     }
 )
 
