@@ -85,6 +85,10 @@ class KubeProxyConfig(Typed):
             cfg.source, cfg.mode, cidrs, (detect.strip() if isinstance(detect, str) else "") or "ClusterCIDR", cfg
         )
 
+    def get(self, path: str, default=None):
+        """Any setting by its dotted path (``iptables.masqueradeAll``), as the configuration holds it."""
+        return self.parsed.get(path, default)
+
     def evidence(self, key: str) -> Evidence:
         """The line that sets ``key`` (a dotted path), or that it is not set."""
         cfg = self.parsed
@@ -96,6 +100,55 @@ class KubeProxyConfig(Typed):
             else (f"{key}: {value!r}" if value is not None else f"{key} is not set")
         )
         return Evidence(self.source, text, line)
+
+
+@dataclass(frozen=True)
+class KubeProxyRules(Typed):
+    """kube-proxy's iptables rules as read back (state/kube_rules.py): the Service ports it programmed, and the
+    ruleset they come from (for evidence)."""
+
+    INPUT: ClassVar[str] = "iptables"
+    programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
+    ruleset: object  # kpdiag.parse.iptables.Ruleset
+
+    @classmethod
+    def build(cls, ctx):
+        rs = ctx.iptables()
+        return None if rs is None else cls(ctx.programmed() or {}, rs)
+
+
+@dataclass(frozen=True)
+class KubeProxyLog(Typed):
+    """kube-proxy's log, line by line (line 1 first), and how evidence names it."""
+
+    INPUT: ClassVar[str] = "kube-proxy-log"
+    source: str
+    lines: tuple[str, ...]
+
+    @classmethod
+    def build(cls, ctx):
+        lines = ctx.kube_proxy_log
+        return None if lines is None else cls(ctx.display(sources.KP_LOG), tuple(lines))
+
+    def evidence(self, lineno: int, text: str) -> Evidence:
+        return Evidence(self.source, text.strip()[:400], lineno)
+
+
+@dataclass(frozen=True)
+class KubeProxyMetrics(Typed):
+    """kube-proxy's /metrics, parsed (kpdiag.parse.node.Metrics: get, histogram_mean, histogram_quantile)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-metrics"
+    source: str
+    metrics: object
+
+    @classmethod
+    def build(cls, ctx):
+        m = ctx.metrics
+        return None if m is None else cls(ctx.display(sources.KP_METRICS), m)
+
+    def evidence(self, name: str, value) -> Evidence:
+        return Evidence(self.source, f"{name} {value}", self.metrics.line_of(name))
 
 
 @dataclass(frozen=True)

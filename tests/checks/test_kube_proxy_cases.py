@@ -12,7 +12,7 @@ import pytest
 from kpdiag import exitcodes
 from kpdiag.commands.pipeline import analyze_bundle
 from tests.conftest import FIXTURES
-from tests.given import given
+from tests.given import base_text, given
 from kpdiag.bundle import sources
 from kpdiag.commands.diagnose import analyze_state
 
@@ -200,3 +200,16 @@ def test_preflight_on_a_host_that_is_not_a_node_yet_still_answers():
     assert "headline" not in report.extra and report.readable
     assert not _findings(report, "KP709")
     assert _findings(report, "KP301")  # no ip_vs module here: the preflight answer
+
+
+# ---------------------------------------------------------------- KP706: typed inputs, both optional
+
+
+def test_kp706_judges_from_the_config_or_from_the_rules_alone():
+    no_masq = "".join(line for line in base_text(sources.IPTABLES_SAVE).splitlines(True) if "! -s 10.244" not in line)
+    (f,) = given(kube_proxy={"clusterCIDR": None}, iptables=no_masq).fires("KP706")
+    assert f.evidence[0].text == 'detectLocalMode: ""' and "has no '! -s <clusterCIDR>" in f.evidence[-1].text
+    given().silent("KP706")
+    given(files={sources.KP_CONFIG: None}).silent("KP706")  # the rules alone: they masquerade by clusterCIDR
+    (f,) = given(files={sources.KP_CONFIG: None}, iptables=no_masq).fires("KP706")
+    assert "ClusterCIDR" in f.summary
