@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from kpdiag.checkapi import Skip, check
-from kpdiag.state.typed import KubeProxyConfig, NodePodCIDRs
+from typing import Optional
+
+from kpdiag.model import Evidence
+from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, NodePodCIDRs
 
 
 @check(
@@ -27,17 +30,29 @@ from kpdiag.state.typed import KubeProxyConfig, NodePodCIDRs
     fix="Set kube-proxy's clusterCIDR to the range the nodes' podCIDRs come from (kube-controller-manager "
     "--cluster-cidr, comma-separated for dual-stack), or use detectLocalMode: NodeCIDR, and restart kube-proxy.",
 )
-def cluster_cidr_misses_pod_cidr(new, config: KubeProxyConfig, nodes: NodePodCIDRs):
-    if config.detect_local_mode != "ClusterCIDR":
+def cluster_cidr_misses_pod_cidr(
+    new, nodes: NodePodCIDRs, config: Optional[KubeProxyConfig] = None, rules: Optional[KubeProxyRules] = None
+):
+    if config is not None and config.detect_local_mode != "ClusterCIDR":
         return  # kube-proxy tells pods apart another way (NodeCIDR, bridge, interface prefix): clusterCIDR is not used
-    if not config.cluster_cidrs:
-        raise Skip("kube-proxy has no clusterCIDR to compare the nodes' pod CIDRs with (KP706)")
+    cidrs, evidence = (config.cluster_cidrs, config.evidence("clusterCIDR")) if config else ((), None)
+    if not cidrs and rules is not None:  # no configuration file (flags: k3s, --cluster-cidr), or it sets none
+        from kpdiag.state.kube_rules import cluster_cidr
+
+        seen = next((p for p in rules.programmed.values() if p.cluster_cidr), None)
+        if seen is not None:
+            cidrs = tuple(c.strip() for c in cluster_cidr(rules.programmed).split(","))
+            rule = rules.ruleset.chain("nat", seen.chain).rules if seen.chain else []
+            text = f"{seen.chain}: ! -s {seen.cluster_cidr} -j KUBE-MARK-MASQ"
+            evidence = Evidence(rules.ruleset.source, text, rule[0].lineno if rule else None)
+    if not cidrs:
+        raise Skip("needs kube-proxy's clusterCIDR (its configuration or its rules): none to compare with (KP706)")
     import ipaddress
 
     try:
-        ranges = [ipaddress.ip_network(c, strict=False) for c in config.cluster_cidrs]
+        ranges = [ipaddress.ip_network(c, strict=False) for c in cidrs]
     except ValueError as exc:
-        raise Skip(f"clusterCIDR {', '.join(config.cluster_cidrs)!r} is not a list of CIDRs: {exc}") from None
+        raise Skip(f"clusterCIDR {', '.join(cidrs)!r} is not a list of CIDRs: {exc}") from None
     families = {r.version for r in ranges}
     judged = [(n, c) for n in nodes.nodes for c in n.cidrs if c.version in families]
     if not judged:
@@ -50,17 +65,17 @@ def cluster_cidr_misses_pod_cidr(new, config: KubeProxyConfig, nodes: NodePodCID
     )
     whose = "that node's" if len({n.name for n, _ in outside}) == 1 else "those nodes'"
     yield new(
-        f"kube-proxy's clusterCIDR {', '.join(config.cluster_cidrs)} does not contain the pod CIDR of {names}: "
+        f"kube-proxy's clusterCIDR {', '.join(cidrs)} does not contain the pod CIDR of {names}: "
         f"kube-proxy takes {whose} pods for "
         "outside clients (their Service traffic is masqueraded)",
         fix=(
             "kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDRs}{\"\\n\"}{end}'   # the ranges the nodes were given",
             "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the range that holds them all, then restart kube-proxy",
         ),
-        evidence=[config.evidence("clusterCIDR")] + [nodes.evidence(n) for n, _ in outside[:3]],
+        evidence=[evidence] + [nodes.evidence(n) for n, _ in outside[:3]],
         subject="node",
         data={
-            "cluster_cidr": list(config.cluster_cidrs),
+            "cluster_cidr": list(cidrs),
             "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
         },
     )

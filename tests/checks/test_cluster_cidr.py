@@ -1,6 +1,7 @@
 """KP613: kube-proxy's clusterCIDR (10.244.0.0/16 in the base) against the pod CIDRs the API gave the nodes."""
 
-from tests.given import given, node
+from kpdiag.bundle.sources import IPTABLES_SAVE, KP_CONFIG
+from tests.given import base_text, given, node
 
 
 def test_a_node_pod_cidr_outside_cluster_cidr_fires():
@@ -25,7 +26,10 @@ def test_dual_stack_compares_each_family_clustercidr_names():
 def test_other_local_detection_is_silent_and_missing_facts_skip():
     outside = [node("node-b", "10.245.0.0/24")]
     given(kube_proxy={"detectLocalMode": "NodeCIDR"}, nodes=outside).silent("KP613")  # clusterCIDR not used
-    assert "no clusterCIDR" in given(kube_proxy={"clusterCIDR": None}, nodes=outside).skips("KP613")
+    no_masq = "".join(line for line in base_text(IPTABLES_SAVE).splitlines(True) if "! -s 10.244" not in line)
+    assert "needs kube-proxy's clusterCIDR" in given(
+        kube_proxy={"clusterCIDR": None}, iptables=no_masq, nodes=outside
+    ).skips("KP613")
     assert "needs a node with a podCIDR" in given(nodes=[node("node-b")]).skips("KP613")
     assert "cluster/nodes.json" in given().skips("KP613")  # the base has no API objects
 
@@ -33,3 +37,11 @@ def test_other_local_detection_is_silent_and_missing_facts_skip():
 def test_a_replacement_in_charge_is_not_given_kube_proxy_advice():
     reason = given(base="cilium-kube-proxy-replacement", nodes=[node("node-b", "10.245.0.0/24")]).skips("KP613")
     assert "Cilium's kube-proxy replacement" in reason
+
+
+def test_without_a_configuration_the_rules_say_the_cluster_cidr():
+    # kube-proxy started with flags (k3s, --cluster-cidr): its "! -s 10.244.0.0/16 -j KUBE-MARK-MASQ" rules say it
+    (f,) = given(files={KP_CONFIG: None}, nodes=[node("node-b", "10.245.0.0/24")]).fires("KP613")
+    assert f.data["cluster_cidr"] == ["10.244.0.0/16"] and "! -s 10.244.0.0/16" in f.evidence[0].text
+    assert f.evidence[0].source == "node/iptables-save.txt" and f.evidence[0].line
+    given(files={KP_CONFIG: None}, nodes=[node("node-a", "10.244.1.0/24")]).silent("KP613")
