@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from typing import Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
@@ -11,6 +12,7 @@ from kpdiag.rootcause import MODE_CHECKS, STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import KubeProxyConfig, KubeProxyLog, KubeProxyMetrics, KubeProxyRules
 
 _USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")
 _FALLBACK = re.compile(r"[Cc]an'?t use (?:the )?(ipvs|IPVS|nftables) [Pp]roxier(?:, trying (iptables) [Pp]roxier)?")
@@ -273,7 +275,6 @@ LOG_PATTERNS = [
     "kube-proxy-log-errors",
     "Known kube-proxy errors in its log",
     "warning",
-    needs=("kube-proxy-log",),
     advice_for="kube-proxy",
     symptom="Services are intermittently wrong on this node; kube-proxy restarts or lags behind.",
     why="""
@@ -286,8 +287,8 @@ LOG_PATTERNS = [
     """,
     fix="Follow the fix given for each error line below.",
 )
-def log_errors(ctx, new):
-    lines = ctx.kube_proxy_log
+def log_errors(new, log: KubeProxyLog):
+    lines = log.lines
     hits: dict[str, list] = {}
     for n, line in enumerate(lines, 1):
         key = next((k for k, pattern, _, _ in LOG_PATTERNS if pattern.search(line)), None)
@@ -301,7 +302,7 @@ def log_errors(ctx, new):
         yield new(
             f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}",
             fix=(fix,),
-            evidence=[ev.log_line(ctx, n, line) for n, line in shown],
+            evidence=[log.evidence(n, line) for n, line in shown],
             data={"cause": key, "lines": len(found)},
         )
 
@@ -315,7 +316,6 @@ SLOW_WARN, SLOW_ERROR = 1.0, 10.0
     "kube-proxy's rule sync is slow",
     "warning",
     severities=("warning", "error"),
-    needs=("kube-proxy-metrics",),
     advice_for="kube-proxy",
     symptom="New pods take seconds to start receiving Service traffic; deleted pods keep receiving it for a while.",
     why="""
@@ -326,8 +326,8 @@ SLOW_WARN, SLOW_ERROR = 1.0, 10.0
     """,
     fix="Reduce the ruleset or move to nftables mode (incremental updates); raise minSyncPeriod to batch changes.",
 )
-def sync_slow(ctx, new):
-    m = ctx.metrics
+def sync_slow(new, metrics: KubeProxyMetrics):
+    m = metrics.metrics
     name = "kubeproxy_sync_proxy_rules_duration_seconds"
     mean = m.histogram_mean(name)
     if mean is None:
@@ -345,8 +345,8 @@ def sync_slow(ctx, new):
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
         evidence=[
-            ev.metric(ctx, f"{name}_sum", m.get(f"{name}_sum")),
-            ev.metric(ctx, f"{name}_count", m.get(f"{name}_count")),
+            metrics.evidence(f"{name}_sum", m.get(f"{name}_sum")),
+            metrics.evidence(f"{name}_count", m.get(f"{name}_count")),
         ],
         subject="node",
     )
@@ -357,7 +357,6 @@ def sync_slow(ctx, new):
     "no-cluster-cidr",
     "kube-proxy cannot tell pod traffic from outside traffic",
     "warning",
-    uses=("iptables", "kube-proxy-config"),
     advice_for="kube-proxy",
     symptom="Clients outside the cluster reach a ClusterIP (via a route) but get no answer; or pods see the node's IP instead of the client's.",
     why="""
@@ -369,9 +368,8 @@ def sync_slow(ctx, new):
     """,
     fix="Set clusterCIDR (or another detectLocalMode) in the kube-proxy ConfigMap and restart kube-proxy.",
 )
-def no_cluster_cidr(ctx, new):
-    cfg = ctx.kube_proxy_config
-    ports = ctx.programmed()
+def no_cluster_cidr(new, cfg: Optional[KubeProxyConfig] = None, rules: Optional[KubeProxyRules] = None):
+    ports = None if rules is None else rules.programmed
     if cfg is None and ports is None:
         raise Skip("needs the kube-proxy configuration or its iptables rules")
     if cfg is not None:
@@ -386,7 +384,7 @@ def no_cluster_cidr(ctx, new):
         }.get(mode, "clusterCIDR")
         if needed is None or cfg.get(needed):
             return
-        evidence = [ev.config(ctx, "detectLocalMode"), ev.config(ctx, needed)]
+        evidence = [cfg.evidence("detectLocalMode"), cfg.evidence(needed)]
     else:
         with_chain = [p for p in ports.values() if p.chain]
         if not with_chain or any(p.cluster_cidr for p in with_chain):
@@ -397,7 +395,7 @@ def no_cluster_cidr(ctx, new):
     if with_chain and any(p.cluster_cidr for p in with_chain):
         return  # the rules say detection works (e.g. clusterCIDR passed as a flag)
     if with_chain:
-        rs = ctx.iptables()
+        rs = rules.ruleset
         first = rs.chain("nat", with_chain[0].chain).rules
         evidence.append(
             Evidence(

@@ -199,7 +199,9 @@ def pod_service_overlap(ctx, new):
 
         raw = cluster_cidr(ctx.programmed()) or ""
     if not raw:
-        return  # no pod CIDR known to kube-proxy: KP706 covers that
+        raise Skip(
+            "kube-proxy knows no clusterCIDR (neither its configuration nor its rules): nothing to compare (KP706)"
+        )
     pods = []
     for part in raw.split(","):
         try:

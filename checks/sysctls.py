@@ -7,6 +7,7 @@ from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.bundle import sources
+from kpdiag.state.typed import Sysctls
 
 
 @check(
@@ -14,7 +15,6 @@ from kpdiag.bundle import sources
     "ip-forward-off",
     "IPv4 forwarding is off",
     "error",
-    needs=("sysctl",),
     symptom="Pods on other nodes and Services backed by them never answer; traffic from outside to NodePorts dies on the node.",
     why="""
         A node forwards packets between its interfaces only when net.ipv4.ip_forward = 1. kube-proxy DNATs a
@@ -27,11 +27,11 @@ from kpdiag.bundle import sources
         "https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional",
     ),
 )
-def ip_forward(ctx, new):
-    v = ctx.sysctl_value("net.ipv4.ip_forward")
-    if v is None:
+def ip_forward(new, sysctls: Sysctls):
+    value = sysctls.get("net.ipv4.ip_forward")
+    if value is None:
         raise Skip("net.ipv4.ip_forward is not in the collected sysctls")
-    if v.value.strip() != "0":
+    if value != "0":
         return
     yield new(
         "net.ipv4.ip_forward = 0: this node does not forward packets, so Service traffic to pods on other nodes is dropped",
@@ -41,9 +41,9 @@ def ip_forward(ctx, new):
             + "   # keep it across reboots (kpdiag's own drop-in file)",
             "grep -r ip_forward /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off",
         ),
-        evidence=[ev.sysctl(ctx, "net.ipv4.ip_forward")],
+        evidence=[sysctls.evidence("net.ipv4.ip_forward")],
         subject="node",
-        data=ev.sysctl_data(ctx, {"net.ipv4.ip_forward": 1}),
+        data=sysctls.data({"net.ipv4.ip_forward": 1}),
     )
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 from .model import CheckRun, Evidence, Finding, Severity
 from .registry import _REGISTRY  # check id → CheckSpec (shared with the root-cause pass, which must not import this)
 from kpdiag.state import inputs as broker
+from kpdiag.state import typed
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
 
@@ -58,6 +59,8 @@ class CheckSpec:
     advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
     preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
+    # typed inputs (kpdiag/state/typed.py): (parameter, type, optional) — empty for a check written as (ctx, new)
+    params: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -159,6 +162,14 @@ def check(
     explains, absent = validate_declaration(id, explains, absent)
 
     def deco(fn):
+        # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
+        nonlocal needs, uses
+        params = typed.parameters(fn) if scope == "node" else None
+        if params:
+            needs = needs + tuple(t.INPUT for _, t, opt in params if not opt and t.INPUT not in needs)
+            uses = uses + tuple(t.INPUT for _, t, opt in params if opt and t.INPUT not in uses + needs)
+            broker.validate(id, scope, needs, uses)
+        # ----
         spec = CheckSpec(
             id,
             slug,
@@ -178,6 +189,7 @@ def check(
             advice_for=advice_for,
             preflight=preflight,
             any_host=any_host,
+            params=params or (),
         )
         existing = _REGISTRY.get(id)
         if existing is not None and existing.origin != spec.origin:
@@ -260,7 +272,10 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
             continue
         inputs = broker.Inputs(ctx, spec.id, spec.inputs, spec.scope)  # exactly its declared inputs
         try:
-            produced = list(spec.fn(inputs, spec.new) or ())
+            produced = list(
+                (typed.call(spec.fn, spec.params, inputs, spec.new, Skip) if spec.params else spec.fn(inputs, spec.new))
+                or ()
+            )
         except Skip as exc:
             produced, outcome = None, ("skipped", str(exc))
         except Exception as exc:  # one broken check must not hide the others

@@ -108,8 +108,40 @@ def test_fixture_fires_what_it_says(name):
             assert e.source and e.text
 
 
-def test_every_check_fires_and_stays_silent_somewhere():
+def given_cases() -> tuple[dict, dict]:
+    """The given() cases in tests/checks (tests/given.py): ``.fires("KPnnn")`` and ``.silent("KPnnn")`` calls, which
+    assert it — check id → the test functions that hold them."""
+    import ast
+
     fires, silent = {}, {}
+    here = os.path.dirname(os.path.abspath(__file__))
+    for fname in sorted(os.listdir(here)):
+        if not (fname.startswith("test_") and fname.endswith(".py")):
+            continue
+        with open(os.path.join(here, fname), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for fn in tree.body:
+            if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")):
+                continue
+            for n in ast.walk(fn):
+                if (
+                    isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in ("fires", "silent")
+                    and n.args
+                    and isinstance(n.args[0], ast.Constant)
+                    and str(n.args[0].value).startswith("KP")
+                ):
+                    (fires if n.func.attr == "fires" else silent).setdefault(n.args[0].value, []).append(
+                        f"{fname}::{fn.name}"
+                    )
+    return fires, silent
+
+
+def test_every_check_fires_and_stays_silent_somewhere():
+    """In a fixture, or in a given() case (tests/given.py) — the in-memory bundle of a small base plus what the case
+    changes is as good a place to fire or stay silent as a recorded one."""
+    fires, silent = given_cases()
     for name in SCENARIOS:
         report = analyze_bundle(os.path.join(FIXTURES, name))
         for r in report.checks:

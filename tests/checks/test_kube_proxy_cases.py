@@ -12,6 +12,9 @@ import pytest
 from kpdiag import exitcodes
 from kpdiag.commands.pipeline import analyze_bundle
 from tests.conftest import FIXTURES
+from tests.given import base_text, given
+from kpdiag.bundle import sources
+from kpdiag.commands.diagnose import analyze_state
 
 
 def _report(name_or_path):
@@ -137,12 +140,9 @@ def test_cilium_without_leftovers_has_no_leftover_finding():
     assert _findings(report, "KP708")[0].data["kube_proxy"] == "replaced"
 
 
-def test_leftovers_without_visible_processes_are_not_guessed(tmp_path):
+def test_leftovers_without_visible_processes_are_not_guessed():
     """Without the host's processes (no hostPID), kube-proxy cannot be ruled out: no leftover claim."""
-    b = _copy(tmp_path, "cilium-kube-proxy-leftovers")
-    os.unlink(b / "node" / "processes.txt")
-    report = _report(b)
-    assert not _findings(report, "KP710")
+    given(base="cilium-kube-proxy-leftovers", files={sources.PROCESSES: None}).silent("KP710")
 
 
 # ---------------------------------------------------------------- KP711: hostnameOverride (26.7)
@@ -162,19 +162,12 @@ def test_hostname_override_mismatch_is_an_error_naming_the_services():
 
 
 @pytest.mark.parametrize("override", ["lab-hostname-override-mismatch", "LAB-Hostname-Override-Mismatch "])
-def test_hostname_override_that_names_this_node_is_silent(tmp_path, override):
-    b = _copy(tmp_path, "hostname-override-mismatch")
-    cfg = b / "node" / "kube-proxy" / "config.yaml"
-    cfg.write_text(cfg.read_text().replace("hostnameOverride: node-1", f'hostnameOverride: "{override}"'))
-    report = _report(b)
-    assert _run(report, "KP711").status == "ran" and not _findings(report, "KP711")
+def test_hostname_override_that_names_this_node_is_silent(override):
+    given(base="hostname-override-mismatch", kube_proxy={"hostnameOverride": override}).silent("KP711")
 
 
-def test_hostname_override_without_the_api_is_not_judged(tmp_path):
-    b = _copy(tmp_path, "hostname-override-mismatch")
-    shutil.rmtree(b / "cluster")
-    run = _run(_report(b), "KP711")
-    assert run.status == "skipped" and "Node object" in run.reason
+def test_hostname_override_without_the_api_is_not_judged():
+    assert "Node object" in given(base="hostname-override-mismatch", drop=("cluster/",)).skips("KP711")
 
 
 # ---------------------------------------------------------------- KP709: not a Kubernetes node (25.3)
@@ -189,13 +182,11 @@ def test_not_a_node_says_so_first_and_exits_3():
     assert kp501.status == "skipped" and "does not look like a Kubernetes node" in kp501.reason
 
 
-def test_without_the_hosts_processes_a_host_is_not_called_no_node(tmp_path):
-    b = _copy(tmp_path, "not-a-node")
-    (b / "node" / "processes.txt").write_text("")  # no hostPID: pid 1 is not seen, a kubelet cannot be ruled out
-    report = _report(b)
-    assert not _findings(report, "KP709") and "headline" not in report.extra
-    assert _run(report, "KP709").status == "skipped"
-    assert _findings(report, "KP501")  # then the node checks speak
+def test_without_the_hosts_processes_a_host_is_not_called_no_node():
+    g = given(base="not-a-node", processes={})  # no hostPID: pid 1 is not seen, a kubelet cannot be ruled out
+    assert "cannot be ruled out" in g.skips("KP709")
+    g.fires("KP501")  # then the node checks speak
+    assert "headline" not in analyze_state(g.state()).extra
 
 
 def test_preflight_on_a_host_that_is_not_a_node_yet_still_answers():
@@ -209,3 +200,16 @@ def test_preflight_on_a_host_that_is_not_a_node_yet_still_answers():
     assert "headline" not in report.extra and report.readable
     assert not _findings(report, "KP709")
     assert _findings(report, "KP301")  # no ip_vs module here: the preflight answer
+
+
+# ---------------------------------------------------------------- KP706: typed inputs, both optional
+
+
+def test_kp706_judges_from_the_config_or_from_the_rules_alone():
+    no_masq = "".join(line for line in base_text(sources.IPTABLES_SAVE).splitlines(True) if "! -s 10.244" not in line)
+    (f,) = given(kube_proxy={"clusterCIDR": None}, iptables=no_masq).fires("KP706")
+    assert f.evidence[0].text == 'detectLocalMode: ""' and "has no '! -s <clusterCIDR>" in f.evidence[-1].text
+    given().silent("KP706")
+    given(files={sources.KP_CONFIG: None}).silent("KP706")  # the rules alone: they masquerade by clusterCIDR
+    (f,) = given(files={sources.KP_CONFIG: None}, iptables=no_masq).fires("KP706")
+    assert "ClusterCIDR" in f.summary

@@ -7,11 +7,12 @@ import json
 import os
 import shutil
 
-from kpdiag.bundle.store import Bundle, write_bundle
+from kpdiag.bundle.store import write_bundle
 from kpdiag.commands.pipeline import analyze_bundle
-from kpdiag.state.node import NodeState
 from tests.synth import Endpoint, Port, Service, ipvs_files
 from tests.conftest import FIXTURES
+from tests.given import base_text, given
+from kpdiag.bundle import sources
 
 
 def _copy(tmp_path, fixture, files: dict[str, str] | None = None, drop=(), manifest_errors=None):
@@ -56,13 +57,12 @@ HTTP_ERRORS = [
 KP_FILES = ["node/kube-proxy/proxy-mode.txt", "node/kube-proxy/metrics.txt", "node/kube-proxy/healthz.json"]
 
 
-def test_k3s_embedded_kube_proxy_is_kube_proxy_in_charge(tmp_path):
-    path = _copy(tmp_path, "healthy-iptables", {"node/processes.txt": "1 systemd\n812 k3s-server\n"})
-    impl = NodeState(Bundle.open(path)).service_implementer
+def test_k3s_embedded_kube_proxy_is_kube_proxy_in_charge():
+    g = given(processes={1: "systemd", 812: "k3s-server"})
+    impl = g.state().service_implementer
     assert impl.name == "k3s" and impl.kube_proxy_in_charge and "k3s" in impl.label
-    report = analyze_bundle(path)
-    assert not {"KP707", "KP708"} & _ids(report)
-    assert _status(report, "KP701").status == "ran"  # kube-proxy advice applies
+    assert not g.run("KP707").findings and not g.run("KP708").findings
+    assert g.run("KP701").status == "ran"  # kube-proxy advice applies
 
 
 def test_kube_proxy_absent_needs_to_see_the_hosts_processes(tmp_path):
@@ -74,16 +74,18 @@ def test_kube_proxy_absent_needs_to_see_the_hosts_processes(tmp_path):
     assert "KP707" not in _ids(analyze_bundle(path))
 
 
-def test_cilium_beside_kube_proxy_leaves_kube_proxy_in_charge(tmp_path):
+def test_cilium_beside_kube_proxy_leaves_kube_proxy_in_charge():
     # CILIUM_* chains and cilium_host exist, but so do kube-proxy's KUBE-SVC rules: Cilium without its replacement
-    text = open(os.path.join(FIXTURES, "healthy-iptables", "node", "iptables-save.txt")).read()
-    text = text.replace(":KUBE-FIREWALL - [0:0]", ":CILIUM_FORWARD - [0:0]\n:KUBE-FIREWALL - [0:0]", 1)
-    addrs = json.load(open(os.path.join(FIXTURES, "healthy-iptables", "node", "ip-addr.json")))
-    addrs.append({"ifindex": 99, "ifname": "cilium_host", "mtu": 1500, "addr_info": []})
-    path = _copy(tmp_path, "healthy-iptables", {"node/iptables-save.txt": text, "node/ip-addr.json": json.dumps(addrs)})
-    impl = NodeState(Bundle.open(path)).service_implementer
+    rules = base_text(sources.IPTABLES_SAVE).replace(
+        ":KUBE-FIREWALL - [0:0]", ":CILIUM_FORWARD - [0:0]\n:KUBE-FIREWALL - [0:0]", 1
+    )
+    addrs = json.loads(base_text(sources.IP_ADDR)) + [
+        {"ifindex": 99, "ifname": "cilium_host", "mtu": 1500, "addr_info": []}
+    ]
+    g = given(iptables=rules, files={sources.IP_ADDR: addrs})
+    impl = g.state().service_implementer
     assert impl.kube_proxy_in_charge and "cilium" in impl.present
-    assert "KP708" not in _ids(analyze_bundle(path))
+    assert not g.run("KP708").findings
 
 
 def test_replacement_fixture_skips_kube_proxy_checks_with_the_reason():
@@ -119,15 +121,14 @@ def test_host_firewall_in_ipvs_mode(tmp_path):
     ]
 
 
-def test_kp704_reads_older_kube_proxy_wordings(tmp_path):
+def test_kp704_reads_older_kube_proxy_wordings():
     log = (
         "E0521 10:00:00.000000       1 proxier.go:770] Failed to delete stale service IP 10.96.0.10 connections, error: "
         "error deleting connection tracking state for UDP service IP: 10.96.0.10, error: exit status 1\n"
         "E0521 10:00:01.000000       1 reflector.go:178] k8s.io/client-go/informers/factory.go:135: Failed to list *v1.Service: "
         'Get "https://10.0.0.1:6443/api/v1/services": dial tcp 10.0.0.1:6443: connect: no route to host\n'
     )
-    path = _copy(tmp_path, "healthy-iptables", {"node/kube-proxy/log.txt": log})
-    found = [f for f in analyze_bundle(path).findings if f.id == "KP704"]
+    found = given(files={sources.KP_LOG: log}).fires("KP704")
     text = " ".join(f.summary for f in found)
     assert "stale conntrack" in text and "API server" in text, text
 
@@ -146,9 +147,9 @@ def test_journald_lines_of_k3s_are_filtered_to_kube_proxys():
     )  # kubelet's watch error inside k3s is not kube-proxy's
 
 
-def test_ufw_dropping_health_checks_is_named(tmp_path):
+def test_ufw_dropping_health_checks_is_named():
     """ufw sets INPUT's policy to DROP and hangs its chains off it; kube-proxy's /healthz (:10256) is not allowed."""
-    text = open(os.path.join(FIXTURES, "nodeport-etp-local", "node", "iptables-save.txt")).read()
+    text = base_text(sources.IPTABLES_SAVE, base="nodeport-etp-local")
     head, sep, rest = text.partition("*filter\n")
     rest = rest.replace(":INPUT ACCEPT", ":INPUT DROP", 1)
     ufw = (
@@ -158,8 +159,7 @@ def test_ufw_dropping_health_checks_is_named(tmp_path):
         "-A ufw-user-input -p tcp -m tcp --dport 22 -j ACCEPT\n"
     )
     rest = rest.replace("COMMIT", ufw + "COMMIT", 1)
-    path = _copy(tmp_path, "nodeport-etp-local", {"node/iptables-save.txt": head + sep + rest})
-    found = [f for f in analyze_bundle(path).findings if f.id == "KP509"]
+    found = given(base="nodeport-etp-local", iptables=head + sep + rest).fires("KP509")
     assert len(found) == 1 and "10256/tcp" in found[0].summary and "ufw (filter INPUT" in found[0].summary, [
         f.summary for f in found
     ]

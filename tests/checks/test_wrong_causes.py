@@ -1,6 +1,5 @@
 """Wrong answers on data kpdiag already has (issue 26): KP603 counts only ClusterIPs, KP101 pairs ports by name."""
 
-import json
 import os
 
 from kpdiag.bundle.store import Bundle
@@ -8,6 +7,7 @@ from kpdiag.commands.diagnose import analyze_state
 from kpdiag.state.node import NodeState
 from tests import k8sobjects as k8s
 from tests.conftest import FIXTURES
+from tests.given import given
 
 NODEPORT_CNI = os.path.join(FIXTURES, "ipvs-nodeport-cni-no-api")
 CLUSTER_IPS = ["10.96.0.1", "10.96.0.10", "10.96.0.20"]
@@ -51,35 +51,26 @@ def test_kp603_ipvs_nodeport_servers_on_pod_cidr_addresses_are_not_cluster_ips()
         assert findings[0].data["cluster_ips_inside"] == CLUSTER_IPS, findings[0].data
 
 
-def _svc_files(svc_ports, slice_ports, selector=None):
-    objs = [
-        k8s.service("shop", "db", "10.96.0.70", svc_ports, selector),
-        k8s.endpointslice("shop", "db", [("192.168.60.20", True, None, None)], slice_ports),
-    ]
-    lists = {"Service": [], "EndpointSlice": []}
-    for o in objs:
-        lists[o["kind"]].append(o)
+def _db(svc_ports, slice_ports):
+    """shop/db with these ports, and its EndpointSlice: given() arguments."""
     return {
-        "cluster/services.json": json.dumps({"kind": "List", "items": lists["Service"]}).encode(),
-        "cluster/endpointslices.json": json.dumps({"kind": "List", "items": lists["EndpointSlice"]}).encode(),
+        "services": [k8s.service("shop", "db", "10.96.0.70", svc_ports, None)],
+        "endpointslices": [k8s.endpointslice("shop", "db", [("192.168.60.20", True, None, None)], slice_ports)],
     }
 
 
 def test_kp101_pairs_ports_by_name_as_kube_proxy_does():
     # an unnamed Service port and a slice port named 'pg': kube-proxy finds no endpoint for the port
-    findings, _ = _run(_svc_files([k8s.port(5432, 5432)], [("pg", 5432, "TCP")]), select=("KP101",))
-    assert [f.id for f in findings] == ["KP101"]
-    s = findings[0].summary
-    assert "(unnamed)" in s and "'pg'" in s and "nobody creates" not in s, s
-    assert findings[0].data["endpoint_port_names"] == ["pg"]
-    # the names equal: silent
-    findings, runs = _run(_svc_files([k8s.port(5432, 5432, "pg")], [("pg", 5432, "TCP")]), select=("KP101",))
-    assert runs["KP101"].status == "ran" and not findings
-    # no EndpointSlice endpoints at all: still the old cause, said as before
-    files = _svc_files([k8s.port(5432, 5432, "pg")], [("pg", 5432, "TCP")])
-    files["cluster/endpointslices.json"] = b'{"kind": "List", "items": []}'
-    findings, _ = _run(files, select=("KP101",))
-    assert "no selector: nobody creates its endpoints" in findings[0].summary
+    (f,) = given(**_db([k8s.port(5432, 5432)], [("pg", 5432, "TCP")])).fires("KP101")
+    assert "(unnamed)" in f.summary and "'pg'" in f.summary and "nobody creates" not in f.summary, f.summary
+    assert f.data["endpoint_port_names"] == ["pg"]
+    given(**_db([k8s.port(5432, 5432, "pg")], [("pg", 5432, "TCP")])).silent("KP101")  # the names equal
+
+
+def test_kp101_without_any_endpoint_says_nobody_creates_them():
+    db = _db([k8s.port(5432, 5432, "pg")], [("pg", 5432, "TCP")])
+    (f,) = given(services=db["services"], endpointslices=[]).fires("KP101")  # no EndpointSlice at all
+    assert "no selector: nobody creates its endpoints" in f.summary
 
 
 def test_fixture_selectorless_port_name():

@@ -1,0 +1,82 @@
+"""kube-proxy's clusterCIDR against the pod CIDRs the API gave the nodes: a range it does not cover is "outside"."""
+
+from __future__ import annotations
+
+from kpdiag.checkapi import Skip, check
+from typing import Optional
+
+from kpdiag.model import Evidence
+from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, NodePodCIDRs
+
+
+@check(
+    "KP613",
+    "cluster-cidr-misses-pod-cidr",
+    "kube-proxy's clusterCIDR does not cover a node's pod CIDR",
+    "warning",
+    advice_for="kube-proxy",
+    symptom="Pods on some nodes reach Services with the node's address instead of their own (NetworkPolicies that allow "
+    "them by pod deny it, backends log the node IP); or a pod's connection to an externalTrafficPolicy: Local "
+    "LoadBalancer/NodePort address fails on nodes without an endpoint.",
+    why="""
+        With detectLocalMode ClusterCIDR (the default) kube-proxy tells pod traffic from outside traffic by its source:
+        inside clusterCIDR is a pod, anything else is masqueraded ("! -s <clusterCIDR> -j KUBE-MARK-MASQ") and, for
+        externalTrafficPolicy: Local, sent to this node's endpoints only. The pod CIDRs are handed out by
+        kube-controller-manager (--cluster-cidr) into each Node's spec.podCIDRs; when kube-proxy's clusterCIDR does not
+        contain a node's podCIDR (the pool was grown or moved, a second range added, the ConfigMap copied from
+        another cluster), every pod of that node is "outside" to kube-proxy: its Service traffic is masqueraded and its
+        short-circuit to Local Services is lost. Only the families clusterCIDR names are compared (a family it lacks is
+        not detected at all: KP706).
+    """,
+    fix="Set kube-proxy's clusterCIDR to the range the nodes' podCIDRs come from (kube-controller-manager "
+    "--cluster-cidr, comma-separated for dual-stack), or use detectLocalMode: NodeCIDR, and restart kube-proxy.",
+)
+def cluster_cidr_misses_pod_cidr(
+    new, nodes: NodePodCIDRs, config: Optional[KubeProxyConfig] = None, rules: Optional[KubeProxyRules] = None
+):
+    if config is not None and config.detect_local_mode != "ClusterCIDR":
+        return  # kube-proxy tells pods apart another way (NodeCIDR, bridge, interface prefix): clusterCIDR is not used
+    cidrs, evidence = (config.cluster_cidrs, config.evidence("clusterCIDR")) if config else ((), None)
+    if not cidrs and rules is not None:  # no configuration file (flags: k3s, --cluster-cidr), or it sets none
+        from kpdiag.state.kube_rules import cluster_cidr
+
+        seen = next((p for p in rules.programmed.values() if p.cluster_cidr), None)
+        if seen is not None:
+            cidrs = tuple(c.strip() for c in cluster_cidr(rules.programmed).split(","))
+            rule = rules.ruleset.chain("nat", seen.chain).rules if seen.chain else []
+            text = f"{seen.chain}: ! -s {seen.cluster_cidr} -j KUBE-MARK-MASQ"
+            evidence = Evidence(rules.ruleset.source, text, rule[0].lineno if rule else None)
+    if not cidrs:
+        raise Skip("needs kube-proxy's clusterCIDR (its configuration or its rules): none to compare with (KP706)")
+    import ipaddress
+
+    try:
+        ranges = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+    except ValueError as exc:
+        raise Skip(f"clusterCIDR {', '.join(cidrs)!r} is not a list of CIDRs: {exc}") from None
+    families = {r.version for r in ranges}
+    judged = [(n, c) for n in nodes.nodes for c in n.cidrs if c.version in families]
+    if not judged:
+        raise Skip(f"needs a node with a podCIDR of the families clusterCIDR names ({nodes.source} has none)")
+    outside = [(n, c) for n, c in judged if not any(c.version == r.version and c.subnet_of(r) for r in ranges)]
+    if not outside:
+        return
+    names = ", ".join(f"{n.name} ({c})" for n, c in outside[:5]) + (
+        f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+    )
+    whose = "that node's" if len({n.name for n, _ in outside}) == 1 else "those nodes'"
+    yield new(
+        f"kube-proxy's clusterCIDR {', '.join(cidrs)} does not contain the pod CIDR of {names}: "
+        f"kube-proxy takes {whose} pods for "
+        "outside clients (their Service traffic is masqueraded)",
+        fix=(
+            "kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDRs}{\"\\n\"}{end}'   # the ranges the nodes were given",
+            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the range that holds them all, then restart kube-proxy",
+        ),
+        evidence=[evidence] + [nodes.evidence(n) for n, _ in outside[:3]],
+        subject="node",
+        data={
+            "cluster_cidr": list(cidrs),
+            "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
+        },
+    )

@@ -1,0 +1,245 @@
+"""Typed inputs: what a check needs, said by its signature (docs/architecture.md, "Typed inputs").
+
+A check may take its inputs as typed parameters instead of ``ctx``::
+
+    @check("KP613", ..., severity="warning", ...)
+    def cidr_misses_node(new, config: KubeProxyConfig, nodes: NodePodCIDRs, sysctls: Optional[Sysctls] = None):
+
+A parameter typed ``T`` is a *need* of the check (input ``T.INPUT``: when it is missing the check is skipped with the
+reason, as for ``needs=``); ``Optional[T]`` is a *use* (the check gets None when the input is not there). The runner
+builds each value with ``T.build(view)`` from a view that opens ``T.INPUT`` only (state/inputs.py polices it), and
+calls the check with plain values: a check that receives no state cannot read an input it did not declare, so it
+needs no static analysis (tests/packaging/test_check_inputs.py reads the few ``build`` functions here instead).
+
+A typed input is a frozen dataclass of fields (``NodePodCIDRs.nodes[i].cidrs``), built from one named input of the
+catalogue (``INPUT``); adding one is a class here — no grant string in state/inputs.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import typing
+from dataclasses import dataclass
+from typing import ClassVar
+
+from kpdiag.bundle import sources
+from kpdiag.model import Evidence
+
+
+class Typed:
+    """The base of typed inputs: ``INPUT`` names the catalogue input it is built from (its presence, its skip reason,
+    the sources it opens); ``build(ctx)`` makes the value from a view opening that input only (None: not there)."""
+
+    INPUT: ClassVar[str]
+
+    @classmethod
+    def build(cls, ctx):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Sysctls(Typed):
+    """The node's kernel settings (``sysctl -a``): each value with its line, for evidence."""
+
+    INPUT: ClassVar[str] = "sysctl"
+    values: typing.Mapping  # key → kpdiag.parse.node.Value (value, source, line, text)
+
+    @classmethod
+    def build(cls, ctx):
+        parsed = ctx.sysctl
+        return None if parsed is None else cls(parsed)
+
+    def get(self, key: str) -> str | None:
+        v = self.values.get(key)
+        return None if v is None else v.value.strip()
+
+    def evidence(self, key: str) -> Evidence | None:
+        v = self.values.get(key)
+        return None if v is None else Evidence(v.source, v.text, v.line)
+
+    def data(self, want: dict) -> dict:
+        """A finding's data about kernel settings (as ``evidence.sysctl_data``): ``{"sysctls": [{key, value, want}]}``."""
+        return {"sysctls": [{"key": k, "value": self.get(k), "want": str(w)} for k, w in want.items()]}
+
+
+@dataclass(frozen=True)
+class KubeProxyConfig(Typed):
+    """kube-proxy's configuration (its file on the node, else the ConfigMap) as the fields checks compare."""
+
+    INPUT: ClassVar[str] = "kube-proxy-config"
+    source: str
+    mode: str
+    cluster_cidrs: tuple[str, ...]  # clusterCIDR split at commas (dual-stack: one a family); () when not set
+    detect_local_mode: str  # "ClusterCIDR" when not set (kube-proxy's default)
+    parsed: object  # kpdiag.parse.node.KubeProxyConfig, for evidence
+
+    @classmethod
+    def build(cls, ctx):
+        cfg = ctx.kube_proxy_config
+        if cfg is None:
+            return None
+        raw = cfg.get("clusterCIDR")
+        cidrs = tuple(p.strip() for p in raw.split(",") if p.strip()) if isinstance(raw, str) else ()
+        detect = cfg.get("detectLocalMode")
+        return cls(
+            cfg.source, cfg.mode, cidrs, (detect.strip() if isinstance(detect, str) else "") or "ClusterCIDR", cfg
+        )
+
+    def get(self, path: str, default=None):
+        """Any setting by its dotted path (``iptables.masqueradeAll``), as the configuration holds it."""
+        return self.parsed.get(path, default)
+
+    def evidence(self, key: str) -> Evidence:
+        """The line that sets ``key`` (a dotted path), or that it is not set."""
+        cfg = self.parsed
+        line = cfg.line_of(key)
+        value = cfg.get(key)
+        text = (
+            cfg.text.splitlines()[line - 1].strip()
+            if line
+            else (f"{key}: {value!r}" if value is not None else f"{key} is not set")
+        )
+        return Evidence(self.source, text, line)
+
+
+@dataclass(frozen=True)
+class KubeProxyRules(Typed):
+    """kube-proxy's iptables rules as read back (state/kube_rules.py): the Service ports it programmed, and the
+    ruleset they come from (for evidence)."""
+
+    INPUT: ClassVar[str] = "iptables"
+    programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
+    ruleset: object  # kpdiag.parse.iptables.Ruleset
+
+    @classmethod
+    def build(cls, ctx):
+        rs = ctx.iptables()
+        return None if rs is None else cls(ctx.programmed() or {}, rs)
+
+
+@dataclass(frozen=True)
+class KubeProxyLog(Typed):
+    """kube-proxy's log, line by line (line 1 first), and how evidence names it."""
+
+    INPUT: ClassVar[str] = "kube-proxy-log"
+    source: str
+    lines: tuple[str, ...]
+
+    @classmethod
+    def build(cls, ctx):
+        lines = ctx.kube_proxy_log
+        return None if lines is None else cls(ctx.display(sources.KP_LOG), tuple(lines))
+
+    def evidence(self, lineno: int, text: str) -> Evidence:
+        return Evidence(self.source, text.strip()[:400], lineno)
+
+
+@dataclass(frozen=True)
+class KubeProxyMetrics(Typed):
+    """kube-proxy's /metrics, parsed (kpdiag.parse.node.Metrics: get, histogram_mean, histogram_quantile)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-metrics"
+    source: str
+    metrics: object
+
+    @classmethod
+    def build(cls, ctx):
+        m = ctx.metrics
+        return None if m is None else cls(ctx.display(sources.KP_METRICS), m)
+
+    def evidence(self, name: str, value) -> Evidence:
+        return Evidence(self.source, f"{name} {value}", self.metrics.line_of(name))
+
+
+@dataclass(frozen=True)
+class NodeCIDRs:
+    """One Node's pod ranges (``spec.podCIDRs``, else ``spec.podCIDR``) as the API records them."""
+
+    name: str
+    cidrs: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    invalid: tuple[str, ...] = ()  # values that are not CIDRs, kept to say so
+
+
+@dataclass(frozen=True)
+class NodePodCIDRs(Typed):
+    """The Nodes from the API (``cluster/nodes.json``) with their pod CIDRs; nodes without one are left out."""
+
+    INPUT: ClassVar[str] = str(sources.NODES)
+    source: str  # how evidence names the file
+    nodes: tuple[NodeCIDRs, ...]
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.source(sources.NODES)
+        if not isinstance(doc, dict):
+            return None
+        out = []
+        for item in doc.get("items") or []:
+            if not isinstance(item, dict):
+                continue
+            meta, spec = item.get("metadata"), item.get("spec")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            spec = spec if isinstance(spec, dict) else {}
+            raw = spec.get("podCIDRs") if isinstance(spec.get("podCIDRs"), list) else [spec.get("podCIDR")]
+            good, bad = [], []
+            for c in raw:
+                if not isinstance(c, str) or not c:
+                    continue
+                try:
+                    good.append(ipaddress.ip_network(c.strip(), strict=False))
+                except ValueError:
+                    bad.append(c)
+            if good or bad:
+                out.append(NodeCIDRs(name if isinstance(name, str) else "?", tuple(good), tuple(bad)))
+        return cls(ctx.display(sources.NODES), tuple(out))
+
+    def evidence(self, node: NodeCIDRs) -> Evidence:
+        return Evidence(self.source, f"node {node.name}: podCIDRs {', '.join(map(str, node.cidrs))}")
+
+
+def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
+    """A typed check's parameters: (name, typed input, optional) for each but ``new`` — or None for a check written
+    the old way (``ctx, new``). A parameter that is neither ``new`` nor a typed input is a declaration error."""
+    import inspect
+
+    names = [p for p in inspect.signature(fn).parameters if p != "new"]
+    if not names or names == ["ctx"]:
+        return None
+    hints = typing.get_type_hints(fn)
+    out = []
+    for name in names:
+        hint = hints.get(name)
+        optional = False
+        args = typing.get_args(hint)
+        if args and type(None) in args:
+            rest = [a for a in args if a is not type(None)]
+            hint, optional = (rest[0] if len(rest) == 1 else None), True
+        if not (isinstance(hint, type) and issubclass(hint, Typed) and hint is not Typed):
+            raise ValueError(
+                f"check {fn.__name__}: parameter {name!r} is not a typed input (kpdiag/state/typed.py) nor 'new'"
+            )
+        out.append((name, hint, optional))
+    return tuple(out)
+
+
+def call(fn, params, ctx, new, skip):
+    """Build each typed input from the check's view and call the check with them (``skip``: checkapi.Skip, raised
+    when a needed input is there but cannot be read as its type)."""
+    from kpdiag.state.inputs import Inputs
+
+    kwargs = {}
+    for name, typ, _optional in params:
+        view = Inputs(ctx._target, ctx.check_id, (typ.INPUT,), "node")  # the one input it is built from
+        try:
+            kwargs[name] = typ.build(view)
+        finally:
+            ctx.violations.extend(view.violations)
+        if kwargs[name] is None and not _optional:  # there, but not in a form it can be read as
+            raise skip(f"needs {view_what(typ)}, which is missing or unreadable")
+    return fn(new=new, **kwargs)
+
+
+def view_what(typ) -> str:
+    from kpdiag.state.inputs import NODE_INPUTS
+
+    return NODE_INPUTS[typ.INPUT].what

@@ -1,0 +1,47 @@
+"""KP613: kube-proxy's clusterCIDR (10.244.0.0/16 in the base) against the pod CIDRs the API gave the nodes."""
+
+from kpdiag.bundle.sources import IPTABLES_SAVE, KP_CONFIG
+from tests.given import base_text, given, node
+
+
+def test_a_node_pod_cidr_outside_cluster_cidr_fires():
+    (f,) = given(nodes=[node("node-a", "10.244.1.0/24"), node("node-b", "10.245.0.0/24")]).fires("KP613")
+    assert "node-b (10.245.0.0/24)" in f.summary and "node-a" not in f.summary
+    assert f.data == {"cluster_cidr": ["10.244.0.0/16"], "outside": [{"node": "node-b", "pod_cidr": "10.245.0.0/24"}]}
+    assert [e.text for e in f.evidence] == ["clusterCIDR: 10.244.0.0/16", "node node-b: podCIDRs 10.245.0.0/24"]
+
+
+def test_pod_cidrs_inside_cluster_cidr_are_silent():
+    given(nodes=[node("node-a", "10.244.1.0/24"), node("node-b", "10.244.2.0/24")]).silent("KP613")
+    given(kube_proxy={"clusterCIDR": "10.0.0.0/8"}, nodes=[node("node-b", "10.245.0.0/24")]).silent("KP613")
+
+
+def test_dual_stack_compares_each_family_clustercidr_names():
+    nodes = [node("node-a", "10.244.1.0/24", "fd00:10:244:1::/64")]
+    given(nodes=nodes).silent("KP613")  # no IPv6 clusterCIDR: that family is KP706's, not judged here
+    (f,) = given(kube_proxy={"clusterCIDR": "10.244.0.0/16,fd00:99::/56"}, nodes=nodes).fires("KP613")
+    assert f.data["outside"] == [{"node": "node-a", "pod_cidr": "fd00:10:244:1::/64"}]
+
+
+def test_other_local_detection_is_silent_and_missing_facts_skip():
+    outside = [node("node-b", "10.245.0.0/24")]
+    given(kube_proxy={"detectLocalMode": "NodeCIDR"}, nodes=outside).silent("KP613")  # clusterCIDR not used
+    no_masq = "".join(line for line in base_text(IPTABLES_SAVE).splitlines(True) if "! -s 10.244" not in line)
+    assert "needs kube-proxy's clusterCIDR" in given(
+        kube_proxy={"clusterCIDR": None}, iptables=no_masq, nodes=outside
+    ).skips("KP613")
+    assert "needs a node with a podCIDR" in given(nodes=[node("node-b")]).skips("KP613")
+    assert "cluster/nodes.json" in given().skips("KP613")  # the base has no API objects
+
+
+def test_a_replacement_in_charge_is_not_given_kube_proxy_advice():
+    reason = given(base="cilium-kube-proxy-replacement", nodes=[node("node-b", "10.245.0.0/24")]).skips("KP613")
+    assert "Cilium's kube-proxy replacement" in reason
+
+
+def test_without_a_configuration_the_rules_say_the_cluster_cidr():
+    # kube-proxy started with flags (k3s, --cluster-cidr): its "! -s 10.244.0.0/16 -j KUBE-MARK-MASQ" rules say it
+    (f,) = given(files={KP_CONFIG: None}, nodes=[node("node-b", "10.245.0.0/24")]).fires("KP613")
+    assert f.data["cluster_cidr"] == ["10.244.0.0/16"] and "! -s 10.244.0.0/16" in f.evidence[0].text
+    assert f.evidence[0].source == "node/iptables-save.txt" and f.evidence[0].line
+    given(files={KP_CONFIG: None}, nodes=[node("node-a", "10.244.1.0/24")]).silent("KP613")
