@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -1087,7 +1086,3 @@ class ClusterCollector:
             f"{what}: still more after {MAX_PAGES} pages of {page} (kpdiag's cap on pages of one list): stopped, not used",
         )
         return None
-
-
-def this_node_name() -> str:
-    return os.environ.get("NODE_NAME") or socket.gethostname()

@@ -295,10 +295,6 @@ def collect_service(
     return files, manifest
 
 
-def _ids_for(findings, svc_key: str, ids: tuple[str, ...]) -> list:
-    return [f for f in findings if f.id in ids and (f.subject or "").startswith(svc_key)]
-
-
 def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, tuple[str, ...]]:
     """The layer at fault for a failing port, in a few words with the check that explains it, and that check's ids."""
     if o.ok_direct and any(d.ip == me for d in o.direct):
