@@ -1,5 +1,5 @@
 """What the probes observed about one Service: the name that is not there, endpoints that refuse or drop, a Service path
-that fails while its endpoints answer. Each reads kpdiag.state.observe — the same reading the verdict uses."""
+that fails while its endpoints answer. Each reads kpdiag.state.probe_results — the same reading the verdict uses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import difflib
 from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.observe import observations
+from kpdiag.state.probe_results import observations
 
 from .service import _services, _svc_ev, usable
 from kpdiag.bundle import sources

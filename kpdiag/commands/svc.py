@@ -334,8 +334,8 @@ def _root_first(findings, named: tuple[str, ...], text: str) -> str:
 def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
     status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
-    same observation model (kpdiag.state.observe) and the same findings as the report, so they cannot disagree."""
-    from kpdiag.state.observe import headline_status, observations
+    same observation model (kpdiag.state.probe_results) and the same findings as the report, so they cannot disagree."""
+    from kpdiag.state.probe_results import headline_status, observations
 
     lines: list[str] = []
     svcs = state.services_in_focus() or []
