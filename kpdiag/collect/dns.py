@@ -590,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
+    from kpdiag import exitcodes
+
     ap = argparse.ArgumentParser(prog="python -m kpdiag.collect.dns")
     ap.add_argument("namespace")
     ap.add_argument("name")
@@ -605,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             indent=1,
         )
     )
-    return 0
+    return exitcodes.OK
 
 
 if __name__ == "__main__":
