@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -197,6 +198,7 @@ def api_reason(exc: Exception, what: str, server: str | None) -> str:
     return f"{what}: {exc.__class__.__name__}: {text}"
 
 
+REFRESH_MARGIN = 0.5  # seconds: a token refresh ends this much before the command's deadline
 CONFIG_TIMEOUT = (
     30.0  # seconds to load credentials (a kubeconfig read, an exec credential plugin) when no deadline is given
 )
@@ -212,6 +214,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
 
     from .kubeapi import ApiDeadline, within
 
+    deadline_of_command = deadline  # a token refresh mid-run is bounded by it too (None: CONFIG_TIMEOUT each)
     if deadline is None:
         deadline = time.monotonic() + CONFIG_TIMEOUT
     path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -276,6 +279,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
         # client afterwards they are ignored, and every timeout is tried 4 times); kpdiag retries what it means to
         # retry, within its own deadlines
         configuration.retries = 0
+        if plugin and configuration.refresh_api_key_hook is not None:
+            _bound_refresh(configuration, plugin, deadline_of_command)
         api = client.ApiClient(configuration=configuration)
     except ApiDeadline:
         return None, "loading the in-cluster credentials did not finish in time"
@@ -487,9 +492,66 @@ def _children() -> set[int]:
     return out
 
 
-def _stop_children(before: set[int]) -> None:
+def _bound_refresh(configuration, plugin: str, deadline: float | None) -> None:
+    """Bound the client's token refresh: when the exec plugin's token expires the client runs the plugin again, from
+    inside whichever API call comes next, and waits for it without a timeout. Each refresh now ends before the
+    deadline of the command or of the API call it runs in (at most CONFIG_TIMEOUT); a plugin still running then is
+    killed with its children and the call fails with a plain line. One refresh at a time (kpdiag cluster's workers call in parallel)."""
+    from .kubeapi import CredentialRefresh, call_deadline
+
+    hook = configuration.refresh_api_key_hook
+    lock = threading.Lock()
+
+    def refresh(conf) -> None:
+        now = time.monotonic()
+        # ends a little before the deadline of the command or of the call it runs in (whichever comes first), so
+        # that the call reports it (not a bare timeout) and nothing is left running
+        ends = [d for d in (deadline, call_deadline()) if d is not None]
+        left = (min(ends) - now - REFRESH_MARGIN) if ends else CONFIG_TIMEOUT
+        bound = min(CONFIG_TIMEOUT, left)
+        why = (
+            f"the credential plugin {plugin!r} did not finish refreshing the token in {max(bound, 0):.0f} s and was "
+            "stopped — run it by hand to see what it waits for (a login prompt, a network call)"
+        )
+        if bound <= 0 or not lock.acquire(timeout=bound):
+            raise CredentialRefresh(why)
+        try:
+            before = _children()
+            box: dict = {}
+            said = _Said()  # the client logs a failing plugin (and goes on without credentials): kept, not printed
+
+            def run() -> None:
+                try:
+                    hook(conf)
+                except BaseException as exc:  # handed to the caller
+                    box["error"] = exc
+                finally:
+                    said.close()
+
+            worker = threading.Thread(target=run, name="kpdiag-credential-refresh", daemon=True)
+            worker.start()
+            worker.join(max(0.0, bound - (time.monotonic() - now)))
+            if worker.is_alive():
+                _stop_children(before, command=plugin)
+                raise CredentialRefresh(why)
+            if "error" in box:
+                raise box["error"]
+            failed = next((m for m in said.messages if m.startswith("exec: ")), None)
+            if failed:
+                raise CredentialRefresh(
+                    f"the credential plugin {plugin!r} failed when run again to refresh the token "
+                    f"({' '.join(failed[6:].split())}) — run it by hand to see why (an expired login?)"
+                )
+        finally:
+            lock.release()
+
+    configuration.refresh_api_key_hook = refresh
+
+
+def _stop_children(before: set[int], command: str | None = None) -> None:
     """Stop the children started since ``before`` (a credential plugin the client started and still waits for) and
-    whatever they started in turn."""
+    whatever they started in turn. With ``command``, only the children running that command (its name is argv[0], or
+    argv[1] under a script's interpreter): another thread's children (a node collector's commands) are left alone."""
     import signal
 
     parents: dict[int, int] = {}
@@ -502,6 +564,9 @@ def _stop_children(before: set[int]) -> None:
                 continue
     me = os.getpid()
     doomed = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
+    if command:
+        name = os.path.basename(command)
+        doomed = {pid for pid in doomed if name in {os.path.basename(a) for a in _argv(pid)[:2]}}
     grown = True
     while grown:
         more = {pid for pid, ppid in parents.items() if ppid in doomed and pid not in doomed}
@@ -512,6 +577,14 @@ def _stop_children(before: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode("utf-8", "replace") for a in fh.read(4096).split(b"\0") if a]
+    except OSError:
+        return []
 
 
 API_BUDGET = 60.0  # seconds for every API call of one command (svc, node, policy) together, credentials included
@@ -687,11 +760,11 @@ class ClusterCollector:
         self.out.files[SERVICE_LOOKUP] = json.dumps(doc, indent=1).encode()
 
     def service(self, namespace: str, name: str, node_name: str | None = None) -> dict | None:
-        from .kubeapi import ReadApi
+        from .kubeapi import RawApi
 
         if self._api is None and not self.connect():
             return None
-        api = ReadApi(self._api)
+        api = RawApi(self._api)
         svc = self._get_service(api, namespace, name)
         if svc is not None:
             self.out.files[sources.SERVICES] = _as_list("Service", [svc])
@@ -781,13 +854,13 @@ class ClusterCollector:
         """The pods whose status.podIP is ``ip``, in all namespaces or in ``namespace`` (one list call, fieldSelector,
         at most POD_BY_IP_LIMIT): (pods, None, None), or (None, HTTP status or None, why) when the API refused or
         failed. Only pods that really carry the address are returned, whatever the server did with the selector."""
-        from .kubeapi import ReadApi
+        from .kubeapi import RawApi
 
         if self._api is None and not self.connect():
             return None, None, self.config_error or "the Kubernetes API is not configured"
         where = f"namespace {namespace}" if namespace else "all namespaces"
         what = f"list pods in {where} with status.podIP={ip}"
-        api = ReadApi(self._api)
+        api = RawApi(self._api)
         call = (lambda **kw: api.list_namespaced_pod(namespace, **kw)) if namespace else api.list_pod_for_all_namespaces
         try:  # bounded like every read (deadline, body cap), then judged for shape
             doc = self._fetch(call, (), {"field_selector": f"status.podIP={ip}", "limit": self.POD_BY_IP_LIMIT})
@@ -821,13 +894,13 @@ class ClusterCollector:
         With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
         DNS Service and pods themselves come from :meth:`dns_objects` (cluster/dns-service.json, dns-pods.json).
         Every failure is a recorded reason; False when nothing could be asked."""
-        from .kubeapi import ReadApi
+        from .kubeapi import RawApi
 
         from kpdiag.state.netpol import component
 
         if self._api is None and not self.connect():
             return False
-        api = ReadApi(self._api)
+        api = RawApi(self._api)
         nss = self._call(sources.NAMESPACES, "list namespaces", api.list_namespace, kind="Namespace")
         existing = None
         if nss is not None:
@@ -909,12 +982,12 @@ class ClusterCollector:
         CoreDNS pods (k8s-app=kube-dns) → cluster/dns-pods.json (Lists), and the last 200 lines (at most 64 KiB) of
         the log of up to 4 of those pods — also the previous container's of a pod that restarted — as
         cluster/dns-logs.json: {"logs": [{"namespace", "pod", "container", "previous", "text" | "error", "truncated"}]}."""
-        from .kubeapi import ReadApi, within
+        from .kubeapi import RawApi, within
 
         if self._api is None and not self.connect():
             return
         ns, label = "kube-system", "k8s-app=kube-dns"
-        api = ReadApi(self._api)
+        api = RawApi(self._api)
         mark = len(self.out.errors)
         svcs = self._call(
             sources.DNS_SERVICE,
@@ -1011,11 +1084,11 @@ class ClusterCollector:
     def node_view(self, node_name: str | None, page: int = 500) -> bool:
         """What `kpdiag node` compares its rules with: every Service and EndpointSlice (paged lists, raw JSON) and this
         node's Node object (its zone). False, with a recorded reason, when the API cannot be used."""
-        from .kubeapi import ReadApi
+        from .kubeapi import RawApi
 
         if self._api is None and not self.connect():
             return False
-        api = ReadApi(self._api)
+        api = RawApi(self._api)
         services = self._paged(
             sources.SERVICES, "list services in all namespaces", api.list_service_for_all_namespaces, page, "Service"
         )

@@ -1,12 +1,12 @@
-"""Read-only Kubernetes API calls for raw JSON, through the official client's ApiClient.
+"""Kubernetes API calls for raw JSON, through the official client's ApiClient, with every answer read bounded.
 
 kpdiag reads every object as raw JSON (``_preload_content=False``): it never needs the client's generated model
 classes. Yet importing the generated API classes (CoreV1Api …) imports their models too — about 1.2 s of a
-`kpdiag svc` run that is over in 2. :class:`ReadApi` offers the same method names and arguments for the GETs kpdiag
-makes, and sends them through the same ApiClient: the kubeconfig's or the service account's credentials (bearer
-tokens, exec plugins and their refresh, client certificates), TLS verification, proxies and timeouts, and the same
-:class:`kubernetes.client.exceptions.ApiException` on a non-2xx answer. Writes (kpdiag cluster's pods) keep using
-the generated classes.
+`kpdiag svc` run that is over in 2 — and they read an error answer's body whole, however large. :class:`RawApi`
+offers the same method names and arguments for the calls kpdiag makes (the GETs, and the pod and ConfigMap writes of
+`kpdiag cluster`), and sends them through the same ApiClient: the kubeconfig's or the service account's credentials
+(bearer tokens, exec plugins and their refresh, client certificates), TLS verification, proxies and timeouts, and the
+same :class:`kubernetes.client.exceptions.ApiException` on a non-2xx answer, with at most 64 KiB of its body read.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ CHUNK = 256 << 10
 
 class ApiBound(Exception):
     """An API read stopped at one of kpdiag's bounds (a cap or the deadline); the message names it."""
+
+
+class CredentialRefresh(ApiBound):
+    """The exec credential plugin, run again mid-command to refresh an expired token, did not finish in time (it
+    was stopped); the message says so."""
 
 
 class ApiDeadline(ApiBound):
@@ -82,6 +87,14 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
+_CALL = threading.local()
+
+
+def call_deadline() -> float | None:
+    """The deadline of the bounded call (:func:`within`) this thread runs, or None outside one."""
+    return getattr(_CALL, "deadline", None)
+
+
 def within(deadline: float, fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with a wall-clock bound: it runs in a worker thread and is left behind (a daemon that
     ends with the process) when ``deadline`` passes — name resolution, a TLS handshake or headers sent one byte a
@@ -92,6 +105,7 @@ def within(deadline: float, fn, *args, **kwargs):
     box: dict = {}
 
     def run():
+        _CALL.deadline = deadline  # what a credential refresh inside the call may take (call_deadline())
         try:
             box["value"] = fn(*args, **kwargs)
         except BaseException as exc:  # handed to the caller
@@ -121,6 +135,8 @@ _QUERY = {
     "container": "container",
     "previous": "previous",
     "timeout_seconds": "timeoutSeconds",
+    "grace_period_seconds": "gracePeriodSeconds",
+    "propagation_policy": "propagationPolicy",
 }
 
 
@@ -128,7 +144,7 @@ def _seg(value: str) -> str:
     return quote(str(value), safe="")
 
 
-class ReadApi:
+class RawApi:
     """GET requests by path, with the generated API classes' method names (those kpdiag uses) and calling convention:
     ``_preload_content=False`` returns the urllib3 response (``.data``, ``.read``), ``_request_timeout`` bounds the call."""
 
@@ -136,43 +152,55 @@ class ReadApi:
         self.api_client = api_client
 
     def get(self, path: str, _request_timeout=None, _preload_content: bool = False, **query):
+        return self.request("GET", path, _request_timeout=_request_timeout, **query)
+
+    def request(
+        self, method: str, path: str, body=None, _request_timeout=None, _preload_content: bool = False, **query
+    ):
+        """One request; the urllib3 response of a 2xx answer (its body unread: the caller reads it, bounded). Any
+        other answer raises :class:`ApiException` with at most ``MAX_ERROR_BODY`` bytes of its body read — the
+        generated API classes read an error body whole, however large."""
         params = []
         for key, value in query.items():
             if value is None:
                 continue
             name = _QUERY.get(key)
             if name is None:
-                raise TypeError(f"ReadApi: unknown query parameter {key!r}")
+                raise TypeError(f"RawApi: unknown query parameter {key!r}")
             params.append((name, ("true" if value else "false") if isinstance(value, bool) else value))
+        headers = dict(_ACCEPT)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         api = self.api_client
         if hasattr(api, "param_serialize"):  # kubernetes >= 31: serialize (auth applied), then send
             from kubernetes.client.exceptions import ApiException
 
-            method, url, headers, _body, _post = api.param_serialize(
-                "GET", path, query_params=params, header_params=dict(_ACCEPT), auth_settings=["BearerToken"]
+            method, url, headers, body, _post = api.param_serialize(
+                method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"]
             )
-            resp = api.call_api(method, url, header_params=headers, _request_timeout=_request_timeout)
+            resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=_request_timeout)
             if not 200 <= resp.status <= 299:
                 raw = resp.response
                 try:  # an error answer's body is a small Status object: read no more than that
-                    body = raw.read(MAX_ERROR_BODY)
+                    text = raw.read(MAX_ERROR_BODY)
                 except Exception:
-                    body = b""
+                    text = b""
                 finally:
                     try:
                         raw.close()
                     except Exception:
                         pass
-                exc = ApiException(status=resp.status, reason=resp.reason, body=body.decode("utf-8", "replace"))
+                exc = ApiException(status=resp.status, reason=resp.reason, body=text.decode("utf-8", "replace"))
                 exc.headers = raw.headers
                 raise exc
             return resp.response
         # older clients: one call that serializes, authenticates, sends and raises on a non-2xx answer
         return api.call_api(
             path,
-            "GET",
+            method,
             query_params=params,
-            header_params=dict(_ACCEPT),
+            header_params=headers,
+            body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
             _return_http_data_only=True,
@@ -197,6 +225,24 @@ class ReadApi:
 
     def read_namespaced_pod_log(self, name, namespace, **kw):
         return self.get(f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(name)}/log", **kw)
+
+    def create_namespaced_pod(self, namespace, body, **kw):
+        return self.request("POST", f"/api/v1/namespaces/{_seg(namespace)}/pods", body=body, **kw)
+
+    def delete_namespaced_pod(self, name, namespace, **kw):
+        return self.request("DELETE", f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(name)}", **kw)
+
+    def list_namespaced_config_map(self, namespace, **kw):
+        return self.get(f"/api/v1/namespaces/{_seg(namespace)}/configmaps", **kw)
+
+    def create_namespaced_config_map(self, namespace, body, **kw):
+        return self.request("POST", f"/api/v1/namespaces/{_seg(namespace)}/configmaps", body=body, **kw)
+
+    def delete_namespaced_config_map(self, name, namespace, **kw):
+        return self.request("DELETE", f"/api/v1/namespaces/{_seg(namespace)}/configmaps/{_seg(name)}", **kw)
+
+    def list_node(self, **kw):
+        return self.get("/api/v1/nodes", **kw)
 
     def read_node(self, name, **kw):
         return self.get(f"/api/v1/nodes/{_seg(name)}", **kw)

@@ -676,13 +676,13 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
     """Read from the API what the flow needs, as bundle files: the two ends' pods (or the Service, its
     EndpointSlices and pods), every namespace, the NetworkPolicies of the namespaces involved, the CNI."""
     from kpdiag.collect.cluster import ClusterCollector, _as_list
-    from kpdiag.collect.kubeapi import ReadApi
+    from kpdiag.collect.kubeapi import RawApi
 
     src_spec, dst_spec = parse_from(from_spec), parse_to(to_spec)
     cc = ClusterCollector(kubeconfig, context)
     if not cc.connect():
         raise CannotEvaluate(cc.config_error or "no Kubernetes credentials")
-    api = ReadApi(cc._api)
+    api = RawApi(cc._api)
     pods: list[dict] = []
     services: list[dict] = []
     slices: list[dict] = []

@@ -239,14 +239,14 @@ class FleetRunner:
         node_api: bool = True,
         deadline: float | None = None,
     ):
-        from kubernetes import client
+        from ..collect.kubeapi import RawApi
 
         self.api = api
         # one connection per worker (the default pool is 5 per CPU: workers would queue for connections)
         api.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(
             int(parallel) + 4, api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1
         )
-        self.core = client.CoreV1Api(api)
+        self.core = RawApi(api)  # every answer read bounded, an error's body too (the generated classes read it whole)
         self.namespace = namespace
         self.image = image
         self.timeout = timeout
@@ -423,10 +423,9 @@ class FleetRunner:
         return out
 
     def api_version(self) -> str | None:
-        from kubernetes import client
 
         try:
-            doc = self._json(client.VersionApi(self.api).get_code, retries=5)
+            doc = self._json(self.core.get_code, retries=5)
             return (str(doc.get("gitVersion") or "") or None) if isinstance(doc, dict) else None
         except Exception as exc:
             self.notes.append(self._why(exc, "get /version"))
@@ -511,12 +510,15 @@ class FleetRunner:
         if deadline is None:
             deadline = time.monotonic() + self.cleanup_budget
         try:
-            self._call(
-                self.core.delete_namespaced_config_map,
-                name,
-                self.namespace,
-                deadline=deadline,
-                propagation_policy="Background",
+            _discard(
+                self._call(
+                    self.core.delete_namespaced_config_map,
+                    name,
+                    self.namespace,
+                    deadline=deadline,
+                    propagation_policy="Background",
+                ),
+                deadline,
             )
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
@@ -684,8 +686,11 @@ class FleetRunner:
         backoff, and a 409 on a retry means the earlier attempt did create it (the name is this run's own)."""
         for attempt in range(RETRIES):
             try:
-                self.core.create_namespaced_pod(
-                    self.namespace, manifest, _preload_content=False, _request_timeout=call_timeout(deadline)
+                _discard(
+                    self.core.create_namespaced_pod(
+                        self.namespace, manifest, _preload_content=False, _request_timeout=call_timeout(deadline)
+                    ),
+                    deadline,
                 )
                 return
             except DeadlineExceeded:
@@ -826,7 +831,12 @@ class FleetRunner:
         if deadline is None:
             deadline = min(time.monotonic() + self.cleanup_budget, max(self.deadline, time.monotonic() + MIN_CALL * 4))
         try:
-            self._call(self.core.delete_namespaced_pod, name, self.namespace, deadline=deadline, grace_period_seconds=0)
+            _discard(
+                self._call(
+                    self.core.delete_namespaced_pod, name, self.namespace, deadline=deadline, grace_period_seconds=0
+                ),
+                deadline,
+            )
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
                 self.cleanup_errors.append(f"pod {self.namespace}/{name}: " + self._why(exc, "delete"))
@@ -898,6 +908,16 @@ class FleetRunner:
             ):
                 self._delete_owner(name)
         return [n for n in names if n in self._deleted], self.cleanup_errors[before:]
+
+
+def _discard(resp, deadline: float) -> None:
+    """Read a write's answer (the object written: a few KB) bounded and let the connection go back to the pool."""
+    from ..collect.kubeapi import read_body
+
+    try:
+        read_body(resp, max(deadline, time.monotonic() + MIN_CALL), limit=1 << 20, truncate=True)
+    except Exception:
+        pass  # the write was accepted (2xx): what its answer holds is not needed
 
 
 def _missing_service_account(exc: Exception, manifest: dict) -> bool:

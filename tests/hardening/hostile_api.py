@@ -10,7 +10,10 @@ real kubernetes client meets a real API with one endpoint gone bad. Attacks (eac
 - ``silent()``: the request is read and nothing is ever sent;
 - ``pages(items, same_token)``: every page of a List says there is more (a new continue token each time, or the
   same one again);
-- ``answer(doc, status)``: this JSON (any type: a list where an object belongs, a string for items …).
+- ``answer(doc, status)``: this JSON (any type: a list where an object belongs, a string for items …);
+- ``endless_error(status)``: an error answer (403, 500 …) whose body never ends.
+
+A GET is matched by its path, any other request by ``METHOD PATH`` (``^POST /api/v1/namespaces/kpdiag/pods$``).
 
 Every loop stops when the server stops: the tests end in seconds, nothing keeps running.
 """
@@ -47,24 +50,39 @@ class HostileApi:
                 pass
 
             def do_GET(self):
-                outer.hits.append(self.path)
+                self._serve(self.path)
+
+            def do_POST(self):
+                self._serve(f"POST {self.path}")
+
+            def do_DELETE(self):
+                self._serve(f"DELETE {self.path}")
+
+            def _serve(self, key: str) -> None:
+                outer.hits.append(key)
+                body = None
+                if self.command != "GET":
+                    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 for rx, attack in outer.attacks:
-                    if rx.search(self.path):
+                    if rx.search(key):
                         try:
                             attack(self, outer)
                         except (ConnectionError, OSError):
                             pass  # the client hung up: what it should do
                         self.close_connection = True
                         return
-                outer._relay(self)
+                outer._relay(self, body)
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def _relay(self, h) -> None:
+    def _relay(self, h, body: bytes | None = None) -> None:
         if not self.upstream:
             return _send(h, 404, {"kind": "Status", "code": 404, "message": "not found"})
-        req = urllib.request.Request(self.upstream + h.path, headers={"Accept": "application/json"})
+        headers = {"Accept": "application/json"}
+        if body:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.upstream + h.path, data=body, headers=headers, method=h.command)
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 status, body = resp.status, resp.read()
@@ -121,6 +139,27 @@ def endless(item: dict | None = None, chunk_items: int = 2000):
         piece = (json.dumps(item) + ",").encode() * chunk_items
         first = b'{"kind":"List","apiVersion":"v1","metadata":{},"items":['
         h.wfile.write(b"%x\r\n%s\r\n" % (len(first), first))
+        deadline = time.monotonic() + 60  # a test's worth: the server stops on its own
+        while not srv.stop.is_set() and time.monotonic() < deadline:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+
+    return attack
+
+
+def endless_error(status: int = 403):
+    """An error answer whose body never ends (chunked Status text until the client hangs up): a client that reads an
+    error's body whole holds gigabytes."""
+
+    def attack(h, srv):
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        first = (
+            b'{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d,"reason":"Forbidden","message":"' % status
+        )
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(first), first))
+        piece = b"no " * 100_000
         deadline = time.monotonic() + 60  # a test's worth: the server stops on its own
         while not srv.stop.is_set() and time.monotonic() < deadline:
             h.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))

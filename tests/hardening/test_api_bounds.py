@@ -268,3 +268,111 @@ def test_kpdiag_cluster_timeout_bounds_the_credential_plugin(capsys, tmp_path):
         took = time.monotonic() - t0
     out, err = capsys.readouterr()
     assert rc == 3 and "credential plugin" in err and took < 2 + 3, (took, err)
+
+
+def _cluster_peak(kc: str, *args: str) -> tuple[int, int, str, str, float]:
+    """``kpdiag cluster`` in a small helper process: (exit code, peak RSS in KiB, stdout, stderr, seconds). Measured
+    from the helper: a child of this (big) pytest process would inherit its high-water mark at exec."""
+    helper = (
+        "import os, subprocess, sys, time\n"
+        "t = time.monotonic()\n"
+        "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+        "out, err = p.communicate()\n"
+        "_, status, usage = os.wait4(p.pid, 0) if p.returncode is None else (0, p.returncode << 8, None)\n"
+        "import resource\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(p.returncode, peak, round(time.monotonic() - t, 2))\n"
+        "sys.stdout.write(out.decode()); sys.stderr.write(err.decode())\n"
+    )
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)
+    cmd = [sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--poll", "0.05", *args]
+    res = subprocess.run([sys.executable, "-c", helper, *cmd], capture_output=True, text=True, timeout=120, env=env)
+    first, _, out = res.stdout.partition("\n")
+    rc, peak, took = first.split()
+    return int(rc), int(peak), out, res.stderr, float(took)
+
+
+@pytest.mark.parametrize(
+    "where,status",
+    [(r"^POST /api/v1/namespaces/kpdiag/pods$", 403), (r"^POST /api/v1/namespaces/kpdiag/configmaps$", 500)],
+    ids=["create-pod-403", "create-owner-500"],
+)
+def test_an_error_answer_whose_body_never_ends_is_read_bounded(tmp_path, where, status):
+    """The generated client classes read an error answer's body whole: a 403 (or 500) to a write whose body never
+    ends held gigabytes. kpdiag reads at most 64 KiB of it, names the refusal in one line, and ends."""
+    with ApiServer(_nodes(1)) as api, H.HostileApi(api.url, {where: H.endless_error(status)}) as bad:
+        rc, peak_kib, out, err, took = _cluster_peak(bad.kubeconfig(tmp_path), "--timeout", "20", "-o", "json")
+        hits = list(bad.hits)
+    assert "Traceback" not in err, err
+    assert any(h.startswith("POST ") for h in hits), hits  # the attack was met
+    assert peak_kib < 300 * 1024, peak_kib  # KiB: the body is written as fast as the socket takes it, for 60 s
+    assert took < 20, took
+    text = out + err
+    if status == 403:  # the create is refused: every node's line says so, in one line each, and the run fails
+        assert rc != 0
+        line = next(line for line in text.splitlines() if "403" in line or "forbidden" in line.lower())
+        _one_line(line)
+    else:  # the run owner could not be created: said once, the run goes on without it
+        assert "ConfigMap" in text and "run owner" in text, text
+
+
+def test_an_error_answer_to_a_delete_whose_body_never_ends(tmp_path):
+    """Cleanup meets the same attack: each delete's refusal is read bounded, the leftover pod is named."""
+    kubelet = {"node-000": {"log": "", "exit": 0}}
+    with (
+        ApiServer(_nodes(1), kubelet=kubelet) as api,
+        H.HostileApi(api.url, {r"^DELETE /api/v1/namespaces/kpdiag/pods/": H.endless_error(500)}) as bad,
+    ):
+        rc, peak_kib, out, err, took = _cluster_peak(bad.kubeconfig(tmp_path), "--timeout", "20", "-o", "json")
+    assert "Traceback" not in err, err
+    assert peak_kib < 300 * 1024, peak_kib
+    assert took < 40, took
+    assert "kpdiag-" in out + err and ("left" in (out + err).lower() or "could not" in (out + err).lower()), out + err
+
+
+@pytest.mark.parametrize("command", ["svc", "cluster"])
+def test_a_credential_plugin_that_hangs_when_run_again_to_refresh_the_token(tmp_path, command):
+    """The first token expires at once (within the client's 5-minute skew), so the client runs the plugin again from
+    inside the next API call; that second run never returns. Before, the caller was released at its deadline but the
+    plugin (and what it started) kept running; now the refresh is bounded, the plugin is killed, and the line says so."""
+    pids, marker = tmp_path / "pids", tmp_path / "ran-once"
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    token = json.dumps(
+        {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "kind": "ExecCredential",
+            "status": {"token": "t0ken", "expirationTimestamp": soon},
+        }
+    )
+    script = (
+        f"#!/bin/sh\nif [ -e {marker} ]; then echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait; fi\n"
+        f"touch {marker}\necho '{token}'\n"
+    )
+    with ApiServer(OBJECTS + _nodes(1)) as api:
+        kc = _plugin_kubeconfig(tmp_path, api.url, script)
+        if command == "svc":
+            proc, report, took = _svc(kc)
+            lines = _problems(report)
+            bound = BUDGET + 8
+        else:
+            t0 = time.monotonic()
+            proc = subprocess.run(
+                [sys.executable, "-m", "kpdiag", "cluster", "--kubeconfig", kc, "--timeout", "4", "-o", "json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+            )
+            took = time.monotonic() - t0
+            assert "Traceback" not in proc.stderr, proc.stderr
+            lines = (proc.stdout + proc.stderr).splitlines()
+            bound = 4 + 8
+    assert marker.exists() and pids.exists(), "the plugin was not run again to refresh the token"
+    assert proc.returncode == 3, (proc.returncode, lines)
+    why = next(line for line in lines if "refreshing the token" in line)
+    assert f"the credential plugin '{tmp_path / 'plugin.sh'}' did not finish refreshing the token" in why, why
+    assert "was stopped" in why
+    assert took < bound, took
+    time.sleep(0.2)
+    assert not any(_alive(int(p)) for p in pids.read_text().split()), "the plugin (or its child) is still running"
