@@ -7,7 +7,6 @@ import re
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
 
 INVALID_MIN = 1000  # conntrack -S counts since boot: a handful is normal noise (late retransmissions, port scans)
 
@@ -21,14 +20,14 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
             chain = rs.chain("filter", chain_name)
             for pos, text in enumerate(chain.lines if chain is not None else []):
                 if re.search(r"--ctstate (?:\S*,)?INVALID\b", text) and text.rstrip().endswith("-j DROP"):
-                    out.append(Evidence(rs.source, text, chain.linenos[pos]))
+                    out.append(ev.rule_at(chain, pos))
     if ctx.nft_text and '"invalid"' in ctx.nft_text:
         rs = ctx.nft()
         for chain in rs.chains.values() if rs is not None else []:
             for rule in chain.rules:
                 text = rule.text if hasattr(rule, "text") else ""
                 if "ct state invalid" in text and text.rstrip().endswith("drop"):
-                    out.append(Evidence(rs.source, f"{chain.family} {chain.table} {chain.name}: {text}"))
+                    out.append(ev.nft_rule(rs, chain, rule))
     return out
 
 
@@ -66,7 +65,6 @@ def conntrack_invalid(ctx, new):
     drops = invalid_drop_rules(ctx)
     if not drops:
         return  # INVALID packets are not dropped by a rule on this node
-    src = ctx.display(sources.CONNTRACK_STATS)
     yield new(
         f"conntrack has marked {invalid} packets INVALID since boot, nf_conntrack_tcp_be_liberal is "
         f"{liberal.value.strip() if liberal is not None else 'not known (default 0)'}, and {len(drops)} rule(s) drop INVALID packets: "
@@ -77,7 +75,7 @@ def conntrack_invalid(ctx, new):
             "kube-proxy ≥ 1.29: conntrack: {tcpBeLiberal: true} in its ConfigMap, then restart it",
             "nstat -az | grep -iE 'retrans|OutOfWindow|TCPAckSkipped'   # the loss or reordering behind it",
         ),
-        evidence=[Evidence(src, f"invalid={invalid} (summed over CPUs)")]
+        evidence=[ev.conntrack_stat(ctx, "invalid", invalid)]
         + [e for e in (ev.sysctl(ctx, "net.netfilter.nf_conntrack_tcp_be_liberal"),) if e]
         + drops[:2],
         subject="node",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from kpdiag import dataplane as dataplanes
+from kpdiag import evidence as ev
 from kpdiag.bundle import sources
 from kpdiag.checkapi import Skip
 from kpdiag.model import Evidence
@@ -203,22 +204,16 @@ def _iptables_missing(ctx, v: PortView) -> Words:
             KUBE_PROXY_LOG,
             f"{'ip6tables-save' if v.family == 6 else 'iptables-save'} -t nat | grep -F '{name}'",
         ),
-        Evidence(rs.source, f'no KUBE-SERVICES rule with comment "{name} cluster IP"'),
+        ev.iptables_absent(rs, name),
     )
 
 
 def _iptables_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     rs, _ = v.context
-    prog = v.programmed
-    where = (
-        f"{prog.chain}: DNAT to {', '.join(sorted(have))}"
-        if prog.chain
-        else f'KUBE-SERVICES: "{prog.name} has no local endpoints" -j DROP'
-    )
     return Words(
         f"{v.svc.key} port {v.number}{' (IPv6)' if v.family == 6 else ''}: {text}",
         (KUBE_PROXY_LOG, KUBE_PROXY_RESTART + "   # forces a full resync"),
-        Evidence(rs.source, where),
+        ev.iptables_programmed(rs, v.programmed, have),
     )
 
 
@@ -261,7 +256,7 @@ def _ipvs_missing(ctx, v: PortView) -> Words:
             f"ipvsadm -Ln {_ipvs_flag(proto)} {addr}",
             "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail",
         ),
-        Evidence(ctx.display(sources.IPVSADM), f"no -A {_ipvs_flag(proto)} {addr}"),
+        ev.ipvs_absent(ctx, _ipvs_flag(proto), addr),
     )
 
 
@@ -271,7 +266,7 @@ def _ipvs_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     return Words(
         f"{v.svc.key} {vs.name}: {text}",
         (f"ipvsadm -Ln {_ipvs_flag(proto)} {hostport(ip, number)}", KUBE_PROXY_RESTART),
-        Evidence(ctx.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line),
+        ev.ipvs_reals(ctx, vs, have),
     )
 
 
@@ -317,18 +312,13 @@ def _nft_missing(ctx, v: PortView) -> Words:
     return Words(
         f"{v.svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
         (f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], KUBE_PROXY_LOG),
-        Evidence(rs.source, f"map {fam} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}"),
+        ev.nft_absent(rs, fam, key),
     )
 
 
 def _nft_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
     rs, key, fam = v.context
     p = v.programmed
-    where = (
-        f"chain {p.chain}: DNAT to {', '.join(sorted(have))}"
-        if p.chain
-        else f"map {fam} kube-proxy no-endpoint-services: {key[0]} . {key[1]} . {key[2]} : drop"
-    )
     return Words(
         f"{v.svc.key} {key[0]}:{key[2]}: {text}",
         (
@@ -337,7 +327,7 @@ def _nft_mismatch(ctx, v: PortView, have: set, text: str) -> Words:
             else f"nft list map {fam} kube-proxy no-endpoint-services",
             KUBE_PROXY_RESTART,
         ),
-        Evidence(rs.source, where),
+        ev.nft_programmed(rs, fam, p, have),
     )
 
 

@@ -9,6 +9,7 @@ import re
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.bundle.store import list_items
 
 DNS_SRC = sources.PROBES_DNS
 SVC_SRC = sources.DNS_SERVICE
@@ -130,10 +131,10 @@ def _items(ctx, rel) -> list[dict] | None:
     data = ctx.source(rel)
     if data is None:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+    items = list_items(data)
+    if items is None:
         ctx.problem(rel, "not a List (kubectl get -o json)")
-        return None
-    return [i for i in data["items"] if isinstance(i, dict)]
+    return items
 
 
 def _dns_service(ctx) -> dict | None:

@@ -1,4 +1,5 @@
-"""IPVS mode: virtual servers against the API, bound addresses, terminating real servers, sysctls, ipsets, deprecation."""
+"""IPVS mode as kube-proxy programs it: virtual servers against the API, bound addresses, terminating real servers,
+sysctls, ipsets, deprecation. The kernel side (modules, idle timeouts) is checks/ipvs_kernel.py's."""
 
 from __future__ import annotations
 

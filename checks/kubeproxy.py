@@ -12,6 +12,7 @@ from kpdiag.rootcause import MODE_CHECKS, STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.bundle.store import list_items
 from kpdiag.state.typed import KubeProxyConfig, KubeProxyLog, KubeProxyMetrics, KubeProxyRules
 
 _USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")
@@ -417,7 +418,7 @@ def no_cluster_cidr(new, cfg: Optional[KubeProxyConfig] = None, rules: Optional[
 
 
 def _node_names(doc) -> list[str]:
-    items = doc.get("items") if isinstance(doc, dict) and isinstance(doc.get("items"), list) else [doc]
+    items = list_items(doc) if list_items(doc) is not None else [doc]
     return [
         str((i.get("metadata") or {}).get("name"))
         for i in items

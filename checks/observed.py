@@ -1,5 +1,5 @@
 """What the probes observed about one Service: the name that is not there, endpoints that refuse or drop, a Service path
-that fails while its endpoints answer. Each reads kpdiag.state.observe — the same reading the verdict uses."""
+that fails while its endpoints answer. Each reads kpdiag.state.probe_results — the same reading the verdict uses."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import difflib
 from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.observe import observations
+from kpdiag.state.probe_results import observations
 
 from .service import _services, _svc_ev, usable
 from kpdiag.bundle import sources
+from kpdiag.bundle.store import list_items
 
 PROBES_SRC = sources.PROBES_SERVICE
 LOOKUP_SRC = sources.SERVICE_LOOKUP
@@ -88,12 +89,8 @@ def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
     if ep is not None and ep.ready:
         out.append("the pod is Ready (its readiness probe passes)")
     pols = ctx.source(sources.NETWORKPOLICIES) if ctx.has(sources.NETWORKPOLICIES) else None
-    if isinstance(pols, dict) and isinstance(pols.get("items"), list):
-        mine = [
-            p
-            for p in pols["items"]
-            if isinstance(p, dict) and (p.get("metadata") or {}).get("namespace") == svc.namespace
-        ]
+    if list_items(pols) is not None:
+        mine = [p for p in list_items(pols) if (p.get("metadata") or {}).get("namespace") == svc.namespace]
         if not mine:
             out.append(f"NetworkPolicy (none in namespace {svc.namespace})")
         else:

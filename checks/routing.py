@@ -1,4 +1,5 @@
-"""Where packets to ClusterIPs go when kube-proxy does not translate them."""
+"""Routes: where packets to ClusterIPs go when kube-proxy does not translate them, the pod CIDR against the Service
+CIDR, and whether this node can route to each endpoint."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.bundle import sources
+
+from .service import _services
 
 
 def covering_prefix(ips: list[str]) -> str:
@@ -247,3 +250,51 @@ def pod_service_overlap(ctx, new):
         subject="node",
         data={"cluster_cidr": [str(p) for p in pods], "cluster_ips_inside": sorted(inside)},
     )
+
+
+@check(
+    "KP602",
+    "no-route-to-endpoint",
+    "The node has no route to an endpoint",
+    "error",
+    explains=("KP112",),
+    needs=("services", "endpointslices", "routes"),
+    uses=("focus",),
+    symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",
+    why="""
+        After DNAT the node must route the packet to the endpoint's pod IP: directly (a local pod), through the
+        overlay/tunnel device, or via a route the CNI installed. When the route for a pod CIDR is missing, blackholed
+        or unreachable, every connection kube-proxy sends to endpoints there fails. The CNI agent on this node is the
+        usual suspect.
+    """,
+    fix="Check the CNI on this node (its agent pod, its log) and the routes for the other nodes' pod CIDRs (ip route).",
+)
+def no_route(ctx, new):
+    routing = ctx.routing
+    if not routing.has_routes:
+        raise Skip("no routes known for this node")
+    for svc in _services(ctx):
+        bad = []
+        for e in svc.endpoints:
+            if not e.ready:
+                continue
+            try:
+                route = routing.lookup(*parse_ip(e.ip))
+            except ValueError:
+                continue
+            if route is not None and route.type in ("unreachable", "blackhole", "prohibit"):
+                bad.append((e, route))
+        if not bad:
+            continue
+        yield new(
+            f"{svc.key}: no usable route from this node to endpoint{'s' if len(bad) > 1 else ''} {', '.join(e.ip for e, _ in bad)}"
+            f" ({', '.join(sorted({r.type + ' ' + (r.dst or '') for _, r in bad}))})",
+            fix=(
+                f"ip route get {bad[0][0].ip}",
+                "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node",
+            ),
+            evidence=[
+                Evidence(ctx.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]
+            ],
+            subject=svc.key,
+        )

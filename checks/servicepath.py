@@ -1,13 +1,12 @@
-"""The path of a Service's traffic: ICMP to ClusterIPs, rules on the node vs the API, hairpin, conntrack, routes."""
+"""The path of a Service's traffic through kube-proxy's rules (2xx): ICMP to ClusterIPs, the rules on the node vs the
+API, hairpin. Its conntrack entries are checks/conntrack.py's (KP504), its routes checks/routing.py's (KP602)."""
 
 from __future__ import annotations
 
-import re
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
-from kpdiag.parse.addr import parse_ip
 
 from .service import _services
 from kpdiag.bundle import sources
@@ -271,108 +270,3 @@ def hairpin(ctx, new):
                     ],
                     subject=svc.key,
                 )
-
-
-_CT_RE = re.compile(
-    r"^(\w+)\s+\d+\s+\d+\s+(?:\S+\s+)?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+).*?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)"
-)
-
-
-@check(
-    "KP504",
-    "stale-udp-conntrack",
-    "UDP conntrack entries still point to gone endpoints",
-    "warning",
-    needs=("services", "endpointslices", "conntrack-entries"),
-    uses=("focus",),
-    advice_for="kube-proxy",
-    symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
-    why="""
-        UDP has no connection end, so a client that keeps sending from the same port keeps its conntrack entry — and
-        that entry keeps the old DNAT target, even after the endpoint is gone. kube-proxy deletes such entries when
-        endpoints change; when it cannot (no conntrack binary, no permission) or misses it, clients are stuck on a
-        dead endpoint until they change source port or the entry times out.
-    """,
-    fix="Delete the stale entries (conntrack -D …) and fix kube-proxy's conntrack cleanup (KP704).",
-)
-def stale_udp(ctx, new):
-    text = ctx.source(sources.CONNTRACK) or ""
-    for svc in _services(ctx):
-        for port in svc.ports:
-            if (port.get("protocol") or "TCP").upper() != "UDP":
-                continue
-            ready = {e.ip for e in svc.endpoints_for(port) if e.ready}
-            stale_entries = []
-            for n, line in enumerate(text.splitlines(), 1):
-                m = _CT_RE.match(line.strip())
-                if not m or m.group(1) != "udp":
-                    continue
-                orig_dst, dport, reply_src = m.group(3), int(m.group(5)), m.group(6)
-                if (
-                    orig_dst in svc.cluster_ips
-                    and dport == port.get("port")
-                    and reply_src not in ready
-                    and reply_src != orig_dst
-                ):
-                    stale_entries.append((n, line.strip(), reply_src))
-            if not stale_entries:
-                continue
-            gone = sorted({s for _, _, s in stale_entries})
-            yield new(
-                f"{len(stale_entries)} UDP conntrack entr{'y' if len(stale_entries) == 1 else 'ies'} to {svc.key} ({svc.cluster_ips[0]}:{port.get('port')}) "
-                f"still go to {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not a ready endpoint",
-                fix=tuple(f"conntrack -D -p udp --orig-dst {svc.cluster_ips[0]} --reply-src {g}" for g in gone)
-                + (
-                    "kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",
-                ),
-                evidence=[Evidence(ctx.display(sources.CONNTRACK), line, n) for n, line, _ in stale_entries[:3]],
-                subject=f"{svc.key}:{port.get('port')}",
-            )
-
-
-@check(
-    "KP602",
-    "no-route-to-endpoint",
-    "The node has no route to an endpoint",
-    "error",
-    explains=("KP112",),
-    needs=("services", "endpointslices", "routes"),
-    uses=("focus",),
-    symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",
-    why="""
-        After DNAT the node must route the packet to the endpoint's pod IP: directly (a local pod), through the
-        overlay/tunnel device, or via a route the CNI installed. When the route for a pod CIDR is missing, blackholed
-        or unreachable, every connection kube-proxy sends to endpoints there fails. The CNI agent on this node is the
-        usual suspect.
-    """,
-    fix="Check the CNI on this node (its agent pod, its log) and the routes for the other nodes' pod CIDRs (ip route).",
-)
-def no_route(ctx, new):
-    routing = ctx.routing
-    if not routing.has_routes:
-        raise Skip("no routes known for this node")
-    for svc in _services(ctx):
-        bad = []
-        for e in svc.endpoints:
-            if not e.ready:
-                continue
-            try:
-                route = routing.lookup(*parse_ip(e.ip))
-            except ValueError:
-                continue
-            if route is not None and route.type in ("unreachable", "blackhole", "prohibit"):
-                bad.append((e, route))
-        if not bad:
-            continue
-        yield new(
-            f"{svc.key}: no usable route from this node to endpoint{'s' if len(bad) > 1 else ''} {', '.join(e.ip for e, _ in bad)}"
-            f" ({', '.join(sorted({r.type + ' ' + (r.dst or '') for _, r in bad}))})",
-            fix=(
-                f"ip route get {bad[0][0].ip}",
-                "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node",
-            ),
-            evidence=[
-                Evidence(ctx.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]
-            ],
-            subject=svc.key,
-        )

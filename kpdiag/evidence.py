@@ -66,3 +66,53 @@ def log_line(ctx, lineno: int, text: str) -> Evidence:
 def metric(ctx, name: str, value) -> Evidence:
     m = ctx.metrics
     return Evidence(ctx.display(sources.KP_METRICS), f"{name} {value}", m.line_of(name) if m else None)
+
+
+def rule_at(chain, pos: int) -> Evidence:
+    """The rule at 0-based ``pos`` of an iptables chain (kpdiag.parse.iptables.Chain), as the file has it."""
+    return rule(chain.rule_at(pos))
+
+
+def nft_rule(ruleset, chain, r) -> Evidence:
+    """One rule of an nftables chain (kpdiag.parse.nft), named by its family, table and chain."""
+    return Evidence(ruleset.source, f"{chain.family} {chain.table} {chain.name}: {r.text}")
+
+
+def conntrack_stat(ctx, key: str, value: int) -> Evidence:
+    """A counter of ``conntrack -S`` (kpdiag.parse.node.parse_conntrack_stats sums it over the CPUs)."""
+    return Evidence(ctx.display(sources.CONNTRACK_STATS), f"{key}={value} (summed over CPUs)")
+
+
+# What kube-proxy programmed for one Service port, or did not, in each mode's own words (checks/dataplane.py). What is
+# not there has no line to quote: the evidence names the parsed file and what was looked for in it.
+def iptables_absent(ruleset, name: str) -> Evidence:
+    return Evidence(ruleset.source, f'no KUBE-SERVICES rule with comment "{name} cluster IP"')
+
+
+def iptables_programmed(ruleset, port, have) -> Evidence:
+    """``port``: a kpdiag.state.kube_rules.ProgrammedPort; ``have``: the endpoints it sends new connections to."""
+    if port.chain:
+        return Evidence(ruleset.source, f"{port.chain}: DNAT to {', '.join(sorted(have))}")
+    return Evidence(ruleset.source, f'KUBE-SERVICES: "{port.name} has no local endpoints" -j DROP')
+
+
+def ipvs_absent(ctx, flag: str, addr: str) -> Evidence:
+    return Evidence(ctx.display(sources.IPVSADM), f"no -A {flag} {addr}")
+
+
+def ipvs_reals(ctx, vs, have) -> Evidence:
+    """A virtual server (kpdiag.parse.ipvs.VirtualService) and the real servers it sends new connections to."""
+    return Evidence(ctx.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line)
+
+
+def nft_absent(ruleset, family: str, key: tuple) -> Evidence:
+    """``key``: (ClusterIP, protocol, port), as kpdiag.state.kube_nft keys the service-ips map."""
+    return Evidence(ruleset.source, f"map {family} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")
+
+
+def nft_programmed(ruleset, family: str, port, have) -> Evidence:
+    """``port``: a kpdiag.state.kube_nft.NftServicePort; ``have``: the endpoints it sends new connections to."""
+    k = port.key
+    if port.chain:
+        return Evidence(ruleset.source, f"chain {port.chain}: DNAT to {', '.join(sorted(have))}")
+    return Evidence(ruleset.source, f"map {family} kube-proxy no-endpoint-services: {k[0]} . {k[1]} . {k[2]} : drop")

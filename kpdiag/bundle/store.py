@@ -70,6 +70,15 @@ def json_type(value) -> str:
     }.get(type(value), "null" if value is None else type(value).__name__)
 
 
+def list_items(doc) -> list[dict] | None:
+    """The objects of a Kubernetes List (an API answer, or a bundle file as `kubectl get -o json` prints it): its
+    ``items`` that are JSON objects; None when ``doc`` is not a List. Every reader of a List starts here;
+    ``kpdiag.state.shapes.read_list`` adds the shape of each object."""
+    if isinstance(doc, dict) and isinstance(doc.get("items"), list):
+        return [i for i in doc["items"] if isinstance(i, dict)]
+    return None
+
+
 _STR_FIELDS = ("format", "created", "node", "kpdiag_version", "zone", "headline", "client_ip", "client_unknown", "api")
 _OBJ_FIELDS = ("truncated", "api_status")
 
@@ -199,8 +208,8 @@ class Bundle:
         if isinstance(lookup, dict) and lookup.get("namespace") == ns and lookup.get("name") == name:
             return ns, name
         doc = self.read_json(sources.SERVICES) if self.exists(sources.SERVICES) else None
-        items = doc.get("items") if isinstance(doc, dict) else None
-        if isinstance(items, list) and len(items) == 1 and isinstance(items[0], dict):
+        items = list_items(doc) or []
+        if len(items) == 1:
             md = items[0].get("metadata") if isinstance(items[0].get("metadata"), dict) else {}
             if md.get("namespace") == ns and md.get("name") == name:
                 return ns, name

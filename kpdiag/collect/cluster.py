@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -678,7 +677,7 @@ class ClusterCollector:
         return self._shaped(source, what, doc, kind)
 
     def _shaped(self, source: str, what: str, doc, kind: str | None):
-        from kpdiag.state.shapes import list_problem, object_problem
+        from kpdiag.state.shapes import object_problem, read_list
 
         if kind is None:  # any JSON object
             if not isinstance(doc, dict):
@@ -691,21 +690,12 @@ class ClusterCollector:
                 self._err(source, f"{what}: the API's answer is malformed: {bad}")
                 return None
             return doc
-        bad = list_problem(doc)
-        if bad:
-            self._err(source, f"{what}: the API's answer is malformed: {bad}")
+        good, problems = read_list(doc, kind)
+        if good is None:
+            self._err(source, f"{what}: the API's answer is malformed: {problems[0]}")
             return None
-        good, dropped = [], 0
-        for i, item in enumerate(doc["items"]):
-            why = object_problem(item, kind)
-            if why is None:
-                good.append(item)
-                continue
-            dropped += 1
-            if dropped <= 5:
-                self._err(source, f"{what}: items[{i}] left out, malformed: {why}")
-        if dropped > 5:
-            self._err(source, f"{what}: {dropped - 5} more malformed items left out")
+        for line in problems:
+            self._err(source, f"{what}: {line}")
         return dict(doc, items=good)
 
     def _get_service(self, api, namespace: str, name: str) -> dict | None:
@@ -876,14 +866,13 @@ class ClusterCollector:
             doc = self._fetch(call, (), {"field_selector": f"status.podIP={ip}", "limit": self.POD_BY_IP_LIMIT})
         except Exception as exc:
             return None, int(getattr(exc, "status", 0) or 0) or None, api_reason(exc, what, self.out.api)
-        from kpdiag.state.shapes import list_problem, object_problem
+        from kpdiag.state.shapes import read_list
 
-        bad = list_problem(doc)
-        if bad:
-            return None, None, f"{what}: the API's answer is malformed: {bad}"
-        items = [i for i in doc["items"] if object_problem(i, "Pod") is None]
+        items, problems = read_list(doc, "Pod")
+        if items is None:
+            return None, None, f"{what}: the API's answer is malformed: {problems[0]}"
         out = []
-        for pod in items if isinstance(items, list) else []:
+        for pod in items:
             st = pod.get("status") if isinstance(pod, dict) and isinstance(pod.get("status"), dict) else {}
             ips = {p.get("ip") for p in st.get("podIPs") or [] if isinstance(p, dict)} | {st.get("podIP")}
             if ip in ips and st.get("phase") not in ("Succeeded", "Failed"):
@@ -1160,7 +1149,3 @@ class ClusterCollector:
             f"{what}: still more after {MAX_PAGES} pages of {page} (kpdiag's cap on pages of one list): stopped, not used",
         )
         return None
-
-
-def this_node_name() -> str:
-    return os.environ.get("NODE_NAME") or socket.gethostname()

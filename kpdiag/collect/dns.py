@@ -585,17 +585,12 @@ def dns_probe(
     return doc
 
 
-def resolve_service(
-    namespace: str, name: str, resolv_conf: str = "/etc/resolv.conf", timeout: float = QUERY_TIMEOUT
-) -> dict:
-    """The single-lookup entry point kept for existing callers: now the full :func:`dns_probe`."""
-    return dns_probe(namespace, name, resolv_conf=resolv_conf, timeout=timeout, deadline=max(timeout * 2, DEADLINE))
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m kpdiag.collect.dns NAMESPACE NAME [--resolv-conf F] [--timeout S] [--deadline S]``: the JSON document."""
     import argparse
     import json
+
+    from kpdiag import exitcodes
 
     ap = argparse.ArgumentParser(prog="python -m kpdiag.collect.dns")
     ap.add_argument("namespace")
@@ -612,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             indent=1,
         )
     )
-    return 0
+    return exitcodes.OK
 
 
 if __name__ == "__main__":

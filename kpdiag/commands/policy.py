@@ -22,7 +22,8 @@ import re
 
 from kpdiag.errors import KpdiagError, UsageError
 from kpdiag.state.netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, recognise_cni
-from kpdiag.state.policy import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, list_items, get_path, load  # noqa: F401 (re-exported)
+from kpdiag.bundle.store import list_items
+from kpdiag.state.policy import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, get_path, load  # noqa: F401 (re-exported)
 from kpdiag.bundle import sources
 
 SCHEMA = "kpdiag.policy/v1"
@@ -163,7 +164,7 @@ class _ListFile:
         doc = bundle.read_json(rel)
         if doc is None:
             return None
-        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        if list_items(doc) is None:
             bundle.problem(rel, 'not a Kubernetes List (expected {"items": [...]})')
             return None
         return cls(
@@ -225,7 +226,7 @@ class FlowSource:
         ]
         ns_doc = bundle.read_json(sources.NAMESPACES) if bundle.exists(sources.NAMESPACES) else None
         self.namespaces_known = ns_doc is not None
-        self.ns_items = list_items(ns_doc)
+        self.ns_items = list_items(ns_doc) or []
         self.pods: dict[str, Pod] = {}
         self.raw_pods: dict[str, dict] = {}
         self._lookups = 0  # pod look-ups so far: past SCAN_LOOKUPS the pod files are read whole, once
@@ -233,7 +234,7 @@ class FlowSource:
         self.problems: list[str] = []
         self.dns_service = None
         if bundle.exists(sources.DNS_SERVICE):
-            self.dns_service = next(iter(list_items(bundle.read_json(sources.DNS_SERVICE))), None)
+            self.dns_service = next(iter(list_items(bundle.read_json(sources.DNS_SERVICE)) or []), None)
 
     def coverage_gap(self, *namespaces) -> list[str]:
         if self.covered is None:
@@ -273,7 +274,7 @@ class FlowSource:
                     doc = load_json(f.scan.raw)
                 except (ValueError, UnicodeDecodeError):
                     return False  # not JSON as a whole: keep searching it item by item
-                items = doc.get("items") if isinstance(doc, dict) and isinstance(doc.get("items"), list) else []
+                items = list_items(doc) or []
             for obj in items:
                 if not isinstance(obj, dict) or obj.get("kind") not in (None, "Pod"):
                     continue
@@ -336,11 +337,11 @@ class FlowSource:
     def enforcement(self) -> Enforcement:
         bundle = self.bundle
         cni = bundle.read_json(sources.CNI) if bundle.exists(sources.CNI) else None
-        if isinstance(cni, dict) and isinstance(cni.get("items"), list):
-            return recognise_cni(cni["items"])
-        ds = bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None
-        if isinstance(ds, dict) and isinstance(ds.get("items"), list):
-            return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in list_items(ds)) if c])
+        if list_items(cni) is not None:
+            return recognise_cni(list_items(cni))
+        daemonsets = list_items(bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None)
+        if daemonsets is not None:
+            return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in daemonsets) if c])
         system = [self.raw_pods[p.key] for ns in CNI_NAMESPACES for p in self.pods_in(ns)]
         if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
             found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])

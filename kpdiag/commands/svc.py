@@ -295,10 +295,6 @@ def collect_service(
     return files, manifest
 
 
-def _ids_for(findings, svc_key: str, ids: tuple[str, ...]) -> list:
-    return [f for f in findings if f.id in ids and (f.subject or "").startswith(svc_key)]
-
-
 def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, tuple[str, ...]]:
     """The layer at fault for a failing port, in a few words with the check that explains it, and that check's ids."""
     if o.ok_direct and any(d.ip == me for d in o.direct):
@@ -338,8 +334,8 @@ def _root_first(findings, named: tuple[str, ...], text: str) -> str:
 def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
     status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
-    same observation model (kpdiag.state.observe) and the same findings as the report, so they cannot disagree."""
-    from kpdiag.state.observe import headline_status, observations
+    same observation model (kpdiag.state.probe_results) and the same findings as the report, so they cannot disagree."""
+    from kpdiag.state.probe_results import headline_status, observations
 
     lines: list[str] = []
     svcs = state.services_in_focus() or []

@@ -339,7 +339,7 @@ class FleetRunner:
         """Every object of a paged List; capped in pages and objects (a server whose continue tokens never end). With
         ``kind``, objects of another shape than kpdiag reads are left out, each named in the run's notes."""
         from ..collect.kubeapi import ApiBound, MAX_OBJECTS, MAX_PAGES
-        from ..state.shapes import list_problem, object_problem
+        from ..state.shapes import read_list
 
         items, token, pages = [], None, 0
         while True:
@@ -358,15 +358,13 @@ class FleetRunner:
                 **({"_continue": token} if token else {}),
                 **kwargs,
             )
-            bad = list_problem(doc)
-            if bad:
-                raise ValueError(f"the API's answer is malformed: {bad}")
-            for item in doc["items"]:
-                bad = object_problem(item, kind) if kind else (None if isinstance(item, dict) else "not an object")
-                if bad is None:
-                    items.append(item)
-                elif len(self.notes) < 20:
-                    self.notes.append(f"an object the API listed was left out, malformed: {bad}")
+            good, problems = read_list(doc, kind)
+            if good is None:
+                raise ValueError(f"the API's answer is malformed: {problems[0]}")
+            items += good
+            self.notes += [f"an object the API listed was left out: {line}" for line in problems][
+                : max(0, 20 - len(self.notes))
+            ]
             token = (doc.get("metadata") or {}).get("continue")
             if not token:
                 return items

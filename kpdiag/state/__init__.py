@@ -1,3 +1,3 @@
 """The state layer: a bundle parsed into what checks and tracers read — the node (node.py: NodeState, the broker of
 the inputs declared in inputs.py), the API view (cluster.py), derived models (programmed, kube_rules, kube_nft,
-implementer, observe) and NetworkPolicy semantics (netpol.py, policy.py)."""
+implementer, probe_results) and NetworkPolicy semantics (netpol.py, policy.py)."""

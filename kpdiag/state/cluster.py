@@ -179,7 +179,7 @@ def usable_endpoints(
     return out
 
 
-from kpdiag.state.shapes import SHAPES, list_problem, object_problem  # noqa: F401 (the shapes, re-exported)
+from kpdiag.state.shapes import SHAPES, list_problem, object_problem, read_list  # noqa: F401 (the shapes, re-exported)
 
 # bundle files → the kind of their items
 KIND_OF = {
@@ -196,17 +196,6 @@ KIND_OF = {
 }
 
 
-MAX_SHAPE_PROBLEMS = 5  # objects named one by one per file; the rest are counted
-
-
-def _items(doc) -> list[dict]:
-    if isinstance(doc, dict) and isinstance(doc.get("items"), list):
-        return [i for i in doc["items"] if isinstance(i, dict)]
-    if isinstance(doc, dict) and doc.get("kind") and doc.get("metadata"):
-        return [doc]
-    return []
-
-
 class ClusterView:
     def __init__(self, bundle):
         self.bundle = bundle
@@ -219,25 +208,14 @@ class ClusterView:
         if rel in self._lists:
             return self._lists[rel]
         doc = self.bundle.read_json(rel)
-        items = None if doc is None else _items(doc)
-        if doc is not None and not items and not (isinstance(doc, dict) and isinstance(doc.get("items"), list)):
-            bad = list_problem(doc) if isinstance(doc, dict) and "items" in doc else None
+        if isinstance(doc, dict) and "items" not in doc and doc.get("kind") and doc.get("metadata"):
+            doc = {"items": [doc]}  # one object (`kubectl get svc x -o json`) reads as a List of it
+        items, problems = (None, []) if doc is None else read_list(doc, KIND_OF.get(rel))
+        if doc is not None and items is None:
+            bad = problems[0] if isinstance(doc, dict) and "items" in doc else None
             self.bundle.problem(rel, bad or 'not a Kubernetes List or object (expected {"items": [...]})')
-            items = None
-        kind = KIND_OF.get(rel)
-        if items and kind:
-            good, dropped = [], 0
-            for i, item in enumerate(items):
-                bad = object_problem(item, kind)
-                if bad is None:
-                    good.append(item)
-                    continue
-                dropped += 1
-                if dropped <= MAX_SHAPE_PROBLEMS:
-                    self.bundle.problem(rel, f"items[{i}] left out, malformed: {bad}")
-            if dropped > MAX_SHAPE_PROBLEMS:
-                self.bundle.problem(rel, f"{dropped - MAX_SHAPE_PROBLEMS} more malformed items left out")
-            items = good
+        for line in problems if items is not None else ():
+            self.bundle.problem(rel, line)
         self._lists[rel] = items
         return items
 

@@ -105,17 +105,6 @@ class Selector:
                 bits.append(f"!{key}")
         return ",".join(bits)
 
-    def as_dict(self) -> dict:
-        out: dict = {}
-        if self.labels:
-            out["matchLabels"] = dict(self.labels)
-        if self.exprs:
-            out["matchExpressions"] = [
-                {"key": k, "operator": op, **({"values": list(v)} if op in ("In", "NotIn") else {})}
-                for (k, op, _), v in zip(self.exprs, self.ordered_values)
-            ]
-        return out
-
 
 def parse_selector(doc, where: str) -> Selector:
     if doc is None:
@@ -258,10 +247,6 @@ class End:
             return self
         same = next((a for a in self.pod.ips if (":" in a) == (":" in other.ip)), None)
         return End(same, self.pod) if same else self
-
-
-def end_for_pod(pod: Pod) -> End:
-    return End(pod.ip, pod)
 
 
 # ------------------------------------------------------------------------------------------------ policies

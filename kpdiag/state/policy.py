@@ -7,16 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kpdiag.bundle import sources
+from kpdiag.bundle.store import list_items
 from kpdiag.state.netpol import Enforcement, Pod, PolicyIndex, component, parse_policies, recognise_cni
 
 NP_SRC = sources.NETWORKPOLICIES
 CNI_NAMESPACES = ("kube-system", "kube-flannel", "calico-system")
-
-
-def list_items(doc) -> list[dict]:
-    if isinstance(doc, dict) and isinstance(doc.get("items"), list):
-        return [i for i in doc["items"] if isinstance(i, dict)]
-    return []
 
 
 def get_path(obj: dict, *keys):
@@ -46,7 +41,7 @@ def load(bundle) -> PolicyData | None:
     doc = bundle.read_json(NP_SRC)
     if doc is None:
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+    if list_items(doc) is None:
         bundle.problem(NP_SRC, 'not a Kubernetes List (expected {"items": [...]})')
         return None
     policies, problems = parse_policies(doc["items"])
@@ -57,7 +52,7 @@ def load(bundle) -> PolicyData | None:
     seen = set()
     dns_service = None
     for rel in (sources.PODS, sources.CLIENT_POD, sources.DNS_PODS):
-        for obj in list_items(bundle.read_json(rel)) if bundle.exists(rel) else []:
+        for obj in (list_items(bundle.read_json(rel)) or []) if bundle.exists(rel) else []:
             if obj.get("kind") not in (None, "Pod"):
                 continue
             key = (get_path(obj, "metadata", "namespace"), get_path(obj, "metadata", "name"))
@@ -65,10 +60,10 @@ def load(bundle) -> PolicyData | None:
                 seen.add(key)
                 pods_raw.append(obj)
     if bundle.exists(sources.DNS_SERVICE):
-        dns_service = next(iter(list_items(bundle.read_json(sources.DNS_SERVICE))), None)
+        dns_service = next(iter(list_items(bundle.read_json(sources.DNS_SERVICE)) or []), None)
     ns_doc = bundle.read_json(sources.NAMESPACES) if bundle.exists(sources.NAMESPACES) else None
     pods = [Pod.from_api(p) for p in pods_raw]
-    index = PolicyIndex(policies, list_items(ns_doc), pods)
+    index = PolicyIndex(policies, list_items(ns_doc) or [], pods)
     return PolicyData(
         index,
         problems,
@@ -81,11 +76,11 @@ def load(bundle) -> PolicyData | None:
 
 def enforcement_of(bundle, pods_raw: list[dict]) -> Enforcement:
     cni = bundle.read_json(sources.CNI) if bundle.exists(sources.CNI) else None
-    if isinstance(cni, dict) and isinstance(cni.get("items"), list):
-        return recognise_cni(cni["items"])
-    ds = bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None
-    if isinstance(ds, dict) and isinstance(ds.get("items"), list):
-        return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in list_items(ds)) if c])
+    if list_items(cni) is not None:
+        return recognise_cni(list_items(cni))
+    daemonsets = list_items(bundle.read_json(sources.DAEMONSETS) if bundle.exists(sources.DAEMONSETS) else None)
+    if daemonsets is not None:
+        return recognise_cni([c for c in (component(dict(d, kind="DaemonSet")) for d in daemonsets) if c])
     system = [p for p in pods_raw if get_path(p, "metadata", "namespace") in CNI_NAMESPACES]
     if system:  # pods.json as `kubectl get pods -A` prints it: the CNI's own pods are in it
         found = recognise_cni([c for c in (component(dict(p, kind="Pod")) for p in system) if c])

@@ -1,7 +1,7 @@
 """The JSON shape of each kind of API object kpdiag reads: the fields it uses, with the JSON type each must have.
 
 API answers (kpdiag.collect) and bundle API files (kpdiag.state.cluster) are checked against these before anything
-reads them. Imports nothing of kpdiag's: both layers use it.
+reads them (:func:`read_list`: the one reading of a List). Imports only json_type: every layer uses it.
 """
 
 from __future__ import annotations
@@ -210,3 +210,33 @@ def list_problem(doc) -> str | None:
     if token is not None and not isinstance(token, str):
         return f"metadata.continue is {json_type(token)}, not a string"
     return None
+
+
+MAX_NAMED = 5  # malformed objects named one by one per List; the rest are counted
+
+
+def read_list(doc, kind: str | None = None) -> tuple[list[dict] | None, list[str]]:
+    """A Kubernetes List read the one way kpdiag reads one — an API answer (kpdiag.collect.cluster, kpdiag.fleet) or a
+    bundle file (kpdiag.state.cluster): ``(objects, problems)``. ``objects`` is None when ``doc`` is not a List
+    (``problems`` holds why: :func:`list_problem`); otherwise its items that are ``kind`` objects of a shape kpdiag
+    reads (:func:`object_problem`; without ``kind``, any JSON object), and ``problems`` names each item left out
+    (``items[3] left out, malformed: …``; the first :data:`MAX_NAMED`, then how many more)."""
+    bad = list_problem(doc)
+    if bad:
+        return None, [bad]
+    good, problems, dropped = [], [], 0
+    for i, item in enumerate(doc["items"]):
+        why = (
+            object_problem(item, kind)
+            if kind
+            else (None if isinstance(item, dict) else f"{json_type(item)}, not an object")
+        )
+        if why is None:
+            good.append(item)
+            continue
+        dropped += 1
+        if dropped <= MAX_NAMED:
+            problems.append(f"items[{i}] left out, malformed: {why}")
+    if dropped > MAX_NAMED:
+        problems.append(f"{dropped - MAX_NAMED} more malformed items left out")
+    return good, problems

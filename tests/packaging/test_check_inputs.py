@@ -1,7 +1,7 @@
 """Every check receives exactly the inputs it declares (kpdiag/state/inputs.py) — shown two ways.
 
 Statically: the source of every check, and of every helper it hands its inputs to (in its module, another check
-module, kpdiag.evidence, kpdiag.state.observe …), is read; every member of the inputs it touches (``ctx.iptables()``,
+module, kpdiag.evidence, kpdiag.state.probe_results …), is read; every member of the inputs it touches (``ctx.iptables()``,
 ``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by an input it declares. This covers the
 paths no fixture takes.
 

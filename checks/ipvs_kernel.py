@@ -1,4 +1,5 @@
-"""IPVS mode prerequisites."""
+"""What the kernel gives IPVS mode: its modules (KP301, also asked by --preflight ipvs) and how long it keeps idle
+connections (KP310). What kube-proxy programmed in IPVS mode is checks/ipvs_mode.py's."""
 
 from __future__ import annotations
 
