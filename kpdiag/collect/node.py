@@ -345,7 +345,9 @@ class NodeCollector:
                     except OSError:
                         denied += 1
                         continue
-                    lines.append(f"{rel.replace('/', '.')} = {value}")
+                    # as sysctl -a names it: a dot inside a folder name (interface flannel.1) becomes "/"
+                    key = ".".join(part.replace(".", "/") for part in rel.split("/"))
+                    lines.append(f"{key} = {value}")
         if not lines:
             self._err(sources.SYSCTL, f"no sysctl readable under {base}/net")
         else:
