@@ -465,6 +465,16 @@ def _scrub_objects(doc) -> bool:
     return changed
 
 
+def _how(rel: str) -> sources.Redaction:
+    """How a file is redacted: as its source declares (kpdiag/bundle/sources.py), else by its name."""
+    src = sources.declared(rel)
+    return src.redact if src is not None else sources.redaction_for(rel)
+
+
+def _form(rel: str) -> str:
+    return _how(rel).form
+
+
 def scrub_secrets(files: dict[str, bytes]) -> dict[str, bytes]:
     """Every file of a bundle without secrets (applied to every bundle kpdiag writes)."""
     out = {}
@@ -473,7 +483,7 @@ def scrub_secrets(files: dict[str, bytes]) -> dict[str, bytes]:
             data = data.encode()
         text = data.decode("utf-8", "surrogateescape")
         doc = None
-        if rel.endswith(".json") and rel.startswith((sources.CLUSTER, sources.PROBES)):
+        if _form(rel) == "api":
             try:
                 doc = load_json(text)  # a bundle is someone else's: depth-bounded (TooDeep is a ValueError)
             except (ValueError, RecursionError):
@@ -484,7 +494,7 @@ def scrub_secrets(files: dict[str, bytes]) -> dict[str, bytes]:
             changed = _scrub_objects(doc)
             mapped = _map_strings(doc, scrub_text)
             scrubbed = json.dumps(mapped, indent=1) if changed or mapped != doc else text
-        elif rel.endswith(".json"):
+        elif _form(rel) != "text" or rel.endswith(".json"):  # node JSON, or an API object that is not valid JSON
             scrubbed = _json_stream(text, scrub_text)
         else:
             scrubbed = scrub_text(text)
@@ -1334,7 +1344,7 @@ class Redactor:
                 for part in focus.split("/"):
                     self.name(part)
         for rel, data in files.items():
-            if rel.endswith(".json") and (rel.startswith(("cluster/", "probes/"))):
+            if _form(rel) == "api":
                 doc = _json(data)
                 if doc is not None:
                     self._learn_doc(doc)
@@ -1348,7 +1358,7 @@ class Redactor:
                 self.name(m.group(1))
                 self.name(m.group(2))
                 self.port(m.group(3) or "")
-            if rel.endswith(("log.txt", ".log")) or "kube-proxy" in rel:
+            if _how(rel).klog_names:
                 for m in _KLOG_NAME.finditer(text):
                     value = m.group(2)
                     if "/" in value:
@@ -1562,16 +1572,13 @@ class Redactor:
         out = {}
         for rel, data in files.items():
             text = data.decode("utf-8", "surrogateescape")
-            doc = (
-                _json(data)
-                if rel.endswith(".json") and (rel.startswith(("cluster/", "probes/")) or rel == "kpdiag.json")
-                else None
-            )
+            form = "api" if rel == "kpdiag.json" else _form(rel)
+            doc = _json(data) if form == "api" else None
             if doc is not None:
                 _scrub_objects(doc)
                 red = self.json_doc(doc)
                 out[rel] = json.dumps(red, indent=1).encode("utf-8", "surrogateescape")
-            elif rel.endswith(".json"):
+            elif form != "text" or rel.endswith(".json"):
                 out[rel] = _json_stream(text, self.text, self.text, self.ip).encode("utf-8", "surrogateescape")
             else:
                 out[rel] = self.text(text).encode("utf-8", "surrogateescape")

@@ -1,17 +1,127 @@
 """The source catalogue: every file a bundle can hold, declared once (docs/architecture.md §3).
 
 A :class:`Source` *is* its bundle path (a ``str``), so it works wherever a path does — as a key of a collector's
-``files``, in :meth:`kpdiag.bundle.store.Bundle.read_text`, in evidence — and carries what the rest of kpdiag needs to
-know about it: how it is collected, what it holds (in words, for messages and docs), and which function parses it.
+``files``, in :meth:`kpdiag.bundle.store.Bundle.read_text`, in evidence — and carries everything the rest of kpdiag
+needs to know about it: how it is collected (``collect``: a declarative recipe the node collector interprets, or the
+collector method that writes it), what it holds (in words, for messages and docs), which function parses it, how
+it is redacted (``redact``) and how its parser is fuzzed (``fuzz``).
 
 No other module spells a bundle path: collectors write ``files[src.IPVSADM]``, the state reads
 ``bundle.read_text(src.IPVSADM)``, checks name ``src.IPVSADM`` in their evidence (a test enforces this).
-Adding a source = declaring it here, collecting it (``kpdiag/collect/``), parsing it (``kpdiag/parse/``).
+Adding a node source = its declaration here (with a recipe: :func:`command`, :func:`per_interface`,
+:func:`host_file`), its parser (``kpdiag/parse/``) and its test; the collector, the redaction, the fuzz test, the
+lab recorder and the fixture test read the declaration.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+
+
+# ------------------------------------------------------------------ how a source is collected (node sources)
+@dataclass(frozen=True)
+class Command:
+    """Run ``name ARGS`` (the host's own binary through chroot when a host root is mounted) and keep its stdout.
+
+    ``timeout``: seconds (None: the collector's CMD_TIMEOUT). ``loaded``: kernel modules of which one must already be
+    in the kernel (loaded or built in) — the command would load it otherwise, and kpdiag is read-only — or else a
+    file under /proc (``proc:PATH``) whose presence says the feature is there; ``absent`` is the manifest's error when
+    neither is."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    timeout: float | None = None
+    loaded: tuple[str, ...] = ()
+    absent: str = ""
+
+    def describe(self) -> str:
+        return " ".join((self.name, *self.args))
+
+
+@dataclass(frozen=True)
+class PerInterface:
+    """Run ``name ARGS DEV`` for each interface of ``node/ip-addr.json`` whose link kind is in ``kinds`` (at most
+    ``limit`` of them, names checked), the outputs concatenated."""
+
+    name: str
+    args: tuple[str, ...]
+    kinds: tuple[str, ...]
+    limit: int = 16
+    timeout: float | None = None
+
+    def describe(self) -> str:
+        return f"{' '.join((self.name, *self.args))} DEV for each {'/'.join(self.kinds)} device"
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """Read ``path`` under the host root (``{release}``: the running kernel's), at most ``limit`` bytes; a missing file
+    is no error (``missing``: unless an error text is given). The path's first folders must be a declared HOST_PATHS
+    entry of the node collector (a test checks it)."""
+
+    path: str
+    limit: int = 16 * 1024 * 1024
+    missing: str = ""
+
+    def describe(self) -> str:
+        return "/" + self.path.replace("{release}", "$(uname -r)")
+
+
+@dataclass(frozen=True)
+class Method:
+    """Written by these methods of the collector (``NodeCollector.iptables``): collection too involved for a recipe
+    (backends, netlink, bounded streams, trust checks)."""
+
+    names: tuple[str, ...]
+
+    def describe(self) -> str:
+        return ""
+
+
+Recipe = Command | PerInterface | HostFile | Method
+
+
+def command(
+    name: str, *args: str, timeout: float | None = None, loaded: tuple[str, ...] = (), absent: str = ""
+) -> Command:
+    return Command(name, tuple(args), timeout, tuple(loaded), absent)
+
+
+def per_interface(name: str, *args: str, kinds: tuple[str, ...], limit: int = 16, timeout: float | None = None):
+    return PerInterface(name, tuple(args), tuple(kinds), limit, timeout)
+
+
+def host_file(path: str, limit: int = 16 * 1024 * 1024, missing: str = "") -> HostFile:
+    return HostFile(path.lstrip("/"), limit, missing)
+
+
+def method(*names: str) -> Method:
+    return Method(tuple(names))
+
+
+# ------------------------------------------------------------------ how a source is redacted and fuzzed
+REDACT_FORMS = ("api", "json", "text")  # field by field (API objects) | JSON string by string | free text
+FUZZ_STRATEGIES = ("lines", "json")  # real lines mutated | real JSON documents mutated (tests/hardening)
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """``form``: how the file is redacted (docs/redaction.md); ``klog_names``: names in klog ``key="value"`` pairs and
+    kube-proxy's config are learnt from it before any file is redacted."""
+
+    form: str
+    klog_names: bool = False
+
+
+def redaction_for(path: str) -> Redaction:
+    """How a file is redacted by its name: the default of a declaration, and the rule for files no source declares
+    (a hand-made bundle's extras)."""
+    if path.endswith(".json"):
+        form = "api" if path.startswith(("cluster/", "probes/")) else "json"
+    else:
+        form = "text"
+    return Redaction(form, path.endswith(("log.txt", ".log")) or "kube-proxy" in path)
 
 
 class Source(str):
@@ -21,13 +131,30 @@ class Source(str):
     what: str
     parser: str | None
     kind: str
+    collect: Recipe | None
+    redact: Redaction
+    fuzz: str | None
 
-    def __new__(cls, path: str, collected_by: str, what: str, parser: str | None = None, kind: str | None = None):
+    def __new__(
+        cls,
+        path: str,
+        collected_by: str,
+        what: str,
+        parser: str | None = None,
+        kind: str | None = None,
+        *,
+        collect: Recipe | None = None,
+        redact: Redaction | None = None,
+        fuzz: str | None = None,
+    ):
         self = super().__new__(cls, path)
-        self.collected_by = collected_by
+        self.collect = collect
+        self.collected_by = collected_by or (collect.describe() if collect else "")
         self.what = what
         self.parser = parser
         self.kind = kind or ("json" if path.endswith(".json") else "text")
+        self.redact = redact or redaction_for(path)
+        self.fuzz = fuzz if fuzz is not None else ((self.kind == "json" and "json" or "lines") if parser else None)
         return self
 
     @property
@@ -48,10 +175,20 @@ class Source(str):
 CATALOGUE: dict[str, Source] = {}
 
 
-def _declare(path: str, collected_by: str, what: str, parser: str | None = None) -> Source:
+def _declare(
+    path: str,
+    collected_by: str,
+    what: str,
+    parser: str | None = None,
+    *,
+    collect: Recipe | None = None,
+    redact: Redaction | None = None,
+    fuzz: str | None = None,
+) -> Source:
+    """One source. ``collected_by`` may be "" when ``collect`` is a recipe (its words are derived from it)."""
     if path in CATALOGUE:
         raise ValueError(f"bundle source {path} declared twice")
-    s = Source(path, collected_by, what, parser)
+    s = Source(path, collected_by, what, parser, collect=collect, redact=redact, fuzz=fuzz)
     CATALOGUE[path] = s
     return s
 
@@ -62,49 +199,77 @@ PROBES = "probes/"
 KUBE_PROXY_DIR = "node/kube-proxy/"
 
 # ---------------------------------------------------------------- the node: kernel and host networking
-UNAME = _declare("node/uname.txt", "uname -r", "the kernel release", "kpdiag.parse.node:parse_kernel_version")
+UNAME = _declare(
+    "node/uname.txt",
+    "uname -r",
+    "the kernel release",
+    "kpdiag.parse.node:parse_kernel_version",
+    collect=method("kernel"),
+)
 MODULES = _declare(
-    "node/modules.txt", "cat /proc/modules", "the loaded kernel modules", "kpdiag.parse.node:parse_modules"
+    "node/modules.txt",
+    "cat /proc/modules",
+    "the loaded kernel modules",
+    "kpdiag.parse.node:parse_modules",
+    collect=method("kernel"),
 )
 MODULES_BUILTIN = _declare(
-    "node/modules-builtin.txt", "/lib/modules/$(uname -r)/modules.builtin", "the modules built into the kernel"
+    "node/modules-builtin.txt",
+    "",
+    "the modules built into the kernel",
+    collect=host_file("lib/modules/{release}/modules.builtin"),
 )
 MODULES_AVAILABLE = _declare(
     "node/modules-available.txt",
     "the module paths under kernel/net/ and kernel/drivers/net/ in /lib/modules/$(uname -r)/modules.dep",
     "the network modules this kernel can load (whether or not they are loaded)",
+    collect=method("kernel"),
 )
 SYSCTL = _declare(
-    "node/sysctl.txt", "sysctl -a (net.* read from /proc/sys)", "the network sysctls", "kpdiag.parse.node:parse_sysctl"
+    "node/sysctl.txt",
+    "sysctl -a (net.* read from /proc/sys)",
+    "the network sysctls",
+    "kpdiag.parse.node:parse_sysctl",
+    collect=method("sysctls"),
 )
 IP_ADDR = _declare(
-    "node/ip-addr.json", "ip -d -j addr (or the same through pyroute2)", "the node's interfaces and addresses"
+    "node/ip-addr.json",
+    "ip -d -j addr (or the same through pyroute2)",
+    "the node's interfaces and addresses",
+    collect=method("links"),
 )
 IP_ROUTE = _declare(
     "node/ip-route.json",
     "ip -j route show table all, IPv4 and IPv6 (or the same through pyroute2)",
     "the node's routes, every table",
+    collect=method("links"),
 )
 IP_RULE = _declare(
     "node/ip-rule.json",
     "ip -j rule show, IPv4 and IPv6 (or the same through pyroute2)",
     "the node's policy-routing rules",
     "kpdiag.parse.node:parse_ip_rules",
+    collect=method("ip_rules"),
 )
 PROCESSES = _declare(
     "node/processes.txt",
     "/proc/*/comm and cmdline (pid, name, arguments)",
     "the node's processes, to find who implements Services",
     "kpdiag.parse.node:parse_processes",
+    collect=method("processes"),
 )
 ETHTOOL_OFFLOAD = _declare(
     "node/ethtool-offload.txt",
     "ethtool -k DEV for each VXLAN/Geneve device (concatenated; each block starts 'Features for DEV:')",
     "the overlay devices' offload features (tx-checksum-ip-generic …)",
     "kpdiag.parse.ethtool:parse_ethtool_features",
+    collect=per_interface("ethtool", "-k", kinds=("vxlan", "geneve")),
 )
 BPF_MAPS = _declare(
-    "node/bpf-maps.txt", "the names pinned under /sys/fs/bpf", "the pinned BPF objects (Cilium, Calico eBPF …)"
+    "node/bpf-maps.txt",
+    "the names pinned under /sys/fs/bpf",
+    "the pinned BPF objects (Cilium, Calico eBPF …)",
+    collect=method("bpf_maps"),
 )
 
 # ---------------------------------------------------------------- the node: netfilter
@@ -113,38 +278,63 @@ IPTABLES_SAVE = _declare(
     "iptables-save",
     "the IPv4 iptables rules (the default backend)",
     "kpdiag.parse.iptables:parse_iptables_save",
+    collect=method("iptables"),
 )
 IPTABLES_LEGACY_SAVE = _declare(
     "node/iptables-legacy-save.txt",
     "iptables-legacy-save",
     "the IPv4 rules of the legacy backend",
     "kpdiag.parse.iptables:parse_iptables_save",
+    collect=method("iptables"),
 )
 IPTABLES_NFT_SAVE = _declare(
     "node/iptables-nft-save.txt",
     "iptables-nft-save",
     "the IPv4 rules of the nf_tables backend",
     "kpdiag.parse.iptables:parse_iptables_save",
+    collect=method("iptables"),
 )
 IP6TABLES_SAVE = _declare(
-    "node/ip6tables-save.txt", "ip6tables-save", "the IPv6 iptables rules", "kpdiag.parse.iptables:parse_iptables_save"
+    "node/ip6tables-save.txt",
+    "ip6tables-save",
+    "the IPv6 iptables rules",
+    "kpdiag.parse.iptables:parse_iptables_save",
+    collect=method("iptables"),
 )
 NFT_RULESET = _declare(
     "node/nft-ruleset.json",
     "nft -j list ruleset (iptables-nft's own tables left out)",
     "the nftables ruleset",
     "kpdiag.parse.nft:parse_nft_json",
+    collect=method("nft"),
 )
-NFT_VERSION = _declare("node/nft-version.txt", "nft --version", "the nft tool's version")
-IPSET = _declare("node/ipset.txt", "ipset save", "the ipsets", "kpdiag.parse.ipset:parse_ipset_save")
+NFT_VERSION = _declare("node/nft-version.txt", "nft --version", "the nft tool's version", collect=method("nft"))
+IPSET = _declare(
+    "node/ipset.txt",
+    "",
+    "the ipsets",
+    "kpdiag.parse.ipset:parse_ipset_save",
+    collect=command(
+        "ipset", "save", loaded=("ip_set",), absent="the ip_set kernel module is not loaded: no ipsets on this node"
+    ),
+)
 CONNTRACK_STATS = _declare(
     "node/conntrack-stats.txt",
-    "conntrack -S",
+    "",
     "the connection tracking counters per CPU",
     "kpdiag.parse.node:parse_conntrack_stats",
+    collect=command(
+        "conntrack",
+        "-S",
+        loaded=("nf_conntrack", "proc:sys/net/netfilter/nf_conntrack_count"),
+        absent="nf_conntrack is not loaded: no connection tracking on this node",
+    ),
 )
 CONNTRACK = _declare(
-    "node/conntrack.txt", "conntrack -L (UDP first, then TCP; bounded)", "the connection tracking entries"
+    "node/conntrack.txt",
+    "conntrack -L (UDP first, then TCP; bounded)",
+    "the connection tracking entries",
+    collect=method("conntrack_entries"),
 )
 
 # ---------------------------------------------------------------- the node: IPVS
@@ -153,38 +343,58 @@ IPVSADM = _declare(
     "ipvsadm -Sn (or the same, read through IPVS netlink)",
     "the IPVS virtual and real servers",
     "kpdiag.parse.ipvs:parse_ipvsadm_save",
+    collect=method("ipvs"),
 )
 IPVSADM_LIST = _declare(
     "node/ipvsadm-list.txt",
     "ipvsadm -Ln (or the same, read through IPVS netlink)",
     "the IPVS servers with their connection counts",
     "kpdiag.parse.ipvs:parse_ipvsadm_list",
+    collect=method("ipvs"),
 )
-IPVS_TIMEOUT = _declare("node/ipvs-timeout.txt", "ipvsadm -L --timeout", "the IPVS connection timeouts")
+IPVS_TIMEOUT = _declare(
+    "node/ipvs-timeout.txt", "ipvsadm -L --timeout", "the IPVS connection timeouts", collect=method("ipvs")
+)
 IPVS_CONN = _declare(
     "node/ipvs-conn.json",
     "/proc/net/ip_vs_conn counted by virtual service, real server and state",
     "the IPVS connections, counted",
+    collect=method("ipvs"),
 )
 
 # ---------------------------------------------------------------- the node: kube-proxy itself
 KP_PROXY_MODE = _declare(
-    "node/kube-proxy/proxy-mode.txt", "GET http://127.0.0.1:10249/proxyMode", "kube-proxy's running mode"
+    "node/kube-proxy/proxy-mode.txt",
+    "GET http://127.0.0.1:10249/proxyMode",
+    "kube-proxy's running mode",
+    collect=method("kube_proxy_http"),
 )
 KP_METRICS = _declare(
     "node/kube-proxy/metrics.txt",
     "GET http://127.0.0.1:10249/metrics",
     "kube-proxy's metrics",
     "kpdiag.parse.node:parse_metrics",
+    collect=method("kube_proxy_http"),
 )
-KP_HEALTHZ = _declare("node/kube-proxy/healthz.json", "GET http://127.0.0.1:10256/healthz", "kube-proxy's health")
+KP_HEALTHZ = _declare(
+    "node/kube-proxy/healthz.json",
+    "GET http://127.0.0.1:10256/healthz",
+    "kube-proxy's health",
+    collect=method("kube_proxy_http"),
+)
 KP_CONFIG = _declare(
     "node/kube-proxy/config.yaml",
     "the KubeProxyConfiguration file in kube-proxy's --config",
     "kube-proxy's configuration",
     "kpdiag.parse.node:parse_kube_proxy_config",
+    collect=method("kube_proxy_files"),
 )
-KP_LOG = _declare("node/kube-proxy/log.txt", "kube-proxy's container log, else journald", "kube-proxy's log")
+KP_LOG = _declare(
+    "node/kube-proxy/log.txt",
+    "kube-proxy's container log, else journald",
+    "kube-proxy's log",
+    collect=method("kube_proxy_files", "kube_proxy_journal"),
+)
 
 # ---------------------------------------------------------------- the cluster (Kubernetes API)
 VERSION = _declare("cluster/version.json", "GET /version", "the API server's version")
@@ -249,6 +459,11 @@ def iptables_dump(which: str) -> Source:
 
 def declared(path: str) -> Source | None:
     return CATALOGUE.get(path)
+
+
+def node_sources() -> list[Source]:
+    """The sources a node collection writes, in declaration order."""
+    return [s for s in CATALOGUE.values() if s.path.startswith(NODE)]
 
 
 def layout() -> dict[str, str]:

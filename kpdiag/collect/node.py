@@ -58,7 +58,6 @@ PROCESS_NAMES = (
     "flanneld",
 )
 BPF_MAX_ENTRIES = 2000
-MAX_OVERLAY_DEVICES = 16  # ethtool -k runs for at most this many VXLAN/Geneve devices
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 
@@ -128,7 +127,10 @@ class Collected:
 
 
 class NodeCollector:
-    def __init__(self, host_root: str | None = None, progress=None, proc: str = "/proc"):
+    def __init__(self, host_root: str | None = None, progress=None, proc: str = "/proc", only=None):
+        """``only``: collect just these sources (and what they depend on: the modules for a command that needs one,
+        the addresses for a per-interface command); the others are neither run nor kept. None: every node source."""
+        self.only = None if only is None else frozenset(str(s) for s in only)
         if host_root is None:
             host_root = "/host" if os.path.isdir("/host/proc") or os.path.isdir("/host/usr/sbin") else "/"
         self.host_root = host_root
@@ -202,35 +204,103 @@ class NodeCollector:
             return None
 
     def _loaded(self, module: str) -> bool:
+        """Is ``module`` in the kernel: loaded, built in, or the kernel loads no modules at all (no /proc/modules:
+        whatever netfilter has is built in, and running a tool cannot load anything)."""
         text = self.out.files.get(sources.MODULES, b"").decode()
-        return any(line.split(" ", 1)[0] == module for line in text.splitlines())
+        if any(line.split(" ", 1)[0] == module for line in text.splitlines()):
+            return True
+        builtin = self.out.files.get(sources.MODULES_BUILTIN, b"").decode()
+        if any(os.path.basename(line.strip()).split(".ko", 1)[0] == module for line in builtin.splitlines()):
+            return True
+        return sources.MODULES not in self.out.files and not os.path.lexists(os.path.join(self.proc, "modules"))
 
     # ------------------------------------------------------------------ sources
+    def steps(self) -> list[tuple[str, object]]:
+        """(name, callable) of each collection step, in the catalogue's order (kpdiag/bundle/sources.py): a source's
+        recipe is interpreted here (:meth:`_recipe`), a collector method runs once for all the sources it writes.
+        With ``only``, the steps that write those sources, after the ones they depend on."""
+        wanted = None
+        if self.only is not None:
+            wanted = set(self.only)
+            for src in sources.node_sources():
+                if src in self.only and isinstance(src.collect, sources.Command) and src.collect.loaded:
+                    wanted |= {sources.MODULES, sources.MODULES_BUILTIN}  # which modules are in the kernel
+                if src in self.only and isinstance(src.collect, sources.PerInterface):
+                    wanted.add(sources.IP_ADDR)  # the devices it runs for
+        out, seen = [], set()
+        for src in sources.node_sources():
+            if wanted is not None and src not in wanted:
+                continue
+            recipe = src.collect
+            if isinstance(recipe, sources.Method):
+                for name in recipe.names:
+                    if name not in seen:
+                        seen.add(name)
+                        out.append((name, getattr(self, name)))
+            elif recipe is not None:
+                out.append((src.path, lambda src=src: self._recipe(src)))
+        return out
+
     def collect(self) -> Collected:
-        steps = [
-            self.kernel,
-            self.sysctls,
-            self.links,
-            self.ethtool_offload,
-            self.ip_rules,
-            self.iptables,
-            self.nft,
-            self.ipvs,
-            self.ipset,
-            self.conntrack,
-            self.conntrack_entries,
-            self.kube_proxy_http,
-            self.kube_proxy_files,
-            self.kube_proxy_journal,
-            self.processes,
-            self.bpf_maps,
-        ]
-        for step in steps:
+        for name, step in self.steps():
             try:
                 step()
             except Exception as exc:  # a collector bug must not stop the others
-                self._err(step.__name__, f"internal error: {exc.__class__.__name__}: {exc}")
+                self._err(name, f"internal error: {exc.__class__.__name__}: {exc}")
+        if self.only is not None:  # what was collected only to decide something else is not kept
+            self.out.files = {k: v for k, v in self.out.files.items() if k in self.only}
+            self.out.errors = [
+                e for e in self.out.errors if e["source"] in self.only or sources.declared(e["source"]) is None
+            ]
         return self.out
+
+    # ------------------------------------------------------------------ the declared recipes (sources.py)
+    def _recipe(self, src: "sources.Source") -> None:
+        recipe = src.collect
+        if isinstance(recipe, sources.Command):
+            if recipe.loaded and not any(
+                os.path.exists(os.path.join(self.proc, m[5:])) if m.startswith("proc:") else self._loaded(m)
+                for m in recipe.loaded
+            ):
+                self._err(src, recipe.absent or f"{recipe.loaded[0]} is not loaded: {recipe.name} not run")
+                return
+            self._run(src, recipe.name, list(recipe.args), timeout=recipe.timeout or CMD_TIMEOUT)
+        elif isinstance(recipe, sources.PerInterface):
+            self._per_interface(src, recipe)
+        elif isinstance(recipe, sources.HostFile):
+            path = os.path.join(self.host_root, recipe.path.format(release=os.uname().release))
+            text = self._read(path, recipe.limit)
+            if text:
+                self._put(src, text)
+            elif recipe.missing:
+                self._err(src, f"{path}: {recipe.missing}")
+        else:
+            raise TypeError(f"{src}: no recipe the node collector knows ({recipe!r})")
+
+    def _per_interface(self, src: "sources.Source", recipe: "sources.PerInterface") -> None:
+        """``recipe.name ARGS DEV`` for the node's devices of the declared link kinds (names checked, at most
+        ``recipe.limit``), concatenated."""
+        raw = self.out.files.get(sources.IP_ADDR)
+        try:
+            links = json.loads(raw) if raw else []
+        except ValueError:
+            return
+        devs = [
+            link.get("ifname")
+            for link in links
+            if isinstance(link, dict)
+            and (link.get("linkinfo") or {}).get("info_kind") in recipe.kinds
+            and isinstance(link.get("ifname"), str)
+            and _IFNAME.match(link["ifname"])
+        ][: recipe.limit]
+        blocks = []
+        for dev in devs:
+            data = self._run(src, recipe.name, [*recipe.args, dev], timeout=recipe.timeout or CMD_TIMEOUT)
+            if data is not None:
+                blocks.append(data if data.endswith(b"\n") else data + b"\n")
+        self.out.files.pop(src, None)  # _run kept the last device's output alone
+        if blocks:
+            self._put(src, b"".join(blocks))
 
     def kernel(self) -> None:
         self._put(sources.UNAME, os.uname().release + "\n")
@@ -245,9 +315,6 @@ class NodeCollector:
             self._err(sources.MODULES, f"{path} {why}")
         else:
             self._put(sources.MODULES, text)
-        builtin = self._read(os.path.join(self.host_root, "lib/modules", os.uname().release, "modules.builtin"))
-        if builtin:
-            self._put(sources.MODULES_BUILTIN, builtin)
         dep = self._read(os.path.join(self.host_root, "lib/modules", os.uname().release, "modules.dep"))
         if dep:  # the network modules the kernel could load: tells "not loaded" from "cannot be loaded here"
             names = [
@@ -278,7 +345,9 @@ class NodeCollector:
                     except OSError:
                         denied += 1
                         continue
-                    lines.append(f"{rel.replace('/', '.')} = {value}")
+                    # as sysctl -a names it: a dot inside a folder name (interface flannel.1) becomes "/"
+                    key = ".".join(part.replace(".", "/") for part in rel.split("/"))
+                    lines.append(f"{key} = {value}")
         if not lines:
             self._err(sources.SYSCTL, f"no sysctl readable under {base}/net")
         else:
@@ -309,30 +378,6 @@ class NodeCollector:
                 except ValueError:
                     self._put(sources.IP_ROUTE, v4)
         self._timed(f"{sources.IP_ADDR}+ip-route.json", t)
-
-    def ethtool_offload(self) -> None:
-        """``ethtool -k`` of the node's VXLAN and Geneve devices (the checksum-offload bug of KP522), concatenated."""
-        raw = self.out.files.get(sources.IP_ADDR)
-        try:
-            links = json.loads(raw) if raw else []
-        except ValueError:
-            return
-        devs = [
-            link.get("ifname")
-            for link in links
-            if isinstance(link, dict)
-            and (link.get("linkinfo") or {}).get("info_kind") in ("vxlan", "geneve")
-            and isinstance(link.get("ifname"), str)
-            and _IFNAME.match(link["ifname"])
-        ][:MAX_OVERLAY_DEVICES]
-        blocks = []
-        for dev in devs:
-            data = self._run(sources.ETHTOOL_OFFLOAD, "ethtool", ["-k", dev])
-            if data is not None:
-                blocks.append(data if data.endswith(b"\n") else data + b"\n")
-        self.out.files.pop(sources.ETHTOOL_OFFLOAD, None)  # _run kept the last device's output alone
-        if blocks:
-            self._put(sources.ETHTOOL_OFFLOAD, b"".join(blocks))
 
     def ip_rules(self) -> None:
         """The policy-routing rules of both families, as ``ip -j rule`` shows them (each with its family)."""
@@ -485,21 +530,6 @@ class NodeCollector:
         except OSError as exc:
             self._err(sources.IPVS_CONN, f"cannot read {conn}: {exc.strerror or exc}")
         self._timed(sources.IPVS_CONN, t)
-
-    def ipset(self) -> None:
-        if not self._loaded("ip_set"):
-            self._err(sources.IPSET, "the ip_set kernel module is not loaded: no ipsets on this node")
-            return
-        self._run(sources.IPSET, "ipset", ["save"])
-
-    def conntrack(self) -> None:
-        if not (
-            self._loaded("nf_conntrack")
-            or os.path.exists(os.path.join(self.proc, "sys/net/netfilter/nf_conntrack_count"))
-        ):
-            self._err(sources.CONNTRACK_STATS, "nf_conntrack is not loaded: no connection tracking on this node")
-            return
-        self._run(sources.CONNTRACK_STATS, "conntrack", ["-S"])
 
     def conntrack_entries(self) -> None:
         """A bounded ``conntrack -L``: UDP entries first (stale UDP entries are what KP504 looks for), then TCP, at most

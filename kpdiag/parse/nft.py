@@ -182,7 +182,7 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
         if kind == "table":
             rs.tables.append((body.get("family", "ip"), body.get("name", "")))
         elif kind == "chain":
-            key = (body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
+            key = _names(source, n, kind, body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
             rs.chains[key] = NftChain(
                 *key,
                 type=body.get("type"),
@@ -191,7 +191,7 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
                 policy=body.get("policy"),
             )
         elif kind in ("set", "map"):
-            key = (body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
+            key = _names(source, n, kind, body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
             rs.sets[key] = NftSet(
                 *key,
                 type=body.get("type"),
@@ -204,6 +204,7 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
             if not isinstance(body.get("expr"), list):
                 raise InputError(source, f"rule {body.get('handle')} in {body.get('chain')} has no expression list")
             meta = {k: body.get(k) for k in ("family", "table", "chain", "handle", "comment")}
+            _names(source, n, kind, meta["family"] or "ip", meta["table"] or "", meta["chain"] or "")
             pending.append((meta, raw) if raw is not None else (meta, body["expr"]))
     for meta, expr_or_raw in pending:
         key = (meta.get("family") or "ip", meta.get("table") or "", meta.get("chain") or "")
@@ -224,6 +225,13 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
         )
         rs.rule_count += 1
     return rs
+
+
+def _names(source: str, n: int, kind: str, *names) -> tuple:
+    """(family, table, name) of an item, each a string (a chain named by a list is no chain)."""
+    if not all(isinstance(x, str) for x in names):
+        raise InputError(source, f"nftables[{n}].{kind}: family, table and name must be strings")
+    return names
 
 
 _CHAIN_HOOK_RE = re.compile(

@@ -140,12 +140,12 @@ def live_state(host_root: str | None = None, progress=None):
     from ..collect.node import NodeCollector
     from kpdiag.state.node import NodeState
 
-    c = NodeCollector(host_root=host_root, progress=progress)
-    for step in (c.kernel, c.sysctls, c.links, c.iptables, c.nft, c.ipvs, c.ipset, c.kube_proxy_http):
-        try:
-            step()
-        except Exception as exc:  # a collector bug must not stop the others
-            c._err(step.__name__, f"internal error: {exc.__class__.__name__}: {exc}")
+    steps = ("kernel", "sysctls", "links", "iptables", "nft", "ipvs", "kube_proxy_http")
+    wanted = [
+        s for s in sources.node_sources() if isinstance(s.collect, sources.Method) and s.collect.names[0] in steps
+    ]
+    c = NodeCollector(host_root=host_root, progress=progress, only=wanted + [sources.MODULES_BUILTIN, sources.IPSET])
+    c.collect()
     files = dict(c.out.files)
     manifest = c.out.manifest(socket.gethostname())
     files["kpdiag.json"] = json.dumps(manifest).encode()

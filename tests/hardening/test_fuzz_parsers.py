@@ -4,12 +4,15 @@ CI-sized runs (a few hundred examples each); a longer run: KPDIAG_FUZZ_EXAMPLES=
 Seeds are real outputs (the fixtures and the conformance files), mutated by hypothesis.
 """
 
+import glob
 import json
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kpdiag.bundle import sources
 from kpdiag.bundle.store import Bundle
 from kpdiag.errors import InputError
 from kpdiag.parse import node as nodep
@@ -179,18 +182,82 @@ def test_node_files_and_bundle_checks(addr, route, sysctl, modules, metrics, con
     ]
 
 
-@SETTINGS
-@given(st.text(max_size=400))
-def test_small_parsers(text):
-    for fn in (
-        nodep.parse_sysctl,
-        nodep.parse_modules,
-        nodep.parse_kernel_version,
-        nodep.parse_metrics,
-        nodep.parse_kube_proxy_config,
-        nodep.parse_conntrack_stats,
-    ):
-        _safe(lambda t, fn=fn: fn(t, "f.txt"), text)
+# ------------------------------------------------------------------ every declared parser, by its declared strategy
+# The catalogue (kpdiag/bundle/sources.py) says which sources have a parser and how each is fuzzed (``fuzz``): a new
+# source is fuzzed here without a line of this file changing. Seeds are that source's files in the fixtures.
+PARSED = [s for s in sources.CATALOGUE.values() if s.parser]
+SEED_FILES, SEED_LINES = 6, 300
+
+
+def _seeds(src) -> list[str]:
+    paths = sorted(glob.glob(os.path.join(FIXTURES, "*", src.path)))
+    step = max(1, len(paths) // SEED_FILES)
+    out = []
+    for path in paths[::step][:SEED_FILES]:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            out.append(fh.read(4 * 1024 * 1024))
+    return out
+
+
+def _json_seeds(texts: list[str]) -> list:
+    docs = []
+    for t in texts:
+        try:
+            docs.append(json.loads(t))
+        except ValueError:
+            continue
+    return docs
+
+
+@st.composite
+def _mutated_json(draw, docs):
+    """A real document with random subtrees replaced by junk, lists cut and extended."""
+
+    def walk(node, depth):
+        if draw(st.integers(0, 7)) == 0:
+            return draw(JSON_VALUES)
+        if depth > 8:
+            return node
+        if isinstance(node, dict):
+            return {k: walk(v, depth + 1) for k, v in node.items()}
+        if isinstance(node, list):
+            start = draw(st.integers(0, max(0, len(node) - 1)))
+            items = [walk(v, depth + 1) for v in node[start : start + 12]]
+            return items + ([draw(JSON_VALUES)] if draw(st.booleans()) else [])
+        return node
+
+    return json.dumps(walk(draw(st.sampled_from(docs)), 0))
+
+
+def _strategy(src):
+    texts = _seeds(src)
+    if src.fuzz == "json":
+        docs = _json_seeds(texts)
+        return st.one_of(_mutated_json(docs), JSON_VALUES.map(json.dumps), st.text(max_size=200))
+    lines = [line for t in texts for line in t.splitlines()[:SEED_LINES]]
+    return st.one_of(_mutated(lines), st.text(max_size=400))
+
+
+def test_every_parsed_source_declares_a_strategy_and_has_seeds():
+    assert len(PARSED) >= 15
+    for src in PARSED:
+        assert src.fuzz in sources.FUZZ_STRATEGIES, (src, src.fuzz)
+        seeds = _seeds(src)
+        assert seeds, f"{src}: no fixture holds this source to seed its fuzzing"
+        if src.fuzz == "json":
+            assert _json_seeds(seeds), f"{src}: no fixture copy is JSON"
+
+
+@pytest.mark.parametrize("src", PARSED, ids=[s.path for s in PARSED])
+def test_every_declared_parser(src):
+    parse = src.parse_function()
+
+    @SETTINGS
+    @given(_strategy(src))
+    def run(text):
+        _safe(lambda t: parse(t, src.path), text)
+
+    run()
 
 
 _RULE_VALUES = st.one_of(

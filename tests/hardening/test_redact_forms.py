@@ -117,18 +117,36 @@ def write() -> None:
 
 
 def test_the_spec_names_how_every_source_is_treated():
-    """Every source of the catalogue is in the spec's table of sources (by its path or a pattern that covers it)."""
+    """Every source of the catalogue is in the spec's table of sources (by its path or a pattern that covers it), and
+    the first row that names it describes the form its declaration says (kpdiag/bundle/sources.py, ``redact``)."""
     import fnmatch
 
     from kpdiag.bundle import sources
 
     text = open(DOC, encoding="utf-8").read()
     table = text.split("## Every source, and how it is treated", 1)[1].split("\n## ", 1)[0]
-    patterns = [
-        p for row in table.splitlines() if row.startswith("| `") for p in re.findall(r"`([^`]+)`", row.split(" | ")[0])
-    ]
-    missing = [path for path in sources.CATALOGUE if not any(fnmatch.fnmatch(path, p) for p in patterns)]
-    assert not missing, missing
+    rows = []
+    for row in table.splitlines():
+        if not row.startswith("| `"):
+            continue
+        head, how = row.split(" | ", 1)
+        form = (
+            "api"
+            if how.startswith(("field by field", "as API objects"))
+            else "json"
+            if how.startswith("JSON, string by string")
+            else "text"
+            if how.startswith("free text")
+            else None
+        )
+        rows.append((re.findall(r"`([^`]+)`", head), form))
+    assert {f for _, f in rows} >= set(sources.REDACT_FORMS), rows
+    wrong = []
+    for path, src in sources.CATALOGUE.items():
+        form = next((f for patterns, f in rows if any(fnmatch.fnmatch(path, p) for p in patterns)), "no row")
+        if form != src.redact.form:
+            wrong.append(f"{path}: declared {src.redact.form}, the spec says {form}")
+    assert not wrong, wrong
 
 
 if __name__ == "__main__":

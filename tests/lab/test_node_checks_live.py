@@ -201,7 +201,8 @@ def test_kube_proxy_absent_and_conntrack_entries_collected_udp_first(lab, tmp_pa
     out = tmp_path / "b"
     code = (
         "import sys, kpdiag.collect.node as n\nn.CONNTRACK_MAX_ENTRIES = 10\n"
-        "from kpdiag.bundle.store import write_bundle\nc = n.NodeCollector(host_root='/')\nc.conntrack(); c.conntrack_entries(); c.processes()\n"
+        "from kpdiag.bundle.store import write_bundle\nfrom kpdiag.bundle import sources as src\n"
+        "c = n.NodeCollector(host_root='/', only=(src.CONNTRACK_STATS, src.CONNTRACK, src.PROCESSES))\nc.collect()\n"
         "write_bundle(c.out.files, sys.argv[1], c.out.manifest('lab'))"
     )
     lab.sh("node", [sys.executable, "-c", code, str(out)])

@@ -96,6 +96,7 @@ def test_every_host_path_the_node_collector_reads_is_declared():
     the pod."""
     import ast
 
+    from kpdiag.bundle import sources
     from kpdiag.collect import node
     from kpdiag.collect.node import HOST_PATHS
 
@@ -115,6 +116,12 @@ def test_every_host_path_the_node_collector_reads_is_declared():
             for loop in ast.walk(tree):
                 if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == args[1].id:
                     read |= {e.value for e in getattr(loop.iter, "elts", []) if isinstance(e, ast.Constant)}
+        elif "recipe.path" in ast.unparse(args[1]):  # a declared host_file() recipe: the catalogue says which
+            read |= {
+                s.collect.path.split("{", 1)[0].rstrip("/")
+                for s in sources.CATALOGUE.values()
+                if isinstance(s.collect, sources.HostFile)
+            }
         else:
             raise AssertionError(f"line {call.lineno}: a host path kpdiag cannot check ({ast.unparse(args[1])})")
     declared = {p.path for p in HOST_PATHS}

@@ -130,3 +130,49 @@ def test_checks_never_read_the_raw_bundle():
             ):
                 hits.append(f"checks/{name}:{node.lineno}: .bundle.{node.attr}")
     assert not hits, "checks reading the bundle directly:\n" + "\n".join(hits)
+
+
+def test_every_node_source_says_how_it_is_collected():
+    """A node source declares a recipe the node collector interprets, or the collector methods that write it; every
+    method named exists, and a collection restricted to some sources (``only``) runs just their steps."""
+    from kpdiag.collect.node import NodeCollector
+
+    recipes = (sources.Command, sources.PerInterface, sources.HostFile, sources.Method)
+    for s in sources.node_sources():
+        assert isinstance(s.collect, recipes), s
+        if isinstance(s.collect, sources.Method):
+            assert all(callable(getattr(NodeCollector, name, None)) for name in s.collect.names), s.collect
+        assert s.collected_by, s
+        assert s.redact.form in sources.REDACT_FORMS, s
+    assert not [s for s in sources.CATALOGUE.values() if not s.path.startswith(sources.NODE) and s.collect], (
+        "only node sources have a node recipe"
+    )
+    steps = [name for name, _ in NodeCollector(host_root="/", only=(sources.IPSET,)).steps()]
+    assert steps == ["kernel", sources.MODULES_BUILTIN.path, sources.IPSET.path]  # which modules are in, then ipset
+    steps = [name for name, _ in NodeCollector(host_root="/", only=(sources.ETHTOOL_OFFLOAD,)).steps()]
+    assert steps == ["links", sources.ETHTOOL_OFFLOAD.path]  # the devices first
+    full = [name for name, _ in NodeCollector(host_root="/").steps()]
+    assert len(full) == len(set(full)) and {"iptables", "nft", "ipvs", "kube_proxy_http"} <= set(full)
+
+
+def test_a_module_built_in_counts_as_loaded(tmp_path):
+    """A recipe's ``loaded=`` module may be built into the kernel (modules.builtin under the host root, read by its
+    host_file recipe): the command is run then; a kernel that has it neither loaded nor built in is left alone."""
+    from kpdiag.collect.node import NodeCollector
+
+    release = os.uname().release
+    (tmp_path / "host" / "lib" / "modules" / release).mkdir(parents=True)
+    (tmp_path / "host" / "lib" / "modules" / release / "modules.builtin").write_text(
+        "kernel/net/netfilter/ipset/ip_set.ko\n"
+    )
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "modules").write_text("nf_conntrack 1 0 - Live 0x0\n")
+    c = NodeCollector(host_root=str(tmp_path / "host"), proc=str(tmp_path / "proc"), only=(sources.IPSET,))
+    for _name, step in c.steps()[:2]:  # the modules, loaded and built in
+        step()
+    assert c._loaded("ip_set") and c._loaded("nf_conntrack") and not c._loaded("ip_vs")
+    (tmp_path / "host" / "lib" / "modules" / release / "modules.builtin").write_text("kernel/net/ipv4/tcp.ko\n")
+    c = NodeCollector(host_root=str(tmp_path / "host"), proc=str(tmp_path / "proc"), only=(sources.IPSET,))
+    out = c.collect()
+    assert sources.IPSET not in out.files
+    assert out.errors == [{"source": sources.IPSET, "error": sources.IPSET.collect.absent}]
