@@ -136,6 +136,7 @@ class NodeCollector:
         self.progress = progress or (lambda msg: None)
         self.out = Collected()
         self._kp: KubeProxyProcess | None = None  # find_kube_proxy, once per collection
+        self.partial: dict = {}  # a focused collection's manifest "partial" (kpdiag/collect/focused.py)
 
     # ------------------------------------------------------------------ helpers
     def _err(self, source: str, error: str) -> None:
@@ -206,7 +207,9 @@ class NodeCollector:
         return any(line.split(" ", 1)[0] == module for line in text.splitlines())
 
     # ------------------------------------------------------------------ sources
-    def collect(self) -> Collected:
+    def collect(self, service: str | None = None) -> Collected:
+        """Every source; with ``service`` (NS/NAME) only the rules that Service's packets can meet
+        (kpdiag/collect/focused.py; the manifest's ``partial`` then says what the bundle holds)."""
         steps = [
             self.kernel,
             self.sysctls,
@@ -225,6 +228,11 @@ class NodeCollector:
             self.processes,
             self.bpf_maps,
         ]
+        if service:
+            from .focused import RULE_STEPS, collect_focused
+
+            steps = [s for s in steps if s.__name__ not in RULE_STEPS]
+            steps.append(lambda: collect_focused(self, service))
         for step in steps:
             try:
                 step()
@@ -1343,8 +1351,13 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
     return list(out_links.values()), routes
 
 
-def collect_node(host_root: str | None = None, progress=None) -> tuple[dict[str, bytes], dict]:
-    """Collect this node: (files, manifest)."""
+def collect_node(
+    host_root: str | None = None, progress=None, service: str | None = None
+) -> tuple[dict[str, bytes], dict]:
+    """Collect this node: (files, manifest); with ``service`` only the rules it can meet (a partial bundle)."""
     c = NodeCollector(host_root=host_root, progress=progress)
-    out = c.collect()
-    return out.files, out.manifest(socket.gethostname())
+    out = c.collect(service)
+    manifest = out.manifest(socket.gethostname())
+    if c.partial:
+        manifest["partial"] = c.partial
+    return out.files, manifest
