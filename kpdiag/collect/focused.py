@@ -69,34 +69,55 @@ def names_service(comment: str, service: str) -> bool:
     return False
 
 
+_JUMP = re.compile(r"\s-[jg]\s+(\S+)")
+PARALLEL = 8  # chain listings at a time (each is its own iptables process)
+
+
+def _targets(lines: list[str], table: str, service: str, mine: bool) -> list[str]:
+    """The chains that ``lines`` (one chain's ``-S`` output) jump to and that the Service's packets can reach."""
+    out = []
+    for line in lines:
+        if not line.startswith("-A "):
+            continue
+        if not mine and service not in line:  # fast path: most of KUBE-SERVICES is other Services' jumps
+            m = _JUMP.search(line, line.rfind('"') + 1)  # after any quoted comment
+            if m is None and "-j" not in line and "-g" not in line:
+                continue  # no jump at all
+            if m is not None and m.group(1).startswith(PER_SERVICE):
+                continue  # another Service's chain: its comment cannot name this one
+        toks = _tokens(line)
+        target = jump_of(toks)
+        if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
+            continue
+        if target.startswith(PER_SERVICE) and not mine and not names_service(comment_of(toks), service):
+            continue  # another Service's chain
+        out.append(target)
+    return out
+
+
 def chain_closure(list_chain, tables: list[str], service: str) -> dict[str, dict[str, list[str]]]:
     """``{table: {chain: [its -S lines]}}`` — the hook chains of ``tables`` and every chain they reach, kube-proxy's
     per-Service chains only for ``service``. ``list_chain(table, chain)`` returns the ``-S`` lines or raises
-    NotFocused."""
-    out: dict[str, dict[str, list[str]]] = {}
+    NotFocused. The chains of one step of the walk are listed in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out: dict[str, dict[str, list[str]]] = {t: {} for t in tables}
+    frontier = [(t, c) for t in tables for c in BUILTIN_CHAINS[t]]
     read = 0
-    for table in tables:
-        chains = out[table] = {}
-        todo = [(c, False) for c in BUILTIN_CHAINS[table]]
-        while todo:
-            name, _ = todo.pop(0)
-            if name in chains:
-                continue
-            read += 1
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        while frontier:
+            read += len(frontier)
             if read > MAX_CHAINS:
                 raise NotFocused(f"more than {MAX_CHAINS} chains on the Service's path")
-            lines = chains[name] = list_chain(table, name)
-            mine = name.startswith(PER_SERVICE)  # only this Service's per-Service chains are ever read
-            for line in lines:
-                if not line.startswith("-A "):
-                    continue
-                toks = _tokens(line)
-                target = jump_of(toks)
-                if not target or target in TARGETS or target in BUILTIN_CHAINS[table] or target in chains:
-                    continue
-                if target.startswith(PER_SERVICE) and not mine and not names_service(comment_of(toks), service):
-                    continue  # another Service's chain
-                todo.append((target, True))
+            listed = list(pool.map(lambda tc: list_chain(*tc), frontier))
+            nxt: list[tuple[str, str]] = []
+            for (table, name), lines in zip(frontier, listed):
+                out[table][name] = lines
+            for (table, name), lines in zip(frontier, listed):
+                for target in _targets(lines, table, service, name.startswith(PER_SERVICE)):
+                    if target not in out[table] and (table, target) not in nxt:
+                        nxt.append((table, target))
+            frontier = nxt
     return out
 
 

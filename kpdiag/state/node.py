@@ -322,10 +322,12 @@ class NodeState(_NodeFiles):
             else:
                 from kpdiag.state.kube_rules import programmed_ports
 
-                ports = programmed_ports(rs)
                 if self.partial and self.focus:  # the other Services' chains were not read: not judged
                     svc = "/".join(self.focus)
+                    ports = programmed_ports(rs, only=svc)
                     ports = {k: p for k, p in ports.items() if k == svc or k.startswith(svc + ":")}
+                else:
+                    ports = programmed_ports(rs)
                 cache[which] = ports
         return cache[which]
 
