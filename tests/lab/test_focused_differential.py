@@ -75,18 +75,20 @@ def _finding_key(f) -> tuple:
     return (f.id, f.subject, f.summary)
 
 
+# checks that judge the Services in focus (the API's): on a focused run they look at that Service only
+SCOPED = {c.id for c in load_registry().checks if {"services", "focus"} & set((*c.needs, *c.uses))}
+
+
 def _service(f) -> str | None:
-    """The Service a finding is about: its data's, else a subject NS/NAME[:PORT]; None for the node's findings."""
+    """The Service a finding is about: its data's, else — for a check that judges the Services in focus — a subject
+    NS/NAME[:PORT]; None for the node's findings (KP207 names the port it sampled, and is about the node)."""
     svc = (f.data or {}).get("service")
     if isinstance(svc, str) and svc:
         return svc.split(":")[0]
     subject = f.subject or ""
-    return subject.split(":")[0] if "/" in subject and " " not in subject else None
-
-
-def _focus_scoped() -> set[str]:
-    """Checks that judge the Services in focus (the API's): on a focused run they look at that Service only."""
-    return {c.id for c in load_registry().checks if {"services", "focus"} & set((*c.needs, *c.uses))}
+    if f.id in SCOPED and "/" in subject and " " not in subject:
+        return subject.split(":")[0]
+    return None
 
 
 def _strip_sources(obj):
@@ -154,9 +156,8 @@ def test_focused_equals_full(lab, name):
         # one that samples a Service port, such as KP207, may sample this one)
         assert {f.id for f in part.findings} <= {f.id for f in full.findings}, (name, svc)
         skipped = {c.id: c.reason for c in part.checks if c.status == "skipped"}
-        scoped = _focus_scoped()
         for f in full.findings:
-            if _service(f) is None and f.id not in {g.id for g in part.findings} and f.id not in scoped:
+            if _service(f) is None and f.id not in {g.id for g in part.findings} and f.id not in SCOPED:
                 assert "partial bundle" in skipped.get(f.id, ""), (name, svc, f.id, skipped.get(f.id))
         assert part.extra["traces"], (name, svc, part.extra.get("notes"))
         assert _strip_sources(part.extra["traces"]) == _strip_sources(full.extra["traces"]), (name, svc)
