@@ -161,3 +161,48 @@ def test_focused_equals_full(lab, name):
                 assert "partial bundle" in skipped.get(f.id, ""), (name, svc, f.id, skipped.get(f.id))
         assert part.extra["traces"], (name, svc, part.extra.get("notes"))
         assert _strip_sources(part.extra["traces"]) == _strip_sources(full.extra["traces"]), (name, svc)
+
+
+def _kpdiag_node(lab, *args):
+    import shutil
+
+    exe = shutil.which("kpdiag")
+    argv = [exe] if exe else [sys.executable, "-m", "kpdiag"]
+    proc = lab.sh(
+        "node", argv + ["node", "--no-api", "--host-root", "/", "-o", "json", "--fail-on", "never", *args], check=False
+    )
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _svc_chains(text: str) -> list[tuple[str, str]]:
+    """(NS/NAME, its KUBE-SVC chain) of each Service with endpoints, in KUBE-SERVICES order."""
+    return re.findall(r'^-A KUBE-SERVICES .*--comment "([^: ]+):\S+ cluster IP".* -j (KUBE-SVC-\S+)$', text, re.M)
+
+
+def test_live_focused_then_fallback(lab):
+    """kpdiag node --service end to end: partial and traced; a chain of another Service that iptables cannot show does
+    not matter; one of this Service's makes the run read the whole rules, and the report says why."""
+    from tests.synth import iptables_ruleset, many_services
+
+    text = iptables_ruleset(many_services(40, 2))
+    (good, _), (bad, bad_chain) = _svc_chains(text)[:2]
+    lab.add_ns("node")
+    lab.sh("node", ["iptables-restore"], input=text)
+    # a rule iptables-nft cannot translate back (iptables -S of that chain exits 3), in another Service's chain
+    lab.sh("node", ["nft", "add", "rule", "ip", "nat", bad_chain, "meta", "cpu", "1", "counter"])
+    report = _kpdiag_node(lab, "--service", good)
+    assert report["extra"]["partial"]["service"] == good
+    assert {t["target"].split(":")[0] for t in report["extra"]["traces"]} == {good}
+    assert all(p["dnat"] for t in report["extra"]["traces"] for p in t["paths"])
+    assert not any("focused read" in p["error"] for p in report["problems"])
+
+    report = _kpdiag_node(lab, "--service", bad)
+    assert "partial" not in report["extra"]
+    why = [p["error"] for p in report["problems"] if "focused read" in p["error"]]
+    assert len(why) == 1 and f"-S {bad_chain} exited 3" in why[0], report["problems"]
+    assert "the whole rules were read" in why[0]
+    # here the whole dump fails as well (iptables-save exits 3 on that rule): said, not hidden
+    assert any(
+        p["source"] == sources.IPTABLES_SAVE and "iptables-save exited 3" in p["error"] for p in report["problems"]
+    )
