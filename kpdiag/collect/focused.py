@@ -23,6 +23,7 @@ import subprocess
 import time
 
 from kpdiag.bundle import sources
+from kpdiag.collect.node import CMD_TIMEOUT, DUMP_TIMEOUT, SAFE_ENV, NodeCollector
 from kpdiag.parse.iptables import BUILTIN_CHAINS, TABLES
 
 PER_SERVICE = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-")
@@ -158,8 +159,6 @@ class ChainLister:
         self.calls = 0
 
     def __call__(self, table: str, chain: str) -> list[str]:
-        from kpdiag.collect.node import CMD_TIMEOUT, SAFE_ENV
-
         if self.argv is None:
             raise NotFocused(f"{self.binary} not found")
         self.calls += 1
@@ -253,8 +252,6 @@ class IptablesFocused:
         if backend == "nf_tables":
             c._put(sources.IPTABLES_NFT_SAVE, default)
             if os.path.exists(os.path.join(c.proc, "net", "ip_tables_names")) and c._binary("iptables-legacy-save"):
-                from kpdiag.collect.node import DUMP_TIMEOUT
-
                 c._run(sources.IPTABLES_LEGACY_SAVE, "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
         else:
             c._put(sources.IPTABLES_LEGACY_SAVE, default)
@@ -274,8 +271,6 @@ class IptablesFocused:
     def _other_nft_tables(self, nft_tables) -> None:
         """The nftables tables that are not iptables-nft's own (a host firewall the trace also runs), each listed by
         name: ``nft list tables`` would fetch the whole ruleset first."""
-        from kpdiag.collect.node import DUMP_TIMEOUT, NodeCollector
-
         import json
 
         from kpdiag.bundle.safeio import load_json
@@ -324,7 +319,7 @@ class WholeRules:
             getattr(self.c, step)()
 
 
-RULE_STEPS = ("iptables", "nft", "ipvs", "ipset")  # the collector's steps that read the rules (kpdiag/collect/node.py)
+RULE_STEPS = NodeCollector.RULE_STEPS
 READERS = {
     "iptables": lambda collector, service: IptablesFocused(collector, service),
     "nftables": lambda collector, service: WholeRules(collector, service, "nftables"),
@@ -352,6 +347,11 @@ def detect_mode(collector) -> str:
         except NotFocused:
             pass
     return mode if mode in READERS else "iptables"
+
+
+def focused_rules(service: str):
+    """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those ``service`` can meet."""
+    return lambda collector: collect_focused(collector, service)
 
 
 def collect_focused(collector, service: str) -> None:

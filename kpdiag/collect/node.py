@@ -207,9 +207,11 @@ class NodeCollector:
         return any(line.split(" ", 1)[0] == module for line in text.splitlines())
 
     # ------------------------------------------------------------------ sources
-    def collect(self, service: str | None = None) -> Collected:
-        """Every source; with ``service`` (NS/NAME) only the rules that Service's packets can meet
-        (kpdiag/collect/focused.py; the manifest's ``partial`` then says what the bundle holds)."""
+    RULE_STEPS = ("iptables", "nft", "ipvs", "ipset")  # the steps that read the rules
+
+    def collect(self, rules=None) -> Collected:
+        """Every source; ``rules(self)``, when given, reads the rules instead of RULE_STEPS (kpdiag/collect/focused.py:
+        one Service's rules; it sets ``self.partial``, the manifest's ``partial``)."""
         steps = [
             self.kernel,
             self.sysctls,
@@ -228,11 +230,9 @@ class NodeCollector:
             self.processes,
             self.bpf_maps,
         ]
-        if service:
-            from .focused import RULE_STEPS, collect_focused
-
-            steps = [s for s in steps if s.__name__ not in RULE_STEPS]
-            steps.append(lambda: collect_focused(self, service))
+        if rules is not None:
+            steps = [s for s in steps if s.__name__ not in self.RULE_STEPS]
+            steps.append(lambda: rules(self))
         for step in steps:
             try:
                 step()
@@ -1351,12 +1351,10 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
     return list(out_links.values()), routes
 
 
-def collect_node(
-    host_root: str | None = None, progress=None, service: str | None = None
-) -> tuple[dict[str, bytes], dict]:
-    """Collect this node: (files, manifest); with ``service`` only the rules it can meet (a partial bundle)."""
+def collect_node(host_root: str | None = None, progress=None, rules=None) -> tuple[dict[str, bytes], dict]:
+    """Collect this node: (files, manifest); ``rules``: see :meth:`NodeCollector.collect` (a partial bundle)."""
     c = NodeCollector(host_root=host_root, progress=progress)
-    out = c.collect(service)
+    out = c.collect(rules)
     manifest = out.manifest(socket.gethostname())
     if c.partial:
         manifest["partial"] = c.partial

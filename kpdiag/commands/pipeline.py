@@ -49,8 +49,12 @@ def diagnose_node(
     from kpdiag.collect.node import collect_node
     from kpdiag.commands.focus import focus_report
 
-    focused = service if service and not all_rules and not preflight else None
-    files, manifest = collect_node(host_root=host_root, progress=progress, service=focused)
+    rules = None
+    if service and not all_rules and not preflight:
+        from kpdiag.collect.focused import focused_rules
+
+        rules = focused_rules(service)
+    files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)
     if use_api and not preflight:
         from kpdiag.commands.nodeapi import api_files
 
