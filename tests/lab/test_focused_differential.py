@@ -146,6 +146,8 @@ def test_focused_equals_full(lab, name):
         full = _report(full_files, manifest, svc)
         part = _report(part_files, {**manifest, "partial": got["partial"]}, svc)
         assert part.extra["partial"]["service"] == svc
+        assert part.facts["iptables_backend"] == full.facts["iptables_backend"] == "nf_tables"
+        assert part.facts["proxy_mode"] == full.facts["proxy_mode"]
         # the Service's findings: the same, word for word
         mine_full = sorted(_finding_key(f) for f in full.findings if _service(f) == svc)
         mine_part = sorted(_finding_key(f) for f in part.findings if _service(f) == svc)
