@@ -383,6 +383,8 @@ def node(
         check_focus(service, trace_to)  # before minutes of collection
     except ValueError as exc:
         raise _fail(str(exc), exitcodes.USAGE) from None
+    if all_rules and not service:
+        raise _fail("--all-rules goes with --service NS/NAME (without it every rule is read anyway)", exitcodes.USAGE)
     report = diagnose_node(
         host_root,
         service=service,
