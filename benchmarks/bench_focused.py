@@ -40,10 +40,20 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | 
 }
 
 
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of the last command and its children, by command
+
+
 def _wall(argv, stdout=subprocess.DEVNULL, env=None) -> float:
+    """Wall seconds of ``argv``; its CPU seconds (and its children's) are kept in CPU["last"] (a loaded machine
+    stretches the wall time, not the CPU time)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, env=env or ENV)
     elapsed = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(argv[:8])} failed ({proc.returncode}): {proc.stderr.decode()[-300:]}")
     return elapsed
@@ -98,12 +108,19 @@ def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
             env=ENV,
             stdout=subprocess.DEVNULL,
         )
+        row["load_average_before"] = os.getloadavg()[0]
         row["iptables_save_s"] = round(_wall(["ip", "netns", "exec", ns, "iptables-save"]), 2)
+        row["iptables_save_cpu_s"] = round(CPU["last"], 2)
         full_json, focus_json = os.path.join(tmp, "full.json"), os.path.join(tmp, "focused.json")
         row["node_service_all_rules_s"] = round(_kpdiag(ns, full_json, "--service", svc, "--all-rules"), 2)
-        focused = [_kpdiag(ns, focus_json, "--service", svc) for _ in range(runs)]
+        row["node_service_all_rules_cpu_s"] = round(CPU["last"], 2)
+        focused, cpu = [], []
+        for _ in range(runs):
+            focused.append(_kpdiag(ns, focus_json, "--service", svc))
+            cpu.append(CPU["last"])
         row["node_service_focused_s"] = round(min(focused), 2)
         row["node_service_focused_runs_s"] = [round(x, 2) for x in focused]
+        row["node_service_focused_cpu_s"] = round(min(cpu), 2)
         full, part = json.load(open(full_json)), json.load(open(focus_json))
         mine = lambda r: sorted((f["id"], f["subject"], f["summary"]) for f in r["findings"] if _service_of(f) == svc)  # noqa: E731
         row["service_findings_identical"] = mine(full) == mine(part)
@@ -116,7 +133,10 @@ def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
         )
         if main_tree:
             row["node_full_s"] = round(_kpdiag(ns, os.path.join(tmp, "node.json")), 2)
+            row["node_full_cpu_s"] = round(CPU["last"], 2)
             row["node_full_main_s"] = round(_kpdiag(ns, os.path.join(tmp, "main.json"), pythonpath=main_tree), 2)
+            row["node_full_main_cpu_s"] = round(CPU["last"], 2)
+        row["load_average_after"] = os.getloadavg()[0]
     finally:
         subprocess.run(["ip", "netns", "del", ns])
         shutil.rmtree(tmp, ignore_errors=True)
