@@ -35,7 +35,6 @@ TARGETS = frozenset(
     "LED RATEEST SYNPROXY CLUSTERIP ECN TCPOPTSTRIP NFCT JOURNAL".split()
 )
 _TOKEN_RE = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
-NFT_FAMILY = {2: "ip", 10: "ip6"}  # netlink family numbers of the tables iptables-nft keeps
 
 
 class NotFocused(Exception):
@@ -208,6 +207,7 @@ class IptablesFocused:
     """iptables mode: the Service's chains through ``iptables -S`` (both families), the rest as a full run reads it."""
 
     mode = "iptables"
+    after = ("ipvs", "ipset")  # the rule steps still run as in a full run: small here (why there is no IPVS, …)
 
     def __init__(self, collector, service: str):
         self.c = collector
@@ -310,6 +310,8 @@ class IptablesFocused:
 class WholeRules:
     """A mode without a focused reader yet: its rules are read whole, as a full run does (the bundle is not partial)."""
 
+    after = ()
+
     def __init__(self, collector, service: str, mode: str):
         self.c = collector
         self.service = service
@@ -371,7 +373,6 @@ def collect_focused(collector, service: str) -> None:
             collector.out.files.pop("node/.nft-table", None)
             getattr(collector, step)()
         return
-    if mode == "iptables":
-        collector.ipvs()  # as a full run: on an iptables node it says why there is no IPVS state
-        collector.ipset()
+    for step in reader.after:
+        getattr(collector, step)()
     collector.partial = reader.partial

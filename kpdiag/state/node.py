@@ -274,7 +274,7 @@ class NodeState(_NodeFiles):
             if link.get("ifname") == "kube-ipvs0":
                 found.setdefault("ipvs", "interface kube-ipvs0")
         part = self.partial
-        if part and part.get("mode") in ("iptables", "ipvs", "nftables") and part.get("mode") not in found:
+        if part and isinstance(part.get("mode"), str) and part["mode"] not in found:
             found[part["mode"]] = f"the focused collection read {part['mode']} mode's rules (manifest: partial)"
         family = self.nft_kube_proxy_table
         if family:
