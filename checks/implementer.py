@@ -248,6 +248,7 @@ def not_a_node(ctx, new):
     "kube-proxy-leftover-rules",
     "kube-proxy's rules are left behind where a replacement implements Services",
     "warning",
+    needs=("whole-rules",),
     uses=("addresses", "implementer", "iptables", "nft", "processes"),
     severities=("warning",),
     symptom="Cilium (or kube-router, Calico eBPF) implements Services, yet the node still has KUBE-SERVICES/KUBE-SVC-* "

@@ -71,7 +71,7 @@ SERVICES_WARN = 1000
     "iptables ruleset large enough to hurt",
     "warning",
     modes=("iptables",),
-    needs=("iptables",),
+    needs=("whole-rules", "iptables"),
     uses=("proxy-mode",),
     advice_for="kube-proxy",
     symptom="Service changes take seconds to minutes to reach this node; kube-proxy's sync takes long; first packets of connections are slow; CPU spikes in kube-proxy and iptables-restore.",

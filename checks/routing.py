@@ -31,7 +31,7 @@ def covering_prefix(ips: list[str]) -> str:
     "service-cidr-leaves-node",
     "Traffic to ClusterIPs that kube-proxy does not translate leaves the node",
     "info",
-    needs=("routes", "iptables"),
+    needs=("routes", "iptables", "whole-rules"),
     uses=("proxy-mode",),
     advice_for="kube-proxy",
     symptom="ping to a ClusterIP answers 'Time to live exceeded' (or nothing); a ClusterIP on a port the Service does not define hangs instead of being refused.",
@@ -179,7 +179,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     "pod-service-cidr-overlap",
     "The pod CIDR overlaps the Service CIDR",
     "error",
-    needs=("kube-proxy-config",),
+    needs=("whole-rules", "kube-proxy-config"),
     uses=("addresses", "iptables", "ipsets", "ipvs", "nft", "proxy-mode", "services"),
     symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
     "address, or is not masqueraded, depending on the node.",

@@ -333,7 +333,16 @@ def _progress(message: str) -> None:
     default=None,
     help="Where the host's root is mounted (default: /host when present, else /).",
 )
-@click.option("--service", "service", help="Focus on one Service (NS/NAME): trace each of its ports.")
+@click.option(
+    "--service",
+    "service",
+    help="Focus on one Service (NS/NAME): read only the rules its packets can meet, judge it, trace each of its ports.",
+)
+@click.option(
+    "--all-rules",
+    is_flag=True,
+    help="With --service: read every rule as without it (the whole dump; slow on a big nf_tables node).",
+)
 @click.option("--trace", "trace_to", help="Also trace a packet to DST:PORT[/PROTO] from a pod and an external client.")
 @click.option(
     "--preflight",
@@ -354,6 +363,7 @@ def _progress(message: str) -> None:
 def node(
     host_root,
     service,
+    all_rules,
     trace_to,
     preflight,
     quiet,
@@ -374,6 +384,8 @@ def node(
         check_focus(service, trace_to)  # before minutes of collection
     except ValueError as exc:
         raise _fail(str(exc), exitcodes.USAGE) from None
+    if all_rules and not service:
+        raise _fail("--all-rules goes with --service NS/NAME (without it every rule is read anyway)", exitcodes.USAGE)
     report = diagnose_node(
         host_root,
         service=service,
@@ -385,6 +397,7 @@ def node(
         select=select,
         ignore=ignore,
         progress=None if quiet else _progress,
+        all_rules=all_rules,
     )
     _emit_report(report, output, fail_on, verbose)
 

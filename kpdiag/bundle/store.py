@@ -114,6 +114,11 @@ def manifest_problems(data: dict) -> list[tuple[str, str]]:
         isinstance(client, dict) and isinstance(client.get("namespace"), str) and isinstance(client.get("pod"), str)
     ):
         out.append(("client", "client is not {namespace, pod} strings"))
+    partial = data.get("partial")
+    if partial is not None and not (
+        isinstance(partial, dict) and isinstance(partial.get("service"), str) and _ns_name(partial["service"])
+    ):
+        out.append(("partial", "partial is not an object naming its service (NAMESPACE/NAME)"))
     redacted = data.get("redacted")
     if redacted is not None and not isinstance(redacted, (bool, dict)):
         out.append(("redacted", f"redacted is {json_type(redacted)}, not true/false or an object"))

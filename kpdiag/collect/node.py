@@ -138,6 +138,7 @@ class NodeCollector:
         self.progress = progress or (lambda msg: None)
         self.out = Collected()
         self._kp: KubeProxyProcess | None = None  # find_kube_proxy, once per collection
+        self.partial: dict = {}  # a focused collection's manifest "partial" (kpdiag/collect/focused.py)
 
     # ------------------------------------------------------------------ helpers
     def _err(self, source: str, error: str) -> None:
@@ -241,8 +242,21 @@ class NodeCollector:
                 out.append((src.path, lambda src=src: self._recipe(src)))
         return out
 
-    def collect(self) -> Collected:
-        for name, step in self.steps():
+    RULE_STEPS = ("iptables", "nft", "ipvs", "ipset")  # the steps that read the rules
+
+    def ipset(self) -> None:
+        """The ipset step on its own (its recipe: ``ipset save`` when ip_set is in the kernel)."""
+        self._recipe(sources.IPSET)
+
+    def collect(self, rules=None) -> Collected:
+        """Every source; ``rules(self)``, when given, reads the rules instead of RULE_STEPS (kpdiag/collect/focused.py:
+        one Service's rules; it sets ``self.partial``, the manifest's ``partial``)."""
+        steps = self.steps()
+        if rules is not None:
+            skip = set(self.RULE_STEPS) | {sources.IPSET.path}
+            steps = [(name, step) for name, step in steps if name not in skip]
+            steps.append(("rules", lambda: rules(self)))
+        for name, step in steps:
             try:
                 step()
             except Exception as exc:  # a collector bug must not stop the others
@@ -1373,8 +1387,11 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
     return list(out_links.values()), routes
 
 
-def collect_node(host_root: str | None = None, progress=None) -> tuple[dict[str, bytes], dict]:
-    """Collect this node: (files, manifest)."""
+def collect_node(host_root: str | None = None, progress=None, rules=None) -> tuple[dict[str, bytes], dict]:
+    """Collect this node: (files, manifest); ``rules``: see :meth:`NodeCollector.collect` (a partial bundle)."""
     c = NodeCollector(host_root=host_root, progress=progress)
-    out = c.collect()
-    return out.files, out.manifest(socket.gethostname())
+    out = c.collect(rules)
+    manifest = out.manifest(socket.gethostname())
+    if c.partial:
+        manifest["partial"] = c.partial
+    return out.files, manifest

@@ -89,14 +89,26 @@ def _not_a_node(state: NodeState) -> str | None:
     )
 
 
+def _service_of(finding) -> str | None:
+    """The Service (NS/NAME) a finding is about, from its data (``service``: NS/NAME or NS/NAME:PORT), or None."""
+    svc = (finding.data or {}).get("service")
+    return svc.split(":", 1)[0] if isinstance(svc, str) and svc else None
+
+
 def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = None) -> Report:
     registry = load_registry()
     chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "node"]
     findings, runs = run_checks(state, chosen)
+    partial = state.partial
+    if partial and state.focus:  # only this Service's rules were read: what the checks say of others is not judged
+        about = "/".join(state.focus)
+        findings = [f for f in findings if _service_of(f) in (None, about)]
     problems = [p.to_dict() for p in state.problems]
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     readable = _anything_readable(state) or bool(findings)
     extra = {}
+    if partial:
+        extra["partial"] = {k: partial[k] for k in ("service", "mode", "holds") if k in partial}
     not_a_node = _not_a_node(state)
     if not_a_node:  # first, and exit 3: nothing to diagnose here, and nothing to change on this host
         extra["headline"] = not_a_node

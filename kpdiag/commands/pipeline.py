@@ -42,15 +42,23 @@ def diagnose_node(
     select=(),
     ignore=(),
     progress=None,
+    all_rules: bool = False,
 ) -> Report:
     """`kpdiag node`: collect this node (read-only), with the API's Services and EndpointSlices when it can, then the
-    same analysis as an offline bundle; ``service``/``trace_to`` add traces (kpdiag.commands.focus). ValueError: a bad focus."""
+    same analysis as an offline bundle; ``service``/``trace_to`` add traces (kpdiag.commands.focus). With ``service``
+    only the rules that Service's packets can meet are read (a partial bundle, kpdiag/collect/focused.py) unless
+    ``all_rules`` or ``preflight``. ValueError: a bad focus."""
     import json
 
     from kpdiag.collect.node import collect_node
     from kpdiag.commands.focus import focus_report
 
-    files, manifest = collect_node(host_root=host_root, progress=progress)
+    rules = None
+    if service and not all_rules and not preflight:
+        from kpdiag.collect.focused import focused_rules
+
+        rules = focused_rules(service)
+    files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)
     if use_api and not preflight:
         from kpdiag.commands.nodeapi import api_files
 

@@ -253,15 +253,21 @@ def collect_service(
         dns_thread.start()
     # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
     try:
+        from kpdiag.collect.focused import ChainLister, NotFocused, focused_rules
         from kpdiag.collect.node import NodeCollector
 
         nc = NodeCollector(host_root=host_root, progress=progress)
-        nc.iptables()
-        rules = nc.out.files.get(sources.IPTABLES_SAVE, b"")
-        if b"KUBE-SERVICES" in rules:
-            nc.collect()
+        try:  # one chain, not the whole dump (a minute on a big nf_tables node): are kube-proxy's rules visible here?
+            ChainLister(nc, "iptables")("nat", "KUBE-SERVICES")
+            visible = True
+        except NotFocused:
+            visible = False
+        if visible:
+            nc.collect(rules=focused_rules(f"{namespace}/{name}"))  # only the rules this Service's packets can meet
             files.update(nc.out.files)
             errors.extend(nc.out.errors)
+            if nc.partial:
+                manifest["partial"] = nc.partial
         else:
             errors.append(
                 {

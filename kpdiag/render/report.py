@@ -216,6 +216,13 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     if bits:
         out.extend(_wrap("; ".join(bits), width, "  ", "    "))
     out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    partial = report.extra.get("partial")
+    if isinstance(partial, dict) and partial.get("service"):
+        line = (
+            f"partial: only the rules {term(partial['service'])}'s packets can meet were read "
+            f"({', '.join(term(k) for k in partial.get('holds') or {})}); checks that judge every rule are skipped"
+        )
+        out.extend(_wrap(line, width, "  ", "    "))
     who = report.extra.get("client")
     if isinstance(who, dict) and who.get("how"):
         name = f"{who['namespace']}/{who['pod']}" if who.get("pod") else who.get("ip")

@@ -40,6 +40,7 @@ class Input:
     grants: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     present: Callable | None = None
+    absent: str = ""  # the skip reason when it is not there, when "needs WHAT, which is missing" would mislead
 
 
 def _catalogue(*inputs: Input) -> dict[str, Input]:
@@ -255,6 +256,14 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     # ---- the run mode
     Input("focus", "the Service being diagnosed (kpdiag svc, --service), if any", ("focus",)),
     Input("preflight", "the proxy mode asked about with --preflight, if any", ("preflight",)),
+    Input(
+        "whole-rules",
+        "every rule of the node, not a partial bundle (kpdiag node --service reads only one Service's rules)",
+        ("partial",),
+        present=lambda s: None if s.partial else True,
+        absent="a partial bundle: only one Service's rules were read (kpdiag node --service; manifest: partial), "
+        "and this check judges all of them",
+    ),
 )
 
 
@@ -305,7 +314,9 @@ def missing(state, scope: str, name: str) -> str | None:
         return f"unknown input {name}"
     if inp.present is None:
         return None
-    return f"needs {inp.what}, which is missing or unreadable" if inp.present(state) is None else None
+    if inp.present(state) is not None:
+        return None
+    return inp.absent or f"needs {inp.what}, which is missing or unreadable"
 
 
 class _View:

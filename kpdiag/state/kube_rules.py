@@ -63,12 +63,15 @@ def _strip(comment: str) -> str:
     return comment
 
 
-def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
-    """Every service port kube-proxy programmed, by ``ns/svc:port`` name (ClusterIP entries)."""
+def programmed_ports(rs: Ruleset, only: str | None = None) -> dict[str, ProgrammedPort]:
+    """Every service port kube-proxy programmed, by ``ns/svc:port`` name (ClusterIP entries); ``only`` (NS/NAME):
+    that Service's ports alone (a partial bundle holds no other Service's chains)."""
     out: dict[str, ProgrammedPort] = {}
     services = rs.chain("nat", "KUBE-SERVICES")
     if services is not None:
         for pos, text in enumerate(services.lines):
+            if only is not None and only not in text:
+                continue
             c = _comment(text) or ""
             target = _field(_TARGET, text)
             if not c.endswith(" cluster IP") or not target or not target.startswith(("KUBE-SVC-", "KUBE-SVL-")):
@@ -102,6 +105,8 @@ def programmed_ports(rs: Ruleset) -> dict[str, ProgrammedPort]:
     filt = rs.chain("filter", "KUBE-SERVICES")
     if filt is not None:
         for pos, text in enumerate(filt.lines):
+            if only is not None and only not in text:
+                continue
             c = _comment(text) or ""
             local = c.endswith(" has no local endpoints")  # internalTrafficPolicy: Local, none on this node
             if (local or c.endswith(" has no endpoints")) and _field(_TARGET, text) in ("REJECT", "DROP"):

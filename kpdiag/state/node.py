@@ -123,8 +123,23 @@ class NodeState(_NodeFiles):
 
     def __init__(self, bundle: Bundle, *, focus: tuple[str, str] | None = None, preflight: str | None = None):
         self.bundle = bundle
-        self._focus = focus
+        self._focus = focus or self._partial_focus()
         self._preflight = preflight
+
+    def _partial_focus(self) -> tuple[str, str] | None:
+        """A partial bundle (``kpdiag node --service``: only the rules one Service can meet) is about that Service."""
+        svc = (self.partial or {}).get("service")
+        if isinstance(svc, str) and "/" in svc:
+            ns, name = svc.split("/", 1)
+            return ns, name
+        return None
+
+    @property
+    def partial(self) -> dict | None:
+        """The manifest's ``partial`` (kpdiag/collect/focused.py): the rules were read for one Service only —
+        ``{"service": NS/NAME, "mode", "holds": {source: what it holds}, "chains"}`` — or None (the whole rules)."""
+        doc = (self.bundle.manifest or {}).get("partial")
+        return doc if isinstance(doc, dict) and doc else None
 
     # the run mode: an input of the run, fixed when the state is made (checks read it, nothing sets it later)
     @property
@@ -249,6 +264,9 @@ class NodeState(_NodeFiles):
             why = dp.signs(self)
             if why:
                 found[dp.name] = why
+        part = self.partial
+        if part and isinstance(part.get("mode"), str) and part["mode"] not in found:
+            found[part["mode"]] = f"the focused collection read {part['mode']} mode's rules (manifest: partial)"
         self.__dict__["_modes"] = found
         return dict(found)
 
@@ -294,7 +312,13 @@ class NodeState(_NodeFiles):
             else:
                 from kpdiag.state.kube_rules import programmed_ports
 
-                cache[which] = programmed_ports(rs)
+                if self.partial and self.focus:  # the other Services' chains were not read: not judged
+                    svc = "/".join(self.focus)
+                    ports = programmed_ports(rs, only=svc)
+                    ports = {k: p for k, p in ports.items() if k == svc or k.startswith(svc + ":")}
+                else:
+                    ports = programmed_ports(rs)
+                cache[which] = ports
         return cache[which]
 
     @property

@@ -53,7 +53,12 @@ BAD = {
         ["trace", "--dst", "nonsense", "--src", "1.1.1.1"],
         ["trace", "--rules", "a", "--bundle", "b", "--dst", "2.2.2.2:80", "--src", "1.1.1.1"],
     ],
-    "node": [["node", "--service", "web"], ["node", "--trace", "10.0.0.1"], ["node", "--select", "KP9999"]],
+    "node": [
+        ["node", "--service", "web"],
+        ["node", "--trace", "10.0.0.1"],
+        ["node", "--select", "KP9999"],
+        ["node", "--all-rules"],
+    ],
     "analyze": [["analyze"], ["analyze", os.path.join(FIXTURES, "ip-forward-off"), "--ignore", "nosuchcheck"]],
     "svc": [
         ["svc", "Web_1"],

@@ -41,7 +41,8 @@ def test_node_live_then_collect_and_analyze_agree(lab, tmp_path):
         input="table inet hostfw { chain input { type filter hook input priority 10; tcp dport 22 accept; }; }\n",
     )
 
-    live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--service", "shop/web")
+    # --all-rules: the whole dump, as `collect` takes it (a focused run's partial bundle: test_focused_differential.py)
+    live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--service", "shop/web", "--all-rules")
     assert live.returncode == 1, live.stderr  # errors found
     report = json.loads(live.stdout)
     ids = {f["id"] for f in report["findings"]}

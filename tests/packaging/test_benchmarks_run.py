@@ -67,3 +67,14 @@ def test_bench_node_api_runs(tmp_path):
     _run(tmp_path, "benchmarks/bench_node_api.py", "--services", "40")
     (row,) = json.load(open(tmp_path / "node_api.json"))["rows"]
     assert row["services"] == 40 and row["api_checks_ran"] == ["KP105", "KP202", "KP203"]  # the API really was compared
+
+
+def test_bench_focused_runs(tmp_path):
+    from tests.conftest import lab_or_skip
+
+    lab_or_skip()  # a network namespace and kube-proxy's rules loaded in it
+    _run(tmp_path, "benchmarks/bench_focused.py", "--services", "40", "--runs", "1")
+    (row,) = json.load(open(tmp_path / "focused.json"))["rows"]
+    # the focused run is partial, skips the checks that judge every rule, and agrees with the whole dump
+    assert row["partial"] == row["service"] and row["service_findings_identical"] and row["traces_identical"]
+    assert row["traces"] == 2 and "KP205" in row["skipped_as_partial"]

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Benchmark: `kpdiag node --service NS/NAME` (a focused read) against the whole dump, on a node with N Services.
+
+    sudo python3 benchmarks/bench_focused.py [--services 10000] [--endpoints 5] [--runs 3] [--main /work/main]
+
+A network namespace gets kube-proxy's iptables rules for N Services (tests.synth, loaded with iptables-restore, on the
+nf_tables backend of this host's iptables). Measured in the same run, in that namespace:
+  - `iptables-save` (the whole dump a full run waits for);
+  - `kpdiag node --service NS/NAME --all-rules` (before: the full collection, then the Service's traces);
+  - `kpdiag node --service NS/NAME` (after: only the chains that Service's packets can meet);
+  - with --main DIR, also a plain `kpdiag node` of this tree and of the tree at DIR (full runs must not regress).
+Both --service runs are compared: the Service's findings and its traces (rule file lines aside) must be identical.
+No API (--no-api): the rules are what is slow. Results go to benchmarks/out/focused.json (or $KPDIAG_BENCH_OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")
+sys.path.insert(0, ROOT)
+
+from tests.synth import iptables_ruleset, many_services  # noqa: E402
+
+# bytecode is written once and used by every run (as an installed kpdiag has it): no run pays for compiling
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LC_ALL": "C",
+}
+
+
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of the last command and its children, by command
+
+
+def _wall(argv, stdout=subprocess.DEVNULL, env=None) -> float:
+    """Wall seconds of ``argv``; its CPU seconds (and its children's) are kept in CPU["last"] (a loaded machine
+    stretches the wall time, not the CPU time)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, env=env or ENV)
+    elapsed = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(argv[:8])} failed ({proc.returncode}): {proc.stderr.decode()[-300:]}")
+    return elapsed
+
+
+def _service_of(f) -> str | None:
+    svc = (f.get("data") or {}).get("service")
+    if isinstance(svc, str) and svc:
+        return svc.split(":")[0]
+    subject = f.get("subject") or ""
+    return subject.split(":")[0] if "/" in subject and " " not in subject else None
+
+
+def _strip(obj):
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if k not in ("source", "sources")}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    if isinstance(obj, str):
+        return re.sub(r"node/ip6?tables-save\.txt:\d+", "RULES:LINE", obj)
+    return obj
+
+
+def _kpdiag(ns: str, out: str, *args: str, pythonpath: str | None = None) -> float:
+    # another tree: its bytecode is not written there (PYTHONDONTWRITEBYTECODE): it is not this benchmark's to change
+    env = ENV | ({"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"} if pythonpath else {})
+    argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "kpdiag", "node", "--no-api", "--host-root", "/"]
+    argv += ["-o", "json", "--fail-on", "never", "-q", *args]
+    with open(out, "w") as fh:
+        return _wall(argv, stdout=fh, env=env)
+
+
+def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
+    services = many_services(n, endpoints)
+    target = services[len(services) // 2]
+    svc = f"{target.namespace}/{target.name}"
+    row: dict = {"services": n, "endpoints_per_service": endpoints, "service": svc}
+    ns = "kpfoc" + uuid.uuid4().hex[:6]
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    tmp = tempfile.mkdtemp(prefix="kpdiag-bench-")
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        rules = os.path.join(tmp, "rules.txt")
+        with open(rules, "w") as fh:
+            fh.write(iptables_ruleset(services))
+        t = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-restore", rules], check=True, env=ENV)
+        row["load_s"] = round(time.perf_counter() - t, 1)
+        row["iptables"] = subprocess.run(["iptables", "--version"], capture_output=True, text=True).stdout.strip()
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "kpdiag"), os.path.join(ROOT, "checks")],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+        )
+        row["load_average_before"] = os.getloadavg()[0]
+        row["iptables_save_s"] = round(_wall(["ip", "netns", "exec", ns, "iptables-save"]), 2)
+        row["iptables_save_cpu_s"] = round(CPU["last"], 2)
+        full_json, focus_json = os.path.join(tmp, "full.json"), os.path.join(tmp, "focused.json")
+        row["node_service_all_rules_s"] = round(_kpdiag(ns, full_json, "--service", svc, "--all-rules"), 2)
+        row["node_service_all_rules_cpu_s"] = round(CPU["last"], 2)
+        focused, cpu = [], []
+        for _ in range(runs):
+            focused.append(_kpdiag(ns, focus_json, "--service", svc))
+            cpu.append(CPU["last"])
+        row["node_service_focused_s"] = round(min(focused), 2)
+        row["node_service_focused_runs_s"] = [round(x, 2) for x in focused]
+        row["node_service_focused_cpu_s"] = round(min(cpu), 2)
+        full, part = json.load(open(full_json)), json.load(open(focus_json))
+        mine = lambda r: sorted((f["id"], f["subject"], f["summary"]) for f in r["findings"] if _service_of(f) == svc)  # noqa: E731
+        row["service_findings_identical"] = mine(full) == mine(part)
+        row["service_findings"] = [f[0] for f in mine(part)]
+        row["traces"] = len(part["extra"]["traces"])
+        row["traces_identical"] = _strip(full["extra"]["traces"]) == _strip(part["extra"]["traces"])
+        row["partial"] = part["extra"].get("partial", {}).get("service")
+        row["skipped_as_partial"] = sorted(
+            c["id"] for c in part["checks"] if c["status"] == "skipped" and "partial bundle" in (c["reason"] or "")
+        )
+        if main_tree:
+            row["node_full_s"] = round(_kpdiag(ns, os.path.join(tmp, "node.json")), 2)
+            row["node_full_cpu_s"] = round(CPU["last"], 2)
+            row["node_full_main_s"] = round(_kpdiag(ns, os.path.join(tmp, "main.json"), pythonpath=main_tree), 2)
+            row["node_full_main_cpu_s"] = round(CPU["last"], 2)
+        row["load_average_after"] = os.getloadavg()[0]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
+        shutil.rmtree(tmp, ignore_errors=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--services", type=int, nargs="+", default=[10000])
+    ap.add_argument("--endpoints", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3, help="focused runs (the best is kept; each is listed)")
+    ap.add_argument("--main", help="also time a plain `kpdiag node` of this tree and of the kpdiag tree at this path")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (network namespaces)", file=sys.stderr)
+        return 2
+    rows = [bench(n, args.endpoints, args.runs, args.main) for n in args.services]
+    for r in rows:
+        print(json.dumps(r))
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "focused.json"), "w") as fh:
+        json.dump({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
