@@ -138,7 +138,7 @@ class NodeCollector:
         self.progress = progress or (lambda msg: None)
         self.out = Collected()
         self._kp: KubeProxyProcess | None = None  # find_kube_proxy, once per collection
-        self.partial: dict = {}  # a focused collection's manifest "partial" (kpdiag/collect/focused.py)
+        self.partial: dict = {}  # a focused collection's manifest "partial" (kpdiag/collect/service_rules.py)
 
     # ------------------------------------------------------------------ helpers
     def _err(self, source: str, error: str) -> None:
@@ -249,7 +249,7 @@ class NodeCollector:
         self._recipe(sources.IPSET)
 
     def collect(self, rules=None) -> Collected:
-        """Every source; ``rules(self)``, when given, reads the rules instead of RULE_STEPS (kpdiag/collect/focused.py:
+        """Every source; ``rules(self)``, when given, reads the rules instead of RULE_STEPS (kpdiag/collect/service_rules.py:
         one Service's rules; it sets ``self.partial``, the manifest's ``partial``)."""
         steps = self.steps()
         if rules is not None:

@@ -46,7 +46,7 @@ def diagnose_node(
 ) -> Report:
     """`kpdiag node`: collect this node (read-only), with the API's Services and EndpointSlices when it can, then the
     same analysis as an offline bundle; ``service``/``trace_to`` add traces (kpdiag.commands.focus). With ``service``
-    only the rules that Service's packets can meet are read (a partial bundle, kpdiag/collect/focused.py) unless
+    only the rules that Service's packets can meet are read (a partial bundle, kpdiag/collect/service_rules.py) unless
     ``all_rules`` or ``preflight``. ValueError: a bad focus."""
     import json
 
@@ -55,7 +55,7 @@ def diagnose_node(
 
     rules = None
     if service and not all_rules and not preflight:
-        from kpdiag.collect.focused import focused_rules
+        from kpdiag.collect.service_rules import focused_rules
 
         rules = focused_rules(service)
     files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)

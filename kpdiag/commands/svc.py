@@ -253,7 +253,7 @@ def collect_service(
         dns_thread.start()
     # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
     try:
-        from kpdiag.collect.focused import ChainLister, NotFocused, focused_rules
+        from kpdiag.collect.service_rules import ChainLister, NotFocused, focused_rules
         from kpdiag.collect.node import NodeCollector
 
         nc = NodeCollector(host_root=host_root, progress=progress)

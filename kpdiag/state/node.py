@@ -136,7 +136,7 @@ class NodeState(_NodeFiles):
 
     @property
     def partial(self) -> dict | None:
-        """The manifest's ``partial`` (kpdiag/collect/focused.py): the rules were read for one Service only —
+        """The manifest's ``partial`` (kpdiag/collect/service_rules.py): the rules were read for one Service only —
         ``{"service": NS/NAME, "mode", "holds": {source: what it holds}, "chains"}`` — or None (the whole rules)."""
         doc = (self.bundle.manifest or {}).get("partial")
         return doc if isinstance(doc, dict) and doc else None

@@ -1,7 +1,7 @@
 """Partial bundles (``kpdiag node --service``: only one Service's rules) over every check and every fixture.
 
 For each iptables-mode node fixture and each of its Services (the API's, and those in kube-proxy's rules), the
-focused read's walk (kpdiag/collect/focused.py ``chain_closure``) is run over the fixture's own rules — each chain
+focused read's walk (kpdiag/collect/service_rules.py ``chain_closure``) is run over the fixture's own rules — each chain
 listed as ``iptables -S`` prints it — and the result written as a partial bundle. ``kpdiag analyze`` of that bundle
 must judge the Service exactly as the whole bundle does (its findings, "missing" ones included), say nothing of any other
 Service (no "missing" port that simply was not read), and skip, with the reason, every check that judges all rules.
@@ -21,7 +21,7 @@ from tests.schemas import validator
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import Bundle, write_bundle
 from kpdiag.checkapi import load_registry
-from kpdiag.collect.focused import NotFocused, chain_closure, save_text
+from kpdiag.collect.service_rules import NotFocused, chain_closure, save_text
 from kpdiag.commands.pipeline import analyze_bundle
 from kpdiag.parse.iptables import parse_iptables_save
 from kpdiag.state.node import NodeState

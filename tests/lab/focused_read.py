@@ -3,7 +3,7 @@
     ip netns exec NS python -m tests.lab.focused_read NS/NAME
 
 {"focused": {path: text}, "partial": {...} | null, "errors": [...], "full": {path: text}} — the focused read through
-the collector (kpdiag/collect/focused.py, the same bounds as a live run), the whole dump through the collector's own
+the collector (kpdiag/collect/service_rules.py, the same bounds as a live run), the whole dump through the collector's own
 iptables step, both from this namespace's kernel."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from kpdiag.collect.focused import READERS, NotFocused
+from kpdiag.collect.service_rules import READERS, NotFocused
 from kpdiag.collect.node import NodeCollector
 
 

@@ -1,7 +1,7 @@
 """`kpdiag node --service`'s focused read against the whole dump, on the real kernel, over every fixture scenario.
 
 Each iptables-mode node fixture's rules are loaded into a namespace (iptables-restore); for each Service in its
-KUBE-SERVICES, kpdiag's focused read (iptables -S chain by chain, kpdiag/collect/focused.py) and the whole dump are taken
+KUBE-SERVICES, kpdiag's focused read (iptables -S chain by chain, kpdiag/collect/service_rules.py) and the whole dump are taken
 from that kernel, put into the fixture's bundle in place of its rules, and analysed: the Service's findings and the
 traces of its ports must be the same, and the partial bundle must never say anything the whole one does not.
 """
