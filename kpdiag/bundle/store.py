@@ -196,7 +196,13 @@ class Bundle:
         if fmt and fmt != FORMAT:
             self.problem(MANIFEST, f"format {fmt!r} is not {FORMAT!r}; reading it anyway")
         for err in data.get("errors", []) or []:
-            self.problem(err["source"], f"not collected: {err.get('error') or 'unknown reason'}")
+            why = err.get("error") or "unknown reason"
+            source = err["source"]
+            try:  # a note about a file that is there (what was left out of it, how it was read) is not a failure
+                there = isinstance(source, str) and self.exists(source)
+            except Exception:
+                there = False
+            self.problem(source, f"collected, with a note: {why}" if there else f"not collected: {why}")
 
     def service_focus(self) -> tuple[str, str] | None:
         """(namespace, name) when this is a ``kpdiag svc --save`` bundle of that Service, decided from its files — the

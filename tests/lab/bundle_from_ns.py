@@ -88,8 +88,8 @@ def bundle_from_ns(
         routes = json.loads(files[sources.IP_ROUTE])
         files[sources.IP_ROUTE] = json.dumps([r for r in routes if ":" not in str(r.get("dst", ""))], indent=1) + "\n"
     # the collector's note that iptables-nft's own tables were left out of nft-ruleset.json (their rules are in
-    # iptables-save.txt) is not a failure, but a bundle reader takes every manifest error for one ("not collected"):
-    # the lab's bundles keep the real failures only
+    # iptables-save.txt) is not a failure (a reader shows it as "collected, with a note"); the lab's bundles keep the
+    # real failures only, so that the fixtures' reports stay about the scenario
     errors = [e for e in errors if not (e["source"] == sources.NFT_RULESET and "left out" in e["error"])]
     files.update(extra or {})
     manifest = {
