@@ -72,6 +72,7 @@ def replacement(ctx, new):
         "pods",
         "processes",
         "proxy-mode",
+        "whole-rules",
     ),
     severities=("error",),
     symptom="New Services and endpoint changes never reach this node; if its rules were never written, no ClusterIP works "
@@ -149,9 +150,11 @@ def _left(ctx) -> str:
     """What kube-proxy's absence leaves: its rules, frozen, or none at all."""
     ports = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
     rules = ctx.inferred_modes()
+    # a partial bundle holds one Service's rules: its count is not the node's
+    counted = f"{ports} service ports" if not ctx.partial else f"{ports} service ports of {ctx.partial.get('service')}"
     if rules:
         return (
-            f"its {next(iter(rules))}-mode rules ({ports} service ports) are still in place and nothing updates them"
+            f"its {next(iter(rules))}-mode rules ({counted}) are still in place and nothing updates them"
             if ports
             else f"what it left ({'; '.join(rules.values())}) is not updated any more"
         )

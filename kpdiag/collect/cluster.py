@@ -550,8 +550,9 @@ def _bound_refresh(configuration, plugin: str, deadline: float | None) -> None:
 
 def _stop_children(before: set[int], command: str | None = None) -> None:
     """Stop the children started since ``before`` (a credential plugin the client started and still waits for) and
-    whatever they started in turn. With ``command``, only the children running that command (its name is argv[0], or
-    argv[1] under a script's interpreter): another thread's children (a node collector's commands) are left alone."""
+    whatever they started in turn. With ``command``, only the children running that command (its name is one of the
+    first words of the command line: argv[0], or a later one under a script's interpreter and its options): another
+    thread's children (a node collector's commands) are left alone."""
     import signal
 
     parents: dict[int, int] = {}
@@ -566,7 +567,7 @@ def _stop_children(before: set[int], command: str | None = None) -> None:
     doomed = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
     if command:
         name = os.path.basename(command)
-        doomed = {pid for pid in doomed if name in {os.path.basename(a) for a in _argv(pid)[:2]}}
+        doomed = {pid for pid in doomed if name in {os.path.basename(a) for a in _argv(pid)[:8]}}
     grown = True
     while grown:
         more = {pid for pid, ppid in parents.items() if ppid in doomed and pid not in doomed}

@@ -18,6 +18,7 @@ from urllib.parse import quote
 # ------------------------------------------------------------------ bounds (docs/api-access.md)
 MAX_BODY = 64 << 20  # bytes of one API answer (a List page of 500 big pods is a few MB)
 MAX_ERROR_BODY = 64 << 10  # bytes of an error answer's body (a Status object is a few hundred)
+ERROR_BODY_SECONDS = 10.0  # at most this long to read an error answer's body (never longer than the call's timeout)
 MAX_PAGES = 400  # pages of one paged List (500 objects a page: 200,000 objects)
 MAX_OBJECTS = 200_000  # objects of one paged List
 CHUNK = 256 << 10
@@ -181,15 +182,18 @@ class RawApi:
             resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=_request_timeout)
             if not 200 <= resp.status <= 299:
                 raw = resp.response
-                try:  # an error answer's body is a small Status object: read no more than that
-                    text = raw.read(MAX_ERROR_BODY)
+                # an error answer's body is a small Status object: read no more than that, and not past the call's
+                # read timeout (a body sent a byte at a time would otherwise hold the read for hours)
+                wait = _request_timeout[-1] if isinstance(_request_timeout, (tuple, list)) else _request_timeout
+                try:
+                    text = read_body(
+                        raw,
+                        time.monotonic() + min(float(wait or ERROR_BODY_SECONDS), ERROR_BODY_SECONDS),
+                        MAX_ERROR_BODY,
+                        truncate=True,
+                    )[:MAX_ERROR_BODY]
                 except Exception:
                     text = b""
-                finally:
-                    try:
-                        raw.close()
-                    except Exception:
-                        pass
                 exc = ApiException(status=resp.status, reason=resp.reason, body=text.decode("utf-8", "replace"))
                 exc.headers = raw.headers
                 raise exc

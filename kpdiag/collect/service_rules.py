@@ -11,7 +11,7 @@ it) or from a per-Service chain already entered. What it read is written in the 
 When a chain cannot be listed (the binary is missing, a listing fails or times out, a table is one iptables cannot
 show, too many chains) the whole dump is taken instead, as without ``--service``, and the manifest says why.
 
-One reader per proxy mode (:data:`READERS`). IPVS and nftables mode read their rules whole for now (their dumps are
+One reader per proxy mode (:func:`reader`, as the mode's dataplane class says). IPVS and nftables mode read their rules whole for now (their dumps are
 the netlink dump of IPVS and ``nft -j list``): :class:`WholeRules`.
 """
 
@@ -73,24 +73,54 @@ _JUMP = re.compile(r"\s-[jg]\s+(\S+)")
 PARALLEL = 8  # chain listings at a time (each is its own iptables process)
 
 
+def _opt(tokens: list[str], name: str) -> str | None:
+    for i, tok in enumerate(tokens[:-1]):
+        if tok == name:
+            return tokens[i + 1]
+    return None
+
+
 def _targets(lines: list[str], table: str, service: str, mine: bool) -> list[str]:
-    """The chains that ``lines`` (one chain's ``-S`` output) jump to and that the Service's packets can reach."""
+    """The chains that ``lines`` (one chain's ``-S`` output) jump to and that the Service's packets can reach.
+
+    Another Service's chain is left out only when its rule cannot match this Service's packets: a rule whose
+    destination is one of the addresses this Service's own rules in the chain match (``-d``), or that names no
+    destination, and whose port (``--dport``) is absent or one of this Service's, is followed too — a leftover rule of
+    a deleted Service, or an externalIPs hijack of this ClusterIP, takes the packets first."""
+    dests: set[str] = set()
+    ports: set[str] = set()
+    if not mine:
+        for line in lines:
+            if line.startswith("-A ") and service in line:
+                toks = _tokens(line)
+                if names_service(comment_of(toks), service):
+                    d, p = _opt(toks, "-d"), _opt(toks, "--dport")
+                    if d:
+                        dests.add(d)
+                    if p:
+                        ports.add(p)
     out = []
     for line in lines:
         if not line.startswith("-A "):
             continue
+        overlap = False
         if not mine and service not in line:  # fast path: most of KUBE-SERVICES is other Services' jumps
             m = _JUMP.search(line, line.rfind('"') + 1)  # after any quoted comment
             if m is None and "-j" not in line and "-g" not in line:
                 continue  # no jump at all
             if m is not None and m.group(1).startswith(PER_SERVICE):
-                continue  # another Service's chain: its comment cannot name this one
+                if " -d " in line and not any(f" -d {d} " in line for d in dests):
+                    continue  # another Service's chain, for another destination
+                overlap = True
         toks = _tokens(line)
         target = jump_of(toks)
         if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
             continue
         if target.startswith(PER_SERVICE) and not mine and not names_service(comment_of(toks), service):
-            continue  # another Service's chain
+            d, p = _opt(toks, "-d"), _opt(toks, "--dport")
+            overlap = (d is None or d in dests) and (p is None or not ports or p in ports)
+            if not overlap:
+                continue  # another Service's chain, which this Service's packets cannot meet
         out.append(target)
     return out
 
@@ -190,7 +220,7 @@ def netlink_tables() -> set[tuple[str, str]] | None:
     try:
         from pyroute2.nftables.main import NFTables
 
-        with NFTables() as nft:
+        with NFTables(nfgen_family=0) as nft:  # every family (the default asks for ip only)
             tables = nft.get_tables()
         return {
             (
@@ -324,11 +354,23 @@ class WholeRules:
 
 
 RULE_STEPS = NodeCollector.RULE_STEPS
-READERS = {
-    "iptables": lambda collector, service: IptablesFocused(collector, service),
-    "nftables": lambda collector, service: WholeRules(collector, service, "nftables"),
-    "ipvs": lambda collector, service: WholeRules(collector, service, "ipvs"),
-}
+
+
+def reader(mode: str, collector, service: str):
+    """The reader of ``mode``'s rules: one Service's where its dataplane class says it can (``reads_one_service``),
+    else the whole rules, as a full run reads them."""
+    from kpdiag.dataplane import get
+
+    if get(mode).reads_one_service:
+        return IptablesFocused(collector, service)
+    return WholeRules(collector, service, mode)
+
+
+def _kube_proxy_mode(mode: str | None) -> bool:
+    from kpdiag.dataplane import get
+
+    plane = get(mode)
+    return plane.known and plane.kube_proxy and plane.removed is None
 
 
 def detect_mode(collector) -> str:
@@ -339,7 +381,7 @@ def detect_mode(collector) -> str:
 
     state = NodeState(Bundle.from_files("node", dict(collector.out.files)))
     mode, how = state.proxy_mode
-    if mode in READERS and not how.endswith("(no mode set: the default)"):
+    if _kube_proxy_mode(mode) and not how.endswith("(no mode set: the default)"):
         return mode
     tables = netlink_tables() or set()
     if any(name == "kube-proxy" for _, name in tables):
@@ -350,7 +392,7 @@ def detect_mode(collector) -> str:
             return "ipvs"
         except NotFocused:
             pass
-    return mode if mode in READERS else "iptables"
+    return mode if _kube_proxy_mode(mode) else "iptables"
 
 
 def focused_rules(service: str):
@@ -362,9 +404,9 @@ def collect_focused(collector, service: str) -> None:
     """Read the rules ``service`` (NS/NAME) can meet into ``collector.out``; the manifest's ``partial`` is set on
     the collector (``collector.partial``) when the bundle does not hold the whole ruleset."""
     mode = detect_mode(collector)
-    reader = READERS[mode](collector, service)
+    rules = reader(mode, collector, service)
     try:
-        reader.collect()
+        rules.collect()
     except NotFocused as exc:
         collector._err(
             sources.IPTABLES_SAVE, f"focused read of {service}'s rules not possible ({exc}): the whole rules were read"
@@ -373,6 +415,6 @@ def collect_focused(collector, service: str) -> None:
             collector.out.files.pop("node/.nft-table", None)
             getattr(collector, step)()
         return
-    for step in reader.after:
+    for step in rules.after:
         getattr(collector, step)()
-    collector.partial = reader.partial
+    collector.partial = rules.partial

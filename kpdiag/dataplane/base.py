@@ -36,6 +36,7 @@ class Dataplane:
     cluster_ips_bound: bool = False  # ClusterIPs are addresses of the node (kube-ipvs0): they answer ping
     removed: str | None = None  # the Kubernetes release that removed this mode
     not_in_use: tuple[str, ...] = ()  # components (kpdiag/rootcause.py COMPONENTS) a node in this mode does not use
+    reads_one_service: bool = False  # `kpdiag node --service` can read only that Service's rules (else: all of them)
     preflight: bool = False  # `kpdiag node --preflight NAME` asks whether a host can run it (its checks: preflight=)
     trace_sources: tuple[str, ...] = ("iptables-save", "ip-addr", "ip-route", "sysctl")  # what a live trace reads
 

@@ -7,6 +7,7 @@ from kpdiag.dataplane.base import Dataplane, dataplane
 
 @dataplane
 class Iptables(Dataplane):
+    reads_one_service = True  # iptables -t TABLE -S CHAIN, chain by chain (kpdiag/collect/service_rules.py)
     name = "iptables"
     label = "kube-proxy (iptables mode)"
     order = 10

@@ -11,7 +11,8 @@ real kubernetes client meets a real API with one endpoint gone bad. Attacks (eac
 - ``pages(items, same_token)``: every page of a List says there is more (a new continue token each time, or the
   same one again);
 - ``answer(doc, status)``: this JSON (any type: a list where an object belongs, a string for items …);
-- ``endless_error(status)``: an error answer (403, 500 …) whose body never ends.
+- ``endless_error(status)``: an error answer (403, 500 …) whose body never ends;
+- ``trickle_error(status, interval)``: an error answer whose 64 KiB body comes one byte per ``interval``.
 
 A GET is matched by its path, any other request by ``METHOD PATH`` (``^POST /api/v1/namespaces/kpdiag/pods$``).
 
@@ -163,6 +164,23 @@ def endless_error(status: int = 403):
         deadline = time.monotonic() + 60  # a test's worth: the server stops on its own
         while not srv.stop.is_set() and time.monotonic() < deadline:
             h.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+
+    return attack
+
+
+def trickle_error(status: int = 500, interval: float = 0.5, length: int = 65536):
+    """An error answer that announces ``length`` bytes of body and sends one byte per ``interval``."""
+
+    def attack(h, srv):
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(length))
+        h.end_headers()
+        for _ in range(length):
+            if srv.stop.wait(interval):
+                return
+            h.wfile.write(b" ")
+            h.wfile.flush()
 
     return attack
 

@@ -376,3 +376,24 @@ def test_a_credential_plugin_that_hangs_when_run_again_to_refresh_the_token(tmp_
     assert took < bound, took
     time.sleep(0.2)
     assert not any(_alive(int(p)) for p in pids.read_text().split()), "the plugin (or its child) is still running"
+
+
+def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may_take():
+    """A 500 whose 64 KiB body comes one byte per half second: each byte beats the socket timeout, so a read of the
+    whole body would take nine hours. The body is read against the call's timeout; the refusal is raised at once."""
+    from kubernetes.client.exceptions import ApiException
+
+    from kpdiag.collect.cluster import api_client
+
+    with H.HostileApi(None, {r"^DELETE /api/v1/namespaces/kpdiag/pods/p$": H.trickle_error(500, 0.5)}) as bad:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            api, why = api_client(bad.kubeconfig(d))
+            assert api is not None, why
+            t0 = time.monotonic()
+            with pytest.raises(ApiException) as exc:
+                kubeapi.RawApi(api).delete_namespaced_pod("p", "kpdiag", _request_timeout=2)
+            took = time.monotonic() - t0
+    assert exc.value.status == 500
+    assert took < 2 + 3, took

@@ -208,3 +208,66 @@ def test_live_focused_then_fallback(lab):
     assert any(
         p["source"] == sources.IPTABLES_SAVE and "iptables-save exited 3" in p["error"] for p in report["problems"]
     )
+
+
+HIJACK = (
+    '-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "evil/mitm:http external IP" -m tcp --dport 80 '
+    "-j KUBE-EXT-EVILEVILEVILEVIL\n"
+)
+
+
+@pytest.mark.parametrize("comment", ["evil/mitm:http external IP", "shop/web-2:http cluster IP"])
+def test_another_services_rule_that_takes_this_services_packets_is_read(lab, comment):
+    """A rule of another Service (a leftover of a deleted one, an externalIPs hijack of this ClusterIP, a Service
+    named like this one's prefix) that matches this Service's address and port before its own rule takes its packets:
+    the focused read follows it, so the trace ends where the kernel sends the packet (not at this Service's pods)."""
+    d = os.path.join(FIXTURES, "healthy-iptables")
+    text = open(os.path.join(d, sources.IPTABLES_SAVE)).read()
+    own = '-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "shop/web:http cluster IP"'
+    assert own in text
+    evil = (
+        ":KUBE-EXT-EVILEVILEVILEVIL - [0:0]\n:KUBE-SEP-EVILEVILEVILEVIL - [0:0]\n"
+        '-A KUBE-EXT-EVILEVILEVILEVIL -m comment --comment "x" -j KUBE-SEP-EVILEVILEVILEVIL\n'
+        "-A KUBE-SEP-EVILEVILEVILEVIL -p tcp -m tcp -j DNAT --to-destination 10.244.6.6:80\n"
+    )
+    hijack = HIJACK.replace("evil/mitm:http external IP", comment)
+    text = text.replace("*nat\n", "*nat\n" + evil.split("-A ", 1)[0], 1)
+    text = text.replace(own, hijack + evil[evil.index("-A ") :] + own, 1)
+    lab.add_ns("node")
+    lab.sh("node", ["iptables-restore"], input=text)
+    base = _files(d)
+    manifest = json.loads(base.pop("kpdiag.json"))
+    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.focused_read", "shop/web"], check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert "KUBE-EXT-EVILEVILEVILEVIL" in got["focused"][sources.IPTABLES_SAVE]
+    full = _report({**base, **{k: v.encode() for k, v in got["full"].items()}}, manifest, "shop/web")
+    part = _report(
+        {**base, **{k: v.encode() for k, v in got["focused"].items()}},
+        {**manifest, "partial": got["partial"]},
+        "shop/web",
+    )
+    assert _strip_sources(part.extra["traces"]) == _strip_sources(full.extra["traces"])
+    dnats = {p["dnat"] for t in part.extra["traces"] for p in t["paths"] if p.get("dnat")}
+    assert dnats == {"10.244.6.6:80"}, dnats
+
+
+def test_ipv6_rules_and_a_host_firewalls_own_tables_are_read(lab):
+    """The focused read lists the tables of every family over netlink: ip6tables' chains and an inet table of a host
+    firewall are in the partial bundle as in the whole one."""
+    d = os.path.join(FIXTURES, "healthy-iptables")
+    lab.add_ns("node")
+    lab.sh("node", ["iptables-restore"], input=open(os.path.join(d, sources.IPTABLES_SAVE)).read())
+    lab.sh(
+        "node",
+        ["ip6tables-restore"],
+        input="*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n",
+    )
+    lab.sh("node", ["nft", "add", "table", "inet", "hostfw"])
+    lab.sh("node", ["nft", "add", "chain", "inet", "hostfw", "input", "{ type filter hook input priority 0; }"])
+    lab.sh("node", ["nft", "add", "rule", "inet", "hostfw", "input", "tcp", "dport", "30080", "drop"])
+    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.focused_read", "shop/web"], check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert sources.IP6TABLES_SAVE in got["focused"] and "KUBE-SERVICES" in got["focused"][sources.IP6TABLES_SAVE]
+    assert '"hostfw"' in got["focused"][sources.NFT_RULESET] and "30080" in got["focused"][sources.NFT_RULESET]

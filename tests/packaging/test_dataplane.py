@@ -16,27 +16,63 @@ def _mode_names() -> set[str]:
 
 
 def mode_comparisons(source: str, path: str, names: set[str]) -> list[str]:
-    """Every comparison of something with a mode's name written as a string: ``x == "ipvs"``, ``x != "nftables"``,
-    ``x in ("iptables", "ipvs")`` (a substring test such as ``"iptables" in line`` is no comparison of a mode)."""
+    """Every choice made on a mode's name written as a string: ``x == "ipvs"``, ``x != "nftables"``,
+    ``x in ("iptables", "ipvs")`` (also against a module constant that holds a name: ``IPVS = "ipvs"; x == IPVS``),
+    ``x.startswith("ipvs")``, ``match x: case "nftables":``, and a table keyed by modes' names (``{"iptables": …, "ipvs": …}``;
+    one such key is a format's word: nft's ``{"nftables": [...]}``).
+    A substring test such as ``"iptables" in line`` is no choice of a mode."""
+    tree = ast.parse(source, path)
+    constants = {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in names
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
 
     def named(node) -> bool:
-        return isinstance(node, ast.Constant) and node.value in names
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, ast.Name) and node.id in constants
+
+    def modes(node) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(e) for e in node.elts)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("frozenset", "set"):
+            return any(modes(a) for a in node.args)
+        return named(node) and not isinstance(node, ast.Constant)  # `x in IPVS` (a constant holding a name)
 
     found = []
-    for node in ast.walk(ast.parse(source, path)):
-        if not isinstance(node, ast.Compare):
-            continue
-        left = node.left
-        for op, right in zip(node.ops, node.comparators):
-            if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and (named(left) or named(right)):
-                found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
-            elif (
-                isinstance(op, (ast.In, ast.NotIn))
-                and isinstance(right, (ast.Tuple, ast.List, ast.Set))
-                and any(named(e) for e in right.elts)
+
+    def hit(node) -> None:
+        found.append(f"{path}:{node.lineno}: {ast.unparse(node)[:120]}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            left = node.left
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and (named(left) or named(right)):
+                    hit(node)
+                elif isinstance(op, (ast.In, ast.NotIn)) and modes(right):
+                    hit(node)
+                left = right
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith")
+            and any(named(a) or modes(a) for a in node.args)
+        ):
+            hit(node)
+        elif isinstance(node, ast.match_case):
+            if any(
+                isinstance(p, ast.MatchValue) and named(p.value)
+                for p in ast.walk(node.pattern)
+                if isinstance(p, ast.MatchValue)
             ):
-                found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
-            left = right
+                found.append(f"{path}:{node.pattern.lineno}: case {ast.unparse(node.pattern)[:120]}")
+        elif isinstance(node, ast.Dict) and sum(1 for k in node.keys if k is not None and named(k)) >= 2:
+            if all(k is not None and isinstance(k, ast.Constant) for k in node.keys):
+                hit(node)
     return found
 
 
@@ -55,9 +91,11 @@ def _engine_files():
 def test_the_finder_finds_mode_comparisons():
     src = (
         'a = mode == "ipvs"\nb = "nftables" != m\nc = m in ("iptables", "x")\nd = "iptables" in line\ne = m == "auto"\n'
+        'IPVS = "ipvs"\nf = m == IPVS\ng = m.startswith("ipvs")\nh = {"iptables": 3, "ipvs": 4}.get(m)\n'
+        'match m:\n    case "nftables":\n        pass\ni = m in frozenset({"ipvs"})\nj = m in {"ipvs"}\n'
     )
     hits = mode_comparisons(src, "x.py", {"iptables", "ipvs", "nftables"})
-    assert [h.split(":")[1] for h in hits] == ["1", "2", "3"]
+    assert sorted({int(h.split(":")[1]) for h in hits}) == [1, 2, 3, 7, 8, 9, 11, 13, 14]
 
 
 def test_no_mode_is_compared_as_a_string_outside_the_dataplane_classes():
