@@ -479,13 +479,19 @@ class NodeCollector:
         self.out.files.pop("node/.nft-tables", None)
         if listing is None:
             return
-        items: list = []
-        skipped = []
+        tables = []
         for line in listing.decode("utf-8", "replace").splitlines():
             parts = line.split()
-            if len(parts) != 3 or parts[0] != "table":
-                continue
-            family, name = parts[1], parts[2]
+            if len(parts) == 3 and parts[0] == "table":
+                tables.append((parts[1], parts[2]))
+        self.nft_tables(tables)
+
+    def nft_tables(self, tables) -> None:
+        """``nft -j list table`` of each (family, name) that is not iptables-nft's own, merged into one ruleset; the
+        tables left out are named (their rules are in iptables-save.txt)."""
+        items: list = []
+        skipped = []
+        for family, name in tables:
             if (family, name) in self.IPTABLES_NFT_TABLES:
                 skipped.append(f"{family} {name}")
                 continue

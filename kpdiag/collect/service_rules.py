@@ -303,38 +303,12 @@ class IptablesFocused:
     def _other_nft_tables(self, nft_tables) -> None:
         """The nftables tables that are not iptables-nft's own (a host firewall the trace also runs), each listed by
         name: ``nft list tables`` would fetch the whole ruleset first."""
-        import json
-
-        from kpdiag.bundle.safeio import load_json
-
         c = self.c
         if nft_tables is None:
             c.nft()  # the legacy backend: nft's tables are not iptables' (as a full run reads them)
             return
         c._run(sources.NFT_VERSION, "nft", ["--version"])
-        items: list = []
-        skipped = []
-        for family, name in sorted(nft_tables):
-            if (family, name) in NodeCollector.IPTABLES_NFT_TABLES:
-                skipped.append(f"{family} {name}")
-                continue
-            data = c._run("node/.nft-table", "nft", ["-j", "list", "table", family, name], timeout=DUMP_TIMEOUT)
-            c.out.files.pop("node/.nft-table", None)
-            try:
-                doc = load_json(data) if data else {}
-            except ValueError:
-                c._err(sources.NFT_RULESET, f"nft -j list table {family} {name}: not JSON")
-                continue
-            for item in doc.get("nftables", []):
-                if "metainfo" in item and any("metainfo" in i for i in items):
-                    continue
-                items.append(item)
-        c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
-        if skipped:
-            c._err(
-                sources.NFT_RULESET,
-                f"iptables-nft's own tables ({', '.join(skipped)}) left out: {sources.IPTABLES_SAVE} has their rules",
-            )
+        c.nft_tables(sorted(nft_tables))
 
 
 class WholeRules:

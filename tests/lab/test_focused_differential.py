@@ -15,9 +15,10 @@ import sys
 
 import pytest
 
+from tests.checks.test_partial_bundles import SCOPED, _service  # which Service a finding is about
+
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import Bundle
-from kpdiag.checkapi import load_registry
 from kpdiag.commands.diagnose import analyze_state
 from kpdiag.commands.focus import focus_report
 from kpdiag.state.node import NodeState
@@ -73,22 +74,6 @@ def _files(d: str) -> dict[str, bytes]:
 
 def _finding_key(f) -> tuple:
     return (f.id, f.subject, f.summary)
-
-
-# checks that judge the Services in focus (the API's): on a focused run they look at that Service only
-SCOPED = {c.id for c in load_registry().checks if {"services", "focus"} & set((*c.needs, *c.uses))}
-
-
-def _service(f) -> str | None:
-    """The Service a finding is about: its data's, else — for a check that judges the Services in focus — a subject
-    NS/NAME[:PORT]; None for the node's findings (KP207 names the port it sampled, and is about the node)."""
-    svc = (f.data or {}).get("service")
-    if isinstance(svc, str) and svc:
-        return svc.split(":")[0]
-    subject = f.subject or ""
-    if f.id in SCOPED and "/" in subject and " " not in subject:
-        return subject.split(":")[0]
-    return None
 
 
 def _strip_sources(obj):
