@@ -304,7 +304,7 @@ class FleetRunner:
                 status = getattr(exc, "status", None)
                 if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
                     raise DeadlineExceeded(
-                        f"the API server {self.api.configuration.host} did not answer in the time left"
+                        f"the API server {self.api.configuration.host} did not answer in time (no time left)"
                     ) from exc
                 if not _transient(status) or attempt == retries - 1 or self._stop.is_set():
                     raise
@@ -701,7 +701,7 @@ class FleetRunner:
                     return
                 if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
                     raise DeadlineExceeded(
-                        f"the API server {self.api.configuration.host} did not answer in the time left"
+                        f"the API server {self.api.configuration.host} did not answer in time (no time left)"
                     ) from exc
                 if not _transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
                     raise
