@@ -118,7 +118,7 @@ def _targets(lines: list[str], table: str, service: str, mine: bool) -> list[str
             continue
         if target.startswith(PER_SERVICE) and not mine and not names_service(comment_of(toks), service):
             d, p = _opt(toks, "-d"), _opt(toks, "--dport")
-            overlap = (d is None or d in dests) and (p is None or not ports or p in ports)
+            overlap = (d is None or d in dests) and (p is None or p in ports)
             if not overlap:
                 continue  # another Service's chain, which this Service's packets cannot meet
         out.append(target)
