@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tests.checks.test_partial_bundles import SCOPED, _service  # which Service a finding is about
+# the iptables-mode node fixtures, and which Service a finding is about: as the partial-bundle test decides them
+from tests.checks.test_partial_bundles import FIXTURE_NAMES, FIXTURES, SCOPED, _service
 
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import Bundle
@@ -25,27 +26,8 @@ from kpdiag.state.node import NodeState
 
 pytestmark = pytest.mark.lab
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(ROOT, "fixtures")
 MAX_SERVICES = 4  # per fixture: the first ones in KUBE-SERVICES order
 _NAME = re.compile(r'--comment "?([^ :"]+/[^ :"]+)[: ]')
-
-
-def _iptables_fixtures() -> list[str]:
-    out = []
-    for name in sorted(os.listdir(FIXTURES)):
-        d = os.path.join(FIXTURES, name)
-        rules = os.path.join(d, sources.IPTABLES_SAVE)
-        if not os.path.isfile(rules) or "-A KUBE-SERVICES" not in open(rules).read():
-            continue
-        state = NodeState(Bundle.open(d))
-        if Bundle.open(d).service_focus() is not None or state.proxy_mode[0] != "iptables":
-            continue  # kpdiag svc bundles, and IPVS / nftables mode (their rules are read whole: nothing to compare)
-        out.append(name)
-    return out
-
-
-FIXTURE_NAMES = _iptables_fixtures()
 
 
 def _services(text: str) -> list[str]:
