@@ -36,7 +36,7 @@ def _services(text: str) -> list[str]:
     for line in text.splitlines():
         if line.startswith("*"):
             in_nat = line == "*nat"
-        if in_nat and line.startswith("-A KUBE-SERVICES ") and "-j KUBE-SVC-" in line or "-j KUBE-SVL-" in line:
+        if in_nat and line.startswith("-A KUBE-SERVICES ") and ("-j KUBE-SVC-" in line or "-j KUBE-SVL-" in line):
             m = _NAME.search(line)
             if m and m.group(1) not in seen:
                 seen.append(m.group(1))
