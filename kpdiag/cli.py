@@ -144,6 +144,11 @@ def cli(ctx):
     default=None,
     help="Live (no --rules/--nft/--bundle): where the host's root is mounted.",
 )
+@click.option(
+    "--all-rules",
+    is_flag=True,
+    help="Live: read the whole ruleset (iptables-save) instead of only the chains this packet can meet.",
+)
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
 def trace(
@@ -161,12 +166,15 @@ def trace(
     local_ips,
     iif,
     host_root,
+    all_rules,
     output,
     verbose,
 ):
     """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability.
 
-    Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only).
+    Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only): in
+    iptables mode only the chains a packet to --dst can meet, unless --all-rules (the whole dump when that is not
+    possible, saying why).
     Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable
     or not traced to the end (the trace's work budget; the notes say why).
     """
@@ -190,6 +198,8 @@ def trace(
         dport = dst_port
     family = 6 if ":" in dst else 4
     live = not (rules or bundle or nft_file)
+    if all_rules and not live:
+        raise _fail("--all-rules is for a live trace (--rules, --nft and --bundle are read whole)", exitcodes.USAGE)
     # every argument is judged before anything is read: a typo costs no collection of the live node
     if src is None and origin != "node":
         raise _fail("--src is needed unless --from node", exitcodes.USAGE)
@@ -217,9 +227,15 @@ def trace(
             live=live,
             host_root=host_root,
             progress=_progress,
+            dest=_trace_focus(dst, dport, proto, mode) if live and not all_rules else None,
         )
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
+    if setup.read:
+        chains = sum(len(c) for t in setup.read["chains"].values() for c in t.values())
+        _say(
+            f"read only the {chains} chains a packet to {setup.read['destination']} can meet (--all-rules: every rule)"
+        )
     if src is None:
         if origin != "node":
             raise _fail("--src is needed unless --from node", exitcodes.USAGE)
@@ -238,6 +254,18 @@ def trace(
     render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
     click.echo(render(result), nl=False)
     raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
+
+
+def _trace_focus(dst: str, dport: int | None, proto: str, mode: str):
+    """The destination a live trace reads the rules of (kpdiag/collect/dest_rules.py), or None: --mode names a mode
+    whose rules are read whole."""
+    from .dataplane import get
+
+    if mode != "auto" and not get(mode).reads_one_service:
+        return None
+    from .collect.dest_rules import Destination
+
+    return Destination(dst, dport, proto)
 
 
 def _report_options(fn):

@@ -9,12 +9,16 @@ from ..errors import InputError
 from kpdiag.bundle import sources
 
 
+FOCUS_FALLBACK = "focused read of the rules"  # how kpdiag/collect/dest_rules.py's fallback reason begins
+
+
 @dataclass
 class TraceSetup:
     tracer: object
     mode: str
     problems: list[Problem] = field(default_factory=list)
     state: object = None  # the NodeState of a bundle or a live node (for notes: the service CIDR, the API objects)
+    read: dict | None = None  # a live trace's focused read: what it holds (kpdiag/collect/dest_rules.py)
 
 
 def split_dst(text: str) -> tuple[str, int | None]:
@@ -131,25 +135,35 @@ def explain_unmatched(result, setup: TraceSetup):
     return result if note is None else replace(result, notes=tuple(result.notes) + (note,))
 
 
-def live_state(host_root: str | None = None, progress=None):
+def live_state(host_root: str | None = None, progress=None, dest=None) -> tuple[object, dict | None]:
     """This node's state as a trace needs it, collected read-only with kpdiag's node collector: kernel, sysctls,
-    addresses and routes, iptables/nftables rules, IPVS, ipsets and kube-proxy's /proxyMode (no conntrack, no logs)."""
+    addresses and routes, iptables/nftables rules, IPVS, ipsets and kube-proxy's /proxyMode (no conntrack, no logs).
+    (NodeState, what the focused read holds or None). ``dest`` (a kpdiag.collect.dest_rules.Destination): only the
+    rules a packet to it can meet are read (the whole rules when that is not possible: a problem of iptables-save
+    says why)."""
     import json
     import socket
 
     from ..collect.node import NodeCollector
     from kpdiag.state.node import NodeState
 
+    rules = None
+    if dest is not None:
+        from ..collect.dest_rules import focused_on
+
+        rules = focused_on(dest)
+
     steps = ("kernel", "sysctls", "links", "iptables", "nft", "ipvs", "kube_proxy_http")
     wanted = [
         s for s in sources.node_sources() if isinstance(s.collect, sources.Method) and s.collect.names[0] in steps
     ]
     c = NodeCollector(host_root=host_root, progress=progress, only=wanted + [sources.MODULES_BUILTIN, sources.IPSET])
-    c.collect()
+    c.collect(rules=rules)
     files = dict(c.out.files)
     manifest = c.out.manifest(socket.gethostname())
     files["kpdiag.json"] = json.dumps(manifest).encode()
-    return NodeState(Bundle.from_files(manifest["node"] or "node", files))
+    # c.partial is not the manifest's "partial": that one names a Service whose findings are judged
+    return NodeState(Bundle.from_files(manifest["node"] or "node", files)), c.partial or None
 
 
 def _read_file(path: str) -> bytes:
@@ -204,9 +218,11 @@ def setup_trace(
     live: bool = False,
     host_root: str | None = None,
     progress=None,
+    dest=None,
 ) -> TraceSetup:
     """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset), ``--bundle``, or
-    ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart)."""
+    ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart). ``dest``
+    (live only): read only the rules a packet to that destination can meet (kpdiag/collect/dest_rules.py)."""
     from ..parse.iptables import parse_iptables_save
     from .netfilter import IptablesTracer
     from .routing import RoutingTable
@@ -242,7 +258,11 @@ def setup_trace(
     elif bundle or live:
         from kpdiag.state.node import NodeState
 
-        state = live_state(host_root, progress) if live else NodeState(Bundle.open(bundle))
+        read = None
+        if live:
+            state, read = live_state(host_root, progress, dest)
+        else:
+            state = NodeState(Bundle.open(bundle))
         bundle = bundle or f"this node ({state.node_name or 'live'})"
         from kpdiag.dataplane import get
 
@@ -263,8 +283,12 @@ def setup_trace(
             _with_nft_tables(tracer, state)
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
-            problems = [p for p in problems if any(n in p.source for n in dp.trace_sources)]
-        return TraceSetup(tracer, mode, problems, state)
+            problems = [
+                p
+                for p in problems
+                if any(n in p.source for n in dp.trace_sources) or p.error.startswith(FOCUS_FALLBACK)
+            ]
+        return TraceSetup(tracer, mode, problems, state, read)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)

@@ -1,0 +1,173 @@
+"""A focused read for one packet (a live ``kpdiag trace``): only the rules a packet to DST:PORT/PROTO can meet.
+
+A live trace follows one packet, so it needs the hook chains of each table and the chains their rules can send
+that packet to — not the whole ruleset, whose dump (``iptables-save``) takes a minute on a 10,000-Service node. The
+walk is the one ``kpdiag node --service`` makes (kpdiag/collect/service_rules.py: each table's hook chains listed
+with ``iptables -t TABLE -S CHAIN``, their jumps followed), keyed by the destination instead of a Service name: a
+kube-proxy per-Service chain (KUBE-SVC/SVL/EXT/FW/SEP/XLB) is entered only from a rule that can match the packet —
+its destination address (``-d``, an address or a prefix), port (``--dport``, a port or a range) and protocol
+(``-p``) are the packet's, or absent, or negated (:func:`kpdiag.collect.service_rules.may_meet`, the same test
+that decides which other Service's rule can take a Service's packets) — or from a per-Service chain already
+entered; every other jump is followed. kube-proxy's per-Service chains are all in the nat table and are entered
+before the packet is translated (PREROUTING, OUTPUT), so the destination as sent is the one to match.
+
+When a chain cannot be listed, or the mode has no focused reader (IPVS, nftables), the whole rules are read as
+without a destination, and the reason is recorded as a problem of ``iptables-save`` (the trace prints it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from kpdiag.bundle import sources
+from kpdiag.collect.service_rules import (
+    BUILTIN_CHAINS,
+    PER_SERVICE,
+    RULE_STEPS,
+    TARGETS,
+    IptablesFocused,
+    _tokens,
+    NotFocused,
+    chain_closure,
+    detect_mode,
+    jump_of,
+    may_meet,
+)
+
+_PROTOS = {"tcp": "6", "udp": "17", "sctp": "132", "icmp": "1"}
+_JUMP = re.compile(r"\s-[jg]\s+(\S+)")
+_DEST = re.compile(r"(?:^|\s)(!\s+)?-d\s+(\S+)")
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+class Destination:
+    """What a rule's matches can be tested against: the packet's destination address, port and protocol."""
+
+    def __init__(self, addr: str, port: int | None, proto: str):
+        self.addr = ipaddress.ip_address(addr)
+        self.port = port
+        self.proto = proto.lower()
+        self._nets: dict[str, bool] = {}
+
+    def __str__(self) -> str:
+        host = f"[{self.addr}]" if self.addr.version == 6 else str(self.addr)
+        return f"{host}:{self.port}/{self.proto}" if self.port is not None else f"{self.addr}/{self.proto}"
+
+    def dest_ok(self, value: str) -> bool:
+        """Can ``-d VALUE`` match this address? (a prefix or an address; what cannot be read can match)."""
+        ok = self._nets.get(value)
+        if ok is None:
+            try:
+                net = ipaddress.ip_network(value, strict=False)
+                ok = net.version == self.addr.version and self.addr in net
+            except ValueError:  # a host name, something new: the rule may match
+                ok = True
+            self._nets[value] = ok
+        return ok
+
+    def port_ok(self, value: str) -> bool:
+        """Can ``--dport VALUE`` (a port or FIRST:LAST) match this port? A packet without a port (ICMP) cannot."""
+        if self.port is None:
+            return False
+        first, _, last = value.partition(":")
+        try:
+            lo = int(first) if first else 0
+            hi = int(last) if last else (65535 if _ else lo)
+        except ValueError:  # a service name from /etc/services: the rule may match
+            return True
+        return lo <= self.port <= hi
+
+    def proto_ok(self, value: str) -> bool:
+        value = value.lower()
+        return value in ("all", "0", self.proto, _PROTOS.get(self.proto, self.proto)) or value not in (
+            *_PROTOS,
+            *_PROTOS.values(),
+        )
+
+
+def targets(lines: list[str], table: str, dest: Destination, mine: bool) -> list[str]:
+    """The chains that ``lines`` (one chain's ``-S`` output) jump to and that a packet to ``dest`` can reach: every
+    jump from a per-Service chain (``mine``) or to a chain that is not a per-Service one; another jump only when its
+    rule can match the packet (:func:`may_meet`)."""
+    out = []
+    for line in lines:
+        if not line.startswith("-A "):
+            continue
+        if not mine:  # fast path: most of KUBE-SERVICES and KUBE-NODEPORTS is other destinations' jumps
+            m = _JUMP.search(line, line.rfind('"') + 1)  # after any quoted comment
+            if m is not None and m.group(1).startswith(PER_SERVICE):
+                d = _DEST.search(_QUOTED.sub('""', line))
+                if d is not None and d.group(1) is None and not dest.dest_ok(d.group(2)):
+                    continue  # another destination's chain
+        toks = _tokens(line)
+        target = jump_of(toks)
+        if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
+            continue
+        if target.startswith(PER_SERVICE) and not mine:
+            if not may_meet(toks, dest.dest_ok, dest.port_ok, dest.proto_ok):
+                continue  # a per-Service chain this packet cannot enter here
+        out.append(target)
+    return out
+
+
+class DestinationFocused(IptablesFocused):
+    """iptables mode: the chains a packet to ``dest`` can meet, through ``iptables -S`` (both families)."""
+
+    def __init__(self, collector, dest: Destination):
+        super().__init__(collector, "")
+        self.dest = dest
+        self.packets = f"a packet to {dest}"
+
+    def _closure(self, lister, tables: list[str]) -> dict[str, dict[str, list[str]]]:
+        return chain_closure(
+            lister, tables, "", follow=lambda lines, table, mine: targets(lines, table, self.dest, mine)
+        )
+
+    def collect(self) -> None:
+        super().collect()
+        self.partial = {
+            "destination": str(self.dest),
+            "mode": self.mode,
+            "holds": {
+                source: f"only the chains {self.packets} can meet (iptables -t TABLE -S CHAIN, one by one): each "
+                "table's hook chains and every chain they jump to, kube-proxy's per-Service chains only from a rule "
+                "that can match that destination"
+                for source in self.partial["holds"]
+            },
+            "chains": self.partial["chains"],
+        }
+
+
+def focused_on(dest: Destination):
+    """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those a packet to ``dest`` can meet."""
+    return lambda collector: collect_for_destination(collector, dest)
+
+
+def collect_for_destination(collector, dest: Destination) -> None:
+    """Read the rules a packet to ``dest`` can meet into ``collector.out``; ``collector.partial`` says what was read
+    (empty when the whole rules were read: the reason is then an error of ``iptables-save``)."""
+    from kpdiag.dataplane import get
+
+    mode = detect_mode(collector)
+    why = None
+    if get(mode).reads_one_service:
+        rules = DestinationFocused(collector, dest)
+        try:
+            rules.collect()
+        except NotFocused as exc:
+            why = str(exc)
+        else:
+            for step in rules.after:
+                getattr(collector, step)()
+            collector.partial = rules.partial
+            return
+    else:
+        why = f"kube-proxy runs {mode} mode, whose rules kpdiag reads whole"
+    collector._err(
+        sources.IPTABLES_SAVE,
+        f"focused read of the rules a packet to {dest} can meet not possible ({why}): the whole rules were read",
+    )
+    for step in RULE_STEPS:
+        collector.out.files.pop("node/.nft-table", None)
+        getattr(collector, step)()
