@@ -8,7 +8,9 @@ nf_tables backend of this host's iptables). Measured in the same run, in that na
   - `iptables-save` (the whole dump a full run waits for);
   - `kpdiag node --service NS/NAME --all-rules` (before: the full collection, then the Service's traces);
   - `kpdiag node --service NS/NAME` (after: only the chains that Service's packets can meet);
-  - with --main DIR, also a plain `kpdiag node` of this tree and of the tree at DIR (full runs must not regress).
+  - with --main DIR, also a plain `kpdiag node` of this tree and of the tree at DIR (full runs must not regress);
+  - a live `kpdiag trace` to that Service's ClusterIP:port, with --all-rules (before: the whole dump) and without
+    (after: only the chains a packet to that destination can meet); the two traces must be identical.
 Both --service runs are compared: the Service's findings and its traces (rule file lines aside) must be identical.
 No API (--no-api): the rules are what is slow. Results go to benchmarks/out/focused.json (or $KPDIAG_BENCH_OUT).
 """
@@ -43,7 +45,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | 
 CPU: dict[str, float] = {}  # CPU seconds (user + system) of the last command and its children, by command
 
 
-def _wall(argv, stdout=subprocess.DEVNULL, env=None) -> float:
+def _wall(argv, stdout=subprocess.DEVNULL, env=None, ok=(0, 1)) -> float:
     """Wall seconds of ``argv``; its CPU seconds (and its children's) are kept in CPU["last"] (a loaded machine
     stretches the wall time, not the CPU time)."""
     import resource
@@ -54,7 +56,7 @@ def _wall(argv, stdout=subprocess.DEVNULL, env=None) -> float:
     elapsed = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU["last"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in ok:
         raise RuntimeError(f"{' '.join(argv[:8])} failed ({proc.returncode}): {proc.stderr.decode()[-300:]}")
     return elapsed
 
@@ -84,6 +86,14 @@ def _kpdiag(ns: str, out: str, *args: str, pythonpath: str | None = None) -> flo
     argv += ["-o", "json", "--fail-on", "never", "-q", *args]
     with open(out, "w") as fh:
         return _wall(argv, stdout=fh, env=env)
+
+
+def _trace(ns: str, out: str, dst: str, *args: str) -> float:
+    """A live `kpdiag trace` in the namespace (exit 0, 3, 4 or 5 are answers: delivered, not traced to the end …)."""
+    argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "kpdiag", "trace", "--host-root", "/", "--dst", dst]
+    argv += ["--src", "10.31.0.99", "-o", "json", *args]
+    with open(out, "w") as fh:
+        return _wall(argv, stdout=fh, ok=(0, 3, 4, 5))
 
 
 def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
@@ -131,6 +141,23 @@ def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
         row["skipped_as_partial"] = sorted(
             c["id"] for c in part["checks"] if c["status"] == "skipped" and "partial bundle" in (c["reason"] or "")
         )
+        # a live trace to the Service's ClusterIP: the whole dump (--all-rules) and the chains that packet can meet
+        port = target.ports[0]
+        dst = f"{target.cluster_ip}:{port.port}"
+        row["trace_dst"] = dst
+        all_json, dst_json = os.path.join(tmp, "trace-all.json"), os.path.join(tmp, "trace-focused.json")
+        row["trace_all_rules_s"] = round(_trace(ns, all_json, dst, "--all-rules"), 2)
+        row["trace_all_rules_cpu_s"] = round(CPU["last"], 2)
+        focused, cpu = [], []
+        for _ in range(runs):
+            focused.append(_trace(ns, dst_json, dst))
+            cpu.append(CPU["last"])
+        row["trace_focused_s"] = round(min(focused), 2)
+        row["trace_focused_runs_s"] = [round(x, 2) for x in focused]
+        row["trace_focused_cpu_s"] = round(min(cpu), 2)
+        whole, part = json.load(open(all_json)), json.load(open(dst_json))
+        row["trace_identical"] = _strip(whole) == _strip(part)
+        row["trace_dnat"] = sorted({p["dnat"] for p in part["paths"] if p.get("dnat")})
         if main_tree:
             row["node_full_s"] = round(_kpdiag(ns, os.path.join(tmp, "node.json")), 2)
             row["node_full_cpu_s"] = round(CPU["last"], 2)

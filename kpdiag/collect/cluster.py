@@ -1111,6 +1111,55 @@ class ClusterCollector:
                 self.out.files[sources.NODES] = _as_list("Node", [node])
         return True
 
+    # what a focused `kpdiag node --service` holds of the API (the manifest's partial "holds"), by source
+    SERVICE_VIEW_HOLDS = {
+        sources.SERVICES: "only {svc} (get service): not every Service of the cluster",
+        sources.ENDPOINTSLICES: "only {svc}'s EndpointSlices (list endpointslices in {ns}, labelSelector "
+        "kubernetes.io/service-name={name})",
+    }
+
+    def service_view(self, namespace: str, name: str, node_name: str | None) -> bool:
+        """What `kpdiag node --service NS/NAME` compares that Service's rules with: the Service (one GET), its
+        EndpointSlices (one list in its namespace by label) and this node's Node object (its zone) — never the whole
+        cluster's lists. A Service the API does not have is looked up by name (kpdiag svc's KP110 lookup: the
+        namespace's Service names, the same name elsewhere). False, with a recorded reason, when the API cannot be
+        used."""
+        from .kubeapi import RawApi
+
+        if self._api is None and not self.connect():
+            return False
+        api = RawApi(self._api)
+        svc = self._get_service(api, namespace, name)
+        if svc is None and self.service_status != 404:
+            return False
+        self.out.files[sources.SERVICES] = _as_list("Service", [svc] if svc is not None else [])
+        if svc is None:
+            self._lookup(api, namespace, name)
+        else:
+            self.out.files[SERVICE_LOOKUP] = json.dumps(
+                {"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1
+            ).encode()
+        slices = self._call(
+            sources.ENDPOINTSLICES,
+            f"list endpointslices in {namespace}",
+            api.list_namespaced_endpoint_slice,
+            namespace,
+            label_selector=f"kubernetes.io/service-name={name}",
+            kind="EndpointSlice",
+        )
+        if slices is not None:  # what the server sent is checked again: kpdiag never trusts a server's filtering
+            mine = [
+                s
+                for s in slices.get("items", [])
+                if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
+            ]
+            self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
+        if node_name:
+            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name, kind="one:Node")
+            if node is not None:
+                self.out.files[sources.NODES] = _as_list("Node", [node])
+        return True
+
     def _paged(self, source: str, what: str, fn, page: int, kind: str | None = None) -> list | None:
         """Every object of a paged List, or None (with the reason recorded) — never part of it: an incomplete list of
         Services would make every Service it left out look missing. Capped in pages and objects (kpdiag.collect.

@@ -14,15 +14,39 @@ NO_API = (
 
 
 def api_files(
-    node_name: str | None, kubeconfig: str | None = None, context: str | None = None, progress=None
+    node_name: str | None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    progress=None,
+    service: str | None = None,
 ) -> tuple[dict, list[dict], str | None]:
-    """(bundle files, errors, API server URL) — the errors say in one line each why something could not be read."""
+    """(bundle files, errors, API server URL) — the errors say in one line each why something could not be read.
+    ``service`` (NS/NAME): only what that Service's checks read (ClusterCollector.service_view; the bundle's
+    partial "holds" say so: :func:`api_holds`), not every Service and EndpointSlice."""
     from kpdiag.collect.cluster import ClusterCollector
 
     cc = ClusterCollector(kubeconfig, context)
     if not cc.connect():
         return {}, [{"source": "cluster", "error": NO_API.format(why=cc.config_error or "none found")}], None
-    if progress:
-        progress(f"reading Services and EndpointSlices from {cc.out.api}")
-    cc.node_view(os.environ.get("NODE_NAME") or node_name or None)
+    node = os.environ.get("NODE_NAME") or node_name or None
+    if service:
+        if progress:
+            progress(f"reading Service {service} and its EndpointSlices from {cc.out.api}")
+        cc.service_view(*service.split("/", 1), node)
+    else:
+        if progress:
+            progress(f"reading Services and EndpointSlices from {cc.out.api}")
+        cc.node_view(node)
     return dict(cc.out.files), list(cc.out.errors), cc.out.api
+
+
+def api_holds(service: str, files: dict) -> dict[str, str]:
+    """The manifest's partial "holds" of a focused API read (the sources it wrote, and what each holds)."""
+    from kpdiag.collect.cluster import ClusterCollector
+
+    ns, name = service.split("/", 1)
+    return {
+        str(src): what.format(svc=service, ns=ns, name=name)
+        for src, what in ClusterCollector.SERVICE_VIEW_HOLDS.items()
+        if src in files
+    }

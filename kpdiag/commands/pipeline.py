@@ -62,10 +62,16 @@ def diagnose_node(
     if use_api and not preflight:
         from kpdiag.commands.nodeapi import api_files
 
-        more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=progress)
+        # a focused run (its rules read for one Service: manifest "partial") reads that Service from the API too
+        focused = service if manifest.get("partial") else None
+        more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=progress, service=focused)
         files.update(more)
         manifest.setdefault("errors", []).extend(errors)
         manifest["api"] = api
+        if focused:
+            from kpdiag.commands.nodeapi import api_holds
+
+            manifest["partial"]["holds"].update(api_holds(focused, more))
     files["kpdiag.json"] = json.dumps(manifest).encode()
     state = NodeState(Bundle.from_files(manifest.get("node") or "node", files), preflight=preflight)
     if preflight:

@@ -264,6 +264,15 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         absent="a partial bundle: only one Service's rules were read (kpdiag node --service; manifest: partial), "
         "and this check judges all of them",
     ),
+    Input(
+        "whole-services",
+        "every Service and EndpointSlice of the cluster, not one Service's (kpdiag node --service reads only that "
+        "Service from the API)",
+        ("partial",),
+        present=lambda s: None if _S.SERVICES in ((s.partial or {}).get("holds") or {}) else True,
+        absent="a partial bundle: only one Service was read from the API (kpdiag node --service; manifest: partial), "
+        "and this check judges every Service",
+    ),
 )
 
 

@@ -1,0 +1,120 @@
+"""A live ``kpdiag trace``'s focused read (the chains a packet to its destination can meet,
+kpdiag/collect/dest_rules.py) against the whole dump, on the real kernel, over every iptables-mode fixture.
+
+Each fixture's rules are loaded into a namespace that has a node address; for every Service port in its rules
+(ClusterIPs, external and load-balancer IPs from KUBE-SERVICES, NodePorts at the node's address, from outside and
+from the node itself) and for destinations that match nothing (an address no rule names, a ClusterIP on a port its
+Service does not define, another protocol), the trace through the focused read must equal the trace through the
+whole dump (rule file lines aside: the partial file is shorter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from tests.checks.test_partial_bundles import FIXTURE_NAMES, FIXTURES
+from tests.lab.test_focused_differential import _load, _strip_sources
+
+from kpdiag.bundle import sources
+
+pytestmark = pytest.mark.lab
+
+NODE_IP = "10.31.0.10"
+MAX_PORTS = 16  # Service ports per fixture, in rule order (each one a focused read of its own)
+_SVC_RULE = re.compile(r"^-A KUBE-SERVICES .*?-d (\S+?)(?:/\d+)? .*?-p (tcp|udp|sctp) .*?--dport (\d+) ", re.M)
+_NODEPORT = re.compile(r"^-A KUBE-NODEPORTS .*?-p (tcp|udp|sctp) .*?--dport (\d+) ", re.M)
+
+
+def _nat(text: str) -> str:
+    m = re.search(r"^\*nat\n(.*?)^COMMIT", text, re.M | re.S)
+    return m.group(1) if m else ""
+
+
+def packets_for(text: str) -> list[dict]:
+    """Every Service port the rules name (at most MAX_PORTS), each from outside and from the node, and packets that
+    match no rule."""
+    nat = _nat(text)
+    dests: list[tuple[str, str, int]] = []
+    for addr, proto, port in _SVC_RULE.findall(nat):
+        if ":" not in addr and (addr, proto, int(port)) not in dests:
+            dests.append((addr, proto, int(port)))
+    for proto, port in _NODEPORT.findall(nat):
+        if (NODE_IP, proto, int(port)) not in dests:
+            dests.append((NODE_IP, proto, int(port)))
+    dests = dests[:MAX_PORTS]
+    out = []
+    for addr, proto, port in dests:
+        out.append({"src": "10.31.0.99", "dst": addr, "proto": proto, "dport": port, "origin": "external"})
+        out.append({"src": NODE_IP, "dst": addr, "proto": proto, "dport": port, "origin": "node"})
+    misses = [("192.0.2.77", "tcp", 80), (NODE_IP, "tcp", 22)]
+    if dests:
+        addr, proto, port = dests[0]
+        misses += [(addr, proto, port + 1), (addr, "udp" if proto == "tcp" else "tcp", port)]
+    for addr, proto, port in misses:
+        out.append({"src": "10.31.0.99", "dst": addr, "proto": proto, "dport": port, "origin": "external"})
+    out.append({"src": "10.31.0.99", "dst": dests[0][0] if dests else "192.0.2.77", "proto": "icmp", "origin": "pod"})
+    return out
+
+
+def _node(lab) -> None:
+    lab.sh("node", ["ip", "link", "add", "kp0", "type", "veth", "peer", "name", "kp1"])
+    lab.sh("node", ["ip", "addr", "add", f"{NODE_IP}/24", "dev", "kp0"])
+    lab.sh("node", ["ip", "link", "set", "kp0", "up"])
+    lab.sh("node", ["ip", "link", "set", "kp1", "up"])
+
+
+def _compare(lab, pkts: list[dict]) -> list[dict]:
+    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.trace_read", json.dumps(pkts)], check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert len(got) == len(pkts)
+    for one in got:
+        assert one["read"] is not None, (one["packet"], one["problems"])
+        assert _strip_sources(one["focused"]) == _strip_sources(one["full"]), one["packet"]
+    return got
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_focused_trace_equals_full(lab, name):
+    d = os.path.join(FIXTURES, name)
+    why = _load(lab, d)
+    assert why is None, why
+    _node(lab)
+    text = open(os.path.join(d, sources.IPTABLES_SAVE)).read()
+    pkts = packets_for(text)
+    assert len(pkts) >= 6, name
+    got = _compare(lab, pkts)
+    # the focused read is smaller than the whole: no chain of a Service the packet cannot reach is read
+    for one in got:
+        read = {c for t in one["read"]["chains"].values() for cs in t.values() for c in cs}
+        assert read, one["packet"]
+
+
+def test_another_services_chains_are_not_read(lab):
+    """On a 40-Service node a packet to one ClusterIP reads that Service's chains, none of the others'; a packet to
+    an address no rule names reads no per-Service chain at all."""
+    from tests.synth import iptables_ruleset, many_services
+
+    text = iptables_ruleset(many_services(40, 2))
+    lab.add_ns("node")
+    _node(lab)
+    lab.sh("node", ["iptables-restore"], input=text)
+    (addr, proto, port), (other, _, _) = [(a, p, int(n)) for a, p, n in _SVC_RULE.findall(_nat(text))][:2]
+    pkts = [
+        {"src": "10.31.0.99", "dst": addr, "proto": proto, "dport": port, "origin": "external"},
+        {"src": "10.31.0.99", "dst": "192.0.2.77", "proto": "tcp", "dport": 80, "origin": "external"},
+    ]
+    hit, miss = _compare(lab, pkts)
+    chains = {c for cs in hit["read"]["chains"][sources.IPTABLES_SAVE].values() for c in cs}
+    svc = re.search(rf"^-A KUBE-SERVICES -d {re.escape(addr)}/32 .*-j (KUBE-SVC-\S+)$", _nat(text), re.M).group(1)
+    other_svc = re.search(rf"^-A KUBE-SERVICES -d {re.escape(other)}/32 .*-j (KUBE-SVC-\S+)$", _nat(text), re.M)
+    assert svc in chains and other_svc.group(1) not in chains
+    assert any(c.startswith("KUBE-SEP-") for c in chains)
+    assert any(p["dnat"] for p in hit["full"]["paths"])
+    missed = {c for cs in miss["read"]["chains"][sources.IPTABLES_SAVE].values() for c in cs}
+    assert not any(c.startswith(("KUBE-SVC-", "KUBE-SEP-", "KUBE-EXT-")) for c in missed), missed
