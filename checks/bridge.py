@@ -63,7 +63,7 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
     "bridge-hairpin-off",
     "Hairpin mode is off on the CNI bridge's pod ports",
     "warning",
-    needs=("whole-rules", "addresses"),
+    needs=("whole-rules", "whole-services", "addresses"),
     uses=("sysctl", "iptables", "nft", "proxy-mode", "services", "endpointslices", "implementer"),
     symptom="A pod that backs a Service hangs when it connects to that Service, about one connection in N (N endpoints) — "
     "the ones kube-proxy sends back to the same pod; every other client is fine.",

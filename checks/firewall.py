@@ -143,7 +143,7 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
     "host-firewall-drops-nodeports",
     "The host firewall drops NodePort or health-check traffic",
     "error",
-    needs=("whole-rules", "addresses", "routes"),
+    needs=("whole-rules", "whole-services", "addresses", "routes"),
     uses=("iptables", "ipvs", "kube-proxy-config", "manifest", "nft", "proxy-mode", "services", "tracer"),
     symptom="NodePorts time out from outside the node although the Service works inside the cluster; cloud load balancers "
     "mark every node unhealthy (their health check to healthCheckNodePort or :10256 gets no answer).",

@@ -179,7 +179,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     "pod-service-cidr-overlap",
     "The pod CIDR overlaps the Service CIDR",
     "error",
-    needs=("whole-rules", "kube-proxy-config"),
+    needs=("whole-rules", "whole-services", "kube-proxy-config"),
     uses=("addresses", "iptables", "ipsets", "ipvs", "nft", "proxy-mode", "services"),
     symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
     "address, or is not masqueraded, depending on the node.",

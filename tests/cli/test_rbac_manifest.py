@@ -199,9 +199,19 @@ def test_node_service_account_grants_exactly_what_kpdiag_node_reads(tmp_path):
 
     objs = [k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}), k8s.node("node-a")]
     with ApiServer(objs) as api:
-        files, errors, _ = api_files("node-a", kubeconfig=api.kubeconfig(tmp_path))
+        kc = api.kubeconfig(tmp_path)
+        files, errors, _ = api_files("node-a", kubeconfig=kc)
+        assert errors == [] and {"cluster/services.json", "cluster/endpointslices.json", "cluster/nodes.json"} <= set(
+            files
+        )
+        # kpdiag node --service: that Service, its EndpointSlices, the Node; one that is not there: the lookup
+        files, errors, _ = api_files("node-a", kubeconfig=kc, service="shop/web")
+        assert errors == [] and {"cluster/services.json", "cluster/endpointslices.json", "cluster/nodes.json"} <= set(
+            files
+        )
+        files, errors, _ = api_files("node-a", kubeconfig=kc, service="shop/nope")
+        assert errors == [] and json.loads(files["cluster/service-lookup.json"])["found"] is False
         calls = list(api.requests)
-    assert errors == [] and {"cluster/services.json", "cluster/endpointslices.json", "cluster/nodes.json"} <= set(files)
     check("kpdiag node in the node pod (ServiceAccount kpdiag/kpdiag-node)", node_sa, calls)
 
 
