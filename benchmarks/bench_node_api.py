@@ -9,7 +9,11 @@ EndpointSlices. Measured in the same run, in that namespace:
   - the bare dumps `kpdiag node` needs (iptables-save, ip6tables-save, nft list tables, ip -j addr / route,
     conntrack -S, conntrack -L) plus one list of Services and one of EndpointSlices (curl, unpaged), each timed;
   - `kpdiag node --kubeconfig … -o json` as a whole process (its dumps, its paged lists through the kubernetes
-    client, every rules-versus-API check, the report).
+    client, every rules-versus-API check, the report);
+  - `kpdiag node --service NS/NAME --kubeconfig …` of one Service: this tree (after: the chains that Service's packets
+    can meet, that Service, its EndpointSlices and this Node from the API) and, with --main DIR, the tree at DIR
+    (before: the same rules, every Service and EndpointSlice listed); the Service's findings must be identical.
+    --service-only leaves out the rest.
 The target is kpdiag ≤ 1.2 × bare. Results go to benchmarks/out/node_api.json (or $KPDIAG_BENCH_OUT).
 """
 
@@ -76,7 +80,56 @@ def api_objects(services, node: str = "bench-node") -> list[dict]:
     return objs
 
 
-def bench(n: int, endpoints: int, runs: int, full_nft: bool = False) -> dict:
+def _service_run(ns: str, kubeconfig: str, svc: str, out: str, pythonpath: str | None = None) -> tuple[float, float]:
+    """`kpdiag node --service SVC --kubeconfig …` (this tree, or the tree at ``pythonpath``): (wall s, CPU s)."""
+    import resource
+
+    env = {**os.environ, **ENV, "NODE_NAME": "bench-node"}
+    if pythonpath:  # another tree: its bytecode is not written there
+        env |= {"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "kpdiag", "node", "--service", svc]
+    argv += ["--kubeconfig", kubeconfig, "-o", "json", "--host-root", "/", "--fail-on", "never", "-q"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    with open(out, "w") as fh:
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.PIPE, env=env, cwd=pythonpath or ROOT)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"kpdiag node --service failed: {proc.stderr.decode()[-400:]}")
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def _mine(report: dict, svc: str) -> list:
+    def about(f):
+        s = (f.get("data") or {}).get("service") or f.get("subject") or ""
+        return s.split(":")[0] if isinstance(s, str) else ""
+
+    return sorted((f["id"], f["subject"], f["summary"]) for f in report["findings"] if about(f) == svc)
+
+
+def bench_service(row: dict, ns: str, kubeconfig: str, svc: str, tmp: str, runs: int, main_tree: str | None) -> None:
+    """`kpdiag node --service` with the API: before (the tree at --main: focused rules, every Service and
+    EndpointSlice listed) and after (this tree: that Service, its EndpointSlices, this Node)."""
+    row["service"] = svc
+    after_json, before_json = os.path.join(tmp, "svc-after.json"), os.path.join(tmp, "svc-before.json")
+    if main_tree:
+        best = min(_service_run(ns, kubeconfig, svc, before_json, main_tree) for _ in range(runs))
+        row["node_service_api_before_s"], row["node_service_api_before_cpu_s"] = round(best[0], 2), round(best[1], 2)
+    walls = [_service_run(ns, kubeconfig, svc, after_json) for _ in range(runs)]
+    best = min(walls)
+    row["node_service_api_after_s"], row["node_service_api_after_cpu_s"] = round(best[0], 2), round(best[1], 2)
+    row["node_service_api_after_runs_s"] = [round(w[0], 2) for w in walls]
+    after = json.load(open(after_json))
+    row["service_findings"] = [f[0] for f in _mine(after, svc)]
+    row["api_holds"] = sorted(k for k in after["extra"].get("partial", {}).get("holds", {}) if k.startswith("cluster/"))
+    if main_tree:
+        row["service_findings_identical"] = _mine(after, svc) == _mine(json.load(open(before_json)), svc)
+
+
+def bench(
+    n: int, endpoints: int, runs: int, full_nft: bool = False, main_tree: str | None = None, service_only: bool = False
+) -> dict:
     services = many_services(n, endpoints)
     row: dict = {"services": n, "endpoints_per_service": endpoints}
     ns = "kpapi" + uuid.uuid4().hex[:6]
@@ -122,8 +175,10 @@ def bench(n: int, endpoints: int, runs: int, full_nft: bool = False) -> dict:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         write_kubeconfig(kubeconfig, url)
         exe = shutil.which("kpdiag") or "kpdiag"
+        target = services[len(services) // 2]
+        bench_service(row, ns, kubeconfig, f"{target.namespace}/{target.name}", tmp, runs, main_tree)
         bare_runs, node_runs = [], []
-        for _ in range(runs):
+        for _ in range(0 if service_only else runs):
             bare = 0.0
             # the dumps kpdiag node needs: on an nf_tables-backend node it lists the nftables tables and dumps only those
             # that are not iptables-nft's own (their rules are in iptables-save) — here there are none
@@ -192,11 +247,12 @@ def bench(n: int, endpoints: int, runs: int, full_nft: bool = False) -> dict:
             ran = {c["id"]: c["status"] for c in report["checks"]}
             row["api_checks_ran"] = sorted(c for c in ("KP202", "KP203", "KP105", "KP602") if ran.get(c) == "ran")
             row["findings"] = len(report["findings"])
-        bare, api = min(bare_runs, key=lambda b: b[0] + b[1])
-        row["bare_dumps_s"] = round(bare, 2)
-        row["api_lists_s"] = round(api, 2)
-        row["kpdiag_node_api_s"] = round(min(node_runs), 2)
-        row["ratio"] = round(min(node_runs) / (bare + api), 2)
+        if not service_only:
+            bare, api = min(bare_runs, key=lambda b: b[0] + b[1])
+            row["bare_dumps_s"] = round(bare, 2)
+            row["api_lists_s"] = round(api, 2)
+            row["kpdiag_node_api_s"] = round(min(node_runs), 2)
+            row["ratio"] = round(min(node_runs) / (bare + api), 2)
     finally:
         if server is not None:
             server.terminate()
@@ -217,11 +273,13 @@ def main() -> int:
     ap.add_argument(
         "--full-nft", action="store_true", help="also time nft -j list ruleset (iptables-nft's tables included)"
     )
+    ap.add_argument("--main", help="also time `kpdiag node --service` of the kpdiag tree at this path (before)")
+    ap.add_argument("--service-only", action="store_true", help="only the --service runs (no bare dumps, no full run)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
         return 2
-    rows = [bench(n, args.endpoints, args.runs, args.full_nft) for n in args.services]
+    rows = [bench(n, args.endpoints, args.runs, args.full_nft, args.main, args.service_only) for n in args.services]
     for r in rows:
         print(json.dumps(r))
     os.makedirs(OUT, exist_ok=True)

@@ -267,7 +267,10 @@ def collect_service(
             files.update(nc.out.files)
             errors.extend(nc.out.errors)
             if nc.partial:
-                manifest["partial"] = nc.partial
+                from kpdiag.commands.nodeapi import api_holds
+
+                manifest["partial"] = nc.partial  # and the API part holds this Service only (ClusterCollector.service)
+                manifest["partial"]["holds"].update(api_holds(f"{namespace}/{name}", files))
         else:
             errors.append(
                 {

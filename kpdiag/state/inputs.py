@@ -57,6 +57,12 @@ def _dns_lookups(s):
     return doc.get("queries") if doc.get("schema") == "kpdiag.dns/v1" else None
 
 
+def _one_service(s) -> bool:
+    """Only one Service was read from the API: a focused `kpdiag node --service` (its partial "holds" name the
+    Services) or a `kpdiag svc` bundle (its manifest names the Service it diagnoses)."""
+    return _S.SERVICES in ((s.partial or {}).get("holds") or {}) or bool((s.bundle.manifest or {}).get("service"))
+
+
 _S = sources
 NODE_INPUTS: dict[str, Input] = _catalogue(
     # ---- the node's files
@@ -269,9 +275,9 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         "every Service and EndpointSlice of the cluster, not one Service's (kpdiag node --service reads only that "
         "Service from the API)",
         ("partial",),
-        present=lambda s: None if _S.SERVICES in ((s.partial or {}).get("holds") or {}) else True,
-        absent="a partial bundle: only one Service was read from the API (kpdiag node --service; manifest: partial), "
-        "and this check judges every Service",
+        present=lambda s: None if _one_service(s) else True,
+        absent="a partial bundle: only one Service was read from the API (kpdiag node --service, kpdiag svc; manifest: "
+        "partial or service), and this check judges every Service",
     ),
 )
 
