@@ -30,6 +30,34 @@ def preflight_checks(mode: str) -> tuple[str, ...]:
     return tuple(c.id for c in load_registry().checks if mode in c.preflight)
 
 
+class _Ahead:
+    """``api_files(…, service=…)`` in a daemon thread (an interrupted run does not wait for it; its calls are bounded by
+    the API deadline anyway): ``result()`` waits for it."""
+
+    def __init__(self, node: str, fn):
+        import threading
+
+        self.node = node
+        self._box: dict = {}
+        self._thread = threading.Thread(target=lambda: self._box.update(out=fn()), name="kpdiag-api", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if "out" not in self._box:  # the thread failed: said as the API's error, as a failed call would be
+            return {}, [{"source": "cluster", "error": "internal error: the API read did not finish"}], None
+        return self._box["out"]
+
+
+def _api_ahead(service: str, kubeconfig, context, progress) -> _Ahead:
+    import socket
+
+    from kpdiag.commands.nodeapi import api_files
+
+    node = socket.gethostname()  # the manifest's node (kpdiag.collect.node.collect_node)
+    return _Ahead(node, lambda: api_files(node, kubeconfig, context, progress=progress, service=service))
+
+
 def diagnose_node(
     host_root: str | None = None,
     *,
@@ -54,17 +82,24 @@ def diagnose_node(
     from kpdiag.commands.focus import focus_report
 
     rules = None
+    ahead = None
     if service and not all_rules and not preflight:
         from kpdiag.collect.service_rules import focused_rules
 
         rules = focused_rules(service)
+        if use_api:  # the Service's few API reads run while the rules are listed (both wait on others)
+            ahead = _api_ahead(service, kubeconfig, context, progress)
     files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)
     if use_api and not preflight:
         from kpdiag.commands.nodeapi import api_files
 
-        # a focused run (its rules read for one Service: manifest "partial") reads that Service from the API too
+        # a focused run (its rules read for one Service: manifest "partial") reads that Service from the API too;
+        # when the rules were read whole after all, so is the API (what was read ahead is not used)
         focused = service if manifest.get("partial") else None
-        more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=progress, service=focused)
+        if ahead is not None and focused and ahead.node == manifest.get("node"):
+            more, errors, api = ahead.result()
+        else:
+            more, errors, api = api_files(manifest.get("node"), kubeconfig, context, progress=progress, service=focused)
         files.update(more)
         manifest.setdefault("errors", []).extend(errors)
         manifest["api"] = api

@@ -52,6 +52,7 @@ BAD = {
         ["trace", "--dst", "2.2.2.2:80", "--src", "1.1.1.1", "--sport", "70000"],
         ["trace", "--dst", "nonsense", "--src", "1.1.1.1"],
         ["trace", "--rules", "a", "--bundle", "b", "--dst", "2.2.2.2:80", "--src", "1.1.1.1"],
+        ["trace", "--rules", "a", "--all-rules", "--dst", "2.2.2.2:80", "--src", "1.1.1.1"],  # --all-rules: live only
     ],
     "node": [
         ["node", "--service", "web"],

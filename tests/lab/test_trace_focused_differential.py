@@ -118,3 +118,40 @@ def test_another_services_chains_are_not_read(lab):
     assert any(p["dnat"] for p in hit["full"]["paths"])
     missed = {c for cs in miss["read"]["chains"][sources.IPTABLES_SAVE].values() for c in cs}
     assert not any(c.startswith(("KUBE-SVC-", "KUBE-SEP-", "KUBE-EXT-")) for c in missed), missed
+
+
+def _kpdiag_trace(lab, *args, codes=(0, 4, 5)):
+    argv = [sys.executable, "-m", "kpdiag", "trace", "--host-root", "/", "--src", "10.31.0.99", "-o", "json", *args]
+    proc = lab.sh("node", argv, check=False)
+    assert proc.returncode in codes, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return (json.loads(proc.stdout) if proc.stdout else None), proc.stderr
+
+
+def test_live_trace_end_to_end_and_its_fallback(lab):
+    """`kpdiag trace` on the node: focused (it says how many chains it read), the same answer as --all-rules; a chain
+    on the packet's path that iptables cannot show makes it read the whole rules, and it says why."""
+    from tests.synth import iptables_ruleset, many_services
+
+    text = iptables_ruleset(many_services(40, 2))
+    lab.add_ns("node")
+    _node(lab)
+    lab.sh("node", ["iptables-restore"], input=text)
+    (addr, _, port), (other, _, other_port) = [(a, p, int(n)) for a, p, n in _SVC_RULE.findall(_nat(text))][:2]
+    focused, said = _kpdiag_trace(lab, "--dst", f"{addr}:{port}")
+    whole, said_whole = _kpdiag_trace(lab, "--dst", f"{addr}:{port}", "--all-rules")
+    assert re.search(rf"read only the \d+ chains a packet to {re.escape(addr)}:{port}/tcp can meet", said), said
+    assert "read only" not in said_whole
+    assert _strip_sources(focused) == _strip_sources(whole)
+    assert any(p["dnat"] for p in focused["paths"])
+    # a rule iptables-nft cannot translate back (iptables -S of that chain exits 3) in the packet's Service chain
+    chain = re.search(rf"^-A KUBE-SERVICES -d {re.escape(addr)}/32 .*-j (KUBE-SVC-\S+)$", _nat(text), re.M).group(1)
+    lab.sh("node", ["nft", "add", "rule", "ip", "nat", chain, "meta", "cpu", "1", "counter"])
+    # (here iptables-save fails on that rule as well: the trace ends with exit 3, naming both)
+    _, said = _kpdiag_trace(lab, "--dst", f"{addr}:{port}", codes=(3,))
+    assert "focused read of the rules a packet to" in said and f"-S {chain} exited 3" in said, said
+    assert "the whole rules were read" in said and "iptables-save exited 3" in said
+    # another Service's chain does not matter to this packet
+    traced, said = _kpdiag_trace(lab, "--dst", f"{other}:{other_port}")
+    assert "read only the" in said and "focused read" not in said, said
+    assert any(p["dnat"] for p in traced["paths"])
