@@ -276,8 +276,8 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         "Service from the API)",
         ("partial",),
         present=lambda s: None if _one_service(s) else True,
-        absent="a partial bundle: only one Service was read from the API (kpdiag node --service, kpdiag svc; manifest: "
-        "partial or service), and this check judges every Service",
+        absent="a partial bundle: only one Service was read from the API (kpdiag node --service, kpdiag svc) and this "
+        "check judges every Service",
     ),
 )
 
