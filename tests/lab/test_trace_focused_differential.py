@@ -25,7 +25,7 @@ from kpdiag.bundle import sources
 pytestmark = pytest.mark.lab
 
 NODE_IP = "10.31.0.10"
-MAX_PORTS = 16  # Service ports per fixture, in rule order (each one a focused read of its own)
+MAX_PORTS = 16  # Service ports per fixture (each one a focused read of its own): every fixture but rule-scale has fewer
 _SVC_RULE = re.compile(r"^-A KUBE-SERVICES .*?-d (\S+?)(?:/\d+)? .*?-p (tcp|udp|sctp) .*?--dport (\d+) ", re.M)
 _NODEPORT = re.compile(r"^-A KUBE-NODEPORTS .*?-p (tcp|udp|sctp) .*?--dport (\d+) ", re.M)
 
@@ -36,8 +36,8 @@ def _nat(text: str) -> str:
 
 
 def packets_for(text: str) -> list[dict]:
-    """Every Service port the rules name (at most MAX_PORTS), each from outside and from the node, and packets that
-    match no rule."""
+    """Every Service port the rules name (MAX_PORTS of them, spread, where there are more), each from outside and
+    from the node, and packets that match no rule."""
     nat = _nat(text)
     dests: list[tuple[str, str, int]] = []
     for addr, proto, port in _SVC_RULE.findall(nat):
@@ -46,7 +46,8 @@ def packets_for(text: str) -> list[dict]:
     for proto, port in _NODEPORT.findall(nat):
         if (NODE_IP, proto, int(port)) not in dests:
             dests.append((NODE_IP, proto, int(port)))
-    dests = dests[:MAX_PORTS]
+    if len(dests) > MAX_PORTS:  # rule-scale (1,100 ports): a sample spread over the whole chain, the last included
+        dests = dests[:: len(dests) // (MAX_PORTS - 1)][: MAX_PORTS - 1] + dests[-1:]
     out = []
     for addr, proto, port in dests:
         out.append({"src": "10.31.0.99", "dst": addr, "proto": proto, "dport": port, "origin": "external"})
