@@ -311,6 +311,267 @@ class IptablesFocused:
         c.nft_tables(sorted(nft_tables))
 
 
+_PER_SERVICE_NFT = re.compile(r"^(?:service|local|external|endpoint|firewall|affinity)-[A-Z2-7]{8}-([^/]+/[^/]+)/")
+NFT_MAX_CHAINS = 1000  # as MAX_CHAINS: more is not one Service's path
+NFT_REDUCE_SETS = 256  # a plain set larger than this, looked up by destination only, keeps the addresses that matter
+
+
+def nft_names_service(name: str, service: str) -> bool:
+    """Is ``name`` one of kube-proxy's per-Service chains or sets of ``service`` (NS/NAME):
+    ``service-HASH-NS/NAME/PROTO/PORTNAME``, ``external-…``, ``endpoint-HASH-NS/NAME/PROTO/PORT__IP/PORT``, …?"""
+    m = _PER_SERVICE_NFT.match(name)
+    return bool(m) and m.group(1) == service
+
+
+def _addr_first(key) -> str | None:
+    """The address a set key starts with (one address, or the first part of a concatenation), else None."""
+    first = key["concat"][0] if isinstance(key, dict) and "concat" in key else key
+    return first if isinstance(first, str) and (":" in first or first.count(".") == 3) else None
+
+
+def _elem_key(elem):
+    """The key of an element's JSON (a map element is [key, verdict]; a key with a comment is {"elem": {"val"}})."""
+    key = elem[0] if isinstance(elem, list) else elem
+    return key["elem"]["val"] if isinstance(key, dict) and "elem" in key else key
+
+
+def _uses_of(exprs: list, ref: str) -> list[dict]:
+    """The expressions of a rule that look ``ref`` (@name) up or update it."""
+    out = []
+    for e in exprs:
+        body = e.get("match") or e.get("vmap") or e.get("set") or {}
+        if ref in (body.get("right"), body.get("data"), body.get("set")):
+            out.append(body)
+    return out
+
+
+def _uses_daddr(expr) -> bool:
+    left = expr.get("left") if "left" in expr else expr.get("key")
+    first = left["concat"][0] if isinstance(left, dict) and "concat" in left else left
+    return isinstance(first, dict) and first.get("payload", {}).get("field") == "daddr"
+
+
+class NftWalk:
+    """One kube-proxy nftables table read for one Service over netlink (kpdiag/collect/nft_netlink.py): its base
+    chains and every chain they reach by jump/goto; the named verdict maps those rules look up reduced to the
+    elements that can match the Service's packets; anonymous sets inline, as nft prints them."""
+
+    def __init__(self, nl, family: str, table: str, service: str):
+        from kpdiag.collect import nft_netlink
+
+        self.nn = nft_netlink
+        self.nl, self.family, self.table, self.service = nl, family, table, service
+        self._sets: dict[str, tuple] = {}
+        self.decoder = nft_netlink.RuleDecoder(family, table, self.set)
+        self.chains: dict[str, dict] = {}  # name → chain JSON, in reading order
+        self.rules: dict[str, list[dict]] = {}
+        self.used: dict[str, list[dict]] = {}  # named set → the rule expressions that use it
+        self.reduced: dict[str, int] = {}  # set → elements left out
+        self.guards: dict[str, str] = {}  # a map keyed by protocol and port → the address set its rule checks first
+
+    def set(self, name: str):
+        if name not in self._sets:
+            try:
+                self._sets[name] = self.nn.read_set(self.nl, self.family, self.table, name)
+            except self.nn.NetlinkError as exc:
+                raise NotFocused(f"set {name} of table {self.family} {self.table}: {exc}") from None
+        return self._sets[name]
+
+    def _read(self, names: list[str], decls: dict) -> None:
+        frontier = [n for n in names if n not in self.chains]
+        while frontier:
+            if len(self.chains) + len(frontier) > NFT_MAX_CHAINS:
+                raise NotFocused(f"more than {NFT_MAX_CHAINS} chains on the Service's path")
+            nxt: list[str] = []
+            for name in frontier:
+                if name in self.chains:
+                    continue
+                if name not in decls:
+                    raise NotFocused(f"chain {name} of table {self.family} {self.table} is not in its chain list")
+                self.chains[name] = self.nn.chain_json(self.family, decls[name])
+                rules = []
+                for a in self.nl.rules(self.family, self.table, name):
+                    rule, targets, used = self.decoder.rule(name, a)
+                    rules.append(rule)
+                    for s in used:
+                        self.used.setdefault(s, []).extend(_uses_of(rule["rule"]["expr"], "@" + s))
+                    self._guard(rule["rule"]["expr"])
+                    nxt.extend(t for t in targets if t not in self.chains and t not in nxt)
+                self.rules[name] = rules
+            frontier = nxt
+
+    def walk(self) -> list[dict]:
+        """The table's items (table, sets and maps, chains, rules) as ``nft -j list table`` would print them, with
+        only the chains and map elements the Service's packets can meet."""
+        nn = self.nn
+        try:
+            decls = {nn._str(a.get(nn.CHAIN_NAME, b"")): a for a in self.nl.chains(self.family, self.table)}
+            tables = [t for t in self.nl.tables() if t["family"] == self.family and t["name"] == self.table]
+            self._read([n for n, a in decls.items() if nn.is_base(a)], decls)
+            kept: dict[str, set[int]] = {}
+            addrs: set[str] = set()
+            ports: set[tuple] = set()
+            while True:
+                grew = False
+                for name in list(self.used):
+                    info, elems = self.set(name)
+                    mine = kept.setdefault(name, set())
+                    for i, (elem, _sort, verdict, comment) in enumerate(elems):
+                        if i in mine:
+                            continue
+                        target = None
+                        if verdict:
+                            target = (verdict.get("goto") or verdict.get("jump") or {}).get("target")
+                        key = _elem_key(elem)
+                        own = (target is not None and nft_names_service(target, self.service)) or (
+                            comment is not None and names_service(comment, self.service)
+                        )
+                        addr = _addr_first(key)
+                        parts = key["concat"] if isinstance(key, dict) and "concat" in key else [key]
+                        pp = tuple(parts[-2:]) if len(parts) >= 2 else None
+                        overlap = (addr is not None and addr in addrs) or (addr is None and pp in ports)
+                        if not (own or overlap or not self._reducible(name, info, elems)):
+                            continue
+                        mine.add(i)
+                        grew = True
+                        if own:
+                            if addr is not None:
+                                addrs.add(addr)
+                            if pp is not None:
+                                ports.add(pp)
+                        if target is not None and target not in self.chains:
+                            self._read([target], decls)
+                for rules in self.rules.values():  # where the Service's packets are sent: they carry that address
+                    for r in rules:
+                        for e in r["rule"]["expr"]:
+                            d = e.get("dnat")
+                            if d and isinstance(d.get("addr"), str) and d["addr"] not in addrs:
+                                addrs.add(d["addr"])
+                                grew = True
+                for vmap, guard in self.guards.items():  # NodePort packets: their destination is in the guard set
+                    if ports and guard in self._sets and any(
+                        _elem_key(e[0]) in ({"concat": list(p)} for p in ports) for e in self.set(vmap)[1]
+                    ):
+                        for elem, *_ in self.set(guard)[1]:
+                            a = _addr_first(_elem_key(elem))
+                            if a is not None and a not in addrs:
+                                addrs.add(a)
+                                grew = True
+                if not grew:
+                    break
+        except nn.Undecodable as exc:
+            raise NotFocused(f"table {self.family} {self.table}: {exc}") from None
+        except nn.NetlinkError as exc:
+            raise NotFocused(f"table {self.family} {self.table}: netlink: {exc}") from None
+        except OSError as exc:
+            raise NotFocused(f"netlink: {exc.strerror or exc}") from None
+        items: list[dict] = [
+            {"table": {"family": self.family, "name": self.table, "handle": nn._be64(t["attrs"][nn.TABLE_HANDLE])}}
+            for t in tables[:1]
+            if nn.TABLE_HANDLE in t["attrs"]
+        ]
+        for name in sorted(self.used, key=lambda n: self.set(n)[0].handle or 0):
+            info, elems = self.set(name)
+            body = info.declaration()
+            chosen = [e[0] for i, e in enumerate(elems) if i in kept.get(name, ())]
+            if len(chosen) < len(elems):
+                self.reduced[name] = len(elems) - len(chosen)
+            if chosen:
+                body["elem"] = chosen
+            items.append({"map" if info.is_map else "set": body})
+        order = sorted(self.chains, key=lambda n: self.chains[n]["chain"]["handle"] or 0)
+        items.extend(self.chains[n] for n in order)
+        for n in order:
+            items.extend(self.rules[n])
+        return items
+
+    def _guard(self, exprs: list) -> None:
+        """``ip daddr @S … vmap @M`` with M keyed by protocol and port (NodePorts): M's packets go to an address
+        in S."""
+        guard = None
+        for e in exprs:
+            m = e.get("match")
+            if m and m.get("op") == "==" and _uses_daddr(m) and str(m.get("right", "")).startswith("@"):
+                guard = m["right"][1:]
+            v = e.get("vmap")
+            if v and guard and isinstance(v.get("data"), str) and not _uses_daddr(v):
+                self.guards[v["data"][1:]] = guard
+
+    def _daddr_only(self, name: str) -> bool:
+        return all(_uses_daddr(e) for e in self.used.get(name, ()))
+
+    def _reducible(self, name: str, info, elems) -> bool:
+        """May this set's elements be reduced to those of the Service? A verdict map looked up by destination (or by
+        protocol and port, after the node's addresses), or a large plain set looked up by destination only."""
+        if not self._daddr_only(name) and not (info.is_map and all("key" in e for e in self.used.get(name, ()))):
+            return False
+        if info.is_map:
+            return True
+        return len(elems) > NFT_REDUCE_SETS and _addr_first(_elem_key(elems[0][0])) is not None if elems else False
+
+
+class NftablesFocused:
+    """nftables mode: kube-proxy's table(s) read over netlink for one Service (:class:`NftWalk`), iptables and the
+    other nftables tables as a full run reads them."""
+
+    mode = "nftables"
+    after = ("ipvs", "ipset")
+
+    def __init__(self, collector, service: str):
+        self.c = collector
+        self.service = service
+        self.partial: dict = {}
+
+    def collect(self) -> None:
+        import json
+
+        from kpdiag.collect import nft_netlink
+
+        c = self.c
+        t = time.monotonic()
+        tables = netlink_tables()
+        if tables is None:
+            raise NotFocused("the nftables tables could not be listed over netlink")
+        mine = [(f, n) for f, n in sorted(tables) if n == "kube-proxy" and f in ("ip", "ip6")]
+        if not mine:
+            raise NotFocused("no kube-proxy table (ip or ip6) in nftables")
+        items: list[dict] = []
+        chains_read: dict[str, list[str]] = {}
+        reduced: dict[str, dict[str, int]] = {}
+        try:
+            with nft_netlink.Netlink() as nl:
+                for family, name in mine:
+                    w = NftWalk(nl, family, name, self.service)
+                    items.extend(w.walk())
+                    chains_read[f"{family} {name}"] = list(w.chains)
+                    if w.reduced:
+                        reduced[f"{family} {name}"] = w.reduced
+        except OSError as exc:
+            raise NotFocused(f"netlink: {exc.strerror or exc}") from None
+        c._timed(f"{sources.NFT_RULESET} (focused)", t)
+        c._run(sources.NFT_VERSION, "nft", ["--version"])
+        c.iptables()
+        others = [tn for tn in sorted(tables) if tn not in mine]
+        if others:
+            c.nft_tables(others)  # a host firewall's tables, whole (and iptables-nft's own left out, as a full run)
+            other = json.loads(c.out.files.pop(sources.NFT_RULESET, b'{"nftables": []}') or b'{"nftables": []}')
+            items.extend(i for i in other.get("nftables", []) if "metainfo" not in i)
+        c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
+        self.partial = {
+            "service": self.service,
+            "mode": self.mode,
+            "holds": {
+                str(sources.NFT_RULESET): "only the chains this Service's packets can meet in kube-proxy's table "
+                "(read over netlink chain by chain): its base chains and every chain they jump to; its verdict maps "
+                "with only the elements of this Service and of others with the same addresses or ports; the "
+                "other nftables tables whole"
+            },
+            "chains": {str(sources.NFT_RULESET): chains_read},
+        }
+        if reduced:
+            self.partial["elements_left_out"] = {str(sources.NFT_RULESET): reduced}
+
+
 class WholeRules:
     """A mode without a focused reader yet: its rules are read whole, as a full run does (the bundle is not partial)."""
 
@@ -328,6 +589,7 @@ class WholeRules:
 
 
 RULE_STEPS = NodeCollector.RULE_STEPS
+READERS = {cls.mode: cls for cls in (IptablesFocused, NftablesFocused)}  # by the dataplane class's name
 
 
 def reader(mode: str, collector, service: str):
@@ -335,8 +597,9 @@ def reader(mode: str, collector, service: str):
     else the whole rules, as a full run reads them."""
     from kpdiag.dataplane import get
 
-    if get(mode).reads_one_service:
-        return IptablesFocused(collector, service)
+    plane = get(mode)
+    if plane.reads_one_service:
+        return READERS[plane.name](collector, service)
     return WholeRules(collector, service, mode)
 
 
