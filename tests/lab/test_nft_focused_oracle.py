@@ -166,6 +166,7 @@ def _differential(base: dict, manifest: dict, got: dict, svc: str, name: str) ->
     for f in full.findings:
         if _service(f) is None and f.id not in {g.id for g in part.findings} and f.id not in SCOPED:
             assert "partial bundle" in skipped.get(f.id, ""), (name, svc, f.id, skipped.get(f.id))
+    assert part.extra.get("traces"), (name, svc, part.extra.get("notes"))
     assert _strip_sources(part.extra.get("traces")) == _strip_sources(full.extra.get("traces")), (name, svc)
 
 
