@@ -163,7 +163,9 @@ class Netlink:
         """(nfgen family, attributes) of each answer to ``msg`` (NFT_MSG_GET…)."""
         self.seq += 1
         body = struct.pack("=BBH", family, 0, 0) + payload
-        head = struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags, self.seq, 0)
+        head = struct.pack(
+            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags, self.seq, 0
+        )
         self.sock.send(head + body)
         out: list[tuple[int, bytes]] = []
         total = 0
@@ -641,7 +643,7 @@ class RuleDecoder:
         """The expression a lookup's key is made of: one register, or consecutive registers (a concatenation)."""
         i = _reg32(_be32(sreg))
         parts = []
-        for kind, length in info.fields:
+        for _kind, length in info.fields:
             r = self.regs.get(i)
             if r is None or r.expr is None or r.prefix_of is not None:
                 raise Undecodable("a set key from registers this module cannot name")

@@ -11,8 +11,12 @@ it) or from a per-Service chain already entered. What it read is written in the 
 When a chain cannot be listed (the binary is missing, a listing fails or times out, a table is one iptables cannot
 show, too many chains) the whole dump is taken instead, as without ``--service``, and the manifest says why.
 
-One reader per proxy mode (:func:`reader`, as the mode's dataplane class says). IPVS and nftables mode read their rules whole for now (their dumps are
-the netlink dump of IPVS and ``nft -j list``): :class:`WholeRules`.
+One reader per proxy mode (:func:`reader`, as the mode's dataplane class says: ``READERS``). nftables mode
+(:class:`NftablesFocused`) reads kube-proxy's table over netlink (kpdiag/collect/nft_netlink.py: ``nft`` itself
+fetches the whole ruleset before it lists one chain): the base chains and every chain they reach, the verdict maps
+reduced to the elements that can match the Service's packets (:class:`NftWalk`); an expression it cannot decode
+exactly makes the whole dump be read. IPVS mode reads its rules whole for now (the netlink dump of IPVS):
+:class:`WholeRules`.
 """
 
 from __future__ import annotations
@@ -449,8 +453,10 @@ class NftWalk:
                                 addrs.add(d["addr"])
                                 grew = True
                 for vmap, guard in self.guards.items():  # NodePort packets: their destination is in the guard set
-                    if ports and guard in self._sets and any(
-                        _elem_key(e[0]) in ({"concat": list(p)} for p in ports) for e in self.set(vmap)[1]
+                    if (
+                        ports
+                        and guard in self._sets
+                        and any(_elem_key(e[0]) in ({"concat": list(p)} for p in ports) for e in self.set(vmap)[1])
                     ):
                         for elem, *_ in self.set(guard)[1]:
                             a = _addr_first(_elem_key(elem))
@@ -515,6 +521,7 @@ class NftablesFocused:
     other nftables tables as a full run reads them."""
 
     mode = "nftables"
+    source = sources.NFT_RULESET  # where a fallback is reported
     after = ("ipvs", "ipset")
 
     def __init__(self, collector, service: str):
@@ -646,7 +653,8 @@ def collect_focused(collector, service: str) -> None:
         rules.collect()
     except NotFocused as exc:
         collector._err(
-            sources.IPTABLES_SAVE, f"focused read of {service}'s rules not possible ({exc}): the whole rules were read"
+            getattr(rules, "source", sources.IPTABLES_SAVE),
+            f"focused read of {service}'s rules not possible ({exc}): the whole rules were read",
         )
         for step in RULE_STEPS:
             collector.out.files.pop("node/.nft-table", None)

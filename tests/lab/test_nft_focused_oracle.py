@@ -51,7 +51,9 @@ def loadable(doc: dict) -> dict:
     "add" without its handle; map elements last (they name chains)."""
     items = doc["nftables"]
     xt = {
-        (i["rule"]["family"], i["rule"]["table"]) for i in items if "rule" in i and any("xt" in e for e in i["rule"]["expr"])
+        (i["rule"]["family"], i["rule"]["table"])
+        for i in items
+        if "rule" in i and any("xt" in e for e in i["rule"]["expr"])
     }
     rank = {"table": 0, "set": 1, "map": 1, "chain": 2, "rule": 3}
     out, elems = [], []
@@ -85,13 +87,28 @@ SYNTH = {
     "synth-60": lambda: nft_ruleset(many_services(60, 3, nodeport_every=3, local_every=2, affinity_every=5)),
     "synth-itp-local": lambda: nft_ruleset(
         [
-            Service("a", "itp", "10.96.1.10", [Port("http", 80, 8080)], [Endpoint("10.244.0.5"), Endpoint("10.244.0.6", local=True)], itp_local=True),
+            Service(
+                "a",
+                "itp",
+                "10.96.1.10",
+                [Port("http", 80, 8080)],
+                [Endpoint("10.244.0.5"), Endpoint("10.244.0.6", local=True)],
+                itp_local=True,
+            ),
             Service("a", "itp-none", "10.96.1.11", [Port("http", 80, 8080)], [Endpoint("10.244.0.7")], itp_local=True),
-            Service("a", "etp", "10.96.1.12", [Port("http", 80, 8080, node_port=31000)], [Endpoint("10.244.0.8")], etp_local=True),
+            Service(
+                "a",
+                "etp",
+                "10.96.1.12",
+                [Port("http", 80, 8080, node_port=31000)],
+                [Endpoint("10.244.0.8")],
+                etp_local=True,
+            ),
         ]  # fmt: skip
     ),
-    "synth-ipv6": lambda: nft_ruleset(_v6_services(), cluster_cidr="fd00:10:244::/64", service_cidr="fd00:10:96::/112",
-                                      node_ips=("fd00:50::1",)),  # fmt: skip
+    "synth-ipv6": lambda: nft_ruleset(
+        _v6_services(), cluster_cidr="fd00:10:244::/64", service_cidr="fd00:10:96::/112", node_ips=("fd00:50::1",)
+    ),  # fmt: skip
 }
 
 
