@@ -30,7 +30,7 @@ FAMILY_NAMES = {v: k for k, v in FAMILIES.items()}
 MAX_BYTES = 512 * 1024 * 1024  # one dump: bounded (a 10,000-Service service-ips map is a few MB)
 
 # attribute numbers (linux/netfilter/nf_tables.h)
-TABLE_NAME, TABLE_HANDLE, TABLE_USERDATA = 1, 4, 6
+TABLE_NAME, TABLE_FLAGS, TABLE_HANDLE, TABLE_USERDATA = 1, 2, 4, 6
 CHAIN_TABLE, CHAIN_HANDLE, CHAIN_NAME, CHAIN_HOOK, CHAIN_POLICY, CHAIN_TYPE, CHAIN_FLAGS, CHAIN_USERDATA = (
     1, 2, 3, 4, 5, 7, 9, 11,
 )  # fmt: skip
@@ -217,14 +217,83 @@ class Netlink:
             raise NetlinkError(f"no set {name} in table {family} {table}")
         return attrs(got[0][1])
 
-    def elements(self, family: str, table: str, name: str) -> list[dict[int, bytes]]:
+    def elements(self, family: str, table: str, name: str) -> list[bytes]:
+        """Each element of a set, undecoded (a 10,000-Service map: the few that matter are decoded)."""
         req = _strattr(ELEM_LIST_TABLE, table) + _strattr(ELEM_LIST_SET, name)
         out = []
         for _, payload in self.dump(MSG_GETSETELEM, FAMILIES[family], req):
             lst = attrs(payload).get(ELEM_LIST_ELEMENTS)
             if lst:
-                out.extend(attrs(e) for _, e in attr_list(lst))
+                out.extend(e for _, e in attr_list(lst))
         return out
+
+    def chain(self, family: str, table: str, name: str) -> dict[int, bytes]:
+        req = _strattr(CHAIN_TABLE, table) + _strattr(CHAIN_NAME, name)
+        got = self.dump(MSG_GETCHAIN, FAMILIES[family], req, flags=NLM_F_ACK)
+        if not got:
+            raise NetlinkError(f"no chain {name} in table {family} {table}")
+        return attrs(got[0][1])
+
+    def base_chains(self, family: str, table: str) -> list[dict[int, bytes]]:
+        """The table's base chains (those on a hook): one dump of its chains, only those with a hook decoded."""
+        # a base chain has a type (NFTA_CHAIN_TYPE "filter", "nat" or "route"): only those are decoded (a name that
+        # holds the same bytes is decoded and dropped)
+        markers = [_strattr(CHAIN_TYPE, t)[2:] for t in ("filter", "nat", "route")]
+        out = []
+        for payload in self.dump_matching(MSG_GETCHAIN, FAMILIES[family], _strattr(CHAIN_TABLE, table), markers):
+            a = attrs(payload)
+            if CHAIN_HOOK in a:
+                out.append(a)
+        return out
+
+    def dump_matching(self, msg: int, family: int, payload: bytes, needles: list[bytes]) -> list[bytes]:
+        """The answers to a dump that hold one of ``needles`` (a table's 60,000 chains: the few base chains), found
+        with a search of each received block instead of a walk over every answer."""
+        self.seq += 1
+        body = struct.pack("=BBH", family, 0, 0) + payload
+        head = struct.pack(
+            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
+        )
+        self.sock.send(head + body)
+        out: list[bytes] = []
+        total = 0
+        while True:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise NetlinkError("netlink socket closed")
+            total += len(data)
+            if total > MAX_BYTES:
+                raise NetlinkError(f"netlink dump larger than {MAX_BYTES} bytes")
+            hits = sorted(i for n in needles for i in _find_all(data, n))
+            done = struct.pack("=HHI", NLMSG_DONE, 0x2, self.seq)  # NLMSG_DONE, NLM_F_MULTI: the dump's end
+            if not hits and len(data) > 4096 and done not in data and struct.unpack_from("=H", data, 4)[0] > 0xFF:
+                continue  # a full block of answers (no error, no end) without a needle: nothing to walk
+            off, h = 0, 0
+            while off + 16 <= len(data):
+                length, kind, _flags, seq = struct.unpack_from("=IHHI", data, off)
+                if length < 16:
+                    raise NetlinkError("malformed netlink message")
+                end = off + length
+                if seq == self.seq:
+                    if kind == NLMSG_DONE:
+                        return out
+                    if kind == NLMSG_ERROR:
+                        err = struct.unpack_from("=i", data, off + 16)[0]
+                        if err == 0:
+                            return out
+                        raise NetlinkError(os.strerror(-err))
+                    while h < len(hits) and hits[h] < off:
+                        h += 1
+                    if h < len(hits) and hits[h] < end:
+                        out.append(data[off + 20 : end])
+                off = (end + 3) & ~3
+
+
+def _find_all(data: bytes, needle: bytes):
+    i = data.find(needle)
+    while i >= 0:
+        yield i
+        i = data.find(needle, i + 1)
 
 
 # ------------------------------------------------------------------------------------------- values
@@ -417,12 +486,38 @@ class SetInfo:
         return val, sort, verdict, comment
 
 
-def read_set(nl: Netlink, family: str, table: str, name: str) -> tuple[SetInfo, list[tuple]]:
-    """A set's declaration and its elements (element JSON, sort key, verdict, comment), in nft's order."""
-    info = SetInfo(family, nl.set(family, table, name))
-    elems = [info.element_json(e) for e in nl.elements(family, table, name)]
-    elems.sort(key=lambda x: x[1])
-    return info, elems
+class SetData:
+    """A set's declaration and its elements, decoded when asked (:meth:`elem`), in the kernel's order."""
+
+    def __init__(self, info: SetInfo, raw: list[bytes]):
+        self.info, self.raw = info, raw
+        self._dec: dict[int, tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def elem(self, i: int) -> tuple:
+        """(element JSON, sort key, verdict JSON or None, comment or None)."""
+        if i not in self._dec:
+            self._dec[i] = self.info.element_json(attrs(self.raw[i]))
+        return self._dec[i]
+
+    def key(self, i: int) -> bytes:
+        """The element's key bytes (the kernel puts the key first: NFTA_SET_ELEM_KEY { NFTA_DATA_VALUE })."""
+        b = self.raw[i]
+        if len(b) >= 8:
+            n1, t1, n2, t2 = struct.unpack_from("=HHHH", b)
+            if t1 & NLA_TYPE_MASK == ELEM_KEY and t2 & NLA_TYPE_MASK == DATA_VALUE and 8 <= 4 + n2 <= n1:
+                return b[8 : 4 + n2]
+        return _value(attrs(b).get(ELEM_KEY, b""))
+
+    def sorted(self, which) -> list[tuple]:
+        """The decoded elements ``which`` (indexes), in the order nft prints them (by value)."""
+        return sorted((self.elem(i) for i in which), key=lambda x: x[1])
+
+
+def read_set(nl: Netlink, family: str, table: str, name: str) -> SetData:
+    return SetData(SetInfo(family, nl.set(family, table, name)), nl.elements(family, table, name))
 
 
 # ------------------------------------------------------------------------------------------- rules
@@ -655,10 +750,12 @@ class RuleDecoder:
 
     def _x_lookup(self, a):
         name = _str(a.get(1, b""))
-        info, elems = self.sets(name)
+        data = self.sets(name)
+        info = data.info
         key = self._key(a[2], info)
         inv = 5 in a and _be32(a[5]) & 1
         if info.anonymous:
+            elems = data.sorted(range(len(data)))
             right = {"set": [e[0] for e in elems]}
             for _, _, verdict, _ in elems:
                 for k in ("jump", "goto"):
@@ -728,7 +825,7 @@ class RuleDecoder:
         if _be32(a[3]) != 1 or 5 in a or timeout or 7 in a or 10 in a or (9 in a and _be32(a[9])):
             raise Undecodable("a set statement other than a plain update")
         name = _str(a[1])
-        info, _ = self.sets(name)
+        info = self.sets(name).info
         if info.anonymous:
             raise Undecodable("a set statement on an anonymous set")
         key = self._key(a[4], info)

@@ -21,9 +21,11 @@ exactly makes the whole dump be read. IPVS mode reads its rules whole for now (t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import subprocess
+import threading
 import time
 
 from kpdiag.bundle import sources
@@ -221,19 +223,12 @@ class ChainLister:
 def netlink_tables() -> set[tuple[str, str]] | None:
     """(family, name) of every nftables table, from one netlink dump (``nft list tables`` fetches the whole ruleset
     first: a minute on a 10,000-Service node); None when netlink cannot be asked."""
-    try:
-        from pyroute2.nftables.main import NFTables
+    from kpdiag.collect import nft_netlink
 
-        with NFTables(nfgen_family=0) as nft:  # every family (the default asks for ip only)
-            tables = nft.get_tables()
-        return {
-            (
-                {2: "ip", 10: "ip6", 1: "inet", 3: "arp", 7: "bridge", 5: "netdev"}.get(t["nfgen_family"], "?"),
-                t.get_attr("NFTA_TABLE_NAME"),
-            )
-            for t in tables
-        }
-    except Exception:  # pyroute2 missing, netlink refused: the caller says so and reads whole
+    try:
+        with nft_netlink.Netlink() as nl:
+            return {(t["family"], t["name"]) for t in nl.tables()}
+    except (OSError, nft_netlink.NetlinkError):  # netlink refused (no CAP_NET_ADMIN, no nf_tables): read whole
         return None
 
 
@@ -390,9 +385,8 @@ class NftWalk:
             for name in frontier:
                 if name in self.chains:
                     continue
-                if name not in decls:
-                    raise NotFocused(f"chain {name} of table {self.family} {self.table} is not in its chain list")
-                self.chains[name] = self.nn.chain_json(self.family, decls[name])
+                decl = decls.get(name) or self.nl.chain(self.family, self.table, name)
+                self.chains[name] = self.nn.chain_json(self.family, decl)
                 rules = []
                 for a in self.nl.rules(self.family, self.table, name):
                     rule, targets, used = self.decoder.rule(name, a)
@@ -406,62 +400,71 @@ class NftWalk:
 
     def walk(self) -> list[dict]:
         """The table's items (table, sets and maps, chains, rules) as ``nft -j list table`` would print them, with
-        only the chains and map elements the Service's packets can meet."""
+        only the chains and map elements the Service's packets can meet.
+
+        A map element is kept when its verdict names one of the Service's chains or its comment names the Service
+        (its own), when its key starts with an address the Service's packets can carry (its own elements' addresses,
+        where its endpoint chains DNAT to, and — when it has a NodePort — the addresses of the set its NodePort rule
+        checks first), or when its key is the protocol and port of one of its own (a NodePort). Keys are compared as
+        the kernel's bytes: only the elements that may be kept are decoded."""
         nn = self.nn
+        needle = self.service.encode()
         try:
-            decls = {nn._str(a.get(nn.CHAIN_NAME, b"")): a for a in self.nl.chains(self.family, self.table)}
             tables = [t for t in self.nl.tables() if t["family"] == self.family and t["name"] == self.table]
-            self._read([n for n, a in decls.items() if nn.is_base(a)], decls)
+            if tables and nn.TABLE_FLAGS in tables[0]["attrs"] and nn._be32(tables[0]["attrs"][nn.TABLE_FLAGS]) & 1:
+                raise NotFocused(f"table {self.family} {self.table} is dormant")
+            decls = {nn._str(a.get(nn.CHAIN_NAME, b"")): a for a in self.nl.base_chains(self.family, self.table)}
+            self._read(list(decls), decls)
             kept: dict[str, set[int]] = {}
-            addrs: set[str] = set()
-            ports: set[tuple] = set()
+            addrs: set[bytes] = set()  # addresses, as the kernel's bytes
+            ports: set[bytes] = set()  # protocol . port keys, as the kernel's bytes
             while True:
                 grew = False
                 for name in list(self.used):
-                    info, elems = self.set(name)
+                    data = self.set(name)
                     mine = kept.setdefault(name, set())
-                    for i, (elem, _sort, verdict, comment) in enumerate(elems):
+                    whole = not self._reducible(name, data)
+                    width = self._addr_width(data.info)
+                    for i in range(len(data)):
                         if i in mine:
                             continue
-                        target = None
-                        if verdict:
-                            target = (verdict.get("goto") or verdict.get("jump") or {}).get("target")
-                        key = _elem_key(elem)
-                        own = (target is not None and nft_names_service(target, self.service)) or (
-                            comment is not None and names_service(comment, self.service)
-                        )
-                        addr = _addr_first(key)
-                        parts = key["concat"] if isinstance(key, dict) and "concat" in key else [key]
-                        pp = tuple(parts[-2:]) if len(parts) >= 2 else None
-                        overlap = (addr is not None and addr in addrs) or (addr is None and pp in ports)
-                        if not (own or overlap or not self._reducible(name, info, elems)):
+                        key = data.key(i)
+                        own = False
+                        if needle in data.raw[i]:  # the Service's name is in the element: decode it to be sure
+                            _elem, _sort, verdict, comment = data.elem(i)
+                            target = (verdict or {}).get("goto") or (verdict or {}).get("jump") or {}
+                            own = nft_names_service(target.get("target", ""), self.service) or (
+                                comment is not None and names_service(comment, self.service)
+                            )
+                        overlap = key[:width] in addrs if width else key in ports
+                        if not (own or overlap or whole):
                             continue
                         mine.add(i)
                         grew = True
-                        if own:
-                            if addr is not None:
-                                addrs.add(addr)
-                            if pp is not None:
-                                ports.add(pp)
+                        if own and data.info.is_map:
+                            if width:
+                                addrs.add(key[:width])
+                            ports.add(key[((width + 3) & ~3) :] if width else key)
+                        _elem, _sort, verdict, _comment = data.elem(i)
+                        target = ((verdict or {}).get("goto") or (verdict or {}).get("jump") or {}).get("target")
                         if target is not None and target not in self.chains:
                             self._read([target], decls)
                 for rules in self.rules.values():  # where the Service's packets are sent: they carry that address
                     for r in rules:
                         for e in r["rule"]["expr"]:
                             d = e.get("dnat")
-                            if d and isinstance(d.get("addr"), str) and d["addr"] not in addrs:
-                                addrs.add(d["addr"])
-                                grew = True
+                            if d and isinstance(d.get("addr"), str):
+                                raw = ipaddress.ip_address(d["addr"]).packed
+                                if raw not in addrs:
+                                    addrs.add(raw)
+                                    grew = True
                 for vmap, guard in self.guards.items():  # NodePort packets: their destination is in the guard set
-                    if (
-                        ports
-                        and guard in self._sets
-                        and any(_elem_key(e[0]) in ({"concat": list(p)} for p in ports) for e in self.set(vmap)[1])
-                    ):
-                        for elem, *_ in self.set(guard)[1]:
-                            a = _addr_first(_elem_key(elem))
-                            if a is not None and a not in addrs:
-                                addrs.add(a)
+                    if vmap in kept and guard in self._sets and any(self.set(vmap).key(i) in ports for i in kept[vmap]):
+                        g = self.set(guard)
+                        width = self._addr_width(g.info)
+                        for i in range(len(g)) if width else ():
+                            if g.key(i)[:width] not in addrs:
+                                addrs.add(g.key(i)[:width])
                                 grew = True
                 if not grew:
                     break
@@ -476,20 +479,29 @@ class NftWalk:
             for t in tables[:1]
             if nn.TABLE_HANDLE in t["attrs"]
         ]
-        for name in sorted(self.used, key=lambda n: self.set(n)[0].handle or 0):
-            info, elems = self.set(name)
-            body = info.declaration()
-            chosen = [e[0] for i, e in enumerate(elems) if i in kept.get(name, ())]
-            if len(chosen) < len(elems):
-                self.reduced[name] = len(elems) - len(chosen)
-            if chosen:
-                body["elem"] = chosen
-            items.append({"map" if info.is_map else "set": body})
+        try:
+            for name in sorted(self.used, key=lambda n: self.set(n).info.handle or 0):
+                data = self.set(name)
+                body = data.info.declaration()
+                chosen = [e[0] for e in data.sorted(kept.get(name, ()))]
+                if len(chosen) < len(data):
+                    self.reduced[name] = len(data) - len(chosen)
+                if chosen:
+                    body["elem"] = chosen
+                items.append({"map" if data.info.is_map else "set": body})
+        except nn.Undecodable as exc:
+            raise NotFocused(f"table {self.family} {self.table}: {exc}") from None
         order = sorted(self.chains, key=lambda n: self.chains[n]["chain"]["handle"] or 0)
         items.extend(self.chains[n] for n in order)
         for n in order:
             items.extend(self.rules[n])
         return items
+
+    @staticmethod
+    def _addr_width(info) -> int:
+        """Bytes of the address a set's key starts with (0: the key starts with no address)."""
+        kind, length = info.fields[0]
+        return length if kind in ("ip4", "ip6") else 0
 
     def _guard(self, exprs: list) -> None:
         """``ip daddr @S … vmap @M`` with M keyed by protocol and port (NodePorts): M's packets go to an address
@@ -506,14 +518,15 @@ class NftWalk:
     def _daddr_only(self, name: str) -> bool:
         return all(_uses_daddr(e) for e in self.used.get(name, ()))
 
-    def _reducible(self, name: str, info, elems) -> bool:
+    def _reducible(self, name: str, data) -> bool:
         """May this set's elements be reduced to those of the Service? A verdict map looked up by destination (or by
         protocol and port, after the node's addresses), or a large plain set looked up by destination only."""
+        info = data.info
         if not self._daddr_only(name) and not (info.is_map and all("key" in e for e in self.used.get(name, ()))):
             return False
         if info.is_map:
             return True
-        return len(elems) > NFT_REDUCE_SETS and _addr_first(_elem_key(elems[0][0])) is not None if elems else False
+        return len(data) > NFT_REDUCE_SETS and self._addr_width(info) > 0
 
 
 class NftablesFocused:
@@ -545,6 +558,9 @@ class NftablesFocused:
         items: list[dict] = []
         chains_read: dict[str, list[str]] = {}
         reduced: dict[str, dict[str, int]] = {}
+        # iptables (its own processes, and the kernel's time for them) runs while the kernel is asked for the table
+        iptables = threading.Thread(target=self._iptables, name="kpdiag-iptables", daemon=True)
+        iptables.start()
         try:
             with nft_netlink.Netlink() as nl:
                 for family, name in mine:
@@ -555,9 +571,10 @@ class NftablesFocused:
                         reduced[f"{family} {name}"] = w.reduced
         except OSError as exc:
             raise NotFocused(f"netlink: {exc.strerror or exc}") from None
+        finally:
+            iptables.join()
         c._timed(f"{sources.NFT_RULESET} (focused)", t)
         c._run(sources.NFT_VERSION, "nft", ["--version"])
-        c.iptables()
         others = [tn for tn in sorted(tables) if tn not in mine]
         if others:
             c.nft_tables(others)  # a host firewall's tables, whole (and iptables-nft's own left out, as a full run)
@@ -577,6 +594,15 @@ class NftablesFocused:
         }
         if reduced:
             self.partial["elements_left_out"] = {str(sources.NFT_RULESET): reduced}
+
+    done = ()  # the rule steps already run when the focused read gave up (the fallback does not run them again)
+
+    def _iptables(self) -> None:
+        try:
+            self.c.iptables()
+        except Exception as exc:  # as NodeCollector.collect does for a step: a collector bug must not stop the others
+            self.c._err(sources.IPTABLES_SAVE, f"internal error: {exc.__class__.__name__}: {exc}")
+        self.done = ("iptables",)
 
 
 class WholeRules:
@@ -658,7 +684,8 @@ def collect_focused(collector, service: str) -> None:
         )
         for step in RULE_STEPS:
             collector.out.files.pop("node/.nft-table", None)
-            getattr(collector, step)()
+            if step not in getattr(rules, "done", ()):
+                getattr(collector, step)()
         return
     for step in rules.after:
         getattr(collector, step)()
