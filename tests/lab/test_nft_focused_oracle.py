@@ -233,3 +233,98 @@ def test_synth_focused_read_is_nfts(lab, name):
     lab.add_ns("node")
     lab.sh("node", ["nft", "-f", "-"], input=SYNTH[name](), timeout=300)
     _exercise(lab, {}, {"format": "kpdiag-bundle/1", "node": "lab-node"}, name)
+
+
+def _kpdiag_node(lab, *args) -> dict:
+    proc = lab.sh(
+        "node",
+        [
+            sys.executable,
+            "-m",
+            "kpdiag",
+            "node",
+            "--no-api",
+            "--host-root",
+            "/",
+            "-o",
+            "json",
+            "--fail-on",
+            "never",
+            *args,
+        ],
+        check=False,
+    )
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_live_nft_focused_then_fallback(lab):
+    """kpdiag node --service end to end in nftables mode: the mode is found from kube-proxy's table (no kube-proxy
+    process here), the bundle is partial and the Service traced; another Service's chain holding an expression the
+    reader does not decode does not matter; the same expression in a chain every Service's packets meet makes the run
+    read the whole ruleset, and the report says why."""
+    services = many_services(40, 2)
+    lab.add_ns("node")
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(services))
+    good, other = "ns0/svc0", "ns2/svc2"
+    whole = _nft(lab, "list", "ruleset")
+    other_chain = next(
+        i["chain"]["name"] for i in whole["nftables"] if "chain" in i and i["chain"]["name"].startswith("service-")
+        and i["chain"]["name"].endswith(f"-{other}/tcp/http")
+    )  # fmt: skip
+    lab.sh("node", ["nft", "add", "rule", "ip", "kube-proxy", other_chain, "meta", "cpu", "1", "counter"])
+    report = _kpdiag_node(lab, "--service", good)
+    assert report["extra"]["partial"]["service"] == good and report["extra"]["partial"]["mode"] == "nftables"
+    assert {t["target"].split(":")[0] for t in report["extra"]["traces"]} == {good}
+    assert all(p["dnat"] for t in report["extra"]["traces"] for p in t["paths"])
+    assert not any("focused read" in p["error"] for p in report["problems"])
+    full = _kpdiag_node(lab, "--service", good, "--all-rules")
+    assert "partial" not in full["extra"]
+    assert _strip_sources(report["extra"]["traces"]) == _strip_sources(full["extra"]["traces"])
+
+    lab.sh("node", ["nft", "insert", "rule", "ip", "kube-proxy", "services", "meta", "cpu", "1", "counter"])
+    report = _kpdiag_node(lab, "--service", good)
+    assert "partial" not in report["extra"]
+    why = [p for p in report["problems"] if "focused read" in p["error"]]
+    assert len(why) == 1 and why[0]["source"] == sources.NFT_RULESET, report["problems"]
+    assert "meta key" in why[0]["error"] and "the whole rules were read" in why[0]["error"], why
+    assert report["extra"]["traces"]  # the whole ruleset, traced
+
+
+def test_another_services_element_for_this_services_address_is_read(lab):
+    """An element of another Service in a verdict map, keyed by this Service's ClusterIP and port (firewall-ips:
+    loadBalancerSourceRanges of a Service that took this address), is kept with the chain it sends to: the trace
+    ends where the kernel sends the packet, as with the whole ruleset."""
+    services = many_services(20, 2)
+    lab.add_ns("node")
+    text = nft_ruleset(services)
+    evil = "firewall-EVILEVIL-evil/mitm/tcp/http"
+    text += (
+        f"add chain ip kube-proxy {evil}\n"
+        f"add rule ip kube-proxy {evil} ip saddr != 10.1.0.0/16 drop\n"
+        f"add element ip kube-proxy firewall-ips {{ {services[0].cluster_ip} . tcp . 80 : goto {evil} }}\n"
+    )
+    lab.sh("node", ["nft", "-f", "-"], input=text)
+    svc = f"{services[0].namespace}/{services[0].name}"
+    got = _run(lab, svc)
+    focused = json.loads(got["focused"][str(sources.NFT_RULESET)])
+    assert _check_against_nft(lab, focused, svc) >= 8
+    fw = next(i["map"] for i in focused["nftables"] if i.get("map", {}).get("name") == "firewall-ips")
+    assert [e[1] for e in fw["elem"]] == [{"goto": {"target": evil}}]
+    assert any(i.get("chain", {}).get("name") == evil for i in focused["nftables"])
+    _differential({}, {"format": "kpdiag-bundle/1", "node": "lab-node"}, got, svc, "firewall-hijack")
+
+
+def test_a_host_firewalls_table_is_read_whole(lab):
+    """The other nftables tables (here an inet table of a host firewall) are in the partial bundle whole, as in a full
+    run: kube-proxy's table alone is read for the Service."""
+    lab.add_ns("node")
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(many_services(10, 2)))
+    lab.sh("node", ["nft", "add", "table", "inet", "hostfw"])
+    lab.sh("node", ["nft", "add", "chain", "inet", "hostfw", "input", "{ type filter hook input priority 0; }"])
+    lab.sh("node", ["nft", "add", "rule", "inet", "hostfw", "input", "tcp", "dport", "30080", "drop"])
+    got = _run(lab, "ns1/svc1")
+    text = got["focused"][str(sources.NFT_RULESET)]
+    assert '"hostfw"' in text and "30080" in text
+    assert list(got["partial"]["chains"][str(sources.NFT_RULESET)]) == ["ip kube-proxy"]
+    _differential({}, {"format": "kpdiag-bundle/1", "node": "lab-node"}, got, "ns1/svc1", "hostfw")
