@@ -568,10 +568,10 @@ class RuleDecoder:
         self.used: list[str] = []
         self.dep: int | None = None  # the index in out of a "meta l4proto == X" a transport payload may absorb
         for name, data in exprs:
-            fn = getattr(self, "_x_" + name, None)
+            fn = self.DECODERS.get(name)
             if fn is None:
                 raise Undecodable(f"expression {name!r}")
-            fn(attrs(data))
+            fn(self, attrs(data))
         body: dict = {"family": self.family, "table": self.table, "chain": chain}
         body["handle"] = _be64(a[RULE_HANDLE]) if RULE_HANDLE in a else None
         ud = udata(a.get(RULE_USERDATA, b""))
@@ -833,6 +833,25 @@ class RuleDecoder:
         self.used.append(name)
         self.dep = None
 
+    # the expression kinds decoded (kube-proxy's): any other makes the rule undecodable
+    DECODERS = {
+        "payload": _x_payload,
+        "meta": _x_meta,
+        "ct": _x_ct,
+        "fib": _x_fib,
+        "numgen": _x_numgen,
+        "immediate": _x_immediate,
+        "bitwise": _x_bitwise,
+        "cmp": _x_cmp,
+        "lookup": _x_lookup,
+        "nat": _x_nat,
+        "masq": _x_masq,
+        "reject": _x_reject,
+        "counter": _x_counter,
+        "notrack": _x_notrack,
+        "dynset": _x_dynset,
+    }
+
 
 def chain_json(family: str, a: dict[int, bytes]) -> dict:
     """A chain's declaration as ``nft -j list chain`` prints it."""
@@ -855,7 +874,3 @@ def chain_json(family: str, a: dict[int, bytes]) -> dict:
         if body["policy"] not in ("accept", "drop"):
             raise Undecodable("chain policy")
     return {"chain": body}
-
-
-def is_base(a: dict[int, bytes]) -> bool:
-    return CHAIN_HOOK in a

@@ -322,18 +322,6 @@ def nft_names_service(name: str, service: str) -> bool:
     return bool(m) and m.group(1) == service
 
 
-def _addr_first(key) -> str | None:
-    """The address a set key starts with (one address, or the first part of a concatenation), else None."""
-    first = key["concat"][0] if isinstance(key, dict) and "concat" in key else key
-    return first if isinstance(first, str) and (":" in first or first.count(".") == 3) else None
-
-
-def _elem_key(elem):
-    """The key of an element's JSON (a map element is [key, verdict]; a key with a comment is {"elem": {"val"}})."""
-    key = elem[0] if isinstance(elem, list) else elem
-    return key["elem"]["val"] if isinstance(key, dict) and "elem" in key else key
-
-
 def _uses_of(exprs: list, ref: str) -> list[dict]:
     """The expressions of a rule that look ``ref`` (@name) up or update it."""
     out = []
