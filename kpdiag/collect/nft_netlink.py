@@ -27,6 +27,7 @@ NLA_F_NESTED, NLA_TYPE_MASK = 0x8000, 0x3FFF
 MSG_GETTABLE, MSG_GETCHAIN, MSG_GETRULE, MSG_GETSET, MSG_GETSETELEM = 1, 4, 7, 10, 13
 FAMILIES = {"ip": 2, "ip6": 10, "inet": 1, "arp": 3, "bridge": 7, "netdev": 5}
 FAMILY_NAMES = {v: k for k, v in FAMILIES.items()}
+TIMEOUT = 30.0  # seconds for one answer of the kernel
 MAX_BYTES = 512 * 1024 * 1024  # one dump: bounded (a 10,000-Service service-ips map is a few MB)
 
 # attribute numbers (linux/netfilter/nf_tables.h)
@@ -148,6 +149,7 @@ class Netlink:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
         self.sock.bind((0, 0))
+        self.sock.settimeout(TIMEOUT)  # a kernel that does not answer: socket.timeout (an OSError), never a hang
         self.seq = 0
 
     def close(self) -> None:

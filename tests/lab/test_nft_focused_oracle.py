@@ -106,6 +106,23 @@ SYNTH = {
             ),
         ]  # fmt: skip
     ),
+    "synth-dual-stack": lambda: (
+        nft_ruleset(many_services(8, 2))
+        + nft_ruleset(
+            [
+                Service(
+                    "ns1",
+                    "svc1",
+                    "fd00:10:96::11",
+                    [Port("http", 80, 8080, node_port=30001)],
+                    [Endpoint("fd00:10:244::5")],
+                )
+            ],
+            cluster_cidr="fd00:10:244::/64",
+            service_cidr="fd00:10:96::/112",
+            node_ips=("fd00:50::1",),
+        )
+    ),  # ns1/svc1 in table ip and table ip6 kube-proxy
     "synth-ipv6": lambda: nft_ruleset(
         _v6_services(), cluster_cidr="fd00:10:244::/64", service_cidr="fd00:10:96::/112", node_ips=("fd00:50::1",)
     ),  # fmt: skip
@@ -113,8 +130,10 @@ SYNTH = {
 
 
 def _services(doc: dict) -> list[str]:
-    """NS/NAME of the Services in kube-proxy's maps (their chains, or the comment of a no-endpoint element)."""
+    """NS/NAME of the Services in kube-proxy's maps (their chains, or the comment of a no-endpoint element); one in
+    both families first."""
     seen: list[str] = []
+    fams: dict[str, set] = {}
     for item in doc["nftables"]:
         body = item.get("map")
         if not body or body.get("table") != "kube-proxy":
@@ -126,8 +145,11 @@ def _services(doc: dict) -> list[str]:
                 name = "/".join(target.split("-", 2)[2].split("/")[:2])
             elif isinstance(key, dict) and "elem" in key:
                 name = key["elem"].get("comment", "").split(":")[0] or None
+            if name:
+                fams.setdefault(name, set()).add(body["family"])
             if name and name not in seen:
                 seen.append(name)
+    seen.sort(key=lambda n: -len(fams[n]))
     return seen[:MAX_SERVICES]
 
 
@@ -205,6 +227,12 @@ def _exercise(lab, base: dict, manifest: dict, name: str) -> None:
         focused = json.loads(got["focused"][str(sources.NFT_RULESET)])
         assert _check_against_nft(lab, focused, svc) >= 8, (name, svc)  # the base chains at least
         chains = got["partial"]["chains"][str(sources.NFT_RULESET)]
+        tables = {
+            f"{i['table']['family']} kube-proxy"
+            for i in whole["nftables"]
+            if i.get("table", {}).get("name") == "kube-proxy"
+        }
+        assert set(chains) == tables, (name, svc, list(chains))  # every family's table walked
         assert any(names_service(c.split("-", 2)[-1].replace("/", " ", 2).replace("/", " "), svc) for cs in
                    chains.values() for c in cs) or "reject" in json.dumps(focused), (name, svc)  # fmt: skip
         _differential(base, manifest, got, svc, name)
