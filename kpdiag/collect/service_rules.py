@@ -503,18 +503,32 @@ class NftWalk:
             if v and guard and isinstance(v.get("data"), str) and not _uses_daddr(v):
                 self.guards[v["data"][1:]] = guard
 
-    def _daddr_only(self, name: str) -> bool:
-        return all(_uses_daddr(e) for e in self.used.get(name, ()))
-
     def _reducible(self, name: str, data) -> bool:
-        """May this set's elements be reduced to those of the Service? A verdict map looked up by destination (or by
-        protocol and port, after the node's addresses), or a large plain set looked up by destination only."""
+        """May this set's elements be reduced to those of the Service? Only when every rule that uses it looks it up
+        (no update) by what the Service's packets carry: a verdict map or a large plain set keyed by destination
+        address first, or a verdict map keyed by protocol and destination port (NodePorts, after the rule's check of
+        the node's addresses). A set keyed by a source address (affinity) or anything else is kept whole."""
         info = data.info
-        if not self._daddr_only(name) and not (info.is_map and all("key" in e for e in self.used.get(name, ()))):
+        uses = self.used.get(name, ())
+        if not uses or any("op" in e and e.get("op") not in ("==", "!=") for e in uses if "left" in e):
             return False
-        if info.is_map:
-            return True
-        return len(data) > NFT_REDUCE_SETS and self._addr_width(info) > 0
+        if any("elem" in e for e in uses):  # a set statement (update @set)
+            return False
+        if self._addr_width(info) and all(_uses_daddr(e) for e in uses):
+            return info.is_map or len(data) > NFT_REDUCE_SETS
+        return info.is_map and all(_proto_dport(e.get("key")) for e in uses)
+
+
+def _proto_dport(key) -> bool:
+    """Is a lookup key ``meta l4proto . th dport`` (or tcp/udp/sctp dport)?"""
+    parts = key.get("concat") if isinstance(key, dict) else None
+    return (
+        isinstance(parts, list)
+        and len(parts) == 2
+        and parts[0] == {"meta": {"key": "l4proto"}}
+        and isinstance(parts[1], dict)
+        and parts[1].get("payload", {}).get("field") == "dport"
+    )
 
 
 class NftablesFocused:

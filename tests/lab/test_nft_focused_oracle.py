@@ -233,6 +233,13 @@ def _exercise(lab, base: dict, manifest: dict, name: str) -> None:
             if i.get("table", {}).get("name") == "kube-proxy"
         }
         assert set(chains) == tables, (name, svc, list(chains))  # every family's table walked
+        big = [
+            f"{i['map']['family']} kube-proxy"
+            for i in whole["nftables"]
+            if i.get("map", {}).get("name") == "service-ips" and len(i["map"].get("elem", [])) > 8
+        ]
+        left_out = (got["partial"].get("elements_left_out") or {}).get(str(sources.NFT_RULESET), {})
+        assert all("service-ips" in left_out.get(t, {}) for t in big), (name, svc, left_out)  # reduced, not whole
         assert any(names_service(c.split("-", 2)[-1].replace("/", " ", 2).replace("/", " "), svc) for cs in
                    chains.values() for c in cs) or "reject" in json.dumps(focused), (name, svc)  # fmt: skip
         _differential(base, manifest, got, svc, name)
