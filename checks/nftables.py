@@ -132,7 +132,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
     "NodePorts on 127.0.0.1 do not work in nftables mode",
     "warning",
     modes=("nftables",),
-    needs=("nft", "kube-proxy-config"),
+    needs=("nft", "kube-proxy-config", "whole-rules"),  # every NodePort of the node (a partial bundle holds one's)
     uses=("proxy-mode",),
     advice_for="kube-proxy",
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "

@@ -259,12 +259,10 @@ def trace(
 def _trace_focus(dst: str, dport: int | None, proto: str, mode: str):
     """The destination a live trace reads the rules of (kpdiag/collect/dest_rules.py), or None: --mode names a mode
     whose rules are read whole."""
-    from .dataplane import get
+    from .collect.dest_rules import Destination, reads_destination
 
-    if mode != "auto" and not get(mode).reads_one_service:
+    if mode != "auto" and not reads_destination(mode):
         return None
-    from .collect.dest_rules import Destination
-
     return Destination(dst, dport, proto)
 
 

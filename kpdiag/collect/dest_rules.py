@@ -11,8 +11,9 @@ that decides which other Service's rule can take a Service's packets) — or fro
 entered; every other jump is followed. kube-proxy's per-Service chains are all in the nat table and are entered
 before the packet is translated (PREROUTING, OUTPUT), so the destination as sent is the one to match.
 
-When a chain cannot be listed, or the mode has no focused reader (IPVS, nftables), the whole rules are read as
-without a destination, and the reason is recorded as a problem of ``iptables-save`` (the trace prints it).
+When a chain cannot be listed, or the mode has no reader here (IPVS; nftables, whose focused reader in
+service_rules.py is keyed by a Service), the whole rules are read as without a destination, and the reason is recorded
+as a problem of ``iptables-save`` (the trace prints it).
 """
 
 from __future__ import annotations
@@ -139,6 +140,17 @@ class DestinationFocused(IptablesFocused):
         }
 
 
+READERS = {cls.mode: cls for cls in (DestinationFocused,)}  # by the dataplane class's name: iptables only, for now
+
+
+def reads_destination(mode: str | None) -> bool:
+    """Can a live trace in ``mode`` read only one destination's rules?"""
+    from kpdiag.dataplane import get
+
+    plane = get(mode)
+    return plane.reads_one_service and plane.name in READERS
+
+
 def focused_on(dest: Destination):
     """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those a packet to ``dest`` can meet."""
     return lambda collector: collect_for_destination(collector, dest)
@@ -147,12 +159,10 @@ def focused_on(dest: Destination):
 def collect_for_destination(collector, dest: Destination) -> None:
     """Read the rules a packet to ``dest`` can meet into ``collector.out``; ``collector.partial`` says what was read
     (empty when the whole rules were read: the reason is then an error of ``iptables-save``)."""
-    from kpdiag.dataplane import get
-
     mode = detect_mode(collector)
     why = None
-    if get(mode).reads_one_service:
-        rules = DestinationFocused(collector, dest)
+    if reads_destination(mode):
+        rules = READERS[mode](collector, dest)
         try:
             rules.collect()
         except NotFocused as exc:
@@ -163,7 +173,7 @@ def collect_for_destination(collector, dest: Destination) -> None:
             collector.partial = rules.partial
             return
     else:
-        why = f"kube-proxy runs {mode} mode, whose rules kpdiag reads whole"
+        why = f"kube-proxy runs {mode} mode: a live trace reads its rules whole"
     collector._err(
         sources.IPTABLES_SAVE,
         f"focused read of the rules a packet to {dest} can meet not possible ({why}): the whole rules were read",
