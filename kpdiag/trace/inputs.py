@@ -9,7 +9,7 @@ from ..errors import InputError
 from kpdiag.bundle import sources
 
 
-FOCUS_FALLBACK = "focused read of the rules"  # how kpdiag/collect/dest_rules.py's fallback reason begins
+FOCUS_FALLBACK = "focused read of the rules"  # in kpdiag/collect/dest_rules.py's fallback reason
 
 
 @dataclass
@@ -284,9 +284,7 @@ def setup_trace(
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
             problems = [
-                p
-                for p in problems
-                if any(n in p.source for n in dp.trace_sources) or p.error.startswith(FOCUS_FALLBACK)
+                p for p in problems if any(n in p.source for n in dp.trace_sources) or FOCUS_FALLBACK in p.error
             ]
         return TraceSetup(tracer, mode, problems, state, read)
     else:
