@@ -8,7 +8,6 @@ from typing import Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
-from kpdiag.rootcause import MODE_CHECKS, STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
@@ -37,7 +36,7 @@ def _log_modes(ctx):
     "proxy-mode-mismatch",
     "kube-proxy runs in another mode than configured",
     "error",
-    explains=MODE_CHECKS,
+    explains=("mode-checks",),
     needs=("kube-proxy-config",),
     uses=("kube-proxy-log", "kube-proxy-mode", "manifest", "proxy-mode"),
     advice_for="kube-proxy",
@@ -145,7 +144,7 @@ STALE_SECONDS = 120
     "kube-proxy-unhealthy",
     "kube-proxy is unhealthy or has stopped syncing",
     "error",
-    explains=STALE + ("KP113", "KP504"),
+    explains=("stale-rules", "KP113", "KP504"),
     severities=("warning", "error"),
     uses=("kube-proxy-healthz", "kube-proxy-metrics", "manifest"),
     advice_for="kube-proxy",

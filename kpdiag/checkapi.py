@@ -54,13 +54,22 @@ class CheckSpec:
     uses: tuple[
         str, ...
     ] = ()  # inputs it reads when they are there (kpdiag/state/inputs.py); needs: those it cannot lack
-    explains: tuple[str, ...] = ()  # ids of the checks whose findings follow from this one's (kpdiag/rootcause.py)
+    # ids of the checks whose findings follow from this one's, or groups of them (kpdiag/rootcause.py GROUPS)
+    explains_declared: tuple[str, ...] = ()
+    shows: tuple[str, ...] = ()  # the groups its findings belong to ("stale-rules"), so others can explain them
     absent: tuple[str, ...] = ()  # components its findings say are not there (kpdiag/rootcause.py COMPONENTS)
     advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
     preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
     # typed inputs (kpdiag/state/typed.py): (parameter, type, optional) — empty for a check written as (ctx, new)
     params: tuple = field(default=(), compare=False, repr=False)
+
+    @property
+    def explains(self) -> tuple[str, ...]:
+        """The ids of the checks whose findings follow from this one's (its groups expanded over the registry)."""
+        from .rootcause import expand
+
+        return expand(self.explains_declared)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -119,6 +128,7 @@ def check(
     modes: Iterable[str] = (),
     explains: Iterable[str] = (),
     absent: Iterable[str] = (),
+    shows: Iterable[str] = (),
     advice_for: str | None = None,
     preflight: Iterable[str] = (),
     any_host: bool = False,
@@ -132,6 +142,8 @@ def check(
     nftables): on a node whose kube-proxy runs another mode (and no --preflight for one of them) it is skipped, saying so.
     ``explains`` names the checks whose findings are consequences of this one's (kube-proxy absent explains stale
     rules): in a report they are linked to it (``caused_by``), ranked under it, and their fixes say to fix it first.
+    It may name a group (kpdiag/rootcause.py GROUPS) instead of ids: "stale-rules", the checks that declare
+    ``shows=("stale-rules",)``, or "mode-checks", the checks that declare ``modes``.
     ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
     of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences".
     ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
@@ -159,7 +171,7 @@ def check(
     broker.validate(id, scope, needs, uses)
     from .rootcause import validate_declaration
 
-    explains, absent = validate_declaration(id, explains, absent)
+    explains, absent, shows = validate_declaration(id, explains, absent, shows)
 
     def deco(fn):
         # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
@@ -184,7 +196,8 @@ def check(
             severities=declared,
             modes=modes,
             uses=uses,
-            explains=explains,
+            explains_declared=explains,
+            shows=shows,
             absent=absent,
             advice_for=advice_for,
             preflight=preflight,
