@@ -53,6 +53,10 @@ class Sysctls(Typed):
         v = self.values.get(key)
         return None if v is None else v.value.strip()
 
+    def value(self, key: str):
+        """The parsed line of ``key`` (kpdiag.parse.node.Value: value, source, line, text), or None."""
+        return self.values.get(key)
+
     def evidence(self, key: str) -> Evidence | None:
         v = self.values.get(key)
         return None if v is None else Evidence(v.source, v.text, v.line)
@@ -60,6 +64,131 @@ class Sysctls(Typed):
     def data(self, want: dict) -> dict:
         """A finding's data about kernel settings (as ``evidence.sysctl_data``): ``{"sysctls": [{key, value, want}]}``."""
         return {"sysctls": [{"key": k, "value": self.get(k), "want": str(w)} for k, w in want.items()]}
+
+    def evidence_all(self, *keys: str) -> list[Evidence]:
+        """The evidence of each of ``keys`` that was collected (none for a key not in the sysctls)."""
+        return [e for e in (self.evidence(k) for k in keys) if e is not None]
+
+
+@dataclass(frozen=True)
+class Addresses(Typed):
+    """The node's interfaces and their addresses (``ip -j addr``), as ip prints them."""
+
+    INPUT: ClassVar[str] = "addresses"
+    source: str  # how evidence names the file
+    links: tuple  # the ip -j addr objects (dicts: ifname, mtu, linkinfo, addr_info …)
+
+    @classmethod
+    def build(cls, ctx):
+        links = ctx.ip_addr
+        return None if links is None else cls(ctx.display(sources.IP_ADDR), tuple(links))
+
+
+@dataclass(frozen=True)
+class Routes(Typed):
+    """The node's routes (``ip -j route`` of every table) and the routing decision made from them (trace/routing.py:
+    lookup, is_local, has_routes, knows), which also reads the addresses, forwarding and the policy-routing rules."""
+
+    INPUT: ClassVar[str] = "routes"
+    source: str
+    routes: tuple  # the ip -j route objects
+    routing: object  # kpdiag.trace.routing.RoutingTable
+
+    @classmethod
+    def build(cls, ctx):
+        routes = ctx.ip_route
+        return None if routes is None else cls(ctx.display(sources.IP_ROUTE), tuple(routes), ctx.routing)
+
+
+@dataclass(frozen=True)
+class Modules(Typed):
+    """The kernel modules: loaded (/proc/modules), built in (modules.builtin), available to modprobe (None: not
+    collected)."""
+
+    INPUT: ClassVar[str] = "modules"
+    source: str
+    loaded: typing.Mapping  # name → kpdiag.parse.node.Module
+    builtin: frozenset
+    available: frozenset | None
+
+    @classmethod
+    def build(cls, ctx):
+        mods = ctx.modules
+        if mods is None:
+            return None
+        avail = ctx.modules_available
+        return cls(
+            ctx.display(sources.MODULES),
+            mods,
+            frozenset(ctx.modules_builtin),
+            None if avail is None else frozenset(avail),
+        )
+
+    def evidence(self, name: str) -> Evidence | None:
+        """The /proc/modules line of ``name`` (as ``evidence.module``), or None when it is not loaded."""
+        m = self.loaded.get(name)
+        if m is None:
+            return None
+        return Evidence(self.source, f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}", m.line)
+
+
+@dataclass(frozen=True)
+class ProxyMode(Typed):
+    """The mode kube-proxy runs (/proxyMode, else the configuration, else the rules present) and its dataplane class
+    (kpdiag/dataplane/: ``dataplane.known``, its capabilities and words). Always there (``UNKNOWN`` when not known)."""
+
+    INPUT: ClassVar[str] = "proxy-mode"
+    mode: str | None
+    how: str  # how it is known, in words
+    dataplane: object  # a kpdiag.dataplane.Dataplane subclass
+    inferred: typing.Mapping  # the modes whose artefacts are on the node: mode → evidence text
+
+    @classmethod
+    def build(cls, ctx):
+        mode, how = ctx.proxy_mode
+        return cls(mode, how, ctx.dataplane, ctx.inferred_modes())
+
+
+# the nf_conntrack sysctls the conntrack input carries (it grants them by key: it does not open every sysctl)
+CONNTRACK_SYSCTLS = (
+    "net.netfilter.nf_conntrack_count",
+    "net.netfilter.nf_conntrack_max",
+    "net.nf_conntrack_max",
+    "net.netfilter.nf_conntrack_tcp_be_liberal",
+)
+
+
+@dataclass(frozen=True)
+class ConntrackStats(Typed):
+    """Connection tracking's counters: ``conntrack -S`` summed over the CPUs (``stats``: {} when only the sysctls
+    were collected) and its sysctls (``CONNTRACK_SYSCTLS``: count, max, tcp_be_liberal)."""
+
+    INPUT: ClassVar[str] = "conntrack"
+    source: str
+    stats: typing.Mapping  # counter → value
+    sysctls: typing.Mapping  # key of CONNTRACK_SYSCTLS → kpdiag.parse.node.Value (those collected)
+
+    @classmethod
+    def build(cls, ctx):
+        values = {k: v for k in CONNTRACK_SYSCTLS if (v := ctx.sysctl_value(k)) is not None}
+        stats = ctx.conntrack_stats
+        if stats is None and "net.netfilter.nf_conntrack_count" not in values:
+            return None
+        return cls(ctx.display(sources.CONNTRACK_STATS), stats or {}, values)
+
+    def sysctl(self, key: str):
+        """The Value of one of CONNTRACK_SYSCTLS (None: not collected); another key is a defect of the check."""
+        if key not in CONNTRACK_SYSCTLS:
+            raise KeyError(f"{key} is not one of the conntrack input's sysctls (state/typed.py CONNTRACK_SYSCTLS)")
+        return self.sysctls.get(key)
+
+    def sysctl_evidence(self, key: str) -> Evidence | None:
+        v = self.sysctl(key)
+        return None if v is None else Evidence(v.source, v.text, v.line)
+
+    def evidence(self, key: str, value: int) -> Evidence:
+        """A counter of ``conntrack -S`` (as ``evidence.conntrack_stat``)."""
+        return Evidence(self.source, f"{key}={value} (summed over CPUs)")
 
 
 @dataclass(frozen=True)
