@@ -314,7 +314,8 @@ def test_the_analysis_sees_reads_through_helpers_and_adapters():
     # a loop over a module-level tuple of sources: for rel in HTTP_SOURCES: ctx.has(rel)
     assert "src:" + sources.KP_HEALTHZ in reads.of(load_registry(plugins=False).get("KP707").fn)
     assert "src:" + sources.DNS_SERVICE in reads.of(load_registry(plugins=False).get("KP131").fn)
-    assert {"sysctl_value", "ip_addr", "ip_route"} <= reads.of(hostnet.rp_filter_strict)  # via _default_dev, ev.sysctl
+    # via _ipv6_services and ev.sysctl
+    assert {"sysctl_value", "programmed", "nft_text", "cluster.services"} <= reads.of(hostnet.ipv6_forward_off)
     # an undeclared read is reported
     fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
     assert _undeclared(fake, {"sysctl_value", "ip_route", "src:" + sources.SYSCTL, "src:" + sources.IP_ROUTE}) == [
