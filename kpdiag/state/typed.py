@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kpdiag.bundle import sources
@@ -192,6 +192,73 @@ class ConntrackStats(Typed):
 
 
 @dataclass(frozen=True)
+class KubeProxyMode(Typed):
+    """What kube-proxy answers on /proxyMode (iptables, ipvs, nftables, kernelspace …)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-mode"
+    source: str
+    running: str
+
+    @classmethod
+    def build(cls, ctx):
+        running = ctx.proxy_mode_running
+        return None if running is None else cls(ctx.display(sources.KP_PROXY_MODE), running)
+
+
+@dataclass(frozen=True)
+class KubeProxyHealthz(Typed):
+    """kube-proxy's /healthz answer (a JSON object: lastUpdated, currentTime, and kpdiag_http_status)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-healthz"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        hz = ctx.healthz
+        return None if hz is None else cls(ctx.display(sources.KP_HEALTHZ), hz)
+
+
+@dataclass(frozen=True)
+class Manifest(Typed):
+    """The bundle's manifest (kpdiag.json) and what it says about the bundle: its name as the user gave it (evidence
+    about the node as a whole cites it), the node, when it was collected. Always there ({} without a manifest)."""
+
+    INPUT: ClassVar[str] = "manifest"
+    bundle: str
+    node: str
+    created: float | None  # epoch seconds
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.bundle_name, ctx.node_name, ctx.created, ctx.manifest)
+
+
+@dataclass(frozen=True)
+class Nft(Typed):
+    """The node's nftables ruleset (``nft -j list ruleset``): its text, the family of kube-proxy's table, and the
+    parsed ruleset — parsed on first ``ruleset()`` only (it can be hundreds of MB), once per run."""
+
+    INPUT: ClassVar[str] = "nft"
+    source: str
+    text: str
+    kube_proxy_family: str | None  # "ip" / "ip6" when table kube-proxy is there
+    _parse: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.nft_text
+        if text is None:
+            return None
+        return cls(ctx.display(sources.NFT_RULESET), text, ctx.nft_kube_proxy_table, lambda: ctx.nft())
+
+    def ruleset(self):
+        """kpdiag.parse.nft's ruleset (None when it could not be parsed: a problem of the source)."""
+        return self._parse()
+
+
+@dataclass(frozen=True)
 class KubeProxyConfig(Typed):
     """kube-proxy's configuration (its file on the node, else the ConfigMap) as the fields checks compare."""
 
@@ -359,10 +426,8 @@ def call(fn, params, ctx, new, skip):
     kwargs = {}
     for name, typ, _optional in params:
         view = Inputs(ctx._target, ctx.check_id, (typ.INPUT,), "node")  # the one input it is built from
-        try:
-            kwargs[name] = typ.build(view)
-        finally:
-            ctx.violations.extend(view.violations)
+        object.__setattr__(view, "violations", ctx.violations)  # a lazy field's reads later are policed as one
+        kwargs[name] = typ.build(view)
         if kwargs[name] is None and not _optional:  # there, but not in a form it can be read as
             raise skip(f"needs {view_what(typ)}, which is missing or unreadable")
     return fn(new=new, **kwargs)
