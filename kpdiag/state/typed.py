@@ -186,6 +186,14 @@ class ConntrackStats(Typed):
         v = self.sysctl(key)
         return None if v is None else Evidence(v.source, v.text, v.line)
 
+    def sysctl_data(self, want: dict) -> dict:
+        """A finding's data about these sysctls (as ``Sysctls.data``)."""
+        out = []
+        for k, w in want.items():
+            v = self.sysctl(k)
+            out.append({"key": k, "value": None if v is None else v.value.strip(), "want": str(w)})
+        return {"sysctls": out}
+
     def evidence(self, key: str, value: int) -> Evidence:
         """A counter of ``conntrack -S`` (as ``evidence.conntrack_stat``)."""
         return Evidence(self.source, f"{key}={value} (summed over CPUs)")
