@@ -356,6 +356,111 @@ class KubeProxyMetrics(Typed):
 
 
 @dataclass(frozen=True)
+class ApiList:
+    """One List file of the API side (``kubectl get -o json``): ``items()`` its objects, read on first use (None when
+    the file was not collected; a file that is not a List is a problem of the source, and None)."""
+
+    source: str  # how evidence names it
+    _read: typing.Callable = field(repr=False, compare=False)
+    _problem: typing.Callable = field(repr=False, compare=False)
+
+    def items(self) -> list[dict] | None:
+        from kpdiag.bundle.store import list_items
+
+        data = self._read()
+        if data is None:
+            return None
+        items = list_items(data)
+        if items is None:
+            self._problem("not a List (kubectl get -o json)")
+        return items
+
+
+def _api_list(ctx, rel) -> ApiList:
+    """The List file ``rel`` as the one-input view ``ctx`` opens it (read when ``items()`` is first asked)."""
+    return ApiList(ctx.display(rel), lambda: ctx.source(rel), lambda msg: ctx.problem(rel, msg))
+
+
+@dataclass(frozen=True)
+class DnsService(Typed):
+    """The cluster DNS Service (kube-dns, ``services``) and its EndpointSlices (``endpointslices``), as collected."""
+
+    INPUT: ClassVar[str] = "dns-service"
+    services: ApiList
+    endpointslices: ApiList
+
+    @classmethod
+    def build(cls, ctx):
+        if ctx.source(sources.DNS_SERVICE) is None:
+            return None
+        return cls(_api_list(ctx, sources.DNS_SERVICE), _api_list(ctx, sources.DNS_ENDPOINTSLICES))
+
+
+@dataclass(frozen=True)
+class DnsPods(Typed):
+    """The CoreDNS pods (label k8s-app=kube-dns in kube-system), as collected."""
+
+    INPUT: ClassVar[str] = "dns-pods"
+    pods: ApiList
+
+    @classmethod
+    def build(cls, ctx):
+        return None if ctx.source(sources.DNS_PODS) is None else cls(_api_list(ctx, sources.DNS_PODS))
+
+
+@dataclass(frozen=True)
+class DnsLogs(Typed):
+    """The CoreDNS logs kpdiag collected (``{"logs": [{namespace, pod, previous, text | error}]}``)."""
+
+    INPUT: ClassVar[str] = "dns-logs"
+    source: str
+    doc: object
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.source(sources.DNS_LOGS)
+        return None if doc is None else cls(ctx.display(sources.DNS_LOGS), doc)
+
+
+@dataclass(frozen=True)
+class DnsLookups(Typed):
+    """The DNS probe (probes/dns.json of kpdiag.dns/v1: the pod's resolv.conf, the lookups and each query sent), as
+    written; ``problem(msg)`` records what in it could not be read."""
+
+    INPUT: ClassVar[str] = "dns-lookups"
+    source: str
+    doc: typing.Mapping
+    _problem: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.dns
+        if not isinstance(doc, dict):
+            return None
+        return cls(ctx.display(sources.PROBES_DNS), doc, lambda msg: ctx.problem(sources.PROBES_DNS, msg))
+
+    def problem(self, message: str) -> None:
+        self._problem(message)
+
+
+@dataclass(frozen=True)
+class NetworkPolicies(Typed):
+    """The NetworkPolicies (and what judging them needs: namespaces, pods, the CNI): whether they were collected, and
+    the data they are judged with (``data()``, kpdiag.state.policy, read on first use)."""
+
+    INPUT: ClassVar[str] = "networkpolicies"
+    collected: bool
+    _data: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data())
+
+    def data(self):
+        return self._data()
+
+
+@dataclass(frozen=True)
 class NodeCIDRs:
     """One Node's pod ranges (``spec.podCIDRs``, else ``spec.podCIDR``) as the API records them."""
 
