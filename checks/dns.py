@@ -26,7 +26,7 @@ def _strs(value) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _clean(lookups: DnsLookups, doc: dict) -> dict:
+def _clean(probe: DnsLookups, doc: dict) -> dict:
     """The probe document with every part of the wrong shape dropped (and named once as a problem of the bundle)."""
     bad: list[str] = []
 
@@ -79,7 +79,7 @@ def _clean(lookups: DnsLookups, doc: dict) -> dict:
     for q in d["queries"]:
         q["addresses"] = _strs(q.get("addresses"))
     for what in sorted(set(bad)):
-        lookups.problem(f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
+        probe.problem(f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
     return d
 
 
