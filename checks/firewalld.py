@@ -36,7 +36,7 @@ def _firewalld_tracer(ctx):
 
 def _pod_side(ctx) -> tuple[str, str, list] | None:
     """(a pod address, the pod bridge it sits behind, the bridge's subnets) — the source of forwarded pod traffic."""
-    ifaces = links(ctx)
+    ifaces = links(ctx.ip_addr)
     masters = {link.get("master") for link in ifaces if link.get("master")}
     for link in ifaces:
         if link["ifname"] not in masters or (link.get("linkinfo") or {}).get("info_kind") not in (None, "bridge"):
@@ -55,7 +55,7 @@ def _pod_side(ctx) -> tuple[str, str, list] | None:
 
 def _remote_pod(ctx, own: list) -> tuple[str, str] | None:
     """A pod address on another node: a route into a pod range that is not this node's (overlay or host-gw)."""
-    for r in routes(ctx):
+    for r in routes(ctx.ip_route):
         dst = r.get("dst")
         if not isinstance(dst, str) or dst == "default" or r.get("table") not in (None, "main") or ":" in dst:
             continue

@@ -17,7 +17,7 @@ KIND_PORTS = {"vxlan": 4789, "geneve": 6081}
 def overlay_devices(ctx) -> list[tuple[str, str, int]]:
     """(device, kind, UDP port) of the node's VXLAN and Geneve devices."""
     out = []
-    for link in links(ctx):
+    for link in links(ctx.ip_addr):
         name = link.get("ifname")
         info = link["linkinfo"]
         kind = info.get("info_kind")
@@ -43,7 +43,7 @@ def _peer(ctx, node_ip: str) -> tuple[str, str]:
             ):
                 if ":" not in a["address"]:
                     return a["address"], f"node {d(n.get('metadata')).get('name')}"
-    for r in routes(ctx):
+    for r in routes(ctx.ip_route):
         if r.get("dst") == "default" and r.get("gateway") and ":" not in r["gateway"]:
             return r["gateway"], "the default gateway (no other node's address known)"
     return "192.0.2.1", "a peer (no other node's address known)"
@@ -219,7 +219,7 @@ def vxlan_checksum_offload(ctx, new):
     kernel = ctx.kernel
     if offloads is None or kernel is None:
         raise Skip("the overlay devices' offload features or the kernel version could not be read")
-    kinds = {link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind") for link in links(ctx)}
+    kinds = {link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind") for link in links(ctx.ip_addr)}
     on = [
         (dev, f)
         for dev, feats in sorted(offloads.devices.items())

@@ -476,6 +476,7 @@ class NodePodCIDRs(Typed):
     INPUT: ClassVar[str] = str(sources.NODES)
     source: str  # how evidence names the file
     nodes: tuple[NodeCIDRs, ...]
+    objects: tuple[dict, ...] = ()  # every Node object of the List, as the API wrote it
 
     @classmethod
     def build(cls, ctx):
@@ -500,10 +501,29 @@ class NodePodCIDRs(Typed):
                     bad.append(c)
             if good or bad:
                 out.append(NodeCIDRs(name if isinstance(name, str) else "?", tuple(good), tuple(bad)))
-        return cls(ctx.display(sources.NODES), tuple(out))
+        objects = (
+            tuple(i for i in doc.get("items") or [] if isinstance(i, dict))
+            if isinstance(doc.get("items"), list)
+            else ()
+        )
+        return cls(ctx.display(sources.NODES), tuple(out), objects)
 
     def evidence(self, node: NodeCIDRs) -> Evidence:
         return Evidence(self.source, f"node {node.name}: podCIDRs {', '.join(map(str, node.cidrs))}")
+
+
+@dataclass(frozen=True)
+class Processes(Typed):
+    """The node's processes kpdiag looked for (node/processes.txt: name → pid), as parsed."""
+
+    INPUT: ClassVar[str] = str(sources.PROCESSES)
+    source: str
+    pids: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        procs = ctx.source(sources.PROCESSES)
+        return None if procs is None else cls(ctx.display(sources.PROCESSES), procs)
 
 
 def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
