@@ -28,9 +28,12 @@ from kpdiag.model import Evidence
 
 class Typed:
     """The base of typed inputs: ``INPUT`` names the catalogue input it is built from (its presence, its skip reason,
-    the sources it opens); ``build(ctx)`` makes the value from a view opening that input only (None: not there)."""
+    the sources it opens); ``build(ctx)`` makes the value from a view opening that input only (None: not there);
+    ``FILES``, when set, the bundle files that show its fact was collected (else the input's ``files``)."""
 
     INPUT: ClassVar[str]
+    # the bundle files that show the fact it carries was collected, when narrower than its input's (Input.files)
+    FILES: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def build(cls, ctx):  # pragma: no cover - every subclass defines it
@@ -64,10 +67,6 @@ class Sysctls(Typed):
     def data(self, want: dict) -> dict:
         """A finding's data about kernel settings (as ``evidence.sysctl_data``): ``{"sysctls": [{key, value, want}]}``."""
         return {"sysctls": [{"key": k, "value": self.get(k), "want": str(w)} for k, w in want.items()]}
-
-    def evidence_all(self, *keys: str) -> list[Evidence]:
-        """The evidence of each of ``keys`` that was collected (none for a key not in the sysctls)."""
-        return [e for e in (self.evidence(k) for k in keys) if e is not None]
 
 
 @dataclass(frozen=True)
@@ -474,6 +473,7 @@ class NodePodCIDRs(Typed):
     """The Nodes from the API (``cluster/nodes.json``) with their pod CIDRs; nodes without one are left out."""
 
     INPUT: ClassVar[str] = str(sources.NODES)
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#podCIDR",)  # a Node List without pod CIDRs carries no fact
     source: str  # how evidence names the file
     nodes: tuple[NodeCIDRs, ...]
     objects: tuple[dict, ...] = ()  # every Node object of the List, as the API wrote it
@@ -564,6 +564,17 @@ def call(fn, params, ctx, new, skip):
         if kwargs[name] is None and not _optional:  # there, but not in a form it can be read as
             raise skip(f"needs {view_what(typ)}, which is missing or unreadable")
     return fn(new=new, **kwargs)
+
+
+def evident_by(spec, name: str) -> tuple[str, ...]:
+    """The bundle files any one of which shows that input ``name`` of check ``spec`` was collected: a typed parameter's
+    ``FILES``, else the input's own (``Input.evident_by``)."""
+    from kpdiag.state.inputs import catalogue
+
+    for _, typ, _ in spec.params:
+        if typ.INPUT == name and typ.FILES is not None:
+            return typ.FILES
+    return catalogue(spec.scope)[name].evident_by
 
 
 def view_what(typ) -> str:
