@@ -312,12 +312,18 @@ class KubeProxyRules(Typed):
 
     INPUT: ClassVar[str] = "iptables"
     programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
-    ruleset: object  # kpdiag.parse.iptables.Ruleset
+    ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
+    _dump: typing.Callable = field(repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
         rs = ctx.iptables()
-        return None if rs is None else cls(ctx.programmed() or {}, rs)
+        return None if rs is None else cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which))
+
+    def dump(self, which: str):
+        """The ruleset of another dump of this input, parsed on first use: "ip6tables-save", "iptables-legacy-save",
+        "iptables-nft-save" (None: not collected)."""
+        return self.ruleset if which == "iptables-save" else self._dump(which)
 
 
 @dataclass(frozen=True)
