@@ -158,6 +158,60 @@ CONNTRACK_SYSCTLS = (
 
 
 @dataclass(frozen=True)
+class Kernel(Typed):
+    """The running kernel's version (``uname -r``), as (major, minor, patch)."""
+
+    INPUT: ClassVar[str] = "kernel"
+    source: str
+    version: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        k = ctx.kernel
+        return None if k is None else cls(ctx.display(sources.UNAME), k)
+
+
+@dataclass(frozen=True)
+class NftVersion(Typed):
+    """The nft binary's version (``nft --version``), as (major, minor, patch)."""
+
+    INPUT: ClassVar[str] = "nft-version"
+    source: str
+    version: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        v = ctx.nft_version
+        return None if v is None else cls(ctx.display(sources.NFT_VERSION), v)
+
+
+@dataclass(frozen=True)
+class KubeProxyVersion(Typed):
+    """kube-proxy's (major, minor) version: its metrics' kubernetes_build_info, else the API server's."""
+
+    INPUT: ClassVar[str] = "kube-proxy-version"
+    source: str  # how evidence names it: kube-proxy's metrics
+    version: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        v = ctx.kube_proxy_version
+        return None if v is None else cls(ctx.display(sources.KP_METRICS), v)
+
+
+@dataclass(frozen=True)
+class Preflight(Typed):
+    """The proxy mode ``kpdiag node --preflight MODE`` asks about (``mode``: None when not asked). Always there."""
+
+    INPUT: ClassVar[str] = "preflight"
+    mode: str | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.preflight)
+
+
+@dataclass(frozen=True)
 class ConntrackStats(Typed):
     """Connection tracking's counters: ``conntrack -S`` summed over the CPUs (``stats``: {} when only the sysctls
     were collected) and its sysctls (``CONNTRACK_SYSCTLS``: count, max, tcp_be_liberal)."""
