@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import sys
 import types
 
@@ -301,6 +302,29 @@ def test_typed_inputs_read_their_one_input():
     for spec in load_registry(plugins=False).checks:
         for name, t, optional in spec.params:  # the signature is the declaration: T a need, Optional[T] a use
             assert t.INPUT in (spec.uses if optional else spec.needs), (spec.id, name)
+
+
+def test_one_mechanism_per_check():
+    """A check takes typed inputs or ``ctx``, never both: a typed check declares its inputs by its signature, and a
+    ``needs=``/``uses=`` string only for an input it reads nothing of (a gate: whole-rules, the run mode); its
+    parameters are typed inputs (``new`` aside), so it cannot reach the state. The typed inputs are counted here so
+    the figure in docs/architecture.md stays true."""
+    registry = load_registry(plugins=False)
+    node = [spec for spec in registry.checks if spec.scope == "node"]
+    typed_checks = [spec for spec in node if spec.params]
+    for spec in typed_checks:
+        params = list(inspect.signature(spec.fn).parameters)
+        assert "ctx" not in params and params[0] == "new", (spec.id, params)
+        from_signature = {t.INPUT for _, t, _ in spec.params}
+        gates = {name for name in spec.inputs if name not in from_signature}
+        assert all(
+            not broker.NODE_INPUTS[g].grants and not broker.NODE_INPUTS[g].sources or g == "whole-rules" for g in gates
+        ), (spec.id, gates)
+    import re
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "architecture.md"), encoding="utf-8") as fh:
+        said = re.search(r"(\d+) of the (\d+) node checks\s+take typed inputs", fh.read())
+    assert said and (int(said.group(1)), int(said.group(2))) == (len(typed_checks), len(node)), said
 
 
 def test_the_analysis_sees_reads_through_helpers_and_adapters():
