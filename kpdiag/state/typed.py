@@ -586,6 +586,41 @@ class Processes(Typed):
         return None if procs is None else cls(ctx.display(sources.PROCESSES), procs)
 
 
+@dataclass(frozen=True)
+class ServiceLookup(Typed):
+    """What ``kpdiag svc`` learnt asking the API for the Service (cluster/service-lookup.json): found or not, the
+    names in its namespace, the namespaces holding one of that name."""
+
+    INPUT: ClassVar[str] = "service-lookup"
+    source: str
+    doc: object
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.source(sources.SERVICE_LOOKUP)
+        return None if doc is None else cls(ctx.display(sources.SERVICE_LOOKUP), doc)
+
+
+@dataclass(frozen=True)
+class IpvsTimeout(Typed):
+    """``ipvsadm -L --timeout`` as collected (its text); ``problem(msg)`` records what in it could not be read."""
+
+    INPUT: ClassVar[str] = "ipvs-timeout"
+    source: str
+    text: str
+    _problem: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.source(sources.IPVS_TIMEOUT)
+        if text is None:
+            return None
+        return cls(ctx.display(sources.IPVS_TIMEOUT), text, lambda msg: ctx.problem(sources.IPVS_TIMEOUT, msg))
+
+    def problem(self, message: str) -> None:
+        self._problem(message)
+
+
 def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
     """A typed check's parameters: (name, typed input, optional) for each but ``new`` — or None for a check written
     the old way (``ctx, new``). A parameter that is neither ``new`` nor a typed input is a declaration error."""
