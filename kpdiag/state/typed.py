@@ -164,11 +164,15 @@ class Kernel(Typed):
     INPUT: ClassVar[str] = "kernel"
     source: str
     version: tuple
+    release: str  # uname -r as printed ("5.4.0-150-generic"), else the version joined
 
     @classmethod
     def build(cls, ctx):
         k = ctx.kernel
-        return None if k is None else cls(ctx.display(sources.UNAME), k)
+        if k is None:
+            return None
+        release = (ctx.source_text(sources.UNAME) or "").strip() or ".".join(map(str, k))
+        return cls(ctx.display(sources.UNAME), k, release)
 
 
 @dataclass(frozen=True)
@@ -619,6 +623,20 @@ class IpvsTimeout(Typed):
 
     def problem(self, message: str) -> None:
         self._problem(message)
+
+
+@dataclass(frozen=True)
+class EthtoolOffload(Typed):
+    """``ethtool -k`` of the overlay devices (node/ethtool-offload.txt), parsed: ``features.devices[dev][name]``
+    (kpdiag.parse.ethtool: on, text, line) and ``features.source``."""
+
+    INPUT: ClassVar[str] = str(sources.ETHTOOL_OFFLOAD)
+    features: object
+
+    @classmethod
+    def build(cls, ctx):
+        parsed = ctx.source(sources.ETHTOOL_OFFLOAD)
+        return None if parsed is None else cls(parsed)
 
 
 def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
