@@ -323,7 +323,7 @@ def test_one_mechanism_per_check():
     import re
 
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "architecture.md"), encoding="utf-8") as fh:
-        said = re.search(r"These take typed\s+inputs: (.*?), and every new check should", fh.read(), re.S)
+        said = re.search(r"These take typed\s+inputs:\s+(.*?), and every new check should", fh.read(), re.S)
     listed = set()
     for a, b in re.findall(r"KP(\d+)(?:–KP(\d+))?", said.group(1)):
         listed.update(f"KP{n}" for n in range(int(a), int(b or a) + 1))
