@@ -133,9 +133,13 @@ def check(
     preflight: Iterable[str] = (),
     any_host: bool = False,
 ):
-    """Declare a check. ``needs`` names the inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing,
-    the check is skipped with the reason. ``uses`` names the inputs it reads when they are there. The check receives
-    a view of the state that opens those inputs and nothing else (:class:`kpdiag.state.inputs.Inputs`). ``scope`` is
+    """Declare a check. A node check says its inputs in its signature (kpdiag/state/typed.py): ``def f(new, rules:
+    KubeProxyRules, config: Optional[KubeProxyConfig] = None)`` — a parameter typed T is a need, Optional[T] a use —
+    and receives plain values. The older way, still used by the checks that read the API side: ``needs`` names the
+    inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing, the check is skipped with the
+    reason; ``uses`` names the inputs it reads when they are there; the check, written as ``f(ctx, new)``, receives
+    a view of the state that opens those inputs and nothing else (:class:`kpdiag.state.inputs.Inputs`). A typed check
+    keeps ``needs`` only for an input it reads nothing of (``whole-rules``). ``scope`` is
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
     is a defect, caught by the tests. ``modes`` names the kube-proxy modes the check is about (iptables, ipvs,
