@@ -11,8 +11,9 @@ it) or from a per-Service chain already entered. What it read is written in the 
 When a chain cannot be listed (the binary is missing, a listing fails or times out, a table is one iptables cannot
 show, too many chains) the whole dump is taken instead, as without ``--service``, and the manifest says why.
 
-One reader per proxy mode (:func:`reader`, as the mode's dataplane class says). IPVS and nftables mode read their rules whole for now (their dumps are
-the netlink dump of IPVS and ``nft -j list``): :class:`WholeRules`.
+One reader per proxy mode (:func:`reader`, as the mode's dataplane class says): IPVS mode's is
+:class:`kpdiag.collect.ipvs_rules.IpvsFocused` (the Service's virtual servers one by one over netlink; its addresses
+from the API's Service). nftables mode reads its rules whole for now (``nft -j list``): :class:`WholeRules`.
 """
 
 from __future__ import annotations
@@ -330,12 +331,18 @@ class WholeRules:
 RULE_STEPS = NodeCollector.RULE_STEPS
 
 
-def reader(mode: str, collector, service: str):
+def reader(mode: str, collector, service: str, lookup=None):
     """The reader of ``mode``'s rules: one Service's where its dataplane class says it can (``reads_one_service``),
-    else the whole rules, as a full run reads them."""
+    else the whole rules, as a full run reads them. ``lookup()``: the API's Service (object, why not) — IPVS mode
+    needs it (kpdiag/collect/ipvs_rules.py: nothing on an IPVS node names a Service)."""
     from kpdiag.dataplane import get
 
-    if get(mode).reads_one_service:
+    plane = get(mode)
+    if plane.reads_one_service and plane.services_in_ipvs:
+        from kpdiag.collect.ipvs_rules import IpvsFocused
+
+        return IpvsFocused(collector, service, lookup)
+    if plane.reads_one_service:
         return IptablesFocused(collector, service)
     return WholeRules(collector, service, mode)
 
@@ -369,21 +376,23 @@ def detect_mode(collector) -> str:
     return mode if _kube_proxy_mode(mode) else "iptables"
 
 
-def focused_rules(service: str):
-    """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those ``service`` can meet."""
-    return lambda collector: collect_focused(collector, service)
+def focused_rules(service: str, lookup=None):
+    """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those ``service`` can meet;
+    ``lookup()`` returns the API's Service as (object or None, why not), for the modes that need it."""
+    return lambda collector: collect_focused(collector, service, lookup)
 
 
-def collect_focused(collector, service: str) -> None:
+def collect_focused(collector, service: str, lookup=None) -> None:
     """Read the rules ``service`` (NS/NAME) can meet into ``collector.out``; the manifest's ``partial`` is set on
     the collector (``collector.partial``) when the bundle does not hold the whole ruleset."""
     mode = detect_mode(collector)
-    rules = reader(mode, collector, service)
+    rules = reader(mode, collector, service, lookup)
     try:
         rules.collect()
     except NotFocused as exc:
         collector._err(
-            sources.IPTABLES_SAVE, f"focused read of {service}'s rules not possible ({exc}): the whole rules were read"
+            getattr(rules, "source", sources.IPTABLES_SAVE),
+            f"focused read of {service}'s rules not possible ({exc}): the whole rules were read",
         )
         for step in RULE_STEPS:
             collector.out.files.pop("node/.nft-table", None)

@@ -26,3 +26,16 @@ def api_files(
         progress(f"reading Services and EndpointSlices from {cc.out.api}")
     cc.node_view(os.environ.get("NODE_NAME") or node_name or None)
     return dict(cc.out.files), list(cc.out.errors), cc.out.api
+
+
+def service_lookup(service: str, kubeconfig: str | None = None, context: str | None = None):
+    """``lookup()`` for a focused read (kpdiag/collect/service_rules.py): the API's Service NS/NAME, as (object, "") or
+    (None, why not); asked only when the mode's reader needs it."""
+
+    def lookup():
+        from kpdiag.collect.cluster import ClusterCollector
+
+        ns, name = service.split("/", 1)
+        return ClusterCollector(kubeconfig, context).one_service(ns, name)
+
+    return lookup

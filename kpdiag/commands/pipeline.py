@@ -56,8 +56,9 @@ def diagnose_node(
     rules = None
     if service and not all_rules and not preflight:
         from kpdiag.collect.service_rules import focused_rules
+        from kpdiag.commands.nodeapi import service_lookup
 
-        rules = focused_rules(service)
+        rules = focused_rules(service, service_lookup(service, kubeconfig, context) if use_api else None)
     files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)
     if use_api and not preflight:
         from kpdiag.commands.nodeapi import api_files

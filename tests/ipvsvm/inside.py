@@ -64,6 +64,32 @@ for c in plan:
 print(json.dumps(out))
 """
 
+FOCUSED = r"""
+import json, os, subprocess, sys, time
+from kpdiag.bundle.store import write_bundle
+from kpdiag.collect.ipvs_rules import get_services, node_addresses, service_keys
+from kpdiag.collect.node import collect_node
+from kpdiag.collect.service_rules import focused_rules
+plan = json.load(sys.stdin)
+addrs = node_addresses(subprocess.run(["ip", "-j", "addr"], capture_output=True).stdout)
+out = []
+t, c = time.monotonic(), time.process_time()
+subprocess.run(["ipvsadm", "-Sn"], capture_output=True, check=True)
+whole = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c}  # the child's CPU is not ours: wall only
+for i, f in enumerate(plan):
+    keys = service_keys(f["object"], addrs)
+    t, c = time.monotonic(), time.process_time()
+    found = get_services(keys)
+    ipvs = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c, "asked": len(keys), "found": len(found)}
+    t, c = time.monotonic(), time.process_time()
+    files, manifest = collect_node(rules=focused_rules(f["service"], lambda f=f: (f["object"], "")))
+    write_bundle(files, os.path.join(sys.argv[1], f"focused-{i}"), manifest)
+    out.append({"service": f["service"], "bundle": f"focused-{i}", "seconds": time.monotonic() - t,
+                "cpu": time.process_time() - c, "ipvs": ipvs, "ipvsadm_Sn": whole,
+                "partial": manifest.get("partial"), "errors": manifest.get("errors")})
+print(json.dumps(out))
+"""
+
 
 def sh(*argv: str, input: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     p = subprocess.run(list(argv), input=input, capture_output=True, text=True, env=ENV, timeout=timeout)
@@ -268,6 +294,19 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
         if sc.get("collect") == "kpdiag":
             p = kpdiag("node", "collect", "-o", bundle, src=src)
             rec["collect"] = {"rc": p.returncode, "stderr": p.stderr[-3000:], "by": "kpdiag"}
+            if sc.get("focus"):  # kpdiag node --service's read of each (the API's Service given, as the API would)
+                env = dict(ENV, PYTHONPATH=src, PYTHONDONTWRITEBYTECODE="1")
+                p = subprocess.run(
+                    ["ip", "netns", "exec", "node", "python3", "-c", FOCUSED, out],
+                    input=json.dumps(sc["focus"]),
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=1800,
+                )
+                if p.returncode != 0:
+                    raise RuntimeError(f"focused reads: {p.stderr[-2000:]}")
+                rec["focused"] = json.loads(p.stdout)
         else:
             shell_bundle(bundle)
             rec["collect"] = {"rc": 0, "stderr": "", "by": "commands"}
