@@ -84,7 +84,7 @@ def bulk_ip(i: int) -> str:
 
 
 def bulk_node_port(i: int) -> int | None:
-    return 31000 + i if i % 10 == 0 else None
+    return 30100 + i // 10 if i % 10 == 0 else None  # within the NodePort range (its bitmap ipset)
 
 
 def bulk_services(n: int) -> list[Service]:
@@ -119,6 +119,7 @@ def guest_spec(sc: Scenario) -> dict:
     bound = [a["local"] for i in addrs if i["ifname"] == "kube-ipvs0" for a in i["addr_info"]]
     bound = [ip for ip in bound if ip not in sc.unbind]
     ipset, iptables = files["node/ipset.txt"], files["node/iptables-save.txt"]
+    ipset = "".join(line + "\n" for line in dict.fromkeys(ipset.splitlines()))  # a set holds an entry once
     if sc.no_ipset:
         ipset = ""
         iptables = "\n".join(line for line in iptables.splitlines() if "--match-set" not in line) + "\n"
