@@ -207,8 +207,13 @@ def get_services(keys: list[tuple[str, str, int]]) -> list[Service]:
     return out
 
 
+BOUND_LINK = "kube-ipvs0"  # where kube-proxy binds the Service addresses: not node addresses (no NodePort there)
+
+
 def node_addresses(ip_addr_json: bytes | str | None) -> list[str] | None:
-    """Every address of this node (``ip -j addr``), kube-ipvs0's too; None when it was not read or does not parse."""
+    """The addresses of this node's interfaces (``ip -j addr``) a NodePort can be reached at — every one but those
+    kube-proxy bound on kube-ipvs0 (every ClusterIP: asking for a NodePort at each would be as many requests as the
+    whole table) — or None when it was not read or does not parse."""
     if not ip_addr_json:
         return None
     try:
@@ -219,7 +224,9 @@ def node_addresses(ip_addr_json: bytes | str | None) -> list[str] | None:
         return None
     out = []
     for link in links:
-        for a in (link.get("addr_info") or []) if isinstance(link, dict) else []:
+        if not isinstance(link, dict) or link.get("ifname") == BOUND_LINK:
+            continue
+        for a in link.get("addr_info") or []:
             local = a.get("local") if isinstance(a, dict) else None
             if isinstance(local, str) and local not in out:
                 try:
