@@ -94,7 +94,7 @@ def main() -> int:
         print(
             f"  {r['service']:<18} focused IPVS read:   {i['seconds']:8.3f} s wall {i['cpu']:8.3f} s CPU "
             f"({i['asked']} asked, {i['found']} found); collect_node(focused): {r['seconds']:.3f} s wall "
-            f"{r['cpu']:.3f} s CPU"
+            f"{r['cpu']:.3f} s CPU" + ("" if r.get("partial") else " — NOT FOCUSED: " + str(r.get("errors"))[:300])
         )
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "ipvs_focused.json"), "w") as fh:

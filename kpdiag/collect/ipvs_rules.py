@@ -29,7 +29,7 @@ import time
 
 from kpdiag.bundle import sources
 from kpdiag.collect.ipvs import PROTOCOLS, Dest, Service, render_list, render_save
-from kpdiag.collect.service_rules import IptablesFocused, NotFocused
+from kpdiag.errors import NotFocused
 
 # include/uapi/linux/netlink.h, genetlink.h
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -290,10 +290,11 @@ class IpvsFocused:
     source = sources.IPVSADM  # where a fallback to the whole read is said
     after = ("ipset",)  # whole: see the module's docstring
 
-    def __init__(self, collector, service: str, lookup=None):
+    def __init__(self, collector, service: str, lookup=None, iptables=None):
         self.c = collector
         self.service = service
         self.lookup = lookup
+        self.iptables = iptables  # the iptables reader (service_rules.IptablesFocused): IPVS mode's iptables rules
         self.partial: dict = {}
 
     def _service_object(self) -> dict:
@@ -315,7 +316,9 @@ class IpvsFocused:
         t = time.monotonic()
         services = get_services(keys)
         c._timed(f"{sources.IPVSADM} (focused)", t)
-        iptables = IptablesFocused(c, self.service)
+        iptables = self.iptables
+        if iptables is None:
+            raise NotFocused("no reader for the iptables side of IPVS mode was given")
         iptables.collect()
         c._put(sources.IPVSADM, render_save(services))
         c._put(sources.IPVSADM_LIST, render_list(services))

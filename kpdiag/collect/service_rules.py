@@ -25,6 +25,7 @@ import time
 
 from kpdiag.bundle import sources
 from kpdiag.collect.node import CMD_TIMEOUT, DUMP_TIMEOUT, SAFE_ENV, NodeCollector
+from kpdiag.errors import NotFocused  # raised here and by each mode's reader (kpdiag/collect/ipvs_rules.py)
 from kpdiag.parse.iptables import BUILTIN_CHAINS, TABLES
 
 PER_SERVICE = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-")
@@ -36,10 +37,6 @@ TARGETS = frozenset(
     "LED RATEEST SYNPROXY CLUSTERIP ECN TCPOPTSTRIP NFCT JOURNAL".split()
 )
 _TOKEN_RE = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
-
-
-class NotFocused(Exception):
-    """A focused read is not possible here: the whole dump is taken (the message says why)."""
 
 
 def _tokens(line: str) -> list[str]:
@@ -341,7 +338,7 @@ def reader(mode: str, collector, service: str, lookup=None):
     if plane.reads_one_service and plane.services_in_ipvs:
         from kpdiag.collect.ipvs_rules import IpvsFocused
 
-        return IpvsFocused(collector, service, lookup)
+        return IpvsFocused(collector, service, lookup, iptables=IptablesFocused(collector, service))
     if plane.reads_one_service:
         return IptablesFocused(collector, service)
     return WholeRules(collector, service, mode)
