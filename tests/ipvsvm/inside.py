@@ -151,8 +151,9 @@ def build(sc: dict) -> list[subprocess.Popen]:
     for key, value in sc.get("sysctls", {}).items():
         nsx("node", "sysctl", "-qw", f"{key}={value}")
     nsx("node", "ip", "link", "add", "kube-ipvs0", "type", "dummy")
-    for ip in sc.get("bound", []):
-        nsx("node", "ip", "addr", "add", f"{ip}/32", "dev", "kube-ipvs0")
+    if sc.get("bound"):  # one ip process for all of them (thousands of processes take minutes under emulation)
+        batch = "".join(f"addr add {ip}/32 dev kube-ipvs0\n" for ip in sc["bound"])
+        sh("ip", "-netns", "node", "-batch", "-", input=batch)
     if sc.get("ipset"):
         nsx("node", "ipset", "restore", input=sc["ipset"])
     if sc.get("iptables"):
