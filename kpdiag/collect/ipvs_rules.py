@@ -3,12 +3,12 @@
 What names a Service on an IPVS node: nothing. kube-proxy's virtual servers, its ipset entries (``IP,proto:port``,
 no comment) and its iptables rules (a fixed set matching the ipsets) carry no Service name, so the Service's
 addresses come from the API's Service (its ClusterIPs, externalIPs and load-balancer IPs at each port, and its
-NodePorts at every address of this node, from ``ip -j addr``); without it the whole IPVS table is read, and the
+NodePorts at every address of this node but kube-ipvs0's, from ``ip -j addr``); without it the whole IPVS table is read, and the
 manifest says why. Each of those (protocol, address, port) is asked for on its own over generic netlink
 (``IPVS_CMD_GET_SERVICE``, then ``IPVS_CMD_GET_DEST`` as a dump for that virtual server only): whatever answers there —
 kube-proxy's or anyone's — is what the Service's packets meet. The requests are built here from the kernel's uapi
-layout (include/uapi/linux/ip_vs.h) with the standard socket module: pyroute2 has no IPVS "get" before 0.9, and none
-of IPVS at all in some distributions' builds (Debian 12's 0.7.2); nothing is changed (only GET requests are sent).
+layout (include/uapi/linux/ip_vs.h) with the standard socket module, so they work where pyroute2 has no IPVS module
+(Debian 12's python3-pyroute2 0.7.2 has none); nothing is changed (only GET requests are sent).
 
 The rest of the rules are read as before: kube-proxy's iptables rules in IPVS mode are a fixed, small set (no
 per-Service chains), read chain by chain as in iptables mode (:class:`kpdiag.collect.service_rules.IptablesFocused`:
@@ -329,7 +329,7 @@ class IpvsFocused:
         what = (
             f"only the virtual servers {self.service}'s packets can meet (IPVS_CMD_GET_SERVICE and GET_DEST one by "
             f"one over netlink, at its ClusterIPs, external and load-balancer IPs and ports, and its NodePorts at "
-            f"each address of this node: {len(keys)} asked, {len(services)} found)"
+            f"each address of this node but kube-ipvs0's: {len(keys)} asked, {len(services)} found)"
         )
         self._conn_counts(keys)
         self.partial = {
