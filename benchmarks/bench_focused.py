@@ -2,6 +2,7 @@
 """Benchmark: `kpdiag node --service NS/NAME` (a focused read) against the whole dump, on a node with N Services.
 
     sudo python3 benchmarks/bench_focused.py [--services 10000] [--endpoints 5] [--runs 3] [--main /work/main]
+                                             [--mode iptables|nftables]
 
 A network namespace gets kube-proxy's iptables rules for N Services (tests.synth, loaded with iptables-restore, on the
 nf_tables backend of this host's iptables). Measured in the same run, in that namespace:
@@ -11,6 +12,11 @@ nf_tables backend of this host's iptables). Measured in the same run, in that na
   - with --main DIR, also a plain `kpdiag node` of this tree and of the tree at DIR (full runs must not regress).
 Both --service runs are compared: the Service's findings and its traces (rule file lines aside) must be identical.
 No API (--no-api): the rules are what is slow. Results go to benchmarks/out/focused.json (or $KPDIAG_BENCH_OUT).
+
+With --mode nftables the namespace gets kube-proxy's nftables table instead (tests.synth.nft_ruleset, loaded with
+``nft -f``: minutes of kernel time for 10,000 Services), the whole dump measured is ``nft -j list ruleset``, and the
+focused read is kube-proxy's table over netlink (kpdiag/collect/service_rules.py NftablesFocused); results go to
+focused-nftables.json.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ ROOT = os.path.dirname(HERE)
 OUT = os.environ.get("KPDIAG_BENCH_OUT") or os.path.join(HERE, "out")
 sys.path.insert(0, ROOT)
 
-from tests.synth import iptables_ruleset, many_services  # noqa: E402
+from tests.synth import iptables_ruleset, many_services, nft_ruleset  # noqa: E402
 
 # bytecode is written once and used by every run (as an installed kpdiag has it): no run pays for compiling
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {
@@ -73,7 +79,7 @@ def _strip(obj):
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
     if isinstance(obj, str):
-        return re.sub(r"node/ip6?tables-save\.txt:\d+", "RULES:LINE", obj)
+        return re.sub(r"node/(ip6?tables-save\.txt|nft-ruleset\.json):\d+", "RULES:LINE", obj)
     return obj
 
 
@@ -86,11 +92,11 @@ def _kpdiag(ns: str, out: str, *args: str, pythonpath: str | None = None) -> flo
         return _wall(argv, stdout=fh, env=env)
 
 
-def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
+def bench(n: int, endpoints: int, runs: int, main_tree: str | None, mode: str = "iptables") -> dict:
     services = many_services(n, endpoints)
     target = services[len(services) // 2]
     svc = f"{target.namespace}/{target.name}"
-    row: dict = {"services": n, "endpoints_per_service": endpoints, "service": svc}
+    row: dict = {"mode": mode, "services": n, "endpoints_per_service": endpoints, "service": svc}
     ns = "kpfoc" + uuid.uuid4().hex[:6]
     subprocess.run(["ip", "netns", "add", ns], check=True)
     tmp = tempfile.mkdtemp(prefix="kpdiag-bench-")
@@ -98,19 +104,26 @@ def bench(n: int, endpoints: int, runs: int, main_tree: str | None) -> dict:
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
         rules = os.path.join(tmp, "rules.txt")
         with open(rules, "w") as fh:
-            fh.write(iptables_ruleset(services))
+            fh.write(nft_ruleset(services) if mode == "nftables" else iptables_ruleset(services))
         t = time.perf_counter()
-        subprocess.run(["ip", "netns", "exec", ns, "iptables-restore", rules], check=True, env=ENV)
+        load = ["nft", "-f", rules] if mode == "nftables" else ["iptables-restore", rules]
+        subprocess.run(["ip", "netns", "exec", ns, *load], check=True, env=ENV)
         row["load_s"] = round(time.perf_counter() - t, 1)
+        row["rules_bytes"] = os.path.getsize(rules)
         row["iptables"] = subprocess.run(["iptables", "--version"], capture_output=True, text=True).stdout.strip()
+        row["nft"] = subprocess.run(["nft", "--version"], capture_output=True, text=True).stdout.strip()
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "kpdiag"), os.path.join(ROOT, "checks")],
             env=ENV,
             stdout=subprocess.DEVNULL,
         )
         row["load_average_before"] = os.getloadavg()[0]
-        row["iptables_save_s"] = round(_wall(["ip", "netns", "exec", ns, "iptables-save"]), 2)
-        row["iptables_save_cpu_s"] = round(CPU["last"], 2)
+        if mode == "nftables":
+            row["nft_list_ruleset_s"] = round(_wall(["ip", "netns", "exec", ns, "nft", "-j", "list", "ruleset"]), 2)
+            row["nft_list_ruleset_cpu_s"] = round(CPU["last"], 2)
+        else:
+            row["iptables_save_s"] = round(_wall(["ip", "netns", "exec", ns, "iptables-save"]), 2)
+            row["iptables_save_cpu_s"] = round(CPU["last"], 2)
         full_json, focus_json = os.path.join(tmp, "full.json"), os.path.join(tmp, "focused.json")
         row["node_service_all_rules_s"] = round(_kpdiag(ns, full_json, "--service", svc, "--all-rules"), 2)
         row["node_service_all_rules_cpu_s"] = round(CPU["last"], 2)
@@ -149,15 +162,17 @@ def main() -> int:
     ap.add_argument("--endpoints", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="focused runs (the best is kept; each is listed)")
     ap.add_argument("--main", help="also time a plain `kpdiag node` of this tree and of the kpdiag tree at this path")
+    ap.add_argument("--mode", choices=("iptables", "nftables"), default="iptables", help="kube-proxy's proxy mode")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
         return 2
-    rows = [bench(n, args.endpoints, args.runs, args.main) for n in args.services]
+    rows = [bench(n, args.endpoints, args.runs, args.main, args.mode) for n in args.services]
     for r in rows:
         print(json.dumps(r))
     os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "focused.json"), "w") as fh:
+    name = "focused.json" if args.mode == "iptables" else f"focused-{args.mode}.json"
+    with open(os.path.join(OUT, name), "w") as fh:
         json.dump({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, fh, indent=1)
     return 0
 

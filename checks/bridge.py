@@ -84,7 +84,7 @@ def bridge_hairpin_off(ctx, new):
     impl = ctx.service_implementer
     if impl is not None and not impl.kube_proxy_in_charge:
         return  # a replacement (Cilium, Calico eBPF, …) translates Services before the bridge: no hairpin through it
-    ifaces = links(ctx)
+    ifaces = links(ctx.ip_addr)
     bridges = _bridges(ifaces)
     if not bridges:
         return  # no Linux bridge on this node: hairpin mode does not apply (routed CNIs: Calico, Cilium, ptp)

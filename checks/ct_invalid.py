@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
+from kpdiag.state.typed import ConntrackStats, KubeProxyRules, Nft
 
 INVALID_MIN = 1000  # conntrack -S counts since boot: a handful is normal noise (late retransmissions, port scans)
 
 
-def invalid_drop_rules(ctx) -> list[Evidence]:
+def invalid_drop_rules(rules: KubeProxyRules | None, nft: Nft | None) -> list[Evidence]:
     """Rules that drop packets conntrack marks INVALID (kube-proxy's KUBE-FORWARD has one in iptables mode)."""
     out = []
-    rs = ctx.iptables()
+    rs = rules.ruleset if rules is not None else None
     if rs is not None:
         for chain_name in ("KUBE-FORWARD", "FORWARD", "INPUT"):
             chain = rs.chain("filter", chain_name)
             for pos, text in enumerate(chain.lines if chain is not None else []):
                 if re.search(r"--ctstate (?:\S*,)?INVALID\b", text) and text.rstrip().endswith("-j DROP"):
                     out.append(ev.rule_at(chain, pos))
-    if ctx.nft_text and '"invalid"' in ctx.nft_text:
-        rs = ctx.nft()
+    if nft is not None and nft.text and '"invalid"' in nft.text:
+        rs = nft.ruleset()
         for chain in rs.chains.values() if rs is not None else []:
             for rule in chain.rules:
                 text = rule.text if hasattr(rule, "text") else ""
@@ -36,8 +38,6 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
     "conntrack-invalid-drops",
     "Packets conntrack calls INVALID are dropped",
     "warning",
-    needs=("conntrack",),
-    uses=("iptables", "nft"),
     symptom="Long-lived or high-throughput connections through Services reset or stall now and then (large downloads, "
     "streaming, database replication); short requests work.",
     why="""
@@ -52,17 +52,19 @@ def invalid_drop_rules(ctx) -> list[Evidence]:
     fix="Set net.netfilter.nf_conntrack_tcp_be_liberal=1 (kube-proxy ≥ 1.29: conntrack.tcpBeLiberal: true in its "
     "configuration), and find the packet loss or reordering behind it.",
 )
-def conntrack_invalid(ctx, new):
-    stats = ctx.conntrack_stats
+def conntrack_invalid(
+    new, conntrack: ConntrackStats, rules: Optional[KubeProxyRules] = None, nft: Optional[Nft] = None
+):
+    stats = conntrack.stats
     if not stats or "invalid" not in stats:
         return  # no conntrack -S counters (the table-size sysctls alone say nothing of INVALID packets)
     invalid = stats.get("invalid", 0)
     if invalid < INVALID_MIN:
         return
-    liberal = ctx.sysctl_value("net.netfilter.nf_conntrack_tcp_be_liberal")
+    liberal = conntrack.sysctl("net.netfilter.nf_conntrack_tcp_be_liberal")
     if liberal is not None and liberal.value.strip() == "1":
         return  # out-of-window TCP segments are not INVALID then: what is left is real garbage
-    drops = invalid_drop_rules(ctx)
+    drops = invalid_drop_rules(rules, nft)
     if not drops:
         return  # INVALID packets are not dropped by a rule on this node
     yield new(
@@ -75,13 +77,13 @@ def conntrack_invalid(ctx, new):
             "kube-proxy ≥ 1.29: conntrack: {tcpBeLiberal: true} in its ConfigMap, then restart it",
             "nstat -az | grep -iE 'retrans|OutOfWindow|TCPAckSkipped'   # the loss or reordering behind it",
         ),
-        evidence=[ev.conntrack_stat(ctx, "invalid", invalid)]
-        + [e for e in (ev.sysctl(ctx, "net.netfilter.nf_conntrack_tcp_be_liberal"),) if e]
+        evidence=[conntrack.evidence("invalid", invalid)]
+        + [e for e in (conntrack.sysctl_evidence("net.netfilter.nf_conntrack_tcp_be_liberal"),) if e]
         + drops[:2],
         subject="node",
         data={
             "stats": {"invalid": invalid},
             "drop_rules": len(drops),
-            **ev.sysctl_data(ctx, {"net.netfilter.nf_conntrack_tcp_be_liberal": 1}),
+            **conntrack.sysctl_data({"net.netfilter.nf_conntrack_tcp_be_liberal": 1}),
         },
     )

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import datetime
 import re
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.bundle.store import list_items
+from kpdiag.state.typed import DnsLogs, DnsLookups, DnsPods, DnsService, Manifest, NetworkPolicies
 
-DNS_SRC = sources.PROBES_DNS
-SVC_SRC = sources.DNS_SERVICE
-EPS_SRC = sources.DNS_ENDPOINTSLICES
-PODS_SRC = sources.DNS_PODS
-LOGS_SRC = sources.DNS_LOGS
 NODE_LOCAL_DNS = "169.254.20.10"
 RESTARTS_WARN = 3
 RESTART_RECENT = datetime.timedelta(hours=24)  # a last restart longer ago than this before the collection is history
@@ -30,7 +26,7 @@ def _strs(value) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _clean(ctx, doc: dict) -> dict:
+def _clean(probe: DnsLookups, doc: dict) -> dict:
     """The probe document with every part of the wrong shape dropped (and named once as a problem of the bundle)."""
     bad: list[str] = []
 
@@ -83,17 +79,17 @@ def _clean(ctx, doc: dict) -> dict:
     for q in d["queries"]:
         q["addresses"] = _strs(q.get("addresses"))
     for what in sorted(set(bad)):
-        ctx.problem(DNS_SRC, f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
+        probe.problem(f"'{what}' is not what kpdiag.dns/v1 holds there; that part is ignored")
     return d
 
 
-def _doc(ctx, need_queries: bool = True) -> dict:
-    doc = ctx.dns
+def _doc(lookups: DnsLookups, need_queries: bool = True) -> dict:
+    doc = lookups.doc
     if not isinstance(doc, dict) or doc.get("schema") != "kpdiag.dns/v1":
         raise Skip(f"{sources.PROBES_DNS} holds a single lookup (written by an older kpdiag), not the DNS probe")
     if need_queries and not doc.get("sent", True):
         raise Skip("no DNS query was sent (--no-probe)")
-    return _clean(ctx, doc)
+    return _clean(lookups, doc)
 
 
 def _g(obj, *keys, default=None):
@@ -120,25 +116,15 @@ def _dl(value) -> list[dict]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _rc(ctx, doc) -> dict:
+def _rc(doc) -> dict:
     rc = doc.get("resolv_conf") or {}
     if rc.get("error") and not rc.get("entries"):
         raise Skip(f"the pod's resolv.conf: {rc['error']}")
     return rc
 
 
-def _items(ctx, rel) -> list[dict] | None:
-    data = ctx.source(rel)
-    if data is None:
-        return None
-    items = list_items(data)
-    if items is None:
-        ctx.problem(rel, "not a List (kubectl get -o json)")
-    return items
-
-
-def _dns_service(ctx) -> dict | None:
-    items = _items(ctx, SVC_SRC)
+def _dns_service(service: DnsService | None) -> dict | None:
+    items = service.services.items() if service is not None else None
     return items[0] if items else None
 
 
@@ -151,18 +137,18 @@ def _svc_key(svc: dict) -> str:
     return f"{_g(svc, 'metadata', 'namespace')}/{_g(svc, 'metadata', 'name')}"
 
 
-def _rc_source(ctx, rc) -> str:
-    return f"{ctx.display(DNS_SRC)} (the pod's {rc.get('path') or '/etc/resolv.conf'})"
+def _rc_source(lookups: DnsLookups, rc) -> str:
+    return f"{lookups.source} (the pod's {rc.get('path') or '/etc/resolv.conf'})"
 
 
-def _rc_ev(ctx, rc, keyword: str) -> list[Evidence]:
+def _rc_ev(lookups: DnsLookups, rc, keyword: str) -> list[Evidence]:
     out = [
-        Evidence(_rc_source(ctx, rc), e["text"], e["line"])
+        Evidence(_rc_source(lookups, rc), e["text"], e["line"])
         for e in rc.get("entries") or []
         if str(e.get("text", "")).split()[:1] == [keyword]
         or (keyword == "search" and str(e.get("text", "")).startswith("domain"))
     ]
-    return out or [Evidence(_rc_source(ctx, rc), f"no {keyword} line")]
+    return out or [Evidence(_rc_source(lookups, rc), f"no {keyword} line")]
 
 
 def _q_text(q: dict) -> str:
@@ -177,8 +163,8 @@ def _q_text(q: dict) -> str:
     return f"{q.get('server')} {str(q.get('transport', '')).upper()} {q.get('qtype')} {q.get('qname')}: {what}{took}"
 
 
-def _q_ev(ctx, q: dict) -> Evidence:
-    return Evidence(ctx.display(DNS_SRC), _q_text(q))
+def _q_ev(lookups: DnsLookups, q: dict) -> Evidence:
+    return Evidence(lookups.source, _q_text(q))
 
 
 def _q_data(q: dict) -> dict:
@@ -240,14 +226,16 @@ def _walk_text(doc, lk: dict, libc: str) -> str:
     return f"{libc}: " + "; ".join(parts) + f" ⇒ {out.get('result')}"
 
 
-def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
+def _not_checked_dns_path(
+    service: DnsService | None, pods_in: DnsPods | None, policies_in: NetworkPolicies | None, doc
+) -> tuple[list[str], list[str]]:
     """(causes ruled out by the data at hand, causes that remain) for DNS packets that get no answer."""
     ruled, remain = [], []
-    svc = _dns_service(ctx)
+    svc = _dns_service(service)
     ips = _cluster_ips(svc)
     servers = doc.get("nameservers") or []
     if svc is not None and servers and servers[0] in ips:
-        eps = _items(ctx, EPS_SRC)
+        eps = service.endpointslices.items()
         if eps is not None:
             ready = _ready_endpoints(eps)
             (ruled if ready else remain).append(
@@ -259,7 +247,7 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
         remain.append(f"the nameserver {servers[0]} is not the kube-dns ClusterIP {', '.join(ips) or '?'} (KP133)")
     else:
         remain.append("kube-dns's Service and endpoints (not collected)")
-    pods = _items(ctx, PODS_SRC)
+    pods = pods_in.pods.items() if pods_in is not None else None
     if pods is not None:
         ok = [p for p in pods if _pod_ready(p)]
         (ruled if ok else remain).append(f"{len(ok)} of {len(pods)} CoreDNS pod(s) ready" + ("" if ok else " (KP131)"))
@@ -267,7 +255,7 @@ def _not_checked_dns_path(ctx, doc) -> tuple[list[str], list[str]]:
         remain.append("CoreDNS pods' health (not collected)")
     policies = (
         "KP122 judges the NetworkPolicies collected"
-        if ctx.has(sources.NETWORKPOLICIES)
+        if policies_in is not None and policies_in.collected
         else "not checked: no NetworkPolicies collected"
     )
     remain += [
@@ -304,7 +292,6 @@ def _pod_ready(pod: dict) -> bool:
     "The cluster DNS Service has no ready endpoints",
     "error",
     explains=("KP138", "KP139", "KP108"),
-    needs=("dns-service",),
     severities=("warning", "error"),
     symptom="Every name lookup in every pod times out or fails ('could not resolve host', 'i/o timeout', 'SERVFAIL').",
     why="""
@@ -317,8 +304,8 @@ def _pod_ready(pod: dict) -> bool:
     fix="kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide; kubectl -n kube-system describe pods -l k8s-app=kube-dns; "
     "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
 )
-def dns_no_endpoints(ctx, new):
-    svc = _dns_service(ctx)
+def dns_no_endpoints(new, service: DnsService):
+    svc = _dns_service(service)
     if svc is None:
         yield new(
             "no cluster DNS Service found in kube-system (label k8s-app=kube-dns, or named kube-dns / coredns)",
@@ -328,12 +315,14 @@ def dns_no_endpoints(ctx, new):
                 "kubectl -n kube-system get deploy,pods -l k8s-app=kube-dns",
             ),
             evidence=[
-                Evidence(ctx.display(SVC_SRC), "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns")
+                Evidence(
+                    service.services.source, "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns"
+                )
             ],
             subject="kube-system/kube-dns",
         )
         return
-    slices = _items(ctx, EPS_SRC)
+    slices = service.endpointslices.items()
     if slices is None:
         raise Skip(f"the kube-dns EndpointSlices were not collected ({sources.DNS_ENDPOINTSLICES})")
     key = _svc_key(svc)
@@ -349,17 +338,17 @@ def dns_no_endpoints(ctx, new):
     serving = [a for a, cond, _ in listed if cond.get("serving") and cond.get("terminating")]
     ev = [
         Evidence(
-            ctx.display(SVC_SRC),
+            service.services.source,
             f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {_g(svc, 'spec', 'selector')}",
         )
     ]
     ev += [
         Evidence(
-            ctx.display(EPS_SRC),
+            service.endpointslices.source,
             f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}",
         )
         for a, cond, pod in listed[:8]
-    ] or [Evidence(ctx.display(EPS_SRC), f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
+    ] or [Evidence(service.endpointslices.source, f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
     fix = (
         "kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
         "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
@@ -389,9 +378,7 @@ def dns_no_endpoints(ctx, new):
     "CoreDNS pods not ready or restarting",
     "error",
     explains=("KP130", "KP138", "KP139", "KP108"),
-    needs=("dns-pods",),
     severities=("warning", "error"),
-    uses=("dns-service", "manifest"),
     symptom="DNS lookups fail, or fail now and then; CoreDNS pods show CrashLoopBackOff, 0/1 READY or a growing RESTARTS count.",
     why="""
         CoreDNS (label k8s-app=kube-dns) answers the cluster's DNS. A pod that is not ready is taken out of the kube-dns
@@ -401,10 +388,12 @@ def dns_no_endpoints(ctx, new):
     """,
     fix="kubectl -n kube-system describe pod POD; kubectl -n kube-system logs POD --previous (the crash reason); raise memory limits if OOMKilled",
 )
-def coredns_unhealthy(ctx, new):
-    pods = _items(ctx, PODS_SRC)
+def coredns_unhealthy(
+    new, dns_pods: DnsPods, service: Optional[DnsService] = None, manifest: Optional[Manifest] = None
+):
+    pods = dns_pods.pods.items()
     if not pods:
-        if not _items(ctx, sources.DNS_SERVICE):
+        if not (service.services.items() if service is not None else None):
             raise Skip(
                 "no kube-dns Service and no pod labelled k8s-app=kube-dns in kube-system: this cluster's DNS is something "
                 "kpdiag does not know, not necessarily absent"
@@ -416,12 +405,12 @@ def coredns_unhealthy(ctx, new):
                 "kubectl -n kube-system describe deploy coredns",
                 "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20",
             ),
-            evidence=[Evidence(ctx.display(PODS_SRC), "0 pods labelled k8s-app=kube-dns")],
+            evidence=[Evidence(dns_pods.pods.source, "0 pods labelled k8s-app=kube-dns")],
             subject="kube-system/coredns",
         )
         return
     any_ready = any(_pod_ready(p) for p in pods)
-    created = _when(_g(ctx.manifest, "created"))  # when the data was collected
+    created = _when(_g(manifest.doc if manifest is not None else {}, "created"))  # when the data was collected
     for pod in pods:
         pname = _g(pod, "metadata", "name")
         name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
@@ -448,14 +437,14 @@ def coredns_unhealthy(ctx, new):
         cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
         ev = [
             Evidence(
-                ctx.display(PODS_SRC),
+                dns_pods.pods.source,
                 f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
                 + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""),
             )
         ]
         ev += [
             Evidence(
-                ctx.display(PODS_SRC),
+                dns_pods.pods.source,
                 f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
                 + (
                     f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}"
@@ -498,7 +487,6 @@ def coredns_unhealthy(ctx, new):
     "CoreDNS detected a forwarding loop",
     "error",
     explains=("KP131", "KP130", "KP138", "KP139", "KP108"),
-    needs=("dns-logs",),
     symptom="CoreDNS pods in CrashLoopBackOff; their log ends with 'plugin/loop: Loop (127.0.0.1:… -> :53) detected for zone \".\"'.",
     why="""
         CoreDNS forwards names outside the cluster to the upstream servers in its own /etc/resolv.conf ("forward .
@@ -511,8 +499,8 @@ def coredns_unhealthy(ctx, new):
     fix="Give kubelet the real upstream list: resolvConf: /run/systemd/resolve/resolv.conf in the KubeletConfiguration (or "
     "--resolv-conf), restart kubelet, delete the CoreDNS pods; or forward to upstream IPs in the Corefile.",
 )
-def coredns_loop(ctx, new):
-    data = ctx.source(LOGS_SRC)
+def coredns_loop(new, dns_logs: DnsLogs):
+    data = dns_logs.doc
     logs = _dl(_g(data, "logs"))
     texts = [e for e in logs if isinstance(e.get("text"), str)]
     if not texts:
@@ -531,7 +519,7 @@ def coredns_loop(ctx, new):
     e, _, _, m = hits[0]
     ev = [
         Evidence(
-            f"{ctx.display(LOGS_SRC)} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
+            f"{dns_logs.source} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
             h[2][:300],
             h[1],
         )
@@ -560,7 +548,6 @@ def coredns_loop(ctx, new):
     "resolv-nameserver",
     "The pod's nameserver is not the cluster DNS",
     "warning",
-    needs=("dns-lookups", "dns-service"),
     severities=("info", "warning"),
     symptom="Service names do not resolve from this pod (or resolve only sometimes), while other pods resolve them.",
     why="""
@@ -573,17 +560,17 @@ def coredns_loop(ctx, new):
     """,
     fix="dnsPolicy: ClusterFirst (ClusterFirstWithHostNet for hostNetwork pods); kubelet's clusterDNS = the kube-dns ClusterIP",
 )
-def resolv_nameserver(ctx, new):
-    doc = _doc(ctx, need_queries=False)
-    rc = _rc(ctx, doc)
-    svc = _dns_service(ctx)
+def resolv_nameserver(new, lookups: DnsLookups, service: DnsService):
+    doc = _doc(lookups, need_queries=False)
+    rc = _rc(doc)
+    svc = _dns_service(service)
     ips = _cluster_ips(svc)
     if not ips:
         raise Skip("the kube-dns Service (or its ClusterIP) is not in the API data")
     good = set(ips) | {NODE_LOCAL_DNS}
     servers = list(rc.get("nameservers") or [])
-    ev = _rc_ev(ctx, rc, "nameserver") + [
-        Evidence(ctx.display(SVC_SRC), f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")
+    ev = _rc_ev(lookups, rc, "nameserver") + [
+        Evidence(service.services.source, f"{_svc_key(svc)}: ClusterIP {', '.join(ips)}")
     ]
     fix = (
         "kubectl get pod POD -o jsonpath='{.spec.dnsPolicy} {.spec.hostNetwork} {.spec.dnsConfig}'",
@@ -624,7 +611,6 @@ def resolv_nameserver(ctx, new):
     "resolv-limits",
     "resolv.conf beyond what resolvers read",
     "warning",
-    needs=("dns-lookups",),
     symptom="Names resolve in some images (glibc ≥ 2.26) and not in others (Alpine/musl, older glibc); kubelet logs 'Search Line limits were exceeded'.",
     why="""
         Resolvers read only part of resolv.conf: at most 3 nameservers (glibc and musl) and ndots at most 15. glibc
@@ -636,9 +622,9 @@ def resolv_nameserver(ctx, new):
     """,
     fix="Trim the node's search domains (or set the pod's dnsConfig); at most 3 nameservers; fix the lines named.",
 )
-def resolv_limits(ctx, new):
-    doc = _doc(ctx, need_queries=False)
-    rc = _rc(ctx, doc)
+def resolv_limits(new, lookups: DnsLookups):
+    doc = _doc(lookups, need_queries=False)
+    rc = _rc(doc)
     search = rc.get("search") or []
     chars = int(rc.get("search_chars") or len(" ".join(search)))
     servers = rc.get("nameservers") or []
@@ -671,7 +657,7 @@ def resolv_limits(ctx, new):
             + (
                 "# dnsConfig: {searches: [...]} and dnsPolicy None, or fewer search domains on the node (kubelet --resolv-conf)",
             ),
-            evidence=_rc_ev(ctx, rc, "search"),
+            evidence=_rc_ev(lookups, rc, "search"),
             subject="resolv.conf",
             data={**_rc_data(rc), "search_line_chars": line_chars, "glibc_old_searches": len(kept)},
         )
@@ -679,7 +665,7 @@ def resolv_limits(ctx, new):
         yield new(
             f"{len(servers)} nameservers: resolvers use the first 3 ({', '.join(servers[:3])}) and ignore {', '.join(servers[3:])}",
             fix=fix + ("# keep at most 3 nameserver lines (the node's resolv.conf or the pod's dnsConfig)",),
-            evidence=_rc_ev(ctx, rc, "nameserver"),
+            evidence=_rc_ev(lookups, rc, "nameserver"),
             subject="resolv.conf",
             data={**_rc_data(rc), "ignored_nameservers": servers[3:]},
         )
@@ -687,7 +673,7 @@ def resolv_limits(ctx, new):
         yield new(
             f"options ndots:{ndots}: resolvers cap it at 15",
             fix=fix,
-            evidence=_rc_ev(ctx, rc, "options"),
+            evidence=_rc_ev(lookups, rc, "options"),
             subject="resolv.conf",
             data=_rc_data(rc),
         )
@@ -695,7 +681,7 @@ def resolv_limits(ctx, new):
         yield new(
             f"resolv.conf line {p.get('line')}: {p.get('why')}",
             fix=("# correct or remove the line (the node's resolv.conf, or the pod's dnsConfig)",),
-            evidence=[Evidence(_rc_source(ctx, rc), str(p.get("text")), p.get("line"))],
+            evidence=[Evidence(_rc_source(lookups, rc), str(p.get("text")), p.get("line"))],
             subject="resolv.conf",
         )
 
@@ -724,7 +710,6 @@ def _glibc_old_kept(search: list[str]) -> list[str]:
     "dns-search-path",
     "Short names fail through the search path, the FQDN works",
     "warning",
-    needs=("dns-lookups",),
     symptom="curl http://NAME or http://NAME.NAMESPACE fails with 'could not resolve host' (or only in Alpine images), "
     "while http://NAME.NAMESPACE.svc.cluster.local works.",
     why="""
@@ -737,8 +722,8 @@ def _glibc_old_kept(search: list[str]) -> list[str]:
     """,
     fix="Use the FQDN (with a trailing dot to skip the search path), or give the pod ClusterFirst DNS (its search list and ndots:5).",
 )
-def dns_search_path(ctx, new):
-    doc = _doc(ctx)
+def dns_search_path(new, lookups: DnsLookups):
+    doc = _doc(lookups)
     if doc.get("result") != "resolved":
         return  # the FQDN itself fails: KP108 / KP138 / KP139 say why
     rc = doc.get("resolv_conf") or {}
@@ -765,9 +750,9 @@ def dns_search_path(ctx, new):
         else:
             cause = f"none of the names the search path gives ({', '.join((lk.get('candidates') or {}).get(broken[0] if broken else 'glibc') or [])}) exists"
         who = " and ".join(broken)
-        ev = _rc_ev(ctx, rc, "search") + _rc_ev(ctx, rc, "options")[:1]
-        ev += [Evidence(ctx.display(DNS_SRC), _walk_text(doc, lk, libc)) for libc in broken]
-        ev += [_q_ev(ctx, q) for q in _queries(doc, qname=doc.get("name"), qtype="A", transport="udp")[:1]]
+        ev = _rc_ev(lookups, rc, "search") + _rc_ev(lookups, rc, "options")[:1]
+        ev += [Evidence(lookups.source, _walk_text(doc, lk, libc)) for libc in broken]
+        ev += [_q_ev(lookups, q) for q in _queries(doc, qname=doc.get("name"), qtype="A", transport="udp")[:1]]
         yield new(
             f"'{lk['name']}' does not resolve through this pod's search path ({who}) while {doc.get('name')} does: {cause}",
             fix=(
@@ -785,7 +770,6 @@ def dns_search_path(ctx, new):
     "dns-other-namespace",
     "The Service's short name does not lead to it from this pod's namespace",
     "warning",
-    needs=("dns-lookups",),
     symptom="A client in another namespace calls http://NAME and gets 'could not resolve host' — or reaches a different Service of the same name.",
     why="""
         The short name NAME is searched in the client pod's own namespace first: kubelet writes "<pod namespace>.svc.<domain>"
@@ -795,8 +779,8 @@ def dns_search_path(ctx, new):
     """,
     fix="Call the Service as NAME.NAMESPACE (or NAME.NAMESPACE.svc.<cluster domain>) from other namespaces.",
 )
-def dns_other_namespace(ctx, new):
-    doc = _doc(ctx)
+def dns_other_namespace(new, lookups: DnsLookups):
+    doc = _doc(lookups)
     ns, name, domain = doc.get("namespace"), doc.get("service"), doc.get("cluster_domain")
     short, nsd = _lookup(doc, "short"), _lookup(doc, "namespaced")
     if not short or not nsd or not _resolved(nsd) or doc.get("result") != "resolved":
@@ -804,9 +788,9 @@ def dns_other_namespace(ctx, new):
     rc = doc.get("resolv_conf") or {}
     client_ns = doc.get("client_namespace")
     want = set(doc.get("addresses") or [])
-    ev = _rc_ev(ctx, rc, "search") + [
-        Evidence(ctx.display(DNS_SRC), _walk_text(doc, short, "glibc")),
-        Evidence(ctx.display(DNS_SRC), _walk_text(doc, nsd, "glibc")),
+    ev = _rc_ev(lookups, rc, "search") + [
+        Evidence(lookups.source, _walk_text(doc, short, "glibc")),
+        Evidence(lookups.source, _walk_text(doc, nsd, "glibc")),
     ]
     fix = (f"use {name}.{ns} (or {name}.{ns}.svc.{domain}) in the client's configuration",)
     out = (short.get("outcome") or {}).get("glibc") or {}
@@ -833,9 +817,7 @@ def dns_other_namespace(ctx, new):
     "dns-udp-tcp",
     "DNS answers over one transport only (UDP vs TCP)",
     "warning",
-    needs=("dns-lookups",),
     severities=("warning", "error"),
-    uses=("dns-service",),
     symptom="Most lookups work but large answers fail (headless Services with many pods, long records), or every lookup "
     "waits seconds then fails while 'dig +tcp' works.",
     why="""
@@ -846,10 +828,10 @@ def dns_other_namespace(ctx, new):
     """,
     fix="Allow 53/TCP and 53/UDP from pods to kube-dns / CoreDNS (NetworkPolicy egress, host firewall); the kube-dns Service needs both ports.",
 )
-def dns_udp_tcp(ctx, new):
-    doc = _doc(ctx)
+def dns_udp_tcp(new, lookups: DnsLookups, service: Optional[DnsService] = None):
+    doc = _doc(lookups)
     fqdn = doc.get("name")
-    svc = _dns_service(ctx)
+    svc = _dns_service(service)
     for server in doc.get("nameservers") or []:
         udp = next(iter(_queries(doc, server=server, qname=fqdn, qtype="A", transport="udp")), None)
         tcp = next(iter(_queries(doc, server=server, qname=fqdn, qtype="A", transport="tcp")), None)
@@ -863,9 +845,9 @@ def dns_udp_tcp(ctx, new):
             missing = [p for p in ("UDP", "TCP") if (p, 53) not in protos]
             if missing:
                 svc_note.append(
-                    Evidence(ctx.display(SVC_SRC), f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}")
+                    Evidence(service.services.source, f"{_svc_key(svc)} ports: {sorted(protos)} — no 53/{missing[0]}")
                 )
-        ev = [_q_ev(ctx, udp), _q_ev(ctx, tcp)] + [_q_ev(ctx, q) for q in truncated[:2]] + svc_note
+        ev = [_q_ev(lookups, udp), _q_ev(lookups, tcp)] + [_q_ev(lookups, q) for q in truncated[:2]] + svc_note
         remain = (
             "kubectl get networkpolicy -A   # egress rules allowing 53/UDP but not 53/TCP (or the reverse) to kube-system",
             f"dig +tcp @{server} {fqdn}; dig +notcp @{server} {fqdn}",
@@ -897,7 +879,7 @@ def dns_udp_tcp(ctx, new):
                 ),
                 severity="warning" if use_vc else "error",
                 fix=remain,
-                evidence=ev + (_rc_ev(ctx, doc["resolv_conf"], "options") if use_vc else []),
+                evidence=ev + (_rc_ev(lookups, doc["resolv_conf"], "options") if use_vc else []),
                 subject=f"nameserver {server}",
                 data={"nameserver": server, "udp": _q_data(udp), "tcp": _q_data(tcp), "use_vc": use_vc},
             )
@@ -908,9 +890,7 @@ def dns_udp_tcp(ctx, new):
     "dns-unreachable",
     "The nameserver does not answer, refuses or fails",
     "error",
-    needs=("dns-lookups",),
     severities=("warning", "error"),
-    uses=("dns-pods", "dns-service", "networkpolicies"),
     symptom="'could not resolve host' / 'i/o timeout' / 'server misbehaving' for every name, after a few seconds.",
     why="""
         Three different failures look alike to an application. A timeout: the query or its answer was dropped on the way
@@ -922,18 +902,24 @@ def dns_udp_tcp(ctx, new):
 )
 # an error when the nameserver is the cluster DNS (the kube-dns ClusterIP, or node-local-dns); a warning when kpdiag cannot
 # tell (no kube-dns Service data) or it is another server (a hostNetwork pod, a node: its DNS is not the cluster's)
-def dns_unreachable(ctx, new):
-    doc = _doc(ctx)
+def dns_unreachable(
+    new,
+    lookups: DnsLookups,
+    dns_pods: Optional[DnsPods] = None,
+    service: Optional[DnsService] = None,
+    policies: Optional[NetworkPolicies] = None,
+):
+    doc = _doc(lookups)
     if doc.get("result") not in ("timeout", "dns-failure"):
         return
     fqdn = doc.get("name")
-    ruled, remain = _not_checked_dns_path(ctx, doc)
+    ruled, remain = _not_checked_dns_path(service, dns_pods, policies, doc)
     for server in doc.get("nameservers") or []:
         qs = [q for q in _queries(doc, server=server, qname=fqdn)]
         results = {q["result"] for q in qs}
         if results & {*ANSWERED, "truncated"} or not qs:  # it answers (a truncated UDP answer is an answer: KP137)
             continue
-        ev = [_q_ev(ctx, q) for q in qs]
+        ev = [_q_ev(lookups, q) for q in qs]
         if results <= {"timeout"}:
             summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
             explanation = (
@@ -987,8 +973,8 @@ def dns_unreachable(ctx, new):
             summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
             explanation = None
             fix = (f"dig @{server} {fqdn}",)
-        cluster_dns = set(_cluster_ips(_dns_service(ctx))) | {NODE_LOCAL_DNS}
-        known = _dns_service(ctx) is not None
+        cluster_dns = set(_cluster_ips(_dns_service(service))) | {NODE_LOCAL_DNS}
+        known = _dns_service(service) is not None
         if server not in cluster_dns:
             note = (
                 f" — {server} is not the cluster DNS ({', '.join(sorted(cluster_dns - {NODE_LOCAL_DNS}))}, KP133)"
@@ -1016,7 +1002,6 @@ def dns_unreachable(ctx, new):
     "dns-kubernetes-default",
     "kubernetes.default does not resolve",
     "error",
-    needs=("dns-lookups",),
     severities=("warning", "error"),
     symptom="Even 'nslookup kubernetes.default' fails from the pod, while the nameserver answers other queries.",
     why="""
@@ -1027,8 +1012,8 @@ def dns_unreachable(ctx, new):
     """,
     fix="Make kubelet's clusterDomain match the Corefile's kubernetes block (cluster.local by default), and the pod's nameserver the kube-dns ClusterIP.",
 )
-def dns_kubernetes_default(ctx, new):
-    doc = _doc(ctx)
+def dns_kubernetes_default(new, lookups: DnsLookups):
+    doc = _doc(lookups)
     lk = _lookup(doc, "kubernetes")
     if not lk or _resolved(lk) or not _failed_names(lk):
         return  # resolves, or the server did not answer (KP138)
@@ -1047,9 +1032,9 @@ def dns_kubernetes_default(ctx, new):
             + " — it is not the cluster DNS, or CoreDNS serves another domain"
         )
     ev = (
-        _rc_ev(ctx, rc, "search")
-        + _rc_ev(ctx, rc, "nameserver")
-        + [Evidence(ctx.display(DNS_SRC), _walk_text(doc, lk, "glibc"))]
+        _rc_ev(lookups, rc, "search")
+        + _rc_ev(lookups, rc, "nameserver")
+        + [Evidence(lookups.source, _walk_text(doc, lk, "glibc"))]
     )
     served = doc.get("result") == "resolved"  # the Service's own FQDN resolves: this is no fault of its name
     yield new(

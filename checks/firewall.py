@@ -23,7 +23,7 @@ def _node_ip(ctx) -> tuple[str, str] | None:
     """(the node's address on its uplink, the uplink) — where outside clients send NodePort traffic."""
     from .hostnet import _default_dev, _global_v4
 
-    dev = _default_dev(ctx, 4)
+    dev = _default_dev(ctx.ip_route, 4)
     for link in ctx.ip_addr or []:
         if link.get("ifname") == dev:
             addrs = _global_v4(link)

@@ -7,16 +7,17 @@ import ipaddress
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+
+from kpdiag.state.typed import Addresses, Nft, Routes
 
 from .shapes import links, routes
 
 EXTERNAL = "203.0.113.5"  # a destination outside the cluster (TEST-NET-3)
 
 
-def _firewalld_tracer(ctx):
+def _firewalld_tracer(nft: Nft, route_list: Routes):
     """An nftables tracer over firewalld's own tables only (inet firewalld, and ip/ip6 firewalld of old releases)."""
-    rs = ctx.nft()
+    rs = nft.ruleset()
     if rs is None:
         return None, []
     keep = [t for t in rs.tables if "firewalld" in t[1]]
@@ -31,12 +32,12 @@ def _firewalld_tracer(ctx):
         sets={k: v for k, v in rs.sets.items() if (k[0], k[1]) in keep},
         tables=keep,
     )
-    return NftTracer(only, ctx.routing, mode="firewalld"), keep
+    return NftTracer(only, route_list.routing, mode="firewalld"), keep
 
 
-def _pod_side(ctx) -> tuple[str, str, list] | None:
+def _pod_side(addresses: Addresses) -> tuple[str, str, list] | None:
     """(a pod address, the pod bridge it sits behind, the bridge's subnets) — the source of forwarded pod traffic."""
-    ifaces = links(ctx)
+    ifaces = links(addresses.links)
     masters = {link.get("master") for link in ifaces if link.get("master")}
     for link in ifaces:
         if link["ifname"] not in masters or (link.get("linkinfo") or {}).get("info_kind") not in (None, "bridge"):
@@ -53,9 +54,9 @@ def _pod_side(ctx) -> tuple[str, str, list] | None:
     return None
 
 
-def _remote_pod(ctx, own: list) -> tuple[str, str] | None:
+def _remote_pod(route_list: Routes, own: list) -> tuple[str, str] | None:
     """A pod address on another node: a route into a pod range that is not this node's (overlay or host-gw)."""
-    for r in routes(ctx):
+    for r in routes(route_list.routes):
         dst = r.get("dst")
         if not isinstance(dst, str) or dst == "default" or r.get("table") not in (None, "main") or ":" in dst:
             continue
@@ -77,7 +78,6 @@ def _remote_pod(ctx, own: list) -> tuple[str, str] | None:
     "firewalld-rejects-pod-traffic",
     "firewalld rejects traffic the node forwards for its pods",
     "error",
-    needs=("nft", "addresses", "routes"),
     symptom="On RHEL-family nodes (RHEL, Rocky, Alma, Fedora, CentOS Stream) pods cannot reach pods on other nodes or "
     "anything outside the cluster ('No route to host', ICMP admin-prohibited), while Services whose traffic is DNATed "
     "work; stopping firewalld makes it work.",
@@ -93,16 +93,16 @@ def _remote_pod(ctx, own: list) -> tuple[str, str] | None:
     "CIDR> and --add-interface=<CNI interfaces>, then firewall-cmd --reload), or disable firewalld on the nodes as "
     "most Kubernetes distributions advise.",
 )
-def firewalld_rejects(ctx, new):
-    tracer, tables = _firewalld_tracer(ctx)
+def firewalld_rejects(new, nft: Nft, addresses: Addresses, route_list: Routes):
+    tracer, tables = _firewalld_tracer(nft, route_list)
     if tracer is None:
         return  # no firewalld table on this node
-    pod = _pod_side(ctx)
+    pod = _pod_side(addresses)
     if pod is None:
         raise Skip("no pod bridge with an address found: the source of forwarded pod traffic is not known")
     src, bridge, own = pod
     targets = [(EXTERNAL, "outside the cluster (the default route)")]
-    remote = _remote_pod(ctx, own)
+    remote = _remote_pod(route_list, own)
     if remote is not None:
         targets.insert(0, (remote[0], f"a pod on another node ({remote[1]})"))
     from kpdiag.trace.model import Packet
@@ -139,13 +139,11 @@ def firewalld_rejects(ctx, new):
             ),
             command(f"kpdiag trace --bundle <bundle> --src {src} --dst {dst} --dport 443   # where it ends"),
         ),
-        evidence=[
-            Evidence(ctx.display(sources.NFT_RULESET), f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}")
-        ]
-        + [Evidence(ctx.display(sources.IP_ADDR), f"{bridge}: {', '.join(map(str, own))} (the pods' bridge)")]
+        evidence=[Evidence(nft.source, f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}")]
+        + [Evidence(addresses.source, f"{bridge}: {', '.join(map(str, own))} (the pods' bridge)")]
         + [
             Evidence(
-                ctx.display(sources.IP_ROUTE),
+                route_list.source,
                 f"traced: TCP {src} → {b[0]}:443, {b[1]}: {b[2][0] * 100:.0f}% of paths end there",
             )
             for b in blocked[:2]

@@ -4,25 +4,26 @@ IPv6 forwarding on a dual-stack node, and MTUs that do not leave room for the ov
 from __future__ import annotations
 
 import ipaddress
+from typing import Iterable
 
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import persist_sysctls
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import Addresses, Routes, Sysctls
 
 PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
-ADDR_SRC = sources.IP_ADDR
-ROUTE_SRC = sources.IP_ROUTE
 
 
-def _links(ctx) -> list[dict]:
-    return [link for link in ctx.ip_addr or [] if isinstance(link.get("ifname"), str)]
+def _links(addresses: Addresses) -> list[dict]:
+    return [link for link in addresses.links if isinstance(link.get("ifname"), str)]
 
 
-def _default_dev(ctx, version: int = 4) -> str | None:
-    """The interface of the main table's default route of IP version ``version`` (the node's uplink)."""
-    for r in ctx.ip_route or []:
+def _default_dev(routes: Iterable[dict] | None, version: int = 4) -> str | None:
+    """The interface of the main table's default route of IP version ``version`` (the node's uplink), among ``routes``
+    (ip -j route objects)."""
+    for r in routes or []:
         if r.get("dst") != "default" or r.get("table") not in (None, "main") or not r.get("dev"):
             continue
         gw = r.get("gateway") or ""
@@ -44,10 +45,10 @@ def _global_v4(link: dict) -> list[str]:
     ]
 
 
-def _sysctl_if(ctx, family: str, ifname: str, key: str):
+def _sysctl_if(sysctls: Sysctls, family: str, ifname: str, key: str):
     """net.ipv4.conf.IFACE.KEY — sysctl -a writes a dot in an interface name as '/' (flannel.1 → flannel/1)."""
     for name in (ifname, ifname.replace(".", "/")):
-        v = ctx.sysctl_value(f"net.{family}.conf.{name}.{key}")
+        v = sysctls.value(f"net.{family}.conf.{name}.{key}")
         if v is not None:
             return v
     return None
@@ -68,7 +69,6 @@ def _as_int(v) -> int | None:
     "rp-filter-strict",
     "Strict reverse-path filtering drops Service traffic on a second interface",
     "warning",
-    needs=("sysctl", "addresses", "routes"),
     symptom="NodePorts and LoadBalancer traffic work on one of the node's addresses and time out on another; "
     "nothing is logged, no rule counter moves.",
     why="""
@@ -83,13 +83,13 @@ def _as_int(v) -> int | None:
     fix="Use loose mode (2) on the node: sysctl -w net.ipv4.conf.all.rp_filter=2 and net.ipv4.conf.IFACE.rp_filter=2 "
     "(persist in /etc/sysctl.d), or route replies back out the interface they came in on (policy routing).",
 )
-def rp_filter_strict(ctx, new):
-    uplink = _default_dev(ctx, 4)
+def rp_filter_strict(new, sysctls: Sysctls, addresses: Addresses, routes: Routes):
+    uplink = _default_dev(routes.routes, 4)
     if uplink is None:
         return  # no default route: every source is routed by specific prefixes; nothing general to say
-    all_v = ctx.sysctl_value("net.ipv4.conf.all.rp_filter")
+    all_v = sysctls.value("net.ipv4.conf.all.rp_filter")
     all_n = _as_int(all_v)
-    links = _links(ctx)
+    links = _links(addresses)
     bridges = {link.get("master") for link in links if link.get("master")}
     for link in links:
         name = link["ifname"]
@@ -98,7 +98,7 @@ def rp_filter_strict(ctx, new):
             continue
         if name in bridges or _kind(link) in TUNNEL_OVERHEAD or name.startswith(("cali", "lxc", "cilium_", "veth")):
             continue  # pod-facing: what arrives there comes from the pods behind it, which are routed back the same way
-        if_v = _sysctl_if(ctx, "ipv4", name, "rp_filter")
+        if_v = _sysctl_if(sysctls, "ipv4", name, "rp_filter")
         if_n = _as_int(if_v)
         if if_n is None or all_n is None:
             continue  # one of the two is unknown: the effective value (their max) cannot be told
@@ -118,14 +118,14 @@ def rp_filter_strict(ctx, new):
             evidence=[
                 e
                 for e in (
-                    ev.sysctl(ctx, "net.ipv4.conf.all.rp_filter"),
+                    sysctls.evidence("net.ipv4.conf.all.rp_filter"),
                     Evidence(if_v.source, if_v.text, if_v.line) if if_v is not None else None,
                 )
                 if e
             ]
             + [
-                Evidence(ctx.display(ADDR_SRC), f"{name}: {', '.join(addrs)}"),
-                Evidence(ctx.display(ROUTE_SRC), f"default dev {uplink}"),
+                Evidence(addresses.source, f"{name}: {', '.join(addrs)}"),
+                Evidence(routes.source, f"default dev {uplink}"),
             ],
             subject=name,
             data={
@@ -133,7 +133,7 @@ def rp_filter_strict(ctx, new):
                 "addresses": addrs,
                 "default_route_dev": uplink,
                 "effective_rp_filter": max(all_n, if_n),
-                **ev.sysctl_data(ctx, {"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}),
+                **sysctls.data({"net.ipv4.conf.all.rp_filter": 2, f"net.ipv4.conf.{name}.rp_filter": 2}),
             },
         )
 
@@ -234,10 +234,10 @@ def _kind(link: dict) -> str | None:
     return None
 
 
-def _routes_via(ctx, dev: str) -> list[str]:
+def _routes_via(routes: Routes, dev: str) -> list[str]:
     return [
         r.get("dst")
-        for r in ctx.ip_route or []
+        for r in routes.routes
         if r.get("dev") == dev
         and r.get("dst") not in (None, "default")
         and r.get("table") in (None, "main")
@@ -250,7 +250,6 @@ def _routes_via(ctx, dev: str) -> list[str]:
     "mtu-mismatch",
     "Pod or tunnel MTU larger than the path under it",
     "warning",
-    needs=("addresses", "routes"),
     symptom="Small requests through a Service work, large ones hang: TLS handshakes with big certificates, file uploads, "
     "database result sets; ping works, curl of a large page stalls after the first bytes.",
     why="""
@@ -264,15 +263,15 @@ def _routes_via(ctx, dev: str) -> list[str]:
     fix="Set the CNI's MTU to the uplink's MTU minus the tunnel overhead (flannel, Calico, Cilium all have an mtu setting) "
     "and recreate the pods (a pod keeps the MTU it was created with).",
 )
-def mtu_mismatch(ctx, new):
-    links = _links(ctx)
+def mtu_mismatch(new, addresses: Addresses, routes: Routes):
+    links = _links(addresses)
     by_name = {link["ifname"]: link for link in links}
-    uplink_name = _default_dev(ctx, 4) or _default_dev(ctx, 6)
+    uplink_name = _default_dev(routes.routes, 4) or _default_dev(routes.routes, 6)
     uplink = by_name.get(uplink_name or "")
     if uplink is None or not isinstance(uplink.get("mtu"), int):
         raise Skip("the node's uplink (the default route's interface) or its MTU is not known")
     u = uplink["mtu"]
-    addr_src = ctx.display(ADDR_SRC)
+    addr_src = addresses.source
     up_ev = Evidence(addr_src, f"{uplink_name} (default route): mtu {u}")
     tunnels = []
     for link in links:
@@ -282,7 +281,7 @@ def mtu_mismatch(ctx, new):
     for link, kind, over in tunnels:
         # only a tunnel that pod routes use: flow-based devices (Cilium's cilium_vxlan, OVS's vxlan_sys_4789) carry no
         # routes and get their MTU from the routes that lead to them
-        if link["mtu"] > u - over and _routes_via(ctx, link["ifname"]):
+        if link["mtu"] > u - over and _routes_via(routes, link["ifname"]):
             yield new(
                 f"tunnel {link['ifname']} ({kind}) has MTU {link['mtu']}, but {uplink_name} carries {u}: with {over} bytes of {kind} "
                 f"overhead full-size tunnel packets are {link['mtu'] + over} bytes and do not fit (the tunnel's MTU must be ≤ {u - over})",
@@ -296,7 +295,7 @@ def mtu_mismatch(ctx, new):
                 subject=link["ifname"],
             )
     # the pods' side: node ends of pod veths (cali*, lxc*, veth* in a bridge) and the bridges with ports
-    carrying = [(link, kind, over) for link, kind, over in tunnels if _routes_via(ctx, link["ifname"])]
+    carrying = [(link, kind, over) for link, kind, over in tunnels if _routes_via(routes, link["ifname"])]
     if carrying:
         limit = min(min(link["mtu"], u - over) for link, _, over in carrying)
         why = " / ".join(
@@ -344,7 +343,7 @@ def mtu_mismatch(ctx, new):
         + [
             Evidence(
                 addr_src,
-                f"{link['ifname']}: kind {kind}, mtu {link['mtu']}; routes {', '.join(_routes_via(ctx, link['ifname'])[:3])}",
+                f"{link['ifname']}: kind {kind}, mtu {link['mtu']}; routes {', '.join(_routes_via(routes, link['ifname'])[:3])}",
             )
             for link, kind, _ in carrying
         ],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kpdiag import dataplane as dataplanes
-from kpdiag.rootcause import STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
@@ -58,7 +57,7 @@ def replacement(ctx, new):
     "kube-proxy-absent",
     "kube-proxy is not running, and nothing replaces it",
     "error",
-    explains=STALE + ("KP113", "KP504"),
+    explains=("stale-rules", "KP113", "KP504"),
     absent=("kube-proxy",),
     uses=(
         "addresses",

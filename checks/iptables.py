@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
@@ -10,6 +11,7 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import KubeProxyRules, Manifest, ProxyMode
 
 
 def _kube_chains(rs) -> list[str]:
@@ -71,8 +73,7 @@ SERVICES_WARN = 1000
     "iptables ruleset large enough to hurt",
     "warning",
     modes=("iptables",),
-    needs=("whole-rules", "iptables"),
-    uses=("proxy-mode",),
+    needs=("whole-rules",),  # read nothing of: a partial bundle would undercount the rules
     advice_for="kube-proxy",
     symptom="Service changes take seconds to minutes to reach this node; kube-proxy's sync takes long; first packets of connections are slow; CPU spikes in kube-proxy and iptables-restore.",
     why="""
@@ -85,14 +86,14 @@ SERVICES_WARN = 1000
     fix="Plan a move to nftables mode (mode: nftables in the kube-proxy ConfigMap, kernel ≥ 5.13); meanwhile raise iptables.minSyncPeriod.",
     references=("https://kubernetes.io/blog/2025/02/28/nftables-kube-proxy/",),
 )
-def rule_scale(ctx, new):
-    rs = ctx.iptables()
-    if ctx.dataplane.known and ctx.dataplane is not dataplanes.get("iptables"):
+def rule_scale(new, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None):
+    rs = rules.ruleset
+    if proxy is not None and proxy.dataplane.known and proxy.dataplane is not dataplanes.get("iptables"):
         return
     total = rs.rule_count
     services = rs.chain("nat", "KUBE-SERVICES")
     walk = len(services) if services is not None else 0
-    ports = len(ctx.programmed() or {})
+    ports = len(rules.programmed)
     if total < RULES_WARN and walk < SERVICES_WARN:
         return
     yield new(
@@ -211,8 +212,6 @@ def forward_drop(ctx, new):
     "leftover-rules",
     "Rules of another proxy mode left behind",
     "warning",
-    needs=("iptables",),
-    uses=("manifest", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="Service traffic behaves as if an old configuration still applied: stale DNAT targets, REJECTs for working Services, traffic to the wrong endpoints after a mode switch.",
     why="""
@@ -222,16 +221,16 @@ def forward_drop(ctx, new):
     """,
     fix="Run kube-proxy --cleanup once on the node (from the kube-proxy image), then restart kube-proxy.",
 )
-def leftover(ctx, new):
-    mode, how = ctx.proxy_mode
+def leftover(new, rules: KubeProxyRules, manifest: Optional[Manifest] = None, proxy: Optional[ProxyMode] = None):
+    mode, how = proxy.mode, proxy.how
     if mode is None or how not in ("kube-proxy's /proxyMode",) and not how.startswith("mode in "):
         raise Skip("the running proxy mode is unknown (no /proxyMode and no explicit mode in the configuration)")
-    found = ctx.inferred_modes()
+    found = proxy.inferred
     other = {m: why for m, why in found.items() if m != mode}
     if not other:
         return
-    rs = ctx.iptables()
-    evidence = [Evidence(rs.source if "iptables" in why else ctx.bundle_name, why) for why in other.values()]
+    rs = rules.ruleset
+    evidence = [Evidence(rs.source if "iptables" in why else manifest.bundle, why) for why in other.values()]
     yield new(
         f"kube-proxy runs in {mode} mode ({how}), but {', '.join(other)} mode artefacts are still on the node: {'; '.join(other.values())}",
         fix=(
@@ -269,7 +268,6 @@ def duplicated_rules(rs) -> list[tuple[str, str, int, int]]:
     "duplicated-rules",
     "The same rule many times in one chain",
     "warning",
-    needs=("iptables",),
     symptom="iptables-save grows by the same lines every few minutes; rule syncs and iptables commands get slower and "
     "slower; CPU in iptables, kubelet, k3s or the CNI; in the end every Service change takes seconds.",
     why="""
@@ -282,9 +280,9 @@ def duplicated_rules(rs) -> list[tuple[str, str, int, int]]:
     fix="Find the component that owns the rule (its comment or chain says), upgrade it or the iptables binary it uses, "
     "then delete the copies (iptables-save | uniq-by-chain | iptables-restore, or restart the owner after flushing its chain).",
 )
-def duplicated(ctx, new):
+def duplicated(new, rules: KubeProxyRules):
     for which in ("iptables-save", "ip6tables-save"):
-        rs = ctx.iptables(which)
+        rs = rules.dump(which)
         if rs is None:
             continue
         dups = duplicated_rules(rs)

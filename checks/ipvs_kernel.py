@@ -4,6 +4,7 @@ connections (KP310). What kube-proxy programmed in IPVS mode is checks/ipvs_mode
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
@@ -11,6 +12,7 @@ from kpdiag.fixcmd import note, persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import IpvsTimeout, KubeProxyConfig, ProxyMode, Sysctls
 
 
 def ipvs_modules(kernel: tuple[int, int, int] | None, scheduler: str | None = None) -> list[str]:
@@ -137,19 +139,17 @@ def ipvs_unavailable(ctx, new):
 
 
 _TIMEOUT_RE = re.compile(r"Timeout \(tcp tcpfin udp\):\s*(\d+)\s+(\d+)\s+(\d+)")
-TIMEOUT_SRC = sources.IPVS_TIMEOUT
 
 
-def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
+def ipvs_timeouts(timeout: IpvsTimeout | None) -> tuple[int, int, int, int] | None:
     """(tcp, tcpfin, udp, line) from ``ipvsadm -L --timeout`` (node/ipvs-timeout.txt), or None."""
-    text = ctx.source(TIMEOUT_SRC)
-    if text is None:
+    if timeout is None:
         return None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(timeout.text.splitlines(), 1):
         m = _TIMEOUT_RE.search(line)
         if m:
             return int(m.group(1)), int(m.group(2)), int(m.group(3)), lineno
-    ctx.problem(TIMEOUT_SRC, "no 'Timeout (tcp tcpfin udp): N N N' line (ipvsadm -L --timeout)")
+    timeout.problem("no 'Timeout (tcp tcpfin udp): N N N' line (ipvsadm -L --timeout)")
     return None
 
 
@@ -159,8 +159,6 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
     "IPVS forgets idle TCP connections before TCP keepalive probes them",
     "info",
     modes=("ipvs",),
-    needs=("sysctl",),
-    uses=("ipvs-timeout", "kube-proxy-config", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="In IPVS mode, long-lived connections through a ClusterIP (database pools, gRPC streams, message brokers) die "
     "after some quiet minutes: the next request gets a reset or hangs, while short connections always work.",
@@ -174,14 +172,20 @@ def ipvs_timeouts(ctx) -> tuple[int, int, int, int] | None:
     fix="Make clients send keepalives more often than the IPVS tcp timeout (net.ipv4.tcp_keepalive_time below it, or the "
     "application's own keepalive), or raise ipvs.tcpTimeout in the kube-proxy configuration.",
 )
-def ipvs_idle_timeout(ctx, new):
-    if not ctx.dataplane.services_in_ipvs:
+def ipvs_idle_timeout(
+    new,
+    sysctls: Sysctls,
+    timeout: Optional[IpvsTimeout] = None,
+    cfg: Optional[KubeProxyConfig] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    if not proxy.dataplane.services_in_ipvs:
         return
-    t = ipvs_timeouts(ctx)
+    t = ipvs_timeouts(timeout)
     if t is None:
         raise Skip(f"needs {sources.IPVS_TIMEOUT} (ipvsadm -L --timeout)")
     tcp, _, _, line = t
-    keep = ctx.sysctl_value("net.ipv4.tcp_keepalive_time")
+    keep = sysctls.value("net.ipv4.tcp_keepalive_time")
     if keep is None:
         raise Skip("net.ipv4.tcp_keepalive_time is not in the collected sysctls")
     try:
@@ -190,13 +194,12 @@ def ipvs_idle_timeout(ctx, new):
         raise Skip(f"net.ipv4.tcp_keepalive_time is not a number: {keep.value!r}") from None
     if tcp <= 0 or keepalive < tcp:
         return
-    cfg = ctx.kube_proxy_config
     evidence = [
-        Evidence(ctx.display(TIMEOUT_SRC), f"Timeout (tcp tcpfin udp): tcp {tcp} s", line),
-        ev.sysctl(ctx, "net.ipv4.tcp_keepalive_time"),
+        Evidence(timeout.source, f"Timeout (tcp tcpfin udp): tcp {tcp} s", line),
+        sysctls.evidence("net.ipv4.tcp_keepalive_time"),
     ]
     if cfg is not None and cfg.get("ipvs.tcpTimeout") is not None:
-        evidence.append(ev.config(ctx, "ipvs.tcpTimeout"))
+        evidence.append(cfg.evidence("ipvs.tcpTimeout"))
     yield new(
         f"IPVS drops a TCP connection after {tcp} s idle, and this node's TCP keepalive starts only after {keepalive} s: idle "
         "long-lived connections through ClusterIPs are forgotten and reset on their next packet",

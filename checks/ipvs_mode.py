@@ -3,6 +3,8 @@ sysctls, ipsets, deprecation. The kernel side (modules, idle timeouts) is checks
 
 from __future__ import annotations
 
+from typing import Optional
+
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_sysctls, set_sysctls
@@ -10,21 +12,24 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
 from kpdiag.bundle import sources
+from kpdiag.state.typed import Kernel, KubeProxyConfig, KubeProxyVersion, Preflight, ProxyMode, Sysctls
 
 from . import dataplane
 
 
-def _ipvs_mode(ctx) -> bool:
-    if _preflight(ctx):
+def _ipvs_mode(preflight: str | None, dp) -> bool:
+    """Whether IPVS mode is the question: --preflight asks about it (``preflight``), or kube-proxy runs it (``dp``, the
+    dataplane class of the running mode)."""
+    if _preflight(preflight):
         return True
-    if not ctx.dataplane.known:
+    if not dp.known:
         raise Skip("kube-proxy's mode is unknown (no /proxyMode, configuration or rules)")
-    return ctx.dataplane.services_in_ipvs
+    return dp.services_in_ipvs
 
 
-def _preflight(ctx) -> bool:
+def _preflight(preflight: str | None) -> bool:
     """--preflight asks whether this host can run IPVS mode."""
-    return dataplanes.get(ctx.preflight).services_in_ipvs
+    return dataplanes.get(preflight).services_in_ipvs
 
 
 @check(
@@ -32,6 +37,7 @@ def _preflight(ctx) -> bool:
     "ipvs-service-missing",
     "Service port without an IPVS virtual server",
     "error",
+    shows=("stale-rules",),
     modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     uses=("focus", "preflight", "proxy-mode"),
@@ -53,6 +59,7 @@ def service_missing(ctx, new):
     "ipvs-realservers-mismatch",
     "IPVS real servers differ from the ready endpoints",
     "error",
+    shows=("stale-rules",),
     modes=("ipvs",),
     needs=("services", "endpointslices", "ipvs"),
     uses=("focus", "manifest", "node-object", "preflight", "proxy-mode"),
@@ -75,6 +82,7 @@ def realservers(ctx, new):
     "ipvs-ip-not-bound",
     "ClusterIP not bound on kube-ipvs0",
     "error",
+    shows=("stale-rules",),
     modes=("ipvs",),
     needs=("addresses", "ipvs"),
     uses=("preflight", "proxy-mode", "routes"),
@@ -243,8 +251,6 @@ IPVS_SYSCTLS = {
     "IPVS sysctls wrong for kube-proxy",
     "warning",
     modes=("ipvs",),
-    needs=("sysctl", "kernel"),
-    uses=("preflight", "proxy-mode"),
     advice_for="kube-proxy",
     preflight=("ipvs",),
     symptom="Intermittent timeouts or 1-second delays on new connections; clients stuck on removed pods; masquerade not applied.",
@@ -256,16 +262,18 @@ IPVS_SYSCTLS = {
     """,
     fix="Set the values kube-proxy expects (sysctl -w …) and persist them in /etc/sysctl.d/.",
 )
-def ipvs_sysctls(ctx, new):
-    if not _ipvs_mode(ctx):
+def ipvs_sysctls(
+    new, sysctls: Sysctls, kernel: Kernel, preflight: Optional[Preflight] = None, proxy: Optional[ProxyMode] = None
+):
+    if not _ipvs_mode(preflight.mode, proxy.dataplane):
         return
     wrong = []
     for key, (want, why) in IPVS_SYSCTLS.items():
-        v = ctx.sysctl_value(key)
+        v = sysctls.value(key)
         if v is not None and v.value.strip() != want:
             wrong.append((key, v, want, why))
-    v = ctx.sysctl_value("net.ipv4.vs.conn_reuse_mode")
-    want_reuse = "1" if ctx.kernel >= (5, 9, 0) else "0"
+    v = sysctls.value("net.ipv4.vs.conn_reuse_mode")
+    want_reuse = "1" if kernel.version >= (5, 9, 0) else "0"
     if v is not None and v.value.strip() != want_reuse:
         wrong.append(
             (
@@ -277,7 +285,7 @@ def ipvs_sysctls(ctx, new):
                 else "on kernel < 5.9 reuse causes 1 s delays",
             )
         )
-    if not wrong and ctx.sysctl_value("net.ipv4.vs.conntrack") is None:
+    if not wrong and sysctls.value("net.ipv4.vs.conntrack") is None:
         raise Skip("no net.ipv4.vs.* sysctls collected (ip_vs not loaded?)")
     for key, v, want, why in wrong:
         yield new(
@@ -286,9 +294,9 @@ def ipvs_sysctls(ctx, new):
                 set_sysctls({key: want}),
                 persist_sysctls({key: want}, "ipvs-" + key.rsplit(".", 1)[-1].replace("_", "-")),
             ),
-            evidence=[ev.sysctl(ctx, key)],
+            evidence=[sysctls.evidence(key)],
             subject="node",
-            data={**ev.sysctl_data(ctx, {key: want}), "why": why},
+            data={**sysctls.data({key: want}), "why": why},
         )
 
 
@@ -313,7 +321,7 @@ def ipvs_sysctls(ctx, new):
 )
 def strict_arp(ctx, new):
     cfg = ctx.kube_proxy_config
-    if not _ipvs_mode(ctx) or cfg.get("ipvs.strictARP") is True:
+    if not _ipvs_mode(ctx.preflight, ctx.dataplane) or cfg.get("ipvs.strictARP") is True:
         return
     ignore = ctx.sysctl_value("net.ipv4.conf.all.arp_ignore")
     if ignore is not None and ignore.value.strip() in ("1", "2"):
@@ -386,12 +394,12 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     fix="Install ipset (apt-get/dnf install ipset), load ip_set (modprobe ip_set), restart kube-proxy.",
 )
 def ipvs_ipset(ctx, new):
-    if not _ipvs_mode(ctx):
+    if not _ipvs_mode(ctx.preflight, ctx.dataplane):
         return
     sets = ctx.ipsets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    if _preflight(ctx):
+    if _preflight(ctx.preflight):
         if sets is not None:
             # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
             return
@@ -406,7 +414,7 @@ def ipvs_ipset(ctx, new):
     )
     rs = ctx.iptables()
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
-    who = "IPVS mode (preflight) needs ipset, but" if _preflight(ctx) else "kube-proxy runs IPVS mode but"
+    who = "IPVS mode (preflight) needs ipset, but" if _preflight(ctx.preflight) else "kube-proxy runs IPVS mode but"
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=(
@@ -426,7 +434,6 @@ def ipvs_ipset(ctx, new):
     "IPVS mode is deprecated on this release",
     "warning",
     modes=("ipvs",),
-    uses=("kube-proxy-config", "kube-proxy-version", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     preflight=("ipvs",),
     symptom="None yet — but IPVS mode gets no new features and will be removed.",
@@ -437,10 +444,16 @@ def ipvs_ipset(ctx, new):
     fix="Plan the move to nftables mode: kernel ≥ 5.13, mode: nftables in the kube-proxy ConfigMap, restart, then clean IPVS leftovers.",
     references=("https://kubernetes.io/docs/reference/networking/virtual-ips/#proxy-mode-nftables",),
 )
-def deprecated(ctx, new):
-    if not _ipvs_mode(ctx):
+def deprecated(
+    new,
+    cfg: Optional[KubeProxyConfig] = None,
+    kp_version: Optional[KubeProxyVersion] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    if not _ipvs_mode(preflight.mode, proxy.dataplane):
         return
-    version = ctx.kube_proxy_version
+    version = kp_version.version if kp_version is not None else None
     if version is None:
         raise Skip(f"kube-proxy's version is unknown (metrics or {sources.VERSION})")
     if version < (1, 35):
@@ -453,7 +466,7 @@ def deprecated(ctx, new):
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "afterwards: ipvsadm -C; ip link del kube-ipvs0   # remove IPVS leftovers (KP208)",
         ),
-        evidence=[e for e in (ev.config(ctx, "mode"),) if e]
-        + [Evidence(ctx.display(sources.KP_METRICS), f"kube-proxy v{version[0]}.{version[1]}")],
+        evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
+        + [Evidence(kp_version.source, f"kube-proxy v{version[0]}.{version[1]}")],
         subject="node",
     )

@@ -8,21 +8,29 @@ from typing import Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
-from kpdiag.rootcause import MODE_CHECKS, STALE_RULES as STALE
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import list_items
-from kpdiag.state.typed import KubeProxyConfig, KubeProxyLog, KubeProxyMetrics, KubeProxyRules
+from kpdiag.state.typed import (
+    KubeProxyConfig,
+    KubeProxyHealthz,
+    KubeProxyLog,
+    KubeProxyMetrics,
+    KubeProxyMode,
+    KubeProxyRules,
+    Manifest,
+    ProxyMode,
+)
 
 _USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")
 _FALLBACK = re.compile(r"[Cc]an'?t use (?:the )?(ipvs|IPVS|nftables) [Pp]roxier(?:, trying (iptables) [Pp]roxier)?")
 
 
-def _log_modes(ctx):
+def _log_modes(log: KubeProxyLog | None):
     """(mode kube-proxy said it uses, line number, text) for each such log line, and fallback lines."""
     used, fallbacks = [], []
-    for n, line in enumerate(ctx.kube_proxy_log or [], 1):
+    for n, line in enumerate(log.lines if log is not None else (), 1):
         m = _USING.search(line)
         if m:
             used.append((m.group(1).lower(), n, line))
@@ -37,9 +45,7 @@ def _log_modes(ctx):
     "proxy-mode-mismatch",
     "kube-proxy runs in another mode than configured",
     "error",
-    explains=MODE_CHECKS,
-    needs=("kube-proxy-config",),
-    uses=("kube-proxy-log", "kube-proxy-mode", "manifest", "proxy-mode"),
+    explains=("mode-checks",),
     advice_for="kube-proxy",
     symptom="You configured IPVS (or nftables) and tuned for it, yet the node behaves like iptables mode — or the reverse.",
     why="""
@@ -50,28 +56,34 @@ def _log_modes(ctx):
     """,
     fix="Find why the configured mode could not start (KP301/KP401 and the log), fix it, and restart kube-proxy.",
 )
-def mode_mismatch(ctx, new):
-    cfg = ctx.kube_proxy_config
+def mode_mismatch(
+    new,
+    cfg: KubeProxyConfig,
+    log: Optional[KubeProxyLog] = None,
+    answer: Optional[KubeProxyMode] = None,
+    manifest: Optional[Manifest] = None,
+    proxy: Optional[ProxyMode] = None,
+):
     configured = cfg.mode
-    evidence = [ev.config(ctx, "mode")]
+    evidence = [cfg.evidence("mode")]
     disagree = []
-    running = ctx.proxy_mode_running
+    running = answer.running if answer is not None else None
     if running and running != configured:
         disagree.append(f"/proxyMode answers {running}")
-        evidence.append(Evidence(ctx.display(sources.KP_PROXY_MODE), running, 1))
-    used, fallbacks = _log_modes(ctx)
+        evidence.append(Evidence(answer.source, running, 1))
+    used, fallbacks = _log_modes(log)
     if used and used[-1][0] != configured:
         mode, n, line = used[-1]
         disagree.append(f"the log says it uses {mode}")
-        evidence.append(ev.log_line(ctx, n, line))
+        evidence.append(log.evidence(n, line))
     for n, line in fallbacks[-1:]:
-        evidence.append(ev.log_line(ctx, n, line))
+        evidence.append(log.evidence(n, line))
         if not disagree:
             disagree.append("the log shows a fallback")
-    inferred = ctx.inferred_modes()
+    inferred = proxy.inferred if proxy is not None else {}
     if inferred and configured not in inferred:
         disagree.append(f"the node has {' and '.join(inferred)} rules, none of {configured} mode")
-        evidence.extend(Evidence(ctx.bundle_name, why) for why in inferred.values())
+        evidence.extend(Evidence(manifest.bundle, why) for why in inferred.values())
     if not disagree:
         return
     actual = running or (used[-1][0] if used else None) or next(iter(inferred), "unknown")
@@ -94,7 +106,6 @@ def mode_mismatch(ctx, new):
     "kube-proxy configured for the removed userspace mode",
     "error",
     explains=("KP701",),
-    uses=("iptables", "kube-proxy-config", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="kube-proxy does not start on new releases (unknown proxy mode), or Services are slow and go through a userspace process on old ones.",
     why="""
@@ -105,17 +116,21 @@ def mode_mismatch(ctx, new):
     """,
     fix="Set mode: iptables (or nftables on kernel ≥ 5.13) in the kube-proxy ConfigMap and restart kube-proxy; run kube-proxy --cleanup to remove portal rules.",
 )
-def userspace(ctx, new):
-    cfg = ctx.kube_proxy_config
-    inferred = ctx.inferred_modes()
+def userspace(
+    new,
+    rules: Optional[KubeProxyRules] = None,
+    cfg: Optional[KubeProxyConfig] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    inferred = proxy.inferred if proxy is not None else {}
     if cfg is None and not inferred:
         raise Skip("needs the kube-proxy configuration or the node's iptables rules")
     evidence = []
     if cfg is not None and dataplanes.get(cfg.mode).removed:
-        evidence.append(ev.config(ctx, "mode"))
+        evidence.append(cfg.evidence("mode"))
     for mode, why in inferred.items():
         if dataplanes.get(mode).removed:
-            evidence.append(Evidence(ctx.iptables().source, why))
+            evidence.append(Evidence(rules.ruleset.source, why))
     if not evidence:
         return
     yield new(
@@ -145,9 +160,8 @@ STALE_SECONDS = 120
     "kube-proxy-unhealthy",
     "kube-proxy is unhealthy or has stopped syncing",
     "error",
-    explains=STALE + ("KP113", "KP504"),
+    explains=("stale-rules", "KP113", "KP504"),
     severities=("warning", "error"),
-    uses=("kube-proxy-healthz", "kube-proxy-metrics", "manifest"),
     advice_for="kube-proxy",
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
     why="""
@@ -158,8 +172,14 @@ STALE_SECONDS = 120
     """,
     fix="Read kube-proxy's log on this node for the failing sync (KP704 lists known causes) and restart it once fixed.",
 )
-def unhealthy(ctx, new):
-    hz, metrics = ctx.healthz, ctx.metrics
+def unhealthy(
+    new,
+    healthz: Optional[KubeProxyHealthz] = None,
+    kp_metrics: Optional[KubeProxyMetrics] = None,
+    manifest: Optional[Manifest] = None,
+):
+    hz = healthz.doc if healthz is not None else None
+    metrics = kp_metrics.metrics if kp_metrics is not None else None
     if hz is None and metrics is None:
         raise Skip(f"needs kube-proxy's /healthz or /metrics ({sources.KP_HEALTHZ}, metrics.txt)")
     fix = (
@@ -167,8 +187,8 @@ def unhealthy(ctx, new):
         "curl -s http://127.0.0.1:10256/healthz; curl -s http://127.0.0.1:10249/metrics | grep -E 'sync_proxy_rules_(last|iptables_restore_failures)'",
         "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>   # after fixing the cause",
     )
-    src = ctx.display(sources.KP_HEALTHZ)
     if hz is not None:
+        src = healthz.source
         status = hz.get("kpdiag_http_status")
         last, now = _ts(hz.get("lastUpdated")), _ts(hz.get("currentTime"))
         if isinstance(status, int) and status >= 400:
@@ -196,16 +216,18 @@ def unhealthy(ctx, new):
                 f"iptables-restore failed {int(failures)} times since kube-proxy started: some syncs did not apply",
                 severity="warning",
                 fix=fix,
-                evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", int(failures))],
+                evidence=[
+                    kp_metrics.evidence("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", int(failures))
+                ],
                 subject="node",
             )
         last = metrics.get("kubeproxy_sync_proxy_rules_last_timestamp_seconds")
-        created = ctx.created
+        created = manifest.created if manifest is not None else None
         if last and created and created - last > 600 and hz is None:
             yield new(
                 f"kube-proxy's last successful sync was {int(created - last)} s before this bundle was collected",
                 fix=fix,
-                evidence=[ev.metric(ctx, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", last)],
+                evidence=[kp_metrics.evidence("kubeproxy_sync_proxy_rules_last_timestamp_seconds", last)],
                 subject="node",
             )
 

@@ -7,7 +7,7 @@ import statistics
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+from kpdiag.state.typed import DnsLookups
 
 CLUSTER_SEARCH = 3  # what kubelet writes for ClusterFirst: <ns>.svc.<domain>, svc.<domain>, <domain>
 WARN_MS = 500.0  # estimated time one external lookup spends on NXDOMAIN answers before it is a warning
@@ -20,7 +20,6 @@ EXAMPLE = "api.example.com"  # two dots: below the default ndots:5, like almost 
     "External names are asked through every search domain first (ndots)",
     "info",
     severities=("info", "warning"),
-    needs=("dns-lookups",),
     symptom="Every lookup of an external name (an API, a database host, a cloud endpoint) from pods is slow or adds load "
     "to CoreDNS: several NXDOMAIN answers per lookup, and with IPv4 and IPv6 twice as many; latency adds up on every "
     "new connection.",
@@ -36,11 +35,11 @@ EXAMPLE = "api.example.com"  # two dots: below the default ndots:5, like almost 
     fix="Write external names with a trailing dot (api.example.com.) — asked as is, once — or lower ndots for the pod "
     "(spec.dnsConfig.options: [{name: ndots, value: '2'}]), or keep the node's search domains out of pods.",
 )
-def ndots_amplification(ctx, new):
+def ndots_amplification(new, lookups: DnsLookups):
     from .dns import _doc, _rc, _rc_ev
 
-    doc = _doc(ctx, need_queries=False)
-    rc = _rc(ctx, doc)
+    doc = _doc(lookups, need_queries=False)
+    rc = _rc(doc)
     if not rc.get("entries"):
         raise Skip("the pod's resolv.conf was not read by the DNS probe")
     search, ndots = rc["search"], rc["ndots"]
@@ -58,7 +57,7 @@ def ndots_amplification(ctx, new):
     extra = search[CLUSTER_SEARCH:] if len(search) > CLUSTER_SEARCH else []
     if not extra:
         return  # the cluster's own three domains: the usual case, answered by CoreDNS itself
-    src = ctx.display(sources.PROBES_DNS)
+    src = lookups.source
     cands = [f"{EXAMPLE}.{s}" for s in search]
     timing = (
         f"; CoreDNS took {median:.1f} ms per NXDOMAIN here (median of {len(nx)}), about {cost:.0f} ms per lookup"
@@ -88,8 +87,8 @@ def ndots_amplification(ctx, new):
             if extra
             else ()
         ),
-        evidence=_rc_ev(ctx, rc, "search")
-        + [e for e in _rc_ev(ctx, rc, "options") if "ndots" in e.text]
+        evidence=_rc_ev(lookups, rc, "search")
+        + [e for e in _rc_ev(lookups, rc, "options") if "ndots" in e.text]
         + [
             Evidence(
                 src, f"{EXAMPLE} is asked as: {', '.join(cands[:4])}{' …' if len(cands) > 4 else ''}, then {EXAMPLE}"

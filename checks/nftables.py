@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
 
-from kpdiag.bundle import sources
+from kpdiag.state.typed import Kernel, KubeProxyConfig, NftVersion, Preflight, ProxyMode
 
 from . import dataplane
 
@@ -15,11 +17,10 @@ MIN_KERNEL = (5, 13, 0)
 MIN_NFT = (1, 0, 1)
 
 
-def _nft_mode(ctx) -> bool:
-    if dataplanes.get(ctx.preflight).services_in_nft:
+def _nft_mode(preflight: Preflight, cfg: KubeProxyConfig | None, proxy: ProxyMode) -> bool:
+    if dataplanes.get(preflight.mode).services_in_nft:
         return True
-    cfg = ctx.kube_proxy_config
-    return ctx.dataplane.services_in_nft or (cfg is not None and dataplanes.get(cfg.mode).services_in_nft)
+    return proxy.dataplane.services_in_nft or (cfg is not None and dataplanes.get(cfg.mode).services_in_nft)
 
 
 @check(
@@ -28,8 +29,6 @@ def _nft_mode(ctx) -> bool:
     "nftables mode on a kernel or nft too old for it",
     "error",
     explains=("KP701", "KP703", "KP707", "KP402", "KP403"),
-    needs=("kernel",),
-    uses=("kube-proxy-config", "nft-version", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     preflight=("nftables",),
     symptom="kube-proxy configured with mode: nftables crash-loops or falls back; Services do not work on this node.",
@@ -41,18 +40,25 @@ def _nft_mode(ctx) -> bool:
     fix="Upgrade the node's kernel (≥ 5.13) and nftables (≥ 1.0.1), or keep mode: iptables on these nodes.",
     references=("https://kubernetes.io/docs/reference/networking/virtual-ips/#proxy-mode-nftables",),
 )
-def prerequisites(ctx, new):
-    if not _nft_mode(ctx):
+def prerequisites(
+    new,
+    uname: Kernel,
+    cfg: Optional[KubeProxyConfig] = None,
+    nft_version: Optional[NftVersion] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    if not _nft_mode(preflight, cfg, proxy):
         return
-    kernel = ctx.kernel
+    kernel = uname.version
     problems, evidence = [], []
     if kernel < MIN_KERNEL:
         problems.append(f"kernel {'.'.join(map(str, kernel))} < 5.13")
-        evidence.append(Evidence(ctx.display(sources.UNAME), ".".join(map(str, kernel)), 1))
-    nft_v = ctx.nft_version
+        evidence.append(Evidence(uname.source, ".".join(map(str, kernel)), 1))
+    nft_v = nft_version.version if nft_version is not None else None
     if nft_v is not None and nft_v < MIN_NFT:
         problems.append(f"nft {'.'.join(map(str, nft_v))} < 1.0.1")
-        evidence.append(Evidence(ctx.display(sources.NFT_VERSION), ".".join(map(str, nft_v)), 1))
+        evidence.append(Evidence(nft_version.source, ".".join(map(str, nft_v)), 1))
     if not problems:
         return
     yield new(
@@ -62,7 +68,7 @@ def prerequisites(ctx, new):
             "upgrade the node image (kernel ≥ 5.13, nftables ≥ 1.0.1) — or set mode: iptables in the kube-proxy ConfigMap for these nodes",
             "kubectl -n kube-system logs ds/kube-proxy | grep -i nftables   # what kube-proxy said",
         ),
-        evidence=evidence + [e for e in [ev.config(ctx, "mode")] if e],
+        evidence=evidence + [e for e in [cfg.evidence("mode") if cfg is not None else None] if e],
         subject="node",
     )
 
@@ -72,6 +78,7 @@ def prerequisites(ctx, new):
     "nftables-service-missing",
     "Service in the API, but not in kube-proxy's nftables maps",
     "error",
+    shows=("stale-rules",),
     modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     uses=("focus", "proxy-mode"),
@@ -94,6 +101,7 @@ def service_missing(ctx, new):
     "nftables-endpoints-mismatch",
     "nftables endpoint chains differ from the ready endpoints",
     "error",
+    shows=("stale-rules",),
     modes=("nftables",),
     needs=("services", "endpointslices", "nft"),
     uses=("focus", "manifest", "node-object", "proxy-mode"),
@@ -132,7 +140,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
     "NodePorts on 127.0.0.1 do not work in nftables mode",
     "warning",
     modes=("nftables",),
-    needs=("nft", "kube-proxy-config"),
+    needs=("nft", "kube-proxy-config", "whole-rules"),  # every NodePort of the node (a partial bundle holds one's)
     uses=("proxy-mode",),
     advice_for="kube-proxy",
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "

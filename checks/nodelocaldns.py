@@ -79,7 +79,7 @@ def nodelocaldns_down(ctx, new):
     if not rules:
         return  # no NodeLocal DNSCache on this node
     ips = _listen_ips(rules) or [LINK_LOCAL]
-    ifaces = {link["ifname"]: link for link in links(ctx)}
+    ifaces = {link["ifname"]: link for link in links(ctx.ip_addr)}
     bound = {
         a.get("local"): name
         for name, link in ifaces.items()

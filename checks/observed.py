@@ -9,6 +9,7 @@ from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.state.probe_results import observations
+from kpdiag.state.typed import ServiceLookup
 
 from .service import _services, _svc_ev, usable
 from kpdiag.bundle import sources
@@ -41,7 +42,6 @@ def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | No
     "service-not-found",
     "The Service does not exist",
     "error",
-    needs=("service-lookup",),
     symptom="Clients get 'could not resolve host' (NXDOMAIN) for the Service's name; kubectl says 'NotFound'.",
     why="""
         The API server answered, and it has no Service of that name in that namespace. Most often the name or the namespace
@@ -51,8 +51,8 @@ def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | No
     """,
     fix="Use the right name and namespace (kubectl get svc -A | grep NAME), or create the Service.",
 )
-def service_not_found(ctx, new):
-    doc = ctx.source(LOOKUP_SRC)
+def service_not_found(new, lookup: ServiceLookup):
+    doc = lookup.doc
     if not isinstance(doc, dict):
         raise Skip(f"{LOOKUP_SRC} is not a lookup document")
     if doc.get("found") is not False:
@@ -74,9 +74,9 @@ def service_not_found(ctx, new):
             if doc.get("listed")
             else "the other Services could not be listed"
         )
-    ev = [Evidence(ctx.display(LOOKUP_SRC), f"GET service {ns}/{name}: {doc.get('status', 404)} Not Found")]
+    ev = [Evidence(lookup.source, f"GET service {ns}/{name}: {doc.get('status', 404)} Not Found")]
     if doc.get("listed"):
-        ev.append(Evidence(ctx.display(LOOKUP_SRC), f"Services in {ns}: {', '.join(sorted(names)[:12]) or 'none'}"))
+        ev.append(Evidence(lookup.source, f"Services in {ns}: {', '.join(sorted(names)[:12]) or 'none'}"))
     fix = [f"kpdiag svc {near[0]} -n {ns}" for _ in [0] if near] + [f"kpdiag svc {name} -n {o}" for o in others[:2]]
     fix += [f"kubectl get services -A --field-selector metadata.name={name}", f"kubectl -n {ns} get services"]
     yield new(f"Service {ns}/{name} does not exist: " + "; ".join(bits), fix=fix, evidence=ev, subject=f"{ns}/{name}")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+
+from kpdiag.state.typed import Addresses, EthtoolOffload, Kernel, KubeProxyRules
 
 from .shapes import d, links, lst, routes
 
@@ -17,7 +21,7 @@ KIND_PORTS = {"vxlan": 4789, "geneve": 6081}
 def overlay_devices(ctx) -> list[tuple[str, str, int]]:
     """(device, kind, UDP port) of the node's VXLAN and Geneve devices."""
     out = []
-    for link in links(ctx):
+    for link in links(ctx.ip_addr):
         name = link.get("ifname")
         info = link["linkinfo"]
         kind = info.get("info_kind")
@@ -43,7 +47,7 @@ def _peer(ctx, node_ip: str) -> tuple[str, str]:
             ):
                 if ":" not in a["address"]:
                     return a["address"], f"node {d(n.get('metadata')).get('name')}"
-    for r in routes(ctx):
+    for r in routes(ctx.ip_route):
         if r.get("dst") == "default" and r.get("gateway") and ":" not in r["gateway"]:
             return r["gateway"], "the default gateway (no other node's address known)"
     return "192.0.2.1", "a peer (no other node's address known)"
@@ -166,11 +170,11 @@ def overlay_port_blocked(ctx, new):
 FIXED_IN = (5, 7, 0)  # the first mainline kernel without the bug (Calico's felix disables the offload below it)
 
 
-def _masquerade(ctx):
+def _masquerade(rules: KubeProxyRules | None):
     """(the first MASQUERADE --random-fully rule, does kube-proxy clear its mark before masquerading) — kube-proxy
     1.19 (and 1.16.13/1.17.9/1.18.6) writes "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000" (iptables-save shows
     --set-xmark 0x4000/0x0), so the VXLAN packet that carries a masqueraded one is not NATed again."""
-    rs = ctx.iptables()
+    rs = rules.ruleset if rules is not None else None
     if rs is None:
         return None, None
     first, cleared = None, False
@@ -192,8 +196,6 @@ def _masquerade(ctx):
     "VXLAN checksum offload on a kernel with the NAT checksum bug (63-second delays)",
     "error",
     severities=("warning", "error"),
-    needs=(sources.ETHTOOL_OFFLOAD, "kernel"),
-    uses=("addresses", "iptables"),
     symptom="From a node (or a hostNetwork pod), connections to a ClusterIP or NodePort whose endpoint is on another node "
     "take 63 seconds (or 1, 3, 7 … seconds) to open; DNS from nodes times out; the receiving node logs 'UDP: bad "
     "checksum … to …:8472'.",
@@ -214,12 +216,18 @@ def _masquerade(ctx):
     fix="ethtool -K <vxlan device> tx-checksum-ip-generic off on every node (made permanent with a udev rule or the CNI's "
     "option: Calico's FelixConfiguration featureDetectOverride ChecksumOffloadBroken=true), or upgrade the kernel to ≥ 5.7.",
 )
-def vxlan_checksum_offload(ctx, new):
-    offloads = ctx.source(sources.ETHTOOL_OFFLOAD)
-    kernel = ctx.kernel
-    if offloads is None or kernel is None:
-        raise Skip("the overlay devices' offload features or the kernel version could not be read")
-    kinds = {link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind") for link in links(ctx)}
+def vxlan_checksum_offload(
+    new,
+    ethtool: EthtoolOffload,
+    uname: Kernel,
+    addresses: Optional[Addresses] = None,
+    rules: Optional[KubeProxyRules] = None,
+):
+    offloads, kernel = ethtool.features, uname.version
+    kinds = {
+        link.get("ifname"): (link.get("linkinfo") or {}).get("info_kind")
+        for link in links(addresses.links if addresses is not None else None)
+    }
     on = [
         (dev, f)
         for dev, feats in sorted(offloads.devices.items())
@@ -229,9 +237,9 @@ def vxlan_checksum_offload(ctx, new):
     ]
     if not on or tuple(kernel) >= FIXED_IN:
         return
-    release = (ctx.source_text(sources.UNAME) or "").strip() or ".".join(map(str, kernel))
+    release = uname.release
     enterprise = ".el8" in release or ".el9" in release  # RHEL 8 backported the fix into its 4.18
-    masq, cleared = _masquerade(ctx)
+    masq, cleared = _masquerade(rules)
     devs = [dev for dev, _ in on]
     # an error only for the exact trigger: a masquerade --random-fully whose mark survives into the VXLAN packet
     certain = masq is not None and cleared is False and not enterprise
@@ -274,7 +282,7 @@ def vxlan_checksum_offload(ctx, new):
             command("dmesg | grep -i 'bad checksum'   # on the receiving node: the dropped VXLAN packets"),
         ),
         evidence=[Evidence(offloads.source, f"{dev}: {f.text}", f.line) for dev, f in on[:3]]
-        + [Evidence(ctx.display(sources.UNAME), release, 1)]
+        + [Evidence(uname.source, release, 1)]
         + ([Evidence(masq.source, masq.text, masq.lineno)] if masq is not None else []),
         subject=devs[0],
         data={

@@ -4,12 +4,14 @@ one route per remote node's podCIDR; one that is missing leaves that node's pods
 from __future__ import annotations
 
 import ipaddress
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import FixStep, command, note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.bundle import sources
+from kpdiag.state.typed import Addresses, Manifest, NodePodCIDRs, Processes, Routes
 
 from .shapes import d, links, lst, routes, s
 
@@ -26,21 +28,21 @@ NO_PER_NODE_ROUTES = ("cilium_host", "cilium_vxlan", "cilium_geneve", "weave")
 CNI_PROCESSES = {"flanneld": "flannel", "calico-node": "Calico", "bird": "Calico (BGP)", "kube-router": "kube-router"}
 
 
-def cni_routing(ctx) -> tuple[str | None, str | None]:
+def cni_routing(addresses: Addresses, route_list: Routes, processes: Processes | None) -> tuple[str | None, str | None]:
     """(the CNI that routes per node, the evidence text that says so) — or (None, why not known)."""
-    names = {link.get("ifname") for link in links(ctx) if isinstance(link.get("ifname"), str)}
+    names = {link.get("ifname") for link in links(addresses.links) if isinstance(link.get("ifname"), str)}
     other = sorted(n for n in names if n in NO_PER_NODE_ROUTES)
     if other:
         return None, f"interface {other[0]}: this CNI need not route each node's pod CIDR on the node"
     for dev, label in PER_NODE_ROUTES.items():
         if dev in names:
             return label, f"interface {dev}"
-    for r in routes(ctx):
+    for r in routes(route_list.routes):
         if r.get("protocol") == "bird":
             return "Calico (BGP)", f"route {r.get('dst')} proto bird"
-    if "tunl0" in names and any(r.get("dev") == "tunl0" for r in routes(ctx)):
+    if "tunl0" in names and any(r.get("dev") == "tunl0" for r in routes(route_list.routes)):
         return "Calico (IPIP)", "routes via tunl0"
-    procs = ctx.source(sources.PROCESSES) or {}
+    procs = (processes.pids if processes is not None else None) or {}
     for proc, label in CNI_PROCESSES.items():
         if proc in procs:
             return label, f"process {proc} (pid {procs[proc]})"
@@ -71,8 +73,6 @@ def _route_text(route) -> str:
     "pod-cidr-route-missing",
     "No route to another node's pod CIDR: its pods are behind the default route",
     "error",
-    needs=("routes", "addresses", sources.NODES),
-    uses=("manifest", sources.PROCESSES),
     symptom="Pods on one node cannot reach pods on one other node (and Service connections DNATed to those pods time "
     "out), while every other node pair works; ping of that node's pods leaves through the default gateway.",
     why="""
@@ -88,18 +88,24 @@ def _route_text(route) -> str:
     "node: its log, the node's annotations (flannel: flannel.alpha.coreos.com/public-ip, backend-data; Calico: "
     "calicoctl node status).",
 )
-def pod_cidr_route_missing(ctx, new):
-    nodes = ctx.source(sources.NODES)
-    items = [n for n in lst(d(nodes).get("items")) if isinstance(n, dict)]
-    cni, why = cni_routing(ctx)
+def pod_cidr_route_missing(
+    new,
+    route_list: Routes,
+    addresses: Addresses,
+    nodes: NodePodCIDRs,
+    manifest: Optional[Manifest] = None,
+    processes: Optional[Processes] = None,
+):
+    items = list(nodes.objects)
+    cni, why = cni_routing(addresses, route_list, processes)
     if cni is None:
         raise Skip(why)
-    routing = ctx.routing
+    routing = route_list.routing
     if not routing.has_routes:
         raise Skip("no routes known for this node")
-    me = ctx.node_name
+    me = manifest.node if manifest is not None else ""
     local = []
-    for link in links(ctx):
+    for link in links(addresses.links):
         for a in link.get("addr_info") or []:
             try:
                 local.append(ipaddress.ip_address(a.get("local")))
@@ -118,7 +124,7 @@ def pod_cidr_route_missing(ctx, new):
             remote.append((name, net, n))
     if not remote:
         raise Skip(
-            f"{ctx.display(sources.NODES)} names no other node with a podCIDR (kpdiag reads this node's Node only: "
+            f"{nodes.source} names no other node with a podCIDR (kpdiag reads this node's Node only: "
             f"kubectl get nodes -o json > {sources.NODES} in the bundle lets it compare them all)"
         )
     missing, present = [], []
@@ -134,8 +140,8 @@ def pod_cidr_route_missing(ctx, new):
             present.append((name, net, routes[0]))
     if not missing:
         return
-    route_src = ctx.display(sources.IP_ROUTE)
-    nodes_src = ctx.display(sources.NODES)
+    route_src = route_list.source
+    nodes_src = nodes.source
     name, net, node, default = missing[0]
     names = ", ".join(f"{m[0]} ({m[1]})" for m in missing[:5])
     dev = next((p[2].dev for p in present if p[2].dev), None)
@@ -175,9 +181,9 @@ def pod_cidr_route_missing(ctx, new):
         + [Evidence(route_src, f"{p[1]} ({p[0]}): {_route_text(p[2])}") for p in present[:2]]
         + [
             Evidence(
-                ctx.display(sources.PROCESSES)
+                processes.source
                 if why.startswith("process")
-                else ctx.display(sources.IP_ADDR)
+                else addresses.source
                 if why.startswith("interface")
                 else route_src,
                 f"CNI: {cni} ({why})",

@@ -16,11 +16,11 @@ def s(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def links(ctx) -> list[dict]:
-    """The interfaces with a name, each a dict whose linkinfo, info_data, info_slave_data, addr_info and flags have
+def links(ip_addr) -> list[dict]:
+    """The interfaces (``ip -j addr`` objects; None: not collected) with a name, each a dict whose linkinfo, info_data, info_slave_data, addr_info and flags have
     the types ip -j gives them (wrong ones dropped)."""
     out = []
-    for link in ctx.ip_addr or []:
+    for link in ip_addr or []:
         name = s(link.get("ifname"))
         if not name:
             continue
@@ -49,10 +49,11 @@ def links(ctx) -> list[dict]:
     return out
 
 
-def routes(ctx) -> list[dict]:
-    """The routes whose dst, dev, gateway and table are strings where present."""
+def routes(ip_route) -> list[dict]:
+    """The routes (``ip -j route`` objects; None: not collected) whose dst, dev, gateway and table are strings where
+    present."""
     out = []
-    for r in ctx.ip_route or []:
+    for r in ip_route or []:
         if not isinstance(r.get("dst", ""), str) or not isinstance(r.get("dev", ""), str):
             continue
         if not isinstance(r.get("gateway", ""), str) or not isinstance(r.get("table", "main"), (str, int)):

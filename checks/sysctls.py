@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Sysctls
+from kpdiag.state.typed import Addresses, KubeProxyConfig, KubeProxyRules, Modules, ProxyMode, Sysctls
 
 
 @check(
@@ -50,9 +52,9 @@ def ip_forward(new, sysctls: Sysctls):
 _BRIDGE_NAMES = ("cni0", "cbr0", "docker0", "kube-bridge", "weave", "br0")
 
 
-def _bridges(ctx) -> list[str]:
+def _bridges(addresses: Addresses | None) -> list[str]:
     names = []
-    for link in ctx.ip_addr or []:
+    for link in addresses.links if addresses is not None else ():
         name = link.get("ifname", "")
         kind = ((link.get("linkinfo") or {}).get("info_kind")) or ""
         if kind == "bridge" or name in _BRIDGE_NAMES:
@@ -67,8 +69,6 @@ def _bridges(ctx) -> list[str]:
     "error",
     explains=("KP113", "KP206"),
     severities=("warning", "error"),
-    needs=("sysctl",),
-    uses=("addresses", "modules"),
     symptom="Pods on the same node cannot reach each other through a Service (timeouts or replies from the wrong address), while other nodes work.",
     why="""
         When pods hang off a Linux bridge (cni0, cbr0, docker0), a packet from one pod to another on the same node is
@@ -80,16 +80,15 @@ def _bridges(ctx) -> list[str]:
     fix="modprobe br_netfilter; sysctl -w net.bridge.bridge-nf-call-iptables=1 (persist both)",
     references=("https://kubernetes.io/docs/reference/networking/network-plugins/#network-plugin-requirements",),
 )
-def bridge_nf_call(ctx, new):
-    bridges = _bridges(ctx)
-    mods = ctx.modules
-    loaded = None if mods is None else "br_netfilter" in mods
-    v = ctx.sysctl_value("net.bridge.bridge-nf-call-iptables")
+def bridge_nf_call(new, sysctls: Sysctls, addresses: Optional[Addresses] = None, modules: Optional[Modules] = None):
+    bridges = _bridges(addresses)
+    loaded = None if modules is None else "br_netfilter" in modules.loaded
+    v = sysctls.value("net.bridge.bridge-nf-call-iptables")
     if v is None and loaded is None:
         raise Skip(f"neither {sources.MODULES} nor the net.bridge sysctls were collected")
     if v is not None and v.value.strip() == "1":
         return  # the net.bridge sysctls exist only when br_netfilter is loaded (as a module or built in)
-    if ctx.ip_addr is not None and not bridges:
+    if addresses is not None and not bridges:
         return  # no bridge: pod traffic is routed (e.g. ptp/ipvlan/eBPF CNIs), br_netfilter does not matter
     fixes = [
         persist_modules(["br_netfilter"], "br-netfilter") + "   # now and at every boot",
@@ -103,12 +102,12 @@ def bridge_nf_call(ctx, new):
         what = "br_netfilter is not loaded (no net.bridge.* sysctls exist)"
     elif v.value.strip() == "0":
         what = "net.bridge.bridge-nf-call-iptables = 0"
-        evidence.append(ev.sysctl(ctx, "net.bridge.bridge-nf-call-iptables"))
+        evidence.append(sysctls.evidence("net.bridge.bridge-nf-call-iptables"))
         fixes = fixes[2:]
     else:
         what = "br_netfilter is not in /proc/modules"
     if v is None and loaded is False:
-        evidence.append(ev.Evidence(ctx.display(sources.MODULES), "br_netfilter: not listed (not loaded)"))
+        evidence.append(ev.Evidence(modules.source, "br_netfilter: not listed (not loaded)"))
     where = f" on bridge {', '.join(bridges)}" if bridges else ""
     yield new(
         f"{what}: pod-to-pod traffic{where} skips kube-proxy's rules, so same-node Service traffic breaks",
@@ -119,7 +118,7 @@ def bridge_nf_call(ctx, new):
         data={
             "bridges": bridges,
             "br_netfilter_loaded": loaded,
-            **ev.sysctl_data(ctx, {"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}),
+            **sysctls.data({"net.bridge.bridge-nf-call-iptables": 1, "net.bridge.bridge-nf-call-ip6tables": 1}),
         },
     )
 
@@ -130,8 +129,6 @@ def bridge_nf_call(ctx, new):
     "NodePorts on 127.0.0.1 cannot work",
     "warning",
     modes=("iptables",),
-    needs=("sysctl", "iptables"),
-    uses=("kube-proxy-config", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="curl http://127.0.0.1:<nodePort> on the node times out, while the node's own IP works.",
     why="""
@@ -142,19 +139,24 @@ def bridge_nf_call(ctx, new):
     """,
     fix="sysctl -w net.ipv4.conf.all.route_localnet=1 (or set iptables.localhostNodePorts: false and use the node IP)",
 )
-def route_localnet(ctx, new):
-    if ctx.dataplane.known and ctx.dataplane is not dataplanes.get("iptables"):
+def route_localnet(
+    new,
+    sysctls: Sysctls,
+    rules: KubeProxyRules,
+    config: Optional[KubeProxyConfig] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    if proxy is not None and proxy.dataplane.known and proxy.dataplane is not dataplanes.get("iptables"):
         return
-    cfg = ctx.kube_proxy_config
-    if cfg is not None and cfg.get("iptables.localhostNodePorts") is False:
+    if config is not None and config.get("iptables.localhostNodePorts") is False:
         return
-    rs = ctx.iptables()
+    rs = rules.ruleset
     nodeports = rs.chain("nat", "KUBE-NODEPORTS")
     if nodeports is None or not any(
         r.target and r.target.startswith(("KUBE-EXT-", "KUBE-SVC-")) for r in nodeports.rules
     ):
         return  # no NodePort services
-    v = ctx.sysctl_value("net.ipv4.conf.all.route_localnet")
+    v = sysctls.value("net.ipv4.conf.all.route_localnet")
     if v is None or v.value.strip() != "0":
         return
     first = next(r for r in nodeports.rules if r.target and r.target.startswith(("KUBE-EXT-", "KUBE-SVC-")))
@@ -166,7 +168,7 @@ def route_localnet(ctx, new):
             "or, if localhost NodePorts are not wanted: set iptables.localhostNodePorts: false in the kube-proxy ConfigMap "
             "and restart kube-proxy (kubectl -n kube-system rollout restart daemonset kube-proxy)",
         ),
-        evidence=[ev.sysctl(ctx, "net.ipv4.conf.all.route_localnet"), ev.rule(first)],
+        evidence=[sysctls.evidence("net.ipv4.conf.all.route_localnet"), ev.rule(first)],
         subject="node",
-        data=ev.sysctl_data(ctx, {"net.ipv4.conf.all.route_localnet": 1}),
+        data=sysctls.data({"net.ipv4.conf.all.route_localnet": 1}),
     )

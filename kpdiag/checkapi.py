@@ -54,13 +54,22 @@ class CheckSpec:
     uses: tuple[
         str, ...
     ] = ()  # inputs it reads when they are there (kpdiag/state/inputs.py); needs: those it cannot lack
-    explains: tuple[str, ...] = ()  # ids of the checks whose findings follow from this one's (kpdiag/rootcause.py)
+    # ids of the checks whose findings follow from this one's, or groups of them (kpdiag/rootcause.py GROUPS)
+    explains_declared: tuple[str, ...] = ()
+    shows: tuple[str, ...] = ()  # the groups its findings belong to ("stale-rules"), so others can explain them
     absent: tuple[str, ...] = ()  # components its findings say are not there (kpdiag/rootcause.py COMPONENTS)
     advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
     preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
     # typed inputs (kpdiag/state/typed.py): (parameter, type, optional) — empty for a check written as (ctx, new)
     params: tuple = field(default=(), compare=False, repr=False)
+
+    @property
+    def explains(self) -> tuple[str, ...]:
+        """The ids of the checks whose findings follow from this one's (its groups expanded over the registry)."""
+        from .rootcause import expand
+
+        return expand(self.explains_declared)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -119,19 +128,26 @@ def check(
     modes: Iterable[str] = (),
     explains: Iterable[str] = (),
     absent: Iterable[str] = (),
+    shows: Iterable[str] = (),
     advice_for: str | None = None,
     preflight: Iterable[str] = (),
     any_host: bool = False,
 ):
-    """Declare a check. ``needs`` names the inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing,
-    the check is skipped with the reason. ``uses`` names the inputs it reads when they are there. The check receives
-    a view of the state that opens those inputs and nothing else (:class:`kpdiag.state.inputs.Inputs`). ``scope`` is
+    """Declare a check. A node check says its inputs in its signature (kpdiag/state/typed.py): ``def f(new, rules:
+    KubeProxyRules, config: Optional[KubeProxyConfig] = None)`` — a parameter typed T is a need, Optional[T] a use —
+    and receives plain values. The older way, still used by the checks that read the API side: ``needs`` names the
+    inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing, the check is skipped with the
+    reason; ``uses`` names the inputs it reads when they are there; the check, written as ``f(ctx, new)``, receives
+    a view of the state that opens those inputs and nothing else (:class:`kpdiag.state.inputs.Inputs`). A typed check
+    keeps ``needs`` only for an input it reads nothing of (``whole-rules``). ``scope`` is
     "node" (one node's state) or "cluster" (the reports of many nodes, see :mod:`kpdiag.fleet`). ``severities`` lists
     every severity its findings may carry when that is more than ``severity`` (its usual one); a finding outside them
     is a defect, caught by the tests. ``modes`` names the kube-proxy modes the check is about (iptables, ipvs,
     nftables): on a node whose kube-proxy runs another mode (and no --preflight for one of them) it is skipped, saying so.
     ``explains`` names the checks whose findings are consequences of this one's (kube-proxy absent explains stale
     rules): in a report they are linked to it (``caused_by``), ranked under it, and their fixes say to fix it first.
+    It may name a group (kpdiag/rootcause.py GROUPS) instead of ids: "stale-rules", the checks that declare
+    ``shows=("stale-rules",)``, or "mode-checks", the checks that declare ``modes``.
     ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
     of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences".
     ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
@@ -159,7 +175,7 @@ def check(
     broker.validate(id, scope, needs, uses)
     from .rootcause import validate_declaration
 
-    explains, absent = validate_declaration(id, explains, absent)
+    explains, absent, shows = validate_declaration(id, explains, absent, shows)
 
     def deco(fn):
         # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
@@ -184,7 +200,8 @@ def check(
             severities=declared,
             modes=modes,
             uses=uses,
-            explains=explains,
+            explains_declared=explains,
+            shows=shows,
             absent=absent,
             advice_for=advice_for,
             preflight=preflight,

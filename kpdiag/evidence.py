@@ -59,10 +59,6 @@ def config(ctx, key: str) -> Evidence | None:
     return Evidence(cfg.source, text, line)
 
 
-def log_line(ctx, lineno: int, text: str) -> Evidence:
-    return Evidence(ctx.display(sources.KP_LOG), text.strip()[:400], lineno)
-
-
 def metric(ctx, name: str, value) -> Evidence:
     m = ctx.metrics
     return Evidence(ctx.display(sources.KP_METRICS), f"{name} {value}", m.line_of(name) if m else None)

@@ -17,6 +17,7 @@ See docs/architecture.md, "Root cause and consequences".
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -43,27 +44,58 @@ COMPONENTS: dict[str, Component] = {
 }
 
 
-# what a node's Service rules show when nobody keeps them up to date: the dataplane findings of every mode (missing,
-# stale), the ones read from the rules alone (KP115/KP116) — declared as consequences by what stops the updates
-STALE_RULES = ("KP202", "KP203", "KP302", "KP303", "KP304", "KP402", "KP403", "KP115", "KP116")
-# the checks about one proxy mode: skipped on a node that runs another (a finding that explains that says so)
-MODE_CHECKS = (
-    ("KP202", "KP203", "KP205", "KP505") + tuple(f"KP{n}" for n in range(302, 311)) + ("KP402", "KP403", "KP404")
-)
+# what ``explains`` may name besides check ids: a group, whose members say so on themselves (no id list here)
+GROUPS: dict[str, str] = {
+    # the dataplane findings of every mode (missing, stale) and the ones read from the rules alone (KP115/KP116):
+    # what a node's Service rules show when nobody keeps them up to date
+    "stale-rules": 'the checks whose findings show Service rules nobody keeps up to date (they declare shows=("stale-rules",))',
+    # skipped on a node that runs another mode (a finding that explains that says so)
+    "mode-checks": "the checks about some proxy modes (they declare modes=...)",
+}
 
 
-def validate_declaration(check_id: str, explains, absent) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ``explains`` / ``absent`` of a check declaration, checked: ids of checks, known components."""
-    explains, absent = tuple(explains), tuple(absent)
-    bad = [x for x in explains if not isinstance(x, str) or not _ID.match(x)]
+def members(group: str) -> tuple[str, ...]:
+    """The ids of the registered checks in ``group`` (GROUPS), as each declares it."""
+    if group == "mode-checks":
+        return tuple(sorted(c for c, spec in _REGISTRY.items() if spec.modes))
+    return tuple(sorted(c for c, spec in _REGISTRY.items() if group in spec.shows))
+
+
+def expand(explains: tuple[str, ...]) -> tuple[str, ...]:
+    """``explains`` as check ids: each group replaced by its members (in declaration order, each id once)."""
+    if not any(x in GROUPS for x in explains):
+        return explains
+    return _expand(explains, len(_REGISTRY))
+
+
+@functools.lru_cache(maxsize=256)
+def _expand(explains: tuple[str, ...], _registered: int) -> tuple[str, ...]:  # keyed by the registry's size too
+    out: list[str] = []
+    for x in explains:
+        for c in members(x) if x in GROUPS else (x,):
+            if c not in out:
+                out.append(c)
+    return tuple(out)
+
+
+def validate_declaration(
+    check_id: str, explains, absent, shows=()
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The ``explains`` / ``absent`` / ``shows`` of a check declaration, checked: ids of checks or groups (GROUPS),
+    known components, groups a check can join by saying so."""
+    explains, absent, shows = tuple(explains), tuple(absent), tuple(shows)
+    bad = [x for x in explains if not isinstance(x, str) or not (_ID.match(x) or x in GROUPS)]
     if bad:
-        raise ValueError(f"check {check_id}: explains must name check ids (KPnnn), not {bad}")
+        raise ValueError(f"check {check_id}: explains must name check ids (KPnnn) or {sorted(GROUPS)}, not {bad}")
+    joinable = [g for g in GROUPS if g != "mode-checks"]  # that one is joined by declaring modes=
+    if set(shows) - set(joinable):
+        raise ValueError(f"check {check_id}: shows must be among {joinable}, not {shows}")
     if check_id in explains:
         raise ValueError(f"check {check_id}: a check cannot explain itself")
     unknown = [x for x in absent if x not in COMPONENTS]
     if unknown:
         raise ValueError(f"check {check_id}: absent must be among {sorted(COMPONENTS)}, not {unknown}")
-    return explains, absent
+    return explains, absent, shows
 
 
 def _spec(check_id: str):

@@ -220,14 +220,15 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
     path = kubeconfig or os.environ.get("KUBECONFIG")
     default = os.path.expanduser("~/.kube/config")
     configuration = client.Configuration()
-    plugin = None
+    plugin, plugin_argv = None, None
     try:
         if path or os.path.exists(default):
             given = path or default
             docs, bad = _read_kubeconfigs(given, deadline)
             if bad:
                 return None, bad
-            bad, plugin = _context_problem(docs, context, given)
+            bad, plugin_argv = _context_problem(docs, context, given)
+            plugin = plugin_argv[0] if plugin_argv else None
             if bad:
                 return None, bad
             regular = all(_regular(one) for one, _ in docs)
@@ -280,7 +281,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
         # retry, within its own deadlines
         configuration.retries = 0
         if plugin and configuration.refresh_api_key_hook is not None:
-            _bound_refresh(configuration, plugin, deadline_of_command)
+            _bound_refresh(configuration, plugin, deadline_of_command, names=plugin_names(plugin_argv or [plugin]))
         api = client.ApiClient(configuration=configuration)
     except ApiDeadline:
         return None, "loading the in-cluster credentials did not finish in time"
@@ -408,9 +409,11 @@ def _merge(docs: list[tuple[str, dict]]) -> dict:
     return out
 
 
-def _context_problem(docs: list[tuple[str, dict]], context: str | None, given: str) -> tuple[str | None, str | None]:
+def _context_problem(
+    docs: list[tuple[str, dict]], context: str | None, given: str
+) -> tuple[str | None, list[str] | None]:
     """(why the context cannot be used — the one asked for does not exist, and which do; or it names a cluster or
-    user that is not there — or None; the exec credential plugin command of its user, or None)."""
+    user that is not there — or None; the exec credential plugin's command and arguments of its user, or None)."""
     merged = _merge(docs)
     names = [c["name"] for c in merged["contexts"]]
     have = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
@@ -443,8 +446,35 @@ def _context_problem(docs: list[tuple[str, dict]], context: str | None, given: s
             return f"kubeconfig {given}: context {wanted!r} names user {user_name!r}, which it does not define", None
         exec_ = (user.get("user") or {}).get("exec")
         if isinstance(exec_, dict):
-            plugin = str(exec_.get("command") or "")
+            args = exec_.get("args") if isinstance(exec_.get("args"), list) else []
+            plugin = [str(exec_.get("command") or "")] + [a for a in args if isinstance(a, str)][:32]
     return None, plugin
+
+
+ENV_OPTIONS_WITH_VALUE = frozenset(("-u", "--unset", "-C", "--chdir", "-S", "--split-string"))
+
+
+def plugin_names(argv: list[str]) -> set[str]:
+    """The program names a running credential plugin can show in its command line: the command's, and when the command
+    is ``env`` (``env [-i] [-u NAME] [VAR=value]… PROGRAM …``, which replaces itself by PROGRAM) the program's."""
+    if not argv or not argv[0]:
+        return set()
+    names = {os.path.basename(argv[0])}
+    if os.path.basename(argv[0]) != "env":
+        return names
+    rest = list(argv[1:])
+    while rest:
+        word = rest.pop(0)
+        if word in ("-S", "--split-string") and rest:
+            rest = rest.pop(0).split() + rest
+        elif word in ENV_OPTIONS_WITH_VALUE:
+            rest = rest[1:]
+        elif word.startswith("-") or "=" in word:
+            continue
+        else:
+            names.add(os.path.basename(word))
+            break
+    return names
 
 
 class _Said:
@@ -492,7 +522,7 @@ def _children() -> set[int]:
     return out
 
 
-def _bound_refresh(configuration, plugin: str, deadline: float | None) -> None:
+def _bound_refresh(configuration, plugin: str, deadline: float | None, names: set[str] | None = None) -> None:
     """Bound the client's token refresh: when the exec plugin's token expires the client runs the plugin again, from
     inside whichever API call comes next, and waits for it without a timeout. Each refresh now ends before the
     deadline of the command or of the API call it runs in (at most CONFIG_TIMEOUT); a plugin still running then is
@@ -532,7 +562,7 @@ def _bound_refresh(configuration, plugin: str, deadline: float | None) -> None:
             worker.start()
             worker.join(max(0.0, bound - (time.monotonic() - now)))
             if worker.is_alive():
-                _stop_children(before, command=plugin)
+                _stop_children(before, names=names or plugin_names([plugin]))
                 raise CredentialRefresh(why)
             if "error" in box:
                 raise box["error"]
@@ -548,11 +578,11 @@ def _bound_refresh(configuration, plugin: str, deadline: float | None) -> None:
     configuration.refresh_api_key_hook = refresh
 
 
-def _stop_children(before: set[int], command: str | None = None) -> None:
+def _stop_children(before: set[int], names: set[str] | None = None) -> None:
     """Stop the children started since ``before`` (a credential plugin the client started and still waits for) and
-    whatever they started in turn. With ``command``, only the children running that command (its name is one of the
-    first words of the command line: argv[0], or a later one under a script's interpreter and its options): another
-    thread's children (a node collector's commands) are left alone."""
+    whatever they started in turn. With ``names`` (:func:`plugin_names`), only the children running one of them (a
+    name is one of the first words of the command line: argv[0], or a later one under a script's interpreter and its
+    options): another thread's children (a node collector's commands) are left alone."""
     import signal
 
     parents: dict[int, int] = {}
@@ -565,9 +595,8 @@ def _stop_children(before: set[int], command: str | None = None) -> None:
                 continue
     me = os.getpid()
     doomed = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
-    if command:
-        name = os.path.basename(command)
-        doomed = {pid for pid in doomed if name in {os.path.basename(a) for a in _argv(pid)[:8]}}
+    if names:
+        doomed = {pid for pid in doomed if names & {os.path.basename(a) for a in _argv(pid)[:8]}}
     grown = True
     while grown:
         more = {pid for pid, ppid in parents.items() if ppid in doomed and pid not in doomed}

@@ -11,16 +11,21 @@ it) or from a per-Service chain already entered. What it read is written in the 
 When a chain cannot be listed (the binary is missing, a listing fails or times out, a table is one iptables cannot
 show, too many chains) the whole dump is taken instead, as without ``--service``, and the manifest says why.
 
-One reader per proxy mode (:func:`reader`, as the mode's dataplane class says): IPVS mode's is
-:class:`kpdiag.collect.ipvs_rules.IpvsFocused` (the Service's virtual servers one by one over netlink; its addresses
-from the API's Service). nftables mode reads its rules whole for now (``nft -j list``): :class:`WholeRules`.
+One reader per proxy mode (:func:`reader`, as the mode's dataplane class says: ``READERS``). nftables mode
+(:class:`NftablesFocused`) reads kube-proxy's table over netlink (kpdiag/collect/nft_netlink.py: ``nft`` itself
+fetches the whole ruleset before it lists one chain): the base chains and every chain they reach, the verdict maps
+reduced to the elements that can match the Service's packets (:class:`NftWalk`); an expression it cannot decode
+exactly makes the whole dump be read. IPVS mode's is :class:`kpdiag.collect.ipvs_rules.IpvsFocused` (the Service's
+virtual servers one by one over netlink; its addresses from the API's Service).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import subprocess
+import threading
 import time
 
 from kpdiag.bundle import sources
@@ -215,19 +220,12 @@ class ChainLister:
 def netlink_tables() -> set[tuple[str, str]] | None:
     """(family, name) of every nftables table, from one netlink dump (``nft list tables`` fetches the whole ruleset
     first: a minute on a 10,000-Service node); None when netlink cannot be asked."""
-    try:
-        from pyroute2.nftables.main import NFTables
+    from kpdiag.collect import nft_netlink
 
-        with NFTables(nfgen_family=0) as nft:  # every family (the default asks for ip only)
-            tables = nft.get_tables()
-        return {
-            (
-                {2: "ip", 10: "ip6", 1: "inet", 3: "arp", 7: "bridge", 5: "netdev"}.get(t["nfgen_family"], "?"),
-                t.get_attr("NFTA_TABLE_NAME"),
-            )
-            for t in tables
-        }
-    except Exception:  # pyroute2 missing, netlink refused: the caller says so and reads whole
+    try:
+        with nft_netlink.Netlink() as nl:
+            return {(t["family"], t["name"]) for t in nl.tables()}
+    except (OSError, nft_netlink.NetlinkError):  # netlink refused (no CAP_NET_ADMIN, no nf_tables): read whole
         return None
 
 
@@ -309,6 +307,303 @@ class IptablesFocused:
         c.nft_tables(sorted(nft_tables))
 
 
+_PER_SERVICE_NFT = re.compile(r"^(?:service|local|external|endpoint|firewall|affinity)-[A-Z2-7]{8}-([^/]+/[^/]+)/")
+NFT_MAX_CHAINS = 1000  # as MAX_CHAINS: more is not one Service's path
+NFT_REDUCE_SETS = 256  # a plain set larger than this, looked up by destination only, keeps the addresses that matter
+
+
+def nft_names_service(name: str, service: str) -> bool:
+    """Is ``name`` one of kube-proxy's per-Service chains or sets of ``service`` (NS/NAME):
+    ``service-HASH-NS/NAME/PROTO/PORTNAME``, ``external-…``, ``endpoint-HASH-NS/NAME/PROTO/PORT__IP/PORT``, …?"""
+    m = _PER_SERVICE_NFT.match(name)
+    return bool(m) and m.group(1) == service
+
+
+def _uses_of(exprs: list, ref: str) -> list[dict]:
+    """The expressions of a rule that look ``ref`` (@name) up or update it."""
+    out = []
+    for e in exprs:
+        body = e.get("match") or e.get("vmap") or e.get("set") or {}
+        if ref in (body.get("right"), body.get("data"), body.get("set")):
+            out.append(body)
+    return out
+
+
+def _uses_daddr(expr) -> bool:
+    left = expr.get("left") if "left" in expr else expr.get("key")
+    first = left["concat"][0] if isinstance(left, dict) and "concat" in left else left
+    return isinstance(first, dict) and first.get("payload", {}).get("field") == "daddr"
+
+
+class NftWalk:
+    """One kube-proxy nftables table read for one Service over netlink (kpdiag/collect/nft_netlink.py): its base
+    chains and every chain they reach by jump/goto; the named verdict maps those rules look up reduced to the
+    elements that can match the Service's packets; anonymous sets inline, as nft prints them."""
+
+    def __init__(self, nl, family: str, table: str, service: str):
+        from kpdiag.collect import nft_netlink
+
+        self.nn = nft_netlink
+        self.nl, self.family, self.table, self.service = nl, family, table, service
+        self._sets: dict[str, tuple] = {}
+        self.decoder = nft_netlink.RuleDecoder(family, table, self.set)
+        self.chains: dict[str, dict] = {}  # name → chain JSON, in reading order
+        self.rules: dict[str, list[dict]] = {}
+        self.used: dict[str, list[dict]] = {}  # named set → the rule expressions that use it
+        self.reduced: dict[str, int] = {}  # set → elements left out
+        self.guards: dict[str, str] = {}  # a map keyed by protocol and port → the address set its rule checks first
+
+    def set(self, name: str):
+        if name not in self._sets:
+            try:
+                self._sets[name] = self.nn.read_set(self.nl, self.family, self.table, name)
+            except self.nn.NetlinkError as exc:
+                raise NotFocused(f"set {name} of table {self.family} {self.table}: {exc}") from None
+        return self._sets[name]
+
+    def _read(self, names: list[str], decls: dict) -> None:
+        frontier = [n for n in names if n not in self.chains]
+        while frontier:
+            if len(self.chains) + len(frontier) > NFT_MAX_CHAINS:
+                raise NotFocused(f"more than {NFT_MAX_CHAINS} chains on the Service's path")
+            nxt: list[str] = []
+            for name in frontier:
+                if name in self.chains:
+                    continue
+                decl = decls.get(name) or self.nl.chain(self.family, self.table, name)
+                self.chains[name] = self.nn.chain_json(self.family, decl)
+                rules = []
+                for a in self.nl.rules(self.family, self.table, name):
+                    rule, targets, used = self.decoder.rule(name, a)
+                    rules.append(rule)
+                    for s in used:
+                        self.used.setdefault(s, []).extend(_uses_of(rule["rule"]["expr"], "@" + s))
+                    self._guard(rule["rule"]["expr"])
+                    nxt.extend(t for t in targets if t not in self.chains and t not in nxt)
+                self.rules[name] = rules
+            frontier = nxt
+
+    def walk(self) -> list[dict]:
+        """The table's items (table, sets and maps, chains, rules) as ``nft -j list table`` would print them, with
+        only the chains and map elements the Service's packets can meet.
+
+        A map element is kept when its verdict names one of the Service's chains or its comment names the Service
+        (its own), when its key starts with an address the Service's packets can carry (its own elements' addresses,
+        where its endpoint chains DNAT to, and — when it has a NodePort — the addresses of the set its NodePort rule
+        checks first), or when its key is the protocol and port of one of its own (a NodePort). Keys are compared as
+        the kernel's bytes: only the elements that may be kept are decoded."""
+        nn = self.nn
+        needle = self.service.encode()
+        try:
+            tables = [t for t in self.nl.tables() if t["family"] == self.family and t["name"] == self.table]
+            if tables and nn.TABLE_FLAGS in tables[0]["attrs"] and nn._be32(tables[0]["attrs"][nn.TABLE_FLAGS]) & 1:
+                raise NotFocused(f"table {self.family} {self.table} is dormant")
+            decls = {nn._str(a.get(nn.CHAIN_NAME, b"")): a for a in self.nl.base_chains(self.family, self.table)}
+            self._read(list(decls), decls)
+            kept: dict[str, set[int]] = {}
+            addrs: set[bytes] = set()  # addresses, as the kernel's bytes
+            ports: set[bytes] = set()  # protocol . port keys, as the kernel's bytes
+            while True:
+                grew = False
+                for name in list(self.used):
+                    data = self.set(name)
+                    mine = kept.setdefault(name, set())
+                    whole = not self._reducible(name, data)
+                    width = self._addr_width(data.info)
+                    for i in range(len(data)):
+                        if i in mine:
+                            continue
+                        key = data.key(i)
+                        own = False
+                        if needle in data.raw[i]:  # the Service's name is in the element: decode it to be sure
+                            _elem, _sort, verdict, comment = data.elem(i)
+                            target = (verdict or {}).get("goto") or (verdict or {}).get("jump") or {}
+                            own = nft_names_service(target.get("target", ""), self.service) or (
+                                comment is not None and names_service(comment, self.service)
+                            )
+                        overlap = key[:width] in addrs if width else key in ports
+                        if not (own or overlap or whole):
+                            continue
+                        mine.add(i)
+                        grew = True
+                        if own and data.info.is_map:
+                            if width:
+                                addrs.add(key[:width])
+                            ports.add(key[((width + 3) & ~3) :] if width else key)
+                        _elem, _sort, verdict, _comment = data.elem(i)
+                        target = ((verdict or {}).get("goto") or (verdict or {}).get("jump") or {}).get("target")
+                        if target is not None and target not in self.chains:
+                            self._read([target], decls)
+                for rules in self.rules.values():  # where the Service's packets are sent: they carry that address
+                    for r in rules:
+                        for e in r["rule"]["expr"]:
+                            d = e.get("dnat")
+                            if d and isinstance(d.get("addr"), str):
+                                raw = ipaddress.ip_address(d["addr"]).packed
+                                if raw not in addrs:
+                                    addrs.add(raw)
+                                    grew = True
+                for vmap, guard in self.guards.items():  # NodePort packets: their destination is in the guard set
+                    if vmap in kept and guard in self._sets and any(self.set(vmap).key(i) in ports for i in kept[vmap]):
+                        g = self.set(guard)
+                        width = self._addr_width(g.info)
+                        for i in range(len(g)) if width else ():
+                            if g.key(i)[:width] not in addrs:
+                                addrs.add(g.key(i)[:width])
+                                grew = True
+                if not grew:
+                    break
+        except nn.Undecodable as exc:
+            raise NotFocused(f"table {self.family} {self.table}: {exc}") from None
+        except nn.NetlinkError as exc:
+            raise NotFocused(f"table {self.family} {self.table}: netlink: {exc}") from None
+        except OSError as exc:
+            raise NotFocused(f"netlink: {exc.strerror or exc}") from None
+        items: list[dict] = [
+            {"table": {"family": self.family, "name": self.table, "handle": nn._be64(t["attrs"][nn.TABLE_HANDLE])}}
+            for t in tables[:1]
+            if nn.TABLE_HANDLE in t["attrs"]
+        ]
+        try:
+            for name in sorted(self.used, key=lambda n: self.set(n).info.handle or 0):
+                data = self.set(name)
+                body = data.info.declaration()
+                chosen = [e[0] for e in data.sorted(kept.get(name, ()))]
+                if len(chosen) < len(data):
+                    self.reduced[name] = len(data) - len(chosen)
+                if chosen:
+                    body["elem"] = chosen
+                items.append({"map" if data.info.is_map else "set": body})
+        except nn.Undecodable as exc:
+            raise NotFocused(f"table {self.family} {self.table}: {exc}") from None
+        order = sorted(self.chains, key=lambda n: self.chains[n]["chain"]["handle"] or 0)
+        items.extend(self.chains[n] for n in order)
+        for n in order:
+            items.extend(self.rules[n])
+        return items
+
+    @staticmethod
+    def _addr_width(info) -> int:
+        """Bytes of the address a set's key starts with (0: the key starts with no address)."""
+        kind, length = info.fields[0]
+        return length if kind in ("ip4", "ip6") else 0
+
+    def _guard(self, exprs: list) -> None:
+        """``ip daddr @S … vmap @M`` with M keyed by protocol and port (NodePorts): M's packets go to an address
+        in S."""
+        guard = None
+        for e in exprs:
+            m = e.get("match")
+            if m and m.get("op") == "==" and _uses_daddr(m) and str(m.get("right", "")).startswith("@"):
+                guard = m["right"][1:]
+            v = e.get("vmap")
+            if v and guard and isinstance(v.get("data"), str) and not _uses_daddr(v):
+                self.guards[v["data"][1:]] = guard
+
+    def _reducible(self, name: str, data) -> bool:
+        """May this set's elements be reduced to those of the Service? Only when every rule that uses it looks it up
+        (no update) by what the Service's packets carry: a verdict map or a large plain set keyed by destination
+        address first, or a verdict map keyed by protocol and destination port (NodePorts, after the rule's check of
+        the node's addresses). A set keyed by a source address (affinity) or anything else is kept whole."""
+        info = data.info
+        uses = self.used.get(name, ())
+        if not uses or any("op" in e and e.get("op") not in ("==", "!=") for e in uses if "left" in e):
+            return False
+        if any("elem" in e for e in uses):  # a set statement (update @set)
+            return False
+        if self._addr_width(info) and all(_uses_daddr(e) for e in uses):
+            return info.is_map or len(data) > NFT_REDUCE_SETS
+        return info.is_map and all(_proto_dport(e.get("key")) for e in uses)
+
+
+def _proto_dport(key) -> bool:
+    """Is a lookup key ``meta l4proto . th dport`` (or tcp/udp/sctp dport)?"""
+    parts = key.get("concat") if isinstance(key, dict) else None
+    return (
+        isinstance(parts, list)
+        and len(parts) == 2
+        and parts[0] == {"meta": {"key": "l4proto"}}
+        and isinstance(parts[1], dict)
+        and parts[1].get("payload", {}).get("field") == "dport"
+    )
+
+
+class NftablesFocused:
+    """nftables mode: kube-proxy's table(s) read over netlink for one Service (:class:`NftWalk`), iptables and the
+    other nftables tables as a full run reads them."""
+
+    mode = "nftables"
+    source = sources.NFT_RULESET  # where a fallback is reported
+    after = ("ipvs", "ipset")
+
+    def __init__(self, collector, service: str):
+        self.c = collector
+        self.service = service
+        self.partial: dict = {}
+
+    def collect(self) -> None:
+        import json
+
+        from kpdiag.collect import nft_netlink
+
+        c = self.c
+        t = time.monotonic()
+        tables = netlink_tables()
+        if tables is None:
+            raise NotFocused("the nftables tables could not be listed over netlink")
+        mine = [(f, n) for f, n in sorted(tables) if n == "kube-proxy" and f in ("ip", "ip6")]
+        if not mine:
+            raise NotFocused("no kube-proxy table (ip or ip6) in nftables")
+        items: list[dict] = []
+        chains_read: dict[str, list[str]] = {}
+        reduced: dict[str, dict[str, int]] = {}
+        # iptables (its own processes, and the kernel's time for them) runs while the kernel is asked for the table
+        iptables = threading.Thread(target=self._iptables, name="kpdiag-iptables", daemon=True)
+        iptables.start()
+        try:
+            with nft_netlink.Netlink() as nl:
+                for family, name in mine:
+                    w = NftWalk(nl, family, name, self.service)
+                    items.extend(w.walk())
+                    chains_read[f"{family} {name}"] = list(w.chains)
+                    if w.reduced:
+                        reduced[f"{family} {name}"] = w.reduced
+        except OSError as exc:
+            raise NotFocused(f"netlink: {exc.strerror or exc}") from None
+        finally:
+            iptables.join()
+        c._timed(f"{sources.NFT_RULESET} (focused)", t)
+        c._run(sources.NFT_VERSION, "nft", ["--version"])
+        others = [tn for tn in sorted(tables) if tn not in mine]
+        if others:
+            c.nft_tables(others)  # a host firewall's tables, whole (and iptables-nft's own left out, as a full run)
+            other = json.loads(c.out.files.pop(sources.NFT_RULESET, b'{"nftables": []}') or b'{"nftables": []}')
+            items.extend(i for i in other.get("nftables", []) if "metainfo" not in i)
+        c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
+        self.partial = {
+            "service": self.service,
+            "mode": self.mode,
+            "holds": {
+                str(sources.NFT_RULESET): "only the chains this Service's packets can meet in kube-proxy's table "
+                "(read over netlink chain by chain): its base chains and every chain they jump to; its verdict maps "
+                "with only the elements of this Service and of others with the same addresses or ports; the "
+                "other nftables tables whole"
+            },
+            "chains": {str(sources.NFT_RULESET): chains_read},
+        }
+        if reduced:
+            self.partial["elements_left_out"] = {str(sources.NFT_RULESET): reduced}
+
+    done = ()  # the rule steps already run when the focused read gave up (the fallback does not run them again)
+
+    def _iptables(self) -> None:
+        try:
+            self.c.iptables()
+        except Exception as exc:  # as NodeCollector.collect does for a step: a collector bug must not stop the others
+            self.c._err(sources.IPTABLES_SAVE, f"internal error: {exc.__class__.__name__}: {exc}")
+        self.done = ("iptables",)
+
+
 class WholeRules:
     """A mode without a focused reader yet: its rules are read whole, as a full run does (the bundle is not partial)."""
 
@@ -326,6 +621,7 @@ class WholeRules:
 
 
 RULE_STEPS = NodeCollector.RULE_STEPS
+READERS = {cls.mode: cls for cls in (IptablesFocused, NftablesFocused)}  # by the dataplane class's name
 
 
 def reader(mode: str, collector, service: str, lookup=None):
@@ -335,12 +631,12 @@ def reader(mode: str, collector, service: str, lookup=None):
     from kpdiag.dataplane import get
 
     plane = get(mode)
-    if plane.reads_one_service and plane.services_in_ipvs:
+    if plane.reads_one_service and plane.services_in_ipvs:  # kpdiag/collect/ipvs_rules.py imports nothing from here
         from kpdiag.collect.ipvs_rules import IpvsFocused
 
         return IpvsFocused(collector, service, lookup, iptables=IptablesFocused(collector, service))
     if plane.reads_one_service:
-        return IptablesFocused(collector, service)
+        return READERS[plane.name](collector, service)
     return WholeRules(collector, service, mode)
 
 
@@ -393,7 +689,8 @@ def collect_focused(collector, service: str, lookup=None) -> None:
         )
         for step in RULE_STEPS:
             collector.out.files.pop("node/.nft-table", None)
-            getattr(collector, step)()
+            if step not in getattr(rules, "done", ()):
+                getattr(collector, step)()
         return
     for step in rules.after:
         getattr(collector, step)()

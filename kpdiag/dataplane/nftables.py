@@ -9,6 +9,7 @@ from kpdiag.dataplane.base import Dataplane, dataplane
 @dataplane
 class Nftables(Dataplane):
     name = "nftables"
+    reads_one_service = True  # kube-proxy's table over netlink, chain by chain (kpdiag/collect/service_rules.py)
     label = "kube-proxy (nftables mode)"
     order = 40
     precedence = 4

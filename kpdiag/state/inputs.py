@@ -41,6 +41,13 @@ class Input:
     sources: tuple[str, ...] = ()
     present: Callable | None = None
     absent: str = ""  # the skip reason when it is not there, when "needs WHAT, which is missing" would mislead
+    # the bundle files any one of which shows it was collected ("FILE#TEXT": FILE holds TEXT); None: its first source;
+    # (): no file shows it (a derived model, the run mode). The fixture tests read it (tests/checks/test_fixtures.py).
+    files: tuple[str, ...] | None = None
+
+    @property
+    def evident_by(self) -> tuple[str, ...]:
+        return self.sources[:1] if self.files is None else self.files
 
 
 def _catalogue(*inputs: Input) -> dict[str, Input]:
@@ -96,7 +103,12 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         "nft-version", f"{_S.NFT_VERSION} (nft --version)", ("nft_version",), (_S.NFT_VERSION,), lambda s: s.nft_version
     ),
     Input(
-        "ipvs", f"IPVS state ({_S.IPVSADM}: ipvsadm -Sn)", ("ipvs",), (_S.IPVSADM, _S.IPVSADM_LIST), lambda s: s.ipvs
+        "ipvs",
+        f"IPVS state ({_S.IPVSADM}: ipvsadm -Sn)",
+        ("ipvs",),
+        (_S.IPVSADM, _S.IPVSADM_LIST),
+        lambda s: s.ipvs,
+        files=(_S.IPVSADM, _S.IPVSADM_LIST),
     ),
     Input("ipvs-conn", f"IPVS connections ({_S.IPVS_CONN})", ("ipvs_conn",), (_S.IPVS_CONN,), lambda s: s.ipvs_conn),
     Input(
@@ -127,6 +139,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         ("kube_proxy_config",),
         (_S.KP_CONFIG, _S.KP_CONFIGMAP),
         lambda s: s.kube_proxy_config,
+        files=(_S.KP_CONFIG, _S.KP_CONFIGMAP),
     ),
     Input(
         "kube-proxy-mode",
@@ -252,6 +265,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         ("dns",),
         (_S.PROBES_DNS,),
         _dns_lookups,
+        files=(f"{_S.PROBES_DNS}#kpdiag.dns/v1",),
     ),
     # ---- the run mode
     Input("focus", "the Service being diagnosed (kpdiag svc, --service), if any", ("focus",)),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kpdiag.bundle import sources
@@ -28,9 +28,12 @@ from kpdiag.model import Evidence
 
 class Typed:
     """The base of typed inputs: ``INPUT`` names the catalogue input it is built from (its presence, its skip reason,
-    the sources it opens); ``build(ctx)`` makes the value from a view opening that input only (None: not there)."""
+    the sources it opens); ``build(ctx)`` makes the value from a view opening that input only (None: not there);
+    ``FILES``, when set, the bundle files that show its fact was collected (else the input's ``files``)."""
 
     INPUT: ClassVar[str]
+    # the bundle files that show the fact it carries was collected, when narrower than its input's (Input.files)
+    FILES: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def build(cls, ctx):  # pragma: no cover - every subclass defines it
@@ -53,6 +56,10 @@ class Sysctls(Typed):
         v = self.values.get(key)
         return None if v is None else v.value.strip()
 
+    def value(self, key: str):
+        """The parsed line of ``key`` (kpdiag.parse.node.Value: value, source, line, text), or None."""
+        return self.values.get(key)
+
     def evidence(self, key: str) -> Evidence | None:
         v = self.values.get(key)
         return None if v is None else Evidence(v.source, v.text, v.line)
@@ -60,6 +67,260 @@ class Sysctls(Typed):
     def data(self, want: dict) -> dict:
         """A finding's data about kernel settings (as ``evidence.sysctl_data``): ``{"sysctls": [{key, value, want}]}``."""
         return {"sysctls": [{"key": k, "value": self.get(k), "want": str(w)} for k, w in want.items()]}
+
+
+@dataclass(frozen=True)
+class Addresses(Typed):
+    """The node's interfaces and their addresses (``ip -j addr``), as ip prints them."""
+
+    INPUT: ClassVar[str] = "addresses"
+    source: str  # how evidence names the file
+    links: tuple  # the ip -j addr objects (dicts: ifname, mtu, linkinfo, addr_info …)
+
+    @classmethod
+    def build(cls, ctx):
+        links = ctx.ip_addr
+        return None if links is None else cls(ctx.display(sources.IP_ADDR), tuple(links))
+
+
+@dataclass(frozen=True)
+class Routes(Typed):
+    """The node's routes (``ip -j route`` of every table) and the routing decision made from them (trace/routing.py:
+    lookup, is_local, has_routes, knows), which also reads the addresses, forwarding and the policy-routing rules."""
+
+    INPUT: ClassVar[str] = "routes"
+    source: str
+    routes: tuple  # the ip -j route objects
+    routing: object  # kpdiag.trace.routing.RoutingTable
+
+    @classmethod
+    def build(cls, ctx):
+        routes = ctx.ip_route
+        return None if routes is None else cls(ctx.display(sources.IP_ROUTE), tuple(routes), ctx.routing)
+
+
+@dataclass(frozen=True)
+class Modules(Typed):
+    """The kernel modules: loaded (/proc/modules), built in (modules.builtin), available to modprobe (None: not
+    collected)."""
+
+    INPUT: ClassVar[str] = "modules"
+    source: str
+    loaded: typing.Mapping  # name → kpdiag.parse.node.Module
+    builtin: frozenset
+    available: frozenset | None
+
+    @classmethod
+    def build(cls, ctx):
+        mods = ctx.modules
+        if mods is None:
+            return None
+        avail = ctx.modules_available
+        return cls(
+            ctx.display(sources.MODULES),
+            mods,
+            frozenset(ctx.modules_builtin),
+            None if avail is None else frozenset(avail),
+        )
+
+    def evidence(self, name: str) -> Evidence | None:
+        """The /proc/modules line of ``name`` (as ``evidence.module``), or None when it is not loaded."""
+        m = self.loaded.get(name)
+        if m is None:
+            return None
+        return Evidence(self.source, f"{m.name} {m.size} {m.refcount} {','.join(m.used_by) or '-'} {m.state}", m.line)
+
+
+@dataclass(frozen=True)
+class ProxyMode(Typed):
+    """The mode kube-proxy runs (/proxyMode, else the configuration, else the rules present) and its dataplane class
+    (kpdiag/dataplane/: ``dataplane.known``, its capabilities and words). Always there (``UNKNOWN`` when not known)."""
+
+    INPUT: ClassVar[str] = "proxy-mode"
+    mode: str | None
+    how: str  # how it is known, in words
+    dataplane: object  # a kpdiag.dataplane.Dataplane subclass
+    inferred: typing.Mapping  # the modes whose artefacts are on the node: mode → evidence text
+
+    @classmethod
+    def build(cls, ctx):
+        mode, how = ctx.proxy_mode
+        return cls(mode, how, ctx.dataplane, ctx.inferred_modes())
+
+
+# the nf_conntrack sysctls the conntrack input carries (it grants them by key: it does not open every sysctl)
+CONNTRACK_SYSCTLS = (
+    "net.netfilter.nf_conntrack_count",
+    "net.netfilter.nf_conntrack_max",
+    "net.nf_conntrack_max",
+    "net.netfilter.nf_conntrack_tcp_be_liberal",
+)
+
+
+@dataclass(frozen=True)
+class Kernel(Typed):
+    """The running kernel's version (``uname -r``), as (major, minor, patch)."""
+
+    INPUT: ClassVar[str] = "kernel"
+    source: str
+    version: tuple
+    release: str  # uname -r as printed ("5.4.0-150-generic"), else the version joined
+
+    @classmethod
+    def build(cls, ctx):
+        k = ctx.kernel
+        if k is None:
+            return None
+        release = (ctx.source_text(sources.UNAME) or "").strip() or ".".join(map(str, k))
+        return cls(ctx.display(sources.UNAME), k, release)
+
+
+@dataclass(frozen=True)
+class NftVersion(Typed):
+    """The nft binary's version (``nft --version``), as (major, minor, patch)."""
+
+    INPUT: ClassVar[str] = "nft-version"
+    source: str
+    version: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        v = ctx.nft_version
+        return None if v is None else cls(ctx.display(sources.NFT_VERSION), v)
+
+
+@dataclass(frozen=True)
+class KubeProxyVersion(Typed):
+    """kube-proxy's (major, minor) version: its metrics' kubernetes_build_info, else the API server's."""
+
+    INPUT: ClassVar[str] = "kube-proxy-version"
+    source: str  # how evidence names it: kube-proxy's metrics
+    version: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        v = ctx.kube_proxy_version
+        return None if v is None else cls(ctx.display(sources.KP_METRICS), v)
+
+
+@dataclass(frozen=True)
+class Preflight(Typed):
+    """The proxy mode ``kpdiag node --preflight MODE`` asks about (``mode``: None when not asked). Always there."""
+
+    INPUT: ClassVar[str] = "preflight"
+    mode: str | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.preflight)
+
+
+@dataclass(frozen=True)
+class ConntrackStats(Typed):
+    """Connection tracking's counters: ``conntrack -S`` summed over the CPUs (``stats``: {} when only the sysctls
+    were collected) and its sysctls (``CONNTRACK_SYSCTLS``: count, max, tcp_be_liberal)."""
+
+    INPUT: ClassVar[str] = "conntrack"
+    source: str
+    stats: typing.Mapping  # counter → value
+    sysctls: typing.Mapping  # key of CONNTRACK_SYSCTLS → kpdiag.parse.node.Value (those collected)
+
+    @classmethod
+    def build(cls, ctx):
+        values = {k: v for k in CONNTRACK_SYSCTLS if (v := ctx.sysctl_value(k)) is not None}
+        stats = ctx.conntrack_stats
+        if stats is None and "net.netfilter.nf_conntrack_count" not in values:
+            return None
+        return cls(ctx.display(sources.CONNTRACK_STATS), stats or {}, values)
+
+    def sysctl(self, key: str):
+        """The Value of one of CONNTRACK_SYSCTLS (None: not collected); another key is a defect of the check."""
+        if key not in CONNTRACK_SYSCTLS:
+            raise KeyError(f"{key} is not one of the conntrack input's sysctls (state/typed.py CONNTRACK_SYSCTLS)")
+        return self.sysctls.get(key)
+
+    def sysctl_evidence(self, key: str) -> Evidence | None:
+        v = self.sysctl(key)
+        return None if v is None else Evidence(v.source, v.text, v.line)
+
+    def sysctl_data(self, want: dict) -> dict:
+        """A finding's data about these sysctls (as ``Sysctls.data``)."""
+        out = []
+        for k, w in want.items():
+            v = self.sysctl(k)
+            out.append({"key": k, "value": None if v is None else v.value.strip(), "want": str(w)})
+        return {"sysctls": out}
+
+    def evidence(self, key: str, value: int) -> Evidence:
+        """A counter of ``conntrack -S`` (as ``evidence.conntrack_stat``)."""
+        return Evidence(self.source, f"{key}={value} (summed over CPUs)")
+
+
+@dataclass(frozen=True)
+class KubeProxyMode(Typed):
+    """What kube-proxy answers on /proxyMode (iptables, ipvs, nftables, kernelspace …)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-mode"
+    source: str
+    running: str
+
+    @classmethod
+    def build(cls, ctx):
+        running = ctx.proxy_mode_running
+        return None if running is None else cls(ctx.display(sources.KP_PROXY_MODE), running)
+
+
+@dataclass(frozen=True)
+class KubeProxyHealthz(Typed):
+    """kube-proxy's /healthz answer (a JSON object: lastUpdated, currentTime, and kpdiag_http_status)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-healthz"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        hz = ctx.healthz
+        return None if hz is None else cls(ctx.display(sources.KP_HEALTHZ), hz)
+
+
+@dataclass(frozen=True)
+class Manifest(Typed):
+    """The bundle's manifest (kpdiag.json) and what it says about the bundle: its name as the user gave it (evidence
+    about the node as a whole cites it), the node, when it was collected. Always there ({} without a manifest)."""
+
+    INPUT: ClassVar[str] = "manifest"
+    bundle: str
+    node: str
+    created: float | None  # epoch seconds
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.bundle_name, ctx.node_name, ctx.created, ctx.manifest)
+
+
+@dataclass(frozen=True)
+class Nft(Typed):
+    """The node's nftables ruleset (``nft -j list ruleset``): its text, the family of kube-proxy's table, and the
+    parsed ruleset — parsed on first ``ruleset()`` only (it can be hundreds of MB), once per run."""
+
+    INPUT: ClassVar[str] = "nft"
+    source: str
+    text: str
+    kube_proxy_family: str | None  # "ip" / "ip6" when table kube-proxy is there
+    _parse: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.nft_text
+        if text is None:
+            return None
+        return cls(ctx.display(sources.NFT_RULESET), text, ctx.nft_kube_proxy_table, lambda: ctx.nft())
+
+    def ruleset(self):
+        """kpdiag.parse.nft's ruleset (None when it could not be parsed: a problem of the source)."""
+        return self._parse()
 
 
 @dataclass(frozen=True)
@@ -109,12 +370,18 @@ class KubeProxyRules(Typed):
 
     INPUT: ClassVar[str] = "iptables"
     programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
-    ruleset: object  # kpdiag.parse.iptables.Ruleset
+    ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
+    _dump: typing.Callable = field(repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
         rs = ctx.iptables()
-        return None if rs is None else cls(ctx.programmed() or {}, rs)
+        return None if rs is None else cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which))
+
+    def dump(self, which: str):
+        """The ruleset of another dump of this input, parsed on first use: "ip6tables-save", "iptables-legacy-save",
+        "iptables-nft-save" (None: not collected)."""
+        return self.ruleset if which == "iptables-save" else self._dump(which)
 
 
 @dataclass(frozen=True)
@@ -152,6 +419,111 @@ class KubeProxyMetrics(Typed):
 
 
 @dataclass(frozen=True)
+class ApiList:
+    """One List file of the API side (``kubectl get -o json``): ``items()`` its objects, read on first use (None when
+    the file was not collected; a file that is not a List is a problem of the source, and None)."""
+
+    source: str  # how evidence names it
+    _read: typing.Callable = field(repr=False, compare=False)
+    _problem: typing.Callable = field(repr=False, compare=False)
+
+    def items(self) -> list[dict] | None:
+        from kpdiag.bundle.store import list_items
+
+        data = self._read()
+        if data is None:
+            return None
+        items = list_items(data)
+        if items is None:
+            self._problem("not a List (kubectl get -o json)")
+        return items
+
+
+def _api_list(ctx, rel) -> ApiList:
+    """The List file ``rel`` as the one-input view ``ctx`` opens it (read when ``items()`` is first asked)."""
+    return ApiList(ctx.display(rel), lambda: ctx.source(rel), lambda msg: ctx.problem(rel, msg))
+
+
+@dataclass(frozen=True)
+class DnsService(Typed):
+    """The cluster DNS Service (kube-dns, ``services``) and its EndpointSlices (``endpointslices``), as collected."""
+
+    INPUT: ClassVar[str] = "dns-service"
+    services: ApiList
+    endpointslices: ApiList
+
+    @classmethod
+    def build(cls, ctx):
+        if ctx.source(sources.DNS_SERVICE) is None:
+            return None
+        return cls(_api_list(ctx, sources.DNS_SERVICE), _api_list(ctx, sources.DNS_ENDPOINTSLICES))
+
+
+@dataclass(frozen=True)
+class DnsPods(Typed):
+    """The CoreDNS pods (label k8s-app=kube-dns in kube-system), as collected."""
+
+    INPUT: ClassVar[str] = "dns-pods"
+    pods: ApiList
+
+    @classmethod
+    def build(cls, ctx):
+        return None if ctx.source(sources.DNS_PODS) is None else cls(_api_list(ctx, sources.DNS_PODS))
+
+
+@dataclass(frozen=True)
+class DnsLogs(Typed):
+    """The CoreDNS logs kpdiag collected (``{"logs": [{namespace, pod, previous, text | error}]}``)."""
+
+    INPUT: ClassVar[str] = "dns-logs"
+    source: str
+    doc: object
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.source(sources.DNS_LOGS)
+        return None if doc is None else cls(ctx.display(sources.DNS_LOGS), doc)
+
+
+@dataclass(frozen=True)
+class DnsLookups(Typed):
+    """The DNS probe (probes/dns.json of kpdiag.dns/v1: the pod's resolv.conf, the lookups and each query sent), as
+    written; ``problem(msg)`` records what in it could not be read."""
+
+    INPUT: ClassVar[str] = "dns-lookups"
+    source: str
+    doc: typing.Mapping
+    _problem: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.dns
+        if not isinstance(doc, dict):
+            return None
+        return cls(ctx.display(sources.PROBES_DNS), doc, lambda msg: ctx.problem(sources.PROBES_DNS, msg))
+
+    def problem(self, message: str) -> None:
+        self._problem(message)
+
+
+@dataclass(frozen=True)
+class NetworkPolicies(Typed):
+    """The NetworkPolicies (and what judging them needs: namespaces, pods, the CNI): whether they were collected, and
+    the data they are judged with (``data()``, kpdiag.state.policy, read on first use)."""
+
+    INPUT: ClassVar[str] = "networkpolicies"
+    collected: bool
+    _data: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data())
+
+    def data(self):
+        return self._data()
+
+
+@dataclass(frozen=True)
 class NodeCIDRs:
     """One Node's pod ranges (``spec.podCIDRs``, else ``spec.podCIDR``) as the API records them."""
 
@@ -165,8 +537,10 @@ class NodePodCIDRs(Typed):
     """The Nodes from the API (``cluster/nodes.json``) with their pod CIDRs; nodes without one are left out."""
 
     INPUT: ClassVar[str] = str(sources.NODES)
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#podCIDR",)  # a Node List without pod CIDRs carries no fact
     source: str  # how evidence names the file
     nodes: tuple[NodeCIDRs, ...]
+    objects: tuple[dict, ...] = ()  # every Node object of the List, as the API wrote it
 
     @classmethod
     def build(cls, ctx):
@@ -191,10 +565,78 @@ class NodePodCIDRs(Typed):
                     bad.append(c)
             if good or bad:
                 out.append(NodeCIDRs(name if isinstance(name, str) else "?", tuple(good), tuple(bad)))
-        return cls(ctx.display(sources.NODES), tuple(out))
+        objects = (
+            tuple(i for i in doc.get("items") or [] if isinstance(i, dict))
+            if isinstance(doc.get("items"), list)
+            else ()
+        )
+        return cls(ctx.display(sources.NODES), tuple(out), objects)
 
     def evidence(self, node: NodeCIDRs) -> Evidence:
         return Evidence(self.source, f"node {node.name}: podCIDRs {', '.join(map(str, node.cidrs))}")
+
+
+@dataclass(frozen=True)
+class Processes(Typed):
+    """The node's processes kpdiag looked for (node/processes.txt: name → pid), as parsed."""
+
+    INPUT: ClassVar[str] = str(sources.PROCESSES)
+    source: str
+    pids: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        procs = ctx.source(sources.PROCESSES)
+        return None if procs is None else cls(ctx.display(sources.PROCESSES), procs)
+
+
+@dataclass(frozen=True)
+class ServiceLookup(Typed):
+    """What ``kpdiag svc`` learnt asking the API for the Service (cluster/service-lookup.json): found or not, the
+    names in its namespace, the namespaces holding one of that name."""
+
+    INPUT: ClassVar[str] = "service-lookup"
+    source: str
+    doc: object
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.source(sources.SERVICE_LOOKUP)
+        return None if doc is None else cls(ctx.display(sources.SERVICE_LOOKUP), doc)
+
+
+@dataclass(frozen=True)
+class IpvsTimeout(Typed):
+    """``ipvsadm -L --timeout`` as collected (its text); ``problem(msg)`` records what in it could not be read."""
+
+    INPUT: ClassVar[str] = "ipvs-timeout"
+    source: str
+    text: str
+    _problem: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.source(sources.IPVS_TIMEOUT)
+        if text is None:
+            return None
+        return cls(ctx.display(sources.IPVS_TIMEOUT), text, lambda msg: ctx.problem(sources.IPVS_TIMEOUT, msg))
+
+    def problem(self, message: str) -> None:
+        self._problem(message)
+
+
+@dataclass(frozen=True)
+class EthtoolOffload(Typed):
+    """``ethtool -k`` of the overlay devices (node/ethtool-offload.txt), parsed: ``features.devices[dev][name]``
+    (kpdiag.parse.ethtool: on, text, line) and ``features.source``."""
+
+    INPUT: ClassVar[str] = str(sources.ETHTOOL_OFFLOAD)
+    features: object
+
+    @classmethod
+    def build(cls, ctx):
+        parsed = ctx.source(sources.ETHTOOL_OFFLOAD)
+        return None if parsed is None else cls(parsed)
 
 
 def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
@@ -230,13 +672,22 @@ def call(fn, params, ctx, new, skip):
     kwargs = {}
     for name, typ, _optional in params:
         view = Inputs(ctx._target, ctx.check_id, (typ.INPUT,), "node")  # the one input it is built from
-        try:
-            kwargs[name] = typ.build(view)
-        finally:
-            ctx.violations.extend(view.violations)
+        object.__setattr__(view, "violations", ctx.violations)  # a lazy field's reads later are policed as one
+        kwargs[name] = typ.build(view)
         if kwargs[name] is None and not _optional:  # there, but not in a form it can be read as
             raise skip(f"needs {view_what(typ)}, which is missing or unreadable")
     return fn(new=new, **kwargs)
+
+
+def evident_by(spec, name: str) -> tuple[str, ...]:
+    """The bundle files any one of which shows that input ``name`` of check ``spec`` was collected: a typed parameter's
+    ``FILES``, else the input's own (``Input.evident_by``)."""
+    from kpdiag.state.inputs import catalogue
+
+    for _, typ, _ in spec.params:
+        if typ.INPUT == name and typ.FILES is not None:
+            return typ.FILES
+    return catalogue(spec.scope)[name].evident_by
 
 
 def view_what(typ) -> str:

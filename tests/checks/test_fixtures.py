@@ -8,6 +8,7 @@ import pytest
 from kpdiag.checkapi import load_registry
 from kpdiag.commands.pipeline import analyze_bundle as _analyze_bundle
 from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
+from kpdiag.state.typed import evident_by
 from tests.conftest import FIXTURES
 
 
@@ -21,36 +22,6 @@ def _cluster_fixture(name) -> bool:
 
 
 SCENARIOS = sorted(d for d in os.listdir(FIXTURES) if os.path.isfile(os.path.join(FIXTURES, d, "scenario.json")))
-
-
-NEEDS_FILES = {
-    "services": ["cluster/services.json"],
-    "endpointslices": ["cluster/endpointslices.json"],
-    "pods": ["cluster/pods.json"],
-    "probes": ["probes/service.json"],
-    "dns": ["probes/dns.json"],
-    "conntrack-entries": ["node/conntrack.txt"],
-    "iptables": ["node/iptables-save.txt"],
-    "sysctl": ["node/sysctl.txt"],
-    "routes": ["node/ip-route.json"],
-    "addresses": ["node/ip-addr.json"],
-    "modules": ["node/modules.txt"],
-    "kernel": ["node/uname.txt"],
-    "kube-proxy-config": ["node/kube-proxy/config.yaml", "cluster/kube-proxy-configmap.json"],
-    "kube-proxy-log": ["node/kube-proxy/log.txt"],
-    "kube-proxy-metrics": ["node/kube-proxy/metrics.txt"],
-    "conntrack": ["node/conntrack-stats.txt"],
-    "nft": ["node/nft-ruleset.json"],
-    "ipvs": ["node/ipvsadm.txt", "node/ipvsadm-list.txt"],
-    "dns-lookups": ["probes/dns.json#kpdiag.dns/v1"],
-    "dns-service": ["cluster/dns-service.json"],
-    "dns-pods": ["cluster/dns-pods.json"],
-    "dns-logs": ["cluster/dns-logs.json"],
-    "networkpolicies": ["cluster/networkpolicies.json"],
-    "service-lookup": ["cluster/service-lookup.json"],
-    "cluster/nodes.json": ["cluster/nodes.json#podCIDR"],  # KP610 compares the nodes' pod CIDRs
-    "processes": ["node/processes.txt"],
-}
 
 
 def _data_present(name, spec) -> bool:
@@ -67,7 +38,8 @@ def _data_present(name, spec) -> bool:
 
     if not spec.needs:
         return has("node/iptables-save.txt")  # checks that look at whatever node data there is
-    return all(any(has(rel) for rel in NEEDS_FILES.get(n, [n])) for n in spec.needs)  # a source input is its path
+    # each input says which files show it was collected (state/inputs.py Input.files, a typed input's FILES)
+    return all(any(has(str(rel)) for rel in evident_by(spec, n)) for n in spec.needs)
 
 
 def _scenario(name):
@@ -177,3 +149,18 @@ def test_fixture_traces(name):
     assert sorted(result.dnat_set()) == sorted(t["expect"]["dnat"])
     assert result.verdicts() == {t["expect"]["verdict"]}
     assert {p.masquerade for p in result.paths} == {t["expect"]["masquerade"]}
+
+
+def test_every_needed_input_says_which_files_show_it():
+    """The table above is derived: each input a check needs names the bundle files that show it was collected
+    (declared sources; "FILE#TEXT" when the file must hold TEXT) — only a run-mode input names none."""
+    from kpdiag.bundle import sources
+
+    for spec in load_registry(plugins=False).checks:
+        if spec.scope != "node":
+            continue
+        for n in spec.needs:
+            files = evident_by(spec, n)
+            assert files or n == "whole-rules", (spec.id, n)
+            for rel in files:
+                assert sources.declared(str(rel).partition("#")[0]), (spec.id, n, rel)

@@ -247,3 +247,56 @@ def test_declarations_are_checked():
         check("KP984", "t-bad", "t", "error", explains=("KP984",), symptom="s", why="w", fix="f")
     with pytest.raises(ValueError, match="absent must be among"):
         check("KP984", "t-bad", "t", "error", absent=("kubelet",), symptom="s", why="w", fix="f")
+    with pytest.raises(ValueError, match="shows must be among"):
+        check("KP984", "t-bad", "t", "error", shows=("mode-checks",), symptom="s", why="w", fix="f")
+
+
+def test_groups_are_declared_by_their_members_not_listed():
+    """``explains=("stale-rules",)`` / ``("mode-checks",)`` name groups whose members declare themselves
+    (``shows=("stale-rules",)``, ``modes=``): a new dataplane finding joins by one line on itself, and no id list of
+    them is kept in the engine."""
+    import ast
+    import glob
+
+    from kpdiag import checkapi
+    from kpdiag.rootcause import members
+
+    registry = load_registry(plugins=False)
+    stale = {c.id for c in registry.checks if "stale-rules" in c.shows}
+    assert len(stale) >= 8 and set(members("stale-rules")) == stale  # every mode's missing/stale findings, at least
+    assert set(members("mode-checks")) == {c.id for c in registry.checks if c.modes}
+    for cause in ("KP703", "KP707"):  # kube-proxy unhealthy / absent explain all of them, and no list says so
+        spec = registry.get(cause)
+        assert "stale-rules" in spec.explains_declared and stale <= set(spec.explains)
+    assert set(registry.get("KP701").explains) == set(members("mode-checks"))
+
+    @check("KP983", "t-new-mode", "t", "error", modes=("ipvs",), shows=("stale-rules",), symptom="s", why="w", fix="f")
+    def new_mode(ctx, new):
+        return ()
+
+    try:
+        assert "KP983" in registry.get("KP701").explains and "KP983" in registry.get("KP707").explains
+    finally:
+        checkapi._REGISTRY.pop("KP983", None)
+    assert "KP983" not in registry.get("KP707").explains
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "kpdiag")
+    for path in [
+        "rootcause.py",
+        "checkapi.py",
+        "registry.py",
+        "state/*.py",
+        "commands/pipeline.py",
+        "commands/diagnose.py",
+    ]:
+        for p in glob.glob(os.path.join(root, path)):
+            with open(p, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            lists = [
+                ast.unparse(n)[:60]
+                for n in ast.walk(tree)
+                if isinstance(n, (ast.Tuple, ast.List, ast.Set))
+                and len(n.elts) >= 2
+                and all(isinstance(e, ast.Constant) and re.fullmatch(r"KP\d{3}", str(e.value)) for e in n.elts)
+            ]
+            assert not lists, (p, lists)

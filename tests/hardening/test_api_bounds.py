@@ -138,10 +138,15 @@ def test_too_many_objects_stop_at_the_object_cap(tmp_path, monkeypatch):
     assert "more than 50 objects (kpdiag's cap on one list)" in why
 
 
-def _plugin_kubeconfig(tmp_path, url: str, script: str) -> str:
+def _plugin_kubeconfig(tmp_path, url: str, script: str, via_env: bool = False) -> str:
+    """A kubeconfig whose user's exec credential plugin is ``script``; ``via_env``: run as ``env -u X VAR=1 SCRIPT``
+    (env replaces itself by the script: no process is then named like the kubeconfig's command)."""
     plugin = tmp_path / "plugin.sh"
     plugin.write_text(script)
     plugin.chmod(0o755)
+    exec_ = {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}
+    if via_env:
+        exec_ = {"apiVersion": exec_["apiVersion"], "command": "env", "args": ["-u", "NOPE", "A=1", str(plugin)]}
     kc = tmp_path / "kubeconfig"
     kc.write_text(
         json.dumps(
@@ -152,7 +157,7 @@ def _plugin_kubeconfig(tmp_path, url: str, script: str) -> str:
                 "users": [
                     {
                         "name": "u",
-                        "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}},
+                        "user": {"exec": exec_},
                     }
                 ],
                 "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
@@ -331,8 +336,8 @@ def test_an_error_answer_to_a_delete_whose_body_never_ends(tmp_path):
     assert "kpdiag-" in out + err and ("left" in (out + err).lower() or "could not" in (out + err).lower()), out + err
 
 
-@pytest.mark.parametrize("command", ["svc", "cluster"])
-def test_a_credential_plugin_that_hangs_when_run_again_to_refresh_the_token(tmp_path, command):
+@pytest.mark.parametrize("command,via_env", [("svc", False), ("cluster", False), ("svc", True)])
+def test_a_credential_plugin_that_hangs_when_run_again_to_refresh_the_token(tmp_path, command, via_env):
     """The first token expires at once (within the client's 5-minute skew), so the client runs the plugin again from
     inside the next API call; that second run never returns. Before, the caller was released at its deadline but the
     plugin (and what it started) kept running; now the refresh is bounded, the plugin is killed, and the line says so."""
@@ -350,7 +355,7 @@ def test_a_credential_plugin_that_hangs_when_run_again_to_refresh_the_token(tmp_
         f"touch {marker}\necho '{token}'\n"
     )
     with ApiServer(OBJECTS + _nodes(1)) as api:
-        kc = _plugin_kubeconfig(tmp_path, api.url, script)
+        kc = _plugin_kubeconfig(tmp_path, api.url, script, via_env=via_env)
         if command == "svc":
             proc, report, took = _svc(kc)
             lines = _problems(report)
@@ -371,7 +376,8 @@ def test_a_credential_plugin_that_hangs_when_run_again_to_refresh_the_token(tmp_
     assert marker.exists() and pids.exists(), "the plugin was not run again to refresh the token"
     assert proc.returncode == 3, (proc.returncode, lines)
     why = next(line for line in lines if "refreshing the token" in line)
-    assert f"the credential plugin '{tmp_path / 'plugin.sh'}' did not finish refreshing the token" in why, why
+    named = "env" if via_env else tmp_path / "plugin.sh"
+    assert f"the credential plugin '{named}' did not finish refreshing the token" in why, why
     assert "was stopped" in why
     assert took < bound, took
     time.sleep(0.2)
@@ -397,3 +403,19 @@ def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may
             took = time.monotonic() - t0
     assert exc.value.status == 500
     assert took < 2 + 3, took
+
+
+@pytest.mark.parametrize(
+    "argv,names",
+    [
+        (["/usr/local/bin/kubelogin", "get-token"], {"kubelogin"}),
+        (["env", "-i", "-u", "HOME", "AWS_PROFILE=prod", "/usr/bin/aws", "eks", "get-token"], {"env", "aws"}),
+        (["/usr/bin/env", "-S", "gke-gcloud-auth-plugin --verbose"], {"env", "gke-gcloud-auth-plugin"}),
+        (["env", "A=1"], {"env"}),
+        ([], set()),
+    ],
+)
+def test_the_names_a_running_credential_plugin_shows(argv, names):
+    from kpdiag.collect.cluster import plugin_names
+
+    assert plugin_names(argv) == names

@@ -1,6 +1,6 @@
 """Run inside a lab namespace: kpdiag's focused read of one Service's rules and the whole dump, as JSON on stdout.
 
-    ip netns exec NS python -m tests.lab.focused_read NS/NAME
+    ip netns exec NS python -m tests.lab.focused_read NS/NAME [MODE]
 
 {"focused": {path: text}, "partial": {...} | null, "errors": [...], "full": {path: text}} — the focused read through
 the collector (kpdiag/collect/service_rules.py, the same bounds as a live run), the whole dump through the collector's own
@@ -16,9 +16,9 @@ from kpdiag.collect.service_rules import NotFocused, reader as rules_reader
 from kpdiag.collect.node import NodeCollector
 
 
-def main(service: str) -> int:
+def main(service: str, mode: str = "iptables") -> int:
     focused = NodeCollector(host_root="/")
-    reader = rules_reader("iptables", focused, service)
+    reader = rules_reader(mode, focused, service)
     try:
         reader.collect()
         fallback = None
@@ -30,6 +30,7 @@ def main(service: str) -> int:
     out = {
         "focused": {k: v.decode() for k, v in focused.out.files.items() if "tables-save" in k or "nft-ruleset" in k},
         "partial": reader.partial or None,
+        "reader": type(reader).__name__,
         "fallback": fallback,
         "errors": focused.out.errors,
         "full": {k: v.decode() for k, v in full.out.files.items() if "tables-save" in k or "nft-ruleset" in k},
@@ -39,4 +40,4 @@ def main(service: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))

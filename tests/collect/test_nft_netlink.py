@@ -1,0 +1,144 @@
+"""kpdiag/collect/nft_netlink.py without a kernel: rule and set messages built as the kernel sends them (the register
+layout ``nft --debug=netlink`` shows for kube-proxy's rules) decode to what ``nft -j`` prints, and anything else is
+refused. The same decoder against the kernel and nft itself: tests/lab/test_nft_focused_oracle.py."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kpdiag.collect import nft_netlink as nn
+
+
+def _a(kind: int, payload: bytes) -> bytes:
+    return nn._attr(kind, payload)
+
+
+def _n(kind: int, *parts: bytes) -> bytes:
+    return nn._attr(kind | nn.NLA_F_NESTED, b"".join(parts))
+
+
+def _u32(v: int) -> bytes:
+    return struct.pack(">I", v)
+
+
+def _data(value: bytes) -> bytes:
+    return _a(nn.DATA_VALUE, value)
+
+
+def _expr(name: str, *attrs: bytes) -> bytes:
+    return _n(1, _a(1, name.encode() + b"\0"), _n(2, *attrs))
+
+
+def _rule(*exprs: bytes, comment: str | None = None) -> dict[int, bytes]:
+    a = {nn.RULE_HANDLE: struct.pack(">Q", 7), nn.RULE_EXPRESSIONS: b"".join(exprs)}
+    if comment is not None:
+        text = comment.encode() + b"\0"
+        a[nn.RULE_USERDATA] = bytes([0, len(text)]) + text
+    return a
+
+
+def _decoder(sets=None) -> nn.RuleDecoder:
+    return nn.RuleDecoder("ip", "kube-proxy", sets or {}.__getitem__)
+
+
+def test_a_service_chains_first_rule():
+    # ip daddr 10.96.0.11 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade
+    rule = _rule(
+        _expr("payload", _a(1, _u32(1)), _a(2, _u32(1)), _a(3, _u32(16)), _a(4, _u32(4))),
+        _expr("cmp", _a(1, _u32(1)), _a(2, _u32(0)), _n(3, _data(bytes([10, 96, 0, 11])))),
+        _expr("meta", _a(1, _u32(1)), _a(2, _u32(16))),
+        _expr("cmp", _a(1, _u32(1)), _a(2, _u32(0)), _n(3, _data(bytes([6])))),
+        _expr("payload", _a(1, _u32(1)), _a(2, _u32(2)), _a(3, _u32(2)), _a(4, _u32(2))),
+        _expr("cmp", _a(1, _u32(1)), _a(2, _u32(0)), _n(3, _data(struct.pack(">H", 80)))),
+        _expr("payload", _a(1, _u32(1)), _a(2, _u32(1)), _a(3, _u32(12)), _a(4, _u32(2))),
+        _expr("cmp", _a(1, _u32(1)), _a(2, _u32(1)), _n(3, _data(bytes([10, 244])))),
+        _expr("immediate", _a(1, _u32(0)), _n(2, _n(nn.DATA_VERDICT, _a(1, _u32(0xFFFFFFFD)), _a(2, b"mark-for-masquerade\0")))),
+        comment="a comment",
+    )  # fmt: skip
+    got, targets, used = _decoder().rule("service-X", rule)
+    assert got["rule"]["expr"] == [
+        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "10.96.0.11"}},
+        {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 80}},
+        {
+            "match": {
+                "op": "!=",
+                "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+                "right": {"prefix": {"addr": "10.244.0.0", "len": 16}},
+            }
+        },
+        {"jump": {"target": "mark-for-masquerade"}},
+    ]
+    assert got["rule"]["comment"] == "a comment" and got["rule"]["handle"] == 7
+    assert targets == ["mark-for-masquerade"] and used == []
+
+
+def test_meta_l4proto_without_a_transport_match_stays():
+    rule = _rule(
+        _expr("meta", _a(1, _u32(1)), _a(2, _u32(16))),
+        _expr("cmp", _a(1, _u32(1)), _a(2, _u32(0)), _n(3, _data(bytes([17])))),
+        _expr("immediate", _a(1, _u32(1)), _n(2, _data(bytes([10, 244, 0, 2])))),
+        _expr("immediate", _a(1, _u32(2)), _n(2, _data(struct.pack(">H", 53)))),
+        _expr("nat", _a(1, _u32(1)), _a(2, _u32(2)), _a(3, _u32(1)), _a(4, _u32(1)), _a(5, _u32(2)), _a(6, _u32(2)),
+              _a(7, _u32(3))),
+    )  # fmt: skip
+    got, _, _ = _decoder().rule("endpoint-X", rule)
+    assert got["rule"]["expr"] == [
+        {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "udp"}},
+        {"dnat": {"addr": "10.244.0.2", "port": 53}},
+    ]
+
+
+@pytest.mark.parametrize(
+    "expr, why",
+    [
+        (_expr("meta", _a(1, _u32(1)), _a(2, _u32(23))), "meta key 23"),  # meta cpu
+        (_expr("log"), "expression 'log'"),
+        (_expr("payload", _a(1, _u32(1)), _a(2, _u32(1)), _a(3, _u32(9)), _a(4, _u32(1))), "network header payload"),
+    ],
+)
+def test_anything_else_is_refused(expr, why):
+    with pytest.raises(nn.Undecodable, match=why):
+        _decoder().rule("c", _rule(expr))
+
+
+def test_a_register_read_before_it_is_loaded_is_refused():
+    rule = _rule(_expr("cmp", _a(1, _u32(1)), _a(2, _u32(0)), _n(3, _data(b"\0\0\0\1"))))
+    with pytest.raises(nn.Undecodable, match="before it is loaded"):
+        _decoder().rule("c", rule)
+
+
+def test_set_keys_and_declarations():
+    concat = (7 << 12) | (12 << 6) | 13  # ipv4_addr . inet_proto . inet_service, as nft stores it
+    assert nn.key_fields(concat, 12) == [("ip4", 4), ("proto", 1), ("port", 2)]
+    key = bytes([10, 96, 0, 11]) + bytes([6, 0, 0, 0]) + struct.pack(">H", 80) + b"\0\0"
+    assert nn.key_json(nn.key_fields(concat, 12), key)[0] == {"concat": ["10.96.0.11", "tcp", 80]}
+    with pytest.raises(nn.Undecodable):
+        nn.key_fields((7 << 6) | 40, 8)  # a type this module does not print
+    info = {
+        nn.SET_TABLE: b"kube-proxy\0",
+        nn.SET_NAME: b"service-ips\0",
+        nn.SET_FLAGS: _u32(nn.SET_F_MAP),
+        nn.SET_KEY_TYPE: _u32(concat),
+        nn.SET_KEY_LEN: _u32(12),
+        nn.SET_DATA_TYPE: _u32(nn.DATA_VERDICT_TYPE),
+        nn.SET_HANDLE: struct.pack(">Q", 6),
+    }
+    s = nn.SetInfo("ip", info)
+    assert s.declaration() == {
+        "family": "ip",
+        "name": "service-ips",
+        "table": "kube-proxy",
+        "type": ["ipv4_addr", "inet_proto", "inet_service"],
+        "handle": 6,
+        "map": "verdict",
+    }
+    elem = _n(nn.ELEM_KEY, _data(key)) + _n(
+        nn.ELEM_DATA, _n(nn.DATA_VERDICT, _a(1, _u32(0xFFFFFFFC)), _a(2, b"service-X\0"))
+    )
+    data = nn.SetData(s, [elem])
+    assert data.key(0) == key
+    assert data.sorted([0])[0][0] == [{"concat": ["10.96.0.11", "tcp", 80]}, {"goto": {"target": "service-X"}}]
+    with pytest.raises(nn.Undecodable, match="interval"):
+        nn.SetInfo("ip", {**info, nn.SET_FLAGS: _u32(nn.SET_F_MAP | nn.SET_F_INTERVAL)})
