@@ -25,6 +25,11 @@ class UsageError(KpdiagError):
     """The user asked for something that cannot be done (exit 2)."""
 
 
+class NotFocused(Exception):
+    """A focused read (``kpdiag node --service``, kpdiag/collect/service_rules.py) is not possible here: the whole rules
+    are read instead (the message says why)."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Stopped by a signal after cleaning up (``forced``: a second signal cut the cleanup short)."""
 

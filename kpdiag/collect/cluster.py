@@ -744,6 +744,17 @@ class ClusterCollector:
             self.service_error = self.out.errors[-1]["error"]
         return doc
 
+    def one_service(self, namespace: str, name: str) -> tuple[dict | None, str]:
+        """The Service object alone (what a focused read of IPVS rules needs), or (None, why not)."""
+        from .kubeapi import RawApi
+
+        if self._api is None and not self.connect():
+            return None, self.config_error or "no API credentials"
+        doc = self._get_service(RawApi(self._api), namespace, name)
+        if doc is None:
+            return None, self.service_error or "no such Service"
+        return doc, ""
+
     def _lookup(self, api, namespace: str, name: str) -> None:
         """The Service is not there: which names are (nearest in the namespace, the same name elsewhere) —
         cluster/service-lookup.json, read by KP110."""

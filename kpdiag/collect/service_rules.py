@@ -15,8 +15,8 @@ One reader per proxy mode (:func:`reader`, as the mode's dataplane class says: `
 (:class:`NftablesFocused`) reads kube-proxy's table over netlink (kpdiag/collect/nft_netlink.py: ``nft`` itself
 fetches the whole ruleset before it lists one chain): the base chains and every chain they reach, the verdict maps
 reduced to the elements that can match the Service's packets (:class:`NftWalk`); an expression it cannot decode
-exactly makes the whole dump be read. IPVS mode reads its rules whole for now (the netlink dump of IPVS):
-:class:`WholeRules`.
+exactly makes the whole dump be read. IPVS mode's is :class:`kpdiag.collect.ipvs_rules.IpvsFocused` (the Service's
+virtual servers one by one over netlink; its addresses from the API's Service).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import time
 
 from kpdiag.bundle import sources
 from kpdiag.collect.node import CMD_TIMEOUT, DUMP_TIMEOUT, SAFE_ENV, NodeCollector
+from kpdiag.errors import NotFocused  # raised here and by each mode's reader (kpdiag/collect/ipvs_rules.py)
 from kpdiag.parse.iptables import BUILTIN_CHAINS, TABLES
 
 PER_SERVICE = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-")
@@ -41,10 +42,6 @@ TARGETS = frozenset(
     "LED RATEEST SYNPROXY CLUSTERIP ECN TCPOPTSTRIP NFCT JOURNAL".split()
 )
 _TOKEN_RE = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
-
-
-class NotFocused(Exception):
-    """A focused read is not possible here: the whole dump is taken (the message says why)."""
 
 
 def _tokens(line: str) -> list[str]:
@@ -665,12 +662,17 @@ RULE_STEPS = NodeCollector.RULE_STEPS
 READERS = {cls.mode: cls for cls in (IptablesFocused, NftablesFocused)}  # by the dataplane class's name
 
 
-def reader(mode: str, collector, service: str):
+def reader(mode: str, collector, service: str, lookup=None):
     """The reader of ``mode``'s rules: one Service's where its dataplane class says it can (``reads_one_service``),
-    else the whole rules, as a full run reads them."""
+    else the whole rules, as a full run reads them. ``lookup()``: the API's Service (object, why not) — IPVS mode
+    needs it (kpdiag/collect/ipvs_rules.py: nothing on an IPVS node names a Service)."""
     from kpdiag.dataplane import get
 
     plane = get(mode)
+    if plane.reads_one_service and plane.services_in_ipvs:  # kpdiag/collect/ipvs_rules.py imports nothing from here
+        from kpdiag.collect.ipvs_rules import IpvsFocused
+
+        return IpvsFocused(collector, service, lookup, iptables=IptablesFocused(collector, service))
     if plane.reads_one_service:
         return READERS[plane.name](collector, service)
     return WholeRules(collector, service, mode)
@@ -705,16 +707,17 @@ def detect_mode(collector) -> str:
     return mode if _kube_proxy_mode(mode) else "iptables"
 
 
-def focused_rules(service: str):
-    """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those ``service`` can meet."""
-    return lambda collector: collect_focused(collector, service)
+def focused_rules(service: str, lookup=None):
+    """What :meth:`NodeCollector.collect` calls to read the rules (``rules=``): those ``service`` can meet;
+    ``lookup()`` returns the API's Service as (object or None, why not), for the modes that need it."""
+    return lambda collector: collect_focused(collector, service, lookup)
 
 
-def collect_focused(collector, service: str) -> None:
+def collect_focused(collector, service: str, lookup=None) -> None:
     """Read the rules ``service`` (NS/NAME) can meet into ``collector.out``; the manifest's ``partial`` is set on
     the collector (``collector.partial``) when the bundle does not hold the whole ruleset."""
     mode = detect_mode(collector)
-    rules = reader(mode, collector, service)
+    rules = reader(mode, collector, service, lookup)
     try:
         rules.collect()
     except NotFocused as exc:

@@ -34,6 +34,21 @@ def check_focus(service: str | None, trace_to: str | None) -> None:
             raise ValueError(f"--trace {trace_to}: {exc}") from None
 
 
+def _named_by_api(state, service: str, table: dict) -> list[tuple[str, str, int, str]]:
+    """The Service's ClusterIP ports the mode's table holds, named from the API's Service (IPVS keeps no names)."""
+    out = []
+    for svc in state.cluster.services() or []:
+        if svc.key != service:
+            continue
+        for ip in svc.cluster_ips:
+            for p in svc.ports:
+                proto = str(p.get("protocol") or "TCP").lower()
+                key = f"{ip}:{p.get('port')}/{proto}"  # as the mode's table spells it (IPv6 unbracketed)
+                if key in table:
+                    out.append((svc.kube_proxy_name(p), ip, int(p["port"]), proto))
+    return out
+
+
 def focus_report(report, state, service: str | None = None, trace_to: str | None = None):
     """Add traces (from a pod and from an external client) for a Service's ports or one DST:PORT."""
     if not service and not trace_to:
@@ -56,6 +71,8 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
                 hostport, proto = key.rsplit("/", 1)
                 ip, port = hostport.rsplit(":", 1)
                 targets.append((name, ip, int(port), proto))
+        if not targets and not state.dataplane.keeps_service_names:
+            targets += _named_by_api(state, service, service_table(state) or {})
     extra = dict(report.extra)
     traces = []
     notes = []

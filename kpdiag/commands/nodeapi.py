@@ -50,3 +50,16 @@ def api_holds(service: str, files: dict) -> dict[str, str]:
         for src, what in ClusterCollector.SERVICE_VIEW_HOLDS.items()
         if src in files
     }
+
+
+def service_lookup(service: str, kubeconfig: str | None = None, context: str | None = None):
+    """``lookup()`` for a focused read (kpdiag/collect/service_rules.py): the API's Service NS/NAME, as (object, "") or
+    (None, why not); asked only when the mode's reader needs it."""
+
+    def lookup():
+        from kpdiag.collect.cluster import ClusterCollector
+
+        ns, name = service.split("/", 1)
+        return ClusterCollector(kubeconfig, context).one_service(ns, name)
+
+    return lookup

@@ -85,8 +85,9 @@ def diagnose_node(
     ahead = None
     if service and not all_rules and not preflight:
         from kpdiag.collect.service_rules import focused_rules
+        from kpdiag.commands.nodeapi import service_lookup
 
-        rules = focused_rules(service)
+        rules = focused_rules(service, service_lookup(service, kubeconfig, context) if use_api else None)
         if use_api:  # the Service's few API reads run while the rules are listed (both wait on others)
             ahead = _api_ahead(service, kubeconfig, context, progress)
     files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)

@@ -263,7 +263,8 @@ def collect_service(
         except NotFocused:
             visible = False
         if visible:
-            nc.collect(rules=focused_rules(f"{namespace}/{name}"))  # only the rules this Service's packets can meet
+            # only the rules this Service's packets can meet (IPVS mode finds them from the Service read above)
+            nc.collect(rules=focused_rules(f"{namespace}/{name}", lambda: (service, "")))
             files.update(nc.out.files)
             errors.extend(nc.out.errors)
             if nc.partial:

@@ -20,6 +20,7 @@ class Ipvs(Dataplane):
     cluster_ips_bound = True
     keeps_service_names = False
     services_in_ipvs = True
+    reads_one_service = True  # the Service's virtual servers one by one over netlink (kpdiag/collect/ipvs_rules.py)
     per_service_reject_comments = False
     trace_sources = ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl")
 

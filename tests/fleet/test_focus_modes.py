@@ -33,7 +33,26 @@ def test_service_focus_traces_each_port_in_the_running_mode(fixture):
     assert row["service"] == "pod accept→3 ep, external accept→3 ep"
 
 
-def test_ipvs_focus_says_names_are_unknown_and_traces_the_clusterip():
-    report = _focus("ipvs-healthy", service="shop/web", trace_to="10.96.0.20:80")
+def test_ipvs_focus_names_ports_from_the_api_service():
+    """IPVS keeps no Service names: the API's Service (in the bundle) says which virtual servers are its ports."""
+    report = _focus("ipvs-healthy", service="shop/web")
+    assert not report.extra.get("notes")
+    assert [(t["target"], t["packet"]["from"]) for t in report.extra["traces"]] == [
+        ("shop/web:http", "pod"),
+        ("shop/web:http", "external"),
+    ]
+    assert {p["dnat"] for t in report.extra["traces"] for p in t["paths"]} == set(WEB)
+
+
+def test_ipvs_focus_without_the_api_says_names_are_unknown_and_traces_the_clusterip():
+    root = os.path.join(FIXTURES, "ipvs-healthy")
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            rel = os.path.relpath(os.path.join(dirpath, n), root)
+            if not rel.startswith("cluster/") and rel != "scenario.json":
+                files[rel] = open(os.path.join(dirpath, n), "rb").read()
+    state = NodeState(Bundle.from_files("n", files))
+    report = focus_report(analyze_state(state), state, service="shop/web", trace_to="10.96.0.20:80")
     assert any("IPVS keeps no Service names" in n for n in report.extra["notes"])
     assert {p["dnat"] for t in report.extra["traces"] for p in t["paths"]} == set(WEB)

@@ -64,6 +64,50 @@ for c in plan:
 print(json.dumps(out))
 """
 
+FOCUSED = r"""
+import json, os, subprocess, sys, time
+from kpdiag.bundle.store import write_bundle
+from kpdiag.collect.ipvs_rules import get_services, node_addresses, service_keys
+from kpdiag.collect.node import collect_node
+from kpdiag.collect.service_rules import focused_rules
+plan = json.load(sys.stdin)
+bench = {}
+if plan["bench"]:  # benchmarks/bench_ipvs_focused.py: the whole collection in this process too, to compare
+    t, c = time.monotonic(), time.process_time()
+    files, manifest = collect_node()
+    bench["whole_collection"] = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c}
+addrs = node_addresses(subprocess.run(["ip", "-j", "addr"], capture_output=True).stdout)
+out = []
+import resource
+from kpdiag.collect import ipvs_rules as R
+def children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+t, c = time.monotonic(), children()
+subprocess.run(["ipvsadm", "-Sn"], capture_output=True, check=True)
+whole = {"seconds": time.monotonic() - t, "cpu": children() - c}
+# the whole table over netlink, as the same requests would dump it (one dump of the services, one of each's dests)
+t, c = time.monotonic(), time.process_time()
+nl = R.Netlink()
+svcs = [R._service(R._attrs(a[R.IPVS_CMD_ATTR_SERVICE])) for a in nl.request(nl.family, R.IPVS_CMD_GET_SERVICE, 1, [], dump=True)]
+for s in svcs:
+    nl.request(nl.family, R.IPVS_CMD_GET_DEST, 1, [R._service_key(s.proto, s.addr, s.port)], dump=True)
+nl.close()
+whole_nl = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c, "services": len(svcs)}
+for i, f in enumerate(plan["focus"]):
+    keys = service_keys(f["object"], addrs)
+    t, c = time.monotonic(), time.process_time()
+    found = get_services(keys)
+    ipvs = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c, "asked": len(keys), "found": len(found)}
+    t, c = time.monotonic(), time.process_time()
+    files, manifest = collect_node(rules=focused_rules(f["service"], lambda f=f: (f["object"], "")))
+    write_bundle(files, os.path.join(sys.argv[1], f"focused-{i}"), manifest)
+    out.append({"service": f["service"], "bundle": f"focused-{i}", "seconds": time.monotonic() - t,
+                "cpu": time.process_time() - c, "ipvs": ipvs, "ipvsadm_Sn": whole, "whole_netlink": whole_nl, **bench,
+                "partial": manifest.get("partial"), "errors": manifest.get("errors")})
+print(json.dumps(out))
+"""
+
 
 def sh(*argv: str, input: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     p = subprocess.run(list(argv), input=input, capture_output=True, text=True, env=ENV, timeout=timeout)
@@ -107,8 +151,9 @@ def build(sc: dict) -> list[subprocess.Popen]:
     for key, value in sc.get("sysctls", {}).items():
         nsx("node", "sysctl", "-qw", f"{key}={value}")
     nsx("node", "ip", "link", "add", "kube-ipvs0", "type", "dummy")
-    for ip in sc.get("bound", []):
-        nsx("node", "ip", "addr", "add", f"{ip}/32", "dev", "kube-ipvs0")
+    if sc.get("bound"):  # one ip process for all of them (thousands of processes take minutes under emulation)
+        batch = "".join(f"addr add {ip}/32 dev kube-ipvs0\n" for ip in sc["bound"])
+        sh("ip", "-netns", "node", "-batch", "-", input=batch)
     if sc.get("ipset"):
         nsx("node", "ipset", "restore", input=sc["ipset"])
     if sc.get("iptables"):
@@ -268,6 +313,19 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
         if sc.get("collect") == "kpdiag":
             p = kpdiag("node", "collect", "-o", bundle, src=src)
             rec["collect"] = {"rc": p.returncode, "stderr": p.stderr[-3000:], "by": "kpdiag"}
+            if sc.get("focus"):  # kpdiag node --service's read of each (the API's Service given, as the API would)
+                env = dict(ENV, PYTHONPATH=src, PYTHONDONTWRITEBYTECODE="1")
+                p = subprocess.run(
+                    ["ip", "netns", "exec", "node", "python3", "-c", FOCUSED, out],
+                    input=json.dumps({"focus": sc["focus"], "bench": sc.get("bench", False)}),
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=1800,
+                )
+                if p.returncode != 0:
+                    raise RuntimeError(f"focused reads: {p.stderr[-2000:]}")
+                rec["focused"] = json.loads(p.stdout)
         else:
             shell_bundle(bundle)
             rec["collect"] = {"rc": 0, "stderr": "", "by": "commands"}

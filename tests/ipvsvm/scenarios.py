@@ -52,6 +52,8 @@ class Scenario:
     web_endpoints: tuple = ("pod0", "pod1", "pod2")
     node_cmds: list = field(default_factory=list)
     collect: str = "commands"  # "kpdiag": kpdiag collect in the guest (netlink), compared with ipvsadm -Sn
+    bulk: int = 0  # more Services (bulk/svc-N), each a virtual server with real servers (every tenth a NodePort)
+    focus: list = field(default_factory=list)  # Services read focused too (kpdiag node --service's read), NS/NAME
 
 
 def web_service(sc: Scenario) -> Service:
@@ -77,8 +79,30 @@ def dns_service() -> Service:
     )
 
 
+def bulk_ip(i: int) -> str:
+    return f"10.97.{i // 250}.{i % 250 + 1}"
+
+
+def bulk_node_port(i: int) -> int | None:
+    return 30100 + i // 10 if i % 10 == 0 else None  # within the NodePort range (its bitmap ipset)
+
+
+def bulk_services(n: int) -> list[Service]:
+    pods = [POD_IPS[p] for p in ("pod0", "pod1", "pod2")]
+    return [
+        Service(
+            "bulk",
+            f"svc-{i}",
+            bulk_ip(i),
+            [Port("http", 80, 8080, node_port=bulk_node_port(i))],
+            [Endpoint(pods[i % 3]), Endpoint(pods[(i + 1) % 3])],
+        )
+        for i in range(n)
+    ]
+
+
 def services(sc: Scenario) -> list[Service]:
-    return [web_service(sc), dns_service()]
+    return [web_service(sc), dns_service()] + bulk_services(sc.bulk)
 
 
 def ipvs_restore(save: str, sc: Scenario) -> str:
@@ -95,6 +119,7 @@ def guest_spec(sc: Scenario) -> dict:
     bound = [a["local"] for i in addrs if i["ifname"] == "kube-ipvs0" for a in i["addr_info"]]
     bound = [ip for ip in bound if ip not in sc.unbind]
     ipset, iptables = files["node/ipset.txt"], files["node/iptables-save.txt"]
+    ipset = "".join(line + "\n" for line in dict.fromkeys(ipset.splitlines()))  # a set holds an entry once
     if sc.no_ipset:
         ipset = ""
         iptables = "\n".join(line for line in iptables.splitlines() if "--match-set" not in line) + "\n"
@@ -115,7 +140,18 @@ def guest_spec(sc: Scenario) -> dict:
         "hide_ipvs_modules": sc.hide_ipvs_modules,
         "node_cmds": sc.node_cmds,
         "collect": sc.collect,
+        "focus": [{"service": f, "object": _api_service(sc, f)} for f in sc.focus],
     }
+
+
+def _api_service(sc: Scenario, service: str) -> dict:
+    ns, name = service.split("/")
+    (doc,) = [
+        s
+        for s in api_objects(sc)["cluster/services.json"]["items"]
+        if (s["metadata"]["namespace"], s["metadata"]["name"]) == (ns, name)
+    ]
+    return doc
 
 
 def api_objects(sc: Scenario) -> dict[str, dict]:
@@ -155,8 +191,23 @@ def api_objects(sc: Scenario) -> dict[str, dict]:
     for ep in slices[0]["endpoints"]:
         if ep["addresses"][0] in terminating:
             ep["conditions"] = {"ready": False, "serving": False, "terminating": True}
+    bulk = []
+    for i, b in enumerate(bulk_services(sc.bulk)):
+        np = bulk_node_port(i)
+        bulk.append(
+            k8s.service(
+                "bulk",
+                b.name,
+                b.cluster_ip,
+                [k8s.port(80, 8080, "http", node_port=np)],
+                selector={"app": b.name},
+                type_="NodePort" if np else "ClusterIP",
+            )
+        )
+        eps = [(e.ip, True, "node-a", f"{b.name}-{j}") for j, e in enumerate(b.endpoints)]
+        slices.append(k8s.endpointslice("bulk", b.name, eps, [("http", 8080, "TCP")]))
     lst = lambda items: {"apiVersion": "v1", "kind": "List", "items": items}  # noqa: E731
-    return {"cluster/services.json": lst([svc_web, svc_dns]), "cluster/endpointslices.json": lst(slices)}
+    return {"cluster/services.json": lst([svc_web, svc_dns] + bulk), "cluster/endpointslices.json": lst(slices)}
 
 
 def conn(origin: str, dst: str, dport: int, count: int, sport: int, proto: str = "tcp", timeout: float = 2.0) -> dict:
@@ -293,6 +344,14 @@ SCENARIOS = [
         "no-route",
         "an address no route covers, on a node without a default route",
         connections=[conn("client", "10.99.0.7", 80, 1, 43300)],
+    ),
+    Scenario(
+        "focused-many",
+        "300 more Services: kpdiag node --service's read (virtual servers one by one over netlink) of three of them",
+        bulk=300,
+        lb=True,
+        collect="kpdiag",
+        focus=["shop/web", "kube-system/kube-dns", "bulk/svc-120"],
     ),
     Scenario(
         "no-ipvs-modules",

@@ -272,3 +272,102 @@ def test_preflight_walkthrough_from_the_kernels_own_state(vm_results):
     report = json.loads(with_["stdout"])
     assert not [f for f in report["findings"] if f["severity"] in ("error", "warning")], report["findings"]
     assert with_["rc"] == 0
+
+
+FOCUSED_CASES = [(sc.name, i) for sc in S.SCENARIOS for i, _ in enumerate(sc.focus)]
+
+
+def _vs_lines(text: str) -> dict[tuple[str, str], list[str]]:
+    """``ipvsadm -Sn`` lines by virtual server (its protocol flag and address:port)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for line in text.splitlines():
+        toks = line.split()
+        if len(toks) >= 3 and toks[0] in ("-A", "-a"):
+            out.setdefault((toks[1], toks[2]), []).append(" ".join(toks))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _unplaced(obj):
+    """A trace without the file:line of its steps (the partial files are shorter: the same rules on other lines)."""
+    import re
+
+    if isinstance(obj, dict):
+        return {k: _unplaced(v) for k, v in obj.items() if k not in ("source", "sources")}
+    if isinstance(obj, list):
+        return [_unplaced(v) for v in obj]
+    if isinstance(obj, str):
+        return re.sub(r"node/[\w.-]+:\d+", "FILE:LINE", obj)
+    return obj
+
+
+def _focused_bundle(vm_results, name: str, rel: str) -> str:
+    """A focused bundle of the guest, with what _bundle adds to the whole one (kube-proxy's config, the API)."""
+    whole = _bundle(vm_results, name)
+    dst = os.path.join(vm_results["share"], "analyzed", f"{name}-{rel}")
+    if not os.path.isdir(dst):
+        shutil.copytree(os.path.join(vm_results["share"], "out", name, rel), dst)
+        for sub in ("node/kube-proxy", "cluster"):
+            shutil.copytree(os.path.join(whole, sub), os.path.join(dst, sub), dirs_exist_ok=True)
+    return dst
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("name,index", FOCUSED_CASES, ids=[f"{n}-{i}" for n, i in FOCUSED_CASES])
+def test_focused_read_equals_the_whole_dump(vm_results, name, index):
+    """kpdiag node --service in IPVS mode (kpdiag/collect/ipvs_rules.py) on a kernel with hundreds of virtual servers:
+    the virtual and real servers it read are exactly the whole table's at the Service's addresses and ports, and the
+    Service's findings and traces are those of the whole collection."""
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.collect.ipvs import SAVE_PROTO
+    from kpdiag.collect.ipvs_rules import node_addresses, service_keys
+    from kpdiag.commands.diagnose import analyze_state
+    from kpdiag.commands.focus import focus_report
+    from kpdiag.parse.addr import hostport
+    from kpdiag.state.node import NodeState
+    from tests.checks.test_partial_bundles import SCOPED, _service
+
+    rec = _result(vm_results, name)
+    sc = S.BY_NAME[name]
+    svc = sc.focus[index]
+    got = rec["focused"][index]
+    assert got["service"] == svc
+    assert not [e for e in got["errors"] if "focused read" in e["error"]], got["errors"]
+    assert got["partial"]["mode"] == "ipvs" and got["partial"]["service"] == svc
+    whole_dir = _bundle(vm_results, name)
+    part_dir = _focused_bundle(vm_results, name, got["bundle"])
+    # the IPVS entries: the whole table's at the Service's (protocol, address, port), no more, no fewer
+    with open(os.path.join(whole_dir, "node", "ip-addr.json")) as fh:
+        keys = service_keys(S._api_service(sc, svc), node_addresses(fh.read()))
+    wanted = {(SAVE_PROTO[proto], hostport(addr, port)) for proto, addr, port in keys}
+    whole = _vs_lines(rec["ipvsadm_Sn"])  # the kernel's own ipvsadm -Sn
+    with open(os.path.join(part_dir, "node", "ipvsadm.txt")) as fh:
+        mine = _vs_lines(fh.read())
+    assert len(whole) > sc.bulk and mine
+    assert mine == {k: v for k, v in whole.items() if k in wanted}
+    assert got["ipvs"]["found"] == len(mine) and got["ipvs"]["asked"] == len(keys)
+
+    def report(path: str):
+        state = NodeState(Bundle.open(path))
+        return focus_report(analyze_state(state), state, service=svc)
+
+    full, part = report(whole_dir), report(part_dir)
+    assert part.extra["partial"]["service"] == svc and "partial" not in full.extra
+    assert part.facts["proxy_mode"] == full.facts["proxy_mode"] == "ipvs"
+    key = lambda f: (f.id, f.subject, f.summary)  # noqa: E731
+    assert sorted(key(f) for f in part.findings if _service(f) == svc) == sorted(
+        key(f) for f in full.findings if _service(f) == svc
+    )
+    assert all(_service(f) in (None, svc) for f in part.findings), [key(f) for f in part.findings]
+    assert {f.id for f in part.findings} <= {f.id for f in full.findings}
+    skipped = {c.id: c.reason for c in part.checks if c.status == "skipped"}
+    for f in full.findings:
+        if _service(f) is None and f.id not in {g.id for g in part.findings} and f.id not in SCOPED:
+            assert "partial bundle" in skipped.get(f.id, ""), (f.id, skipped.get(f.id))
+    assert part.extra["traces"], part.extra.get("notes")
+
+    # the same paths; their order follows the real servers' in the file: ipvsadm (the guest's whole read: its
+    # pyroute2 has no IPVS) sorts them, netlink gives the kernel's order
+    def paths_in_any_order(traces):
+        return [dict(t, paths=sorted(t["paths"], key=lambda p: json.dumps(p, sort_keys=True))) for t in traces]
+
+    assert paths_in_any_order(_unplaced(part.extra["traces"])) == paths_in_any_order(_unplaced(full.extra["traces"]))

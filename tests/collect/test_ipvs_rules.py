@@ -1,0 +1,165 @@
+"""IPVS mode's focused read (kpdiag/collect/ipvs_rules.py) off the IPVS kernel: the requests and answers against
+pyroute2's own encoding of the kernel's layout, which (protocol, address, port) a Service's packets can meet, the API's
+Service read for it (a loopback API server), and the whole read, said why, where it cannot focus. The kernel's answers
+themselves are judged in tests/ipvsvm (Debian's kernel with IPVS: test_focused_read_equals_the_whole_dump)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+import pytest
+from pyroute2.netlink.generic.ipvs import IPVS_CMD_GET_DEST, IPVS_CMD_GET_SERVICE, ipvsmsg
+
+from kpdiag.collect import ipvs as ipvsnl
+from kpdiag.collect import ipvs_rules as R
+from tests import k8sobjects as k8s
+
+
+def _wire(cmd: int, attr: str, attrs: list) -> bytes:
+    """A message as the kernel sends it (pyroute2 encodes the same layout)."""
+    msg = ipvsmsg()
+    msg["cmd"], msg["version"] = cmd, 1
+    msg["attrs"] = [(attr, {"attrs": attrs})]
+    msg.encode()
+    return bytes(msg.data)
+
+
+def _decoded(data: bytes):
+    back = ipvsmsg(data)
+    back.decode()
+    return back
+
+
+@pytest.mark.parametrize(
+    "addr,port,proto,af,flags,timeout",
+    [
+        ("10.96.0.20", 80, socket.IPPROTO_TCP, socket.AF_INET, 0, 0),
+        ("10.96.0.10", 53, socket.IPPROTO_UDP, socket.AF_INET, 1, 10800),  # persistent (sessionAffinity ClientIP)
+        ("fd00:10:96::a", 8443, 132, socket.AF_INET6, 0, 0),
+    ],
+)
+def test_service_and_dest_answers_read_as_the_whole_dump_reads_them(addr, port, proto, af, flags, timeout):
+    svc_attrs = [
+        ("IPVS_SVC_ATTR_AF", af),
+        ("IPVS_SVC_ATTR_PROTOCOL", proto),
+        ("IPVS_SVC_ATTR_ADDR", addr),
+        ("IPVS_SVC_ATTR_PORT", port),
+        ("IPVS_SVC_ATTR_SCHED_NAME", "wrr"),
+        ("IPVS_SVC_ATTR_FLAGS", {"flags": flags, "mask": 0xFFFFFFFF}),
+        ("IPVS_SVC_ATTR_TIMEOUT", timeout),
+    ]
+    if af == socket.AF_INET:
+        svc_attrs.append(("IPVS_SVC_ATTR_NETMASK", "255.255.255.255"))
+    data = _wire(IPVS_CMD_GET_SERVICE, "IPVS_CMD_ATTR_SERVICE", svc_attrs)
+    ours = R._service(R._attrs(R._attrs(data[20:])[R.IPVS_CMD_ATTR_SERVICE]))
+    theirs = ipvsnl.service_from_nla(_decoded(data).get_attr("IPVS_CMD_ATTR_SERVICE"))
+    assert ours == theirs and ours.addr == addr and ours.port == port
+    real = "fd00:10:244::7" if af == socket.AF_INET6 else "10.244.1.7"
+    data = _wire(
+        IPVS_CMD_GET_DEST,
+        "IPVS_CMD_ATTR_DEST",
+        [
+            ("IPVS_DEST_ATTR_ADDR_FAMILY", af),
+            ("IPVS_DEST_ATTR_ADDR", real),
+            ("IPVS_DEST_ATTR_PORT", 8080),
+            ("IPVS_DEST_ATTR_FWD_METHOD", 0),
+            ("IPVS_DEST_ATTR_WEIGHT", 3),
+            ("IPVS_DEST_ATTR_ACTIVE_CONNS", 5),
+            ("IPVS_DEST_ATTR_INACT_CONNS", 2),
+        ],
+    )
+    ours = R._dest(R._attrs(R._attrs(data[20:])[R.IPVS_CMD_ATTR_DEST]), af)
+    theirs = ipvsnl.dest_from_nla(_decoded(data).get_attr("IPVS_CMD_ATTR_DEST"))
+    assert ours == theirs and (ours.addr, ours.port, ours.weight, ours.active) == (real, 8080, 3, 5)
+
+
+@pytest.mark.parametrize("proto,addr,port", [("tcp", "10.96.0.20", 80), ("sctp", "fd00:10:96::a", 3868)])
+def test_the_request_names_one_virtual_server(proto, addr, port):
+    """IPVS_CMD_GET_SERVICE's key as pyroute2 (and so the kernel's layout) reads it back."""
+    body = R._service_key(proto, addr, port)
+    head = bytes([IPVS_CMD_GET_SERVICE, 1, 0, 0])
+    msg = _decoded(struct.pack("=IHHII", 20 + len(body), 0, 1, 1, 0) + head + body)
+    svc = msg.get_attr("IPVS_CMD_ATTR_SERVICE")
+    assert svc.get_attr("IPVS_SVC_ATTR_ADDR") == addr
+    assert svc.get_attr("IPVS_SVC_ATTR_PORT") == port
+    assert svc.get_attr("IPVS_SVC_ATTR_PROTOCOL") == R.PROTO_NUMBERS[proto]
+    assert svc.get_attr("IPVS_SVC_ATTR_AF") == (socket.AF_INET6 if ":" in addr else socket.AF_INET)
+
+
+ADDRS = ["192.168.50.1", "10.244.1.1", "127.0.0.1", "10.96.0.20", "fd00::1", "fe80::1"]
+
+
+def test_service_keys_are_every_address_and_port_its_packets_meet():
+    svc = k8s.service(
+        "shop",
+        "web",
+        "10.96.0.20",
+        [k8s.port(80, 8080, "http", node_port=30080), k8s.port(53, 53, "dns", "UDP")],
+        type_="LoadBalancer",
+        externalIPs=["198.51.100.7"],
+    )
+    svc["status"] = {"loadBalancer": {"ingress": [{"ip": "192.168.50.200"}, {"hostname": "lb.example"}]}}
+    keys = R.service_keys(svc, ADDRS)
+    want = {("tcp", ip, 80) for ip in ("10.96.0.20", "198.51.100.7", "192.168.50.200")}
+    want |= {("udp", ip, 53) for ip in ("10.96.0.20", "198.51.100.7", "192.168.50.200")}
+    want |= {("tcp", a, 30080) for a in ADDRS if ":" not in a}  # an IPv4 Service: NodePorts on IPv4 addresses
+    assert set(keys) == want and len(keys) == len(want)
+
+
+@pytest.mark.parametrize(
+    "svc,addrs,why",
+    [
+        (k8s.service("a", "b", "None", [k8s.port(80)]), ADDRS, "headless"),
+        (
+            {"metadata": {"namespace": "a", "name": "b"}, "spec": {"type": "ExternalName", "externalName": "x.y"}},
+            ADDRS,
+            "ExternalName",
+        ),
+        (k8s.service("a", "b", "10.96.0.9", [k8s.port(80, node_port=30001)], type_="NodePort"), None, "NodePorts"),
+    ],
+)
+def test_not_focused_when_the_addresses_cannot_be_told(svc, addrs, why):
+    with pytest.raises(R.NotFocused, match=why):
+        R.service_keys(svc, addrs)
+
+
+def test_node_addresses_from_ip_addr():
+    links = [
+        {"ifname": "lo", "addr_info": [{"local": "127.0.0.1"}, {"local": "::1"}]},
+        {"ifname": "kube-ipvs0", "addr_info": [{"local": "10.96.0.20"}]},
+        {"ifname": "odd", "addr_info": [{"local": "not-an-ip"}, {}]},
+    ]
+    assert R.node_addresses(json.dumps(links)) == ["127.0.0.1", "::1"]  # not the Service addresses kube-proxy bound
+    assert R.node_addresses(None) is None and R.node_addresses("{") is None
+
+
+def test_no_ipvs_on_this_kernel_is_not_focused():
+    """This kernel has no ip_vs: the generic netlink family is not there, said in one line (the whole read follows)."""
+    with pytest.raises(R.NotFocused, match="no IPVS generic netlink family"):
+        R.get_services([("tcp", "10.96.0.20", 80)])
+
+
+def test_the_api_service_is_read_for_the_focused_read(tmp_path):
+    from kpdiag.commands.nodeapi import service_lookup
+    from tests.apiserver import ApiServer
+
+    web = k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")])
+    with ApiServer([web]) as api:
+        kc = api.kubeconfig(tmp_path)
+        doc, why = service_lookup("shop/web", kc)()
+        assert why == "" and doc["spec"]["clusterIP"] == "10.96.0.20"
+        doc, why = service_lookup("shop/nope", kc)()
+        assert doc is None and "nope" in why
+
+
+def test_without_the_api_service_ipvs_mode_is_not_focused(tmp_path):
+    from kpdiag.collect.node import NodeCollector
+
+    reader = R.IpvsFocused(NodeCollector(host_root=None), "shop/web", lookup=None)
+    with pytest.raises(R.NotFocused, match="nothing on the node names a Service"):
+        reader._service_object()
+    reader = R.IpvsFocused(NodeCollector(host_root=None), "shop/web", lookup=lambda: (None, "403 Forbidden"))
+    with pytest.raises(R.NotFocused, match="403 Forbidden"):
+        reader._service_object()
