@@ -465,7 +465,11 @@ def plugin_names(argv: list[str]) -> set[str]:
     rest = list(argv[1:])
     while rest:
         word = rest.pop(0)
-        if word in ("-S", "--split-string") and rest:
+        if word.startswith("--split-string="):  # the attached forms: --split-string=STRING, -SSTRING
+            rest = word.split("=", 1)[1].split() + rest
+        elif word.startswith("-S") and len(word) > 2:
+            rest = word[2:].split() + rest
+        elif word in ("-S", "--split-string") and rest:
             rest = rest.pop(0).split() + rest
         elif word in ENV_OPTIONS_WITH_VALUE:
             rest = rest[1:]

@@ -18,8 +18,6 @@ as a problem of ``iptables-save`` (the trace prints it).
 
 from __future__ import annotations
 
-import ipaddress
-import re
 
 from kpdiag.bundle import sources
 from kpdiag.collect.service_rules import (
@@ -27,6 +25,10 @@ from kpdiag.collect.service_rules import (
     PER_SERVICE,
     RULE_STEPS,
     TARGETS,
+    _DEST,
+    _JUMP,
+    _QUOTED,
+    Destination,
     IptablesFocused,
     _tokens,
     NotFocused,
@@ -35,56 +37,6 @@ from kpdiag.collect.service_rules import (
     jump_of,
     may_meet,
 )
-
-_PROTOS = {"tcp": "6", "udp": "17", "sctp": "132", "icmp": "1"}
-_JUMP = re.compile(r"\s-[jg]\s+(\S+)")
-_DEST = re.compile(r"(?:^|\s)(!\s+)?-d\s+(\S+)")
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
-class Destination:
-    """What a rule's matches can be tested against: the packet's destination address, port and protocol."""
-
-    def __init__(self, addr: str, port: int | None, proto: str):
-        self.addr = ipaddress.ip_address(addr)
-        self.port = port
-        self.proto = proto.lower()
-        self._nets: dict[str, bool] = {}
-
-    def __str__(self) -> str:
-        host = f"[{self.addr}]" if self.addr.version == 6 else str(self.addr)
-        return f"{host}:{self.port}/{self.proto}" if self.port is not None else f"{self.addr}/{self.proto}"
-
-    def dest_ok(self, value: str) -> bool:
-        """Can ``-d VALUE`` match this address? (a prefix or an address; what cannot be read can match)."""
-        ok = self._nets.get(value)
-        if ok is None:
-            try:
-                net = ipaddress.ip_network(value, strict=False)
-                ok = net.version == self.addr.version and self.addr in net
-            except ValueError:  # a host name, something new: the rule may match
-                ok = True
-            self._nets[value] = ok
-        return ok
-
-    def port_ok(self, value: str) -> bool:
-        """Can ``--dport VALUE`` (a port or FIRST:LAST) match this port? A packet without a port (ICMP) cannot."""
-        if self.port is None:
-            return False
-        first, _, last = value.partition(":")
-        try:
-            lo = int(first) if first else 0
-            hi = int(last) if last else (65535 if _ else lo)
-        except ValueError:  # a service name from /etc/services: the rule may match
-            return True
-        return lo <= self.port <= hi
-
-    def proto_ok(self, value: str) -> bool:
-        value = value.lower()
-        return value in ("all", "0", self.proto, _PROTOS.get(self.proto, self.proto)) or value not in (
-            *_PROTOS,
-            *_PROTOS.values(),
-        )
 
 
 def targets(lines: list[str], table: str, dest: Destination, mine: bool) -> list[str]:

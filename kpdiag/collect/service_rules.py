@@ -95,7 +95,7 @@ def may_meet(tokens: list[str], dest_ok, port_ok, proto_ok=None) -> bool:
     """Can a rule (its tokens) match a packet whose destination address (``-d``), port (``--dport``) and protocol
     (``-p``) pass the given tests? A match the rule does not have, or negates, can always match: only a rule that
     names a destination, port or protocol the packet cannot have is ruled out. Used for "another Service's rule that
-    takes this Service's packets" (:func:`_targets`) and for the one packet of a live ``kpdiag trace``
+    takes this Service's packets" (:class:`ServiceWalk`) and for the one packet of a live ``kpdiag trace``
     (kpdiag/collect/dest_rules.py)."""
     for name, ok in (("-d", dest_ok), ("--dport", port_ok), ("-p", proto_ok)):
         value = _opt(tokens, name) if ok is not None else None
@@ -104,77 +104,194 @@ def may_meet(tokens: list[str], dest_ok, port_ok, proto_ok=None) -> bool:
     return True
 
 
-def _targets(lines: list[str], table: str, service: str, mine: bool) -> list[str]:
-    """The chains that ``lines`` (one chain's ``-S`` output) jump to and that the Service's packets can reach.
+_PROTOS = {"tcp": "6", "udp": "17", "sctp": "132", "icmp": "1"}
+_DEST = re.compile(r"(?:^|\s)(!\s+)?-d\s+(\S+)")
+_DPORT = re.compile(r"(?:^|\s)(!\s+)?--dport\s+(\S+)")
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 
-    Another Service's chain is left out only when its rule cannot match this Service's packets: a rule whose
-    destination is one of the addresses this Service's own rules in the chain match (``-d``), or that names no
-    destination, and whose port (``--dport``) is absent or one of this Service's, is followed too — a leftover rule of
-    a deleted Service, or an externalIPs hijack of this ClusterIP, takes the packets first."""
-    dests: set[str] = set()
-    ports: set[str] = set()
-    if not mine:
+
+class Destination:
+    """What a rule's matches can be tested against: a packet's destination address (``None``: any of the node's —
+    a NodePort), port (``None``: the packet has none, as ICMP; or any, with ``any_port``) and protocol."""
+
+    def __init__(self, addr: str | None, port: int | None, proto: str, any_port: bool = False):
+        self.addr = ipaddress.ip_address(addr) if addr is not None else None
+        self.port = port
+        self.proto = proto.lower()
+        self.any_port = any_port and port is None
+        self._nets: dict[str, bool] = {}
+
+    def __str__(self) -> str:
+        if self.addr is None:
+            host = "any address"
+        else:
+            host = f"[{self.addr}]" if self.addr.version == 6 else str(self.addr)
+        return f"{host}:{self.port}/{self.proto}" if self.port is not None else f"{host}/{self.proto}"
+
+    def dest_ok(self, value: str) -> bool:
+        """Can ``-d VALUE`` match this address? (a prefix or an address; what cannot be read can match)."""
+        if self.addr is None:
+            return True
+        ok = self._nets.get(value)
+        if ok is None:
+            try:
+                net = ipaddress.ip_network(value, strict=False)
+                ok = net.version == self.addr.version and self.addr in net
+            except ValueError:  # a host name, something new: the rule may match
+                ok = True
+            self._nets[value] = ok
+        return ok
+
+    def port_ok(self, value: str) -> bool:
+        """Can ``--dport VALUE`` (a port or FIRST:LAST) match this port? A packet without a port (ICMP) cannot."""
+        if self.port is None:
+            return self.any_port
+        first, _, last = value.partition(":")
+        try:
+            lo = int(first) if first else 0
+            hi = int(last) if last else (65535 if _ else lo)
+        except ValueError:  # a service name from /etc/services: the rule may match
+            return True
+        return lo <= self.port <= hi
+
+    def proto_ok(self, value: str) -> bool:
+        value = value.lower()
+        return value in ("all", "0", self.proto, _PROTOS.get(self.proto, self.proto)) or value not in (
+            *_PROTOS,
+            *_PROTOS.values(),
+        )
+
+    def may_meet(self, tokens: list[str]) -> bool:
+        return may_meet(tokens, self.dest_ok, self.port_ok, self.proto_ok)
+
+    def ruled_out(self, line: str) -> bool:
+        """A quick look at a rule's line: does its (not negated) ``-d`` rule this packet out?"""
+        return self._ruled_out(_QUOTED.sub('""', line))
+
+    def _ruled_out(self, bare: str, port: bool = False) -> bool:
+        d = _DEST.search(bare)
+        if d is not None and d.group(1) is None and not self.dest_ok(d.group(2)):
+            return True
+        p = _DPORT.search(bare) if port else None
+        return p is not None and p.group(1) is None and not self.port_ok(p.group(2))
+
+
+def service_packet(tokens: list[str]) -> Destination | None:
+    """The packets one of the Service's own rules (in a chain that is not a per-Service one: KUBE-SERVICES,
+    KUBE-NODEPORTS, a filter chain's REJECT of a port without endpoints) is there for: its ``-d`` (none: any address of
+    the node, as a NodePort's), ``--dport`` (none: any port) and ``-p``; None when it names neither an address nor a
+    port (it says nothing of where the Service's packets go)."""
+    d = None if _negated(tokens, "-d") else _opt(tokens, "-d")
+    p = None if _negated(tokens, "--dport") else _opt(tokens, "--dport")
+    if d is None and p is None:
+        return None
+    addr = None
+    if d is not None:
+        try:
+            net = ipaddress.ip_network(d, strict=False)
+        except ValueError:
+            return None
+        addr = str(net.network_address) if net.num_addresses == 1 else None  # a prefix: any address
+    try:
+        port = int(p) if p is not None else None
+    except ValueError:  # a range or a name: any port
+        port = None
+    return Destination(addr, port, _opt(tokens, "-p") or "all", any_port=port is None)
+
+
+class ServiceWalk:
+    """Which chains one Service's packets can meet, decided as the walk goes (:func:`chain_closure`'s ``follow`` and
+    ``settle``). Every jump to a chain that is not a kube-proxy per-Service one is followed, and every jump from a
+    per-Service chain entered. A jump to another per-Service chain is kept aside: once every chain reachable without
+    them has been read, the Service's packets are known — the addresses, ports and protocols of its own rules there
+    (:func:`service_packet`) — and a kept jump is followed when its rule can match one of them (:func:`may_meet`:
+    prefixes, port ranges, negations), wherever that rule is (kube-proxy's KUBE-SERVICES, a host chain): a leftover
+    rule of a deleted Service, another Service's externalIP on this ClusterIP or on a node address at this NodePort,
+    takes the packets first, and the trace must end where the kernel sends them."""
+
+    def __init__(self, service: str):
+        self.service = service
+        self.packets: dict[tuple, Destination] = {}
+        self.kept: list[tuple[str, str]] = []  # (table, line) of jumps to other Services' chains
+        self._settled = (0, 0)  # (kept jumps, packets) already decided
+
+    def follow(self, lines: list[str], table: str, mine: bool) -> list[str]:
+        out = []
         for line in lines:
-            if line.startswith("-A ") and service in line:
-                toks = _tokens(line)
-                if names_service(comment_of(toks), service):
-                    d, p = _opt(toks, "-d"), _opt(toks, "--dport")
-                    if d:
-                        dests.add(d)
-                    if p:
-                        ports.add(p)
-    out = []
-    for line in lines:
-        if not line.startswith("-A "):
-            continue
-        overlap = False
-        if not mine and service not in line:  # fast path: most of KUBE-SERVICES is other Services' jumps
+            if not line.startswith("-A "):
+                continue
             m = _JUMP.search(line, line.rfind('"') + 1)  # after any quoted comment
             if m is None and "-j" not in line and "-g" not in line:
                 continue  # no jump at all
-            if m is not None and m.group(1).startswith(PER_SERVICE):
-                if " -d " in line and not any(f" -d {d} " in line for d in dests):
-                    continue  # another Service's chain, for another destination
-                overlap = True
-        toks = _tokens(line)
-        target = jump_of(toks)
-        if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
-            continue
-        if target.startswith(PER_SERVICE) and not mine and not names_service(comment_of(toks), service):
-            overlap = may_meet(toks, lambda d: d in dests, lambda p: p in ports)
-            if not overlap:
-                continue  # another Service's chain, which this Service's packets cannot meet
-        out.append(target)
-    return out
+            ours = self.service in line and names_service(comment_of(_tokens(line)), self.service)
+            if ours and not mine:
+                packet = service_packet(_tokens(line))
+                if packet is not None:
+                    self.packets.setdefault((str(packet), packet.any_port), packet)
+            if m is not None and m.group(1).startswith(PER_SERVICE) and not mine and not ours:
+                self.kept.append((table, line))  # decided when the Service's packets are known (settle)
+                continue
+            target = jump_of(_tokens(line))
+            if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
+                continue
+            if target.startswith(PER_SERVICE) and not mine and not ours:
+                self.kept.append((table, line))
+                continue
+            out.append(target)
+        return out
+
+    def settle(self) -> list[tuple[str, str]]:
+        """The kept jumps whose rule can match one of the Service's packets: (table, chain) to read next."""
+        out = []
+        packets = list(self.packets.values())
+        done, known = self._settled
+        start = done if known == len(packets) else 0  # a new packet: every kept jump is decided again
+        self._settled = (len(self.kept), len(packets))
+        for table, line in self.kept[start:]:
+            bare = _QUOTED.sub('""', line)
+            candidates = [p for p in packets if not p._ruled_out(bare, port=True)]
+            if not candidates:
+                continue
+            toks = _tokens(line)
+            if any(p.may_meet(toks) for p in candidates):
+                target = jump_of(toks)
+                if target and (table, target) not in out:
+                    out.append((table, target))
+        return out
 
 
 def chain_closure(list_chain, tables: list[str], service: str, follow=None) -> dict[str, dict[str, list[str]]]:
     """``{table: {chain: [its -S lines]}}`` — the hook chains of ``tables`` and every chain they reach, kube-proxy's
-    per-Service chains only for ``service``. ``list_chain(table, chain)`` returns the ``-S`` lines or raises
-    NotFocused. The chains of one step of the walk are listed in parallel. ``follow(lines, table, mine)``, when
-    given, decides which chains a listed chain leads to instead (kpdiag/collect/dest_rules.py: one packet's)."""
+    per-Service chains only where ``service``'s packets can enter them (:class:`ServiceWalk`). ``list_chain(table,
+    chain)`` returns the ``-S`` lines or raises NotFocused. The chains of one step of the walk are listed in parallel.
+    ``follow(lines, table, mine)``, when given, decides which chains a listed chain leads to instead
+    (kpdiag/collect/dest_rules.py: one packet's)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if follow is None:
-        follow = lambda lines, table, mine: _targets(lines, table, service, mine)  # noqa: E731
+    walk = ServiceWalk(service) if follow is None else None
+    if walk is not None:
+        follow = walk.follow
 
     out: dict[str, dict[str, list[str]]] = {t: {} for t in tables}
     frontier = [(t, c) for t in tables for c in BUILTIN_CHAINS[t]]
     read = 0
     with ThreadPoolExecutor(PARALLEL) as pool:
         while frontier:
-            read += len(frontier)
-            if read > MAX_CHAINS:
-                raise NotFocused(f"more than {MAX_CHAINS} chains on the Service's path")
-            listed = list(pool.map(lambda tc: list_chain(*tc), frontier))
-            nxt: list[tuple[str, str]] = []
-            for (table, name), lines in zip(frontier, listed):
-                out[table][name] = lines
-            for (table, name), lines in zip(frontier, listed):
-                for target in follow(lines, table, name.startswith(PER_SERVICE)):
-                    if target not in out[table] and (table, target) not in nxt:
-                        nxt.append((table, target))
-            frontier = nxt
+            while frontier:
+                read += len(frontier)
+                if read > MAX_CHAINS:
+                    raise NotFocused(f"more than {MAX_CHAINS} chains on the Service's path")
+                listed = list(pool.map(lambda tc: list_chain(*tc), frontier))
+                nxt: list[tuple[str, str]] = []
+                for (table, name), lines in zip(frontier, listed):
+                    out[table][name] = lines
+                for (table, name), lines in zip(frontier, listed):
+                    for target in follow(lines, table, name.startswith(PER_SERVICE)):
+                        if target not in out[table] and (table, target) not in nxt:
+                            nxt.append((table, target))
+                frontier = nxt
+            if walk is not None:  # every chain reachable without another Service's is read: decide those
+                frontier = [(t, c) for t, c in walk.settle() if t in out and c not in out[t]]
     return out
 
 

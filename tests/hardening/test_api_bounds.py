@@ -411,6 +411,8 @@ def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may
         (["/usr/local/bin/kubelogin", "get-token"], {"kubelogin"}),
         (["env", "-i", "-u", "HOME", "AWS_PROFILE=prod", "/usr/bin/aws", "eks", "get-token"], {"env", "aws"}),
         (["/usr/bin/env", "-S", "gke-gcloud-auth-plugin --verbose"], {"env", "gke-gcloud-auth-plugin"}),
+        (["env", "--split-string=gke-auth --x"], {"env", "gke-auth"}),
+        (["env", "-Sgke-auth --x"], {"env", "gke-auth"}),
         (["env", "A=1"], {"env"}),
         ([], set()),
     ],

@@ -219,6 +219,74 @@ def test_another_services_rule_that_takes_this_services_packets_is_read(lab, com
     assert dnats == {"10.244.6.6:80"}, dnats
 
 
+EVIL_CHAINS = (
+    ":KUBE-EXT-EVILEVILEVILEVIL - [0:0]\n:KUBE-SEP-EVILEVILEVILEVIL - [0:0]\n",
+    '-A KUBE-EXT-EVILEVILEVILEVIL -m comment --comment "x" -j KUBE-SEP-EVILEVILEVILEVIL\n'
+    "-A KUBE-SEP-EVILEVILEVILEVIL -p tcp -m tcp -j DNAT --to-destination 10.244.6.6:80\n",
+)
+TAKERS = {
+    # a host chain, reached from PREROUTING before kube-proxy's, sends shop/web's ClusterIP:port elsewhere
+    "host-chain": (
+        "healthy-iptables",
+        "shop/web",
+        ":MYHIJACK - [0:0]\n",
+        "-I PREROUTING 1 -j MYHIJACK\n-A MYHIJACK -d 10.96.0.20/32 -p tcp -m tcp --dport 80 -j KUBE-EXT-EVILEVILEVILEVIL\n",
+    ),
+    # a negated destination in KUBE-SERVICES (every address but another one)
+    "negated": (
+        "healthy-iptables",
+        "shop/web",
+        "",
+        "-I KUBE-SERVICES 1 ! -d 10.96.5.5/32 -p tcp -m tcp --dport 80 -j KUBE-EXT-EVILEVILEVILEVIL\n",
+    ),
+    # a prefix and a port range that hold the ClusterIP and its port
+    "prefix-and-range": (
+        "healthy-iptables",
+        "shop/web",
+        "",
+        "-I KUBE-SERVICES 1 -d 10.96.0.0/16 -p tcp -m tcp --dport 1:1000 -j KUBE-EXT-EVILEVILEVILEVIL\n",
+    ),
+    # another Service's externalIP is the node's address, at this Service's NodePort
+    "externalip-on-nodeport": (
+        "nodeport-etp-local",
+        "shop/front",
+        "",
+        "-I KUBE-SERVICES 1 -d 192.168.50.1/32 -p tcp -m tcp --dport 30080 -j KUBE-EXT-EVILEVILEVILEVIL\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAKERS))
+def test_a_rule_anywhere_that_can_take_this_services_packets_is_followed(lab, case):
+    """Another Service's chain entered from a rule that can match one of this Service's packets — its address and
+    port as a prefix, a range, negated, in a host chain reached before kube-proxy's, or at a node address on this
+    Service's NodePort — is read, and the focused trace equals the whole dump's (before, only a rule repeating this
+    Service's own ``-d`` string in the same chain was followed, and the focused trace went to the Service's pods)."""
+    fixture, svc, decl, rules = TAKERS[case]
+    d = os.path.join(FIXTURES, fixture)
+    text = open(os.path.join(d, sources.IPTABLES_SAVE)).read()
+    lab.add_ns("node")
+    lab.sh("node", ["iptables-restore"], input=text)
+    for line in (decl + EVIL_CHAINS[0]).splitlines():
+        lab.sh("node", ["iptables", "-t", "nat", "-N", line[1:].split()[0]])
+    for line in (EVIL_CHAINS[1] + rules).splitlines():
+        lab.sh("node", ["iptables", "-t", "nat", *line.split()])
+    base = _files(d)
+    manifest = json.loads(base.pop("kpdiag.json"))
+    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.focused_read", svc], check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert "-A KUBE-SEP-EVILEVILEVILEVIL" in got["focused"][sources.IPTABLES_SAVE], case
+    full = _report({**base, **{k: v.encode() for k, v in got["full"].items()}}, manifest, svc)
+    part = _report(
+        {**base, **{k: v.encode() for k, v in got["focused"].items()}}, {**manifest, "partial": got["partial"]}, svc
+    )
+    assert _strip_sources(part.extra["traces"]) == _strip_sources(full.extra["traces"])
+    if case != "externalip-on-nodeport":  # the report traces the ClusterIP (the chain read is asserted above)
+        dnats = {p["dnat"] for t in part.extra["traces"] for p in t["paths"] if p.get("dnat")}
+        assert "10.244.6.6:80" in dnats, dnats
+
+
 def test_ipv6_rules_and_a_host_firewalls_own_tables_are_read(lab):
     """The focused read lists the tables of every family over netlink: ip6tables' chains and an inet table of a host
     firewall are in the partial bundle as in the whole one."""
