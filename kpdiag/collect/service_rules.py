@@ -116,6 +116,7 @@ class Destination:
 
     def __init__(self, addr: str | None, port: int | None, proto: str, any_port: bool = False):
         self.addr = ipaddress.ip_address(addr) if addr is not None else None
+        self.text = str(self.addr)
         self.port = port
         self.proto = proto.lower()
         self.any_port = any_port and port is None
@@ -133,6 +134,11 @@ class Destination:
         if self.addr is None:
             return True
         ok = self._nets.get(value)
+        if ok is None and self.addr.version == 4 and (value.endswith("/32") or "/" not in value):
+            # one IPv4 address, as iptables prints it (dotted quad): compared as text, without parsing 10,000 of them
+            host = value[:-3] if value.endswith("/32") else value
+            if host.count(".") == 3 and host.replace(".", "").isdigit():
+                ok = self._nets[value] = host == self.text
         if ok is None:
             try:
                 net = ipaddress.ip_network(value, strict=False)
@@ -163,17 +169,6 @@ class Destination:
 
     def may_meet(self, tokens: list[str]) -> bool:
         return may_meet(tokens, self.dest_ok, self.port_ok, self.proto_ok)
-
-    def ruled_out(self, line: str) -> bool:
-        """A quick look at a rule's line: does its (not negated) ``-d`` rule this packet out?"""
-        return self._ruled_out(_QUOTED.sub('""', line))
-
-    def _ruled_out(self, bare: str, port: bool = False) -> bool:
-        d = _DEST.search(bare)
-        if d is not None and d.group(1) is None and not self.dest_ok(d.group(2)):
-            return True
-        p = _DPORT.search(bare) if port else None
-        return p is not None and p.group(1) is None and not self.port_ok(p.group(2))
 
 
 def service_packet(tokens: list[str]) -> Destination | None:
@@ -248,8 +243,12 @@ class ServiceWalk:
         start = done if known == len(packets) else 0  # a new packet: every kept jump is decided again
         self._settled = (len(self.kept), len(packets))
         for table, line in self.kept[start:]:
-            bare = _QUOTED.sub('""', line)
-            candidates = [p for p in packets if not p._ruled_out(bare, port=True)]
+            q = line.find('"')  # the matches outside the comment (what lies between two quoted texts is left to
+            bare = line if q < 0 else line[:q] + line[line.rfind('"') + 1 :]  # the exact test below)
+            d, dport = _DEST.search(bare), _DPORT.search(bare)  # (not negated) -d and --dport rule packets out
+            dest = d.group(2) if d is not None and d.group(1) is None else None
+            port = dport.group(2) if dport is not None and dport.group(1) is None else None
+            candidates = [p for p in packets if (dest is None or p.dest_ok(dest)) and (port is None or p.port_ok(port))]
             if not candidates:
                 continue
             toks = _tokens(line)
