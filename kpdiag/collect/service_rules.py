@@ -347,6 +347,10 @@ class IptablesFocused:
 
 _PER_SERVICE_NFT = re.compile(r"^(?:service|local|external|endpoint|firewall|affinity)-[A-Z2-7]{8}-([^/]+/[^/]+)/")
 NFT_MAX_CHAINS = 1000  # as MAX_CHAINS: more is not one Service's path
+# the time for the whole netlink read of kube-proxy's tables (every chain, set and generation read): it takes 0.9 s
+# on a 10,000-Service node where `nft -j list ruleset`, the whole dump it replaces, takes 10 s (README,
+# "Performance"); past that it is no faster than the whole dump, which is read instead
+NFT_BUDGET = 10.0
 NFT_REDUCE_SETS = 256  # a plain set larger than this, looked up by destination only, keeps the addresses that matter
 
 
@@ -378,11 +382,12 @@ class NftWalk:
     chains and every chain they reach by jump/goto; the named verdict maps those rules look up reduced to the
     elements that can match the Service's packets; anonymous sets inline, as nft prints them."""
 
-    def __init__(self, nl, family: str, table: str, service: str):
+    def __init__(self, nl, family: str, table: str, service: str, deadline: float | None = None):
         from kpdiag.collect import nft_netlink
 
         self.nn = nft_netlink
         self.nl, self.family, self.table, self.service = nl, family, table, service
+        self.deadline = time.monotonic() + NFT_BUDGET if deadline is None else deadline  # the whole walk's
         self._sets: dict[str, tuple] = {}
         self.decoder = nft_netlink.RuleDecoder(family, table, self.set)
         self.chains: dict[str, dict] = {}  # name → chain JSON, in reading order
@@ -432,7 +437,9 @@ class NftWalk:
         the kernel's bytes: only the elements that may be kept are decoded."""
         nn = self.nn
         needle = self.service.encode()
+        self.nl.deadline, self.nl.interrupted = self.deadline, False
         try:
+            generation = self.nl.generation()
             tables = [t for t in self.nl.tables() if t["family"] == self.family and t["name"] == self.table]
             if tables and nn.TABLE_FLAGS in tables[0]["attrs"] and nn._be32(tables[0]["attrs"][nn.TABLE_FLAGS]) & 1:
                 raise NotFocused(f"table {self.family} {self.table} is dormant")
@@ -491,8 +498,14 @@ class NftWalk:
                                 grew = True
                 if not grew:
                     break
+            if self.nl.interrupted or self.nl.generation() != generation:  # nft itself reads again: the whole dump
+                raise NotFocused(f"table {self.family} {self.table} changed while it was read (a rule was written)")
         except nn.Undecodable as exc:
             raise NotFocused(f"table {self.family} {self.table}: {exc}") from None
+        except nn.OutOfTime:
+            raise NotFocused(
+                f"reading table {self.family} {self.table} took more than the focused read's {NFT_BUDGET:g} s"
+            ) from None
         except nn.NetlinkError as exc:
             raise NotFocused(f"table {self.family} {self.table}: netlink: {exc}") from None
         except OSError as exc:
@@ -598,10 +611,11 @@ class NftablesFocused:
         # iptables (its own processes, and the kernel's time for them) runs while the kernel is asked for the table
         iptables = threading.Thread(target=self._iptables, name="kpdiag-iptables", daemon=True)
         iptables.start()
+        deadline = time.monotonic() + NFT_BUDGET  # one for every table walked
         try:
             with nft_netlink.Netlink() as nl:
                 for family, name in mine:
-                    w = NftWalk(nl, family, name, self.service)
+                    w = NftWalk(nl, family, name, self.service, deadline=deadline)
                     items.extend(w.walk())
                     chains_read[f"{family} {name}"] = list(w.chains)
                     if w.reduced:
