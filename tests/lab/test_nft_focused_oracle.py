@@ -446,3 +446,21 @@ def test_a_change_during_the_walk_reads_the_whole_dump(lab):
     assert quiet.startswith("read "), quiet
     changed = lab.sh("node", [sys.executable, "-c", CHANGE_DURING_WALK, "change"]).stdout
     assert changed.strip() == "not focused: table ip kube-proxy changed while it was read (a rule was written)", changed
+
+
+def test_two_source_ranges_are_read_whole(lab):
+    """A Service with two or more loadBalancerSourceRanges: kube-proxy's firewall chain for it tests the source
+    against an anonymous interval set, which the decoder refuses: the whole dump is read, saying why (README)."""
+    services = many_services(10, 2)
+    lab.add_ns("node")
+    svc = services[0]
+    fw = f"firewall-RANGES00-{svc.namespace}/{svc.name}/tcp/http"
+    text = nft_ruleset(services) + (
+        f"add chain ip kube-proxy {fw}\n"
+        f"add rule ip kube-proxy {fw} ip saddr != {{ 10.1.0.0/16, 192.168.0.0/16 }} drop\n"
+        f"add element ip kube-proxy firewall-ips {{ {svc.cluster_ip} . tcp . 80 : goto {fw} }}\n"
+    )
+    lab.sh("node", ["nft", "-f", "-"], input=text)
+    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.focused_read", f"{svc.namespace}/{svc.name}", "nftables"])
+    got = json.loads(proc.stdout)
+    assert "interval" in (got["fallback"] or ""), got["fallback"]
