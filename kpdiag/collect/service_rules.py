@@ -390,7 +390,7 @@ class NftWalk:
         self.deadline = time.monotonic() + NFT_BUDGET if deadline is None else deadline  # the whole walk's
         self._sets: dict[str, tuple] = {}
         self.decoder = nft_netlink.RuleDecoder(family, table, self.set)
-        self.chains: dict[str, dict] = {}  # name → chain JSON, in reading order
+        self.chains: dict[str, dict] = {}  # name (in this table: family and table are the walk's) → chain JSON
         self.rules: dict[str, list[dict]] = {}
         self.used: dict[str, list[dict]] = {}  # named set → the rule expressions that use it
         self.reduced: dict[str, int] = {}  # set → elements left out
@@ -413,7 +413,7 @@ class NftWalk:
             for name in frontier:
                 if name in self.chains:
                     continue
-                decl = decls.get(name) or self.nl.chain(self.family, self.table, name)
+                decl = decls.get((self.table, name)) or self.nl.chain(self.family, self.table, name)
                 self.chains[name] = self.nn.chain_json(self.family, decl)
                 rules = []
                 for a in self.nl.rules(self.family, self.table, name):
@@ -443,8 +443,13 @@ class NftWalk:
             tables = [t for t in self.nl.tables() if t["family"] == self.family and t["name"] == self.table]
             if tables and nn.TABLE_FLAGS in tables[0]["attrs"] and nn._be32(tables[0]["attrs"][nn.TABLE_FLAGS]) & 1:
                 raise NotFocused(f"table {self.family} {self.table} is dormant")
-            decls = {nn._str(a.get(nn.CHAIN_NAME, b"")): a for a in self.nl.base_chains(self.family, self.table)}
-            self._read(list(decls), decls)
+            # (table, name): a chain of the same name in another table is not this table's (base_chains keeps the
+            # table's own; the key says so where the declarations are looked up)
+            decls = {
+                (nn._str(a.get(nn.CHAIN_TABLE, b"")), nn._str(a.get(nn.CHAIN_NAME, b""))): a
+                for a in self.nl.base_chains(self.family, self.table)
+            }
+            self._read([name for table, name in decls if table == self.table], decls)
             kept: dict[str, set[int]] = {}
             addrs: set[bytes] = set()  # addresses, as the kernel's bytes
             ports: set[bytes] = set()  # protocol . port keys, as the kernel's bytes
