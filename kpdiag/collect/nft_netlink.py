@@ -18,16 +18,20 @@ import ipaddress
 import os
 import socket
 import struct
+import time
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+NLM_F_MULTI, NLM_F_DUMP_INTR = 0x2, 0x10  # a dump's part; the dump was interrupted by a change (inconsistent)
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLA_F_NESTED, NLA_TYPE_MASK = 0x8000, 0x3FFF
 MSG_GETTABLE, MSG_GETCHAIN, MSG_GETRULE, MSG_GETSET, MSG_GETSETELEM = 1, 4, 7, 10, 13
+MSG_NEWGEN, MSG_GETGEN = 15, 16
+GEN_ID = 1  # NFTA_GEN_ID: the ruleset's generation, one more at each committed change
 FAMILIES = {"ip": 2, "ip6": 10, "inet": 1, "arp": 3, "bridge": 7, "netdev": 5}
 FAMILY_NAMES = {v: k for k, v in FAMILIES.items()}
-TIMEOUT = 30.0  # seconds for one answer of the kernel
+TIMEOUT = 30.0  # seconds for one answer of the kernel (at most: a deadline set on the socket shortens it)
 MAX_BYTES = 512 * 1024 * 1024  # one dump: bounded (a 10,000-Service service-ips map is a few MB)
 
 # attribute numbers (linux/netfilter/nf_tables.h)
@@ -77,6 +81,10 @@ class Undecodable(Exception):
 
 class NetlinkError(Exception):
     """The kernel refused a request (errno) or the socket failed."""
+
+
+class OutOfTime(NetlinkError):
+    """The reads went past the deadline set on the socket (:attr:`Netlink.deadline`)."""
 
 
 # ------------------------------------------------------------------------------------------- attributes
@@ -143,7 +151,11 @@ def udata(b: bytes) -> dict[int, bytes]:
 
 # ------------------------------------------------------------------------------------------- the socket
 class Netlink:
-    """One NETLINK_NETFILTER socket; :meth:`dump` sends one request and returns each answer's payload."""
+    """One NETLINK_NETFILTER socket; :meth:`dump` sends one request and returns each answer's payload.
+
+    ``deadline`` (a :func:`time.monotonic` time, or None): every read after it raises :class:`OutOfTime`, and each
+    wait for the kernel is the time left (at most :data:`TIMEOUT`). ``interrupted``: set when an answer carried
+    NLM_F_DUMP_INTR (the ruleset changed while it was dumped: the dump is not one ruleset's)."""
 
     def __init__(self):
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
@@ -151,6 +163,38 @@ class Netlink:
         self.sock.bind((0, 0))
         self.sock.settimeout(TIMEOUT)  # a kernel that does not answer: socket.timeout (an OSError), never a hang
         self.seq = 0
+        self.deadline: float | None = None
+        self.interrupted = False
+
+    def _left(self) -> None:
+        """Raise OutOfTime when the deadline is past; else wait for the kernel no longer than the time left."""
+        if self.deadline is None:
+            return
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OutOfTime("out of time")
+        self.sock.settimeout(min(TIMEOUT, left))
+
+    def _send(self, msg: int, family: int, payload: bytes, flags: int) -> None:
+        self._left()
+        self.seq += 1
+        body = struct.pack("=BBH", family, 0, 0) + payload
+        head = struct.pack(
+            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags, self.seq, 0
+        )
+        self.sock.send(head + body)
+
+    def _recv(self) -> bytes:
+        self._left()
+        try:
+            data = self.sock.recv(1 << 20)
+        except socket.timeout:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                raise OutOfTime("out of time") from None
+            raise
+        if not data:
+            raise NetlinkError("netlink socket closed")
+        return data
 
     def close(self) -> None:
         self.sock.close()
@@ -163,27 +207,22 @@ class Netlink:
 
     def dump(self, msg: int, family: int, payload: bytes = b"", flags: int = NLM_F_DUMP) -> list[tuple[int, bytes]]:
         """(nfgen family, attributes) of each answer to ``msg`` (NFT_MSG_GET…)."""
-        self.seq += 1
-        body = struct.pack("=BBH", family, 0, 0) + payload
-        head = struct.pack(
-            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | flags, self.seq, 0
-        )
-        self.sock.send(head + body)
+        self._send(msg, family, payload, flags)
         out: list[tuple[int, bytes]] = []
         total = 0
         while True:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise NetlinkError("netlink socket closed")
+            data = self._recv()
             total += len(data)
             if total > MAX_BYTES:
                 raise NetlinkError(f"netlink dump larger than {MAX_BYTES} bytes")
             off = 0
             while off + 16 <= len(data):
-                length, kind, _flags, seq, _pid = struct.unpack_from("=IHHII", data, off)
+                length, kind, mflags, seq, _pid = struct.unpack_from("=IHHII", data, off)
                 if length < 16:
                     raise NetlinkError("malformed netlink message")
                 if seq == self.seq:
+                    if mflags & NLM_F_DUMP_INTR:
+                        self.interrupted = True
                     if kind == NLMSG_DONE:
                         return out
                     if kind == NLMSG_ERROR:
@@ -198,6 +237,14 @@ class Netlink:
                 off += (length + 3) & ~3
 
     # the requests ------------------------------------------------------------------------------------------
+    def generation(self) -> int:
+        """The ruleset's generation id (NFT_MSG_GETGEN): it changes with every committed change of the ruleset."""
+        got = self.dump(MSG_GETGEN, 0, flags=NLM_F_ACK)
+        a = attrs(got[0][1]) if got else {}
+        if GEN_ID not in a:
+            raise NetlinkError("no generation id in the answer to NFT_MSG_GETGEN")
+        return _be32(a[GEN_ID])
+
     def tables(self) -> list[dict]:
         out = []
         for fam, payload in self.dump(MSG_GETTABLE, 0):
@@ -237,46 +284,42 @@ class Netlink:
         return attrs(got[0][1])
 
     def base_chains(self, family: str, table: str) -> list[dict[int, bytes]]:
-        """The table's base chains (those on a hook): one dump of its chains, only those with a hook decoded."""
+        """The table's base chains (those on a hook): one dump of its chains, only those with a hook decoded. The
+        kernel may answer with the chains of every table of the family (the dump's filter by NFTA_CHAIN_TABLE is not
+        in every kernel): only the chains whose NFTA_CHAIN_TABLE is ``table`` are kept."""
         # a base chain has a type (NFTA_CHAIN_TYPE "filter", "nat" or "route"): only those are decoded (a name that
         # holds the same bytes is decoded and dropped)
         markers = [_strattr(CHAIN_TYPE, t)[2:] for t in ("filter", "nat", "route")]
         out = []
         for payload in self.dump_matching(MSG_GETCHAIN, FAMILIES[family], _strattr(CHAIN_TABLE, table), markers):
             a = attrs(payload)
-            if CHAIN_HOOK in a:
+            if CHAIN_HOOK in a and _str(a.get(CHAIN_TABLE, b"")) == table:
                 out.append(a)
         return out
 
     def dump_matching(self, msg: int, family: int, payload: bytes, needles: list[bytes]) -> list[bytes]:
         """The answers to a dump that hold one of ``needles`` (a table's 60,000 chains: the few base chains), found
-        with a search of each received block instead of a walk over every answer."""
-        self.seq += 1
-        body = struct.pack("=BBH", family, 0, 0) + payload
-        head = struct.pack(
-            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0
-        )
-        self.sock.send(head + body)
+        with a search of each received block instead of a decoding of every answer (the headers are walked: an
+        answer that carries NLM_F_DUMP_INTR sets :attr:`interrupted`, and an NLMSG_DONE ends the dump whatever its
+        flags)."""
+        self._send(msg, family, payload, NLM_F_DUMP)
         out: list[bytes] = []
         total = 0
         while True:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise NetlinkError("netlink socket closed")
+            data = self._recv()
             total += len(data)
             if total > MAX_BYTES:
                 raise NetlinkError(f"netlink dump larger than {MAX_BYTES} bytes")
             hits = sorted(i for n in needles for i in _find_all(data, n))
-            done = struct.pack("=HHI", NLMSG_DONE, 0x2, self.seq)  # NLMSG_DONE, NLM_F_MULTI: the dump's end
-            if not hits and len(data) > 4096 and done not in data and struct.unpack_from("=H", data, 4)[0] > 0xFF:
-                continue  # a full block of answers (no error, no end) without a needle: nothing to walk
             off, h = 0, 0
             while off + 16 <= len(data):
-                length, kind, _flags, seq = struct.unpack_from("=IHHI", data, off)
+                length, kind, mflags, seq = struct.unpack_from("=IHHI", data, off)
                 if length < 16:
                     raise NetlinkError("malformed netlink message")
                 end = off + length
                 if seq == self.seq:
+                    if mflags & NLM_F_DUMP_INTR:
+                        self.interrupted = True
                     if kind == NLMSG_DONE:
                         return out
                     if kind == NLMSG_ERROR:

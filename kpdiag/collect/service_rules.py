@@ -463,6 +463,10 @@ class IptablesFocused:
 
 _PER_SERVICE_NFT = re.compile(r"^(?:service|local|external|endpoint|firewall|affinity)-[A-Z2-7]{8}-([^/]+/[^/]+)/")
 NFT_MAX_CHAINS = 1000  # as MAX_CHAINS: more is not one Service's path
+# the time for the whole netlink read of kube-proxy's tables (every chain, set and generation read): it takes 0.9 s
+# on a 10,000-Service node where `nft -j list ruleset`, the whole dump it replaces, takes 10 s (README,
+# "Performance"); past that it is no faster than the whole dump, which is read instead
+NFT_BUDGET = 10.0
 NFT_REDUCE_SETS = 256  # a plain set larger than this, looked up by destination only, keeps the addresses that matter
 
 
@@ -494,14 +498,15 @@ class NftWalk:
     chains and every chain they reach by jump/goto; the named verdict maps those rules look up reduced to the
     elements that can match the Service's packets; anonymous sets inline, as nft prints them."""
 
-    def __init__(self, nl, family: str, table: str, service: str):
+    def __init__(self, nl, family: str, table: str, service: str, deadline: float | None = None):
         from kpdiag.collect import nft_netlink
 
         self.nn = nft_netlink
         self.nl, self.family, self.table, self.service = nl, family, table, service
+        self.deadline = time.monotonic() + NFT_BUDGET if deadline is None else deadline  # the whole walk's
         self._sets: dict[str, tuple] = {}
         self.decoder = nft_netlink.RuleDecoder(family, table, self.set)
-        self.chains: dict[str, dict] = {}  # name → chain JSON, in reading order
+        self.chains: dict[str, dict] = {}  # name (in this table: family and table are the walk's) → chain JSON
         self.rules: dict[str, list[dict]] = {}
         self.used: dict[str, list[dict]] = {}  # named set → the rule expressions that use it
         self.reduced: dict[str, int] = {}  # set → elements left out
@@ -524,7 +529,7 @@ class NftWalk:
             for name in frontier:
                 if name in self.chains:
                     continue
-                decl = decls.get(name) or self.nl.chain(self.family, self.table, name)
+                decl = decls.get((self.table, name)) or self.nl.chain(self.family, self.table, name)
                 self.chains[name] = self.nn.chain_json(self.family, decl)
                 rules = []
                 for a in self.nl.rules(self.family, self.table, name):
@@ -548,12 +553,19 @@ class NftWalk:
         the kernel's bytes: only the elements that may be kept are decoded."""
         nn = self.nn
         needle = self.service.encode()
+        self.nl.deadline, self.nl.interrupted = self.deadline, False
         try:
+            generation = self.nl.generation()
             tables = [t for t in self.nl.tables() if t["family"] == self.family and t["name"] == self.table]
             if tables and nn.TABLE_FLAGS in tables[0]["attrs"] and nn._be32(tables[0]["attrs"][nn.TABLE_FLAGS]) & 1:
                 raise NotFocused(f"table {self.family} {self.table} is dormant")
-            decls = {nn._str(a.get(nn.CHAIN_NAME, b"")): a for a in self.nl.base_chains(self.family, self.table)}
-            self._read(list(decls), decls)
+            # (table, name): a chain of the same name in another table is not this table's (base_chains keeps the
+            # table's own; the key says so where the declarations are looked up)
+            decls = {
+                (nn._str(a.get(nn.CHAIN_TABLE, b"")), nn._str(a.get(nn.CHAIN_NAME, b""))): a
+                for a in self.nl.base_chains(self.family, self.table)
+            }
+            self._read([name for table, name in decls if table == self.table], decls)
             kept: dict[str, set[int]] = {}
             addrs: set[bytes] = set()  # addresses, as the kernel's bytes
             ports: set[bytes] = set()  # protocol . port keys, as the kernel's bytes
@@ -607,8 +619,14 @@ class NftWalk:
                                 grew = True
                 if not grew:
                     break
+            if self.nl.interrupted or self.nl.generation() != generation:  # nft itself reads again: the whole dump
+                raise NotFocused(f"table {self.family} {self.table} changed while it was read (a rule was written)")
         except nn.Undecodable as exc:
             raise NotFocused(f"table {self.family} {self.table}: {exc}") from None
+        except nn.OutOfTime:
+            raise NotFocused(
+                f"reading table {self.family} {self.table} took more than the focused read's {NFT_BUDGET:g} s"
+            ) from None
         except nn.NetlinkError as exc:
             raise NotFocused(f"table {self.family} {self.table}: netlink: {exc}") from None
         except OSError as exc:
@@ -714,10 +732,11 @@ class NftablesFocused:
         # iptables (its own processes, and the kernel's time for them) runs while the kernel is asked for the table
         iptables = threading.Thread(target=self._iptables, name="kpdiag-iptables", daemon=True)
         iptables.start()
+        deadline = time.monotonic() + NFT_BUDGET  # one for every table walked
         try:
             with nft_netlink.Netlink() as nl:
                 for family, name in mine:
-                    w = NftWalk(nl, family, name, self.service)
+                    w = NftWalk(nl, family, name, self.service, deadline=deadline)
                     items.extend(w.walk())
                     chains_read[f"{family} {name}"] = list(w.chains)
                     if w.reduced:

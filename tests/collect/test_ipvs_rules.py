@@ -163,3 +163,10 @@ def test_without_the_api_service_ipvs_mode_is_not_focused(tmp_path):
     reader = R.IpvsFocused(NodeCollector(host_root=None), "shop/web", lookup=lambda: (None, "403 Forbidden"))
     with pytest.raises(R.NotFocused, match="403 Forbidden"):
         reader._service_object()
+
+
+def test_a_spent_budget_is_not_focused_without_waiting():
+    """One deadline for the whole read (every request of every address and port), not a timeout per answer: a budget
+    already spent ends the read before anything is sent, in one line (the whole dump follows)."""
+    with pytest.raises(R.NotFocused, match=r"the requests took more than the focused read's 0 s"):
+        R.get_services([("tcp", "10.96.0.20", 80)] * 4096, budget=0)

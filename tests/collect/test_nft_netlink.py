@@ -4,7 +4,9 @@ refused. The same decoder against the kernel and nft itself: tests/lab/test_nft_
 
 from __future__ import annotations
 
+import socket
 import struct
+import time
 
 import pytest
 
@@ -142,3 +144,78 @@ def test_set_keys_and_declarations():
     assert data.sorted([0])[0][0] == [{"concat": ["10.96.0.11", "tcp", 80]}, {"goto": {"target": "service-X"}}]
     with pytest.raises(nn.Undecodable, match="interval"):
         nn.SetInfo("ip", {**info, nn.SET_FLAGS: _u32(nn.SET_F_MAP | nn.SET_F_INTERVAL)})
+
+
+# ------------------------------------------------------------------------------------------- the socket
+def _msg(kind: int, flags: int, seq: int, payload: bytes = b"") -> bytes:
+    return struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload
+
+
+def _chain_msg(seq: int, table: str, name: str, base: bool, flags: int = nn.NLM_F_MULTI) -> bytes:
+    body = struct.pack("=BBH", 2, 0, 0) + nn._strattr(nn.CHAIN_TABLE, table) + nn._strattr(nn.CHAIN_NAME, name)
+    if base:
+        body += _n(nn.CHAIN_HOOK, _a(nn.HOOK_NUM, _u32(2)), _a(nn.HOOK_PRIORITY, _u32(0)))
+        body += nn._strattr(nn.CHAIN_TYPE, "filter")
+    return _msg((nn.NFNL_SUBSYS_NFTABLES << 8) | 3, flags, seq, body)  # NFT_MSG_NEWCHAIN
+
+
+def _fed(*blocks: bytes) -> nn.Netlink:
+    """A Netlink whose socket is one end of a socket pair: the other end has sent ``blocks``, one datagram each, as
+    the kernel sends a dump's parts (the request sent goes to that end and is not read)."""
+    nl = nn.Netlink()
+    nl.sock.close()
+    nl.sock, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    nl.sock.settimeout(2)  # a dump that misses its end fails here instead of waiting
+    for b in blocks:
+        peer.send(b)
+    nl._peer = peer  # kept open
+    return nl
+
+
+def test_a_dump_interrupted_by_a_change_is_marked_and_ends_at_done():
+    """NLM_F_DUMP_INTR on any answer (the kernel's ruleset changed while it dumped) sets ``interrupted``, and an
+    NLMSG_DONE that carries it still ends the dump, in a block of answers without a base chain too."""
+    multi, intr = nn.NLM_F_MULTI, nn.NLM_F_MULTI | nn.NLM_F_DUMP_INTR
+    chains = b"".join(_chain_msg(1, "kube-proxy", f"service-{i:04d}", base=False) for i in range(100))
+    assert len(chains) > 4096
+    done = _msg(nn.NLMSG_DONE, intr, 1, struct.pack("=i", 0))
+    nl = _fed(chains + _chain_msg(1, "kube-proxy", "filter-input", base=False, flags=intr) + done)
+    assert nl.base_chains("ip", "kube-proxy") == [] and nl.interrupted
+    nl = _fed(chains + _msg(nn.NLMSG_DONE, multi, 1, struct.pack("=i", 0)))
+    assert nl.base_chains("ip", "kube-proxy") == [] and not nl.interrupted
+    nl = _fed(chains, _chain_msg(1, "kube-proxy", "filter-forward", base=True) + done)
+    assert [nn._str(a[nn.CHAIN_NAME]) for a in nl.base_chains("ip", "kube-proxy")] == ["filter-forward"]
+    assert nl.interrupted
+    nl = _fed(_chain_msg(1, "kube-proxy", "x", base=False, flags=intr) + done)
+    assert len(nl.dump(nn.MSG_GETCHAIN, 2)) == 1 and nl.interrupted
+
+
+def test_base_chains_are_the_tables_own():
+    """The kernel may answer a chain dump filtered by table with every table's chains: another table's base chain of
+    the same name (iptables-nft's FORWARD, a table's own nat-prerouting) is not the table's."""
+    done = _msg(nn.NLMSG_DONE, nn.NLM_F_MULTI, 1, struct.pack("=i", 0))
+    nl = _fed(
+        _chain_msg(1, "filter", "FORWARD", base=True)
+        + _chain_msg(1, "other", "nat-prerouting", base=True)
+        + _chain_msg(1, "kube-proxy", "nat-prerouting", base=True)
+        + done
+    )
+    got = nl.base_chains("ip", "kube-proxy")
+    assert [(nn._str(a[nn.CHAIN_TABLE]), nn._str(a[nn.CHAIN_NAME])) for a in got] == [("kube-proxy", "nat-prerouting")]
+
+
+def test_a_spent_budget_ends_the_walk_without_waiting():
+    """One deadline for the whole walk (every chain, set and generation read), not a timeout per answer: a walk whose
+    deadline is past is not focused, in one line, before anything is sent."""
+    from kpdiag.collect.service_rules import NFT_BUDGET, NftWalk, NotFocused
+
+    nl = _fed()
+    with pytest.raises(
+        NotFocused, match=rf"^reading table ip kube-proxy took more than the focused read's {NFT_BUDGET:g} s$"
+    ):
+        NftWalk(nl, "ip", "kube-proxy", "a/b", deadline=time.monotonic() - 1).walk()
+    assert nl.seq == 0  # nothing asked
+    nl.deadline = time.monotonic() + 0.2  # the kernel does not answer: the wait ends at the deadline, not TIMEOUT
+    with pytest.raises(nn.OutOfTime):
+        nl.dump(nn.MSG_GETTABLE, 0)
+    assert nl.sock.gettimeout() <= 0.2

@@ -363,3 +363,104 @@ def test_a_host_firewalls_table_is_read_whole(lab):
     assert '"hostfw"' in text and "30080" in text
     assert list(got["partial"]["chains"][str(sources.NFT_RULESET)]) == ["ip kube-proxy"]
     _differential({}, {"format": "kpdiag-bundle/1", "node": "lab-node"}, got, "ns1/svc1", "hostfw")
+
+
+def _one_service_node(lab) -> None:
+    lab.add_ns("node")
+    lab.sh("node", ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    svc = Service("default", "a", "10.96.0.10", [Port("http", 80, 8080)], [Endpoint("10.244.0.5")])
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset([svc]))
+
+
+def _same_trace_as_whole(lab, service: str) -> dict:
+    report = _kpdiag_node(lab, "--service", service)
+    assert report["extra"]["partial"]["mode"] == "nftables", report["problems"]
+    full = _kpdiag_node(lab, "--service", service, "--all-rules")
+    assert "partial" not in full["extra"] and full["extra"]["traces"]
+    assert _strip_sources(report["extra"]["traces"]) == _strip_sources(full["extra"]["traces"])
+    return report
+
+
+def test_another_tables_base_chains_are_not_read_as_kube_proxys(lab):
+    """The kernel's chain dump asked for one table may answer with every table's chains: iptables-nft's
+    ``ip filter FORWARD`` (policy drop, pod traffic accepted by its rules) is not a base chain of kube-proxy's table,
+    so the focused trace is the whole dump's (forwarded to the endpoint), not a drop by a chain without its rules."""
+    _one_service_node(lab)
+    for args in (["-P", "FORWARD", "DROP"], ["-A", "FORWARD", "-d", "10.244.0.0/16", "-j", "ACCEPT"],
+                 ["-A", "FORWARD", "-s", "10.244.0.0/16", "-j", "ACCEPT"]):  # fmt: skip
+        lab.sh("node", ["iptables-nft", *args])
+    _same_trace_as_whole(lab, "default/a")
+    chains = _run(lab, "default/a")["partial"]["chains"][str(sources.NFT_RULESET)]["ip kube-proxy"]
+    assert "FORWARD" not in chains and "filter-forward" in chains, chains
+
+
+def test_a_base_chain_of_the_same_name_in_another_table_is_not_kube_proxys(lab):
+    """A table ``ip other`` with a base chain named as kube-proxy's ``nat-prerouting``: kube-proxy's is read with its
+    own declaration and rules (checked against ``nft list chain``), and the focused trace is the whole dump's."""
+    _one_service_node(lab)
+    lab.sh("node", ["nft", "add", "table", "ip", "other"])
+    lab.sh("node", ["nft", "add chain ip other nat-prerouting { type nat hook prerouting priority 10; }"])
+    lab.sh("node", ["nft", "add rule ip other nat-prerouting counter"])
+    _same_trace_as_whole(lab, "default/a")
+    got = _run(lab, "default/a")
+    focused = json.loads(got["focused"][str(sources.NFT_RULESET)])
+    assert _check_against_nft(lab, focused, "default/a") >= 8
+    chains = [i["chain"] for i in focused["nftables"] if i.get("chain", {}).get("name") == "nat-prerouting"]
+    assert sorted(c["table"] for c in chains) == ["kube-proxy", "other"], chains
+
+
+CHANGE_DURING_WALK = """
+import subprocess, sys
+from kpdiag.collect import nft_netlink as nn
+from kpdiag.collect.service_rules import NftWalk, NotFocused
+
+class Writer(nn.Netlink):
+    '''Netlink whose first chain read is followed by a real change of the ruleset (nft add rule): the kernel's
+    answers are untouched.'''
+    def __init__(self, change):
+        super().__init__()
+        self.change = change
+    def rules(self, family, table, chain):
+        got = super().rules(family, table, chain)
+        if self.change:
+            subprocess.run(["nft", "add", "rule", "ip", "kube-proxy", chain, "counter"], check=True)
+            self.change = False
+        return got
+
+change = sys.argv[1] == "change"
+with Writer(change) as nl:
+    try:
+        items = NftWalk(nl, "ip", "kube-proxy", "default/a").walk()
+        print("read", len(items))
+    except NotFocused as exc:
+        print("not focused:", exc)
+"""
+
+
+def test_a_change_during_the_walk_reads_the_whole_dump(lab):
+    """The walk reads the ruleset's generation before and after its many dumps: a rule added between two of its reads
+    (here by nft, after the first chain is read) makes it not focused, saying why (the whole dump is read instead);
+    with no change the same walk is focused."""
+    _one_service_node(lab)
+    quiet = lab.sh("node", [sys.executable, "-c", CHANGE_DURING_WALK, "none"]).stdout
+    assert quiet.startswith("read "), quiet
+    changed = lab.sh("node", [sys.executable, "-c", CHANGE_DURING_WALK, "change"]).stdout
+    assert changed.strip() == "not focused: table ip kube-proxy changed while it was read (a rule was written)", changed
+
+
+def test_two_source_ranges_are_read_whole(lab):
+    """A Service with two or more loadBalancerSourceRanges: kube-proxy's firewall chain for it tests the source
+    against an anonymous interval set, which the decoder refuses: the whole dump is read, saying why (README)."""
+    services = many_services(10, 2)
+    lab.add_ns("node")
+    svc = services[0]
+    fw = f"firewall-RANGES00-{svc.namespace}/{svc.name}/tcp/http"
+    text = nft_ruleset(services) + (
+        f"add chain ip kube-proxy {fw}\n"
+        f"add rule ip kube-proxy {fw} ip saddr != {{ 10.1.0.0/16, 192.168.0.0/16 }} drop\n"
+        f"add element ip kube-proxy firewall-ips {{ {svc.cluster_ip} . tcp . 80 : goto {fw} }}\n"
+    )
+    lab.sh("node", ["nft", "-f", "-"], input=text)
+    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.focused_read", f"{svc.namespace}/{svc.name}", "nftables"])
+    got = json.loads(proc.stdout)
+    assert "interval" in (got["fallback"] or ""), got["fallback"]
