@@ -821,21 +821,7 @@ class ClusterCollector:
             return None
         else:
             return None  # the API cannot be used: no point in asking it more
-        slices = self._call(
-            sources.ENDPOINTSLICES,
-            f"list endpointslices in {namespace}",
-            api.list_namespaced_endpoint_slice,
-            namespace,
-            label_selector=f"kubernetes.io/service-name={name}",
-            kind="EndpointSlice",
-        )
-        if slices is not None:
-            mine = [
-                s
-                for s in slices.get("items", [])
-                if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
-            ]
-            self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
+        self._service_slices(api, namespace, name)
         selector = ((svc or {}).get("spec") or {}).get("selector")
         if selector:
             label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
@@ -1183,6 +1169,16 @@ class ClusterCollector:
             self.out.files[SERVICE_LOOKUP] = json.dumps(
                 {"namespace": namespace, "name": name, "found": True, "status": 200}, indent=1
             ).encode()
+        self._service_slices(api, namespace, name)
+        if node_name:
+            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name, kind="one:Node")
+            if node is not None:
+                self.out.files[sources.NODES] = _as_list("Node", [node])
+        return True
+
+    def _service_slices(self, api, namespace: str, name: str) -> None:
+        """The Service's EndpointSlices (listed by the label ``kubernetes.io/service-name``) → cluster/
+        endpointslices.json; what the server sent is checked again: kpdiag never trusts a server's filtering."""
         slices = self._call(
             sources.ENDPOINTSLICES,
             f"list endpointslices in {namespace}",
@@ -1191,18 +1187,13 @@ class ClusterCollector:
             label_selector=f"kubernetes.io/service-name={name}",
             kind="EndpointSlice",
         )
-        if slices is not None:  # what the server sent is checked again: kpdiag never trusts a server's filtering
+        if slices is not None:
             mine = [
                 s
                 for s in slices.get("items", [])
                 if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
             ]
             self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
-        if node_name:
-            node = self._call(sources.NODES, f"get node {node_name}", api.read_node, node_name, kind="one:Node")
-            if node is not None:
-                self.out.files[sources.NODES] = _as_list("Node", [node])
-        return True
 
     def _paged(self, source: str, what: str, fn, page: int, kind: str | None = None) -> list | None:
         """Every object of a paged List, or None (with the reason recorded) — never part of it: an incomplete list of
