@@ -1050,22 +1050,7 @@ class ClusterCollector:
         if svcs is not None or picked:  # known: this Service, or (the list answered) none
             self.out.files[sources.DNS_SERVICE] = _as_list("Service", picked[:1])
         if picked:
-            name = picked[0]["metadata"]["name"]
-            slices = self._call(
-                sources.DNS_ENDPOINTSLICES,
-                "list endpointslices in kube-system",
-                api.list_namespaced_endpoint_slice,
-                ns,
-                label_selector=f"kubernetes.io/service-name={name}",
-                kind="EndpointSlice",
-            )
-            if slices is not None:
-                mine = [
-                    s
-                    for s in slices.get("items", [])
-                    if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
-                ]
-                self.out.files[sources.DNS_ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
+            self._service_slices(api, ns, picked[0]["metadata"]["name"], sources.DNS_ENDPOINTSLICES)
         pods = self._call(
             sources.DNS_PODS, "list pods in kube-system", api.list_namespaced_pod, ns, label_selector=label, kind="Pod"
         )
@@ -1176,11 +1161,12 @@ class ClusterCollector:
                 self.out.files[sources.NODES] = _as_list("Node", [node])
         return True
 
-    def _service_slices(self, api, namespace: str, name: str) -> None:
-        """The Service's EndpointSlices (listed by the label ``kubernetes.io/service-name``) → cluster/
-        endpointslices.json; what the server sent is checked again: kpdiag never trusts a server's filtering."""
+    def _service_slices(self, api, namespace: str, name: str, source: str = sources.ENDPOINTSLICES) -> None:
+        """The Service's EndpointSlices (listed by the label ``kubernetes.io/service-name``) → ``source``
+        (cluster/endpointslices.json; the DNS Service's: cluster/dns-endpointslices.json); what the server sent is
+        checked again: kpdiag never trusts a server's filtering."""
         slices = self._call(
-            sources.ENDPOINTSLICES,
+            source,
             f"list endpointslices in {namespace}",
             api.list_namespaced_endpoint_slice,
             namespace,
@@ -1193,7 +1179,7 @@ class ClusterCollector:
                 for s in slices.get("items", [])
                 if (s.get("metadata", {}).get("labels") or {}).get("kubernetes.io/service-name") == name
             ]
-            self.out.files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", mine)
+            self.out.files[source] = _as_list("EndpointSlice", mine)
 
     def _paged(self, source: str, what: str, fn, page: int, kind: str | None = None) -> list | None:
         """Every object of a paged List, or None (with the reason recorded) — never part of it: an incomplete list of
