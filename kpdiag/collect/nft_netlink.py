@@ -205,10 +205,10 @@ class Netlink:
     def __exit__(self, *exc):
         self.close()
 
-    def dump(self, msg: int, family: int, payload: bytes = b"", flags: int = NLM_F_DUMP) -> list[tuple[int, bytes]]:
-        """(nfgen family, attributes) of each answer to ``msg`` (NFT_MSG_GET…)."""
-        self._send(msg, family, payload, flags)
-        out: list[tuple[int, bytes]] = []
+    def _answers(self):
+        """Each answer to the last request, as (the received block, its start, its end), until NLMSG_DONE or an
+        acknowledgement (whatever their flags); an answer that carries NLM_F_DUMP_INTR sets :attr:`interrupted`.
+        Bounded by MAX_BYTES; an error answer raises NetlinkError."""
         total = 0
         while True:
             data = self._recv()
@@ -217,24 +217,32 @@ class Netlink:
                 raise NetlinkError(f"netlink dump larger than {MAX_BYTES} bytes")
             off = 0
             while off + 16 <= len(data):
-                length, kind, mflags, seq, _pid = struct.unpack_from("=IHHII", data, off)
+                length, kind, mflags, seq = struct.unpack_from("=IHHI", data, off)
                 if length < 16:
                     raise NetlinkError("malformed netlink message")
+                end = off + length
                 if seq == self.seq:
                     if mflags & NLM_F_DUMP_INTR:
                         self.interrupted = True
                     if kind == NLMSG_DONE:
-                        return out
+                        return
                     if kind == NLMSG_ERROR:
                         err = struct.unpack_from("=i", data, off + 16)[0]
                         if err == 0:
-                            return out
+                            return
                         raise NetlinkError(os.strerror(-err))
-                    fam = data[off + 16]
-                    out.append((fam, data[off + 20 : off + length]))
-                    if not flags & NLM_F_DUMP:
-                        return out
-                off += (length + 3) & ~3
+                    yield data, off, end
+                off = (end + 3) & ~3
+
+    def dump(self, msg: int, family: int, payload: bytes = b"", flags: int = NLM_F_DUMP) -> list[tuple[int, bytes]]:
+        """(nfgen family, attributes) of each answer to ``msg`` (NFT_MSG_GET…)."""
+        self._send(msg, family, payload, flags)
+        out: list[tuple[int, bytes]] = []
+        for data, off, end in self._answers():
+            out.append((data[off + 16], data[off + 20 : end]))
+            if not flags & NLM_F_DUMP:
+                break
+        return out
 
     # the requests ------------------------------------------------------------------------------------------
     def generation(self) -> int:
@@ -304,34 +312,16 @@ class Netlink:
         flags)."""
         self._send(msg, family, payload, NLM_F_DUMP)
         out: list[bytes] = []
-        total = 0
-        while True:
-            data = self._recv()
-            total += len(data)
-            if total > MAX_BYTES:
-                raise NetlinkError(f"netlink dump larger than {MAX_BYTES} bytes")
-            hits = sorted(i for n in needles for i in _find_all(data, n))
-            off, h = 0, 0
-            while off + 16 <= len(data):
-                length, kind, mflags, seq = struct.unpack_from("=IHHI", data, off)
-                if length < 16:
-                    raise NetlinkError("malformed netlink message")
-                end = off + length
-                if seq == self.seq:
-                    if mflags & NLM_F_DUMP_INTR:
-                        self.interrupted = True
-                    if kind == NLMSG_DONE:
-                        return out
-                    if kind == NLMSG_ERROR:
-                        err = struct.unpack_from("=i", data, off + 16)[0]
-                        if err == 0:
-                            return out
-                        raise NetlinkError(os.strerror(-err))
-                    while h < len(hits) and hits[h] < off:
-                        h += 1
-                    if h < len(hits) and hits[h] < end:
-                        out.append(data[off + 20 : end])
-                off = (end + 3) & ~3
+        block, hits, h = None, [], 0
+        for data, off, end in self._answers():
+            if data is not block:  # a new received block: where the needles are in it
+                block, h = data, 0
+                hits = sorted(i for n in needles for i in _find_all(data, n))
+            while h < len(hits) and hits[h] < off:
+                h += 1
+            if h < len(hits) and hits[h] < end:
+                out.append(data[off + 20 : end])
+        return out
 
 
 def _find_all(data: bytes, needle: bytes):
