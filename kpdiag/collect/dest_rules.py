@@ -35,7 +35,6 @@ from kpdiag.collect.service_rules import (
     chain_closure,
     detect_mode,
     jump_of,
-    may_meet,
 )
 
 
@@ -58,7 +57,7 @@ def targets(lines: list[str], table: str, dest: Destination, mine: bool) -> list
         if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
             continue
         if target.startswith(PER_SERVICE) and not mine:
-            if not may_meet(toks, dest.dest_ok, dest.port_ok, dest.proto_ok):
+            if not dest.may_meet(toks):
                 continue  # a per-Service chain this packet cannot enter here
         out.append(target)
     return out

@@ -218,15 +218,16 @@ class ServiceWalk:
             m = _JUMP.search(line, line.rfind('"') + 1)  # after any quoted comment
             if m is None and "-j" not in line and "-g" not in line:
                 continue  # no jump at all
-            ours = self.service in line and names_service(comment_of(_tokens(line)), self.service)
+            toks = _tokens(line) if self.service in line else None  # tokenised once, and only when it may be ours
+            ours = toks is not None and names_service(comment_of(toks), self.service)
             if ours and not mine:
-                packet = service_packet(_tokens(line))
+                packet = service_packet(toks)
                 if packet is not None:
                     self.packets.setdefault((str(packet), packet.any_port), packet)
             if m is not None and m.group(1).startswith(PER_SERVICE) and not mine and not ours:
                 self.kept.append((table, line))  # decided when the Service's packets are known (settle)
                 continue
-            target = jump_of(_tokens(line))
+            target = jump_of(toks if toks is not None else _tokens(line))
             if not target or target in TARGETS or target in BUILTIN_CHAINS[table]:
                 continue
             if target.startswith(PER_SERVICE) and not mine and not ours:
