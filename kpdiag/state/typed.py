@@ -694,3 +694,156 @@ def view_what(typ) -> str:
     from kpdiag.state.inputs import NODE_INPUTS
 
     return NODE_INPUTS[typ.INPUT].what
+
+
+# --- typed inputs of the service checks (h/typedsvc)
+
+
+@dataclass(frozen=True)
+class Focus(Typed):
+    """The Service being diagnosed (``kpdiag svc``, ``kpdiag node --service``): (namespace, name), or None when every
+    Service is. Always there."""
+
+    INPUT: ClassVar[str] = "focus"
+    service: tuple[str, str] | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.focus)
+
+
+@dataclass(frozen=True)
+class Services(Typed):
+    """The Services from the API (cluster/services.json), parsed (kpdiag.state.cluster.Svc: ports, selector,
+    cluster_ips, traffic policies, and the endpoints of its EndpointSlices when those were read): ``focused`` the ones
+    to diagnose (the focused one — none when the API has no such Service — else all), ``every`` all of them."""
+
+    INPUT: ClassVar[str] = "services"
+    source: str
+    focused: tuple  # of kpdiag.state.cluster.Svc
+    every: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        every = ctx.cluster.services()
+        if every is None:
+            return None
+        return cls(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus()), tuple(every))
+
+    def evidence(self, svc, what: str) -> Evidence:
+        """A fact of Service ``svc`` (``what``: its spec as it bears on the finding)."""
+        return Evidence(self.source, f"{svc.key}: {what}")
+
+
+@dataclass(frozen=True)
+class EndpointSlices(Typed):
+    """The EndpointSlices from the API (cluster/endpointslices.json): ``items`` as read (None when not collected;
+    their endpoints are joined to the Services, ``Svc.endpoints``), ``source`` how evidence about endpoints names the
+    file. Always built, as a use too: evidence about a Service's (absent) endpoints cites it."""
+
+    INPUT: ClassVar[str] = "endpointslices"
+    source: str
+    items: tuple | None
+
+    @classmethod
+    def build(cls, ctx):
+        items = ctx.cluster.endpointslices()
+        return cls(ctx.display(sources.ENDPOINTSLICES), None if items is None else tuple(items))
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class Pods(Typed):
+    """The pods from the API (cluster/pods.json) as read, and ``selected(svc)``: those a Service's selector picks in
+    its namespace."""
+
+    INPUT: ClassVar[str] = "pods"
+    source: str
+    items: tuple  # the Pod objects (dicts)
+    _selected: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        items = ctx.cluster.pods()
+        if items is None:
+            return None
+        return cls(ctx.display(sources.PODS), tuple(items), lambda svc: ctx.cluster.selected_pods(svc))
+
+    def selected(self, svc) -> list[dict]:
+        return self._selected(svc)
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class NodeObject(Typed):
+    """This node as the API knows it: its name (the one Node of cluster/nodes.json, else the manifest's node) and
+    zone (its topology.kubernetes.io/zone label, else the manifest's zone); None when not known. Always there."""
+
+    INPUT: ClassVar[str] = "node-object"
+    name: str | None
+    zone: str | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.cluster.node_name(), ctx.cluster.node_zone())
+
+
+@dataclass(frozen=True)
+class Probes(Typed):
+    """The active probes of the Service (probes/service.json, a kpdiag.probes/v1 document): ``doc`` as written,
+    ``probe_results(kind, target_prefix)`` its results. kpdiag.state.probe_results.observations reads it as it reads
+    the state (``probes``, ``probe_results``)."""
+
+    INPUT: ClassVar[str] = "probes"
+    source: str
+    doc: typing.Mapping
+    _results: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.probes
+        if doc is None:
+            return None
+        return cls(ctx.display(sources.PROBES_SERVICE), doc, lambda kind, prefix: ctx.probe_results(kind, prefix))
+
+    @property
+    def probes(self):
+        return self.doc
+
+    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
+        return self._results(kind, target_prefix)
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class DnsProbe(Typed):
+    """A DNS lookup of the Service (probes/dns.json): the name asked, the result, the addresses, as written."""
+
+    INPUT: ClassVar[str] = "dns"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.dns
+        return None if doc is None else cls(ctx.display(sources.PROBES_DNS), doc)
+
+
+@dataclass(frozen=True)
+class ConntrackEntries(Typed):
+    """The node's conntrack table (``conntrack -L``), its text as collected."""
+
+    INPUT: ClassVar[str] = "conntrack-entries"
+    source: str
+    text: str
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.source(sources.CONNTRACK)
+        return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
