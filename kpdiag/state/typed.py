@@ -514,13 +514,34 @@ class NetworkPolicies(Typed):
     INPUT: ClassVar[str] = "networkpolicies"
     collected: bool
     _data: typing.Callable = field(repr=False, compare=False)
+    # the files of this input (the NetworkPolicies, pods, client pod, CNI): their text, how evidence names them
+    _source: typing.Callable = field(repr=False, compare=False, default=None)
+    _text: typing.Callable = field(repr=False, compare=False, default=None)
+    _display: typing.Callable = field(repr=False, compare=False, default=None)
 
     @classmethod
     def build(cls, ctx):
-        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data())
+        return cls(
+            ctx.has(sources.NETWORKPOLICIES),
+            lambda: ctx.cluster.policy_data(),
+            lambda rel: ctx.source(rel) if ctx.has(rel) else None,
+            lambda rel: ctx.source_text(rel) if ctx.has(rel) else None,
+            lambda rel: ctx.display(rel),
+        )
 
     def data(self):
         return self._data()
+
+    def source(self, rel: str):
+        """One of this input's files as read (``cluster/networkpolicies.json``: the List), None when absent."""
+        return self._source(rel)
+
+    def text(self, rel: str) -> str | None:
+        """The text of one of this input's files (the NetworkPolicies, pods, client pod, CNI), None when absent."""
+        return self._text(rel)
+
+    def display(self, rel: str) -> str:
+        return self._display(rel)
 
 
 @dataclass(frozen=True)
