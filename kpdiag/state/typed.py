@@ -426,6 +426,7 @@ class ApiList:
     source: str  # how evidence names it
     _read: typing.Callable = field(repr=False, compare=False)
     _problem: typing.Callable = field(repr=False, compare=False)
+    _text: typing.Callable = field(repr=False, compare=False, default=None)
 
     def items(self) -> list[dict] | None:
         from kpdiag.bundle.store import list_items
@@ -438,10 +439,19 @@ class ApiList:
             self._problem("not a List (kubectl get -o json)")
         return items
 
+    def text(self) -> str | None:
+        """The file as written (evidence finds an object's line in it), None when it was not collected."""
+        return self._text()
+
 
 def _api_list(ctx, rel) -> ApiList:
     """The List file ``rel`` as the one-input view ``ctx`` opens it (read when ``items()`` is first asked)."""
-    return ApiList(ctx.display(rel), lambda: ctx.source(rel), lambda msg: ctx.problem(rel, msg))
+    return ApiList(
+        ctx.display(rel),
+        lambda: ctx.source(rel),
+        lambda msg: ctx.problem(rel, msg),
+        lambda: ctx.source_text(rel) if ctx.has(rel) else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -506,42 +516,48 @@ class DnsLookups(Typed):
         self._problem(message)
 
 
+# the files of the networkpolicies input that its checks cite (state/inputs.py opens them with it)
+POLICY_FILES = (sources.NETWORKPOLICIES, sources.PODS, sources.CLIENT_POD, sources.CNI)
+
+
 @dataclass(frozen=True)
 class NetworkPolicies(Typed):
     """The NetworkPolicies (and what judging them needs: namespaces, pods, the CNI): whether they were collected, and
-    the data they are judged with (``data()``, kpdiag.state.policy, read on first use)."""
+    the data they are judged with (``data()``, kpdiag.state.policy, read on first use), and the files evidence cites
+    (POLICY_FILES: ``has``, ``text``, ``source``, ``display``)."""
 
     INPUT: ClassVar[str] = "networkpolicies"
     collected: bool
     _data: typing.Callable = field(repr=False, compare=False)
-    # the files of this input (the NetworkPolicies, pods, client pod, CNI): their text, how evidence names them
-    _source: typing.Callable = field(repr=False, compare=False, default=None)
-    _text: typing.Callable = field(repr=False, compare=False, default=None)
-    _display: typing.Callable = field(repr=False, compare=False, default=None)
+    # the files of this input (POLICY_FILES) → (how evidence names it, collected, its text, it as read)
+    _files: typing.Mapping = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def build(cls, ctx):
-        return cls(
-            ctx.has(sources.NETWORKPOLICIES),
-            lambda: ctx.cluster.policy_data(),
-            lambda rel: ctx.source(rel) if ctx.has(rel) else None,
-            lambda rel: ctx.source_text(rel) if ctx.has(rel) else None,
-            lambda rel: ctx.display(rel),
-        )
+        files = {
+            rel: (ctx.display(rel), ctx.has(rel), lambda rel=rel: ctx.source_text(rel), lambda rel=rel: ctx.source(rel))
+            for rel in POLICY_FILES
+        }
+        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data(), files)
 
     def data(self):
         return self._data()
 
-    def source(self, rel: str):
-        """One of this input's files as read (``cluster/networkpolicies.json``: the List), None when absent."""
-        return self._source(rel)
-
-    def text(self, rel: str) -> str | None:
-        """The text of one of this input's files (the NetworkPolicies, pods, client pod, CNI), None when absent."""
-        return self._text(rel)
+    def has(self, rel: str) -> bool:
+        """Whether one of POLICY_FILES was collected."""
+        return self._files[rel][1]
 
     def display(self, rel: str) -> str:
-        return self._display(rel)
+        """How evidence names one of POLICY_FILES."""
+        return self._files[rel][0]
+
+    def text(self, rel: str) -> str | None:
+        """One of POLICY_FILES as written (evidence finds an object's line in it), None when not collected."""
+        return self._files[rel][2]() if self.has(rel) else None
+
+    def source(self, rel: str):
+        """One of POLICY_FILES as read (``cluster/networkpolicies.json``: the List), None when not collected."""
+        return self._files[rel][3]() if self.has(rel) else None
 
 
 @dataclass(frozen=True)
