@@ -74,6 +74,25 @@ def _client(manifest: Manifest | None, data) -> tuple[End | None, str]:
     ) + ")"
 
 
+def _judged(policies: NetworkPolicies, dns_pods: DnsPods | None, manifest: Manifest | None):
+    """What a check of the client's traffic starts from: the policy data, the files evidence cites, the client and how
+    it was named (None and why: no client named)."""
+    data = _data(policies)
+    client, how = _client(manifest, data)
+    return data, _Files(policies, dns_pods), client, how
+
+
+def _egress_client(policies: NetworkPolicies, dns_pods: DnsPods | None, manifest: Manifest | None):
+    """``_judged`` for the checks of the client's egress: Skip when no client is named or it is not a pod; None when the
+    CNI does not enforce policies (KP123 says so, and they are never blamed for a drop)."""
+    data, files, client, how = _judged(policies, dns_pods, manifest)
+    if client is None:
+        raise Skip(how)
+    if not client.is_pod:
+        raise Skip(f"the client {_client_text(client)} is not a pod: no egress NetworkPolicy applies to it")
+    return None if data.enforcement.enforced is False else (data, files, client)
+
+
 def _client_text(end: End) -> str:
     if end.is_pod:
         return f"{end.pod.key} ({end.ip})" if end.ip else end.pod.key
@@ -221,9 +240,7 @@ def policy_denies_ingress(
     focus: Optional[Focus] = None,
     manifest: Optional[Manifest] = None,
 ):
-    data = _data(policies)
-    files = _Files(policies, dns_pods)
-    client, how = _client(manifest, data)
+    data, files, client, how = _judged(policies, dns_pods, manifest)
     if client is None:
         _unknown_client_skip(services, data, how)
     if data.enforcement.enforced is False:
@@ -284,15 +301,10 @@ def policy_denies_egress(
     focus: Optional[Focus] = None,
     manifest: Optional[Manifest] = None,
 ):
-    data = _data(policies)
-    files = _Files(policies, dns_pods)
-    client, how = _client(manifest, data)
-    if client is None:
-        raise Skip(how)
-    if not client.is_pod:
-        raise Skip(f"the client {_client_text(client)} is not a pod: no egress NetworkPolicy applies to it")
-    if data.enforcement.enforced is False:
+    judged = _egress_client(policies, dns_pods, manifest)
+    if judged is None:
         return
+    data, files, client = judged
     for svc, port, flows in _flows(services, focus, data, client):
         denied = [(ep, f) for ep, f in flows if not f.egress.allowed]
         if not denied:
@@ -369,15 +381,10 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
 def dns_egress_blocked(
     new, policies: NetworkPolicies, dns_pods: Optional[DnsPods] = None, manifest: Optional[Manifest] = None
 ):
-    data = _data(policies)
-    files = _Files(policies, dns_pods)
-    client, how = _client(manifest, data)
-    if client is None:
-        raise Skip(how)
-    if not client.is_pod:
-        raise Skip(f"the client {_client_text(client)} is not a pod: no egress NetworkPolicy applies to it")
-    if data.enforcement.enforced is False:
+    judged = _egress_client(policies, dns_pods, manifest)
+    if judged is None:
         return
+    data, files, client = judged
     idx = data.index
     targets, where = _dns_targets(data)
     if not targets:
