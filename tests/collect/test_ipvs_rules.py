@@ -6,12 +6,15 @@ themselves are judged in tests/ipvsvm (Debian's kernel with IPVS: test_focused_r
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
+import sys
 
 import pytest
 from pyroute2.netlink.generic.ipvs import IPVS_CMD_GET_DEST, IPVS_CMD_GET_SERVICE, ipvsmsg
 
+from kpdiag.bundle import sources
 from kpdiag.collect import ipvs as ipvsnl
 from kpdiag.collect import ipvs_rules as R
 from tests import k8sobjects as k8s
@@ -141,17 +144,72 @@ def test_no_ipvs_on_this_kernel_is_not_focused():
         R.get_services([("tcp", "10.96.0.20", 80)])
 
 
-def test_the_api_service_is_read_for_the_focused_read(tmp_path):
-    from kpdiag.commands.nodeapi import service_lookup
+_OPENED: list[str] = []  # files opened while a test listens (an audit hook cannot be removed: it checks a flag)
+_LISTEN: list[bool] = []
+
+
+def _audit(event, args):
+    if _LISTEN and event == "open" and isinstance(args[0], str):
+        _OPENED.append(args[0])
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.mark.parametrize("first", ["lookup", "view"])
+def test_the_api_service_is_read_once_for_the_rules_and_the_api_view(tmp_path, monkeypatch, first):
+    """``kpdiag node --service`` in IPVS mode: the focused rules read needs the API's Service (lookup) while the
+    Service's API view is read ahead in another thread — one credential load (the kubeconfig opened once) and one
+    GET of the Service between them, whichever asks first."""
+    from kpdiag.collect.cluster import ClusterCollector
+    from kpdiag.commands.pipeline import _api_ahead
     from tests.apiserver import ApiServer
 
+    monkeypatch.delenv("NODE_NAME", raising=False)
     web = k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")])
-    with ApiServer([web]) as api:
+    get_web = ("GET", "/api/v1/namespaces/shop/services/web")
+    with ApiServer([web, k8s.node(socket.gethostname())]) as api:
         kc = api.kubeconfig(tmp_path)
-        doc, why = service_lookup("shop/web", kc)()
-        assert why == "" and doc["spec"]["clusterIP"] == "10.96.0.20"
-        doc, why = service_lookup("shop/nope", kc)()
-        assert doc is None and "nope" in why
+        mine = lambda: [f for f in _OPENED if os.path.realpath(f) == os.path.realpath(kc)]  # noqa: E731
+        _OPENED.clear()
+        _LISTEN.append(True)
+        try:
+            assert ClusterCollector(kc).connect()  # what one credential load opens
+        finally:
+            _LISTEN.clear()
+        one_load = mine()
+        assert one_load
+        _OPENED.clear()
+        _LISTEN.append(True)
+        try:
+            ahead = _api_ahead("shop/web", kc, None, None)
+            if first == "view":
+                files, errors, _ = ahead.result()
+            doc, why = ahead.lookup()
+            files, errors, _ = ahead.result()
+        finally:
+            _LISTEN.clear()
+        calls = list(api.requests)
+    assert why == "" and doc["spec"]["clusterIP"] == "10.96.0.20"
+    assert errors == []
+    assert json.loads(files[sources.SERVICES])["items"] == [doc]
+    assert calls.count(get_web) == 1, calls
+    assert len(calls) == 3, calls  # the Service, its EndpointSlices, this Node
+    assert mine() == one_load, (mine(), one_load)
+
+
+def test_a_service_the_api_does_not_have_is_said_to_the_focused_read(tmp_path, monkeypatch):
+    from kpdiag.commands.pipeline import _api_ahead
+    from tests.apiserver import ApiServer
+
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with ApiServer([k8s.service("shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")])]) as api:
+        ahead = _api_ahead("shop/nope", api.kubeconfig(tmp_path), None, None)
+        doc, why = ahead.lookup()
+        ahead.result()
+        calls = list(api.requests)
+    assert doc is None and "nope" in why
+    assert calls.count(("GET", "/api/v1/namespaces/shop/services/nope")) == 1, calls
 
 
 def test_without_the_api_service_ipvs_mode_is_not_focused(tmp_path):
