@@ -144,6 +144,10 @@ class NodeCollector:
     def _err(self, source: str, error: str) -> None:
         self.out.errors.append({"source": source, "error": error})
 
+    def wants(self, source) -> bool:
+        """Is ``source`` collected (every source, unless ``only`` names some)?"""
+        return self.only is None or str(source) in self.only
+
     def _put(self, rel: str, data: str | bytes) -> None:
         self.out.files[rel] = data.encode() if isinstance(data, str) else data
 

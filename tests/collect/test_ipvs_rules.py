@@ -228,3 +228,85 @@ def test_a_spent_budget_is_not_focused_without_waiting():
     already spent ends the read before anything is sent, in one line (the whole dump follows)."""
     with pytest.raises(R.NotFocused, match=r"the requests took more than the focused read's 0 s"):
         R.get_services([("tcp", "10.96.0.20", 80)] * 4096, budget=0)
+
+
+def test_the_request_names_one_fwmark_virtual_server():
+    """A firewall mark's virtual server is named by its family and mark alone (no address, port or protocol)."""
+    body = R._service_key(R.FWMARK, "0.0.0.0", 0x4000)
+    head = bytes([IPVS_CMD_GET_SERVICE, 1, 0, 0])
+    svc = _decoded(struct.pack("=IHHII", 20 + len(body), 0, 1, 1, 0) + head + body).get_attr("IPVS_CMD_ATTR_SERVICE")
+    assert svc.get_attr("IPVS_SVC_ATTR_FWMARK") == 0x4000
+    assert svc.get_attr("IPVS_SVC_ATTR_AF") == socket.AF_INET
+    assert svc.get_attr("IPVS_SVC_ATTR_ADDR") is None and svc.get_attr("IPVS_SVC_ATTR_PORT") is None
+
+
+# kube-proxy's IPVS-mode chains as iptables -S lists them (the nat table's; the filter table sets no mark)
+KUBE_IPVS_NAT = """\
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
+-A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT
+-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+""".splitlines()
+
+
+def _dest(addr: str, port: int | None, proto: str = "tcp"):
+    from kpdiag.collect.service_rules import Destination
+
+    return Destination(addr, port, proto)
+
+
+def test_a_packet_meets_its_destinations_virtual_server_and_its_marks():
+    """A live trace in IPVS mode asks for the virtual server at the packet's destination, and for the fwmark
+    virtual server of every mark kube-proxy's MARK rules can give it (KUBE-MARK-MASQ's 0x4000)."""
+    from kpdiag.collect.dest_rules import packet_keys
+
+    assert packet_keys(_dest("10.96.0.20", 80), KUBE_IPVS_NAT) == [
+        ("tcp", "10.96.0.20", 80),
+        (R.FWMARK, "10.96.0.20", 0x4000),
+    ]
+    assert packet_keys(_dest("192.168.50.1", 30080, "udp"), []) == [("udp", "192.168.50.1", 30080)]
+    # a DNAT on the path (a hostPort's): the virtual server at its target too, in the packet's family only
+    dnat = [
+        "-A CNI-DN-1 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.244.1.5:80",
+        "-A CNI-DN-1 -p tcp -m tcp --dport 8080 -j DNAT --to-destination [fd00::5]:80",
+        "-A CNI-DN-2 -j DNAT --to-destination 10.244.1.6",
+    ]
+    assert packet_keys(_dest("192.168.50.1", 8080), dnat) == [
+        ("tcp", "192.168.50.1", 8080),
+        ("tcp", "10.244.1.5", 80),
+        ("tcp", "10.244.1.6", 8080),
+    ]
+    # marks combine: two rules setting different bits give three marks
+    two = ["-A X -j MARK --set-xmark 0x4000/0x4000", "-A Y -j MARK --set-xmark 0x1/0x1"]
+    assert [k[2] for k in packet_keys(_dest("10.96.0.20", 80), two) if k[0] == R.FWMARK] == [0x1, 0x4000, 0x4001]
+
+
+@pytest.mark.parametrize(
+    "rules,dest,why",
+    [
+        (["-A X -p tcp -j REDIRECT --to-ports 15001"], ("10.96.0.20", 80), "REDIRECT"),
+        (["-A X -j DNAT --to-destination 10.0.0.1-10.0.0.9:80"], ("10.96.0.20", 80), "range"),
+        (["-A X -j CONNMARK --restore-mark --nfmask 0xffffffff --ctmask 0xffffffff"], ("10.96.0.20", 80), "mark"),
+        ([f"-A X -j MARK --set-xmark {1 << i:#x}/{1 << i:#x}" for i in range(7)], ("10.96.0.20", 80), "64 marks"),
+        ([], ("10.96.0.20", None), "no port"),
+    ],
+)
+def test_a_packet_whose_virtual_servers_cannot_be_told_is_read_whole(rules, dest, why):
+    from kpdiag.collect.dest_rules import packet_keys
+
+    with pytest.raises(R.NotFocused, match=why):
+        packet_keys(_dest(*dest), rules)
+
+
+def test_a_live_trace_on_a_node_without_ipvs_reads_whole_saying_why():
+    """No ip_vs here: the live trace's IPVS reader falls back to the whole read, and says why (as a warning)."""
+    from kpdiag.collect.dest_rules import DestinationIpvs
+    from kpdiag.collect.node import NodeCollector
+
+    with pytest.raises(R.NotFocused, match="ip_vs kernel module is not loaded"):
+        DestinationIpvs(NodeCollector(host_root=None), _dest("10.96.0.20", 80)).collect()
