@@ -386,6 +386,7 @@ class IpvsFocused:
         what = self.what(len(keys), len(services))
         if c.wants(sources.IPVS_CONN):
             self._conn_counts(keys)
+        bound = self._narrow_bound({addr for proto, addr, _ in keys if proto != FWMARK})
         self.partial = {
             **{k: v for k, v in self.iptables.partial.items() if k not in ("holds", "chains", "mode")},
             "mode": self.mode,
@@ -397,6 +398,52 @@ class IpvsFocused:
             },
             "chains": self.iptables.partial["chains"],
             "virtual_servers": [_key_text(*k) for k in keys],
+        }
+        if bound:
+            self.partial["holds"].update(bound)
+            self.partial["left_out"] = self.left_out
+
+    def _narrow_bound(self, keep: set[str]) -> dict[str, str]:
+        """kube-ipvs0's addresses (and their local routes) narrowed to ``keep``: kube-proxy binds every Service address
+        there (10,000 on a 10,000-Service node), and only those the packets in focus are sent to matter; the node's
+        other interfaces and routes are kept whole. The holds of what was narrowed ({} when nothing was)."""
+        c = self.c
+        self.left_out: dict[str, int] = {}
+        try:
+            links = json.loads(c.out.files[sources.IP_ADDR])
+            routes = json.loads(c.out.files[sources.IP_ROUTE])
+        except (KeyError, ValueError):
+            return {}  # not read, or not JSON: kept as it is (nothing left out)
+        if not isinstance(links, list) or not isinstance(routes, list):
+            return {}
+        dropped: set = set()
+        for link in links:
+            if isinstance(link, dict) and link.get("ifname") == BOUND_LINK:
+                infos = link.get("addr_info") or []
+                link["addr_info"] = [a for a in infos if isinstance(a, dict) and a.get("local") in keep]
+                dropped |= {a.get("local") for a in infos if isinstance(a, dict)} - keep
+        gone = len(dropped)
+        mine = [  # the kernel's local route of each address left out (any other route through kube-ipvs0 stays)
+            r
+            for r in routes
+            if not (
+                isinstance(r, dict)
+                and r.get("dev") == BOUND_LINK
+                and r.get("table") == "local"
+                and r.get("type") == "local"
+                and r.get("dst") in dropped
+            )
+        ]
+        if not gone:
+            return {}
+        self.left_out = {str(sources.IP_ADDR): gone, str(sources.IP_ROUTE): len(routes) - len(mine)}
+        c._put(sources.IP_ADDR, json.dumps(links, indent=1))
+        c._put(sources.IP_ROUTE, json.dumps(mine, indent=1))
+        return {
+            str(sources.IP_ADDR): f"every interface's addresses but {BOUND_LINK}'s, of which only those {self.packets} "
+            f"can be sent to ({len(keep)} asked; {gone} others left out: kube-proxy binds every Service address there)",
+            str(sources.IP_ROUTE): f"every route but those of {BOUND_LINK}'s other addresses (their local routes: "
+            f"{len(routes) - len(mine)} left out)",
         }
 
     packets = property(lambda self: self.service)

@@ -310,3 +310,36 @@ def test_a_live_trace_on_a_node_without_ipvs_reads_whole_saying_why():
 
     with pytest.raises(R.NotFocused, match="ip_vs kernel module is not loaded"):
         DestinationIpvs(NodeCollector(host_root=None), _dest("10.96.0.20", 80)).collect()
+
+
+def test_kube_ipvs0_is_narrowed_to_the_addresses_in_focus():
+    """kube-proxy binds every Service address on kube-ipvs0: a focused read keeps those its packets can be sent to
+    (and their local routes), every other interface and route whole, and says how many it left out."""
+    from kpdiag.collect.node import NodeCollector
+
+    vips = [f"10.96.0.{i}" for i in range(1, 201)]
+    links = [
+        {"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.168.50.1", "prefixlen": 24}]},
+        {"ifname": "kube-ipvs0", "addr_info": [{"family": "inet", "local": ip, "prefixlen": 32} for ip in vips]},
+    ]
+    local = lambda ip, dev: {"type": "local", "dst": ip, "dev": dev, "table": "local", "prefsrc": ip}  # noqa: E731
+    routes = [local(ip, "kube-ipvs0") for ip in vips] + [
+        local("192.168.50.1", "eth0"),
+        {"dst": "192.168.50.0/24", "dev": "eth0", "table": "main", "type": "unicast"},
+        {"dst": "10.97.0.0/16", "dev": "kube-ipvs0", "table": "main", "type": "unicast"},  # not an address's: kept
+    ]
+    c = NodeCollector(host_root=None)
+    c.out.files[sources.IP_ADDR] = json.dumps(links).encode()
+    c.out.files[sources.IP_ROUTE] = json.dumps(routes).encode()
+    reader = R.IpvsFocused(c, "shop/web")
+    holds = reader._narrow_bound({"10.96.0.20", "192.168.50.1", "10.96.9.9"})
+    got_links = json.loads(c.out.files[sources.IP_ADDR])
+    got_routes = json.loads(c.out.files[sources.IP_ROUTE])
+    assert got_links[0] == links[0]
+    assert [a["local"] for a in got_links[1]["addr_info"]] == ["10.96.0.20"]
+    assert got_routes == [local("10.96.0.20", "kube-ipvs0")] + routes[-3:]
+    assert reader.left_out == {sources.IP_ADDR: 199, sources.IP_ROUTE: 199}
+    assert set(holds) == {sources.IP_ADDR, sources.IP_ROUTE} and "199 others left out" in holds[sources.IP_ADDR]
+    # nothing to leave out: the files stay as read, and nothing is said
+    c.out.files[sources.IP_ADDR] = json.dumps(links[:1]).encode()
+    assert reader._narrow_bound({"10.96.0.20"}) == {} and reader.left_out == {}
