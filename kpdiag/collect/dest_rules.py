@@ -11,9 +11,12 @@ that decides which other Service's rule can take a Service's packets) — or fro
 entered; every other jump is followed. kube-proxy's per-Service chains are all in the nat table and are entered
 before the packet is translated (PREROUTING, OUTPUT), so the destination as sent is the one to match.
 
-When a chain cannot be listed, or the mode has no reader here (IPVS; nftables, whose focused reader in
-service_rules.py is keyed by a Service), the whole rules are read as without a destination, and the reason is recorded
-as a problem of ``iptables-save`` (the trace prints it).
+IPVS mode (:class:`DestinationIpvs`) needs no API: the destination names the virtual server, asked for over generic
+netlink (kpdiag/collect/ipvs_rules.py) with those at the DNAT targets and firewall marks of the chains read.
+
+When a chain cannot be listed, or the mode has no reader here (nftables, whose focused reader in service_rules.py is
+keyed by a Service), the whole rules are read as without a destination, and the reason is recorded as a problem of
+``iptables-save`` (``ipvsadm.txt`` in IPVS mode; the trace prints it).
 """
 
 from __future__ import annotations

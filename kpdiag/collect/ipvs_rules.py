@@ -14,7 +14,10 @@ The rest of the rules are read as before: kube-proxy's iptables rules in IPVS mo
 per-Service chains), read chain by chain as in iptables mode (:class:`kpdiag.collect.service_rules.IptablesFocused`:
 with no KUBE-SVC chains it reads every chain the hooks reach), and the ipsets whole (``ipset save``: 0.35 s wall,
 0.2 s CPU for 32,000 entries, measured; a membership test per entry cannot cover the source-range sets, whose
-``hash:ip,port,net`` entries cannot be enumerated by tests).
+``hash:ip,port,net`` entries cannot be enumerated by tests). Of kube-ipvs0, where kube-proxy binds every Service
+address, only the addresses in focus and their local routes are kept (``partial.left_out`` counts the others).
+
+A live ``kpdiag trace`` reads the same way keyed by its destination (kpdiag/collect/dest_rules.py ``DestinationIpvs``).
 """
 
 from __future__ import annotations
