@@ -113,6 +113,8 @@ def main() -> int:
             f"({i['asked']} asked, {i['found']} found); collect_node(focused): {r['seconds']:.3f} s wall "
             f"{r['cpu']:.3f} s CPU" + ("" if r.get("partial") else " — NOT FOCUSED: " + str(r.get("errors"))[:300])
         )
+        slowest = sorted((r.get("timings") or {}).items(), key=lambda kv: -kv[1])[:4]
+        print("      its slowest sources: " + ", ".join(f"{k} {v:.2f} s" for k, v in slowest))
     traces = rec.get("traces") or []
     if traces:  # a live kpdiag trace of each packet (kpdiag/collect/dest_rules.py), focused and whole
         w = traces[0]["whole_cost"]

@@ -104,7 +104,8 @@ for i, f in enumerate(plan["focus"]):
     write_bundle(files, os.path.join(sys.argv[1], f"focused-{i}"), manifest)
     out.append({"service": f["service"], "bundle": f"focused-{i}", "seconds": time.monotonic() - t,
                 "cpu": time.process_time() - c, "ipvs": ipvs, "ipvsadm_Sn": whole, "whole_netlink": whole_nl, **bench,
-                "partial": manifest.get("partial"), "errors": manifest.get("errors")})
+                "partial": manifest.get("partial"), "errors": manifest.get("errors"),
+                "timings": manifest.get("timings")})
 # a live kpdiag trace of each packet: the whole rules once, then the focused read of each (kpdiag/collect/dest_rules.py)
 from kpdiag.collect.dest_rules import Destination
 from kpdiag.render.trace import trace_to_json
