@@ -389,7 +389,7 @@ class IpvsFocused:
         what = self.what(len(keys), len(services))
         if c.wants(sources.IPVS_CONN):
             self._conn_counts(keys)
-        bound = self._narrow_bound({addr for proto, addr, _ in keys if proto != FWMARK})
+        bound = self._narrow_bound({str(ipaddress.ip_address(addr)) for proto, addr, _ in keys if proto != FWMARK})
         self.partial = {
             **{k: v for k, v in self.iptables.partial.items() if k not in ("holds", "chains", "mode")},
             "mode": self.mode,
@@ -397,11 +397,12 @@ class IpvsFocused:
                 **self.iptables_holds(),
                 str(sources.IPVSADM): what,
                 str(sources.IPVSADM_LIST): what,
-                str(sources.IPVS_CONN): f"the connections to {self.packets}'s virtual servers only",
             },
             "chains": self.iptables.partial["chains"],
             "virtual_servers": [_key_text(*k) for k in keys],
         }
+        if c.wants(sources.IPVS_CONN):
+            self.partial["holds"][str(sources.IPVS_CONN)] = f"the connections to {self.packets}'s virtual servers only"
         if bound:
             self.partial["holds"].update(bound)
             self.partial["left_out"] = self.left_out

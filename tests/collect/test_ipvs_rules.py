@@ -343,3 +343,26 @@ def test_kube_ipvs0_is_narrowed_to_the_addresses_in_focus():
     # nothing to leave out: the files stay as read, and nothing is said
     c.out.files[sources.IP_ADDR] = json.dumps(links[:1]).encode()
     assert reader._narrow_bound({"10.96.0.20"}) == {} and reader.left_out == {}
+
+
+def test_the_focused_links_step_reads_what_the_full_one_does():
+    """A focused run reads addresses and routes with ``ip -j`` (decoded in C), a full run with pyroute2: on this host
+    the same local addresses, and the same routing decision for each address of every interface and a few others."""
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.collect.node import NodeCollector
+    from kpdiag.parse.addr import parse_ip
+    from kpdiag.state.node import NodeState
+
+    states = []
+    for step in ("links", "links_ip"):
+        c = NodeCollector(host_root=None, only=[sources.IP_ADDR, sources.IP_ROUTE])
+        getattr(c, step)()
+        assert not c.out.errors, c.out.errors
+        states.append(NodeState(Bundle.from_files("n", dict(c.out.files))))
+    full, fast = (s.routing for s in states)
+    assert full.local_ips == fast.local_ips and full.local_ips
+    others = ["8.8.8.8", "10.96.0.20", "127.0.0.1", "::1", "2001:db8::1"]
+    for addr in {str(a.get("local")) for link in states[0].ip_addr for a in link.get("addr_info") or []} | set(others):
+        ip, version = parse_ip(addr)
+        a, b = full.lookup(ip, version), fast.lookup(ip, version)
+        assert (a and (a.type, a.dev, a.gateway, a.table)) == (b and (b.type, b.dev, b.gateway, b.table)), addr
