@@ -233,8 +233,11 @@ def trace(
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if setup.read:
         chains = sum(len(c) for t in setup.read["chains"].values() for c in t.values())
+        vs = setup.read.get("virtual_servers")
+        vs = f" and the {len(vs)} virtual servers" if vs is not None else ""
         _say(
-            f"read only the {chains} chains a packet to {setup.read['destination']} can meet (--all-rules: every rule)"
+            f"read only the {chains} chains{vs} a packet to {setup.read['destination']} can meet "
+            "(--all-rules: every rule)"
         )
     if src is None:
         if origin != "node":
