@@ -426,6 +426,7 @@ class ApiList:
     source: str  # how evidence names it
     _read: typing.Callable = field(repr=False, compare=False)
     _problem: typing.Callable = field(repr=False, compare=False)
+    _text: typing.Callable = field(repr=False, compare=False, default=None)
 
     def items(self) -> list[dict] | None:
         from kpdiag.bundle.store import list_items
@@ -438,10 +439,19 @@ class ApiList:
             self._problem("not a List (kubectl get -o json)")
         return items
 
+    def text(self) -> str | None:
+        """The file as written (evidence finds an object's line in it), None when it was not collected."""
+        return self._text()
+
 
 def _api_list(ctx, rel) -> ApiList:
     """The List file ``rel`` as the one-input view ``ctx`` opens it (read when ``items()`` is first asked)."""
-    return ApiList(ctx.display(rel), lambda: ctx.source(rel), lambda msg: ctx.problem(rel, msg))
+    return ApiList(
+        ctx.display(rel),
+        lambda: ctx.source(rel),
+        lambda msg: ctx.problem(rel, msg),
+        lambda: ctx.source_text(rel) if ctx.has(rel) else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -506,21 +516,48 @@ class DnsLookups(Typed):
         self._problem(message)
 
 
+# the files of the networkpolicies input that its checks cite (state/inputs.py opens them with it)
+POLICY_FILES = (sources.NETWORKPOLICIES, sources.PODS, sources.CLIENT_POD, sources.CNI)
+
+
 @dataclass(frozen=True)
 class NetworkPolicies(Typed):
     """The NetworkPolicies (and what judging them needs: namespaces, pods, the CNI): whether they were collected, and
-    the data they are judged with (``data()``, kpdiag.state.policy, read on first use)."""
+    the data they are judged with (``data()``, kpdiag.state.policy, read on first use), and the files evidence cites
+    (POLICY_FILES: ``has``, ``text``, ``source``, ``display``)."""
 
     INPUT: ClassVar[str] = "networkpolicies"
     collected: bool
     _data: typing.Callable = field(repr=False, compare=False)
+    # the files of this input (POLICY_FILES) → (how evidence names it, collected, its text, it as read)
+    _files: typing.Mapping = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def build(cls, ctx):
-        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data())
+        files = {
+            rel: (ctx.display(rel), ctx.has(rel), lambda rel=rel: ctx.source_text(rel), lambda rel=rel: ctx.source(rel))
+            for rel in POLICY_FILES
+        }
+        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data(), files)
 
     def data(self):
         return self._data()
+
+    def has(self, rel: str) -> bool:
+        """Whether one of POLICY_FILES was collected."""
+        return self._files[rel][1]
+
+    def display(self, rel: str) -> str:
+        """How evidence names one of POLICY_FILES."""
+        return self._files[rel][0]
+
+    def text(self, rel: str) -> str | None:
+        """One of POLICY_FILES as written (evidence finds an object's line in it), None when not collected."""
+        return self._files[rel][2]() if self.has(rel) else None
+
+    def source(self, rel: str):
+        """One of POLICY_FILES as read (``cluster/networkpolicies.json``: the List), None when not collected."""
+        return self._files[rel][3]() if self.has(rel) else None
 
 
 @dataclass(frozen=True)
@@ -694,3 +731,156 @@ def view_what(typ) -> str:
     from kpdiag.state.inputs import NODE_INPUTS
 
     return NODE_INPUTS[typ.INPUT].what
+
+
+# --- typed inputs of the service checks (h/typedsvc)
+
+
+@dataclass(frozen=True)
+class Focus(Typed):
+    """The Service being diagnosed (``kpdiag svc``, ``kpdiag node --service``): (namespace, name), or None when every
+    Service is. Always there."""
+
+    INPUT: ClassVar[str] = "focus"
+    service: tuple[str, str] | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.focus)
+
+
+@dataclass(frozen=True)
+class Services(Typed):
+    """The Services from the API (cluster/services.json), parsed (kpdiag.state.cluster.Svc: ports, selector,
+    cluster_ips, traffic policies, and the endpoints of its EndpointSlices when those were read): ``focused`` the ones
+    to diagnose (the focused one — none when the API has no such Service — else all), ``every`` all of them."""
+
+    INPUT: ClassVar[str] = "services"
+    source: str
+    focused: tuple  # of kpdiag.state.cluster.Svc
+    every: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        every = ctx.cluster.services()
+        if every is None:
+            return None
+        return cls(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus()), tuple(every))
+
+    def evidence(self, svc, what: str) -> Evidence:
+        """A fact of Service ``svc`` (``what``: its spec as it bears on the finding)."""
+        return Evidence(self.source, f"{svc.key}: {what}")
+
+
+@dataclass(frozen=True)
+class EndpointSlices(Typed):
+    """The EndpointSlices from the API (cluster/endpointslices.json): ``items`` as read (None when not collected;
+    their endpoints are joined to the Services, ``Svc.endpoints``), ``source`` how evidence about endpoints names the
+    file. Always built, as a use too: evidence about a Service's (absent) endpoints cites it."""
+
+    INPUT: ClassVar[str] = "endpointslices"
+    source: str
+    items: tuple | None
+
+    @classmethod
+    def build(cls, ctx):
+        items = ctx.cluster.endpointslices()
+        return cls(ctx.display(sources.ENDPOINTSLICES), None if items is None else tuple(items))
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class Pods(Typed):
+    """The pods from the API (cluster/pods.json) as read, and ``selected(svc)``: those a Service's selector picks in
+    its namespace."""
+
+    INPUT: ClassVar[str] = "pods"
+    source: str
+    items: tuple  # the Pod objects (dicts)
+    _selected: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        items = ctx.cluster.pods()
+        if items is None:
+            return None
+        return cls(ctx.display(sources.PODS), tuple(items), lambda svc: ctx.cluster.selected_pods(svc))
+
+    def selected(self, svc) -> list[dict]:
+        return self._selected(svc)
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class NodeObject(Typed):
+    """This node as the API knows it: its name (the one Node of cluster/nodes.json, else the manifest's node) and
+    zone (its topology.kubernetes.io/zone label, else the manifest's zone); None when not known. Always there."""
+
+    INPUT: ClassVar[str] = "node-object"
+    name: str | None
+    zone: str | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.cluster.node_name(), ctx.cluster.node_zone())
+
+
+@dataclass(frozen=True)
+class Probes(Typed):
+    """The active probes of the Service (probes/service.json, a kpdiag.probes/v1 document): ``doc`` as written,
+    ``probe_results(kind, target_prefix)`` its results. kpdiag.state.probe_results.observations reads it as it reads
+    the state (``probes``, ``probe_results``)."""
+
+    INPUT: ClassVar[str] = "probes"
+    source: str
+    doc: typing.Mapping
+    _results: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.probes
+        if doc is None:
+            return None
+        return cls(ctx.display(sources.PROBES_SERVICE), doc, lambda kind, prefix: ctx.probe_results(kind, prefix))
+
+    @property
+    def probes(self):
+        return self.doc
+
+    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
+        return self._results(kind, target_prefix)
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class DnsProbe(Typed):
+    """A DNS lookup of the Service (probes/dns.json): the name asked, the result, the addresses, as written."""
+
+    INPUT: ClassVar[str] = "dns"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.dns
+        return None if doc is None else cls(ctx.display(sources.PROBES_DNS), doc)
+
+
+@dataclass(frozen=True)
+class ConntrackEntries(Typed):
+    """The node's conntrack table (``conntrack -L``), its text as collected."""
+
+    INPUT: ClassVar[str] = "conntrack-entries"
+    source: str
+    text: str
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.source(sources.CONNTRACK)
+        return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
