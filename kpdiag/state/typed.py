@@ -372,16 +372,24 @@ class KubeProxyRules(Typed):
     programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
     ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
     _dump: typing.Callable = field(repr=False, compare=False)
+    _ports: typing.Callable | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
         rs = ctx.iptables()
-        return None if rs is None else cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which))
+        if rs is None:
+            return None
+        return cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which), lambda which: ctx.programmed(which))
 
     def dump(self, which: str):
         """The ruleset of another dump of this input, parsed on first use: "ip6tables-save", "iptables-legacy-save",
         "iptables-nft-save" (None: not collected)."""
         return self.ruleset if which == "iptables-save" else self._dump(which)
+
+    def ports(self, which: str):
+        """The Service ports kube-proxy programmed in another dump ("ip6tables-save": a dual-stack node's IPv6 ones),
+        read on first use (None: that dump was not collected)."""
+        return self.programmed if which == "iptables-save" else self._ports(which)
 
 
 @dataclass(frozen=True)
@@ -694,3 +702,49 @@ def view_what(typ) -> str:
     from kpdiag.state.inputs import NODE_INPUTS
 
     return NODE_INPUTS[typ.INPUT].what
+
+
+# --- typed inputs of the node checks (h/typednode)
+
+
+@dataclass(frozen=True)
+class ConntrackEntries(Typed):
+    """The node's conntrack entries (``conntrack -L``) as collected, one per line, and how evidence names them."""
+
+    INPUT: ClassVar[str] = "conntrack-entries"
+    source: str
+    text: str
+
+    @classmethod
+    def build(cls, ctx):
+        text = ctx.source(sources.CONNTRACK)
+        return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
+
+
+@dataclass(frozen=True)
+class Tracer(Typed):
+    """The node's packet tracers (kpdiag/trace/), each made on first use and shared by every check of the run:
+    ``iptables()`` through its iptables rules, ``of_mode(mode, family)`` through the rules of a proxy mode (default:
+    the one kube-proxy runs), ``if_forwarding()`` as if the node forwarded packets. Each is None without the rules."""
+
+    INPUT: ClassVar[str] = "tracer"
+    _iptables: typing.Callable = field(repr=False, compare=False)
+    _mode: typing.Callable = field(repr=False, compare=False)
+    _forwarding: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(
+            lambda: ctx.tracer(),
+            lambda mode, family: ctx.mode_tracer(mode, family),
+            lambda: ctx.tracer_if_forwarding(),
+        )
+
+    def iptables(self):
+        return self._iptables()
+
+    def of_mode(self, mode: str | None = None, family: int = 4):
+        return self._mode(mode, family)
+
+    def if_forwarding(self):
+        return self._forwarding()
