@@ -54,7 +54,7 @@ def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optio
         rs = rules.dump(which)  # a file the bundle lacks is None, not a problem
         if rs is None:
             continue
-        ports = rules.ports(which) or {}
+        ports = rules.programmed_in(which) or {}
         ips = sorted({p.cluster_ip for p in ports.values() if p.cluster_ip and (":" in p.cluster_ip) == (family == 6)})
         if not ips:
             continue

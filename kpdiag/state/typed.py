@@ -372,7 +372,7 @@ class KubeProxyRules(Typed):
     programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
     ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
     _dump: typing.Callable = field(repr=False, compare=False)
-    _ports: typing.Callable | None = field(default=None, repr=False, compare=False)
+    _programmed: typing.Callable | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
@@ -386,10 +386,10 @@ class KubeProxyRules(Typed):
         "iptables-nft-save" (None: not collected)."""
         return self.ruleset if which == "iptables-save" else self._dump(which)
 
-    def ports(self, which: str):
-        """The Service ports kube-proxy programmed in another dump ("ip6tables-save": a dual-stack node's IPv6 ones),
-        read on first use (None: that dump was not collected)."""
-        return self.programmed if which == "iptables-save" else self._ports(which)
+    def programmed_in(self, which: str) -> typing.Mapping | None:
+        """The Service ports programmed in another dump ("ip6tables-save": a dual-stack node's IPv6 side), read on
+        first use (None: that dump was not collected)."""
+        return self.programmed if which == "iptables-save" else self._programmed(which)
 
 
 @dataclass(frozen=True)
@@ -709,7 +709,7 @@ def view_what(typ) -> str:
 
 @dataclass(frozen=True)
 class ConntrackEntries(Typed):
-    """The node's conntrack entries (``conntrack -L``) as collected, one per line, and how evidence names them."""
+    """The node's conntrack table (``conntrack -L``), its text as collected."""
 
     INPUT: ClassVar[str] = "conntrack-entries"
     source: str
