@@ -707,6 +707,12 @@ def view_what(typ) -> str:
 # --- typed inputs of the node checks (h/typednode)
 
 
+def _as_read(cls, ctx, rel):
+    """``cls(how evidence names rel, rel as the state reads it)``, or None when ``rel`` was not collected."""
+    value = ctx.source(rel)
+    return None if value is None else cls(ctx.display(rel), value)
+
+
 @dataclass(frozen=True)
 class ConntrackEntries(Typed):
     """The node's conntrack table (``conntrack -L``), its text as collected."""
@@ -717,8 +723,7 @@ class ConntrackEntries(Typed):
 
     @classmethod
     def build(cls, ctx):
-        text = ctx.source(sources.CONNTRACK)
-        return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
+        return _as_read(cls, ctx, sources.CONNTRACK)
 
 
 @dataclass(frozen=True)
