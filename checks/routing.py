@@ -33,7 +33,7 @@ def covering_prefix(ips: list[str]) -> str:
     "service-cidr-leaves-node",
     "Traffic to ClusterIPs that kube-proxy does not translate leaves the node",
     "info",
-    needs=("whole-rules",),
+    needs=("whole-rules",),  # read nothing of: a partial bundle holds one Service's ClusterIPs, not the range's
     advice_for="kube-proxy",
     symptom="ping to a ClusterIP answers 'Time to live exceeded' (or nothing); a ClusterIP on a port the Service does not define hangs instead of being refused.",
     why="""
