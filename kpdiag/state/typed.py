@@ -372,16 +372,24 @@ class KubeProxyRules(Typed):
     programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
     ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
     _dump: typing.Callable = field(repr=False, compare=False)
+    _programmed: typing.Callable | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
         rs = ctx.iptables()
-        return None if rs is None else cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which))
+        if rs is None:
+            return None
+        return cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which), lambda which: ctx.programmed(which))
 
     def dump(self, which: str):
         """The ruleset of another dump of this input, parsed on first use: "ip6tables-save", "iptables-legacy-save",
         "iptables-nft-save" (None: not collected)."""
         return self.ruleset if which == "iptables-save" else self._dump(which)
+
+    def programmed_in(self, which: str) -> typing.Mapping | None:
+        """The Service ports programmed in another dump ("ip6tables-save": a dual-stack node's IPv6 side), read on
+        first use (None: that dump was not collected)."""
+        return self.programmed if which == "iptables-save" else self._programmed(which)
 
 
 @dataclass(frozen=True)
@@ -872,6 +880,15 @@ class DnsProbe(Typed):
         return None if doc is None else cls(ctx.display(sources.PROBES_DNS), doc)
 
 
+# --- typed inputs of the node checks (h/typednode)
+
+
+def _as_read(cls, ctx, rel):
+    """``cls(how evidence names rel, rel as the state reads it)``, or None when ``rel`` was not collected."""
+    value = ctx.source(rel)
+    return None if value is None else cls(ctx.display(rel), value)
+
+
 @dataclass(frozen=True)
 class ConntrackEntries(Typed):
     """The node's conntrack table (``conntrack -L``), its text as collected."""
@@ -882,5 +899,33 @@ class ConntrackEntries(Typed):
 
     @classmethod
     def build(cls, ctx):
-        text = ctx.source(sources.CONNTRACK)
-        return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
+        return _as_read(cls, ctx, sources.CONNTRACK)
+
+
+@dataclass(frozen=True)
+class Tracer(Typed):
+    """The node's packet tracers (kpdiag/trace/), each made on first use and shared by every check of the run:
+    ``iptables()`` through its iptables rules, ``of_mode(mode, family)`` through the rules of a proxy mode (default:
+    the one kube-proxy runs), ``if_forwarding()`` as if the node forwarded packets. Each is None without the rules."""
+
+    INPUT: ClassVar[str] = "tracer"
+    _iptables: typing.Callable = field(repr=False, compare=False)
+    _mode: typing.Callable = field(repr=False, compare=False)
+    _forwarding: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(
+            lambda: ctx.tracer(),
+            lambda mode, family: ctx.mode_tracer(mode, family),
+            lambda: ctx.tracer_if_forwarding(),
+        )
+
+    def iptables(self):
+        return self._iptables()
+
+    def of_mode(self, mode: str | None = None, family: int = 4):
+        return self._mode(mode, family)
+
+    def if_forwarding(self):
+        return self._forwarding()
