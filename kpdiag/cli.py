@@ -181,7 +181,9 @@ def trace(
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
     from .trace.model import Packet
-    from .trace.inputs import explain_unmatched, setup_trace, split_dst
+    from dataclasses import replace
+
+    from .trace.inputs import explain_unmatched, read_summary, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(
@@ -232,10 +234,7 @@ def trace(
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if setup.read:
-        chains = sum(len(c) for t in setup.read["chains"].values() for c in t.values())
-        _say(
-            f"read only the {chains} chains a packet to {setup.read['destination']} can meet (--all-rules: every rule)"
-        )
+        _say(read_summary(setup.read))
     if src is None:
         if origin != "node":
             raise _fail("--src is needed unless --from node", exitcodes.USAGE)
@@ -251,6 +250,8 @@ def trace(
     for problem in setup.problems:
         _say(f"warning: {problem}")
     result = explain_unmatched(setup.tracer.trace(packet), setup)
+    if setup.read:
+        result = replace(result, read=setup.read)
     render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
     click.echo(render(result), nl=False)
     raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
