@@ -147,7 +147,7 @@ def cli(ctx):
 @click.option(
     "--all-rules",
     is_flag=True,
-    help="Live: read the whole ruleset (iptables-save) instead of only the chains this packet can meet.",
+    help="Live: read the whole ruleset (iptables-save, nft list ruleset) instead of only what this packet can meet.",
 )
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
@@ -173,8 +173,8 @@ def trace(
     """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability.
 
     Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only): in
-    iptables mode only the chains a packet to --dst can meet, unless --all-rules (the whole dump when that is not
-    possible, saying why).
+    iptables and nftables mode only the chains (and nftables map elements) a packet to --dst can meet, unless
+    --all-rules (the whole dump when that is not possible, saying why).
     Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable
     or not traced to the end (the trace's work budget; the notes say why).
     """

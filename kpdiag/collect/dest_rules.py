@@ -178,26 +178,16 @@ class DestWalk(NftWalk):
 
 
 class NftDestinationFocused(NftablesFocused):
-    """nftables mode: kube-proxy's table(s) over netlink as a packet to ``dest`` meets them (:class:`DestWalk`)."""
+    """nftables mode: kube-proxy's table(s) over netlink as a packet to a destination meets them (:class:`DestWalk`)."""
 
-    def __init__(self, collector, dest: Destination):
-        super().__init__(collector, "")
-        self.dest = dest
-
-    @property
-    def holds(self) -> str:
-        return (
-            f"only the chains a packet to {self.dest} can meet in kube-proxy's table (read over netlink chain by "
-            "chain): its base chains and every chain they reach; its sets and verdict maps looked up by the "
-            "destination with only the elements whose key the packet can match (as sent, or as a dnat on its way "
-            "sends it), the others whole; the other nftables tables whole"
-        )
-
-    def _walker(self, nl, family: str, table: str, deadline: float):
-        return DestWalk(nl, family, table, self.dest, deadline=deadline)
-
-    def _subject(self) -> dict:
-        return {"destination": str(self.dest)}
+    walk = DestWalk
+    subject = "destination"
+    holds = (
+        "only the chains a packet to {what} can meet in kube-proxy's table (read over netlink chain by chain): its "
+        "base chains and every chain they reach; its sets and verdict maps looked up by the destination with only "
+        "the elements whose key the packet can match (as sent, or as a dnat on its way sends it), the others whole; "
+        "the other nftables tables whole"
+    )
 
 
 READERS = {cls.mode: cls for cls in (DestinationFocused, NftDestinationFocused)}  # by the dataplane class's name

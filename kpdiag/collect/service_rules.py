@@ -734,9 +734,9 @@ class NftablesFocused:
     source = sources.NFT_RULESET  # where a fallback is reported
     after = ("ipvs", "ipset")
 
-    def __init__(self, collector, service: str):
+    def __init__(self, collector, what):
         self.c = collector
-        self.service = service
+        self.what = what  # the Service (NS/NAME), or what the walk is keyed by
         self.partial: dict = {}
 
     def collect(self) -> None:
@@ -762,7 +762,7 @@ class NftablesFocused:
         try:
             with nft_netlink.Netlink() as nl:
                 for family, name in mine:
-                    w = self._walker(nl, family, name, deadline)
+                    w = self.walk(nl, family, name, self.what, deadline=deadline)
                     items.extend(w.walk())
                     chains_read[f"{family} {name}"] = list(w.chains)
                     if w.reduced:
@@ -780,28 +780,24 @@ class NftablesFocused:
             items.extend(i for i in other.get("nftables", []) if "metainfo" not in i)
         c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
         self.partial = {
-            **self._subject(),
+            self.subject: str(self.what),
             "mode": self.mode,
-            "holds": {str(sources.NFT_RULESET): self.holds},
+            "holds": {str(sources.NFT_RULESET): self.holds.format(what=self.what)},
             "chains": {str(sources.NFT_RULESET): chains_read},
         }
         if reduced:
             self.partial["elements_left_out"] = {str(sources.NFT_RULESET): reduced}
 
     done = ()  # the rule steps already run when the focused read gave up (the fallback does not run them again)
+    # the walk of each kube-proxy table (``walk(nl, family, table, what, deadline=…)``), whose rules the read holds
+    # (the key in the manifest's ``partial``) and what it holds; kpdiag/collect/dest_rules.py reads one packet's
+    walk = NftWalk
+    subject = "service"
     holds = (
         "only the chains this Service's packets can meet in kube-proxy's table (read over netlink chain by chain): its "
         "base chains and every chain they jump to; its verdict maps with only the elements of this Service and of "
         "others with the same addresses or ports; the other nftables tables whole"
     )
-
-    def _walker(self, nl, family: str, table: str, deadline: float):
-        """The walk of one kube-proxy table (kpdiag/collect/dest_rules.py walks one packet's instead)."""
-        return NftWalk(nl, family, table, self.service, deadline=deadline)
-
-    def _subject(self) -> dict:
-        """Whose rules the read holds, in the manifest's ``partial``."""
-        return {"service": self.service}
 
     def _iptables(self) -> None:
         try:

@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from tests.lab.test_focused_differential import _strip_sources
+from tests.lab.test_trace_focused_differential import _compare
 from tests.lab.test_nft_focused_oracle import FIXTURE_NAMES, FIXTURES, SYNTH, loadable
 from tests.synth import many_services, nft_ruleset
 
@@ -101,24 +102,15 @@ def packets_for(doc: dict, limit: int = MAX_DESTS) -> list[dict]:
     return pkts
 
 
-def _compare(lab, pkts: list[dict]) -> list[dict]:
-    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.trace_read", json.dumps(pkts)], check=False, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout)
-    assert len(got) == len(pkts)
-    for one in got:
-        assert one["read"] is not None, (one["packet"], one["problems"])
-        assert one["read"]["mode"] == "nftables" and one["read"]["destination"], one["read"]
-        assert "kube-proxy" in " ".join(one["read"]["chains"][NFT]), one["read"]
-        assert one["full"]["mode"] == "nftables"
-        assert _strip_sources(one["focused"]) == _strip_sources(one["full"]), one["packet"]
-    return got
-
-
 def _exercise(lab, limit: int = MAX_DESTS) -> list[dict]:
     pkts = packets_for(_whole(lab), limit)
     assert len(pkts) >= 8, pkts
-    return _compare(lab, pkts)
+    got = _compare(lab, pkts)  # each focused trace equals the whole dump's
+    for one in got:
+        assert one["read"]["mode"] == "nftables" and one["read"]["destination"], one["read"]
+        assert "kube-proxy" in " ".join(one["read"]["chains"][NFT]), one["read"]
+        assert one["full"]["mode"] == "nftables"
+    return got
 
 
 def test_fixtures_found():
