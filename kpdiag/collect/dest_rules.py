@@ -138,12 +138,13 @@ class DestWalk(NftWalk):
         names = ("icmp", "ipv6-icmp") if d.proto == "icmp" else (d.proto,)
         self.protos = {bytes([numbers[n]]) for n in names if n in numbers} or None
         self.ports = None if d.port is None and d.proto != "icmp" else ({d.port} - {None})
+        self._want = {"ip4": self.addrs, "ip6": self.addrs, "proto": self.protos}  # the same sets, grown in place
 
     def _keep(self, data, i: int) -> bool:
         key, off = data.key(i), 0
         for kind, length in data.info.fields:
             part = key[off : off + length]
-            want = {"ip4": self.addrs, "ip6": self.addrs, "proto": self.protos}.get(kind)
+            want = self._want.get(kind)
             if kind == "port":
                 if self.ports is not None and int.from_bytes(part[:2], "big") not in self.ports:
                     return False
@@ -208,7 +209,7 @@ def focused_on(dest: Destination):
 
 def collect_for_destination(collector, dest: Destination) -> None:
     """Read the rules a packet to ``dest`` can meet into ``collector.out``; ``collector.partial`` says what was read
-    (empty when the whole rules were read: the reason is then an error of ``iptables-save``)."""
+    (empty when the whole rules were read: the reason is then an error of the rules' source)."""
     mode = detect_mode(collector)
     what = f"the rules a packet to {dest} can meet"
     if reads_destination(mode):
