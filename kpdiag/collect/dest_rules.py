@@ -20,14 +20,20 @@ as a ``dnat`` read on its way sends it; the chains their verdicts name are read 
 by anything else (an affinity set, by source) is read whole; whatever the reader cannot decode exactly (an unknown
 expression, an interval set, typeof) makes it read the whole dump.
 
-When a chain cannot be listed, or the mode has no reader here (IPVS), the whole rules are read as without a
-destination, and the reason is recorded as a problem of the rules' source (the trace prints it).
+IPVS mode (:class:`DestinationIpvs`) needs no API: the destination names the virtual server, asked for over generic
+netlink (kpdiag/collect/ipvs_rules.py) with those at the DNAT targets and firewall marks of the chains read.
+
+When a chain cannot be listed, or decoded, the whole rules are read as without a destination, and the reason is
+recorded as a problem of the rules' source (``iptables-save``, ``nft-ruleset.json`` or ``ipvsadm.txt``; the trace
+prints it).
 """
 
 from __future__ import annotations
 
+import ipaddress
 
 from kpdiag.bundle import sources
+from kpdiag.collect.ipvs_rules import IpvsFocused
 from kpdiag.collect.service_rules import (
     NftablesFocused,
     NftWalk,
@@ -38,12 +44,15 @@ from kpdiag.collect.service_rules import (
     TARGETS,
     _DEST,
     _JUMP,
+    _PROTOS,
     _QUOTED,
     Destination,
     IptablesFocused,
     _tokens,
+    NotFocused,
     chain_closure,
     detect_mode,
+    _opt,
     jump_of,
 )
 
@@ -99,6 +108,130 @@ class DestinationFocused(IptablesFocused):
             },
             "chains": self.partial["chains"],
         }
+
+
+MAX_MARKS = 64  # firewall marks the chains read can give a packet: past this, which fwmark virtual server it meets is
+# not worth telling apart (the whole IPVS table is read)
+_NFT_CHANGES = ('"dnat"', '"redirect"', '"tproxy"', '"queue"')  # nftables statements that move a packet elsewhere
+
+
+def _xmark(tokens: list[str]) -> tuple[int, int] | None:
+    """A MARK rule's (value, mask) as ``iptables -S`` prints it (``--set-xmark V/M``: mark = (mark & ~M) ^ V)."""
+    for i, tok in enumerate(tokens[:-1]):
+        if tok in ("--set-xmark", "--set-mark"):
+            value, _, mask = tokens[i + 1].partition("/")
+            v, m = int(value, 0), int(mask, 0) if mask else 0xFFFFFFFF
+            return (v, m) if tok == "--set-xmark" else (v, m | v)  # --set-mark V/M: (mark & ~M) | V
+    return None
+
+
+def packet_keys(dest: Destination, rules: list[str]) -> list[tuple[str, str, int]]:
+    """The virtual servers (ipvs_rules keys) a packet to ``dest`` can meet after ``rules`` (the ``-A`` lines of
+    every chain it can meet, any table): the one at its destination, the one at each address a DNAT rule can send it
+    to, and the fwmark virtual server of each mark the MARK rules can give it (from none, in any order). Raises
+    NotFocused when a rule moves the packet somewhere that cannot be told (REDIRECT, a DNAT range, TPROXY, NETMAP)
+    or restores a mark from the connection."""
+    from kpdiag.collect.ipvs_rules import FWMARK, MAX_VIRTUAL_SERVERS
+
+    if dest.port is None:
+        raise NotFocused(f"{dest} has no port: which virtual servers it meets cannot be asked one by one")
+    keys = [(dest.proto, dest.text, dest.port)]
+    marks = {0}
+    moves = []
+    for line in rules:
+        if not line.startswith("-A ") or " -j " not in line:
+            continue
+        toks = _tokens(line)
+        target = jump_of(toks)
+        if target in ("REDIRECT", "TPROXY", "NETMAP") or (target == "CONNMARK" and "--restore-mark" in toks):
+            raise NotFocused(f"the rule '{line}' can give the packet a destination or mark that cannot be told here")
+        if target == "MARK":
+            try:
+                move = _xmark(toks)
+            except ValueError:
+                move = None
+            if move is None:
+                raise NotFocused(f"the rule '{line}' sets a mark kpdiag cannot read")
+            moves.append(move)
+        elif target == "DNAT":
+            to = next((toks[i + 1] for i, t in enumerate(toks[:-1]) if t == "--to-destination"), "")
+            host, port = _to_destination(to)
+            if host is None:
+                raise NotFocused(f"the rule '{line}' can send the packet to a range of addresses or ports")
+            proto = (_opt(toks, "-p") or dest.proto).lower()
+            keys.append((proto if proto in _PROTOS else dest.proto, host, port or dest.port))
+    seen = 0
+    while len(marks) != seen:  # the MARK rules in any order, any number of times: the closure of the marks
+        seen = len(marks)
+        for value, mask in moves:
+            marks |= {(m & ~mask) ^ value for m in marks}
+        if len(marks) > MAX_MARKS:
+            raise NotFocused(f"the MARK rules on the path can give the packet more than {MAX_MARKS} marks")
+    keys += [(FWMARK, dest.text, m) for m in sorted(marks) if m]
+    keys = [k for k in dict.fromkeys(keys) if ipaddress.ip_address(k[1]).version == dest.addr.version]
+    if len(keys) > MAX_VIRTUAL_SERVERS:
+        raise NotFocused(f"more than {MAX_VIRTUAL_SERVERS} virtual servers to ask for")
+    return keys
+
+
+def _to_destination(to: str) -> tuple[str | None, int | None]:
+    """``--to-destination`` as one (address, port or None); (None, None) for a range or what cannot be read."""
+    if to.startswith("["):
+        host, _, rest = to[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif to.count(":") == 1:
+        host, _, port = to.partition(":")
+    else:
+        host, port = to, ""
+    try:
+        addr = str(ipaddress.ip_address(host))
+    except ValueError:
+        return None, None
+    if port and not port.isdigit():
+        return None, None
+    return addr, int(port) if port else None
+
+
+class DestinationIpvs(IpvsFocused):
+    """IPVS mode: the virtual servers a packet to ``dest`` can meet, asked one by one over netlink (no API: the
+    destination names them), and the iptables chains it can meet (:class:`DestinationFocused`: IPVS mode has no
+    per-Service chains, so every chain the hooks reach). The ipsets are read whole (``ipset save``): what the trace
+    tests against them changes along the walk (the real server IPVS picks is the destination KUBE-LOOP-BACK is
+    matched against, the source KUBE-LOAD-BALANCER-SOURCE-CIDR's), and entries of a ``hash:…,net`` set cannot be
+    asked one by one."""
+
+    def __init__(self, collector, dest: Destination):
+        super().__init__(collector, "", iptables=DestinationFocused(collector, dest))
+        self.dest = dest
+
+    packets = property(lambda self: f"a packet to {self.dest}")
+
+    def keys(self) -> list[tuple[str, str, int]]:
+        c = self.c
+        self.iptables.collect()
+        family = sources.IP6TABLES_SAVE if self.dest.addr.version == 6 else sources.IPTABLES_SAVE
+        text = c.out.files.get(family)
+        if text is None:
+            raise NotFocused(f"{family} was not read")
+        nft = c.out.files.get(sources.NFT_RULESET) or b""
+        moved = [s for s in _NFT_CHANGES if s.encode() in nft]
+        if moved or (b'"mangle"' in nft and b'"mark"' in nft):
+            raise NotFocused(
+                "the node's other nftables tables can change the packet's destination or mark "
+                f"({', '.join(m.strip(chr(34)) for m in moved) or 'mark set'}): which virtual servers it meets "
+                "cannot be told here"
+            )
+        return packet_keys(self.dest, text.decode("utf-8", "replace").splitlines())
+
+    def what(self, asked: int, found: int) -> str:
+        return (
+            f"only the virtual servers {self.packets} can meet (IPVS_CMD_GET_SERVICE and GET_DEST one by one over "
+            f"netlink: at its destination, at each DNAT rule's on its path, and at each firewall mark its MARK rules "
+            f"can give it: {asked} asked, {found} found)"
+        )
+
+    def iptables_holds(self) -> dict[str, str]:
+        return self.iptables.partial["holds"]
 
 
 def _key_part(expr) -> str | None:
@@ -191,7 +324,9 @@ class NftDestinationFocused(NftablesFocused):
     )
 
 
-READERS = {cls.mode: cls for cls in (DestinationFocused, NftDestinationFocused)}  # by the dataplane class's name
+READERS = {
+    cls.mode: cls for cls in (DestinationFocused, DestinationIpvs, NftDestinationFocused)
+}  # by the dataplane's name
 
 
 def reads_destination(mode: str | None) -> bool:

@@ -25,7 +25,9 @@ def read_summary(read: dict) -> str:
     """One line on what a live trace's focused read held: the chains, and (nftables) the map elements left out."""
     chains = sum(len(c) for t in read["chains"].values() for c in t.values())
     left = sum(n for t in (read.get("elements_left_out") or {}).values() for s in t.values() for n in s.values())
-    out = f"read only the {chains} chains a packet to {read['destination']} can meet"
+    vs = read.get("virtual_servers")
+    vs = f" and the {len(vs)} virtual servers" if vs is not None else ""
+    out = f"read only the {chains} chains{vs} a packet to {read['destination']} can meet"
     if left:
         out += f" and the set and map elements whose key it can match ({left} elements left out)"
     return out + " (--all-rules: every rule)"
