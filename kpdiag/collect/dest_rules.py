@@ -11,12 +11,21 @@ that decides which other Service's rule can take a Service's packets) — or fro
 entered; every other jump is followed. kube-proxy's per-Service chains are all in the nat table and are entered
 before the packet is translated (PREROUTING, OUTPUT), so the destination as sent is the one to match.
 
+nftables mode (:class:`NftDestinationFocused`) reads kube-proxy's table over netlink as ``kpdiag node --service``
+does (kpdiag/collect/service_rules.py :class:`NftablesFocused`, kpdiag/collect/nft_netlink.py), walked by
+:class:`DestWalk`: the base chains and every chain their rules reach, and of each named set or verdict map looked up
+by the packet's destination (address, protocol, port — ``ip daddr . meta l4proto . th dport``, a NodePort map's
+``meta l4proto . th dport``, ``ip daddr @cluster-ips``) only the elements whose key the packet can match, as sent or
+as a ``dnat`` read on its way sends it; the chains their verdicts name are read as they are reached. A set looked up
+by anything else (an affinity set, by source) is read whole; whatever the reader cannot decode exactly (an unknown
+expression, an interval set, typeof) makes it read the whole dump.
+
 IPVS mode (:class:`DestinationIpvs`) needs no API: the destination names the virtual server, asked for over generic
 netlink (kpdiag/collect/ipvs_rules.py) with those at the DNAT targets and firewall marks of the chains read.
 
-When a chain cannot be listed, or the mode has no reader here (nftables, whose focused reader in service_rules.py is
-keyed by a Service), the whole rules are read as without a destination, and the reason is recorded as a problem of
-``iptables-save`` (``ipvsadm.txt`` in IPVS mode; the trace prints it).
+When a chain cannot be listed, or decoded, the whole rules are read as without a destination, and the reason is
+recorded as a problem of the rules' source (``iptables-save``, ``nft-ruleset.json`` or ``ipvsadm.txt``; the trace
+prints it).
 """
 
 from __future__ import annotations
@@ -26,9 +35,12 @@ import ipaddress
 from kpdiag.bundle import sources
 from kpdiag.collect.ipvs_rules import IpvsFocused
 from kpdiag.collect.service_rules import (
+    NftablesFocused,
+    NftWalk,
+    fall_back,
+    run_reader,
     BUILTIN_CHAINS,
     PER_SERVICE,
-    RULE_STEPS,
     TARGETS,
     _DEST,
     _JUMP,
@@ -222,7 +234,99 @@ class DestinationIpvs(IpvsFocused):
         return self.iptables.partial["holds"]
 
 
-READERS = {cls.mode: cls for cls in (DestinationFocused, DestinationIpvs)}  # by the dataplane class's name
+def _key_part(expr) -> str | None:
+    """What a part of a set lookup's key is, in the packet's terms: "addr" (``ip daddr``), "proto" (``meta l4proto``),
+    "port" (``th dport``, ``tcp dport`` …), else None."""
+    if not isinstance(expr, dict):
+        return None
+    if expr.get("meta", {}).get("key") == "l4proto":
+        return "proto"
+    payload = expr.get("payload") or {}
+    if payload.get("field") == "daddr" and payload.get("protocol") in ("ip", "ip6"):
+        return "addr"
+    if payload.get("field") == "dport" and payload.get("protocol") in ("th", "tcp", "udp", "sctp"):
+        return "port"
+    return None
+
+
+_FIELD_PART = {"ip4": "addr", "ip6": "addr", "proto": "proto", "port": "port"}
+
+
+class DestWalk(NftWalk):
+    """One kube-proxy nftables table read for one packet (:class:`NftWalk`, keyed by its destination): the elements
+    of a set looked up by the packet's destination are kept when every part of their key can be the packet's — its
+    address, protocol and port as sent, or as a ``dnat`` in a chain read sends it (the later hooks look their maps up
+    with those). Keys are compared as the kernel's bytes, field by field."""
+
+    def __init__(self, nl, family: str, table: str, dest: Destination, deadline: float | None = None):
+        super().__init__(nl, family, table, "", deadline=deadline)
+        self.dest = dest
+
+    def _start(self) -> None:
+        from kpdiag.collect.nft_netlink import PROTOS
+
+        d = self.dest
+        self.addrs = None if d.addr is None else {d.addr.packed}  # None: any
+        numbers = {name: num for num, name in PROTOS.items()}
+        names = ("icmp", "ipv6-icmp") if d.proto == "icmp" else (d.proto,)
+        self.protos = {bytes([numbers[n]]) for n in names if n in numbers} or None
+        self.ports = None if d.port is None and d.proto != "icmp" else ({d.port} - {None})
+        self._want = {"ip4": self.addrs, "ip6": self.addrs, "proto": self.protos}  # the same sets, grown in place
+
+    def _keep(self, data, i: int) -> bool:
+        key, off = data.key(i), 0
+        for kind, length in data.info.fields:
+            part = key[off : off + length]
+            want = self._want.get(kind)
+            if kind == "port":
+                if self.ports is not None and int.from_bytes(part[:2], "big") not in self.ports:
+                    return False
+            elif want is not None and (part[:1] if kind == "proto" else part) not in want:
+                return False
+            off += (length + 3) & ~3
+        return True
+
+    def _learn(self, kept) -> bool:
+        grew = False
+        for raw, port in self._dnats():
+            if self.addrs is not None and raw not in self.addrs:
+                self.addrs.add(raw)
+                grew = True
+            if port is not None and self.ports is not None and port not in self.ports:
+                self.ports.add(port)
+                grew = True
+        return grew
+
+    def _reducible(self, name: str, data) -> bool:
+        """Only a set every rule looks up (no update) by the packet's destination, part by part of its key."""
+        uses = self.used.get(name, ())
+        if not uses or any("elem" in e or ("left" in e and e.get("op") not in ("==", "!=")) for e in uses):
+            return False
+        fields = [_FIELD_PART.get(kind) for kind, _ in data.info.fields]
+        for e in uses:
+            key = e.get("left") if "left" in e else e.get("key")
+            parts = key["concat"] if isinstance(key, dict) and "concat" in key else [key]
+            if len(parts) != len(fields) or any(_key_part(p) != f or f is None for p, f in zip(parts, fields)):
+                return False
+        return True
+
+
+class NftDestinationFocused(NftablesFocused):
+    """nftables mode: kube-proxy's table(s) over netlink as a packet to a destination meets them (:class:`DestWalk`)."""
+
+    walk = DestWalk
+    subject = "destination"
+    holds = (
+        "only the chains a packet to {what} can meet in kube-proxy's table (read over netlink chain by chain): its "
+        "base chains and every chain they reach; its sets and verdict maps looked up by the destination with only "
+        "the elements whose key the packet can match (as sent, or as a dnat on its way sends it), the others whole; "
+        "the other nftables tables whole"
+    )
+
+
+READERS = {
+    cls.mode: cls for cls in (DestinationFocused, DestinationIpvs, NftDestinationFocused)
+}  # by the dataplane's name
 
 
 def reads_destination(mode: str | None) -> bool:
@@ -240,26 +344,15 @@ def focused_on(dest: Destination):
 
 def collect_for_destination(collector, dest: Destination) -> None:
     """Read the rules a packet to ``dest`` can meet into ``collector.out``; ``collector.partial`` says what was read
-    (empty when the whole rules were read: the reason is then an error of ``iptables-save``)."""
+    (empty when the whole rules were read: the reason is then an error of the rules' source)."""
     mode = detect_mode(collector)
-    why = None
+    what = f"the rules a packet to {dest} can meet"
     if reads_destination(mode):
-        rules = READERS[mode](collector, dest)
-        try:
-            rules.collect()
-        except NotFocused as exc:
-            why = str(exc)
-        else:
-            for step in rules.after:
-                getattr(collector, step)()
-            collector.partial = rules.partial
-            return
+        run_reader(collector, READERS[mode](collector, dest), what)
     else:
-        why = f"kube-proxy runs {mode} mode: a live trace reads its rules whole"
-    collector._err(
-        getattr(READERS.get(mode), "source", sources.IPTABLES_SAVE),
-        f"focused read of the rules a packet to {dest} can meet not possible ({why}): the whole rules were read",
-    )
-    for step in RULE_STEPS:
-        collector.out.files.pop("node/.nft-table", None)
-        getattr(collector, step)()
+        fall_back(
+            collector,
+            sources.IPTABLES_SAVE,
+            f"focused read of {what} not possible (kube-proxy runs {mode} mode: a live trace reads its rules whole): "
+            "the whole rules were read",
+        )
