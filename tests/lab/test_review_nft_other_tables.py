@@ -1,0 +1,34 @@
+"""Review (issue 25): a live nftables trace's focused read keeps kube-proxy's map elements for the destination as
+sent and as kube-proxy's own ``dnat`` sends it — but another nftables table (a host NAT table at prerouting) can
+``dnat`` the packet to a ClusterIP before kube-proxy's filter chains look their maps up with the new address. The
+focused trace must still equal the whole one (``--all-rules``).
+
+REVIEW: fails on main b596b61 (focused: drop by cluster-ips-check; whole: reject by no-endpoint-services).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.lab.test_focused_differential import _strip_sources
+from tests.lab.test_nft_trace_focused_differential import _kpdiag_trace, _node
+from tests.synth import many_services, nft_ruleset
+
+pytestmark = pytest.mark.lab
+
+
+def test_another_tables_dnat_to_a_clusterip_is_traced_as_the_whole_dump(lab):
+    services = many_services(10, 2, no_endpoint_every=8)
+    gone = next(s for s in services if not s.endpoints)  # its ClusterIP is in no-endpoint-services: reject
+    _node(lab)
+    lab.sh("node", ["ip", "route", "add", "default", "via", "10.31.0.1", "dev", "kp0"])
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(services) + (
+        "add table ip hostnat\n"
+        "add chain ip hostnat pre { type nat hook prerouting priority -150; }\n"
+        f"add rule ip hostnat pre ip daddr 192.0.2.50 tcp dport 80 dnat to {gone.cluster_ip}:{gone.ports[0].port}\n"
+    ))  # fmt: skip
+    whole, _ = _kpdiag_trace(lab, "--dst", "192.0.2.50:80", "--all-rules")
+    focused, said = _kpdiag_trace(lab, "--dst", "192.0.2.50:80")
+    assert {p["verdict"] for p in whole["paths"]} == {"reject"}, whole["paths"]  # the kernel's answer
+    focused.pop("read", None)
+    assert _strip_sources(focused) == _strip_sources(whole), said
