@@ -22,6 +22,7 @@ virtual servers one by one over netlink; its addresses from the API's Service).
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import subprocess
@@ -726,6 +727,24 @@ def _proto_dport(key) -> bool:
     )
 
 
+_NFT_MOVES = ("dnat", "redirect", "tproxy")  # statements that give a packet another destination
+
+
+def _moves(items: list[dict]) -> str:
+    """The statements of ``items`` (``nft -j`` items of other tables) that can give a packet another destination, as
+    'table: statement, …' ('' when none)."""
+    found = []
+    for item in items:
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not isinstance(rule, dict):
+            continue
+        text = json.dumps(rule.get("expr"))
+        for word in _NFT_MOVES:
+            if f'"{word}"' in text:
+                found.append(f"{rule.get('family')} {rule.get('table')}: {word}")
+    return ", ".join(dict.fromkeys(found))
+
+
 class NftablesFocused:
     """nftables mode: kube-proxy's table(s) read over netlink for one Service (:class:`NftWalk`), iptables and the
     other nftables tables as a full run reads them."""
@@ -777,7 +796,14 @@ class NftablesFocused:
         if others:
             c.nft_tables(others)  # a host firewall's tables, whole (and iptables-nft's own left out, as a full run)
             other = json.loads(c.out.files.pop(sources.NFT_RULESET, b'{"nftables": []}') or b'{"nftables": []}')
-            items.extend(i for i in other.get("nftables", []) if "metainfo" not in i)
+            other_items = [i for i in other.get("nftables", []) if "metainfo" not in i]
+            moves = _moves(other_items)
+            if moves:  # kube-proxy's maps are then looked up by an address the walk did not key them by
+                raise NotFocused(
+                    f"another nftables table can change the packet's destination ({moves}): which of kube-proxy's "
+                    "map elements it meets cannot be told from its destination"
+                )
+            items.extend(other_items)
         c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
         self.partial = {
             self.subject: str(self.what),
