@@ -27,9 +27,11 @@ def test_another_tables_dnat_to_a_clusterip_is_traced_as_the_whole_dump(lab):
         "add chain ip hostnat pre { type nat hook prerouting priority -150; }\n"
         f"add rule ip hostnat pre ip daddr 192.0.2.50 tcp dport 80 dnat to {gone.cluster_ip}:{gone.ports[0].port}\n"
     ))  # fmt: skip
+    lab.sh("node", ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", "9", "-j", "ACCEPT"])  # iptables-nft's table
     whole, _ = _kpdiag_trace(lab, "--dst", "192.0.2.50:80", "--all-rules")
     focused, said = _kpdiag_trace(lab, "--dst", "192.0.2.50:80")
     assert {p["verdict"] for p in whole["paths"]} == {"reject"}, whole["paths"]  # the kernel's answer
     assert "another nftables table can change the packet's destination (ip hostnat: dnat)" in said, said
     assert "read" not in focused  # the whole dump, and why
+    assert said.count("iptables-nft's own tables") == 1, said  # said once, by the whole read
     assert _strip_sources(focused) == _strip_sources(whole), said
