@@ -22,7 +22,6 @@ virtual servers one by one over netlink; its addresses from the API's Service).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import subprocess
@@ -727,7 +726,7 @@ def _proto_dport(key) -> bool:
     )
 
 
-_NFT_MOVES = ("dnat", "redirect", "tproxy")  # statements that give a packet another destination
+_NFT_MOVES = frozenset(("dnat", "redirect", "tproxy"))  # statements that give a packet another destination
 
 
 def _moves(items: list[dict]) -> str:
@@ -738,10 +737,15 @@ def _moves(items: list[dict]) -> str:
         rule = item.get("rule") if isinstance(item, dict) else None
         if not isinstance(rule, dict):
             continue
-        text = json.dumps(rule.get("expr"))
-        for word in _NFT_MOVES:
-            if f'"{word}"' in text:
-                found.append(f"{rule.get('family')} {rule.get('table')}: {word}")
+        stack, words = [rule.get("expr")], set()
+        while stack:  # statements are keys (a jump to a chain named "dnat" is not one)
+            x = stack.pop()
+            if isinstance(x, dict):
+                words |= _NFT_MOVES & x.keys()
+                stack.extend(x.values())
+            elif isinstance(x, list):
+                stack.extend(x)
+        found += [f"{rule.get('family')} {rule.get('table')}: {w}" for w in sorted(words)]
     return ", ".join(dict.fromkeys(found))
 
 

@@ -35,3 +35,31 @@ def test_another_tables_dnat_to_a_clusterip_is_traced_as_the_whole_dump(lab):
     assert "read" not in focused  # the whole dump, and why
     assert said.count("iptables-nft's own tables") == 1, said  # said once, by the whole read
     assert _strip_sources(focused) == _strip_sources(whole), said
+
+
+def test_a_jump_to_a_chain_named_dnat_is_no_dnat(lab):
+    """Only a statement moves the packet: another table whose chain is *named* dnat keeps the read focused."""
+    import json
+
+    services = many_services(10, 2)
+    _node(lab)
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(services))
+    t = {"family": "ip", "table": "host"}
+    host = [
+        {"add": {"table": {"family": "ip", "name": "host"}}},
+        {
+            "add": {
+                "chain": {**t, "name": "pre", "type": "filter", "hook": "prerouting", "prio": -150, "policy": "accept"}
+            }
+        },
+        {"add": {"chain": {**t, "name": "dnat"}}},
+        {"add": {"rule": {**t, "chain": "dnat", "expr": [{"counter": {"packets": 0, "bytes": 0}}]}}},
+        {"add": {"rule": {**t, "chain": "pre", "expr": [{"jump": {"target": "dnat"}}]}}},
+    ]
+    lab.sh("node", ["nft", "-j", "-f", "-"], input=json.dumps({"nftables": host}))
+    dst = f"{services[0].cluster_ip}:80"
+    focused, said = _kpdiag_trace(lab, "--dst", dst)
+    whole, _ = _kpdiag_trace(lab, "--dst", dst, "--all-rules")
+    assert "host" in json.dumps(whole["paths"]), whole["paths"]  # the other table is on the path
+    assert focused.pop("read")["destination"] == f"{dst}/tcp", said
+    assert _strip_sources(focused) == _strip_sources(whole)
