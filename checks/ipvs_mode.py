@@ -12,7 +12,23 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Kernel, KubeProxyConfig, KubeProxyVersion, Preflight, ProxyMode, Sysctls
+from kpdiag.state.typed import (
+    Addresses,
+    EndpointSlices,
+    Focus,
+    Ipvs,
+    IpvsConnections,
+    Kernel,
+    KubeProxyConfig,
+    KubeProxyVersion,
+    Manifest,
+    NodeObject,
+    Preflight,
+    ProxyMode,
+    Routes,
+    Services,
+    Sysctls,
+)
 
 from . import dataplane
 
@@ -27,6 +43,15 @@ def _ipvs_mode(preflight: str | None, dp) -> bool:
     return dp.services_in_ipvs
 
 
+def _ipvs_table(ipvs: Ipvs, preflight: Preflight, proxy: ProxyMode):
+    """IPVS's virtual servers, or Skip when they are not where this node's Services live (kube-proxy runs another
+    mode, or its mode is unknown; --preflight ipvs: whatever runs now)."""
+    why = dataplanes.get("ipvs").ports_skip(proxy.dataplane, preflight.mode, ipvs)
+    if why:
+        raise Skip(why)
+    return ipvs.services
+
+
 def _preflight(preflight: str | None) -> bool:
     """--preflight asks whether this host can run IPVS mode."""
     return dataplanes.get(preflight).services_in_ipvs
@@ -39,8 +64,6 @@ def _preflight(preflight: str | None) -> bool:
     "error",
     shows=("stale-rules",),
     modes=("ipvs",),
-    needs=("services", "endpointslices", "ipvs"),
-    uses=("focus", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
     why="""
@@ -50,8 +73,18 @@ def _preflight(preflight: str | None) -> bool:
     """,
     fix="Check kube-proxy on this node (its log: IPVS errors, ipset errors) and restart it.",
 )
-def service_missing(ctx, new):
-    yield from dataplane.missing(ctx, new, dataplane.IPVS)
+def service_missing(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    ipvs: Ipvs,
+    focus: Optional[Focus] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    dp = dataplanes.get("ipvs")
+    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus.service, preflight.mode)
+    yield from dataplane.unprogrammed(new, dp, views, services)
 
 
 @check(
@@ -61,8 +94,6 @@ def service_missing(ctx, new):
     "error",
     shows=("stale-rules",),
     modes=("ipvs",),
-    needs=("services", "endpointslices", "ipvs"),
-    uses=("focus", "manifest", "node-object", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
@@ -73,8 +104,20 @@ def service_missing(ctx, new):
     """,
     fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
 )
-def realservers(ctx, new):
-    yield from dataplane.mismatch(ctx, new, dataplane.IPVS)
+def realservers(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    ipvs: Ipvs,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    node: Optional[NodeObject] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    dp = dataplanes.get("ipvs")
+    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus.service, preflight.mode)
+    yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
 
 
 @check(
@@ -84,8 +127,6 @@ def realservers(ctx, new):
     "error",
     shows=("stale-rules",),
     modes=("ipvs",),
-    needs=("addresses", "ipvs"),
-    uses=("preflight", "proxy-mode", "routes"),
     advice_for="kube-proxy",
     symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
     why="""
@@ -95,11 +136,24 @@ def realservers(ctx, new):
     """,
     fix="Restart kube-proxy on this node; check that kube-ipvs0 exists (ip addr show kube-ipvs0).",
 )
-def not_bound(ctx, new):
-    services = dataplane.ipvs_services(ctx)
+def not_bound(
+    new,
+    addresses: Addresses,
+    ipvs: Ipvs,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+    routes: Optional[Routes] = None,
+):
+    services = _ipvs_table(ipvs, preflight, proxy)
+    if routes is not None:
+        routing = routes.routing
+    else:  # the node's own addresses are local without the routes too
+        from kpdiag.trace.routing import routing_from_ip_json
+
+        routing = routing_from_ip_json(list(addresses.links), None)
     bound = set()
     have_iface = False
-    for link in ctx.ip_addr or []:
+    for link in addresses.links:
         if link.get("ifname") == "kube-ipvs0":
             have_iface = True
             bound |= {a.get("local") for a in link.get("addr_info") or []}
@@ -107,7 +161,7 @@ def not_bound(ctx, new):
         {
             vs.addr
             for vs in services.values()
-            if vs.addr and vs.addr not in bound and not ctx.routing.is_local(*_ip(vs.addr))
+            if vs.addr and vs.addr not in bound and not routing.is_local(*_ip(vs.addr))
         }
     )
     if not missing:
@@ -125,10 +179,10 @@ def not_bound(ctx, new):
         ),
         evidence=[
             Evidence(
-                ctx.display(sources.IP_ADDR),
+                addresses.source,
                 f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0",
             ),
-            Evidence(ctx.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}"),
+            Evidence(ipvs.source, f"virtual servers for {', '.join(missing[:3])}"),
         ],
         subject="node",
     )
@@ -146,8 +200,6 @@ def _ip(addr):
     "Terminating real servers still carry connections",
     "info",
     modes=("ipvs",),
-    needs=("ipvs",),
-    uses=("ipvs-conn", "preflight", "proxy-mode", "sysctl"),
     advice_for="kube-proxy",
     symptom="After a rollout, some clients keep talking to old pods for a while.",
     why="""
@@ -160,10 +212,17 @@ def _ip(addr):
     """,
     fix="Nothing to fix if expected; shorten connection lifetimes (keep-alive limits) or drain clients if old pods must go.",
 )
-def graceful(ctx, new):
-    services = dataplane.ipvs_services(ctx)
-    conns = ctx.ipvs_conn
-    listed = ctx.has(sources.IPVSADM_LIST)
+def graceful(
+    new,
+    ipvs: Ipvs,
+    conn: Optional[IpvsConnections] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+    sysctls: Optional[Sysctls] = None,
+):
+    services = _ipvs_table(ipvs, preflight, proxy)
+    conns = conn.doc if conn is not None else None
+    listed = ipvs.listing is not None
     if not listed and conns is None:
         raise Skip(
             f"connection counts need {sources.IPVSADM_LIST} (ipvsadm -Ln) or {sources.IPVS_CONN} (/proc/net/ip_vs_conn)"
@@ -179,7 +238,7 @@ def graceful(ctx, new):
                     ),
                     evidence=[
                         Evidence(
-                            ctx.display(sources.IPVSADM_LIST),
+                            ipvs.listing,
                             f"-> {r.target} weight 0 active {r.active}",
                             r.line,
                         )
@@ -201,7 +260,7 @@ def graceful(ctx, new):
             states[state] = states.get(state, 0) + count
     if not gone:
         return
-    expire = ctx.sysctl_value("net.ipv4.vs.expire_nodest_conn")
+    expire = sysctls.value("net.ipv4.vs.expire_nodest_conn") if sysctls is not None else None
     partial = (
         f" (only the first {conns.get('connections_read')} connections were counted)" if conns.get("truncated") else ""
     )
@@ -213,10 +272,10 @@ def graceful(ctx, new):
             if expire is not None and expire.value.strip() == "0"
             else "with expire_nodest_conn = 1 each is dropped at its next packet"
         )
-        evidence = [Evidence(ctx.display(sources.IPVS_CONN), f"{name} -> {target}: {by_state}")]
+        evidence = [Evidence(conn.source, f"{name} -> {target}: {by_state}")]
         fix = [f"ipvsadm -Lnc | grep {target.rsplit(':', 1)[0]}   # the connections"]
         if expire is not None:
-            evidence.append(ev.sysctl(ctx, "net.ipv4.vs.expire_nodest_conn"))
+            evidence.append(sysctls.evidence("net.ipv4.vs.expire_nodest_conn"))
             if expire.value.strip() == "0":
                 fix.append(
                     "sysctl -w net.ipv4.vs.expire_nodest_conn=1   # what kube-proxy sets; persist in /etc/sysctl.d/"

@@ -372,16 +372,24 @@ class KubeProxyRules(Typed):
     programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
     ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
     _dump: typing.Callable = field(repr=False, compare=False)
+    _programmed: typing.Callable | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
         rs = ctx.iptables()
-        return None if rs is None else cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which))
+        if rs is None:
+            return None
+        return cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which), lambda which: ctx.programmed(which))
 
     def dump(self, which: str):
         """The ruleset of another dump of this input, parsed on first use: "ip6tables-save", "iptables-legacy-save",
         "iptables-nft-save" (None: not collected)."""
         return self.ruleset if which == "iptables-save" else self._dump(which)
+
+    def programmed_in(self, which: str) -> typing.Mapping | None:
+        """The Service ports programmed in another dump ("ip6tables-save": a dual-stack node's IPv6 side), read on
+        first use (None: that dump was not collected)."""
+        return self.programmed if which == "iptables-save" else self._programmed(which)
 
 
 @dataclass(frozen=True)
@@ -694,3 +702,115 @@ def view_what(typ) -> str:
     from kpdiag.state.inputs import NODE_INPUTS
 
     return NODE_INPUTS[typ.INPUT].what
+
+
+# --- typed inputs of the dataplane checks (h/typeddp)
+
+
+@dataclass(frozen=True)
+class Services(Typed):
+    """The Services to diagnose from the API (the focused one, else every one of cluster/services.json), each with its
+    EndpointSlices (kpdiag.state.cluster.Svc); ``every()`` all of them whatever the focus, read on first use."""
+
+    INPUT: ClassVar[str] = "services"
+    source: str  # how evidence names the file
+    items: tuple  # kpdiag.state.cluster.Svc, in the file's order
+    _every: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        svcs = ctx.services_in_focus()
+        if svcs is None:
+            return None
+        return cls(ctx.display(sources.SERVICES), tuple(svcs), lambda: ctx.cluster.services())
+
+    def every(self) -> list:
+        """Every Service of the file, the focus aside."""
+        return self._every() or []
+
+    def evidence(self, svc, what: str) -> Evidence:
+        return Evidence(self.source, f"{svc.key}: {what}")
+
+
+@dataclass(frozen=True)
+class EndpointSlices(Typed):
+    """The Services' EndpointSlices from the API (cluster/endpointslices.json): the Services carry their endpoints;
+    this says they were collected and how evidence names them."""
+
+    INPUT: ClassVar[str] = "endpointslices"
+    source: str
+
+    @classmethod
+    def build(cls, ctx):
+        return None if ctx.cluster.endpointslices() is None else cls(ctx.display(sources.ENDPOINTSLICES))
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class Focus(Typed):
+    """The Service being diagnosed (``kpdiag svc``, ``--service``): (namespace, name), or None. Always there."""
+
+    INPUT: ClassVar[str] = "focus"
+    service: tuple | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.focus)
+
+
+@dataclass(frozen=True)
+class NodeObject(Typed):
+    """This node as the API knows it: its name (cluster/nodes.json, else the manifest's) and its
+    topology.kubernetes.io/zone (None when not known). Always there."""
+
+    INPUT: ClassVar[str] = "node-object"
+    name: str | None
+    zone: str | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.cluster.node_name(), ctx.cluster.node_zone())
+
+
+@dataclass(frozen=True)
+class Ipvs(Typed):
+    """The IPVS table (``ipvsadm -Sn``, else ``ipvsadm -Ln``): virtual servers by (proto, address, port)
+    (kpdiag.parse.ipvs.VirtualService: name, addr, reals, line)."""
+
+    INPUT: ClassVar[str] = "ipvs"
+    source: str  # how evidence names ipvsadm -Sn
+    services: typing.Mapping
+    listing: str | None  # how evidence names ipvsadm -Ln (its connection counts), None when it was not collected
+
+    @classmethod
+    def build(cls, ctx):
+        services = ctx.ipvs
+        if services is None:
+            return None
+        listed = ctx.display(sources.IPVSADM_LIST) if ctx.has(sources.IPVSADM_LIST) else None
+        return cls(ctx.display(sources.IPVSADM), services, listed)
+
+    def absent(self, flag: str, addr: str) -> Evidence:
+        """No virtual server ``flag`` (-t/-u) ``addr``."""
+        return Evidence(self.source, f"no -A {flag} {addr}")
+
+    def reals(self, vs, have) -> Evidence:
+        """A virtual server and the real servers it sends new connections to."""
+        return Evidence(self.source, f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line)
+
+
+@dataclass(frozen=True)
+class IpvsConnections(Typed):
+    """IPVS's connection table (/proc/net/ip_vs_conn), counted: ``doc["entries"]`` ({proto, vaddr, vport, daddr,
+    dport, state, count}), ``truncated``, ``connections_read``."""
+
+    INPUT: ClassVar[str] = "ipvs-conn"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.ipvs_conn
+        return None if doc is None else cls(ctx.display(sources.IPVS_CONN), doc)
