@@ -814,3 +814,22 @@ class IpvsConnections(Typed):
     def build(cls, ctx):
         doc = ctx.ipvs_conn
         return None if doc is None else cls(ctx.display(sources.IPVS_CONN), doc)
+
+
+@dataclass(frozen=True)
+class ServiceImplementer(Typed):
+    """Who implements Services on this node (kpdiag/state/service_proxy.py ``Implementer``: kube-proxy, a replacement,
+    nothing of Kubernetes; its evidence, leftovers, pod). ``implementer`` is None when that cannot be told."""
+
+    INPUT: ClassVar[str] = "implementer"
+    implementer: object
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.service_implementer)
+
+
+class NodeProcesses(Processes):
+    """``Processes`` read through the named input "processes" (its skip reason says "the node's processes")."""
+
+    INPUT: ClassVar[str] = "processes"
