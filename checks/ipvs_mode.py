@@ -16,12 +16,15 @@ from kpdiag.state.typed import (
     Addresses,
     EndpointSlices,
     Focus,
+    Ipsets,
     Ipvs,
     IpvsConnections,
     Kernel,
     KubeProxyConfig,
+    KubeProxyRules,
     KubeProxyVersion,
     Manifest,
+    ModulesOnDisk,
     NodeObject,
     Preflight,
     ProxyMode,
@@ -365,8 +368,6 @@ def ipvs_sysctls(
     "strictARP off in IPVS mode",
     "warning",
     modes=("ipvs",),
-    needs=("kube-proxy-config", "sysctl"),
-    uses=("addresses", "ipsets", "ipvs", "preflight", "proxy-mode", "services"),
     advice_for="kube-proxy",
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""
@@ -378,14 +379,23 @@ def ipvs_sysctls(
     fix="Set ipvs.strictARP: true in the kube-proxy ConfigMap and restart kube-proxy (needed for MetalLB L2 in IPVS mode).",
     references=("https://metallb.universe.tf/installation/#preparation",),
 )
-def strict_arp(ctx, new):
-    cfg = ctx.kube_proxy_config
-    if not _ipvs_mode(ctx.preflight, ctx.dataplane) or cfg.get("ipvs.strictARP") is True:
+def strict_arp(
+    new,
+    cfg: KubeProxyConfig,
+    sysctls: Sysctls,
+    addresses: Optional[Addresses] = None,
+    ipsets: Optional[Ipsets] = None,
+    ipvs: Optional[Ipvs] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+):
+    if not _ipvs_mode(preflight.mode, proxy.dataplane) or cfg.get("ipvs.strictARP") is True:
         return
-    ignore = ctx.sysctl_value("net.ipv4.conf.all.arp_ignore")
+    ignore = sysctls.value("net.ipv4.conf.all.arp_ignore")
     if ignore is not None and ignore.value.strip() in ("1", "2"):
         return  # ARP is already restricted on the node
-    lb = _lb_addresses(ctx)
+    lb = _lb_addresses(addresses, ipsets, ipvs, services)
     if not lb:
         return  # no LoadBalancer IP or externalIP on kube-ipvs0 / in IPVS: nothing an L2 load balancer announces here
     shown = sorted(lb)[:5]
@@ -396,40 +406,39 @@ def strict_arp(ctx, new):
             "kubectl -n kube-system get configmap kube-proxy -o yaml | sed -e 's/strictARP: false/strictARP: true/' | kubectl apply -f - -n kube-system",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
-        evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e]
+        evidence=[e for e in (cfg.evidence("ipvs.strictARP"), sysctls.evidence("net.ipv4.conf.all.arp_ignore")) if e]
         + [Evidence(src, f"{ip}: {why}") for ip, (src, why) in sorted(lb.items())[:5]],
         subject="node",
         data={"strict_arp": cfg.get("ipvs.strictARP"), "addresses": sorted(lb)},
     )
 
 
-def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
+def _lb_addresses(addresses, ipsets, ipvs, services) -> dict[str, tuple[str, str]]:
     """LoadBalancer ingress IPs and externalIPs this node holds in IPVS mode → (source, how it is known): members of
     kube-proxy's KUBE-LOAD-BALANCER / KUBE-EXTERNAL-IP ipsets, or the API's LoadBalancer IPs, that are bound on
     kube-ipvs0 or are IPVS virtual servers."""
     candidates: dict[str, str] = {}
     for name in ("KUBE-LOAD-BALANCER", "KUBE-EXTERNAL-IP"):
-        s = (ctx.ipsets or {}).get(name)
+        s = ((ipsets.sets if ipsets is not None else None) or {}).get(name)
         for raw in getattr(s, "raw_entries", None) or []:
             candidates.setdefault(str(raw).split(",", 1)[0].strip(), f"in ipset {name}")
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
-    for svc in svcs or []:
+    for svc in services.every() if services is not None else []:
         for ing in ((svc.raw.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
             if isinstance(ing, dict) and ing.get("ip"):
                 candidates.setdefault(ing["ip"], f"LoadBalancer IP of {svc.key}")
         for ip in svc.spec.get("externalIPs") or []:
             candidates.setdefault(str(ip), f"externalIP of {svc.key}")
     bound = None
-    for link in ctx.ip_addr or []:
+    for link in addresses.links if addresses is not None else []:
         if link.get("ifname") == "kube-ipvs0":
             bound = {a.get("local") for a in link.get("addr_info") or []}
-    vips = {str(k[1]) for k in (ctx.ipvs or {})}
+    vips = {str(k[1]) for k in (ipvs.services if ipvs is not None else {})}
     out = {}
     for ip, why in candidates.items():
         if bound is not None and ip in bound:
-            out[ip] = (ctx.display(sources.IP_ADDR), f"bound on kube-ipvs0 ({why})")
+            out[ip] = (addresses.source, f"bound on kube-ipvs0 ({why})")
         elif ip in vips:
-            out[ip] = (ctx.display(sources.IPVSADM), f"IPVS virtual server ({why})")
+            out[ip] = (ipvs.source, f"IPVS virtual server ({why})")
     return out
 
 
@@ -439,8 +448,6 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     "kube-proxy's ipsets missing in IPVS mode",
     "error",
     modes=("ipvs",),
-    needs=("iptables",),
-    uses=("ipsets", "modules", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     preflight=("ipvs",),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
@@ -452,18 +459,25 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     """,
     fix="Install ipset (apt-get/dnf install ipset), load ip_set (modprobe ip_set), restart kube-proxy.",
 )
-def ipvs_ipset(ctx, new):
-    if not _ipvs_mode(ctx.preflight, ctx.dataplane):
+def ipvs_ipset(
+    new,
+    rules: KubeProxyRules,
+    ipsets: Optional[Ipsets] = None,
+    modules: Optional[ModulesOnDisk] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    if not _ipvs_mode(preflight.mode, proxy.dataplane):
         return
-    sets = ctx.ipsets
+    sets = ipsets.sets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    if _preflight(ctx.preflight):
+    if _preflight(preflight.mode):
         if sets is not None:
             # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
             return
-        available = ctx.modules_available
-        not_loaded = any("not loaded" in p.error for p in ctx.problems_with(sources.IPSET))
+        available = modules.available
+        not_loaded = any("not loaded" in p.error for p in ipsets.problems)
         if not_loaded and available is not None and "ip_set" in available:
             return  # ip_set is on disk: the first ipset command (kube-proxy's) loads it
     why = (
@@ -471,9 +485,9 @@ def ipvs_ipset(ctx, new):
         if sets is not None
         else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
     )
-    rs = ctx.iptables()
+    rs = rules.ruleset
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
-    who = "IPVS mode (preflight) needs ipset, but" if _preflight(ctx.preflight) else "kube-proxy runs IPVS mode but"
+    who = "IPVS mode (preflight) needs ipset, but" if _preflight(preflight.mode) else "kube-proxy runs IPVS mode but"
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=(
@@ -482,7 +496,7 @@ def ipvs_ipset(ctx, new):
             "modprobe ip_set",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
-        evidence=[Evidence(ctx.display(sources.IPSET), why)] + [ev.rule(r) for r in refs],
+        evidence=[Evidence(ipsets.source, why)] + [ev.rule(r) for r in refs],
         subject="node",
     )
 

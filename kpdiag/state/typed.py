@@ -833,3 +833,33 @@ class NodeProcesses(Processes):
     """``Processes`` read through the named input "processes" (its skip reason says "the node's processes")."""
 
     INPUT: ClassVar[str] = "processes"
+
+
+@dataclass(frozen=True)
+class Ipsets(Typed):
+    """kube-proxy's ipsets (``ipset save``, kpdiag.parse.ipset: name → set with ``raw_entries``); ``sets`` is None when
+    they could not be read, and ``problems`` says why (the collector's or parser's words). Always there."""
+
+    INPUT: ClassVar[str] = "ipsets"
+    source: str
+    sets: typing.Mapping | None
+    problems: tuple = ()  # kpdiag.bundle problems recorded with ipset save (error, source)
+
+    @classmethod
+    def build(cls, ctx):
+        sets = ctx.ipsets
+        return cls(ctx.display(sources.IPSET), sets, tuple(ctx.problems_with(sources.IPSET)))
+
+
+@dataclass(frozen=True)
+class ModulesOnDisk(Typed):
+    """The kernel modules modprobe can load (modules.dep; None: not collected), whether or not /proc/modules was
+    read (``Modules`` is there only when it was). Always there."""
+
+    INPUT: ClassVar[str] = "modules"
+    available: frozenset | None
+
+    @classmethod
+    def build(cls, ctx):
+        avail = ctx.modules_available
+        return cls(None if avail is None else frozenset(avail))
