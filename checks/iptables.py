@@ -11,7 +11,7 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import KubeProxyRules, Manifest, ProxyMode
+from kpdiag.state.typed import IptablesBackends, KubeProxyRules, Manifest, ProxyMode
 
 
 def _kube_chains(rs) -> list[str]:
@@ -24,7 +24,6 @@ def _kube_chains(rs) -> list[str]:
     "iptables-backend-mix",
     "kube-proxy rules in both iptables backends",
     "error",
-    uses=("iptables",),
     symptom="Services work on some nodes and not others, or stop working after a kube-proxy restart; rules you see with iptables -L are not the ones that act.",
     why="""
         iptables has two kernel backends: the old xtables ("legacy") and nf_tables. Both are active at once, and a
@@ -36,9 +35,8 @@ def _kube_chains(rs) -> list[str]:
     fix="Make every component use one backend (update-alternatives --set iptables /usr/sbin/iptables-nft), then flush the KUBE-* chains of the other backend and restart kube-proxy.",
     references=("https://github.com/kubernetes/kubernetes/issues/71305",),
 )
-def backend_mix(ctx, new):
-    legacy = ctx.iptables("iptables-legacy-save")
-    nft = ctx.iptables("iptables-nft-save")
+def backend_mix(new, backends: Optional[IptablesBackends] = None):
+    legacy, nft = backends.legacy, backends.nft
     if legacy is None or nft is None:
         raise Skip(f"needs {sources.IPTABLES_LEGACY_SAVE} and {sources.IPTABLES_NFT_SAVE} (both backends' dumps)")
     kl, kn = _kube_chains(legacy), _kube_chains(nft)

@@ -863,3 +863,17 @@ class ModulesOnDisk(Typed):
     def build(cls, ctx):
         avail = ctx.modules_available
         return cls(None if avail is None else frozenset(avail))
+
+
+@dataclass(frozen=True)
+class IptablesBackends(Typed):
+    """Both iptables backends' dumps (iptables-legacy-save, iptables-nft-save; None: not collected), whether or not
+    iptables-save itself was (``KubeProxyRules`` is there only when it was). Always there."""
+
+    INPUT: ClassVar[str] = "iptables"
+    legacy: object  # kpdiag.parse.iptables.Ruleset
+    nft: object
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.iptables("iptables-legacy-save"), ctx.iptables("iptables-nft-save"))
