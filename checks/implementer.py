@@ -22,6 +22,14 @@ def _blind(ctx) -> bool:
 BLIND = "no interfaces, iptables or nftables rules were readable: what implements Services cannot be told"
 
 
+def _who(addresses, implementer, rules, nft):
+    """Who implements Services here (state/service_proxy.py), or Skip when nothing of the node's network state was
+    readable (the typed form of ``_blind``)."""
+    if addresses is None and rules is None and nft is None:
+        raise Skip(BLIND)
+    return implementer.implementer
+
+
 @check(
     "KP708",
     "service-proxy-replacement",
@@ -47,9 +55,7 @@ def replacement(
     rules: Optional[KubeProxyRules] = None,
     nft: Optional[Nft] = None,
 ):
-    if addresses is None and rules is None and nft is None:
-        raise Skip(BLIND)
-    impl = implementer.implementer
+    impl = _who(addresses, implementer, rules, nft)
     if impl is None or impl.kube_proxy_in_charge:
         return
     tools = dataplanes.get(impl.name).tools  # its own view of Services
@@ -102,7 +108,7 @@ def replacement(
 )
 def absent(ctx, new):
     if _blind(ctx):
-        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
+        raise Skip(BLIND)
     impl = ctx.service_implementer
     if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s", "kubelite"):
         return
@@ -289,9 +295,7 @@ def leftovers(
     rules: Optional[KubeProxyRules] = None,
     nft: Optional[Nft] = None,
 ):
-    if addresses is None and rules is None and nft is None:
-        raise Skip(BLIND)
-    impl = implementer.implementer
+    impl = _who(addresses, implementer, rules, nft)
     if impl is None or impl.kube_proxy != "replaced" or not impl.leftovers:
         return
     programmed = len(rules.programmed) if rules is not None else 0
