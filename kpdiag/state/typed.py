@@ -853,16 +853,35 @@ class Ipsets(Typed):
 
 @dataclass(frozen=True)
 class ModulesOnDisk(Typed):
-    """The kernel modules modprobe can load (modules.dep; None: not collected), whether or not /proc/modules was
-    read (``Modules`` is there only when it was). Always there."""
+    """The kernel modules modprobe can load (modules.dep; None: not collected) and whether /proc/modules exists,
+    whether or not it could be read (``Modules`` is there only when it was). Always there."""
 
     INPUT: ClassVar[str] = "modules"
     available: frozenset | None
+    source: str  # how evidence names the list of modules on disk
+    proc_modules: bool  # /proc/modules was collected (a kernel without loadable modules has none)
 
     @classmethod
     def build(cls, ctx):
         avail = ctx.modules_available
-        return cls(None if avail is None else frozenset(avail))
+        return cls(
+            None if avail is None else frozenset(avail),
+            ctx.display(sources.MODULES_AVAILABLE),
+            ctx.has(sources.MODULES),
+        )
+
+
+@dataclass(frozen=True)
+class IpvsProblems(Typed):
+    """What collecting the IPVS table ran into (``problems``: error, source), whether or not it was read — "not
+    loaded" is the sign that IPVS is not in the kernel. Always there."""
+
+    INPUT: ClassVar[str] = "ipvs"
+    problems: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(tuple(ctx.problems_with(sources.IPVSADM)))
 
 
 @dataclass(frozen=True)
