@@ -768,10 +768,32 @@ class NodeObject(Typed):
     INPUT: ClassVar[str] = "node-object"
     name: str | None
     zone: str | None
+    source: str = ""  # how evidence names cluster/nodes.json
+    _doc: typing.Callable = field(default=lambda: None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
-        return cls(ctx.cluster.node_name(), ctx.cluster.node_zone())
+        return cls(
+            ctx.cluster.node_name(),
+            ctx.cluster.node_zone(),
+            ctx.display(sources.NODES),
+            lambda: ctx.source(sources.NODES) if ctx.has(sources.NODES) else None,
+        )
+
+    def names(self) -> list[str]:
+        """The names of the Node objects in cluster/nodes.json (a List, or one Node), read on first use ([] without
+        the file)."""
+        from kpdiag.bundle.store import list_items
+
+        doc = self._doc()
+        if doc is None:
+            return []
+        items = list_items(doc) if list_items(doc) is not None else [doc]
+        return [
+            str((i.get("metadata") or {}).get("name"))
+            for i in items
+            if isinstance(i, dict) and isinstance(i.get("metadata"), dict) and (i.get("metadata") or {}).get("name")
+        ]
 
 
 @dataclass(frozen=True)
