@@ -11,7 +11,15 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import IptablesBackends, KubeProxyRules, Manifest, ProxyMode
+from kpdiag.state.typed import (
+    ForwardingTracer,
+    IptablesBackends,
+    KubeProxyConfig,
+    KubeProxyRules,
+    Manifest,
+    ProxyMode,
+    Routes,
+)
 
 
 def _kube_chains(rs) -> list[str]:
@@ -110,14 +118,14 @@ def rule_scale(new, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None):
     )
 
 
-def _sample_path(ctx):
+def _sample_path(rules: KubeProxyRules, cfg: KubeProxyConfig | None, routes: Routes | None, fwd: ForwardingTracer):
     """A ClusterIP port with a remote endpoint and a pod source address, to trace pod → Service."""
     from kpdiag.state.kube_rules import cluster_cidr
 
-    ports = ctx.programmed() or {}
-    routing = ctx.routing
+    ports = rules.programmed
+    # without the routes, the node's own addresses still tell what is local: as the tracer sees them
+    routing = routes.routing if routes is not None else fwd.tracer().routing
     cidr = cluster_cidr(ports)
-    cfg = ctx.kube_proxy_config
     if cidr is None and cfg is not None and cfg.get("clusterCIDR"):
         cidr = str(cfg.get("clusterCIDR")).split(",")[0]
     if cidr is None:
@@ -147,8 +155,6 @@ def _sample_path(ctx):
     "forward-drop",
     "FORWARD policy DROP blocks Service traffic",
     "error",
-    needs=("iptables",),
-    uses=("kube-proxy-config", "routes", "tracer"),
     symptom="Pods cannot reach Services whose endpoints are on other nodes; external clients may still work.",
     why="""
         After kube-proxy DNATs a Service packet to a pod on another node, the node *forwards* it, so it passes the
@@ -159,12 +165,18 @@ def _sample_path(ctx):
     """,
     fix="Accept pod traffic in FORWARD (iptables -I FORWARD -s <clusterCIDR> -j ACCEPT; -d likewise) or fix the CNI/Docker setting that set the policy.",
 )
-def forward_drop(ctx, new):
-    rs = ctx.iptables()
+def forward_drop(
+    new,
+    rules: KubeProxyRules,
+    cfg: Optional[KubeProxyConfig] = None,
+    routes: Optional[Routes] = None,
+    tracer: Optional[ForwardingTracer] = None,
+):
+    rs = rules.ruleset
     fwd = rs.chain("filter", "FORWARD")
     if fwd is None or fwd.policy != "DROP":
         return
-    sample = _sample_path(ctx)
+    sample = _sample_path(rules, cfg, routes, tracer)
     if sample is None:
         raise Skip(
             "FORWARD policy is DROP, but no ClusterIP with a remote endpoint and known cluster CIDR to test it with"
@@ -173,9 +185,7 @@ def forward_drop(ctx, new):
     from kpdiag.trace.model import Packet
 
     # as if the node forwarded: with ip_forward = 0 as well (KP501) the policy is still what drops once that is fixed
-    result = ctx.tracer_if_forwarding().trace(
-        Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod")
-    )
+    result = tracer.tracer().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
     dropped = [
         p
         for p in result.paths

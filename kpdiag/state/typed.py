@@ -918,3 +918,20 @@ class IptablesBackends(Typed):
     @classmethod
     def build(cls, ctx):
         return cls(ctx.iptables("iptables-legacy-save"), ctx.iptables("iptables-nft-save"))
+
+
+@dataclass(frozen=True)
+class ForwardingTracer(Typed):
+    """The node's iptables tracer as if it forwarded packets (net.ipv4.ip_forward = 1: what its FORWARD chain would
+    do once forwarding is on), made on first ``tracer()`` (state/node.py ``tracer_if_forwarding``). Always there."""
+
+    INPUT: ClassVar[str] = "tracer"
+    _tracer: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(lambda: ctx.tracer_if_forwarding())
+
+    def tracer(self):
+        """kpdiag.trace.netfilter.IptablesTracer (None without the iptables rules)."""
+        return self._tracer()
