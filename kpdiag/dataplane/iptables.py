@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import (
-    KUBE_PROXY_LOG,
-    KUBE_PROXY_RESTART,
-    Dataplane,
-    PortView,
-    Words,
-    cluster_ips,
-    dataplane,
-)
+from kpdiag.dataplane.base import KUBE_PROXY_LOG, KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane
 
 
 @dataplane

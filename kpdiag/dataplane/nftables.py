@@ -3,15 +3,7 @@ maps, service-/local-/endpoint- chains; cluster-ips-check rejects what no Servic
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import (
-    KUBE_PROXY_LOG,
-    KUBE_PROXY_RESTART,
-    Dataplane,
-    PortView,
-    Words,
-    cluster_ips,
-    dataplane,
-)
+from kpdiag.dataplane.base import KUBE_PROXY_LOG, KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane
 
 
 @dataplane
