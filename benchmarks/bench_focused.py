@@ -11,7 +11,8 @@ nf_tables backend of this host's iptables). Measured in the same run, in that na
   - `kpdiag node --service NS/NAME` (after: only the chains that Service's packets can meet);
   - with --main DIR, also a plain `kpdiag node` of this tree and of the tree at DIR (full runs must not regress);
   - a live `kpdiag trace` to that Service's ClusterIP:port, with --all-rules (before: the whole dump) and without
-    (after: only the chains a packet to that destination can meet); the two traces must be identical.
+    (after: only the chains a packet to that destination can meet — in nftables mode kube-proxy's table over netlink,
+    its maps with only the elements whose key the packet can match); the two traces must be identical.
 Both --service runs are compared: the Service's findings and its traces (rule file lines aside) must be identical.
 No API (--no-api): the rules are what is slow. Results go to benchmarks/out/focused.json (or $KPDIAG_BENCH_OUT).
 
@@ -154,24 +155,28 @@ def bench(n: int, endpoints: int, runs: int, main_tree: str | None, mode: str = 
         row["skipped_as_partial"] = sorted(
             c["id"] for c in part["checks"] if c["status"] == "skipped" and "partial bundle" in (c["reason"] or "")
         )
-        if mode == "iptables":  # a live trace reads one destination's chains in iptables mode only
-            # a live trace to the Service's ClusterIP: the whole dump (--all-rules) and the chains that packet can meet
-            port = target.ports[0]
-            dst = f"{target.cluster_ip}:{port.port}"
-            row["trace_dst"] = dst
-            all_json, dst_json = os.path.join(tmp, "trace-all.json"), os.path.join(tmp, "trace-focused.json")
-            row["trace_all_rules_s"] = round(_trace(ns, all_json, dst, "--all-rules"), 2)
-            row["trace_all_rules_cpu_s"] = round(CPU["last"], 2)
-            focused, cpu = [], []
-            for _ in range(runs):
-                focused.append(_trace(ns, dst_json, dst))
-                cpu.append(CPU["last"])
-            row["trace_focused_s"] = round(min(focused), 2)
-            row["trace_focused_runs_s"] = [round(x, 2) for x in focused]
-            row["trace_focused_cpu_s"] = round(min(cpu), 2)
-            whole, part = json.load(open(all_json)), json.load(open(dst_json))
-            row["trace_identical"] = _strip(whole) == _strip(part)
-            row["trace_dnat"] = sorted({p["dnat"] for p in part["paths"] if p.get("dnat")})
+        # a live trace to the Service's ClusterIP: the whole dump (--all-rules) and what that packet can meet
+        port = target.ports[0]
+        dst = f"{target.cluster_ip}:{port.port}"
+        row["trace_dst"] = dst
+        all_json, dst_json = os.path.join(tmp, "trace-all.json"), os.path.join(tmp, "trace-focused.json")
+        row["trace_all_rules_s"] = round(_trace(ns, all_json, dst, "--all-rules"), 2)
+        row["trace_all_rules_cpu_s"] = round(CPU["last"], 2)
+        focused, cpu = [], []
+        for _ in range(runs):
+            focused.append(_trace(ns, dst_json, dst))
+            cpu.append(CPU["last"])
+        row["trace_focused_s"] = round(min(focused), 2)
+        row["trace_focused_runs_s"] = [round(x, 2) for x in focused]
+        row["trace_focused_cpu_s"] = round(min(cpu), 2)
+        whole, part = json.load(open(all_json)), json.load(open(dst_json))
+        row["trace_identical"] = _strip(whole) == _strip({k: v for k, v in part.items() if k != "read"})
+        row["trace_dnat"] = sorted({p["dnat"] for p in part["paths"] if p.get("dnat")})
+        read = part.get("read") or {}
+        row["trace_read_chains"] = sum(len(c) for t in read.get("chains", {}).values() for c in t.values())
+        row["trace_elements_left_out"] = sum(
+            n for t in (read.get("elements_left_out") or {}).values() for m in t.values() for n in m.values()
+        )
         if main_tree:
             row["node_full_s"] = round(_kpdiag(ns, os.path.join(tmp, "node.json")), 2)
             row["node_full_cpu_s"] = round(CPU["last"], 2)

@@ -37,6 +37,17 @@ from tests.ipvsvm import scenarios as S  # noqa: E402
 from tests.ipvsvm import vm  # noqa: E402
 
 
+def _same_paths(whole: str, focused: str) -> bool:
+    """The same paths, in any order (as tests/ipvsvm/test_ipvs_kernel.py compares them: ipvsadm sorts real servers,
+    netlink gives the kernel's order), without the file:line of each step (the partial files are shorter)."""
+    from tests.ipvsvm.test_ipvs_kernel import _unplaced
+
+    def paths(doc: str) -> list:
+        return sorted(_unplaced(json.loads(doc))["paths"], key=lambda p: json.dumps(p, sort_keys=True))
+
+    return paths(whole) == paths(focused)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000, help="Services besides shop/web and kube-dns")
@@ -48,6 +59,8 @@ def main() -> int:
     n = args.services
     focus = ["shop/web", f"bulk/svc-{n // 2 - n // 2 % 10}", f"bulk/svc-{n - 1}"]  # a NodePort, a NodePort, a ClusterIP
     sc = S.Scenario("bench", f"{n} Services", bulk=n, lb=True, collect="kpdiag", focus=focus)
+    # the live traces: each packet to shop/web and a ClusterIP Service (from a client), a NodePort
+    packets = [p for p in S.trace_packets(sc) if p["frm"] == "external"][:6]
     work = os.environ.get("KPDIAG_VM_CACHE") or tempfile.mkdtemp(prefix="kpdiag-bench-vm-image-")
     t0 = time.monotonic()
     image = vm.build_image(work, log=lambda m: print(m, file=sys.stderr))
@@ -59,7 +72,7 @@ def main() -> int:
         os.makedirs(os.path.join(share, "src"))
         _copy_source(os.path.join(share, "src"))
         shutil.copy(os.path.join(ROOT, "tests", "ipvsvm", "inside.py"), share)
-        spec = S.guest_spec(sc) | {"bench": True}
+        spec = S.guest_spec(sc) | {"bench": True, "packets": packets}
         with open(os.path.join(share, "scenarios.json"), "w") as fh:
             json.dump([spec], fh)
         with open(os.path.join(share, "run.sh"), "w") as fh:
@@ -70,6 +83,10 @@ def main() -> int:
         ran = time.monotonic() - t1
         with open(os.path.join(share, "results.json")) as fh:
             rec = json.load(fh)["bench"]
+        traces_json = os.path.join(share, "out", "bench", "traces.json")
+        if os.path.exists(traces_json):
+            with open(traces_json) as fh:
+                rec["traces"] = [dict(t, same=_same_paths(t["whole"], t["focused"])) for t in json.load(fh)]
         if "error" in rec:
             print(rec["error"], file=sys.stderr)
             return 1
@@ -96,9 +113,24 @@ def main() -> int:
             f"({i['asked']} asked, {i['found']} found); collect_node(focused): {r['seconds']:.3f} s wall "
             f"{r['cpu']:.3f} s CPU" + ("" if r.get("partial") else " — NOT FOCUSED: " + str(r.get("errors"))[:300])
         )
+        slowest = sorted((r.get("timings") or {}).items(), key=lambda kv: -kv[1])[:4]
+        print("      its slowest sources: " + ", ".join(f"{k} {v:.2f} s" for k, v in slowest))
+    traces = rec.get("traces") or []
+    if traces:  # a live kpdiag trace of each packet (kpdiag/collect/dest_rules.py), focused and whole
+        w = traces[0]["whole_cost"]
+        print(f"  live trace, the whole rules read (once):  {w['seconds']:8.3f} s wall {w['cpu']:8.3f} s CPU")
+        for t in traces:
+            p, c = t["packet"], t["cost"]
+            same = "same paths" if t["same"] else "DIFFERENT PATHS"
+            print(
+                f"  live trace {p['proto']} {p['dst']}:{p['dport']} from {p['frm']:<8} focused: {c['seconds']:8.3f} s "
+                f"wall {c['cpu']:8.3f} s CPU ({len((t['read'] or {}).get('virtual_servers') or [])} virtual servers "
+                f"asked; {same})"
+            )
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "ipvs_focused.json"), "w") as fh:
-        json.dump({"services": n, "kernel": image.version, "boot_and_run_seconds": ran, "rows": rows}, fh, indent=1)
+        doc = {"services": n, "kernel": image.version, "boot_and_run_seconds": ran, "rows": rows, "traces": traces}
+        json.dump(doc, fh, indent=1)
     return 0
 
 

@@ -4,19 +4,21 @@ not requests, so a few long-lived HTTP/2 or gRPC connections can pin all the loa
 from __future__ import annotations
 
 from collections import Counter
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+from kpdiag.state.typed import ConntrackEntries, EndpointSlices, KubeProxyRules, Services
 
 MIN_CONNECTIONS = 4  # established connections to one Service port before their spread says anything
 
 
-def _service_ports(ctx) -> tuple[dict, str]:
-    """(ClusterIP, port) → (name, endpoint IPs), from the API when read, else from kube-proxy's rules."""
+def _service_ports(services: Services | None, slices: EndpointSlices | None, rules: KubeProxyRules | None):
+    """(ClusterIP, port) → (name, endpoint IPs), from the API when read, else from kube-proxy's rules; and the file
+    they come from."""
     out: dict = {}
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    svcs = services.every if services is not None else None
     if svcs:
         for svc in svcs:
             for port in svc.ports:
@@ -26,14 +28,13 @@ def _service_ports(ctx) -> tuple[dict, str]:
                         f"{svc.key}:{svc.port_name(port) or port.get('port')}",
                         eps,
                     )
-        return out, ctx.display(sources.ENDPOINTSLICES)
-    rs = ctx.iptables()
-    if rs is None:
+        return out, slices.source if slices is not None else ""
+    if rules is None:
         return out, ""
-    for p in (ctx.programmed() or {}).values():
+    for p in rules.programmed.values():
         if p.cluster_ip and p.port and (p.proto or "tcp").lower() == "tcp":
             out[(p.cluster_ip, int(p.port))] = (p.name, sorted({t.rpartition(":")[0] for t in p.endpoints}))
-    return out, rs.source
+    return out, rules.ruleset.source
 
 
 @check(
@@ -41,8 +42,6 @@ def _service_ports(ctx) -> tuple[dict, str]:
     "connections-pinned",
     "A Service's established connections are pinned to few of its endpoints",
     "info",
-    needs=("conntrack-entries",),
-    uses=("services", "endpointslices", "iptables"),
     symptom="One pod of a Service is busy (CPU, latency) while its replicas idle — typically gRPC or HTTP/2 clients, "
     "database pools, WebSockets; scaling out the Deployment does not move the load.",
     why="""
@@ -57,11 +56,17 @@ def _service_ports(ctx) -> tuple[dict, str]:
     "Service), a proxy or service mesh that understands HTTP/2, or clients that recycle connections (max connection "
     "age, e.g. gRPC's MaxConnectionAge on the server).",
 )
-def connections_pinned(ctx, new):
-    text = ctx.source(sources.CONNTRACK)
+def connections_pinned(
+    new,
+    table: ConntrackEntries,
+    services: Optional[Services] = None,
+    slices: Optional[EndpointSlices] = None,
+    rules: Optional[KubeProxyRules] = None,
+):
+    text = table.text
     if not text:
         return  # an empty connection table: no connection is pinned anywhere
-    ports, where = _service_ports(ctx)
+    ports, where = _service_ports(services, slices, rules)
     if not ports:
         raise Skip("no TCP Service port known (neither the API's Services nor kube-proxy's rules)")
     from .snat import conntrack_summary
@@ -71,7 +76,7 @@ def connections_pinned(ctx, new):
         key = (dst, dport)
         if key in ports and ep != dst:
             seen.setdefault(key, Counter())[ep] += n
-    src = ctx.display(sources.CONNTRACK)
+    src = table.source
     for key, counts in sorted(seen.items()):
         name, eps = ports[key]
         eps = sorted(set(eps) | set(counts))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Optional
 
-from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import ConntrackEntries, ConntrackStats, Tracer
 
 from .service import _services
 
@@ -18,8 +19,6 @@ from .service import _services
     "Connection tracking table near full or dropping",
     "warning",
     severities=("warning", "error"),
-    needs=("conntrack",),
-    uses=("conntrack-entries", "iptables", "tracer"),  # to tell the DNS race from SNAT collisions (KP611)
     symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
     why="""
         Every connection through a Service needs a conntrack entry, because kube-proxy's DNAT is undone on the reply
@@ -31,10 +30,15 @@ from .service import _services
     fix="Raise the table size through kube-proxy (conntrack.maxPerCore / conntrack.min), find what opens so many connections; for insert_failed on DNS use NodeLocal DNSCache or 'options single-request-reopen'.",
     references=("https://kubernetes.io/docs/tasks/administer-cluster/nodelocaldns/",),
 )
-def conntrack_pressure(ctx, new):
-    count_v = ctx.sysctl_value("net.netfilter.nf_conntrack_count")
-    max_v = ctx.sysctl_value("net.netfilter.nf_conntrack_max") or ctx.sysctl_value("net.nf_conntrack_max")
-    stats = ctx.conntrack_stats or {}
+def conntrack_pressure(
+    new,
+    conntrack: ConntrackStats,
+    entries: Optional[ConntrackEntries] = None,  # with the tracer: to tell the DNS race from SNAT collisions (KP611)
+    tracers: Optional[Tracer] = None,
+):
+    count_v = conntrack.sysctl("net.netfilter.nf_conntrack_count")
+    max_v = conntrack.sysctl("net.netfilter.nf_conntrack_max") or conntrack.sysctl("net.nf_conntrack_max")
+    stats = conntrack.stats
     fired = False
     if count_v is not None and max_v is not None:
         try:
@@ -55,15 +59,15 @@ def conntrack_pressure(ctx, new):
                     f"sysctl -w net.netfilter.nf_conntrack_max={limit * 2}   # immediate relief (kube-proxy may set it back)",
                 ),
                 evidence=[
-                    ev.sysctl(ctx, "net.netfilter.nf_conntrack_count"),
-                    ev.sysctl(ctx, "net.netfilter.nf_conntrack_max"),
+                    conntrack.sysctl_evidence("net.netfilter.nf_conntrack_count"),
+                    conntrack.sysctl_evidence("net.netfilter.nf_conntrack_max"),
                 ],
                 subject="node",
                 data={"count": count, "max": limit, "percent_full": round(pct, 1)},
             )
     elif not stats:
         raise Skip("neither nf_conntrack_count/max nor conntrack -S statistics were collected")
-    src = ctx.display(sources.CONNTRACK_STATS)
+    src = conntrack.source
     drops = {k: stats.get(k, 0) for k in ("drop", "early_drop") if stats.get(k, 0) > 0}
     if drops and not fired:
         yield new(
@@ -79,12 +83,12 @@ def conntrack_pressure(ctx, new):
     failed = stats.get("insert_failed", 0)
     from .snat import snat_collision
 
-    if failed > 0 and snat_collision(ctx) is None:  # SNAT port collisions are KP611's, not the DNS race
+    if failed > 0 and snat_collision(conntrack, entries, tracers) is None:  # SNAT collisions are KP611's, not DNS
         from .snat import conntrack_flows
 
-        entries = ctx.source(sources.CONNTRACK)
-        dns = sum(conntrack_flows(entries)[1].values()) if entries else None
-        evidence = [Evidence(src, f"insert_failed={failed} (summed over CPUs)")]
+        text = entries.text if entries is not None else None
+        dns = sum(conntrack_flows(text)[1].values()) if text else None
+        evidence = [conntrack.evidence("insert_failed", failed)]
         if dns == 0:  # the entries were collected and none is DNS: do not blame the DNS race
             yield new(
                 f"conntrack insert_failed = {failed}: packets of new flows lost the race to create their conntrack entry "
@@ -99,8 +103,7 @@ def conntrack_pressure(ctx, new):
                     "conntrack -L -o extended | awk '{print $4, $7, $9}' | sort | uniq -c | sort -rn | head   # busiest destinations",
                     "iptables-save -t nat | grep -e MASQUERADE -e SNAT   # are they --random-fully?",
                 ),
-                evidence=evidence
-                + [Evidence(ctx.display(sources.CONNTRACK), "no conntrack entry to port 53 (UDP or TCP)")],
+                evidence=evidence + [Evidence(entries.source, "no conntrack entry to port 53 (UDP or TCP)")],
                 severity="warning",
                 subject="node",
                 data={"stats": {"insert_failed": failed}, "dns_flows": 0},
@@ -119,8 +122,7 @@ def conntrack_pressure(ctx, new):
                 "or in the pods' dnsConfig: options: [{name: single-request-reopen}]   # glibc; musl ignores it",
                 "Use a kernel ≥ 5.0, which fixes most of these races in nf_conntrack",
             ),
-            evidence=evidence
-            + ([Evidence(ctx.display(sources.CONNTRACK), f"{dns} conntrack entries to port 53")] if dns else []),
+            evidence=evidence + ([Evidence(entries.source, f"{dns} conntrack entries to port 53")] if dns else []),
             severity="warning",
             subject="node",
             data={"stats": {"insert_failed": failed}},

@@ -21,21 +21,18 @@ from kpdiag import dataplane as dataplanes
 from kpdiag.bundle import sources
 from kpdiag.checkapi import Skip
 from kpdiag.parse.addr import hostport
-from kpdiag.state.typed import EndpointSlices, KubeProxyRules, Services
+from kpdiag.state.typed import EndpointSlices, Focus, KubeProxyRules, Manifest, NodeObject, Services
 
-from .service import wanted_targets
+from .service import in_focus, usable_here
 
 
-def port_views(dp, table, services, running, focus=None, preflight: str | None = None):
+def port_views(dp, table, services: Services, running, focus: Focus | None = None, preflight: str | None = None):
     """The ports of the Services to diagnose as ``dp`` programs them in ``table``, or Skip with why they cannot be
     judged (``running``: the dataplane kube-proxy runs; ``focus``: the Service being diagnosed, if any)."""
     why = dp.ports_skip(running, preflight, table)
     if why:
         raise Skip(why)
-    if focus and not services.items:
-        raise Skip(f"Service {focus[0]}/{focus[1]} is not in the API data")
-    svcs = [s for s in services.items if not s.headless and s.type != "ExternalName"]
-    return dp.port_views(svcs, table)
+    return dp.port_views(in_focus(services, focus), table)
 
 
 def unprogrammed(new, dp, views, services):
@@ -90,17 +87,14 @@ def drifted(new, dp, views, wanted, slices):
         )
 
 
-def wanted(node=None, manifest=None):
+def wanted(node: NodeObject | None = None, manifest: Manifest | None = None):
     """``wanted(svc, port, family)`` for :func:`drifted`: the DNAT targets kube-proxy on this node programs for a
-    ClusterIP port of IP version ``family`` (kpdiag.state.cluster.usable_endpoints; ``node``: typed NodeObject,
-    ``manifest``: typed Manifest, for this node's name and zone)."""
-    from kpdiag.state.cluster import usable_endpoints
-
-    name = (node.name if node else None) or (manifest.node if manifest else None) or None
-    zone = node.zone if node else None
+    ClusterIP port in the rules of IP version ``family`` — its usable endpoints of that family (ready, else
+    serving-terminating; narrowed by topology hints; only this node's under internalTrafficPolicy: Local); None when
+    that cannot be told (this node's name or zone unknown)."""
 
     def targets(svc, port, family):
-        eps = usable_endpoints(svc, port, node=name, zone=zone, family=family).internal(svc)
+        eps = usable_here(svc, port, node, manifest, family).internal(svc)
         return None if eps is None else {hostport(e.ip, svc.target_of(e, port)) for e in eps}
 
     return targets
@@ -131,8 +125,8 @@ def _iptables_views(ctx, dp):
     rules = KubeProxyRules(
         ctx.programmed() or {}, ctx.iptables(), lambda which: ctx.iptables(which), lambda which: ctx.programmed(which)
     )
-    services = Services(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus() or ()), lambda: None)
-    return services, port_views(dp, rules, services, ctx.dataplane, ctx.focus)
+    services = Services(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus() or ()), ())
+    return services, port_views(dp, rules, services, ctx.dataplane, Focus(ctx.focus))
 
 
 def missing(ctx, new, dp):
@@ -146,6 +140,9 @@ def mismatch(ctx, new, dp):
         new,
         dp,
         views,
-        lambda svc, port, family: wanted_targets(ctx, svc, port, family),
-        EndpointSlices(ctx.display(sources.ENDPOINTSLICES)),
+        wanted(
+            NodeObject(ctx.cluster.node_name(), ctx.cluster.node_zone()),
+            Manifest(ctx.bundle_name, ctx.node_name, ctx.created, ctx.manifest),
+        ),
+        EndpointSlices(ctx.display(sources.ENDPOINTSLICES), None),
     )

@@ -19,12 +19,13 @@ _IPTABLES_NFT = {("ip", t) for t in ("filter", "nat", "mangle", "raw", "security
 }
 
 
-def _node_ip(ctx) -> tuple[str, str] | None:
-    """(the node's address on its uplink, the uplink) — where outside clients send NodePort traffic."""
+def _node_ip(ip_route, ip_addr) -> tuple[str, str] | None:
+    """(the node's address on its uplink, the uplink) — where outside clients send NodePort traffic; ``ip_route`` and
+    ``ip_addr`` are the ip -j route / ip -j addr objects."""
     from .hostnet import _default_dev, _global_v4
 
-    dev = _default_dev(ctx.ip_route, 4)
-    for link in ctx.ip_addr or []:
+    dev = _default_dev(ip_route, 4)
+    for link in ip_addr or []:
         if link.get("ifname") == dev:
             addrs = _global_v4(link)
             if addrs:
@@ -53,7 +54,7 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
         for proto, port in _nodeports(ctx.nft()):
             out.setdefault((proto, port), ("NodePort", f"{ctx.nft().source}: map service-nodeports"))
     elif dp.services_in_ipvs and ctx.ipvs is not None:
-        node = _node_ip(ctx)
+        node = _node_ip(ctx.ip_route, ctx.ip_addr)
         for key in ctx.ipvs:
             if node and str(key[1]) == node[0]:
                 out.setdefault(
@@ -100,10 +101,10 @@ def _drop(paths) -> tuple[float, object] | None:
     return (share, step) if step is not None else None
 
 
-def _host_firewall(ctx, dp):
+def _host_firewall(rs, routing, dp):
     """The node's nftables tables that are neither kube-proxy's nor iptables-nft's own (in iptables and IPVS mode the
-    iptables tracer does not see them): an NftTracer over them, or None."""
-    rs = ctx.nft()
+    iptables tracer does not see them): an NftTracer over them, or None. ``rs``: the parsed ruleset (None: not
+    collected); ``routing``: the node's routing decision (kpdiag.trace.routing.RoutingTable)."""
     if rs is None or not dp.traced_with_iptables:
         return None
     keep = [t for t in rs.tables if t not in _IPTABLES_NFT and t[1] != "kube-proxy"]
@@ -119,7 +120,7 @@ def _host_firewall(ctx, dp):
         sets={k: v for k, v in rs.sets.items() if (k[0], k[1]) in keep},
         tables=keep,
     )
-    return NftTracer(only, ctx.routing, mode="host firewall")
+    return NftTracer(only, routing, mode="host firewall")
 
 
 def _owner(step, chains: frozenset = frozenset()) -> str:
@@ -161,7 +162,7 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
     "ufw: ufw allow 30000:32767/tcp and 'ufw route allow').",
 )
 def host_firewall(ctx, new):
-    node = _node_ip(ctx)
+    node = _node_ip(ctx.ip_route, ctx.ip_addr)
     if node is None:
         raise Skip("the node's address on its uplink (the default route's interface) is not known")
     targets = _targets(ctx)
@@ -169,7 +170,7 @@ def host_firewall(ctx, new):
         return  # no NodePort, health-check port or reachable /healthz on this node
     mode = ctx.proxy_mode[0] or "iptables"
     tracer = ctx.mode_tracer()
-    host_fw = _host_firewall(ctx, ctx.dataplane)
+    host_fw = _host_firewall(ctx.nft(), ctx.routing, ctx.dataplane)
     if tracer is None and host_fw is None:
         raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
     from kpdiag.trace.model import Packet

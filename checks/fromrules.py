@@ -6,24 +6,22 @@ API objects present, KP101/KP105/KP106 say the same from the API and these stay 
 
 from __future__ import annotations
 
+from typing import Optional
+
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import KubeProxyRules, Nft, ProxyMode, Services
 
 SUFFIX_NONE = " has no endpoints"
 SUFFIX_LOCAL = " has no local endpoints"
-NFT_SRC = sources.NFT_RULESET
 
 
-def _api_present(ctx) -> bool:
-    return ctx.cluster.services() is not None
-
-
-def _iptables_marks(ctx, suffix: str) -> dict[str, list]:
+def _iptables_marks(rules: KubeProxyRules, suffix: str) -> dict[str, list]:
     """kube-proxy's name → its filter rules whose comment ends with ``suffix`` (REJECT/DROP), in rule order."""
     out: dict[str, list] = {}
     for which in ("iptables-save", "ip6tables-save"):
-        rs = ctx.iptables(which)
+        rs = rules.dump(which)
         if rs is None:
             continue
         for chain in ("KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"):
@@ -35,9 +33,9 @@ def _iptables_marks(ctx, suffix: str) -> dict[str, list]:
     return out
 
 
-def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
+def _nft_marks(nft: Nft | None, verdict: str) -> dict[str, list[Evidence]]:
     """kube-proxy's name → no-endpoint-services / no-endpoint-nodeports elements with that verdict (goto = reject)."""
-    rs = ctx.nft()
+    rs = nft.ruleset() if nft is not None else None
     if rs is None:
         return {}
     from kpdiag.state.kube_nft import TABLES, _comment, _elem_key, _verdict
@@ -59,7 +57,7 @@ def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
                 what = " . ".join(map(str, key)) if key else "(nodeport)"
                 out.setdefault(name, []).append(
                     Evidence(
-                        ctx.display(NFT_SRC),
+                        nft.source,
                         f'{table[0]} {table[1]} {set_name}: {what} comment "{name}" : '
                         + ("goto reject-chain" if v == "goto" else "drop"),
                     )
@@ -67,10 +65,10 @@ def _nft_marks(ctx, verdict: str) -> dict[str, list[Evidence]]:
     return out
 
 
-def _mode(ctx):
+def _mode(proxy: ProxyMode):
     """The dataplane whose no-endpoint rules are read (unknown: the iptables rules), or Skip when they do not name
     the Service."""
-    dp = ctx.dataplane
+    dp = proxy.dataplane
     if not dp.per_service_reject_comments:
         raise Skip(f"{dp.in_words}: kube-proxy's no-endpoint REJECTs are not per-Service comments there")
     return dp
@@ -82,8 +80,6 @@ def _mode(ctx):
     "kube-proxy's rules say a Service has no endpoints",
     "error",
     shows=("stale-rules",),
-    needs=(),
-    uses=("iptables", "nft", "proxy-mode", "services"),
     symptom="Connections to a Service are refused at once; the API objects were not collected, but the node's rules say why.",
     why="""
         When a Service port has no endpoints at all, kube-proxy writes a rule that rejects its traffic — in iptables mode a
@@ -94,18 +90,24 @@ def _mode(ctx):
     """,
     fix="kubectl -n NS get endpointslices -l kubernetes.io/service-name=NAME; kubectl -n NS get pods --show-labels (compare with the selector); or run kpdiag svc NAME -n NS.",
 )
-def rules_no_endpoints(ctx, new):
-    if _api_present(ctx):
+def rules_no_endpoints(
+    new,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+):
+    if services is not None:
         return  # KP101/KP102 judge it from the API objects
-    dp = _mode(ctx)
+    dp = _mode(proxy)
     if dp.services_in_nft:
-        marks = {k: v for k, v in _nft_marks(ctx, "reject").items()}
+        marks = {k: v for k, v in _nft_marks(nft, "reject").items()}
     else:
-        if ctx.iptables() is None:
+        if rules is None:
             raise Skip(f"needs {sources.IPTABLES_SAVE}")
         marks = {
-            k: [Evidence(r.source, r.text, r.lineno) for r in rules]
-            for k, rules in _iptables_marks(ctx, SUFFIX_NONE).items()
+            k: [Evidence(r.source, r.text, r.lineno) for r in found]
+            for k, found in _iptables_marks(rules, SUFFIX_NONE).items()
         }
     for name in sorted(marks):
         ns_name = name.split(":")[0]
@@ -128,8 +130,6 @@ def rules_no_endpoints(ctx, new):
     "kube-proxy's rules drop a Local-policy Service on this node",
     "warning",
     shows=("stale-rules",),
-    needs=(),
-    uses=("iptables", "nft", "proxy-mode", "services"),
     symptom="A Service times out from this node (pods here, or NodePort/LoadBalancer traffic arriving here) and works elsewhere.",
     why="""
         With internalTrafficPolicy: Local (traffic from pods) or externalTrafficPolicy: Local (NodePort, LoadBalancer,
@@ -139,23 +139,29 @@ def rules_no_endpoints(ctx, new):
     """,
     fix="Run an endpoint on this node (a DaemonSet), send external traffic only to nodes with endpoints (LB health checks), or use the Cluster policy.",
 )
-def rules_no_local_endpoints(ctx, new):
-    if _api_present(ctx):
+def rules_no_local_endpoints(
+    new,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+):
+    if services is not None:
         return  # KP105/KP106 judge it from the API objects
-    dp = _mode(ctx)
+    dp = _mode(proxy)
     if dp.services_in_nft:
-        marks = _nft_marks(ctx, "drop")
+        marks = _nft_marks(nft, "drop")
         kinds = {
             name: ("internal" if any("no-endpoint-services" in e.text for e in evs) else "external")
             for name, evs in marks.items()
         }
     else:
-        if ctx.iptables() is None:
+        if rules is None:
             raise Skip(f"needs {sources.IPTABLES_SAVE}")
-        rules = _iptables_marks(ctx, SUFFIX_LOCAL)
-        marks = {k: [Evidence(r.source, r.text, r.lineno) for r in rs] for k, rs in rules.items()}
+        found = _iptables_marks(rules, SUFFIX_LOCAL)
+        marks = {k: [Evidence(r.source, r.text, r.lineno) for r in rs] for k, rs in found.items()}
         kinds = {
-            k: ("internal" if any(r.chain == "KUBE-SERVICES" for r in rs) else "external") for k, rs in rules.items()
+            k: ("internal" if any(r.chain == "KUBE-SERVICES" for r in rs) else "external") for k, rs in found.items()
         }
     for name in sorted(marks):
         ns, _, svc = name.split(":")[0].partition("/")

@@ -12,13 +12,13 @@ from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag.state.typed import (
-    ForwardingTracer,
     IptablesBackends,
     KubeProxyConfig,
     KubeProxyRules,
     Manifest,
     ProxyMode,
     Routes,
+    Tracer,
 )
 
 
@@ -118,13 +118,13 @@ def rule_scale(new, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None):
     )
 
 
-def _sample_path(rules: KubeProxyRules, cfg: KubeProxyConfig | None, routes: Routes | None, fwd: ForwardingTracer):
+def _sample_path(rules: KubeProxyRules, cfg: KubeProxyConfig | None, routes: Routes | None, fwd: Tracer):
     """A ClusterIP port with a remote endpoint and a pod source address, to trace pod → Service."""
     from kpdiag.state.kube_rules import cluster_cidr
 
     ports = rules.programmed
     # without the routes, the node's own addresses still tell what is local: as the tracer sees them
-    routing = routes.routing if routes is not None else fwd.tracer().routing
+    routing = routes.routing if routes is not None else fwd.if_forwarding().routing
     cidr = cluster_cidr(ports)
     if cidr is None and cfg is not None and cfg.get("clusterCIDR"):
         cidr = str(cfg.get("clusterCIDR")).split(",")[0]
@@ -170,7 +170,7 @@ def forward_drop(
     rules: KubeProxyRules,
     cfg: Optional[KubeProxyConfig] = None,
     routes: Optional[Routes] = None,
-    tracer: Optional[ForwardingTracer] = None,
+    tracer: Optional[Tracer] = None,
 ):
     rs = rules.ruleset
     fwd = rs.chain("filter", "FORWARD")
@@ -185,7 +185,7 @@ def forward_drop(
     from kpdiag.trace.model import Packet
 
     # as if the node forwarded: with ip_forward = 0 as well (KP501) the policy is still what drops once that is fixed
-    result = tracer.tracer().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
+    result = tracer.if_forwarding().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
     dropped = [
         p
         for p in result.paths

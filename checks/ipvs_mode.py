@@ -86,7 +86,7 @@ def service_missing(
     proxy: Optional[ProxyMode] = None,
 ):
     dp = dataplanes.get("ipvs")
-    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus.service, preflight.mode)
+    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus, preflight.mode)
     yield from dataplane.unprogrammed(new, dp, views, services)
 
 
@@ -119,7 +119,7 @@ def realservers(
     proxy: Optional[ProxyMode] = None,
 ):
     dp = dataplanes.get("ipvs")
-    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus.service, preflight.mode)
+    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus, preflight.mode)
     yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
 
 
@@ -422,7 +422,7 @@ def _lb_addresses(addresses, ipsets, ipvs, services) -> dict[str, tuple[str, str
         s = ((ipsets.sets if ipsets is not None else None) or {}).get(name)
         for raw in getattr(s, "raw_entries", None) or []:
             candidates.setdefault(str(raw).split(",", 1)[0].strip(), f"in ipset {name}")
-    for svc in services.every() if services is not None else []:
+    for svc in services.every if services is not None else ():
         for ing in ((svc.raw.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
             if isinstance(ing, dict) and ing.get("ip"):
                 candidates.setdefault(ing["ip"], f"LoadBalancer IP of {svc.key}")

@@ -474,7 +474,7 @@ def hostname_override(
         return  # kube-proxy uses the host name (or the --hostname-override flag kubeadm passes): nothing to compare
     override = raw.strip().lower()  # as kube-proxy reads it
     nodes = node_object.names()
-    services = api.every() if api is not None else None
+    services = list(api.every) if api is not None else None
     on_nodes = {ep.node for svc in services or [] for ep in svc.endpoints if ep.node}
     if len(nodes) == 1:
         node, how = nodes[0], f"the Node object in {node_object.source}"

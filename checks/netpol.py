@@ -16,27 +16,47 @@ Policies act after the Service's DNAT: each endpoint pod is judged at its target
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.state.netpol import End, Pod, patch_doc, patch_oneline
 from kpdiag.bundle import sources
+from kpdiag.bundle.store import MANIFEST
+from kpdiag.state.typed import DnsPods, EndpointSlices, Focus, Manifest, NetworkPolicies, Services
+
+from .service import in_focus
 
 NP_SRC = sources.NETWORKPOLICIES
 PODS_SRC = sources.PODS
 CNI_SRC = sources.CNI
 
 
-def _data(ctx):
-    data = ctx.cluster.policy_data()
+class _Files:
+    """The files evidence cites: the networkpolicies input's (POLICY_FILES), and the CoreDNS pods' (dns-pods)."""
+
+    def __init__(self, policies: NetworkPolicies, dns_pods: DnsPods | None = None):
+        self.policies, self.dns_pods = policies, dns_pods
+
+    def text(self, rel: str) -> str | None:
+        if rel == sources.DNS_PODS:
+            return self.dns_pods.pods.text() if self.dns_pods is not None else None
+        return self.policies.text(rel)
+
+    def display(self, rel: str) -> str:
+        return self.dns_pods.pods.source if rel == sources.DNS_PODS else self.policies.display(rel)
+
+
+def _data(policies: NetworkPolicies):
+    data = policies.data()
     if data is None:
         raise Skip(f"needs {NP_SRC}, which is missing or unreadable")
     return data
 
 
-def _client(ctx, data) -> tuple[End | None, str]:
+def _client(manifest: Manifest | None, data) -> tuple[End | None, str]:
     """(the client, how it was named) from the manifest; (None, why) without one."""
-    m = ctx.manifest
+    m = manifest.doc if manifest is not None else {}
     c = m.get("client")
     if isinstance(c, dict) and c.get("namespace") and c.get("pod"):
         pod = data.index.pod(str(c["namespace"]), str(c["pod"]))
@@ -54,6 +74,25 @@ def _client(ctx, data) -> tuple[End | None, str]:
     ) + ")"
 
 
+def _judged(policies: NetworkPolicies, dns_pods: DnsPods | None, manifest: Manifest | None):
+    """What a check of the client's traffic starts from: the policy data, the files evidence cites, the client and how
+    it was named (None and why: no client named)."""
+    data = _data(policies)
+    client, how = _client(manifest, data)
+    return data, _Files(policies, dns_pods), client, how
+
+
+def _egress_client(policies: NetworkPolicies, dns_pods: DnsPods | None, manifest: Manifest | None):
+    """``_judged`` for the checks of the client's egress: Skip when no client is named or it is not a pod; None when the
+    CNI does not enforce policies (KP123 says so, and they are never blamed for a drop)."""
+    data, files, client, how = _judged(policies, dns_pods, manifest)
+    if client is None:
+        raise Skip(how)
+    if not client.is_pod:
+        raise Skip(f"the client {_client_text(client)} is not a pod: no egress NetworkPolicy applies to it")
+    return None if data.enforcement.enforced is False else (data, files, client)
+
+
 def _client_text(end: End) -> str:
     if end.is_pod:
         return f"{end.pod.key} ({end.ip})" if end.ip else end.pod.key
@@ -62,9 +101,9 @@ def _client_text(end: End) -> str:
     return f"{end.ip} (not a pod)"
 
 
-def _line_of(ctx, rel: str, namespace: str, name: str) -> int | None:
+def _line_of(files: _Files, rel: str, namespace: str, name: str) -> int | None:
     """The line of ``"name": NAME`` closest to a ``"namespace": NS`` line in a kubectl-printed List (best effort)."""
-    text = ctx.source_text(rel) if ctx.has(rel) else None
+    text = files.text(rel)
     if not text:
         return None
     lines = text.splitlines()
@@ -86,26 +125,26 @@ def _json_str(value: str) -> str:
     return json.dumps(value)
 
 
-def _policy_ev(ctx, index, key: str, direction: str) -> Evidence:
+def _policy_ev(files: _Files, index, key: str, direction: str) -> Evidence:
     pol = index.policy(key)
     sel = pol.pod_sel.text() or "{} (every pod)"
     ns, _, name = key.partition("/")
     return Evidence(
-        ctx.display(NP_SRC),
+        files.display(NP_SRC),
         f"NetworkPolicy {key}: podSelector {sel}; {direction}: {pol.admits_text(direction)}",
-        _line_of(ctx, NP_SRC, ns, name),
+        _line_of(files, NP_SRC, ns, name),
     )
 
 
-def _pod_ev(ctx, pod: Pod) -> Evidence:
+def _pod_ev(files: _Files, pod: Pod) -> Evidence:
     labels = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items())) or "no labels"
     rel, line = PODS_SRC, None
     for candidate in (PODS_SRC, sources.CLIENT_POD, sources.DNS_PODS):
-        line = _line_of(ctx, candidate, pod.namespace, pod.name)
+        line = _line_of(files, candidate, pod.namespace, pod.name)
         if line:
             rel = candidate
             break
-    return Evidence(ctx.display(rel), f"pod {pod.key} {pod.ip or 'no IP'}: {labels}", line)
+    return Evidence(files.display(rel), f"pod {pod.key} {pod.ip or 'no IP'}: {labels}", line)
 
 
 def _enforcement_note(data) -> str:
@@ -113,13 +152,10 @@ def _enforcement_note(data) -> str:
     return "" if enf.enforced else f" ({enf.text()})"
 
 
-def _flows(ctx, data, client: End):
+def _flows(services: Services, focus: Focus | None, data, client: End):
     """For each focused Service port: [(endpoint text, Flow)] — each endpoint pod at its targetPort."""
-    svcs = ctx.services_in_focus()
-    if ctx.focus and not svcs:
-        raise Skip(f"Service {ctx.focus[0]}/{ctx.focus[1]} is not in the API data")
     out, unread = [], []
-    for svc in svcs or []:
+    for svc in in_focus(services, focus, allow_headless=True):
         if svc.headless and not svc.endpoints or svc.type == "ExternalName":
             continue
         for port in svc.ports:
@@ -165,10 +201,10 @@ def _apply(doc: dict) -> str:
     return patch_oneline(doc)
 
 
-def _unknown_client_skip(ctx, data, why: str):
+def _unknown_client_skip(services: Services, data, why: str):
     """No client: say what the endpoints' policies admit, and skip."""
     admits = []
-    for svc in ctx.services_in_focus() or []:
+    for svc in services.focused:
         for e in svc.endpoints:
             pod = (data.index.pod(svc.namespace, e.pod) if e.pod else None) or data.index.by_ip.get(e.ip)
             for pol in data.index.selecting(pod, "ingress") if pod else []:
@@ -182,8 +218,6 @@ def _unknown_client_skip(ctx, data, why: str):
     "NetworkPolicy denies the client at the endpoints",
     "error",
     explains=("KP112", "KP114"),
-    needs=("services", "endpointslices", "networkpolicies"),
-    uses=("dns-pods", "focus", "manifest"),
     symptom="Connections to the Service time out (the SYN is dropped, nothing answers) although the pods are ready and "
     "answer from other clients; kpdiag's direct probes of the endpoints time out too.",
     why="""
@@ -197,14 +231,21 @@ def _unknown_client_skip(ctx, data, why: str):
     fix="Add a NetworkPolicy that admits this client on the targetPort (policies are additive: a new policy opens "
     "only what it names), or give the client the labels an existing rule admits.",
 )
-def policy_denies_ingress(ctx, new):
-    data = _data(ctx)
-    client, how = _client(ctx, data)
+def policy_denies_ingress(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    policies: NetworkPolicies,
+    dns_pods: Optional[DnsPods] = None,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+):
+    data, files, client, how = _judged(policies, dns_pods, manifest)
     if client is None:
-        _unknown_client_skip(ctx, data, how)
+        _unknown_client_skip(services, data, how)
     if data.enforcement.enforced is False:
         return  # KP123: present but not enforced — never blamed for a drop
-    for svc, port, flows in _flows(ctx, data, client):
+    for svc, port, flows in _flows(services, focus, data, client):
         denied = [(ep, f) for ep, f in flows if not f.ingress.allowed]
         if not denied:
             continue
@@ -215,12 +256,12 @@ def policy_denies_ingress(ctx, new):
         )
         who = _client_text(client)
         eps = ", ".join(ep for ep, _ in denied[:4]) + (" …" if len(denied) > 4 else "")
-        ev = [_policy_ev(ctx, data.index, k, "ingress") for k in pols[:5]]
-        ev += [_pod_ev(ctx, f.dst.pod) for _, f in denied[:3]]
+        ev = [_policy_ev(files, data.index, k, "ingress") for k in pols[:5]]
+        ev += [_pod_ev(files, f.dst.pod) for _, f in denied[:3]]
         if client.pod is not None:
-            ev.append(_pod_ev(ctx, client.pod))
+            ev.append(_pod_ev(files, client.pod))
         else:
-            ev.append(Evidence(ctx.display("kpdiag.json"), f"client_ip {client.ip}: no pod read has this address"))
+            ev.append(Evidence(MANIFEST, f"client_ip {client.ip}: no pod read has this address"))
         yield new(
             f"{admits}; the client {who} is not admitted to {svc.key} port {port.get('port')} → targetPort "
             f"{denied[0][1].port}/{denied[0][1].protocol} ({len(denied)} of {len(flows)} endpoint(s) deny it: {eps}){_enforcement_note(data)}",
@@ -241,8 +282,6 @@ def policy_denies_ingress(ctx, new):
     "NetworkPolicy denies the client's egress to the endpoints",
     "error",
     explains=("KP112", "KP114"),
-    needs=("services", "endpointslices", "networkpolicies"),
-    uses=("dns-pods", "focus", "manifest"),
     symptom="Connections from this client to the Service time out, while other clients reach it.",
     why="""
         Egress policies isolate the pods they select: once a policy with policyTypes Egress selects the client pod,
@@ -253,16 +292,20 @@ def policy_denies_ingress(ctx, new):
     """,
     fix="Add an egress rule (or a new egress NetworkPolicy selecting the client) that admits the Service's pods on the targetPort.",
 )
-def policy_denies_egress(ctx, new):
-    data = _data(ctx)
-    client, how = _client(ctx, data)
-    if client is None:
-        raise Skip(how)
-    if not client.is_pod:
-        raise Skip(f"the client {_client_text(client)} is not a pod: no egress NetworkPolicy applies to it")
-    if data.enforcement.enforced is False:
+def policy_denies_egress(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    policies: NetworkPolicies,
+    dns_pods: Optional[DnsPods] = None,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+):
+    judged = _egress_client(policies, dns_pods, manifest)
+    if judged is None:
         return
-    for svc, port, flows in _flows(ctx, data, client):
+    data, files, client = judged
+    for svc, port, flows in _flows(services, focus, data, client):
         denied = [(ep, f) for ep, f in flows if not f.egress.allowed]
         if not denied:
             continue
@@ -273,8 +316,8 @@ def policy_denies_egress(ctx, new):
             for k in pols[:3]
         )
         eps = ", ".join(ep for ep, _ in denied[:4]) + (" …" if len(denied) > 4 else "")
-        ev = [_policy_ev(ctx, data.index, k, "egress") for k in pols[:5]] + [_pod_ev(ctx, client.pod)]
-        ev += [_pod_ev(ctx, f.dst.pod) for _, f in denied[:2]]
+        ev = [_policy_ev(files, data.index, k, "egress") for k in pols[:5]] + [_pod_ev(files, client.pod)]
+        ev += [_pod_ev(files, f.dst.pod) for _, f in denied[:2]]
         yield new(
             f"{admits}; {svc.key} port {port.get('port')} (endpoints {eps}, targetPort {denied[0][1].port}/{denied[0][1].protocol}) "
             f"is not among them: the client's egress is dropped{_enforcement_note(data)}",
@@ -323,8 +366,6 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
     "NetworkPolicy blocks the client's DNS",
     "error",
     explains=("KP108", "KP135", "KP137", "KP138", "KP139"),
-    needs=("networkpolicies",),
-    uses=("dns-pods", "manifest"),
     symptom="Every name lookup from the pod times out ('connection timed out; no servers could be reached'), so "
     "calls by Service name fail while calls by IP work — typically right after a 'default deny' policy.",
     why="""
@@ -337,15 +378,13 @@ def _dns_targets(data) -> tuple[list[tuple[Pod, int, str]], str]:
     """,
     fix="Add an egress rule to the client's policies admitting UDP and TCP 53 to the kube-dns pods in kube-system.",
 )
-def dns_egress_blocked(ctx, new):
-    data = _data(ctx)
-    client, how = _client(ctx, data)
-    if client is None:
-        raise Skip(how)
-    if not client.is_pod:
-        raise Skip(f"the client {_client_text(client)} is not a pod: no egress NetworkPolicy applies to it")
-    if data.enforcement.enforced is False:
+def dns_egress_blocked(
+    new, policies: NetworkPolicies, dns_pods: Optional[DnsPods] = None, manifest: Optional[Manifest] = None
+):
+    judged = _egress_client(policies, dns_pods, manifest)
+    if judged is None:
         return
+    data, files, client = judged
     idx = data.index
     targets, where = _dns_targets(data)
     if not targets:
@@ -370,7 +409,7 @@ def dns_egress_blocked(ctx, new):
                 "add this egress rule (to the kube-dns pods in kube-system, UDP and TCP 53) to a policy selecting the client:",
                 _apply(_dns_patch(client.pod)),
             ),
-            evidence=[_policy_ev(ctx, idx, k, "egress") for k in pols[:5]] + [_pod_ev(ctx, client.pod)],
+            evidence=[_policy_ev(files, idx, k, "egress") for k in pols[:5]] + [_pod_ev(files, client.pod)],
             subject=f"{client.pod.key}→dns",
         )
         return
@@ -397,7 +436,7 @@ def dns_egress_blocked(ctx, new):
             "add this egress rule (to the kube-dns pods in kube-system, UDP and TCP 53) to a policy selecting the client:",
             _apply(_dns_patch(client.pod)),
         ]
-        ev += [_policy_ev(ctx, idx, k, "egress") for k in pols[:4]]
+        ev += [_policy_ev(files, idx, k, "egress") for k in pols[:4]]
     if ing:
         pols = ing[0].ingress.policies
         parts.append(
@@ -408,9 +447,9 @@ def dns_egress_blocked(ctx, new):
             "admit the client at the DNS pods:",
             _apply(patch_doc("ingress", dst, client, ing[0].port, ing[0].protocol)[0]),
         ]
-        ev += [_policy_ev(ctx, idx, k, "ingress") for k in pols[:4]]
-    ev.append(_pod_ev(ctx, client.pod))
-    ev += [_pod_ev(ctx, f.dst.pod) for f in denied[:2]]
+        ev += [_policy_ev(files, idx, k, "ingress") for k in pols[:4]]
+    ev.append(_pod_ev(files, client.pod))
+    ev += [_pod_ev(files, f.dst.pod) for f in denied[:2]]
     total = len({(p.key, proto) for p, _, proto in targets})
     yield new(
         f"DNS from {_client_text(client)} is dropped ({'/'.join(protos)} 53 to {len(denied)} of {total} kube-dns pod/protocol pairs, "
@@ -434,8 +473,6 @@ def _dns_patch(client: Pod) -> dict:
     "policies-not-enforced",
     "NetworkPolicies exist but the CNI does not enforce them",
     "warning",
-    needs=("networkpolicies",),
-    uses=("focus", "manifest", "services"),
     symptom="NetworkPolicies that should block traffic have no effect; or a policy 'works' in one cluster and not in another.",
     why="""
         NetworkPolicy objects are only intentions: the CNI plugin enforces them. Some CNIs do not — plain flannel
@@ -446,29 +483,36 @@ def _dns_patch(client: Pod) -> dict:
     fix="Install a policy engine next to the CNI (e.g. Calico in policy-only mode — canal — with flannel), or enable the "
     "CNI's own (AWS VPC CNI: enableNetworkPolicy=true); or delete the policies so nobody relies on them.",
 )
-def policies_not_enforced(ctx, new):
-    data = _data(ctx)
+def policies_not_enforced(
+    new,
+    policies: NetworkPolicies,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    services: Optional[Services] = None,
+):
+    data = _data(policies)
+    files = _Files(policies)
     enf = data.enforcement
     if enf.enforced is not False or not data.index.policies:
         return
     keys = sorted(p.key for p in data.index.policies)
     would = ""
     try:
-        client, _ = _client(ctx, data)
+        client, _ = _client(manifest, data)
     except Skip:
         client = None
-    if client is not None and ctx.cluster.services() is not None:
+    if client is not None and services is not None:
         try:
-            flows = [f for _, _, fl in _flows(ctx, data, client) for _, f in fl]
+            flows = [f for _, _, fl in _flows(services, focus, data, client) for _, f in fl]
         except Skip:
             flows = []
         denied = [f for f in flows if not f.allowed]
         if denied:
             d = denied[0].ingress if not denied[0].ingress.allowed else denied[0].egress
             would = f"; if enforced they would drop {_client_text(client)} → {denied[0].dst.text()}:{denied[0].port} ({d.missing})"
-    ev = [Evidence(ctx.display(CNI_SRC if ctx.has(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
+    ev = [Evidence(policies.display(CNI_SRC if policies.has(CNI_SRC) else PODS_SRC), e) for e in enf.evidence[:4]]
     ev += [
-        _policy_ev(ctx, data.index, k, "ingress" if "Ingress" in data.index.policy(k).types else "egress")
+        _policy_ev(files, data.index, k, "ingress" if "Ingress" in data.index.policy(k).types else "egress")
         for k in keys[:3]
     ]
     yield new(

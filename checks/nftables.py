@@ -110,7 +110,7 @@ def service_missing(
     proxy: Optional[ProxyMode] = None,
 ):
     dp = dataplanes.get("nftables")
-    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus.service)
+    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus)
     yield from dataplane.unprogrammed(new, dp, views, services)
 
 
@@ -142,7 +142,7 @@ def endpoints_mismatch(
     proxy: Optional[ProxyMode] = None,
 ):
     dp = dataplanes.get("nftables")
-    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus.service)
+    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus)
     yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import Addresses, KubeProxyRules, Processes, Routes
 
 from .shapes import links
 
@@ -55,8 +57,6 @@ def _listen_ips(rules) -> list[str]:
     "nodelocaldns-down",
     "NodeLocal DNSCache is gone, its rules are left behind",
     "error",
-    needs=("iptables", "addresses"),
-    uses=("routes", sources.PROCESSES),
     symptom="Every DNS lookup from every pod on one node fails or times out (nslookup kubernetes.default: 'connection "
     "timed out; no servers could be reached'), while pods on other nodes resolve fine; CoreDNS itself is healthy.",
     why="""
@@ -73,25 +73,30 @@ def _listen_ips(rules) -> list[str]:
     "the failing pod, raise its memory limit if it was OOMKilled) — or, if NodeLocal DNSCache was removed on purpose, "
     "delete its leftover NOTRACK/ACCEPT rules and the nodelocaldns interface.",
 )
-def nodelocaldns_down(ctx, new):
-    rs = ctx.iptables()
+def nodelocaldns_down(
+    new,
+    rules: KubeProxyRules,
+    addresses: Addresses,
+    routes: Optional[Routes] = None,
+    processes: Optional[Processes] = None,
+):
+    rs = rules.ruleset
     rules = _notrack_rules(rs)
     if not rules:
         return  # no NodeLocal DNSCache on this node
     ips = _listen_ips(rules) or [LINK_LOCAL]
-    ifaces = {link["ifname"]: link for link in links(ctx.ip_addr)}
+    ifaces = {link["ifname"]: link for link in links(addresses.links)}
     bound = {
         a.get("local"): name
         for name, link in ifaces.items()
         for a in link.get("addr_info") or []
         if isinstance(a, dict) and a.get("local") in ips
     }
-    procs = ctx.source(sources.PROCESSES)
-    running = None if procs is None else PROCESS in procs
+    running = None if processes is None else PROCESS in processes.pids
     if running:
         return  # node-cache runs: its rules are its own
     rule_ev = [Evidence(rs.source, r.text, r.lineno) for r in rules[:3]]
-    addr_src = ctx.display(sources.IP_ADDR)
+    addr_src = addresses.source
     cluster_ips = [ip for ip in ips if ip != LINK_LOCAL]
     missing = [ip for ip in ips if ip not in bound]
     teardown = [
@@ -116,10 +121,10 @@ def nodelocaldns_down(ctx, new):
     ]
     if missing:
         via = ""
-        if ctx.routing.has_routes:
+        if routes is not None and routes.routing.has_routes:
             from kpdiag.parse.addr import parse_ip
 
-            r = ctx.routing.lookup(*parse_ip(missing[0]))
+            r = routes.routing.lookup(*parse_ip(missing[0]))
             if r is not None and r.type == "unicast":
                 via = f" (route {r.dst}{' via ' + r.gateway if r.gateway else ''}{' dev ' + r.dev if r.dev else ''})"
         what = (
@@ -138,7 +143,7 @@ def nodelocaldns_down(ctx, new):
                 )
                 for ip in missing[:2]
             ]
-            + ([Evidence(ctx.display(sources.PROCESSES), f"no {PROCESS} process")] if running is False else []),
+            + ([Evidence(processes.source, f"no {PROCESS} process")] if running is False else []),
             subject="node",
             data={"listen": ips, "unbound": missing, "node_cache_running": running, "cluster_ips": cluster_ips},
         )
@@ -146,7 +151,7 @@ def nodelocaldns_down(ctx, new):
     if running is None:
         raise Skip(
             f"NodeLocal DNSCache's rules and its addresses are here; whether node-cache runs is not known "
-            f"({ctx.display(sources.PROCESSES)} was not collected)"
+            f"({sources.PROCESSES} was not collected)"
         )
     yield new(
         f"NodeLocal DNSCache's rules and its addresses ({', '.join(f'{ip} on {bound[ip]}' for ip in ips)}) are on this node, "
@@ -155,7 +160,7 @@ def nodelocaldns_down(ctx, new):
         fix=tuple(bring_back + teardown),
         evidence=rule_ev
         + [Evidence(addr_src, f"{bound[ip]}: {ip}") for ip in ips[:2]]
-        + [Evidence(ctx.display(sources.PROCESSES), f"no {PROCESS} process")],
+        + [Evidence(processes.source, f"no {PROCESS} process")],
         subject="node",
         data={"listen": ips, "unbound": [], "node_cache_running": False, "cluster_ips": cluster_ips},
     )

@@ -4,27 +4,34 @@ that fails while its endpoints answer. Each reads kpdiag.state.probe_results —
 from __future__ import annotations
 
 import difflib
+from typing import Optional
 
 from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.state.probe_results import observations
-from kpdiag.state.typed import ServiceLookup
+from kpdiag.state.typed import (
+    Focus,
+    KubeProxyRules,
+    Manifest,
+    NetworkPolicies,
+    Nft,
+    NodeObject,
+    Pods,
+    Probes,
+    ServiceLookup,
+    Services,
+)
 
-from .service import _services, _svc_ev, usable
+from .service import in_focus, node_here, usable_here
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import list_items
 
-PROBES_SRC = sources.PROBES_SERVICE
 LOOKUP_SRC = sources.SERVICE_LOOKUP
 
 
-def _probe_ev(ctx, text: str) -> Evidence:
-    return Evidence(ctx.display(PROBES_SRC), text)
-
-
-def _declared_ports(ctx, pod_name: str | None, namespace: str) -> list[int] | None:
-    for p in ctx.cluster.pods() or []:
+def _declared_ports(pods: Pods | None, pod_name: str | None, namespace: str) -> list[int] | None:
+    for p in pods.items if pods else ():
         md = p.get("metadata") or {}
         if md.get("name") == pod_name and md.get("namespace", namespace) == namespace:
             ports = [
@@ -82,13 +89,13 @@ def service_not_found(new, lookup: ServiceLookup):
     yield new(f"Service {ns}/{name} does not exist: " + "; ".join(bits), fix=fix, evidence=ev, subject=f"{ns}/{name}")
 
 
-def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
+def _ruled_out(policies: NetworkPolicies | None, svc, d) -> tuple[list[str], list[str]]:
     """What a drop to endpoint ``d`` cannot be (checked) and what it still may be (not checked)."""
     out, remain = [], []
     ep = next((e for e in svc.endpoints if e.ip == d.ip), None)
     if ep is not None and ep.ready:
         out.append("the pod is Ready (its readiness probe passes)")
-    pols = ctx.source(sources.NETWORKPOLICIES) if ctx.has(sources.NETWORKPOLICIES) else None
+    pols = policies.source(sources.NETWORKPOLICIES) if policies else None
     if list_items(pols) is not None:
         mine = [p for p in list_items(pols) if (p.get("metadata") or {}).get("namespace") == svc.namespace]
         if not mine:
@@ -112,8 +119,6 @@ def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
     "endpoint-refuses",
     "An endpoint refuses connections on its targetPort",
     "error",
-    needs=("services", "probes"),
-    uses=("focus", "pods"),
     symptom="Some or all connections to the Service are refused ('connection refused') or reset, although the pods are Ready.",
     why="""
         kpdiag connected to each endpoint directly, at the port the Service sends to, and the pod answered with a reset
@@ -124,15 +129,17 @@ def _ruled_out(ctx, svc, d) -> tuple[list[str], list[str]]:
     """,
     fix="See what the container really listens on (kubectl exec POD -- ss -ltnp) and make the app listen on 0.0.0.0:targetPort.",
 )
-def endpoint_refuses(ctx, new):
-    for svc in _services(ctx):
-        for obs in observations(ctx, svc):
+def endpoint_refuses(
+    new, services: Services, probes: Probes, focus: Optional[Focus] = None, pods: Optional[Pods] = None
+):
+    for svc in in_focus(services, focus):
+        for obs in observations(probes, svc):
             refused = [d for d in obs.direct if d.outcome == "refused"]
             if not refused:
                 continue
             declared_elsewhere = []
             for d in refused:
-                declared = _declared_ports(ctx, d.pod, svc.namespace)
+                declared = _declared_ports(pods, d.pod, svc.namespace)
                 if declared and d.port not in declared:
                     declared_elsewhere.append(d)  # KP104's case: the declared ports disagree with targetPort
             refused = [d for d in refused if d not in declared_elsewhere]
@@ -153,14 +160,13 @@ def endpoint_refuses(ctx, new):
                     f"kubectl -n {svc.namespace} describe pod {pod}   # restarts; a readiness probe that does not test port {refused[0].port}",
                 ),
                 evidence=[
-                    _probe_ev(
-                        ctx,
-                        f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}",
+                    probes.evidence(
+                        f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}"
                     )
                     for d in refused[:5]
                 ]
                 + (
-                    [_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
+                    [probes.evidence(f"through the Service {obs.target}: {obs.service_result}")]
                     if obs.service_result
                     else []
                 ),
@@ -174,8 +180,6 @@ def endpoint_refuses(ctx, new):
     "endpoint-drops",
     "An endpoint does not answer at all (packets dropped)",
     "error",
-    needs=("services", "probes"),
-    uses=("focus", "networkpolicies"),
     symptom="Connections to the Service hang and time out (all of them, or one in N), while the pods are Ready.",
     why="""
         kpdiag connected to the endpoint directly, from where it runs, and nothing came back — no answer, no reset — or an
@@ -186,14 +190,20 @@ def endpoint_refuses(ctx, new):
     """,
     fix="Check, in this order: NetworkPolicies selecting the pod (kpdiag policy), the pod's node (kpdiag node), the pod itself (kubectl exec … ss -ltn).",
 )
-def endpoint_drops(ctx, new):
-    for svc in _services(ctx):
-        for obs in observations(ctx, svc):
+def endpoint_drops(
+    new,
+    services: Services,
+    probes: Probes,
+    focus: Optional[Focus] = None,
+    policies: Optional[NetworkPolicies] = None,
+):
+    for svc in in_focus(services, focus):
+        for obs in observations(probes, svc):
             silent = [d for d in obs.direct if d.outcome in ("dropped", "icmp-error", "error")]
             if not silent:
                 continue
             d0 = silent[0]
-            out, remain = _ruled_out(ctx, svc, d0)
+            out, remain = _ruled_out(policies, svc, d0)
             what = ", ".join(f"{d.label()}: {d.result}" for d in silent[:5])
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port}: {len(silent)} of {len(obs.direct)} endpoint(s) do not answer ({what})"
@@ -211,14 +221,13 @@ def endpoint_drops(ctx, new):
                     f"kubectl -n {svc.namespace} exec {d0.pod or '<pod>'} -- ss -ltn   # Recv-Q at its maximum: the app does not accept",
                 ),
                 evidence=[
-                    _probe_ev(
-                        ctx,
-                        f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}",
+                    probes.evidence(
+                        f"{'TCP connect' if obs.proto == 'tcp' else 'UDP'} {d.target} (the pod directly): {d.result}"
                     )
                     for d in silent[:5]
                 ]
                 + (
-                    [_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
+                    [probes.evidence(f"through the Service {obs.target}: {obs.service_result}")]
                     if obs.service_result
                     else []
                 ),
@@ -232,8 +241,6 @@ def endpoint_drops(ctx, new):
     "service-path-broken",
     "The Service fails although its endpoints answer directly",
     "error",
-    needs=("services", "probes"),
-    uses=("focus", "iptables", "manifest", "nft", "node-object"),
     symptom="curl to the Service's name or ClusterIP fails, while curl to a pod IP works.",
     why="""
         The endpoints answered when kpdiag connected to them directly, but not through the ClusterIP. What stands between
@@ -243,15 +250,24 @@ def endpoint_drops(ctx, new):
     """,
     fix="Run kpdiag node --service NS/NAME on the client's node (kubectl debug node/NODE --profile=sysadmin).",
 )
-def service_path_broken(ctx, new):
-    node = ctx.cluster.node_name() or ctx.node_name or "<the client's node>"
-    on_node = ctx.iptables() is not None or ctx.nft_text is not None
-    for svc in _services(ctx):
-        for obs in observations(ctx, svc):
+def service_path_broken(
+    new,
+    services: Services,
+    probes: Probes,
+    focus: Optional[Focus] = None,
+    rules: Optional[KubeProxyRules] = None,
+    manifest: Optional[Manifest] = None,
+    nft: Optional[Nft] = None,
+    here: Optional[NodeObject] = None,
+):
+    node = node_here(here, manifest) or "<the client's node>"
+    on_node = rules is not None or nft is not None
+    for svc in in_focus(services, focus):
+        for obs in observations(probes, svc):
             if obs.status != "fails" or not obs.ok_direct:
                 continue
             ok = obs.ok_direct
-            me = (ctx.probes or {}).get("source")
+            me = probes.doc.get("source")
             hairpin = any(d.ip == me for d in obs.direct)
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port} through {obs.target}: {obs.service_result}"
@@ -268,8 +284,8 @@ def service_path_broken(ctx, new):
                     f"kubectl debug node/{node} -it --profile=sysadmin --image={KPDIAG_IMAGE} -- kpdiag node --service {svc.key}",
                     f"kpdiag trace --dst {obs.cluster_ip}:{obs.port} --proto {obs.proto} --from pod --src <this pod IP>   # on that node",
                 ),
-                evidence=[_probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}")]
-                + [_probe_ev(ctx, f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]],
+                evidence=[probes.evidence(f"through the Service {obs.target}: {obs.service_result}")]
+                + [probes.evidence(f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]],
                 subject=f"{svc.key}:{obs.port}",
                 data=obs.data(),
             )
@@ -280,8 +296,6 @@ def service_path_broken(ctx, new):
     "service-port-fails",
     "The Service port does not answer",
     "error",
-    needs=("services", "probes"),
-    uses=("focus", "manifest", "node-object"),
     symptom="Connections to the Service are refused, reset or time out.",
     why="""
         Through the ClusterIP the Service port did not answer, and kpdiag could not compare with its endpoints (none was
@@ -290,12 +304,19 @@ def service_path_broken(ctx, new):
     """,
     fix="Probe an endpoint directly (nc -vz POD_IP TARGET_PORT) and run kpdiag node --service NS/NAME on the client's node.",
 )
-def service_port_fails(ctx, new):
-    for svc in _services(ctx):
-        for obs in observations(ctx, svc):
+def service_port_fails(
+    new,
+    services: Services,
+    probes: Probes,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    here: Optional[NodeObject] = None,
+):
+    for svc in in_focus(services, focus):
+        for obs in observations(probes, svc):
             if obs.status != "fails" or obs.direct:
                 continue
-            use = usable(ctx, svc, obs.port_spec, 6 if ":" in obs.cluster_ip else 4).internal(svc)
+            use = usable_here(svc, obs.port_spec, here, manifest, 6 if ":" in obs.cluster_ip else 4).internal(svc)
             if use is not None and not use:
                 continue  # no usable endpoint: KP101/KP102/KP106 say why
             yield new(
@@ -306,8 +327,8 @@ def service_port_fails(ctx, new):
                     f"kpdiag node --service {svc.key}   # on the client's node",
                 ),
                 evidence=[
-                    _probe_ev(ctx, f"through the Service {obs.target}: {obs.service_result}"),
-                    _svc_ev(ctx, svc, f"{len(svc.endpoints)} endpoint(s)"),
+                    probes.evidence(f"through the Service {obs.target}: {obs.service_result}"),
+                    services.evidence(svc, f"{len(svc.endpoints)} endpoint(s)"),
                 ],
                 subject=f"{svc.key}:{obs.port}",
                 data=obs.data(),

@@ -9,7 +9,17 @@ from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
-from kpdiag.state.typed import Addresses, EthtoolOffload, Kernel, KubeProxyRules
+from kpdiag.state.typed import (
+    Addresses,
+    EthtoolOffload,
+    Kernel,
+    KubeProxyRules,
+    NodePodCIDRs,
+    Nft,
+    ProxyMode,
+    Routes,
+    Tracer,
+)
 
 from .shapes import d, links, lst, routes
 
@@ -18,10 +28,10 @@ DEFAULT_PORTS = {"flannel.1": 8472, "cilium_vxlan": 8472, "vxlan.calico": 4789, 
 KIND_PORTS = {"vxlan": 4789, "geneve": 6081}
 
 
-def overlay_devices(ctx) -> list[tuple[str, str, int]]:
+def overlay_devices(addresses: Addresses) -> list[tuple[str, str, int]]:
     """(device, kind, UDP port) of the node's VXLAN and Geneve devices."""
     out = []
-    for link in links(ctx.ip_addr):
+    for link in links(addresses.links):
         name = link.get("ifname")
         info = link["linkinfo"]
         kind = info.get("info_kind")
@@ -34,10 +44,9 @@ def overlay_devices(ctx) -> list[tuple[str, str, int]]:
     return out
 
 
-def _peer(ctx, node_ip: str) -> tuple[str, str]:
+def _peer(nodes: NodePodCIDRs | None, route_list: Routes, node_ip: str) -> tuple[str, str]:
     """Another node's address (cluster/nodes.json), else the default gateway: the source of overlay packets."""
-    nodes = ctx.source(sources.NODES)
-    for n in lst(d(nodes).get("items")):
+    for n in nodes.objects if nodes is not None else ():
         for a in lst(d(d(n).get("status")).get("addresses")):
             if (
                 isinstance(a, dict)
@@ -47,7 +56,7 @@ def _peer(ctx, node_ip: str) -> tuple[str, str]:
             ):
                 if ":" not in a["address"]:
                     return a["address"], f"node {d(n.get('metadata')).get('name')}"
-    for r in routes(ctx.ip_route):
+    for r in routes(route_list.routes):
         if r.get("dst") == "default" and r.get("gateway") and ":" not in r["gateway"]:
             return r["gateway"], "the default gateway (no other node's address known)"
     return "192.0.2.1", "a peer (no other node's address known)"
@@ -58,8 +67,6 @@ def _peer(ctx, node_ip: str) -> tuple[str, str]:
     "overlay-port-blocked",
     "The host firewall drops the overlay's UDP port between nodes",
     "error",
-    needs=("addresses", "routes"),
-    uses=("iptables", "nft", "proxy-mode", "tracer", sources.NODES),
     symptom="Pods reach pods on their own node and nothing on other nodes; Services answer only when kube-proxy picks a "
     "local endpoint (1 in N connections works); DNS fails from nodes without a CoreDNS pod.",
     why="""
@@ -74,20 +81,29 @@ def _peer(ctx, node_ip: str) -> tuple[str, str]:
     "firewall-cmd --permanent --add-port=8472/udp; iptables: -I INPUT -p udp --dport 8472 -s <node subnet> -j ACCEPT), "
     "and in the cloud security group / network ACL between the nodes.",
 )
-def overlay_port_blocked(ctx, new):
-    devices = overlay_devices(ctx)
+def overlay_port_blocked(
+    new,
+    addresses: Addresses,
+    route_list: Routes,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    tracers: Optional[Tracer] = None,
+    nodes: Optional[NodePodCIDRs] = None,
+):
+    devices = overlay_devices(addresses)
     if not devices:
         return  # no VXLAN/Geneve device: no overlay port to keep open
     from .firewall import _drop, _host_firewall, _node_ip, _owner
 
-    node = _node_ip(ctx)
+    node = _node_ip(route_list.routes, addresses.links)
     if node is None:
         raise Skip("the node's address on its uplink (the default route's interface) is not known")
     node_ip, uplink = node
-    peer, peer_what = _peer(ctx, node_ip)
-    dp = ctx.dataplane
-    tracer = ctx.mode_tracer() if dp.has_own_tracer or not dp.known else None  # unknown: its iptables rules
-    host_fw = _host_firewall(ctx, dp)
+    peer, peer_what = _peer(nodes, route_list, node_ip)
+    dp = proxy.dataplane
+    tracer = tracers.of_mode() if dp.has_own_tracer or not dp.known else None  # unknown: its iptables rules
+    host_fw = _host_firewall(nft.ruleset() if nft is not None else None, route_list.routing, dp)
     if tracer is None and host_fw is None:
         raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
     from kpdiag.trace.model import Packet
@@ -113,17 +129,17 @@ def overlay_port_blocked(ctx, new):
         if untraced:
             raise Skip(f"could not trace {'; '.join(untraced[:2])}")
         return
-    rs = ctx.iptables()
+    rs = rules.ruleset if rules is not None else None
     chains = frozenset(rs.chain_names("filter")) if rs is not None else frozenset()
     dev, kind, port, direction, step = blocked[0]
     owner = _owner(step, chains)
     src, _, line = (step.source or "").rpartition(":")
     if " " in step.table:  # an nftables table ("inet hostfw")
         allow = f"nft insert rule {step.table} {step.chain} udp dport {port} accept"
-        ev_src = ctx.display(sources.NFT_RULESET)
+        ev_src = nft.source if nft is not None else sources.NFT_RULESET
     else:
         allow = f"iptables -I {step.chain} -p udp --dport {port} -j ACCEPT"
-        ev_src = src or ctx.display(sources.IPTABLES_SAVE)
+        ev_src = src or (rs.source if rs is not None else sources.IPTABLES_SAVE)
     if owner == "firewalld":
         allow = f"firewall-cmd --permanent --add-port={port}/udp && firewall-cmd --reload"
     dirs = sorted({b[3] for b in blocked})
@@ -146,9 +162,9 @@ def overlay_port_blocked(ctx, new):
                 f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}",
                 int(line) if line.isdigit() else None,
             ),
-            Evidence(ctx.display(sources.IP_ADDR), f"{dev}: {kind}, UDP port {port}"),
+            Evidence(addresses.source, f"{dev}: {kind}, UDP port {port}"),
             Evidence(
-                ctx.display(sources.NODES) if "node " in peer_what else ctx.display(sources.IP_ROUTE),
+                nodes.source if "node " in peer_what else route_list.source,
                 f"traced: UDP {peer} → {node_ip}:{port} ({peer_what}) and back",
             ),
         ],

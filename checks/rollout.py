@@ -6,7 +6,7 @@ from __future__ import annotations
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+from kpdiag.state.typed import EndpointSlices, KubeProxyMetrics, Pods, Services
 
 from .shapes import d, lst
 
@@ -14,8 +14,8 @@ SLOW = 1.0  # seconds from an endpoint change to the node's rules before a pod w
 METRICS = ("kubeproxy_network_programming_duration_seconds", "kubeproxy_sync_proxy_rules_duration_seconds")
 
 
-def _latency(ctx) -> tuple[float, str] | None:
-    m = ctx.metrics
+def _latency(metrics: KubeProxyMetrics) -> tuple[float, str] | None:
+    m = metrics.metrics
     for name in METRICS:
         mean = m.histogram_mean(name) if m is not None else None
         if mean is not None:
@@ -35,7 +35,6 @@ def _has_prestop(pod: dict) -> bool:
     "rollout-no-prestop",
     "Pods leave Services faster than kube-proxy takes them out: requests fail during rollouts",
     "warning",
-    needs=("services", "endpointslices", "pods", "kube-proxy-metrics"),
     symptom="Every rollout or scale-down of a Deployment brings a burst of connection refused / reset / 502 errors for a "
     "few seconds, although readiness probes and maxUnavailable are set right.",
     why="""
@@ -51,25 +50,25 @@ def _has_prestop(pod: dict) -> bool:
     fix="Give the containers a preStop delay longer than kube-proxy's sync latency (lifecycle.preStop.sleep.seconds: 5 on "
     "Kubernetes ≥ 1.30, else exec sleep 5) and make the application drain on SIGTERM; shorten the sync (KP705).",
 )
-def rollout_no_prestop(ctx, new):
-    lat = _latency(ctx)
+def rollout_no_prestop(new, services: Services, slices: EndpointSlices, pods: Pods, metrics: KubeProxyMetrics):
+    lat = _latency(metrics)
     if lat is None:
         raise Skip(f"kube-proxy's metrics hold neither {METRICS[0]} nor {METRICS[1]}")
     latency, metric = lat
     if latency < SLOW:
         return  # the rules follow endpoint changes in well under a second: a pod exiting at once loses little
-    pods = {
+    by_key = {
         (d(p.get("metadata")).get("namespace"), d(p.get("metadata")).get("name")): p
-        for p in ctx.cluster.pods() or []
+        for p in pods.items
         if isinstance(p, dict) and isinstance(d(p.get("metadata")).get("name"), str)
     }
     cases = []
-    for svc in ctx.cluster.services() or []:
+    for svc in services.every:
         if svc.headless:
             continue
         bare, terminating, grace = [], [], set()
         for e in svc.endpoints:
-            pod = pods.get((svc.namespace, e.pod))
+            pod = by_key.get((svc.namespace, e.pod))
             if pod is None or _has_prestop(pod):
                 continue
             bare.append(e)
@@ -81,9 +80,7 @@ def rollout_no_prestop(ctx, new):
             cases.append((svc, bare, terminating, grace))
     if not cases:
         return
-    metrics_src = ctx.display(sources.KP_METRICS)
-    pods_src = ctx.display(sources.PODS)
-    eps_src = ctx.display(sources.ENDPOINTSLICES)
+    metrics_src, pods_src, eps_src = metrics.source, pods.source, slices.source
     for svc, bare, terminating, grace in cases:
         now = (
             f"; right now {len(terminating)} of its endpoints are terminating "

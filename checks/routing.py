@@ -4,12 +4,14 @@ CIDR, and whether this node can route to each endpoint."""
 from __future__ import annotations
 
 import ipaddress
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.bundle import sources
+from kpdiag.state.typed import KubeProxyRules, ProxyMode, Routes
 
 from .service import _services
 
@@ -31,8 +33,7 @@ def covering_prefix(ips: list[str]) -> str:
     "service-cidr-leaves-node",
     "Traffic to ClusterIPs that kube-proxy does not translate leaves the node",
     "info",
-    needs=("routes", "iptables", "whole-rules"),
-    uses=("proxy-mode",),
+    needs=("whole-rules",),  # read nothing of: a partial bundle holds one Service's ClusterIPs, not the range's
     advice_for="kube-proxy",
     symptom="ping to a ClusterIP answers 'Time to live exceeded' (or nothing); a ClusterIP on a port the Service does not define hangs instead of being refused.",
     why="""
@@ -44,16 +45,16 @@ def covering_prefix(ips: list[str]) -> str:
     """,
     fix="Give the service CIDR a blackhole/unreachable route on the gateway (or on the nodes) so unmatched traffic is refused at once; test Services with their TCP/UDP port, never with ping.",
 )
-def service_cidr_leaves(ctx, new):
-    if ctx.dataplane.cluster_ips_stay_on_node:
+def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None):
+    if proxy.dataplane.cluster_ips_stay_on_node:
         return  # ipvs: ClusterIPs are bound on kube-ipvs0; nftables: cluster-ips-check rejects/drops on the node
-    routing = ctx.routing
+    routing = routes.routing
     found = False
     for family, which in ((4, "iptables-save"), (6, "ip6tables-save")):  # a dual-stack node: each family's rules
-        rs = ctx.iptables(which)  # a file the bundle lacks is None, not a problem
+        rs = rules.dump(which)  # a file the bundle lacks is None, not a problem
         if rs is None:
             continue
-        ports = ctx.programmed(which) or {}
+        ports = rules.programmed_in(which) or {}
         ips = sorted({p.cluster_ip for p in ports.values() if p.cluster_ip and (":" in p.cluster_ip) == (family == 6)})
         if not ips:
             continue
@@ -83,7 +84,7 @@ def service_cidr_leaves(ctx, new):
                 ),
             ),
             evidence=[
-                Evidence(ctx.display(sources.IP_ROUTE), f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
+                Evidence(routes.source, f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
                 Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}"),
             ],
             subject=cidr,

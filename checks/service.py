@@ -3,54 +3,58 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import (
+    DnsProbe,
+    EndpointSlices,
+    Focus,
+    KubeProxyRules,
+    Manifest,
+    NodeObject,
+    Pods,
+    Probes,
+    Services,
+)
 
 SVC_SRC = sources.SERVICES
 EPS_SRC = sources.ENDPOINTSLICES
 PODS_SRC = sources.PODS
 
 
-def _services(ctx, allow_headless: bool = False):
-    svcs = ctx.services_in_focus()
-    if ctx.focus and not svcs:
-        raise Skip(f"Service {ctx.focus[0]}/{ctx.focus[1]} is not in the API data")
+def _pick(svcs, focus, allow_headless: bool):
+    if focus and not svcs:
+        raise Skip(f"Service {focus[0]}/{focus[1]} is not in the API data")
     return [s for s in svcs if allow_headless or (not s.headless and s.type != "ExternalName")]
 
 
-def _svc_ev(ctx, svc, what: str) -> Evidence:
-    return Evidence(ctx.display(SVC_SRC), f"{svc.key}: {what}")
+def in_focus(services: Services, focus: Focus | None, allow_headless: bool = False):
+    """The Services a check judges: the focused one (Skip when the API has no such Service), else every one;
+    headless and ExternalName Services only with ``allow_headless``."""
+    return _pick(services.focused, focus.service if focus else None, allow_headless)
 
 
-def usable(ctx, svc, port, family: int | None = None):
-    """What kube-proxy on this node programs for ``port`` (kpdiag.state.cluster.usable_endpoints): ready endpoints, topology
-    hints, the serving-terminating fallback, Local traffic policies."""
+def _services(ctx, allow_headless: bool = False):
+    """``in_focus`` for the checks still written as (ctx, new) (checks/dataplane.py)."""
+    return _pick(ctx.services_in_focus(), ctx.focus, allow_headless)
+
+
+def node_here(node: NodeObject | None, manifest: Manifest | None) -> str | None:
+    """This node's name: the API's Node, else the manifest's (None: unknown)."""
+    return (node.name if node else None) or (manifest.node if manifest else None) or None
+
+
+def usable_here(svc, port, node: NodeObject | None, manifest: Manifest | None, family: int | None = None):
+    """What kube-proxy on this node programs for ``port`` (kpdiag.state.cluster.usable_endpoints): ready endpoints,
+    topology hints, the serving-terminating fallback, Local traffic policies."""
     from kpdiag.state.cluster import usable_endpoints
 
-    return usable_endpoints(
-        svc, port, node=ctx.cluster.node_name() or ctx.node_name or None, zone=ctx.cluster.node_zone(), family=family
-    )
-
-
-def wanted_targets(ctx, svc, port, family: int = 4) -> set[str] | None:
-    """The DNAT targets this node should have for a ClusterIP port in the rules of IP version ``family``, as kube-proxy
-    counts them: its usable endpoints of that family (ready, else serving-terminating; narrowed by topology hints;
-    only this node's under internalTrafficPolicy: Local). None when that cannot be told (node name or zone unknown)."""
-    eps = usable(ctx, svc, port, family).internal(svc)
-    if eps is None:
-        return None
-    return {hostport(e.ip, svc.target_of(e, port)) for e in eps}
-
-
-def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") -> tuple[str, Evidence]:
-    """For KP203/KP303/KP403: what a node sends to that the API does not list (and the reverse), and the API's side."""
-    gone, missing = sorted(have - want), sorted(want - have)
-    text = f"{verb} {', '.join(gone) or 'no stale endpoint'}" + (f" and misses {', '.join(missing)}" if missing else "")
-    return text, Evidence(ctx.display(EPS_SRC), f"ready: {', '.join(sorted(want))}")
+    return usable_endpoints(svc, port, node=node_here(node, manifest), zone=node.zone if node else None, family=family)
 
 
 def port_data(svc, port: dict, **more) -> dict:
@@ -76,15 +80,15 @@ def _endpoint_data(e) -> dict:
     }
 
 
-def _probe(ctx, target: str, kind: str) -> dict | None:
-    for r in ctx.probe_results(kind):
+def _probe(probes: Probes | None, target: str, kind: str) -> dict | None:
+    for r in probes.probe_results(kind) if probes else []:
         if r.get("target") == target:
             return r
     return None
 
 
-def _reject_rule(ctx, svc, port):
-    progs = ctx.programmed() if ctx.iptables() is not None else None
+def _reject_rule(rules: KubeProxyRules | None, svc, port):
+    progs = rules.programmed if rules is not None else None
     if not progs:
         return None
     prog = progs.get(svc.kube_proxy_name(port))
@@ -96,8 +100,6 @@ def _reject_rule(ctx, svc, port):
     "no-endpoints",
     "Service has no endpoints",
     "error",
-    needs=("services", "endpointslices"),
-    uses=("focus", "iptables", "probes"),
     symptom="Connections to the Service are refused at once ('connection refused'; ICMP port unreachable for UDP).",
     why="""
         A Service is only a name and a virtual IP; the traffic goes to its endpoints — the ready pods its selector
@@ -108,32 +110,36 @@ def _reject_rule(ctx, svc, port):
     """,
     fix="Make the selector match running pods (compare kubectl get pods --show-labels with the Service's selector), or create the EndpointSlice for a selector-less Service.",
 )
-def no_endpoints(ctx, new):
-    for svc in _services(ctx):
+def no_endpoints(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    focus: Optional[Focus] = None,
+    rules: Optional[KubeProxyRules] = None,
+    probes: Optional[Probes] = None,
+):
+    for svc in in_focus(services, focus):
         for port in svc.ports:
             if svc.endpoints_for(port):
                 continue
             ev = [
-                _svc_ev(
-                    ctx,
-                    svc,
-                    f"selector {svc.selector or '(none)'}; port {port.get('port')}/{port.get('protocol', 'TCP')}",
+                services.evidence(
+                    svc, f"selector {svc.selector or '(none)'}; port {port.get('port')}/{port.get('protocol', 'TCP')}"
                 ),
-                Evidence(
-                    ctx.display(EPS_SRC),
-                    f"no EndpointSlice with endpoints for {svc.key} port {port.get('name') or port.get('port')}",
+                slices.evidence(
+                    f"no EndpointSlice with endpoints for {svc.key} port {port.get('name') or port.get('port')}"
                 ),
             ]
-            rule = _reject_rule(ctx, svc, port)
+            rule = _reject_rule(rules, svc, port)
             if rule is not None:
                 ev.append(Evidence(rule.source, rule.text, rule.lineno))
             for ip in svc.cluster_ips[:1]:
-                p = _probe(ctx, f"{hostport(ip, port.get('port'))}/tcp", "tcp-connect")
+                p = _probe(probes, f"{hostport(ip, port.get('port'))}/tcp", "tcp-connect")
                 if p:
                     ev.append(Evidence("probe", f"TCP connect {p['target']}: {p['result']}"))
             named = _other_port_names(svc, port)
             if named:  # endpoints exist, listed under other port names: kube-proxy pairs ports by name only
-                yield _port_name_mismatch(ctx, new, svc, port, named, ev)
+                yield _port_name_mismatch(slices, new, svc, port, named, ev)
                 continue
             cause = (
                 "no selector: nobody creates its endpoints"
@@ -170,20 +176,19 @@ def _other_port_names(svc, port) -> dict[str, list]:
     return {} if want in out else out
 
 
-def _port_name_mismatch(ctx, new, svc, port, named: dict[str, list], ev: list):
+def _port_name_mismatch(slices: EndpointSlices, new, svc, port, named: dict[str, list], ev: list):
     """KP101 when the EndpointSlices have endpoints, but under port names the Service port does not carry."""
     want = port.get("name") or ""
     eps = {e.ip: e for es in named.values() for e in es}
     ready = [e for e in eps.values() if e.ready]
     names = ", ".join(_port_label(n) for n in sorted(named))
-    slices = sorted({e.slice_name for e in eps.values()})
+    names_of_slices = sorted({e.slice_name for e in eps.values()})
     first = sorted(named)[0]
     mirrored = not svc.selector
     ev = (
         ev[:1]
         + [
-            Evidence(
-                ctx.display(EPS_SRC),
+            slices.evidence(
                 f"EndpointSlice {s}: ports "
                 + ", ".join(
                     f"{_port_label(n)} {es[0].ports[n][0]}/{es[0].ports[n][1].upper()}"
@@ -192,7 +197,7 @@ def _port_name_mismatch(ctx, new, svc, port, named: dict[str, list], ev: list):
                 )
                 + f"; {sum(1 for e in eps.values() if e.slice_name == s)} endpoint(s)",
             )
-            for s in slices[:3]
+            for s in names_of_slices[:3]
         ]
         + ev[2:]
     )
@@ -232,8 +237,6 @@ def _port_name_mismatch(ctx, new, svc, port, named: dict[str, list], ev: list):
     "Service has endpoints, none ready",
     "error",
     severities=("warning", "error"),
-    needs=("services", "endpointslices"),
-    uses=("focus", "pods"),
     symptom="Connections to the Service are refused or time out although its pods exist.",
     why="""
         kube-proxy only sends traffic to endpoints whose pods are *ready* (their readiness probe passes). When every
@@ -244,30 +247,30 @@ def _port_name_mismatch(ctx, new, svc, port, named: dict[str, list], ev: list):
     """,
     fix="Look at why the pods are not ready: kubectl describe pod (readiness probe, events), kubectl logs.",
 )
-def not_ready(ctx, new):
-    for svc in _services(ctx):
+def not_ready(
+    new, services: Services, slices: EndpointSlices, focus: Optional[Focus] = None, pods: Optional[Pods] = None
+):
+    for svc in in_focus(services, focus):
         for port in svc.ports:
             eps = svc.endpoints_for(port)
             if not eps or any(e.ready for e in eps):
                 continue
             fallback = [e for e in eps if e.serving_terminating]
-            pods = {(p.get("metadata") or {}).get("name"): p for p in ctx.cluster.pods() or []}
+            by_name = {(p.get("metadata") or {}).get("name"): p for p in (pods.items if pods else ())}
             ev = [
-                Evidence(
-                    ctx.display(EPS_SRC),
+                slices.evidence(
                     f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
                     + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else ""),
                 )
                 for e in eps[:5]
             ]
             for e in eps[:3]:
-                pod = pods.get(e.pod)
+                pod = by_name.get(e.pod)
                 for c in ((pod or {}).get("status") or {}).get("conditions") or []:
                     if c.get("type") == "Ready" and c.get("status") != "True":
                         ev.append(
-                            Evidence(
-                                ctx.display(PODS_SRC),
-                                f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip(),
+                            pods.evidence(
+                                f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()
                             )
                         )
             if fallback:
@@ -305,8 +308,6 @@ def not_ready(ctx, new):
     "Service selector matches no pod",
     "error",
     explains=("KP101",),
-    needs=("services", "pods"),
-    uses=("focus",),
     symptom="The Service has no endpoints although the pods you meant are running.",
     why="""
         A Service finds its pods by label: every key=value of spec.selector must be on the pod, exactly (case and
@@ -316,14 +317,14 @@ def not_ready(ctx, new):
     """,
     fix="Fix either the Service's spec.selector or the pod template's labels so that every selector key=value is on the pods.",
 )
-def selector_nothing(ctx, new):
-    for svc in _services(ctx):
+def selector_nothing(new, services: Services, pods: Pods, focus: Optional[Focus] = None):
+    for svc in in_focus(services, focus):
         if not svc.selector:
             continue
-        if ctx.cluster.selected_pods(svc):
+        if pods.selected(svc):
             continue
         near = []
-        for p in ctx.cluster.pods() or []:
+        for p in pods.items:
             md = p.get("metadata") or {}
             if md.get("namespace", svc.namespace) != svc.namespace:
                 continue
@@ -334,8 +335,8 @@ def selector_nothing(ctx, new):
             if set(labels) & set(svc.selector):  # shares a selector key: a near miss worth showing
                 near.append((len(diff), md.get("name"), diff))
         near.sort()
-        ev = [_svc_ev(ctx, svc, f"spec.selector = {svc.selector}")]
-        ev += [Evidence(ctx.display(PODS_SRC), f"pod {name}: {'; '.join(diff)}") for _, name, diff in near[:3]]
+        ev = [services.evidence(svc, f"spec.selector = {svc.selector}")]
+        ev += [pods.evidence(f"pod {name}: {'; '.join(diff)}") for _, name, diff in near[:3]]
         hint = f" — closest: pod {near[0][1]} ({'; '.join(near[0][2])})" if near else ""
         yield new(
             f"{svc.key} selects pods with {','.join(f'{k}={v}' for k, v in svc.selector.items())}, and no pod in {svc.namespace} has all of them{hint}",
@@ -367,8 +368,6 @@ def _container_ports(pod: dict) -> list[dict]:
     "Service targetPort not exposed by its pods",
     "error",
     severities=("warning", "error"),
-    needs=("services", "pods"),
-    uses=("focus", "probes"),
     symptom="Connections through the Service are refused or reset, while the pods are ready; or the Service has no endpoints for a named port.",
     why="""
         A Service forwards port → targetPort on the pods. A *named* targetPort (e.g. http) must match a
@@ -378,9 +377,11 @@ def _container_ports(pod: dict) -> list[dict]:
     """,
     fix="Set the Service's targetPort to the port (or port name) the container listens on.",
 )
-def target_port(ctx, new):
-    for svc in _services(ctx):
-        pods = ctx.cluster.selected_pods(svc)
+def target_port(
+    new, services: Services, pods_read: Pods, focus: Optional[Focus] = None, probes: Optional[Probes] = None
+):
+    for svc in in_focus(services, focus):
+        pods = pods_read.selected(svc)
         if not pods:
             continue
         for port in svc.ports:
@@ -399,10 +400,9 @@ def target_port(ctx, new):
                         f"kubectl -n {svc.namespace} get pod {(pods[0].get('metadata') or {}).get('name')} -o jsonpath='{{.spec.containers[*].ports}}'",
                     ),
                     evidence=[
-                        _svc_ev(ctx, svc, f"port {port.get('port')} targetPort {tp!r}"),
-                        Evidence(
-                            ctx.display(PODS_SRC),
-                            f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}",
+                        services.evidence(svc, f"port {port.get('port')} targetPort {tp!r}"),
+                        pods_read.evidence(
+                            f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}"
                         ),
                     ],
                     subject=f"{svc.key}:{port.get('port')}",
@@ -416,7 +416,7 @@ def target_port(ctx, new):
             proto = (port.get("protocol") or "TCP").lower()
             direct = [
                 r
-                for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                for r in (probes.probe_results("tcp-connect" if proto == "tcp" else "udp") if probes else [])
                 if str(r.get("target", "")).endswith(f":{number}/{proto}")
                 and r.get("target", "").rsplit(":", 1)[0].strip("[]") not in svc.cluster_ips
             ]
@@ -424,8 +424,8 @@ def target_port(ctx, new):
                 continue  # the app listens on targetPort after all: the declaration is only out of date
             failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
             ev = [
-                _svc_ev(ctx, svc, f"port {port.get('port')} targetPort {number}"),
-                Evidence(ctx.display(PODS_SRC), f"containerPorts declared: {numbers}"),
+                services.evidence(svc, f"port {port.get('port')} targetPort {number}"),
+                pods_read.evidence(f"containerPorts declared: {numbers}"),
             ]
             ev += [
                 Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}")
@@ -455,11 +455,11 @@ def target_port(ctx, new):
             )
 
 
-def _local_check(ctx, new, policy: str):
-    node = ctx.cluster.node_name() or ctx.node_name
+def _local_check(services: Services, focus, here: NodeObject | None, manifest: Manifest | None, policy: str):
+    node = node_here(here, manifest)
     if not node:
         raise Skip(f"the node kpdiag runs on is unknown ({sources.NODES} or the manifest's node)")
-    for svc in _services(ctx):
+    for svc in in_focus(services, focus):
         wants = svc.etp_local if policy == "external" else svc.itp_local
         if not wants:
             continue
@@ -474,8 +474,6 @@ def _local_check(ctx, new, policy: str):
     "external-local-no-endpoints",
     "externalTrafficPolicy=Local and no endpoint on this node",
     "warning",
-    needs=("services", "endpointslices"),
-    uses=("focus", "iptables", "manifest", "node-object"),
     symptom="The NodePort or LoadBalancer works through some nodes and times out through this one.",
     why="""
         With externalTrafficPolicy: Local, a node only forwards external traffic to endpoints *on that node* (to keep
@@ -485,16 +483,21 @@ def _local_check(ctx, new, policy: str):
     """,
     fix="Send traffic only to nodes with endpoints (LB health checks), spread pods to every node (DaemonSet), or use externalTrafficPolicy: Cluster.",
 )
-def etp_local(ctx, new):
-    for svc, node, ready in _local_check(ctx, new, "external"):
+def etp_local(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    focus: Optional[Focus] = None,
+    rules: Optional[KubeProxyRules] = None,
+    manifest: Optional[Manifest] = None,
+    here: Optional[NodeObject] = None,
+):
+    for svc, node, ready in _local_check(services, focus, here, manifest, "external"):
         ev = [
-            _svc_ev(ctx, svc, f"type {svc.type}, externalTrafficPolicy Local"),
-            Evidence(
-                ctx.display(EPS_SRC),
-                f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}",
-            ),
+            services.evidence(svc, f"type {svc.type}, externalTrafficPolicy Local"),
+            slices.evidence(f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}"),
         ]
-        rs = ctx.iptables()
+        rs = rules.ruleset if rules is not None else None
         if rs is not None:
             ext = rs.chain("filter", "KUBE-EXTERNAL-SERVICES")
             for r in ext.rules if ext is not None else []:
@@ -523,8 +526,6 @@ def etp_local(ctx, new):
     "internal-local-no-endpoints",
     "internalTrafficPolicy=Local and no endpoint on this node",
     "warning",
-    needs=("services", "endpointslices"),
-    uses=("focus", "manifest", "node-object"),
     symptom="Pods on this node cannot reach the Service (timeouts), pods on other nodes can.",
     why="""
         With internalTrafficPolicy: Local, traffic from pods goes only to endpoints on the *same node*. A node
@@ -533,8 +534,15 @@ def etp_local(ctx, new):
     """,
     fix="Run an endpoint on every node (DaemonSet) or set internalTrafficPolicy: Cluster.",
 )
-def itp_local(ctx, new):
-    for svc, node, ready in _local_check(ctx, new, "internal"):
+def itp_local(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    here: Optional[NodeObject] = None,
+):
+    for svc, node, ready in _local_check(services, focus, here, manifest, "internal"):
         yield new(
             f"{svc.key} has internalTrafficPolicy=Local and no ready endpoint on node {node}: pods here cannot reach it",
             fix=(
@@ -542,10 +550,9 @@ def itp_local(ctx, new):
                 f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide",
             ),
             evidence=[
-                _svc_ev(ctx, svc, "internalTrafficPolicy Local"),
-                Evidence(
-                    ctx.display(EPS_SRC),
-                    f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}",
+                services.evidence(svc, "internalTrafficPolicy Local"),
+                slices.evidence(
+                    f"ready endpoints on: {', '.join(sorted({e.node or '?' for e in ready}))} — not on {node}"
                 ),
             ],
             subject=svc.key,
@@ -557,8 +564,6 @@ def itp_local(ctx, new):
     "no-cluster-ip",
     "Service has no ClusterIP",
     "info",
-    needs=("services",),
-    uses=("focus",),
     symptom="There is no Service IP to ping, curl or trace; DNS returns pod IPs or another name.",
     why="""
         A headless Service (clusterIP: None) gets no virtual IP and no kube-proxy rules: its DNS name resolves straight
@@ -568,13 +573,13 @@ def itp_local(ctx, new):
     """,
     fix="Test the pods (or the external name) directly; give the Service a ClusterIP if you need a stable virtual IP.",
 )
-def no_cluster_ip(ctx, new):
-    for svc in _services(ctx, allow_headless=True):
+def no_cluster_ip(new, services: Services, focus: Optional[Focus] = None):
+    for svc in in_focus(services, focus, allow_headless=True):
         if svc.type == "ExternalName":
             yield new(
                 f"{svc.key} is an ExternalName Service: a DNS alias for {svc.spec.get('externalName')!r}, no kube-proxy rules",
                 fix=(f"nslookup {svc.name}.{svc.namespace}.svc   # a CNAME to {svc.spec.get('externalName')}",),
-                evidence=[_svc_ev(ctx, svc, f"type ExternalName, externalName {svc.spec.get('externalName')}")],
+                evidence=[services.evidence(svc, f"type ExternalName, externalName {svc.spec.get('externalName')}")],
                 subject=svc.key,
             )
         elif svc.headless:
@@ -583,7 +588,7 @@ def no_cluster_ip(ctx, new):
                 fix=(
                     f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o wide   # the IPs DNS returns",
                 ),
-                evidence=[_svc_ev(ctx, svc, "clusterIP: None")],
+                evidence=[services.evidence(svc, "clusterIP: None")],
                 subject=svc.key,
             )
 
@@ -594,8 +599,6 @@ def no_cluster_ip(ctx, new):
     "Service name does not resolve to its ClusterIP",
     "error",
     severities=("warning", "error"),
-    needs=("services", "dns"),
-    uses=("focus",),
     symptom="curl http://my-service fails with 'could not resolve host', or reaches something else, while the ClusterIP works.",
     why="""
         Pods find Services by DNS: <service>.<namespace>.svc.<cluster domain>, through the nameserver and search list
@@ -605,17 +608,17 @@ def no_cluster_ip(ctx, new):
     """,
     fix="Check the name and namespace; check CoreDNS (kubectl -n kube-system get pods -l k8s-app=kube-dns; its logs) and the pod's /etc/resolv.conf.",
 )
-def dns_mismatch(ctx, new):
-    doc = ctx.dns
+def dns_mismatch(new, services: Services, dns: DnsProbe, focus: Optional[Focus] = None):
+    doc = dns.doc
     if doc.get("sent") is False or doc.get("result") == "not-probed":
         raise Skip("no DNS query was sent (--no-probe)")
     if not isinstance(doc.get("result"), str) or not doc.get("name"):
         raise Skip(f"{sources.PROBES_DNS} says neither which name was asked nor what came back")
-    for svc in _services(ctx, allow_headless=True):
+    for svc in in_focus(services, focus, allow_headless=True):
         if svc.type == "ExternalName":
             continue
         ev = Evidence(
-            ctx.display(sources.PROBES_DNS),
+            dns.source,
             f"{doc.get('name')}: {doc.get('result')} {doc.get('addresses') or doc.get('error') or ''}".strip(),
         )
         result = doc.get("result")
@@ -630,7 +633,7 @@ def dns_mismatch(ctx, new):
                     "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
                     f"kubectl -n {svc.namespace} get service {svc.name} -o wide",
                 ),
-                evidence=[ev, _svc_ev(ctx, svc, f"clusterIPs {svc.cluster_ips}")],
+                evidence=[ev, services.evidence(svc, f"clusterIPs {svc.cluster_ips}")],
                 subject=svc.key,
             )
         elif result == "nxdomain":
@@ -675,8 +678,6 @@ def dns_mismatch(ctx, new):
     "source-range-drop",
     "Client outside the LoadBalancer's source ranges",
     "warning",
-    needs=("services", "probes"),
-    uses=("focus",),
     symptom="The LoadBalancer IP times out from here but works from elsewhere.",
     why="""
         spec.loadBalancerSourceRanges lists the client networks allowed in. kube-proxy enforces it on the nodes
@@ -685,9 +686,9 @@ def dns_mismatch(ctx, new):
     """,
     fix="Add the client's network to loadBalancerSourceRanges, or connect from an allowed network.",
 )
-def source_range(ctx, new):
-    src = (ctx.probes or {}).get("source")
-    for svc in _services(ctx):
+def source_range(new, services: Services, probes: Probes, focus: Optional[Focus] = None):
+    src = probes.doc.get("source")
+    for svc in in_focus(services, focus):
         ranges = svc.spec.get("loadBalancerSourceRanges") or []
         if svc.type != "LoadBalancer" or not ranges or not src:
             continue
@@ -706,7 +707,7 @@ def source_range(ctx, new):
                 ),
             ),
             evidence=[
-                _svc_ev(ctx, svc, f"loadBalancerSourceRanges {ranges}"),
+                services.evidence(svc, f"loadBalancerSourceRanges {ranges}"),
                 Evidence(sources.PROBES_SERVICE, f"source address {src}"),
             ],
             subject=svc.key,

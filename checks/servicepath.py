@@ -3,18 +3,20 @@ API, hairpin. Its conntrack entries are checks/conntrack.py's (KP504), its route
 
 from __future__ import annotations
 
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
+from kpdiag.state.typed import EndpointSlices, Focus, KubeProxyRules, KubeProxyVersion, Probes, ProxyMode, Services
 
-from .service import _services
+from .service import in_focus
 from kpdiag.bundle import sources
 
 from . import dataplane
 
 
-def _tcp_summary(ctx, svc, ip: str | None = None) -> str:
+def _tcp_summary(probes: Probes, svc, ip: str | None = None) -> str:
     """What the port probes to ``ip`` (default: the first ClusterIP) found, in a few words."""
     bits = []
     for target in [ip] if ip else svc.cluster_ips[:1]:
@@ -23,7 +25,7 @@ def _tcp_summary(ctx, svc, ip: str | None = None) -> str:
             r = next(
                 (
                     r
-                    for r in ctx.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                    for r in probes.probe_results("tcp-connect" if proto == "tcp" else "udp")
                     if r.get("target") == f"{hostport(target, port.get('port'))}/{proto}"
                 ),
                 None,
@@ -49,8 +51,6 @@ def _service_cidr_guess(ip: str) -> str:
     "ping to a ClusterIP does not work — by design",
     "info",
     severities=("info", "warning"),
-    needs=("services", "probes"),
-    uses=("focus", "iptables", "kube-proxy-version", "proxy-mode"),
     symptom="ping <ClusterIP> prints 'Time to live exceeded' (or nothing at all), and people conclude the Service is down.",
     why="""
         In iptables and nftables mode a ClusterIP exists only as rules: kube-proxy DNATs TCP, UDP and SCTP packets to
@@ -65,14 +65,22 @@ def _service_cidr_guess(ip: str) -> str:
     fix="Test Services with their port (kpdiag svc, nc -vz, curl), never with ping; stop the loop with a blackhole route for the service CIDR on the gateway.",
     references=("https://kubernetes.io/docs/reference/networking/virtual-ips/",),
 )
-def icmp_cluster_ip(ctx, new):
-    echoes = ctx.probe_results("icmp-echo")
+def icmp_cluster_ip(
+    new,
+    services: Services,
+    probes: Probes,
+    focus: Optional[Focus] = None,
+    rules: Optional[KubeProxyRules] = None,
+    version: Optional[KubeProxyVersion] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    echoes = probes.probe_results("icmp-echo")
     if not echoes or all(r.get("result") == "skipped" for r in echoes):
         raise Skip(
             "no ICMP probe was sent: " + next((r.get("detail", {}).get("reason", "") for r in echoes), "no probes")
         )
-    mode, _ = ctx.proxy_mode
-    for svc in _services(ctx):
+    mode, dp = proxy.mode, proxy.dataplane
+    for svc in in_focus(services, focus):
         for ip in svc.cluster_ips:
             echo = next(
                 (r for r in echoes if r.get("target") == f"{ip}/icmp" and r.get("detail", {}).get("ttl", 64) == 64),
@@ -80,8 +88,8 @@ def icmp_cluster_ip(ctx, new):
             )
             if echo is None or echo["result"] == "skipped":
                 continue
-            works = _tcp_summary(ctx, svc, ip)
-            walk = next((r for r in ctx.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
+            works = _tcp_summary(probes, svc, ip)
+            walk = next((r for r in probes.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
             ev = [
                 Evidence(
                     sources.PROBES_SERVICE,
@@ -117,7 +125,7 @@ def icmp_cluster_ip(ctx, new):
                     subject=f"{svc.key} {ip}",
                 )
             elif echo["result"] == "timeout":
-                if ctx.dataplane.cluster_ips_bound:
+                if dp.cluster_ips_bound:
                     continue
                 yield new(
                     f"ping {ip} ({svc.key}) gets no answer — expected in {mode or 'iptables/nftables'} mode: a ClusterIP only answers on its Service ports."
@@ -129,16 +137,16 @@ def icmp_cluster_ip(ctx, new):
                     evidence=ev,
                     subject=f"{svc.key} {ip}",
                 )
-            elif echo["result"] in ("port-unreachable", "admin-prohibited") and ctx.dataplane.cluster_ips_bound:
-                rs = ctx.iptables()
+            elif echo["result"] in ("port-unreachable", "admin-prohibited") and dp.cluster_ips_bound:
+                rs = rules.ruleset if rules is not None else None
                 filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
                 yield new(
                     f"ping {ip} ({svc.key}) is rejected ({echo['result']}"
                     + (f" from {echo.get('from')}" if echo.get("from") else "")
                     + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER"
                     + (
-                        f" (kube-proxy v{ctx.kube_proxy_version[0]}.{ctx.kube_proxy_version[1]})"
-                        if ctx.kube_proxy_version
+                        f" (kube-proxy v{version.version[0]}.{version.version[1]})"
+                        if version is not None and version.version
                         else ""
                     )
                     + " rejects traffic to ports the Service does not define — ICMP included. Older releases, without that chain, answered ping here."
@@ -161,7 +169,7 @@ def icmp_cluster_ip(ctx, new):
                     ),
                     subject=f"{svc.key} {ip}",
                 )
-            elif echo["result"] == "echo-reply" and not ctx.dataplane.cluster_ips_bound:
+            elif echo["result"] == "echo-reply" and not dp.cluster_ips_bound:
                 yield new(
                     f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",
                     severity="warning",
@@ -225,8 +233,6 @@ def stale(ctx, new):
     "hairpin",
     "A pod cannot reach itself through its own Service",
     "warning",
-    needs=("services", "probes"),
-    uses=("endpointslices", "focus"),
     symptom="From inside a pod, its own Service times out — but only when the connection lands on that same pod.",
     why="""
         When a pod connects to its Service and kube-proxy picks that same pod as the endpoint, the packet must go out
@@ -237,11 +243,17 @@ def stale(ctx, new):
     """,
     fix="Set kubelet's hairpinMode (hairpin-veth / promiscuous-bridge) or the CNI's hairpin option; check the masquerade rule exists.",
 )
-def hairpin(ctx, new):
-    src = (ctx.probes or {}).get("source")
+def hairpin(
+    new,
+    services: Services,
+    probes: Probes,
+    slices: Optional[EndpointSlices] = None,
+    focus: Optional[Focus] = None,
+):
+    src = probes.doc.get("source")
     if not src:
         raise Skip("the probe's source address is unknown")
-    for svc in _services(ctx):
+    for svc in in_focus(services, focus):
         mine = [e for e in svc.endpoints if e.ip == src]
         if not mine:
             continue
@@ -250,7 +262,7 @@ def hairpin(ctx, new):
                 via = next(
                     (
                         r
-                        for r in ctx.probe_results("tcp-connect")
+                        for r in probes.probe_results("tcp-connect")
                         if r.get("target") == f"{hostport(ip, port.get('port'))}/tcp"
                     ),
                     None,
@@ -268,7 +280,7 @@ def hairpin(ctx, new):
                     ),
                     evidence=[
                         Evidence(sources.PROBES_SERVICE, f"source {src}; TCP connect {via['target']}: {via['result']}"),
-                        Evidence(ctx.display(sources.ENDPOINTSLICES), f"{src} is an endpoint of {svc.key}"),
+                        slices.evidence(f"{src} is an endpoint of {svc.key}"),
                     ],
                     subject=svc.key,
                 )

@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+from kpdiag.state.typed import ConntrackEntries, ConntrackStats, KubeProxyRules, Tracer
 
 MIN_FLOWS = 50  # source-NATed flows to one destination before collisions on its port range are the likely cause
 _CT = re.compile(
@@ -47,12 +48,11 @@ def conntrack_flows(text: str) -> tuple[Counter, Counter, dict]:
     return snat, dns, example
 
 
-def snat_collision(ctx) -> dict | None:
+def snat_collision(stats: ConntrackStats, entries: ConntrackEntries | None, tracers: Tracer | None) -> dict | None:
     """The SNAT-collision case when the node shows it: insert_failed > 0, one destination with many source-NATed flows,
     and the rule that masquerades them (traced) without --random-fully; else None."""
-    stats = ctx.conntrack_stats or {}
-    failed = stats.get("insert_failed", 0)
-    text = ctx.source(sources.CONNTRACK)
+    failed = stats.stats.get("insert_failed", 0)
+    text = entries.text if entries is not None else None
     if not failed or not text:
         return None
     snat, dns, example = conntrack_flows(text)
@@ -61,7 +61,7 @@ def snat_collision(ctx) -> dict | None:
     (proto, dst, dport), flows = snat.most_common(1)[0]
     if flows < MIN_FLOWS or proto not in ("tcp", "udp") or (proto == "udp" and dport == 53):
         return None
-    tracer = ctx.tracer()
+    tracer = tracers.iptables() if tracers is not None else None
     if tracer is None:
         return None
     from kpdiag.trace.model import Packet
@@ -94,8 +94,6 @@ def snat_collision(ctx) -> dict | None:
     "snat-port-collisions",
     "Source-NAT port collisions: masquerade without --random-fully under many connections to one destination",
     "warning",
-    needs=("conntrack", "conntrack-entries", "iptables"),
-    uses=("tracer",),
     symptom="Connections from pods to one busy external endpoint (an API, a database, a registry) sometimes take 1 s or "
     "3 s to open, or time out, under load; conntrack -S shows insert_failed climbing; DNS is not involved.",
     why="""
@@ -113,11 +111,12 @@ def snat_collision(ctx) -> dict | None:
     "do when iptables supports it; an old CNI or a hand-written rule does not), or give the traffic more source "
     "addresses / fewer new connections to one destination (connection pooling, keep-alive).",
 )
-def snat_port_collisions(ctx, new):
-    stats = ctx.conntrack_stats or {}
-    if "insert_failed" not in stats:
-        raise Skip(f"conntrack -S statistics ({ctx.display(sources.CONNTRACK_STATS)}) were not collected")
-    case = snat_collision(ctx)
+def snat_port_collisions(
+    new, stats: ConntrackStats, entries: ConntrackEntries, rules: KubeProxyRules, tracers: Optional[Tracer] = None
+):
+    if "insert_failed" not in stats.stats:
+        raise Skip(f"conntrack -S statistics ({stats.source}) were not collected")
+    case = snat_collision(stats, entries, tracers)
     if case is None:
         return
     rule = case["rules"][0]
@@ -142,13 +141,13 @@ def snat_port_collisions(ctx, new):
         ),
         evidence=[
             Evidence(
-                src or rule.source or ctx.display(sources.IPTABLES_SAVE),
+                src or rule.source or rules.ruleset.source,
                 rule.text,
                 int(line) if line.isdigit() else None,
             ),
-            Evidence(ctx.display(sources.CONNTRACK_STATS), f"insert_failed={case['insert_failed']} (summed over CPUs)"),
+            stats.evidence("insert_failed", case["insert_failed"]),
             Evidence(
-                ctx.display(sources.CONNTRACK),
+                entries.source,
                 f"{case['flows']} {case['proto'].upper()} entries to {dest} with source NAT"
                 + (f"; {case['dns_flows']} to port 53" if case["dns_flows"] else "; none to port 53 (not DNS)"),
             ),

@@ -147,7 +147,7 @@ def cli(ctx):
 @click.option(
     "--all-rules",
     is_flag=True,
-    help="Live: read the whole ruleset (iptables-save) instead of only the chains this packet can meet.",
+    help="Live: read the whole ruleset (iptables-save, nft list ruleset) instead of only what this packet can meet.",
 )
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
@@ -173,15 +173,17 @@ def trace(
     """Trace one packet through the node's rules: every rule it hits, each endpoint with its probability.
 
     Without --rules, --nft or --bundle it reads this node's rules, addresses, routes and sysctls (read-only): in
-    iptables mode only the chains a packet to --dst can meet, unless --all-rules (the whole dump when that is not
-    possible, saying why).
+    iptables and nftables mode only the chains (and nftables map elements) a packet to --dst can meet, unless
+    --all-rules (the whole dump when that is not possible, saying why).
     Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable
     or not traced to the end (the trace's work budget; the notes say why).
     """
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
     from .trace.model import Packet
-    from .trace.inputs import explain_unmatched, setup_trace, split_dst
+    from dataclasses import replace
+
+    from .trace.inputs import explain_unmatched, read_summary, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(
@@ -232,10 +234,7 @@ def trace(
     except InputError as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     if setup.read:
-        chains = sum(len(c) for t in setup.read["chains"].values() for c in t.values())
-        _say(
-            f"read only the {chains} chains a packet to {setup.read['destination']} can meet (--all-rules: every rule)"
-        )
+        _say(read_summary(setup.read))
     if src is None:
         if origin != "node":
             raise _fail("--src is needed unless --from node", exitcodes.USAGE)
@@ -251,6 +250,8 @@ def trace(
     for problem in setup.problems:
         _say(f"warning: {problem}")
     result = explain_unmatched(setup.tracer.trace(packet), setup)
+    if setup.read:
+        result = replace(result, read=setup.read)
     render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
     click.echo(render(result), nl=False)
     raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))

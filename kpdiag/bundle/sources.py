@@ -79,7 +79,44 @@ class Method:
         return ""
 
 
-Recipe = Command | PerInterface | HostFile | Method
+# ------------------------------------------------------------------ how a source is collected (the API, the probes)
+@dataclass(frozen=True)
+class ApiRead:
+    """Read from the Kubernetes API. ``calls``: the requests, each (verb, API group, resource) — group "" is the core
+    API, None a non-resource URL (``/version``) — which deploy/'s RBAC manifests grant; ``writers``: the functions that
+    make them and write the file (``module:qualname``). Both are checked against the code and the manifests
+    (tests/packaging/test_source_catalogue.py)."""
+
+    calls: tuple[tuple[str, str | None, str], ...]
+    writers: tuple[str, ...]
+
+    def describe(self) -> str:
+        return ", ".join(f"{verb} {res}{'.' + group if group else ''}" for verb, group, res in self.calls)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Written from what kpdiag's own probes saw (``sends``, in words) by ``writers`` (``module:qualname``)."""
+
+    sends: str
+    writers: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"kpdiag's probes: {self.sends}"
+
+
+@dataclass(frozen=True)
+class ByHand:
+    """Not collected by kpdiag: a file a hand-made bundle may hold, made with ``how``."""
+
+    how: str
+
+    def describe(self) -> str:
+        return f"{self.how} (a hand-made bundle)"
+
+
+Recipe = Command | PerInterface | HostFile | Method | ApiRead | Probe | ByHand
+NODE_RECIPES = (Command, PerInterface, HostFile, Method)  # what the node collector interprets
 
 
 def command(
@@ -98,6 +135,28 @@ def host_file(path: str, limit: int = 16 * 1024 * 1024, missing: str = "") -> Ho
 
 def method(*names: str) -> Method:
     return Method(tuple(names))
+
+
+def api(*calls: str, writers: tuple[str, ...]) -> ApiRead:
+    """``calls`` as ``kubectl auth can-i`` spells them: "list services", "list endpointslices.discovery.k8s.io",
+    "get pods/log", "get /version"."""
+    out = []
+    for call in calls:
+        verb, res = call.split()
+        if res.startswith("/"):
+            out.append((verb, None, res))
+        else:
+            name, _, group = res.partition(".")
+            out.append((verb, group, name))
+    return ApiRead(tuple(out), tuple(writers))
+
+
+def probe(sends: str, writers: tuple[str, ...]) -> Probe:
+    return Probe(sends, tuple(writers))
+
+
+def by_hand(how: str) -> ByHand:
+    return ByHand(how)
 
 
 # ------------------------------------------------------------------ how a source is redacted and fuzzed
@@ -397,55 +456,129 @@ KP_LOG = _declare(
 )
 
 # ---------------------------------------------------------------- the cluster (Kubernetes API)
-VERSION = _declare("cluster/version.json", "GET /version", "the API server's version")
-SERVICES = _declare("cluster/services.json", "list services (all namespaces, or the one diagnosed)", "the Services")
-ENDPOINTSLICES = _declare("cluster/endpointslices.json", "list endpointslices", "the EndpointSlices")
-PODS = _declare("cluster/pods.json", "list pods (the Service's, or all)", "the pods")
-NODES = _declare("cluster/nodes.json", "get node (this node)", "the Node object")
-NAMESPACES = _declare("cluster/namespaces.json", "list namespaces (their labels, for NetworkPolicy)", "the namespaces")
+_CC = "kpdiag.collect.cluster:ClusterCollector."
+_SVC = "kpdiag.commands.svc:collect_service"
+_POLICY = "kpdiag.commands.policy:collect_live"
+VERSION = _declare(
+    "cluster/version.json",
+    "GET /version",
+    "the API server's version",
+    collect=api("get /version", writers=(_CC + "service",)),
+)
+SERVICES = _declare(
+    "cluster/services.json",
+    "list services (all namespaces, or the one diagnosed)",
+    "the Services",
+    collect=api(
+        "get services",
+        "list services",
+        writers=(_CC + "service", _CC + "node_view", _CC + "service_view", _POLICY),
+    ),
+)
+ENDPOINTSLICES = _declare(
+    "cluster/endpointslices.json",
+    "list endpointslices",
+    "the EndpointSlices",
+    collect=api("list endpointslices.discovery.k8s.io", writers=(_CC + "_service_slices", _CC + "node_view", _POLICY)),
+)
+PODS = _declare(
+    "cluster/pods.json",
+    "list pods (the Service's, or all)",
+    "the pods",
+    collect=api("list pods", writers=(_CC + "service", _POLICY)),
+)
+NODES = _declare(
+    "cluster/nodes.json",
+    "get node (this node)",
+    "the Node object",
+    collect=api("get nodes", writers=(_CC + "service", _CC + "node_view", _CC + "service_view")),
+)
+NAMESPACES = _declare(
+    "cluster/namespaces.json",
+    "list namespaces (their labels, for NetworkPolicy)",
+    "the namespaces",
+    collect=api("list namespaces", writers=(_CC + "policy_objects",)),
+)
 NETWORKPOLICIES = _declare(
-    "cluster/networkpolicies.json", "list networkpolicies (per namespace)", "the NetworkPolicies"
+    "cluster/networkpolicies.json",
+    "list networkpolicies (per namespace)",
+    "the NetworkPolicies",
+    collect=api("list networkpolicies.networking.k8s.io", writers=(_CC + "policy_objects",)),
 )
 CNI = _declare(
     "cluster/cni.json",
     "list daemonsets and pods in kube-system, reduced to the CNI components",
     "the CNI components (which one enforces NetworkPolicy)",
+    collect=api("list daemonsets.apps", "list pods", writers=(_CC + "policy_objects",)),
 )
 DAEMONSETS = _declare(
     "cluster/daemonsets.json",
     "kubectl get daemonsets -A -o json (a hand-made bundle)",
     "the DaemonSets (read when cni.json is absent)",
+    collect=by_hand("kubectl get daemonsets -A -o json"),
 )
-CLIENT_POD = _declare("cluster/client-pod.json", "get pod (the --from client)", "the client pod")
+CLIENT_POD = _declare(
+    "cluster/client-pod.json",
+    "get pod (the --from client)",
+    "the client pod",
+    collect=api("list pods", writers=(_CC + "policy_objects", _SVC)),
+)
 SERVICE_LOOKUP = _declare(
     "cluster/service-lookup.json",
     "get service (the one asked for, and the outcome)",
     "the outcome of looking the diagnosed Service up",
+    collect=api("get services", "list services", writers=(_CC + "_lookup", _CC + "service", _CC + "service_view")),
 )
 KP_CONFIGMAP = _declare(
-    "cluster/kube-proxy-configmap.json", "get configmap kube-system/kube-proxy", "kube-proxy's ConfigMap"
+    "cluster/kube-proxy-configmap.json",
+    "get configmap kube-system/kube-proxy",
+    "kube-proxy's ConfigMap",
+    collect=api("get configmaps", writers=(_CC + "service",)),
 )
 KP_DAEMONSET = _declare(
-    "cluster/kube-proxy-daemonset.json", "get daemonset kube-system/kube-proxy", "kube-proxy's DaemonSet"
+    "cluster/kube-proxy-daemonset.json",
+    "get daemonset kube-system/kube-proxy",
+    "kube-proxy's DaemonSet",
+    collect=api("get daemonsets.apps", writers=(_CC + "service",)),
 )
 DNS_SERVICE = _declare(
-    "cluster/dns-service.json", "list services in kube-system -l k8s-app=kube-dns", "the cluster DNS Service"
+    "cluster/dns-service.json",
+    "list services in kube-system -l k8s-app=kube-dns",
+    "the cluster DNS Service",
+    collect=api("list services", "get services", writers=(_CC + "dns_objects",)),
 )
 DNS_ENDPOINTSLICES = _declare(
     "cluster/dns-endpointslices.json",
     "list endpointslices of the cluster DNS Service",
     "the cluster DNS Service's EndpointSlices",
+    collect=api("list endpointslices.discovery.k8s.io", writers=(_CC + "dns_objects",)),
 )
-DNS_PODS = _declare("cluster/dns-pods.json", "list pods in kube-system -l k8s-app=kube-dns", "the CoreDNS pods")
-DNS_LOGS = _declare("cluster/dns-logs.json", "the CoreDNS pods' recent log lines", "the CoreDNS logs")
+DNS_PODS = _declare(
+    "cluster/dns-pods.json",
+    "list pods in kube-system -l k8s-app=kube-dns",
+    "the CoreDNS pods",
+    collect=api("list pods", writers=(_CC + "dns_objects",)),
+)
+DNS_LOGS = _declare(
+    "cluster/dns-logs.json",
+    "the CoreDNS pods' recent log lines",
+    "the CoreDNS logs",
+    collect=api("get pods/log", writers=(_CC + "dns_objects",)),
+)
 
 # ---------------------------------------------------------------- what kpdiag observed (probes)
 PROBES_SERVICE = _declare(
     "probes/service.json",
     "kpdiag's probes of the Service (ICMP, TCP, UDP, TCP connect)",
     "what the Service's addresses answered",
+    collect=probe("ICMP echo, TCP SYN, UDP and TCP connect to the Service's addresses", writers=(_SVC,)),
 )
-PROBES_DNS = _declare("probes/dns.json", "kpdiag's DNS lookup of the Service name", "the DNS answer for the Service")
+PROBES_DNS = _declare(
+    "probes/dns.json",
+    "kpdiag's DNS lookup of the Service name",
+    "the DNS answer for the Service",
+    collect=probe("DNS queries for the Service's name, as the pod's resolv.conf makes them", writers=(_SVC,)),
+)
 
 # a collector's scratch names (errors of intermediate commands), never written to a bundle
 NFT_LIST_TABLES = Source("node/nft-ruleset.json (nft list tables)", "nft list tables", "the nftables tables")

@@ -657,12 +657,23 @@ class ClusterCollector:
         self.config_error: str | None = None
         self.service_status: int | None = None  # HTTP status of the Service GET (200, 404, 403 …); 0 = unreachable
         self.service_error: str | None = None
+        # one credential load and one GET of a Service however many threads ask (`kpdiag node --service` in IPVS
+        # mode: the focused rules read needs the Service while service_view reads it ahead)
+        self._once = threading.Lock()
+        self._services: dict[tuple[str, str], dict | None] = {}
 
     def _err(self, source: str, error: str) -> None:
         self.out.errors.append({"source": source, "error": error})
 
     def connect(self) -> bool:
-        """Load credentials: --kubeconfig / KUBECONFIG / ~/.kube/config, else in-cluster; False with a reason."""
+        """Load credentials: --kubeconfig / KUBECONFIG / ~/.kube/config, else in-cluster; False with a reason. Loaded
+        once: a second call answers as the first did."""
+        with self._once:
+            if self._api is not None or self.config_error is not None:
+                return self._api is not None
+            return self._connect()
+
+    def _connect(self) -> bool:
         if not self._fixed:  # the budget runs from when the client library is loaded (an import waits on no one)
             import kubernetes.client  # noqa: F401
             import kubernetes.config  # noqa: F401
@@ -733,6 +744,13 @@ class ClusterCollector:
         return dict(doc, items=good)
 
     def _get_service(self, api, namespace: str, name: str) -> dict | None:
+        """The Service, GET once per collector (a second caller, in any thread, waits for the first one's answer)."""
+        with self._once:
+            if (namespace, name) not in self._services:
+                self._services[(namespace, name)] = self._read_service(api, namespace, name)
+            return self._services[(namespace, name)]
+
+    def _read_service(self, api, namespace: str, name: str) -> dict | None:
         try:
             doc = self._fetch(api.read_namespaced_service, (name, namespace), {})
             self.service_status = 200

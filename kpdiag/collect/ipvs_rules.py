@@ -14,7 +14,10 @@ The rest of the rules are read as before: kube-proxy's iptables rules in IPVS mo
 per-Service chains), read chain by chain as in iptables mode (:class:`kpdiag.collect.service_rules.IptablesFocused`:
 with no KUBE-SVC chains it reads every chain the hooks reach), and the ipsets whole (``ipset save``: 0.35 s wall,
 0.2 s CPU for 32,000 entries, measured; a membership test per entry cannot cover the source-range sets, whose
-``hash:ip,port,net`` entries cannot be enumerated by tests).
+``hash:ip,port,net`` entries cannot be enumerated by tests). Of kube-ipvs0, where kube-proxy binds every Service
+address, only the addresses in focus and their local routes are kept (``partial.left_out`` counts the others).
+
+A live ``kpdiag trace`` reads the same way keyed by its destination (kpdiag/collect/dest_rules.py ``DestinationIpvs``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ IPVS_CMD_ATTR_SERVICE, IPVS_CMD_ATTR_DEST = 1, 2
 SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK, SVC_SCHED, SVC_FLAGS, SVC_TIMEOUT = 1, 2, 3, 4, 5, 6, 7, 8
 DEST_ADDR, DEST_PORT, DEST_FWD, DEST_WEIGHT, DEST_ACTIVE, DEST_INACT, DEST_PERSIST, DEST_AF = 1, 2, 3, 4, 7, 8, 9, 11
 PROTO_NUMBERS = {name: num for num, name in PROTOCOLS.items()}
+FWMARK = "fwmark"  # a key ("fwmark", an address of the family, mark): the virtual server of a firewall mark
 MAX_VIRTUAL_SERVERS = 4096  # asked one by one; more than this is not one Service (the whole dump is read instead)
 RECV_TIMEOUT = 10.0  # at most, for one answer (less when the read's deadline is nearer)
 # the time for all the requests of one focused read (two per address and port): 0.9 s measured where the whole dump
@@ -153,8 +157,15 @@ def _addr(b: bytes, af: int) -> str:
 
 
 def _service_key(proto: str, addr: str, port: int) -> bytes:
+    """The attributes that name one virtual server: (proto, address, port), or ("fwmark", an address of its family,
+    the mark)."""
     ip = ipaddress.ip_address(addr)
     af = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    if proto == FWMARK:
+        return _nla(
+            IPVS_CMD_ATTR_SERVICE | NLA_F_NESTED,
+            _nla(SVC_AF, struct.pack("=H", af)) + _nla(SVC_FWMARK, struct.pack("=I", port)),
+        )
     return _nla(
         IPVS_CMD_ATTR_SERVICE | NLA_F_NESTED,
         _nla(SVC_AF, struct.pack("=H", af))
@@ -238,6 +249,12 @@ def _get_services(keys: list[tuple[str, str, int]], nl: Netlink) -> list[Service
     finally:
         nl.close()
     return out
+
+
+def _key_text(proto: str, addr: str, port: int) -> str:
+    if proto == FWMARK:
+        return f"fwmark {port:#x} (IPv{ipaddress.ip_address(addr).version})"
+    return f"{proto} {addr}:{port}" if ":" not in addr else f"{proto} [{addr}]:{port}"
 
 
 BOUND_LINK = "kube-ipvs0"  # where kube-proxy binds the Service addresses: not node addresses (no NodePort there)
@@ -341,45 +358,105 @@ class IpvsFocused:
             raise NotFocused(f"the API's Service {self.service} could not be read ({why})")
         return doc
 
+    def keys(self) -> list[tuple[str, str, int]]:
+        """The (proto, address, port) to ask for: the Service's, from the API's Service and this node's addresses."""
+        return service_keys(self._service_object(), node_addresses(self.c.out.files.get(sources.IP_ADDR)))
+
+    def what(self, asked: int, found: int) -> str:
+        """What the IPVS files hold, in the manifest's words."""
+        return (
+            f"only the virtual servers {self.service}'s packets can meet (IPVS_CMD_GET_SERVICE and GET_DEST one by "
+            f"one over netlink, at its ClusterIPs, external and load-balancer IPs and ports, and its NodePorts at "
+            f"each address of this node but kube-ipvs0's: {asked} asked, {found} found)"
+        )
+
     def collect(self) -> None:
         c = self.c
         if not os.path.exists(os.path.join(c.proc, "net", "ip_vs")):
             raise NotFocused("the ip_vs kernel module is not loaded (no /proc/net/ip_vs)")
-        keys = service_keys(self._service_object(), node_addresses(c.out.files.get(sources.IP_ADDR)))
+        if self.iptables is None:
+            raise NotFocused("no reader for the iptables side of IPVS mode was given")
+        keys = self.keys()
         t = time.monotonic()
         services = get_services(keys)
         c._timed(f"{sources.IPVSADM} (focused)", t)
-        iptables = self.iptables
-        if iptables is None:
-            raise NotFocused("no reader for the iptables side of IPVS mode was given")
-        iptables.collect()
+        if not self.iptables.partial:  # keys() may have read them (a destination's marks and DNAT targets)
+            self.iptables.collect()
         c._put(sources.IPVSADM, render_save(services))
         c._put(sources.IPVSADM_LIST, render_list(services))
-        c._run(sources.IPVS_TIMEOUT, "ipvsadm", ["-L", "--timeout"])
-        asked = [
-            f"{proto} {addr}:{port}" if ":" not in addr else f"{proto} [{addr}]:{port}" for proto, addr, port in keys
-        ]
-        what = (
-            f"only the virtual servers {self.service}'s packets can meet (IPVS_CMD_GET_SERVICE and GET_DEST one by "
-            f"one over netlink, at its ClusterIPs, external and load-balancer IPs and ports, and its NodePorts at "
-            f"each address of this node but kube-ipvs0's: {len(keys)} asked, {len(services)} found)"
-        )
-        self._conn_counts(keys)
+        if c.wants(sources.IPVS_TIMEOUT):
+            c._run(sources.IPVS_TIMEOUT, "ipvsadm", ["-L", "--timeout"])
+        what = self.what(len(keys), len(services))
+        if c.wants(sources.IPVS_CONN):
+            self._conn_counts(keys)
+        bound = self._narrow_bound({str(ipaddress.ip_address(addr)) for proto, addr, _ in keys if proto != FWMARK})
         self.partial = {
-            "service": self.service,
+            **{k: v for k, v in self.iptables.partial.items() if k not in ("holds", "chains", "mode")},
             "mode": self.mode,
             "holds": {
-                **{
-                    k: "kube-proxy's iptables rules as iptables -t TABLE -S CHAIN lists them, one by one: each table's "
-                    "hook chains and every chain they jump to (IPVS mode has no per-Service chains)"
-                    for k in iptables.partial["holds"]
-                },
+                **self.iptables_holds(),
                 str(sources.IPVSADM): what,
                 str(sources.IPVSADM_LIST): what,
-                str(sources.IPVS_CONN): f"the connections to {self.service}'s virtual servers only",
             },
-            "chains": iptables.partial["chains"],
-            "virtual_servers": asked,
+            "chains": self.iptables.partial["chains"],
+            "virtual_servers": [_key_text(*k) for k in keys],
+        }
+        if c.wants(sources.IPVS_CONN):
+            self.partial["holds"][str(sources.IPVS_CONN)] = f"the connections to {self.packets}'s virtual servers only"
+        if bound:
+            self.partial["holds"].update(bound)
+            self.partial["left_out"] = self.left_out
+
+    def _narrow_bound(self, keep: set[str]) -> dict[str, str]:
+        """kube-ipvs0's addresses (and their local routes) narrowed to ``keep``: kube-proxy binds every Service address
+        there (10,000 on a 10,000-Service node), and only those the packets in focus are sent to matter; the node's
+        other interfaces and routes are kept whole. The holds of what was narrowed ({} when nothing was)."""
+        c = self.c
+        self.left_out: dict[str, int] = {}
+        try:
+            links = json.loads(c.out.files[sources.IP_ADDR])
+            routes = json.loads(c.out.files[sources.IP_ROUTE])
+        except (KeyError, ValueError):
+            return {}  # not read, or not JSON: kept as it is (nothing left out)
+        if not isinstance(links, list) or not isinstance(routes, list):
+            return {}
+        dropped: set = set()
+        for link in links:
+            if isinstance(link, dict) and link.get("ifname") == BOUND_LINK:
+                infos = link.get("addr_info") or []
+                link["addr_info"] = [a for a in infos if isinstance(a, dict) and a.get("local") in keep]
+                dropped |= {a.get("local") for a in infos if isinstance(a, dict)} - keep
+        gone = len(dropped)
+        mine = [  # the kernel's local route of each address left out (any other route through kube-ipvs0 stays)
+            r
+            for r in routes
+            if not (
+                isinstance(r, dict)
+                and r.get("dev") == BOUND_LINK
+                and r.get("table") == "local"
+                and r.get("type") == "local"
+                and r.get("dst") in dropped
+            )
+        ]
+        if not gone:
+            return {}
+        self.left_out = {str(sources.IP_ADDR): gone, str(sources.IP_ROUTE): len(routes) - len(mine)}
+        c._put(sources.IP_ADDR, json.dumps(links, indent=1))
+        c._put(sources.IP_ROUTE, json.dumps(mine, indent=1))
+        return {
+            str(sources.IP_ADDR): f"every interface's addresses but {BOUND_LINK}'s, of which only those {self.packets} "
+            f"can be sent to ({len(keep)} asked; {gone} others left out: kube-proxy binds every Service address there)",
+            str(sources.IP_ROUTE): f"every route but those of {BOUND_LINK}'s other addresses (their local routes: "
+            f"{len(routes) - len(mine)} left out)",
+        }
+
+    packets = property(lambda self: self.service)
+
+    def iptables_holds(self) -> dict[str, str]:
+        return {
+            k: "kube-proxy's iptables rules as iptables -t TABLE -S CHAIN lists them, one by one: each table's hook "
+            "chains and every chain they jump to (IPVS mode has no per-Service chains)"
+            for k in self.iptables.partial["holds"]
         }
 
     def _conn_counts(self, keys: list[tuple[str, str, int]]) -> None:
@@ -394,7 +471,7 @@ class IpvsFocused:
         except OSError as exc:
             c._err(sources.IPVS_CONN, f"cannot read {conn}: {exc.strerror or exc}")
             return
-        mine = {(proto, str(ipaddress.ip_address(addr)), port) for proto, addr, port in keys}
+        mine = {(proto, str(ipaddress.ip_address(addr)), port) for proto, addr, port in keys if proto != FWMARK}
         doc["entries"] = [e for e in doc["entries"] if (e["proto"], e["vaddr"], e["vport"]) in mine]
         c._put(sources.IPVS_CONN, json.dumps(doc, indent=1))
         c._timed(sources.IPVS_CONN, t)

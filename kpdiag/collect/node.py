@@ -144,6 +144,10 @@ class NodeCollector:
     def _err(self, source: str, error: str) -> None:
         self.out.errors.append({"source": source, "error": error})
 
+    def wants(self, source) -> bool:
+        """Is ``source`` collected (every source, unless ``only`` names some)?"""
+        return self.only is None or str(source) in self.only
+
     def _put(self, rel: str, data: str | bytes) -> None:
         self.out.files[rel] = data.encode() if isinstance(data, str) else data
 
@@ -254,7 +258,7 @@ class NodeCollector:
         steps = self.steps()
         if rules is not None:
             skip = set(self.RULE_STEPS) | {sources.IPSET.path}
-            steps = [(name, step) for name, step in steps if name not in skip]
+            steps = [(name, self.links_ip if name == "links" else step) for name, step in steps if name not in skip]
             steps.append(("rules", lambda: rules(self)))
         for name, step in steps:
             try:
@@ -379,19 +383,33 @@ class NodeCollector:
             self._put(sources.IP_ROUTE, json.dumps(routes, indent=1))
         except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j
             self._err(sources.IP_ADDR, f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j' instead")
-            self._run(sources.IP_ADDR, "ip", ["-d", "-j", "addr"])  # -d: link kinds (vxlan, bridge, …) and their MTUs
-            v4 = self._run(sources.IP_ROUTE, "ip", ["-j", "route", "show", "table", "all"])
-            v6 = (
-                self._run(sources.IP_ROUTE, "ip", ["-6", "-j", "route", "show", "table", "all"])
-                if v4 is not None
-                else None
-            )
-            if v4 is not None:  # `ip route` shows one family: both, as the pyroute2 dump has them
-                try:
-                    self._put(sources.IP_ROUTE, json.dumps(json.loads(v4) + (json.loads(v6) if v6 else []), indent=1))
-                except ValueError:
-                    self._put(sources.IP_ROUTE, v4)
+            self._links_ip()
         self._timed(f"{sources.IP_ADDR}+ip-route.json", t)
+
+    def links_ip(self) -> None:
+        """The links step of a focused run (``collect(rules=…)``): ``ip -j``, whose dump is decoded in C — pyroute2
+        decodes each address and route in Python, 7.8 s for kube-ipvs0's 10,000 addresses and their local routes
+        where ``ip -j`` takes 0.2 s (measured: benchmarks/bench_ipvs_focused.py, README) — then, in IPVS mode, the
+        reader keeps only the Service's addresses of kube-ipvs0 (kpdiag/collect/ipvs_rules.py). pyroute2 when there
+        is no ``ip``."""
+        if self._binary("ip") is None:
+            self.links()
+            return
+        t = time.monotonic()
+        self._links_ip()
+        self._timed(f"{sources.IP_ADDR}+ip-route.json (ip -j)", t)
+
+    def _links_ip(self) -> None:
+        self._run(sources.IP_ADDR, "ip", ["-d", "-j", "addr"])  # -d: link kinds (vxlan, bridge, …) and their MTUs
+        v4 = self._run(sources.IP_ROUTE, "ip", ["-j", "route", "show", "table", "all"])
+        v6 = (
+            self._run(sources.IP_ROUTE, "ip", ["-6", "-j", "route", "show", "table", "all"]) if v4 is not None else None
+        )
+        if v4 is not None:  # `ip route` shows one family: both, as the pyroute2 dump has them
+            try:
+                self._put(sources.IP_ROUTE, json.dumps(json.loads(v4) + (json.loads(v6) if v6 else []), indent=1))
+            except ValueError:
+                self._put(sources.IP_ROUTE, v4)
 
     def ip_rules(self) -> None:
         """The policy-routing rules of both families, as ``ip -j rule`` shows them (each with its family)."""

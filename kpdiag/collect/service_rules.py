@@ -553,7 +553,6 @@ class NftWalk:
         checks first), or when its key is the protocol and port of one of its own (a NodePort). Keys are compared as
         the kernel's bytes: only the elements that may be kept are decoded."""
         nn = self.nn
-        needle = self.service.encode()
         self.nl.deadline, self.nl.interrupted = self.deadline, False
         try:
             generation = self.nl.generation()
@@ -567,59 +566,7 @@ class NftWalk:
                 for a in self.nl.base_chains(self.family, self.table)
             }
             self._read([name for table, name in decls if table == self.table], decls)
-            kept: dict[str, set[int]] = {}
-            addrs: set[bytes] = set()  # addresses, as the kernel's bytes
-            ports: set[bytes] = set()  # protocol . port keys, as the kernel's bytes
-            while True:
-                grew = False
-                for name in list(self.used):
-                    data = self.set(name)
-                    mine = kept.setdefault(name, set())
-                    whole = not self._reducible(name, data)
-                    width = self._addr_width(data.info)
-                    for i in range(len(data)):
-                        if i in mine:
-                            continue
-                        key = data.key(i)
-                        own = False
-                        if needle in data.raw[i]:  # the Service's name is in the element: decode it to be sure
-                            _elem, _sort, verdict, comment = data.elem(i)
-                            target = (verdict or {}).get("goto") or (verdict or {}).get("jump") or {}
-                            own = nft_names_service(target.get("target", ""), self.service) or (
-                                comment is not None and names_service(comment, self.service)
-                            )
-                        overlap = key[:width] in addrs if width else key in ports
-                        if not (own or overlap or whole):
-                            continue
-                        mine.add(i)
-                        grew = True
-                        if own and data.info.is_map:
-                            if width:
-                                addrs.add(key[:width])
-                            ports.add(key[((width + 3) & ~3) :] if width else key)
-                        _elem, _sort, verdict, _comment = data.elem(i)
-                        target = ((verdict or {}).get("goto") or (verdict or {}).get("jump") or {}).get("target")
-                        if target is not None and target not in self.chains:
-                            self._read([target], decls)
-                for rules in self.rules.values():  # where the Service's packets are sent: they carry that address
-                    for r in rules:
-                        for e in r["rule"]["expr"]:
-                            d = e.get("dnat")
-                            if d and isinstance(d.get("addr"), str):
-                                raw = ipaddress.ip_address(d["addr"]).packed
-                                if raw not in addrs:
-                                    addrs.add(raw)
-                                    grew = True
-                for vmap, guard in self.guards.items():  # NodePort packets: their destination is in the guard set
-                    if vmap in kept and guard in self._sets and any(self.set(vmap).key(i) in ports for i in kept[vmap]):
-                        g = self.set(guard)
-                        width = self._addr_width(g.info)
-                        for i in range(len(g)) if width else ():
-                            if g.key(i)[:width] not in addrs:
-                                addrs.add(g.key(i)[:width])
-                                grew = True
-                if not grew:
-                    break
+            kept = self._choose(decls)
             if self.nl.interrupted or self.nl.generation() != generation:  # nft itself reads again: the whole dump
                 raise NotFocused(f"table {self.family} {self.table} changed while it was read (a rule was written)")
         except nn.Undecodable as exc:
@@ -654,6 +601,84 @@ class NftWalk:
         for n in order:
             items.extend(self.rules[n])
         return items
+
+    def _choose(self, decls: dict) -> dict[str, set[int]]:
+        """The elements of each named set the walk keeps (indexes), reading the chains their verdicts send to: every
+        element of a set that cannot be reduced (:meth:`_reducible`), else those :meth:`_keep` takes; what is learnt
+        from the chains read (:meth:`_learn`) may take more, until nothing is added."""
+        kept: dict[str, set[int]] = {}
+        self._start()
+        while True:
+            grew = False
+            for name in list(self.used):
+                data = self.set(name)
+                mine = kept.setdefault(name, set())
+                whole = not self._reducible(name, data)
+                for i in range(len(data)):
+                    if i in mine or not (whole or self._keep(data, i)):
+                        continue
+                    mine.add(i)
+                    grew = True
+                    _elem, _sort, verdict, _comment = data.elem(i)
+                    target = ((verdict or {}).get("goto") or (verdict or {}).get("jump") or {}).get("target")
+                    if target is not None and target not in self.chains:
+                        self._read([target], decls)
+            if not (self._learn(kept) or grew):
+                break
+        return kept
+
+    def _start(self) -> None:
+        self._needle = self.service.encode()
+        self.addrs: set[bytes] = set()  # addresses the Service's packets carry, as the kernel's bytes
+        self.ports: set[bytes] = set()  # protocol . port keys of its own elements, as the kernel's bytes
+
+    def _keep(self, data, i: int) -> bool:
+        """Is element ``i`` the Service's own (its verdict names one of its chains, its comment names it), or keyed by
+        an address or a protocol and port its packets carry?"""
+        key = data.key(i)
+        width = self._addr_width(data.info)
+        own = False
+        if self._needle in data.raw[i]:  # the Service's name is in the element: decode it to be sure
+            _elem, _sort, verdict, comment = data.elem(i)
+            target = (verdict or {}).get("goto") or (verdict or {}).get("jump") or {}
+            own = nft_names_service(target.get("target", ""), self.service) or (
+                comment is not None and names_service(comment, self.service)
+            )
+        if own and data.info.is_map:
+            if width:
+                self.addrs.add(key[:width])
+            self.ports.add(key[((width + 3) & ~3) :] if width else key)
+        return own or (key[:width] in self.addrs if width else key in self.ports)
+
+    def _dnats(self) -> list[tuple[bytes, int | None]]:
+        """(address as the kernel's bytes, port or None) of every ``dnat to`` of the chains read: where the packets
+        they take are sent (the later hooks look their maps up with that address)."""
+        out = []
+        for rules in self.rules.values():
+            for r in rules:
+                for e in r["rule"]["expr"]:
+                    d = e.get("dnat")
+                    if d and isinstance(d.get("addr"), str):
+                        out.append((ipaddress.ip_address(d["addr"]).packed, d.get("port")))
+        return out
+
+    def _learn(self, kept: dict[str, set[int]]) -> bool:
+        """Addresses the Service's packets carry, learnt from what is read: where its endpoint chains DNAT to, and
+        the addresses of the set its NodePort rule checks first. True when one was new."""
+        grew = False
+        for raw, _port in self._dnats():
+            if raw not in self.addrs:
+                self.addrs.add(raw)
+                grew = True
+        for vmap, guard in self.guards.items():  # NodePort packets: their destination is in the guard set
+            if vmap in kept and guard in self._sets and any(self.set(vmap).key(i) in self.ports for i in kept[vmap]):
+                g = self.set(guard)
+                width = self._addr_width(g.info)
+                for i in range(len(g)) if width else ():
+                    if g.key(i)[:width] not in self.addrs:
+                        self.addrs.add(g.key(i)[:width])
+                        grew = True
+        return grew
 
     @staticmethod
     def _addr_width(info) -> int:
@@ -709,9 +734,9 @@ class NftablesFocused:
     source = sources.NFT_RULESET  # where a fallback is reported
     after = ("ipvs", "ipset")
 
-    def __init__(self, collector, service: str):
+    def __init__(self, collector, what):
         self.c = collector
-        self.service = service
+        self.what = what  # the Service (NS/NAME), or what the walk is keyed by
         self.partial: dict = {}
 
     def collect(self) -> None:
@@ -737,7 +762,7 @@ class NftablesFocused:
         try:
             with nft_netlink.Netlink() as nl:
                 for family, name in mine:
-                    w = NftWalk(nl, family, name, self.service, deadline=deadline)
+                    w = self.walk(nl, family, name, self.what, deadline=deadline)
                     items.extend(w.walk())
                     chains_read[f"{family} {name}"] = list(w.chains)
                     if w.reduced:
@@ -755,20 +780,24 @@ class NftablesFocused:
             items.extend(i for i in other.get("nftables", []) if "metainfo" not in i)
         c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
         self.partial = {
-            "service": self.service,
+            self.subject: str(self.what),
             "mode": self.mode,
-            "holds": {
-                str(sources.NFT_RULESET): "only the chains this Service's packets can meet in kube-proxy's table "
-                "(read over netlink chain by chain): its base chains and every chain they jump to; its verdict maps "
-                "with only the elements of this Service and of others with the same addresses or ports; the "
-                "other nftables tables whole"
-            },
+            "holds": {str(sources.NFT_RULESET): self.holds.format(what=self.what)},
             "chains": {str(sources.NFT_RULESET): chains_read},
         }
         if reduced:
             self.partial["elements_left_out"] = {str(sources.NFT_RULESET): reduced}
 
     done = ()  # the rule steps already run when the focused read gave up (the fallback does not run them again)
+    # the walk of each kube-proxy table (``walk(nl, family, table, what, deadline=…)``), whose rules the read holds
+    # (the key in the manifest's ``partial``) and what it holds; kpdiag/collect/dest_rules.py reads one packet's
+    walk = NftWalk
+    subject = "service"
+    holds = (
+        "only the chains this Service's packets can meet in kube-proxy's table (read over netlink chain by chain): its "
+        "base chains and every chain they jump to; its verdict maps with only the elements of this Service and of "
+        "others with the same addresses or ports; the other nftables tables whole"
+    )
 
     def _iptables(self) -> None:
         try:
@@ -853,19 +882,31 @@ def collect_focused(collector, service: str, lookup=None) -> None:
     """Read the rules ``service`` (NS/NAME) can meet into ``collector.out``; the manifest's ``partial`` is set on
     the collector (``collector.partial``) when the bundle does not hold the whole ruleset."""
     mode = detect_mode(collector)
-    rules = reader(mode, collector, service, lookup)
+    run_reader(collector, reader(mode, collector, service, lookup), f"{service}'s rules")
+
+
+def run_reader(collector, rules, what: str) -> None:
+    """Read the rules with ``rules`` (a mode's focused reader); when it cannot (NotFocused), read them whole as a full
+    run does, the reason an error of the reader's source (``focused read of WHAT not possible (…)``)."""
     try:
         rules.collect()
     except NotFocused as exc:
-        collector._err(
+        fall_back(
+            collector,
             getattr(rules, "source", sources.IPTABLES_SAVE),
-            f"focused read of {service}'s rules not possible ({exc}): the whole rules were read",
+            f"focused read of {what} not possible ({exc}): the whole rules were read",
+            done=getattr(rules, "done", ()),
         )
-        for step in RULE_STEPS:
-            collector.out.files.pop("node/.nft-table", None)
-            if step not in getattr(rules, "done", ()):
-                getattr(collector, step)()
         return
     for step in rules.after:
         getattr(collector, step)()
     collector.partial = rules.partial
+
+
+def fall_back(collector, source, why: str, done=()) -> None:
+    """The whole rules, read as a full run reads them (but the steps ``done``), ``why`` an error of ``source``."""
+    collector._err(source, why)
+    for step in RULE_STEPS:
+        collector.out.files.pop("node/.nft-table", None)
+        if step not in done:
+            getattr(collector, step)()

@@ -19,13 +19,15 @@ def api_files(
     context: str | None = None,
     progress=None,
     service: str | None = None,
+    collector=None,
 ) -> tuple[dict, list[dict], str | None]:
     """(bundle files, errors, API server URL) — the errors say in one line each why something could not be read.
     ``service`` (NS/NAME): only what that Service's checks read (ClusterCollector.service_view; the bundle's
-    partial "holds" say so: :func:`api_holds`), not every Service and EndpointSlice."""
+    partial "holds" say so: :func:`api_holds`), not every Service and EndpointSlice. ``collector``: the
+    ClusterCollector to read with (one that :func:`service_lookup` shares), else a new one."""
     from kpdiag.collect.cluster import ClusterCollector
 
-    cc = ClusterCollector(kubeconfig, context)
+    cc = collector if collector is not None else ClusterCollector(kubeconfig, context)
     if not cc.connect():
         return {}, [{"source": "cluster", "error": NO_API.format(why=cc.config_error or "none found")}], None
     node = os.environ.get("NODE_NAME") or node_name or None
@@ -52,14 +54,14 @@ def api_holds(service: str, files: dict) -> dict[str, str]:
     }
 
 
-def service_lookup(service: str, kubeconfig: str | None = None, context: str | None = None):
+def service_lookup(service: str, collector):
     """``lookup()`` for a focused read (kpdiag/collect/service_rules.py): the API's Service NS/NAME, as (object, "") or
-    (None, why not); asked only when the mode's reader needs it."""
+    (None, why not); asked only when the mode's reader needs it. ``collector`` (a ClusterCollector) is the one the
+    Service's API view is read with (:func:`api_files`, often at the same time in another thread): its credentials are
+    loaded once and the Service is asked for once, whichever asks first."""
 
     def lookup():
-        from kpdiag.collect.cluster import ClusterCollector
-
         ns, name = service.split("/", 1)
-        return ClusterCollector(kubeconfig, context).one_service(ns, name)
+        return collector.one_service(ns, name)
 
     return lookup

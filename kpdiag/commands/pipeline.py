@@ -38,6 +38,7 @@ class _Ahead:
         import threading
 
         self.node = node
+        self.lookup = None  # the API's Service for the rules' focused read (_api_ahead)
         self._box: dict = {}
         self._thread = threading.Thread(target=lambda: self._box.update(out=fn()), name="kpdiag-api", daemon=True)
         self._thread.start()
@@ -50,12 +51,18 @@ class _Ahead:
 
 
 def _api_ahead(service: str, kubeconfig, context, progress) -> _Ahead:
+    """The Service's API view read ahead; ``lookup`` (for the rules' focused read, IPVS mode's) shares its collector:
+    one credential load, one GET of the Service."""
     import socket
 
-    from kpdiag.commands.nodeapi import api_files
+    from kpdiag.collect.cluster import ClusterCollector
+    from kpdiag.commands.nodeapi import api_files, service_lookup
 
+    cc = ClusterCollector(kubeconfig, context)
     node = socket.gethostname()  # the manifest's node (kpdiag.collect.node.collect_node)
-    return _Ahead(node, lambda: api_files(node, kubeconfig, context, progress=progress, service=service))
+    ahead = _Ahead(node, lambda: api_files(node, progress=progress, service=service, collector=cc))
+    ahead.lookup = service_lookup(service, cc)
+    return ahead
 
 
 def diagnose_node(
@@ -85,11 +92,10 @@ def diagnose_node(
     ahead = None
     if service and not all_rules and not preflight:
         from kpdiag.collect.service_rules import focused_rules
-        from kpdiag.commands.nodeapi import service_lookup
 
-        rules = focused_rules(service, service_lookup(service, kubeconfig, context) if use_api else None)
         if use_api:  # the Service's few API reads run while the rules are listed (both wait on others)
             ahead = _api_ahead(service, kubeconfig, context, progress)
+        rules = focused_rules(service, ahead.lookup if ahead is not None else None)
     files, manifest = collect_node(host_root=host_root, progress=progress, rules=rules)
     if use_api and not preflight:
         from kpdiag.commands.nodeapi import api_files

@@ -124,7 +124,8 @@ class PortObservation:
 
 
 def observations(state, svc) -> list[PortObservation]:
-    """Every (ClusterIP, port) of ``svc`` that was probed, with the direct probes of its endpoints."""
+    """Every (ClusterIP, port) of ``svc`` that was probed, with the direct probes of its endpoints (``state``: the
+    state, or the typed input kpdiag.state.typed.Probes — what is read is its ``probes`` and ``probe_results``)."""
     if state.probes is None:
         return []
     out: list[PortObservation] = []

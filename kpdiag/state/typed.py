@@ -434,6 +434,7 @@ class ApiList:
     source: str  # how evidence names it
     _read: typing.Callable = field(repr=False, compare=False)
     _problem: typing.Callable = field(repr=False, compare=False)
+    _text: typing.Callable = field(repr=False, compare=False, default=None)
 
     def items(self) -> list[dict] | None:
         from kpdiag.bundle.store import list_items
@@ -446,10 +447,19 @@ class ApiList:
             self._problem("not a List (kubectl get -o json)")
         return items
 
+    def text(self) -> str | None:
+        """The file as written (evidence finds an object's line in it), None when it was not collected."""
+        return self._text()
+
 
 def _api_list(ctx, rel) -> ApiList:
     """The List file ``rel`` as the one-input view ``ctx`` opens it (read when ``items()`` is first asked)."""
-    return ApiList(ctx.display(rel), lambda: ctx.source(rel), lambda msg: ctx.problem(rel, msg))
+    return ApiList(
+        ctx.display(rel),
+        lambda: ctx.source(rel),
+        lambda msg: ctx.problem(rel, msg),
+        lambda: ctx.source_text(rel) if ctx.has(rel) else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -514,21 +524,48 @@ class DnsLookups(Typed):
         self._problem(message)
 
 
+# the files of the networkpolicies input that its checks cite (state/inputs.py opens them with it)
+POLICY_FILES = (sources.NETWORKPOLICIES, sources.PODS, sources.CLIENT_POD, sources.CNI)
+
+
 @dataclass(frozen=True)
 class NetworkPolicies(Typed):
     """The NetworkPolicies (and what judging them needs: namespaces, pods, the CNI): whether they were collected, and
-    the data they are judged with (``data()``, kpdiag.state.policy, read on first use)."""
+    the data they are judged with (``data()``, kpdiag.state.policy, read on first use), and the files evidence cites
+    (POLICY_FILES: ``has``, ``text``, ``source``, ``display``)."""
 
     INPUT: ClassVar[str] = "networkpolicies"
     collected: bool
     _data: typing.Callable = field(repr=False, compare=False)
+    # the files of this input (POLICY_FILES) → (how evidence names it, collected, its text, it as read)
+    _files: typing.Mapping = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def build(cls, ctx):
-        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data())
+        files = {
+            rel: (ctx.display(rel), ctx.has(rel), lambda rel=rel: ctx.source_text(rel), lambda rel=rel: ctx.source(rel))
+            for rel in POLICY_FILES
+        }
+        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data(), files)
 
     def data(self):
         return self._data()
+
+    def has(self, rel: str) -> bool:
+        """Whether one of POLICY_FILES was collected."""
+        return self._files[rel][1]
+
+    def display(self, rel: str) -> str:
+        """How evidence names one of POLICY_FILES."""
+        return self._files[rel][0]
+
+    def text(self, rel: str) -> str | None:
+        """One of POLICY_FILES as written (evidence finds an object's line in it), None when not collected."""
+        return self._files[rel][2]() if self.has(rel) else None
+
+    def source(self, rel: str):
+        """One of POLICY_FILES as read (``cluster/networkpolicies.json``: the List), None when not collected."""
+        return self._files[rel][3]() if self.has(rel) else None
 
 
 @dataclass(frozen=True)
@@ -704,56 +741,16 @@ def view_what(typ) -> str:
     return NODE_INPUTS[typ.INPUT].what
 
 
-# --- typed inputs of the dataplane checks (h/typeddp)
-
-
-@dataclass(frozen=True)
-class Services(Typed):
-    """The Services to diagnose from the API (the focused one, else every one of cluster/services.json), each with its
-    EndpointSlices (kpdiag.state.cluster.Svc); ``every()`` all of them whatever the focus, read on first use."""
-
-    INPUT: ClassVar[str] = "services"
-    source: str  # how evidence names the file
-    items: tuple  # kpdiag.state.cluster.Svc, in the file's order
-    _every: typing.Callable = field(repr=False, compare=False)
-
-    @classmethod
-    def build(cls, ctx):
-        svcs = ctx.services_in_focus()
-        if svcs is None:
-            return None
-        return cls(ctx.display(sources.SERVICES), tuple(svcs), lambda: ctx.cluster.services())
-
-    def every(self) -> list:
-        """Every Service of the file, the focus aside."""
-        return self._every() or []
-
-    def evidence(self, svc, what: str) -> Evidence:
-        return Evidence(self.source, f"{svc.key}: {what}")
-
-
-@dataclass(frozen=True)
-class EndpointSlices(Typed):
-    """The Services' EndpointSlices from the API (cluster/endpointslices.json): the Services carry their endpoints;
-    this says they were collected and how evidence names them."""
-
-    INPUT: ClassVar[str] = "endpointslices"
-    source: str
-
-    @classmethod
-    def build(cls, ctx):
-        return None if ctx.cluster.endpointslices() is None else cls(ctx.display(sources.ENDPOINTSLICES))
-
-    def evidence(self, text: str) -> Evidence:
-        return Evidence(self.source, text)
+# --- typed inputs of the service checks (h/typedsvc)
 
 
 @dataclass(frozen=True)
 class Focus(Typed):
-    """The Service being diagnosed (``kpdiag svc``, ``--service``): (namespace, name), or None. Always there."""
+    """The Service being diagnosed (``kpdiag svc``, ``kpdiag node --service``): (namespace, name), or None when every
+    Service is. Always there."""
 
     INPUT: ClassVar[str] = "focus"
-    service: tuple | None
+    service: tuple[str, str] | None
 
     @classmethod
     def build(cls, ctx):
@@ -761,9 +758,75 @@ class Focus(Typed):
 
 
 @dataclass(frozen=True)
+class Services(Typed):
+    """The Services from the API (cluster/services.json), parsed (kpdiag.state.cluster.Svc: ports, selector,
+    cluster_ips, traffic policies, and the endpoints of its EndpointSlices when those were read): ``focused`` the ones
+    to diagnose (the focused one — none when the API has no such Service — else all), ``every`` all of them."""
+
+    INPUT: ClassVar[str] = "services"
+    source: str
+    focused: tuple  # of kpdiag.state.cluster.Svc
+    every: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        every = ctx.cluster.services()
+        if every is None:
+            return None
+        return cls(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus()), tuple(every))
+
+    def evidence(self, svc, what: str) -> Evidence:
+        """A fact of Service ``svc`` (``what``: its spec as it bears on the finding)."""
+        return Evidence(self.source, f"{svc.key}: {what}")
+
+
+@dataclass(frozen=True)
+class EndpointSlices(Typed):
+    """The EndpointSlices from the API (cluster/endpointslices.json): ``items`` as read (None when not collected;
+    their endpoints are joined to the Services, ``Svc.endpoints``), ``source`` how evidence about endpoints names the
+    file. Always built, as a use too: evidence about a Service's (absent) endpoints cites it."""
+
+    INPUT: ClassVar[str] = "endpointslices"
+    source: str
+    items: tuple | None
+
+    @classmethod
+    def build(cls, ctx):
+        items = ctx.cluster.endpointslices()
+        return cls(ctx.display(sources.ENDPOINTSLICES), None if items is None else tuple(items))
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class Pods(Typed):
+    """The pods from the API (cluster/pods.json) as read, and ``selected(svc)``: those a Service's selector picks in
+    its namespace."""
+
+    INPUT: ClassVar[str] = "pods"
+    source: str
+    items: tuple  # the Pod objects (dicts)
+    _selected: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        items = ctx.cluster.pods()
+        if items is None:
+            return None
+        return cls(ctx.display(sources.PODS), tuple(items), lambda svc: ctx.cluster.selected_pods(svc))
+
+    def selected(self, svc) -> list[dict]:
+        return self._selected(svc)
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
 class NodeObject(Typed):
-    """This node as the API knows it: its name (cluster/nodes.json, else the manifest's) and its
-    topology.kubernetes.io/zone (None when not known). Always there."""
+    """This node as the API knows it: its name (the one Node of cluster/nodes.json, else the manifest's node) and
+    zone (its topology.kubernetes.io/zone label, else the manifest's zone); None when not known. Always there."""
 
     INPUT: ClassVar[str] = "node-object"
     name: str | None
@@ -794,6 +857,103 @@ class NodeObject(Typed):
             for i in items
             if isinstance(i, dict) and isinstance(i.get("metadata"), dict) and (i.get("metadata") or {}).get("name")
         ]
+
+
+@dataclass(frozen=True)
+class Probes(Typed):
+    """The active probes of the Service (probes/service.json, a kpdiag.probes/v1 document): ``doc`` as written,
+    ``probe_results(kind, target_prefix)`` its results. kpdiag.state.probe_results.observations reads it as it reads
+    the state (``probes``, ``probe_results``)."""
+
+    INPUT: ClassVar[str] = "probes"
+    source: str
+    doc: typing.Mapping
+    _results: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.probes
+        if doc is None:
+            return None
+        return cls(ctx.display(sources.PROBES_SERVICE), doc, lambda kind, prefix: ctx.probe_results(kind, prefix))
+
+    @property
+    def probes(self):
+        return self.doc
+
+    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
+        return self._results(kind, target_prefix)
+
+    def evidence(self, text: str) -> Evidence:
+        return Evidence(self.source, text)
+
+
+@dataclass(frozen=True)
+class DnsProbe(Typed):
+    """A DNS lookup of the Service (probes/dns.json): the name asked, the result, the addresses, as written."""
+
+    INPUT: ClassVar[str] = "dns"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.dns
+        return None if doc is None else cls(ctx.display(sources.PROBES_DNS), doc)
+
+
+# --- typed inputs of the node checks (h/typednode)
+
+
+def _as_read(cls, ctx, rel):
+    """``cls(how evidence names rel, rel as the state reads it)``, or None when ``rel`` was not collected."""
+    value = ctx.source(rel)
+    return None if value is None else cls(ctx.display(rel), value)
+
+
+@dataclass(frozen=True)
+class ConntrackEntries(Typed):
+    """The node's conntrack table (``conntrack -L``), its text as collected."""
+
+    INPUT: ClassVar[str] = "conntrack-entries"
+    source: str
+    text: str
+
+    @classmethod
+    def build(cls, ctx):
+        return _as_read(cls, ctx, sources.CONNTRACK)
+
+
+@dataclass(frozen=True)
+class Tracer(Typed):
+    """The node's packet tracers (kpdiag/trace/), each made on first use and shared by every check of the run:
+    ``iptables()`` through its iptables rules, ``of_mode(mode, family)`` through the rules of a proxy mode (default:
+    the one kube-proxy runs), ``if_forwarding()`` as if the node forwarded packets. Each is None without the rules."""
+
+    INPUT: ClassVar[str] = "tracer"
+    _iptables: typing.Callable = field(repr=False, compare=False)
+    _mode: typing.Callable = field(repr=False, compare=False)
+    _forwarding: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(
+            lambda: ctx.tracer(),
+            lambda mode, family: ctx.mode_tracer(mode, family),
+            lambda: ctx.tracer_if_forwarding(),
+        )
+
+    def iptables(self):
+        return self._iptables()
+
+    def of_mode(self, mode: str | None = None, family: int = 4):
+        return self._mode(mode, family)
+
+    def if_forwarding(self):
+        return self._forwarding()
+
+
+# --- typed inputs of the dataplane checks (h/typeddp)
 
 
 @dataclass(frozen=True)
@@ -918,20 +1078,3 @@ class IptablesBackends(Typed):
     @classmethod
     def build(cls, ctx):
         return cls(ctx.iptables("iptables-legacy-save"), ctx.iptables("iptables-nft-save"))
-
-
-@dataclass(frozen=True)
-class ForwardingTracer(Typed):
-    """The node's iptables tracer as if it forwarded packets (net.ipv4.ip_forward = 1: what its FORWARD chain would
-    do once forwarding is on), made on first ``tracer()`` (state/node.py ``tracer_if_forwarding``). Always there."""
-
-    INPUT: ClassVar[str] = "tracer"
-    _tracer: typing.Callable = field(repr=False, compare=False)
-
-    @classmethod
-    def build(cls, ctx):
-        return cls(lambda: ctx.tracer_if_forwarding())
-
-    def tracer(self):
-        """kpdiag.trace.netfilter.IptablesTracer (None without the iptables rules)."""
-        return self._tracer()

@@ -21,6 +21,18 @@ class TraceSetup:
     read: dict | None = None  # a live trace's focused read: what it holds (kpdiag/collect/dest_rules.py)
 
 
+def read_summary(read: dict) -> str:
+    """One line on what a live trace's focused read held: the chains, and (nftables) the map elements left out."""
+    chains = sum(len(c) for t in read["chains"].values() for c in t.values())
+    left = sum(n for t in (read.get("elements_left_out") or {}).values() for s in t.values() for n in s.values())
+    vs = read.get("virtual_servers")
+    vs = f" and the {len(vs)} virtual servers" if vs is not None else ""
+    out = f"read only the {chains} chains{vs} a packet to {read['destination']} can meet"
+    if left:
+        out += f" and the set and map elements whose key it can match ({left} elements left out)"
+    return out + " (--all-rules: every rule)"
+
+
 def split_dst(text: str) -> tuple[str, int | None]:
     """--dst as typed: IP, IPv4:PORT, [IPv6]:PORT or a bare IPv6 address → (address, port or None)."""
     import ipaddress

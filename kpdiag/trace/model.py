@@ -123,6 +123,8 @@ class TraceResult:
     # not None when the trace did not follow every path (its work budget, a jump loop): why, for the notes; the
     # probability that was not traced is 1 - the sum of the paths'
     incomplete: str | None = None
+    # a live trace that read only the rules its packet can meet: what the read held (kpdiag/collect/dest_rules.py)
+    read: dict | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -139,7 +141,7 @@ class TraceResult:
         return {p.verdict for p in self.paths}
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "schema": SCHEMA,
             "packet": self.packet.to_dict(),
             "mode": self.mode,
@@ -150,6 +152,9 @@ class TraceResult:
             "notes": list(self.notes),
             "sources": list(self.sources),
         }
+        if self.read is not None:
+            out["read"] = self.read
+        return out
 
 
 def ip_text(value: int, version: int = 4) -> str:

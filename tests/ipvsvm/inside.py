@@ -104,7 +104,29 @@ for i, f in enumerate(plan["focus"]):
     write_bundle(files, os.path.join(sys.argv[1], f"focused-{i}"), manifest)
     out.append({"service": f["service"], "bundle": f"focused-{i}", "seconds": time.monotonic() - t,
                 "cpu": time.process_time() - c, "ipvs": ipvs, "ipvsadm_Sn": whole, "whole_netlink": whole_nl, **bench,
-                "partial": manifest.get("partial"), "errors": manifest.get("errors")})
+                "partial": manifest.get("partial"), "errors": manifest.get("errors"),
+                "timings": manifest.get("timings")})
+# a live kpdiag trace of each packet: the whole rules once, then the focused read of each (kpdiag/collect/dest_rules.py)
+from kpdiag.collect.dest_rules import Destination
+from kpdiag.render.trace import trace_to_json
+from kpdiag.trace.inputs import explain_unmatched, setup_trace
+from kpdiag.trace.model import Packet
+traces = []
+if plan.get("packets"):
+    t, c = time.monotonic(), time.process_time()
+    whole = setup_trace(live=True)
+    whole_cost = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c}
+    for i, p in enumerate(plan["packets"]):
+        t, c = time.monotonic(), time.process_time()
+        part = setup_trace(live=True, dest=Destination(p["dst"], p["dport"], p["proto"]))
+        cost = {"seconds": time.monotonic() - t, "cpu": time.process_time() - c}
+        pk = Packet(src=p["src"], dst=p["dst"], proto=p["proto"], dport=p["dport"], sport=43000 + i, origin=p["frm"])
+        traces.append({"packet": p, "whole": trace_to_json(explain_unmatched(whole.tracer.trace(pk), whole)),
+                       "focused": trace_to_json(explain_unmatched(part.tracer.trace(pk), part)),
+                       "read": part.read, "problems": [str(x) for x in part.problems], "mode": part.mode,
+                       "whole_mode": whole.mode, "cost": cost, "whole_cost": whole_cost})
+with open(os.path.join(sys.argv[1], "traces.json"), "w") as fh:
+    json.dump(traces, fh)
 print(json.dumps(out))
 """
 
@@ -317,7 +339,9 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
                 env = dict(ENV, PYTHONPATH=src, PYTHONDONTWRITEBYTECODE="1")
                 p = subprocess.run(
                     ["ip", "netns", "exec", "node", "python3", "-c", FOCUSED, out],
-                    input=json.dumps({"focus": sc["focus"], "bench": sc.get("bench", False)}),
+                    input=json.dumps(
+                        {"focus": sc["focus"], "bench": sc.get("bench", False), "packets": sc.get("packets", [])}
+                    ),
                     capture_output=True,
                     text=True,
                     env=env,

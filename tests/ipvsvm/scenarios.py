@@ -141,7 +141,33 @@ def guest_spec(sc: Scenario) -> dict:
         "node_cmds": sc.node_cmds,
         "collect": sc.collect,
         "focus": [{"service": f, "object": _api_service(sc, f)} for f in sc.focus],
+        "packets": trace_packets(sc),
     }
+
+
+def trace_packets(sc: Scenario) -> list[dict]:
+    """The packets a live ``kpdiag trace`` follows in the guest, focused and whole (kpdiag/collect/dest_rules.py):
+    to each focused Service's ClusterIPs (from a client, the node and a pod), NodePorts and load-balancer IPs (from a
+    client), plus a port and an address no virtual server has."""
+    out = []
+    for f in sc.focus:
+        spec, status = _api_service(sc, f)["spec"], _api_service(sc, f).get("status") or {}
+        lbs = [i["ip"] for i in (status.get("loadBalancer") or {}).get("ingress") or []]
+        for p in spec.get("ports") or []:
+            proto = str(p.get("protocol") or "TCP").lower()
+            for ip in spec.get("clusterIPs") or [spec["clusterIP"]]:
+                out += [dict(src=src, frm=frm, dst=ip, dport=p["port"], proto=proto) for src, frm in ORIGINS]
+            for ip in lbs:
+                out.append(dict(src=CLIENT_IP, frm="external", dst=ip, dport=p["port"], proto=proto))
+            if p.get("nodePort"):
+                out.append(dict(src=CLIENT_IP, frm="external", dst=NODE_IP, dport=p["nodePort"], proto=proto))
+    if out:
+        out.append(dict(src=CLIENT_IP, frm="external", dst=WEB_VIP, dport=81, proto="tcp"))  # a port it lacks
+        out.append(dict(src=POD_IPS["pod0"], frm="pod", dst="10.96.250.250", dport=80, proto="tcp"))  # no Service
+    return out
+
+
+ORIGINS = [(CLIENT_IP, "external"), (NODE_IP, "node"), (POD_IPS["pod0"], "pod")]
 
 
 def _api_service(sc: Scenario, service: str) -> dict:

@@ -144,9 +144,11 @@ def test_every_node_source_says_how_it_is_collected():
             assert all(callable(getattr(NodeCollector, name, None)) for name in s.collect.names), s.collect
         assert s.collected_by, s
         assert s.redact.form in sources.REDACT_FORMS, s
-    assert not [s for s in sources.CATALOGUE.values() if not s.path.startswith(sources.NODE) and s.collect], (
-        "only node sources have a node recipe"
-    )
+    assert not [
+        s
+        for s in sources.CATALOGUE.values()
+        if not s.path.startswith(sources.NODE) and isinstance(s.collect, sources.NODE_RECIPES)
+    ], "only node sources have a node recipe"
     steps = [name for name, _ in NodeCollector(host_root="/", only=(sources.IPSET,)).steps()]
     assert steps == ["kernel", sources.MODULES_BUILTIN.path, sources.IPSET.path]  # which modules are in, then ipset
     steps = [name for name, _ in NodeCollector(host_root="/", only=(sources.ETHTOOL_OFFLOAD,)).steps()]
@@ -176,3 +178,130 @@ def test_a_module_built_in_counts_as_loaded(tmp_path):
     out = c.collect()
     assert sources.IPSET not in out.files
     assert out.errors == [{"source": sources.IPSET, "error": sources.IPSET.collect.absent}]
+
+
+def _writer(name: str):
+    """The function ``module:qualname`` a recipe names, and its module."""
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    mod = importlib.import_module(module)
+    obj = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return mod, obj
+
+
+def _named_sources(mod, fnode) -> set:
+    """The catalogue's sources a function's code names: ``sources.X``, or a module-level name bound to one."""
+    out = set()
+    for n in ast.walk(fnode):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "sources":
+            value = getattr(sources, n.attr, None)
+        elif isinstance(n, ast.Name):
+            value = mod.__dict__.get(n.id)
+        else:
+            continue
+        if isinstance(value, sources.Source) and sources.declared(value.path) is value:
+            out.add(value.path)
+    return out
+
+
+def _functions(tree, prefix=""):
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + node.name, node
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, prefix + node.name + ".")
+
+
+def test_every_api_and_probe_source_says_how_it_is_collected():
+    """A cluster source declares the API requests that make it and the functions that write it; a probe source what
+    kpdiag sends and who writes it; every writer named exists and its code names the source — and every function of
+    the API and probe collectors that writes such a source is among its writers, so the catalogue cannot drift."""
+    import inspect
+    import textwrap
+
+    declared = {}
+    for s in sources.CATALOGUE.values():
+        if s.path.startswith(sources.NODE):
+            continue
+        want = (sources.ApiRead, sources.ByHand) if s.path.startswith(sources.CLUSTER) else (sources.Probe,)
+        assert isinstance(s.collect, want), s
+        assert s.collect.describe(), s
+        for name in getattr(s.collect, "writers", ()):
+            mod, fn = _writer(name)
+            assert callable(fn), (s, name)
+            fnode = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+            assert s.path in _named_sources(mod, fnode), f"{name} does not name {s.path}"
+            declared.setdefault(s.path, set()).add(name)
+    assert {s.path for s in sources.CATALOGUE.values() if isinstance(s.collect, sources.ByHand)} == {
+        sources.DAEMONSETS.path
+    }
+    # the other way: who writes files[<a cluster or probe source>] is declared as its writer
+    written = {}
+    for module in ("kpdiag.collect.cluster", "kpdiag.commands.svc", "kpdiag.commands.policy"):
+        import importlib
+
+        mod = importlib.import_module(module)
+        for qualname, fnode in _functions(ast.parse(inspect.getsource(mod))):
+            for n in ast.walk(fnode):
+                targets = n.targets if isinstance(n, ast.Assign) else []
+                for t in targets:
+                    if isinstance(t, ast.Subscript):
+                        for path in _named_sources(mod, t.slice):
+                            if not path.startswith(sources.NODE):
+                                written.setdefault(path, set()).add(f"{module}:{qualname}")
+    assert len(written) >= 15, written
+    for path, names in written.items():
+        assert names <= declared.get(path, set()), (path, names - declared.get(path, set()))
+
+
+def _rbac_rules():
+    import yaml
+
+    rules = []
+    for name in ("rbac-svc.yaml", "rbac-svc-whoami.yaml"):
+        with open(os.path.join(ROOT, "deploy", name), encoding="utf-8") as fh:
+            for doc in yaml.safe_load_all(fh):
+                if isinstance(doc, dict) and doc.get("kind") in ("ClusterRole", "Role"):
+                    rules += doc.get("rules") or []
+    return rules
+
+
+def _granted(rules, verb: str, group, resource: str) -> bool:
+    for r in rules:
+        if verb not in r.get("verbs", ()):
+            continue
+        if group is None and resource in r.get("nonResourceURLs", ()):
+            return True
+        if group is not None and group in r.get("apiGroups", ()) and resource in r.get("resources", ()):
+            return True
+    return False
+
+
+def test_every_api_request_of_the_catalogue_is_granted_by_the_rbac_manifests():
+    """The requests the catalogue declares are the ones deploy/rbac-svc.yaml (and the opt-in whoami grant) allows:
+    a source whose request no role grants would be collected nowhere kpdiag is deployed as documented."""
+    rules = _rbac_rules()
+    assert _granted(rules, "get", "", "pods/log") and not _granted(rules, "list", "", "secrets")
+    calls = [
+        (s, c) for s in sources.CATALOGUE.values() if isinstance(s.collect, sources.ApiRead) for c in s.collect.calls
+    ]
+    assert len(calls) >= 20
+    missing = [
+        f"{s.path}: {verb} {res} ({group!r})"
+        for s, (verb, group, res) in calls
+        if not _granted(rules, verb, group, res)
+    ]
+    assert not missing, "API requests no role in deploy/ grants:\n" + "\n".join(missing)
+
+
+def test_api_calls_are_spelled_as_kubectl_auth_can_i_spells_them():
+    r = sources.api("list endpointslices.discovery.k8s.io", "get pods/log", "get /version", writers=("m:f",))
+    assert r.calls == (
+        ("list", "discovery.k8s.io", "endpointslices"),
+        ("get", "", "pods/log"),
+        ("get", None, "/version"),
+    )
+    assert r.describe() == "list endpointslices.discovery.k8s.io, get pods/log, get /version"
