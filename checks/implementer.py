@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.state.typed import Addresses, KubeProxyRules, Nft, NodeProcesses, ServiceImplementer
 
 HTTP_SOURCES = (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ)
 
@@ -16,13 +19,23 @@ def _blind(ctx) -> bool:
     return ctx.ip_addr is None and ctx.iptables() is None and ctx.nft_text is None
 
 
+BLIND = "no interfaces, iptables or nftables rules were readable: what implements Services cannot be told"
+
+
+def _who(addresses, implementer, rules, nft):
+    """Who implements Services here (state/service_proxy.py), or Skip when nothing of the node's network state was
+    readable (the typed form of ``_blind``)."""
+    if addresses is None and rules is None and nft is None:
+        raise Skip(BLIND)
+    return implementer.implementer
+
+
 @check(
     "KP708",
     "service-proxy-replacement",
     "Services are implemented by a kube-proxy replacement here",
     "info",
     absent=("kube-proxy",),
-    uses=("addresses", "implementer", "iptables", "nft"),
     symptom="kube-proxy is not running on this node, or its DaemonSet does not exist, yet Services work (or not) — "
     "kube-proxy advice does not apply.",
     why="""
@@ -35,10 +48,14 @@ def _blind(ctx) -> bool:
     fix="Use the plugin's own view of Services: cilium-dbg service list / cilium-dbg bpf lb list; kube-router: ipvsadm -Ln; "
     "Calico: calico-node -bpf nat dump.",
 )
-def replacement(ctx, new):
-    if _blind(ctx):
-        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
-    impl = ctx.service_implementer
+def replacement(
+    new,
+    addresses: Optional[Addresses] = None,
+    implementer: Optional[ServiceImplementer] = None,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+):
+    impl = _who(addresses, implementer, rules, nft)
     if impl is None or impl.kube_proxy_in_charge:
         return
     tools = dataplanes.get(impl.name).tools  # its own view of Services
@@ -91,7 +108,7 @@ def replacement(ctx, new):
 )
 def absent(ctx, new):
     if _blind(ctx):
-        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
+        raise Skip(BLIND)
     impl = ctx.service_implementer
     if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s", "kubelite"):
         return
@@ -202,8 +219,6 @@ def _crash_looping(ctx, new, impl, procs):
     "not-a-kubernetes-node",
     "This host does not look like a Kubernetes node",
     "warning",
-    needs=("processes",),
-    uses=("addresses", "implementer", "iptables", "manifest", "nft"),
     severities=("warning",),
     any_host=True,
     symptom="kpdiag node was run on a host that is not part of the cluster (a laptop, a bastion, the wrong VM, a "
@@ -218,11 +233,18 @@ def _crash_looping(ctx, new, impl, procs):
     """,
     fix="Run kpdiag node on a node of the cluster: kubectl debug node/NAME -it --profile=sysadmin --image=… -- kpdiag node.",
 )
-def not_a_node(ctx, new):
-    procs = ctx.source(sources.PROCESSES)
+def not_a_node(
+    new,
+    processes: NodeProcesses,
+    addresses: Optional[Addresses] = None,
+    implementer: Optional[ServiceImplementer] = None,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+):
+    procs = processes.pids
     if not procs or "1" not in procs.values():
         raise Skip("the host's processes are not visible (no pid 1: run with hostPID): a kubelet cannot be ruled out")
-    impl = ctx.service_implementer
+    impl = implementer.implementer
     if impl is None or impl.not_a_node is None:
         return
     yield new(
@@ -234,11 +256,14 @@ def not_a_node(ctx, new):
         ),
         evidence=[
             Evidence(
-                ctx.display(sources.PROCESSES),
+                processes.source,
                 f"no kubelet, kube-proxy, k3s or k0s among the processes (pid 1: {next(c for c, p in procs.items() if p == '1')})",
             ),
-            Evidence(ctx.display(sources.IP_ADDR), "no network plugin interface"),
-            Evidence(ctx.display(sources.IPTABLES_SAVE), "no KUBE-* chain, no kube-proxy nftables table"),
+            Evidence(addresses.source, "no network plugin interface"),  # read: it is not a node only when it was
+            Evidence(
+                rules.ruleset.source if rules is not None else str(sources.IPTABLES_SAVE),  # (nftables only: named so)
+                "no KUBE-* chain, no kube-proxy nftables table",
+            ),
         ],
         subject="node",
         data={"not_a_node": True, "looked_for": list(impl.not_a_node)},
@@ -251,7 +276,6 @@ def not_a_node(ctx, new):
     "kube-proxy's rules are left behind where a replacement implements Services",
     "warning",
     needs=("whole-rules",),
-    uses=("addresses", "implementer", "iptables", "nft", "processes"),
     severities=("warning",),
     symptom="Cilium (or kube-router, Calico eBPF) implements Services, yet the node still has KUBE-SERVICES/KUBE-SVC-* "
     "rules or a kube-proxy nftables table; some traffic behaves as it did before the migration.",
@@ -264,21 +288,26 @@ def not_a_node(ctx, new):
     """,
     fix="Remove kube-proxy's leftover rules on each node (as the replacement's install guide says), never restart kube-proxy.",
 )
-def leftovers(ctx, new):
-    if _blind(ctx):
-        raise Skip("no interfaces, iptables or nftables rules were readable: what implements Services cannot be told")
-    impl = ctx.service_implementer
+def leftovers(
+    new,
+    addresses: Optional[Addresses] = None,
+    implementer: Optional[ServiceImplementer] = None,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+):
+    impl = _who(addresses, implementer, rules, nft)
     if impl is None or impl.kube_proxy != "replaced" or not impl.leftovers:
         return
-    programmed = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
+    programmed = len(rules.programmed) if rules is not None else 0
     evidence = []
-    rs = ctx.iptables()
+    rs = rules.ruleset if rules is not None else None
     if rs is not None and "KUBE-SERVICES" in rs.chain_names("nat"):
         first = rs.chain("nat", "KUBE-SERVICES").rules
         evidence.append(
             Evidence(rs.source, f"-N KUBE-SERVICES ({len(first)} rules)", first[0].lineno if first else None)
         )
-    evidence += [Evidence(ctx.display(sources.IPTABLES_SAVE), why) for why in impl.leftovers.values()]
+    where = rs.source if rs is not None else str(sources.IPTABLES_SAVE)  # nftables leftovers are named with it too
+    evidence += [Evidence(where, why) for why in impl.leftovers.values()]
     yield new(
         f"{impl.label} implements Services here, and kube-proxy's {' and '.join(sorted(impl.leftovers))}-mode rules "
         f"are leftovers ({programmed} service ports, frozen when kube-proxy stopped): remove them; do not restart "

@@ -11,7 +11,15 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import KubeProxyRules, Manifest, ProxyMode
+from kpdiag.state.typed import (
+    IptablesBackends,
+    KubeProxyConfig,
+    KubeProxyRules,
+    Manifest,
+    ProxyMode,
+    Routes,
+    Tracer,
+)
 
 
 def _kube_chains(rs) -> list[str]:
@@ -24,7 +32,6 @@ def _kube_chains(rs) -> list[str]:
     "iptables-backend-mix",
     "kube-proxy rules in both iptables backends",
     "error",
-    uses=("iptables",),
     symptom="Services work on some nodes and not others, or stop working after a kube-proxy restart; rules you see with iptables -L are not the ones that act.",
     why="""
         iptables has two kernel backends: the old xtables ("legacy") and nf_tables. Both are active at once, and a
@@ -36,9 +43,8 @@ def _kube_chains(rs) -> list[str]:
     fix="Make every component use one backend (update-alternatives --set iptables /usr/sbin/iptables-nft), then flush the KUBE-* chains of the other backend and restart kube-proxy.",
     references=("https://github.com/kubernetes/kubernetes/issues/71305",),
 )
-def backend_mix(ctx, new):
-    legacy = ctx.iptables("iptables-legacy-save")
-    nft = ctx.iptables("iptables-nft-save")
+def backend_mix(new, backends: Optional[IptablesBackends] = None):
+    legacy, nft = backends.legacy, backends.nft
     if legacy is None or nft is None:
         raise Skip(f"needs {sources.IPTABLES_LEGACY_SAVE} and {sources.IPTABLES_NFT_SAVE} (both backends' dumps)")
     kl, kn = _kube_chains(legacy), _kube_chains(nft)
@@ -112,14 +118,14 @@ def rule_scale(new, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None):
     )
 
 
-def _sample_path(ctx):
+def _sample_path(rules: KubeProxyRules, cfg: KubeProxyConfig | None, routes: Routes | None, fwd: Tracer):
     """A ClusterIP port with a remote endpoint and a pod source address, to trace pod → Service."""
     from kpdiag.state.kube_rules import cluster_cidr
 
-    ports = ctx.programmed() or {}
-    routing = ctx.routing
+    ports = rules.programmed
+    # without the routes, the node's own addresses still tell what is local: as the tracer sees them
+    routing = routes.routing if routes is not None else fwd.if_forwarding().routing
     cidr = cluster_cidr(ports)
-    cfg = ctx.kube_proxy_config
     if cidr is None and cfg is not None and cfg.get("clusterCIDR"):
         cidr = str(cfg.get("clusterCIDR")).split(",")[0]
     if cidr is None:
@@ -149,8 +155,6 @@ def _sample_path(ctx):
     "forward-drop",
     "FORWARD policy DROP blocks Service traffic",
     "error",
-    needs=("iptables",),
-    uses=("kube-proxy-config", "routes", "tracer"),
     symptom="Pods cannot reach Services whose endpoints are on other nodes; external clients may still work.",
     why="""
         After kube-proxy DNATs a Service packet to a pod on another node, the node *forwards* it, so it passes the
@@ -161,12 +165,18 @@ def _sample_path(ctx):
     """,
     fix="Accept pod traffic in FORWARD (iptables -I FORWARD -s <clusterCIDR> -j ACCEPT; -d likewise) or fix the CNI/Docker setting that set the policy.",
 )
-def forward_drop(ctx, new):
-    rs = ctx.iptables()
+def forward_drop(
+    new,
+    rules: KubeProxyRules,
+    cfg: Optional[KubeProxyConfig] = None,
+    routes: Optional[Routes] = None,
+    tracer: Optional[Tracer] = None,
+):
+    rs = rules.ruleset
     fwd = rs.chain("filter", "FORWARD")
     if fwd is None or fwd.policy != "DROP":
         return
-    sample = _sample_path(ctx)
+    sample = _sample_path(rules, cfg, routes, tracer)
     if sample is None:
         raise Skip(
             "FORWARD policy is DROP, but no ClusterIP with a remote endpoint and known cluster CIDR to test it with"
@@ -175,9 +185,7 @@ def forward_drop(ctx, new):
     from kpdiag.trace.model import Packet
 
     # as if the node forwarded: with ip_forward = 0 as well (KP501) the policy is still what drops once that is fixed
-    result = ctx.tracer_if_forwarding().trace(
-        Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod")
-    )
+    result = tracer.if_forwarding().trace(Packet(src, port.cluster_ip, port.proto or "tcp", port.port, origin="pod"))
     dropped = [
         p
         for p in result.paths

@@ -7,12 +7,22 @@ import re
 from typing import Optional
 
 from kpdiag import dataplane as dataplanes
-from kpdiag import evidence as ev
 from kpdiag.fixcmd import note, persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import IpvsTimeout, KubeProxyConfig, ProxyMode, Sysctls
+from kpdiag.state.typed import (
+    IpvsProblems,
+    IpvsTimeout,
+    Kernel,
+    KubeProxyConfig,
+    KubeProxyVersion,
+    Modules,
+    ModulesOnDisk,
+    Preflight,
+    ProxyMode,
+    Sysctls,
+)
 
 
 def ipvs_modules(kernel: tuple[int, int, int] | None, scheduler: str | None = None) -> list[str]:
@@ -24,11 +34,11 @@ def ipvs_modules(kernel: tuple[int, int, int] | None, scheduler: str | None = No
     return mods
 
 
-def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
-    cfg = ctx.kube_proxy_config
+def missing_ipvs_modules(kernel, modules, cfg=None) -> tuple[list[str], list[str]]:
+    """(the modules IPVS mode needs, those neither loaded nor built in) — typed Kernel, Modules, KubeProxyConfig."""
     scheduler = (cfg.get("ipvs.scheduler") or "").strip() if cfg is not None else ""
-    wanted = ipvs_modules(ctx.kernel, scheduler or None)
-    loaded = set(ctx.modules or {}) | ctx.modules_builtin
+    wanted = ipvs_modules(kernel.version, scheduler or None)
+    loaded = set(modules.loaded or {}) | modules.builtin
     return wanted, [m for m in wanted if m not in loaded]
 
 
@@ -38,8 +48,6 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
     "IPVS mode wanted, kernel modules missing",
     "error",
     explains=("KP701", "KP302", "KP303", "KP304", "KP308"),
-    needs=("kernel",),
-    uses=("ipvs", "kube-proxy-config", "kube-proxy-version", "modules", "preflight"),
     advice_for="kube-proxy",
     preflight=("ipvs",),
     symptom="kube-proxy is configured with mode: ipvs, yet Services behave as in iptables mode — or kube-proxy crash-loops.",
@@ -52,25 +60,32 @@ def missing_ipvs_modules(ctx) -> tuple[list[str], list[str]]:
     fix="Load the modules (modprobe …), persist them in /etc/modules-load.d/ipvs.conf, install ipset and ipvsadm, then restart kube-proxy.",
     references=("https://kubernetes.io/docs/reference/networking/virtual-ips/#proxy-mode-ipvs",),
 )
-def ipvs_unavailable(ctx, new):
-    cfg = ctx.kube_proxy_config
-    preflight = dataplanes.get(ctx.preflight).services_in_ipvs
-    if not preflight:
+def ipvs_unavailable(
+    new,
+    uname: Kernel,
+    ipvs: Optional[IpvsProblems] = None,
+    cfg: Optional[KubeProxyConfig] = None,
+    kp_version: Optional[KubeProxyVersion] = None,
+    modules: Optional[Modules] = None,
+    preflight: Optional[Preflight] = None,
+    on_disk: Optional[ModulesOnDisk] = None,
+):
+    if not dataplanes.get(preflight.mode).services_in_ipvs:
         if cfg is None:
             raise Skip(f"needs the kube-proxy configuration ({sources.KP_CONFIG} or its ConfigMap)")
         if not dataplanes.get(cfg.mode).services_in_ipvs:
             return
-    if ctx.modules is None:
+    if modules is None:
         # no /proc/modules (a kernel without loadable modules, or not collected): /proc/net/ip_vs is the sign of life
-        gone = [p for p in ctx.problems_with(sources.IPVSADM) if "not loaded" in p.error]
+        gone = [p for p in ipvs.problems if "not loaded" in p.error]
         if not gone:
             raise Skip(f"needs {sources.MODULES} (/proc/modules) to tell which IPVS modules are loaded")
-        wanted = ipvs_modules(ctx.kernel, None)
+        wanted = ipvs_modules(uname.version, None)
         yield new(
-            f"IPVS is not available on this node (kernel {'.'.join(map(str, ctx.kernel))}): {gone[0].error}"
+            f"IPVS is not available on this node (kernel {'.'.join(map(str, uname.version))}): {gone[0].error}"
             + (
                 ""
-                if ctx.has(sources.MODULES)
+                if on_disk.proc_modules
                 else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"
             ),
             fix=(
@@ -81,12 +96,12 @@ def ipvs_unavailable(ctx, new):
             subject="node",
         )
         return
-    wanted, missing = missing_ipvs_modules(ctx)
+    wanted, missing = missing_ipvs_modules(uname, modules, cfg)
     if not missing:
         return
-    version = ctx.kube_proxy_version
-    k = ".".join(map(str, ctx.kernel))
-    available = ctx.modules_available
+    version = kp_version.version if kp_version is not None else None
+    k = ".".join(map(str, uname.version))
+    available = modules.available
     absent = [m for m in missing if available is not None and m not in available]
     if absent:
         # the kernel's own module list says modprobe cannot find them: loading is not the fix
@@ -101,11 +116,11 @@ def ipvs_unavailable(ctx, new):
                 note("or run kube-proxy in nftables mode (kernel ≥ 5.13) or iptables mode on this node"),
                 f"modinfo {absent[0]}   # 'not found' confirms it",
             ),
-            evidence=[e for e in (ev.config(ctx, "mode"),) if e]
+            evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
             + [
-                Evidence(ctx.display(sources.MODULES_AVAILABLE), f"not listed: {', '.join(absent)}"),
-                Evidence(ctx.display(sources.MODULES), f"not loaded: {', '.join(missing)}"),
-                Evidence(ctx.display(sources.UNAME), k, 1),
+                Evidence(on_disk.source, f"not listed: {', '.join(absent)}"),
+                Evidence(modules.source, f"not loaded: {', '.join(missing)}"),
+                Evidence(uname.source, k, 1),
             ],
             subject="node",
         )
@@ -129,10 +144,10 @@ def ipvs_unavailable(ctx, new):
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
             "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
         ),
-        evidence=[e for e in (ev.config(ctx, "mode"),) if e]
+        evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
         + [
-            Evidence(ctx.display(sources.MODULES), f"not listed: {', '.join(missing)}"),
-            Evidence(ctx.display(sources.UNAME), k, 1),
+            Evidence(modules.source, f"not listed: {', '.join(missing)}"),
+            Evidence(uname.source, k, 1),
         ],
         subject="node",
     )

@@ -12,7 +12,26 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Kernel, KubeProxyConfig, KubeProxyVersion, Preflight, ProxyMode, Sysctls
+from kpdiag.state.typed import (
+    Addresses,
+    EndpointSlices,
+    Focus,
+    Ipsets,
+    Ipvs,
+    IpvsConnections,
+    Kernel,
+    KubeProxyConfig,
+    KubeProxyRules,
+    KubeProxyVersion,
+    Manifest,
+    ModulesOnDisk,
+    NodeObject,
+    Preflight,
+    ProxyMode,
+    Routes,
+    Services,
+    Sysctls,
+)
 
 from . import dataplane
 
@@ -27,6 +46,15 @@ def _ipvs_mode(preflight: str | None, dp) -> bool:
     return dp.services_in_ipvs
 
 
+def _ipvs_table(ipvs: Ipvs, preflight: Preflight, proxy: ProxyMode):
+    """IPVS's virtual servers, or Skip when they are not where this node's Services live (kube-proxy runs another
+    mode, or its mode is unknown; --preflight ipvs: whatever runs now)."""
+    why = dataplanes.get("ipvs").ports_skip(proxy.dataplane, preflight.mode, ipvs)
+    if why:
+        raise Skip(why)
+    return ipvs.services
+
+
 def _preflight(preflight: str | None) -> bool:
     """--preflight asks whether this host can run IPVS mode."""
     return dataplanes.get(preflight).services_in_ipvs
@@ -39,8 +67,6 @@ def _preflight(preflight: str | None) -> bool:
     "error",
     shows=("stale-rules",),
     modes=("ipvs",),
-    needs=("services", "endpointslices", "ipvs"),
-    uses=("focus", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="Connections to the ClusterIP are refused or time out on this node; other nodes work.",
     why="""
@@ -50,8 +76,18 @@ def _preflight(preflight: str | None) -> bool:
     """,
     fix="Check kube-proxy on this node (its log: IPVS errors, ipset errors) and restart it.",
 )
-def service_missing(ctx, new):
-    yield from dataplane.missing(ctx, new, dataplane.IPVS)
+def service_missing(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    ipvs: Ipvs,
+    focus: Optional[Focus] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    dp = dataplanes.get("ipvs")
+    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus, preflight.mode)
+    yield from dataplane.unprogrammed(new, dp, views, services)
 
 
 @check(
@@ -61,8 +97,6 @@ def service_missing(ctx, new):
     "error",
     shows=("stale-rules",),
     modes=("ipvs",),
-    needs=("services", "endpointslices", "ipvs"),
-    uses=("focus", "manifest", "node-object", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="A share of connections fails or reaches old pods on this node.",
     why="""
@@ -73,8 +107,20 @@ def service_missing(ctx, new):
     """,
     fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
 )
-def realservers(ctx, new):
-    yield from dataplane.mismatch(ctx, new, dataplane.IPVS)
+def realservers(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    ipvs: Ipvs,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    node: Optional[NodeObject] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    dp = dataplanes.get("ipvs")
+    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus, preflight.mode)
+    yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
 
 
 @check(
@@ -84,8 +130,6 @@ def realservers(ctx, new):
     "error",
     shows=("stale-rules",),
     modes=("ipvs",),
-    needs=("addresses", "ipvs"),
-    uses=("preflight", "proxy-mode", "routes"),
     advice_for="kube-proxy",
     symptom="Connections to some ClusterIPs time out on this node although their IPVS virtual servers exist.",
     why="""
@@ -95,11 +139,24 @@ def realservers(ctx, new):
     """,
     fix="Restart kube-proxy on this node; check that kube-ipvs0 exists (ip addr show kube-ipvs0).",
 )
-def not_bound(ctx, new):
-    services = dataplane.ipvs_services(ctx)
+def not_bound(
+    new,
+    addresses: Addresses,
+    ipvs: Ipvs,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+    routes: Optional[Routes] = None,
+):
+    services = _ipvs_table(ipvs, preflight, proxy)
+    if routes is not None:
+        routing = routes.routing
+    else:  # the node's own addresses are local without the routes too
+        from kpdiag.trace.routing import routing_from_ip_json
+
+        routing = routing_from_ip_json(list(addresses.links), None)
     bound = set()
     have_iface = False
-    for link in ctx.ip_addr or []:
+    for link in addresses.links:
         if link.get("ifname") == "kube-ipvs0":
             have_iface = True
             bound |= {a.get("local") for a in link.get("addr_info") or []}
@@ -107,7 +164,7 @@ def not_bound(ctx, new):
         {
             vs.addr
             for vs in services.values()
-            if vs.addr and vs.addr not in bound and not ctx.routing.is_local(*_ip(vs.addr))
+            if vs.addr and vs.addr not in bound and not routing.is_local(*_ip(vs.addr))
         }
     )
     if not missing:
@@ -125,10 +182,10 @@ def not_bound(ctx, new):
         ),
         evidence=[
             Evidence(
-                ctx.display(sources.IP_ADDR),
+                addresses.source,
                 f"kube-ipvs0: {len(bound)} addresses" if have_iface else "no interface kube-ipvs0",
             ),
-            Evidence(ctx.display(sources.IPVSADM), f"virtual servers for {', '.join(missing[:3])}"),
+            Evidence(ipvs.source, f"virtual servers for {', '.join(missing[:3])}"),
         ],
         subject="node",
     )
@@ -146,8 +203,6 @@ def _ip(addr):
     "Terminating real servers still carry connections",
     "info",
     modes=("ipvs",),
-    needs=("ipvs",),
-    uses=("ipvs-conn", "preflight", "proxy-mode", "sysctl"),
     advice_for="kube-proxy",
     symptom="After a rollout, some clients keep talking to old pods for a while.",
     why="""
@@ -160,10 +215,17 @@ def _ip(addr):
     """,
     fix="Nothing to fix if expected; shorten connection lifetimes (keep-alive limits) or drain clients if old pods must go.",
 )
-def graceful(ctx, new):
-    services = dataplane.ipvs_services(ctx)
-    conns = ctx.ipvs_conn
-    listed = ctx.has(sources.IPVSADM_LIST)
+def graceful(
+    new,
+    ipvs: Ipvs,
+    conn: Optional[IpvsConnections] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+    sysctls: Optional[Sysctls] = None,
+):
+    services = _ipvs_table(ipvs, preflight, proxy)
+    conns = conn.doc if conn is not None else None
+    listed = ipvs.listing is not None
     if not listed and conns is None:
         raise Skip(
             f"connection counts need {sources.IPVSADM_LIST} (ipvsadm -Ln) or {sources.IPVS_CONN} (/proc/net/ip_vs_conn)"
@@ -179,7 +241,7 @@ def graceful(ctx, new):
                     ),
                     evidence=[
                         Evidence(
-                            ctx.display(sources.IPVSADM_LIST),
+                            ipvs.listing,
                             f"-> {r.target} weight 0 active {r.active}",
                             r.line,
                         )
@@ -201,7 +263,7 @@ def graceful(ctx, new):
             states[state] = states.get(state, 0) + count
     if not gone:
         return
-    expire = ctx.sysctl_value("net.ipv4.vs.expire_nodest_conn")
+    expire = sysctls.value("net.ipv4.vs.expire_nodest_conn") if sysctls is not None else None
     partial = (
         f" (only the first {conns.get('connections_read')} connections were counted)" if conns.get("truncated") else ""
     )
@@ -213,10 +275,10 @@ def graceful(ctx, new):
             if expire is not None and expire.value.strip() == "0"
             else "with expire_nodest_conn = 1 each is dropped at its next packet"
         )
-        evidence = [Evidence(ctx.display(sources.IPVS_CONN), f"{name} -> {target}: {by_state}")]
+        evidence = [Evidence(conn.source, f"{name} -> {target}: {by_state}")]
         fix = [f"ipvsadm -Lnc | grep {target.rsplit(':', 1)[0]}   # the connections"]
         if expire is not None:
-            evidence.append(ev.sysctl(ctx, "net.ipv4.vs.expire_nodest_conn"))
+            evidence.append(sysctls.evidence("net.ipv4.vs.expire_nodest_conn"))
             if expire.value.strip() == "0":
                 fix.append(
                     "sysctl -w net.ipv4.vs.expire_nodest_conn=1   # what kube-proxy sets; persist in /etc/sysctl.d/"
@@ -306,10 +368,9 @@ def ipvs_sysctls(
     "strictARP off in IPVS mode",
     "warning",
     modes=("ipvs",),
-    # whole-rules: a partial bundle holds kube-ipvs0's addresses and the virtual servers of one Service only (the
+    # read nothing of: a partial bundle holds kube-ipvs0's addresses and the virtual servers of one Service only (the
     # LoadBalancer IPs of the others, left out, would pass unseen)
-    needs=("kube-proxy-config", "sysctl", "whole-rules"),
-    uses=("addresses", "ipsets", "ipvs", "preflight", "proxy-mode", "services"),
+    needs=("whole-rules",),
     advice_for="kube-proxy",
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""
@@ -321,14 +382,23 @@ def ipvs_sysctls(
     fix="Set ipvs.strictARP: true in the kube-proxy ConfigMap and restart kube-proxy (needed for MetalLB L2 in IPVS mode).",
     references=("https://metallb.universe.tf/installation/#preparation",),
 )
-def strict_arp(ctx, new):
-    cfg = ctx.kube_proxy_config
-    if not _ipvs_mode(ctx.preflight, ctx.dataplane) or cfg.get("ipvs.strictARP") is True:
+def strict_arp(
+    new,
+    cfg: KubeProxyConfig,
+    sysctls: Sysctls,
+    addresses: Optional[Addresses] = None,
+    ipsets: Optional[Ipsets] = None,
+    ipvs: Optional[Ipvs] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+):
+    if not _ipvs_mode(preflight.mode, proxy.dataplane) or cfg.get("ipvs.strictARP") is True:
         return
-    ignore = ctx.sysctl_value("net.ipv4.conf.all.arp_ignore")
+    ignore = sysctls.value("net.ipv4.conf.all.arp_ignore")
     if ignore is not None and ignore.value.strip() in ("1", "2"):
         return  # ARP is already restricted on the node
-    lb = _lb_addresses(ctx)
+    lb = _lb_addresses(addresses, ipsets, ipvs, services)
     if not lb:
         return  # no LoadBalancer IP or externalIP on kube-ipvs0 / in IPVS: nothing an L2 load balancer announces here
     shown = sorted(lb)[:5]
@@ -339,40 +409,39 @@ def strict_arp(ctx, new):
             "kubectl -n kube-system get configmap kube-proxy -o yaml | sed -e 's/strictARP: false/strictARP: true/' | kubectl apply -f - -n kube-system",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
-        evidence=[e for e in (ev.config(ctx, "ipvs.strictARP"), ev.sysctl(ctx, "net.ipv4.conf.all.arp_ignore")) if e]
+        evidence=[e for e in (cfg.evidence("ipvs.strictARP"), sysctls.evidence("net.ipv4.conf.all.arp_ignore")) if e]
         + [Evidence(src, f"{ip}: {why}") for ip, (src, why) in sorted(lb.items())[:5]],
         subject="node",
         data={"strict_arp": cfg.get("ipvs.strictARP"), "addresses": sorted(lb)},
     )
 
 
-def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
+def _lb_addresses(addresses, ipsets, ipvs, services) -> dict[str, tuple[str, str]]:
     """LoadBalancer ingress IPs and externalIPs this node holds in IPVS mode → (source, how it is known): members of
     kube-proxy's KUBE-LOAD-BALANCER / KUBE-EXTERNAL-IP ipsets, or the API's LoadBalancer IPs, that are bound on
     kube-ipvs0 or are IPVS virtual servers."""
     candidates: dict[str, str] = {}
     for name in ("KUBE-LOAD-BALANCER", "KUBE-EXTERNAL-IP"):
-        s = (ctx.ipsets or {}).get(name)
+        s = ((ipsets.sets if ipsets is not None else None) or {}).get(name)
         for raw in getattr(s, "raw_entries", None) or []:
             candidates.setdefault(str(raw).split(",", 1)[0].strip(), f"in ipset {name}")
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
-    for svc in svcs or []:
+    for svc in services.every if services is not None else ():
         for ing in ((svc.raw.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
             if isinstance(ing, dict) and ing.get("ip"):
                 candidates.setdefault(ing["ip"], f"LoadBalancer IP of {svc.key}")
         for ip in svc.spec.get("externalIPs") or []:
             candidates.setdefault(str(ip), f"externalIP of {svc.key}")
     bound = None
-    for link in ctx.ip_addr or []:
+    for link in addresses.links if addresses is not None else []:
         if link.get("ifname") == "kube-ipvs0":
             bound = {a.get("local") for a in link.get("addr_info") or []}
-    vips = {str(k[1]) for k in (ctx.ipvs or {})}
+    vips = {str(k[1]) for k in (ipvs.services if ipvs is not None else {})}
     out = {}
     for ip, why in candidates.items():
         if bound is not None and ip in bound:
-            out[ip] = (ctx.display(sources.IP_ADDR), f"bound on kube-ipvs0 ({why})")
+            out[ip] = (addresses.source, f"bound on kube-ipvs0 ({why})")
         elif ip in vips:
-            out[ip] = (ctx.display(sources.IPVSADM), f"IPVS virtual server ({why})")
+            out[ip] = (ipvs.source, f"IPVS virtual server ({why})")
     return out
 
 
@@ -382,8 +451,6 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     "kube-proxy's ipsets missing in IPVS mode",
     "error",
     modes=("ipvs",),
-    needs=("iptables",),
-    uses=("ipsets", "modules", "preflight", "proxy-mode"),
     advice_for="kube-proxy",
     preflight=("ipvs",),
     symptom="In IPVS mode, masquerading and NodePorts misbehave; kube-proxy logs ipset errors.",
@@ -395,18 +462,25 @@ def _lb_addresses(ctx) -> dict[str, tuple[str, str]]:
     """,
     fix="Install ipset (apt-get/dnf install ipset), load ip_set (modprobe ip_set), restart kube-proxy.",
 )
-def ipvs_ipset(ctx, new):
-    if not _ipvs_mode(ctx.preflight, ctx.dataplane):
+def ipvs_ipset(
+    new,
+    rules: KubeProxyRules,
+    ipsets: Optional[Ipsets] = None,
+    modules: Optional[ModulesOnDisk] = None,
+    preflight: Optional[Preflight] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    if not _ipvs_mode(preflight.mode, proxy.dataplane):
         return
-    sets = ctx.ipsets
+    sets = ipsets.sets
     if sets is not None and "KUBE-CLUSTER-IP" in sets:
         return
-    if _preflight(ctx.preflight):
+    if _preflight(preflight.mode):
         if sets is not None:
             # before the switch kube-proxy has made no set yet: what the node needs is ipset working, and it answered
             return
-        available = ctx.modules_available
-        not_loaded = any("not loaded" in p.error for p in ctx.problems_with(sources.IPSET))
+        available = modules.available
+        not_loaded = any("not loaded" in p.error for p in ipsets.problems)
         if not_loaded and available is not None and "ip_set" in available:
             return  # ip_set is on disk: the first ipset command (kube-proxy's) loads it
     why = (
@@ -414,9 +488,9 @@ def ipvs_ipset(ctx, new):
         if sets is not None
         else "no ipsets could be read (ipset save failed or ip_set is not loaded)"
     )
-    rs = ctx.iptables()
+    rs = rules.ruleset
     refs = [r for r in (rs.iter_rules() if rs else []) if "--match-set" in r.text][:2]
-    who = "IPVS mode (preflight) needs ipset, but" if _preflight(ctx.preflight) else "kube-proxy runs IPVS mode but"
+    who = "IPVS mode (preflight) needs ipset, but" if _preflight(preflight.mode) else "kube-proxy runs IPVS mode but"
     yield new(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=(
@@ -425,7 +499,7 @@ def ipvs_ipset(ctx, new):
             "modprobe ip_set",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
-        evidence=[Evidence(ctx.display(sources.IPSET), why)] + [ev.rule(r) for r in refs],
+        evidence=[Evidence(ipsets.source, why)] + [ev.rule(r) for r in refs],
         subject="node",
     )
 

@@ -7,12 +7,11 @@ import re
 from typing import Optional
 
 from kpdiag import dataplane as dataplanes
-from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.bundle.store import list_items
 from kpdiag.state.typed import (
+    EndpointSlices,
     KubeProxyConfig,
     KubeProxyHealthz,
     KubeProxyLog,
@@ -20,7 +19,9 @@ from kpdiag.state.typed import (
     KubeProxyMode,
     KubeProxyRules,
     Manifest,
+    NodeObject,
     ProxyMode,
+    Services,
 )
 
 _USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")
@@ -439,22 +440,11 @@ def no_cluster_cidr(new, cfg: Optional[KubeProxyConfig] = None, rules: Optional[
     )
 
 
-def _node_names(doc) -> list[str]:
-    items = list_items(doc) if list_items(doc) is not None else [doc]
-    return [
-        str((i.get("metadata") or {}).get("name"))
-        for i in items
-        if isinstance(i, dict) and isinstance(i.get("metadata"), dict) and (i.get("metadata") or {}).get("name")
-    ]
-
-
 @check(
     "KP711",
     "hostname-override-mismatch",
     "kube-proxy's hostnameOverride is not this node's name",
     "error",
-    needs=("kube-proxy-config",),
-    uses=("endpointslices", "manifest", "node-object", "services"),
     severities=("error",),
     advice_for="kube-proxy",
     symptom="Services with externalTrafficPolicy: Local (NodePorts, LoadBalancers) or internalTrafficPolicy: Local "
@@ -471,21 +461,27 @@ def _node_names(doc) -> list[str]:
     fix="Set hostnameOverride to the Node's name (or remove it: kubeadm's DaemonSet passes --hostname-override=$(NODE_NAME)) "
     "and restart kube-proxy.",
 )
-def hostname_override(ctx, new):
-    cfg = ctx.kube_proxy_config
+def hostname_override(
+    new,
+    cfg: KubeProxyConfig,
+    slices: Optional[EndpointSlices] = None,
+    manifest: Optional[Manifest] = None,
+    node_object: Optional[NodeObject] = None,
+    api: Optional[Services] = None,
+):
     raw = cfg.get("hostnameOverride")
     if not isinstance(raw, str) or not raw.strip():
         return  # kube-proxy uses the host name (or the --hostname-override flag kubeadm passes): nothing to compare
     override = raw.strip().lower()  # as kube-proxy reads it
-    nodes = _node_names(ctx.source(sources.NODES)) if ctx.has(sources.NODES) else []
-    services = ctx.cluster.services() if ctx.has(sources.SERVICES) else None
+    nodes = node_object.names()
+    services = list(api.every) if api is not None else None
     on_nodes = {ep.node for svc in services or [] for ep in svc.endpoints if ep.node}
     if len(nodes) == 1:
-        node, how = nodes[0], f"the Node object in {ctx.display(sources.NODES)}"
+        node, how = nodes[0], f"the Node object in {node_object.source}"
     elif override in nodes or override in on_nodes:
         return  # a node the API knows by that name
-    elif ctx.node_name and ctx.node_name in on_nodes:
-        node, how = ctx.node_name, "this node's name in the EndpointSlices' nodeName"
+    elif manifest.node and manifest.node in on_nodes:
+        node, how = manifest.node, "this node's name in the EndpointSlices' nodeName"
     else:
         raise Skip(
             f"needs this node's Node object ({sources.NODES}) or EndpointSlices naming it to compare hostnameOverride with"
@@ -500,10 +496,10 @@ def hostname_override(ctx, new):
         else "any Service with externalTrafficPolicy/internalTrafficPolicy: Local gets no traffic through this node"
         + (" (none exists now)" if services is not None else "")
     )
-    evidence = [ev.config(ctx, "hostnameOverride"), Evidence(ctx.display(sources.NODES), f"metadata.name: {node}")]
+    evidence = [cfg.evidence("hostnameOverride"), Evidence(node_object.source, f"metadata.name: {node}")]
     if how.startswith("this node's name"):
-        evidence[1] = Evidence(ctx.display(sources.ENDPOINTSLICES), f"endpoints with nodeName: {node}")
-    evidence += [Evidence(ctx.display(sources.SERVICES), f"{key}: a Local traffic policy") for key in affected[:3]]
+        evidence[1] = slices.evidence(f"endpoints with nodeName: {node}")
+    evidence += [Evidence(api.source, f"{key}: a Local traffic policy") for key in affected[:3]]
     yield new(
         f"kube-proxy's hostnameOverride {raw.strip()!r} is not this node's name {node!r} (from {how}): kube-proxy "
         "finds no local endpoints, so it drops externalTrafficPolicy: Local and internalTrafficPolicy: Local traffic "

@@ -5,11 +5,22 @@ from __future__ import annotations
 from typing import Optional
 
 from kpdiag import dataplane as dataplanes
-from kpdiag import evidence as ev
-from kpdiag.checkapi import check
+from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from kpdiag.state.typed import Kernel, KubeProxyConfig, NftVersion, Preflight, ProxyMode
+from kpdiag.state.typed import (
+    EndpointSlices,
+    Focus,
+    Kernel,
+    KubeProxyConfig,
+    Manifest,
+    Nft,
+    NftVersion,
+    NodeObject,
+    Preflight,
+    ProxyMode,
+    Services,
+)
 
 from . import dataplane
 
@@ -80,8 +91,6 @@ def prerequisites(
     "error",
     shows=("stale-rules",),
     modes=("nftables",),
-    needs=("services", "endpointslices", "nft"),
-    uses=("focus", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="The Service works from other nodes, not from this one (rejected or dropped by cluster-ips-check).",
     why="""
@@ -92,8 +101,17 @@ def prerequisites(
     """,
     fix="Check kube-proxy on this node (log, /healthz); restart it.",
 )
-def service_missing(ctx, new):
-    yield from dataplane.missing(ctx, new, dataplane.NFTABLES)
+def service_missing(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    nft: Nft,
+    focus: Optional[Focus] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    dp = dataplanes.get("nftables")
+    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus)
+    yield from dataplane.unprogrammed(new, dp, views, services)
 
 
 @check(
@@ -103,8 +121,6 @@ def service_missing(ctx, new):
     "error",
     shows=("stale-rules",),
     modes=("nftables",),
-    needs=("services", "endpointslices", "nft"),
-    uses=("focus", "manifest", "node-object", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="A share of connections to the Service fails or reaches old pods on this node.",
     why="""
@@ -115,8 +131,19 @@ def service_missing(ctx, new):
     """,
     fix="Find why kube-proxy on this node is stale (log, /healthz) and restart it.",
 )
-def endpoints_mismatch(ctx, new):
-    yield from dataplane.mismatch(ctx, new, dataplane.NFTABLES)
+def endpoints_mismatch(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    nft: Nft,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    node: Optional[NodeObject] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    dp = dataplanes.get("nftables")
+    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus)
+    yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
 
 
 def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
@@ -140,8 +167,7 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
     "NodePorts on 127.0.0.1 do not work in nftables mode",
     "warning",
     modes=("nftables",),
-    needs=("nft", "kube-proxy-config", "whole-rules"),  # every NodePort of the node (a partial bundle holds one's)
-    uses=("proxy-mode",),
+    needs=("whole-rules",),  # every NodePort of the node (a partial bundle holds one's)
     advice_for="kube-proxy",
     symptom="curl 127.0.0.1:<nodePort> on the node hangs or is refused, while <node IP>:<nodePort> works; host agents and "
     "health checks that use localhost broke after switching kube-proxy to nftables mode.",
@@ -155,17 +181,20 @@ def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:
     fix="Point local clients at the node's IP (or the ClusterIP) instead of 127.0.0.1; nodePortAddresses chooses which "
     "node addresses accept NodePorts.",
 )
-def localhost_nodeport(ctx, new):
-    rs, prog = dataplane.nft_programmed(ctx)
-    cfg = ctx.kube_proxy_config
+def localhost_nodeport(new, nft: Nft, cfg: KubeProxyConfig, proxy: Optional[ProxyMode] = None):
+    dp = dataplanes.get("nftables")
+    why = dp.ports_skip(proxy.dataplane, None, nft)
+    if why:
+        raise Skip(why)
+    rs = nft.ruleset()
     wants = []
     if cfg.get("iptables.localhostNodePorts") is True:
-        wants.append(ev.config(ctx, "iptables.localhostNodePorts"))
+        wants.append(cfg.evidence("iptables.localhostNodePorts"))
     addrs = cfg.get("nodePortAddresses") or []
     if isinstance(addrs, str):
         addrs = [addrs]
     if any(str(a).startswith(("127.", "::1")) for a in addrs):
-        wants.append(ev.config(ctx, "nodePortAddresses"))
+        wants.append(cfg.evidence("nodePortAddresses"))
     wants = [w for w in wants if w]
     if not wants:
         return  # nothing on this node asks for localhost NodePorts

@@ -44,10 +44,6 @@ def _services(ctx, allow_headless: bool = False):
     return _pick(ctx.services_in_focus(), ctx.focus, allow_headless)
 
 
-def _svc_ev(ctx, svc, what: str) -> Evidence:
-    return Evidence(ctx.display(SVC_SRC), f"{svc.key}: {what}")
-
-
 def node_here(node: NodeObject | None, manifest: Manifest | None) -> str | None:
     """This node's name: the API's Node, else the manifest's (None: unknown)."""
     return (node.name if node else None) or (manifest.node if manifest else None) or None
@@ -59,32 +55,6 @@ def usable_here(svc, port, node: NodeObject | None, manifest: Manifest | None, f
     from kpdiag.state.cluster import usable_endpoints
 
     return usable_endpoints(svc, port, node=node_here(node, manifest), zone=node.zone if node else None, family=family)
-
-
-def usable(ctx, svc, port, family: int | None = None):
-    """``usable_here`` for the checks still written as (ctx, new)."""
-    from kpdiag.state.cluster import usable_endpoints
-
-    return usable_endpoints(
-        svc, port, node=ctx.cluster.node_name() or ctx.node_name or None, zone=ctx.cluster.node_zone(), family=family
-    )
-
-
-def wanted_targets(ctx, svc, port, family: int = 4) -> set[str] | None:
-    """The DNAT targets this node should have for a ClusterIP port in the rules of IP version ``family``, as kube-proxy
-    counts them: its usable endpoints of that family (ready, else serving-terminating; narrowed by topology hints;
-    only this node's under internalTrafficPolicy: Local). None when that cannot be told (node name or zone unknown)."""
-    eps = usable(ctx, svc, port, family).internal(svc)
-    if eps is None:
-        return None
-    return {hostport(e.ip, svc.target_of(e, port)) for e in eps}
-
-
-def drift(ctx, have: set[str], want: set[str], verb: str = "the node DNATs to") -> tuple[str, Evidence]:
-    """For KP203/KP303/KP403: what a node sends to that the API does not list (and the reverse), and the API's side."""
-    gone, missing = sorted(have - want), sorted(want - have)
-    text = f"{verb} {', '.join(gone) or 'no stale endpoint'}" + (f" and misses {', '.join(missing)}" if missing else "")
-    return text, Evidence(ctx.display(EPS_SRC), f"ready: {', '.join(sorted(want))}")
 
 
 def port_data(svc, port: dict, **more) -> dict:

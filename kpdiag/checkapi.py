@@ -182,8 +182,9 @@ def check(
         nonlocal needs, uses
         params = typed.parameters(fn) if scope == "node" else None
         if params:
-            needs = needs + tuple(t.INPUT for _, t, opt in params if not opt and t.INPUT not in needs)
-            uses = uses + tuple(t.INPUT for _, t, opt in params if opt and t.INPUT not in uses + needs)
+            # (two views of one input, Modules and ModulesOnDisk, declare it once)
+            needs = needs + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if not opt and t.INPUT not in needs))
+            uses = uses + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if opt and t.INPUT not in uses + needs))
             broker.validate(id, scope, needs, uses)
         # ----
         spec = CheckSpec(

@@ -92,15 +92,6 @@ def iptables_programmed(ruleset, port, have) -> Evidence:
     return Evidence(ruleset.source, f'KUBE-SERVICES: "{port.name} has no local endpoints" -j DROP')
 
 
-def ipvs_absent(ctx, flag: str, addr: str) -> Evidence:
-    return Evidence(ctx.display(sources.IPVSADM), f"no -A {flag} {addr}")
-
-
-def ipvs_reals(ctx, vs, have) -> Evidence:
-    """A virtual server (kpdiag.parse.ipvs.VirtualService) and the real servers it sends new connections to."""
-    return Evidence(ctx.display(sources.IPVSADM), f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line)
-
-
 def nft_absent(ruleset, family: str, key: tuple) -> Evidence:
     """``key``: (ClusterIP, protocol, port), as kpdiag.state.kube_nft keys the service-ips map."""
     return Evidence(ruleset.source, f"map {family} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")

@@ -6,6 +6,7 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass, field
+from typing import Iterable
 
 _REGISTRY: dict[str, Dataplane] = {}
 _LOADED = False
@@ -90,6 +91,72 @@ class Dataplane:
 
     def not_where_services_live(self, running: Dataplane) -> str:
         return f"kube-proxy runs in {running.name} mode: {self.services_live} not where Services live"
+
+    # ---- its Service ports (checks/dataplane.py: "missing" and "mismatch", the same for every mode)
+    ports_verb: str = "the node DNATs to"  # how a drift says where new connections go
+    counts_share: bool = False  # a drift also says which share of connections goes astray (iptables' words)
+
+    def ports_skip(self, running: Dataplane, preflight: str | None, table) -> str | None:
+        """Why its Service ports cannot be judged here (None: they can): kube-proxy runs another known mode, or
+        ``table`` (its rules as a typed input: KubeProxyRules, Ipvs, Nft) cannot show them."""
+        if running.known and running is not self:
+            return self.not_where_services_live(running)
+        return None
+
+    def port_views(self, services, table) -> Iterable[PortView]:
+        """Each port of ``services`` (kpdiag.state.cluster.Svc) on each ClusterIP, as ``table`` programs it."""
+        return ()
+
+    def missing_words(self, view: PortView) -> Words:
+        raise NotImplementedError(f"{self.name} judges no Service ports")
+
+    def mismatch_words(self, view: PortView, have: set, text: str) -> Words:
+        raise NotImplementedError(f"{self.name} judges no Service ports")
+
+
+@dataclass
+class PortView:
+    """One Service port on one ClusterIP, as the API defines it and as a dataplane's rules program it."""
+
+    svc: object
+    port: dict
+    family: int  # 4 or 6
+    ip: str  # the ClusterIP of that family
+    ready: int  # ready endpoints of that family in the API
+    programmed: object | None  # the mode's object (KUBE-SVC chain, virtual server, nft chain); None: not programmed
+    endpoints: frozenset[str] = frozenset()  # where it sends new connections ("ip:port", "[ip6]:port")
+    context: object = None  # the mode's own extras for its words (the ruleset, the map family, the key)
+
+    @property
+    def number(self) -> int:
+        return int(self.port.get("port"))
+
+    @property
+    def proto(self) -> str:
+        return (self.port.get("protocol") or "TCP").lower()
+
+    @classmethod
+    def of(cls, svc, port, family: int, ip: str, programmed, endpoints=frozenset(), context=None) -> PortView:
+        ready = sum(1 for e in svc.endpoints_for(port, family=family) if e.ready)
+        return cls(svc, port, family, ip, ready, programmed, frozenset(endpoints), context)
+
+
+@dataclass(frozen=True)
+class Words:
+    """One finding's words in one mode: the summary, the commands that show the rules, and where they say it."""
+
+    summary: str
+    fix: tuple[str, ...]
+    rules: object  # kpdiag.model.Evidence: the rule, virtual server or map element (or its absence)
+
+
+def cluster_ips(svc) -> list[tuple[int, str]]:
+    """A Service's ClusterIPs with their IP version."""
+    return [(6 if ":" in ip else 4, ip) for ip in svc.cluster_ips]
+
+
+KUBE_PROXY_LOG = "kubectl -n kube-system logs <kube-proxy pod on this node> --tail=100"
+KUBE_PROXY_RESTART = "kubectl -n kube-system delete pod <kube-proxy pod on this node>"
 
 
 class _Other(Dataplane):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import Dataplane, dataplane
+from kpdiag.dataplane.base import KUBE_PROXY_LOG, KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane
 
 
 @dataplane
@@ -16,6 +16,7 @@ class Iptables(Dataplane):
     has_own_tracer = True
     shows_local_policy = True  # KUBE-SVL, or a DROP "has no local endpoints"
     not_in_use = ("ipvs",)
+    counts_share = True
 
     def signs(self, state) -> str | None:
         rs = state.iptables()
@@ -45,3 +46,55 @@ class Iptables(Dataplane):
 
         rs = state.iptables("ip6tables-save")
         return None if rs is None else IptablesTracer(rs, state.routing, state.ipsets)
+
+    def port_views(self, services, rules):
+        """``rules``: kpdiag.state.typed.KubeProxyRules (the KUBE-SVC/KUBE-SVL chains of state/kube_rules.py)."""
+        for svc in services:
+            done = set()
+            for family, ip in cluster_ips(svc):
+                if family in done:
+                    continue
+                done.add(family)
+                which = "ip6tables-save" if family == 6 else "iptables-save"
+                rs = rules.dump(which)
+                if rs is None:
+                    continue  # a dual-stack Service's IPv6 side is judged only when ip6tables-save was read
+                progs = rules.programmed_in(which) or {}
+                for port in svc.ports:
+                    name = svc.kube_proxy_name(port)
+                    prog = progs.get(name)
+                    present = prog is not None and bool(prog.chain or prog.local_policy)  # KUBE-SVC/SVL, Local's DROP
+                    yield PortView.of(
+                        svc,
+                        port,
+                        family,
+                        ip,
+                        prog if present else None,
+                        prog.endpoints if present else (),
+                        (rs, name),
+                    )
+
+    def missing_words(self, v: PortView) -> Words:
+        from kpdiag import evidence as ev
+
+        rs, name = v.context
+        v6 = " (IPv6)" if v.family == 6 else ""
+        return Words(
+            f"{v.svc.key} port {v.number}{v6} has ready endpoints in the API but no rule on this node: kube-proxy has not programmed it",
+            (
+                "kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide   # running on this node?",
+                KUBE_PROXY_LOG,
+                f"{'ip6tables-save' if v.family == 6 else 'iptables-save'} -t nat | grep -F '{name}'",
+            ),
+            ev.iptables_absent(rs, name),
+        )
+
+    def mismatch_words(self, v: PortView, have: set, text: str) -> Words:
+        from kpdiag import evidence as ev
+
+        rs, _ = v.context
+        return Words(
+            f"{v.svc.key} port {v.number}{' (IPv6)' if v.family == 6 else ''}: {text}",
+            (KUBE_PROXY_LOG, KUBE_PROXY_RESTART + "   # forces a full resync"),
+            ev.iptables_programmed(rs, v.programmed, have),
+        )

@@ -3,7 +3,7 @@ bound on kube-ipvs0, and iptables/ipset rules around them (KUBE-IPVS-FILTER, KUB
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import Dataplane, dataplane
+from kpdiag.dataplane.base import KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane, get
 
 
 @dataplane
@@ -23,6 +23,50 @@ class Ipvs(Dataplane):
     reads_one_service = True  # the Service's virtual servers one by one over netlink (kpdiag/collect/ipvs_rules.py)
     per_service_reject_comments = False
     trace_sources = ("iptables-save", "ipvsadm", "ipset", "ip-addr", "ip-route", "sysctl")
+
+    ports_verb = "IPVS sends new connections to"
+
+    def ports_skip(self, running, preflight, table) -> str | None:
+        if get(preflight).services_in_ipvs:  # --preflight ipvs: whatever runs now
+            return None
+        if not running.known:
+            return "kube-proxy's mode is unknown (no /proxyMode, configuration or rules)"
+        return super().ports_skip(running, preflight, table)
+
+    def port_views(self, services, ipvs):
+        """``ipvs``: kpdiag.state.typed.Ipvs; a port's endpoints are its real servers of weight > 0."""
+        for svc in services:
+            for port in svc.ports:
+                for family, ip in cluster_ips(svc):  # IPVS holds both families' virtual servers
+                    key = ((port.get("protocol") or "TCP").lower(), ip, int(port.get("port")))
+                    vs = ipvs.services.get(key)
+                    reals = (r.target for r in vs.reals if r.weight > 0) if vs is not None else ()
+                    yield PortView.of(svc, port, family, ip, vs, reals, (ipvs, key))
+
+    def missing_words(self, v: PortView) -> Words:
+        from kpdiag.parse.addr import hostport
+
+        ipvs, (proto, ip, number) = v.context
+        addr = hostport(ip, number)
+        return Words(
+            f"{v.svc.key} {addr}/{proto} has ready endpoints but no IPVS virtual server on this node",
+            (
+                f"ipvsadm -Ln {_flag(proto)} {addr}",
+                "kubectl -n kube-system logs <kube-proxy pod on this node> | grep -iE 'ipvs|ipset' | tail",
+            ),
+            ipvs.absent(_flag(proto), addr),
+        )
+
+    def mismatch_words(self, v: PortView, have: set, text: str) -> Words:
+        from kpdiag.parse.addr import hostport
+
+        ipvs, (proto, ip, number) = v.context
+        vs = v.programmed
+        return Words(
+            f"{v.svc.key} {vs.name}: {text}",
+            (f"ipvsadm -Ln {_flag(proto)} {hostport(ip, number)}", KUBE_PROXY_RESTART),
+            ipvs.reals(vs, have),
+        )
 
     def signs(self, state) -> str | None:
         from kpdiag.bundle import sources
@@ -80,3 +124,7 @@ def _bound(state) -> set[str] | None:
         if link.get("ifname") == "kube-ipvs0":
             return {a.get("local") for a in link.get("addr_info") or [] if a.get("local")}
     return None
+
+
+def _flag(proto: str) -> str:
+    return "-t" if proto == "tcp" else "-u"

@@ -3,7 +3,7 @@ maps, service-/local-/endpoint- chains; cluster-ips-check rejects what no Servic
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import Dataplane, dataplane
+from kpdiag.dataplane.base import KUBE_PROXY_LOG, KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane
 
 
 @dataplane
@@ -59,3 +59,64 @@ class Nftables(Dataplane):
         from kpdiag.bundle import sources
 
         return state.nft(), sources.NFT_RULESET, "an nftables ruleset"
+
+    def ports_skip(self, running, preflight, nft) -> str | None:
+        """``nft``: kpdiag.state.typed.Nft."""
+        from kpdiag.bundle import sources
+
+        why = super().ports_skip(running, preflight, nft)
+        if why:
+            return why
+        if not nft.kube_proxy_family:  # (and no need to parse a big iptables-nft ruleset)
+            return "no kube-proxy nftables table on this node (table ip/ip6 kube-proxy): not nftables mode"
+        if nft.ruleset() is None:
+            return f"{sources.NFT_RULESET} could not be parsed (see 'could not read')"
+        return None
+
+    def port_views(self, services, nft):
+        """``nft``: kpdiag.state.typed.Nft (the service-/local- chains of state/kube_nft.py)."""
+        from kpdiag.state.kube_nft import programmed_nft
+
+        rs = nft.ruleset()
+        prog = programmed_nft(rs)
+        for svc in services:
+            for port in svc.ports:
+                for family, ip in cluster_ips(svc):  # a dual-stack Service's IPv6 side is in table ip6 kube-proxy
+                    key = (ip, (port.get("protocol") or "TCP").lower(), int(port.get("port")))
+                    p = prog.get(key)
+                    present = p is not None and bool(p.chain or p.local_policy)  # service-/local- chain, Local's drop
+                    yield PortView.of(
+                        svc,
+                        port,
+                        family,
+                        ip,
+                        p if present else None,
+                        p.endpoints if present else (),
+                        (rs, key, "ip6" if family == 6 else "ip"),
+                    )
+
+    def missing_words(self, v: PortView) -> Words:
+        from kpdiag import evidence as ev
+
+        rs, key, fam = v.context
+        return Words(
+            f"{v.svc.key} {key[0]}:{key[2]}/{key[1]} has ready endpoints, but kube-proxy's service-ips map on this node has no entry for it",
+            (f"nft list map {fam} kube-proxy service-ips | grep -F " + key[0], KUBE_PROXY_LOG),
+            ev.nft_absent(rs, fam, key),
+        )
+
+    def mismatch_words(self, v: PortView, have: set, text: str) -> Words:
+        from kpdiag import evidence as ev
+
+        rs, key, fam = v.context
+        p = v.programmed
+        return Words(
+            f"{v.svc.key} {key[0]}:{key[2]}: {text}",
+            (
+                f"nft list chain {fam} kube-proxy '{p.chain}'"
+                if p.chain
+                else f"nft list map {fam} kube-proxy no-endpoint-services",
+                KUBE_PROXY_RESTART,
+            ),
+            ev.nft_programmed(rs, fam, p, have),
+        )

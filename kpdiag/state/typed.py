@@ -831,10 +831,32 @@ class NodeObject(Typed):
     INPUT: ClassVar[str] = "node-object"
     name: str | None
     zone: str | None
+    source: str = ""  # how evidence names cluster/nodes.json
+    _doc: typing.Callable = field(default=lambda: None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ctx):
-        return cls(ctx.cluster.node_name(), ctx.cluster.node_zone())
+        return cls(
+            ctx.cluster.node_name(),
+            ctx.cluster.node_zone(),
+            ctx.display(sources.NODES),
+            lambda: ctx.source(sources.NODES) if ctx.has(sources.NODES) else None,
+        )
+
+    def names(self) -> list[str]:
+        """The names of the Node objects in cluster/nodes.json (a List, or one Node), read on first use ([] without
+        the file)."""
+        from kpdiag.bundle.store import list_items
+
+        doc = self._doc()
+        if doc is None:
+            return []
+        items = list_items(doc) if list_items(doc) is not None else [doc]
+        return [
+            str((i.get("metadata") or {}).get("name"))
+            for i in items
+            if isinstance(i, dict) and isinstance(i.get("metadata"), dict) and (i.get("metadata") or {}).get("name")
+        ]
 
 
 @dataclass(frozen=True)
@@ -929,3 +951,130 @@ class Tracer(Typed):
 
     def if_forwarding(self):
         return self._forwarding()
+
+
+# --- typed inputs of the dataplane checks (h/typeddp)
+
+
+@dataclass(frozen=True)
+class Ipvs(Typed):
+    """The IPVS table (``ipvsadm -Sn``, else ``ipvsadm -Ln``): virtual servers by (proto, address, port)
+    (kpdiag.parse.ipvs.VirtualService: name, addr, reals, line)."""
+
+    INPUT: ClassVar[str] = "ipvs"
+    source: str  # how evidence names ipvsadm -Sn
+    services: typing.Mapping
+    listing: str | None  # how evidence names ipvsadm -Ln (its connection counts), None when it was not collected
+
+    @classmethod
+    def build(cls, ctx):
+        services = ctx.ipvs
+        if services is None:
+            return None
+        listed = ctx.display(sources.IPVSADM_LIST) if ctx.has(sources.IPVSADM_LIST) else None
+        return cls(ctx.display(sources.IPVSADM), services, listed)
+
+    def absent(self, flag: str, addr: str) -> Evidence:
+        """No virtual server ``flag`` (-t/-u) ``addr``."""
+        return Evidence(self.source, f"no -A {flag} {addr}")
+
+    def reals(self, vs, have) -> Evidence:
+        """A virtual server and the real servers it sends new connections to."""
+        return Evidence(self.source, f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line)
+
+
+@dataclass(frozen=True)
+class IpvsConnections(Typed):
+    """IPVS's connection table (/proc/net/ip_vs_conn), counted: ``doc["entries"]`` ({proto, vaddr, vport, daddr,
+    dport, state, count}), ``truncated``, ``connections_read``."""
+
+    INPUT: ClassVar[str] = "ipvs-conn"
+    source: str
+    doc: typing.Mapping
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.ipvs_conn
+        return None if doc is None else cls(ctx.display(sources.IPVS_CONN), doc)
+
+
+@dataclass(frozen=True)
+class ServiceImplementer(Typed):
+    """Who implements Services on this node (kpdiag/state/service_proxy.py ``Implementer``: kube-proxy, a replacement,
+    nothing of Kubernetes; its evidence, leftovers, pod). ``implementer`` is None when that cannot be told."""
+
+    INPUT: ClassVar[str] = "implementer"
+    implementer: object
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.service_implementer)
+
+
+class NodeProcesses(Processes):
+    """``Processes`` read through the named input "processes" (its skip reason says "the node's processes")."""
+
+    INPUT: ClassVar[str] = "processes"
+
+
+@dataclass(frozen=True)
+class Ipsets(Typed):
+    """kube-proxy's ipsets (``ipset save``, kpdiag.parse.ipset: name → set with ``raw_entries``); ``sets`` is None when
+    they could not be read, and ``problems`` says why (the collector's or parser's words). Always there."""
+
+    INPUT: ClassVar[str] = "ipsets"
+    source: str
+    sets: typing.Mapping | None
+    problems: tuple = ()  # kpdiag.bundle problems recorded with ipset save (error, source)
+
+    @classmethod
+    def build(cls, ctx):
+        sets = ctx.ipsets
+        return cls(ctx.display(sources.IPSET), sets, tuple(ctx.problems_with(sources.IPSET)))
+
+
+@dataclass(frozen=True)
+class ModulesOnDisk(Typed):
+    """The kernel modules modprobe can load (modules.dep; None: not collected) and whether /proc/modules exists,
+    whether or not it could be read (``Modules`` is there only when it was). Always there."""
+
+    INPUT: ClassVar[str] = "modules"
+    available: frozenset | None
+    source: str  # how evidence names the list of modules on disk
+    proc_modules: bool  # /proc/modules was collected (a kernel without loadable modules has none)
+
+    @classmethod
+    def build(cls, ctx):
+        avail = ctx.modules_available
+        return cls(
+            None if avail is None else frozenset(avail),
+            ctx.display(sources.MODULES_AVAILABLE),
+            ctx.has(sources.MODULES),
+        )
+
+
+@dataclass(frozen=True)
+class IpvsProblems(Typed):
+    """What collecting the IPVS table ran into (``problems``: error, source), whether or not it was read — "not
+    loaded" is the sign that IPVS is not in the kernel. Always there."""
+
+    INPUT: ClassVar[str] = "ipvs"
+    problems: tuple
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(tuple(ctx.problems_with(sources.IPVSADM)))
+
+
+@dataclass(frozen=True)
+class IptablesBackends(Typed):
+    """Both iptables backends' dumps (iptables-legacy-save, iptables-nft-save; None: not collected), whether or not
+    iptables-save itself was (``KubeProxyRules`` is there only when it was). Always there."""
+
+    INPUT: ClassVar[str] = "iptables"
+    legacy: object  # kpdiag.parse.iptables.Ruleset
+    nft: object
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.iptables("iptables-legacy-save"), ctx.iptables("iptables-nft-save"))

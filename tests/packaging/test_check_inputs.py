@@ -24,9 +24,9 @@ from kpdiag.state import inputs as broker
 from kpdiag.bundle import sources
 from kpdiag.checkapi import check, load_registry, run_checks
 
-# calls that receive the inputs and are followed another way: the dataplane adapters' functions are read through the
-# module-level Adapter(...) assignments that name them (IPTABLES = Adapter("iptables", _iptables_views, …))
-FOLLOWED_ELSEWHERE = {"adapter.views", "adapter.missing_words", "adapter.mismatch_words"}
+# calls that receive the inputs and are followed another way (none left: the dataplane adapters that were read
+# through module-level Adapter(...) assignments are methods of the dataplane classes, called with typed values)
+FOLLOWED_ELSEWHERE: set[str] = set()
 NAMES = {"__class__", "__name__", "__qualname__", "__doc__"}  # dunders that only name things (an exception's class)
 SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
 OWN = SOURCE_METHODS | {"cluster", "check_id", "declared", "violations"}
@@ -339,7 +339,7 @@ def test_the_analysis_sees_reads_through_helpers_and_adapters():
     from kpdiag.checks import hostnet
 
     spec = load_registry(plugins=False).get("KP202")
-    assert {"iptables", "programmed"} <= reads.of(spec.fn)  # dataplane.missing → IPTABLES adapter → _iptables_views
+    assert {"iptables", "programmed"} <= reads.of(spec.fn)  # dataplane.missing → _iptables_views
     assert "src:" + sources.CONNTRACK in reads.of(load_registry(plugins=False).get("KP504").fn)
     # a helper given the source as an argument: typed._api_list(ctx, sources.DNS_SERVICE) → ctx.source(rel)
     # a loop over a module-level tuple of sources: for rel in HTTP_SOURCES: ctx.has(rel)
