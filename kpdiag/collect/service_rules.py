@@ -749,6 +749,16 @@ def _moves(items: list[dict]) -> str:
     return ", ".join(dict.fromkeys(found))
 
 
+_IPTABLES_MOVES = re.compile(rb"^-A (\S+) .*-j (DNAT|REDIRECT|NETMAP|TPROXY)\b", re.M)
+
+
+def _iptables_moves(dumps) -> str:
+    """The targets of iptables-save ``dumps`` (bytes or None) that can give a packet another destination, as
+    'CHAIN: TARGET, …' ('' when none)."""
+    found = [f"{m[1].decode()}: {m[2].decode()}" for data in dumps if data for m in _IPTABLES_MOVES.finditer(data)]
+    return ", ".join(list(dict.fromkeys(found))[:3]) + (", …" if len(set(found)) > 3 else "")
+
+
 class NftablesFocused:
     """nftables mode: kube-proxy's table(s) read over netlink for one Service (:class:`NftWalk`), iptables and the
     other nftables tables as a full run reads them."""
@@ -794,6 +804,12 @@ class NftablesFocused:
             raise NotFocused(f"netlink: {exc.strerror or exc}") from None
         finally:
             iptables.join()
+        moves = _iptables_moves(c.out.files.get(rel) for rel in (sources.IPTABLES_SAVE, sources.IP6TABLES_SAVE))
+        if moves:  # the kernel runs iptables' nat rules at the same hooks: kube-proxy's maps then see their address
+            raise NotFocused(
+                f"iptables rules can change the packet's destination ({moves}): which of kube-proxy's map elements "
+                "it meets cannot be told from its destination"
+            )
         c._timed(f"{sources.NFT_RULESET} (focused)", t)
         c._run(sources.NFT_VERSION, "nft", ["--version"])
         others = [tn for tn in sorted(tables) if tn not in mine]

@@ -50,10 +50,20 @@ class Nftables(Dataplane):
         return table
 
     def tracer(self, state, family: int = 4):
+        """kube-proxy's table (and the node's other nftables tables) for the packets of ``family``; when the node's
+        iptables rules of that family act at the hooks too (a CNI's portmap DNAT, a leftover KUBE-SERVICES, a FORWARD
+        drop), the kernel runs both: the iptables walk with the nftables base chains ordered among its tables by
+        priority (kpdiag/trace/netfilter.py), as in iptables mode with a host firewall."""
+        from kpdiag.trace.netfilter import IptablesTracer, acts_at_hooks
         from kpdiag.trace.nftables import NftTracer
 
         rs = state.nft()
-        return None if rs is None else NftTracer(rs, state.routing)  # the ip6/inet tables for IPv6 packets
+        if rs is None:
+            return None
+        rules = state.iptables("ip6tables-save" if family == 6 else "iptables-save")
+        if rules is not None and acts_at_hooks(rules):
+            return IptablesTracer(rules, state.routing, state.ipsets, mode=self.name, nft=rs)
+        return NftTracer(rs, state.routing)  # the ip6/inet tables for IPv6 packets
 
     def trace_rules(self, state, family: int = 4):
         from kpdiag.bundle import sources

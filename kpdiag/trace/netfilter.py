@@ -129,6 +129,17 @@ NAT_PRIO = {"PREROUTING": -100, "OUTPUT": -100, "INPUT": 100, "POSTROUTING": 100
 IPTABLES_NFT_TABLES = {"raw", "mangle", "nat", "filter", "security"}
 
 
+def acts_at_hooks(ruleset: Ruleset) -> bool:
+    """Do these iptables rules do anything to a packet: a rule in a built-in chain, or a policy other than ACCEPT?
+    (iptables-nft's empty tables, which every iptables command creates, do nothing.)"""
+    return any(
+        len(chain) or chain.policy not in (None, "ACCEPT")
+        for table in IPTABLES_NFT_TABLES
+        for hook in HOOK_TABLES
+        if table in HOOK_TABLES[hook] and (chain := ruleset.chain(table, hook)) is not None
+    )
+
+
 class IptablesTracer(PacketWalker):
     """Trace packets through one parsed :class:`Ruleset`; reuse it for many packets.
 

@@ -8,6 +8,8 @@ REVIEW: fails on main b596b61 (focused: drop by cluster-ips-check; whole: reject
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.lab.test_focused_differential import _strip_sources
@@ -65,11 +67,6 @@ def test_a_jump_to_a_chain_named_dnat_is_no_dnat(lab):
     assert _strip_sources(focused) == _strip_sources(whole)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="REVIEW, not fixed: in nftables mode the trace runs no iptables rule (iptables-nft's own tables are left out "
-    "of nft-ruleset.json and iptables-save is not traced); the kernel runs their nat PREROUTING DNAT",
-)
 def test_an_iptables_dnat_on_an_nftables_node_is_traced(lab):
     """kube-proxy in nftables mode, and an iptables(-nft) DNAT (CNI portmap, Docker) of an address to a ClusterIP
     without endpoints: the kernel runs both tables at prerouting, so the packet meets kube-proxy's
@@ -83,4 +80,28 @@ def test_an_iptables_dnat_on_an_nftables_node_is_traced(lab):
     lab.sh("node", ["iptables", "-t", "nat", "-A", "PREROUTING", "-d", "192.0.2.50", "-p", "tcp", "--dport", "80",
                     "-j", "DNAT", "--to-destination", to])  # fmt: skip
     whole, _ = _kpdiag_trace(lab, "--dst", "192.0.2.50:80", "--all-rules")
-    assert whole["uncertain"] or {p["verdict"] for p in whole["paths"]} == {"reject"}, whole["paths"]
+    assert {p["verdict"] for p in whole["paths"]} == {"reject"} and not whole["uncertain"], whole["paths"]
+    said = json.dumps(whole["paths"])
+    assert "DNAT" in said and "no-endpoint-services" in said, whole["paths"]  # iptables' DNAT, then kube-proxy's reject
+    focused, _ = _kpdiag_trace(lab, "--dst", "192.0.2.50:80")
+    focused.pop("read", None)
+    assert _strip_sources(focused) == _strip_sources(whole)
+
+
+def test_empty_iptables_tables_leave_the_nftables_trace_alone(lab):
+    """iptables-nft's empty tables (any iptables command creates them) do nothing: the trace is kube-proxy's table's
+    own walk, as without them."""
+    services = many_services(4, 2)
+    _node(lab)
+    lab.sh("node", ["ip", "route", "add", "default", "via", "10.31.0.1", "dev", "kp0"])
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(services))
+    dst = f"{services[0].cluster_ip}:80"
+    before, _ = _kpdiag_trace(lab, "--dst", dst, "--all-rules")
+    lab.sh("node", ["iptables", "-t", "nat", "-L", "-n"])
+    lab.sh("node", ["iptables", "-t", "filter", "-L", "-n"])
+    after, _ = _kpdiag_trace(lab, "--dst", dst, "--all-rules")
+    assert {p["verdict"] for p in before["paths"]} == {"accept"}, before["paths"]
+    assert _strip_sources(after) == _strip_sources(before)
+    lab.sh("node", ["iptables", "-P", "FORWARD", "DROP"])  # now they act: the kernel drops what it forwards
+    dropped, _ = _kpdiag_trace(lab, "--dst", dst, "--all-rules")
+    assert {p["verdict"] for p in dropped["paths"]} == {"drop"}, dropped["paths"]
