@@ -189,6 +189,15 @@ class IptablesTracer(PacketWalker):
             order.sort(key=lambda o: o[:3])
         for _, kind, _, table_name in order:
             if kind == 1:
+                c = table_name
+                if c.type == "nat" and c.prio == NAT_PRIO[hook]:
+                    for st in states:
+                        if st.nat_done == hook.lower():
+                            st.note(
+                                f"{c.family} {c.table}/{c.name} has the priority of iptables' nat {hook} ({c.prio}): "
+                                "the kernel runs the one registered last first; kpdiag ran iptables' first, which bound "
+                                "the connection, so the kernel runs no other nat chain of the hook"
+                            )
                 states = self._nft_tracer._base_chain(table_name, hook, states, finished)
                 continue
             chain = self.rs.chain(table_name, hook)
@@ -196,11 +205,16 @@ class IptablesTracer(PacketWalker):
                 continue
             nxt: list[PacketState] = []
             for st in states:
-                if table_name == "nat" and st.untracked:
-                    nxt.append(st)  # an untracked packet has no conntrack entry: the nat hooks let it pass unseen
+                if table_name == "nat" and (st.untracked or st.nat_done == hook.lower()):
+                    # an untracked packet has no conntrack entry: the nat hooks let it pass unseen; and the kernel
+                    # runs no further nat chain of a hook once one gave the connection its binding (nf_nat_inet_fn)
+                    nxt.append(st)
                     continue
                 st.hook = hook
+                before = (st.ct_dnat, st.masquerade, st.snat)
                 for s2, outcome in self._run(chain, st, 0, 0):
+                    if table_name == "nat" and (s2.ct_dnat, s2.masquerade, s2.snat) != before:
+                        s2.nat_done = hook.lower()  # the nft base chains after it see it bound (NftTracer)
                     if outcome == "return":
                         outcome = chain.policy or "ACCEPT"
                         if outcome != "ACCEPT":
