@@ -73,7 +73,7 @@ def _one_service(s) -> bool:
 _S = sources
 NODE_INPUTS: dict[str, Input] = _catalogue(
     # ---- the node's files
-    Input("sysctl", f"{_S.SYSCTL} (sysctl -a)", ("sysctl", "sysctl_value"), (_S.SYSCTL,), lambda s: s.sysctl),
+    Input("sysctl", f"{_S.SYSCTL} (sysctl -a)", ("sysctl",), (_S.SYSCTL,), lambda s: s.sysctl),
     Input(
         "modules",
         f"{_S.MODULES} (/proc/modules)",
@@ -209,7 +209,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "services",
         f"the Service from the API ({_S.SERVICES})",
-        ("services_in_focus", "cluster.services", "cluster.available"),
+        ("services_in_focus", "cluster.services"),
         (_S.SERVICES,),
         lambda s: s.services_in_focus(),
     ),

@@ -1104,25 +1104,22 @@ class PartialServices(Partial):
 
 
 @dataclass(frozen=True)
-class Answered(Typed):
-    """Whether one of kube-proxy's HTTP answers was written as a file (kpdiag node writes it only when kube-proxy's own
+class ProxyModeAnswered(Typed):
+    """Whether kube-proxy's /proxyMode answer was written as a file (kpdiag node writes it only when kube-proxy's own
     socket answered), whether or not it parses: ``present``; ``rel`` its path, ``source`` how evidence names it.
-    Always there."""
+    ``MetricsAnswered`` and ``HealthzAnswered`` say the same of /metrics and /healthz. Always there."""
 
+    INPUT: ClassVar[str] = "kube-proxy-mode"
     rel: str
     source: str
     present: bool
-
-
-class ProxyModeAnswered(Answered):
-    INPUT: ClassVar[str] = "kube-proxy-mode"
 
     @classmethod
     def build(cls, ctx):
         return cls(str(sources.KP_PROXY_MODE), ctx.display(sources.KP_PROXY_MODE), ctx.has(sources.KP_PROXY_MODE))
 
 
-class MetricsAnswered(Answered):
+class MetricsAnswered(ProxyModeAnswered):
     INPUT: ClassVar[str] = "kube-proxy-metrics"
 
     @classmethod
@@ -1130,7 +1127,7 @@ class MetricsAnswered(Answered):
         return cls(str(sources.KP_METRICS), ctx.display(sources.KP_METRICS), ctx.has(sources.KP_METRICS))
 
 
-class HealthzAnswered(Answered):
+class HealthzAnswered(ProxyModeAnswered):
     INPUT: ClassVar[str] = "kube-proxy-healthz"
 
     @classmethod
