@@ -33,6 +33,20 @@ def port_views(dp, table, services: Services, running, focus: Focus | None = Non
     return dp.port_views(in_focus(services, focus), table)
 
 
+def missing(new, dp, table, services: Services, proxy, focus: Focus | None = None, preflight=None):
+    """A mode's "missing" check (KP202, KP302, KP402): :func:`unprogrammed` over the ports of ``table``, as ``dp`` programs
+    them (``proxy``: ProxyMode; ``preflight``: Preflight, when the mode can be asked about)."""
+    views = port_views(dp, table, services, proxy.dataplane, focus, preflight.mode if preflight else None)
+    yield from unprogrammed(new, dp, views, services)
+
+
+def mismatch(new, dp, table, services: Services, slices, proxy, focus=None, node=None, manifest=None, preflight=None):
+    """A mode's "mismatch" check (KP203, KP303, KP403): :func:`drifted` over the ports of ``table``, against the
+    endpoints kube-proxy on this node should use (:func:`wanted`)."""
+    views = port_views(dp, table, services, proxy.dataplane, focus, preflight.mode if preflight else None)
+    yield from drifted(new, dp, views, wanted(node, manifest), slices)
+
+
 def unprogrammed(new, dp, views, services):
     """Service ports with ready endpoints that this node's rules do not program at all."""
     for view in views:

@@ -218,9 +218,7 @@ def not_programmed(
     focus: Optional[Focus] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    dp = dataplanes.get("iptables")
-    views = dataplane.port_views(dp, rules, services, proxy.dataplane, focus)
-    yield from dataplane.unprogrammed(new, dp, views, services)
+    yield from dataplane.missing(new, dataplanes.get("iptables"), rules, services, proxy, focus)
 
 
 @check(
@@ -250,9 +248,9 @@ def stale(
     node: Optional[NodeObject] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    dp = dataplanes.get("iptables")
-    views = dataplane.port_views(dp, rules, services, proxy.dataplane, focus)
-    yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
+    yield from dataplane.mismatch(
+        new, dataplanes.get("iptables"), rules, services, slices, proxy, focus, node, manifest
+    )
 
 
 @check(
