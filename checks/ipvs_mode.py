@@ -366,6 +366,9 @@ def ipvs_sysctls(
     "strictARP off in IPVS mode",
     "warning",
     modes=("ipvs",),
+    # read nothing of: a partial bundle holds kube-ipvs0's addresses and the virtual servers of one Service only (the
+    # LoadBalancer IPs of the others, left out, would pass unseen)
+    needs=("whole-rules",),
     advice_for="kube-proxy",
     symptom="With MetalLB (L2) or another ARP-based load balancer, the LoadBalancer IP flaps or answers from the wrong node.",
     why="""

@@ -131,7 +131,7 @@ def packet_keys(dest: Destination, rules: list[str]) -> list[tuple[str, str, int
     to, and the fwmark virtual server of each mark the MARK rules can give it (from none, in any order). Raises
     NotFocused when a rule moves the packet somewhere that cannot be told (REDIRECT, a DNAT range, TPROXY, NETMAP)
     or restores a mark from the connection."""
-    from kpdiag.collect.ipvs_rules import FWMARK, MAX_VIRTUAL_SERVERS
+    from kpdiag.collect.ipvs_rules import FWMARK, MAX_VIRTUAL_SERVERS, catch_all
 
     if dest.port is None:
         raise NotFocused(f"{dest} has no port: which virtual servers it meets cannot be asked one by one")
@@ -168,6 +168,7 @@ def packet_keys(dest: Destination, rules: list[str]) -> list[tuple[str, str, int
         if len(marks) > MAX_MARKS:
             raise NotFocused(f"the MARK rules on the path can give the packet more than {MAX_MARKS} marks")
     keys += [(FWMARK, dest.text, m) for m in sorted(marks) if m]
+    keys += catch_all(keys)
     keys = [k for k in dict.fromkeys(keys) if ipaddress.ip_address(k[1]).version == dest.addr.version]
     if len(keys) > MAX_VIRTUAL_SERVERS:
         raise NotFocused(f"more than {MAX_VIRTUAL_SERVERS} virtual servers to ask for")

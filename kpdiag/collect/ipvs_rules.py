@@ -251,6 +251,12 @@ def _get_services(keys: list[tuple[str, str, int]], nl: Netlink) -> list[Service
     return out
 
 
+def catch_all(keys: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The catch-all virtual servers (port 0) at the addresses of ``keys``: the kernel looks one up for a packet whose
+    (protocol, address, port) has none (ip_vs_ctl.c ip_vs_service_find), so a focused read asks for them too."""
+    return list(dict.fromkeys((p, a, 0) for p, a, port in keys if p != FWMARK and port))
+
+
 def _key_text(proto: str, addr: str, port: int) -> str:
     if proto == FWMARK:
         return f"fwmark {port:#x} (IPv{ipaddress.ip_address(addr).version})"
@@ -327,6 +333,7 @@ def service_keys(svc: dict, addresses: list[str] | None) -> list[tuple[str, str,
             ]
     if not keys:
         raise NotFocused("the Service has no address and port a virtual server could serve (headless, or no ports)")
+    keys += catch_all(keys)
     if len(keys) > MAX_VIRTUAL_SERVERS:
         raise NotFocused(f"more than {MAX_VIRTUAL_SERVERS} addresses and ports to ask for")
     return list(dict.fromkeys(keys))

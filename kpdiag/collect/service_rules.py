@@ -726,6 +726,29 @@ def _proto_dport(key) -> bool:
     )
 
 
+_NFT_MOVES = frozenset(("dnat", "redirect", "tproxy"))  # statements that give a packet another destination
+
+
+def _moves(items: list[dict]) -> str:
+    """The statements of ``items`` (``nft -j`` items of other tables) that can give a packet another destination, as
+    'table: statement, …' ('' when none)."""
+    found = []
+    for item in items:
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not isinstance(rule, dict):
+            continue
+        stack, words = [rule.get("expr")], set()
+        while stack:  # statements are keys (a jump to a chain named "dnat" is not one)
+            x = stack.pop()
+            if isinstance(x, dict):
+                words |= _NFT_MOVES & x.keys()
+                stack.extend(x.values())
+            elif isinstance(x, list):
+                stack.extend(x)
+        found += [f"{rule.get('family')} {rule.get('table')}: {w}" for w in sorted(words)]
+    return ", ".join(dict.fromkeys(found))
+
+
 class NftablesFocused:
     """nftables mode: kube-proxy's table(s) read over netlink for one Service (:class:`NftWalk`), iptables and the
     other nftables tables as a full run reads them."""
@@ -777,7 +800,14 @@ class NftablesFocused:
         if others:
             c.nft_tables(others)  # a host firewall's tables, whole (and iptables-nft's own left out, as a full run)
             other = json.loads(c.out.files.pop(sources.NFT_RULESET, b'{"nftables": []}') or b'{"nftables": []}')
-            items.extend(i for i in other.get("nftables", []) if "metainfo" not in i)
+            other_items = [i for i in other.get("nftables", []) if "metainfo" not in i]
+            moves = _moves(other_items)
+            if moves:  # kube-proxy's maps are then looked up by an address the walk did not key them by
+                raise NotFocused(
+                    f"another nftables table can change the packet's destination ({moves}): which of kube-proxy's "
+                    "map elements it meets cannot be told from its destination"
+                )
+            items.extend(other_items)
         c._put(sources.NFT_RULESET, json.dumps({"nftables": items}))
         self.partial = {
             self.subject: str(self.what),

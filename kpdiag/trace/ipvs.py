@@ -4,7 +4,7 @@ share of new connections under the scheduler and weights (weight 0 takes no new 
 
 from __future__ import annotations
 
-from ..parse.addr import parse_ip
+from ..parse.addr import hostport, parse_ip
 from .model import Step, ip_text
 from .netfilter import IptablesTracer
 from .walker import STOPPED, PacketState
@@ -83,10 +83,12 @@ class IpvsTracer(IptablesTracer):
         return True
 
     def _lookup(self, st: PacketState):
-        key = (st.proto, ip_text(st.dst, st.ver), st.dport)
-        vs = self.services.get(key)
-        if vs is None and st.mark:
-            vs = self.services.get(("fwmark", st.mark))
+        """The kernel's order (ip_vs_ctl.c ip_vs_service_find): the packet's firewall mark first, then (protocol,
+        address, port), then the catch-all port 0 at that address."""
+        vs = self.services.get(("fwmark", st.mark)) if st.mark else None
+        if vs is None:
+            addr = ip_text(st.dst, st.ver)
+            vs = self.services.get((st.proto, addr, st.dport)) or self.services.get((st.proto, addr, 0))
         return vs
 
     def _local_in(self, st: PacketState, finished: list[PacketState]) -> list[PacketState]:
@@ -139,9 +141,9 @@ class IpvsTracer(IptablesTracer):
                 if b is None:
                     continue
             b.dst = parse_ip(r.addr)[0]
-            b.dport = r.port
+            b.dport = r.port or st.dport  # a real server of port 0 keeps the packet's (ip_vs_schedule)
             b.ct_dnat = True
-            b.dnat = r.target
+            b.dnat = r.target if r.port else hostport(r.addr, b.dport)
             b.add(
                 Step(
                     "INPUT",

@@ -108,6 +108,7 @@ def test_service_keys_are_every_address_and_port_its_packets_meet():
     want = {("tcp", ip, 80) for ip in ("10.96.0.20", "198.51.100.7", "192.168.50.200")}
     want |= {("udp", ip, 53) for ip in ("10.96.0.20", "198.51.100.7", "192.168.50.200")}
     want |= {("tcp", a, 30080) for a in ADDRS if ":" not in a}  # an IPv4 Service: NodePorts on IPv4 addresses
+    want |= {(p, a, 0) for p, a, _ in want}  # the catch-all (port 0) at each: the kernel's lookup when none there
     assert set(keys) == want and len(keys) == len(want)
 
 
@@ -268,8 +269,12 @@ def test_a_packet_meets_its_destinations_virtual_server_and_its_marks():
     assert packet_keys(_dest("10.96.0.20", 80), KUBE_IPVS_NAT) == [
         ("tcp", "10.96.0.20", 80),
         (R.FWMARK, "10.96.0.20", 0x4000),
+        ("tcp", "10.96.0.20", 0),  # the catch-all port at that address
     ]
-    assert packet_keys(_dest("192.168.50.1", 30080, "udp"), []) == [("udp", "192.168.50.1", 30080)]
+    assert packet_keys(_dest("192.168.50.1", 30080, "udp"), []) == [
+        ("udp", "192.168.50.1", 30080),
+        ("udp", "192.168.50.1", 0),
+    ]
     # a DNAT on the path (a hostPort's): the virtual server at its target too, in the packet's family only
     dnat = [
         "-A CNI-DN-1 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.244.1.5:80",
@@ -280,6 +285,9 @@ def test_a_packet_meets_its_destinations_virtual_server_and_its_marks():
         ("tcp", "192.168.50.1", 8080),
         ("tcp", "10.244.1.5", 80),
         ("tcp", "10.244.1.6", 8080),
+        ("tcp", "192.168.50.1", 0),
+        ("tcp", "10.244.1.5", 0),
+        ("tcp", "10.244.1.6", 0),
     ]
     # marks combine: two rules setting different bits give three marks
     two = ["-A X -j MARK --set-xmark 0x4000/0x4000", "-A Y -j MARK --set-xmark 0x1/0x1"]

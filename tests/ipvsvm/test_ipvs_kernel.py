@@ -390,9 +390,15 @@ def test_focused_live_trace_equals_the_whole_one(vm_results, name):
     def paths_in_any_order(doc):
         return dict(doc, paths=sorted(doc["paths"], key=lambda p: json.dumps(p, sort_keys=True)))
 
+    from tests.schemas import validator
+
+    schema = validator("trace.schema.json")
     verdicts = set()
     for r in rows:
         p = r["packet"]
+        # what `kpdiag trace -o json` prints: the trace and what its read held (REVIEW: fails on main b596b61, the
+        # schema knew no virtual_servers nor left_out)
+        schema.validate(dict(json.loads(r["focused"]), read=r["read"]))
         assert r["mode"] == r["whole_mode"] == "ipvs", p
         assert r["read"] is not None and r["read"]["mode"] == "ipvs", (p, r["problems"])
         assert r["read"]["virtual_servers"][0].startswith(f"{p['proto']} {p['dst']}:{p['dport']}"), r["read"]
