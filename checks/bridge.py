@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Optional
 
-from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+from kpdiag.state.typed import (
+    Addresses,
+    EndpointSlices,
+    KubeProxyRules,
+    Nft,
+    ProxyMode,
+    ServiceImplementer,
+    Services,
+    Sysctls,
+)
 
 from .shapes import links
 
@@ -32,30 +41,36 @@ def _subnets(link: dict) -> list:
     return out
 
 
-def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
+def _endpoints(
+    services: Services | None,
+    slices: EndpointSlices,
+    proxy: ProxyMode,
+    nft: Nft | None,
+    rules: KubeProxyRules | None,
+) -> tuple[dict[str, str] | None, str]:
     """endpoint IP → the Service it backs, and where that is known (the API's EndpointSlices, else kube-proxy's rules)."""
     out: dict[str, str] = {}
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    svcs = services.every if services is not None else None
     if svcs:
         for svc in svcs:
             for e in svc.endpoints:
                 if e.ready and not svc.headless:
                     out.setdefault(e.ip, svc.key)
-        return out, ctx.display(sources.ENDPOINTSLICES)
-    if ctx.dataplane.services_in_nft and ctx.nft() is not None:
+        return out, slices.source
+    ruleset = nft.ruleset() if proxy.dataplane.services_in_nft and nft is not None else None
+    if ruleset is not None:
         from kpdiag.state.kube_nft import programmed_nft
 
-        for sp in (programmed_nft(ctx.nft()) or {}).values():
+        for sp in (programmed_nft(ruleset) or {}).values():
             for target in sp.endpoints:
                 out.setdefault(target.rpartition(":")[0], sp.comment or sp.chain or "a Service")
-        return out, ctx.display(sources.NFT_RULESET)
-    rs = ctx.iptables()
-    if rs is None:
+        return out, nft.source
+    if rules is None:
         return None, ""
-    for p in (ctx.programmed() or {}).values():
+    for p in rules.programmed.values():
         for target in p.endpoints:
             out.setdefault(target.rpartition(":")[0], p.name)
-    return out, rs.source
+    return out, rules.ruleset.source
 
 
 @check(
@@ -63,8 +78,7 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
     "bridge-hairpin-off",
     "Hairpin mode is off on the CNI bridge's pod ports",
     "warning",
-    needs=("whole-rules", "whole-services", "addresses"),
-    uses=("sysctl", "iptables", "nft", "proxy-mode", "services", "endpointslices", "implementer"),
+    needs=("whole-rules", "whole-services"),  # gates: it judges every rule and every Service
     symptom="A pod that backs a Service hangs when it connects to that Service, about one connection in N (N endpoints) — "
     "the ones kube-proxy sends back to the same pod; every other client is fine.",
     why="""
@@ -80,11 +94,21 @@ def _endpoints(ctx) -> tuple[dict[str, str] | None, str]:
     "cni-conf.json) and recreate the pods; for the running pods, turn it on per port: "
     "ip link set <port> type bridge_slave hairpin on.",
 )
-def bridge_hairpin_off(ctx, new):
-    impl = ctx.service_implementer
+def bridge_hairpin_off(
+    new,
+    addresses: Addresses,
+    sysctls: Optional[Sysctls] = None,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+    slices: Optional[EndpointSlices] = None,
+    implementer: Optional[ServiceImplementer] = None,
+):
+    impl = implementer.implementer
     if impl is not None and not impl.kube_proxy_in_charge:
         return  # a replacement (Cilium, Calico eBPF, …) translates Services before the bridge: no hairpin through it
-    ifaces = links(ctx.ip_addr)
+    ifaces = links(list(addresses.links))
     bridges = _bridges(ifaces)
     if not bridges:
         return  # no Linux bridge on this node: hairpin mode does not apply (routed CNIs: Calico, Cilium, ptp)
@@ -94,14 +118,14 @@ def bridge_hairpin_off(ctx, new):
         if link.get("master") in bridges and (link.get("linkinfo") or {}).get("info_slave_kind") == "bridge"
     ]
     if not ports_known and any(link.get("master") in bridges for link in ifaces):
-        raise Skip(f"{ctx.display(sources.IP_ADDR)} has no bridge port details (recorded without ip -d)")
-    nf = ctx.sysctl_value("net.bridge.bridge-nf-call-iptables")
+        raise Skip(f"{addresses.source} has no bridge port details (recorded without ip -d)")
+    nf = sysctls.value("net.bridge.bridge-nf-call-iptables") if sysctls is not None else None
     if nf is not None and nf.value.strip() == "0":
         return  # without br_netfilter the DNATed packet is routed by the host, not bridged back (KP502 warns of that)
-    endpoints, ep_src = _endpoints(ctx)
+    endpoints, ep_src = _endpoints(services, slices, proxy, nft, rules)
     if endpoints is None:
         raise Skip("which pods back Services is not known (neither the API's EndpointSlices nor kube-proxy's rules)")
-    src = ctx.display(sources.IP_ADDR)
+    src = addresses.source
     for name, br in sorted(bridges.items()):
         if "PROMISC" in (br.get("flags") or []):
             continue  # promiscuous-bridge mode: the hairpin frame is delivered through the bridge device
@@ -140,7 +164,7 @@ def bridge_hairpin_off(ctx, new):
             evidence=[Evidence(src, f"{p['ifname']}: master {name}, hairpin off") for p in off[:3]]
             + [Evidence(src, f"{name}: bridge, {', '.join(str(n) for n in nets)}")]
             + [Evidence(ep_src, f"{ip}: endpoint of {svc}") for ip, svc in backing[:2]]
-            + [e for e in (ev.sysctl(ctx, "net.bridge.bridge-nf-call-iptables"),) if e],
+            + [e for e in (sysctls.evidence("net.bridge.bridge-nf-call-iptables") if sysctls else None,) if e],
             subject=name,
             data={
                 "bridge": name,

@@ -7,10 +7,9 @@ from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
-from kpdiag.state.typed import ConntrackEntries, ConntrackStats, Tracer
+from kpdiag.state.typed import ConntrackEntries, ConntrackStats, EndpointSlices, Focus, Services, Tracer
 
-from .service import _services
+from .service import in_focus
 
 
 @check(
@@ -140,8 +139,6 @@ _CT_RE = re.compile(
     "UDP conntrack entries still point to gone endpoints",
     "warning",
     advice_for="kube-proxy",
-    needs=("services", "endpointslices", "conntrack-entries"),
-    uses=("focus",),
     symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
     why="""
         UDP has no connection end, so a client that keeps sending from the same port keeps its conntrack entry — and
@@ -151,9 +148,15 @@ _CT_RE = re.compile(
     """,
     fix="Delete the stale entries (conntrack -D …) and fix kube-proxy's conntrack cleanup (KP704).",
 )
-def stale_udp(ctx, new):
-    text = ctx.source(sources.CONNTRACK) or ""
-    for svc in _services(ctx):
+def stale_udp(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    entries: ConntrackEntries,
+    focus: Optional[Focus] = None,
+):
+    text = entries.text or ""
+    for svc in in_focus(services, focus):
         for port in svc.ports:
             if (port.get("protocol") or "TCP").upper() != "UDP":
                 continue
@@ -181,6 +184,6 @@ def stale_udp(ctx, new):
                 + (
                     "kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",
                 ),
-                evidence=[Evidence(ctx.display(sources.CONNTRACK), line, n) for n, line, _ in stale_entries[:3]],
+                evidence=[Evidence(entries.source, line, n) for n, line, _ in stale_entries[:3]],
                 subject=f"{svc.key}:{port.get('port')}",
             )

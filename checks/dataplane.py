@@ -17,11 +17,9 @@ its mode's class and its rules as a typed input (KubeProxyRules, Ipvs, Nft); a n
 
 from __future__ import annotations
 
-from kpdiag import dataplane as dataplanes
-from kpdiag.bundle import sources
 from kpdiag.checkapi import Skip
 from kpdiag.parse.addr import hostport
-from kpdiag.state.typed import EndpointSlices, Focus, KubeProxyRules, Manifest, NodeObject, Services
+from kpdiag.state.typed import Focus, Manifest, NodeObject, Services
 
 from .service import in_focus, usable_here
 
@@ -33,6 +31,20 @@ def port_views(dp, table, services: Services, running, focus: Focus | None = Non
     if why:
         raise Skip(why)
     return dp.port_views(in_focus(services, focus), table)
+
+
+def missing(new, dp, table, services: Services, proxy, focus: Focus | None = None, preflight=None):
+    """A mode's "missing" check (KP202, KP302, KP402): :func:`unprogrammed` over the ports of ``table``, as ``dp`` programs
+    them (``proxy``: ProxyMode; ``preflight``: Preflight, when the mode can be asked about)."""
+    views = port_views(dp, table, services, proxy.dataplane, focus, preflight.mode if preflight else None)
+    yield from unprogrammed(new, dp, views, services)
+
+
+def mismatch(new, dp, table, services: Services, slices, proxy, focus=None, node=None, manifest=None, preflight=None):
+    """A mode's "mismatch" check (KP203, KP303, KP403): :func:`drifted` over the ports of ``table``, against the
+    endpoints kube-proxy on this node should use (:func:`wanted`)."""
+    views = port_views(dp, table, services, proxy.dataplane, focus, preflight.mode if preflight else None)
+    yield from drifted(new, dp, views, wanted(node, manifest), slices)
 
 
 def unprogrammed(new, dp, views, services):
@@ -115,34 +127,3 @@ def _api_side(view, dp) -> str:
     if dp.counts_share:
         return f"clusterIP {view.ip} port {view.number}, {view.ready} ready endpoint(s)"
     return f"clusterIP {view.ip} port {view.number}/{view.proto}"
-
-
-# ---- KP202/KP203 (checks/servicepath.py) still take ``ctx``: they are given the typed values they would receive
-IPTABLES = dataplanes.get("iptables")
-
-
-def _iptables_views(ctx, dp):
-    rules = KubeProxyRules(
-        ctx.programmed() or {}, ctx.iptables(), lambda which: ctx.iptables(which), lambda which: ctx.programmed(which)
-    )
-    services = Services(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus() or ()), ())
-    return services, port_views(dp, rules, services, ctx.dataplane, Focus(ctx.focus))
-
-
-def missing(ctx, new, dp):
-    services, views = _iptables_views(ctx, dp)
-    yield from unprogrammed(new, dp, views, services)
-
-
-def mismatch(ctx, new, dp):
-    _, views = _iptables_views(ctx, dp)
-    yield from drifted(
-        new,
-        dp,
-        views,
-        wanted(
-            NodeObject(ctx.cluster.node_name(), ctx.cluster.node_zone()),
-            Manifest(ctx.bundle_name, ctx.node_name, ctx.created, ctx.manifest),
-        ),
-        EndpointSlices(ctx.display(sources.ENDPOINTSLICES), None),
-    )

@@ -5,10 +5,22 @@ rules."""
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
+from kpdiag.state.typed import (
+    Addresses,
+    Ipvs,
+    KubeProxyConfig,
+    KubeProxyRules,
+    Manifest,
+    Nft,
+    ProxyMode,
+    Routes,
+    Services,
+    Tracer,
+)
 
 EXTERNAL_SRC = "203.0.113.77"  # an outside client (TEST-NET-3)
 MAX_TARGETS = 6
@@ -33,13 +45,22 @@ def _node_ip(ip_route, ip_addr) -> tuple[str, str] | None:
     return None
 
 
-def _targets(ctx) -> list[tuple[str, int, str, str]]:
+def _targets(
+    services: Services | None,
+    proxy: ProxyMode,
+    nft: Nft | None,
+    ipvs: Ipvs | None,
+    rules: KubeProxyRules | None,
+    config: KubeProxyConfig | None,
+    routes: Routes,
+    addresses: Addresses,
+) -> list[tuple[str, int, str, str]]:
     """(proto, port, what, where it is known) of NodePorts and health-check node ports on this node: from the API when
     read, else from kube-proxy's rules."""
     out: dict[tuple[str, int], tuple[str, str]] = {}
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
-    src = ctx.display(sources.SERVICES)
+    svcs = services.every if services is not None else None
     for svc in svcs or []:
+        src = services.source
         for p in svc.ports:
             if p.get("nodePort"):
                 out.setdefault(
@@ -47,22 +68,23 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
                 )
         if svc.spec.get("healthCheckNodePort"):
             out.setdefault(("tcp", int(svc.spec["healthCheckNodePort"])), (f"health check node port of {svc.key}", src))
-    dp = ctx.dataplane
-    if dp.services_in_nft and ctx.nft() is not None:
+    dp = proxy.dataplane
+    ruleset = nft.ruleset() if dp.services_in_nft and nft is not None else None  # parsed only when it is read
+    if ruleset is not None:
         from .nftables import _nodeports
 
-        for proto, port in _nodeports(ctx.nft()):
-            out.setdefault((proto, port), ("NodePort", f"{ctx.nft().source}: map service-nodeports"))
-    elif dp.services_in_ipvs and ctx.ipvs is not None:
-        node = _node_ip(ctx.ip_route, ctx.ip_addr)
-        for key in ctx.ipvs:
+        for proto, port in _nodeports(ruleset):
+            out.setdefault((proto, port), ("NodePort", f"{ruleset.source}: map service-nodeports"))
+    elif dp.services_in_ipvs and ipvs is not None:
+        node = _node_ip(routes.routes, addresses.links)
+        for key in ipvs.services:
             if node and str(key[1]) == node[0]:
                 out.setdefault(
                     (key[0], int(key[2])),
-                    ("NodePort (IPVS virtual server on the node's address)", ctx.display(sources.IPVSADM)),
+                    ("NodePort (IPVS virtual server on the node's address)", ipvs.source),
                 )
     else:
-        rs = ctx.iptables()
+        rs = rules.ruleset if rules is not None else None
         for table, what in (("nat", "NodePort"), ("filter", "health check node port")):
             chain = rs.chain(table, "KUBE-NODEPORTS") if rs is not None else None
             for text in chain.lines if chain is not None else []:
@@ -72,11 +94,11 @@ def _targets(ctx) -> list[tuple[str, int, str, str]]:
                         ((p.group(1) if p else "tcp").lower(), int(m.group(1))),
                         (what, f"{rs.source}: {table} KUBE-NODEPORTS"),
                     )
-    hc = ctx.kube_proxy_config.get("healthzBindAddress") if ctx.kube_proxy_config is not None else None
+    hc = config.get("healthzBindAddress") if config is not None else None
     if hc is not None and str(hc).rsplit(":", 1)[-1].isdigit() and not str(hc).startswith("127."):
         out.setdefault(
             ("tcp", int(str(hc).rsplit(":", 1)[-1])),
-            ("kube-proxy's /healthz (load balancers' health checks)", ctx.kube_proxy_config.source),
+            ("kube-proxy's /healthz (load balancers' health checks)", config.source),
         )
     # health checks first: they decide whether a load balancer sends anything at all
     items = sorted(out.items(), key=lambda kv: ("health" not in kv[1][0], kv[0][1]))
@@ -144,8 +166,7 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
     "host-firewall-drops-nodeports",
     "The host firewall drops NodePort or health-check traffic",
     "error",
-    needs=("whole-rules", "whole-services", "addresses", "routes"),
-    uses=("iptables", "ipvs", "kube-proxy-config", "manifest", "nft", "proxy-mode", "services", "tracer"),
+    needs=("whole-rules", "whole-services"),  # gates: it judges every rule and every Service
     symptom="NodePorts time out from outside the node although the Service works inside the cluster; cloud load balancers "
     "mark every node unhealthy (their health check to healthCheckNodePort or :10256 gets no answer).",
     why="""
@@ -161,16 +182,29 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
     "host firewall on the input and forward paths (firewalld: add the ports to the zone and the pod CIDR as trusted; "
     "ufw: ufw allow 30000:32767/tcp and 'ufw route allow').",
 )
-def host_firewall(ctx, new):
-    node = _node_ip(ctx.ip_route, ctx.ip_addr)
+def host_firewall(
+    new,
+    addresses: Addresses,
+    routes: Routes,
+    rules: Optional[KubeProxyRules] = None,
+    ipvs: Optional[Ipvs] = None,
+    config: Optional[KubeProxyConfig] = None,
+    manifest: Optional[Manifest] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+    tracers: Optional[Tracer] = None,
+):
+    node = _node_ip(routes.routes, addresses.links)
     if node is None:
         raise Skip("the node's address on its uplink (the default route's interface) is not known")
-    targets = _targets(ctx)
+    targets = _targets(services, proxy, nft, ipvs, rules, config, routes, addresses)
     if not targets:
         return  # no NodePort, health-check port or reachable /healthz on this node
-    mode = ctx.proxy_mode[0] or "iptables"
-    tracer = ctx.mode_tracer()
-    host_fw = _host_firewall(ctx.nft(), ctx.routing, ctx.dataplane)
+    mode = proxy.mode or "iptables"
+    tracer = tracers.of_mode()
+    ruleset = nft.ruleset() if nft is not None else None
+    host_fw = _host_firewall(ruleset, routes.routing, proxy.dataplane)
     if tracer is None and host_fw is None:
         raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
     from kpdiag.trace.model import Packet
@@ -211,7 +245,7 @@ def host_firewall(ctx, new):
         if untraced:
             raise Skip(f"could not trace {'; '.join(untraced[:2])}")
         return
-    rs = ctx.iptables()
+    rs = rules.ruleset if rules is not None else None
     chains = frozenset(rs.chain_names("filter")) if rs is not None else frozenset()
     by_owner = sorted({_owner(b[4][1], chains) for b in blocked})
     proto, port, what, where, (share, step), through = blocked[0]
@@ -258,7 +292,7 @@ def host_firewall(ctx, new):
         if st.source and st.source.rsplit(":", 1)[-1].isdigit():
             src, line = st.source.rsplit(":", 1)
             return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}", int(line))
-        src = ctx.nft().source if " " in st.table and ctx.nft() is not None else ctx.bundle_name
+        src = ruleset.source if " " in st.table and ruleset is not None else manifest.bundle
         return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}")
 
     yield new(

@@ -4,14 +4,12 @@ IPv6 forwarding on a dual-stack node, and MTUs that do not leave room for the ov
 from __future__ import annotations
 
 import ipaddress
-from typing import Iterable
+from typing import Iterable, Optional
 
-from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import persist_sysctls
 from kpdiag.model import Evidence
-from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, Routes, Sysctls
+from kpdiag.state.typed import Addresses, Ip6Programmed, Ipvs, Nft, PartialServices, Routes, Services, Sysctls
 
 PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
 
@@ -141,24 +139,25 @@ def rp_filter_strict(new, sysctls: Sysctls, addresses: Addresses, routes: Routes
 # ------------------------------------------------------------------------------------------ IPv6 forwarding
 
 
-def _ipv6_services(ctx) -> list[str]:
+def _ipv6_services(
+    rules6: Ip6Programmed | None, ipvs: Ipvs | None, nft: Nft | None, services: Services | None
+) -> list[str]:
     """Why this node carries IPv6 Service traffic: kube-proxy's IPv6 rules, IPv6 virtual servers, IPv6 ClusterIPs."""
     why = []
-    progs6 = ctx.programmed("ip6tables-save")
+    progs6 = rules6.ports if rules6 is not None else None
     if progs6:
-        why.append(f"{ctx.display(sources.IP6TABLES_SAVE)}: {len(progs6)} IPv6 service ports in KUBE-SERVICES")
-    if ctx.nft_text and '"family": "ip6", "name": "kube-proxy"' in ctx.nft_text:
-        why.append(f"{ctx.display(sources.NFT_RULESET)}: table ip6 kube-proxy")
-    ipvs = ctx.ipvs
-    if ipvs:
-        v6 = [k for k in ipvs if ":" in str(k[1])]
+        why.append(f"{rules6.source}: {len(progs6)} IPv6 service ports in KUBE-SERVICES")
+    if nft is not None and nft.text and '"family": "ip6", "name": "kube-proxy"' in nft.text:
+        why.append(f"{nft.source}: table ip6 kube-proxy")
+    if ipvs is not None and ipvs.services:
+        v6 = [k for k in ipvs.services if ":" in str(k[1])]
         if v6:
-            why.append(f"{ctx.display(sources.IPVSADM)}: {len(v6)} IPv6 virtual servers")
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
+            why.append(f"{ipvs.source}: {len(v6)} IPv6 virtual servers")
+    svcs = services.every if services is not None else None
     if svcs:
         v6 = [s.key for s in svcs if any(":" in ip for ip in s.cluster_ips)]
         if v6:
-            why.append(f"{ctx.display(sources.SERVICES)}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})")
+            why.append(f"{services.source}: {len(v6)} Services with IPv6 ClusterIPs (e.g. {v6[0]})")
     return why
 
 
@@ -167,8 +166,6 @@ def _ipv6_services(ctx) -> list[str]:
     "ipv6-forward-off",
     "IPv6 forwarding is off on a dual-stack node",
     "error",
-    needs=("sysctl",),
-    uses=("iptables", "ipvs", "nft", "services", "whole-services"),
     symptom="Services answer over IPv4 and time out over IPv6 (AAAA records, IPv6 ClusterIPs, IPv6 NodePorts) from or to pods on other nodes.",
     why="""
         IPv4 and IPv6 forwarding are separate switches. On a dual-stack node kube-proxy programs IPv6 Services too
@@ -178,16 +175,24 @@ def _ipv6_services(ctx) -> list[str]:
     """,
     fix=f"sysctl -w net.ipv6.conf.all.forwarding=1, persisted in {PERSIST}.",
 )
-def ipv6_forward_off(ctx, new):
-    why = _ipv6_services(ctx)
-    if not why and ctx.partial:
+def ipv6_forward_off(
+    new,
+    sysctls: Sysctls,
+    rules6: Optional[Ip6Programmed] = None,
+    ipvs: Optional[Ipvs] = None,
+    nft: Optional[Nft] = None,
+    services: Optional[Services] = None,
+    partial: Optional[PartialServices] = None,
+):
+    why = _ipv6_services(rules6, ipvs, nft, services)
+    if not why and partial.partial:
         raise Skip(
             "a partial bundle: only one Service's rules and API objects were read (kpdiag node --service; manifest: "
             "partial) and none is IPv6: whether this node carries IPv6 Services is not known"
         )
     if not why:
         return  # no IPv6 Service on this node: IPv6 forwarding is not kube-proxy's business
-    v = ctx.sysctl_value("net.ipv6.conf.all.forwarding")
+    v = sysctls.value("net.ipv6.conf.all.forwarding")
     if v is None:
         raise Skip("this node has IPv6 Services, but net.ipv6.conf.all.forwarding is not in the collected sysctls")
     if v.value.strip() != "0":
@@ -199,10 +204,10 @@ def ipv6_forward_off(ctx, new):
             persist_sysctls({"net.ipv6.conf.all.forwarding": 1}, "ipv6-forwarding") + "   # keep it across reboots",
             "grep -r 'ipv6.*forwarding' /etc/sysctl.conf /etc/sysctl.d/ /usr/lib/sysctl.d/   # find what turned it off",
         ),
-        evidence=[ev.sysctl(ctx, "net.ipv6.conf.all.forwarding")]
+        evidence=[sysctls.evidence("net.ipv6.conf.all.forwarding")]
         + [Evidence(w.split(": ", 1)[0], w.split(": ", 1)[1]) for w in why],
         subject="node",
-        data=ev.sysctl_data(ctx, {"net.ipv6.conf.all.forwarding": 1}),
+        data=sysctls.data({"net.ipv6.conf.all.forwarding": 1}),
     )
 
 

@@ -9,14 +9,22 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, KubeProxyRules, Nft, NodeProcesses, ServiceImplementer
+from kpdiag.state.typed import (
+    Addresses,
+    HealthzAnswered,
+    KubeProxyRules,
+    Manifest,
+    MetricsAnswered,
+    Nft,
+    NodeProcesses,
+    Partial,
+    Pods,
+    ProxyMode,
+    ProxyModeAnswered,
+    ServiceImplementer,
+)
 
 HTTP_SOURCES = (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ)
-
-
-def _blind(ctx) -> bool:
-    """Nothing of the node's network state is readable: who implements Services cannot be told."""
-    return ctx.ip_addr is None and ctx.iptables() is None and ctx.nft_text is None
 
 
 BLIND = "no interfaces, iptables or nftables rules were readable: what implements Services cannot be told"
@@ -24,7 +32,7 @@ BLIND = "no interfaces, iptables or nftables rules were readable: what implement
 
 def _who(addresses, implementer, rules, nft):
     """Who implements Services here (state/service_proxy.py), or Skip when nothing of the node's network state was
-    readable (the typed form of ``_blind``)."""
+    readable."""
     if addresses is None and rules is None and nft is None:
         raise Skip(BLIND)
     return implementer.implementer
@@ -76,20 +84,6 @@ def replacement(
     "error",
     explains=("stale-rules", "KP113", "KP504"),
     absent=("kube-proxy",),
-    uses=(
-        "addresses",
-        "implementer",
-        "iptables",
-        "kube-proxy-healthz",
-        "kube-proxy-metrics",
-        "kube-proxy-mode",
-        "manifest",
-        "nft",
-        "pods",
-        "processes",
-        "proxy-mode",
-        "whole-rules",
-    ),
     severities=("error",),
     symptom="New Services and endpoint changes never reach this node; if its rules were never written, no ClusterIP works "
     "from here at all.",
@@ -106,22 +100,36 @@ def replacement(
     fix="kubectl -n kube-system get ds kube-proxy; kubectl -n kube-system get pods -o wide | grep kube-proxy — make it run "
     "on this node (tolerations, nodeSelector, crash log) or install the replacement your CNI expects.",
 )
-def absent(ctx, new):
-    if _blind(ctx):
-        raise Skip(BLIND)
-    impl = ctx.service_implementer
+def absent(
+    new,
+    addresses: Optional[Addresses] = None,
+    implementer: Optional[ServiceImplementer] = None,
+    rules: Optional[KubeProxyRules] = None,
+    healthz: Optional[HealthzAnswered] = None,
+    metrics: Optional[MetricsAnswered] = None,
+    mode: Optional[ProxyModeAnswered] = None,
+    manifest: Optional[Manifest] = None,
+    nft: Optional[Nft] = None,
+    pods: Optional[Pods] = None,
+    processes: Optional[NodeProcesses] = None,
+    proxy: Optional[ProxyMode] = None,
+    partial: Optional[Partial] = None,
+):
+    impl = _who(addresses, implementer, rules, nft)
     if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s", "kubelite"):
         return
-    procs = ctx.source(sources.PROCESSES)
+    procs = processes.pids if processes is not None else None
+    left = _left(rules, proxy, partial)
     if impl.kube_proxy == "crash-looping":
-        yield from _crash_looping(ctx, new, impl, procs)
+        yield from _crash_looping(new, impl, procs, pods, processes, left)
         return
-    if any(ctx.has(rel) for rel in HTTP_SOURCES):
+    answers = (mode, metrics, healthz)  # in the order of HTTP_SOURCES
+    if any(a.present for a in answers):
         return  # kube-proxy answered (its own socket: the collector verified it)
     errs = {
-        str(e.get("source")): e for e in (ctx.manifest.get("errors") or []) if isinstance(e, dict) and e.get("source")
+        str(e.get("source")): e for e in (manifest.doc.get("errors") or []) if isinstance(e, dict) and e.get("source")
     }
-    failed = [rel for rel in HTTP_SOURCES if rel in errs]
+    failed = [a for a in answers if a.rel in errs]
     if len(failed) < len(HTTP_SOURCES):
         raise Skip(
             "the bundle does not say whether kube-proxy's :10249/:10256 answered (not collected by kpdiag node/collect)"
@@ -132,8 +140,8 @@ def absent(ctx, new):
         p in procs for p in ("kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "kubelite")
     ):
         return  # the host's processes are not visible (no hostPID), or kube-proxy / an embedding runs
-    what = _left(ctx)
-    unverified = [rel for rel in failed if errs[rel].get("unverified")]
+    what = left
+    unverified = [a for a in failed if errs[a.rel].get("unverified")]
     answered = (
         "something that is not kube-proxy answers on its ports (unverified, not used)"
         if unverified
@@ -149,25 +157,26 @@ def absent(ctx, new):
             "kubectl describe node <this node> | grep -i taint   # a taint the DaemonSet does not tolerate?",
             "ls /etc/kubernetes/manifests/   # a static-pod kube-proxy whose manifest was removed?",
         ),
-        evidence=[Evidence(ctx.display(rel), str(errs[rel].get("error"))[:200]) for rel in (unverified or failed)[:2]]
+        evidence=[Evidence(a.source, str(errs[a.rel].get("error"))[:200]) for a in (unverified or failed)[:2]]
         + [
             Evidence(
-                ctx.display(sources.PROCESSES),
+                processes.source,
                 f"no kube-proxy, k3s or k0s among {len(procs)} processes looked for (pid 1: {next(c for c, p in procs.items() if p == '1')})",
             )
         ]
-        + ([Evidence(ctx.display(sources.PODS), pod.describe())] if pod is not None else []),
+        + ([Evidence(pods.source, pod.describe())] if pod is not None else []),
         subject="node",
         data=impl.data() | {"kube_proxy": "absent", "unverified_answers": unverified},
     )
 
 
-def _left(ctx) -> str:
+def _left(rules: KubeProxyRules | None, proxy: ProxyMode, partial: Partial) -> str:
     """What kube-proxy's absence leaves: its rules, frozen, or none at all."""
-    ports = len(ctx.programmed() or {}) if ctx.iptables() is not None else 0
-    rules = ctx.inferred_modes()
+    ports = len(rules.programmed) if rules is not None else 0
+    part = partial.partial
     # a partial bundle holds one Service's rules: its count is not the node's
-    counted = f"{ports} service ports" if not ctx.partial else f"{ports} service ports of {ctx.partial.get('service')}"
+    counted = f"{ports} service ports" if not part else f"{ports} service ports of {part.get('service')}"
+    rules = proxy.inferred
     if rules:
         return (
             f"its {next(iter(rules))}-mode rules ({counted}) are still in place and nothing updates them"
@@ -177,7 +186,7 @@ def _left(ctx) -> str:
     return "no Service rules exist: ClusterIPs and NodePorts do not work on this node"
 
 
-def _crash_looping(ctx, new, impl, procs):
+def _crash_looping(new, impl, procs, pods: Pods, processes: NodeProcesses | None, left: str):
     """KP707's crash-loop case: the API shows kube-proxy's pod restarting — it is there, and it keeps dying."""
     pod = impl.pod
     if pod.oom_killed:
@@ -201,12 +210,11 @@ def _crash_looping(ctx, new, impl, procs):
             f"kubectl -n {pod.namespace} describe pod {pod.name}   # events: probes, OOM, image, mounts",
             "kubectl -n kube-system rollout restart daemonset kube-proxy   # after fixing the cause",
         )
-    evidence = [Evidence(ctx.display(sources.PODS), pod.describe())]
+    evidence = [Evidence(pods.source, pod.describe())]
     if procs is not None and "kube-proxy" not in procs and "1" in procs.values():
-        evidence.append(Evidence(ctx.display(sources.PROCESSES), "no kube-proxy process when the node was collected"))
+        evidence.append(Evidence(processes.source, "no kube-proxy process when the node was collected"))
     yield new(
-        f"kube-proxy is crash-looping on this node, not absent ({pod.describe()}): {cause}; between restarts "
-        + _left(ctx),
+        f"kube-proxy is crash-looping on this node, not absent ({pod.describe()}): {cause}; between restarts " + left,
         fix=fix,
         evidence=evidence,
         subject="node",

@@ -85,9 +85,7 @@ def service_missing(
     preflight: Optional[Preflight] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    dp = dataplanes.get("ipvs")
-    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus, preflight.mode)
-    yield from dataplane.unprogrammed(new, dp, views, services)
+    yield from dataplane.missing(new, dataplanes.get("ipvs"), ipvs, services, proxy, focus, preflight)
 
 
 @check(
@@ -118,9 +116,9 @@ def realservers(
     preflight: Optional[Preflight] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    dp = dataplanes.get("ipvs")
-    views = dataplane.port_views(dp, ipvs, services, proxy.dataplane, focus, preflight.mode)
-    yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
+    yield from dataplane.mismatch(
+        new, dataplanes.get("ipvs"), ipvs, services, slices, proxy, focus, node, manifest, preflight
+    )
 
 
 @check(

@@ -109,9 +109,7 @@ def service_missing(
     focus: Optional[Focus] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    dp = dataplanes.get("nftables")
-    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus)
-    yield from dataplane.unprogrammed(new, dp, views, services)
+    yield from dataplane.missing(new, dataplanes.get("nftables"), nft, services, proxy, focus)
 
 
 @check(
@@ -141,9 +139,7 @@ def endpoints_mismatch(
     node: Optional[NodeObject] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    dp = dataplanes.get("nftables")
-    views = dataplane.port_views(dp, nft, services, proxy.dataplane, focus)
-    yield from dataplane.drifted(new, dp, views, dataplane.wanted(node, manifest), slices)
+    yield from dataplane.mismatch(new, dataplanes.get("nftables"), nft, services, slices, proxy, focus, node, manifest)
 
 
 def _nodeports(rs, fam: str = "ip") -> list[tuple[str, int]]:

@@ -10,10 +10,21 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
-from kpdiag.bundle import sources
-from kpdiag.state.typed import KubeProxyRules, ProxyMode, Routes
+from kpdiag.state.typed import (
+    Addresses,
+    EndpointSlices,
+    Focus,
+    Ipsets,
+    Ipvs,
+    KubeProxyConfig,
+    KubeProxyRules,
+    Nft,
+    ProxyMode,
+    Routes,
+    Services,
+)
 
-from .service import _services
+from .service import in_focus
 
 
 def covering_prefix(ips: list[str]) -> str:
@@ -103,11 +114,11 @@ def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optio
         raise Skip("no routes known for this node")
 
 
-def _service_cidr(ctx) -> tuple[str | None, str | None, object]:
+def _service_cidr(nft: Nft | None) -> tuple[str | None, str | None, object]:
     """(service CIDR, how it is known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated ClusterIPs"
     names it exactly; otherwise None (the ClusterIPs themselves are compared one by one)."""
-    if ctx.nft_kube_proxy_table:
-        rs = ctx.nft()
+    if nft is not None and nft.kube_proxy_family:
+        rs = nft.ruleset()
         for family in ("ip", "ip6"):
             chain = rs.chain(family, "kube-proxy", "cluster-ips-check") if rs is not None else None
             for rule in chain.rules if chain else []:
@@ -130,48 +141,57 @@ def _service_cidr(ctx) -> tuple[str | None, str | None, object]:
     return None, None, None
 
 
-def _ipvs_cluster_ips(ctx) -> dict[str, str]:
+def _ipvs_cluster_ips(ipsets: Ipsets, addresses: Addresses | None, ipvs: Ipvs | None) -> dict[str, str]:
     """The ClusterIPs of an IPVS node from kube-proxy's own records: its KUBE-CLUSTER-IP ipset (ClusterIP,proto:port),
     else the addresses bound on kube-ipvs0 that are virtual servers. Not every virtual server: kube-proxy also makes
     one per NodePort on every node address (cni0, flannel.1, docker0 … whose addresses lie in the pod CIDR)."""
     out: dict[str, str] = {}
-    sets = ctx.ipsets
+    sets = ipsets.sets
     if sets and "KUBE-CLUSTER-IP" in sets:
         for raw in sets["KUBE-CLUSTER-IP"].raw_entries:
-            out.setdefault(raw.split(",", 1)[0], f"{ctx.display(sources.IPSET)}: KUBE-CLUSTER-IP")
+            out.setdefault(raw.split(",", 1)[0], f"{ipsets.source}: KUBE-CLUSTER-IP")
         return out
     bound = {
         a.get("local")
-        for link in ctx.ip_addr or []
+        for link in (addresses.links if addresses is not None else None) or []
         if link.get("ifname") == "kube-ipvs0"
         for a in link.get("addr_info") or []
     }
-    for key in ctx.ipvs or {}:
+    for key in (ipvs.services if ipvs is not None else None) or {}:
         if str(key[1]) in bound:
-            out.setdefault(str(key[1]), f"{ctx.display(sources.IPVSADM)}: virtual server on kube-ipvs0")
+            out.setdefault(str(key[1]), f"{ipvs.source}: virtual server on kube-ipvs0")
     return out
 
 
-def _cluster_ips(ctx) -> dict[str, str]:
+def _cluster_ips(
+    services: Services | None,
+    proxy: ProxyMode,
+    nft: Nft | None,
+    rules: KubeProxyRules | None,
+    ipsets: Ipsets,
+    addresses: Addresses | None,
+    ipvs: Ipvs | None,
+) -> dict[str, str]:
     """ClusterIP → where it was seen (the API, else kube-proxy's rules)."""
     out: dict[str, str] = {}
-    svcs = ctx.cluster.services() if ctx.cluster.available else None
+    svcs = services.every if services is not None else None
     for svc in svcs or []:
         for ip in svc.cluster_ips:
-            out.setdefault(ip, f"{ctx.display(sources.SERVICES)}: {svc.key}")
-    dp = ctx.dataplane
-    if dp.services_in_nft and ctx.nft() is not None:
+            out.setdefault(ip, f"{services.source}: {svc.key}")
+    dp = proxy.dataplane
+    ruleset = nft.ruleset() if dp.services_in_nft and nft is not None else None  # parsed only when it is read
+    if ruleset is not None:
         from kpdiag.state.kube_nft import cluster_ips
 
-        for ip in cluster_ips(ctx.nft()):
-            out.setdefault(ip, f"{ctx.nft().source}: set cluster-ips")
+        for ip in cluster_ips(ruleset):
+            out.setdefault(ip, f"{ruleset.source}: set cluster-ips")
     elif dp.services_in_ipvs:
         if not out:  # no API: the ClusterIPs as kube-proxy recorded them (never every virtual server: see below)
-            out.update(_ipvs_cluster_ips(ctx))
-    else:
-        for p in (ctx.programmed() or {}).values():
+            out.update(_ipvs_cluster_ips(ipsets, addresses, ipvs))
+    elif rules is not None:
+        for p in rules.programmed.values():
             if p.cluster_ip:
-                out.setdefault(p.cluster_ip, f"{ctx.iptables().source}: {p.name} cluster IP")
+                out.setdefault(p.cluster_ip, f"{rules.ruleset.source}: {p.name} cluster IP")
     return out
 
 
@@ -180,8 +200,7 @@ def _cluster_ips(ctx) -> dict[str, str]:
     "pod-service-cidr-overlap",
     "The pod CIDR overlaps the Service CIDR",
     "error",
-    needs=("whole-rules", "whole-services", "kube-proxy-config"),
-    uses=("addresses", "iptables", "ipsets", "ipvs", "nft", "proxy-mode", "services"),
+    needs=("whole-rules", "whole-services"),  # gates: it judges every rule and every Service
     symptom="Some Services are unreachable from pods while others work; traffic to a ClusterIP reaches a pod with the same "
     "address, or is not masqueraded, depending on the node.",
     why="""
@@ -195,13 +214,22 @@ def _cluster_ips(ctx) -> dict[str, str]:
     fix="Make kube-proxy's clusterCIDR the real pod CIDR (the CNI's pool, kube-controller-manager --cluster-cidr); if the "
     "cluster itself was built with overlapping ranges, the Service or pod range has to be migrated.",
 )
-def pod_service_overlap(ctx, new):
-    cfg = ctx.kube_proxy_config
-    raw = str(cfg.get("clusterCIDR") or "").strip() if cfg is not None else ""
+def pod_service_overlap(
+    new,
+    config: KubeProxyConfig,
+    addresses: Optional[Addresses] = None,
+    rules: Optional[KubeProxyRules] = None,
+    ipsets: Optional[Ipsets] = None,
+    ipvs: Optional[Ipvs] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    services: Optional[Services] = None,
+):
+    raw = str(config.get("clusterCIDR") or "").strip()
     if not raw:
         from kpdiag.state.kube_rules import cluster_cidr
 
-        raw = cluster_cidr(ctx.programmed()) or ""
+        raw = cluster_cidr(rules.programmed if rules is not None else None) or ""
     if not raw:
         raise Skip(
             "kube-proxy knows no clusterCIDR (neither its configuration nor its rules): nothing to compare (KP706)"
@@ -212,10 +240,8 @@ def pod_service_overlap(ctx, new):
             pods.append(ipaddress.ip_network(part.strip(), strict=False))
         except ValueError:
             raise Skip(f"clusterCIDR {part.strip()!r} is not a CIDR") from None
-    from kpdiag import evidence as ev
-
-    ev_config = ev.config(ctx, "clusterCIDR")
-    svc_cidr, how, cidr_ev = _service_cidr(ctx)
+    ev_config = config.evidence("clusterCIDR")
+    svc_cidr, how, cidr_ev = _service_cidr(nft)
     if svc_cidr:
         net = ipaddress.ip_network(svc_cidr, strict=False)
         hit = [p for p in pods if p.version == net.version and p.overlaps(net)]
@@ -233,7 +259,7 @@ def pod_service_overlap(ctx, new):
             return
     inside = {
         ip: where
-        for ip, where in _cluster_ips(ctx).items()
+        for ip, where in _cluster_ips(services, proxy, nft, rules, ipsets, addresses, ipvs).items()
         if any(ipaddress.ip_address(ip) in p for p in pods if p.version == ipaddress.ip_address(ip).version)
     }
     if not inside:
@@ -259,8 +285,6 @@ def pod_service_overlap(ctx, new):
     "The node has no route to an endpoint",
     "error",
     explains=("KP112",),
-    needs=("services", "endpointslices", "routes"),
-    uses=("focus",),
     symptom="A share of connections to the Service time out — those DNATed to endpoints on some other node.",
     why="""
         After DNAT the node must route the packet to the endpoint's pod IP: directly (a local pod), through the
@@ -270,11 +294,17 @@ def pod_service_overlap(ctx, new):
     """,
     fix="Check the CNI on this node (its agent pod, its log) and the routes for the other nodes' pod CIDRs (ip route).",
 )
-def no_route(ctx, new):
-    routing = ctx.routing
+def no_route(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    routes: Routes,
+    focus: Optional[Focus] = None,
+):
+    routing = routes.routing
     if not routing.has_routes:
         raise Skip("no routes known for this node")
-    for svc in _services(ctx):
+    for svc in in_focus(services, focus):
         bad = []
         for e in svc.endpoints:
             if not e.ready:
@@ -294,8 +324,6 @@ def no_route(ctx, new):
                 f"ip route get {bad[0][0].ip}",
                 "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|cilium|weave|kindnet'   # the CNI agent on this node",
             ),
-            evidence=[
-                Evidence(ctx.display(sources.IP_ROUTE), f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]
-            ],
+            evidence=[Evidence(routes.source, f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]],
             subject=svc.key,
         )

@@ -39,11 +39,6 @@ def in_focus(services: Services, focus: Focus | None, allow_headless: bool = Fal
     return _pick(services.focused, focus.service if focus else None, allow_headless)
 
 
-def _services(ctx, allow_headless: bool = False):
-    """``in_focus`` for the checks still written as (ctx, new) (checks/dataplane.py)."""
-    return _pick(ctx.services_in_focus(), ctx.focus, allow_headless)
-
-
 def node_here(node: NodeObject | None, manifest: Manifest | None) -> str | None:
     """This node's name: the API's Node, else the manifest's (None: unknown)."""
     return (node.name if node else None) or (manifest.node if manifest else None) or None

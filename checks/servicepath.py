@@ -5,10 +5,21 @@ from __future__ import annotations
 
 from typing import Optional
 
+from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
-from kpdiag.state.typed import EndpointSlices, Focus, KubeProxyRules, KubeProxyVersion, Probes, ProxyMode, Services
+from kpdiag.state.typed import (
+    EndpointSlices,
+    Focus,
+    KubeProxyRules,
+    KubeProxyVersion,
+    Manifest,
+    NodeObject,
+    Probes,
+    ProxyMode,
+    Services,
+)
 
 from .service import in_focus
 from kpdiag.bundle import sources
@@ -189,8 +200,6 @@ def icmp_cluster_ip(
     "error",
     shows=("stale-rules",),
     modes=("iptables",),
-    needs=("services", "endpointslices", "iptables"),
-    uses=("focus", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="The Service works from some nodes and not from this one; new Services never work here.",
     why="""
@@ -201,8 +210,15 @@ def icmp_cluster_ip(
     """,
     fix="Check kube-proxy on this node: is it running, what does its log say (KP703, KP704), which mode (KP701)?",
 )
-def not_programmed(ctx, new):
-    yield from dataplane.missing(ctx, new, dataplane.IPTABLES)
+def not_programmed(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    rules: KubeProxyRules,
+    focus: Optional[Focus] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    yield from dataplane.missing(new, dataplanes.get("iptables"), rules, services, proxy, focus)
 
 
 @check(
@@ -212,8 +228,6 @@ def not_programmed(ctx, new):
     "error",
     shows=("stale-rules",),
     modes=("iptables",),
-    needs=("services", "endpointslices", "iptables"),
-    uses=("focus", "manifest", "node-object", "proxy-mode"),
     advice_for="kube-proxy",
     symptom="Some connections to the Service fail or reach old pods; the failure rate matches the share of stale endpoints.",
     why="""
@@ -224,8 +238,19 @@ def not_programmed(ctx, new):
     """,
     fix="Find why kube-proxy's sync is stale (KP703/KP704, its log) and restart it on this node.",
 )
-def stale(ctx, new):
-    yield from dataplane.mismatch(ctx, new, dataplane.IPTABLES)
+def stale(
+    new,
+    services: Services,
+    slices: EndpointSlices,
+    rules: KubeProxyRules,
+    focus: Optional[Focus] = None,
+    manifest: Optional[Manifest] = None,
+    node: Optional[NodeObject] = None,
+    proxy: Optional[ProxyMode] = None,
+):
+    yield from dataplane.mismatch(
+        new, dataplanes.get("iptables"), rules, services, slices, proxy, focus, node, manifest
+    )
 
 
 @check(

@@ -4,10 +4,12 @@ A check declares ``needs`` — the inputs it cannot decide without (when one is 
 *skipped* with the reason, and does not call it) — and ``uses`` — the inputs it reads when they are there (kube-proxy's
 REJECT rule cited when the rules were collected, the routes when they were). The state (:class:`kpdiag.state.node.NodeState`
 for node checks, :class:`kpdiag.fleet.aggregate.FleetState` for cluster checks) is the broker: it builds every input
-once per run, whatever check asks first. A check does not get the state: it gets an :class:`Inputs` view that opens
-the members its declared inputs grant and nothing else. Reading anything else is an :class:`UndeclaredInput` — that
-check's result is an internal error naming the input (caught even if the check swallowed the exception), so a check
-cannot come to depend on data it did not declare; the tests run every check on every fixture bundle through this view.
+once per run, whatever check asks first. A check does not get the state: a node check gets typed values
+(kpdiag/state/typed.py), each built from an :class:`Inputs` view of its one input; a cluster check gets a view of its
+declared inputs. A view opens the members its inputs grant and nothing else. Reading anything else is an
+:class:`UndeclaredInput` — that check's result is an internal error naming the input (caught even if the check
+swallowed the exception), so a check cannot come to depend on data it did not declare; the tests run every check on
+every fixture bundle through these views.
 
 The run mode is an input like the others: ``focus`` (the Service being diagnosed) and ``preflight`` (the mode asked
 about) are read only by the checks that declare them. See docs/architecture.md ("Checks and their inputs").
@@ -73,7 +75,7 @@ def _one_service(s) -> bool:
 _S = sources
 NODE_INPUTS: dict[str, Input] = _catalogue(
     # ---- the node's files
-    Input("sysctl", f"{_S.SYSCTL} (sysctl -a)", ("sysctl", "sysctl_value"), (_S.SYSCTL,), lambda s: s.sysctl),
+    Input("sysctl", f"{_S.SYSCTL} (sysctl -a)", ("sysctl",), (_S.SYSCTL,), lambda s: s.sysctl),
     Input(
         "modules",
         f"{_S.MODULES} (/proc/modules)",
@@ -209,7 +211,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "services",
         f"the Service from the API ({_S.SERVICES})",
-        ("services_in_focus", "cluster.services", "cluster.available"),
+        ("services_in_focus", "cluster.services"),
         (_S.SERVICES,),
         lambda s: s.services_in_focus(),
     ),

@@ -65,7 +65,8 @@ class Sysctls(Typed):
         return None if v is None else Evidence(v.source, v.text, v.line)
 
     def data(self, want: dict) -> dict:
-        """A finding's data about kernel settings (as ``evidence.sysctl_data``): ``{"sysctls": [{key, value, want}]}``."""
+        """A finding's data about kernel settings, for scripts that check or apply them: ``{"sysctls": [{key, value seen
+        (None: not collected), want}]}``."""
         return {"sysctls": [{"key": k, "value": self.get(k), "want": str(w)} for k, w in want.items()]}
 
 
@@ -124,7 +125,7 @@ class Modules(Typed):
         )
 
     def evidence(self, name: str) -> Evidence | None:
-        """The /proc/modules line of ``name`` (as ``evidence.module``), or None when it is not loaded."""
+        """The /proc/modules line of ``name`` or None when it is not loaded."""
         m = self.loaded.get(name)
         if m is None:
             return None
@@ -252,7 +253,7 @@ class ConntrackStats(Typed):
         return {"sysctls": out}
 
     def evidence(self, key: str, value: int) -> Evidence:
-        """A counter of ``conntrack -S`` (as ``evidence.conntrack_stat``)."""
+        """A counter of ``conntrack -S`` (kpdiag.parse.node.parse_conntrack_stats sums it over the CPUs)."""
         return Evidence(self.source, f"{key}={value} (summed over CPUs)")
 
 
@@ -1078,3 +1079,71 @@ class IptablesBackends(Typed):
     @classmethod
     def build(cls, ctx):
         return cls(ctx.iptables("iptables-legacy-save"), ctx.iptables("iptables-nft-save"))
+
+
+# --- typed inputs of the last node checks (h/typedlast)
+
+
+@dataclass(frozen=True)
+class Partial(Typed):
+    """What a partial bundle holds (``kpdiag node --service`` reads one Service's rules; the manifest's ``partial``:
+    the Service, the sources it holds), None for a whole bundle. Always there."""
+
+    INPUT: ClassVar[str] = "whole-rules"
+    partial: typing.Mapping | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.partial or None)
+
+
+class PartialServices(Partial):
+    """``Partial`` read through the named input "whole-services" (every Service of the API, not one Service's)."""
+
+    INPUT: ClassVar[str] = "whole-services"
+
+
+@dataclass(frozen=True)
+class ProxyModeAnswered(Typed):
+    """Whether kube-proxy's /proxyMode answer was written as a file (kpdiag node writes it only when kube-proxy's own
+    socket answered), whether or not it parses: ``present``; ``rel`` its path, ``source`` how evidence names it.
+    ``MetricsAnswered`` and ``HealthzAnswered`` say the same of /metrics and /healthz. Always there."""
+
+    INPUT: ClassVar[str] = "kube-proxy-mode"
+    rel: str
+    source: str
+    present: bool
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(str(sources.KP_PROXY_MODE), ctx.display(sources.KP_PROXY_MODE), ctx.has(sources.KP_PROXY_MODE))
+
+
+class MetricsAnswered(ProxyModeAnswered):
+    INPUT: ClassVar[str] = "kube-proxy-metrics"
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(str(sources.KP_METRICS), ctx.display(sources.KP_METRICS), ctx.has(sources.KP_METRICS))
+
+
+class HealthzAnswered(ProxyModeAnswered):
+    INPUT: ClassVar[str] = "kube-proxy-healthz"
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(str(sources.KP_HEALTHZ), ctx.display(sources.KP_HEALTHZ), ctx.has(sources.KP_HEALTHZ))
+
+
+@dataclass(frozen=True)
+class Ip6Programmed(Typed):
+    """The Service ports kube-proxy programmed in the IPv6 rules (ip6tables-save), whether or not the IPv4 dump was
+    collected (``KubeProxyRules`` is there only when it was): ``ports`` None when not collected. Always there."""
+
+    INPUT: ClassVar[str] = "iptables"
+    source: str
+    ports: typing.Mapping | None
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.display(sources.IP6TABLES_SAVE), ctx.programmed("ip6tables-save"))

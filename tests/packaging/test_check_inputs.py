@@ -1,9 +1,10 @@
 """Every check receives exactly the inputs it declares (kpdiag/state/inputs.py) — shown two ways.
 
-Statically: the source of every check, and of every helper it hands its inputs to (in its module, another check
-module, kpdiag.evidence, kpdiag.state.probe_results …), is read; every member of the inputs it touches (``ctx.iptables()``,
-``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by an input it declares. This covers the
-paths no fixture takes.
+Statically: every node check takes typed inputs (kpdiag/state/typed.py) and receives plain values, so what still
+receives a view of the state is read — each typed input's ``build`` (from a view opening its one input) and the
+cluster checks of fleet.py (``ctx``, a view of FleetState), with the helpers they hand the view to; every member they
+touch (``ctx.iptables()``, ``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by the input(s)
+declared. This covers the paths no fixture takes.
 
 At run time: a check reading an undeclared input is an internal error of that check, even when it swallows the
 exception (``test_an_undeclared_read_is_an_error_of_that_check``); every fixture runs every check through that view
@@ -24,9 +25,6 @@ from kpdiag.state import inputs as broker
 from kpdiag.bundle import sources
 from kpdiag.checkapi import check, load_registry, run_checks
 
-# calls that receive the inputs and are followed another way (none left: the dataplane adapters that were read
-# through module-level Adapter(...) assignments are methods of the dataplane classes, called with typed values)
-FOLLOWED_ELSEWHERE: set[str] = set()
 NAMES = {"__class__", "__name__", "__qualname__", "__doc__"}  # dunders that only name things (an exception's class)
 SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
 OWN = SOURCE_METHODS | {"cluster", "check_id", "declared", "violations"}
@@ -64,28 +62,11 @@ class Reads:
             and "." not in obj.__qualname__
         )
 
-    @staticmethod
-    def _local_imports(module, fnode) -> dict:
-        """Names a function imports itself (``from .hostnet import _default_dev`` inside it)."""
-        import importlib
-
-        out = {}
-        for n in ast.walk(fnode):
-            if isinstance(n, ast.ImportFrom):
-                name = "." * n.level + (n.module or "")
-                mod = importlib.import_module(name, module.__package__) if n.level else importlib.import_module(name)
-                for a in n.names:
-                    out[a.asname or a.name] = getattr(mod, a.name, None) or importlib.import_module(
-                        f"{mod.__name__}.{a.name}"
-                    )
-        return out
-
-    def _resolve(self, module, expr, local=None):
-        local = local or {}
+    def _resolve(self, module, expr):
         if isinstance(expr, ast.Name):
-            obj = local.get(expr.id, module.__dict__.get(expr.id))
+            obj = module.__dict__.get(expr.id)
         elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-            base = local.get(expr.value.id, module.__dict__.get(expr.value.id))
+            base = module.__dict__.get(expr.value.id)
             obj = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
         else:
             return None
@@ -137,15 +118,6 @@ class Reads:
             return out
         return []
 
-    def _module_value_functions(self, module, name):
-        """Functions named in a module-level assignment (``IPTABLES = Adapter(views=_iptables_views, …)``)."""
-        for node in self._tree(module).body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-                for sub in ast.walk(node.value):
-                    obj = self._resolve(module, sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
-                    if obj is not None:
-                        yield obj
-
     def of(self, fn, param: str = "ctx", bound: frozenset = frozenset()) -> set[str]:
         """``bound``: the helper's other parameters that the caller gave a constant (``_items(ctx, sources.PODS)``)."""
         key = (fn, param, bound)
@@ -155,8 +127,6 @@ class Reads:
         module, node = self._def(fn)
         if node is None:
             return out
-        local = self._local_imports(module, node)
-        called = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}  # followed with their arguments
         accounted: set[int] = set()  # the uses of ``param`` the analysis follows; any other use is a blind spot
 
         def blind(n, why: str) -> None:
@@ -204,11 +174,11 @@ class Reads:
                             out.add(name)
                         else:
                             blind(n, "getattr of a name it cannot tell")
-                callee = self._resolve(module, f, local)
+                callee = self._resolve(module, f)
                 passes = [
                     a for a in [*n.args, *(kw.value for kw in n.keywords)] if isinstance(a, ast.Name) and a.id == param
                 ]
-                if passes and (callee is not None or ast.unparse(f) in FOLLOWED_ELSEWHERE):
+                if passes and callee is not None:
                     accounted.update(id(a) for a in passes)
                 if callee is not None:
                     params = list(inspect.signature(callee).parameters)
@@ -220,21 +190,6 @@ class Reads:
                     for name, a in given:
                         if isinstance(a, ast.Name) and a.id == param:
                             out |= self.of(callee, name, consts)
-            where, name = None, None
-            if id(n) in called:
-                pass
-            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id != param:
-                where, name = module, n.id
-            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):  # dataplane.IPTABLES
-                base = module.__dict__.get(n.value.id)
-                if isinstance(base, types.ModuleType) and base.__name__.startswith("kpdiag"):
-                    where, name = base, n.attr
-            if where is not None:
-                obj = where.__dict__.get(name)
-                targets = [obj] if self._ours(obj) else list(self._module_value_functions(where, name))
-                for t in targets:
-                    if t is not fn and "ctx" in inspect.signature(t).parameters:
-                        out |= self.of(t, "ctx")
         for n in ast.walk(node):  # the inputs handed somewhere the analysis cannot follow: aliased, stored, returned …
             if isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Load) and id(n) not in accounted:
                 blind(n, "its inputs go where the analysis cannot follow")
@@ -267,14 +222,17 @@ def _undeclared(spec, reads: set[str]) -> list[str]:
     return bad
 
 
-def test_every_check_reads_only_what_it_declares():
+def test_only_the_cluster_checks_receive_the_state_and_read_only_what_they_declare():
+    """Every node check takes typed inputs (its reads are its types' ``build``: test_typed_inputs_read_their_one_input);
+    what still receives ``ctx`` are the cluster checks (fleet.py), read here."""
     reads = Reads()
     registry = load_registry(plugins=False)
+    with_ctx = [spec for spec in registry.checks if not spec.params]
+    assert [spec.id for spec in with_ctx if spec.scope == "node"] == [], "a node check takes ctx: give it typed inputs"
+    assert with_ctx, "no cluster check left to read: this test reads nothing"
     problems = {}
     blind = []
-    for spec in registry.checks:
-        if spec.params:  # typed inputs: it receives values, not the state (test_typed_inputs_read_their_one_input)
-            continue
+    for spec in with_ctx:
         got = reads.of(spec.fn, next(iter(inspect.signature(spec.fn).parameters)))
         if not got:
             blind.append(spec.id)
@@ -330,28 +288,27 @@ def test_one_mechanism_per_check():
     listed = set()
     for a, b in re.findall(r"KP(\d+)(?:–KP(\d+))?", said.group(1)):
         listed.update(f"KP{n}" for n in range(int(a), int(b or a) + 1))
-    assert len(listed) >= 30 and listed <= {spec.id for spec in typed_checks}, listed - {s.id for s in typed_checks}
+    assert listed == {spec.id for spec in typed_checks} == {spec.id for spec in node}, listed ^ {s.id for s in node}
 
 
-def test_the_analysis_sees_reads_through_helpers_and_adapters():
-    """The analysis is not vacuous: it sees a read two helpers deep, through a module-level adapter and by source."""
-    reads = Reads()
-    from kpdiag.checks import hostnet
-
-    spec = load_registry(plugins=False).get("KP202")
-    assert {"iptables", "programmed"} <= reads.of(spec.fn)  # dataplane.missing → _iptables_views
-    assert "src:" + sources.CONNTRACK in reads.of(load_registry(plugins=False).get("KP504").fn)
-    # a helper given the source as an argument: typed._api_list(ctx, sources.DNS_SERVICE) → ctx.source(rel)
-    # a loop over a module-level tuple of sources: for rel in HTTP_SOURCES: ctx.has(rel)
-    assert "src:" + sources.KP_HEALTHZ in reads.of(load_registry(plugins=False).get("KP707").fn)
+def test_the_analysis_sees_reads_through_helpers_and_lambdas():
+    """The analysis is not vacuous: it sees reads in a lambda a typed input keeps for later, through a helper given the
+    source as an argument, of the API view, and in a cluster check."""
     from kpdiag.state import typed
 
+    reads = Reads()
+    # lambdas kept for a dump read on first use: lambda which: ctx.iptables(which), lambda which: ctx.programmed(which)
+    assert {"iptables", "programmed"} <= reads.of(typed.KubeProxyRules.build.__func__)
+    # a helper given the source as an argument: _as_read(cls, ctx, sources.CONNTRACK) → ctx.source(rel)
+    assert "src:" + sources.CONNTRACK in reads.of(typed.ConntrackEntries.build.__func__)
     assert "src:" + sources.DNS_SERVICE in reads.of(typed.DnsService.build.__func__)
-    # via _ipv6_services and ev.sysctl
-    assert {"sysctl_value", "programmed", "nft_text", "cluster.services"} <= reads.of(hostnet.ipv6_forward_off)
+    # whether a file exists, not whether it parses: ctx.has(sources.KP_HEALTHZ)
+    assert "src:" + sources.KP_HEALTHZ in reads.of(typed.HealthzAnswered.build.__func__)
+    assert {"cluster.node_name", "cluster.node_zone"} <= reads.of(typed.NodeObject.build.__func__)
+    assert {"programmed_groups", "local_keys"} <= reads.of(load_registry(plugins=False).get("KP802").fn)
     # an undeclared read is reported
     fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
-    assert _undeclared(fake, {"sysctl_value", "ip_route", "src:" + sources.SYSCTL, "src:" + sources.IP_ROUTE}) == [
+    assert _undeclared(fake, {"sysctl", "ip_route", "src:" + sources.SYSCTL, "src:" + sources.IP_ROUTE}) == [
         "ip_route",
         f"the source {sources.IP_ROUTE}",
     ]
@@ -374,7 +331,7 @@ def test_an_undeclared_read_is_an_error_of_that_check(tmp_path):
             ctx.ip_route  # noqa: B018 - the read under test
         except Exception:
             pass
-        yield new(f"forwarding {ctx.sysctl_value('net.ipv4.ip_forward').value}")
+        yield new(f"forwarding {ctx.sysctl['net.ipv4.ip_forward'].value}")
 
     @check(
         "KPT92",
@@ -388,7 +345,7 @@ def test_an_undeclared_read_is_an_error_of_that_check(tmp_path):
         fix="f",
     )
     def honest(ctx, new):
-        yield new(f"{len(ctx.ip_route)} routes, forwarding {ctx.sysctl_value('net.ipv4.ip_forward').value}")
+        yield new(f"{len(ctx.ip_route)} routes, forwarding {ctx.sysctl['net.ipv4.ip_forward'].value}")
 
     @check("KPT93", "t-source", "reads a source undeclared", "info", symptom="s", why="w", fix="f")
     def by_source(ctx, new):
@@ -506,7 +463,7 @@ def via_self(ctx):
     return ctx.sysctl_value.__self__.ip_route
 
 def fine(ctx):
-    return ctx.sysctl_value("x"), ctx.source(sources.SYSCTL)
+    return ctx.sysctl.get("x"), ctx.source(sources.SYSCTL)
 """
 
 
@@ -553,4 +510,4 @@ def test_the_view_cannot_be_copied_or_pickled_and_hides_nothing_behind_defaults(
             attempt()
     with pytest.raises(broker.UndeclaredInput):  # getattr(ctx, "x", None) must not turn an undeclared read into None
         getattr(view, "ip_route", None)
-    assert view.sysctl_value("a").value == "1"
+    assert view.sysctl["a"].value == "1"
