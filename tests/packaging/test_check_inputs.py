@@ -63,13 +63,9 @@ class Reads:
         )
 
     def _resolve(self, module, expr):
-        if isinstance(expr, ast.Name):
-            obj = module.__dict__.get(expr.id)
-        elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-            base = module.__dict__.get(expr.value.id)
-            obj = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
-        else:
-            return None
+        obj = (
+            module.__dict__.get(expr.id) if isinstance(expr, ast.Name) else None
+        )  # a helper the module defines or imports
         return obj if self._ours(obj) else None
 
     @staticmethod
@@ -153,14 +149,6 @@ class Reads:
                         out.add(f"src:{src}")
                     if not found:
                         blind(n, "a source it cannot name")
-                if isinstance(f, ast.Name) and f.id == "getattr" and len(n.args) >= 2:
-                    if isinstance(n.args[0], ast.Name) and n.args[0].id == param:
-                        accounted.add(id(n.args[0]))
-                        name = self._const(module, n.args[1])
-                        if name:
-                            out.add(name)
-                        else:
-                            blind(n, "getattr of a name it cannot tell")
                 callee = self._resolve(module, f)
                 passes = [
                     a for a in [*n.args, *(kw.value for kw in n.keywords)] if isinstance(a, ast.Name) and a.id == param
