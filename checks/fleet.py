@@ -7,6 +7,7 @@ from collections import Counter
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
+from kpdiag.state.typed import NodeReports, ProgrammedTables
 
 MAX_NAMES = 8  # nodes or service ports named in one summary
 
@@ -18,9 +19,9 @@ def _names(items, total: int | None = None) -> str:
     return shown + (f" and {total - MAX_NAMES} more" if total > MAX_NAMES else "")
 
 
-def _need_nodes(ctx, n: int = 2):
-    if len(ctx.ok) < n:
-        raise Skip(f"needs the reports of at least {n} nodes ({len(ctx.ok)} diagnosed)")
+def _need_nodes(reports: NodeReports, n: int = 2):
+    if len(reports.ok) < n:
+        raise Skip(f"needs the reports of at least {n} nodes ({len(reports.ok)} diagnosed)")
 
 
 @check(
@@ -29,7 +30,6 @@ def _need_nodes(ctx, n: int = 2):
     "kube-proxy runs in different modes on different nodes",
     "warning",
     scope="cluster",
-    uses=("node-reports",),
     symptom="A Service behaves differently depending on the node the client runs on (ping answered here, not there; "
     "session affinity or timeouts differ); a mode change was rolled out to only some nodes.",
     why="""
@@ -40,9 +40,9 @@ def _need_nodes(ctx, n: int = 2):
     """,
     fix="Make every node run the configured mode: check the outliers' KP701/KP301 findings, then restart kube-proxy there.",
 )
-def modes_differ(ctx, new):
-    _need_nodes(ctx)
-    modes = {r.node: (ctx.fact(r, "proxy_mode"), ctx.fact(r, "proxy_mode_source")) for r in ctx.ok}
+def modes_differ(new, reports: NodeReports):
+    _need_nodes(reports)
+    modes = {r.node: (reports.fact(r, "proxy_mode"), reports.fact(r, "proxy_mode_source")) for r in reports.ok}
     counts = Counter(m for m, _ in modes.values() if m)
     if len(counts) < 2:
         return
@@ -63,9 +63,9 @@ def modes_differ(ctx, new):
     )
 
 
-def _port_names(ctx) -> dict[str, str]:
+def _port_names(programmed: ProgrammedTables) -> dict[str, str]:
     names: dict[str, str] = {}
-    for _, _, table in ctx.programmed_groups():
+    for _, _, table in programmed.groups:
         for key, (name, _, _) in table.items():
             if name and key not in names:
                 names[key] = name
@@ -76,12 +76,11 @@ def _label(key: str, names: dict[str, str]) -> str:
     return f"{names[key]} {key}" if names.get(key) else key
 
 
-def _groups(ctx):
-    groups = ctx.programmed_groups()
-    total = sum(len(nodes) for _, nodes, _ in groups)
+def _groups(programmed: ProgrammedTables):
+    total = programmed.nodes
     if total < 2:
         raise Skip(f"needs the programmed services of at least 2 nodes ({total} reported them)")
-    return groups, total
+    return programmed.groups, total
 
 
 def _who(nodes: list[str]) -> str:
@@ -94,7 +93,6 @@ def _who(nodes: list[str]) -> str:
     "A Service is programmed on some nodes only",
     "error",
     scope="cluster",
-    uses=("node-reports", "programmed"),
     symptom="A Service works from most nodes but not from a few (or the other way round); new Services never work on some nodes.",
     why="""
         kube-proxy on every node should program the same ClusterIPs. A node that lacks service ports most nodes have
@@ -104,16 +102,16 @@ def _who(nodes: list[str]) -> str:
     """,
     fix="Look at kube-proxy on the named nodes: is it running, what does its log say (KP703/KP704 on that node)?",
 )
-def partially_programmed(ctx, new):
-    groups, total = _groups(ctx)
-    local = ctx.local_keys
+def partially_programmed(new, programmed: ProgrammedTables):
+    groups, total = _groups(programmed)
+    local = programmed.local_keys
     presence: Counter = Counter()
     for _, nodes, table in groups:
         for key in table:
             if key not in local:  # endpoints per node by design; IPVS and old reports cannot tell them apart
                 presence[key] += len(nodes)
     majority = {k for k, c in presence.items() if c * 2 > total}
-    names = _port_names(ctx)
+    names = _port_names(programmed)
     for _, nodes, table in groups:
         missing = sorted(majority.difference(table))
         extra = sorted(k for k in table if k not in majority and k not in local)
@@ -155,7 +153,6 @@ def partially_programmed(ctx, new):
     "Nodes send a Service's traffic to different endpoints",
     "error",
     scope="cluster",
-    uses=("node-reports", "programmed"),
     symptom="Some requests to a Service go to pods that are gone (timeouts, connection refused) depending on the client's node.",
     why="""
         For a ClusterIP every node should spread traffic over the same ready endpoints (those in the Service's
@@ -166,10 +163,10 @@ def partially_programmed(ctx, new):
     """,
     fix="Restart kube-proxy on the named nodes after reading its log; compare with 'kubectl get endpointslices'.",
 )
-def endpoints_disagree(ctx, new):
-    groups, total = _groups(ctx)
-    local = ctx.local_keys
-    zone_of = {r.node: ctx.fact(r, "zone") for r in ctx.ok}
+def endpoints_disagree(new, reports: NodeReports, programmed: ProgrammedTables):
+    groups, total = _groups(programmed)
+    local = programmed.local_keys
+    zone_of = {r.node: reports.fact(r, "zone") for r in reports.ok}
     zoned = sum(1 for z in zone_of.values() if z) >= 2 and len({z for z in zone_of.values() if z}) >= 2
 
     # with topology-aware routing, nodes of different zones program different endpoints by design: nodes are compared
@@ -187,10 +184,10 @@ def endpoints_disagree(ctx, new):
     best = {k: c.most_common(1)[0] for k, c in votes.items() if len(c) > 1}
     if not best:
         return
-    names = _port_names(ctx)
+    names = _port_names(programmed)
     caveat = (
         ""
-        if ctx.policy_known
+        if programmed.policy_known
         else " (unless a Service has internalTrafficPolicy: Local: the API was not read and IPVS rules do not show it)"
     )
     if not zoned:
@@ -247,7 +244,6 @@ def _minor(text) -> tuple[int, int] | None:
     "warning",
     severities=("warning", "error"),
     scope="cluster",
-    uses=("node-reports",),
     symptom="Behaviour differs between nodes after an upgrade; features (traffic policies, nftables fixes) work on some nodes only.",
     why="""
         During an upgrade nodes run different kube-proxy versions for a while; a skew that stays means the upgrade
@@ -258,13 +254,13 @@ def _minor(text) -> tuple[int, int] | None:
     fix="Finish the upgrade: kube-proxy (DaemonSet image or node packages) at the control plane's minor version.",
     references=("https://kubernetes.io/releases/version-skew-policy/#kube-proxy",),
 )
-def version_skew(ctx, new):
-    versions = {r.node: _minor(ctx.fact(r, "kube_proxy_version")) for r in ctx.ok}
+def version_skew(new, reports: NodeReports):
+    versions = {r.node: _minor(reports.fact(r, "kube_proxy_version")) for r in reports.ok}
     known = {n: v for n, v in versions.items() if v}
     if not known:
         raise Skip("no node report says its kube-proxy version (kube-proxy's /metrics)")
     counts = Counter(known.values())
-    api = _minor(ctx.api_version)
+    api = _minor(reports.api_version)
     if api:
         allowed = 3 if api >= (1, 28) else 2
         for v, c in sorted(counts.items()):
@@ -272,11 +268,11 @@ def version_skew(ctx, new):
             if v > api or api[1] - v[1] > allowed:
                 how = "newer than" if v > api else f"more than {allowed} minor versions older than"
                 yield new(
-                    f"kube-proxy {v[0]}.{v[1]} on {c} node(s) ({_names(nodes)}) is {how} the API server ({ctx.api_version}): outside the version skew policy",
+                    f"kube-proxy {v[0]}.{v[1]} on {c} node(s) ({_names(nodes)}) is {how} the API server ({reports.api_version}): outside the version skew policy",
                     severity="error",
                     fix=(f"upgrade kube-proxy on {_names(nodes)} to {api[0]}.{api[1]}",),
                     evidence=[Evidence(f"node {n}", f"kube-proxy {v[0]}.{v[1]}") for n in nodes[:MAX_NAMES]]
-                    + [Evidence("API server", f"/version {ctx.api_version}")],
+                    + [Evidence("API server", f"/version {reports.api_version}")],
                     subject="cluster",
                 )
     if len(counts) > 1:
@@ -302,7 +298,6 @@ def version_skew(ctx, new):
     "warning",
     severities=("info", "warning", "error"),
     scope="cluster",
-    uses=("node-reports",),
     symptom="Hundreds of identical findings, one per node.",
     why="""
         A finding that most nodes share comes from something they share: the node image, the kube-proxy ConfigMap,
@@ -311,10 +306,10 @@ def version_skew(ctx, new):
     """,
     fix="Fix the shared cause (image, ConfigMap, provisioning), then run kpdiag cluster again.",
 )
-def common_finding(ctx, new):
-    _need_nodes(ctx, 3)
-    threshold = ctx.common_threshold()
-    for cid, hits in sorted(ctx.node_findings_by_check().items()):
+def common_finding(new, reports: NodeReports):
+    _need_nodes(reports, 3)
+    threshold = reports.common_threshold
+    for cid, hits in sorted(reports.findings_by_check.items()):
         nodes = sorted({n for n, _ in hits})
         if len(nodes) < threshold:
             continue
@@ -322,9 +317,9 @@ def common_finding(ctx, new):
         sev = max(
             (f.get("severity", "info") for _, f in hits), key=lambda s: {"info": 1, "warning": 2, "error": 3}.get(s, 0)
         )
-        clean = sorted(r.node for r in ctx.ok if r.node not in set(nodes))
+        clean = sorted(r.node for r in reports.ok if r.node not in set(nodes))
         yield new(
-            f"{cid} {sample.get('slug', '')} on {len(nodes)} of {len(ctx.ok)} nodes"
+            f"{cid} {sample.get('slug', '')} on {len(nodes)} of {len(reports.ok)} nodes"
             + (f" (not on {_names(clean)})" if clean else " (every node)")
             + f" — on {sample_node}: {sample.get('summary', '')}",
             severity=sev,
@@ -351,7 +346,6 @@ def common_finding(ctx, new):
     "warning",
     severities=("warning", "error"),
     scope="cluster",
-    uses=("node-reports",),
     symptom="The cluster report covers fewer nodes than the cluster has.",
     why="""
         kpdiag runs one short-lived pod per node. A node is missing from the report when that pod could not be
@@ -362,8 +356,8 @@ def common_finding(ctx, new):
     """,
     fix="Act on the reason given per node, then run kpdiag cluster --nodes <those nodes> again.",
 )
-def not_diagnosed(ctx, new):
-    failed = [r for r in ctx.results if not r.ok]
+def not_diagnosed(new, reports: NodeReports):
+    failed = [r for r in reports.results if not r.ok]
     if not failed:
         return
     kinds: dict[str, list] = {}
@@ -379,8 +373,10 @@ def not_diagnosed(ctx, new):
         "not json": "kubectl -n kpdiag logs <pod>   # rerun with --keep-pods to read the pod's own output",
     }
     yield new(
-        f"{len(failed)} of {len(ctx.results)} nodes not diagnosed — " + "; ".join(parts),
-        severity="error" if len(failed) * 2 >= len(ctx.results) else None,  # half the cluster unseen is not a warning
+        f"{len(failed)} of {len(reports.results)} nodes not diagnosed — " + "; ".join(parts),
+        severity="error"
+        if len(failed) * 2 >= len(reports.results)
+        else None,  # half the cluster unseen is not a warning
         fix=tuple(hints[k] for k in sorted(kinds) if k in hints) or ("kpdiag cluster --nodes <nodes>",),
         evidence=[Evidence(f"node {r.node}", r.failure or "failed") for r in failed[:20]],
         subject="cluster",

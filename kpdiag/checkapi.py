@@ -1,7 +1,7 @@
 """Declaring checks, finding them (built-in ``kpdiag.checks`` and the entry-point group), running them.
 
-A check is a function decorated with :func:`check`. It receives its inputs (``ctx``: a view of the state that opens
-exactly the inputs it declares, kpdiag/state/inputs.py) and a
+A check is a function decorated with :func:`check`. It receives its inputs (typed values named in its signature,
+kpdiag/state/typed.py, each built from a view of the state that opens that one input, kpdiag/state/inputs.py) and a
 ``new`` function that builds a :class:`~kpdiag.model.Finding` carrying the check's id, slug,
 title and severity, and yields findings. It never fetches data itself. If the data it needs
 is missing, the runner reports it *skipped* with the reason; if it raises :class:`Skip`, the
@@ -133,9 +133,10 @@ def check(
     preflight: Iterable[str] = (),
     any_host: bool = False,
 ):
-    """Declare a check. A node check says its inputs in its signature (kpdiag/state/typed.py): ``def f(new, rules:
-    KubeProxyRules, config: Optional[KubeProxyConfig] = None)`` — a parameter typed T is a need, Optional[T] a use —
-    and receives plain values. The older way, still used by the checks that read the API side: ``needs`` names the
+    """Declare a check. A check says its inputs in its signature (kpdiag/state/typed.py): ``def f(new, rules:
+    KubeProxyRules, config: Optional[KubeProxyConfig] = None)`` — a parameter typed T is a need, Optional[T] a use;
+    a cluster check's types are those of the cluster inputs (``NodeReports``, ``ProgrammedTables``) — and receives
+    plain values. The older way, which no built-in check uses (a plugin may): ``needs`` names the
     inputs (kpdiag/state/inputs.py) it cannot decide without: when one is missing, the check is skipped with the
     reason; ``uses`` names the inputs it reads when they are there; the check, written as ``f(ctx, new)``, receives
     a view of the state that opens those inputs and nothing else (:class:`kpdiag.state.inputs.Inputs`). A typed check
@@ -180,8 +181,11 @@ def check(
     def deco(fn):
         # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
         nonlocal needs, uses
-        params = typed.parameters(fn) if scope == "node" else None
+        params = typed.parameters(fn)
         if params:
+            wrong = [name for name, t, _ in params if t.SCOPE != scope]
+            if wrong:
+                raise ValueError(f"check {id}: parameter(s) {', '.join(wrong)} are not {scope} inputs")
             # (two views of one input, Modules and ModulesOnDisk, declare it once)
             needs = needs + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if not opt and t.INPUT not in needs))
             uses = uses + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if opt and t.INPUT not in uses + needs))

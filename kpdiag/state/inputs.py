@@ -4,9 +4,9 @@ A check declares ``needs`` — the inputs it cannot decide without (when one is 
 *skipped* with the reason, and does not call it) — and ``uses`` — the inputs it reads when they are there (kube-proxy's
 REJECT rule cited when the rules were collected, the routes when they were). The state (:class:`kpdiag.state.node.NodeState`
 for node checks, :class:`kpdiag.fleet.aggregate.FleetState` for cluster checks) is the broker: it builds every input
-once per run, whatever check asks first. A check does not get the state: a node check gets typed values
-(kpdiag/state/typed.py), each built from an :class:`Inputs` view of its one input; a cluster check gets a view of its
-declared inputs. A view opens the members its inputs grant and nothing else. Reading anything else is an
+once per run, whatever check asks first. A check does not get the state: it gets typed values
+(kpdiag/state/typed.py), each built from an :class:`Inputs` view of its one input (a check written the older way,
+``f(ctx, new)``, as a plugin may be, gets a view of its declared inputs). A view opens the members its inputs grant and nothing else. Reading anything else is an
 :class:`UndeclaredInput` — that check's result is an internal error naming the input (caught even if the check
 swallowed the exception), so a check cannot come to depend on data it did not declare; the tests run every check on
 every fixture bundle through these views.

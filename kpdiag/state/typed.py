@@ -32,6 +32,7 @@ class Typed:
     ``FILES``, when set, the bundle files that show its fact was collected (else the input's ``files``)."""
 
     INPUT: ClassVar[str]
+    SCOPE: ClassVar[str] = "node"  # the catalogue INPUT is in: "node" (NodeState), "cluster" (FleetState)
     # the bundle files that show the fact it carries was collected, when narrower than its input's (Input.files)
     FILES: ClassVar[tuple[str, ...] | None] = None
 
@@ -717,7 +718,7 @@ def call(fn, params, ctx, new, skip):
 
     kwargs = {}
     for name, typ, _optional in params:
-        view = Inputs(ctx._target, ctx.check_id, (typ.INPUT,), "node")  # the one input it is built from
+        view = Inputs(ctx._target, ctx.check_id, (typ.INPUT,), typ.SCOPE)  # the one input it is built from
         object.__setattr__(view, "violations", ctx.violations)  # a lazy field's reads later are policed as one
         kwargs[name] = typ.build(view)
         if kwargs[name] is None and not _optional:  # there, but not in a form it can be read as
@@ -737,9 +738,9 @@ def evident_by(spec, name: str) -> tuple[str, ...]:
 
 
 def view_what(typ) -> str:
-    from kpdiag.state.inputs import NODE_INPUTS
+    from kpdiag.state.inputs import catalogue
 
-    return NODE_INPUTS[typ.INPUT].what
+    return catalogue(typ.SCOPE)[typ.INPUT].what
 
 
 # --- typed inputs of the service checks (h/typedsvc)
@@ -1147,3 +1148,59 @@ class Ip6Programmed(Typed):
     @classmethod
     def build(cls, ctx):
         return cls(ctx.display(sources.IP6TABLES_SAVE), ctx.programmed("ip6tables-save"))
+
+
+# --- typed inputs of the cluster checks (checks/fleet.py): built from a kpdiag.fleet.aggregate.FleetState
+
+
+@dataclass(frozen=True)
+class NodeReports(Typed):
+    """The node reports of a fleet run (``kpdiag cluster``, ``kpdiag analyze DIR``): every node's result (``results``:
+    kpdiag.fleet.aggregate.NodeResult, its normalised report or why there is none), the diagnosed ones (``ok``), their
+    findings by check id, and the API server's version (None: not asked)."""
+
+    INPUT: ClassVar[str] = "node-reports"
+    SCOPE: ClassVar[str] = "cluster"
+    results: tuple  # every NodeResult, diagnosed or not
+    ok: tuple  # the NodeResults with a report
+    api_version: str | None  # the API server's gitVersion
+    findings_by_check: typing.Mapping  # check id → [(node, finding dict)]
+    common_threshold: int  # a node finding on at least this many nodes is reported once (KP805)
+    _fact: typing.Callable = field(repr=False, compare=False)
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(
+            tuple(ctx.results),
+            tuple(ctx.ok),
+            ctx.api_version,
+            ctx.node_findings_by_check(),
+            ctx.common_threshold(),
+            lambda r, key: ctx.fact(r, key),
+        )
+
+    def fact(self, r, key: str):
+        """A fact of node result ``r``'s report (``proxy_mode``, ``zone``, ``kube_proxy_version`` …), or None."""
+        return self._fact(r, key)
+
+
+@dataclass(frozen=True)
+class ProgrammedTables(Typed):
+    """The Service ports the nodes programmed (their reports' programmed tables), nodes with identical tables grouped,
+    and the internalTrafficPolicy: Local ports (each node programs its own endpoints for those, by design)."""
+
+    INPUT: ClassVar[str] = "programmed"
+    SCOPE: ClassVar[str] = "cluster"
+    # (one document, node names, decoded table: "ClusterIP:port/proto" → (name, endpoints digest, count)), biggest first
+    groups: tuple
+    local_keys: frozenset  # internalTrafficPolicy: Local ports, from the API and from the nodes' own rules
+    policy_known: bool  # every table tells those ports apart, or the API was read
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(tuple(ctx.programmed_groups()), frozenset(ctx.local_keys), ctx.policy_known)
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes reported a programmed table."""
+        return sum(len(nodes) for _, nodes, _ in self.groups)

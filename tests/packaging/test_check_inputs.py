@@ -1,10 +1,10 @@
 """Every check receives exactly the inputs it declares (kpdiag/state/inputs.py) — shown two ways.
 
-Statically: every node check takes typed inputs (kpdiag/state/typed.py) and receives plain values, so what still
-receives a view of the state is read — each typed input's ``build`` (from a view opening its one input) and the
-cluster checks of fleet.py (``ctx``, a view of FleetState), with the helpers they hand the view to; every member they
-touch (``ctx.iptables()``, ``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by the input(s)
-declared. This covers the paths no fixture takes.
+Statically: every check, node and cluster, takes typed inputs (kpdiag/state/typed.py) and receives plain values, so
+what still receives a view of the state is read — each typed input's ``build`` (from a view opening its one input,
+of NodeState or of FleetState), with the helpers it hands the view to; every member it touches (``ctx.iptables()``,
+``ctx.cluster.pods()``, ``ctx.source(sources.CONNTRACK)``) must be granted by its input. This covers the paths no
+fixture takes.
 
 At run time: a check reading an undeclared input is an internal error of that check, even when it swallows the
 exception (``test_an_undeclared_read_is_an_error_of_that_check``); every fixture runs every check through that view
@@ -63,20 +63,13 @@ class Reads:
         )
 
     def _resolve(self, module, expr):
-        if isinstance(expr, ast.Name):
-            obj = module.__dict__.get(expr.id)
-        elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-            base = module.__dict__.get(expr.value.id)
-            obj = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
-        else:
-            return None
+        obj = (
+            module.__dict__.get(expr.id) if isinstance(expr, ast.Name) else None
+        )  # a helper the module defines or imports
         return obj if self._ours(obj) else None
 
     @staticmethod
-    def _const(module, expr, bound=()):
-        if isinstance(expr, ast.Name) and expr.id in dict(bound):  # a helper's parameter given a constant
-            values = dict(bound)[expr.id]
-            return values[0] if len(values) == 1 else None
+    def _const(module, expr):
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
@@ -88,35 +81,25 @@ class Reads:
             return value if isinstance(value, str) else None
         return None
 
-    def _values(self, module, expr, bound, fnode, depth=0) -> list[str]:
-        """Every string ``expr`` can be: a constant, ``sources.X``, a module-level string or a tuple of them, a
-        parameter given a constant, a local name assigned or looped over such values, either branch of an ``if``."""
+    def _values(self, module, expr, bound, fnode) -> list[str]:
+        """Every string ``expr`` can be: a constant, ``sources.X``, a module-level string, a helper's parameter given
+        such a value, a local name looped over a module-level tuple of them (``for rel in POLICY_FILES``)."""
         if isinstance(expr, ast.Name) and expr.id in dict(bound):  # a helper's parameter given constants
             return list(dict(bound)[expr.id])
-        one = self._const(module, expr, bound)
+        one = self._const(module, expr)
         if one is not None:
             return [one]
-        if depth > 3:
-            return []
-        if isinstance(expr, ast.IfExp):
-            return self._values(module, expr.body, bound, fnode, depth + 1) + self._values(
-                module, expr.orelse, bound, fnode, depth + 1
-            )
-        if isinstance(expr, (ast.Tuple, ast.List)):
-            return [v for e in expr.elts for v in self._values(module, e, bound, fnode, depth + 1)]
-        if isinstance(expr, ast.Name):
-            value = module.__dict__.get(expr.id)
-            if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
-                return list(value)
-            out = []
-            for n in ast.walk(fnode):  # a local: what it is assigned, what it loops over
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets):
-                    out += self._values(module, n.value, bound, fnode, depth + 1)
-                if isinstance(n, (ast.For, ast.comprehension)) and isinstance(n.target, ast.Name):
-                    if n.target.id == expr.id:
-                        out += self._values(module, n.iter, bound, fnode, depth + 1)
-            return out
-        return []
+        out = []
+        for n in ast.walk(fnode) if isinstance(expr, ast.Name) else ():  # a local looped over a module-level tuple
+            if (
+                isinstance(n, (ast.For, ast.comprehension))
+                and isinstance(n.target, ast.Name)
+                and n.target.id == expr.id
+            ):
+                value = module.__dict__.get(n.iter.id) if isinstance(n.iter, ast.Name) else None
+                if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+                    out += value
+        return out
 
     def of(self, fn, param: str = "ctx", bound: frozenset = frozenset()) -> set[str]:
         """``bound``: the helper's other parameters that the caller gave a constant (``_items(ctx, sources.PODS)``)."""
@@ -166,14 +149,6 @@ class Reads:
                         out.add(f"src:{src}")
                     if not found:
                         blind(n, "a source it cannot name")
-                if isinstance(f, ast.Name) and f.id == "getattr" and len(n.args) >= 2:
-                    if isinstance(n.args[0], ast.Name) and n.args[0].id == param:
-                        accounted.add(id(n.args[0]))
-                        name = self._const(module, n.args[1])
-                        if name:
-                            out.add(name)
-                        else:
-                            blind(n, "getattr of a name it cannot tell")
                 callee = self._resolve(module, f)
                 passes = [
                     a for a in [*n.args, *(kw.value for kw in n.keywords)] if isinstance(a, ast.Name) and a.id == param
@@ -222,64 +197,47 @@ def _undeclared(spec, reads: set[str]) -> list[str]:
     return bad
 
 
-def test_only_the_cluster_checks_receive_the_state_and_read_only_what_they_declare():
-    """Every node check takes typed inputs (its reads are its types' ``build``: test_typed_inputs_read_their_one_input);
-    what still receives ``ctx`` are the cluster checks (fleet.py), read here."""
-    reads = Reads()
-    registry = load_registry(plugins=False)
-    with_ctx = [spec for spec in registry.checks if not spec.params]
-    assert [spec.id for spec in with_ctx if spec.scope == "node"] == [], "a node check takes ctx: give it typed inputs"
-    assert with_ctx, "no cluster check left to read: this test reads nothing"
-    problems = {}
-    blind = []
-    for spec in with_ctx:
-        got = reads.of(spec.fn, next(iter(inspect.signature(spec.fn).parameters)))
-        if not got:
-            blind.append(spec.id)
-        bad = _undeclared(spec, got)
-        if bad:
-            problems[spec.id] = bad
-    assert not problems, f"checks read inputs they do not declare (needs/uses): {problems}"
-    assert not blind, f"the analysis saw no read in {blind}: it is blind there, not the checks clean"
-
-
 def test_typed_inputs_read_their_one_input():
     """A check with typed parameters (kpdiag/state/typed.py) gets plain values: what it can read is what each type's
-    ``build`` reads — from a view opening the type's one input, which is all this needs to show."""
+    ``build`` reads — from a view opening the type's one input of its scope's catalogue (NodeState's for a node check,
+    FleetState's for a cluster check), which is all this needs to show."""
     from kpdiag.state import typed
 
     reads = Reads()
     kinds = [
         t for t in vars(typed).values() if isinstance(t, type) and issubclass(t, typed.Typed) and t is not typed.Typed
     ]
-    assert len(kinds) >= 3
+    assert {t.SCOPE for t in kinds} == {"node", "cluster"}
     for t in kinds:
-        fake = type("Spec", (), {"scope": "node", "inputs": (t.INPUT,)})()
+        assert t.INPUT in broker.catalogue(t.SCOPE), (t.__name__, t.SCOPE, t.INPUT)
+        fake = type("Spec", (), {"scope": t.SCOPE, "inputs": (t.INPUT,)})()
         got = reads.of(t.build.__func__, "ctx")
         assert got and not _undeclared(fake, got), (t.__name__, got)
+    # every named cluster input is read through a type (the cluster checks have no other way in)
+    assert set(broker.CLUSTER_INPUTS) <= {t.INPUT for t in kinds if t.SCOPE == "cluster"}
     for spec in load_registry(plugins=False).checks:
         for name, t, optional in spec.params:  # the signature is the declaration: T a need, Optional[T] a use
+            assert t.SCOPE == spec.scope, (spec.id, name)
             assert t.INPUT in (spec.uses if optional else spec.needs), (spec.id, name)
 
 
 def test_one_mechanism_per_check():
     """A check takes typed inputs or ``ctx``, never both: a typed check declares its inputs by its signature, and a
     ``needs=``/``uses=`` string only for an input it reads nothing of (a gate: whole-rules, whole-services, the run mode); its
-    parameters are typed inputs (``new`` aside), so it cannot reach the state. The checks docs/architecture.md
-    names as typed are."""
+    parameters are typed inputs (``new`` aside), so it cannot reach the state. Every built-in check, node or cluster,
+    is typed: the ones docs/architecture.md names."""
     registry = load_registry(plugins=False)
-    node = [spec for spec in registry.checks if spec.scope == "node"]
-    typed_checks = [spec for spec in node if spec.params]
+    assert [spec.id for spec in registry.checks if not spec.params] == [], "a check takes ctx: give it typed inputs"
+    assert {spec.scope for spec in registry.checks} == {"node", "cluster"}
+    typed_checks = [spec for spec in registry.checks if spec.params]
     for spec in typed_checks:
         params = list(inspect.signature(spec.fn).parameters)
         assert "ctx" not in params and params[0] == "new", (spec.id, params)
         from_signature = {t.INPUT for _, t, _ in spec.params}
         gates = {name for name in spec.inputs if name not in from_signature}
+        known = broker.catalogue(spec.scope)
         assert all(
-            not broker.NODE_INPUTS[g].grants
-            and not broker.NODE_INPUTS[g].sources
-            or g in ("whole-rules", "whole-services")
-            for g in gates
+            not known[g].grants and not known[g].sources or g in ("whole-rules", "whole-services") for g in gates
         ), (spec.id, gates)
     import re
 
@@ -288,12 +246,14 @@ def test_one_mechanism_per_check():
     listed = set()
     for a, b in re.findall(r"KP(\d+)(?:–KP(\d+))?", said.group(1)):
         listed.update(f"KP{n}" for n in range(int(a), int(b or a) + 1))
-    assert listed == {spec.id for spec in typed_checks} == {spec.id for spec in node}, listed ^ {s.id for s in node}
+    assert listed == {spec.id for spec in typed_checks} == {spec.id for spec in registry.checks}, listed ^ {
+        s.id for s in registry.checks
+    }
 
 
 def test_the_analysis_sees_reads_through_helpers_and_lambdas():
     """The analysis is not vacuous: it sees reads in a lambda a typed input keeps for later, through a helper given the
-    source as an argument, of the API view, and in a cluster check."""
+    source as an argument, of the API view, and of the fleet's (FleetState) view."""
     from kpdiag.state import typed
 
     reads = Reads()
@@ -305,7 +265,8 @@ def test_the_analysis_sees_reads_through_helpers_and_lambdas():
     # whether a file exists, not whether it parses: ctx.has(sources.KP_HEALTHZ)
     assert "src:" + sources.KP_HEALTHZ in reads.of(typed.HealthzAnswered.build.__func__)
     assert {"cluster.node_name", "cluster.node_zone"} <= reads.of(typed.NodeObject.build.__func__)
-    assert {"programmed_groups", "local_keys"} <= reads.of(load_registry(plugins=False).get("KP802").fn)
+    assert {"programmed_groups", "local_keys", "policy_known"} <= reads.of(typed.ProgrammedTables.build.__func__)
+    assert {"results", "fact", "node_findings_by_check"} <= reads.of(typed.NodeReports.build.__func__)
     # an undeclared read is reported
     fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
     assert _undeclared(fake, {"sysctl", "ip_route", "src:" + sources.SYSCTL, "src:" + sources.IP_ROUTE}) == [
