@@ -166,7 +166,7 @@ def absent(
         ]
         + ([Evidence(pods.source, pod.describe())] if pod is not None else []),
         subject="node",
-        data=impl.data() | {"kube_proxy": "absent", "unverified_answers": unverified},
+        data=impl.data() | {"kube_proxy": "absent", "unverified_answers": [a.rel for a in unverified]},
     )
 
 

@@ -11,6 +11,7 @@ same; if it raises anything else, it is reported as an internal error and the ot
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import textwrap
 from dataclasses import dataclass, field
@@ -304,6 +305,11 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
             produced, outcome = None, ("error", f"internal error: {exc.__class__.__name__}: {exc}")
         if inputs.violations:  # even when the check caught the exception itself
             produced, outcome = None, ("error", f"internal error: {inputs.violations[0]}")
+        elif produced:
+            try:  # a finding's data is JSON values only: a report that cannot be written would lose every finding
+                json.dumps([f.data for f in produced])
+            except (TypeError, ValueError) as exc:
+                produced, outcome = None, ("error", f"internal error: a finding's data is not JSON: {exc}")
         if produced is None:
             runs.append(CheckRun(spec.id, spec.slug, *outcome))
             continue

@@ -223,6 +223,7 @@ def test_kpdiag_node_does_not_report_a_spoofed_mode(lab):
     finally:
         spoof.kill()
         spoof.wait()
+    assert proc.stdout.strip(), proc.stderr  # a report, whatever it says
     report = json.loads(proc.stdout)
     facts = report["facts"]
     assert facts["proxy_mode"] == "iptables" and "proxyMode" not in facts["proxy_mode_source"], facts

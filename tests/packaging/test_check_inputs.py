@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import sys
 import types
@@ -24,6 +25,7 @@ import pytest
 from kpdiag.state import inputs as broker
 from kpdiag.bundle import sources
 from kpdiag.checkapi import check, load_registry, run_checks
+from kpdiag.state.typed import Sysctls
 
 NAMES = {"__class__", "__name__", "__qualname__", "__doc__"}  # dunders that only name things (an exception's class)
 SOURCE_METHODS = {"source", "has", "source_text", "display", "problem", "problems_with"}
@@ -330,6 +332,35 @@ def test_an_undeclared_read_is_an_error_of_that_check(tmp_path):
         from kpdiag import checkapi
 
         for cid in ("KPT91", "KPT92", "KPT93", "KPT94"):
+            checkapi._REGISTRY.pop(cid, None)
+
+
+def test_a_finding_whose_data_is_not_json_is_an_error_of_that_check():
+    """A finding's data is JSON values only: a check that puts an object there (a typed input, say) ends as an
+    internal error naming why, and the report of the other checks can still be written."""
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
+
+    state = NodeState(Bundle.from_files("mem", {sources.SYSCTL: b"net.ipv4.ip_forward = 1\n"}))
+
+    @check("KPT97", "t-object", "puts an object in its data", "info", symptom="s", why="w", fix="f")
+    def leaks(new, sysctls: Sysctls):
+        yield new("leaks", data={"sysctls": sysctls})
+
+    @check("KPT98", "t-plain", "plain data", "info", symptom="s", why="w", fix="f")
+    def plain(new, sysctls: Sysctls):
+        yield new("plain", data={"forwarding": sysctls.get("net.ipv4.ip_forward")})
+
+    try:
+        findings, runs = run_checks(state, [leaks.spec, plain.spec])
+        by_id = {r.id: r for r in runs}
+        assert by_id["KPT97"].status == "error" and "not JSON" in by_id["KPT97"].reason, by_id["KPT97"]
+        assert by_id["KPT98"].status == "ran" and [f.data for f in findings] == [{"forwarding": "1"}]
+        json.dumps([f.data for f in findings])
+    finally:
+        from kpdiag import checkapi
+
+        for cid in ("KPT97", "KPT98"):
             checkapi._REGISTRY.pop(cid, None)
 
 
