@@ -33,7 +33,7 @@ CNI_SRC = sources.CNI
 
 
 class _Files:
-    """The files evidence cites: the networkpolicies input's (POLICY_FILES), and the CoreDNS pods' (dns-pods)."""
+    """The files evidence cites: the networkpolicies input's, and the CoreDNS pods' (dns-pods)."""
 
     def __init__(self, policies: NetworkPolicies, dns_pods: DnsPods | None = None):
         self.policies, self.dns_pods = policies, dns_pods

@@ -437,3 +437,40 @@ class Inputs(_View):
     def problems_with(self, source: str) -> list:
         """The problems recorded with ``source`` (what its collector or parser could not do)."""
         return self._target.problems_with(self._source(source))
+
+    def file(self, source: str) -> "SourceFile":
+        """``source`` bound to this view, for a typed input to keep and read later (every read stays policed)."""
+        return SourceFile(self, self._source(source))
+
+
+class SourceFile:
+    """One declared source of a check's view: how evidence names it, whether it was collected, its text, it as read,
+    and its problems — each read through the view, so a read on first use is still policed as the check's."""
+
+    __slots__ = ("rel", "_view")
+
+    def __init__(self, view: Inputs, rel: str):
+        object.__setattr__(self, "rel", rel)
+        object.__setattr__(self, "_view", view)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{self.rel}: a source of a check's view is read-only")
+
+    @property
+    def display(self) -> str:
+        return self._view.display(self.rel)
+
+    def has(self) -> bool:
+        return self._view.has(self.rel)
+
+    def read(self):
+        return self._view.source(self.rel)
+
+    def text(self):
+        return self._view.source_text(self.rel)
+
+    def problem(self, message: str) -> None:
+        self._view.problem(self.rel, message)
+
+    def problems(self) -> list:
+        return self._view.problems_with(self.rel)

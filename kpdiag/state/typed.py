@@ -9,7 +9,9 @@ A parameter typed ``T`` is a *need* of the check (input ``T.INPUT``: when it is 
 reason, as for ``needs=``); ``Optional[T]`` is a *use* (the check gets None when the input is not there). The runner
 builds each value with ``T.build(view)`` from a view that opens ``T.INPUT`` only (state/inputs.py polices it), and
 calls the check with plain values: a check that receives no state cannot read an input it did not declare, so it
-needs no static analysis (tests/packaging/test_check_inputs.py reads the few ``build`` functions here instead).
+needs no static analysis (tests/packaging/test_check_inputs.py reads the few ``build`` functions here instead: a
+build uses its view only as ``ctx.NAME``, ``ctx.cluster.NAME`` or ``ctx.source(sources.X)``-like calls naming the
+source — ``ctx.file(sources.X)`` keeps one to read later — never hands it to a helper).
 
 A typed input is a frozen dataclass of fields (``NodePodCIDRs.nodes[i].cidrs``), built from one named input of the
 catalogue (``INPUT``); adding one is a class here — no grant string in state/inputs.py.
@@ -453,15 +455,10 @@ class ApiList:
         """The file as written (evidence finds an object's line in it), None when it was not collected."""
         return self._text()
 
-
-def _api_list(ctx, rel) -> ApiList:
-    """The List file ``rel`` as the one-input view ``ctx`` opens it (read when ``items()`` is first asked)."""
-    return ApiList(
-        ctx.display(rel),
-        lambda: ctx.source(rel),
-        lambda msg: ctx.problem(rel, msg),
-        lambda: ctx.source_text(rel) if ctx.has(rel) else None,
-    )
+    @classmethod
+    def of(cls, f) -> "ApiList":
+        """The List file ``f`` (a source of a check's view: kpdiag.state.inputs.SourceFile), read when first asked."""
+        return cls(f.display, f.read, f.problem, lambda: f.text() if f.has() else None)
 
 
 @dataclass(frozen=True)
@@ -476,7 +473,7 @@ class DnsService(Typed):
     def build(cls, ctx):
         if ctx.source(sources.DNS_SERVICE) is None:
             return None
-        return cls(_api_list(ctx, sources.DNS_SERVICE), _api_list(ctx, sources.DNS_ENDPOINTSLICES))
+        return cls(ApiList.of(ctx.file(sources.DNS_SERVICE)), ApiList.of(ctx.file(sources.DNS_ENDPOINTSLICES)))
 
 
 @dataclass(frozen=True)
@@ -488,7 +485,7 @@ class DnsPods(Typed):
 
     @classmethod
     def build(cls, ctx):
-        return None if ctx.source(sources.DNS_PODS) is None else cls(_api_list(ctx, sources.DNS_PODS))
+        return None if ctx.source(sources.DNS_PODS) is None else cls(ApiList.of(ctx.file(sources.DNS_PODS)))
 
 
 @dataclass(frozen=True)
@@ -526,48 +523,46 @@ class DnsLookups(Typed):
         self._problem(message)
 
 
-# the files of the networkpolicies input that its checks cite (state/inputs.py opens them with it)
-POLICY_FILES = (sources.NETWORKPOLICIES, sources.PODS, sources.CLIENT_POD, sources.CNI)
-
-
 @dataclass(frozen=True)
 class NetworkPolicies(Typed):
     """The NetworkPolicies (and what judging them needs: namespaces, pods, the CNI): whether they were collected, and
-    the data they are judged with (``data()``, kpdiag.state.policy, read on first use), and the files evidence cites
-    (POLICY_FILES: ``has``, ``text``, ``source``, ``display``)."""
+    the data they are judged with (``data()``, kpdiag.state.policy, read on first use), and the files of its input
+    that evidence cites (the policies, the pods, the client pod, the CNI: ``has``, ``text``, ``source``, ``display``)."""
 
     INPUT: ClassVar[str] = "networkpolicies"
     collected: bool
     _data: typing.Callable = field(repr=False, compare=False)
-    # the files of this input (POLICY_FILES) → (how evidence names it, collected, its text, it as read)
+    # the files evidence cites, by path (each a kpdiag.state.inputs.SourceFile)
     _files: typing.Mapping = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def build(cls, ctx):
-        files = {
-            rel: (ctx.display(rel), ctx.has(rel), lambda rel=rel: ctx.source_text(rel), lambda rel=rel: ctx.source(rel))
-            for rel in POLICY_FILES
-        }
-        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data(), files)
+        files = (
+            ctx.file(sources.NETWORKPOLICIES),
+            ctx.file(sources.PODS),
+            ctx.file(sources.CLIENT_POD),
+            ctx.file(sources.CNI),
+        )
+        return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data(), {f.rel: f for f in files})
 
     def data(self):
         return self._data()
 
     def has(self, rel: str) -> bool:
-        """Whether one of POLICY_FILES was collected."""
-        return self._files[rel][1]
+        """Whether one of its files was collected."""
+        return self._files[rel].has()
 
     def display(self, rel: str) -> str:
-        """How evidence names one of POLICY_FILES."""
-        return self._files[rel][0]
+        """How evidence names one of its files."""
+        return self._files[rel].display
 
     def text(self, rel: str) -> str | None:
-        """One of POLICY_FILES as written (evidence finds an object's line in it), None when not collected."""
-        return self._files[rel][2]() if self.has(rel) else None
+        """One of its files as written (evidence finds an object's line in it), None when not collected."""
+        return self._files[rel].text() if self.has(rel) else None
 
     def source(self, rel: str):
-        """One of POLICY_FILES as read (``cluster/networkpolicies.json``: the List), None when not collected."""
-        return self._files[rel][3]() if self.has(rel) else None
+        """One of its files as read (``cluster/networkpolicies.json``: the List), None when not collected."""
+        return self._files[rel].read() if self.has(rel) else None
 
 
 @dataclass(frozen=True)
@@ -907,12 +902,6 @@ class DnsProbe(Typed):
 # --- typed inputs of the node checks (h/typednode)
 
 
-def _as_read(cls, ctx, rel):
-    """``cls(how evidence names rel, rel as the state reads it)``, or None when ``rel`` was not collected."""
-    value = ctx.source(rel)
-    return None if value is None else cls(ctx.display(rel), value)
-
-
 @dataclass(frozen=True)
 class ConntrackEntries(Typed):
     """The node's conntrack table (``conntrack -L``), its text as collected."""
@@ -923,7 +912,8 @@ class ConntrackEntries(Typed):
 
     @classmethod
     def build(cls, ctx):
-        return _as_read(cls, ctx, sources.CONNTRACK)
+        text = ctx.source(sources.CONNTRACK)
+        return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
 
 
 @dataclass(frozen=True)
