@@ -205,16 +205,14 @@ class IptablesTracer(PacketWalker):
                 continue
             nxt: list[PacketState] = []
             for st in states:
-                if table_name == "nat" and (st.untracked or st.nat_done == hook.lower()):
-                    # an untracked packet has no conntrack entry: the nat hooks let it pass unseen; and the kernel
-                    # runs no further nat chain of a hook once one gave the connection its binding (nf_nat_inet_fn)
+                if table_name == "nat" and st.nat_passes(hook):
                     nxt.append(st)
                     continue
                 st.hook = hook
-                before = (st.ct_dnat, st.masquerade, st.snat)
+                before = st.nat_binding()
                 for s2, outcome in self._run(chain, st, 0, 0):
-                    if table_name == "nat" and (s2.ct_dnat, s2.masquerade, s2.snat) != before:
-                        s2.nat_done = hook.lower()  # the nft base chains after it see it bound (NftTracer)
+                    if table_name == "nat":
+                        s2.bind_if_changed(before, hook)  # the nft base chains after it see it bound (NftTracer)
                     if outcome == "return":
                         outcome = chain.policy or "ACCEPT"
                         if outcome != "ACCEPT":

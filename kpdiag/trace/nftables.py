@@ -171,11 +171,11 @@ class NftTracer(PacketWalker):
         hook = hook_name.lower()
         nxt = []
         for st in states:
-            if chain.type == "nat" and (st.untracked or st.nat_done == hook):
+            if chain.type == "nat" and st.nat_passes(hook):
                 nxt.append(st)
                 continue
             st.hook = hook_name
-            dnat_before = st.ct_dnat
+            before = st.nat_binding()
             for s2, outcome in self._run(chain, st, 0, 0):
                 if outcome == "return":
                     outcome = chain.policy or "accept"
@@ -190,8 +190,8 @@ class NftTracer(PacketWalker):
                                 f"policy {outcome}",
                             )
                         )
-                if chain.type == "nat" and (s2.ct_dnat != dnat_before or s2.masquerade or s2.snat):
-                    s2.nat_done = hook
+                if chain.type == "nat":
+                    s2.bind_if_changed(before, hook)
                 if outcome == "accept":
                     nxt.append(s2)
                 else:

@@ -117,6 +117,21 @@ class PacketState:
         other.prob = self.prob * factor
         return other
 
+    def nat_passes(self, hook: str) -> bool:
+        """Whether the nat chains of ``hook`` let this packet pass unseen: an untracked packet has no conntrack entry,
+        and the kernel runs no further nat chain of a hook once one gave the connection its binding
+        (nf_nat_inet_fn) — be it iptables' nat table or an nft chain of type nat."""
+        return self.untracked or self.nat_done == hook.lower()
+
+    def nat_binding(self) -> tuple:
+        """What a nat chain can change of the connection (compared before and after one: :meth:`bind_if_changed`)."""
+        return (self.ct_dnat, self.masquerade, self.snat)
+
+    def bind_if_changed(self, before: tuple, hook: str) -> None:
+        """A nat chain of ``hook`` that changed the binding bound the connection: no other nat chain of it runs."""
+        if self.nat_binding() != before:
+            self.nat_done = hook.lower()
+
     def add(self, step: Step) -> None:
         """Record a step; past :data:`MAX_STEPS` the middle is elided and the latest step kept (it may be the verdict)."""
         steps = self.steps
