@@ -19,7 +19,8 @@ No API (--no-api): the rules are what is slow. Results go to benchmarks/out/focu
 With --mode nftables the namespace gets kube-proxy's nftables table instead (tests.synth.nft_ruleset, loaded with
 ``nft -f``: minutes of kernel time for 10,000 Services), the whole dump measured is ``nft -j list ruleset``, and the
 focused read is kube-proxy's table over netlink (kpdiag/collect/service_rules.py NftablesFocused); results go to
-focused-nftables.json.
+focused-nftables.json. ``--service-cidrs "10.96.0.0/12, 10.200.0.0/16"`` gives cluster-ips-check two ServiceCIDRs (an
+anonymous interval set on every packet's path; focused-nftables-cidrs.json).
 """
 
 from __future__ import annotations
@@ -103,11 +104,20 @@ def _trace(ns: str, out: str, dst: str, *args: str) -> float:
         return _wall(argv, stdout=fh, ok=(0, 3, 4, 5))
 
 
-def bench(n: int, endpoints: int, runs: int, main_tree: str | None, mode: str = "iptables") -> dict:
+def bench(
+    n: int,
+    endpoints: int,
+    runs: int,
+    main_tree: str | None,
+    mode: str = "iptables",
+    service_cidrs: str = "10.96.0.0/12",
+) -> dict:
     services = many_services(n, endpoints)
     target = services[len(services) // 2]
     svc = f"{target.namespace}/{target.name}"
     row: dict = {"mode": mode, "services": n, "endpoints_per_service": endpoints, "service": svc}
+    if service_cidrs != "10.96.0.0/12":
+        row["service_cidrs"] = service_cidrs
     ns = "kpfoc" + uuid.uuid4().hex[:6]
     subprocess.run(["ip", "netns", "add", ns], check=True)
     tmp = tempfile.mkdtemp(prefix="kpdiag-bench-")
@@ -115,7 +125,10 @@ def bench(n: int, endpoints: int, runs: int, main_tree: str | None, mode: str = 
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
         rules = os.path.join(tmp, "rules.txt")
         with open(rules, "w") as fh:
-            fh.write(nft_ruleset(services) if mode == "nftables" else iptables_ruleset(services))
+            if mode == "nftables":
+                fh.write(nft_ruleset(services, service_cidr=service_cidrs))
+            else:
+                fh.write(iptables_ruleset(services))
         t = time.perf_counter()
         load = ["nft", "-f", rules] if mode == "nftables" else ["iptables-restore", rules]
         subprocess.run(["ip", "netns", "exec", ns, *load], check=True, env=ENV)
@@ -196,15 +209,22 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="focused runs (the best is kept; each is listed)")
     ap.add_argument("--main", help="also time a plain `kpdiag node` of this tree and of the kpdiag tree at this path")
     ap.add_argument("--mode", choices=("iptables", "nftables"), default="iptables", help="kube-proxy's proxy mode")
+    ap.add_argument(
+        "--service-cidrs",
+        default="10.96.0.0/12",
+        help="nftables mode: the ServiceCIDRs of cluster-ips-check, comma-separated (two or more: an interval set)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
         return 2
-    rows = [bench(n, args.endpoints, args.runs, args.main, args.mode) for n in args.services]
+    rows = [bench(n, args.endpoints, args.runs, args.main, args.mode, args.service_cidrs) for n in args.services]
     for r in rows:
         print(json.dumps(r))
     os.makedirs(OUT, exist_ok=True)
     name = "focused.json" if args.mode == "iptables" else f"focused-{args.mode}.json"
+    if args.service_cidrs != "10.96.0.0/12":
+        name = name.replace(".json", "-cidrs.json")
     with open(os.path.join(OUT, name), "w") as fh:
         json.dump({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, fh, indent=1)
     return 0

@@ -18,7 +18,7 @@ by the packet's destination (address, protocol, port — ``ip daddr . meta l4pro
 ``meta l4proto . th dport``, ``ip daddr @cluster-ips``) only the elements whose key the packet can match, as sent or
 as a ``dnat`` read on its way sends it; the chains their verdicts name are read as they are reached. A set looked up
 by anything else (an affinity set, by source) is read whole; whatever the reader cannot decode exactly (an unknown
-expression, an interval set, typeof) makes it read the whole dump.
+expression, a named interval set, typeof) makes it read the whole dump.
 
 IPVS mode (:class:`DestinationIpvs`) needs no API: the destination names the virtual server, asked for over generic
 netlink (kpdiag/collect/ipvs_rules.py) with those at the DNAT targets and firewall marks of the chains read.

@@ -49,6 +49,8 @@ SET_EXPR, SET_EXPRESSIONS = 17, 18
 ELEM_LIST_TABLE, ELEM_LIST_SET, ELEM_LIST_ELEMENTS = 1, 2, 3
 ELEM_KEY, ELEM_DATA, ELEM_FLAGS, ELEM_TIMEOUT, ELEM_EXPIRATION, ELEM_USERDATA, ELEM_EXPR, ELEM_OBJREF = range(1, 9)
 ELEM_KEY_END, ELEM_EXPRESSIONS = 9, 10
+ELEM_F_INTERVAL_END = 1
+UDATA_ELEM_FLAGS = 1  # nft's element user data: its flags (1: an interval open to the top of the address space)
 DATA_VALUE, DATA_VERDICT = 1, 2
 VERDICT_CODE, VERDICT_CHAIN = 1, 2
 
@@ -452,8 +454,14 @@ class SetInfo:
         self.fields = key_fields(self.key_type, self.key_len)
         self.is_map = bool(self.flags & SET_F_MAP)
         self.anonymous = bool(self.flags & SET_F_ANONYMOUS)
-        if self.flags & (SET_F_INTERVAL | SET_F_OBJECT | SET_F_CONCAT):
-            raise Undecodable(f"set {self.name}: interval, object or concatenated-range set")
+        # an interval set is read only as the anonymous address sets kube-proxy writes ("ip daddr { CIDR, CIDR }":
+        # two service CIDRs, two loadBalancerSourceRanges); a named, map or concatenated one is not
+        self.interval = bool(self.flags & SET_F_INTERVAL)
+        plain_addresses = len(self.fields) == 1 and self.fields[0][0] in ("ip4", "ip6")
+        if self.interval and not (self.anonymous and not self.flags & SET_F_MAP and plain_addresses):
+            raise Undecodable(f"set {self.name}: an interval set other than an anonymous set of addresses")
+        if self.flags & (SET_F_OBJECT | SET_F_CONCAT):
+            raise Undecodable(f"set {self.name}: object or concatenated-range set")
         if SET_EXPR in a or SET_EXPRESSIONS in a or SET_OBJ_TYPE in a:
             raise Undecodable(f"set {self.name}: per-element expressions")
         if self.is_map and _be32(a.get(SET_DATA_TYPE, b"\0\0\0\0")) != DATA_VERDICT_TYPE:
@@ -466,8 +474,9 @@ class SetInfo:
         self.policy = _be32(a[SET_POLICY]) if SET_POLICY in a else 0
         ud = udata(a.get(SET_USERDATA, b""))
         self.comment = _str(ud[7]) if 7 in ud else None
-        for k in (3, 4):  # "typeof": nft prints the expression, unless it holds none (then the type, as here)
-            if k in ud and udata(ud[k]).get(1, b"") != b"":
+        for k in (3, 4):  # "typeof": nft prints the expression, unless it holds none (then the type, as here);
+            # an anonymous set is printed inline, its elements by its key's type, so its typeof prints nothing
+            if k in ud and udata(ud[k]).get(1, b"") != b"" and not self.anonymous:
                 raise Undecodable(f"set {self.name}: declared with typeof")
 
     def declaration(self) -> dict:
@@ -549,6 +558,55 @@ class SetData:
     def sorted(self, which) -> list[tuple]:
         """The decoded elements ``which`` (indexes), in the order nft prints them (by value)."""
         return sorted((self.elem(i) for i in which), key=lambda x: x[1])
+
+    def intervals(self) -> list:
+        """An interval set's elements as nft prints them: ranges rebuilt from the kernel's start keys and
+        interval-end keys (an end key is the first address after its range; nft adds one at 0 before the first
+        range), printed as an address, a prefix, or a range, in value order."""
+        marks = []
+        for raw in self.raw:
+            e = attrs(raw)
+            flags = _be32(e[ELEM_FLAGS]) if ELEM_FLAGS in e else 0
+            if ELEM_KEY not in e or flags & ~ELEM_F_INTERVAL_END or ELEM_DATA in e or ELEM_KEY_END in e:
+                raise Undecodable(f"set {self.info.name}: an interval element this module cannot read")
+            ud = udata(e.get(ELEM_USERDATA, b""))
+            if ELEM_EXPR in e or ELEM_EXPRESSIONS in e or ELEM_OBJREF in e or set(ud) - {UDATA_ELEM_FLAGS}:
+                raise Undecodable(f"set {self.info.name}: an interval element with expressions or a comment")
+            key = _value(e[ELEM_KEY])
+            if len(key) != self.info.fields[0][1]:
+                raise Undecodable(f"set {self.info.name}: a key shorter than its type")
+            marks.append((int.from_bytes(key, "big"), 0 if flags & ELEM_F_INTERVAL_END else 1))
+        # nft's own flag in an element's user data (NFTNL_SET_ELEM_F_INTERVAL_OPEN): a range to the top of the
+        # address space, whose start is the last key; the walk below reads any start left open that way
+        marks.sort()  # an end and the start of the next range at one address: the end first
+        bits = 8 * self.info.fields[0][1]
+        out, start = [], None
+        for value, is_start in marks:
+            if is_start:
+                if start is not None:
+                    raise Undecodable(f"set {self.info.name}: two ranges start without an end between them")
+                start = value
+            elif start is not None:
+                out.append(_range_json(start, value - 1, bits))
+                start = None
+        if start is not None:  # the last range runs to the top of the address space
+            out.append(_range_json(start, (1 << bits) - 1, bits))
+        return out
+
+
+def _range_json(lo: int, hi: int, bits: int):
+    """A range of addresses as nft -j prints it: one address, a prefix when it is one, else {"range": [lo, hi]}."""
+    size = bits // 8
+
+    def text(v: int) -> str:
+        return _ip_text(v.to_bytes(size, "big"))
+
+    if lo == hi:
+        return text(lo)
+    span = hi - lo + 1
+    if span & (span - 1) == 0 and lo % span == 0:
+        return {"prefix": {"addr": text(lo), "len": bits - span.bit_length() + 1}}
+    return {"range": [text(lo), text(hi)]}
 
 
 def read_set(nl: Netlink, family: str, table: str, name: str) -> SetData:
@@ -789,7 +847,9 @@ class RuleDecoder:
         info = data.info
         key = self._key(a[2], info)
         inv = 5 in a and _be32(a[5]) & 1
-        if info.anonymous:
+        if info.anonymous and info.interval:
+            right = {"set": data.intervals()}
+        elif info.anonymous:
             elems = data.sorted(range(len(data)))
             right = {"set": [e[0] for e in elems]}
             for _, _, verdict, _ in elems:

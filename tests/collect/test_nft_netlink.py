@@ -146,6 +146,61 @@ def test_set_keys_and_declarations():
         nn.SetInfo("ip", {**info, nn.SET_FLAGS: _u32(nn.SET_F_MAP | nn.SET_F_INTERVAL)})
 
 
+def _interval_set(name: str, flags: int, key_len: int = 4) -> nn.SetInfo:
+    return nn.SetInfo(
+        "ip",
+        {
+            nn.SET_TABLE: b"kube-proxy\0",
+            nn.SET_NAME: name.encode() + b"\0",
+            nn.SET_FLAGS: _u32(flags),
+            nn.SET_KEY_TYPE: _u32(7 if key_len == 4 else 8),
+            nn.SET_KEY_LEN: _u32(key_len),
+        },
+    )
+
+
+def _mark(addr: str, end: bool = False, udata: bytes = b"") -> bytes:
+    import ipaddress
+
+    out = _n(nn.ELEM_KEY, _data(ipaddress.ip_address(addr).packed))
+    if end:
+        out += _a(nn.ELEM_FLAGS, struct.pack(">I", nn.ELEM_F_INTERVAL_END))
+    return out + (_a(nn.ELEM_USERDATA, udata) if udata else b"")
+
+
+def test_an_anonymous_interval_set_is_rebuilt_as_nft_prints_it():
+    """kube-proxy's "ip daddr { CIDR, CIDR }" (two ServiceCIDRs, two loadBalancerSourceRanges) is an anonymous
+    interval set: the kernel holds each range as a start key and an end key (the address after it; nft adds one at 0),
+    in any order; a range to the top of the space has no end key (nft flags it open in the element's user data).
+    tests/lab/test_nft_focused_oracle.py compares the same against nft -j on the kernel."""
+    info = _interval_set("__set0", nn.SET_F_ANONYMOUS | nn.SET_F_INTERVAL)
+    raw = [
+        _mark("10.101.0.0", end=True),
+        _mark("10.100.0.0"),
+        _mark("10.97.0.0", end=True),
+        _mark("10.96.0.0"),
+        _mark("10.0.0.6", end=True),
+        _mark("10.0.0.1"),
+        _mark("9.0.0.2", end=True),
+        _mark("9.0.0.1"),
+        _mark("0.0.0.0", end=True),
+        _mark("255.255.255.0", udata=bytes([nn.UDATA_ELEM_FLAGS, 4, 1, 0, 0, 0])),  # nftnl udata: type, len
+    ]
+    assert nn.SetData(info, raw).intervals() == [
+        "9.0.0.1",
+        {"range": ["10.0.0.1", "10.0.0.5"]},
+        {"prefix": {"addr": "10.96.0.0", "len": 16}},
+        {"prefix": {"addr": "10.100.0.0", "len": 16}},
+        {"prefix": {"addr": "255.255.255.0", "len": 24}},
+    ]
+    with pytest.raises(nn.Undecodable, match="two ranges start"):
+        nn.SetData(info, [_mark("10.0.0.1"), _mark("10.0.0.9")]).intervals()
+    with pytest.raises(nn.Undecodable, match="a comment"):  # an element comment: user data other than its flags
+        nn.SetData(info, [_mark("10.0.0.1", udata=bytes([0, 3]) + b"hi\0")]).intervals()
+    with pytest.raises(nn.Undecodable, match="interval set other than"):  # a named one is not kube-proxy's
+        _interval_set("cidrs", nn.SET_F_INTERVAL)
+
+
 # ------------------------------------------------------------------------------------------- the socket
 def _msg(kind: int, flags: int, seq: int, payload: bytes = b"") -> bytes:
     return struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload

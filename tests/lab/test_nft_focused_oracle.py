@@ -14,6 +14,7 @@ endpoints, IPv6) are loaded into a namespace. For each of the first Services of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -126,7 +127,29 @@ SYNTH = {
     "synth-ipv6": lambda: nft_ruleset(
         _v6_services(), cluster_cidr="fd00:10:244::/64", service_cidr="fd00:10:96::/112", node_ips=("fd00:50::1",)
     ),  # fmt: skip
+    # two ServiceCIDRs: cluster-ips-check tests the destination against an anonymous interval set
+    "synth-two-service-cidrs": lambda: nft_ruleset(
+        many_services(8, 2, service_cidr="10.96.0.0/16")
+        + [
+            dataclasses.replace(s, namespace="second")
+            for s in many_services(4, 2, service_cidr="10.100.0.0/16", pod_cidr="10.245.0.0/16", nodeport_every=0)
+        ],
+        service_cidr="10.96.0.0/16, 10.100.0.0/16",
+    ),
+    # two loadBalancerSourceRanges: the Service's firewall chain tests the source against one
+    "synth-two-source-ranges": lambda: _two_source_ranges(),
 }
+
+
+def _two_source_ranges() -> str:
+    services = many_services(10, 2)
+    svc = services[0]
+    fw = f"firewall-RANGES00-{svc.namespace}/{svc.name}/tcp/http"
+    return nft_ruleset(services) + (
+        f"add chain ip kube-proxy {fw}\n"
+        f"add rule ip kube-proxy {fw} ip saddr != {{ 10.1.0.0/16, 192.168.0.0/16 }} drop\n"
+        f"add element ip kube-proxy firewall-ips {{ {svc.cluster_ip} . tcp . 80 : goto {fw} }}\n"
+    )
 
 
 def _services(doc: dict) -> list[str]:
@@ -446,21 +469,3 @@ def test_a_change_during_the_walk_reads_the_whole_dump(lab):
     assert quiet.startswith("read "), quiet
     changed = lab.sh("node", [sys.executable, "-c", CHANGE_DURING_WALK, "change"]).stdout
     assert changed.strip() == "not focused: table ip kube-proxy changed while it was read (a rule was written)", changed
-
-
-def test_two_source_ranges_are_read_whole(lab):
-    """A Service with two or more loadBalancerSourceRanges: kube-proxy's firewall chain for it tests the source
-    against an anonymous interval set, which the decoder refuses: the whole dump is read, saying why (README)."""
-    services = many_services(10, 2)
-    lab.add_ns("node")
-    svc = services[0]
-    fw = f"firewall-RANGES00-{svc.namespace}/{svc.name}/tcp/http"
-    text = nft_ruleset(services) + (
-        f"add chain ip kube-proxy {fw}\n"
-        f"add rule ip kube-proxy {fw} ip saddr != {{ 10.1.0.0/16, 192.168.0.0/16 }} drop\n"
-        f"add element ip kube-proxy firewall-ips {{ {svc.cluster_ip} . tcp . 80 : goto {fw} }}\n"
-    )
-    lab.sh("node", ["nft", "-f", "-"], input=text)
-    proc = lab.sh("node", [sys.executable, "-m", "tests.lab.focused_read", f"{svc.namespace}/{svc.name}", "nftables"])
-    got = json.loads(proc.stdout)
-    assert "interval" in (got["fallback"] or ""), got["fallback"]

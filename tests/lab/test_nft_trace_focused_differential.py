@@ -224,22 +224,24 @@ def test_live_trace_end_to_end_and_its_fallback(lab):
     assert "read" not in traced and any(p["dnat"] for p in traced["paths"])
 
 
-def test_an_interval_set_on_the_path_reads_the_whole_dump(lab):
+def test_an_interval_set_on_the_path_is_read_focused(lab):
     """Two loadBalancerSourceRanges make kube-proxy's firewall chain test the source against an anonymous interval set,
-    which the reader does not decode: a packet whose firewall-ips element sends it there is traced through the whole
-    dump (the warning says why), a packet to another Service is still read focused (that chain is not on its path)."""
+    and two ServiceCIDRs make cluster-ips-check test the destination against one: both are decoded, so a packet
+    whose path meets them is still read focused, and traced as the whole dump traces it (dropped)."""
     services = many_services(10, 2)
     _node(lab)
-    svc, other = services[0], services[1]
+    svc = services[0]
+    lab.sh("node", ["ip", "route", "add", "default", "dev", "kp0"])  # so a ClusterIP without rules is forwarded
     fw = f"firewall-RANGES00-{svc.namespace}/{svc.name}/tcp/http"
-    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(services) + (
+    lab.sh("node", ["nft", "-f", "-"], input=nft_ruleset(services, service_cidr="10.96.0.0/16, 10.100.0.0/16") + (
         f"add chain ip kube-proxy {fw}\n"
         f"add rule ip kube-proxy {fw} ip saddr != {{ 10.1.0.0/16, 192.168.0.0/16 }} drop\n"
         f"add element ip kube-proxy firewall-ips {{ {svc.cluster_ip} . tcp . 80 : goto {fw} }}\n"
     ))  # fmt: skip
-    traced, said = _kpdiag_trace(lab, "--dst", f"{svc.cluster_ip}:80")
-    assert "focused read of the rules a packet to" in said and "interval" in said, said
-    assert "read" not in traced and {p["verdict"] for p in traced["paths"]} == {"drop"}, traced
-    traced, said = _kpdiag_trace(lab, "--dst", f"{other.cluster_ip}:80")
-    assert "focused read" not in said and traced["read"]["destination"] == f"{other.cluster_ip}:80/tcp", said
-    assert fw not in traced["read"]["chains"][NFT]["ip kube-proxy"]
+    for dst, chain in ((f"{svc.cluster_ip}:80", fw), ("10.100.9.9:80", "cluster-ips-check")):  # unallocated
+        traced, said = _kpdiag_trace(lab, "--dst", dst)
+        whole, _ = _kpdiag_trace(lab, "--dst", dst, "--all-rules")
+        assert "not possible" not in said and traced["read"]["destination"] == f"{dst}/tcp", said
+        assert {p["verdict"] for p in traced["paths"]} == {"drop"}, traced
+        assert chain in traced["read"]["chains"][NFT]["ip kube-proxy"], traced["read"]
+        assert _strip_sources({k: v for k, v in traced.items() if k != "read"}) == _strip_sources(whole), dst
