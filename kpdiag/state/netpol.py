@@ -482,16 +482,17 @@ def parse_policy(obj: dict) -> Policy:
 
 
 def parse_policies(items: list) -> tuple[list[Policy], list[str]]:
-    """(the readable policies, one line per unreadable one: 'NS/NAME (item N): why')."""
+    """(the readable policies, one line per unreadable one: 'NS/NAME (item N): why', controls shown escaped)."""
+    from kpdiag.render.safe import term
+
     out, problems = [], []
     for i, obj in enumerate(items):
         md = _obj(_obj(obj).get("metadata"))
         try:
             out.append(parse_policy(obj))
         except PolicyError as exc:
-            problems.append(
-                f"NetworkPolicy {_str(md.get('namespace')) or '?'}/{_str(md.get('name')) or '?'} (item {i}): {exc} — not evaluated"
-            )
+            ns, name = term(_str(md.get("namespace")) or "?"), term(_str(md.get("name")) or "?")
+            problems.append(f"NetworkPolicy {ns}/{name} (item {i}): {term(exc)} — not evaluated")  # one line, always
     return out, problems
 
 

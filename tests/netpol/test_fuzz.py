@@ -3,7 +3,7 @@ named problem (hypothesis-generated objects, shaped like the real ones with junk
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kpdiag.state.netpol import End, Pod, PolicyIndex, component, parse_policies, recognise_cni
@@ -101,6 +101,7 @@ policy = st.fixed_dictionaries(
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(maybe(policy), max_size=4))
+@example([{"metadata": {"name": None, "namespace": "\n"}, "spec": {}}])  # a newline in a name: shown, not obeyed
 def test_any_policy_is_read_or_named(items):
     pols, problems = parse_policies(items)
     assert len(pols) + len(problems) == len(items)
