@@ -38,11 +38,22 @@ def reads_of(fn) -> set[str]:
     param = list(inspect.signature(fn).parameters)[-1]
     parent = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
     out = set()
+    # names the function binds itself (a local ``sources`` is not the module the constant is read from)
+    local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    local |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    local |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    local |= {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    local |= {n.name for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler) and n.name}
 
     def named(expr):  # a source the code names: a string, or a module-level constant (sources.CONNTRACK)
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id not in local:
             base = module.__dict__.get(expr.value.id)
             value = getattr(base, expr.attr, None) if isinstance(base, types.ModuleType) else None
             return value if isinstance(value, str) else None
@@ -51,6 +62,8 @@ def reads_of(fn) -> set[str]:
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute) and n.attr.startswith("__") and n.attr not in ("__class__", "__name__"):
             out.add(f"?Python's internals: {ast.unparse(n)[:80]}")
+        elif isinstance(n, ast.Attribute) and n.attr.startswith("_"):  # a kept file's _view, a view's _target
+            out.add(f"?a private member: {ast.unparse(n)[:80]}")
         if not (isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Load)):
             continue
         up = parent.get(id(n))
