@@ -235,6 +235,9 @@ def module_shadowed(ctx):
         SYSCTL = "node/ip-route.json"
     return ctx.source(sources.SYSCTL)
 
+def another_parameter(ctx, sysctl=None):
+    return ctx.ip_route, sysctl.sysctl
+
 def fine(ctx):
     return ctx.sysctl.get("x"), ctx.source(sources.SYSCTL), ctx.file(sources.SYSCTL), lambda: ctx.sysctl["y"]
 """
@@ -243,7 +246,7 @@ def fine(ctx):
 def test_what_the_analysis_cannot_follow_is_a_failure_not_a_pass(tmp_path):
     """A use of the view other than a named member or a named source (handed to a helper, aliased, a computed source,
     getattr, a bound method's ``__self__``, a private member such as a kept file's ``_view``, a module name shadowed by a
-    local one) is reported as such: the test fails on it instead of passing it by."""
+    local one, a parameter after the view) is reported as such: the test fails on it instead of passing it by."""
     import importlib.util
 
     path = tmp_path / "kpdiag_blind_probe.py"
@@ -255,7 +258,7 @@ def test_what_the_analysis_cannot_follow_is_a_failure_not_a_pass(tmp_path):
         spec.loader.exec_module(mod)
         fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
         blind = [name for name in vars(mod) if callable(vars(mod)[name]) and not name.startswith("_")]
-        assert len(blind) == 11
+        assert len(blind) == 12
         for name in blind:
             if name != "fine":
                 bad = _undeclared(fake, reads_of(getattr(mod, name)))
