@@ -35,9 +35,12 @@ def reads_of(fn) -> set[str]:
     ``?why: code`` for each use of the view that is none of those (a failure, not a pass)."""
     module = sys.modules[fn.__module__]
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    param = list(inspect.signature(fn).parameters)[-1]
+    params = list(inspect.signature(fn).parameters)
+    param = params[-1]
     parent = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
     out = set()
+    if len(params) - (params[0] in ("cls", "self")) != 1:  # the view is its one parameter (after cls)
+        out.add(f"?parameters other than the view: {params}")
     # names the function binds itself (a local ``sources`` is not the module the constant is read from)
     local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     local |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
