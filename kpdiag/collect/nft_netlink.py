@@ -359,6 +359,10 @@ def _ip_text(b: bytes) -> str:
     if len(b) == 4:
         return str(ipaddress.IPv4Address(b))
     if len(b) == 16:
+        # as nft prints it (inet_ntop): an IPv4-mapped address, and an IPv4-compatible one whose longest run of zero
+        # groups is its first six, end in the IPv4 address dotted ("::ffff:1.2.3.4", "::1.2.3.4")
+        if b[:10] == bytes(10) and (b[10:12] == b"\xff\xff" or (b[10:12] == bytes(2) and b[12:14] != bytes(2))):
+            return ("::ffff:" if b[10:12] == b"\xff\xff" else "::") + str(ipaddress.IPv4Address(b[12:]))
         return str(ipaddress.IPv6Address(b))
     raise Undecodable(f"an address of {len(b)} bytes")
 
@@ -475,8 +479,10 @@ class SetInfo:
         ud = udata(a.get(SET_USERDATA, b""))
         self.comment = _str(ud[7]) if 7 in ud else None
         for k in (3, 4):  # "typeof": nft prints the expression, unless it holds none (then the type, as here);
-            # an anonymous set is printed inline, its elements by its key's type, so its typeof prints nothing
-            if k in ud and udata(ud[k]).get(1, b"") != b"" and not self.anonymous:
+            # an anonymous set of addresses is printed inline, its elements as addresses, so its typeof prints
+            # nothing; any other's elements nft prints by its typeof (an integer in its byte order, a concatenation
+            # in its own order), which this module does not follow
+            if k in ud and udata(ud[k]).get(1, b"") != b"" and not (self.anonymous and plain_addresses):
                 raise Undecodable(f"set {self.name}: declared with typeof")
 
     def declaration(self) -> dict:
