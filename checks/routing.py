@@ -114,31 +114,45 @@ def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optio
         raise Skip("no routes known for this node")
 
 
-def _service_cidr(nft: Nft | None) -> tuple[str | None, str | None, object]:
-    """(service CIDR, how it is known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated ClusterIPs"
-    names it exactly; otherwise None (the ClusterIPs themselves are compared one by one)."""
-    if nft is not None and nft.kube_proxy_family:
-        rs = nft.ruleset()
-        for family in ("ip", "ip6"):
-            chain = rs.chain(family, "kube-proxy", "cluster-ips-check") if rs is not None else None
-            for rule in chain.rules if chain else []:
-                if "unallocated" not in (rule.comment or ""):
-                    continue
-                for e in rule.expr:
-                    right = ((e or {}).get("match") or {}).get("right") if isinstance(e, dict) else None
-                    items = right.get("set") if isinstance(right, dict) else None
-                    for item in items or []:
-                        p = item.get("prefix") if isinstance(item, dict) else None
-                        if p and family == "ip":
-                            return (
-                                f"{p['addr']}/{p['len']}",
-                                "kube-proxy's nftables rule 'Drop traffic to unallocated ClusterIPs'",
-                                Evidence(
-                                    rs.source,
-                                    f"table {family} kube-proxy chain cluster-ips-check: ip daddr {p['addr']}/{p['len']} drop",
-                                ),
-                            )
-    return None, None, None
+def _service_cidrs(nft: Nft | None) -> tuple[list, str | None, list]:
+    """(service CIDRs, how they are known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated
+    ClusterIPs" names them exactly, in each family's table: one CIDR as a prefix (nft prints a one-element set so),
+    two or more (ServiceCIDRs) as a set of prefixes. Else none (the ClusterIPs themselves are compared one by one)."""
+    cidrs, evidence = [], []
+    if nft is None or not nft.kube_proxy_family:
+        return cidrs, None, evidence
+    rs = nft.ruleset()
+    for family in ("ip", "ip6"):
+        chain = rs.chain(family, "kube-proxy", "cluster-ips-check") if rs is not None else None
+        for rule in chain.rules if chain else []:
+            if "unallocated" not in (rule.comment or ""):
+                continue
+            for e in rule.expr:
+                match = e.get("match") if isinstance(e, dict) else None
+                right = match.get("right") if isinstance(match, dict) and match.get("op") in ("==", "in") else None
+                items = right.get("set") if isinstance(right, dict) and "set" in right else [right]
+                found = []
+                for item in items if isinstance(items, list) else []:
+                    p = item.get("prefix") if isinstance(item, dict) else None
+                    try:
+                        if p:
+                            found.append(ipaddress.ip_network(f"{p['addr']}/{p['len']}", strict=False))
+                        elif isinstance(item, str):
+                            found.append(ipaddress.ip_network(item))
+                    except (ValueError, TypeError, KeyError):
+                        continue  # a range or a value this check does not read as a CIDR
+                if found:
+                    cidrs += found
+                    text = ", ".join(map(str, found))
+                    evidence.append(
+                        Evidence(
+                            rs.source,
+                            f"table {family} kube-proxy chain cluster-ips-check: {family} daddr "
+                            f"{text if len(found) == 1 else '{ ' + text + ' }'} drop",
+                        )
+                    )
+    how = "kube-proxy's nftables rule 'Drop traffic to unallocated ClusterIPs'" if cidrs else None
+    return cidrs, how, evidence
 
 
 def _ipvs_cluster_ips(ipsets: Ipsets, addresses: Addresses | None, ipvs: Ipvs | None) -> dict[str, str]:
@@ -241,9 +255,8 @@ def pod_service_overlap(
         except ValueError:
             raise Skip(f"clusterCIDR {part.strip()!r} is not a CIDR") from None
     ev_config = config.evidence("clusterCIDR")
-    svc_cidr, how, cidr_ev = _service_cidr(nft)
-    if svc_cidr:
-        net = ipaddress.ip_network(svc_cidr, strict=False)
+    svc_cidrs, how, cidr_ev = _service_cidrs(nft)
+    for net in svc_cidrs:
         hit = [p for p in pods if p.version == net.version and p.overlaps(net)]
         if hit:
             yield new(
@@ -252,7 +265,7 @@ def pod_service_overlap(
                     "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
                     "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy",
                 ),
-                evidence=[e for e in (ev_config, cidr_ev) if e],
+                evidence=[e for e in (ev_config, *cidr_ev) if e],
                 subject="node",
                 data={"cluster_cidr": [str(p) for p in pods], "service_cidr": str(net), "overlap": str(hit[0])},
             )

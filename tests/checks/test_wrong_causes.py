@@ -80,3 +80,35 @@ def test_fixture_selectorless_port_name():
     first = report.extra["verdict"][0]
     assert "'pg'" in first and "'postgres'" in first and "(KP101)" in first, first
     assert "0 ready endpoint(s) of 0 (1 more listed under port names no Service port has)" in report.extra["verdict"][1]
+
+
+def _two_service_cidrs() -> dict:
+    """healthy-nftables' ruleset with a second ServiceCIDR: nft -j prints kube-proxy's drop rule with a set of two
+    prefixes then (one CIDR it prints as a plain prefix: tests/lab/test_nft_focused_oracle.py loads both forms)."""
+    import json
+
+    from tests.given import base_files
+
+    doc = json.loads(base_files("healthy-nftables")["node/nft-ruleset.json"])
+    for item in doc["nftables"]:
+        rule = item.get("rule") or {}
+        if rule.get("chain") == "cluster-ips-check" and "unallocated" in (rule.get("comment") or ""):
+            match = rule["expr"][0]["match"]
+            match["right"] = {"set": [match["right"], {"prefix": {"addr": "10.200.0.0", "len": 16}}]}
+    return {"node/nft-ruleset.json": json.dumps(doc)}
+
+
+def test_kp603_reads_the_service_cidrs_of_kube_proxys_nftables_rule():
+    """kube-proxy's nftables rule names the Service CIDR exactly. A clusterCIDR overlapping it with no ClusterIP inside
+    is found: the rule's one CIDR is a plain prefix as the kernel lists it (a set form only was read, so KP603 was
+    silent); with two ServiceCIDRs, an overlap with the second is found too."""
+    (f,) = given(base="healthy-nftables", kube_proxy={"clusterCIDR": "10.96.128.0/17"}).fires("KP603")
+    assert f.summary.startswith("kube-proxy's clusterCIDR 10.96.128.0/17 overlaps the Service CIDR 10.96.0.0/12"), f
+    assert "table ip kube-proxy chain cluster-ips-check: ip daddr 10.96.0.0/12 drop" in [e.text for e in f.evidence]
+    given(base="healthy-nftables").silent("KP603")
+    (f,) = given(
+        base="healthy-nftables", kube_proxy={"clusterCIDR": "10.200.64.0/18"}, files=_two_service_cidrs()
+    ).fires("KP603")
+    assert f.data["service_cidr"] == "10.200.0.0/16" and f.data["overlap"] == "10.200.64.0/18", f.data
+    assert "ip daddr { 10.96.0.0/12, 10.200.0.0/16 } drop" in " ".join(e.text for e in f.evidence)
+    given(base="healthy-nftables", files=_two_service_cidrs()).silent("KP603")
