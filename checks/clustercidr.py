@@ -6,7 +6,7 @@ from kpdiag.checkapi import Skip, check
 from typing import Optional
 
 from kpdiag.model import Evidence
-from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, NodePodCIDRs
+from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, Nft, NodePodCIDRs
 
 
 @check(
@@ -32,7 +32,11 @@ from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, NodePodCIDRs
     "--cluster-cidr, comma-separated for dual-stack), or use detectLocalMode: NodeCIDR, and restart kube-proxy.",
 )
 def cluster_cidr_misses_pod_cidr(
-    new, nodes: NodePodCIDRs, config: Optional[KubeProxyConfig] = None, rules: Optional[KubeProxyRules] = None
+    new,
+    nodes: NodePodCIDRs,
+    config: Optional[KubeProxyConfig] = None,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
 ):
     if config is not None and config.detect_local_mode != "ClusterCIDR":
         return  # kube-proxy tells pods apart another way (NodeCIDR, bridge, interface prefix): clusterCIDR is not used
@@ -46,6 +50,8 @@ def cluster_cidr_misses_pod_cidr(
             rule = rules.ruleset.chain("nat", seen.chain).rules if seen.chain else []
             text = f"{seen.chain}: ! -s {seen.cluster_cidr} -j KUBE-MARK-MASQ"
             evidence = Evidence(rules.ruleset.source, text, rule[0].lineno if rule else None)
+    if not cidrs:  # in nftables mode: "ip saddr != CIDR jump mark-for-masquerade"
+        cidrs, evidence = nft_cluster_cidr(nft) or (cidrs, evidence)
     if not cidrs:
         raise Skip("needs kube-proxy's clusterCIDR (its configuration or its rules): none to compare with (KP706)")
     import ipaddress
@@ -80,3 +86,18 @@ def cluster_cidr_misses_pod_cidr(
             "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
         },
     )
+
+
+def nft_cluster_cidr(nft: Nft | None) -> tuple[tuple[str, ...], Evidence] | None:
+    """kube-proxy's clusterCIDR as its nftables service chains show it, with the rule as evidence; None when they do
+    not (not nftables mode, detectLocalMode other than ClusterCIDR, no Service)."""
+    rs = nft.ruleset() if nft is not None and nft.kube_proxy_family else None
+    if rs is None:
+        return None
+    from kpdiag.state.kube_nft import cluster_cidr
+
+    cidrs, seen = cluster_cidr(rs)
+    if not cidrs:
+        return None
+    chain, text = seen[0]
+    return tuple(cidrs), Evidence(rs.source, f"chain {chain}: {text}")

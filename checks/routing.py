@@ -244,6 +244,12 @@ def pod_service_overlap(
         from kpdiag.state.kube_rules import cluster_cidr
 
         raw = cluster_cidr(rules.programmed if rules is not None else None) or ""
+    ev_config = config.evidence("clusterCIDR")
+    if not raw:
+        from .clustercidr import nft_cluster_cidr
+
+        cidrs, ev_config = nft_cluster_cidr(nft) or ((), ev_config)
+        raw = ",".join(cidrs)
     if not raw:
         raise Skip(
             "kube-proxy knows no clusterCIDR (neither its configuration nor its rules): nothing to compare (KP706)"
@@ -254,7 +260,6 @@ def pod_service_overlap(
             pods.append(ipaddress.ip_network(part.strip(), strict=False))
         except ValueError:
             raise Skip(f"clusterCIDR {part.strip()!r} is not a CIDR") from None
-    ev_config = config.evidence("clusterCIDR")
     svc_cidrs, how, cidr_ev = _service_cidrs(nft)
     for net in svc_cidrs:
         hit = [p for p in pods if p.version == net.version and p.overlaps(net)]

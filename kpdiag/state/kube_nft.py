@@ -113,3 +113,54 @@ def _verdict(raw) -> str | None:
     if isinstance(value, dict):
         return next(iter(value), None)
     return None
+
+
+def _prefixes(right) -> list[str]:
+    """The CIDRs of a match's right side as nft -j prints it: a prefix, an address, or a set of them."""
+    items = right.get("set") if isinstance(right, dict) and "set" in right else [right]
+    out = []
+    for item in items if isinstance(items, list) else []:
+        p = item.get("prefix") if isinstance(item, dict) else None
+        if isinstance(p, dict) and isinstance(p.get("addr"), str) and isinstance(p.get("len"), int):
+            out.append(f"{p['addr']}/{p['len']}")
+        elif isinstance(item, str) and item[:1].isalnum():
+            out.append(item)
+        else:
+            return []  # a range or anything else: not a list of CIDRs
+    return out
+
+
+def cluster_cidr(rs: NftRuleset) -> tuple[list[str], list[tuple[str, str]]]:
+    """kube-proxy's clusterCIDR as its nftables rules show it — a service chain's
+    ``ip saddr != CIDR jump mark-for-masquerade`` (a set of CIDRs for two or more), the first such rule of each
+    family's table — and, per family, (chain, the rule as nft lists it) for evidence. ([], []) when no rule shows it
+    (detectLocalMode other than ClusterCIDR, or no Service)."""
+    cidrs, seen = [], []
+    for family, table in TABLES:
+        for (fam, tab, name), chain in rs.chains.items():
+            if (fam, tab) != (family, table) or not name.startswith("service-"):
+                continue
+            found = None
+            for rule in chain.rules:
+                expr = rule.expr
+                if not any(
+                    isinstance(e, dict) and (e.get("jump") or {}).get("target") == "mark-for-masquerade" for e in expr
+                ):
+                    continue
+                for e in expr:
+                    m = e.get("match") if isinstance(e, dict) else None
+                    left = (m or {}).get("left")
+                    if (
+                        isinstance(left, dict)
+                        and (left.get("payload") or {}).get("field") == "saddr"
+                        and m.get("op") == "!="
+                    ):
+                        found = (_prefixes(m.get("right")), rule.text)
+                        break
+                if found:
+                    break
+            if found and found[0]:
+                cidrs += found[0]
+                seen.append((name, found[1]))
+                break
+    return cidrs, seen

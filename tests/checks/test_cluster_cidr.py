@@ -45,3 +45,16 @@ def test_without_a_configuration_the_rules_say_the_cluster_cidr():
     assert f.data["cluster_cidr"] == ["10.244.0.0/16"] and "! -s 10.244.0.0/16" in f.evidence[0].text
     assert f.evidence[0].source == "node/iptables-save.txt" and f.evidence[0].line
     given(files={KP_CONFIG: None}, nodes=[node("node-a", "10.244.1.0/24")]).silent("KP613")
+
+
+def test_in_nftables_mode_without_a_configuration_kube_proxys_nft_rules_say_it():
+    # the same in nftables mode: a service chain's "ip saddr != 10.244.0.0/16 jump mark-for-masquerade"
+    outside = [node("node-b", "10.245.0.0/24")]
+    (f,) = given(base="healthy-nftables", files={KP_CONFIG: None}, nodes=outside).fires("KP613")
+    assert f.data["cluster_cidr"] == ["10.244.0.0/16"], f.data
+    assert f.evidence[0].source == "node/nft-ruleset.json"
+    assert "ip saddr != 10.244.0.0/16 jump mark-for-masquerade" in f.evidence[0].text, f.evidence[0]
+    given(base="healthy-nftables", files={KP_CONFIG: None}, nodes=[node("node-a", "10.244.1.0/24")]).silent("KP613")
+    # a configuration without clusterCIDR (the rules still show it) is read the same way, by KP603 too
+    given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}, nodes=outside).fires("KP613")
+    given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}).silent("KP603")
