@@ -58,3 +58,37 @@ def test_in_nftables_mode_without_a_configuration_kube_proxys_nft_rules_say_it()
     # a configuration without clusterCIDR (the rules still show it) is read the same way, by KP603 too
     given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}, nodes=outside).fires("KP613")
     given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}).silent("KP603")
+
+
+def _nft_masquerade_source(cidr: str) -> dict:
+    """healthy-nftables' ruleset with its service chains' "ip saddr != 10.244.0.0/16 jump mark-for-masquerade" made
+    "ip saddr != CIDR …": what kube-proxy writes with detectLocalMode NodeCIDR (CIDR: this node's own podCIDR, the
+    same rule shape as ClusterCIDR; pkg/proxy/util's CIDR local detector serves both modes)."""
+    import json
+
+    from tests.given import base_files
+
+    doc = json.loads(base_files("healthy-nftables")["node/nft-ruleset.json"])
+    addr, length = cidr.split("/")
+    for item in doc["nftables"]:
+        rule = item.get("rule") or {}
+        for e in rule.get("expr") or []:
+            m = e.get("match") if isinstance(e, dict) else None
+            if m and m.get("op") == "!=" and (m["left"].get("payload") or {}).get("field") == "saddr":
+                m["right"] = {"prefix": {"addr": addr, "len": int(length)}}
+    return {"node/nft-ruleset.json": json.dumps(doc)}
+
+
+def test_node_cidr_mode_rules_without_a_configuration_are_no_cluster_cidr():
+    # detectLocalMode NodeCIDR (kube-proxy's configuration not collected: flags, k3s): the service chains say
+    # "ip saddr != 10.244.1.0/24" — this node's podCIDR, not a clusterCIDR. Every other node's podCIDR is outside
+    # it by design: KP613 must not call them outside kube-proxy's clusterCIDR.
+    nodes = [node("lab-healthy-nftables", "10.244.1.0/24"), node("node-b", "10.244.2.0/24")]
+    files = {KP_CONFIG: None, **_nft_masquerade_source("10.244.1.0/24")}
+    out = given(base="healthy-nftables", files=files, nodes=nodes).run("KP613")
+    assert not out.findings, out
+    # the same from iptables rules ("! -s 10.244.1.0/24 -j KUBE-MARK-MASQ")
+    rules = base_text(IPTABLES_SAVE).replace("! -s 10.244.0.0/16", "! -s 10.244.1.0/24")
+    assert "! -s 10.244.1.0/24" in rules
+    out = given(files={KP_CONFIG: None}, iptables=rules, nodes=nodes).run("KP613")
+    assert not out.findings, out

@@ -112,3 +112,28 @@ def test_kp603_reads_the_service_cidrs_of_kube_proxys_nftables_rule():
     assert f.data["service_cidr"] == "10.200.0.0/16" and f.data["overlap"] == "10.200.64.0/18", f.data
     assert "ip daddr { 10.96.0.0/12, 10.200.0.0/16 } drop" in " ".join(e.text for e in f.evidence)
     given(base="healthy-nftables", files=_two_service_cidrs()).silent("KP603")
+
+
+def _service_cidrs_as_listed(right: dict) -> dict:
+    """healthy-nftables' ruleset with the drop rule's right side as nft -j lists it (see the test below)."""
+    import json
+
+    from tests.given import base_files
+
+    doc = json.loads(base_files("healthy-nftables")["node/nft-ruleset.json"])
+    for item in doc["nftables"]:
+        rule = item.get("rule") or {}
+        if rule.get("chain") == "cluster-ips-check" and "unallocated" in (rule.get("comment") or ""):
+            rule["expr"][0]["match"]["right"] = right
+    return {"node/nft-ruleset.json": json.dumps(doc)}
+
+
+def test_kp603_reads_adjacent_service_cidrs_the_kernel_merged_into_a_range():
+    """kube-proxy writes "ip daddr { 10.96.0.0/12, 10.112.0.0/16 } drop"; nft merges adjacent intervals of the
+    anonymous set and lists one range, not two prefixes (nft 1.0.6, a real kernel: nft -j prints
+    {"set": [{"range": ["10.96.0.0", "10.112.255.255"]}]}). A clusterCIDR overlapping the second ServiceCIDR with no
+    ClusterIP inside is still an overlap."""
+    files = _service_cidrs_as_listed({"set": [{"range": ["10.96.0.0", "10.112.255.255"]}]})
+    (f,) = given(base="healthy-nftables", kube_proxy={"clusterCIDR": "10.112.128.0/17"}, files=files).fires("KP603")
+    assert f.data["service_cidr"] == "10.112.0.0/16" and f.data["overlap"] == "10.112.128.0/17", f.data
+    given(base="healthy-nftables", files=files).silent("KP603")
