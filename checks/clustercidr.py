@@ -60,6 +60,14 @@ def cluster_cidr_misses_pod_cidr(
         ranges = [ipaddress.ip_network(c, strict=False) for c in cidrs]
     except ValueError as exc:
         raise Skip(f"clusterCIDR {', '.join(cidrs)!r} is not a list of CIDRs: {exc}") from None
+    if not (config and config.cluster_cidrs):  # read from the rules: NodeCIDR writes them the same way
+        own = {c for n in nodes.nodes for c in n.cidrs}
+        same = next((r for r in ranges if r in own), None)
+        if same is not None:
+            raise Skip(
+                f"kube-proxy's rules masquerade around {same}, a node's own podCIDR: that is what detectLocalMode "
+                "NodeCIDR writes, so they show no clusterCIDR (kube-proxy's configuration does not say the mode)"
+            )
     families = {r.version for r in ranges}
     judged = [(n, c) for n in nodes.nodes for c in n.cidrs if c.version in families]
     if not judged:

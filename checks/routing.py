@@ -117,7 +117,7 @@ def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optio
 def _service_cidrs(nft: Nft | None) -> tuple[list, str | None, list]:
     """(service CIDRs, how they are known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated
     ClusterIPs" names them exactly, in each family's table: one CIDR as a prefix (nft prints a one-element set so),
-    two or more (ServiceCIDRs) as a set of prefixes. Else none (the ClusterIPs themselves are compared one by one)."""
+    two or more (ServiceCIDRs) as a set of prefixes, adjacent ones merged by nft into a range (read back as CIDRs). Else none (the ClusterIPs themselves are compared one by one)."""
     cidrs, evidence = [], []
     if nft is None or not nft.kube_proxy_family:
         return cidrs, None, evidence
@@ -134,13 +134,17 @@ def _service_cidrs(nft: Nft | None) -> tuple[list, str | None, list]:
                 found = []
                 for item in items if isinstance(items, list) else []:
                     p = item.get("prefix") if isinstance(item, dict) else None
+                    r = item.get("range") if isinstance(item, dict) else None
                     try:
                         if p:
                             found.append(ipaddress.ip_network(f"{p['addr']}/{p['len']}", strict=False))
+                        elif isinstance(r, list) and len(r) == 2:  # adjacent CIDRs nft merged into one interval
+                            first, last = map(ipaddress.ip_address, r)
+                            found += ipaddress.summarize_address_range(first, last)
                         elif isinstance(item, str):
                             found.append(ipaddress.ip_network(item))
                     except (ValueError, TypeError, KeyError):
-                        continue  # a range or a value this check does not read as a CIDR
+                        continue  # a value this check does not read as a CIDR
                 if found:
                     cidrs += found
                     text = ", ".join(map(str, found))

@@ -85,10 +85,13 @@ def test_node_cidr_mode_rules_without_a_configuration_are_no_cluster_cidr():
     # it by design: KP613 must not call them outside kube-proxy's clusterCIDR.
     nodes = [node("lab-healthy-nftables", "10.244.1.0/24"), node("node-b", "10.244.2.0/24")]
     files = {KP_CONFIG: None, **_nft_masquerade_source("10.244.1.0/24")}
-    out = given(base="healthy-nftables", files=files, nodes=nodes).run("KP613")
-    assert not out.findings, out
+    reason = given(base="healthy-nftables", files=files, nodes=nodes).skips("KP613")
+    assert "10.244.1.0/24, a node's own podCIDR" in reason and "NodeCIDR" in reason, reason
     # the same from iptables rules ("! -s 10.244.1.0/24 -j KUBE-MARK-MASQ")
     rules = base_text(IPTABLES_SAVE).replace("! -s 10.244.0.0/16", "! -s 10.244.1.0/24")
     assert "! -s 10.244.1.0/24" in rules
-    out = given(files={KP_CONFIG: None}, iptables=rules, nodes=nodes).run("KP613")
-    assert not out.findings, out
+    assert "NodeCIDR" in given(files={KP_CONFIG: None}, iptables=rules, nodes=nodes).skips("KP613")
+    # a clusterCIDR read from the rules that is no node's podCIDR is judged as before
+    files = {KP_CONFIG: None, **_nft_masquerade_source("10.244.0.0/17")}
+    (f,) = given(base="healthy-nftables", files=files, nodes=[*nodes, node("node-c", "10.244.200.0/24")]).fires("KP613")
+    assert f.data["outside"] == [{"node": "node-c", "pod_cidr": "10.244.200.0/24"}], f.data
