@@ -95,3 +95,10 @@ def test_node_cidr_mode_rules_without_a_configuration_are_no_cluster_cidr():
     files = {KP_CONFIG: None, **_nft_masquerade_source("10.244.0.0/17")}
     (f,) = given(base="healthy-nftables", files=files, nodes=[*nodes, node("node-c", "10.244.200.0/24")]).fires("KP613")
     assert f.data["outside"] == [{"node": "node-c", "pod_cidr": "10.244.200.0/24"}], f.data
+
+
+def test_kp706_is_silent_when_kube_proxys_nft_rules_detect_local_traffic():
+    # a configuration without clusterCIDR (flags set it) in nftables mode: the service chains still say
+    # "ip saddr != 10.244.0.0/16 jump mark-for-masquerade" — KP613/KP603 read that clusterCIDR, so KP706 must not say
+    # traffic from outside is not masqueraded (as with iptables rules: test_kube_proxy_cases.py)
+    given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}).silent("KP706")
