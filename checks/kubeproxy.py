@@ -19,6 +19,7 @@ from kpdiag.state.typed import (
     KubeProxyMode,
     KubeProxyRules,
     Manifest,
+    Nft,
     NodeObject,
     ProxyMode,
     Services,
@@ -392,7 +393,9 @@ def sync_slow(new, metrics: KubeProxyMetrics):
     """,
     fix="Set clusterCIDR (or another detectLocalMode) in the kube-proxy ConfigMap and restart kube-proxy.",
 )
-def no_cluster_cidr(new, cfg: Optional[KubeProxyConfig] = None, rules: Optional[KubeProxyRules] = None):
+def no_cluster_cidr(
+    new, cfg: Optional[KubeProxyConfig] = None, rules: Optional[KubeProxyRules] = None, nft: Optional[Nft] = None
+):
     ports = None if rules is None else rules.programmed
     if cfg is None and ports is None:
         raise Skip("needs the kube-proxy configuration or its iptables rules")
@@ -418,6 +421,10 @@ def no_cluster_cidr(new, cfg: Optional[KubeProxyConfig] = None, rules: Optional[
     with_chain = [p for p in (ports or {}).values() if p.chain]
     if with_chain and any(p.cluster_cidr for p in with_chain):
         return  # the rules say detection works (e.g. clusterCIDR passed as a flag)
+    from .clustercidr import nft_cluster_cidr
+
+    if nft_cluster_cidr(nft):
+        return  # so do kube-proxy's nftables service chains ("ip saddr != CIDR jump mark-for-masquerade")
     if with_chain:
         rs = rules.ruleset
         first = rs.chain("nat", with_chain[0].chain).rules
