@@ -41,17 +41,8 @@ def cluster_cidr_misses_pod_cidr(
     if config is not None and config.detect_local_mode != "ClusterCIDR":
         return  # kube-proxy tells pods apart another way (NodeCIDR, bridge, interface prefix): clusterCIDR is not used
     cidrs, evidence = (config.cluster_cidrs, config.evidence("clusterCIDR")) if config else ((), None)
-    if not cidrs and rules is not None:  # no configuration file (flags: k3s, --cluster-cidr), or it sets none
-        from kpdiag.state.kube_rules import cluster_cidr
-
-        seen = next((p for p in rules.programmed.values() if p.cluster_cidr), None)
-        if seen is not None:
-            cidrs = tuple(c.strip() for c in cluster_cidr(rules.programmed).split(","))
-            rule = rules.ruleset.chain("nat", seen.chain).rules if seen.chain else []
-            text = f"{seen.chain}: ! -s {seen.cluster_cidr} -j KUBE-MARK-MASQ"
-            evidence = Evidence(rules.ruleset.source, text, rule[0].lineno if rule else None)
-    if not cidrs:  # in nftables mode: "ip saddr != CIDR jump mark-for-masquerade"
-        cidrs, evidence = nft_cluster_cidr(nft) or (cidrs, evidence)
+    if not cidrs:  # no configuration file (flags: k3s, --cluster-cidr), or it sets none: kube-proxy's rules say it
+        cidrs, evidence = rules_cluster_cidr(rules, nft) or (cidrs, evidence)
     if not cidrs:
         raise Skip("needs kube-proxy's clusterCIDR (its configuration or its rules): none to compare with (KP706)")
     import ipaddress
@@ -94,6 +85,22 @@ def cluster_cidr_misses_pod_cidr(
             "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
         },
     )
+
+
+def rules_cluster_cidr(rules: KubeProxyRules | None, nft: Nft | None) -> tuple[tuple[str, ...], Evidence] | None:
+    """The CIDR(s) kube-proxy's rules masquerade around, with the rule as evidence: its iptables rules
+    ("! -s CIDR -j KUBE-MARK-MASQ"), else its nftables service chains; None when neither shows one. With
+    detectLocalMode ClusterCIDR that is the clusterCIDR; NodeCIDR writes the node's own podCIDR the same way."""
+    if rules is not None:
+        from kpdiag.state.kube_rules import cluster_cidr
+
+        seen = next((p for p in rules.programmed.values() if p.cluster_cidr), None)
+        if seen is not None:
+            cidrs = tuple(c.strip() for c in cluster_cidr(rules.programmed).split(","))
+            rule = rules.ruleset.chain("nat", seen.chain).rules if seen.chain else []
+            text = f"{seen.chain}: ! -s {seen.cluster_cidr} -j KUBE-MARK-MASQ"
+            return cidrs, Evidence(rules.ruleset.source, text, rule[0].lineno if rule else None)
+    return nft_cluster_cidr(nft)
 
 
 def nft_cluster_cidr(nft: Nft | None) -> tuple[tuple[str, ...], Evidence] | None:

@@ -244,16 +244,18 @@ def pod_service_overlap(
     services: Optional[Services] = None,
 ):
     raw = str(config.get("clusterCIDR") or "").strip()
-    if not raw:
-        from kpdiag.state.kube_rules import cluster_cidr
+    ev_config, what = config.evidence("clusterCIDR"), "kube-proxy's clusterCIDR"
+    edit = (
+        "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy"
+    )
+    if not raw:  # not configured (a flag): kube-proxy's rules masquerade around it
+        from .clustercidr import rules_cluster_cidr
 
-        raw = cluster_cidr(rules.programmed if rules is not None else None) or ""
-    ev_config = config.evidence("clusterCIDR")
-    if not raw:
-        from .clustercidr import nft_cluster_cidr
-
-        cidrs, ev_config = nft_cluster_cidr(nft) or ((), ev_config)
+        cidrs, ev_config = rules_cluster_cidr(rules, nft) or ((), ev_config)
         raw = ",".join(cidrs)
+        if raw and config.detect_local_mode == "NodeCIDR":  # then the rules hold this node's own podCIDR
+            what = "this node's podCIDR (kube-proxy's NodeCIDR rules)"
+            edit = "# the pod range (kube-controller-manager --cluster-cidr, the CNI's pool) must be moved off the Service range"
     if not raw:
         raise Skip(
             "kube-proxy knows no clusterCIDR (neither its configuration nor its rules): nothing to compare (KP706)"
@@ -269,10 +271,10 @@ def pod_service_overlap(
         hit = [p for p in pods if p.version == net.version and p.overlaps(net)]
         if hit:
             yield new(
-                f"kube-proxy's clusterCIDR {hit[0]} overlaps the Service CIDR {net} ({how})",
+                f"{what} {hit[0]} overlaps the Service CIDR {net} ({how})",
                 fix=(
                     "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
-                    "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy",
+                    edit,
                 ),
                 evidence=[e for e in (ev_config, *cidr_ev) if e],
                 subject="node",
@@ -288,11 +290,11 @@ def pod_service_overlap(
         return
     first = sorted(inside)[:3]
     yield new(
-        f"{len(inside)} ClusterIP(s) lie inside kube-proxy's clusterCIDR {raw} (e.g. {', '.join(first)}): the pod CIDR overlaps "
+        f"{len(inside)} ClusterIP(s) lie inside {what} {raw} (e.g. {', '.join(first)}): the pod CIDR overlaps "
         "the Service CIDR",
         fix=(
             "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
-            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool (not containing the Service range), then restart kube-proxy",
+            edit.replace("pod pool,", "pod pool (not containing the Service range),"),
         ),
         evidence=[e for e in [ev_config] if e]
         + [Evidence(inside[ip].split(": ", 1)[0], f"{ip} ({inside[ip].split(': ', 1)[-1]})") for ip in first],

@@ -102,3 +102,21 @@ def test_kp706_is_silent_when_kube_proxys_nft_rules_detect_local_traffic():
     # "ip saddr != 10.244.0.0/16 jump mark-for-masquerade" — KP613/KP603 read that clusterCIDR, so KP706 must not say
     # traffic from outside is not masqueraded (as with iptables rules: test_kube_proxy_cases.py)
     given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}).silent("KP706")
+
+
+def test_kp603_names_what_the_rules_hold_and_cites_the_rule():
+    """KP603 without a configured clusterCIDR reads kube-proxy's rules: with detectLocalMode NodeCIDR they hold this
+    node's own podCIDR, so the finding says so (and does not advise editing clusterCIDR, which that mode ignores);
+    its evidence is the rule, not 'clusterCIDR is not set'."""
+    files = _nft_masquerade_source("10.96.64.0/24")  # a podCIDR inside the Service range 10.96.0.0/12
+    (f,) = given(
+        base="healthy-nftables", kube_proxy={"clusterCIDR": None, "detectLocalMode": "NodeCIDR"}, files=files
+    ).fires("KP603")
+    assert f.summary.startswith("this node's podCIDR (kube-proxy's NodeCIDR rules) 10.96.64.0/24 overlaps"), f.summary
+    assert not any("edit configmap" in c for c in f.fix), f.fix
+    assert "ip saddr != 10.96.64.0/24 jump mark-for-masquerade" in f.evidence[0].text, f.evidence
+    (f,) = given(base="healthy-nftables", kube_proxy={"clusterCIDR": None}, files=files).fires("KP603")
+    assert f.summary.startswith("kube-proxy's clusterCIDR 10.96.64.0/24 overlaps"), f.summary
+    rules = base_text(IPTABLES_SAVE).replace("! -s 10.244.0.0/16", "! -s 10.96.0.0/24")  # its ClusterIPs inside
+    (f,) = given(kube_proxy={"clusterCIDR": None}, iptables=rules).fires("KP603")
+    assert "! -s 10.96.0.0/24 -j KUBE-MARK-MASQ" in f.evidence[0].text and f.evidence[0].line, f.evidence
