@@ -290,8 +290,34 @@ def _b64_blob(m: re.Match) -> str:
 _UPPER, _LOWER, _DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
 
 
+_B64_LINE = re.compile(r"[A-Za-z0-9+/=]+\r?")
+
+
+def _pem_tail(text: str) -> str:
+    """A text that begins inside a PEM block (a log's last 2 MB, cut at a byte count): the base64 lines just before
+    its first END line, when no BEGIN comes before it, are the rest of the block's body."""
+    end = text.find("-----END")
+    begin = text.find("-----BEGIN")
+    if end < 0 or 0 <= begin < end:
+        return text
+    start = stop = text.rfind("\n", 0, end) + 1  # the END line's start; the body is the base64 lines before it
+    while start > 0:
+        prev = text.rfind("\n", 0, start - 1) + 1
+        if not _B64_LINE.fullmatch(text, prev, start - 1):
+            break
+        start = prev
+    if text[stop:end].strip() and not _B64_LINE.fullmatch(text[stop:end]):
+        return text  # the END is inside another line (quoted, a word in prose): not a block's last line
+    close = text.find("-----", end + 8)
+    after = close + 5 if 0 <= close - end <= 80 else end + 8
+    return text[:start] + "[PEM " + REDACTED + "]" + text[after:]
+
+
 def _scrub_pem(text: str) -> str:
-    """PEM blocks (keys, certificates), across lines; a block with no END line is removed to the end of the text."""
+    """PEM blocks (keys, certificates), across lines; a block with no END line is removed to the end of the text, one
+    with no BEGIN line (the text begins inside it) from the start of its base64 lines."""
+    if "-----END" in text:
+        text = _pem_tail(text)
     if "-----BEGIN" not in text:
         return text
     out, i = [], 0
