@@ -820,6 +820,8 @@ def redact_cmd(bundle, out, salt):
     if not files:
         raise _fail(f"{bundle}: nothing readable to redact", exitcodes.NO_DIAGNOSIS)
     red, redactor = redact_files(files, salt)
+    for problem in redactor.not_copied:
+        _say(f"warning: not copied: {problem}")
     try:
         manifest = _json.loads(red.pop("kpdiag.json", b"") or b"null")
     except ValueError:

@@ -1006,6 +1006,7 @@ class Redactor:
             set()
         )  # names whose free-text standing (global or not) is decided  # a word → its redaction (after learning, it is a function of the word)
         self.macs: dict[str, str] = {}
+        self.not_copied: list[str] = []  # "FILE: why": files left out of the redacted copy
         self._bits: dict[tuple, int] = {}
         ordinary = [o for o in range(1, 224) if o not in (127, 169)]
         shuffled = sorted(ordinary, key=lambda o: self._h(f"octet:{o}"))
@@ -1600,6 +1601,10 @@ class Redactor:
             text = data.decode("utf-8", "surrogateescape")
             form = "api" if rel == "kpdiag.json" else _form(rel)
             doc = _json(data) if form == "api" else None
+            if doc is None and form == "api" and data.strip():
+                # its names are learned from its structure only: as text, every name in it would survive
+                self.not_copied.append(f"{rel}: {_json_error(data)}: its names cannot be told, so it is left out")
+                continue
             if doc is not None:
                 _scrub_objects(doc)
                 red = self.json_doc(doc)
@@ -1654,6 +1659,16 @@ def _fqdn_like(parts: list[str]) -> bool:
 def _kept_domain(t: str) -> bool:
     low = t.lower()
     return any(low == d or low.endswith("." + d) for d in _KEEP_DOMAINS)
+
+
+def _json_error(data: bytes) -> str:
+    try:
+        load_json(data)
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON ({str(exc)[:120]})"
+    return "not JSON"
 
 
 def _json(data: bytes | None):

@@ -1,6 +1,7 @@
-"""A text that starts inside a PEM block: kpdiag keeps the last 2 MB of kube-proxy's log, so the cut can fall in the
-middle of a key or certificate that was logged; what is left of the block (its base64 lines, up to its END line) is
-key material and must not reach the bundle, with or without --redact (docs/redaction.md, form "pem")."""
+"""Redaction at its edges. A text that starts inside a PEM block: kpdiag keeps the last 2 MB of kube-proxy's log, so
+the cut can fall in the middle of a key or certificate that was logged; what is left of the block (its base64 lines, up
+to its END line) is key material and must not reach the bundle, with or without --redact (docs/redaction.md, form
+"pem"). A file of API objects that is not JSON cannot have its names told apart: it is left out of a redacted copy."""
 
 from __future__ import annotations
 
@@ -65,3 +66,41 @@ def test_collected_log_tail_cut_inside_a_key_leaks_none_of_it(tmp_path):
         kept = (out / "node/kube-proxy/log.txt").read_text()
         assert "Syncing iptables rules" in kept
         assert not _leaked(lines, kept), kept[:400]
+
+
+def test_api_file_that_is_not_json_is_left_out_of_a_redacted_copy(tmp_path):
+    """kpdiag redact learns names from the API objects' structure: an API file it cannot parse (nested too deep, cut
+    short, not UTF-8) went out as text with every name in it; now it is left out, with one line saying why."""
+    import json
+    import shutil
+
+    from tests.conftest import FIXTURES
+
+    src = tmp_path / "in"
+    shutil.copytree(os.path.join(FIXTURES, "svc-selector-typo"), src)
+    pods = json.loads((src / "cluster/pods.json").read_text())
+    items = pods["items"] if isinstance(pods, dict) else pods
+    deep = node = {}
+    for _ in range(250):
+        node["n"] = node = {}
+    items[0]["metadata"]["name"] = "zebrapodcanary"
+    items[0]["metadata"]["labels"]["team"] = "zebrateamcanary"
+    items[0]["metadata"]["annotations"] = {"deep": deep}
+    (src / "cluster/pods.json").write_text(json.dumps(pods))
+    services = (src / "cluster/services.json").read_text().replace('"web"', '"zebrasvccanary"', 1)
+    (src / "cluster/services.json").write_text(services[: len(services) // 2])  # cut short
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "redact", str(src), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "not copied: cluster/pods.json: not JSON (nested deeper than 200 levels" in proc.stderr
+    assert "not copied: cluster/services.json: not JSON" in proc.stderr
+    for dirpath, _, names in os.walk(out):
+        for name in names:
+            data = open(os.path.join(dirpath, name), "rb").read()
+            assert b"canary" not in data, os.path.join(dirpath, name)
+    assert (out / "cluster/endpointslices.json").exists()  # the rest is copied, redacted
