@@ -1,8 +1,8 @@
-"""A node whose iptables rules cannot be read is not "not a Kubernetes node". iptables keeps a rule's comment as
-bytes: a host firewall's comment in Latin-1 (`café`) makes iptables-save print a byte that is not UTF-8, the whole
-dump is then unreadable ("could not read" names its line) — and with it every KUBE-* chain, the one sign of
-Kubernetes a node without a kubelet in sight or a known network plugin's interfaces has. kpdiag must then say the rules
-could not be read, not that the host is no node (KP709: "nothing is diagnosed or recommended")."""
+"""iptables keeps a rule's comment as bytes: a host firewall's comment in Latin-1 (`café`) makes iptables-save print a
+byte that is not UTF-8. That made the whole dump unreadable — every rule, and with them every KUBE-* chain, the one
+sign of Kubernetes a node without a kubelet in sight or a known network plugin's interfaces has, so KP709 called the
+node "not a Kubernetes node" and diagnosed nothing. The rules are read with the byte as U+FFFD (a note names its line),
+and rules in a bundle that could not be read never make a host "not a node"."""
 
 from __future__ import annotations
 
@@ -48,3 +48,27 @@ def test_rules_with_a_comment_not_in_utf8_do_not_make_a_node_no_node(lab):
     unreadable = [p for p in after["problems"] if p["source"].startswith("node/iptables-save.txt:")]
     assert unreadable and "not UTF-8" in unreadable[0]["error"], after["problems"]
     assert not [f for f in after["findings"] if f["id"] == "KP709"], [f["summary"] for f in after["findings"]]
+    # and the rules are read all the same, the comment's bytes as U+FFFD: one rule more than before
+    assert "read as U+FFFD" in unreadable[0]["error"]
+    assert after["facts"]["iptables_rules"] == before["facts"]["iptables_rules"] + 1
+    assert after["facts"]["service_ports_programmed"] == before["facts"]["service_ports_programmed"] > 0
+
+
+def test_a_bundle_whose_rules_cannot_be_read_is_not_called_no_node(lab, tmp_path):
+    """Collected for real from a namespace node with kube-proxy's rules, then its iptables-save damaged (a NUL byte:
+    not text): the rules are there but unreadable, so the absence of KUBE-* chains is unknown — no KP709."""
+    lab.add_ns("node")
+    lab.add_ns("client")
+    lab.veth("client", "eth0", "node", "ext0")
+    lab.addr("node", "ext0", "192.168.50.1/24")
+    with open(f"{FIXTURES}/healthy-iptables/node/iptables-save.txt") as fh:
+        lab.sh("node", ["iptables-restore"], input=fh.read(), timeout=300)
+    out = tmp_path / "bundle"
+    proc = _kpdiag(lab, "collect", "-o", str(out), "--host-root", "/")
+    assert proc.returncode == 0, proc.stderr
+    rules = out / "node/iptables-save.txt"
+    rules.write_bytes(rules.read_bytes().replace(b"\n", b"\n\x00", 1))
+    proc = _kpdiag(lab, "analyze", str(out), "-o", "json", "--fail-on", "never")
+    report = json.loads(proc.stdout)
+    assert any(p["source"] == "node/iptables-save.txt:2" for p in report["problems"]), report["problems"]
+    assert not [f for f in report["findings"] if f["id"] == "KP709"], [f["summary"] for f in report["findings"]]
