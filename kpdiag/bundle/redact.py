@@ -122,7 +122,9 @@ _XML_SECRET = re.compile(
 )
 _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*+")  # base64 of "-----BEGIN"
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]*+")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)([ \t]*[:=][ \t]*|[ \t]+|%20|\+)(?!REDACTED)[A-Za-z0-9._~+/=:-]{6,}+")
+_BEARER = re.compile(
+    r"(?i)\b(bearer|basic)([ \t]*[:=][ \t]*|[ \t]+|%20|\+)(?!REDACTED|(?:bearer|basic)\b)[A-Za-z0-9._~+/=:-]{6,}+"
+)
 _AUTHZ = re.compile(r"(?i)(\bauthorization[\"']?[ \t]*[:=][ \t]*[\"']?)(?!REDACTED)[^\"'\r\n,}\\]++")
 _URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s:@\"']{0,256}:[^/\s@\"']{1,256}@")
 # tokens recognised by their own prefix (GitHub, GitLab, Slack, AWS access key ids, Google API keys, npm, PyPI,
@@ -469,6 +471,8 @@ def _scrub_objects(doc) -> bool:
                         ):
                             var["value"] = REDACTED
                             changed = True
+                elif key in ("args", "command") and isinstance(value, list):
+                    changed = _scrub_arguments(value) or changed
                 elif (
                     key == "annotations"
                     and isinstance(value, dict)
@@ -488,6 +492,24 @@ def _scrub_objects(doc) -> bool:
                     stack.append((key, value))
         elif isinstance(node, list):
             stack.extend((parent, v) for v in node if isinstance(v, (dict, list)))
+    return changed
+
+
+_LONE_FLAG = re.compile(r"--?(?P<name>[A-Za-z0-9_.-]{1,256}+)")
+
+
+def _scrub_arguments(argv: list) -> bool:
+    """A container's arguments: a flag naming a secret, alone in its string (``--db-password``), takes the next
+    argument as its value (the flag-space form, split over the list); True if anything changed."""
+    changed = False
+    for i in range(len(argv) - 1):
+        flag, value = argv[i], argv[i + 1]
+        if not (isinstance(flag, str) and isinstance(value, str)) or value.startswith("-"):
+            continue
+        m = _LONE_FLAG.fullmatch(flag)
+        if m and _is_secret_key(m.group("name")) and not _secret_value_kept(value):
+            argv[i + 1] = REDACTED
+            changed = True
     return changed
 
 
