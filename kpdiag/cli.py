@@ -198,6 +198,8 @@ def trace(
         if dport is not None and dport != dst_port:
             raise _fail(f"--dst gives port {dst_port} and --dport {dport}: give one", exitcodes.USAGE)
         dport = dst_port
+    if proto == "icmp" and dport is not None:
+        raise _fail("an ICMP packet has no port: leave out --dport and the :PORT of --dst", exitcodes.USAGE)
     family = 6 if ":" in dst else 4
     live = not (rules or bundle or nft_file)
     if all_rules and not live:
