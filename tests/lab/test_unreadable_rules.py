@@ -72,3 +72,43 @@ def test_a_bundle_whose_rules_cannot_be_read_is_not_called_no_node(lab, tmp_path
     report = json.loads(proc.stdout)
     assert any(p["source"] == "node/iptables-save.txt:2" for p in report["problems"]), report["problems"]
     assert not [f for f in report["findings"] if f["id"] == "KP709"], [f["summary"] for f in report["findings"]]
+
+
+def test_kube_proxy_absent_does_not_say_no_rules_exist_when_they_could_not_be_read(lab, tmp_path):
+    """Collected without CAP_NET_ADMIN (iptables-save is refused) on a namespace node that has kube-proxy's rules:
+    KP707 may say kube-proxy is not running, not that "no Service rules exist" — they were never read."""
+    lab.add_ns("node")
+    lab.add_ns("client")
+    lab.veth("client", "eth0", "node", "ext0")
+    lab.addr("node", "ext0", "192.168.50.1/24")
+    with open(f"{FIXTURES}/healthy-iptables/node/iptables-save.txt") as fh:
+        lab.sh("node", ["iptables-restore"], input=fh.read(), timeout=300)
+    out = tmp_path / "bundle"
+    exe = shutil.which("kpdiag")
+    argv = [exe] if exe else [sys.executable, "-m", "kpdiag"]
+    caps = "-all,+net_raw,+sys_ptrace,+sys_chroot"  # the node pod's, less NET_ADMIN
+    proc = lab.sh(
+        "node",
+        [
+            "setpriv",
+            f"--inh-caps={caps}",
+            f"--bounding-set={caps}",
+            *argv,
+            "collect",
+            "-o",
+            str(out),
+            "--host-root",
+            "/",
+        ],
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "node/iptables-save.txt").exists()
+    proc = _kpdiag(lab, "analyze", str(out), "-o", "json", "--fail-on", "never")
+    kp707 = [f for f in json.loads(proc.stdout)["findings"] if f["id"] == "KP707"]
+    assert kp707, proc.stdout[:2000]  # no kube-proxy process here: it is absent
+    assert "no Service rules exist" not in kp707[0]["summary"]
+    assert (
+        "whether it left Service rules is not known: they could not be read (node/iptables-save.txt:"
+        in kp707[0]["summary"]
+    )
