@@ -119,7 +119,7 @@ def absent(
     if impl is None or not impl.kube_proxy_in_charge or impl.name in ("k3s", "k0s", "kubelite"):
         return
     procs = processes.pids if processes is not None else None
-    left = _left(rules, proxy, partial)
+    left = _left(rules, proxy, partial, manifest)
     if impl.kube_proxy == "crash-looping":
         yield from _crash_looping(new, impl, procs, pods, processes, left)
         return
@@ -170,9 +170,11 @@ def absent(
     )
 
 
-def _left(rules: KubeProxyRules | None, proxy: ProxyMode, partial: Partial) -> str:
-    """What kube-proxy's absence leaves: its rules, frozen, or none at all."""
+def _left(rules: KubeProxyRules | None, proxy: ProxyMode, partial: Partial, manifest: Manifest | None = None) -> str:
+    """What kube-proxy's absence leaves: its rules, frozen, or none at all — or unknown, when the rules could not be
+    collected (no CAP_NET_ADMIN: iptables-save is refused)."""
     ports = len(rules.programmed) if rules is not None else 0
+    dumped = rules is not None and rules.ruleset is not None  # node/iptables-save.txt was read
     part = partial.partial
     # a partial bundle holds one Service's rules: its count is not the node's
     counted = f"{ports} service ports" if not part else f"{ports} service ports of {part.get('service')}"
@@ -183,6 +185,14 @@ def _left(rules: KubeProxyRules | None, proxy: ProxyMode, partial: Partial) -> s
             if ports
             else f"what it left ({'; '.join(rules.values())}) is not updated any more"
         )
+    errors = manifest.doc.get("errors") if manifest is not None else None
+    unread = [
+        f"{e.get('source')}: {str(e.get('error'))[:120]}"
+        for e in errors or []
+        if isinstance(e, dict) and e.get("source") == sources.IPTABLES_SAVE
+    ]
+    if unread and not dumped:  # no kube-proxy rules in what was read, and iptables-save was not
+        return f"whether it left Service rules is not known: they could not be read ({'; '.join(unread)})"
     return "no Service rules exist: ClusterIPs and NodePorts do not work on this node"
 
 

@@ -84,12 +84,14 @@ def ipvs_unavailable(
         yield new(
             f"IPVS is not available on this node (kernel {'.'.join(map(str, uname.version))}): {gone[0].error}"
             + (
-                ""
-                if on_disk.proc_modules
-                else "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"
+                "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"
+                if on_disk.no_loadable_modules
+                else ""
             ),
             fix=(
-                f"modprobe -a {' '.join(wanted)}   # on a kernel with loadable modules",
+                note("boot a kernel with IPVS built in (CONFIG_IP_VS=y and its schedulers): this one loads no modules")
+                if on_disk.no_loadable_modules
+                else f"modprobe -a {' '.join(wanted)}",
                 "or use mode: nftables (kernel ≥ 5.13) / iptables on this node",
             ),
             evidence=[Evidence(gone[0].source, gone[0].error)],

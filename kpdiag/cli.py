@@ -198,6 +198,8 @@ def trace(
         if dport is not None and dport != dst_port:
             raise _fail(f"--dst gives port {dst_port} and --dport {dport}: give one", exitcodes.USAGE)
         dport = dst_port
+    if proto == "icmp" and dport is not None:
+        raise _fail("an ICMP packet has no port: leave out --dport and the :PORT of --dst", exitcodes.USAGE)
     family = 6 if ":" in dst else 4
     live = not (rules or bundle or nft_file)
     if all_rules and not live:
@@ -820,6 +822,8 @@ def redact_cmd(bundle, out, salt):
     if not files:
         raise _fail(f"{bundle}: nothing readable to redact", exitcodes.NO_DIAGNOSIS)
     red, redactor = redact_files(files, salt)
+    for problem in redactor.not_copied:
+        _say(f"warning: not copied: {problem}")
     try:
         manifest = _json.loads(red.pop("kpdiag.json", b"") or b"null")
     except ValueError:

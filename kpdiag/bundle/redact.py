@@ -122,7 +122,9 @@ _XML_SECRET = re.compile(
 )
 _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*+")  # base64 of "-----BEGIN"
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]{6,}+\.[A-Za-z0-9_-]*+")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)([ \t]*[:=][ \t]*|[ \t]+|%20|\+)(?!REDACTED)[A-Za-z0-9._~+/=:-]{6,}+")
+_BEARER = re.compile(
+    r"(?i)\b(bearer|basic)([ \t]*[:=][ \t]*|[ \t]+|%20|\+)(?!REDACTED|(?:bearer|basic)\b)[A-Za-z0-9._~+/=:-]{6,}+"
+)
 _AUTHZ = re.compile(r"(?i)(\bauthorization[\"']?[ \t]*[:=][ \t]*[\"']?)(?!REDACTED)[^\"'\r\n,}\\]++")
 _URL_CRED = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s:@\"']{0,256}:[^/\s@\"']{1,256}@")
 # tokens recognised by their own prefix (GitHub, GitLab, Slack, AWS access key ids, Google API keys, npm, PyPI,
@@ -290,8 +292,34 @@ def _b64_blob(m: re.Match) -> str:
 _UPPER, _LOWER, _DIGIT = re.compile("[A-Z]"), re.compile("[a-z]"), re.compile("[0-9]")
 
 
+_B64_LINE = re.compile(r"[A-Za-z0-9+/=]+\r?")
+
+
+def _pem_tail(text: str) -> str:
+    """A text that begins inside a PEM block (a log's last 2 MB, cut at a byte count): the base64 lines just before
+    its first END line, when no BEGIN comes before it, are the rest of the block's body."""
+    end = text.find("-----END")
+    begin = text.find("-----BEGIN")
+    if end < 0 or 0 <= begin < end:
+        return text
+    start = stop = text.rfind("\n", 0, end) + 1  # the END line's start; the body is the base64 lines before it
+    while start > 0:
+        prev = text.rfind("\n", 0, start - 1) + 1
+        if not _B64_LINE.fullmatch(text, prev, start - 1):
+            break
+        start = prev
+    if text[stop:end].strip() and not _B64_LINE.fullmatch(text[stop:end]):
+        return text  # the END is inside another line (quoted, a word in prose): not a block's last line
+    close = text.find("-----", end + 8)
+    after = close + 5 if 0 <= close - end <= 80 else end + 8
+    return text[:start] + "[PEM " + REDACTED + "]" + text[after:]
+
+
 def _scrub_pem(text: str) -> str:
-    """PEM blocks (keys, certificates), across lines; a block with no END line is removed to the end of the text."""
+    """PEM blocks (keys, certificates), across lines; a block with no END line is removed to the end of the text, one
+    with no BEGIN line (the text begins inside it) from the start of its base64 lines."""
+    if "-----END" in text:
+        text = _pem_tail(text)
     if "-----BEGIN" not in text:
         return text
     out, i = [], 0
@@ -443,6 +471,8 @@ def _scrub_objects(doc) -> bool:
                         ):
                             var["value"] = REDACTED
                             changed = True
+                elif key in ("args", "command") and isinstance(value, list):
+                    changed = _scrub_arguments(value) or changed
                 elif (
                     key == "annotations"
                     and isinstance(value, dict)
@@ -462,6 +492,24 @@ def _scrub_objects(doc) -> bool:
                     stack.append((key, value))
         elif isinstance(node, list):
             stack.extend((parent, v) for v in node if isinstance(v, (dict, list)))
+    return changed
+
+
+_LONE_FLAG = re.compile(r"--?(?P<name>[A-Za-z0-9_.-]{1,256}+)")
+
+
+def _scrub_arguments(argv: list) -> bool:
+    """A container's arguments: a flag naming a secret, alone in its string (``--db-password``), takes the next
+    argument as its value (the flag-space form, split over the list); True if anything changed."""
+    changed = False
+    for i in range(len(argv) - 1):
+        flag, value = argv[i], argv[i + 1]
+        if not (isinstance(flag, str) and isinstance(value, str)) or value.startswith("-"):
+            continue
+        m = _LONE_FLAG.fullmatch(flag)
+        if m and _is_secret_key(m.group("name")) and not _secret_value_kept(value):
+            argv[i + 1] = REDACTED
+            changed = True
     return changed
 
 
@@ -980,6 +1028,7 @@ class Redactor:
             set()
         )  # names whose free-text standing (global or not) is decided  # a word → its redaction (after learning, it is a function of the word)
         self.macs: dict[str, str] = {}
+        self.not_copied: list[str] = []  # "FILE: why": files left out of the redacted copy
         self._bits: dict[tuple, int] = {}
         ordinary = [o for o in range(1, 224) if o not in (127, 169)]
         shuffled = sorted(ordinary, key=lambda o: self._h(f"octet:{o}"))
@@ -1574,6 +1623,10 @@ class Redactor:
             text = data.decode("utf-8", "surrogateescape")
             form = "api" if rel == "kpdiag.json" else _form(rel)
             doc = _json(data) if form == "api" else None
+            if doc is None and form == "api" and data.strip():
+                # its names are learned from its structure only: as text, every name in it would survive
+                self.not_copied.append(f"{rel}: {_json_error(data)}: its names cannot be told, so it is left out")
+                continue
             if doc is not None:
                 _scrub_objects(doc)
                 red = self.json_doc(doc)
@@ -1628,6 +1681,16 @@ def _fqdn_like(parts: list[str]) -> bool:
 def _kept_domain(t: str) -> bool:
     low = t.lower()
     return any(low == d or low.endswith("." + d) for d in _KEEP_DOMAINS)
+
+
+def _json_error(data: bytes) -> str:
+    try:
+        load_json(data)
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON ({str(exc)[:120]})"
+    return "not JSON"
 
 
 def _json(data: bytes | None):

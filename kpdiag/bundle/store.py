@@ -326,8 +326,15 @@ class Bundle:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = data.count(b"\n", 0, exc.start) + 1
-            self.problem(f"{rel}:{line}", f"not text (byte 0x{data[exc.start]:02x} is not UTF-8)")
-            return None
+            if not _bytes_in_comments(rel) or b"\x00" in data:  # a NUL: binary, not a dump with a stray byte
+                self.problem(f"{rel}:{line}", f"not text (byte 0x{data[exc.start]:02x} is not UTF-8)")
+                return None
+            # iptables keeps a rule's comment as bytes (a host firewall's, in Latin-1): the rules are still read
+            text = data.decode("utf-8", "replace")
+            self.problem(
+                f"{rel}:{line}",
+                f"collected, with a note: byte 0x{data[exc.start]:02x} is not UTF-8 (a rule's comment?): read as U+FFFD",
+            )
         if "\x00" in text:
             self.problem(f"{rel}:{text.count(chr(10), 0, text.index(chr(0))) + 1}", "not text (contains a NUL byte)")
             return None
@@ -516,3 +523,9 @@ def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict, force:
         for rel in sorted(blobs):
             d.write(rel, blobs[rel])
     return out
+
+
+def _bytes_in_comments(rel: str) -> bool:
+    """An iptables-save dump: its rules' comments are whatever bytes were given to iptables."""
+    src = sources.declared(rel)
+    return src is not None and src.parser == "kpdiag.parse.iptables:parse_iptables_save"

@@ -158,11 +158,24 @@ _GLUED = frozenset(("&&", "||", "|", ";", "$", "-", "»", "#", ">", "*", ">>", "
 _API_PREFIX = "cluster/"
 
 
+def _first_reason(text: str) -> str:
+    """The first of the reasons run_checks joins with "; " — never cut inside a parenthesis of one reason."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == ";" and depth == 0 and text.startswith("; ", i):
+            return text[:i]
+    return text
+
+
 def skip_group(reason: str | None) -> str:
     """The group a skipped check falls in, from its reason's first need: every need of the Kubernetes API objects is
     one group (a bundle without them skips a score of checks for that one reason), probe results another."""
     text = (reason or "no reason given").strip()
-    first = text.split("; ", 1)[0]
+    first = _first_reason(text)
     if _API_PREFIX in first:
         return "the Kubernetes API objects (cluster/…)"
     if "probes/" in first:

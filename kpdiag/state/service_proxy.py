@@ -216,6 +216,10 @@ def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict
         return None  # --preflight asks whether this host can run a mode: often a node to be, not one yet
     if "1" not in procs.values() or state.ip_addr is None or (state.iptables() is None and state.nft_text is None):
         return None
+    if (b.exists(sources.IPTABLES_SAVE) and state.iptables() is None) or (
+        b.exists(sources.NFT_RULESET) and state.nft_text is None
+    ):
+        return None  # rules there but unreadable (a byte that is not UTF-8 in a comment): KUBE-* cannot be ruled out
     found = []
     for name in ("kubelet", "kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "kubelite"):
         if name in procs:

@@ -1034,6 +1034,7 @@ class ModulesOnDisk(Typed):
     available: frozenset | None
     source: str  # how evidence names the list of modules on disk
     proc_modules: bool  # /proc/modules was collected (a kernel without loadable modules has none)
+    no_loadable_modules: bool = False  # the collector found no /proc/modules: this kernel cannot load modules
 
     @classmethod
     def build(cls, ctx):
@@ -1042,6 +1043,7 @@ class ModulesOnDisk(Typed):
             None if avail is None else frozenset(avail),
             ctx.display(sources.MODULES_AVAILABLE),
             ctx.has(sources.MODULES),
+            any("/proc/modules does not exist" in p.error for p in ctx.problems_with(sources.MODULES)),
         )
 
 

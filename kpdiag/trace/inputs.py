@@ -178,18 +178,67 @@ def live_state(host_root: str | None = None, progress=None, dest=None) -> tuple[
     return NodeState(Bundle.from_files(manifest["node"] or "node", files)), c.partial or None
 
 
+READ_DEADLINE = 60.0  # seconds for a pipe (`--rules <(ssh node iptables-save)`) to reach its end
+
+
 def _read_file(path: str) -> bytes:
+    """A file given on the command line, read as a bundle's files are: a regular file or a pipe, at most
+    MAX_FILE_BYTES (a bigger one is one line, not gigabytes), a pipe until its end within READ_DEADLINE; a device
+    (/dev/zero) or socket is refused, a FIFO nobody writes to is empty."""
+    import os
+    import stat
+
+    from kpdiag.bundle import safeio
+    from kpdiag.bundle.store import MAX_FILE_BYTES
+
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO without a writer: no wait to open
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except PermissionError:
         raise InputError(path, "permission denied") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a file") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(path, "is a directory, not a file")
+        if stat.S_ISREG(mode):
+            return safeio.read_capped(fd, MAX_FILE_BYTES, path)
+        if not stat.S_ISFIFO(mode):
+            raise InputError(path, f"is {safeio._kind(mode)}, not a regular file: not read")
+        return _read_pipe(fd, path, MAX_FILE_BYTES)
+    except safeio.TooLarge as exc:
+        raise InputError(path, f"{exc.strerror}: not read") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _read_pipe(fd: int, path: str, limit: int) -> bytes:
+    import os
+    import select
+    import time
+
+    from kpdiag.bundle import safeio
+
+    deadline = time.monotonic() + READ_DEADLINE
+    chunks, got = [], 0
+    while True:
+        try:  # no writer (a FIFO nobody opened, or all closed): end of input at once
+            block = os.read(fd, min(1 << 20, limit + 1 - got))
+        except BlockingIOError:  # a writer, nothing yet
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise InputError(path, f"no end of input after {READ_DEADLINE:.0f} s: not read") from None
+            continue
+        if not block:
+            return b"".join(chunks)
+        chunks.append(block)
+        got += len(block)
+        if got > limit:
+            raise InputError(path, f"{safeio.TooLarge(path, got, limit).strerror}: not read")
 
 
 def _required(state, value, bundle: str, rel: str, what: str):

@@ -53,6 +53,8 @@ BAD = {
         ["trace", "--dst", "nonsense", "--src", "1.1.1.1"],
         ["trace", "--rules", "a", "--bundle", "b", "--dst", "2.2.2.2:80", "--src", "1.1.1.1"],
         ["trace", "--rules", "a", "--all-rules", "--dst", "2.2.2.2:80", "--src", "1.1.1.1"],  # --all-rules: live only
+        ["trace", "--dst", "2.2.2.2:80", "--src", "1.1.1.1", "--proto", "icmp"],  # ICMP has no port
+        ["trace", "--dst", "2.2.2.2", "--dport", "80", "--src", "1.1.1.1", "--proto", "icmp"],
     ],
     "node": [
         ["node", "--service", "web"],
