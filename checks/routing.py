@@ -19,6 +19,7 @@ from kpdiag.state.typed import (
     KubeProxyConfig,
     KubeProxyRules,
     Nft,
+    Pods,
     ProxyMode,
     Routes,
     Services,
@@ -56,7 +57,9 @@ def covering_prefix(ips: list[str]) -> str:
     """,
     fix="Give the service CIDR a blackhole/unreachable route on the gateway (or on the nodes) so unmatched traffic is refused at once; test Services with their TCP/UDP port, never with ping.",
 )
-def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None):
+def service_cidr_leaves(
+    new, routes: Routes, rules: KubeProxyRules, proxy: Optional[ProxyMode] = None, pods: Optional[Pods] = None
+):
     if proxy.dataplane.cluster_ips_stay_on_node:
         return  # ipvs: ClusterIPs are bound on kube-ipvs0; nftables: cluster-ips-check rejects/drops on the node
     routing = routes.routing
@@ -80,16 +83,33 @@ def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optio
         if not leaving:
             continue
         (dst, gw, dev), some = max(leaving.items(), key=lambda kv: len(kv[1]))
-        cidr = covering_prefix(ips)
+        from kpdiag.state.cluster import apiserver_service_cidrs
+
+        known = [
+            n
+            for n in apiserver_service_cidrs(pods.items if pods is not None else None)
+            if n.version == family and ipaddress.ip_address(some[0]) in n
+        ]
+        # the range to refuse: kube-apiserver's own, else only what the ClusterIPs seen here span (it may be wider)
+        cidr = str(known[0]) if known else covering_prefix(ips)
+        target = cidr if known else "<service CIDR>"
         via = f"via {gw} " if gw else ""
         ip_route = "ip -6 route" if family == 6 else "ip route"
         yield new(
             f"{len(some)} of {len(ips)} ClusterIPs (in {cidr}) are routed {via}on {dev} (route {dst}): anything kube-proxy does not "
             f"DNAT — ping, other ports — leaves the node{' to ' + gw if gw else ''}",
             fix=(
-                f"on the gateway {gw or '(the next hop)'}: {ip_route} add blackhole {cidr}   (or 'unreachable' to answer with ICMP errors) — "
+                *(
+                    ()
+                    if known
+                    else (
+                        "kubectl cluster-info dump | grep -m1 -o -- '--service-cluster-ip-range=[^\"]*'   # the "
+                        f"service CIDR: the ClusterIPs seen here only show it holds {cidr}",
+                    )
+                ),
+                f"on the gateway {gw or '(the next hop)'}: {ip_route} add blackhole {target}   (or 'unreachable' to answer with ICMP errors) — "
                 "or stop advertising/routing the service CIDR to the nodes",
-                f"or on every node: {ip_route} add unreachable {cidr}   # refused at once instead of looping",
+                f"or on every node: {ip_route} add unreachable {target}   # refused at once instead of looping",
                 note(
                     f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping"
                 ),
@@ -101,7 +121,7 @@ def service_cidr_leaves(new, routes: Routes, rules: KubeProxyRules, proxy: Optio
             subject=cidr,
             data={
                 "family": family,
-                "service_cidr_guess": cidr,
+                "service_cidr" if known else "service_cidr_guess": cidr,
                 "cluster_ips": len(ips),
                 "leaving": len(some),
                 "route": {"dst": dst, "gateway": gw, "dev": dev},

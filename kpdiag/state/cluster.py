@@ -325,3 +325,29 @@ def _family(ip: str) -> int | None:
         return ipaddress.ip_address(ip).version
     except ValueError:
         return None  # an FQDN EndpointSlice's address: kube-proxy ignores those
+
+
+def apiserver_service_cidrs(pods) -> list:
+    """The service CIDRs kube-apiserver was started with (``--service-cluster-ip-range=A[,B]`` in its pod's command or
+    args, as a kubeadm static pod has it), from Pod objects; [] when no pod says so."""
+    import ipaddress
+
+    for pod in pods if isinstance(pods, (list, tuple)) else []:
+        if not isinstance(pod, dict):
+            continue
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            if not isinstance(c, dict):
+                continue
+            for arg in list(c.get("command") or []) + list(c.get("args") or []):
+                if isinstance(arg, str) and arg.startswith("--service-cluster-ip-range="):
+                    try:
+                        nets = [
+                            ipaddress.ip_network(x.strip(), strict=False)
+                            for x in arg.split("=", 1)[1].split(",")
+                            if x.strip()
+                        ]
+                    except ValueError:
+                        continue
+                    if nets:
+                        return nets
+    return []

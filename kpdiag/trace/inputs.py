@@ -63,28 +63,11 @@ def split_dst(text: str) -> tuple[str, int | None]:
 
 def _api_service_cidrs(state) -> tuple[list, str] | None:
     """The service CIDR(s) from kube-apiserver's --service-cluster-ip-range in the bundle's pods (a kubeadm static pod)."""
-    import ipaddress
+    from kpdiag.state.cluster import apiserver_service_cidrs
 
     doc = state.bundle.read_json(sources.PODS) if state is not None else None
-    for pod in (doc or {}).get("items", []) if isinstance(doc, dict) else []:
-        if not isinstance(pod, dict):
-            continue
-        for c in (pod.get("spec") or {}).get("containers") or []:
-            if not isinstance(c, dict):
-                continue
-            for arg in list(c.get("command") or []) + list(c.get("args") or []):
-                if isinstance(arg, str) and arg.startswith("--service-cluster-ip-range="):
-                    try:
-                        nets = [
-                            ipaddress.ip_network(x.strip(), strict=False)
-                            for x in arg.split("=", 1)[1].split(",")
-                            if x.strip()
-                        ]
-                    except ValueError:
-                        continue
-                    if nets:
-                        return nets, "kube-apiserver's --service-cluster-ip-range"
-    return None
+    nets = apiserver_service_cidrs(doc.get("items") if isinstance(doc, dict) else None)
+    return (nets, "kube-apiserver's --service-cluster-ip-range") if nets else None
 
 
 def explain_unmatched(result, setup: TraceSetup):

@@ -142,5 +142,6 @@ def test_kp601_looks_at_the_ipv6_service_cidr_too(tmp_path):
     kp601 = {f.subject: f for f in analyze_bundle(bundle).findings if f.id == "KP601"}
     assert set(kp601) == {"fd00:10:96::/112", "10.96.0.0/27"}, list(kp601)  # one finding per family
     six = kp601["fd00:10:96::/112"]
-    assert "via fd00:50::2" in six.summary and any("ip -6 route add blackhole fd00:10:96::/112" in f for f in six.fix)
+    assert "via fd00:50::2" in six.summary and any("ip -6 route add blackhole <service CIDR>" in f for f in six.fix)
+    assert "fd00:10:96::/112" in six.fix[0] and "--service-cluster-ip-range" in six.fix[0]  # how to learn the range
     assert six.evidence[1].source.endswith("node/ip6tables-save.txt")

@@ -166,3 +166,28 @@ def test_ufw_dropping_health_checks_is_named():
     assert any(f.startswith("ufw allow 30000:32767/tcp") for f in found[0].fix)
     # NodePort 30080 is forwarded to its pod (FORWARD, which ufw left alone here): not blamed
     assert "30080" not in found[0].summary
+
+
+def test_kp601_refuses_the_service_cidr_not_the_span_of_the_cluster_ips_seen():
+    """KP601's fix blackholes the service CIDR: kube-apiserver's --service-cluster-ip-range when its pod is in the
+    bundle; else it says how to learn it, since the ClusterIPs seen only span a part of it (10.96.0.0/27 here, where
+    the range is a /12 — Services created later would still loop)."""
+    from tests.given import given
+
+    (f,) = given(base="ip-forward-off").fires("KP601")
+    assert "--service-cluster-ip-range" in f.fix[0] and "10.96.0.0/27" in f.fix[0], f.fix
+    assert any("add blackhole <service CIDR>" in c for c in f.fix), f.fix
+    assert f.data["service_cidr_guess"] == "10.96.0.0/27"
+    apiserver = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kube-apiserver-cp", "namespace": "kube-system"},
+        "spec": {
+            "containers": [
+                {"name": "kube-apiserver", "command": ["kube-apiserver", "--service-cluster-ip-range=10.96.0.0/12"]}
+            ]
+        },
+    }
+    (f,) = given(base="ip-forward-off", pods=[apiserver]).fires("KP601")
+    assert any("add blackhole 10.96.0.0/12" in c for c in f.fix) and "cluster-info" not in f.fix[0], f.fix
+    assert f.data["service_cidr"] == "10.96.0.0/12" and "service_cidr_guess" not in f.data
