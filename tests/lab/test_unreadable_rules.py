@@ -23,13 +23,18 @@ def _kpdiag(lab, *args):
     return lab.sh("node", argv + list(args), check=False, timeout=300)
 
 
-def test_rules_with_a_comment_not_in_utf8_do_not_make_a_node_no_node(lab):
+def _node_with_kube_proxy_rules(lab) -> None:
+    """A namespace node behind a client, with healthy-iptables' rules (kube-proxy's, recorded) loaded."""
     lab.add_ns("node")
     lab.add_ns("client")
     lab.veth("client", "eth0", "node", "ext0")
     lab.addr("node", "ext0", "192.168.50.1/24")
     with open(f"{FIXTURES}/healthy-iptables/node/iptables-save.txt") as fh:
         lab.sh("node", ["iptables-restore"], input=fh.read(), timeout=300)
+
+
+def test_rules_with_a_comment_not_in_utf8_do_not_make_a_node_no_node(lab):
+    _node_with_kube_proxy_rules(lab)
 
     def report() -> dict:
         proc = _kpdiag(lab, "node", "-o", "json", "--host-root", "/", "--fail-on", "never", "--no-api")
@@ -57,12 +62,7 @@ def test_rules_with_a_comment_not_in_utf8_do_not_make_a_node_no_node(lab):
 def test_a_bundle_whose_rules_cannot_be_read_is_not_called_no_node(lab, tmp_path):
     """Collected for real from a namespace node with kube-proxy's rules, then its iptables-save damaged (a NUL byte:
     not text): the rules are there but unreadable, so the absence of KUBE-* chains is unknown — no KP709."""
-    lab.add_ns("node")
-    lab.add_ns("client")
-    lab.veth("client", "eth0", "node", "ext0")
-    lab.addr("node", "ext0", "192.168.50.1/24")
-    with open(f"{FIXTURES}/healthy-iptables/node/iptables-save.txt") as fh:
-        lab.sh("node", ["iptables-restore"], input=fh.read(), timeout=300)
+    _node_with_kube_proxy_rules(lab)
     out = tmp_path / "bundle"
     proc = _kpdiag(lab, "collect", "-o", str(out), "--host-root", "/")
     assert proc.returncode == 0, proc.stderr
@@ -77,12 +77,7 @@ def test_a_bundle_whose_rules_cannot_be_read_is_not_called_no_node(lab, tmp_path
 def test_kube_proxy_absent_does_not_say_no_rules_exist_when_they_could_not_be_read(lab, tmp_path):
     """Collected without CAP_NET_ADMIN (iptables-save is refused) on a namespace node that has kube-proxy's rules:
     KP707 may say kube-proxy is not running, not that "no Service rules exist" — they were never read."""
-    lab.add_ns("node")
-    lab.add_ns("client")
-    lab.veth("client", "eth0", "node", "ext0")
-    lab.addr("node", "ext0", "192.168.50.1/24")
-    with open(f"{FIXTURES}/healthy-iptables/node/iptables-save.txt") as fh:
-        lab.sh("node", ["iptables-restore"], input=fh.read(), timeout=300)
+    _node_with_kube_proxy_rules(lab)
     out = tmp_path / "bundle"
     exe = shutil.which("kpdiag")
     argv = [exe] if exe else [sys.executable, "-m", "kpdiag"]
