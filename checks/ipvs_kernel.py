@@ -139,7 +139,7 @@ def ipvs_unavailable(
         f"mode is ipvs but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not loaded on kernel {k}: {consequence}",
         fix=(
             persist_modules(wanted, "ipvs") + "   # now and at every boot",
-            "apt-get install -y ipset ipvsadm   # Debian/Ubuntu;  dnf install -y ipset ipvsadm   # RHEL/Fedora",
+            "sudo apt-get install -y ipset ipvsadm   # Debian/Ubuntu;  sudo dnf install -y ipset ipvsadm   # RHEL/Fedora",
             set_sysctls({"net.ipv4.vs.conntrack": 1})
             + " && "
             + persist_sysctls({"net.ipv4.vs.conntrack": 1}, "ipvs-conntrack"),

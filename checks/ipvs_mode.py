@@ -493,7 +493,7 @@ def ipvs_ipset(
         f"{who} {why}: the KUBE-* set rules cannot match",
         fix=(
             "ipset list -n",
-            "apt-get install -y ipset   # or: dnf install -y ipset",
+            "sudo apt-get install -y ipset   # or: sudo dnf install -y ipset",
             "modprobe ip_set",
             "kubectl -n kube-system rollout restart daemonset kube-proxy",
         ),
