@@ -1620,6 +1620,9 @@ class Redactor:
         self.learn(files)
         out = {}
         for rel, data in files.items():
+            if b"\0" in data:  # UTF-16/32 or binary: a secret in it is not text the patterns can see
+                self.not_copied.append(f"{rel}: not UTF-8 text (a NUL byte: UTF-16 or binary), so it is left out")
+                continue
             text = data.decode("utf-8", "surrogateescape")
             form = "api" if rel == "kpdiag.json" else _form(rel)
             doc = _json(data) if form == "api" else None

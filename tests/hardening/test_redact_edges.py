@@ -104,3 +104,15 @@ def test_api_file_that_is_not_json_is_left_out_of_a_redacted_copy(tmp_path):
             data = open(os.path.join(dirpath, name), "rb").read()
             assert b"canary" not in data, os.path.join(dirpath, name)
     assert (out / "cluster/endpointslices.json").exists()  # the rest is copied, redacted
+
+
+def test_a_file_in_utf16_is_left_out_of_a_redacted_copy():
+    """A file added to a bundle by hand in UTF-16 (a Windows editor's default) interleaves NULs with its characters,
+    so no secret pattern matched and it went out whole; now a file with a NUL byte is left out, saying why."""
+    r = Redactor("salt")
+    secret = "password=hunter2sekret\nAuthorization: Bearer abcdefghijklmnopqrstuvwxyz012345\n"
+    got = r.files({"notes/ops.txt": secret.encode("utf-16"), "notes/plain.txt": secret.encode()})
+    assert not any("ops.txt" in rel for rel in got), list(got)
+    assert any("notes/ops.txt: not UTF-8 text (a NUL byte" in line for line in r.not_copied), r.not_copied
+    (plain,) = [v for k, v in got.items() if k.endswith("plain.txt")]
+    assert b"hunter2sekret" not in plain and b"abcdefghijklmnopqrstuvwxyz012345" not in plain, plain
