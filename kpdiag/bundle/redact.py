@@ -1620,8 +1620,8 @@ class Redactor:
         self.learn(files)
         out = {}
         for rel, data in files.items():
-            if b"\0" in data:  # UTF-16/32 or binary: a secret in it is not text the patterns can see
-                self.not_copied.append(f"{rel}: not UTF-8 text (a NUL byte: UTF-16 or binary), so it is left out")
+            if _wide_or_binary(data):  # UTF-16/32 or binary: a secret in it is not text the patterns can see
+                self.not_copied.append(f"{rel}: not UTF-8 text (UTF-16, UTF-32 or binary), so it is left out")
                 continue
             text = data.decode("utf-8", "surrogateescape")
             form = "api" if rel == "kpdiag.json" else _form(rel)
@@ -1703,6 +1703,14 @@ def _json(data: bytes | None):
         return load_json(data)
     except (ValueError, RecursionError):
         return None
+
+
+def _wide_or_binary(data: bytes) -> bool:
+    """UTF-16/32 (a byte-order mark, or NULs between the characters) or binary: one byte in eight or more a NUL. A
+    few stray NULs (a log padded after a crash) leave a text a text."""
+    if data[:4] in (b"\xff\xfe\0\0", b"\0\0\xfe\xff") or data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    return data.count(b"\0") * 8 >= len(data) > 0
 
 
 def redact_files(files: dict[str, bytes], salt: str | None = None) -> tuple[dict[str, bytes], Redactor]:

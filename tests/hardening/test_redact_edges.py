@@ -108,11 +108,15 @@ def test_api_file_that_is_not_json_is_left_out_of_a_redacted_copy(tmp_path):
 
 def test_a_file_in_utf16_is_left_out_of_a_redacted_copy():
     """A file added to a bundle by hand in UTF-16 (a Windows editor's default) interleaves NULs with its characters,
-    so no secret pattern matched and it went out whole; now a file with a NUL byte is left out, saying why."""
+    so no secret pattern matched and it went out whole; now such a file is left out, saying why."""
     r = Redactor("salt")
     secret = "password=hunter2sekret\nAuthorization: Bearer abcdefghijklmnopqrstuvwxyz012345\n"
-    got = r.files({"notes/ops.txt": secret.encode("utf-16"), "notes/plain.txt": secret.encode()})
-    assert not any("ops.txt" in rel for rel in got), list(got)
-    assert any("notes/ops.txt: not UTF-8 text (a NUL byte" in line for line in r.not_copied), r.not_copied
+    wide = {"notes/ops.txt": secret.encode("utf-16"), "notes/le.txt": secret.encode("utf-16-le")}
+    got = r.files({**wide, "notes/plain.txt": secret.encode(), "notes/padded.log": secret.encode() + b"\0" * 8})
+    assert not any("ops.txt" in rel or "le.txt" in rel for rel in got), list(got)
+    assert any("notes/le.txt: not UTF-8 text (UTF-16" in line for line in r.not_copied), r.not_copied
+    # a log with a few stray NULs (padded after a crash) stays a text, redacted
+    (padded,) = [v for k, v in got.items() if k.endswith("padded.log")]
+    assert b"hunter2sekret" not in padded and padded.endswith(b"\0" * 8), padded
     (plain,) = [v for k, v in got.items() if k.endswith("plain.txt")]
     assert b"hunter2sekret" not in plain and b"abcdefghijklmnopqrstuvwxyz012345" not in plain, plain
