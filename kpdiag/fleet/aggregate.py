@@ -178,9 +178,10 @@ def _is(value, kind) -> bool:
     return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
 
 
-def normalize(report: dict) -> dict:
+def normalize(report: dict, problems: list | None = None) -> dict:
     """Make a node report safe to read: every part the aggregation uses gets its JSON type, or is dropped (a
-    report edited by hand, cut short or from another tool must not crash the cluster report)."""
+    report edited by hand, cut short or from another tool must not crash the cluster report). A finding dropped is
+    said in ``problems`` (one line), never silently."""
     for key, kind in (("facts", dict), ("extra", dict), ("summary", dict), ("findings", list)):
         if not isinstance(report.get(key), kind):
             report[key] = kind()
@@ -195,6 +196,7 @@ def normalize(report: dict) -> dict:
     if not isinstance(report.get("readable", True), bool):
         report["readable"] = True
     findings = []
+    dropped = 0
     for f in report["findings"]:
         if (
             not isinstance(f, dict)
@@ -202,6 +204,7 @@ def normalize(report: dict) -> dict:
             or not re.fullmatch(r"KP[0-9]{3}", f["id"])
             or f.get("severity") not in ("error", "warning", "info")
         ):  # the cluster report's schema: KPnnn ids
+            dropped += 1
             continue
         for key in _FINDING_TEXT:
             f[key] = "" if f.get(key) is None else str(f.get(key))
@@ -225,6 +228,11 @@ def normalize(report: dict) -> dict:
         f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
         findings.append(f)
     report["findings"] = findings
+    if dropped and problems is not None:
+        problems.append(
+            f"{dropped} finding{'s' if dropped > 1 else ''} of its report left out: not of the report's schema (an id "
+            "KPnnn, a severity error, warning or info)"
+        )
     extra = report["extra"]
     prog = extra.get("programmed")
     if prog is not None and not (
@@ -249,9 +257,12 @@ def aggregate(
 ) -> Report:
     from ..checkapi import load_registry, run_checks, select_checks
 
+    unread: list[dict] = []
     for r in results:
         if r.report is not None:
-            normalize(r.report)
+            said: list[str] = []
+            normalize(r.report, said)
+            unread += [{"source": f"node {r.node}", "error": why} for why in said]
     state = FleetState(results, api_version, set(local_itp or ()), local_itp is not None)
     registry = load_registry()
     chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "cluster"]
@@ -260,7 +271,7 @@ def aggregate(
         findings + _node_findings(state, select, ignore), key=lambda f: (-f.severity.rank, f.id, f.subject or "")
     )
     problems = [{"source": f"node {r.node}", "error": r.failure} for r in results if not r.ok]
-    problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
+    problems += unread + [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     ok = state.ok
     modes = Counter(state.fact(r, "proxy_mode") or "unknown" for r in ok)
     facts = {

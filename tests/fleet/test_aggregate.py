@@ -208,3 +208,16 @@ def test_text_report_of_a_big_cluster_lists_the_nodes_that_stand_out():
     assert "odd " in text and "gone " in text and "n000 " not in text
     assert "… and 60 more node(s) like the majority" in text
     assert "n059 " in report_to_text(rep, verbose=True)
+
+
+def test_a_finding_not_of_the_schema_is_left_out_and_said():
+    """A node report edited by hand or from another tool: a finding whose severity or id is not of the schema is left
+    out of the cluster report — and a problem line says so, naming the node (it was dropped without a word)."""
+    bad = _report("ip-forward-off", "node-b")
+    assert bad["findings"], "the fixture has findings"
+    bad["findings"][0]["severity"] = "catastrophic"
+    bad["findings"].append({"id": "not-an-id", "severity": "error"})
+    report = aggregate([NodeResult("node-a", _report("healthy-iptables", "node-a")), NodeResult("node-b", bad)])
+    said = [p for p in report.problems if p["source"] == "node node-b"]
+    assert said and said[0]["error"].startswith("2 findings of its report left out: not of the report's schema"), said
+    assert not [p for p in report.problems if p["source"] == "node node-a"]
