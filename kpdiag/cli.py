@@ -649,7 +649,9 @@ def collect(out, host_root, redact, redact_salt, force):
     except OSError as exc:
         from kpdiag.bundle.safeio import describe
 
-        raise _fail(f"{out}: cannot write: {describe(exc)}", exitcodes.NO_DIAGNOSIS) from None
+        where = exc.filename if isinstance(exc.filename, str) and exc.filename not in (str(out), "") else None
+        at = f" {where}" if where else ""  # the part that failed (a folder in it that is a link, say)
+        raise _fail(f"{out}: cannot write{at}: {describe(exc)}", exitcodes.NO_DIAGNOSIS) from None
     _say(f"wrote {out}: {len(files)} files, {len(manifest['errors'])} sources not collected")
     for err in manifest["errors"]:
         _say(f"  {err['source']}: {err['error']}")

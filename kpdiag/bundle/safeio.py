@@ -295,6 +295,8 @@ def describe(exc: OSError) -> str:
         return "leads outside its root: not followed"
     if exc.errno == errno.ENOENT:
         return "no such file"
+    if exc.errno == errno.ENOTDIR:
+        return "not a folder (a file, or a symbolic link, which is not followed here)"
     return exc.strerror or str(exc)
 
 

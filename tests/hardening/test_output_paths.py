@@ -8,6 +8,8 @@ named ``cluster`` replaced the run summary (and one named ``scenario`` was never
 
 import json
 import os
+import subprocess
+import sys
 import stat
 import tarfile
 
@@ -182,3 +184,22 @@ def test_report_dir_reads_no_symlink(tmp_path, capsys):
     assert "SECRET" not in out
     failures = {f["node"]: f["reason"] for f in doc["extra"]["failures"]}
     assert "symbolic link" in failures["b"]
+
+
+def test_collect_into_a_bundle_whose_node_folder_is_a_link_names_it(tmp_path):
+    """kpdiag collect -o DIR --force where DIR/node is a symbolic link (to somewhere else): refused — the link is
+    never followed — and the error names the part, not only DIR."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "node").symlink_to(elsewhere)
+    (out / "kpdiag.json").write_text("{}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kpdiag", "collect", "-o", str(out), "--force"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert f"{out}: cannot write node: not a folder (a file, or a symbolic link" in proc.stderr, proc.stderr
+    assert list(elsewhere.iterdir()) == []
