@@ -10,6 +10,8 @@ import textwrap
 from ..model import Report
 from .safe import term
 
+PROBLEMS_SHOWN = 50  # "could not read" lines of a text report without -v (a forged manifest can hold 200,000)
+
 _COLOURS = {
     "error": "\033[31m",
     "warning": "\033[33m",
@@ -284,8 +286,12 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     if report.problems:
         out.append("")
         out.append(c("dim", f"could not read ({len(report.problems)}):"))
-        for p in report.problems:
+        shown = report.problems if verbose else report.problems[:PROBLEMS_SHOWN]
+        for p in shown:
             out.extend(c("dim", w) for w in _wrap(f"{p.get('source')}: {p.get('error')}", width, "  ", "    "))
+        if len(shown) < len(report.problems):
+            more = len(report.problems) - len(shown)
+            out.append(c("dim", f"  … and {more} more (-v lists them all; -o json has every one)"))
     if not report.findings and not headline:
         out.append("")
         out.append("No problems found by the checks that ran.")

@@ -219,3 +219,18 @@ def test_term_makes_every_control_visible(value):
     assert term("plain ascii, é ü — ✓") == "plain ascii, é ü — ✓"  # printable text is left alone
     assert term("a\nb") == "a\\nb" and term("\x1b[2J") == "\\x1b[2J" and term("\u202e") == "\\u202e"
     assert term("a\ufeffb\u200bc") == "a\\ufeffb\\u200bc"  # invisible format characters are shown too
+
+
+def test_a_flood_of_problems_is_cut_in_the_text_report_not_in_json():
+    """A forged manifest with 200,000 'errors' made a 32 MB text report: the text lists the first 50 and says how many
+    more (-v lists them all); the data keeps every one."""
+    from kpdiag.model import Report
+    from kpdiag.render.report import PROBLEMS_SHOWN, report_to_text
+
+    problems = tuple({"source": f"node/x{i}.txt", "error": "forged"} for i in range(200_000))
+    report = Report(subject="node x", findings=(), checks=(), problems=problems)
+    text = report_to_text(report, width=80)
+    assert "could not read (200000):" in text and "node/x49.txt" in text and "node/x50.txt" not in text
+    assert f"… and {200_000 - PROBLEMS_SHOWN} more (-v lists them all" in text
+    assert len(text) < 10_000
+    assert "node/x199999.txt" in report_to_text(report, verbose=True, width=80)
