@@ -486,6 +486,8 @@ def _read_tar(path: str) -> _Spool:
                 continue
             fh = tar.extractfile(member)
             if fh is not None:
+                if norm in files:  # tar allows it (an archive appended to): which copy is meant is not known
+                    files.problems.append((norm, "in the archive twice: the last copy is read"))
                 files.add(norm, fh, member.size)
     # the archive may wrap everything in one top folder: strip it when a manifest is inside
     roots = {k.split("/", 1)[0] for k in files}

@@ -98,3 +98,26 @@ def test_wrapped_archive_with_top_folder_is_read(tmp_path):
     _tar(path, [_file("bundle/kpdiag.json", manifest), _file("bundle/node/sysctl.txt", b"net.ipv4.ip_forward = 0\n")])
     b = Bundle.open(str(path))
     assert b.manifest["node"] == "n" and b.read_text("node/sysctl.txt")
+
+
+def test_a_member_twice_in_an_archive_is_said():
+    """tar allows a name twice (an archive appended to): the last copy is read — and a problem says so, since
+    which copy was meant is not known (the first was read silently over)."""
+    import os
+    import tempfile
+
+    manifest = json.dumps({"format": "kpdiag-bundle/1", "node": "n"}).encode()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "twice.tar.gz")
+        _tar(
+            path,
+            [
+                _file("kpdiag.json", manifest),
+                _file("node/sysctl.txt", b"net.ipv4.ip_forward = 1\n"),
+                _file("node/sysctl.txt", b"net.ipv4.ip_forward = 0\n"),
+            ],
+        )
+        b = Bundle.open(path)
+        assert b.read_text("node/sysctl.txt") == "net.ipv4.ip_forward = 0\n"
+        said = [(p.source, p.error) for p in b.problems]
+        assert any("sysctl.txt" in s and "in the archive twice: the last copy is read" in e for s, e in said), said
