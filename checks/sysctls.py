@@ -17,12 +17,15 @@ from kpdiag.state.typed import Addresses, KubeProxyConfig, KubeProxyRules, Modul
     "ip-forward-off",
     "IPv4 forwarding is off",
     "error",
-    symptom="Pods on other nodes and Services backed by them never answer; traffic from outside to NodePorts dies on the node.",
+    symptom="Services never answer pods or outside clients; traffic from outside to NodePorts dies on the node; pods "
+    "cannot reach pods on other nodes. Only what the node itself sends (hostNetwork pods, the kubelet) still works.",
     why="""
-        A node forwards packets between its interfaces only when net.ipv4.ip_forward = 1. kube-proxy DNATs a
-        Service packet to a pod IP; unless that pod happens to be local, the node must then *forward* the packet.
-        With forwarding off the kernel drops it silently — no REJECT, no log, just timeouts. Something on the
-        node (a host firewall, a container runtime restart, a hardening script, a cloud image default) turned it off.
+        A node routes packets from one interface to another only when net.ipv4.ip_forward = 1. kube-proxy DNATs a
+        Service packet to a pod IP, and the node must then *forward* it: to another node, or into a local pod behind
+        its veth — a pod is another interface too, even on this node. Only packets the node sends itself are not
+        forwarded. With forwarding off the kernel drops the rest silently — no REJECT, no log, just timeouts.
+        Something on the node (a host firewall, a container runtime restart, a hardening script, a cloud image
+        default) turned it off.
     """,
     fix="sysctl -w net.ipv4.ip_forward=1, persisted in a drop-in file under /etc/sysctl.d (never by truncating a shared one).",
     references=(
@@ -36,7 +39,8 @@ def ip_forward(new, sysctls: Sysctls):
     if value != "0":
         return
     yield new(
-        "net.ipv4.ip_forward = 0: this node does not forward packets, so Service traffic to pods on other nodes is dropped",
+        "net.ipv4.ip_forward = 0: this node does not route packets between its interfaces, so Service traffic from "
+        "pods and from outside is dropped, whether its endpoints are on this node or another",
         fix=(
             set_sysctls({"net.ipv4.ip_forward": 1}),
             persist_sysctls({"net.ipv4.ip_forward": 1}, "ip-forward")
