@@ -148,3 +148,24 @@ def test_node_live_dual_stack(lab, tmp_path):
     assert trace.returncode == 0, trace.stderr
     doc = json.loads(trace.stdout)
     assert [p["dnat"] for p in doc["paths"]] == ["[fd00:244:1::a]:8080"] and not doc["uncertain"]
+
+
+def test_kp501_says_what_the_kernel_does_with_forwarding_off(lab):
+    """KP501's claim checked on the kernel: with net.ipv4.ip_forward = 0 a Service's traffic from outside — and from a
+    pod — does not reach even a pod on this node (a pod is another interface), while the node itself still does."""
+    k = KubeNodeLab.build(lab, pod_count=2)
+    ips = list(k.pods.values())
+    k.load_iptables(
+        iptables_ruleset([Service("shop", "web", "10.96.0.20", [Port("http", 80, 8080)], [Endpoint(ips[0])])])
+    )
+    lab.sysctl("node", "net.ipv4.ip_forward", "0")
+
+    def reaches(role: str, ip: str) -> bool:
+        return lab.sh(role, ["ping", "-c1", "-W1", ip], check=False).returncode == 0
+
+    assert not reaches("client", ips[0]) and not reaches("pod1", "192.168.50.2") and reaches("node", ips[0])
+    live = _kpdiag(lab, "node", "node", "-o", "json", "--host-root", "/", "--no-api")
+    (kp501,) = [f for f in json.loads(live.stdout)["findings"] if f["id"] == "KP501"]
+    assert "whether its endpoints are on this node or another" in kp501["summary"], kp501["summary"]
+    lab.sysctl("node", "net.ipv4.ip_forward", "1")
+    assert reaches("client", ips[0])  # the same path, forwarding on
