@@ -162,11 +162,20 @@ class NodeCollector:
         return [path] if path else None
 
     def _run(
-        self, rel: str, name: str, args: list[str], timeout: float = CMD_TIMEOUT, max_lines: int | None = None
+        self,
+        rel: str,
+        name: str,
+        args: list[str],
+        timeout: float = CMD_TIMEOUT,
+        max_lines: int | None = None,
+        report_as: str | None = None,
     ) -> bytes | None:
+        """Run ``name args``, its output written as ``rel``; what fails is said as a problem of ``report_as`` (the
+        bundle file it was for, when ``rel`` is only a step of it), else of ``rel``."""
+        said = report_as or rel
         argv = self._binary(name)
         if argv is None:
-            self._err(rel, f"{name} not found (install it, or mount the host root at /host)")
+            self._err(said, f"{name} not found (install it, or mount the host root at /host)")
             return None
         t = time.monotonic()
         try:
@@ -174,17 +183,17 @@ class NodeCollector:
                 argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=SAFE_ENV, check=False
             )
         except subprocess.TimeoutExpired:
-            self._err(rel, f"{name} timed out after {timeout:.0f} s")
+            self._err(said, f"{name} timed out after {timeout:.0f} s")
             return None
         except OSError as exc:
-            self._err(rel, f"cannot run {name}: {exc.strerror or exc}")
+            self._err(said, f"cannot run {name}: {exc.strerror or exc}")
             return None
         finally:
-            self._timed(rel, t)
+            self._timed(said, t)
         if proc.returncode != 0:
             msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             self._err(
-                rel, f"{' '.join([name, *args])} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}"
+                said, f"{' '.join([name, *args])} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}"
             )
             return None
         data = proc.stdout  # kept as bytes: on a big node this is hundreds of MB, copy it no more than needed
@@ -493,7 +502,7 @@ class NodeCollector:
         if self._iptables_backend() != "nf_tables":
             self._run(sources.NFT_RULESET, "nft", ["-j", "list", "ruleset"], timeout=DUMP_TIMEOUT)
             return
-        listing = self._run("node/.nft-tables", "nft", ["list", "tables"])
+        listing = self._run("node/.nft-tables", "nft", ["list", "tables"], report_as=sources.NFT_RULESET)
         self.out.files.pop("node/.nft-tables", None)
         if listing is None:
             return
@@ -513,7 +522,13 @@ class NodeCollector:
             if (family, name) in self.IPTABLES_NFT_TABLES:
                 skipped.append(f"{family} {name}")
                 continue
-            data = self._run("node/.nft-table", "nft", ["-j", "list", "table", family, name], timeout=DUMP_TIMEOUT)
+            data = self._run(
+                "node/.nft-table",
+                "nft",
+                ["-j", "list", "table", family, name],
+                timeout=DUMP_TIMEOUT,
+                report_as=sources.NFT_RULESET,
+            )
             self.out.files.pop("node/.nft-table", None)
             try:
                 doc = load_json(data) if data else {}
