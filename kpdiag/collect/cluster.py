@@ -364,8 +364,13 @@ def _read_kubeconfigs(given: str, deadline: float) -> tuple[list[tuple[str, dict
         except TooDeep as exc:
             return [], f"kubeconfig {one}: {exc}"
         except (yaml.YAMLError, RecursionError, ValueError) as exc:
-            mark = getattr(exc, "problem_mark", None)
-            return [], f"kubeconfig {one}: not valid YAML" + (f" (line {mark.line + 1})" if mark is not None else "")
+            mark, start = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+            where = ""
+            if mark is not None and start is not None and start.line < mark.line:  # an unclosed quote, bracket …
+                where = f" (lines {start.line + 1}–{mark.line + 1}: {getattr(exc, 'context', None) or 'a value'})"
+            elif mark is not None:
+                where = f" (line {mark.line + 1})"
+            return [], f"kubeconfig {one}: not valid YAML{where}"
         if not isinstance(doc, dict) or not any(k in doc for k in ("clusters", "contexts", "users", "current-context")):
             return [], (
                 f"kubeconfig {one}: not a kubeconfig (expected a YAML mapping with clusters, contexts and users; "

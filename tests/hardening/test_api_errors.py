@@ -236,3 +236,14 @@ def test_a_pod_without_a_token(tmp_path):
     proc, report = svc(env=env)
     line = the_line(report)
     assert proc.returncode == 3 and "no service-account token is mounted" in line
+
+
+def test_a_kubeconfig_with_an_unclosed_quote_names_where_it_starts(tmp_path):
+    """YAML finds an unclosed quote only where the file ends: the line said is where the value starts, then where it
+    was found (it said 'line 3' for a mistake on line 1)."""
+    kc = tmp_path / "kc"
+    kc.write_text('apiVersion: "v1\nkind: Config\n')
+    proc, report = svc("--kubeconfig", str(kc))
+    line = the_line(report)
+    assert proc.returncode == 3
+    assert "not valid YAML (lines 1–3: while scanning a quoted scalar)" in line, line
