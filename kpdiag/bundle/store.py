@@ -83,6 +83,22 @@ _STR_FIELDS = ("format", "created", "node", "kpdiag_version", "zone", "headline"
 _OBJ_FIELDS = ("truncated", "api_status")
 
 
+def _repeated_keys(text: str) -> list[str]:
+    """The keys the manifest's top-level object holds more than once (its text already parsed once: bounded)."""
+    import json
+
+    seen: list[list[str]] = []
+
+    def pairs(items):
+        from collections import Counter
+
+        seen.append(sorted(k for k, n in Counter(k for k, _ in items).items() if n > 1))
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    return seen[-1] if seen else []  # the hook sees the outermost object last
+
+
 def manifest_problems(data: dict) -> list[tuple[str, str]]:
     """(key, why) for each field of a manifest (kpdiag.json) that does not have the type kpdiag reads it as — the field
     named, so that one bad field is ignored and the rest of the bundle is read (docs/architecture.md §3)."""
@@ -186,6 +202,8 @@ class Bundle:
         except (ValueError, UnicodeDecodeError) as exc:
             self.problem(MANIFEST, f"unreadable manifest: {str(exc).splitlines()[0]}")
             return
+        for key in _repeated_keys(raw.decode("utf-8")):  # JSON allows it; which one was meant is not known
+            self.problem(MANIFEST, f"key {key!r} appears twice: the last one is read")
         for key, why in manifest_problems(data):
             self.problem(MANIFEST, f"{why}: ignored")
             data.pop(key, None)

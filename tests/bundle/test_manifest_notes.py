@@ -28,3 +28,15 @@ def test_a_note_about_a_file_that_is_there_is_not_a_failure(tmp_path):
     said = {p.source: p.error for p in b.problems}
     assert said[sources.NFT_RULESET] == f"collected, with a note: {note}"
     assert said[sources.IPTABLES_SAVE] == f"not collected: {gone}"
+
+
+def test_a_key_twice_in_the_manifest_is_said(tmp_path):
+    """JSON allows a key twice and the last one is read: a manifest with "node" twice says so (which was meant is not
+    known), a key repeated inside an inner object is not the manifest's."""
+    (tmp_path / "kpdiag.json").write_text(
+        '{"format": "kpdiag-bundle/1", "node": "real", "timings": {"a": 1, "a": 2}, "node": "forged"}'
+    )
+    b = Bundle.open(str(tmp_path))
+    assert b.manifest["node"] == "forged"
+    said = [p.error for p in b.problems if p.source.endswith("kpdiag.json")]
+    assert said == ["key 'node' appears twice: the last one is read"], said
