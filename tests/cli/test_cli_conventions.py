@@ -106,7 +106,7 @@ def test_text_wraps_to_the_terminal_width():
         wide = run("analyze", os.path.join(FIXTURES, fixture), env={"COLUMNS": "120"}).stdout
         assert len(wide.splitlines()) < len(text.splitlines())  # re-flowed to the width, not pre-wrapped
     why = run("analyze", os.path.join(FIXTURES, "ip-forward-off"), env={"COLUMNS": "80"}).stdout
-    assert "  why: A node routes packets from one interface to another only when\n" in why  # no ragged pre-wrapped breaks
+    assert "  why: A node routes packets from one interface to another only when\n" in why  # not pre-wrapped
     block = why.split("  why: ")[1].split("  fix:")[0]
     assert "\\n" not in block and max(len(line) for line in block.splitlines()) <= 80
 
