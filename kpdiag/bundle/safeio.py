@@ -165,7 +165,8 @@ class NotRegular(OSError):
     """The path names something other than a regular file (FIFO, device, socket, directory)."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO", "a character device" …)."""
     for test, what in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -205,7 +206,7 @@ def open_regular(root: str | int, path: str, how: str = IN_ROOT) -> int:
     try:
         st = os.fstat(pfd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegular(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file", path)
+            raise NotRegular(errno.EINVAL, f"is {file_kind(st.st_mode)}, not a regular file", path)
         # the read descriptor is made from this inode (kpdiag's own /proc/self/fd), not by a second lookup
         try:
             fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -256,6 +257,30 @@ def read_capped(fd: int, limit: int, path: str = "") -> bytes:
         if got > limit:
             size = max(got, os.fstat(fd).st_size)
             raise TooLarge(path, size, limit)
+
+
+def read_until(fd: int, limit: int, deadline: float) -> bytes:
+    """All of ``fd`` — opened O_NONBLOCK: a pipe, a FIFO, whose writer may be slow or absent — to its end, at most
+    ``limit`` + 1 bytes (more than ``limit`` is the caller's to refuse), never past ``deadline`` (time.monotonic()):
+    TimeoutError then, saying how much was read."""
+    import select
+    import time
+
+    chunks, got = [], 0
+    while got <= limit:
+        try:  # no writer (a FIFO nobody opened, or all closed): its end at once
+            block = os.read(fd, min(1 << 20, limit + 1 - got))
+        except BlockingIOError:  # a writer, nothing yet
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"nothing more to read after {got} bytes") from None
+            select.select([fd], [], [], min(left, 1.0))
+            continue
+        if not block:
+            break
+        chunks.append(block)
+        got += len(block)
+    return b"".join(chunks)
 
 
 def read_file(root: str | int, path: str, limit: int, how: str = IN_ROOT) -> bytes:
@@ -323,7 +348,7 @@ def check_new_output(path: str, force: bool = False) -> None:
     if force and os.path.lexists(path):
         st = os.lstat(path)
         if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-            raise OutputExists(errno.EEXIST, f"is {_kind(st.st_mode)}: refused", path)
+            raise OutputExists(errno.EEXIST, f"is {file_kind(st.st_mode)}: refused", path)
 
 
 def _parent_fd(path: str) -> tuple[int, str]:

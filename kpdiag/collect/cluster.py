@@ -314,25 +314,11 @@ def _regular(path: str) -> bool:
 def _read_capped(path: str, deadline: float) -> bytes:
     """At most KUBECONFIG_MAX + 1 bytes of ``path``, never past ``deadline``: opened non-blocking (a FIFO without a
     writer does not hold the open), then read as data arrives."""
-    import select
+    from kpdiag.bundle.safeio import read_until
 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        chunks, size = [], 0
-        while size <= KUBECONFIG_MAX:
-            try:
-                chunk = os.read(fd, min(1 << 16, KUBECONFIG_MAX + 1 - size))
-            except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"nothing more to read after {size} bytes") from None
-                select.select([fd], [], [], min(left, 1.0))
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
+        return read_until(fd, KUBECONFIG_MAX, deadline)
     finally:
         os.close(fd)
 

@@ -170,6 +170,7 @@ def _read_file(path: str) -> bytes:
     (/dev/zero) or socket is refused, a FIFO nobody writes to is empty."""
     import os
     import stat
+    import time
 
     from kpdiag.bundle import safeio
     from kpdiag.bundle.store import MAX_FILE_BYTES
@@ -189,39 +190,19 @@ def _read_file(path: str) -> bytes:
         if stat.S_ISREG(mode):
             return safeio.read_capped(fd, MAX_FILE_BYTES, path)
         if not stat.S_ISFIFO(mode):
-            raise InputError(path, f"is {safeio._kind(mode)}, not a regular file: not read")
-        return _read_pipe(fd, path, MAX_FILE_BYTES)
+            raise InputError(path, f"is {safeio.file_kind(mode)}, not a regular file: not read")
+        data = safeio.read_until(fd, MAX_FILE_BYTES, time.monotonic() + READ_DEADLINE)
+        if len(data) > MAX_FILE_BYTES:
+            raise safeio.TooLarge(path, len(data), MAX_FILE_BYTES)
+        return data
+    except TimeoutError:
+        raise InputError(path, f"no end of input after {READ_DEADLINE:.0f} s: not read") from None
     except safeio.TooLarge as exc:
         raise InputError(path, f"{exc.strerror}: not read") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-
-
-def _read_pipe(fd: int, path: str, limit: int) -> bytes:
-    import os
-    import select
-    import time
-
-    from kpdiag.bundle import safeio
-
-    deadline = time.monotonic() + READ_DEADLINE
-    chunks, got = [], 0
-    while True:
-        try:  # no writer (a FIFO nobody opened, or all closed): end of input at once
-            block = os.read(fd, min(1 << 20, limit + 1 - got))
-        except BlockingIOError:  # a writer, nothing yet
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise InputError(path, f"no end of input after {READ_DEADLINE:.0f} s: not read") from None
-            continue
-        if not block:
-            return b"".join(chunks)
-        chunks.append(block)
-        got += len(block)
-        if got > limit:
-            raise InputError(path, f"{safeio.TooLarge(path, got, limit).strerror}: not read")
 
 
 def _required(state, value, bundle: str, rel: str, what: str):
