@@ -136,45 +136,24 @@ def service_cidr_leaves(
 
 def _service_cidrs(nft: Nft | None) -> tuple[list, str | None, list]:
     """(service CIDRs, how they are known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated
-    ClusterIPs" names them exactly, in each family's table: one CIDR as a prefix (nft prints a one-element set so),
-    two or more (ServiceCIDRs) as a set of prefixes, adjacent ones merged by nft into a range (read back as CIDRs). Else none (the ClusterIPs themselves are compared one by one)."""
+    ClusterIPs" names them exactly (kpdiag.state.kube_nft.service_cidrs). Else none (the ClusterIPs themselves are
+    compared one by one)."""
+    rs = nft.ruleset() if nft is not None and nft.kube_proxy_family else None
+    if rs is None:
+        return [], None, []
+    from kpdiag.state.kube_nft import service_cidrs
+
     cidrs, evidence = [], []
-    if nft is None or not nft.kube_proxy_family:
-        return cidrs, None, evidence
-    rs = nft.ruleset()
-    for family in ("ip", "ip6"):
-        chain = rs.chain(family, "kube-proxy", "cluster-ips-check") if rs is not None else None
-        for rule in chain.rules if chain else []:
-            if "unallocated" not in (rule.comment or ""):
-                continue
-            for e in rule.expr:
-                match = e.get("match") if isinstance(e, dict) else None
-                right = match.get("right") if isinstance(match, dict) and match.get("op") in ("==", "in") else None
-                items = right.get("set") if isinstance(right, dict) and "set" in right else [right]
-                found = []
-                for item in items if isinstance(items, list) else []:
-                    p = item.get("prefix") if isinstance(item, dict) else None
-                    r = item.get("range") if isinstance(item, dict) else None
-                    try:
-                        if p:
-                            found.append(ipaddress.ip_network(f"{p['addr']}/{p['len']}", strict=False))
-                        elif isinstance(r, list) and len(r) == 2:  # adjacent CIDRs nft merged into one interval
-                            first, last = map(ipaddress.ip_address, r)
-                            found += ipaddress.summarize_address_range(first, last)
-                        elif isinstance(item, str):
-                            found.append(ipaddress.ip_network(item))
-                    except (ValueError, TypeError, KeyError):
-                        continue  # a value this check does not read as a CIDR
-                if found:
-                    cidrs += found
-                    text = ", ".join(map(str, found))
-                    evidence.append(
-                        Evidence(
-                            rs.source,
-                            f"table {family} kube-proxy chain cluster-ips-check: {family} daddr "
-                            f"{text if len(found) == 1 else '{ ' + text + ' }'} drop",
-                        )
-                    )
+    for family, found in service_cidrs(rs):
+        cidrs += found
+        text = ", ".join(map(str, found))
+        evidence.append(
+            Evidence(
+                rs.source,
+                f"table {family} kube-proxy chain cluster-ips-check: {family} daddr "
+                f"{text if len(found) == 1 else '{ ' + text + ' }'} drop",
+            )
+        )
     how = "kube-proxy's nftables rule 'Drop traffic to unallocated ClusterIPs'" if cidrs else None
     return cidrs, how, evidence
 

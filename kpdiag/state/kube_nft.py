@@ -115,18 +115,43 @@ def _verdict(raw) -> str | None:
     return None
 
 
-def _prefixes(right) -> list[str]:
-    """The CIDRs of a match's right side as nft -j prints it: a prefix, an address, or a set of them."""
+def match_cidrs(right) -> list:
+    """The networks a match's right side names, as nft -j prints it: a prefix, an address, a range (adjacent CIDRs
+    nft merged into one interval, read back as CIDRs), or a set of them; [] when any part is none of those."""
+    import ipaddress
+
     items = right.get("set") if isinstance(right, dict) and "set" in right else [right]
-    out = []
+    out: list = []
     for item in items if isinstance(items, list) else []:
         p = item.get("prefix") if isinstance(item, dict) else None
-        if isinstance(p, dict) and isinstance(p.get("addr"), str) and isinstance(p.get("len"), int):
-            out.append(f"{p['addr']}/{p['len']}")
-        elif isinstance(item, str) and item[:1].isalnum():
-            out.append(item)
-        else:
-            return []  # a range or anything else: not a list of CIDRs
+        r = item.get("range") if isinstance(item, dict) else None
+        try:
+            if isinstance(p, dict):
+                out.append(ipaddress.ip_network(f"{p['addr']}/{p['len']}", strict=False))
+            elif isinstance(r, list) and len(r) == 2:
+                out += ipaddress.summarize_address_range(*map(ipaddress.ip_address, r))
+            elif isinstance(item, str):
+                out.append(ipaddress.ip_network(item))
+            else:
+                return []
+        except (ValueError, TypeError, KeyError):
+            return []  # not a network: the rule is not the shape it is read for
+    return out
+
+
+def service_cidrs(rs: NftRuleset) -> list[tuple[str, list]]:
+    """The Service CIDRs of kube-proxy's rule "Drop traffic to unallocated ClusterIPs" (cluster-ips-check), per family
+    table: (family, networks) — one CIDR is a prefix as the kernel lists it, two or more (ServiceCIDRs) a set."""
+    out = []
+    for family, table in TABLES:
+        chain = rs.chain(family, table, "cluster-ips-check")
+        for rule in chain.rules if chain else []:
+            if "unallocated" not in (rule.comment or ""):
+                continue
+            for e in rule.expr:
+                m = e.get("match") if isinstance(e, dict) else None
+                if isinstance(m, dict) and m.get("op") in ("==", "in") and (found := match_cidrs(m.get("right"))):
+                    out.append((family, found))
     return out
 
 
@@ -155,7 +180,7 @@ def cluster_cidr(rs: NftRuleset) -> tuple[list[str], list[tuple[str, str]]]:
                         and (left.get("payload") or {}).get("field") == "saddr"
                         and m.get("op") == "!="
                     ):
-                        found = (_prefixes(m.get("right")), rule.text)
+                        found = ([str(n) for n in match_cidrs(m.get("right"))], rule.text)
                         break
                 if found:
                     break
