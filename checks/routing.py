@@ -63,6 +63,9 @@ def service_cidr_leaves(
     if proxy.dataplane.cluster_ips_stay_on_node:
         return  # ipvs: ClusterIPs are bound on kube-ipvs0; nftables: cluster-ips-check rejects/drops on the node
     routing = routes.routing
+    from kpdiag.state.cluster import apiserver_service_cidrs
+
+    apiserver_cidrs = apiserver_service_cidrs(pods.items if pods is not None else None)
     found = False
     for family, which in ((4, "iptables-save"), (6, "ip6tables-save")):  # a dual-stack node: each family's rules
         rs = rules.dump(which)  # a file the bundle lacks is None, not a problem
@@ -83,13 +86,7 @@ def service_cidr_leaves(
         if not leaving:
             continue
         (dst, gw, dev), some = max(leaving.items(), key=lambda kv: len(kv[1]))
-        from kpdiag.state.cluster import apiserver_service_cidrs
-
-        known = [
-            n
-            for n in apiserver_service_cidrs(pods.items if pods is not None else None)
-            if n.version == family and ipaddress.ip_address(some[0]) in n
-        ]
+        known = [n for n in apiserver_cidrs if n.version == family and ipaddress.ip_address(some[0]) in n]
         # the range to refuse: kube-apiserver's own, else only what the ClusterIPs seen here span (it may be wider)
         cidr = str(known[0]) if known else covering_prefix(ips)
         target = cidr if known else "<service CIDR>"
@@ -244,9 +241,7 @@ def pod_service_overlap(
 ):
     raw = str(config.get("clusterCIDR") or "").strip()
     ev_config, what = config.evidence("clusterCIDR"), "kube-proxy's clusterCIDR"
-    edit = (
-        "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool, then restart kube-proxy"
-    )
+    edit = "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pool{}, then restart kube-proxy"
     if not raw:  # not configured (a flag): kube-proxy's rules masquerade around it
         from .clustercidr import rules_cluster_cidr
 
@@ -273,7 +268,7 @@ def pod_service_overlap(
                 f"{what} {hit[0]} overlaps the Service CIDR {net} ({how})",
                 fix=(
                     "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
-                    edit,
+                    edit.format(""),
                 ),
                 evidence=[e for e in (ev_config, *cidr_ev) if e],
                 subject="node",
@@ -293,7 +288,7 @@ def pod_service_overlap(
         "the Service CIDR",
         fix=(
             "kubectl cluster-info dump | grep -m1 -E -- '--service-cluster-ip-range|--cluster-cidr'   # the ranges the cluster was built with",
-            edit.replace("pod pool,", "pod pool (not containing the Service range),"),
+            edit.format(" (not containing the Service range)"),
         ),
         evidence=[e for e in [ev_config] if e]
         + [Evidence(inside[ip].split(": ", 1)[0], f"{ip} ({inside[ip].split(': ', 1)[-1]})") for ip in first],
