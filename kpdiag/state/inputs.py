@@ -445,7 +445,7 @@ class Inputs(_View):
 
 class SourceFile:
     """One declared source of a check's view: how evidence names it, whether it was collected, its text, it as read,
-    and its problems — each read through the view, so a read on first use is still policed as the check's."""
+    and a problem to record with it — each through the view, so a read on first use is still policed as the check's."""
 
     __slots__ = ("rel", "_view")
 
@@ -471,6 +471,3 @@ class SourceFile:
 
     def problem(self, message: str) -> None:
         self._view.problem(self.rel, message)
-
-    def problems(self) -> list:
-        return self._view.problems_with(self.rel)
