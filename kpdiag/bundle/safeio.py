@@ -491,7 +491,7 @@ def json_too_deep(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
-def load_json(text: str | bytes, limit: int = MAX_DEPTH):
+def load_json(text: str | bytes, limit: int = MAX_DEPTH, object_pairs_hook=None):
     """json.loads that raises :class:`TooDeep` (a ValueError) for documents nested deeper than ``limit``."""
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8")
@@ -500,7 +500,7 @@ def load_json(text: str | bytes, limit: int = MAX_DEPTH):
     import json
 
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
     except RecursionError:
         raise TooDeep(f"nested deeper than {limit} levels: refused") from None
 

@@ -83,20 +83,16 @@ _STR_FIELDS = ("format", "created", "node", "kpdiag_version", "zone", "headline"
 _OBJ_FIELDS = ("truncated", "api_status")
 
 
-def _repeated_keys(text: str) -> list[str]:
-    """The keys the manifest's top-level object holds more than once (its text already parsed once: bounded)."""
-    import json
-
-    seen: list[list[str]] = []
+def _noting_repeats(repeats: list[list[str]]):
+    """A json ``object_pairs_hook`` that notes, per object, the keys it holds more than once (the outermost object
+    comes last); JSON allows them, and the last one is read."""
+    from collections import Counter
 
     def pairs(items):
-        from collections import Counter
-
-        seen.append(sorted(k for k, n in Counter(k for k, _ in items).items() if n > 1))
+        repeats.append(sorted(k for k, n in Counter(k for k, _ in items).items() if n > 1))
         return dict(items)
 
-    json.loads(text, object_pairs_hook=pairs)
-    return seen[-1] if seen else []  # the hook sees the outermost object last
+    return pairs
 
 
 def manifest_problems(data: dict) -> list[tuple[str, str]]:
@@ -195,14 +191,15 @@ class Bundle:
         raw = self.read_bytes(MANIFEST, record_missing=False)
         if raw is None:
             return
+        repeats: list[list[str]] = []
         try:
-            data = safeio.load_json(raw.decode("utf-8"))
+            data = safeio.load_json(raw.decode("utf-8"), object_pairs_hook=_noting_repeats(repeats))
             if not isinstance(data, dict):
                 raise ValueError("the manifest is not a JSON object")
         except (ValueError, UnicodeDecodeError) as exc:
             self.problem(MANIFEST, f"unreadable manifest: {str(exc).splitlines()[0]}")
             return
-        for key in _repeated_keys(raw.decode("utf-8")):  # JSON allows it; which one was meant is not known
+        for key in repeats[-1]:  # the top-level object's: which one was meant is not known
             self.problem(MANIFEST, f"key {key!r} appears twice: the last one is read")
         for key, why in manifest_problems(data):
             self.problem(MANIFEST, f"{why}: ignored")
