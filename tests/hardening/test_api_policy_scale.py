@@ -41,7 +41,7 @@ def _ask(d):
 def test_many_endpoints_read_the_pods_once_and_answer_as_the_search_does(bundle, monkeypatch):
     reads = []
     real = safeio.load_json
-    monkeypatch.setattr(safeio, "load_json", lambda text, *a: reads.append(len(text)) or real(text, *a))
+    monkeypatch.setattr(safeio, "load_json", lambda text, *a, **kw: reads.append(len(text)) or real(text, *a, **kw))
     fast = _ask(bundle)
     big = [n for n in reads if n > P.LAZY_BYTES]
     assert len(big) == 1, reads  # pods.json decoded whole once, not searched 800 times
