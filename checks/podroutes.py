@@ -1,5 +1,6 @@
-"""Routes to the other nodes' pod CIDRs: a CNI that routes pod traffic per node (flannel, Calico, kube-router) installs
-one route per remote node's podCIDR; one that is missing leaves that node's pods behind the default route."""
+"""Routes to the other nodes' pod CIDRs: a CNI that routes pod traffic by the Nodes' podCIDRs (flannel, kube-router)
+installs one route per remote node's podCIDR; one that is missing leaves that node's pods behind the default route.
+Other CNIs (Calico's IPAM blocks, eBPF, cloud and OVS routing) are not judged: kpdiag/state/cni.py says why."""
 
 from __future__ import annotations
 
@@ -11,42 +12,9 @@ from kpdiag.fixcmd import FixStep, command, note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, Manifest, NodePodCIDRs, Processes, Routes
+from kpdiag.state.typed import Addresses, Cni, Manifest, NodePodCIDRs, Routes
 
-from .shapes import d, links, lst, routes, s
-
-# CNIs that install one route per remote node's podCIDR (on the node itself), by what they leave on the node.
-# Cilium (its tunnel is programmed in BPF, its routes may be one for the whole cluster pool), Weave (one bridge for
-# the whole range) and cloud-routed pod networks (VPC routes: the node has only its default route) do not.
-PER_NODE_ROUTES = {
-    "flannel.1": "flannel (VXLAN)",
-    "flannel-wg": "flannel (WireGuard)",
-    "vxlan.calico": "Calico (VXLAN)",
-    "kube-bridge": "kube-router",
-}
-NO_PER_NODE_ROUTES = ("cilium_host", "cilium_vxlan", "cilium_geneve", "weave")
-CNI_PROCESSES = {"flanneld": "flannel", "calico-node": "Calico", "bird": "Calico (BGP)", "kube-router": "kube-router"}
-
-
-def cni_routing(addresses: Addresses, route_list: Routes, processes: Processes | None) -> tuple[str | None, str | None]:
-    """(the CNI that routes per node, the evidence text that says so) — or (None, why not known)."""
-    names = {link.get("ifname") for link in links(addresses.links) if isinstance(link.get("ifname"), str)}
-    other = sorted(n for n in names if n in NO_PER_NODE_ROUTES)
-    if other:
-        return None, f"interface {other[0]}: this CNI need not route each node's pod CIDR on the node"
-    for dev, label in PER_NODE_ROUTES.items():
-        if dev in names:
-            return label, f"interface {dev}"
-    for r in routes(route_list.routes):
-        if r.get("protocol") == "bird":
-            return "Calico (BGP)", f"route {r.get('dst')} proto bird"
-    if "tunl0" in names and any(r.get("dev") == "tunl0" for r in routes(route_list.routes)):
-        return "Calico (IPIP)", "routes via tunl0"
-    procs = (processes.pids if processes is not None else None) or {}
-    for proc, label in CNI_PROCESSES.items():
-        if proc in procs:
-            return label, f"process {proc} (pid {procs[proc]})"
-    return None, "the CNI is not recognised (no flannel.1, vxlan.calico, tunl0, kube-bridge or BGP routes)"
+from .shapes import d, links, lst, s
 
 
 def _pod_cidrs(node: dict) -> list[str]:
@@ -76,30 +44,33 @@ def _route_text(route) -> str:
     symptom="Pods on one node cannot reach pods on one other node (and Service connections DNATed to those pods time "
     "out), while every other node pair works; ping of that node's pods leaves through the default gateway.",
     why="""
-        flannel, Calico and kube-router route pod traffic per node: for every other node they install a route for
-        that node's podCIDR (flannel VXLAN: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"; host-gw and BGP: via
-        the node's address). When one of those routes is missing — the agent on this node missed the node's lease or
+        flannel and kube-router route pod traffic by the Nodes' podCIDRs: for every other node they install a route
+        for that node's podCIDR (flannel VXLAN: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"; host-gw and
+        kube-router: via the node's address). When one of those routes is missing — the agent on this node missed the node's lease or
         its annotation, crashed, or the route was flushed — packets to that node's pods match only the default route
         and leave for the gateway, which drops them or sends them somewhere else. KP602 sees blackhole/unreachable
         routes; this is the silent case, where the default route hides the gap. CNIs that do not route per node on
-        the node (Cilium's BPF tunnel, Weave, cloud VPC routing) are not judged.
+        the node are not judged: Calico routes its own IPAM blocks (not the Nodes' podCIDRs), Cilium and Calico eBPF
+        forward in BPF, cloud CNIs leave pod routing to the VPC, Antrea and OVN-Kubernetes switch it in Open vSwitch,
+        and a CNI kpdiag does not recognise gets no verdict.
     """,
     fix="Restart the CNI agent on this node (it re-adds the routes of every node it knows) and check why it missed the "
-    "node: its log, the node's annotations (flannel: flannel.alpha.coreos.com/public-ip, backend-data; Calico: "
-    "calicoctl node status).",
+    "node: its log, the node's annotations (flannel: flannel.alpha.coreos.com/public-ip, backend-data).",
 )
 def pod_cidr_route_missing(
     new,
     route_list: Routes,
     addresses: Addresses,
     nodes: NodePodCIDRs,
+    cni_model: Cni,
     manifest: Optional[Manifest] = None,
-    processes: Optional[Processes] = None,
 ):
     items = list(nodes.objects)
-    cni, why = cni_routing(addresses, route_list, processes)
-    if cni is None:
-        raise Skip(why)
+    model = cni_model.model
+    not_judged = model.route_verdicts()
+    if not_judged:
+        raise Skip(not_judged)
+    cni = model.label
     routing = route_list.routing
     if not routing.has_routes:
         raise Skip("no routes known for this node")
@@ -160,14 +131,13 @@ def pod_cidr_route_missing(
             "flannel (VXLAN)": "kubectl -n kube-flannel delete pod --field-selector spec.nodeName=<this node> -l app=flannel   "
             "# restart flannel here (namespace kube-system on older installs)",
             "flannel (WireGuard)": "kubectl -n kube-flannel delete pod --field-selector spec.nodeName=<this node> -l app=flannel",
+            "flannel (host-gw)": "kubectl -n kube-flannel delete pod --field-selector spec.nodeName=<this node> -l app=flannel",
         }.get(
             cni,
-            "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|calico|kube-router'   # restart the agent on this node",
+            "kubectl -n kube-system get pods -o wide | grep -iE 'flannel|kube-router'   # restart the agent on this node",
         ),
         f"kubectl get node {name} -o jsonpath='{{.metadata.annotations}}'   # the CNI's record of that node (flannel: public-ip, backend-data)",
     ]
-    if cni.startswith("Calico"):
-        fix.append("calicoctl node status   # is the BGP session to that node Established?")
     if restore:
         fix.append(note(f"to restore at once (the CNI may overwrite it): {restore}"))
     fix = [s if isinstance(s, FixStep) else command(s) for s in fix]
@@ -179,16 +149,7 @@ def pod_cidr_route_missing(
         evidence=[Evidence(nodes_src, f"node {m[0]}: podCIDR {m[1]}") for m in missing[:3]]
         + [Evidence(route_src, f"{m[1]}: matched only by {_route_text(m[3])}") for m in missing[:3]]
         + [Evidence(route_src, f"{p[1]} ({p[0]}): {_route_text(p[2])}") for p in present[:2]]
-        + [
-            Evidence(
-                processes.source
-                if why.startswith("process")
-                else addresses.source
-                if why.startswith("interface")
-                else route_src,
-                f"CNI: {cni} ({why})",
-            )
-        ],
+        + [Evidence(src, f"CNI: {cni} ({text})") for src, text in model.signs[:1]],
         subject=name,
         data={
             "cni": cni,

@@ -49,6 +49,8 @@ def facts(state: NodeState, programmed: dict | None = None) -> dict:
         zone = None
     if zone:
         out["zone"] = zone  # kpdiag cluster compares endpoint sets within a zone (topology-aware routing)
+    if state.ip_addr is not None:
+        out["cni"] = state.cni.to_dict()  # which checks judge routes and overlays follows from it
     v = state.kube_proxy_version
     if v:
         out["kube_proxy_version"] = f"{v[0]}.{v[1]}"

@@ -216,6 +216,9 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         bits.append(f"mode {term(f['proxy_mode'])} ({term(f.get('proxy_mode_source'))})")
     if f.get("kernel"):
         bits.append(f"kernel {term(f['kernel'])}")
+    cni = f.get("cni")
+    if isinstance(cni, dict) and cni.get("cni"):
+        bits.append(f"CNI {term(cni.get('shape'))}")
     if f.get("iptables_rules") is not None:
         bits.append(
             f"{term(f['iptables_rules'])} iptables rules, {term(f.get('service_ports_programmed', 0))} service ports"

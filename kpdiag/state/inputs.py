@@ -193,6 +193,14 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "implementer", "who implements Services on this node (kpdiag/state/service_proxy.py)", ("service_implementer",)
     ),
+    Input(
+        "cni",
+        "the node's CNI and its routing model (kpdiag/state/cni.py)",
+        ("cni",),
+        present=lambda s: s.ip_addr,
+        absent=f"the node's interfaces ({_S.IP_ADDR}) were not collected: its CNI cannot be recognised",
+        files=(_S.IP_ADDR,),
+    ),
     Input("tracer", "the packet tracer of the node's proxy mode", ("mode_tracer", "tracer", "tracer_if_forwarding")),
     Input(
         "manifest",

@@ -331,6 +331,45 @@ class NodeState(_NodeFiles):
         return self.__dict__["_implementer"]
 
     @property
+    def cni(self):
+        """The node's CNI and its routing model (kpdiag.state.cni.recognise), from the interfaces, routes, processes,
+        pinned BPF objects and — when the bundle has them — the CNI's DaemonSets; computed once."""
+        if "_cni" not in self.__dict__:
+            from kpdiag.state.cni import recognise
+            from kpdiag.state.service_proxy import processes
+
+            b = self.bundle
+            maps = [m.strip() for m in (b.read_text(sources.BPF_MAPS) or "").splitlines() if m.strip()]
+            self.__dict__["_cni"] = recognise(
+                self.ip_addr,
+                self.ip_route,
+                processes(b),
+                maps,
+                self._cni_components(),
+                {
+                    "addr": b.display(sources.IP_ADDR),
+                    "route": b.display(sources.IP_ROUTE),
+                    "processes": b.display(sources.PROCESSES),
+                    "bpf": b.display(sources.BPF_MAPS),
+                    "api": b.display(sources.CNI if b.exists(sources.CNI) else sources.DAEMONSETS),
+                },
+            )
+        return self.__dict__["_cni"]
+
+    def _cni_components(self) -> list | None:
+        """The CNI's DaemonSets/pods as cluster/cni.json lists them, else reduced from cluster/daemonsets.json."""
+        from kpdiag.bundle.store import list_items
+        from kpdiag.state.netpol import component
+
+        b = self.bundle
+        if b.exists(sources.CNI):
+            return list_items(b.read_json(sources.CNI))
+        if b.exists(sources.DAEMONSETS):
+            items = list_items(b.read_json(sources.DAEMONSETS)) or []
+            return [c for c in (component(dict(d, kind="DaemonSet")) for d in items) if c]
+        return None
+
+    @property
     def nft_version(self) -> tuple[int, int, int] | None:
         """From node/nft-version.txt ('nftables v1.0.6 (Lester Gooch #5)')."""
         import re

@@ -991,6 +991,19 @@ class IpvsConnections(Typed):
 
 
 @dataclass(frozen=True)
+class Cni(Typed):
+    """The node's CNI and its routing model (kpdiag/state/cni.py): ``model.route_verdicts()`` is None where pod-CIDR
+    route verdicts apply, else the one-line reason they do not (an unknown CNI gets none)."""
+
+    INPUT: ClassVar[str] = "cni"
+    model: object  # kpdiag.state.cni.CniModel
+
+    @classmethod
+    def build(cls, ctx):
+        return cls(ctx.cni)
+
+
+@dataclass(frozen=True)
 class ServiceImplementer(Typed):
     """Who implements Services on this node (kpdiag/state/service_proxy.py ``Implementer``: kube-proxy, a replacement,
     nothing of Kubernetes; its evidence, leftovers, pod). ``implementer`` is None when that cannot be told."""

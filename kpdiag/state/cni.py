@@ -1,0 +1,320 @@
+"""The node's CNI, recognised from what the node shows (interfaces, routes, processes, pinned BPF objects) and, when
+the bundle has them, the CNI's DaemonSets — and the routing model that follows from it.
+
+Checks that judge routes, overlays or pod interfaces ask this model first: a verdict on pod-CIDR routes is only
+right for a CNI that routes each node's ``spec.podCIDR`` on the node (flannel, kube-router, a bridge with host-gw
+routes). Calico routes its own IPAM blocks (a /26 each by default, with a ``blackhole`` route for the blocks this
+node owns), Cilium and Calico's eBPF dataplane forward in BPF, cloud CNIs (AWS VPC CNI, Azure CNI, GKE) give pods
+VPC addresses the cloud routes, and Antrea and OVN-Kubernetes switch pod traffic in Open vSwitch: none of them is
+judged by Node podCIDR routes. An unrecognised CNI gets no route verdicts at all (the model says why, once).
+
+The facts each shape is recognised by (device names, route protocols, the routes each CNI installs) are those the
+fixtures of the healthy zoo are built from (fixtures/zoo.py, documented in fixtures/README.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# routing models: how pod traffic to another node finds its way
+NODE_PODCIDR = "node-podcidr"  # a route per other node's spec.podCIDR on this node (flannel, kube-router)
+IPAM_BLOCKS = "ipam-blocks"  # the CNI's own address blocks, not the Nodes' podCIDRs (Calico)
+EBPF = "ebpf"  # forwarded in BPF programs; the kernel's routes are not the whole story (Cilium, Calico eBPF)
+VPC = "vpc"  # pods have VPC addresses the cloud routes (AWS VPC CNI, Azure CNI, GKE VPC-native)
+OVS = "ovs"  # switched in Open vSwitch flows kpdiag does not read (Antrea, OVN-Kubernetes)
+WHOLE_RANGE = "whole-range"  # one bridge or route for the whole pod range (Weave)
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One CNI configuration kpdiag knows: its name, routing model, encapsulation, and its interfaces."""
+
+    cni: str  # "flannel", "calico", "cilium", …
+    label: str  # "flannel (VXLAN)"
+    routing: str
+    encap: str | None = None  # "vxlan", "ipip", "geneve", "wireguard", None: native routing
+    overlay_port: int | None = None  # the UDP port the overlay uses between nodes (VXLAN/Geneve/WireGuard)
+    pod_prefixes: tuple[str, ...] = ()  # the node ends of pod interfaces
+    bridge: str | None = None  # the Linux bridge pods hang off, if any
+
+
+SHAPES = {
+    s.label: s
+    for s in (
+        Shape("flannel", "flannel (VXLAN)", NODE_PODCIDR, "vxlan", 8472, ("veth",), "cni0"),
+        Shape("flannel", "flannel (WireGuard)", NODE_PODCIDR, "wireguard", 51820, ("veth",), "cni0"),
+        Shape("flannel", "flannel (host-gw)", NODE_PODCIDR, None, None, ("veth",), "cni0"),
+        Shape("canal", "Canal (flannel VXLAN, Calico policy)", NODE_PODCIDR, "vxlan", 8472, ("cali",)),
+        Shape("kube-router", "kube-router", NODE_PODCIDR, None, None, ("veth",), "kube-bridge"),
+        Shape("calico", "Calico (VXLAN)", IPAM_BLOCKS, "vxlan", 4789, ("cali",)),
+        Shape("calico", "Calico (IPIP)", IPAM_BLOCKS, "ipip", None, ("cali",)),
+        Shape("calico", "Calico (WireGuard)", IPAM_BLOCKS, "wireguard", 51820, ("cali",)),
+        Shape("calico", "Calico (BGP, no encapsulation)", IPAM_BLOCKS, None, None, ("cali",)),
+        Shape("calico", "Calico (eBPF dataplane)", EBPF, None, None, ("cali",)),
+        Shape("cilium", "Cilium (VXLAN)", EBPF, "vxlan", 8472, ("lxc",)),
+        Shape("cilium", "Cilium (Geneve)", EBPF, "geneve", 6081, ("lxc",)),
+        Shape("cilium", "Cilium (native routing)", EBPF, None, None, ("lxc",)),
+        Shape("antrea", "Antrea", OVS, "geneve", 6081, ()),
+        Shape("ovn-kubernetes", "OVN-Kubernetes", OVS, "geneve", 6081, ()),
+        Shape("weave", "Weave Net", WHOLE_RANGE, "vxlan", 6784, ("vethwe",), "weave"),
+        Shape("aws-vpc-cni", "AWS VPC CNI", VPC, None, None, ("eni",)),
+        Shape("azure-cni", "Azure CNI", VPC, None, None, ("azv",)),
+        Shape("gke", "GKE (VPC-native)", VPC, None, None, ("gke",)),
+    )
+}
+
+# why pod-CIDR route verdicts do not apply, by routing model
+NOT_JUDGED = {
+    IPAM_BLOCKS: "routes its own IPAM blocks (a /26 each by default, blackhole routes for this node's own blocks), not "
+    "the Nodes' podCIDRs",
+    EBPF: "forwards pod traffic in BPF programs: the kernel's routes to other nodes' pods are not what carries it",
+    VPC: "gives pods VPC addresses that the cloud's routes carry, not routes on the node",
+    OVS: "switches pod traffic between nodes in Open vSwitch flows, which kpdiag does not read",
+    WHOLE_RANGE: "routes the whole pod range to one bridge, not one route per node",
+}
+
+# process name → CNI label (node/processes.txt)
+PROCESSES = {
+    "flanneld": "flannel",
+    "calico-node": "calico",
+    "calico-felix": "calico",
+    "bird": "calico",
+    "cilium-agent": "cilium",
+    "kube-router": "kube-router",
+    "antrea-agent": "antrea",
+    "ovnkube": "ovn-kubernetes",
+    "ovn-controller": "ovn-kubernetes",
+    "aws-k8s-agent": "aws-vpc-cni",
+}
+
+# DaemonSet (or its pods' name) → CNI, as the API shows them (cluster/cni.json, cluster/daemonsets.json)
+DAEMONSETS = (
+    ("calico-node", "calico"),
+    ("canal", "canal"),
+    ("cilium", "cilium"),
+    ("antrea-agent", "antrea"),
+    ("ovnkube-node", "ovn-kubernetes"),
+    ("kube-router", "kube-router"),
+    ("kube-flannel-ds", "flannel"),
+    ("kube-flannel", "flannel"),
+    ("aws-node", "aws-vpc-cni"),
+    ("azure-cns", "azure-cni"),
+    ("weave-net", "weave"),
+)
+
+
+@dataclass(frozen=True)
+class CniModel:
+    """What kpdiag recognised: the shape (None: unknown), each sign as (source, text), and what it could not read."""
+
+    shape: Shape | None
+    signs: tuple[tuple[str, str], ...] = ()
+    unread: tuple[str, ...] = ()  # sources that would have told more but were not there
+    others: tuple[str, ...] = field(default=())  # other CNIs' signs seen (leftovers, chained plugins)
+
+    @property
+    def name(self) -> str | None:
+        return self.shape.cni if self.shape else None
+
+    @property
+    def label(self) -> str:
+        return self.shape.label if self.shape else "unknown"
+
+    @property
+    def routing(self) -> str:
+        return self.shape.routing if self.shape else UNKNOWN
+
+    def route_verdicts(self) -> str | None:
+        """None when pod-CIDR route verdicts apply to this node; else the one-line reason they do not."""
+        if self.shape is None:
+            seen = "; ".join(t for _, t in self.signs[:2]) or "no CNI interface, route protocol, process or DaemonSet"
+            return f"the node's CNI is not recognised ({seen}): kpdiag gives no route verdicts it cannot ground"
+        if self.shape.routing == NODE_PODCIDR:
+            return None
+        return f"{self.shape.label} {NOT_JUDGED[self.shape.routing]}"
+
+    def summary(self) -> str:
+        why = ", ".join(t for _, t in self.signs[:3])
+        return f"CNI: {self.label}" + (f" ({why})" if why else "")
+
+    def to_dict(self) -> dict:
+        return {
+            "cni": self.name,
+            "shape": self.label,
+            "routing": self.routing,
+            "encap": self.shape.encap if self.shape else None,
+            "signs": [{"source": s, "text": t} for s, t in self.signs],
+            "others": list(self.others),
+        }
+
+
+def _kind(link: dict) -> str | None:
+    info = link.get("linkinfo")
+    kind = info.get("info_kind") if isinstance(info, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _names(links) -> dict[str, dict]:
+    return {link["ifname"]: link for link in links or () if isinstance(link.get("ifname"), str)}
+
+
+def _route_signs(routes) -> dict[str, str]:
+    """What the routes show: ``bird`` (Calico's BGP daemon), ``felix`` (protocol 80: Calico's own routes), a route
+    via ``tunl0``, ``vxlan.calico`` …; value: the route as text (evidence)."""
+    out: dict[str, str] = {}
+    for r in routes or ():
+        if not isinstance(r, dict):
+            continue
+        proto, dev, dst = str(r.get("protocol") or ""), str(r.get("dev") or ""), str(r.get("dst") or "")
+        text = " ".join(
+            x
+            for x in (
+                r.get("type") if r.get("type") != "unicast" else "",
+                dst,
+                f"dev {dev}" if dev else "",
+                f"proto {proto}" if proto else "",
+            )
+            if x
+        )
+        if proto == "bird":
+            out.setdefault("bird", text)
+        elif proto in ("80", "felix"):
+            out.setdefault("felix", text)
+        if dev == "tunl0" and dst != "default":
+            out.setdefault("tunl0", text)
+    return out
+
+
+def _calico(names: dict, rsigns: dict, add) -> Shape | None:
+    cali = sorted(n for n in names if n.startswith("cali"))
+    ebpf = "bpfnatin" in names or "bpfnatout" in names
+    if not (cali or "vxlan.calico" in names or "tunl0" in rsigns or "bird" in rsigns or "felix" in rsigns or ebpf):
+        return None
+    if ebpf:
+        add("addr", "interfaces bpfnatin/bpfnatout (Calico's eBPF dataplane)")
+        return SHAPES["Calico (eBPF dataplane)"]
+    if "wireguard.cali" in names:
+        add("addr", "interface wireguard.cali")
+        return SHAPES["Calico (WireGuard)"]
+    if "vxlan.calico" in names or "vxlan-v6.calico" in names:
+        add("addr", "interface vxlan.calico")
+        return SHAPES["Calico (VXLAN)"]
+    if "tunl0" in rsigns:
+        add("route", f"route {rsigns['tunl0']}")
+        return SHAPES["Calico (IPIP)"]
+    if "bird" in rsigns:
+        add("route", f"route {rsigns['bird']}")
+        return SHAPES["Calico (BGP, no encapsulation)"]
+    if cali:
+        add("addr", f"pod interfaces {', '.join(cali[:2])}")
+        if "felix" in rsigns:
+            add("route", f"route {rsigns['felix']}")
+        return SHAPES["Calico (BGP, no encapsulation)"]
+    return None
+
+
+def _by_interfaces(names: dict, rsigns: dict, add) -> Shape | None:
+    """The shape the node's own interfaces and routes show (the strongest signs: they are the data path)."""
+    if "cilium_host" in names or any(n.startswith("cilium_") for n in names):
+        add("addr", "interface cilium_host" if "cilium_host" in names else "cilium_* interfaces")
+        if "cilium_vxlan" in names:
+            return SHAPES["Cilium (VXLAN)"]
+        if "cilium_geneve" in names:
+            return SHAPES["Cilium (Geneve)"]
+        return SHAPES["Cilium (native routing)"]
+    if "flannel.1" in names and any(n.startswith("cali") for n in names):
+        add("addr", "interfaces flannel.1 and cali* (Canal)")
+        return SHAPES["Canal (flannel VXLAN, Calico policy)"]
+    for dev, label in (("flannel.1", "flannel (VXLAN)"), ("flannel-wg", "flannel (WireGuard)")):
+        if dev in names:
+            add("addr", f"interface {dev}")
+            return SHAPES[label]
+    calico = _calico(names, rsigns, add)
+    if calico:
+        return calico
+    for dev, label in (
+        ("kube-bridge", "kube-router"),
+        ("antrea-gw0", "Antrea"),
+        ("ovn-k8s-mp0", "OVN-Kubernetes"),
+        ("weave", "Weave Net"),
+    ):
+        if dev in names:
+            add("addr", f"interface {dev}")
+            return SHAPES[label]
+    for prefix, label in (("eni", "AWS VPC CNI"), ("azv", "Azure CNI"), ("gke", "GKE (VPC-native)")):
+        pods = sorted(n for n in names if n.startswith(prefix) and _kind(names[n]) in (None, "veth"))
+        if pods:
+            add("addr", f"pod interfaces {', '.join(pods[:2])}")
+            return SHAPES[label]
+    return None
+
+
+def _by_name(cni: str, names: dict) -> Shape | None:
+    """The shape of a CNI known by its process or DaemonSet, when its interfaces did not say which variant."""
+    if cni == "flannel":
+        return SHAPES["flannel (host-gw)"] if "cni0" in names else None  # host-gw: cni0 and routes via the nodes
+    if cni == "calico":
+        return SHAPES["Calico (BGP, no encapsulation)"]
+    return next((s for s in SHAPES.values() if s.cni == cni), None)
+
+
+def _component_cnis(components) -> list[tuple[str, str]]:
+    out = []
+    for comp in components or ():
+        if not isinstance(comp, dict):
+            continue
+        name = str(comp.get("owner") or comp.get("name") or "")
+        for prefix, cni in DAEMONSETS:
+            if (
+                name == prefix
+                or name.startswith(prefix + "-")
+                and not name.startswith(("cilium-operator", "cilium-envoy"))
+            ):
+                out.append((cni, f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or '?'}/{name}"))
+                break
+    return out
+
+
+def recognise(links, routes, processes=None, bpf_maps=None, components=None, sources: dict | None = None) -> CniModel:
+    """The CNI model of a node. ``links``/``routes``: ``ip -j addr``/``ip -j route`` objects (None: not collected);
+    ``processes``: name → pid; ``bpf_maps``: pinned object names; ``components``: the CNI DaemonSets/pods as
+    cluster/cni.json lists them; ``sources``: how evidence names each ("addr", "route", "processes", "bpf", "api")."""
+    src = {"addr": "ip-addr", "route": "ip-route", "processes": "processes", "bpf": "bpf-maps", "api": "cni"}
+    src.update(sources or {})
+    signs: list[tuple[str, str]] = []
+
+    def add(kind: str, text: str) -> None:
+        signs.append((src[kind], text))
+
+    unread = tuple(src[k] for k, v in (("addr", links), ("route", routes)) if v is None)
+    names = _names(links)
+    shape = _by_interfaces(names, _route_signs(routes), add)
+    maps = set(bpf_maps or ())
+    if shape is None and any(m.startswith("cali_") for m in maps):
+        add("bpf", "pinned BPF maps cali_*")
+        shape = SHAPES["Calico (eBPF dataplane)"]
+    if shape is None and any(m.startswith("cilium_") for m in maps):
+        add("bpf", "pinned BPF maps cilium_*")
+        shape = SHAPES["Cilium (native routing)"]
+    named = [
+        (cni, f"process {p} (pid {pid})", "processes")
+        for p, pid in (processes or {}).items()
+        if (cni := PROCESSES.get(p))
+    ]
+    named += [(cni, text, "api") for cni, text in _component_cnis(components)]
+    if shape is None:
+        for cni, text, kind in named:
+            shape = _by_name(cni, names)
+            if shape is not None:
+                add(kind, text)
+                break
+    return CniModel(shape, tuple(signs), unread, _others(shape, named))
+
+
+def _others(shape: Shape | None, named: list) -> tuple[str, ...]:
+    """Other CNIs named by a process or DaemonSet than the one recognised (a leftover, a chained plugin)."""
+    if shape is None:
+        return ()
+    mine = {shape.cni} | ({"flannel", "calico"} if shape.cni == "canal" else set())
+    return tuple(sorted({cni for cni, _, _ in named} - mine))
