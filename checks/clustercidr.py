@@ -1,4 +1,6 @@
-"""kube-proxy's clusterCIDR against the pod CIDRs the API gave the nodes: a range it does not cover is "outside"."""
+"""kube-proxy's clusterCIDR against the pods' ranges — the podCIDRs the API gave the nodes, or, where the CNI's own IPAM
+hands out pod addresses (Calico, Cilium's cluster pool), the CNI's ranges on this node: a range it does not cover is
+"outside"."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from kpdiag.checkapi import Skip, check
 from typing import Optional
 
 from kpdiag.model import Evidence
-from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, Nft, NodePodCIDRs
+from kpdiag.state.typed import Addresses, Cni, KubeProxyConfig, KubeProxyRules, Nft, NodePodCIDRs, Routes
 
 
 @check(
@@ -25,7 +27,10 @@ from kpdiag.state.typed import KubeProxyConfig, KubeProxyRules, Nft, NodePodCIDR
         kube-controller-manager (--cluster-cidr) into each Node's spec.podCIDRs; when kube-proxy's clusterCIDR does not
         contain a node's podCIDR (the pool was grown or moved, a second range added, the ConfigMap copied from
         another cluster), every pod of that node is "outside" to kube-proxy: its Service traffic is masqueraded and its
-        short-circuit to Local Services is lost. Only the families clusterCIDR names are compared (a family it lacks is
+        short-circuit to Local Services is lost. Calico, Cilium (cluster-pool IPAM) and the cloud CNIs (AWS VPC CNI,
+        Azure CNI) hand out pod addresses from their own pools, not the Nodes' podCIDRs: there the ranges compared
+        are the CNI's, as this node's routes show them (Calico's blackhole route for each block it owns, Cilium's
+        allocation range via cilium_host, each cloud pod's host route). Only the families clusterCIDR names are compared (a family it lacks is
         not detected at all: KP706).
     """,
     fix="Set kube-proxy's clusterCIDR to the range the nodes' podCIDRs come from (kube-controller-manager "
@@ -37,6 +42,9 @@ def cluster_cidr_misses_pod_cidr(
     config: Optional[KubeProxyConfig] = None,
     rules: Optional[KubeProxyRules] = None,
     nft: Optional[Nft] = None,
+    cni_model: Optional[Cni] = None,
+    addresses: Optional[Addresses] = None,
+    route_list: Optional[Routes] = None,
 ):
     if config is not None and config.detect_local_mode != "ClusterCIDR":
         return  # kube-proxy tells pods apart another way (NodeCIDR, bridge, interface prefix): clusterCIDR is not used
@@ -60,6 +68,10 @@ def cluster_cidr_misses_pod_cidr(
                 "NodeCIDR writes, so they show no clusterCIDR (kube-proxy's configuration does not say the mode)"
             )
     families = {r.version for r in ranges}
+    own = _cni_ranges(cni_model, addresses, route_list)
+    if own is not None:  # the CNI's IPAM, not the Nodes' podCIDRs, gives the pods their addresses
+        yield from _judge_cni_ranges(new, own, ranges, cidrs, evidence, cni_model, route_list)
+        return
     judged = [(n, c) for n in nodes.nodes for c in n.cidrs if c.version in families]
     if not judged:
         raise Skip(f"needs a node with a podCIDR of the families clusterCIDR names ({nodes.source} has none)")
@@ -84,6 +96,47 @@ def cluster_cidr_misses_pod_cidr(
             "cluster_cidr": list(cidrs),
             "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
         },
+    )
+
+
+def _cni_ranges(cni_model: Cni | None, addresses: Addresses | None, route_list: Routes | None):
+    """This node's pod ranges as the CNI's own IPAM shows them in the routes (Calico's blocks, Cilium's allocation
+    range), or None where the Nodes' podCIDRs are the pods' ranges."""
+    if cni_model is None or addresses is None or route_list is None:
+        return None
+    return cni_model.model.own_pod_ranges(addresses.links, route_list.routes)
+
+
+def _judge_cni_ranges(new, own, ranges, cidrs, evidence, cni_model, route_list):
+    import ipaddress
+
+    label = cni_model.model.label
+    if not own:
+        raise Skip(
+            f"{label} gives pods addresses from its own IPAM, not the Nodes' podCIDRs, and this node's routes show "
+            "none of its ranges (no blackhole route for a block, no allocation range via cilium_host)"
+        )
+    outside = []
+    for cidr, text in own:
+        net = ipaddress.ip_network(cidr, strict=False)
+        if net.version in {r.version for r in ranges} and not any(
+            net.version == r.version and net.subnet_of(r) for r in ranges
+        ):
+            outside.append((net, text))
+    if not outside:
+        return
+    yield new(
+        f"kube-proxy's clusterCIDR {', '.join(cidrs)} does not contain {label}'s pod range {outside[0][0]} on this "
+        "node: kube-proxy takes this node's pods for outside clients (their Service traffic is masqueraded)",
+        fix=(
+            "kubectl get ippools -o wide   # Calico: the pools pods take their addresses from (Cilium: "
+            "clusterPoolIPv4PodCIDRList in cilium-config)",
+            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the CNI's pod pools, then restart kube-proxy",
+        ),
+        evidence=[evidence]
+        + [Evidence(route_list.source, f"{text}: {label}'s pod range here") for _, text in outside[:3]],
+        subject="node",
+        data={"cluster_cidr": list(cidrs), "outside": [{"pod_range": str(n), "cni": label} for n, _ in outside]},
     )
 
 

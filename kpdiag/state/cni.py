@@ -134,6 +134,43 @@ class CniModel:
             return None
         return f"{self.shape.label} {NOT_JUDGED[self.shape.routing]}"
 
+    def own_pod_ranges(self, links, routes) -> list[tuple[str, str]] | None:
+        """This node's pod ranges where the CNI's own IPAM hands them out rather than the Node's ``spec.podCIDR``, as
+        (CIDR, the route that shows it): Calico's blocks (the ``blackhole`` routes it keeps for the blocks this node
+        owns), Cilium's allocation range (the route to it via ``cilium_host``), the VPC addresses of the AWS VPC CNI's
+        and Azure CNI's pods (a host route each). None where the Nodes' podCIDRs are the pods' ranges (flannel,
+        kube-router, GKE's alias ranges …) or the CNI is not known."""
+        if self.shape is None or self.shape.cni not in ("calico", "cilium", "aws-vpc-cni", "azure-cni"):
+            return None
+        import ipaddress
+
+        host = [
+            ipaddress.ip_address(a.get("local"))
+            for link in links or ()
+            if link.get("ifname") == "cilium_host"
+            for a in link.get("addr_info") or ()
+            if isinstance(a, dict) and isinstance(a.get("local"), str)
+        ]
+        out = []
+        for r in routes or ():
+            dst = r.get("dst") if isinstance(r, dict) else None
+            if not isinstance(dst, str) or dst == "default":
+                continue
+            if self.shape.cni in ("aws-vpc-cni", "azure-cni"):  # each pod: a host route to its VPC address
+                dev = str(r.get("dev") or "")
+                if "/" not in dst and r.get("table", "main") == "main" and dev.startswith(self.shape.pod_prefixes):
+                    out.append((f"{dst}/{128 if ':' in dst else 32}", f"{dst} dev {dev}"))
+                continue
+            if "/" not in dst:
+                continue
+            if self.shape.cni == "calico" and r.get("type") == "blackhole":
+                out.append((dst, f"blackhole {dst}" + (f" proto {r['protocol']}" if r.get("protocol") else "")))
+            elif self.shape.cni == "cilium" and r.get("dev") == "cilium_host":
+                net = ipaddress.ip_network(dst, strict=False)
+                if any(h.version == net.version and h in net for h in host):
+                    out.append((dst, f"{dst} via {r.get('gateway')} dev cilium_host"))
+        return out
+
     def summary(self) -> str:
         why = ", ".join(t for _, t in self.signs[:3])
         return f"CNI: {self.label}" + (f" ({why})" if why else "")

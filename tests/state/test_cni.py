@@ -1,0 +1,83 @@
+"""kpdiag/state/cni.py: the CNI model from what a node shows, and which route verdicts follow from it."""
+
+from __future__ import annotations
+
+from kpdiag.state.cni import recognise
+
+
+def link(name: str, kind: str | None = None, addrs=()) -> dict:
+    out = {"ifname": name, "addr_info": [{"local": a} for a in addrs]}
+    if kind:
+        out["linkinfo"] = {"info_kind": kind}
+    return out
+
+
+def test_unknown_cni_gets_no_route_verdicts_and_says_why_in_one_line():
+    model = recognise([link("lo"), link("eth0", "veth"), link("docker0", "bridge")], [])
+    assert model.shape is None and model.label == "unknown"
+    why = model.route_verdicts()
+    assert why and "not recognised" in why and "\n" not in why
+
+
+def test_flannel_and_kube_router_are_judged_calico_cilium_cloud_ovs_are_not():
+    judged = recognise([link("flannel.1", "vxlan"), link("cni0", "bridge")], [])
+    assert judged.label == "flannel (VXLAN)" and judged.route_verdicts() is None
+    assert recognise([link("kube-bridge", "bridge")], []).route_verdicts() is None
+    for links, routes, label in (
+        ([link("cali12345")], [{"dst": "10.1.2.0/26", "type": "blackhole", "protocol": "bird"}], "Calico (BGP"),
+        ([link("tunl0", "ipip")], [{"dst": "10.1.3.0/26", "dev": "tunl0", "protocol": "bird"}], "Calico (IPIP)"),
+        ([link("vxlan.calico", "vxlan")], [], "Calico (VXLAN)"),
+        ([link("cilium_host", "veth"), link("cilium_vxlan", "vxlan")], [], "Cilium (VXLAN)"),
+        ([link("eni1a2b3c4d5e6", "veth")], [], "AWS VPC CNI"),
+        ([link("antrea-gw0")], [], "Antrea"),
+        ([link("ovn-k8s-mp0")], [], "OVN-Kubernetes"),
+    ):
+        model = recognise(links, routes)
+        assert model.label.startswith(label), (label, model.label)
+        assert model.route_verdicts() and model.label in model.route_verdicts()
+
+
+def test_canal_is_flannel_routing_with_calico_interfaces():
+    model = recognise(
+        [link("flannel.1", "vxlan"), link("cali0a1b2c3d4e5")], [], {"flanneld": "10", "calico-node": "11"}
+    )
+    assert model.name == "canal" and model.route_verdicts() is None and model.others == ()
+
+
+def test_process_or_daemonset_names_the_cni_when_the_interfaces_do_not():
+    assert recognise([link("cni0", "bridge")], [], {"flanneld": "42"}).label == "flannel (host-gw)"
+    comps = [{"kind": "DaemonSet", "namespace": "kube-system", "name": "kube-router", "containers": []}]
+    model = recognise([link("eth0")], [], components=comps, sources={"api": "cluster/cni.json"})
+    assert model.label == "kube-router" and model.signs[0][0] == "cluster/cni.json"
+    # the operator of a CNI is not the CNI
+    comps = [{"kind": "DaemonSet", "namespace": "kube-system", "name": "cilium-operator", "containers": []}]
+    assert recognise([link("eth0")], [], components=comps).shape is None
+
+
+def test_a_leftover_of_another_cni_is_named():
+    model = recognise([link("flannel.1", "vxlan"), link("cni0", "bridge")], [], {"calico-node": "7"})
+    assert model.label == "flannel (VXLAN)" and model.others == ("calico",)
+
+
+def test_own_pod_ranges_come_from_the_cnis_routes():
+    routes = [
+        {"dst": "10.9.8.64/26", "type": "blackhole", "protocol": "bird"},
+        {"dst": "10.9.1.0/26", "gateway": "192.168.1.2", "dev": "eth0", "protocol": "bird"},
+    ]
+    calico = recognise([link("cali0a1b2c3d4e5")], routes)
+    assert calico.label.startswith("Calico")
+    assert [c for c, _ in calico.own_pod_ranges([], routes)] == ["10.9.8.64/26"]
+    cilium = recognise([link("cilium_host", "veth", ["10.0.1.200"])], [])
+    routes = [
+        {"dst": "10.0.1.0/24", "gateway": "10.0.1.200", "dev": "cilium_host"},
+        {"dst": "10.0.2.0/24", "gateway": "10.0.1.200", "dev": "cilium_host"},
+    ]
+    assert [c for c, _ in cilium.own_pod_ranges([link("cilium_host", "veth", ["10.0.1.200"])], routes)] == [
+        "10.0.1.0/24"
+    ]
+    aws = recognise([link("eni0a1b2c3d4e5", "veth")], [])
+    assert [c for c, _ in aws.own_pod_ranges([], [{"dst": "192.168.5.7", "dev": "eni0a1b2c3d4e5"}])] == [
+        "192.168.5.7/32"
+    ]
+    flannel = recognise([link("flannel.1", "vxlan")], [])
+    assert flannel.own_pod_ranges([], routes) is None  # the Nodes' podCIDRs are flannel's ranges
