@@ -62,6 +62,7 @@ class CheckSpec:
     advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
     preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
+    cni: tuple[str, ...] = ()  # the CNIs or routing models it judges (kpdiag/state/cni.py); elsewhere it is skipped
     # typed inputs (kpdiag/state/typed.py): (parameter, type, optional) — empty for a check written as (ctx, new)
     params: tuple = field(default=(), compare=False, repr=False)
 
@@ -133,6 +134,7 @@ def check(
     advice_for: str | None = None,
     preflight: Iterable[str] = (),
     any_host: bool = False,
+    cni: Iterable[str] = (),
 ):
     """Declare a check. A check says its inputs in its signature (kpdiag/state/typed.py): ``def f(new, rules:
     KubeProxyRules, config: Optional[KubeProxyConfig] = None)`` — a parameter typed T is a need, Optional[T] a use;
@@ -155,7 +157,9 @@ def check(
     ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
     ``preflight`` names the modes whose ``kpdiag node --preflight MODE`` runs it (one of that mode's prerequisites).
     ``any_host``: it runs even where the host does not look like a Kubernetes node (every other node check is skipped
-    there)."""
+    there). ``cni`` names the CNIs ("flannel", "calico" …) or routing models ("node-podcidr", "ipam-blocks" …) of
+    kpdiag/state/cni.py the check judges: on a node whose CNI is another, or is not recognised, it is skipped, saying
+    which CNI the node has."""
     if scope not in ("node", "cluster"):
         raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
     declared = tuple(Severity(x) for x in severities)
@@ -171,6 +175,11 @@ def check(
     can_preflight = [d.name for d in kube_proxy_modes() if d.preflight]
     if set(preflight) - set(can_preflight):
         raise ValueError(f"check {id}: preflight must be among {', '.join(can_preflight)}, not {preflight}")
+    cni = tuple(cni)
+    from .state.cni import known_cnis
+
+    if set(cni) - known_cnis():
+        raise ValueError(f"check {id}: cni must be among {', '.join(sorted(known_cnis()))}, not {cni}")
     if advice_for not in (None, "kube-proxy"):
         raise ValueError(f"check {id}: advice_for must be 'kube-proxy' or None, not {advice_for!r}")
     needs, uses = tuple(needs), tuple(uses)
@@ -212,6 +221,7 @@ def check(
             advice_for=advice_for,
             preflight=preflight,
             any_host=any_host,
+            cni=cni,
             params=params or (),
         )
         existing = _REGISTRY.get(id)
@@ -285,6 +295,8 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
                 if (not_in_charge or other_mode)
                 else [why for why in (broker.missing(ctx, spec.scope, need) for need in spec.needs) if why]
             )
+            if not missing and spec.cni:
+                missing = [why for why in (_other_cni(ctx, spec),) if why]
         except Exception as exc:
             runs.append(
                 CheckRun(spec.id, spec.slug, "error", f"internal error: its inputs: {exc.__class__.__name__}: {exc}")
@@ -326,6 +338,11 @@ def running_mode(ctx) -> str | None:
         return None if getattr(ctx, "preflight", None) else ctx.proxy_mode[0]
     except Exception:  # a fleet state, or a state that cannot tell
         return None
+
+
+def _other_cni(ctx, spec: CheckSpec) -> str | None:
+    """Why a check about some CNIs does not apply here: the node's CNI is another, or is not recognised."""
+    return ctx.cni.not_about(spec.cni)
 
 
 def _other_mode(ctx, spec: CheckSpec) -> str | None:

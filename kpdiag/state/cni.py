@@ -45,6 +45,7 @@ SHAPES = {
         Shape("flannel", "flannel (VXLAN)", NODE_PODCIDR, "vxlan", 8472, ("veth",), "cni0"),
         Shape("flannel", "flannel (WireGuard)", NODE_PODCIDR, "wireguard", 51820, ("veth",), "cni0"),
         Shape("flannel", "flannel (host-gw)", NODE_PODCIDR, None, None, ("veth",), "cni0"),
+        Shape("flannel", "flannel (backend not seen)", NODE_PODCIDR, None, None, ("veth",), "cni0"),
         Shape("canal", "Canal (flannel VXLAN, Calico policy)", NODE_PODCIDR, "vxlan", 8472, ("cali",)),
         Shape("kube-router", "kube-router", NODE_PODCIDR, None, None, ("veth",), "kube-bridge"),
         Shape("calico", "Calico (VXLAN)", IPAM_BLOCKS, "vxlan", 4789, ("cali",)),
@@ -171,6 +172,20 @@ class CniModel:
                     out.append((dst, f"{dst} via {r.get('gateway')} dev cilium_host"))
         return out
 
+    def judged_by(self, wanted: tuple[str, ...] | list[str]) -> bool:
+        """Whether a check about ``wanted`` (CNI names or routing models) judges this node."""
+        return self.shape is not None and (self.shape.cni in wanted or self.shape.routing in wanted)
+
+    def not_about(self, wanted) -> str | None:
+        """None when a check about ``wanted`` applies here; else the one-line reason it does not."""
+        if self.judged_by(wanted):
+            return None
+        about = ", ".join(wanted)
+        if self.shape is None:
+            seen = "; ".join(t for _, t in self.signs[:2]) or "no CNI interface, route protocol, process or DaemonSet"
+            return f"about {about}; the node's CNI is not recognised ({seen}), so kpdiag does not judge it"
+        return f"about {about}; this node's CNI is {self.label}"
+
     def summary(self) -> str:
         why = ", ".join(t for _, t in self.signs[:3])
         return f"CNI: {self.label}" + (f" ({why})" if why else "")
@@ -184,6 +199,11 @@ class CniModel:
             "signs": [{"source": s, "text": t} for s, t in self.signs],
             "others": list(self.others),
         }
+
+
+def known_cnis() -> set[str]:
+    """The names a check may declare in ``cni=``: every CNI and every routing model kpdiag knows."""
+    return {s.cni for s in SHAPES.values()} | {s.routing for s in SHAPES.values()}
 
 
 def _kind(link: dict) -> str | None:
@@ -287,13 +307,28 @@ def _by_interfaces(names: dict, rsigns: dict, add) -> Shape | None:
     return None
 
 
-def _by_name(cni: str, names: dict) -> Shape | None:
+def _by_name(cni: str, names: dict, host_gw: bool = False) -> Shape | None:
     """The shape of a CNI known by its process or DaemonSet, when its interfaces did not say which variant."""
-    if cni == "flannel":
-        return SHAPES["flannel (host-gw)"] if "cni0" in names else None  # host-gw: cni0 and routes via the nodes
+    if cni == "flannel":  # known by its agent or DaemonSet, no flannel.1: host-gw if its routes say so, else unseen
+        return SHAPES["flannel (host-gw)"] if host_gw else SHAPES["flannel (backend not seen)"]
     if cni == "calico":
         return SHAPES["Calico (BGP, no encapsulation)"]
     return next((s for s in SHAPES.values() if s.cni == cni), None)
+
+
+def _host_gw_routes(routes, names: dict) -> bool:
+    """Routes to other pod ranges via a gateway on the bridge's peer network (flannel host-gw's 'SUBNET via NODE'):
+    a unicast route with a gateway whose prefix is a /16–/28 and that is not the default route."""
+    if "cni0" not in names:
+        return False
+    return any(
+        isinstance(r, dict)
+        and r.get("gateway")
+        and r.get("dst") not in (None, "default")
+        and "/" in str(r.get("dst"))
+        and r.get("dev") not in ("cni0", "flannel.1")
+        for r in routes or ()
+    )
 
 
 def _component_cnis(components) -> list[tuple[str, str]]:
@@ -341,8 +376,9 @@ def recognise(links, routes, processes=None, bpf_maps=None, components=None, sou
     ]
     named += [(cni, text, "api") for cni, text in _component_cnis(components)]
     if shape is None:
+        gw = _host_gw_routes(routes, names)
         for cni, text, kind in named:
-            shape = _by_name(cni, names)
+            shape = _by_name(cni, names, gw)
             if shape is not None:
                 add(kind, text)
                 break

@@ -619,6 +619,69 @@ class NodePodCIDRs(Typed):
 
 
 @dataclass(frozen=True)
+class NodeObjects(Typed):
+    """Every Node object of ``cluster/nodes.json``, as the API wrote it (with or without a podCIDR), and how to read
+    the few fields the CNI checks compare: the name, the InternalIP, an annotation."""
+
+    INPUT: ClassVar[str] = str(sources.NODES)
+    source: str
+    objects: tuple[dict, ...]
+
+    @classmethod
+    def build(cls, ctx):
+        doc = ctx.source(sources.NODES)
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            return None
+        return cls(ctx.display(sources.NODES), tuple(i for i in doc["items"] if isinstance(i, dict)))
+
+    @staticmethod
+    def name(obj: dict) -> str:
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        return name if isinstance(name, str) else "?"
+
+    def named(self, name: str) -> dict | None:
+        return next((o for o in self.objects if self.name(o) == name), None)
+
+    @staticmethod
+    def annotation(obj: dict, key: str) -> str | None:
+        meta = obj.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        value = notes.get(key) if isinstance(notes, dict) else None
+        return value if isinstance(value, str) else None
+
+    @staticmethod
+    def internal_ip(obj: dict) -> str | None:
+        status = obj.get("status")
+        for a in (status.get("addresses") if isinstance(status, dict) else None) or []:
+            if isinstance(a, dict) and a.get("type") == "InternalIP" and isinstance(a.get("address"), str):
+                return a["address"]
+        return None
+
+    @staticmethod
+    def pod_cidrs(obj: dict) -> list[str]:
+        spec = obj.get("spec")
+        spec = spec if isinstance(spec, dict) else {}
+        raw = spec.get("podCIDRs") if isinstance(spec.get("podCIDRs"), list) else [spec.get("podCIDR")]
+        return [c for c in raw if isinstance(c, str) and c]
+
+
+@dataclass(frozen=True)
+class FlannelNodes(NodeObjects):
+    """The Nodes, for the checks of flannel's own record of each node (its ``flannel.alpha.coreos.com/*``
+    annotations: public-ip, backend-data with the VtepMAC); a Node List without them carries no fact for those."""
+
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#flannel.alpha.coreos.com/",)
+
+
+@dataclass(frozen=True)
+class CalicoNodes(NodeObjects):
+    """The Nodes, for the checks of Calico's record of each node (``projectcalico.org/IPv4Address``)."""
+
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#projectcalico.org/",)
+
+
+@dataclass(frozen=True)
 class Processes(Typed):
     """The node's processes kpdiag looked for (node/processes.txt: name → pid), as parsed."""
 

@@ -45,7 +45,9 @@ def test_canal_is_flannel_routing_with_calico_interfaces():
 
 
 def test_process_or_daemonset_names_the_cni_when_the_interfaces_do_not():
-    assert recognise([link("cni0", "bridge")], [], {"flanneld": "42"}).label == "flannel (host-gw)"
+    assert recognise([link("cni0", "bridge")], [], {"flanneld": "42"}).label == "flannel (backend not seen)"
+    host_gw = [{"dst": "10.244.2.0/24", "gateway": "192.168.1.12", "dev": "eth0"}]
+    assert recognise([link("cni0", "bridge")], host_gw, {"flanneld": "42"}).label == "flannel (host-gw)"
     comps = [{"kind": "DaemonSet", "namespace": "kube-system", "name": "kube-router", "containers": []}]
     model = recognise([link("eth0")], [], components=comps, sources={"api": "cluster/cni.json"})
     assert model.label == "kube-router" and model.signs[0][0] == "cluster/cni.json"
