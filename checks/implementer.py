@@ -6,7 +6,7 @@ from typing import Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
-from kpdiag.fixcmd import note
+from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag.state.typed import (
@@ -337,6 +337,54 @@ def leftovers(
             "kubectl -n kube-system get ds kube-proxy   # must not exist (NotFound): a kube-proxy that comes back rewrites them",
         ),
         evidence=evidence,
+        subject="node",
+        data=impl.data(),
+    )
+
+
+@check(
+    "KP712",
+    "two-service-dataplanes",
+    "Calico's eBPF dataplane and kube-proxy both translate Services on this node",
+    "error",
+    symptom="Service connections fail or reset now and then, more after every kube-proxy sync or Felix restart; "
+    "NodePorts and externalTrafficPolicy behave differently from node to node.",
+    why="""
+        Calico's eBPF dataplane implements Services itself (its bpfnatin/bpfnatout devices and cali_v4_nat_* maps)
+        and expects kube-proxy to be gone: its install guide disables the kube-proxy DaemonSet on the nodes. When
+        kube-proxy still runs beside it, both translate the same ClusterIPs: Felix removes kube-proxy's iptables rules
+        (BPFKubeProxyIptablesCleanupEnabled) and kube-proxy writes them back at its next sync, so packets meet one
+        translation or the other depending on the moment, and connections set up by one are broken by the other.
+        (Cilium beside kube-proxy, without its kube-proxy replacement, is a supported shape and is not judged here.)
+    """,
+    fix="Keep kube-proxy off the nodes that run Calico's eBPF dataplane: kubectl patch ds -n kube-system kube-proxy -p "
+    '\'{"spec":{"template":{"spec":{"nodeSelector":{"non-calico":"true"}}}}}\' (Calico\'s guide), then '
+    "let Felix clean up kube-proxy's rules.",
+)
+def two_service_dataplanes(
+    new,
+    addresses: Optional[Addresses] = None,
+    implementer: Optional[ServiceImplementer] = None,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+):
+    impl = _who(addresses, implementer, rules, nft)
+    if impl is None or impl.kube_proxy != "running" or "calico-ebpf" not in impl.present:
+        return
+    calico = impl.present["calico-ebpf"]
+    yield new(
+        "Calico's eBPF dataplane implements Services here and kube-proxy runs too: both translate the same "
+        "ClusterIPs, and Felix and kube-proxy keep undoing each other's rules",
+        fix=(
+            command(
+                "kubectl patch ds -n kube-system kube-proxy -p "
+                '\'{"spec":{"template":{"spec":{"nodeSelector":{"non-calico":"true"}}}}}\'   # no kube-proxy '
+                "on Calico eBPF nodes"
+            ),
+            command("kubectl get felixconfiguration default -o jsonpath='{.spec.bpfKubeProxyIptablesCleanupEnabled}'"),
+        ),
+        evidence=[Evidence(src, text) for src, text in list(calico)[:2]]
+        + [Evidence(src, text) for src, text in impl.evidence[:2]],
         subject="node",
         data=impl.data(),
     )

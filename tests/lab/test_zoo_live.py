@@ -22,6 +22,7 @@ CAUSES = {
     "flannel-vtep-mac-mismatch": "KP633",
     "calico-autodetect-docker0": "KP634",
     "calico-pool-overlaps-node-lan": "KP635",
+    "calico-ebpf-with-kube-proxy": "KP712",
 }
 
 
