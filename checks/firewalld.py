@@ -54,6 +54,29 @@ def _pod_side(addresses: Addresses) -> tuple[str, str, list] | None:
     return None
 
 
+OVERLAY_KINDS = ("vxlan", "geneve", "ipip", "wireguard")
+OVERLAY_NAMES = ("flannel", "vxlan", "tunl", "wireguard", "weave")
+
+
+def _overlay_in(addresses: Addresses, route_list: Routes, own: list) -> tuple[str, str, str] | None:
+    """(a pod on another node, a pod of this node, the overlay device) for traffic another node's pod sends to this
+    node's pods: it arrives on the overlay device and is forwarded to the pod bridge."""
+    kinds = {link["ifname"]: (link.get("linkinfo") or {}).get("info_kind") for link in links(addresses.links)}
+    for r in routes(route_list.routes):
+        dev, dst = str(r.get("dev") or ""), r.get("dst")
+        if not isinstance(dst, str) or dst == "default" or ":" in dst or dev not in kinds:
+            continue
+        if kinds[dev] not in OVERLAY_KINDS and not dev.startswith(OVERLAY_NAMES):
+            continue
+        try:
+            net = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        if net.num_addresses >= 4 and not any(net.overlaps(o) for o in own):
+            return str(net.network_address + 5), str(next(own[0].hosts()) + 9), dev
+    return None
+
+
 def _remote_pod(route_list: Routes, own: list) -> tuple[str, str] | None:
     """A pod address on another node: a route into a pod range that is not this node's (overlay or host-gw)."""
     for r in routes(route_list.routes):
@@ -86,7 +109,9 @@ def _remote_pod(route_list: Routes, own: list) -> tuple[str, str] | None:
         DNATed connections (ct status dnat: the traffic kube-proxy translated), then sends everything else through
         the zones of the incoming interface and ends in "reject with icmpx admin-prohibited". The CNI's interfaces
         (cni0, flannel.1, cali*, …) are in no zone, or in one that does not allow forwarding, so a pod's own
-        connections to pods on other nodes and to the outside world are rejected. An accept in iptables (kube-proxy's
+        connections to pods on other nodes and to the outside world are rejected — and so is what other nodes' pods
+        send to the pods here, which arrives on the overlay device (flannel.1, vxlan.calico, tunl0): trusting the pod
+        bridge alone lets pods send but not be reached from other nodes. An accept in iptables (kube-proxy's
         or the CNI's rules) does not bind another table: the packet must pass firewalld's table too.
     """,
     fix="Put the pod network in firewalld's trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<pod "
@@ -109,42 +134,52 @@ def firewalld_rejects(new, nft: Nft, addresses: Addresses, route_list: Routes):
 
     from .firewall import _drop
 
+    packets = [(Packet(src, dst, "tcp", 443, origin="pod", iif=bridge), what) for dst, what in targets]
+    inbound = _overlay_in(addresses, route_list, own)
+    if inbound is not None:  # another node's pod to a pod here: in on the overlay, forwarded to the pod bridge
+        far, near, dev = inbound
+        packets.append((Packet(far, near, "tcp", 443, iif=dev), "a pod on this node"))
     blocked, untraced = [], []
-    for dst, what in targets:
+    for packet, what in packets:
+        dst = packet.dst
         try:
-            hit = _drop(tracer.trace(Packet(src, dst, "tcp", 443, origin="pod", iif=bridge)).paths)
+            hit = _drop(tracer.trace(packet).paths)
         except Exception as exc:  # a match the tracer cannot evaluate: no blame without proof
             untraced.append(f"{dst}: {exc.__class__.__name__}")
             continue
         if hit:
-            blocked.append((dst, what, hit))
+            blocked.append((dst, what, hit, packet))
     if not blocked:
         if untraced:
             raise Skip(f"could not trace {'; '.join(untraced[:2])}")
         return
-    dst, what, (share, step) = blocked[0]
+    dst, what, (share, step), first = blocked[0]
     verdict = "rejects" if "reject" in step.text else "drops"
     cidr = str(own[0].supernet(new_prefix=16)) if own[0].prefixlen > 16 else str(own[0])
+    flows = ", ".join(f"{b[3].src} on {b[3].iif} → {b[1]} {b[0]}" for b in blocked)
+    devs = "--zone=trusted " + " ".join(
+        f"--add-interface={d}" for d in dict.fromkeys([bridge] + [b[3].iif for b in blocked])
+    )
     yield new(
-        f"firewalld {verdict} pod traffic the node forwards: {src} on {bridge} → {', '.join(b[1] + ' ' + b[0] for b in blocked)} "
-        f"ends in {step.table} {step.chain}: {step.text[:100]}",
+        f"firewalld {verdict} pod traffic the node forwards: {flows} ends in {step.table} {step.chain}: "
+        f"{step.text[:100]}",
         fix=(
             command(
-                f"firewall-cmd --permanent --zone=trusted --add-source={cidr} && firewall-cmd --permanent "
-                f"--zone=trusted --add-interface={bridge} && firewall-cmd --reload   # the pod network is trusted"
+                f"firewall-cmd --permanent --zone=trusted --add-source={cidr} && firewall-cmd --permanent {devs} "
+                "&& firewall-cmd --reload   # the pod network and its interfaces are trusted"
             ),
-            note("add the overlay device too (flannel.1, vxlan.calico, tunl0 …) and check that masquerading stays on"),
+            note("check that masquerading stays on for traffic leaving the cluster"),
             note(
                 "or stop firewalld on the nodes (systemctl disable --now firewalld), as most distributions advise for Kubernetes"
             ),
-            command(f"kpdiag trace --bundle <bundle> --src {src} --dst {dst} --dport 443   # where it ends"),
+            command(f"kpdiag trace --bundle <bundle> --src {first.src} --dst {dst} --dport 443   # where it ends"),
         ),
         evidence=[Evidence(nft.source, f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}")]
         + [Evidence(addresses.source, f"{bridge}: {', '.join(map(str, own))} (the pods' bridge)")]
         + [
             Evidence(
                 route_list.source,
-                f"traced: TCP {src} → {b[0]}:443, {b[1]}: {b[2][0] * 100:.0f}% of paths end there",
+                f"traced: TCP {b[3].src} (in on {b[3].iif}) → {b[0]}:443, {b[1]}: {b[2][0] * 100:.0f}% of paths end there",
             )
             for b in blocked[:2]
         ],
@@ -152,7 +187,7 @@ def firewalld_rejects(new, nft: Nft, addresses: Addresses, route_list: Routes):
         data={
             "tables": [f"{f} {n}" for f, n in tables],
             "rule": step.text,
-            "blocked": [{"dst": b[0], "what": b[1]} for b in blocked],
+            "blocked": [{"src": b[3].src, "iif": b[3].iif, "dst": b[0], "what": b[1]} for b in blocked],
             "pod_bridge": bridge,
         },
     )

@@ -150,6 +150,37 @@ def test_firewalld_table_rejects_forwarded_pod_traffic(lab):
     assert rejected == "EHOSTUNREACH" and trusted == "timeout", (rejected, trusted)  # no node-b behind flannel.1 here
 
 
+def test_firewalld_rejects_other_nodes_pods_arriving_on_the_overlay_unless_it_is_trusted(lab):
+    """KP523's inbound claim: with only cni0 trusted (fixtures/firewalld-pods-trusted), a connection from a pod on
+    another node, arriving on the overlay device, is rejected with admin-prohibited; with flannel.1 trusted too
+    (firewalld-overlay-trusted) it reaches the pod. The other node is a namespace behind a veth the node calls
+    flannel.1 (firewalld matches the interface name; a VXLAN peer would add nothing to what is judged)."""
+    from fixtures.make_fixtures import _ZONES, _ZONES_ALL_TRUSTED, _ZONES_TRUSTED, FIREWALLD
+
+    k = KubeNodeLab.build(lab, pod_count=1)
+    lab.route("node", "default", "via", k.client_ip)
+    lab.add_ns("remote")
+    lab.veth("remote", "eth0", "node", "flannel.1")
+    lab.addr("remote", "eth0", "10.244.2.5/32")
+    lab.addr("node", "flannel.1", "10.244.1.0/32")  # as flannel numbers its VTEP
+    lab.route("remote", "10.244.1.0/24", "via", "10.244.1.0", "dev", "eth0", "onlink")
+    lab.route("node", "10.244.2.0/24", "via", "10.244.2.5", "dev", "flannel.1", "onlink")
+    lab.background("pod0", [sys.executable, "-m", "http.server", "8080", "--bind", "0.0.0.0"], subprocess.DEVNULL)
+    lab.sh("pod0", [sys.executable, "-c", "import time; time.sleep(0.5)"])
+    connect = (
+        "import errno, socket\ns = socket.socket(); s.settimeout(2)\n"
+        "try:\n    s.connect(('10.244.1.10', 8080)); print('connected')\n"
+        "except socket.timeout:\n    print('timeout')\n"
+        "except OSError as e:\n    print(errno.errorcode.get(e.errno, e.errno))\n"
+    )
+    seen = {}
+    for name, zones in (("bridge-trusted", _ZONES_TRUSTED), ("all-trusted", _ZONES_ALL_TRUSTED)):
+        lab.sh("node", ["nft", "-f", "-"], input=FIREWALLD.replace(_ZONES, zones))
+        seen[name] = lab.sh("remote", [sys.executable, "-c", connect]).stdout.strip()
+        lab.sh("node", ["nft", "delete", "table", "inet", "firewalld"])
+    assert seen == {"bridge-trusted": "EHOSTUNREACH", "all-trusted": "connected"}, seen
+
+
 def test_hardened_host_firewall_drops_vxlan_from_another_node(lab):
     """KP521's claim: the host firewall of fixtures/overlay-port-blocked drops UDP 8472 arriving from another node
     before anything after it sees the packet; with 'udp dport 8472 accept' the packet gets through."""
