@@ -11,7 +11,16 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, CalicoNodes, Cni, FlannelNodes, Manifest, NodeObjects, Routes
+from kpdiag.state.typed import (
+    Addresses,
+    CalicoNodes,
+    Cni,
+    FlannelNodes,
+    KubeProxyRules,
+    Manifest,
+    NodeObjects,
+    Routes,
+)
 
 from .shapes import links
 
@@ -378,4 +387,67 @@ def pod_range_overlaps_node_network(new, cni_model: Cni, addresses: Addresses, r
         evidence=[ev, Evidence(addresses.source, f"{ifname}: inet {addr}")],
         subject=ifname,
         data={"pod_range": str(rng), "node_network": str(addr.network), "interface": ifname},
+    )
+
+
+@check(
+    "KP636",
+    "calico-endpoint-to-host-drop",
+    "Calico drops what pods send to their own node (DefaultEndpointToHostAction Drop)",
+    "error",
+    cni=("calico",),
+    symptom="Pods cannot reach a Service whose endpoint runs with hostNetwork on their own node (an ingress "
+    "controller, a node agent), or NodeLocal DNSCache: timeouts from pods on that node only, while other nodes' "
+    "pods get through.",
+    why="""
+        Felix sends everything a pod addresses to its own node through cali-wl-to-host, which ends with the
+        DefaultEndpointToHostAction of the FelixConfiguration: Accept by default, Drop or Return where a hardening
+        guide set it. With Drop, only what a host endpoint policy allows reaches the node from its pods. kube-proxy
+        DNATs a Service to a hostNetwork endpoint on this node to the node's own address, so a pod here connecting to
+        that Service is dropped before it gets there (pods on other nodes arrive from outside and are not affected);
+        the same holds for NodeLocal DNSCache's address on the node.
+    """,
+    fix="Set the FelixConfiguration's defaultEndpointToHostAction back to Accept, or allow the ports those "
+    "Services use with a host endpoint policy (Calico GlobalNetworkPolicy applyOnForward/preDNAT rules for the "
+    "node's host endpoints).",
+)
+def calico_endpoint_to_host_drop(new, rules: KubeProxyRules, addresses: Addresses):
+    chain = rules.ruleset.chain("filter", "cali-wl-to-host")
+    if chain is None or not chain.rules:
+        raise Skip("Calico's cali-wl-to-host chain is not in the iptables rules (eBPF or nftables dataplane)")
+    last = chain.rules[-1]
+    if "DefaultEndpointToHostAction" not in last.text or last.target not in ("DROP", "REJECT"):
+        return
+    mine = {str(a.ip): ifname for ifname, a in _addresses(addresses)}
+    hurt = [
+        (svc, ep) for svc, port in rules.programmed.items() for ep in port.endpoints if ep.rsplit(":", 1)[0] in mine
+    ]
+    cache = [(ip, ifname) for ip, ifname in mine.items() if ifname == "nodelocaldns"]
+    if not hurt and not cache:
+        return  # a deliberate hardening: nothing of the cluster is served on the node's own addresses
+    what = [f"{svc} (endpoint {ep}: this node)" for svc, ep in hurt[:3]] + [
+        f"NodeLocal DNSCache ({ip})" for ip, _ in cache
+    ]
+    yield new(
+        f"Calico drops what pods send to this node (DefaultEndpointToHostAction Drop), and {', '.join(what)} "
+        "is served on the node's own address: pods on this node cannot reach it",
+        fix=(
+            command(
+                "kubectl patch felixconfiguration default --type merge -p "
+                '\'{"spec":{"defaultEndpointToHostAction":"Accept"}}\''
+            ),
+            note("or keep Drop and allow those ports from the pods with a host endpoint policy"),
+        ),
+        evidence=[Evidence(rules.ruleset.source, last.text, last.lineno)]
+        + [Evidence(rules.ruleset.source, f"{svc}: DNAT to {ep}") for svc, ep in hurt[:2]]
+        + [
+            Evidence(addresses.source, f"{mine[ep.rsplit(':', 1)[0]]}: inet {ep.rsplit(':', 1)[0]}")
+            for _, ep in hurt[:1]
+        ],
+        subject=hurt[0][0] if hurt else "node",
+        data={
+            "services": [svc for svc, _ in hurt],
+            "node_local_dns": [ip for ip, _ in cache],
+            **({"service": hurt[0][0].split(":")[0]} if hurt else {}),
+        },
     )

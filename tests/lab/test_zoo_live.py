@@ -5,6 +5,9 @@ cause first on a broken one. What a finding claims of the kernel is checked on t
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from fixtures import zoo
@@ -23,6 +26,7 @@ CAUSES = {
     "calico-autodetect-docker0": "KP634",
     "calico-pool-overlaps-node-lan": "KP635",
     "calico-ebpf-with-kube-proxy": "KP712",
+    "calico-endpoint-to-host-drop": "KP636",
 }
 
 
@@ -62,3 +66,26 @@ def test_a_cni_bridge_with_another_address_routes_the_new_podcidr_nowhere_on_the
     zoo.record_into(lab, "flannel-cni0-stale-address", str(tmp_path / "b"))
     got = lab.sh("node", ["ip", "-o", "route", "get", "10.244.1.10"]).stdout
     assert "cni0" not in got, got
+
+
+CONNECT_INGRESS = (  # refused: the listener is not up yet, try again; a drop times out
+    "import socket, time\n"
+    "for _ in range(20):\n"
+    "    s = socket.socket(); s.settimeout(2)\n"
+    "    try:\n        s.connect(('10.96.0.30', 443)); print('connected'); break\n"
+    "    except ConnectionRefusedError:\n        time.sleep(0.25)\n"
+    "    except OSError as e:\n        print('failed', e); break\n"
+    "else:\n    print('refused')\n"
+)
+
+
+@pytest.mark.parametrize("name,want", [("zoo-calico-ipip", "connected"), ("calico-endpoint-to-host-drop", "failed")])
+def test_calico_endpoint_to_host_action_decides_whether_a_pod_reaches_a_host_network_endpoint(
+    lab, tmp_path, name, want
+):
+    """KP636's claim on the kernel: through kube-proxy's DNAT to the node's own address (a hostNetwork endpoint),
+    a pod here connects when cali-wl-to-host ends in ACCEPT and is dropped when it ends in DROP."""
+    zoo.record_into(lab, name, str(tmp_path / name))
+    lab.background("node", [sys.executable, "-m", "http.server", "8443", "--bind", "0.0.0.0"], subprocess.DEVNULL)
+    got = lab.sh("pod0", [sys.executable, "-c", CONNECT_INGRESS]).stdout.strip()
+    assert got.startswith(want), got
