@@ -24,6 +24,8 @@ SYSCTL_PREFIXES = (
     "net.ipv6.conf.all.forwarding",
     "net.netfilter.nf_conntrack_tcp_be_liberal",
     "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_local_reserved_ports",
 )
 # per interface too: rp_filter's effective value is max(all, interface); ignore_routes_with_linkdown's all OR interface
 SYSCTL_SUFFIXES = (".rp_filter", ".ignore_routes_with_linkdown")
