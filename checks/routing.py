@@ -4,10 +4,12 @@ CIDR, and whether this node can route to each endpoint."""
 from __future__ import annotations
 
 import ipaddress
+import re
+import shlex
 from typing import Optional
 
 from kpdiag.checkapi import Skip, check
-from kpdiag.fixcmd import note
+from kpdiag.fixcmd import command, note, persist_sysctls
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.state.typed import (
@@ -345,3 +347,142 @@ def no_route(
             evidence=[Evidence(routes.source, f"{e.ip}: {r.type} {r.dst or ''}".strip()) for e, r in bad[:3]],
             subject=svc.key,
         )
+
+
+def _endpoints(
+    services: Services | None, rules: KubeProxyRules | None, proxy: ProxyMode | None, nft: Nft | None, ipvs: Ipvs | None
+) -> list | None:
+    """(endpoint IP, the Service it backs, evidence) for every endpoint: the API's ready ones, else what kube-proxy
+    programmed in the mode it runs (nftables DNAT targets, IPVS real servers, iptables DNAT targets); None: none of
+    them known."""
+    out: list[tuple[str, str, Evidence]] = []
+    if services is not None:
+        for svc in services.every:
+            for ip in sorted({e.ip for e in svc.endpoints if e.ready and e.ip}):
+                out.append((ip, svc.key, services.evidence(svc, f"endpoint {ip} (ready)")))
+        return out
+    dp = proxy.dataplane if proxy is not None else None
+    ruleset = nft.ruleset() if dp is not None and dp.services_in_nft and nft is not None else None
+    if ruleset is not None:
+        from kpdiag.state.kube_nft import programmed_nft
+
+        for sp in (programmed_nft(ruleset) or {}).values():
+            name = sp.comment or sp.chain or "a Service"
+            for target in sp.endpoints:
+                out.append(
+                    (target.rpartition(":")[0].strip("[]"), name, Evidence(nft.source, f"{name}: dnat to {target}"))
+                )
+        return out
+    if dp is not None and dp.services_in_ipvs:
+        if ipvs is None:
+            return None
+        for vs in ipvs.services.values():
+            for r in vs.reals:
+                if r.weight > 0:
+                    out.append((r.addr, vs.name, Evidence(ipvs.source, f"-a {vs.name} -r {r.target}", r.line or None)))
+        return out
+    if rules is None:
+        return None
+    for port in rules.programmed.values():
+        for target in port.endpoints:
+            ip = target.rpartition(":")[0].strip("[]")
+            out.append((ip, port.name, Evidence(rules.ruleset.source, f"{port.name} DNAT to {target}")))
+    return out
+
+
+def _sysctl_key(family: int, dev: str) -> str:
+    return f"net.ipv{family}.conf.{dev.replace('.', '/')}.ignore_routes_with_linkdown"
+
+
+@check(
+    "KP614",
+    "route-into-down-link",
+    "Endpoints are routed into an interface without carrier",
+    "error",
+    explains=("KP112",),
+    symptom="Connections to some endpoints fail with 'No route to host' after about 3 s (the client of a Service, the "
+    "node itself), while the same addresses answer from other machines; often an external database or API behind a "
+    "selectorless Service, in 172.17.0.0/16.",
+    why="""
+        A route to a device that is up but has no carrier (ip addr: NO-CARRIER, state DOWN; ip route: linkdown) stays
+        in the table, and the kernel keeps choosing it: net.ipv4.conf.{all,DEV}.ignore_routes_with_linkdown is 0 by
+        default. Docker's docker0 is the common case: its 172.17.0.0/16 route remains when its last container has
+        gone, and it is more specific than the route to the real network of that range (a company network, a VPC, a
+        peered database). Packets to an endpoint there go into docker0 and nowhere: the next hop is never resolved
+        and after about 3 s the kernel answers ICMP host unreachable (the node's own connections: EHOSTUNREACH).
+        A veth whose peer is down (a CNI or VPN interface left behind) does the same.
+    """,
+    fix="Stop the kernel choosing the dead route (ignore_routes_with_linkdown = 1 for that interface), and move the "
+    'interface off the real network (Docker: its "bip" and default-address-pools) or remove it.',
+)
+def route_into_down_link(
+    new,
+    routes: Routes,
+    services: Optional[Services] = None,
+    rules: Optional[KubeProxyRules] = None,
+    proxy: Optional[ProxyMode] = None,
+    addresses: Optional[Addresses] = None,
+    nft: Optional[Nft] = None,
+    ipvs: Optional[Ipvs] = None,
+):
+    routing = routes.routing
+    if not routing.has_routes:
+        raise Skip("no routes known for this node")
+    endpoints = _endpoints(services, rules, proxy, nft, ipvs)
+    if endpoints is None:
+        raise Skip("no endpoints known: neither the API's EndpointSlices nor kube-proxy's rules were read")
+    captured: dict[tuple, dict[str, Evidence]] = {}
+    for ip, svc, ev in endpoints:
+        try:
+            addr, family = parse_ip(ip)
+        except ValueError:
+            continue
+        route = routing.lookup(addr, family)
+        if route is not None and route.linkdown:
+            captured.setdefault((svc, route.dst, route.dev, route.linkdown, family), {}).setdefault(ip, ev)
+    for (svc, dst, dev, link, family), ips in sorted(captured.items()):
+        yield _down_link_finding(new, routes, addresses, svc, (dst, dev, link, family), ips)
+
+
+def _down_link_finding(new, routes, addresses, svc, down, ips: dict):
+    dst, dev, link, family = down
+    first = sorted(ips)[0]
+    behind = routes.routing.without_linkdown(parse_ip(first)[0], family)
+    instead = f"{behind.dst}{' via ' + behind.gateway if behind.gateway else ''} dev {behind.dev}" if behind else None
+    key = _sysctl_key(family, dev)
+    listed = sorted(ips)
+    ip_cmd = "ip -6" if family == 6 else "ip"
+    return new(
+        f"{svc}: endpoint{'s' if len(ips) > 1 else ''} {', '.join(listed[:5])}{' …' if len(ips) > 5 else ''} "
+        f"{'are' if len(ips) > 1 else 'is'} routed into {dev}, which has no carrier (route {dst} dev {dev} linkdown): "
+        "connections there fail with 'No route to host'"
+        + (f" — without that route they would leave by {instead}" if instead else ""),
+        fix=(
+            command(
+                f"sudo sysctl -w {shlex.quote(key + '=1')}   # the kernel passes over {dev}'s routes while it has no carrier"
+            ),
+            command(persist_sysctls({key: 1}, "ignore-linkdown-" + re.sub(r"[^A-Za-z0-9_.-]", "_", dev))),
+            note(
+                'move Docker\'s bridge off that network: "bip" (and "default-address-pools") in /etc/docker/daemon.json, '
+                "then restart Docker — or remove Docker where the node does not need it"
+                if dev == "docker0"
+                else f"remove {dev} or give it an address range no real network uses (whatever created it: a CNI, a VPN, Docker)"
+            ),
+            command(f"{ip_cmd} route get {shlex.quote(first)}   # now {instead or 'another route'}"),
+        ),
+        evidence=[
+            Evidence(routes.source, f"{dst} dev {dev} linkdown"),
+            *([Evidence(addresses.source, link)] if addresses is not None else []),
+            *(ips[ip] for ip in listed[:3]),
+            *([Evidence(routes.source, f"shadowed: {instead}")] if instead else []),
+        ],
+        subject=svc,
+        data={
+            "service": svc,
+            "route": {"dst": dst, "dev": dev},
+            "link": link,
+            "endpoints": listed,
+            "shadowed": {"dst": behind.dst, "dev": behind.dev, "gateway": behind.gateway} if behind else None,
+            "sysctl": key,
+        },
+    )

@@ -1,4 +1,4 @@
-"""Kernel settings kube-proxy depends on: forwarding, bridge netfilter, route_localnet."""
+"""Kernel settings kube-proxy depends on: forwarding, bridge netfilter, route_localnet, the ephemeral ports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, KubeProxyConfig, KubeProxyRules, Modules, ProxyMode, Sysctls
+from kpdiag.state.typed import (
+    Addresses,
+    KubeProxyConfig,
+    KubeProxyRules,
+    LocalPorts,
+    Modules,
+    Pods,
+    ProxyMode,
+    Sysctls,
+)
 
 
 @check(
@@ -176,3 +185,93 @@ def route_localnet(
         subject="node",
         data=sysctls.data({"net.ipv4.conf.all.route_localnet": 1}),
     )
+
+
+NODEPORT_DEFAULT = (30000, 32767)  # kube-apiserver's --service-node-port-range when it is not given
+
+
+def nodeport_range(pods: Pods | None) -> tuple:
+    """(the NodePort range, how it is known, evidence or None): kube-apiserver's --service-node-port-range in its pod (a
+    kubeadm static pod), else Kubernetes' default, said."""
+    for pod in (pods.items if pods is not None else None) or []:
+        for c in ((pod.get("spec") or {}).get("containers") or []) if isinstance(pod, dict) else []:
+            for arg in (list(c.get("command") or []) + list(c.get("args") or [])) if isinstance(c, dict) else []:
+                if isinstance(arg, str) and arg.startswith("--service-node-port-range="):
+                    low, _, high = arg.split("=", 1)[1].partition("-")
+                    try:
+                        return (int(low), int(high or low)), f"kube-apiserver's {arg}", pods.evidence(arg)
+                    except ValueError:
+                        continue
+    why = "kube-apiserver's flag was not seen" if pods is not None else "the API's pods were not read"
+    return NODEPORT_DEFAULT, f"Kubernetes' default: {why}", None
+
+
+def _uncovered(low: int, high: int, reserved: list[tuple[int, int]]) -> int:
+    """How many ports of low..high no reserved range holds."""
+    return sum(1 for port in range(low, high + 1) if not any(a <= port <= b for a, b in reserved))
+
+
+@check(
+    "KP511",
+    "local-ports-overlap-nodeports",
+    "The node's ephemeral ports overlap the NodePort range",
+    "warning",
+    symptom="Now and then a connection the node itself opens (kubelet, a hostNetwork pod, an agent) to another machine "
+    "hangs, or a NodePort is reported busy, on nodes whose ephemeral port range was widened.",
+    why="""
+        The kernel gives the node's own outgoing connections a source port from net.ipv4.ip_local_port_range, skipping
+        only net.ipv4.ip_local_reserved_ports. When that range overlaps the NodePort range (kube-apiserver
+        --service-node-port-range, 30000-32767 by default) a connection can leave from a port that is a NodePort.
+        In iptables and nftables mode conntrack keeps its replies apart from NodePort traffic (verified in the lab),
+        but IPVS mode has a virtual server for every NodePort on every node address, and IPVS schedules a SYN+ACK that
+        arrives for one, so the reply never reaches the connection; kube-proxy versions that hold NodePort sockets
+        cannot open a port a connection holds ("can't open nodePort … address already in use") and skip it; and a
+        program listening on a port the kernel picks can take a NodePort. The kernel's default range (32768-60999)
+        does not overlap; a tuned one ("1024 65535") does.
+    """,
+    fix="Reserve the NodePort range (net.ipv4.ip_local_reserved_ports), or move ip_local_port_range off it.",
+)
+def local_ports_overlap_nodeports(new, ports: LocalPorts, pods: Optional[Pods] = None):
+    try:
+        local = ports.local_range()
+        reserved = ports.reserved_ports()
+    except ValueError:
+        texts = "; ".join(v.text for v in (ports.range, ports.reserved) if v is not None)
+        raise Skip(f"net.ipv4.ip_local_port_range / ip_local_reserved_ports do not read as ports: {texts}") from None
+    if local is None:
+        raise Skip("net.ipv4.ip_local_port_range is not in the collected sysctls")
+    (nlo, nhi), how, flag = nodeport_range(pods)
+    low, high = max(local[0], nlo), min(local[1], nhi)
+    if low > high:
+        return
+    left = _uncovered(low, high, reserved)
+    if not left:
+        return
+    merged = ",".join([f"{a}-{b}" if a != b else str(a) for a, b in reserved] + [f"{nlo}-{nhi}"])
+    key = "net.ipv4.ip_local_reserved_ports"
+    yield new(
+        f"net.ipv4.ip_local_port_range {local[0]}-{local[1]} overlaps the NodePort range {nlo}-{nhi} ({how}) and "
+        f"{key} leaves {left} of those ports free: the node's own connections can take a NodePort as source port",
+        fix=(
+            set_sysctls({key: merged}) + "   # the kernel stops picking NodePorts as source ports",
+            persist_sysctls({key: merged}, "reserved-ports")
+            + "   # keep it across reboots (kpdiag's own drop-in file)",
+            f"or move the ephemeral range off the NodePort range: sysctl -w net.ipv4.ip_local_port_range='{nhi + 1} 60999'",
+        ),
+        evidence=[e for e in (ports_evidence(ports.range), ports_evidence(ports.reserved), flag) if e],
+        subject="node",
+        data={
+            "local_port_range": list(local),
+            "reserved": [list(r) for r in reserved],
+            "nodeport_range": [nlo, nhi],
+            "nodeport_range_from": how,
+            "overlap": [low, high],
+            "unreserved": left,
+        },
+    )
+
+
+def ports_evidence(value):
+    from kpdiag.model import Evidence
+
+    return None if value is None else Evidence(value.source, value.text, value.line)

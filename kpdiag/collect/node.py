@@ -1343,6 +1343,9 @@ _IFF_FLAGS = (
     (0x1000, "MULTICAST"),
     (0x10000, "LOWER_UP"),
 )
+_IFF_UP, _IFF_RUNNING = 0x1, 0x40
+# a route's nexthop flags (rtm_flags), as ``ip -j route`` names them
+_RTNH_FLAGS = ((0x1, "dead"), (0x2, "pervasive"), (0x4, "onlink"), (0x8, "offload"), (0x10, "linkdown"))
 
 
 def _pyroute2_dump(ipr) -> tuple[list, list]:
@@ -1367,7 +1370,10 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
             entry["master_index"] = master
         if kind:
             entry["linkinfo"] = {"info_kind": kind}
-        entry["flags"] = [n for bit, n in _IFF_FLAGS if link["flags"] & bit]
+        flags = link["flags"]
+        # as ip shows it: an interface that is up without carrier (not running) is NO-CARRIER, first
+        no_carrier = ["NO-CARRIER"] if flags & _IFF_UP and not flags & _IFF_RUNNING else []
+        entry["flags"] = no_carrier + [n for bit, n in _IFF_FLAGS if flags & bit]
         if kind in ("vxlan", "geneve"):  # the overlay's UDP port, as ip -d -j shows it (info_data.port)
             data = info.get_attr("IFLA_INFO_DATA")
             port = (
@@ -1422,6 +1428,9 @@ def _pyroute2_dump(ipr) -> tuple[list, list]:
             src = r.get_attr("RTA_PREFSRC")
             if src:
                 item["prefsrc"] = src
+            nh_flags = [n for bit, n in _RTNH_FLAGS if r["flags"] & bit]
+            if nh_flags:  # linkdown: its device has no carrier; dead: never used
+                item["flags"] = nh_flags
             routes.append(item)
     return list(out_links.values()), routes
 

@@ -42,7 +42,7 @@ def route_text(route: dict | None) -> str | None:
     if route.get("gateway"):
         bits.append(f"via {route['gateway']}")
     if route.get("dev"):
-        bits.append(f"dev {route['dev']}")
+        bits.append(f"dev {route['dev']}" + (" (no carrier)" if route.get("linkdown") else ""))
     where = [str(route["prefix"])] if route.get("prefix") else []
     if route.get("table") and route["table"] != "main":
         where.append(f"table {route['table']}")

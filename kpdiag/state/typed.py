@@ -74,6 +74,40 @@ class Sysctls(Typed):
 
 
 @dataclass(frozen=True)
+class LocalPorts(Typed):
+    """The node's ephemeral ports: net.ipv4.ip_local_port_range (the source ports the kernel picks for the node's own
+    connections) and net.ipv4.ip_local_reserved_ports (ports it never picks), with their lines for evidence."""
+
+    INPUT: ClassVar[str] = "sysctl"
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.SYSCTL}#net.ipv4.ip_local_port_range",)
+    range: object  # kpdiag.parse.node.Value of ip_local_port_range, or None
+    reserved: object  # kpdiag.parse.node.Value of ip_local_reserved_ports, or None
+
+    @classmethod
+    def build(cls, ctx):
+        parsed = ctx.sysctl
+        if parsed is None:
+            return None
+        return cls(parsed.get("net.ipv4.ip_local_port_range"), parsed.get("net.ipv4.ip_local_reserved_ports"))
+
+    def local_range(self) -> tuple[int, int] | None:
+        """ip_local_port_range as (low, high); None when it was not collected. ValueError when it is not two ports."""
+        if self.range is None:
+            return None
+        low, high = (int(x) for x in self.range.value.split())
+        return low, high
+
+    def reserved_ports(self) -> list[tuple[int, int]]:
+        """ip_local_reserved_ports ("30000-32767,10250") as [(low, high)]; [] when empty or not collected."""
+        text = self.reserved.value.strip() if self.reserved is not None else ""
+        out = []
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            low, _, high = part.partition("-")
+            out.append((int(low), int(high or low)))
+        return out
+
+
+@dataclass(frozen=True)
 class Addresses(Typed):
     """The node's interfaces and their addresses (``ip -j addr``), as ip prints them."""
 

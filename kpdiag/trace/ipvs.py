@@ -177,6 +177,5 @@ class IpvsTracer(IptablesTracer):
             if self.vs_conntrack is False and self._untracked_reply(b, r, finished):
                 continue
             for b2 in self._hook("POSTROUTING", [b], finished):
-                b2.hook = "delivered:forward"
-                finished.append(b2)
+                self._leave(b2, finished)
         return []

@@ -6,6 +6,12 @@ policy-routing rules are known (``ip -j rule``) and it has rules of its own, the
 each rule whose selectors match looks up its table (or blackholes, rejects) and the first route found wins. A
 selector kpdiag cannot evaluate for the packet (a uid range, a mark the trace does not know) makes the answer
 uncertain, named, never silently ignored.
+
+A route whose device has no carrier (``ip addr``: NO-CARRIER, state DOWN; ``ip route``: linkdown) is still chosen by
+the kernel unless net.ipv4.conf.{all,DEV}.ignore_routes_with_linkdown is 1 (then the lookup goes on to the next,
+shorter route); chosen, it transmits nothing (the device's queue drops every packet): neighbour resolution fails and
+the kernel answers ICMP host unreachable after about 3 s (verified in tests/lab/test_linkdown_oracle.py). A route
+flagged ``dead`` is never used.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ class Route:
     table: str = "main"
     rule: str | None = None  # the policy-routing rule that chose this route, when it is not the plain main lookup
     uncertain: str | None = None  # why this might not be the route the kernel takes (rules kpdiag could not evaluate)
+    linkdown: str | None = None  # its device has no carrier: how the node shows it ("docker0: NO-CARRIER, state DOWN")
 
 
 @dataclass
@@ -43,6 +50,9 @@ class RoutingTable:
     tables: dict[str, list[tuple[Prefix, Route]]] = field(default_factory=dict)
     # the policy-routing rules (kpdiag.parse.node.IpRule), both families, by priority; None: not known
     rules: list | None = None
+    # net.ipv{4,6}.conf.<all|dev>.ignore_routes_with_linkdown (by family, by interface); None: not known (the kernel's
+    # default, 0: routes of a device without carrier are still used)
+    ignore_linkdown: dict[int, dict[str, bool]] | None = None
 
     @classmethod
     def from_local_ips(cls, ips) -> "RoutingTable":
@@ -104,12 +114,28 @@ class RoutingTable:
             return self._in_table(self.routes, addr, version) or Route("unreachable", dst=NO_ROUTE)
         return self._policy_lookup(rules, addr, version, src, iif, mark, proto, sport, dport)
 
-    @staticmethod
-    def _in_table(routes, addr: int, version: int, suppress: int | None = None) -> Route | None:
+    def ignores_linkdown(self, dev: str | None, version: int) -> bool:
+        """Whether the kernel skips routes of ``dev`` while it has no carrier: ignore_routes_with_linkdown is 1 for
+        "all" or for that device (unknown: the kernel's default 0)."""
+        known = (self.ignore_linkdown or {}).get(version) or {}
+        return bool(known.get("all") or (dev is not None and known.get(dev)))
+
+    def without_linkdown(self, addr: int, version: int = 4) -> Route | None:
+        """The main-table route the kernel would take if every route of a device without carrier were passed over
+        (what ignore_routes_with_linkdown = 1 gives): the route a linkdown route shadows (None: none)."""
+        for prefix, route in self.routes:
+            if prefix.contains(addr, version) and not route.linkdown:
+                return route
+        return None
+
+    def _in_table(self, routes, addr: int, version: int, suppress: int | None = None) -> Route | None:
         """Longest-prefix match; with ``suppress`` (a rule's suppress_prefixlength) a match of that prefix length or
-        shorter counts as no route, and the walk goes on to the next rule — as the kernel does."""
+        shorter counts as no route, and the walk goes on to the next rule — as the kernel does. A route of a device
+        without carrier is passed over when ignore_routes_with_linkdown says so (the next, shorter one is taken)."""
         for prefix, route in routes:
             if prefix.contains(addr, version):
+                if route.linkdown and self.ignores_linkdown(route.dev, version):
+                    continue
                 if suppress is not None and bin(prefix.mask).count("1") <= suppress:
                     return None
                 return route
@@ -317,19 +343,50 @@ def forwarding_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
     return out if out[4] or out[6] else None
 
 
+def ignore_linkdown_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
+    """net.ipv{4,6}.conf.X.ignore_routes_with_linkdown by family and interface X; None when it says nothing of them."""
+    if not sysctl:
+        return None
+    out: dict[int, dict[str, bool]] = {4: {}, 6: {}}
+    for key, value in sysctl.items():
+        for ver in (4, 6):
+            prefix = f"net.ipv{ver}.conf."
+            if key.startswith(prefix) and key.endswith(".ignore_routes_with_linkdown"):
+                name = key[len(prefix) : -len(".ignore_routes_with_linkdown")]
+                out[ver][name] = str(getattr(value, "value", value)).strip() == "1"
+    return out if out[4] or out[6] else None
+
+
+def link_without_carrier(link: dict) -> str | None:
+    """How ``ip -j addr`` shows that an interface is up but has no carrier (a bridge whose last port left, a veth
+    whose peer is down): its flags hold UP and NO-CARRIER. None otherwise (an interface that is down has no routes)."""
+    flags = link.get("flags")
+    if not isinstance(flags, list) or "NO-CARRIER" not in flags or "UP" not in flags:
+        return None
+    state = link.get("operstate")
+    return f"{link.get('ifname')}: <{','.join(str(f) for f in flags)}>" + (
+        f" state {state}" if isinstance(state, str) else ""
+    )
+
+
 def routing_from_ip_json(
     addrs: list | None, routes: list | None, sysctl=None, rules: list | None = None
 ) -> RoutingTable:
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
-    route_localnet; the parsed ``ip -j rule``, for policy routing)."""
+    route_localnet, forwarding and ignore_routes_with_linkdown; the parsed ``ip -j rule``, for policy routing)."""
     rt = RoutingTable()
     rt.rules = rules
     rt.route_localnet = route_localnet_from_sysctl(sysctl)
     rt.forwarding = forwarding_from_sysctl(sysctl)
+    rt.ignore_linkdown = ignore_linkdown_from_sysctl(sysctl)
+    no_carrier: dict[str, str] = {}
     for link in addrs or []:
         if not isinstance(link, dict):
             continue
         dev = link.get("ifname")
+        down = link_without_carrier(link)
+        if down and isinstance(dev, str):
+            no_carrier[dev] = down
         for info in link.get("addr_info", []) or []:
             if not isinstance(info, dict):
                 continue
@@ -364,14 +421,20 @@ def routing_from_ip_json(
         except ValueError:
             continue
         gw, dev = entry.get("gateway"), entry.get("dev")
+        flags = entry.get("flags") if isinstance(entry.get("flags"), list) else []
+        if "dead" in flags:
+            continue  # the kernel never uses a dead nexthop
+        dev = dev if isinstance(dev, str) else None
+        linkdown = no_carrier.get(dev or "") or (f"{dev}: linkdown" if "linkdown" in flags else None)
         rt.add_route(
             prefix,
             Route(
                 str(rtype),
-                dev=dev if isinstance(dev, str) else None,
+                dev=dev,
                 gateway=gw if isinstance(gw, str) else None,
                 dst=dst,
                 table=table,
+                linkdown=linkdown if rtype == "unicast" else None,
             ),
         )
     return rt

@@ -175,8 +175,7 @@ class PacketWalker:
                     s.iif = "lo"
                     local_after.append(s)
                 else:
-                    s.hook = "delivered:forward"
-                    finished.append(s)
+                    self._leave(s, finished)
             for s in self._hook("INPUT", local_after, finished):
                 for s2 in self._local_in(s, finished):
                     s2.hook = "delivered:local"
@@ -196,8 +195,7 @@ class PacketWalker:
                     finished.append(s2)
             fwd = self._hook("FORWARD", fwd, finished)
             for s in self._hook("POSTROUTING", fwd, finished):
-                s.hook = "delivered:forward"
-                finished.append(s)
+                self._leave(s, finished)
         if sum(len(s.steps) for s in finished) > MAX_SHOWN_STEPS:
             keep = max(4, MAX_SHOWN_STEPS // (2 * len(finished)) - 1)
             for s in finished:
@@ -410,6 +408,31 @@ class PacketWalker:
             fwd.append(st)
         return local, fwd
 
+    def _leave(self, st: PacketState, finished: list[PacketState]) -> None:
+        """After POSTROUTING the packet leaves by its route's device — unless that device has no carrier: the kernel
+        chose the route (ignore_routes_with_linkdown is 0) but its queue drops every packet, ARP/ND never resolves
+        the next hop, and after about 3 s the kernel answers ICMP host (IPv6: address) unreachable; the node's own
+        connect() fails with EHOSTUNREACH (tests/lab/test_linkdown_oracle.py)."""
+        route = st.route
+        if route is None or not route.linkdown:
+            st.hook = "delivered:forward"
+            finished.append(st)
+            return
+        hop = route.gateway or ip_text(st.dst, st.ver)
+        if st.origin == "node":
+            err, what = "EHOSTUNREACH", "connect() fails with 'No route to host' after about 3 s"
+        else:
+            err = "icmp6-addr-unreachable" if st.ver == 6 else "icmp-host-unreachable"
+            what = f"the kernel answers ICMP {'address' if st.ver == 6 else 'host'} unreachable after about 3 s"
+        st.add(Step("transmit", "-", "-", None, f"{route.dst} dev {route.dev} linkdown", "lost: no carrier"))
+        st.note(
+            f"the route {route.dst} leaves by {route.dev}, which has no carrier ({route.linkdown}): the kernel still "
+            f"chooses it (ignore_routes_with_linkdown is 0) but sends nothing — {hop} is never resolved and {what}"
+        )
+        st.hook = "reject"
+        st.reject_with = err
+        finished.append(st)
+
     def _to_path(self, st: PacketState) -> Path:
         outcome = st.hook
         if outcome.startswith("delivered:"):
@@ -444,6 +467,7 @@ def _route_dict(route: Route | None) -> dict | None:
         "dev": route.dev,
         "gateway": route.gateway,
         "table": route.table if route.table != "-" else None,
+        **({"linkdown": route.linkdown} if route.linkdown else {}),
     }
 
 

@@ -1,6 +1,6 @@
 """A cluster DNS in the lab, and the DNS scenarios recorded from it (fixtures/dns-*) and tested live (test_dns_lab.py).
 
-    pod0 10.244.1.10 (the client: its resolv.conf, kpdiag's DNS probe)
+    pod0 10.244.1.10 (the client: its resolv.conf, kpdiag's DNS probe; the node itself for a hostNetwork client)
       └─ node: kube-proxy's iptables rules for kube-system/kube-dns 10.96.0.10 53/UDP+TCP → pod1:53
            └─ pod1 10.244.1.11: tests.lab.dnsserver (UDP and TCP; modes), iptables in pod1 to drop what a scenario drops
 
@@ -57,6 +57,48 @@ class Scenario:
     kube_dns_endpoints: bool = True  # kube-proxy's rules DNAT 10.96.0.10 to pod1 (else: REJECT, no endpoints)
     api: tuple = field(default_factory=healthy_api)
     may_skip: list = field(default_factory=list)
+    # the client pod as the API shows it (cluster/pods.json, kpdiag.json 'client'); hostNetwork: the probe runs in the
+    # node's namespace, with ``resolv`` as the node's own resolv.conf
+    client_pod: dict | None = None
+
+    @property
+    def role(self) -> str:
+        return "node" if (self.client_pod or {}).get("spec", {}).get("hostNetwork") else "pod0"
+
+
+def _node_agent(dns_policy: str | None) -> dict:
+    """monitoring/node-agent-x7k2p: a hostNetwork DaemonSet pod on lab-node that scrapes shop/web by its cluster name."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": "monitoring",
+            "name": "node-agent-x7k2p",
+            "labels": {"app": "node-agent"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent", "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeName": "lab-node",
+            "hostNetwork": True,
+            "containers": [
+                {
+                    "name": "agent",
+                    "image": "registry.example/node-agent:2.4",
+                    "env": [{"name": "SCRAPE_TARGET", "value": "http://web.shop.svc.cluster.local:80/metrics"}],
+                }
+            ],
+        },
+        "status": {"phase": "Running", "podIP": "192.168.50.1", "hostIP": "192.168.50.1"},
+    }
+    if dns_policy:
+        pod["spec"]["dnsPolicy"] = dns_policy
+    return pod
+
+
+# the node's own resolv.conf: the site's resolver (the lab DNS server on 10.244.1.11, which knows no cluster name)
+NODE_RESOLV = f"nameserver {SERVER}\nsearch corp.example\n"
 
 
 def _loop_api():
@@ -162,6 +204,22 @@ SCENARIOS: dict[str, Scenario] = {
             lines="nameserver dns.corp.example\n",
         ),
     ),
+    "dns-hostnetwork-clusterfirst": Scenario(
+        "kpdiag svc asked from monitoring/node-agent-x7k2p, a hostNetwork DaemonSet pod whose dnsPolicy is unset "
+        "(ClusterFirst) and which scrapes http://web.shop.svc.cluster.local: kubelet gives it the node's resolv.conf "
+        "(the site's resolver, search corp.example), so the probe, run in the node's network namespace, finds no "
+        "cluster name. KP142 names the pod spec as the cause of the resolv.conf findings.",
+        ["KP142", "KP133", "KP139"],
+        resolv=NODE_RESOLV,
+        records={"www.corp.example": "192.0.2.8"},
+        client_pod=_node_agent(None),
+    ),
+    "dns-hostnetwork-withhostnet": Scenario(
+        "The same hostNetwork pod with dnsPolicy ClusterFirstWithHostNet: kubelet gives it the cluster's resolv.conf "
+        "and every name resolves from the node's network namespace: not KP142.",
+        [],
+        client_pod=_node_agent("ClusterFirstWithHostNet"),
+    ),
     "dns-ndots-amplification": Scenario(
         "A cloud node adds its DNS suffixes to every pod (search … cluster.local eu-west-1.compute.internal corp.example, "
         "ndots:5): an external name such as api.example.com is asked 10 times (A and AAAA in 5 search domains) before "
@@ -214,7 +272,7 @@ class DnsLab:
         )
         for proto in sc.drop:
             lab.sh("pod1", ["iptables", "-A", "INPUT", "-p", proto, "--dport", "53", "-j", "DROP"])
-        lab.set_resolv("pod0", sc.resolv)
+        lab.set_resolv(sc.role, sc.resolv)
         for _ in range(100):
             with open(f"{self.tmp}/dnsserver.log") as fh:
                 if "ready" in fh.read():
@@ -227,7 +285,7 @@ class DnsLab:
     def probe(self, namespace="shop", name="web", deadline: float = 6.0, timeout: float = 3.0) -> tuple[dict, float]:
         start = time.monotonic()
         proc = self.lab.sh(
-            "pod0",
+            self.sc.role,
             [
                 sys.executable,
                 "-m",
@@ -259,20 +317,22 @@ def api_files(objects: list, logs: dict) -> tuple[dict[str, bytes], list]:
         return dict(cc.out.files), list(cc.out.errors)
 
 
-def bundle_files(probe_doc: dict, api: tuple) -> dict[str, bytes]:
+def bundle_files(probe_doc: dict, api: tuple, client_pod: dict | None = None) -> dict[str, bytes]:
     files, _ = api_files(*api)
     files["probes/dns.json"] = (json.dumps(probe_doc, indent=1) + "\n").encode()
-    files["kpdiag.json"] = json.dumps(
-        {
-            "format": "kpdiag-bundle/1",
-            "node": "lab-node",
-            "kpdiag_version": "fixture",
-            "errors": [],
-            "created": "2026-12-03T09:00:00Z",
-        },
-        indent=1,
-        sort_keys=True,
-    ).encode()
+    manifest = {
+        "format": "kpdiag-bundle/1",
+        "node": "lab-node",
+        "kpdiag_version": "fixture",
+        "errors": [],
+        "created": "2026-12-03T09:00:00Z",
+    }
+    if client_pod is not None:  # who asked: the pod as kubectl get pods -A -o json prints it
+        meta = client_pod["metadata"]
+        manifest["client"] = {"namespace": meta["namespace"], "pod": meta["name"], "how": "--from"}
+        listing = {"apiVersion": "v1", "kind": "List", "items": [client_pod]}
+        files["cluster/pods.json"] = (json.dumps(listing, indent=1) + "\n").encode()
+    files["kpdiag.json"] = json.dumps(manifest, indent=1, sort_keys=True).encode()
     return files
 
 
@@ -288,7 +348,7 @@ def run_scenario(lab, name: str, tmp: str) -> tuple[dict, float, dict[str, bytes
     sc = SCENARIOS[name]
     dl = DnsLab(lab, sc, tmp).build()
     doc, took = dl.probe()
-    return doc, took, bundle_files(doc, sc.api), dl
+    return doc, took, bundle_files(doc, sc.api, sc.client_pod), dl
 
 
 def write_fixture(out_dir: str, name: str, files: dict[str, bytes]) -> None:
@@ -300,7 +360,7 @@ def write_fixture(out_dir: str, name: str, files: dict[str, bytes]) -> None:
             fh.write(data)
     scen = {
         "about": sc.about,
-        "recorded": "probes/dns.json: kpdiag's DNS probe run in a lab pod against tests.lab.dnsserver behind kube-proxy's "
+        "recorded": f"probes/dns.json: kpdiag's DNS probe run in {'the lab node (a hostNetwork pod)' if sc.role == 'node' else 'a lab pod'} against tests.lab.dnsserver behind kube-proxy's "
         "rules; cluster/dns-*.json: ClusterCollector.dns_objects() against tests.apiserver (python -m tests.dns.make_fixtures)",
         "expect": {"fires": sorted(sc.fires), "may_skip": sc.may_skip},
     }

@@ -24,8 +24,11 @@ SYSCTL_PREFIXES = (
     "net.ipv6.conf.all.forwarding",
     "net.netfilter.nf_conntrack_tcp_be_liberal",
     "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_local_reserved_ports",
 )
-SYSCTL_SUFFIXES = (".rp_filter",)  # per interface too: the effective value is max(all, interface)
+# per interface too: rp_filter's effective value is max(all, interface); ignore_routes_with_linkdown's all OR interface
+SYSCTL_SUFFIXES = (".rp_filter", ".ignore_routes_with_linkdown")
 
 
 # what a lab records: the node's network state (kube-proxy's files, when a scenario has them, are written beside it)
