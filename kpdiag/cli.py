@@ -433,7 +433,9 @@ def node(
 
 @cli.command()
 @click.argument("name")
-@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "-n", "--namespace", default=None, help="The Service's namespace (default: the kubeconfig context's, else default)."
+)
 @click.option(
     "--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)."
 )
@@ -473,7 +475,8 @@ def svc(
     from kpdiag.commands.svc import diagnose_service
 
     _check_name(name, "Service")
-    _check_name(namespace, "namespace")
+    if namespace is not None:
+        _check_name(namespace, "namespace")
     if client is not None:
         ns, _, pod = client.partition("/")
         _check_name(ns, "--from namespace")
@@ -670,6 +673,7 @@ def collect(out, host_root, redact, redact_salt, force):
     help="The kpdiag image the node pods run: NAME@sha256:… may be pulled; a tag, and the default kpdiag:VERSION, are used only as loaded on the nodes, never pulled.",
 )
 @click.option(
+    "-n",
     "--namespace",
     "pod_namespace",
     default=None,

@@ -204,8 +204,12 @@ CONFIG_TIMEOUT = (
 )
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None, deadline: float | None = None):
+def api_client(
+    kubeconfig: str | None = None, context: str | None = None, deadline: float | None = None, found: dict | None = None
+):
     """(ApiClient, None) from --kubeconfig / $KUBECONFIG / ~/.kube/config, else in-cluster; (None, why) when none works.
+    ``found``, when given, receives what the kubeconfig says besides credentials: ``namespace``, the namespace of the
+    context used (kubectl's default namespace), when it sets one.
 
     Bounded: each kubeconfig is read with a size cap and a deadline (a FIFO or a terminal cannot hold it), and the
     credential loading (an exec plugin that never returns) ends at ``deadline`` — the plugin is stopped then."""
@@ -231,6 +235,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
             plugin = plugin_argv[0] if plugin_argv else None
             if bad:
                 return None, bad
+            if found is not None and (namespace := context_namespace(docs, context)):
+                found["namespace"] = namespace
             regular = all(_regular(one) for one, _ in docs)
             before = _children()
             said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
@@ -442,6 +448,16 @@ def _context_problem(
     return None, plugin
 
 
+def context_namespace(docs: list[tuple[str, dict]], context: str | None) -> str | None:
+    """The namespace the context in use sets (``contexts[].context.namespace``), as kubectl takes it when no
+    --namespace is given; None when it sets none."""
+    merged = _merge(docs)
+    wanted = context or merged.get("current-context")
+    ctx = next((c for c in merged["contexts"] if c["name"] == wanted), None)
+    namespace = ((ctx or {}).get("context") or {}).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else None
+
+
 ENV_OPTIONS_WITH_VALUE = frozenset(("-u", "--unset", "-C", "--chdir", "-S", "--split-string"))
 
 
@@ -648,6 +664,7 @@ class ClusterCollector:
         self.config_error: str | None = None
         self.service_status: int | None = None  # HTTP status of the Service GET (200, 404, 403 …); 0 = unreachable
         self.service_error: str | None = None
+        self.context_namespace: str | None = None  # the kubeconfig context's namespace, when it sets one
         # one credential load and one GET of a Service however many threads ask (`kpdiag node --service` in IPVS
         # mode: the focused rules read needs the Service while service_view reads it ahead)
         self._once = threading.Lock()
@@ -671,7 +688,9 @@ class ClusterCollector:
 
             self.deadline = time.monotonic() + self.budget
             self._fixed = True
-        api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline)
+        found: dict = {}
+        api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline, found=found)
+        self.context_namespace = found.get("namespace")
         if api is None:
             self.config_error = why
             self._err("cluster", why)

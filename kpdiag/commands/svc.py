@@ -143,7 +143,7 @@ def _client_pod(files: dict[str, bytes], want: tuple[str, str], my_ip: str | Non
 
 
 def collect_service(
-    namespace: str,
+    namespace: str | None,
     name: str,
     kubeconfig=None,
     context=None,
@@ -156,7 +156,8 @@ def collect_service(
 ) -> tuple[dict[str, bytes], dict]:
     """Everything `kpdiag svc` looks at, as bundle files (cluster/, node/ when visible, probes/).
 
-    With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either."""
+    With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either. ``namespace``
+    None: the kubeconfig context's, else ``default`` (as kubectl); the manifest's ``service`` names the one used."""
     import threading
 
     from kpdiag.collect.cluster import ClusterCollector
@@ -164,6 +165,9 @@ def collect_service(
     files: dict[str, bytes] = {}
     errors: list[dict] = []
     cc = ClusterCollector(kubeconfig, context)
+    if namespace is None:
+        cc.connect()  # credentials are loaded once: the context read here is the one the calls below use
+        namespace = cc.context_namespace or "default"
     service = cc.service(namespace, name, node_name=node)
     files.update(cc.out.files)
     errors.extend(cc.out.errors)
@@ -475,7 +479,7 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
 
 
 def diagnose_service(
-    namespace: str,
+    namespace: str | None,
     name: str,
     *,
     kubeconfig=None,
@@ -504,6 +508,7 @@ def diagnose_service(
         except OSError as exc:
             raise InputError(save_to, f"cannot write: {describe(exc)}") from None
     files["kpdiag.json"] = json.dumps(manifest).encode()
+    namespace = manifest["service"].rsplit("/", 1)[0]  # the one used: given, or the kubeconfig context's
     return service_report(Bundle.from_files("", files), namespace, name, select, ignore)
 
 
