@@ -14,7 +14,7 @@ from . import __version__, exitcodes
 from kpdiag.bundle import sources
 from kpdiag.dataplane import kube_proxy_modes
 
-OUTPUTS = ("text", "json", "dot")
+OUTPUTS = ("text", "json", "yaml", "dot")
 
 
 COMPLETE_VAR = "_KPDIAG_COMPLETE"
@@ -25,6 +25,13 @@ def _fail(message: str, code: int) -> "click.exceptions.Exit":
 
     click.echo(f"kpdiag: error: {term(message)}", err=True)
     return click.exceptions.Exit(code)
+
+
+def _yaml(json_text: str) -> str:
+    """-o yaml: the document -o json prints, as YAML (PyYAML imported only now)."""
+    from .render.yamlout import json_to_yaml
+
+    return json_to_yaml(json_text)
 
 
 def _say(message: str) -> None:
@@ -254,7 +261,12 @@ def trace(
     result = explain_unmatched(setup.tracer.trace(packet), setup)
     if setup.read:
         result = replace(result, read=setup.read)
-    render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
+    render = {
+        "text": lambda r: trace_to_text(r, verbose),
+        "json": trace_to_json,
+        "yaml": lambda r: _yaml(trace_to_json(r)),
+        "dot": trace_to_dot,
+    }[output]
     click.echo(render(result), nl=False)
     raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
 
@@ -292,7 +304,7 @@ def _report_options(fn):
         help="Exit 1 when a finding is at or above this severity.",
     )(fn)
     fn = click.option(
-        "-o", "--output", type=click.Choice(["text", "table", "json"]), default="text", show_default=True
+        "-o", "--output", type=click.Choice(["text", "table", "json", "yaml"]), default="text", show_default=True
     )(fn)
     fn = click.option("-v", "--verbose", is_flag=True, help="List every check that did not run.")(fn)
     return fn
@@ -303,8 +315,9 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
     from .render.report import report_to_json, report_to_table, report_to_text, use_colour
 
     code = exitcodes.for_findings(report.severities(), fail_on, report.readable)
-    if output == "json":
-        click.echo(report_to_json(report), nl=False)  # a machine reading it gets the problems too
+    if output in ("json", "yaml"):  # a machine reading it gets the problems too
+        text = report_to_json(report)
+        click.echo(_yaml(text) if output == "yaml" else text, nl=False)
     elif code != exitcodes.NO_DIAGNOSIS:
         text = (
             report_to_table(report)
@@ -524,7 +537,7 @@ def svc(
     help="Read from the API: kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
 )
 @click.option("--context", help="kubeconfig context.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True)
 def policy(from_, to, port, bundle, kubeconfig, context, output):
     """Is FROM → TO:PORT allowed by NetworkPolicy, and by which policy? Exit 0 allowed, 1 denied, 3 cannot tell."""
     from kpdiag.bundle.store import Bundle
@@ -548,7 +561,8 @@ def policy(from_, to, port, bundle, kubeconfig, context, output):
         raise _fail(str(exc), exitcodes.USAGE) from None
     except (InputError, CannotEvaluate) as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
-    click.echo(policy_to_json(doc) if output == "json" else policy_to_text(doc), nl=False)
+    text = policy_to_text(doc) if output == "text" else policy_to_json(doc)
+    click.echo(_yaml(text) if output == "yaml" else text, nl=False)
     raise click.exceptions.Exit(exitcodes.for_policy(doc["allowed"]))
 
 
@@ -849,7 +863,9 @@ def redact_cmd(bundle, out, salt):
 
 
 @cli.command("checks")
-@click.option("-o", "--output", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown"]), default="table", show_default=True
+)
 def checks_cmd(output):
     """The catalogue of checks."""
     from .checkapi import load_registry
@@ -858,10 +874,13 @@ def checks_cmd(output):
     registry = load_registry()
     for name, why in registry.load_errors:
         _say(f"warning: plugin {name} not loaded: {why}")
-    click.echo(
-        {"table": catalogue_table, "json": catalogue_json, "markdown": catalogue_markdown}[output](registry.checks),
-        nl=False,
-    )
+    render = {
+        "table": catalogue_table,
+        "json": catalogue_json,
+        "yaml": lambda checks: _yaml(catalogue_json(checks)),
+        "markdown": catalogue_markdown,
+    }[output]
+    click.echo(render(registry.checks), nl=False)
 
 
 @cli.command()
