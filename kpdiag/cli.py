@@ -18,6 +18,8 @@ OUTPUTS = ("text", "json", "yaml", "dot")
 
 
 COMPLETE_VAR = "_KPDIAG_COMPLETE"
+# -v means one thing on every command: show what the text is otherwise short about (-o json/yaml always hold it all)
+VERBOSE_HELP = "More detail: everything the text otherwise sums up (-o json/yaml always hold it all)."
 
 
 def _fail(message: str, code: int) -> "click.exceptions.Exit":
@@ -157,7 +159,12 @@ def cli(ctx):
     help="Live: read the whole ruleset (iptables-save, nft list ruleset) instead of only what this packet can meet.",
 )
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
-@click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help=VERBOSE_HELP + " Here: every rule's text in full, not only the one that decided.",
+)
 def trace(
     rules,
     bundle,
@@ -306,7 +313,13 @@ def _report_options(fn):
     fn = click.option(
         "-o", "--output", type=click.Choice(["text", "table", "json", "yaml"]), default="text", show_default=True
     )(fn)
-    fn = click.option("-v", "--verbose", is_flag=True, help="List every check that did not run.")(fn)
+    fn = click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        help=VERBOSE_HELP + " Here: the informational findings, each check that did not run and why, every node, "
+        "every source that could not be read.",
+    )(fn)
     return fn
 
 
@@ -320,7 +333,7 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
         click.echo(_yaml(text) if output == "yaml" else text, nl=False)
     elif code != exitcodes.NO_DIAGNOSIS:
         text = (
-            report_to_table(report)
+            report_to_table(report, verbose=verbose)
             if output == "table"
             else report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
         )

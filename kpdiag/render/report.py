@@ -277,6 +277,9 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     for note in notes:
         out.extend(_wrap(note, width, "  note: ", "        "))
     for severity, trees in _finding_trees(report.findings):
+        if severity == "info" and not verbose:
+            out += ["", *(c("dim", w) for w in _wrap(hidden_info_line(trees), width, "", "  "))]
+            continue
         out.append("")
         out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
         for x, depth in trees:
@@ -292,10 +295,19 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         if len(shown) < len(report.problems):
             more = len(report.problems) - len(shown)
             out.append(c("dim", f"  … and {more} more (-v lists them all; -o json has every one)"))
-    if not report.findings and not headline:
+    if not headline and not any(x.severity.value in ("error", "warning") for x in report.findings):
         out.append("")
         out.append("No problems found by the checks that ran.")
     return "\n".join(out) + "\n"
+
+
+def hidden_info_line(trees: list) -> str:
+    """What stands for the informational findings a report shows only under -v (those of a tree that holds no error or
+    warning; an info that follows from an error is shown with it)."""
+    named = list(dict.fromkeys(f"{term(x.id)} {term(x.slug)}" for x, _ in trees))
+    n = len(trees)
+    more = f", … ({len(named) - 3} more)" if len(named) > 3 else ""
+    return f"{n} informational finding{'s' if n != 1 else ''} ({', '.join(named[:3])}{more}) — -v shows {'them' if n != 1 else 'it'}"
 
 
 def _finding_trees(findings) -> list[tuple[str, list]]:
@@ -524,14 +536,21 @@ def nodes_table(rows: list[dict], width: int | None = None) -> str:
     )
 
 
-def report_to_table(report: Report, width: int | None = None) -> str:
-    rows = [[x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings]
+def report_to_table(report: Report, width: int | None = None, verbose: bool = False) -> str:
+    """One row a finding; the informational ones (of a tree with no error or warning) only with ``verbose``."""
+    hidden = [] if verbose else [t for sev, trees in _finding_trees(report.findings) if sev == "info" for t in trees]
+    left_out = {id(x) for x, _ in hidden}
+    rows = [
+        [x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings if id(x) not in left_out
+    ]
     head = nodes_table(report.extra["nodes"], width) + "\n" if report.extra.get("nodes") else ""
+    tail = "\n".join(_wrap(hidden_info_line(hidden), output_width(width), "", "  ")) + "\n" if hidden else ""
     if not rows:
-        return head + "no findings\n"
-    return head + fit_table(
+        return head + ("no errors or warnings\n" if hidden else "no findings\n") + tail
+    table = fit_table(
         rows, ["severity", "id", "check", "subject", "summary"], width, floors={0: 7, 1: 5, 2: 12, 3: 10, 4: 24}
     )
+    return head + table + tail
 
 
 def report_to_json(report: Report) -> str:
