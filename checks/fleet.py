@@ -6,6 +6,7 @@ import re
 from collections import Counter
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.manifests import apply_command
 from kpdiag.model import Evidence
 from kpdiag.state.typed import NodeReports, ProgrammedTables
 
@@ -367,7 +368,7 @@ def not_diagnosed(new, reports: NodeReports):
     hints = {
         "timeout": "kpdiag cluster --nodes <nodes> --timeout 1200   # a node with 10,000+ Services takes minutes to dump",
         "image pull": "kpdiag cluster --image <a registry the nodes can pull from>/kpdiag:<version>",
-        "api error": "kubectl auth can-i create pods -n kpdiag   # and see deploy/rbac-cluster.yaml",
+        "api error": f"kubectl auth can-i create pods -n kpdiag   # kpdiag's grants: {apply_command('cluster')}",
         "not admitted": "kubectl describe node <node>   # capacity, pressure, taints",
         "unschedulable": "kubectl get node <node>   # does it still exist, is it Ready?",
         "not json": "kubectl -n kpdiag logs <pod>   # rerun with --keep-pods to read the pod's own output",

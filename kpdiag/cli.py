@@ -13,6 +13,7 @@ import click
 from . import __version__, exitcodes
 from kpdiag.bundle import sources
 from kpdiag.dataplane import kube_proxy_modes
+from kpdiag.manifests import MANIFESTS
 
 OUTPUTS = ("text", "json", "yaml", "dot")
 
@@ -704,7 +705,7 @@ def collect(out, host_root, redact, redact_salt, force):
     "--namespace",
     "pod_namespace",
     default=None,
-    help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).",
+    help="Where the node pods are created (default: kpdiag, which kpdiag rbac cluster creates).",
 )
 @click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
 @click.option(
@@ -873,6 +874,28 @@ def redact_cmd(bundle, out, salt):
         f"wrote {out}: {n_files} file{'' if n_files == 1 else 's'}; {n_names} name{'' if n_names == 1 else 's'} and "
         f"{n_ips} address{'' if n_ips == 1 else 'es'} replaced"
     )
+
+
+@cli.command("rbac")
+@click.argument("names", nargs=-1, type=click.Choice(list(MANIFESTS)))
+def rbac_cmd(names):
+    """Print kpdiag's RBAC manifests (shipped in the package) to apply them.
+
+    \b
+    kpdiag rbac svc | kubectl apply -f -       svc and policy (read-only)
+    kpdiag rbac cluster | kubectl apply -f -   cluster and its node pods
+    kpdiag rbac                                the list
+
+    Read them first: each says what it grants and why (docs/privileges.md in the repository too).
+    """
+    from .manifests import manifest_text
+
+    if not names:
+        for name, (filename, what) in MANIFESTS.items():
+            click.echo(f"{name:<12} {what} ({filename})")
+        return
+    texts = [manifest_text(name).rstrip("\n") + "\n" for name in dict.fromkeys(names)]
+    click.echo("---\n".join(texts), nl=False)
 
 
 @cli.command("checks")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from kpdiag.bundle.safeio import load_json
 from kpdiag.bundle import sources
+from kpdiag.manifests import apply_command
 
 API_TIMEOUT = 5.0
 SERVICE_LOOKUP = sources.SERVICE_LOOKUP
@@ -137,7 +138,7 @@ def api_reason(exc: Exception, what: str, server: str | None) -> str:
             return (
                 f"{what}: 403 Forbidden — RBAC does not allow it{said}; "
                 + (f"check with: {check}; " if check else "")
-                + "kpdiag's read-only grants are in deploy/rbac-svc.yaml"
+                + f"kpdiag's read-only grants: {apply_command('svc')} (set its subjects and namespaces first)"
             )
         if status == 404:
             return f"{what}: 404 Not Found{said}"

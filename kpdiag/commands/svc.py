@@ -9,6 +9,7 @@ from kpdiag.bundle.store import FORMAT, Bundle
 from kpdiag.commands.diagnose import analyze_state
 from kpdiag.state.node import NodeState
 from kpdiag.bundle import sources
+from kpdiag.manifests import apply_command
 
 
 PROBE_ENDPOINTS_MAX = 16
@@ -43,8 +44,9 @@ def _api_headline(namespace: str, name: str, status: int | None, why: str | None
         return f"{what}: the Kubernetes API refused the credentials (401 Unauthorized) — renew the kubeconfig's token or certificate"
     if status == 403:
         return (
-            f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — apply deploy/rbac-svc.yaml "
-            f"to this user or service account (check: kubectl auth can-i get services -n {namespace})"
+            f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — grant kpdiag's read-only "
+            f"RBAC to this user or service account: {apply_command('svc')} (set its subjects and namespaces first; "
+            f"check: kubectl auth can-i get services -n {namespace})"
         )
     if status == 0 or status is None:
         return f"{what}: {why or 'the Kubernetes API could not be reached'}"

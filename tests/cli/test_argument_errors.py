@@ -83,6 +83,7 @@ BAD = {
     ],
     "redact": [["redact", os.path.join(FIXTURES, "ip-forward-off"), "-o", FIXTURES], ["redact", "x"]],
     "checks": [["checks", "-o", "xml"]],
+    "rbac": [["rbac", "nope"]],
     "explain": [["explain", "KP9999"], ["explain"]],
     "completion": [["completion", "tcsh"], ["completion", "install", "--shell", "tcsh"]],
 }
