@@ -198,7 +198,7 @@ def trace(
     from .trace.model import Packet
     from dataclasses import replace
 
-    from .trace.inputs import explain_unmatched, read_summary, setup_trace, split_dst
+    from .trace.inputs import explain_unmatched, label_live, read_summary, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(
@@ -266,7 +266,7 @@ def trace(
         raise _fail(str(exc), exitcodes.USAGE) from None
     for problem in setup.problems:
         _say(f"warning: {problem}")
-    result = explain_unmatched(setup.tracer.trace(packet), setup)
+    result = label_live(explain_unmatched(setup.tracer.trace(packet), setup), setup)
     if setup.read:
         result = replace(result, read=setup.read)
     render = {
