@@ -1073,8 +1073,21 @@ def prog_name(argv0: str | None = None) -> str:
     return "kubectl kpdiag" if base.startswith("kubectl-") else "kpdiag"
 
 
+def quiet_libraries() -> None:
+    """Library warnings never reach the user's stderr: kpdiag says what matters in its own words (a probe that got no
+    answer is in the report). scapy logs "MAC address to reach destination not found. Using broadcast." for each
+    packet to a neighbour that does not answer ARP, and keeps a level set before it is imported; Python warnings of
+    the libraries (urllib3, the kubernetes client) are dropped too."""
+    import logging
+    import warnings
+
+    logging.getLogger("scapy").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+
+
 def main(argv=None) -> int:
     """Console entry point: the one place that turns outcomes into exit codes."""
+    quiet_libraries()
     try:
         rv = cli.main(args=argv, prog_name=prog_name(), complete_var=COMPLETE_VAR, standalone_mode=False)
         if isinstance(rv, int):
