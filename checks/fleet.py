@@ -7,6 +7,7 @@ from collections import Counter
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.manifests import apply_command
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.state.typed import NodeReports, ProgrammedTables
 
@@ -326,7 +327,7 @@ def common_finding(new, reports: NodeReports):
             severity=sev,
             explanation=str(sample.get("explanation") or "") or None,
             fix=tuple(str(x) for x in sample.get("fix") or ()) or (f"kpdiag explain {cid}",),
-            evidence=[Evidence(f"node {n}", str(f.get("summary", ""))[:300]) for n, f in hits[:5]]
+            evidence=[Evidence(f"node {n}", clip(f.get("summary", ""), 300)) for n, f in hits[:5]]
             + [
                 Evidence(
                     str(e.get("source")),
