@@ -130,11 +130,12 @@ def wrap_command(text: str, width: int, first: str = "    $ ", rest: str = "    
     lines: list[str] = []
     line = first + (units[0] if units else "")
     for k, w in enumerate(units[1:], 2):
-        tail = 0 if k == len(units) else 2  # room for " \\" unless this is the last word
+        # room for " \\" unless this is the last word, or it ends in "|", "&&" or "||" (the shell reads on after one)
+        tail = 0 if k == len(units) or w.endswith(_CONTINUES) else 2
         if len(line) + 1 + len(w) + tail <= width:
             line += " " + w
         else:
-            lines.append(line + " \\")
+            lines.append(line if line.endswith(_CONTINUES) else line + " \\")
             line = rest + w
     lines.append(line)
     if comment:
@@ -154,6 +155,7 @@ def _takes_value(option: str, word: str) -> bool:
     )
 
 
+_CONTINUES = (" |", " &&", " ||")  # a line ending in one of these goes on in the next without a backslash
 _GLUED = frozenset(("&&", "||", "|", ";", "$", "-", "»", "#", ">", "*", ">>", "2>&1"))
 
 
@@ -550,7 +552,27 @@ def report_to_table(report: Report, width: int | None = None, verbose: bool = Fa
     table = fit_table(
         rows, ["severity", "id", "check", "subject", "summary"], width, floors={0: 7, 1: 5, 2: 12, 3: 10, 4: 24}
     )
+    if max(len(line) for line in table.splitlines()) > output_width(width):
+        table = _stacked_table(rows, output_width(width))
     return head + table + tail
+
+
+def _stacked_table(rows: list[list], width: int) -> str:
+    """The findings table when the words of the summaries do not fit beside the other columns (a long sysctl name, a
+    check's slug): severity, id, check and subject in columns, each summary wrapped below its row across the whole
+    width — no word cut, no line wider than ``width`` but for a single word longer than a line."""
+    heads = ["severity", "id", "check", "subject"]
+    cells = [[term("" if v is None else v) for v in r[:4]] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    widths[3] = min(widths[3], max(width - sum(widths[:3]) - 6, 10))
+    pad = " " * (sum(widths[:3]) + 6)
+    out = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    for c, r in zip(cells, rows):
+        subject = _cell_lines(c[3], widths[3]) if len(c[3]) > widths[3] else [c[3]]
+        out.append("  ".join([*(c[i].ljust(widths[i]) for i in range(3)), subject[0]]).rstrip())
+        out += [pad + line for line in subject[1:]]
+        out += _wrap(r[4], width, "    ", "    ")
+    return "\n".join(out) + "\n"
 
 
 def report_to_json(report: Report) -> str:
