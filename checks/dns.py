@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag.state.typed import DnsLogs, DnsLookups, DnsPods, DnsService, Manifest, NetworkPolicies
@@ -504,7 +505,7 @@ def coredns_loop(new, dns_logs: DnsLogs):
     logs = _dl(_g(data, "logs"))
     texts = [e for e in logs if isinstance(e.get("text"), str)]
     if not texts:
-        why = "; ".join(str(e.get("error")) for e in logs if e.get("error"))[:300]
+        why = clip("; ".join(str(e.get("error")) for e in logs if e.get("error")), 300)
         raise Skip(f"no CoreDNS log could be read ({why or 'none collected'})")
     hits = []
     for e in texts:
@@ -520,7 +521,7 @@ def coredns_loop(new, dns_logs: DnsLogs):
     ev = [
         Evidence(
             f"{dns_logs.source} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
-            h[2][:300],
+            clip(h[2], 300),
             h[1],
         )
         for h in hits[:4]
@@ -936,7 +937,7 @@ def dns_unreachable(
                 "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
             )
         elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
-            summary = f"nothing listens on port 53 at {server}: {'; '.join(sorted({q['error'] for q in qs if q.get('error')}))[:200]}"
+            summary = f"nothing listens on port 53 at {server}: {clip('; '.join(sorted({q['error'] for q in qs if q.get('error')})), 200)}"
             explanation = (
                 "The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
                 "(REJECT); a plain address without a DNS server does it too. "

@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.state.typed import (
     Addresses,
@@ -291,13 +292,13 @@ def host_firewall(
     def step_ev(st):
         if st.source and st.source.rsplit(":", 1)[-1].isdigit():
             src, line = st.source.rsplit(":", 1)
-            return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}", int(line))
+            return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {clip(st.text, 200)}", int(line))
         src = ruleset.source if " " in st.table and ruleset is not None else manifest.bundle
-        return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {st.text[:200]}")
+        return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {clip(st.text, 200)}")
 
     yield new(
         f"traffic from outside to {ports} on {node_ip} is dropped by {through}: "
-        + "; ".join(f"{_owner(st, chains)} ({st.table} {st.chain}: {st.text[:80]})" for st in steps[:3]),
+        + "; ".join(f"{_owner(st, chains)} ({st.table} {st.chain}: {clip(st.text, 80)})" for st in steps[:3]),
         fix=tuple(dict.fromkeys(fix)),
         evidence=[step_ev(st) for st in steps[:3]]
         + [

@@ -6,6 +6,7 @@ import ipaddress
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 
 from kpdiag.state.typed import Addresses, Nft, Routes
@@ -162,7 +163,7 @@ def firewalld_rejects(new, nft: Nft, addresses: Addresses, route_list: Routes):
     )
     yield new(
         f"firewalld {verdict} pod traffic the node forwards: {flows} ends in {step.table} {step.chain}: "
-        f"{step.text[:100]}",
+        f"{clip(step.text, 100)}",
         fix=(
             command(
                 f"firewall-cmd --permanent --zone=trusted --add-source={cidr} && firewall-cmd --permanent {devs} "
@@ -174,7 +175,7 @@ def firewalld_rejects(new, nft: Nft, addresses: Addresses, route_list: Routes):
             ),
             command(f"kpdiag trace --bundle <bundle> --src {first.src} --dst {dst} --dport 443   # where it ends"),
         ),
-        evidence=[Evidence(nft.source, f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}")]
+        evidence=[Evidence(nft.source, f"{step.hook}: {step.table} {step.chain}: {clip(step.text, 200)}")]
         + [Evidence(addresses.source, f"{bridge}: {', '.join(map(str, own))} (the pods' bridge)")]
         + [
             Evidence(

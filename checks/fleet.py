@@ -6,6 +6,8 @@ import re
 from collections import Counter
 
 from kpdiag.checkapi import Skip, check
+from kpdiag.manifests import apply_command
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.state.typed import NodeReports, ProgrammedTables
 
@@ -325,7 +327,7 @@ def common_finding(new, reports: NodeReports):
             severity=sev,
             explanation=str(sample.get("explanation") or "") or None,
             fix=tuple(str(x) for x in sample.get("fix") or ()) or (f"kpdiag explain {cid}",),
-            evidence=[Evidence(f"node {n}", str(f.get("summary", ""))[:300]) for n, f in hits[:5]]
+            evidence=[Evidence(f"node {n}", clip(f.get("summary", ""), 300)) for n, f in hits[:5]]
             + [
                 Evidence(
                     str(e.get("source")),
@@ -367,7 +369,7 @@ def not_diagnosed(new, reports: NodeReports):
     hints = {
         "timeout": "kpdiag cluster --nodes <nodes> --timeout 1200   # a node with 10,000+ Services takes minutes to dump",
         "image pull": "kpdiag cluster --image <a registry the nodes can pull from>/kpdiag:<version>",
-        "api error": "kubectl auth can-i create pods -n kpdiag   # and see deploy/rbac-cluster.yaml",
+        "api error": f"kubectl auth can-i create pods -n kpdiag   # kpdiag's grants: {apply_command('cluster')}",
         "not admitted": "kubectl describe node <node>   # capacity, pressure, taints",
         "unschedulable": "kubectl get node <node>   # does it still exist, is it Ready?",
         "not json": "kubectl -n kpdiag logs <pod>   # rerun with --keep-pods to read the pod's own output",

@@ -7,6 +7,7 @@ from typing import Optional
 from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag.state.typed import (
@@ -157,7 +158,7 @@ def absent(
             "kubectl describe node <this node> | grep -i taint   # a taint the DaemonSet does not tolerate?",
             "ls /etc/kubernetes/manifests/   # a static-pod kube-proxy whose manifest was removed?",
         ),
-        evidence=[Evidence(a.source, str(errs[a.rel].get("error"))[:200]) for a in (unverified or failed)[:2]]
+        evidence=[Evidence(a.source, clip(errs[a.rel].get("error"), 200)) for a in (unverified or failed)[:2]]
         + [
             Evidence(
                 processes.source,
@@ -187,7 +188,7 @@ def _left(rules: KubeProxyRules | None, proxy: ProxyMode, partial: Partial, mani
         )
     errors = manifest.doc.get("errors") if manifest is not None else None
     unread = [
-        f"{e.get('source')}: {str(e.get('error'))[:120]}"
+        f"{e.get('source')}: {clip(e.get('error'), 120)}"
         for e in errors or []
         if isinstance(e, dict) and e.get("source") == sources.IPTABLES_SAVE
     ]

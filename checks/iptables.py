@@ -9,6 +9,7 @@ from kpdiag import dataplane as dataplanes
 from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag.state.typed import (
@@ -322,7 +323,7 @@ def duplicated(new, rules: KubeProxyRules):
                 f"{which.split('-')[0]}-save -t {table} | awk '!(/^-A/ && seen[$0]++)' | {which.split('-')[0]}-restore -T {table}   # remove the copies "
                 "(after the owner is fixed; kube-proxy rewrites its own chains on its next sync)",
             ),
-            evidence=[Evidence(rs.source, f"{line[:300]}  (×{n})", lineno)]
-            + [Evidence(rs.source, f"{d[1][:200]}  (×{d[2]})", d[3]) for d in dups[1:3]],
+            evidence=[Evidence(rs.source, f"{clip(line, 300)}  (×{n})", lineno)]
+            + [Evidence(rs.source, f"{clip(d[1], 200)}  (×{d[2]})", d[3]) for d in dups[1:3]],
             subject="node",
         )

@@ -313,9 +313,8 @@ LOG_PATTERNS = [
     fix="Follow the fix given for each error line below.",
 )
 def log_errors(new, log: KubeProxyLog):
-    lines = log.lines
     hits: dict[str, list] = {}
-    for n, line in enumerate(lines, 1):
+    for n, line in log.entries():  # a multi-line klog value (err=<, lines, >) is one entry
         key = next((k for k, pattern, _, _ in LOG_PATTERNS if pattern.search(line)), None)
         if key is not None:
             hits.setdefault(key, []).append((n, line))

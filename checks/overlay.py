@@ -6,6 +6,7 @@ from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
+from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
@@ -145,7 +146,7 @@ def overlay_port_blocked(
     dirs = sorted({b[3] for b in blocked})
     yield new(
         f"the host firewall drops the {kind} overlay's UDP port {port} ({dev}) {' and '.join(dirs)} between nodes "
-        f"({owner}: {step.table} {step.chain}: {step.text[:100]}): pod traffic to and from other nodes is lost",
+        f"({owner}: {step.table} {step.chain}: {clip(step.text, 100)}): pod traffic to and from other nodes is lost",
         fix=(
             command(f"{allow}   # restrict to the nodes' subnet with a source match where the firewall allows it"),
             note(
@@ -159,7 +160,7 @@ def overlay_port_blocked(
         evidence=[
             Evidence(
                 ev_src,
-                f"{step.hook}: {step.table} {step.chain}: {step.text[:200]}",
+                f"{step.hook}: {step.table} {step.chain}: {clip(step.text, 200)}",
                 int(line) if line.isdigit() else None,
             ),
             Evidence(addresses.source, f"{dev}: {kind}, UDP port {port}"),

@@ -13,11 +13,14 @@ import click
 from . import __version__, exitcodes
 from kpdiag.bundle import sources
 from kpdiag.dataplane import kube_proxy_modes
+from kpdiag.manifests import MANIFESTS
 
-OUTPUTS = ("text", "json", "dot")
+OUTPUTS = ("text", "json", "yaml", "dot")
 
 
 COMPLETE_VAR = "_KPDIAG_COMPLETE"
+# -v means one thing on every command: show what the text is otherwise short about (-o json/yaml always hold it all)
+VERBOSE_HELP = "More detail: everything the text otherwise sums up (-o json/yaml always hold it all)."
 
 
 def _fail(message: str, code: int) -> "click.exceptions.Exit":
@@ -25,6 +28,13 @@ def _fail(message: str, code: int) -> "click.exceptions.Exit":
 
     click.echo(f"kpdiag: error: {term(message)}", err=True)
     return click.exceptions.Exit(code)
+
+
+def _yaml(json_text: str) -> str:
+    """-o yaml: the document -o json prints, as YAML (PyYAML imported only now)."""
+    from .render.yamlout import json_to_yaml
+
+    return json_to_yaml(json_text)
 
 
 def _say(message: str) -> None:
@@ -150,7 +160,12 @@ def cli(ctx):
     help="Live: read the whole ruleset (iptables-save, nft list ruleset) instead of only what this packet can meet.",
 )
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
-@click.option("-v", "--verbose", is_flag=True, help="Show full rule texts.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help=VERBOSE_HELP + " Here: every rule's text in full, not only the one that decided.",
+)
 def trace(
     rules,
     bundle,
@@ -183,7 +198,7 @@ def trace(
     from .trace.model import Packet
     from dataclasses import replace
 
-    from .trace.inputs import explain_unmatched, read_summary, setup_trace, split_dst
+    from .trace.inputs import explain_unmatched, label_live, read_summary, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(
@@ -251,10 +266,15 @@ def trace(
         raise _fail(str(exc), exitcodes.USAGE) from None
     for problem in setup.problems:
         _say(f"warning: {problem}")
-    result = explain_unmatched(setup.tracer.trace(packet), setup)
+    result = label_live(explain_unmatched(setup.tracer.trace(packet), setup), setup)
     if setup.read:
         result = replace(result, read=setup.read)
-    render = {"text": lambda r: trace_to_text(r, verbose), "json": trace_to_json, "dot": trace_to_dot}[output]
+    render = {
+        "text": lambda r: trace_to_text(r, verbose),
+        "json": trace_to_json,
+        "yaml": lambda r: _yaml(trace_to_json(r)),
+        "dot": trace_to_dot,
+    }[output]
     click.echo(render(result), nl=False)
     raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
 
@@ -292,9 +312,15 @@ def _report_options(fn):
         help="Exit 1 when a finding is at or above this severity.",
     )(fn)
     fn = click.option(
-        "-o", "--output", type=click.Choice(["text", "table", "json"]), default="text", show_default=True
+        "-o", "--output", type=click.Choice(["text", "table", "json", "yaml"]), default="text", show_default=True
     )(fn)
-    fn = click.option("-v", "--verbose", is_flag=True, help="List every check that did not run.")(fn)
+    fn = click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        help=VERBOSE_HELP + " Here: the informational findings, each check that did not run and why, every node, "
+        "every source that could not be read.",
+    )(fn)
     return fn
 
 
@@ -303,11 +329,12 @@ def _emit_report(report, output: str, fail_on: str, verbose: bool = False) -> No
     from .render.report import report_to_json, report_to_table, report_to_text, use_colour
 
     code = exitcodes.for_findings(report.severities(), fail_on, report.readable)
-    if output == "json":
-        click.echo(report_to_json(report), nl=False)  # a machine reading it gets the problems too
+    if output in ("json", "yaml"):  # a machine reading it gets the problems too
+        text = report_to_json(report)
+        click.echo(_yaml(text) if output == "yaml" else text, nl=False)
     elif code != exitcodes.NO_DIAGNOSIS:
         text = (
-            report_to_table(report)
+            report_to_table(report, verbose=verbose)
             if output == "table"
             else report_to_text(report, colour=use_colour(sys.stdout), verbose=verbose)
         )
@@ -433,7 +460,9 @@ def node(
 
 @cli.command()
 @click.argument("name")
-@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "-n", "--namespace", default=None, help="The Service's namespace (default: the kubeconfig context's, else default)."
+)
 @click.option(
     "--kubeconfig", type=click.Path(), help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)."
 )
@@ -473,7 +502,8 @@ def svc(
     from kpdiag.commands.svc import diagnose_service
 
     _check_name(name, "Service")
-    _check_name(namespace, "namespace")
+    if namespace is not None:
+        _check_name(namespace, "namespace")
     if client is not None:
         ns, _, pod = client.partition("/")
         _check_name(ns, "--from namespace")
@@ -521,7 +551,7 @@ def svc(
     help="Read from the API: kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
 )
 @click.option("--context", help="kubeconfig context.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True)
 def policy(from_, to, port, bundle, kubeconfig, context, output):
     """Is FROM → TO:PORT allowed by NetworkPolicy, and by which policy? Exit 0 allowed, 1 denied, 3 cannot tell."""
     from kpdiag.bundle.store import Bundle
@@ -545,7 +575,8 @@ def policy(from_, to, port, bundle, kubeconfig, context, output):
         raise _fail(str(exc), exitcodes.USAGE) from None
     except (InputError, CannotEvaluate) as exc:
         raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
-    click.echo(policy_to_json(doc) if output == "json" else policy_to_text(doc), nl=False)
+    text = policy_to_text(doc) if output == "text" else policy_to_json(doc)
+    click.echo(_yaml(text) if output == "yaml" else text, nl=False)
     raise click.exceptions.Exit(exitcodes.for_policy(doc["allowed"]))
 
 
@@ -670,10 +701,11 @@ def collect(out, host_root, redact, redact_salt, force):
     help="The kpdiag image the node pods run: NAME@sha256:… may be pulled; a tag, and the default kpdiag:VERSION, are used only as loaded on the nodes, never pulled.",
 )
 @click.option(
+    "-n",
     "--namespace",
     "pod_namespace",
     default=None,
-    help="Where the node pods are created (default: kpdiag; see deploy/rbac-cluster.yaml).",
+    help="Where the node pods are created (default: kpdiag, which kpdiag rbac cluster creates).",
 )
 @click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
 @click.option(
@@ -844,8 +876,32 @@ def redact_cmd(bundle, out, salt):
     )
 
 
+@cli.command("rbac")
+@click.argument("names", nargs=-1, type=click.Choice(list(MANIFESTS)))
+def rbac_cmd(names):
+    """Print kpdiag's RBAC manifests (shipped in the package) to apply them.
+
+    \b
+    kpdiag rbac svc | kubectl apply -f -       svc and policy (read-only)
+    kpdiag rbac cluster | kubectl apply -f -   cluster and its node pods
+    kpdiag rbac                                the list
+
+    Read them first: each says what it grants and why (docs/privileges.md in the repository too).
+    """
+    from .manifests import manifest_text
+
+    if not names:
+        for name, (filename, what) in MANIFESTS.items():
+            click.echo(f"{name:<12} {what} ({filename})")
+        return
+    texts = [manifest_text(name).rstrip("\n") + "\n" for name in dict.fromkeys(names)]
+    click.echo("---\n".join(texts), nl=False)
+
+
 @cli.command("checks")
-@click.option("-o", "--output", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json", "yaml", "markdown"]), default="table", show_default=True
+)
 def checks_cmd(output):
     """The catalogue of checks."""
     from .checkapi import load_registry
@@ -854,10 +910,13 @@ def checks_cmd(output):
     registry = load_registry()
     for name, why in registry.load_errors:
         _say(f"warning: plugin {name} not loaded: {why}")
-    click.echo(
-        {"table": catalogue_table, "json": catalogue_json, "markdown": catalogue_markdown}[output](registry.checks),
-        nl=False,
-    )
+    render = {
+        "table": catalogue_table,
+        "json": catalogue_json,
+        "yaml": lambda checks: _yaml(catalogue_json(checks)),
+        "markdown": catalogue_markdown,
+    }[output]
+    click.echo(render(registry.checks), nl=False)
 
 
 @cli.command()
@@ -1014,8 +1073,21 @@ def prog_name(argv0: str | None = None) -> str:
     return "kubectl kpdiag" if base.startswith("kubectl-") else "kpdiag"
 
 
+def quiet_libraries() -> None:
+    """Library warnings never reach the user's stderr: kpdiag says what matters in its own words (a probe that got no
+    answer is in the report). scapy logs "MAC address to reach destination not found. Using broadcast." for each
+    packet to a neighbour that does not answer ARP, and keeps a level set before it is imported; Python warnings of
+    the libraries (urllib3, the kubernetes client) are dropped too."""
+    import logging
+    import warnings
+
+    logging.getLogger("scapy").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+
+
 def main(argv=None) -> int:
     """Console entry point: the one place that turns outcomes into exit codes."""
+    quiet_libraries()
     try:
         rv = cli.main(args=argv, prog_name=prog_name(), complete_var=COMPLETE_VAR, standalone_mode=False)
         if isinstance(rv, int):

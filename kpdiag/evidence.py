@@ -5,6 +5,18 @@ from __future__ import annotations
 from .model import Evidence
 
 
+def clip(text, limit: int) -> str:
+    """``text`` in at most about ``limit`` characters, never cut inside a word: cut at the last blank before the
+    limit and ended with " …" (a single word longer than the limit is kept whole)."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head = text[:limit].rsplit(" ", 1)[0].rstrip()
+    if not head or head == text[:limit]:  # one long word: whole, not cut
+        return text.split(" ", 1)[0] + (" …" if " " in text else "")
+    return head + " …"
+
+
 def rule(r) -> Evidence:
     return Evidence(r.source, r.text, r.lineno)
 

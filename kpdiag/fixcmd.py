@@ -85,3 +85,30 @@ def step_kind(step: str) -> str:
     if second in ("who", "what", "which", "a", "an", "the", "your", "that", "why", "whether"):
         return "note"
     return "command"
+
+
+THIS_NODE = "<this node>"
+BUNDLE_OPTION = "--bundle <bundle>"
+
+
+def fill_known(fix: tuple, node: str = "", bundle: str | None = None) -> tuple:
+    """A finding's fix with the placeholders kpdiag knows filled in: ``<this node>`` by the node's name (from the
+    manifest), ``--bundle <bundle>`` by the bundle's path — or, when the state was read live on the node (no bundle on
+    disk), dropped: the command then traces this node live. Each value shell-quoted; a step keeps its kind."""
+    import shlex
+
+    out = []
+    for step in fix:
+        text = str(step)
+        if node and THIS_NODE in text:
+            text = text.replace(THIS_NODE, shlex.quote(node))
+        if BUNDLE_OPTION in text:
+            if bundle:
+                text = text.replace(BUNDLE_OPTION, f"--bundle {shlex.quote(bundle)}")
+            else:
+                text = text.replace(BUNDLE_OPTION + " ", "").replace(BUNDLE_OPTION, "")
+        if text == str(step):
+            out.append(step)
+        else:
+            out.append(FixStep(text, step.kind) if isinstance(step, FixStep) else text)
+    return tuple(out)

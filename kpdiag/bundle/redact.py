@@ -32,6 +32,7 @@ import secrets
 
 from kpdiag.bundle import sources
 from kpdiag.bundle.safeio import load_json
+from kpdiag.parse.addr import v6_text
 
 REDACTED = "REDACTED"
 
@@ -1166,13 +1167,14 @@ class Redactor:
                 int(addr) & hostmask == 0
             ):  # a network address: stays one (or stays as it is when shorter than what is kept)
                 mapped = int(addr) if prefixlen < kept else mapped & ~hostmask
-        out = ipaddress.ip_address(mapped) if addr.version == 4 else ipaddress.IPv6Address(mapped)
-        if addr.version == 6 and ":" in value and value.count(":") == 7 and "::" not in value and len(value) == 39:
-            text = out.exploded
-        elif addr.version == 6 and "." in value and mapped >> 32 in (0, 0xFFFF):
-            text = "::ffff:" + str(ipaddress.IPv4Address(mapped & 0xFFFFFFFF)) if mapped >> 32 == 0xFFFF else str(out)
+        if addr.version == 4:
+            text = str(ipaddress.IPv4Address(mapped))
+        elif ":" in value and value.count(":") == 7 and "::" not in value and len(value) == 39:
+            text = v6_text(mapped, exploded=True)
+        elif "." in value and mapped >> 32 == 0xFFFF:  # written dotted, stays dotted (hex stays hex: v6_text)
+            text = "::ffff:" + str(ipaddress.IPv4Address(mapped & 0xFFFFFFFF))
         else:
-            text = str(out)
+            text = v6_text(mapped)
         if value.isupper() if any(c.isalpha() for c in value) else False:
             text = text.upper()
         self._ipcache[key] = text
@@ -1306,7 +1308,7 @@ class Redactor:
         if v6:
             n = len(labels)
             value = int("".join(reversed(labels)).ljust(32, "0"), 16)
-            mapped = self.ip(str(ipaddress.IPv6Address(value)), 4 * n if n < 32 else None)
+            mapped = self.ip(v6_text(value), 4 * n if n < 32 else None)
             hexs = f"{int(ipaddress.IPv6Address(mapped)):032x}"[:n]
             if nibbles.isupper():
                 hexs = hexs.upper()

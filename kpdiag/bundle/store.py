@@ -158,6 +158,7 @@ class Bundle:
     def __init__(self, name: str, root: str | None = None, files: dict[str, bytes] | None = None):
         self.name = name
         self.root = root
+        self.path: str | None = None  # the directory or archive it was opened from (None: collected in memory)
         self._files = files
         self.problems: list[Problem] = []
         self._seen_problem: set[str] = set()
@@ -175,13 +176,17 @@ class Bundle:
         if os.path.isdir(path):
             if not os.access(path, os.R_OK | os.X_OK):
                 raise InputError(path, "permission denied")
-            return cls(path, root=path)
+            bundle = cls(path, root=path)
+            bundle.path = path
+            return bundle
         import lzma
 
         try:
-            return cls(path, files=_read_tar(path))
+            bundle = cls(path, files=_read_tar(path))
         except (tarfile.TarError, OSError, EOFError, ValueError, lzma.LZMAError) as exc:
             raise InputError(path, f"not a readable bundle archive ({exc.__class__.__name__}: {exc})") from None
+        bundle.path = path
+        return bundle
 
     @classmethod
     def from_files(cls, name: str, files: dict[str, bytes]) -> "Bundle":

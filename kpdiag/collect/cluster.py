@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from kpdiag.bundle.safeio import load_json
 from kpdiag.bundle import sources
+from kpdiag.manifests import apply_command
 
 API_TIMEOUT = 5.0
 SERVICE_LOOKUP = sources.SERVICE_LOOKUP
@@ -137,7 +138,7 @@ def api_reason(exc: Exception, what: str, server: str | None) -> str:
             return (
                 f"{what}: 403 Forbidden — RBAC does not allow it{said}; "
                 + (f"check with: {check}; " if check else "")
-                + "kpdiag's read-only grants are in deploy/rbac-svc.yaml"
+                + f"kpdiag's read-only grants: {apply_command('svc')} (set its subjects and namespaces first)"
             )
         if status == 404:
             return f"{what}: 404 Not Found{said}"
@@ -204,8 +205,12 @@ CONFIG_TIMEOUT = (
 )
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None, deadline: float | None = None):
+def api_client(
+    kubeconfig: str | None = None, context: str | None = None, deadline: float | None = None, found: dict | None = None
+):
     """(ApiClient, None) from --kubeconfig / $KUBECONFIG / ~/.kube/config, else in-cluster; (None, why) when none works.
+    ``found``, when given, receives what the kubeconfig says besides credentials: ``namespace``, the namespace of the
+    context used (kubectl's default namespace), when it sets one.
 
     Bounded: each kubeconfig is read with a size cap and a deadline (a FIFO or a terminal cannot hold it), and the
     credential loading (an exec plugin that never returns) ends at ``deadline`` — the plugin is stopped then."""
@@ -231,6 +236,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, deadli
             plugin = plugin_argv[0] if plugin_argv else None
             if bad:
                 return None, bad
+            if found is not None and (namespace := context_namespace(docs, context)):
+                found["namespace"] = namespace
             regular = all(_regular(one) for one, _ in docs)
             before = _children()
             said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
@@ -442,6 +449,16 @@ def _context_problem(
     return None, plugin
 
 
+def context_namespace(docs: list[tuple[str, dict]], context: str | None) -> str | None:
+    """The namespace the context in use sets (``contexts[].context.namespace``), as kubectl takes it when no
+    --namespace is given; None when it sets none."""
+    merged = _merge(docs)
+    wanted = context or merged.get("current-context")
+    ctx = next((c for c in merged["contexts"] if c["name"] == wanted), None)
+    namespace = ((ctx or {}).get("context") or {}).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else None
+
+
 ENV_OPTIONS_WITH_VALUE = frozenset(("-u", "--unset", "-C", "--chdir", "-S", "--split-string"))
 
 
@@ -648,6 +665,7 @@ class ClusterCollector:
         self.config_error: str | None = None
         self.service_status: int | None = None  # HTTP status of the Service GET (200, 404, 403 …); 0 = unreachable
         self.service_error: str | None = None
+        self.context_namespace: str | None = None  # the kubeconfig context's namespace, when it sets one
         # one credential load and one GET of a Service however many threads ask (`kpdiag node --service` in IPVS
         # mode: the focused rules read needs the Service while service_view reads it ahead)
         self._once = threading.Lock()
@@ -671,7 +689,9 @@ class ClusterCollector:
 
             self.deadline = time.monotonic() + self.budget
             self._fixed = True
-        api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline)
+        found: dict = {}
+        api, why = api_client(self.kubeconfig, self.context, deadline=self.deadline, found=found)
+        self.context_namespace = found.get("namespace")
         if api is None:
             self.config_error = why
             self._err("cluster", why)

@@ -97,10 +97,21 @@ def _service_of(finding) -> str | None:
     return svc.split(":", 1)[0] if isinstance(svc, str) and svc else None
 
 
+def _filled(finding, state: NodeState):
+    """The finding with the placeholders of its fix that this state knows filled in (kpdiag.fixcmd.fill_known)."""
+    from dataclasses import replace
+
+    from kpdiag.fixcmd import fill_known
+
+    fix = fill_known(finding.fix, node=state.node_name, bundle=state.bundle.path)
+    return finding if fix == finding.fix else replace(finding, fix=fix)
+
+
 def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = None) -> Report:
     registry = load_registry()
     chosen = [c for c in select_checks(registry.checks, select, ignore) if c.scope == "node"]
     findings, runs = run_checks(state, chosen)
+    findings = [_filled(f, state) for f in findings]
     partial = state.partial
     if partial and state.focus:  # only this Service's rules were read: what the checks say of others is not judged
         about = "/".join(state.focus)

@@ -9,6 +9,7 @@ from kpdiag.bundle.store import FORMAT, Bundle
 from kpdiag.commands.diagnose import analyze_state
 from kpdiag.state.node import NodeState
 from kpdiag.bundle import sources
+from kpdiag.manifests import apply_command
 
 
 PROBE_ENDPOINTS_MAX = 16
@@ -43,8 +44,9 @@ def _api_headline(namespace: str, name: str, status: int | None, why: str | None
         return f"{what}: the Kubernetes API refused the credentials (401 Unauthorized) — renew the kubeconfig's token or certificate"
     if status == 403:
         return (
-            f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — apply deploy/rbac-svc.yaml "
-            f"to this user or service account (check: kubectl auth can-i get services -n {namespace})"
+            f"{what}: RBAC forbids reading Services in namespace {namespace} (403 Forbidden) — grant kpdiag's read-only "
+            f"RBAC to this user or service account: {apply_command('svc')} (set its subjects and namespaces first; "
+            f"check: kubectl auth can-i get services -n {namespace})"
         )
     if status == 0 or status is None:
         return f"{what}: {why or 'the Kubernetes API could not be reached'}"
@@ -143,7 +145,7 @@ def _client_pod(files: dict[str, bytes], want: tuple[str, str], my_ip: str | Non
 
 
 def collect_service(
-    namespace: str,
+    namespace: str | None,
     name: str,
     kubeconfig=None,
     context=None,
@@ -156,7 +158,8 @@ def collect_service(
 ) -> tuple[dict[str, bytes], dict]:
     """Everything `kpdiag svc` looks at, as bundle files (cluster/, node/ when visible, probes/).
 
-    With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either."""
+    With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either. ``namespace``
+    None: the kubeconfig context's, else ``default`` (as kubectl); the manifest's ``service`` names the one used."""
     import threading
 
     from kpdiag.collect.cluster import ClusterCollector
@@ -164,6 +167,9 @@ def collect_service(
     files: dict[str, bytes] = {}
     errors: list[dict] = []
     cc = ClusterCollector(kubeconfig, context)
+    if namespace is None:
+        cc.connect()  # credentials are loaded once: the context read here is the one the calls below use
+        namespace = cc.context_namespace or "default"
     service = cc.service(namespace, name, node_name=node)
     files.update(cc.out.files)
     errors.extend(cc.out.errors)
@@ -475,7 +481,7 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
 
 
 def diagnose_service(
-    namespace: str,
+    namespace: str | None,
     name: str,
     *,
     kubeconfig=None,
@@ -504,6 +510,7 @@ def diagnose_service(
         except OSError as exc:
             raise InputError(save_to, f"cannot write: {describe(exc)}") from None
     files["kpdiag.json"] = json.dumps(manifest).encode()
+    namespace = manifest["service"].rsplit("/", 1)[0]  # the one used: given, or the kubeconfig context's
     return service_report(Bundle.from_files("", files), namespace, name, select, ignore)
 
 

@@ -34,6 +34,7 @@ from kpdiag.bundle.store import json_type
 from ..collect.cluster import api_reason
 from ..errors import Interrupted
 from kpdiag.bundle.safeio import load_json
+from kpdiag.manifests import apply_command
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
 
@@ -492,7 +493,7 @@ class FleetRunner:
             self.notes.append(
                 self._why(exc, f"create ConfigMap {self.namespace}/{body['metadata']['name']}")
                 + " — the pods run without a run owner: only this process and their activeDeadlineSeconds remove "
-                "them (deploy/rbac-cluster.yaml grants configmaps create, list and delete in its namespace)"
+                f"them ({apply_command('cluster')} grants configmaps create, list and delete in its namespace)"
             )
             return
         uid = ((doc or {}).get("metadata") or {}).get("uid") if isinstance(doc, dict) else None
@@ -678,7 +679,7 @@ class FleetRunner:
             self.notes.append(
                 f"the node pods ran without API access: ServiceAccount {self.namespace}/{account} does not exist, "
                 "so each node's rules were not compared with the API's Services (only what the rules alone show: "
-                "KP115, KP116) — kubectl apply -f deploy/rbac-cluster.yaml creates it"
+                f"KP115, KP116) — {apply_command('cluster')} creates it"
             )
 
     def _create(self, name: str, manifest: dict, deadline: float) -> None:
@@ -941,16 +942,14 @@ def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
     except (ValueError, AttributeError):
         pass
     if status == 404:
-        return (
-            f"create pod: namespace {namespace!r} does not exist (kubectl apply -f deploy/rbac-cluster.yaml creates it)"
-        )
+        return f"create pod: namespace {namespace!r} does not exist ({apply_command('cluster')} creates it)"
     if status == 403 and "PodSecurity" in body:
         return (
             f"create pod: PodSecurity admission rejects a privileged pod in {namespace!r} "
             f"(kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged): {body[:200]}"
         )
     if status == 403:
-        return f"create pod: 403 Forbidden — RBAC does not allow creating pods in {namespace!r} (see deploy/rbac-cluster.yaml){': ' + body[:160] if body else ''}"
+        return f"create pod: 403 Forbidden — RBAC does not allow creating pods in {namespace!r} (kpdiag's grants: {apply_command('cluster')}){': ' + body[:160] if body else ''}"
     if status == 422:
         return f"create pod: 422 rejected by the API server: {body[:200]}"
     return api_reason(exc, "create pod", server)

@@ -41,7 +41,19 @@ def ip4_to_int(text: str) -> int:
 def int_to_ip(value: int, version: int = 4) -> str:
     if version == 4:
         return f"{value >> 24 & 255}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}"
-    return str(ipaddress.IPv6Address(value))
+    return v6_text(value)
+
+
+def v6_text(value: int, exploded: bool = False) -> str:
+    """An IPv6 address as text (RFC 5952, or all eight groups in full), the same on every Python: an IPv4-mapped
+    address (::ffff:0:0/96) keeps its last 32 bits in hex, ``::ffff:a00:1`` — Python 3.13 writes it ``::ffff:10.0.0.1``
+    where 3.12 and older write hex."""
+    n = int(value)
+    if n >> 32 == 0xFFFF:
+        hi, lo = n >> 16 & 0xFFFF, n & 0xFFFF
+        return f"0000:0000:0000:0000:0000:ffff:{hi:04x}:{lo:04x}" if exploded else f"::ffff:{hi:x}:{lo:x}"
+    address = ipaddress.IPv6Address(n)
+    return address.exploded if exploded else str(address)
 
 
 def parse_ip(text: str) -> tuple[int, int]:

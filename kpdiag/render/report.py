@@ -130,11 +130,12 @@ def wrap_command(text: str, width: int, first: str = "    $ ", rest: str = "    
     lines: list[str] = []
     line = first + (units[0] if units else "")
     for k, w in enumerate(units[1:], 2):
-        tail = 0 if k == len(units) else 2  # room for " \\" unless this is the last word
+        # room for " \\" unless this is the last word, or it ends in "|", "&&" or "||" (the shell reads on after one)
+        tail = 0 if k == len(units) or w.endswith(_CONTINUES) else 2
         if len(line) + 1 + len(w) + tail <= width:
             line += " " + w
         else:
-            lines.append(line + " \\")
+            lines.append(line if line.endswith(_CONTINUES) else line + " \\")
             line = rest + w
     lines.append(line)
     if comment:
@@ -154,6 +155,7 @@ def _takes_value(option: str, word: str) -> bool:
     )
 
 
+_CONTINUES = (" |", " &&", " ||")  # a line ending in one of these goes on in the next without a backslash
 _GLUED = frozenset(("&&", "||", "|", ";", "$", "-", "»", "#", ">", "*", ">>", "2>&1"))
 
 
@@ -280,6 +282,9 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     for note in notes:
         out.extend(_wrap(note, width, "  note: ", "        "))
     for severity, trees in _finding_trees(report.findings):
+        if severity == "info" and not verbose:
+            out += ["", *(c("dim", w) for w in _wrap(hidden_info_line(trees), width, "", "  "))]
+            continue
         out.append("")
         out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
         for x, depth in trees:
@@ -295,10 +300,19 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         if len(shown) < len(report.problems):
             more = len(report.problems) - len(shown)
             out.append(c("dim", f"  … and {more} more (-v lists them all; -o json has every one)"))
-    if not report.findings and not headline:
+    if not headline and not any(x.severity.value in ("error", "warning") for x in report.findings):
         out.append("")
         out.append("No problems found by the checks that ran.")
     return "\n".join(out) + "\n"
+
+
+def hidden_info_line(trees: list) -> str:
+    """What stands for the informational findings a report shows only under -v (those of a tree that holds no error or
+    warning; an info that follows from an error is shown with it)."""
+    named = list(dict.fromkeys(f"{term(x.id)} {term(x.slug)}" for x, _ in trees))
+    n = len(trees)
+    more = f", … ({len(named) - 3} more)" if len(named) > 3 else ""
+    return f"{n} informational finding{'s' if n != 1 else ''} ({', '.join(named[:3])}{more}) — -v shows {'them' if n != 1 else 'it'}"
 
 
 def _finding_trees(findings) -> list[tuple[str, list]]:
@@ -527,14 +541,41 @@ def nodes_table(rows: list[dict], width: int | None = None) -> str:
     )
 
 
-def report_to_table(report: Report, width: int | None = None) -> str:
-    rows = [[x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings]
+def report_to_table(report: Report, width: int | None = None, verbose: bool = False) -> str:
+    """One row a finding; the informational ones (of a tree with no error or warning) only with ``verbose``."""
+    hidden = [] if verbose else [t for sev, trees in _finding_trees(report.findings) if sev == "info" for t in trees]
+    left_out = {id(x) for x, _ in hidden}
+    rows = [
+        [x.severity.value, x.id, x.slug, x.subject or "", x.summary] for x in report.findings if id(x) not in left_out
+    ]
     head = nodes_table(report.extra["nodes"], width) + "\n" if report.extra.get("nodes") else ""
+    tail = "\n".join(_wrap(hidden_info_line(hidden), output_width(width), "", "  ")) + "\n" if hidden else ""
     if not rows:
-        return head + "no findings\n"
-    return head + fit_table(
+        return head + ("no errors or warnings\n" if hidden else "no findings\n") + tail
+    table = fit_table(
         rows, ["severity", "id", "check", "subject", "summary"], width, floors={0: 7, 1: 5, 2: 12, 3: 10, 4: 24}
     )
+    if max(len(line) for line in table.splitlines()) > output_width(width):
+        table = _stacked_table(rows, output_width(width))
+    return head + table + tail
+
+
+def _stacked_table(rows: list[list], width: int) -> str:
+    """The findings table when the words of the summaries do not fit beside the other columns (a long sysctl name, a
+    check's slug): severity, id, check and subject in columns, each summary wrapped below its row across the whole
+    width — no word cut, no line wider than ``width`` but for a single word longer than a line."""
+    heads = ["severity", "id", "check", "subject"]
+    cells = [[term("" if v is None else v) for v in r[:4]] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    widths[3] = min(widths[3], max(width - sum(widths[:3]) - 6, 10))
+    pad = " " * (sum(widths[:3]) + 6)
+    out = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    for c, r in zip(cells, rows):
+        subject = _cell_lines(c[3], widths[3]) if len(c[3]) > widths[3] else [c[3]]
+        out.append("  ".join([*(c[i].ljust(widths[i]) for i in range(3)), subject[0]]).rstrip())
+        out += [pad + line for line in subject[1:]]
+        out += _wrap(r[4], width, "    ", "    ")
+    return "\n".join(out) + "\n"
 
 
 def report_to_json(report: Report) -> str:

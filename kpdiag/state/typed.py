@@ -443,8 +443,30 @@ class KubeProxyLog(Typed):
         lines = ctx.kube_proxy_log
         return None if lines is None else cls(ctx.display(sources.KP_LOG), tuple(lines))
 
+    def entries(self) -> list[tuple[int, str]]:
+        """The log's entries as (first line number, text): klog writes a multi-line value as ``key=<``, lines indented
+        by a tab, then `` >`` — one entry, joined with blanks, so that it is matched and quoted whole."""
+        out: list[tuple[int, str]] = []
+        i, lines = 0, self.lines
+        while i < len(lines):
+            n, text = i + 1, lines[i].rstrip()
+            i += 1
+            if text.endswith("=<"):
+                parts = [text]
+                while i < len(lines) and lines[i][:1] in ("\t", " ") and lines[i].strip():
+                    parts.append(lines[i].strip())
+                    i += 1
+                    if parts[-1] == ">":
+                        break
+                text = " ".join(parts)
+            out.append((n, text))
+        return out
+
     def evidence(self, lineno: int, text: str) -> Evidence:
-        return Evidence(self.source, text.strip()[:400], lineno)
+        """A log entry quoted whole (up to 2,000 characters; past that cut at a blank, with " …")."""
+        from kpdiag.evidence import clip
+
+        return Evidence(self.source, clip(text.strip(), 2000), lineno)
 
 
 @dataclass(frozen=True)

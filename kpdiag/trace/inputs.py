@@ -19,6 +19,23 @@ class TraceSetup:
     problems: list[Problem] = field(default_factory=list)
     state: object = None  # the NodeState of a bundle or a live node (for notes: the service CIDR, the API objects)
     read: dict | None = None  # a live trace's focused read: what it holds (kpdiag/collect/dest_rules.py)
+    live: bool = False  # read from this node now: no file holds the rules
+
+
+def label_live(result, setup: TraceSetup):
+    """A live trace's rules came from no file: each source named by the command that read it, "on this node, live"
+    (``iptables-save on this node, live``), not by the bundle path it would have in a bundle."""
+    from dataclasses import replace
+
+    if not setup.live:
+        return result
+
+    def label(path: str) -> str:
+        declared = sources.declared(path.split("#", 1)[0])
+        command = declared.collected_by.split(" (", 1)[0] if declared is not None and declared.collected_by else path
+        return f"{command} on this node, live"
+
+    return replace(result, sources=tuple(dict.fromkeys(label(s) for s in result.sources)))
 
 
 def read_summary(read: dict) -> str:
@@ -311,7 +328,7 @@ def setup_trace(
             problems = [
                 p for p in problems if any(n in p.source for n in dp.trace_sources) or FOCUS_FALLBACK in p.error
             ]
-        return TraceSetup(tracer, mode, problems, state, read)
+        return TraceSetup(tracer, mode, problems, state, read, live=live)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)

@@ -82,7 +82,8 @@ BAD = {
         ["cluster", "--save-dir", "/nonexistent-dir/run"],
     ],
     "redact": [["redact", os.path.join(FIXTURES, "ip-forward-off"), "-o", FIXTURES], ["redact", "x"]],
-    "checks": [["checks", "-o", "yaml"]],
+    "checks": [["checks", "-o", "xml"]],
+    "rbac": [["rbac", "nope"]],
     "explain": [["explain", "KP9999"], ["explain"]],
     "completion": [["completion", "tcsh"], ["completion", "install", "--shell", "tcsh"]],
 }

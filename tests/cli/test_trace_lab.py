@@ -90,6 +90,9 @@ def test_live_trace_on_the_node_agrees_with_its_bundle_and_changes_nothing(lab, 
     )
     assert offline.returncode == 0, offline.stderr
     assert _paths(json.loads(offline.stdout)) == _paths(doc)
+    # a live trace read no file: its rules are labelled live, a bundle's by the file
+    assert doc["sources"] == ["iptables-save on this node, live"], doc["sources"]
+    assert json.loads(offline.stdout)["sources"] == ["node/iptables-save.txt"]
 
     # live: --from node takes the node's address on the way out (ext0: the default route), no Service has .99, rejects
     node = json.loads(
@@ -100,6 +103,7 @@ def test_live_trace_on_the_node_agrees_with_its_bundle_and_changes_nothing(lab, 
     assert node["packet"]["src"] == "192.168.50.1"
     none = _kpdiag(lab, "node", "trace", "--host-root", "/", "--src", k.client_ip, "--dst", "10.96.0.99:80")
     assert none.returncode == 0 and "no Service has 10.96.0.99" in none.stdout
+    assert "rules from iptables-save on this node, live" in none.stdout and "iptables-save.txt" not in none.stdout
     empty = _kpdiag(lab, "node", "trace", "--host-root", "/", "--src", k.client_ip, "--dst", "10.96.0.21:80")
     assert empty.returncode == exitcodes.TRACE_REJECTED and "has no endpoints" in empty.stdout
     assert _rules(lab) == before  # read-only

@@ -95,3 +95,67 @@ def test_table_cells_never_split_a_number_or_break_a_name_at_its_hyphens():
     assert "119340/" in cells and "131072" in cells  # broken after the "/", never inside a number
     body = [line for line in text.splitlines() if set(line) - {"-", " "}]  # not the header's rule
     assert not any(line.rstrip().endswith("-") for line in body), text
+
+
+def _fixture_reports():
+    from kpdiag.commands.pipeline import analyze_bundle
+    from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
+
+    root = os.path.join(docblocks.ROOT, "fixtures")
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if os.path.isdir(path):
+            yield name, aggregate_dir(path, (), ()) if looks_like_report_dir(path) else analyze_bundle(path)
+
+
+def test_every_fixture_report_fits_80_columns_as_table_and_text():
+    """Every fixture's report, -o table and text, with and without -v: no line wider than 80 unless the rule allows
+    it (one word longer than a line). A table whose summaries' words do not fit beside the other columns puts each
+    summary below its row."""
+    from kpdiag.render.report import report_to_table, report_to_text
+
+    wide, seen = [], 0
+    for name, report in _fixture_reports():
+        seen += 1
+        for verbose in (False, True):
+            for kind, text in (
+                ("table", report_to_table(report, width=80, verbose=verbose)),
+                ("text", report_to_text(report, width=80, verbose=verbose)),
+            ):
+                wide += [(name, kind, verbose, line) for line in docblocks.too_wide(text.splitlines())]
+    assert seen > 100
+    assert wide == [], wide[:5]
+
+
+def test_a_table_too_wide_for_its_words_stacks_the_summaries():
+    from kpdiag.render.report import report_to_table
+
+    report = dict(_fixture_reports_named("bridge-nf-call-off"))["bridge-nf-call-off"]
+    lines = report_to_table(report, width=80, verbose=True).splitlines()
+    assert lines[0].split() == ["severity", "id", "check", "subject"]
+    assert "    net.bridge.bridge-nf-call-iptables = 0: pod-to-pod traffic on bridge cni0" in lines
+    assert max(len(line) for line in lines) <= 80
+
+
+def _fixture_reports_named(*names):
+    from kpdiag.commands.pipeline import analyze_bundle
+
+    for name in names:
+        yield name, analyze_bundle(os.path.join(docblocks.ROOT, "fixtures", name))
+
+
+def test_a_command_broken_after_a_pipe_needs_no_backslash_and_is_still_shell():
+    import subprocess
+
+    from kpdiag.render.report import wrap_command
+
+    text = (
+        "printf 'net.ipv4.conf.all.rp_filter = 2\\nnet.ipv4.conf.ext1.rp_filter = 2\\n' | "
+        "sudo tee /etc/sysctl.d/99-zz-kpdiag-rp-filter.conf >/dev/null && sudo sysctl --system >/dev/null"
+    )
+    lines = wrap_command(text, 80)
+    assert docblocks.too_wide(lines) == [] and any(line.endswith("' |") for line in lines), lines
+    script = "\n".join(line.removeprefix("    $ ") for line in lines)
+    assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0
+    joined = " ".join(line.strip().removeprefix("$ ").removesuffix(" \\") for line in lines)
+    assert joined.split() == text.split()

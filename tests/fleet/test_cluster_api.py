@@ -186,7 +186,9 @@ def test_node_pods_without_their_service_account_run_without_a_token_and_say_so(
         created, posts = list(api.created), api.count("POST", "/pods")
     report = json.loads(out)
     assert report["facts"]["nodes_diagnosed"] == 3, err
-    assert "ServiceAccount kpdiag/kpdiag-node does not exist" in err and "deploy/rbac-cluster.yaml" in err
+    assert (
+        "ServiceAccount kpdiag/kpdiag-node does not exist" in err and "kpdiag rbac cluster | kubectl apply -f -" in err
+    )
     ran = [p for p in created if "serviceAccountName" not in p["spec"]]
     assert len(ran) == 3 and all(p["spec"]["automountServiceAccountToken"] is False for p in ran)
     assert posts == 4  # one refused attempt with the service account, then none asks for it again
@@ -238,7 +240,7 @@ def test_forbidden_create_stops_after_the_first_refusal(capsys, tmp_path):
     assert posts == 1  # the same answer for every node: not 6 tries
     assert rc == 3 and not report["readable"]
     reasons = {f["reason"] for f in report["extra"]["failures"]}
-    assert any("403 Forbidden" in r and "deploy/rbac-cluster.yaml" in r for r in reasons)
+    assert any("403 Forbidden" in r and "kpdiag rbac cluster | kubectl apply -f -" in r for r in reasons)
 
 
 def test_unreachable_api_is_one_line(capsys, tmp_path):

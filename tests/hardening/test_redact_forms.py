@@ -155,3 +155,46 @@ if __name__ == "__main__":
         write()
     else:
         print(__doc__)
+
+
+def _dotted_mapped(original):
+    """IPv6Address.__str__ as Python 3.13 writes it: an IPv4-mapped address dotted (::ffff:10.0.0.1)."""
+
+    def text(self):
+        n = int(self)
+        if n >> 32 == 0xFFFF:
+            return "::ffff:" + ".".join(str(n >> s & 255) for s in (24, 16, 8, 0))
+        return original(self)
+
+    return text
+
+
+@pytest.mark.parametrize("form", [f for f in FORMS if f["id"].startswith(("ipv6", "ip6"))], ids=lambda f: f["id"])
+def test_the_ipv6_forms_do_not_depend_on_how_python_writes_a_mapped_address(form, monkeypatch):
+    """Debian 13's Python (3.13) writes an IPv4-mapped IPv6 address dotted, older ones in hex: the redaction keeps
+    the spelling it was given (hex stays hex, dotted stays dotted), whichever Python runs it."""
+    import ipaddress
+
+    assert redact(form["before"]) == form["after"]
+    monkeypatch.setattr(ipaddress.IPv6Address, "__str__", _dotted_mapped(ipaddress.IPv6Address.__str__))
+    assert str(ipaddress.IPv6Address("::ffff:a00:1")) == "::ffff:10.0.0.1"  # the 3.13 spelling, here too
+    assert redact(form["before"]) == form["after"], form["id"]
+
+
+def test_v6_text_is_the_same_on_every_python(monkeypatch):
+    import ipaddress
+
+    from kpdiag.parse.addr import int_to_ip, v6_text
+
+    cases = {
+        "::ffff:a00:1": ("::ffff:a00:1", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
+        "::ffff:0:0": ("::ffff:0:0", "0000:0000:0000:0000:0000:ffff:0000:0000"),
+        "2001:db8::1": ("2001:db8::1", "2001:0db8:0000:0000:0000:0000:0000:0001"),
+        "::1.2.3.4": ("::102:304", "0000:0000:0000:0000:0000:0000:0102:0304"),
+    }
+    for patched in (False, True):
+        if patched:
+            monkeypatch.setattr(ipaddress.IPv6Address, "__str__", _dotted_mapped(ipaddress.IPv6Address.__str__))
+        for given, (short, full) in cases.items():
+            n = int(ipaddress.IPv6Address(given))
+            assert (v6_text(n), v6_text(n, exploded=True), int_to_ip(n, 6)) == (short, full, short), (given, patched)
