@@ -334,7 +334,7 @@ def calico_address_autodetect(new, addresses: Addresses, nodes: CalicoNodes, man
 
 @check(
     "KP635",
-    "pod-range-overlaps-node-network",
+    "pod-range-over-node-lan",
     "Pod addresses overlap the network the node itself is on",
     "error",
     symptom="Some hosts of the node's own LAN (a gateway, a database, another node) are unreachable from this node or "
@@ -392,8 +392,8 @@ def pod_range_overlaps_node_network(new, cni_model: Cni, addresses: Addresses, r
 
 @check(
     "KP636",
-    "calico-endpoint-to-host-drop",
-    "Calico drops what pods send to their own node (DefaultEndpointToHostAction Drop)",
+    "calico-to-host-drop",
+    "Calico drops what pods send to their own node (its endpoint-to-host action)",
     "error",
     cni=("calico",),
     symptom="Pods cannot reach a Service whose endpoint runs with hostNetwork on their own node (an ingress "

@@ -260,6 +260,7 @@ def _routes_via(routes: Routes, dev: str) -> list[str]:
     "mtu-mismatch",
     "Pod or tunnel MTU larger than the path under it",
     "warning",
+    severities=("warning", "error"),
     symptom="Small requests through a Service work, large ones hang: TLS handshakes with big certificates, file uploads, "
     "database result sets; ping works, curl of a large page stalls after the first bytes.",
     why="""
@@ -268,7 +269,9 @@ def _routes_via(routes: Routes, dev: str) -> list[str]:
         minus that overhead, and the pods' interfaces (and the CNI bridge) must be no larger than the tunnel. When
         they are larger, full-size packets cannot cross: the encapsulated frame exceeds the uplink's MTU and is
         dropped, often without the ICMP "fragmentation needed" that would let TCP shrink its segments. Connections
-        open fine (small packets) and stall on the first full-size segment.
+        open fine (small packets) and stall on the first full-size segment. Pods whose MTU exceeds what fits are an
+        error (their full-size packets are dropped); a tunnel larger than its uplink while the pods are small enough
+        is a warning (nothing sends packets that big yet).
     """,
     fix="Set the CNI's MTU to the uplink's MTU minus the tunnel overhead (flannel, Calico, Cilium all have an mtu setting) "
     "and recreate the pods (a pod keeps the MTU it was created with).",
@@ -335,6 +338,7 @@ def mtu_mismatch(new, addresses: Addresses, routes: Routes):
         f"{len(too_big)} pod interface(s) ({', '.join(names[:5])}{' …' if len(names) > 5 else ''}) have MTU "
         f"{'/'.join(map(str, sizes))}, larger than the {limit} bytes that fit through {why}: full-size packets between pods "
         f"on different nodes (and Service traffic to them) are dropped",
+        severity="error",  # pods send packets the path cannot carry: traffic is dropped, not only at risk
         fix=(
             f"set the CNI's MTU to {limit} (flannel: it derives it from the tunnel; Calico: FelixConfiguration mtu / veth_mtu in "
             "the calico-config ConfigMap; Cilium: --mtu) and restart the pods (kubectl rollout restart …)",

@@ -300,6 +300,7 @@ LOG_PATTERNS = [
     "kube-proxy-log-errors",
     "Known kube-proxy errors in its log",
     "warning",
+    severities=("warning", "error"),
     advice_for="kube-proxy",
     symptom="Services are intermittently wrong on this node; kube-proxy restarts or lags behind.",
     why="""
@@ -308,13 +309,18 @@ LOG_PATTERNS = [
         server out of reach. Each leaves the node's rules stale or incomplete in its own way, and each has its own fix:
         a lock held by another program (iptables-restore exit status 4, "Another app is currently holding the xtables
         lock") is that program's to release, while a rejected ruleset (exit status 1/2, "line N failed") is
-        kube-proxy's or the iptables binary's — a line is counted once, for the first cause it shows.
+        kube-proxy's or the iptables binary's — a line is counted once, for the first cause it shows. A rejected
+        ruleset with no successful sync after it ("SyncProxyRules complete") is an error: kube-proxy is not syncing
+        at all, so no Service change reaches this node's rules.
     """,
     fix="Follow the fix given for each error line below.",
 )
 def log_errors(new, log: KubeProxyLog):
     hits: dict[str, list] = {}
+    last_sync = 0
     for n, line in log.entries():  # a multi-line klog value (err=<, lines, >) is one entry
+        if "SyncProxyRules complete" in line:
+            last_sync = n
         key = next((k for k, pattern, _, _ in LOG_PATTERNS if pattern.search(line)), None)
         if key is not None:
             hits.setdefault(key, []).append((n, line))
@@ -323,11 +329,14 @@ def log_errors(new, log: KubeProxyLog):
         if not found:
             continue
         shown = [found[0]] + ([found[-1]] if len(found) > 1 else [])
+        stuck = key == "restore-rejected" and found[-1][0] > last_sync  # rejected, and no sync has worked since
         yield new(
-            f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}",
+            f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}"
+            + (" — and no sync has succeeded since: kube-proxy is not updating this node's rules" if stuck else ""),
             fix=(fix,),
             evidence=[log.evidence(n, line) for n, line in shown],
-            data={"cause": key, "lines": len(found)},
+            severity="error" if stuck else "warning",
+            data={"cause": key, "lines": len(found), "syncing": not stuck},
         )
 
 
