@@ -1,0 +1,59 @@
+"""kube-proxy's effective configuration judged against the node (checks/kpconfig.py), given() cases."""
+
+from __future__ import annotations
+
+from kpdiag.bundle import sources
+from tests.given import given
+
+LOG = sources.KP_LOG
+
+
+def _svc(name: str, kind: str = "NodePort") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"namespace": "shop", "name": name},
+        "spec": {"type": kind, "clusterIP": "10.96.0.40", "ports": [{"port": 80, "nodePort": 30080}]},
+    }
+
+
+# ---- KP720 nodePortAddresses
+
+
+def test_nodeport_addresses_of_another_subnet_fire():
+    (f,) = given(kube_proxy={"nodePortAddresses": ["10.0.9.0/24"]}).fires("KP720")
+    assert f.severity == "error" and "10.0.9.0/24" in f.summary and "192.168.50.1 (ext0)" in f.summary
+    assert f.evidence[0].source == sources.KP_CONFIG and f.evidence[0].text.startswith("nodePortAddresses:")
+    assert f.data["family"] == 4
+
+
+def test_nodeport_addresses_name_the_services_that_lose_their_nodeport():
+    (f,) = given(kube_proxy={"nodePortAddresses": ["10.0.9.0/24"]}, services=[_svc("front")]).fires("KP720")
+    assert f.severity == "error" and "shop/front" in f.summary
+    (f,) = given(kube_proxy={"nodePortAddresses": ["10.0.9.0/24"]}, services=[]).fires("KP720")
+    assert f.severity == "warning"
+
+
+def test_nodeport_addresses_that_contain_the_node_are_silent():
+    given(kube_proxy={"nodePortAddresses": ["192.168.50.0/24"]}).silent("KP720")
+    given().silent("KP720")  # unset: every local address
+    # an IPv6 CIDR on a node without a global IPv6 address: nothing to serve there, nothing lost
+    given(kube_proxy={"nodePortAddresses": ["192.168.50.0/24", "fd00:99::/64"]}).silent("KP720")
+
+
+def test_nodeport_addresses_from_a_flag():
+    cmd = "kube-proxy\n--nodeport-addresses=172.16.0.0/12\n"
+    (f,) = given(files={sources.KP_CMDLINE: cmd}).fires("KP720")
+    assert (f.evidence[0].source, f.evidence[0].line) == (sources.KP_CMDLINE, 2)
+
+
+def test_primary_with_loopback_fires_and_with_the_node_ip_is_silent():
+    loop = "I0101 1 server.go:1] \"Can't determine this node's IP, assuming loopback; if this is incorrect, please set the --bind-address flag\"\n"
+    (f,) = given(kube_proxy={"nodePortAddresses": ["primary"]}, files={LOG: loop}).fires("KP720")
+    assert "loopback" in f.summary and f.evidence[1].source == LOG
+    ok = 'I0101 1 server.go:1] "Successfully retrieved NodeIPs" NodeIPs=["192.168.50.1"]\n'
+    given(kube_proxy={"nodePortAddresses": ["primary"]}, files={LOG: ok}).silent("KP720")
+    other = 'I0101 1 server.go:1] "Successfully retrieved NodeIPs" NodeIPs=["10.1.1.1"]\n'
+    (f,) = given(kube_proxy={"nodePortAddresses": ["primary"]}, files={LOG: other}).fires("KP720")
+    assert "10.1.1.1" in f.summary
+    assert "does not say" in given(kube_proxy={"nodePortAddresses": ["primary"]}).skips("KP720")
