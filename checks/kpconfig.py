@@ -145,3 +145,69 @@ def _primary(new, kp, setting, addrs, severity, affected):
         subject="node",
         data={"node_port_addresses": list(setting.value), "node_ips": ips},
     )
+
+
+@check(
+    "KP721",
+    "detect-local-interface-missing",
+    "kube-proxy tells pod traffic by an interface this node does not have",
+    "error",
+    severities=("error",),
+    advice_for="kube-proxy",
+    symptom="Every pod's connection to a ClusterIP arrives at the backend from the node's address (NetworkPolicies "
+    "that allow pods by selector deny it, logs show node IPs); pods cannot reach externalTrafficPolicy: Local "
+    "LoadBalancer or external IPs on nodes without an endpoint.",
+    why="""
+        With detectLocalMode BridgeInterface kube-proxy takes a packet for pod traffic when it arrives on the bridge
+        named by detectLocal.bridgeInterface (--pod-bridge-interface); with InterfaceNamePrefix, when it arrives on
+        an interface whose name starts with detectLocal.interfaceNamePrefix (--pod-interface-name-prefix). It writes
+        that as "! -i <bridge>" / "! -i <prefix>+" in front of KUBE-MARK-MASQ. When no interface of the node has that
+        name or prefix — the CNI names its bridge or veths otherwise (cni0, cbr0, cali*, lxc*, veth*), a ConfigMap
+        copied from a cluster with another CNI — no packet ever matches: every pod is "outside", its Service traffic is
+        masqueraded to the node's address, and the short-circuit that lets pods reach externalTrafficPolicy: Local
+        load-balancer and external IPs on any node is lost.
+    """,
+    fix="Set detectLocal.bridgeInterface / interfaceNamePrefix to this CNI's bridge or pod-interface prefix (or use "
+    "detectLocalMode ClusterCIDR with clusterCIDR), and restart kube-proxy.",
+)
+def detect_local_interface(new, kp: KubeProxySettings, addresses: Addresses):
+    mode = kp["detectLocalMode"]
+    field = {"BridgeInterface": "detectLocal.bridgeInterface", "InterfaceNamePrefix": "detectLocal.interfaceNamePrefix"}
+    if mode.value not in field:
+        return  # ClusterCIDR / NodeCIDR: judged by the pod CIDRs (KP613, KP706)
+    setting = kp[field[mode.value]]
+    name = setting.value
+    if not name:
+        return  # the mode without its name: kube-proxy detects nothing (KP706 says it)
+    links = [str(link.get("ifname")) for link in addresses.links if isinstance(link, dict) and link.get("ifname")]
+    if not links:
+        raise Skip(f"{addresses.source} lists no interface to compare {setting.name} with")
+    if mode.value == "BridgeInterface":
+        matches = [n for n in links if n == name]
+        what, rule = f"no interface named {name}", f"! -i {name}"
+    else:
+        matches = [n for n in links if n.startswith(name)]
+        what, rule = f"no interface whose name starts with {name!r}", f"! -i {name}+"
+    if matches:
+        return
+    bridges = [
+        str(link.get("ifname"))
+        for link in addresses.links
+        if isinstance(link, dict) and (link.get("linkinfo") or {}).get("info_kind") == "bridge"
+    ]
+    shown = ", ".join(links[:10]) + (" …" if len(links) > 10 else "")
+    yield new(
+        f"detectLocalMode is {mode.value} with {setting.name} {name!r}, but this node has {what} ({shown}): kube-proxy's "
+        f"'{rule} -j KUBE-MARK-MASQ' matches every packet — every pod's Service traffic is masqueraded to the node "
+        "address and pods lose the short-circuit to Local load-balancer IPs",
+        fix=(
+            "ip -br link   # the CNI's bridge (cni0, cbr0 …) or its pod interfaces' common prefix (cali, lxc, veth …)",
+            f"kubectl -n kube-system edit configmap kube-proxy   # detectLocal: {{{setting.name.split('.')[1]}: "
+            f'"{bridges[0] if bridges else "<the CNI bridge or prefix>"}"}} (or --pod-bridge-interface / '
+            "--pod-interface-name-prefix where kube-proxy runs from flags)",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+        ),
+        evidence=[mode.evidence(), setting.evidence(), Evidence(addresses.source, f"interfaces: {shown}")],
+        subject="node",
+        data={"detect_local_mode": mode.value, "name": name, "interfaces": links, "bridges": bridges},
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kpdiag.bundle import sources
-from tests.given import given
+from tests.given import base_text, given
 
 LOG = sources.KP_LOG
 
@@ -57,3 +57,33 @@ def test_primary_with_loopback_fires_and_with_the_node_ip_is_silent():
     (f,) = given(kube_proxy={"nodePortAddresses": ["primary"]}, files={LOG: other}).fires("KP720")
     assert "10.1.1.1" in f.summary
     assert "does not say" in given(kube_proxy={"nodePortAddresses": ["primary"]}).skips("KP720")
+
+
+# ---- KP721 detectLocalMode by interface
+
+
+def _config(extra: str) -> dict:
+    return {sources.KP_CONFIG: base_text(sources.KP_CONFIG).replace('detectLocalMode: ""\n', "") + extra}
+
+
+def test_bridge_interface_the_node_does_not_have_fires():
+    cfg = _config("detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: cbr0\n")
+    (f,) = given(files=cfg).fires("KP721")
+    assert "cbr0" in f.summary and "cni0" in f.summary and f.data["bridges"] == ["cni0"]
+    assert [e.text for e in f.evidence[:2]] == ["detectLocalMode: BridgeInterface", "bridgeInterface: cbr0"]
+    assert [e.line for e in f.evidence[:2]] == [21, 23]
+    assert 'bridgeInterface: "cni0"' in f.fix[1]
+
+
+def test_interface_prefix_that_matches_no_interface_fires_from_flags():
+    cmd = "kube-proxy\n--detect-local-mode=InterfaceNamePrefix\n--pod-interface-name-prefix=cali\n"
+    (f,) = given(files={sources.KP_CMDLINE: cmd}).fires("KP721")
+    assert (f.evidence[1].source, f.evidence[1].line) == (sources.KP_CMDLINE, 3)
+
+
+def test_an_interface_that_is_there_is_silent():
+    given(kube_proxy={"detectLocalMode": "BridgeInterface", "detectLocal": {"bridgeInterface": "cni0"}}).silent("KP721")
+    given(kube_proxy={"detectLocalMode": "InterfaceNamePrefix", "detectLocal": {"interfaceNamePrefix": "veth"}}).silent(
+        "KP721"
+    )
+    given().silent("KP721")  # ClusterCIDR: not this check's
