@@ -7,7 +7,8 @@ from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, KubeProxySettings, Services
+from kpdiag.bundle import sources
+from kpdiag.state.typed import Addresses, KubeProxySettings, NetworkPolicies, Services
 
 SKIP_LINKS = ("kube-ipvs0",)  # IPVS mode's Service addresses: not the node's (kube-proxy leaves them out too)
 
@@ -210,4 +211,80 @@ def detect_local_interface(new, kp: KubeProxySettings, addresses: Addresses):
         evidence=[mode.evidence(), setting.evidence(), Evidence(addresses.source, f"interfaces: {shown}")],
         subject="node",
         data={"detect_local_mode": mode.value, "name": name, "interfaces": links, "bridges": bridges},
+    )
+
+
+def _pod_selecting_policies(policies) -> list[str]:
+    """ns/name of the NetworkPolicies whose ingress admits peers by podSelector or namespaceSelector."""
+    from kpdiag.bundle.store import list_items
+
+    doc = policies.source(sources.NETWORKPOLICIES) if policies is not None and policies.collected else None
+    out = []
+    for p in (list_items(doc) if isinstance(doc, dict) else None) or []:
+        if not isinstance(p, dict):
+            continue
+        peers = [
+            peer
+            for rule in ((p.get("spec") or {}).get("ingress") or [])
+            if isinstance(rule, dict)
+            for peer in rule.get("from") or []
+            if isinstance(peer, dict)
+        ]
+        if any("podSelector" in peer or "namespaceSelector" in peer for peer in peers):
+            meta = p.get("metadata") or {}
+            out.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return sorted(out)
+
+
+@check(
+    "KP722",
+    "masquerade-all",
+    "kube-proxy masquerades all Service traffic (masqueradeAll)",
+    "info",
+    severities=("info", "warning"),
+    advice_for="kube-proxy",
+    symptom="Backends see the node's address instead of the calling pod's; NetworkPolicies that admit clients by "
+    "pod or namespace selector block them through a Service (or, where the CNI admits the node, admit everyone).",
+    why="""
+        With masqueradeAll (iptables.masqueradeAll, nftables.masqueradeAll in nftables mode, --masquerade-all)
+        kube-proxy marks every packet sent to a ClusterIP for masquerade, not only those from outside the cluster.
+        The endpoint then receives the connection from the node's address (the address of the interface the packet
+        leaves by: the bridge's for a pod on this node, the node IP for one elsewhere), never from the client pod.
+        NetworkPolicy is enforced at the endpoint, after that SNAT: a podSelector or namespaceSelector peer
+        cannot match a node address, so a policy that admits some pods denies them when they call through the
+        Service (and a CNI that always admits traffic from the node lets every pod in instead); an ipBlock for
+        pod CIDRs never matches either. Source-address logging, rate limits and sessionAffinity by client all see
+        one client per node. Some CNIs need it (traffic that would otherwise return asymmetrically); most do not.
+    """,
+    fix="If the CNI does not require it, set masqueradeAll: false (with clusterCIDR or another detectLocalMode so "
+    "outside traffic is still masqueraded) and restart kube-proxy.",
+)
+def masquerade_all(new, kp: KubeProxySettings, policies: Optional[NetworkPolicies] = None):
+    setting = kp["masqueradeAll"]
+    if setting.value is not True:
+        return
+    selecting = _pod_selecting_policies(policies)
+    hurt = (
+        f"; {len(selecting)} NetworkPolicies admit clients by pod or namespace selector "
+        f"({', '.join(selecting[:4])}{', …' if len(selecting) > 4 else ''}), which cannot match the node address "
+        "their pods now see"
+        if selecting
+        else ""
+    )
+    yield new(
+        "kube-proxy masquerades every connection to a ClusterIP (masqueradeAll: true): endpoints see this node's "
+        f"address, not the client pod's{hurt}",
+        severity="warning" if selecting else "info",
+        fix=(
+            "kubectl -n kube-system edit configmap kube-proxy   # iptables.masqueradeAll: false (nftables mode: "
+            "nftables.masqueradeAll), keeping clusterCIDR set — unless the CNI's documentation requires it",
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+        ),
+        evidence=[setting.evidence()]
+        + [
+            Evidence(policies.display(sources.NETWORKPOLICIES), f"{p}: ingress from podSelector/namespaceSelector")
+            for p in selecting[:3]
+        ],
+        subject="node",
+        data={"masquerade_all": True, "setting": setting.name, "origin": setting.origin, "policies": selecting},
     )

@@ -87,3 +87,44 @@ def test_an_interface_that_is_there_is_silent():
         "KP721"
     )
     given().silent("KP721")  # ClusterCIDR: not this check's
+
+
+# ---- KP722 masqueradeAll
+
+
+def _policy(name: str, peer: dict) -> dict:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"namespace": "shop", "name": name},
+        "spec": {"podSelector": {}, "ingress": [{"from": [peer]}]},
+    }
+
+
+def test_masquerade_all_is_said_and_where_it_is_set():
+    cfg = _config("").get(sources.KP_CONFIG).replace("  masqueradeAll: false", "  masqueradeAll: true")
+    (f,) = given(files={sources.KP_CONFIG: cfg}).fires("KP722")
+    assert f.severity == "info" and (f.evidence[0].text, f.evidence[0].line) == ("masqueradeAll: true", 13)
+
+
+def test_masquerade_all_with_pod_selecting_policies_is_a_warning():
+    cmd = "kube-proxy\n--masquerade-all\n"
+    pols = {
+        sources.NETWORKPOLICIES: {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                _policy("from-front", {"podSelector": {"matchLabels": {"app": "front"}}}),
+                _policy("cidr", {"ipBlock": {"cidr": "10.0.0.0/8"}}),
+            ],
+        }
+    }
+    (f,) = given(files={sources.KP_CMDLINE: cmd, **pols}).fires("KP722")
+    assert f.severity == "warning" and f.data["policies"] == ["shop/from-front"] and f.evidence[0].line == 2
+
+
+def test_masquerade_all_false_or_the_other_modes_section_is_silent():
+    given().silent("KP722")
+    # nftables mode reads nftables.masqueradeAll: iptables.masqueradeAll true does not count there
+    cfg = _config("").get(sources.KP_CONFIG).replace("  masqueradeAll: false", "  masqueradeAll: true")
+    given(files={sources.KP_CONFIG: cfg.replace('mode: "iptables"', 'mode: "nftables"')}).silent("KP722")
