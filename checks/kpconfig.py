@@ -8,7 +8,13 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, KubeProxySettings, NetworkPolicies, Services
+from kpdiag.state.typed import (
+    Addresses,
+    KubeProxySettings,
+    NetworkPolicies,
+    NodePodCIDRs,
+    Services,
+)
 
 SKIP_LINKS = ("kube-ipvs0",)  # IPVS mode's Service addresses: not the node's (kube-proxy leaves them out too)
 
@@ -287,4 +293,95 @@ def masquerade_all(new, kp: KubeProxySettings, policies: Optional[NetworkPolicie
         ],
         subject="node",
         data={"masquerade_all": True, "setting": setting.name, "origin": setting.origin, "policies": selecting},
+    )
+
+
+_CAUSES = {
+    "iptables": (
+        "kube-proxy found no usable ip{v}tables for {fam} (the binary missing from its image, or the kernel lacks "
+        "ip{v}_tables / ip{v}table_nat)",
+        "kubectl -n kube-system exec ds/kube-proxy -- ip{v}tables-save -t nat | head -3   # must work inside kube-proxy",
+    ),
+    "kernel": (
+        "the kernel has {fam} disabled (no /proc/net/if_inet6: ipv6.disable=1 on the kernel command line)",
+        "cat /proc/cmdline   # remove ipv6.disable=1 (or give the node an IPv6 stack) and reboot",
+    ),
+    "secondary": (
+        "kube-proxy found the secondary family {fam} unsupported (no usable ip{v}tables)",
+        "kubectl -n kube-system exec ds/kube-proxy -- ip{v}tables-save -t nat | head -3   # must work inside kube-proxy",
+    ),
+}
+
+
+def _dual_stack_signs(nodes, api) -> list[Evidence]:
+    """Evidence that the cluster is dual-stack: a Node with pod CIDRs of both families, a Service with ClusterIPs of
+    both families."""
+    out = []
+    for n in nodes.nodes if nodes is not None else ():
+        if {c.version for c in n.cidrs} == {4, 6}:
+            out.append(nodes.evidence(n))
+            break
+    for svc in api.every if api is not None else ():
+        ips = svc.cluster_ips
+        if {ipaddress.ip_address(ip).version for ip in ips if _is_ip(ip)} == {4, 6}:
+            out.append(api.evidence(svc, f"clusterIPs {', '.join(ips)}"))
+            break
+    return out
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+@check(
+    "KP723",
+    "single-stack-on-dual-stack",
+    "kube-proxy runs single-stack in a dual-stack cluster",
+    "error",
+    severities=("error",),
+    advice_for="kube-proxy",
+    symptom="IPv6 (or IPv4) ClusterIPs and NodePorts of dual-stack Services time out from this node and its pods, "
+    "while the other family works.",
+    why="""
+        kube-proxy runs dual-stack whenever its backend supports both IP families on the node, whatever its
+        configuration says, and logs "kube-proxy running in dual-stack mode". When it cannot use one family it logs
+        why — "No iptables support for family" (no usable ip6tables: the binary missing from its image, the
+        ip6_tables / ip6table_nat modules missing), "No kernel support for family" (IPv6 disabled in the kernel) —
+        and runs single-stack ("kube-proxy running in single-stack mode"). In a dual-stack cluster (Nodes with pod
+        CIDRs of both families, Services with a ClusterIP of each) this node then programs no rule at all for the
+        other family: its ClusterIPs, NodePorts and load-balancer IPs of that family go nowhere from here.
+    """,
+    fix="Remove the cause kube-proxy's log gives (ip6tables in its image and the kernel modules, IPv6 enabled in "
+    "the kernel), then restart kube-proxy and check its log says dual-stack.",
+)
+def single_stack(new, kp: KubeProxySettings, nodes: NodePodCIDRs, api: Optional[Services] = None):
+    signs = _dual_stack_signs(nodes, api)
+    if not signs:
+        return  # a single-stack cluster: one family is all kube-proxy needs
+    stack, causes = kp.last("stack"), kp.facts("family-unsupported")
+    if stack is not None and stack.values[0] == "dual":
+        return
+    if stack is None and not causes:
+        raise Skip('kube-proxy\'s log does not say whether it runs single- or dual-stack (no "running in" line)')
+    primary = stack.values[1] if stack is not None else ("IPv6" if causes[-1].values[1] == "IPv4" else "IPv4")
+    missing = "IPv6" if primary == "IPv4" else "IPv4"
+    cause = next((c for c in reversed(causes) if c.values[1] == missing), None)
+    v = "6" if missing == "IPv6" else ""
+    if cause is not None:
+        why, step = (t.format(fam=missing, v=v) for t in _CAUSES.get(cause.values[0], _CAUSES["iptables"]))
+        because = f"because {why}"
+    else:
+        because = "its log does not say why (an older kube-proxy, or the start of the log was cut)"
+        step = f"kubectl -n kube-system logs ds/kube-proxy | grep -iE 'family|stack'   # why it could not use {missing}"
+    yield new(
+        f"kube-proxy runs single-stack ({primary} only) while the cluster is dual-stack, {because}: this node programs "
+        f"no {missing} ClusterIP, NodePort or load-balancer rule",
+        fix=(step, "kubectl -n kube-system rollout restart daemonset kube-proxy   # then its log must say dual-stack"),
+        evidence=[kp.log_evidence(f) for f in ([stack] if stack else []) + ([cause] if cause else [])] + signs,
+        subject="node",
+        data={"primary": primary, "missing": missing, "cause": cause.values[0] if cause else None},
     )

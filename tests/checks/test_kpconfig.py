@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kpdiag.bundle import sources
-from tests.given import base_text, given
+from tests.given import base_text, given, node
 
 LOG = sources.KP_LOG
 
@@ -128,3 +128,42 @@ def test_masquerade_all_false_or_the_other_modes_section_is_silent():
     # nftables mode reads nftables.masqueradeAll: iptables.masqueradeAll true does not count there
     cfg = _config("").get(sources.KP_CONFIG).replace("  masqueradeAll: false", "  masqueradeAll: true")
     given(files={sources.KP_CONFIG: cfg.replace('mode: "iptables"', 'mode: "nftables"')}).silent("KP722")
+
+
+# ---- KP723 single-stack kube-proxy on a dual-stack cluster
+
+SINGLE = (
+    'I0101 00:00:01.1 1 server_linux.go:1] "No iptables support for family" ipFamily="IPv6"\n'
+    'I0101 00:00:01.2 1 server.go:1] "kube-proxy running in single-stack mode" ipFamily="IPv4"\n'
+)
+DUAL_NODE = [node("lab", "10.244.1.0/24", "fd00:244:1::/64")]
+
+
+def test_single_stack_in_a_dual_stack_cluster_says_why_from_the_log():
+    (f,) = given(files={LOG: SINGLE}, nodes=DUAL_NODE).fires("KP723")
+    assert "IPv4 only" in f.summary and "ip6tables" in f.summary and f.data["cause"] == "iptables"
+    assert [e.line for e in f.evidence[:2]] == [2, 1] and f.evidence[2].source == sources.NODES
+    assert "ip6tables-save" in f.fix[0]
+
+
+def test_kernel_without_ipv6_is_the_cause_said():
+    log = 'I0101 1 server_linux.go:1] "No kernel support for family" ipFamily="IPv6"\n' + SINGLE.splitlines()[1]
+    dual_svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"namespace": "shop", "name": "web"},
+        "spec": {"clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20", "fd00:10:96::20"], "ports": [{"port": 80}]},
+    }
+    (f,) = given(files={LOG: log}, nodes=[node("lab", "10.244.1.0/24")], services=[dual_svc]).fires("KP723")
+    assert f.data["cause"] == "kernel" and "ipv6.disable=1" in f.summary
+
+
+def test_dual_stack_kube_proxy_or_single_stack_cluster_is_silent():
+    dual = 'I0719 1 server.go:659] "kube-proxy running in dual-stack mode" primary ipFamily="IPv4"\n'
+    given(files={LOG: dual}, nodes=DUAL_NODE).silent("KP723")
+    given(files={LOG: SINGLE}, nodes=[node("lab", "10.244.1.0/24")]).silent("KP723")
+
+
+def test_single_stack_skips_without_the_api_or_a_log_line():
+    assert sources.NODES in given(files={LOG: SINGLE}).skips("KP723")
+    assert "does not say" in given(nodes=DUAL_NODE).skips("KP723")
