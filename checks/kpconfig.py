@@ -8,9 +8,12 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag import evidence as ev
 from kpdiag.state.typed import (
     Addresses,
+    KubeProxyRules,
     KubeProxySettings,
+    KubeProxyVersion,
     NetworkPolicies,
     NodePodCIDRs,
     Services,
@@ -385,3 +388,118 @@ def single_stack(new, kp: KubeProxySettings, nodes: NodePodCIDRs, api: Optional[
         subject="node",
         data={"primary": primary, "missing": missing, "cause": cause.values[0] if cause else None},
     )
+
+
+# kube-proxy's own nat chains (its rules may jump to KUBE-MARK-* by design); every other chain is another component's
+_OWN = (
+    "KUBE-SVC-",
+    "KUBE-SVL-",
+    "KUBE-SEP-",
+    "KUBE-EXT-",
+    "KUBE-FW-",
+    "KUBE-XLB-",
+    "KUBE-SERVICES",
+    "KUBE-NODEPORTS",
+    "KUBE-NODE-PORT",
+    "KUBE-LOAD-BALANCER",
+    "KUBE-FIREWALL",
+    "KUBE-POSTROUTING",
+    "KUBE-MARK-",
+)
+_MARKS = {"KUBE-MARK-MASQ": "masquerade", "KUBE-MARK-DROP": "drop"}
+
+
+def _mark_of(chain) -> str | None:
+    """The mark a KUBE-MARK-* chain sets (its -j MARK rule's value, e.g. 0x4000/0x4000), None when it sets none."""
+    for r in chain.rules:
+        if r.target == "MARK":
+            opt = r.target_opt("--set-xmark") or r.target_opt("--set-mark") or r.target_opt("--or-mark")
+            if opt is not None:
+                return opt.value
+    return None
+
+
+def _acted_on(rs, kind: str, mark: str) -> bool:
+    """Whether some rule completes what the mark asks for: a nat chain that MASQUERADEs and tests the mark, or a
+    filter rule that DROPs packets with it."""
+    value = mark.split("/")[0]
+    if kind == "masquerade":
+        for name in rs.chain_names("nat"):
+            rules = rs.chain("nat", name).rules
+            if any(r.target in ("MASQUERADE", "SNAT") for r in rules) and any(value in r.text for r in rules):
+                return True
+        return False
+    for name in rs.chain_names("filter"):
+        if any(r.target == "DROP" and value in r.text for r in rs.chain("filter", name).rules):
+            return True
+    return False
+
+
+@check(
+    "KP724",
+    "kube-mark-chain-orphaned",
+    "Another component jumps to KUBE-MARK-MASQ / KUBE-MARK-DROP, and nothing acts on that mark",
+    "warning",
+    severities=("warning",),
+    symptom="hostPort hairpin or localhost traffic (CNI portmap with externalSetMarkChain) is not masqueraded and "
+    "times out; packets a CNI or script meant to drop through KUBE-MARK-DROP are delivered.",
+    why="""
+        KUBE-MARK-MASQ and KUBE-MARK-DROP only set a packet mark (0x4000, 0x8000); the masquerade or drop is done
+        later by a rule that tests the mark — kube-proxy's KUBE-POSTROUTING MASQUERADE, kubelet's KUBE-FIREWALL
+        DROP. They were never an API, yet CNI plugins and scripts jump to them (the portmap plugin's
+        externalSetMarkChain: KUBE-MARK-MASQ). What creates them changed: kube-proxy stopped using KUBE-MARK-DROP
+        in v1.25 (KEP-3178); kubelet stopped creating KUBE-MARK-DROP, KUBE-MARK-MASQ and the KUBE-FIREWALL mark-drop
+        rule in v1.28 (IPTablesOwnershipCleanup, on by default since v1.27); kube-proxy still creates KUBE-MARK-MASQ
+        and KUBE-POSTROUTING in iptables and IPVS mode, and never in nftables mode (its nftables table marks and
+        masquerades on its own, and at start it removes its old iptables chains: a chain still referenced is only
+        emptied). So on a current node another component's jump can land in a chain that is empty, or that sets a
+        mark no rule acts on any more: the masquerade or the drop it relied on silently does not happen.
+    """,
+    fix="Make the component do its own marking and masquerading (portmap: drop externalSetMarkChain so it uses "
+    "its own CNI-HOSTPORT-SETMARK chain), or keep kube-proxy in iptables mode while it depends on KUBE-MARK-MASQ.",
+)
+def kube_mark_orphaned(
+    new, rules: KubeProxyRules, kp: Optional[KubeProxySettings] = None, version: Optional[KubeProxyVersion] = None
+):
+    rs = rules.ruleset
+    refs: dict[str, list] = {}
+    for name in rs.chain_names("nat"):
+        if name.startswith(_OWN):
+            continue
+        for r in rs.chain("nat", name).rules:
+            if r.target in _MARKS:
+                refs.setdefault(r.target, []).append(r)
+    for target, users in sorted(refs.items()):
+        kind = _MARKS[target]
+        chain = rs.chain("nat", target)
+        mark = _mark_of(chain) if chain is not None else None
+        if mark is not None and _acted_on(rs, kind, mark):
+            continue
+        whose = sorted({r.chain for r in users})
+        what = (
+            f"{target} is empty: the jump sets no mark"
+            if mark is None
+            else f"{target} sets mark {mark}, but no rule {'masquerades' if kind == 'masquerade' else 'drops'} "
+            "packets with it"
+        )
+        running = (
+            f"kube-proxy {'v%d.%d' % version.version} in {kp.value('mode')} mode"
+            if version is not None and kp is not None
+            else f"kube-proxy in {kp.value('mode')} mode"
+            if kp is not None
+            else "this node's kube-proxy and kubelet"
+        )
+        yield new(
+            f"{len(users)} rule{'s' if len(users) != 1 else ''} of {', '.join(whose[:4])} jump to {target}, but {what} "
+            f"(with {running} nothing creates it for others any more): the {kind} they rely on does not happen",
+            fix=(
+                f"iptables-save -t nat | grep -n -- '-j {target}'   # who jumps there",
+                'portmap: remove "externalSetMarkChain" from the CNI configuration (/etc/cni/net.d/*.conflist) so '
+                "it marks and masquerades with its own chains; other components: upgrade them or have them do so",
+            ),
+            evidence=[ev.rule(r) for r in users[:3]]
+            + ([ev.chain(rs, "nat", target)] if chain is not None else [])
+            + ([kp["mode"].evidence()] if kp is not None else []),
+            subject="node",
+            data={"chain": target, "mark": mark, "referenced_by": whose, "rules": len(users)},
+        )

@@ -167,3 +167,66 @@ def test_dual_stack_kube_proxy_or_single_stack_cluster_is_silent():
 def test_single_stack_skips_without_the_api_or_a_log_line():
     assert sources.NODES in given(files={LOG: SINGLE}).skips("KP723")
     assert "does not say" in given(nodes=DUAL_NODE).skips("KP723")
+
+
+# ---- KP724 KUBE-MARK-* jumped to by other components
+
+PORTMAP = [
+    ":CNI-DN-1a2b3c - [0:0]",
+    "-A CNI-DN-1a2b3c -s 10.244.1.10/32 -p tcp -m tcp --dport 8080 -j KUBE-MARK-MASQ",
+    "-A CNI-DN-1a2b3c -s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j KUBE-MARK-MASQ",
+    "-A CNI-DN-1a2b3c -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.244.1.10:80",
+]
+
+
+def _nat(text: str, chains: list[str], rules: list[str]) -> str:
+    head, nat = text.split("*nat\n", 1)
+    body, tail = nat.split("COMMIT\n", 1)
+    return (
+        head
+        + "*nat\n"
+        + "".join(c + "\n" for c in chains)
+        + body
+        + "".join(r + "\n" for r in rules)
+        + "COMMIT\n"
+        + tail
+    )
+
+
+def _ipt(chains, rules, drop_rules=()) -> str:
+    text = base_text(sources.IPTABLES_SAVE)
+    for r in drop_rules:
+        assert r + "\n" in text
+        text = text.replace(r + "\n", "")
+    return _nat(text, chains, rules)
+
+
+def test_portmap_jumps_to_kube_mark_masq_that_kube_proxy_masquerades_is_silent():
+    given(iptables=_ipt(PORTMAP[:1], PORTMAP[1:])).silent("KP724")
+    given().silent("KP724")
+
+
+def test_portmap_jumps_to_an_emptied_kube_mark_masq_fires():
+    """nftables mode: kube-proxy's start-up cleanup flushed KUBE-MARK-MASQ (it cannot delete a chain portmap still
+    jumps to) and removed KUBE-POSTROUTING."""
+    ipt = _ipt(PORTMAP[:1], PORTMAP[1:], drop_rules=["-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000"])
+    (f,) = given(iptables=ipt).fires("KP724")
+    assert "CNI-DN-1a2b3c" in f.summary and "empty" in f.summary and f.data["rules"] == 2
+    assert f.evidence[0].text.startswith("-A CNI-DN-1a2b3c -s 10.244.1.10/32") and f.evidence[0].line
+
+
+def test_kube_mark_drop_without_a_drop_rule_fires():
+    chains = [":KUBE-MARK-DROP - [0:0]", ":WEAVE-NPC-EGRESS - [0:0]"]
+    rules = [
+        "-A KUBE-MARK-DROP -j MARK --set-xmark 0x8000/0x8000",
+        "-A WEAVE-NPC-EGRESS -d 10.0.0.0/8 -j KUBE-MARK-DROP",
+    ]
+    (f,) = given(iptables=_ipt(chains, rules)).fires("KP724")
+    assert f.data["mark"] == "0x8000/0x8000" and "no rule drops" in f.summary
+    # an old kubelet's KUBE-FIREWALL rule still drops the mark: the drop happens
+    text = _ipt(chains, rules).replace(
+        "-A KUBE-FIREWALL ! -s 127.0.0.0/8",
+        '-A KUBE-FIREWALL -m comment --comment "kubernetes firewall for dropping marked packets" -m mark --mark 0x8000/0x8000 -j DROP\n-A KUBE-FIREWALL ! -s 127.0.0.0/8',
+        1,
+    )
+    given(iptables=text).silent("KP724")
