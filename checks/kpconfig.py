@@ -44,7 +44,7 @@ def _nodeport_services(api: Services | None) -> list[str] | None:
 
 @check(
     "KP720",
-    "nodeport-addresses-match-nothing",
+    "nodeport-addresses-no-match",
     "kube-proxy's nodePortAddresses match no address of the node",
     "error",
     severities=("warning", "error"),
@@ -159,7 +159,7 @@ def _primary(new, kp, setting, addrs, severity, affected):
 
 @check(
     "KP721",
-    "detect-local-interface-missing",
+    "detect-local-iface-missing",
     "kube-proxy tells pod traffic by an interface this node does not have",
     "error",
     severities=("error",),
