@@ -18,6 +18,7 @@ from kpdiag.state.typed import (
     KubeProxyMetrics,
     KubeProxyMode,
     KubeProxyRules,
+    KubeProxySettings,
     Manifest,
     Nft,
     NodeObject,
@@ -478,15 +479,16 @@ def no_cluster_cidr(
 )
 def hostname_override(
     new,
-    cfg: KubeProxyConfig,
+    kp: KubeProxySettings,
     slices: Optional[EndpointSlices] = None,
     manifest: Optional[Manifest] = None,
     node_object: Optional[NodeObject] = None,
     api: Optional[Services] = None,
 ):
-    raw = cfg.get("hostnameOverride")
-    if not isinstance(raw, str) or not raw.strip():
-        return  # kube-proxy uses the host name (or the --hostname-override flag kubeadm passes): nothing to compare
+    setting = kp["hostnameOverride"]  # the --hostname-override flag wins over the file's, as in kube-proxy
+    if not setting.is_set:
+        return  # kube-proxy uses the host name: nothing to compare
+    raw = str(setting.value)
     override = raw.strip().lower()  # as kube-proxy reads it
     nodes = node_object.names()
     services = list(api.every) if api is not None else None
@@ -511,7 +513,7 @@ def hostname_override(
         else "any Service with externalTrafficPolicy/internalTrafficPolicy: Local gets no traffic through this node"
         + (" (none exists now)" if services is not None else "")
     )
-    evidence = [cfg.evidence("hostnameOverride"), Evidence(node_object.source, f"metadata.name: {node}")]
+    evidence = [setting.evidence(), Evidence(node_object.source, f"metadata.name: {node}")]
     if how.startswith("this node's name"):
         evidence[1] = slices.evidence(f"endpoints with nodeName: {node}")
     evidence += [Evidence(api.source, f"{key}: a Local traffic policy") for key in affected[:3]]

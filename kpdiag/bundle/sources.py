@@ -448,6 +448,13 @@ KP_CONFIG = _declare(
     "kpdiag.parse.node:parse_kube_proxy_config",
     collect=method("kube_proxy_files"),
 )
+KP_CMDLINE = _declare(
+    "node/kube-proxy/cmdline.txt",
+    "/proc/PID/cmdline of the believed kube-proxy (one argument a line)",
+    "kube-proxy's command line (its flags)",
+    "kpdiag.parse.node:parse_cmdline",
+    collect=method("kube_proxy_files"),
+)
 KP_LOG = _declare(
     "node/kube-proxy/log.txt",
     "kube-proxy's container log, else journald",

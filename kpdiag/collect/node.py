@@ -777,7 +777,7 @@ class NodeCollector:
         return self._kp
 
     def kube_proxy_files(self) -> None:
-        """kube-proxy's configuration file and its log.
+        """kube-proxy's configuration file, its command line and its log.
 
         Which process is kube-proxy is not taken from its name alone (any user can call a process
         "kube-proxy"): see :func:`find_kube_proxy`. Its ``--config`` is then resolved inside that process's
@@ -791,6 +791,8 @@ class NodeCollector:
             self._err(rel, f"process {pid} is called kube-proxy but is not trusted ({why}): its files were not read")
         pid, cmdline = found.pid, found.cmdline
         config_path = None
+        if pid is not None and self.wants(sources.KP_CMDLINE):  # its flags: part of its effective configuration
+            self._put(sources.KP_CMDLINE, "".join(a.replace("\n", " ") + "\n" for a in cmdline))
         if pid is not None:
             for i, arg in enumerate(cmdline):
                 if arg.startswith("--config="):

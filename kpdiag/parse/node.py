@@ -81,6 +81,25 @@ def parse_processes(text: str, source: str = "processes") -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class Cmdline:
+    """A process's arguments (argv[0] first), each with its line in the file (one argument a line)."""
+
+    args: tuple[tuple[int, str], ...]
+    source: str
+
+
+def parse_cmdline(text: str, source: str = "cmdline") -> Cmdline:
+    """node/kube-proxy/cmdline.txt: one argument a line, as written from /proc/PID/cmdline (a NUL-separated copy is
+    read the same way, its arguments all on line 1). Empty lines are not arguments."""
+    args = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for arg in line.split("\0"):
+            if arg.strip():
+                args.append((lineno, arg.strip()))
+    return Cmdline(tuple(args), source)
+
+
 @dataclass
 class Metrics:
     """Prometheus text exposition: name → list of (labels, value, line)."""

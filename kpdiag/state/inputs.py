@@ -178,6 +178,14 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         lambda s: s.kube_proxy_log,
     ),
     Input(
+        "kube-proxy-settings",
+        f"kube-proxy's effective configuration ({_S.KP_CONFIG} or its ConfigMap, {_S.KP_CMDLINE}, {_S.KP_LOG})",
+        ("kube_proxy_settings",),
+        (_S.KP_CONFIG, _S.KP_CONFIGMAP, _S.KP_CMDLINE, _S.KP_LOG),
+        lambda s: s.kube_proxy_settings,
+        files=(_S.KP_CONFIG, _S.KP_CONFIGMAP, _S.KP_CMDLINE, _S.KP_LOG),
+    ),
+    Input(
         "kube-proxy-version",
         f"kube-proxy's version ({_S.KP_METRICS} kubernetes_build_info, else {_S.VERSION})",
         ("kube_proxy_version",),

@@ -65,6 +65,25 @@ class _NodeFiles:
         return cache["kpconfig"]
 
     @property
+    def kube_proxy_settings(self):
+        """kube-proxy's effective configuration (state/kpsettings.py): its file or ConfigMap, its flags, its log;
+        None when none of them was collected."""
+        cache = self.__dict__.setdefault("_lazy", {})
+        if "kpsettings" not in cache:
+            config, cmdline = self.kube_proxy_config, self._parse(sources.KP_CMDLINE)
+            log = self.kube_proxy_log
+            if config is None and cmdline is None and log is None:
+                cache["kpsettings"] = None
+            else:
+                from kpdiag.state.kpsettings import effective
+
+                display = self.bundle.display
+                cache["kpsettings"] = effective(
+                    config, cmdline, log, display(sources.KP_LOG), display(sources.KP_CONFIG)
+                )
+        return cache["kpsettings"]
+
+    @property
     def proxy_mode_running(self) -> str | None:
         """What kube-proxy answers on /proxyMode (iptables, ipvs, nftables, kernelspace…)."""
         text = self.bundle.read_text(sources.KP_PROXY_MODE)

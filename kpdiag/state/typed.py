@@ -402,6 +402,37 @@ class KubeProxyConfig(Typed):
 
 
 @dataclass(frozen=True)
+class KubeProxySettings(Typed):
+    """kube-proxy's effective configuration (state/kpsettings.py): each field with where it comes from — the file or
+    ConfigMap, a flag, kube-proxy's default — the flags it ignores, and the facts its log states (the proxier, single-
+    or dual-stack and why, the node IPs, a detect-local mode it could not apply)."""
+
+    INPUT: ClassVar[str] = "kube-proxy-settings"
+    effective: object  # kpdiag.state.kpsettings.Effective
+
+    @classmethod
+    def build(cls, ctx):
+        eff = ctx.kube_proxy_settings
+        return None if eff is None else cls(eff)
+
+    def __getitem__(self, name: str):
+        """The Setting of one field of kpdiag.state.kpsettings.FIELDS (value, origin, evidence())."""
+        return self.effective[name]
+
+    def value(self, name: str):
+        return self.effective.value(name)
+
+    def facts(self, kind: str) -> list:
+        return self.effective.facts(kind)
+
+    def last(self, kind: str):
+        return self.effective.last(kind)
+
+    def log_evidence(self, fact) -> Evidence:
+        return self.effective.log_evidence(fact)
+
+
+@dataclass(frozen=True)
 class KubeProxyRules(Typed):
     """kube-proxy's iptables rules as read back (state/kube_rules.py): the Service ports it programmed, and the
     ruleset they come from (for evidence)."""

@@ -167,6 +167,19 @@ def test_hostname_override_that_names_this_node_is_silent(override):
     given(base="hostname-override-mismatch", kube_proxy={"hostnameOverride": override}).silent("KP711")
 
 
+def test_the_hostname_override_flag_wins_over_the_file():
+    """kubeadm's DaemonSet passes --hostname-override=$(NODE_NAME) with --config: kube-proxy uses the flag, so a stale
+    hostnameOverride in the ConfigMap is not what it runs with (before: a false error). And the flag alone counts."""
+    cmd = "kube-proxy\n--config=/var/lib/kube-proxy/config.conf\n--hostname-override=lab-hostname-override-mismatch\n"
+    given(base="hostname-override-mismatch", files={sources.KP_CMDLINE: cmd}).silent("KP711")
+    wrong = "kube-proxy\n--config=/var/lib/kube-proxy/config.conf\n--hostname-override=Node-2\n"
+    (f,) = given(
+        base="hostname-override-mismatch", kube_proxy={"hostnameOverride": None}, files={sources.KP_CMDLINE: wrong}
+    ).fires("KP711")
+    assert "'node-2' is not this node's name" in f.summary
+    assert (f.evidence[0].source, f.evidence[0].line) == (sources.KP_CMDLINE, 3)
+
+
 def test_hostname_override_without_the_api_is_not_judged():
     assert "Node object" in given(base="hostname-override-mismatch", drop=("cluster/",)).skips("KP711")
 

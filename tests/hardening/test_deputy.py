@@ -100,7 +100,7 @@ def test_unprivileged_process_named_kube_proxy_is_not_trusted(canary, procs):
     files, errors = _collect_kube_proxy()
     _no_secret(files, secret)
     if found.pid is None:  # no real kube-proxy on this machine: nothing read at all
-        assert CONFIG not in files
+        assert CONFIG not in files and "node/kube-proxy/cmdline.txt" not in files
     assert any(f"process {spoof.pid} is called kube-proxy but is not trusted" in e["error"] for e in errors), errors
 
 
@@ -175,6 +175,8 @@ def test_config_is_resolved_inside_kube_proxys_root(jail, procs, resolver, confi
     _no_secret(files, secret)
     if expect is None:
         assert files[CONFIG] == b"kind: KubeProxyConfiguration\nmode: nftables\n"
+        # its flags are written too, one argument a line (the effective configuration reads them)
+        assert files["node/kube-proxy/cmdline.txt"].decode().splitlines()[-1] == f"--config={config}"
     else:
         assert CONFIG not in files
         msg = [e["error"] for e in errors if e["source"] == CONFIG]
