@@ -461,11 +461,24 @@ class NodeCollector:
         if backend == "legacy":
             if default is not None:
                 self._put(sources.IPTABLES_LEGACY_SAVE, default)
-        # legacy tables exist only when ip_tables is loaded; do not make iptables-legacy-save load it
-        elif os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and self._binary("iptables-legacy-save"):
+        # legacy tables exist only when ip_tables is loaded (do not make iptables-legacy-save load it); when the
+        # kernel lists some, their rules act on every packet: a missing iptables-legacy-save is said, not skipped
+        elif os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and (
+            self._binary("iptables-legacy-save") or self.legacy_tables(4)
+        ):
             self._run(sources.IPTABLES_LEGACY_SAVE, "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
         if default is not None and self._binary("ip6tables-save"):
             self._run(sources.IP6TABLES_SAVE, "ip6tables-save", [])
+
+    def legacy_tables(self, family: int) -> list[str]:
+        """The tables of the legacy iptables backend the kernel has in this network namespace
+        (``/proc/net/ip_tables_names``, ``ip6_tables_names``): none when it lists none or cannot be read."""
+        names = os.path.join(self.proc, "net", "ip_tables_names" if family == 4 else "ip6_tables_names")
+        try:
+            with open(names) as fh:
+                return fh.read().split()
+        except OSError:
+            return []
 
     def _iptables_backend(self) -> str | None:
         """'nf_tables' or 'legacy': what the host's iptables uses (from `iptables --version`)."""
