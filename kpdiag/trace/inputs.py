@@ -156,7 +156,8 @@ def live_state(host_root: str | None = None, progress=None, dest=None) -> tuple[
     wanted = [
         s for s in sources.node_sources() if isinstance(s.collect, sources.Method) and s.collect.names[0] in steps
     ]
-    c = NodeCollector(host_root=host_root, progress=progress, only=wanted + [sources.MODULES_BUILTIN, sources.IPSET])
+    also = [sources.MODULES_BUILTIN, sources.IPSET, sources.XT_RECENT]  # XT_RECENT: session affinity state
+    c = NodeCollector(host_root=host_root, progress=progress, only=wanted + also)
     c.collect(rules=rules)
     files = dict(c.out.files)
     manifest = c.out.manifest(socket.gethostname())
@@ -318,9 +319,11 @@ def setup_trace(
         tracer = dp.tracer(state, family, chosen.rules if chosen is not None and chosen.note else None)
         if dp.traced_with_iptables and tracer is not None and state.nft_text:
             _with_nft_tables(tracer, state)
+        if hasattr(tracer, "recent"):  # an iptables walk: kube-proxy's session affinity state, when recorded
+            tracer.recent = state.xt_recent
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
-            used = dp.trace_sources + ((chosen.source,) if chosen and chosen.note else ())
+            used = dp.trace_sources + (sources.XT_RECENT,) + ((chosen.source,) if chosen and chosen.note else ())
             problems = [p for p in problems if any(n in p.source for n in used) or FOCUS_FALLBACK in p.error]
         notes = (chosen.note,) if chosen is not None and chosen.note else ()
         return TraceSetup(tracer, mode, problems, state, read, notes)
