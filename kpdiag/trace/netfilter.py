@@ -3,7 +3,8 @@
 Hooks in kernel order: PREROUTING (raw, mangle, nat) → routing → INPUT (mangle, filter,
 security, nat) or FORWARD (mangle, filter, security) → POSTROUTING (mangle, nat) for a packet
 arriving from outside; OUTPUT (raw, mangle, nat, filter, security) → routing → POSTROUTING
-(→ INPUT over loopback when local) for a packet the node sends itself.
+(→ over loopback when local: PREROUTING and INPUT again, without their nat chains) for a packet
+the node sends itself.
 
 Every probabilistic match (``-m statistic``) forks the path; every path carries its
 probability, the rules it hit, its DNAT/SNAT/masquerade and its verdict. A match or target
