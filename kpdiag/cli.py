@@ -159,6 +159,13 @@ def cli(ctx):
     is_flag=True,
     help="Live: read the whole ruleset (iptables-save, nft list ruleset) instead of only what this packet can meet.",
 )
+@click.option(
+    "--kernel",
+    is_flag=True,
+    help="Live, --from node, TCP/UDP: also send the packet as a probe and show the kernel's own trace of it beside "
+    "the simulated path (AGREE or the first rule where they part). Changes the node for about a second: a table of "
+    "kpdiag's (deleted by the kernel when kpdiag exits, even on SIGKILL), a listener, the probe's connection.",
+)
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="text", show_default=True)
 @click.option(
     "-v",
@@ -182,6 +189,7 @@ def trace(
     iif,
     host_root,
     all_rules,
+    kernel,
     output,
     verbose,
 ):
@@ -191,7 +199,8 @@ def trace(
     iptables and nftables mode only the chains (and nftables map elements) a packet to --dst can meet, unless
     --all-rules (the whole dump when that is not possible, saying why).
     Exit code: 0 delivered on every path, 4 dropped on some path, 5 rejected (none dropped); 2 usage, 3 unreadable
-    or not traced to the end (the trace's work budget; the notes say why).
+    or not traced to the end (the trace's work budget; the notes say why). --kernel is the one option of kpdiag
+    that changes the node (docs/privileges.md).
     """
     from .errors import InputError
     from .render.trace import trace_to_dot, trace_to_json, trace_to_text
@@ -217,6 +226,10 @@ def trace(
         raise _fail("an ICMP packet has no port: leave out --dport and the :PORT of --dst", exitcodes.USAGE)
     family = 6 if ":" in dst else 4
     live = not (rules or bundle or nft_file)
+    if kernel and (not live or origin != "node" or proto not in ("tcp", "udp")):
+        raise _fail(
+            "--kernel is for a live trace of a TCP or UDP packet --from node (the probe kpdiag sends)", exitcodes.USAGE
+        )
     if all_rules and not live:
         raise _fail("--all-rules is for a live trace (--rules, --nft and --bundle are read whole)", exitcodes.USAGE)
     # every argument is judged before anything is read: a typo costs no collection of the live node
@@ -269,6 +282,14 @@ def trace(
     result = label_live(explain_unmatched(setup.tracer.trace(packet), setup), setup)
     if setup.read:
         result = replace(result, read=setup.read)
+    if kernel:
+        from .trace.kernel import CHANGES, kernel_check
+
+        _say(CHANGES)
+        try:
+            result = replace(result, kernel=kernel_check(result, setup))
+        except InputError as exc:
+            raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
     render = {
         "text": lambda r: trace_to_text(r, verbose),
         "json": trace_to_json,

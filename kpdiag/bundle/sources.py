@@ -389,6 +389,13 @@ CONNTRACK_STATS = _declare(
         absent="nf_conntrack is not loaded: no connection tracking on this node",
     ),
 )
+XT_RECENT = _declare(
+    "node/xt-recent.json",
+    "/proc/net/xt_recent/KUBE-SEP-* (each table's text), with the jiffies and time since boot of /proc/timer_list",
+    "kube-proxy's session affinity state: the clients each endpoint's recent table has seen, and when",
+    "kpdiag.parse.recent:parse_xt_recent",
+    collect=method("xt_recent"),
+)
 CONNTRACK = _declare(
     "node/conntrack.txt",
     "conntrack -L (UDP first, then TCP; bounded)",

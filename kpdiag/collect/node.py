@@ -38,6 +38,8 @@ LOG_MAX_BYTES = 2 * 1024 * 1024
 CONNTRACK_MAX_LINES = 5000
 CONNTRACK_MAX_ENTRIES = 100_000  # conntrack -L: UDP first, then TCP, until either bound is reached
 CONNTRACK_MAX_BYTES = 50 * 1024 * 1024
+XT_RECENT_MAX_TABLES = 20000  # kube-proxy's: one per endpoint of a ClientIP-affinity Service
+XT_RECENT_MAX_BYTES = 16 * 1024 * 1024
 CONNTRACK_TIMEOUT = 30.0
 JOURNAL_TIMEOUT = 20.0
 JOURNAL_UNITS = ("kube-proxy", "k3s", "k3s-agent", "k0sworker", "k0scontroller")
@@ -461,11 +463,24 @@ class NodeCollector:
         if backend == "legacy":
             if default is not None:
                 self._put(sources.IPTABLES_LEGACY_SAVE, default)
-        # legacy tables exist only when ip_tables is loaded; do not make iptables-legacy-save load it
-        elif os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and self._binary("iptables-legacy-save"):
+        # legacy tables exist only when ip_tables is loaded (do not make iptables-legacy-save load it); when the
+        # kernel lists some, their rules act on every packet: a missing iptables-legacy-save is said, not skipped
+        elif os.path.exists(os.path.join(self.proc, "net", "ip_tables_names")) and (
+            self._binary("iptables-legacy-save") or self.legacy_tables(4)
+        ):
             self._run(sources.IPTABLES_LEGACY_SAVE, "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
         if default is not None and self._binary("ip6tables-save"):
             self._run(sources.IP6TABLES_SAVE, "ip6tables-save", [])
+
+    def legacy_tables(self, family: int) -> list[str]:
+        """The tables of the legacy iptables backend the kernel has in this network namespace
+        (``/proc/net/ip_tables_names``, ``ip6_tables_names``): none when it lists none or cannot be read."""
+        names = os.path.join(self.proc, "net", "ip_tables_names" if family == 4 else "ip6_tables_names")
+        try:
+            with open(names) as fh:
+                return fh.read().split()
+        except OSError:
+            return []
 
     def _iptables_backend(self) -> str | None:
         """'nf_tables' or 'legacy': what the host's iptables uses (from `iptables --version`)."""
@@ -583,6 +598,44 @@ class NodeCollector:
         except OSError as exc:
             self._err(sources.IPVS_CONN, f"cannot read {conn}: {exc.strerror or exc}")
         self._timed(sources.IPVS_CONN, t)
+
+    def xt_recent(self) -> None:
+        """kube-proxy's session affinity state: each ``/proc/net/xt_recent/KUBE-SEP-*`` table (at most
+        XT_RECENT_MAX_TABLES, XT_RECENT_MAX_BYTES in all) and, to date its entries (kpdiag/parse/recent.py), the
+        jiffies and time since boot of ``/proc/timer_list``. Nothing when the kernel has no recent tables."""
+        folder = os.path.join(self.proc, "net", "xt_recent")
+        try:
+            names = sorted(e.name for e in os.scandir(folder) if e.name.startswith("KUBE-SEP-"))
+        except OSError:
+            return  # xt_recent is not loaded in this network namespace: no rule can match on recent state
+        t = time.monotonic()
+        tables, size = {}, 0
+        for name in names[:XT_RECENT_MAX_TABLES]:
+            text = self._read(os.path.join(folder, name), XT_RECENT_MAX_BYTES - size)
+            if text is None:
+                self._err(sources.XT_RECENT, f"{folder}/{name}: not readable")
+                return  # part of the state is not the state: a trace would send a recorded client elsewhere
+            tables[name] = text
+            size += len(text)
+            if size >= XT_RECENT_MAX_BYTES:
+                self._err(sources.XT_RECENT, f"more than {XT_RECENT_MAX_BYTES} bytes of recent tables: not kept")
+                return
+        if len(names) > XT_RECENT_MAX_TABLES:
+            self._err(sources.XT_RECENT, f"{len(names)} recent tables, more than {XT_RECENT_MAX_TABLES}: not kept")
+            return
+        clock = self._read(os.path.join(self.proc, "timer_list"), 256 * 1024) or ""
+        now = re.search(r"^now at (\d+) nsecs", clock, re.M)
+        jiffies = re.search(r"^jiffies: (\d+)", clock, re.M)
+        doc = {
+            "read_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "tables": tables,
+        }
+        if now and jiffies:
+            doc.update(jiffies=int(jiffies.group(1)), uptime=int(now.group(1)) / 1e9)
+        else:
+            self._err(sources.XT_RECENT, f"{self.proc}/timer_list unreadable: when each entry was seen is not known")
+        self._put(sources.XT_RECENT, json.dumps(doc, indent=1))
+        self._timed(sources.XT_RECENT, t)
 
     def conntrack_entries(self) -> None:
         """A bounded ``conntrack -L``: UDP entries first (stale UDP entries are what KP504 looks for), then TCP, at most

@@ -29,7 +29,7 @@ import threading
 import time
 
 from kpdiag.bundle import sources
-from kpdiag.collect.node import CMD_TIMEOUT, DUMP_TIMEOUT, SAFE_ENV, NodeCollector
+from kpdiag.collect.node import CMD_TIMEOUT, SAFE_ENV, NodeCollector
 from kpdiag.errors import NotFocused  # raised here and by each mode's reader (kpdiag/collect/ipvs_rules.py)
 from kpdiag.parse.iptables import BUILTIN_CHAINS, TABLES
 
@@ -428,16 +428,12 @@ class IptablesFocused:
             closure = self._closure(ChainLister(c, binary), tables)
             texts[source] = save_text(closure, self.service, binary, backend, self.packets)
             chains_read[str(source)] = {table: list(chains) for table, chains in closure.items()}
+        default = texts[sources.IPTABLES_SAVE]
+        texts[sources.IPTABLES_NFT_SAVE if backend == "nf_tables" else sources.IPTABLES_LEGACY_SAVE] = default
+        self._other_backend(backend, nft_tables, texts, chains_read)
         c._timed(f"{sources.IPTABLES_SAVE} (focused)", t)
         for source, text in texts.items():
             c._put(source, text)
-        default = texts[sources.IPTABLES_SAVE]
-        if backend == "nf_tables":
-            c._put(sources.IPTABLES_NFT_SAVE, default)
-            if os.path.exists(os.path.join(c.proc, "net", "ip_tables_names")) and c._binary("iptables-legacy-save"):
-                c._run(sources.IPTABLES_LEGACY_SAVE, "iptables-legacy-save", [], timeout=DUMP_TIMEOUT)
-        else:
-            c._put(sources.IPTABLES_LEGACY_SAVE, default)
         self.partial = {
             "service": self.service,
             "mode": self.mode,
@@ -450,6 +446,22 @@ class IptablesFocused:
             "chains": chains_read,
         }
         self._other_nft_tables(nft_tables)
+
+    def _other_backend(self, backend: str, nft_tables, texts: dict, chains_read: dict) -> None:
+        """The IPv4 chains of the backend ``iptables`` does not use, when the kernel has tables of it (both run on
+        every packet: kube-proxy's rules may be in either), read the same way with that backend's own binary."""
+        if backend == "nf_tables":
+            binary, source, other = "iptables-legacy", sources.IPTABLES_LEGACY_SAVE, "legacy"
+            tables = [t for t in TABLES if t in self.c.legacy_tables(4)]
+        else:
+            binary, source, other = "iptables-nft", sources.IPTABLES_NFT_SAVE, "nf_tables"
+            present = netlink_tables() or set()
+            tables = [t for t in TABLES if ("ip", t) in present]
+        if not tables:
+            return
+        closure = self._closure(ChainLister(self.c, binary), tables)
+        texts[source] = save_text(closure, self.service, binary, other, self.packets)
+        chains_read[str(source)] = {table: list(chains) for table, chains in closure.items()}
 
     def _other_nft_tables(self, nft_tables) -> None:
         """The nftables tables that are not iptables-nft's own (a host firewall the trace also runs), each listed by

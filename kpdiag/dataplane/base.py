@@ -66,9 +66,11 @@ class Dataplane:
         when they are not readable. The default is kube-proxy's iptables rules (a mode with no table of its own)."""
         return get("iptables").service_table(state)
 
-    def tracer(self, state, family: int = 4):
-        """The tracer of this dataplane for IP version ``family``, or None without its rules. Default: iptables."""
-        return get("iptables").tracer(state, family)
+    def tracer(self, state, family: int = 4, rules=None):
+        """The tracer of this dataplane for IP version ``family``, or None without its rules. Default: iptables.
+        ``rules``: the iptables rules to walk instead of ``iptables-save``'s (kpdiag/trace/backends.py: another
+        backend's)."""
+        return get("iptables").tracer(state, family, rules)
 
     def trace_rules(self, state, family: int = 4) -> tuple[object, str, str]:
         """(parsed rules, source, what they are in words) that a trace of this dataplane cannot do without."""

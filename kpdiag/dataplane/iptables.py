@@ -39,7 +39,11 @@ class Iptables(Dataplane):
                     )
         return table
 
-    def tracer(self, state, family: int = 4):
+    def tracer(self, state, family: int = 4, rules=None):
+        if family != 6 and rules is not None:
+            from kpdiag.trace.netfilter import IptablesTracer
+
+            return IptablesTracer(rules, state.routing, state.ipsets)
         if family != 6:
             return state.tracer()
         from kpdiag.trace.netfilter import IptablesTracer

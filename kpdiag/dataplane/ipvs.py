@@ -99,10 +99,10 @@ class Ipvs(Dataplane):
             )
         return table
 
-    def tracer(self, state, family: int = 4):
+    def tracer(self, state, family: int = 4, rules=None):
         from kpdiag.trace.ipvs import IpvsTracer
 
-        rs = state.iptables("ip6tables-save" if family == 6 else "iptables-save")
+        rs = rules if rules is not None else state.iptables("ip6tables-save" if family == 6 else "iptables-save")
         if rs is None or state.ipvs is None:
             return None
         vs_ct = state.sysctl_value("net.ipv4.vs.conntrack")

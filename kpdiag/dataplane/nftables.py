@@ -49,7 +49,7 @@ class Nftables(Dataplane):
             table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)), sp.local_policy)
         return table
 
-    def tracer(self, state, family: int = 4):
+    def tracer(self, state, family: int = 4, rules=None):
         """kube-proxy's table (and the node's other nftables tables) for the packets of ``family``; when the node's
         iptables rules of that family act at the hooks too (a CNI's portmap DNAT, a leftover KUBE-SERVICES, a FORWARD
         drop), the kernel runs both: the iptables walk with the nftables base chains ordered among its tables by
@@ -60,7 +60,8 @@ class Nftables(Dataplane):
         rs = state.nft()
         if rs is None:
             return None
-        rules = state.iptables("ip6tables-save" if family == 6 else "iptables-save")
+        if rules is None:
+            rules = state.iptables("ip6tables-save" if family == 6 else "iptables-save")
         if rules is not None and acts_at_hooks(rules):
             return IptablesTracer(rules, state.routing, state.ipsets, mode=self.name, nft=rs)
         return NftTracer(rs, state.routing)  # the ip6/inet tables for IPv6 packets

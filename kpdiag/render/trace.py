@@ -133,7 +133,38 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
             lines.extend(_wrap(note, width, "  note: ", "        "))
     for note in result.notes:
         lines.extend(_wrap(note, width, "note: ", "      "))
+    if result.kernel is not None:
+        lines.extend(_kernel_lines(result.kernel, width, result))
     return "\n".join(lines) + "\n"
+
+
+def _kernel_lines(kernel: dict, width: int, result=None) -> list[str]:
+    """--kernel: kpdiag's step and the kernel's rule side by side, rule by rule, then AGREE or where they part."""
+    from .report import _wrap
+
+    verdict = "AGREE" if kernel["agree"] else "DISAGREE"
+    lines = ["", f"kernel  {verdict}: path {kernel.get('path') or '-'} beside nft monitor trace of the probe"]
+    steps = result.paths[kernel["path"] - 1].steps if result is not None and kernel.get("path") else ()
+    for i, r in enumerate(kernel["rules"], 1):
+        n = r.get("step")
+        ours = (
+            f"step {n}: {steps[n - 1].table}/{steps[n - 1].chain} {steps[n - 1].action}"
+            if n and n <= len(steps)
+            else "not on the path"
+        )
+        lines.extend(
+            _wrap(
+                term(f"{r['table']}/{r['chain']}: {r['rule']} (verdict {r['verdict']})"),
+                width,
+                f"  {i:<3} kernel  ",
+                "              ",
+            )
+        )
+        lines.extend(_wrap(term(ours), width, "      kpdiag  ", "              "))
+    lines.extend(_wrap(term(kernel["says"]), width, "  ", "  "))
+    for note in kernel["notes"]:
+        lines.extend(_wrap(term(note), width, "  note: ", "        "))
+    return lines
 
 
 def _wrap_rule(text: str, width: int) -> list[str]:

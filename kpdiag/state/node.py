@@ -236,6 +236,11 @@ class NodeState(_NodeFiles):
         return self._parse(sources.IPSET)
 
     @cached_property
+    def xt_recent(self):
+        """kube-proxy's session affinity state (kpdiag/parse/recent.py RecentState), or None when not recorded."""
+        return self._parse(sources.XT_RECENT)
+
+    @cached_property
     def ip_addr(self):
         return self._json_list(sources.IP_ADDR, "ip -j addr")
 

@@ -20,6 +20,7 @@ class TraceSetup:
     state: object = None  # the NodeState of a bundle or a live node (for notes: the service CIDR, the API objects)
     read: dict | None = None  # a live trace's focused read: what it holds (kpdiag/collect/dest_rules.py)
     live: bool = False  # read from this node now: no file holds the rules
+    notes: tuple[str, ...] = ()  # what the trace's result says of its inputs (which iptables backend it walked)
 
 
 def label_live(result, setup: TraceSetup):
@@ -88,14 +89,17 @@ def _api_service_cidrs(state) -> tuple[list, str] | None:
 
 
 def explain_unmatched(result, setup: TraceSetup):
-    """In iptables mode kube-proxy has no rule for an address no Service has: the packet passes untranslated and is
-    routed like any other (nftables mode drops or rejects it in cluster-ips-check and says so itself). Add a note
-    when the destination is — or could be — in the service CIDR: no Service has it, or its Service lacks the port."""
+    """The setup's notes (which iptables backend was walked) added to the result; and in iptables mode, where
+    kube-proxy has no rule for an address no Service has (the packet passes untranslated and is routed like any
+    other; nftables mode drops or rejects it in cluster-ips-check and says so itself), a note when the destination
+    is — or could be — in the service CIDR: no Service has it, or its Service lacks the port."""
     import ipaddress
     from dataclasses import replace
 
     from kpdiag.dataplane import get
 
+    if setup.notes:
+        result = replace(result, notes=tuple(result.notes) + tuple(setup.notes))
     if get(setup.mode).cluster_ips_stay_on_node or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
         return result
     from kpdiag.state.kube_rules import programmed_ports
@@ -169,7 +173,8 @@ def live_state(host_root: str | None = None, progress=None, dest=None) -> tuple[
     wanted = [
         s for s in sources.node_sources() if isinstance(s.collect, sources.Method) and s.collect.names[0] in steps
     ]
-    c = NodeCollector(host_root=host_root, progress=progress, only=wanted + [sources.MODULES_BUILTIN, sources.IPSET])
+    also = [sources.MODULES_BUILTIN, sources.IPSET, sources.XT_RECENT]  # XT_RECENT: session affinity state
+    c = NodeCollector(host_root=host_root, progress=progress, only=wanted + also)
     c.collect(rules=rules)
     files = dict(c.out.files)
     manifest = c.out.manifest(socket.gethostname())
@@ -315,20 +320,30 @@ def setup_trace(
             from ..parse.addr import parse_ip
 
             state.routing.local_ips.add(parse_ip(ip))
+        chosen = None
+        if family == 4:  # which iptables backend's rules act (kpdiag/trace/backends.py); IPv6: ip6tables-save's
+            from .backends import choose
+
+            chosen = choose(state, bundle)
         rules, rel, what = dp.trace_rules(state, family)
+        if chosen is not None and chosen.note and dp.traced_with_iptables:
+            rules = chosen.rules
         _required(state, rules, bundle, rel, what)
         missing = dp.trace_missing(state)
         if missing:
             raise InputError(bundle, missing)
-        tracer = dp.tracer(state, family)  # parses ipsets too: their problems are collected after it
+        # parses ipsets too: their problems are collected after it
+        tracer = dp.tracer(state, family, chosen.rules if chosen is not None and chosen.note else None)
         if dp.traced_with_iptables and tracer is not None and state.nft_text:
             _with_nft_tables(tracer, state)
+        if hasattr(tracer, "recent"):  # an iptables walk: kube-proxy's session affinity state, when recorded
+            tracer.recent = state.xt_recent
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
-            problems = [
-                p for p in problems if any(n in p.source for n in dp.trace_sources) or FOCUS_FALLBACK in p.error
-            ]
-        return TraceSetup(tracer, mode, problems, state, read, live=live)
+            used = dp.trace_sources + (sources.XT_RECENT,) + ((chosen.source,) if chosen and chosen.note else ())
+            problems = [p for p in problems if any(n in p.source for n in used) or FOCUS_FALLBACK in p.error]
+        notes = (chosen.note,) if chosen is not None and chosen.note else ()
+        return TraceSetup(tracer, mode, problems, state, read, live=live, notes=notes)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)

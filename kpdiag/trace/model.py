@@ -125,6 +125,8 @@ class TraceResult:
     incomplete: str | None = None
     # a live trace that read only the rules its packet can meet: what the read held (kpdiag/collect/dest_rules.py)
     read: dict | None = None
+    # kpdiag trace --kernel: the kernel's own trace of the probe and how it compares (kpdiag/trace/kernel.py)
+    kernel: dict | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -154,6 +156,8 @@ class TraceResult:
         }
         if self.read is not None:
             out["read"] = self.read
+        if self.kernel is not None:
+            out["kernel"] = self.kernel
         return out
 
 

@@ -3,7 +3,8 @@
 Hooks in kernel order: PREROUTING (raw, mangle, nat) → routing → INPUT (mangle, filter,
 security, nat) or FORWARD (mangle, filter, security) → POSTROUTING (mangle, nat) for a packet
 arriving from outside; OUTPUT (raw, mangle, nat, filter, security) → routing → POSTROUTING
-(→ INPUT over loopback when local) for a packet the node sends itself.
+(→ over loopback when local: PREROUTING and INPUT again, without their nat chains) for a packet
+the node sends itself.
 
 Every probabilistic match (``-m statistic``) forks the path; every path carries its
 probability, the rules it hit, its DNAT/SNAT/masquerade and its verdict. A match or target
@@ -163,6 +164,7 @@ class IptablesTracer(PacketWalker):
         self._indexes: dict[tuple[str, str], tuple] = {}
         self.nft = nft
         self._nft_tracer = None
+        self.recent = None  # the node's xt_recent tables (kpdiag/parse/recent.py), when recorded: session affinity
 
     def _nft_chains(self, hook: str, ver: int) -> list:
         if self.nft is None:
@@ -742,11 +744,15 @@ def _m_recent(tr, m, st, rule):
     if m.get("--set") or m.get("--remove"):
         return 1.0  # these record or forget; they always match
     seconds = m.get("--seconds")
-    st.note(
-        f"session affinity ({name}): kpdiag assumes this client was not seen before; a client seen within "
-        f"{seconds.value + ' s' if seconds else 'the recent window'} goes back to the same endpoint"
-    )
-    return 0.0
+    if tr.recent is None:
+        st.note(
+            f"session affinity ({name}): kpdiag assumes this client was not seen before; a client seen within "
+            f"{seconds.value + ' s' if seconds else 'the recent window'} goes back to the same endpoint"
+        )
+        return 0.0
+    from .affinity import recorded
+
+    return recorded(tr.recent, name, seconds.value if seconds else None, m, st, rule)
 
 
 def _m_set(tr, m, st, rule):

@@ -176,7 +176,7 @@ class PacketWalker:
                     local_after.append(s)
                 else:
                     self._leave(s, finished)
-            for s in self._hook("INPUT", local_after, finished):
+            for s in self._hook("INPUT", self._loopback(local_after, finished), finished):
                 for s2 in self._local_in(s, finished):
                     s2.hook = "delivered:local"
                     finished.append(s2)
@@ -255,6 +255,19 @@ class PacketWalker:
         self, hook: str, states: list[PacketState], finished: list[PacketState]
     ) -> list[PacketState]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _loopback(self, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
+        """The node's own packet to a local address after POSTROUTING: the loopback device hands it back to the
+        receive path, so PREROUTING runs again (raw, mangle, nftables filter chains such as kube-proxy's
+        filter-prerouting-pre-dnat) before INPUT — but no nat chain of PREROUTING or INPUT: the connection got both
+        its bindings in OUTPUT and POSTROUTING (nf_nat_inet_fn runs nat chains only for an unset one). The route
+        the packet carries is kept (no new routing decision)."""
+        for st in states:
+            st.nat_done = "prerouting"
+        out = self._hook("PREROUTING", states, finished)
+        for st in out:
+            st.nat_done = "input"
+        return out
 
     def _local_in(self, st: PacketState, finished: list[PacketState]) -> list[PacketState]:
         """What happens to a locally delivered packet after INPUT (IPVS hooks in here); default: delivered."""

@@ -45,6 +45,7 @@ RECORDED = (
     sources.NFT_VERSION,
     sources.UNAME,
     sources.SYSCTL,
+    sources.XT_RECENT,
 )
 
 # run inside the namespace (ip netns exec): kpdiag's own node collector, restricted to the recorded sources
@@ -94,6 +95,10 @@ def bundle_from_ns(
     # iptables-save.txt) is not a failure (a reader shows it as "collected, with a note"); the lab's bundles keep the
     # real failures only, so that the fixtures' reports stay about the scenario
     errors = [e for e in errors if not (e["source"] == sources.NFT_RULESET and "left out" in e["error"])]
+    if sources.XT_RECENT in files and created:  # read when the bundle is "created": its entries' times follow
+        doc = json.loads(files[sources.XT_RECENT])
+        doc["read_at"] = created
+        files[sources.XT_RECENT] = json.dumps(doc, indent=1) + "\n"
     files.update(extra or {})
     manifest = {
         "format": FORMAT,
