@@ -15,13 +15,14 @@ PROBE_ENDPOINTS_MAX = 16
 ICMP_FIRST_MAX = 4.0  # seconds DNS waits for the ICMP probes at most
 
 
-def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list[tuple[str, int, str]]:
+def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> tuple[list[tuple[str, int, str]], dict]:
     """(ip, targetPort, proto) of the endpoints to probe directly: those kube-proxy sends to — the ready ones, else
-    (KEP-1669) the serving-and-terminating ones — from the EndpointSlices collected; at most PROBE_ENDPOINTS_MAX."""
+    (KEP-1669) the serving-and-terminating ones — from the EndpointSlices collected; at most PROBE_ENDPOINTS_MAX. And
+    {(Service port, proto): how many of them kube-proxy chooses among} (all, not only the ones probed directly)."""
     from kpdiag.state.cluster import ClusterView
 
     view = ClusterView(Bundle.from_files("svc", files))
-    out = []
+    out, spread = [], {}
     for svc in view.services() or []:
         if svc.namespace != namespace or svc.name != name:
             continue
@@ -29,11 +30,11 @@ def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list
             proto = (port.get("protocol") or "TCP").lower()
             eps = svc.endpoints_for(port)
             use = [e for e in eps if e.ready] or [e for e in eps if e.serving_terminating]
-            for e in use:
-                target = svc.target_of(e, port)
-                if target:
-                    out.append((e.ip, int(target), proto))
-    return sorted(set(out))[:PROBE_ENDPOINTS_MAX]
+            targets = {(e.ip, int(t), proto) for e in use for t in [svc.target_of(e, port)] if t}
+            out.extend(targets)
+            if isinstance(port.get("port"), int):
+                spread[(port["port"], proto)] = len(targets)
+    return sorted(set(out))[:PROBE_ENDPOINTS_MAX], spread
 
 
 def _api_headline(namespace: str, name: str, status: int | None, why: str | None) -> str:
@@ -287,7 +288,8 @@ def collect_service(
 
         if progress:
             progress("probing the ClusterIP and the endpoints (and asking DNS)")
-        doc = probe_service(service, _probe_endpoints(files, namespace, name), stop=stop, icmp_done=icmp_done)
+        endpoints, spread = _probe_endpoints(files, namespace, name)
+        doc = probe_service(service, endpoints, stop=stop, icmp_done=icmp_done, spread=spread)
         icmp_done.set()
         files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
         if doc.get("raw_skipped_reason"):
