@@ -246,7 +246,10 @@ def endpoint_drops(
     "error",
     symptom="curl to the Service's name or ClusterIP fails, while curl to a pod IP works.",
     why="""
-        The endpoints answered when kpdiag connected to them directly, but not through the ClusterIP. What stands between
+        kpdiag connected through the ClusterIP as often as it takes to reach every endpoint (from distinct source ports)
+        and to each endpoint directly. Connects through the ClusterIP failed that no endpoint failing directly explains:
+        they reached an endpoint that answers (when conntrack shows which), they fail in a way no endpoint does, or far
+        more of them fail than the dead endpoints' share gives (chance below 1 in 1,000). What stands between
         is the Service layer on the client's own node: kube-proxy's rules (missing, stale, or not synced), conntrack entries
         pointing at old pods, or a host firewall. That node's rules decide, so the diagnosis continues there: kpdiag node on
         the client's node traces this exact packet through them.

@@ -152,7 +152,7 @@ class ConntrackLookup:
 
     def _translated(self, got: tuple[str, int], dst: str):
         if got[0] == dst:  # not translated in this network namespace: the node's table holds the answer
-            self.why_not = "no NAT in this network namespace's conntrack (kube-proxy's DNAT happens on the node)"
+            self.why_not = "no NAT in this network namespace: kube-proxy's DNAT happens on the node"
             return None
         return got
 

@@ -306,7 +306,7 @@ def confidence(obs: PortObservation) -> str:
         bits.append(f"which endpoint each connect reached is not known here ({s.get('why_unknown') or 'not recorded'})")
     if s:
         bits.append(
-            f"P(an endpoint never reached) = {float(s.get('p_missed') or 0):.1g}"
+            f"P(an endpoint never reached) = {float(s.get('p_missed') or 0):.2g}"
             + (f"; stopped at {s.get('sent')} of {s.get('wanted')}: {s['stopped']}" if s.get("stopped") else "")
         )
     elif j.connects == 1 and j.endpoints > 1:
