@@ -92,6 +92,7 @@ class PortObservation:
     direct: list[DirectProbe] = field(default_factory=list)
     through: list[dict] = field(default_factory=list)  # every connect (probe) through the ClusterIP, in order
     series: dict | None = None  # the series' summary (wanted, sent, stopped, p_missed, reached_known), when recorded
+    affinity: bool = False  # sessionAffinity ClientIP: kube-proxy sends every connect of this client to one endpoint
 
     @property
     def target(self) -> str:
@@ -228,12 +229,13 @@ def _explain(obs: PortObservation, fails: list[dict], n_unattr: int, total: int)
             unknown[kind] = unknown.get(kind, 0) + 1
     for kind, k in sorted(unknown.items()):
         share = sum(1 for d in dead.values() if d.failure == kind) / total if total else 0.0
-        p = tail(n_unattr, k, share)
+        # with session affinity the connects are one choice, not many: all failing is what one dead endpoint gives
+        p = tail(1, 1, share) if obs.affinity else tail(n_unattr, k, share)
         chance = p if chance is None else min(chance, p)
         if share and p >= CHANCE:
             explained += k
         else:  # no endpoint fails this way, or far more connects fail than the dead endpoints give
-            excess = k - int(round(n_unattr * share)) if share else k
+            excess = k - int(round(n_unattr * share)) if share and not obs.affinity else k
             explained += k - max(1, excess)
             unexplained += max(1, excess)
     return explained, unexplained, chance
@@ -309,6 +311,10 @@ def confidence(obs: PortObservation) -> str:
             f"P(an endpoint never reached) = {float(s.get('p_missed') or 0):.2g}"
             + (f"; stopped at {s.get('sent')} of {s.get('wanted')}: {s['stopped']}" if s.get("stopped") else "")
         )
+    if obs.affinity and j.endpoints > 1:
+        bits.append(
+            "sessionAffinity ClientIP: kube-proxy sends this client's connects to one endpoint, so they count as one"
+        )
     elif j.connects == 1 and j.endpoints > 1:
         bits.append(f"one connect cannot reach {j.endpoints} endpoints: the endpoints' share is inferred")
     return "; ".join(bits)
@@ -359,6 +365,7 @@ def observations(state, svc) -> list[PortObservation]:
                 res.get("from") if res else None,
                 through=through,
                 series=series,
+                affinity=svc.spec.get("sessionAffinity") == "ClientIP",
             )
             family = 6 if ":" in ip else 4
             seen = set()

@@ -31,7 +31,7 @@ def _files() -> dict[str, bytes]:
     return out
 
 
-def _report(through: list[tuple[str, str | None]], direct: tuple[str, str]):
+def _report(through: list[tuple[str, str | None]], direct: tuple[str, str], affinity: bool = False):
     """``through``: (result, endpoint reached or None) of each connect; ``direct``: each endpoint's own result."""
     results = [
         {
@@ -57,6 +57,11 @@ def _report(through: list[tuple[str, str | None]], direct: tuple[str, str]):
     }
     files = _files()
     files["probes/service.json"] = json.dumps(doc).encode()
+    if affinity:
+        services = json.loads(files["cluster/services.json"])
+        for svc in services["items"]:
+            svc["spec"]["sessionAffinity"] = "ClientIP"
+        files["cluster/services.json"] = json.dumps(services).encode()
     report = service_report(Bundle.from_files("", files), "shop", "web")
     return report, {f.id for f in report.findings}
 
@@ -124,3 +129,13 @@ def test_a_connect_seen_to_reach_an_endpoint_that_answers_directly_yet_failing_i
     assert any(
         "reached (conntrack): 10.244.1.11:8080 ×5, 10.244.1.12:8080 ×5" in line for line in report.extra["verdict"]
     )
+
+
+def test_session_affinity_makes_the_connects_one_choice():
+    """sessionAffinity ClientIP: all 11 connects go to the one endpoint kube-proxy chose for this client — all refused
+    is what web-pod2 refusing gives, not the Service layer."""
+    report, ids = _report([("refused", None)] * 11, ("connected", "refused"), affinity=True)
+    assert ids & {"KP111", "KP113"} == {"KP111"} and report.extra["status"] == "partial", ids
+    assert any("sessionAffinity ClientIP" in line for line in report.extra["verdict"]), report.extra["verdict"]
+    report, ids = _report([("refused", None)] * 11, ("connected", "refused"))  # without it: far too many failures
+    assert ids & {"KP111", "KP113"} == {"KP113"}, ids
