@@ -9,7 +9,7 @@ from typing import Optional
 from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.probe_results import observations
+from kpdiag.state.probe_results import confidence, observations, share_line
 from kpdiag.state.typed import (
     Focus,
     KubeProxyRules,
@@ -135,8 +135,8 @@ def endpoint_refuses(
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
             refused = [d for d in obs.direct if d.outcome == "refused"]
-            if not refused:
-                continue
+            if not refused or not obs.may_report("KP111"):
+                continue  # KP113 reports a port whose failed connects these endpoints do not explain
             declared_elsewhere = []
             for d in refused:
                 declared = _declared_ports(pods, d.pod, svc.namespace)
@@ -147,9 +147,10 @@ def endpoint_refuses(
                 continue
             n = len(obs.direct)
             through = {
-                "ok": "works through the Service for the other endpoints",
+                "works": "works through the Service for the other endpoints",
+                "partial": f"works through the Service for the other endpoints: {share_line(obs)}",
                 "unknown": "was not probed through the Service",
-            }.get(obs.service_outcome, f"gets '{obs.service_result}' through the Service")
+            }.get(obs.status, f"gets '{obs.service_result}' through the Service")
             pod = refused[0].pod or "<pod>"
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port}: nothing listens on {', '.join(d.label() for d in refused)} "
@@ -169,7 +170,8 @@ def endpoint_refuses(
                     [probes.evidence(f"through the Service {obs.target}: {obs.service_result}")]
                     if obs.service_result
                     else []
-                ),
+                )
+                + [probes.evidence(f"the verdict rests on: {confidence(obs)}")],
                 subject=f"{svc.key}:{obs.port}",
                 data=obs.data(),
             )
@@ -200,16 +202,16 @@ def endpoint_drops(
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
             silent = [d for d in obs.direct if d.outcome in ("dropped", "icmp-error", "error")]
-            if not silent:
-                continue
+            if not silent or not obs.may_report("KP112"):
+                continue  # KP113 reports a port whose failed connects these endpoints do not explain
             d0 = silent[0]
             out, remain = _ruled_out(policies, svc, d0)
             what = ", ".join(f"{d.label()}: {d.result}" for d in silent[:5])
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port}: {len(silent)} of {len(obs.direct)} endpoint(s) do not answer ({what})"
                 + (
-                    "; through the Service it works for the others"
-                    if obs.service_outcome == "ok"
+                    f"; through the Service it works for the others: {share_line(obs)}"
+                    if obs.status in ("works", "partial")
                     else f"; through the Service: {obs.service_result or 'not probed'}"
                 )
                 + (f". Ruled out: {'; '.join(out)}" if out else "")
@@ -230,7 +232,8 @@ def endpoint_drops(
                     [probes.evidence(f"through the Service {obs.target}: {obs.service_result}")]
                     if obs.service_result
                     else []
-                ),
+                )
+                + [probes.evidence(f"the verdict rests on: {confidence(obs)}")],
                 subject=f"{svc.key}:{obs.port}",
                 data=obs.data(),
             )
@@ -243,7 +246,10 @@ def endpoint_drops(
     "error",
     symptom="curl to the Service's name or ClusterIP fails, while curl to a pod IP works.",
     why="""
-        The endpoints answered when kpdiag connected to them directly, but not through the ClusterIP. What stands between
+        kpdiag connected through the ClusterIP as often as it takes to reach every endpoint (from distinct source ports)
+        and to each endpoint directly. Connects through the ClusterIP failed that no endpoint failing directly explains:
+        they reached an endpoint that answers (when conntrack shows which), they fail in a way no endpoint does, or far
+        more of them fail than the dead endpoints' share gives (chance below 1 in 1,000). What stands between
         is the Service layer on the client's own node: kube-proxy's rules (missing, stale, or not synced), conntrack entries
         pointing at old pods, or a host firewall. That node's rules decide, so the diagnosis continues there: kpdiag node on
         the client's node traces this exact packet through them.
@@ -264,16 +270,27 @@ def service_path_broken(
     on_node = rules is not None or nft is not None
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
-            if obs.status != "fails" or not obs.ok_direct:
+            if not obs.may_report("KP113"):
                 continue
-            ok = obs.ok_direct
+            ok, j = obs.ok_direct, obs.judgement
             me = probes.doc.get("source")
             hairpin = any(d.ip == me for d in obs.direct)
+            dead = obs.failing_direct
             yield new(
                 f"{svc.key} {obs.proto.upper()} {obs.port} through {obs.target}: {obs.service_result}"
                 + (f" from {obs.service_from}" if obs.service_from else "")
+                + (
+                    f" ({j.failed} of {j.connects} connects failed, {j.unexplained} that no dead endpoint explains)"
+                    if j.connects > 1
+                    else ""
+                )
                 + f" — yet {len(ok)} of {len(obs.direct)} endpoint(s) answer directly ({', '.join(d.label() for d in ok[:4])}): "
                 + "the Service layer on the client's node is at fault, not the backend"
+                + (
+                    f" (besides, {', '.join(f'{d.label()}: {d.result}' for d in dead[:3])} fail(s) directly)"
+                    if dead
+                    else ""
+                )
                 + (
                     f" — this client ({me}) is itself an endpoint: its own connection must hairpin back to it (KP206)"
                     if hairpin
@@ -285,7 +302,8 @@ def service_path_broken(
                     f"kpdiag trace --dst {obs.cluster_ip}:{obs.port} --proto {obs.proto} --from pod --src <this pod IP>   # on that node",
                 ),
                 evidence=[probes.evidence(f"through the Service {obs.target}: {obs.service_result}")]
-                + [probes.evidence(f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]],
+                + [probes.evidence(f"{d.target} (the pod directly): {d.result}") for d in obs.direct[:5]]
+                + [probes.evidence(f"the verdict rests on: {confidence(obs)}")],
                 subject=f"{svc.key}:{obs.port}",
                 data=obs.data(),
             )
@@ -314,7 +332,7 @@ def service_port_fails(
 ):
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
-            if obs.status != "fails" or obs.direct:
+            if not obs.may_report("KP114") or obs.status not in ("fails", "partial") or obs.direct:
                 continue
             use = usable_here(svc, obs.port_spec, here, manifest, 6 if ":" in obs.cluster_ip else 4).internal(svc)
             if use is not None and not use:

@@ -33,17 +33,17 @@ def _tcp_summary(probes: Probes, svc, ip: str | None = None) -> str:
     for target in [ip] if ip else svc.cluster_ips[:1]:
         for port in svc.ports:
             proto = (port.get("protocol") or "TCP").lower()
-            r = next(
-                (
-                    r
-                    for r in probes.probe_results("tcp-connect" if proto == "tcp" else "udp")
-                    if r.get("target") == f"{hostport(target, port.get('port'))}/{proto}"
-                ),
-                None,
-            )
-            if r:
-                ok = r["result"] in ("connected", "syn-ack", "udp-reply")
-                bits.append(f"{proto.upper()} {port.get('port')} {'works' if ok else 'gets ' + r['result']}")
+            rs = [
+                r
+                for r in probes.probe_results("tcp-connect" if proto == "tcp" else "udp")
+                if r.get("target") == f"{hostport(target, port.get('port'))}/{proto}"
+            ]
+            bad = [r for r in rs if r["result"] not in ("connected", "syn-ack", "udp-reply")]
+            if rs:
+                some = f" in {len(bad)} of {len(rs)} connects" if bad and len(rs) > 1 else ""
+                bits.append(
+                    f"{proto.upper()} {port.get('port')} {'gets ' + bad[0]['result'] + some if bad else 'works'}"
+                )
     return "; ".join(bits)
 
 
@@ -284,16 +284,14 @@ def hairpin(
             continue
         for ip in svc.cluster_ips[:1]:
             for port in svc.ports:
-                via = next(
-                    (
-                        r
-                        for r in probes.probe_results("tcp-connect")
-                        if r.get("target") == f"{hostport(ip, port.get('port'))}/tcp"
-                    ),
-                    None,
-                )
-                if via is None or via["result"] == "connected":
-                    continue
+                series = [
+                    r
+                    for r in probes.probe_results("tcp-connect")
+                    if r.get("target") == f"{hostport(ip, port.get('port'))}/tcp"
+                ]
+                via = next((r for r in series if r.get("result") not in ("connected", "skipped")), None)
+                if via is None:
+                    continue  # every connect through the ClusterIP answered (none landed on this pod, or it hairpins)
                 n = len([e for e in svc.endpoints if e.ready]) or 1
                 yield new(
                     f"this pod ({src}) is an endpoint of {svc.key}, and connecting to its ClusterIP {ip}:{port.get('port')} gets {via['result']}: "

@@ -15,6 +15,8 @@ timeout (nothing came back), error, skipped.
 from __future__ import annotations
 
 import errno
+import os
+import selectors
 import socket
 import threading
 import time
@@ -23,11 +25,17 @@ from dataclasses import dataclass, field
 from ..parse.addr import hostport
 
 PROBES_SCHEMA = "kpdiag.probes/v1"
-MAX_PACKETS = 64
+MAX_PACKETS = 400  # the ClusterIP series (below) included
 MAX_RATE = 20.0  # packets per second at most
 PER_PROBE_TIMEOUT = 1.5
 TOTAL_DEADLINE = 20.0
 TRACE_MAX_TTL = 12
+# connects through one ClusterIP port: enough that every endpoint is reached with P(some endpoint never chosen) below
+# MISS_PROBABILITY under kube-proxy's uniform choice (iptables' statistic, nftables' numgen, IPVS rr), at most
+# SERIES_MAX, within SERIES_SECONDS
+MISS_PROBABILITY = 1e-3
+SERIES_MAX = 160
+SERIES_SECONDS = 8.0
 
 _UNREACH = {
     0: "net-unreachable",
@@ -133,6 +141,148 @@ def tcp_connect(budget: ProbeBudget, ip: str, port: int, timeout: float = PER_PR
         return _result(target, "tcp-connect", kind, error=exc.strerror or str(exc))
     finally:
         s.close()
+
+
+def p_missed(endpoints: int, connects: int) -> float:
+    """P(at least one of ``endpoints`` is never chosen in ``connects`` independent uniform choices), exactly: a walk over
+    how many distinct endpoints the connects have reached (positive terms only, stable for any count)."""
+    n = endpoints
+    if n <= 1:
+        return 0.0 if connects >= 1 or n == 0 else 1.0
+    dist = [1.0] + [0.0] * n  # dist[j]: P(j distinct endpoints reached so far)
+    for _ in range(connects):
+        dist = [dist[j] * j / n + (dist[j - 1] * (n - j + 1) / n if j else 0.0) for j in range(n + 1)]
+    return min(1.0, max(0.0, 1.0 - dist[n]))
+
+
+def connects_needed(endpoints: int, miss: float = MISS_PROBABILITY, cap: int = SERIES_MAX) -> int:
+    """The fewest connects through a ClusterIP that reach each of ``endpoints`` with P(one missed) < ``miss``
+    (2 endpoints: 11; 5: 39; 16: 150), at most ``cap`` (the same walk as :func:`p_missed`, once)."""
+    n = endpoints
+    if n <= 1:
+        return 1
+    dist = [1.0] + [0.0] * n
+    for k in range(1, cap + 1):
+        dist = [dist[j] * j / n + (dist[j - 1] * (n - j + 1) / n if j else 0.0) for j in range(n + 1)]
+        if 1.0 - dist[n] < miss:
+            return k
+    return cap
+
+
+_ERRNO_RESULT = {
+    errno.ECONNREFUSED: "refused",
+    errno.ECONNRESET: "refused",
+    errno.EHOSTUNREACH: "host-unreachable",
+    errno.ENETUNREACH: "net-unreachable",
+    errno.ETIMEDOUT: "timeout",
+}
+
+
+def _bound_socket(ip: str, used: set[int]) -> tuple[socket.socket, int]:
+    """A non-blocking TCP socket bound to a source port not used before in this series (kube-proxy chooses per new
+    connection: a port reused within conntrack's memory could meet the old entry and its old choice)."""
+    for _ in range(8):
+        s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.bind(("::" if ":" in ip else "0.0.0.0", 0))
+        port = s.getsockname()[1]
+        if port not in used:
+            used.add(port)
+            return s, port
+        s.close()
+    return s, port  # pragma: no cover - eight repeats of the same ephemeral port
+
+
+def _connect_result(target: str, seq: int, sport: int, result: str, rtt, reached, error=None) -> dict:
+    detail = {"seq": seq, "sport": sport, "reached": None if reached is None else hostport(*reached)}
+    if error:
+        detail["error"] = error
+    return _result(target, "tcp-connect", result, rtt=rtt, **detail)
+
+
+def connect_series(
+    budget: ProbeBudget,
+    ip: str,
+    port: int,
+    endpoints: int,
+    timeout: float = PER_PROBE_TIMEOUT,
+    seconds: float = SERIES_SECONDS,
+    lookup=None,
+) -> tuple[list[dict], dict]:
+    """TCP connects to ClusterIP ``ip``:``port``, each from its own source port, as many as :func:`connects_needed`
+    for ``endpoints``, paced by the budget and overlapping (a dropped connect waits ``timeout`` while the next ones go).
+    Each result says which endpoint it reached when conntrack here knows (``lookup``: a ConntrackLookup), else null.
+    Returns (results, the series' summary: wanted, sent, why it stopped short, P(an endpoint never reached))."""
+    target = f"{hostport(ip, port)}/tcp"
+    wanted = connects_needed(endpoints)
+    end = time.monotonic() + seconds
+    sel = selectors.DefaultSelector()
+    used: set[int] = set()
+    src = _my_address(ip)
+    out: list[dict] = []
+    pending: dict[int, tuple] = {}  # fd → (socket, seq, sport, start, the endpoint reached)
+    stopped, seq = None, 0
+
+    def finish(fd: int, result: str, error=None) -> None:
+        s, i, sport, t, reached = pending.pop(fd)
+        sel.unregister(s)
+        rtt = time.monotonic() - t if result != "timeout" else None
+        out.append(_connect_result(target, i, sport, result, rtt, reached, error))
+        s.close()
+
+    def reached(s: socket.socket, sport: int):
+        """Asked while the SYN is out: conntrack forgets a connection that was reset at once."""
+        if lookup is None:
+            return None
+        try:
+            here = s.getsockname()[0]
+        except OSError:
+            here = None
+        here = here if here and here not in ("0.0.0.0", "::") else src
+        return lookup.reached(here, sport, ip, port) if here else None
+
+    while (seq < wanted and stopped is None) or pending:
+        if seq < wanted and stopped is None:
+            if time.monotonic() > end:
+                stopped = f"time budget of {seconds:.0f} s for the series used up"
+            else:
+                try:
+                    budget.take(ip)
+                except ProbeRefused as exc:
+                    stopped = str(exc)
+                else:
+                    s, sport = _bound_socket(ip, used)
+                    t = time.monotonic()
+                    err = s.connect_ex((ip, port))
+                    seq += 1
+                    pending[s.fileno()] = (s, seq, sport, t, reached(s, sport))
+                    sel.register(s, selectors.EVENT_WRITE)
+                    if err not in (0, errno.EINPROGRESS):
+                        finish(s.fileno(), _ERRNO_RESULT.get(err, "error"), os_error(err))
+        for key, _ in sel.select(timeout=0 if (seq < wanted and stopped is None) else 0.05):
+            err = key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            finish(key.fd, "connected" if err == 0 else _ERRNO_RESULT.get(err, "error"), os_error(err) if err else None)
+        now = time.monotonic()
+        for fd in [fd for fd, p in pending.items() if now - p[3] > timeout or budget.stop.is_set()]:
+            finish(fd, "timeout" if not budget.stop.is_set() else "skipped")
+    sel.close()
+    out.sort(key=lambda r: r["detail"]["seq"])
+    summary = {
+        "target": target,
+        "endpoints": endpoints,
+        "wanted": wanted,
+        "sent": len(out),
+        "stopped": stopped,
+        "p_missed": p_missed(endpoints, len(out)),
+        "reached_known": any(r["detail"]["reached"] for r in out),
+    }
+    if lookup is not None and not summary["reached_known"]:
+        summary["why_unknown"] = lookup.why_not or "conntrack here did not show the translation"
+    return out, summary
+
+
+def os_error(err: int) -> str:
+    return os.strerror(err) if err else ""
 
 
 class RawProber:
@@ -287,9 +437,14 @@ def _jobs(
     why_no_raw,
     icmp: bool,
     icmp_done: threading.Event | None = None,
+    spread: dict | None = None,
+    series: list | None = None,
 ) -> list:
     """The probes as independent jobs (each a list of callables run in order, in its own thread). ``icmp_done`` is set
-    once the ICMP echoes (and TTL walks) are over."""
+    once the ICMP echoes (and TTL walks) are over. ``spread``: {(Service port, proto): how many endpoints kube-proxy
+    chooses among}, for the ClusterIP series; ``series`` receives each series' summary."""
+    spread = spread or {}
+    series = series if series is not None else []
     spec = service.get("spec") or {}
     cluster_ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"]
     jobs: list[list] = []
@@ -321,7 +476,10 @@ def _jobs(
             if not number:
                 continue
             if proto == "tcp":
-                jobs.append([lambda ip=ip, n=number: [tcp_connect(budget, ip, n)]])
+                count = spread.get((number, proto))
+                if count is None:  # one per distinct endpoint address of this family
+                    count = len({e for e, _, p in endpoints if p == proto and (":" in e) == (":" in ip)})
+                jobs.append([lambda ip=ip, n=number, c=count: _series_job(budget, ip, n, c, series)])
                 if prober is not None:
                     jobs.append([lambda ip=ip, n=number: [prober.tcp_syn(ip, n)]])
             elif proto == "udp":
@@ -340,6 +498,18 @@ def _jobs(
         elif proto == "udp" and prober is not None:
             jobs.append([lambda ip=ip, n=port: [prober.udp(ip, n)]])
     return jobs
+
+
+def _series_job(budget: ProbeBudget, ip: str, port: int, endpoints: int, series: list) -> list[dict]:
+    from .ct_lookup import ConntrackLookup
+
+    lookup = ConntrackLookup()
+    try:
+        results, summary = connect_series(budget, ip, port, endpoints, lookup=lookup)
+    finally:
+        lookup.close()
+    series.append(summary)
+    return results
 
 
 def run_parallel(jobs: list, deadline: float, stop: threading.Event | None = None) -> list[list]:
@@ -392,11 +562,14 @@ def probe_service(
     icmp: bool = True,
     stop: threading.Event | None = None,
     icmp_done: threading.Event | None = None,
+    spread: dict | None = None,
 ) -> dict:
     """Probe a Service's ClusterIP ports and each endpoint directly, all at once (bounded by the packet budget, the
     rate limit and TOTAL_DEADLINE).
 
-    ``endpoints``: (ip, targetPort, protocol) of the endpoints kube-proxy uses. Returns the probes document.
+    ``endpoints``: (ip, targetPort, protocol) of the endpoints kube-proxy uses; ``spread``: {(Service port, proto):
+    how many endpoints kube-proxy chooses among} (default: the distinct endpoint addresses). Each TCP port is connected
+    to through the ClusterIP as often as that number asks (:func:`connect_series`). Returns the probes document.
     """
     spec = service.get("spec") or {}
     cluster_ips = [
@@ -413,7 +586,8 @@ def probe_service(
             prober = RawProber(budget)
         except Exception as exc:  # scapy missing or broken
             why_no_raw = f"scapy unavailable: {exc.__class__.__name__}: {exc}"
-    jobs = _jobs(service, endpoints, budget, prober, why_no_raw, icmp, icmp_done)
+    series: list[dict] = []
+    jobs = _jobs(service, endpoints, budget, prober, why_no_raw, icmp, icmp_done, spread, series)
     try:
         per_job = run_parallel(jobs, budget.deadline + PER_PROBE_TIMEOUT, stop)
     except BaseException:  # Ctrl-C: no further packet from the probe threads, then leave
@@ -428,6 +602,7 @@ def probe_service(
         "raw_skipped_reason": why_no_raw,
         "packets_sent": budget.sent,
         "results": results,
+        "series": sorted(series, key=lambda x: x["target"]),
         **({"unfinished": unfinished} if unfinished else {}),
     }
 

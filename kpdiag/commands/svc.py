@@ -16,13 +16,14 @@ PROBE_ENDPOINTS_MAX = 16
 ICMP_FIRST_MAX = 4.0  # seconds DNS waits for the ICMP probes at most
 
 
-def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list[tuple[str, int, str]]:
+def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> tuple[list[tuple[str, int, str]], dict]:
     """(ip, targetPort, proto) of the endpoints to probe directly: those kube-proxy sends to — the ready ones, else
-    (KEP-1669) the serving-and-terminating ones — from the EndpointSlices collected; at most PROBE_ENDPOINTS_MAX."""
+    (KEP-1669) the serving-and-terminating ones — from the EndpointSlices collected; at most PROBE_ENDPOINTS_MAX. And
+    {(Service port, proto): how many of them kube-proxy chooses among} (all, not only the ones probed directly)."""
     from kpdiag.state.cluster import ClusterView
 
     view = ClusterView(Bundle.from_files("svc", files))
-    out = []
+    out, spread = [], {}
     for svc in view.services() or []:
         if svc.namespace != namespace or svc.name != name:
             continue
@@ -30,11 +31,11 @@ def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> list
             proto = (port.get("protocol") or "TCP").lower()
             eps = svc.endpoints_for(port)
             use = [e for e in eps if e.ready] or [e for e in eps if e.serving_terminating]
-            for e in use:
-                target = svc.target_of(e, port)
-                if target:
-                    out.append((e.ip, int(target), proto))
-    return sorted(set(out))[:PROBE_ENDPOINTS_MAX]
+            targets = {(e.ip, int(t), proto) for e in use for t in [svc.target_of(e, port)] if t}
+            out.extend(targets)
+            if isinstance(port.get("port"), int):
+                spread[(port["port"], proto)] = len(targets)
+    return sorted(set(out))[:PROBE_ENDPOINTS_MAX], spread
 
 
 def _api_headline(namespace: str, name: str, status: int | None, why: str | None) -> str:
@@ -293,7 +294,8 @@ def collect_service(
 
         if progress:
             progress("probing the ClusterIP and the endpoints (and asking DNS)")
-        doc = probe_service(service, _probe_endpoints(files, namespace, name), stop=stop, icmp_done=icmp_done)
+        endpoints, spread = _probe_endpoints(files, namespace, name)
+        doc = probe_service(service, endpoints, stop=stop, icmp_done=icmp_done, spread=spread)
         icmp_done.set()
         files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
         if doc.get("raw_skipped_reason"):
@@ -313,12 +315,13 @@ def collect_service(
 
 def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, tuple[str, ...]]:
     """The layer at fault for a failing port, in a few words with the check that explains it, and that check's ids."""
-    if o.ok_direct and any(d.ip == me for d in o.direct):
+    blame = o.judgement.blame
+    if blame == "service-layer" and any(d.ip == me for d in o.direct):
         return (
             "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)",
             ("KP113", "KP206"),
         )
-    if o.ok_direct:
+    if blame == "service-layer":
         return "the Service layer on this client's node fails while the endpoints answer (KP113)", ("KP113",)
     if o.direct:
         if policy:  # named: "NetworkPolicy shop/web-allow-frontend admits only pods app=frontend …"
@@ -332,6 +335,81 @@ def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, t
         f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)",
         ("KP114",),
     )
+
+
+def _failing(dead) -> str:
+    """ "endpoint X (pod, node) refuses" / "endpoints X, Y do not answer" / mixed."""
+    ref = [d for d in dead if d.outcome == "refused"]
+    sil = [d for d in dead if d.outcome != "refused"]
+    out = []
+    for group, one, many in ((ref, "refuses", "refuse"), (sil, "does not answer", "do not answer")):
+        if group:
+            names = ", ".join(d.label() for d in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+            out.append(f"endpoint{'s' if len(group) > 1 else ''} {names} {one if len(group) == 1 else many}")
+    return "; ".join(out)
+
+
+def _part(o) -> str:
+    """Why a port works only in part: the endpoints that fail directly, or the Service layer when they do not explain
+    the failed connects."""
+    from kpdiag.state.probe_results import share_line
+
+    j = o.judgement
+    if j.blame == "service-layer":
+        return (
+            f"{j.unexplained} of {j.connects} connects through {o.target} fail that no endpoint failing directly "
+            "explains — the Service layer on this client's node (KP113)"
+        )
+    ids = "KP111" if any(d.outcome == "refused" for d in o.failing_direct) else "KP112"
+    if any(d.outcome == "refused" for d in o.failing_direct) and any(d.outcome != "refused" for d in o.failing_direct):
+        ids = "KP111, KP112"
+    return f"{_failing(o.failing_direct)} — {share_line(o)} ({ids})"
+
+
+def _port_lines(o, to: str, policy: list, usable: bool, detail: bool = True) -> list[str]:
+    """A port's verdict lines: what it does through the Service, why (``detail``: not said by the headline already),
+    and what that rests on."""
+    from kpdiag.state.probe_results import confidence
+
+    p, j = f"{o.proto.upper()} {o.port}", o.judgement
+    many = f" in {j.failed} of {j.connects} connects" if j.connects > 1 else ""
+    if o.status == "works":
+        text = f"{p} works through the Service{to} ({o.service_result}" + (
+            f", {j.connects} of {j.connects} connects)" if j.connects > 1 else ")"
+        )
+    elif o.status == "partial" and not detail:  # the headline says why
+        text = f"{p} works through the Service{to} in part ({j.failed} of {j.connects} connect(s) failed)"
+    elif o.status == "partial":
+        text = f"{p} works through the Service{to} in part: {_part(o)}"
+    elif o.status == "fails":
+        text = f"{p} through the Service{to}: {o.service_result}{many}"
+        if j.blame == "service-layer":
+            text += (
+                f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's node is "
+                "broken, not the backend (KP113)"
+            )
+        elif o.direct:
+            kinds = sorted({d.result for d in o.direct})
+            if policy:
+                text += f" — a NetworkPolicy blocks it: {policy[0].summary} ({policy[0].id})"
+            elif all(d.outcome == "refused" for d in o.direct):
+                text += (
+                    f" — and nothing listens on the endpoints either ({', '.join(kinds)}): the backend is down (KP111)"
+                )
+            else:
+                text += f" — and the endpoints do not answer directly either ({', '.join(kinds)}): the backend is unreachable (KP112)"
+        elif not usable:
+            text += " — it has no ready endpoint (KP101/KP102)"
+        else:
+            text += " — no endpoint was probed directly (KP114)"
+    else:
+        text = f"{p} through the Service{to}: {o.service_result or 'not probed'}" + (
+            " (UDP: silence is what an open port that does not answer looks like, too)" if o.proto == "udp" else ""
+        )
+    out = [text]
+    if j.connects > 1 or (o.status != "works" and (j.connects or o.direct)):
+        out.append(f"  confidence: {confidence(o)}")
+    return out
 
 
 def _root_first(findings, named: tuple[str, ...], text: str) -> str:
@@ -400,46 +478,7 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
     multi = len(svc.cluster_ips) > 1
     body: list[str] = []
     for o in obs:
-        to = f" to {o.cluster_ip}" if multi else ""
-        p = f"{o.proto.upper()} {o.port}"
-        if o.status == "works":
-            body.append(f"{p} works through the Service{to} ({o.service_result})")
-        elif o.status == "partial":
-            bad = o.failing_direct
-            body.append(
-                f"{p} works through the Service{to}, but {len(bad)} of {len(o.direct)} endpoint(s) fail directly "
-                f"({', '.join(f'{d.label()}: {d.result}' for d in bad[:3])}): about {len(bad)} in {len(o.direct)} connections fail "
-                f"({'KP111' if any(d.outcome == 'refused' for d in bad) else 'KP112'})"
-            )
-        elif o.status == "fails":
-            text = f"{p} through the Service{to}: {o.service_result}"
-            if o.ok_direct:
-                text += (
-                    f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's node is "
-                    "broken, not the backend (KP113)"
-                )
-            elif o.direct:
-                kinds = sorted({d.result for d in o.direct})
-                if policy:
-                    text += f" — a NetworkPolicy blocks it: {policy[0].summary} ({policy[0].id})"
-                elif all(d.outcome == "refused" for d in o.direct):
-                    text += f" — and nothing listens on the endpoints either ({', '.join(kinds)}): the backend is down (KP111)"
-                else:
-                    text += f" — and the endpoints do not answer directly either ({', '.join(kinds)}): the backend is unreachable (KP112)"
-            elif not ready and not term:
-                text += " — it has no ready endpoint (KP101/KP102)"
-            else:
-                text += " — no endpoint was probed directly (KP114)"
-            body.append(text)
-        else:
-            body.append(
-                f"{p} through the Service{to}: {o.service_result or 'not probed'}"
-                + (
-                    " (UDP: silence is what an open port that does not answer looks like, too)"
-                    if o.proto == "udp"
-                    else ""
-                )
-            )
+        body.extend(_port_lines(o, f" to {o.cluster_ip}" if multi else "", policy, bool(ready or term), len(obs) > 1))
     for ip in svc.cluster_ips:
         echo = next(
             (
@@ -468,7 +507,7 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
         )
         lines.append(f"{svc.key} does NOT work: " + _root_first(findings, named, text))
     elif status == "partial":
-        lines.append(f"{svc.key} works only in part: some of its endpoints fail")
+        lines.append(f"{svc.key} works in part: " + _part(next(o for o in obs if o.status == "partial")))
     elif status == "works" and errs:
         lines.append(f"{svc.key} answered the probes, but kpdiag found {len(errs)} error(s) below")
     elif status == "works":

@@ -1,17 +1,25 @@
 """What the active probes of one Service show, port by port — the one reading of probes/service.json that the
 observation checks (KP111–KP114), KP201 and the verdict share, so they can never disagree.
 
-For each ClusterIP × Service port: the result through the Service (TCP connect, else the SYN probe; UDP), and the result
-of each endpoint probed directly at its targetPort. A status sums it up:
+For each ClusterIP × Service port: every connect through the Service (a series from distinct source ports, each with the
+endpoint it reached when that was visible; one result in older bundles), and the result of each endpoint probed
+directly at its targetPort. :func:`judge` explains the failed connects by the endpoints that fail directly before it
+blames any layer, and sums the port up:
 
-- ``works``: through the Service it answered, and every endpoint probed directly answered too;
-- ``partial``: through the Service it answered, but some endpoints do not (a share of connections fail);
-- ``fails``: through the Service it did not answer (refused, reset, timeout, an ICMP error);
+- ``works``: every connect through the Service answered, and every endpoint probed directly answered too;
+- ``partial``: some connects (or some endpoints) fail — a share of clients' connections;
+- ``fails``: no connect through the Service answered;
 - ``unknown``: not probed, skipped, or a UDP port that stayed silent (open-and-silent and dropped look the same).
+
+and names the layer at fault (``blame``): ``endpoints`` (some fail directly, and they explain every failed connect),
+``backend`` (all fail directly), ``service-layer`` (connects fail that no endpoint failing directly explains) or
+``unseen`` (connects fail and no endpoint was probed directly). :data:`VERDICT_CHECKS` maps each blame to the checks
+that may report it: findings of different blames — KP111/KP112 against KP113 or KP114 — never fire together.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from kpdiag.parse.addr import hostport
@@ -57,7 +65,19 @@ class DirectProbe:
         return outcome(self.result, self.proto)
 
     def label(self) -> str:
-        return f"{self.target}" + (f" ({self.pod})" if self.pod else "")
+        where = ", ".join(x for x in (self.pod, f"node {self.node}" if self.node else None) if x)
+        return f"{self.target}" + (f" ({where})" if where else "")
+
+    @property
+    def failure(self) -> str | None:
+        """refused | silent (dropped, an ICMP error, an error) | None (it answered, or not observed)."""
+        return _failure(self.outcome)
+
+
+def _failure(o: str) -> str | None:
+    if o == "refused":
+        return "refused"
+    return "silent" if o in ("dropped", "icmp-error", "error") else None
 
 
 @dataclass
@@ -67,9 +87,12 @@ class PortObservation:
     port: int
     proto: str
     port_spec: dict
-    service_result: str | None  # through the ClusterIP; None when not probed
+    service_result: str | None  # through the ClusterIP (a failed connect's, when one failed); None when not probed
     service_from: str | None = None
     direct: list[DirectProbe] = field(default_factory=list)
+    through: list[dict] = field(default_factory=list)  # every connect (probe) through the ClusterIP, in order
+    series: dict | None = None  # the series' summary (wanted, sent, stopped, p_missed, reached_known), when recorded
+    affinity: bool = False  # sessionAffinity ClientIP: kube-proxy sends every connect of this client to one endpoint
 
     @property
     def target(self) -> str:
@@ -100,6 +123,7 @@ class PortObservation:
                 "outcome": self.service_outcome,
                 "from": self.service_from,
             },
+            "judgement": self.judgement.data(),
             "endpoints": [
                 {
                     "target": d.target,
@@ -114,13 +138,197 @@ class PortObservation:
         }
 
     @property
+    def judgement(self) -> "Judgement":
+        if "_judgement" not in self.__dict__:
+            self.__dict__["_judgement"] = judge(self)
+        return self.__dict__["_judgement"]
+
+    @property
     def status(self) -> str:
-        s = self.service_outcome
-        if s == "ok":
-            return "partial" if self.failing_direct else "works"
-        if s == "unknown":
-            return "unknown"
-        return "fails"
+        return self.judgement.status
+
+    def may_report(self, check_id: str) -> bool:
+        """Whether ``check_id`` may report this port: only the checks of its judgement's blame (VERDICT_CHECKS)."""
+        return may_report(self.judgement.blame, check_id)
+
+
+# the checks that may report a port, by the layer its judgement blames: one place, so KP113 ("the Service layer fails")
+# never fires next to KP111/KP112 ("endpoints fail: it works in part") or KP114 ("cannot tell") on the same port
+VERDICT_CHECKS: dict[str, frozenset[str]] = {
+    "none": frozenset(),
+    "endpoints": frozenset({"KP111", "KP112"}),
+    "backend": frozenset({"KP111", "KP112"}),
+    "service-layer": frozenset({"KP113"}),
+    "unseen": frozenset({"KP114"}),
+}
+VERDICT_IDS = frozenset().union(*VERDICT_CHECKS.values())
+CHANCE = 1e-3  # failed connects more than dead endpoints give with this probability or less: something else fails too
+
+
+def may_report(blame: str, check_id: str) -> bool:
+    return check_id not in VERDICT_IDS or check_id in VERDICT_CHECKS.get(blame, frozenset())
+
+
+def tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One port's verdict: what failed through the Service, how much of it the endpoints failing directly explain."""
+
+    status: str  # works | partial | fails | unknown
+    blame: str  # none | endpoints | backend | service-layer | unseen
+    connects: int  # connects (probes) through the ClusterIP with an answer or a failure
+    failed: int
+    explained: int  # failed connects the endpoints failing directly account for
+    unexplained: int
+    attributed: int  # connects whose endpoint is known (conntrack on the node)
+    reached: tuple[str, ...]  # endpoints (ip:port) connects were seen to reach
+    chance: float | None  # P(this many failures or more from the dead endpoints alone), unattributed failures
+    endpoints: int  # endpoints kube-proxy chooses among (the series'), else the ones probed directly
+
+    def data(self) -> dict:
+        return {
+            "blame": self.blame,
+            "connects": self.connects,
+            "failed": self.failed,
+            "explained": self.explained,
+            "unexplained": self.unexplained,
+            "attributed": self.attributed,
+            "reached": list(self.reached),
+            "chance": self.chance,
+            "endpoints": self.endpoints,
+        }
+
+
+def _explain(obs: PortObservation, fails: list[dict], n_unattr: int, total: int) -> tuple[int, int, float | None]:
+    """(explained, unexplained, chance) of the failed connects: one that reached an endpoint failing directly is
+    explained, one that reached an endpoint that answers (or one no Service lists) is not; the others, whose endpoint
+    is not known, are explained as far as the endpoints failing the same way (refused, silent) account for them."""
+    dead = {d.target: d for d in obs.failing_direct}
+    explained = unexplained = 0
+    chance = None
+    unknown: dict[str, int] = {}
+    for r in fails:
+        reached = (r.get("detail") or {}).get("reached") if isinstance(r.get("detail"), dict) else None
+        kind = _failure(outcome(r.get("result"), obs.proto)) or "silent"
+        if reached:
+            if reached in dead and dead[reached].failure == kind:
+                explained += 1
+            else:
+                unexplained += 1
+        else:
+            unknown[kind] = unknown.get(kind, 0) + 1
+    for kind, k in sorted(unknown.items()):
+        share = sum(1 for d in dead.values() if d.failure == kind) / total if total else 0.0
+        # with session affinity the connects are one choice, not many: all failing is what one dead endpoint gives
+        p = tail(1, 1, share) if obs.affinity else tail(n_unattr, k, share)
+        chance = p if chance is None else min(chance, p)
+        if share and p >= CHANCE:
+            explained += k
+        else:  # no endpoint fails this way, or far more connects fail than the dead endpoints give
+            excess = k - int(round(n_unattr * share)) if share and not obs.affinity else k
+            explained += k - max(1, excess)
+            unexplained += max(1, excess)
+    return explained, unexplained, chance
+
+
+def judge(obs: PortObservation) -> Judgement:
+    """Explain every failed connect through the ClusterIP by the endpoints that fail directly before blaming a layer."""
+    seen = [r for r in obs.through if outcome(r.get("result"), obs.proto) != "unknown"]
+    fails = [r for r in seen if outcome(r.get("result"), obs.proto) != "ok"]
+    reached = [r["detail"]["reached"] for r in seen if isinstance(r.get("detail"), dict) and r["detail"].get("reached")]
+    total = max(len(obs.direct), int((obs.series or {}).get("endpoints") or 0))
+    explained, unexplained, chance = _explain(obs, fails, len(seen) - len(reached), total)
+    dead, alive = obs.failing_direct, obs.ok_direct
+    if not seen:
+        status, blame = "unknown", ("endpoints" if dead and alive else "backend" if dead else "none")
+    elif unexplained:
+        blame = "service-layer" if alive else ("backend" if dead else "unseen")
+        status = "fails" if len(fails) == len(seen) else "partial"
+    elif dead and alive:  # the endpoints that answer carry the others' share: it works in part
+        status, blame = "partial", "endpoints"
+    elif dead:
+        status, blame = ("fails" if len(fails) == len(seen) else "partial"), "backend"
+    else:
+        status, blame = "works", "none"
+    return Judgement(
+        status,
+        blame,
+        len(seen),
+        len(fails),
+        explained,
+        unexplained,
+        len(reached),
+        tuple(sorted(set(reached))),
+        chance,
+        total,
+    )
+
+
+def share_line(obs: PortObservation) -> str:
+    """How often a client fails, as the endpoints explain it: "about 1 in 2 connections fail" (the counts observed,
+    which vary from run to run, are in :func:`confidence`)."""
+    bad, n = len(obs.failing_direct), obs.judgement.endpoints or len(obs.direct)
+    return f"about {bad} in {n} connections fail"
+
+
+def confidence(obs: PortObservation) -> str:
+    """What the verdict on this port rests on: how many connects, which endpoints were reached, which answer directly."""
+    j = obs.judgement
+    ports = {(r.get("detail") or {}).get("sport") for r in obs.through if isinstance(r.get("detail"), dict)} - {None}
+    bits = [
+        f"{j.connects} connect(s) through {obs.target}"
+        + (f" from {len(ports)} source ports" if len(ports) > 1 else "")
+        + f", {j.failed} failed"
+    ]
+    if obs.direct:
+        bits.append(
+            "directly: "
+            + ", ".join(f"{d.label()} {'answers' if d.outcome == 'ok' else d.result}" for d in obs.direct[:6])
+            + (f" and {len(obs.direct) - 6} more" if len(obs.direct) > 6 else "")
+        )
+    s = obs.series or {}
+    if j.attributed:
+        counts = {}
+        for r in obs.through:
+            e = (r.get("detail") or {}).get("reached") if isinstance(r.get("detail"), dict) else None
+            if e:
+                counts[e] = counts.get(e, 0) + 1
+        bits.append("reached (conntrack): " + ", ".join(f"{e} ×{c}" for e, c in sorted(counts.items())))
+    elif s:
+        bits.append(f"which endpoint each connect reached is not known here ({s.get('why_unknown') or 'not recorded'})")
+    if s:
+        bits.append(
+            f"P(an endpoint never reached) = {float(s.get('p_missed') or 0):.2g}"
+            + (f"; stopped at {s.get('sent')} of {s.get('wanted')}: {s['stopped']}" if s.get("stopped") else "")
+        )
+    if obs.affinity and j.endpoints > 1:
+        bits.append(
+            "sessionAffinity ClientIP: kube-proxy sends this client's connects to one endpoint, so they count as one"
+        )
+    elif j.connects == 1 and j.endpoints > 1:
+        bits.append(f"one connect cannot reach {j.endpoints} endpoints: the endpoints' share is inferred")
+    return "; ".join(bits)
+
+
+def _through(state, target: str, proto: str) -> list[dict]:
+    """Every probe through the ClusterIP ``target``: the connects of its series (or the one connect of an older
+    bundle), else the SYN probe; UDP's probes."""
+    kinds = ("tcp-connect", "tcp-syn") if proto == "tcp" else ("udp",)
+    for kind in kinds:
+        got = [r for r in state.probe_results(kind) if r.get("target") == target and r.get("result") != "skipped"]
+        if got:
+            return got
+    return []
 
 
 def observations(state, svc) -> list[PortObservation]:
@@ -136,21 +344,28 @@ def observations(state, svc) -> list[PortObservation]:
             if proto not in ("tcp", "udp") or not isinstance(number, int):
                 continue
             target = f"{hostport(ip, number)}/{proto}"
-            kinds = ("tcp-connect", "tcp-syn") if proto == "tcp" else ("udp",)
-            res = None
-            for kind in kinds:
-                res = next(
-                    (
-                        r
-                        for r in state.probe_results(kind)
-                        if r.get("target") == target and r.get("result") not in ("skipped",)
-                    ),
-                    None,
-                )
-                if res is not None:
-                    break
+            through = _through(state, target, proto)
+            failed = [r for r in through if outcome(r.get("result"), proto) not in ("ok", "unknown")]
+            res = failed[0] if failed else (through[0] if through else None)
+            series = next(
+                (
+                    x
+                    for x in (state.probes or {}).get("series") or []
+                    if isinstance(x, dict) and x.get("target") == target
+                ),
+                None,
+            )
             obs = PortObservation(
-                svc.key, ip, number, proto, port, res.get("result") if res else None, res.get("from") if res else None
+                svc.key,
+                ip,
+                number,
+                proto,
+                port,
+                res.get("result") if res else None,
+                res.get("from") if res else None,
+                through=through,
+                series=series,
+                affinity=svc.spec.get("sessionAffinity") == "ClientIP",
             )
             family = 6 if ":" in ip else 4
             seen = set()

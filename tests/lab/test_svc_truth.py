@@ -147,7 +147,7 @@ def test_backend_refusing_names_each_endpoint_and_exits_1(lab, tmp_path):
     kp111 = next(f for f in report["findings"] if f["id"] == "KP111")
     assert kp111["severity"] == "error"
     for ip, pod in ((pod1, "web-1"), (pod2, "web-2")):
-        assert f"{ip}:8080 ({pod})" in kp111["summary"], kp111["summary"]
+        assert f"{ip}:8080 ({pod}, node lab-node)" in kp111["summary"], kp111["summary"]
     assert any("ss -ltnp" in step for step in kp111["fix"])
     assert report["extra"]["status"] == "fails"
     assert text[0].strip(" »").startswith("shop/web does NOT work"), text[:4]
@@ -162,7 +162,7 @@ def test_backend_dropping_is_an_error_that_says_what_remains(lab, tmp_path):
     assert code == 1
     kp112 = next(f for f in report["findings"] if f["id"] == "KP112")
     assert kp112["severity"] == "error"
-    assert f"{k.pods['pod1']}:8080 (web-1): timeout" in kp112["summary"], kp112["summary"]
+    assert f"{k.pods['pod1']}:8080 (web-1, node lab-node): timeout" in kp112["summary"], kp112["summary"]
     assert "Not ruled out" in kp112["summary"] and "NetworkPolicy" in kp112["summary"]
     assert "KP113" not in {f["id"] for f in report["findings"]}  # the Service layer is not blamed
     assert text[0].strip(" »").startswith("shop/web does NOT work"), text[:4]
