@@ -104,7 +104,13 @@ def _cni_ranges(cni_model: Cni | None, addresses: Addresses | None, route_list: 
     range), or None where the Nodes' podCIDRs are the pods' ranges."""
     if cni_model is None or addresses is None or route_list is None:
         return None
-    return cni_model.model.own_pod_ranges(addresses.links, route_list.routes)
+    model = cni_model.model
+    if model.name in ("weave", "ovn-kubernetes"):
+        raise Skip(
+            f"{model.label} may give pods addresses from its own range rather than the Nodes' podCIDRs, and kpdiag "
+            "does not read that range: the clusterCIDR is not compared"
+        )
+    return model.own_pod_ranges(addresses.links, route_list.routes)
 
 
 def _judge_cni_ranges(new, own, ranges, cidrs, evidence, cni_model, route_list):

@@ -25,11 +25,69 @@ from kpdiag.state.typed import (
 from .shapes import links
 
 FLANNEL = "flannel.alpha.coreos.com/"
+# interfaces whose address is never the node's address for other nodes: container bridges, CNI bridges, VMs'
+NOT_NODE_NETWORKS = ("docker", "br-", "virbr", "cni", "cali", "flannel", "vxlan", "tunl", "lxc", "cilium", "kube-")
 CALICO_ADDR = "projectcalico.org/IPv4Address"
 
 
+def _internal_ips(obj: dict) -> list[str]:
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    out = []
+    for a in status.get("addresses") or []:
+        if isinstance(a, dict) and a.get("type") == "InternalIP" and isinstance(a.get("address"), str):
+            try:
+                ipaddress.ip_address(a["address"])
+            except ValueError:
+                continue
+            out.append(a["address"])
+    return out
+
+
+def _external_ips(obj: dict) -> set[str]:
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    return {
+        a.get("address")
+        for a in status.get("addresses") or []
+        if isinstance(a, dict) and a.get("type") == "ExternalIP" and isinstance(a.get("address"), str)
+    }
+
+
+def _net(text: str):
+    """A CIDR from the API, or None when it is not one (a malformed podCIDR is the API's problem, not a crash)."""
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except (ValueError, AttributeError):
+        return None
+
+
+def _find(nodes: NodeObjects, name: str) -> dict | None:
+    """This node's Node: by name as the manifest has it, else case-insensitively, else short name against FQDN
+    (the manifest's name is the host's, which may be the FQDN, or only its first label)."""
+    if not name:
+        return None
+    exact = nodes.named(name)
+    if exact is not None:
+        return exact
+    want = name.lower()
+    for o in nodes.objects:
+        have = nodes.name(o).lower()
+        if have == want or have.split(".", 1)[0] == want.split(".", 1)[0]:
+            return o
+    return None
+
+
+def _podcidr_is_the_range(model, nodes: NodeObjects, me: dict) -> None:
+    """Skip unless this node's pod range is its podCIDR: flannel uses it only with its Kubernetes subnet manager
+    (the Node then carries flannel.alpha.coreos.com/kube-subnet-manager); with etcd, flannel leases its own."""
+    if model.name in ("flannel", "canal") and nodes.annotation(me, FLANNEL + "kube-subnet-manager") != "true":
+        raise Skip(
+            "flannel's subnets come from the Nodes' podCIDRs only with its Kubernetes subnet manager, and this Node "
+            f"has no {FLANNEL}kube-subnet-manager annotation (an etcd-backed flannel leases its own)"
+        )
+
+
 def _me(nodes: NodeObjects, manifest: Manifest | None) -> dict:
-    me = nodes.named(manifest.node) if manifest is not None and manifest.node else None
+    me = _find(nodes, manifest.node) if manifest is not None else None
     if me is None:
         raise Skip(
             f"this node ({(manifest.node if manifest else '') or 'name unknown'}) is not among the Nodes of {nodes.source}"
@@ -83,7 +141,8 @@ def cni_bridge_stale_address(
     bridge = model.shape.bridge
     me = _me(nodes, manifest)
     name = nodes.name(me)
-    cidrs = [ipaddress.ip_network(c, strict=False) for c in nodes.pod_cidrs(me) if ":" not in c]
+    _podcidr_is_the_range(model, nodes, me)
+    cidrs = [n for n in (_net(c) for c in nodes.pod_cidrs(me) if ":" not in c) if n is not None]
     if not cidrs:
         raise Skip(f"this node's Node has no IPv4 podCIDR in {nodes.source} (KP631 judges that)")
     held = _addresses(addresses, bridge)
@@ -135,6 +194,7 @@ def node_without_pod_cidr(new, cni_model: Cni, nodes: NodeObjects, manifest: Opt
     model = cni_model.model
     me = _me(nodes, manifest)
     name = nodes.name(me)
+    _podcidr_is_the_range(model, nodes, me)
     if nodes.pod_cidrs(me):
         return
     others = [(nodes.name(o), nodes.pod_cidrs(o)) for o in nodes.objects if o is not me and nodes.pod_cidrs(o)]
@@ -145,7 +205,7 @@ def node_without_pod_cidr(new, cni_model: Cni, nodes: NodeObjects, manifest: Opt
         fix=(
             command(
                 "kubectl -n kube-system get pod -l component=kube-controller-manager -o yaml | grep -E "
-                "'allocate-node-cidrs|cluster-cidr'   # both must be set"
+                "'allocate-node-cidrs|cluster-cidr'   # both must be set (k3s/RKE2: the server's --cluster-cidr)"
             ),
             command(
                 f'kubectl patch node {name} -p \'{{"spec":{{"podCIDR":"<free /24 of the pod range>"}}}}\''
@@ -187,9 +247,14 @@ def flannel_public_ip(new, addresses: Addresses, nodes: FlannelNodes, manifest: 
     for name, ip in published:
         by_ip.setdefault(ip, []).append(name)
     shared = {ip: names for ip, names in by_ip.items() if len(names) > 1}
-    mine = dict(published).get(manifest.node) if manifest is not None else None
+    me = _find(nodes, manifest.node) if manifest is not None else None
+    mine = nodes.annotation(me, FLANNEL + "public-ip") if me is not None else None
     held = {str(a.ip) for _, a in _addresses(addresses)}
-    foreign = mine is not None and held and mine not in held
+    # an address behind NAT is published on purpose (public-ip-overwrite, k3s --flannel-external-ip): not foreign
+    meant = me is not None and (
+        nodes.annotation(me, FLANNEL + "public-ip-overwrite") is not None or mine in _external_ips(me)
+    )
+    foreign = mine is not None and held and mine not in held and not meant
     if not shared and not foreign:
         return
     if shared:
@@ -213,7 +278,7 @@ def flannel_public_ip(new, addresses: Addresses, nodes: FlannelNodes, manifest: 
             ),
             command(
                 "kubectl -n kube-flannel edit daemonset kube-flannel-ds   # args: --iface=<the interface of the node "
-                "network>, then the pods restart"
+                "network> (k3s: --flannel-iface on every node; RKE2 Canal: canal_iface in rke2-canal's HelmChartConfig)"
             ),
         ),
         evidence=[Evidence(nodes.source, f"node {n}: {FLANNEL}public-ip {ip}") for n, ip in published[:4]]
@@ -269,7 +334,7 @@ def flannel_vtep_mac(
         fix=(
             command(
                 f"kubectl -n kube-flannel delete pod --field-selector spec.nodeName={name} -l app=flannel"
-                "   # flannel republishes the VtepMAC"
+                "   # flannel republishes the VtepMAC (k3s: restart k3s on the node; Canal: its pod, k8s-app=canal)"
             ),
             command("bridge fdb show dev flannel.1   # on another node: this node's entry must show the new MAC"),
         ),
@@ -302,16 +367,27 @@ def flannel_vtep_mac(
 def calico_address_autodetect(new, addresses: Addresses, nodes: CalicoNodes, manifest: Optional[Manifest] = None):
     me = _me(nodes, manifest)
     name = nodes.name(me)
-    raw, internal = nodes.annotation(me, CALICO_ADDR), nodes.internal_ip(me)
-    if raw is None or internal is None:
-        raise Skip(f"node {name} has no {CALICO_ADDR} annotation or no InternalIP")
+    raw = nodes.annotation(me, CALICO_ADDR)
+    if raw is None:
+        raise Skip(f"node {name} has no {CALICO_ADDR} annotation")
     try:
         used = ipaddress.ip_interface(raw.strip()).ip
     except ValueError:
         raise Skip(f"{CALICO_ADDR} {raw!r} is not an address") from None
-    if str(used) == internal:
+    internals = [ip for ip in _internal_ips(me) if ipaddress.ip_address(ip).version == used.version]
+    if not internals:
+        raise Skip(f"node {name} has no IPv{used.version} InternalIP to compare {CALICO_ADDR} with")
+    internal = internals[0]
+    if str(used) in internals:
         return
     where = next((ifname for ifname, a in _addresses(addresses) if a.ip == used), None)
+    shared = [
+        nodes.name(o)
+        for o in nodes.objects
+        if o is not me and (nodes.annotation(o, CALICO_ADDR) or "").split("/")[0] == str(used)
+    ]
+    if where is not None and not where.startswith(NOT_NODE_NETWORKS) and not shared:
+        return  # pinned on purpose (IP_AUTODETECTION_METHOD=interface=…, a second NIC for pod traffic)
     yield new(
         f"Calico uses {used}"
         + (f" (interface {where})" if where else " (an address this node does not hold)")
@@ -347,7 +423,7 @@ def calico_address_autodetect(new, addresses: Addresses, nodes: CalicoNodes, man
     """,
     fix="Move the pod range off the node network: a new IP pool (Calico: create a pool, disable the old, recreate "
     "pods) or a new cluster CIDR; no pod range may overlap a network the nodes reach.",
-    cni=("node-podcidr", "ipam-blocks", "ebpf", "ovs", "whole-range"),
+    cni=("node-podcidr", "ipam-blocks", "ebpf", "antrea"),  # Weave and OVN-Kubernetes keep ranges kpdiag does not read
 )
 def pod_range_overlaps_node_network(new, cni_model: Cni, addresses: Addresses, route_list: Routes, nodes: NodeObjects):
     model = cni_model.model
@@ -358,9 +434,9 @@ def pod_range_overlaps_node_network(new, cni_model: Cni, addresses: Addresses, r
     if not own:  # the Nodes' podCIDRs are the pods' ranges
         for o in nodes.objects:
             for c in nodes.pod_cidrs(o):
-                if ":" not in c:
+                if ":" not in c and _net(c) is not None:
                     ev = Evidence(nodes.source, f"node {nodes.name(o)}: podCIDR {c}")
-                    ranges.append((ipaddress.ip_network(c, strict=False), ev))
+                    ranges.append((_net(c), ev))
     if not ranges:
         raise Skip("no pod range known for this node (its CNI's routes, the Nodes' podCIDRs)")
     uplink_devs = {

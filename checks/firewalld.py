@@ -13,6 +13,8 @@ from kpdiag.state.typed import Addresses, Nft, Routes
 
 from .shapes import links, routes
 
+from .hostnet import NOT_POD_BRIDGES
+
 EXTERNAL = "203.0.113.5"  # a destination outside the cluster (TEST-NET-3)
 
 
@@ -43,6 +45,8 @@ def _pod_side(addresses: Addresses) -> tuple[str, str, list] | None:
     for link in ifaces:
         if link["ifname"] not in masters or (link.get("linkinfo") or {}).get("info_kind") not in (None, "bridge"):
             continue
+        if link["ifname"].startswith(NOT_POD_BRIDGES):
+            continue  # Docker's or libvirt's bridge: its containers are not pods
         for a in link.get("addr_info") or []:
             if a.get("family") == "inet" and a.get("local") and a.get("scope", "global") == "global":
                 try:

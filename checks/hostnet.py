@@ -229,6 +229,7 @@ TUNNEL_NAMES = {
     "wireguard.cali": "wireguard",
     "weave": None,
 }
+NOT_POD_BRIDGES = ("docker", "br-", "virbr", "lxcbr", "cni-podman")  # Docker, its networks, libvirt, LXC, podman
 POD_PREFIXES = ("veth", "cali", "lxc", "vxlan_sys", "azv", "eni", "gke")
 
 
@@ -319,8 +320,10 @@ def mtu_mismatch(new, addresses: Addresses, routes: Routes):
     tunnel_names = {t[0]["ifname"] for t in tunnels}
     bridges = {link.get("master") for link in links if link.get("master")} - {uplink_name}
     bridges = {
-        b for b in bridges if b in by_name and _kind(by_name[b]) in (None, "bridge")
-    }  # not a bond, not the uplink
+        b
+        for b in bridges
+        if b in by_name and _kind(by_name[b]) in (None, "bridge") and not b.startswith(NOT_POD_BRIDGES)
+    }  # not a bond, not the uplink, not Docker's or libvirt's bridge (their containers are not pods)
     pods = [
         link
         for link in links

@@ -347,7 +347,7 @@ def leftovers(
     "KP712",
     "two-service-dataplanes",
     "Calico's eBPF dataplane and kube-proxy both translate Services on this node",
-    "error",
+    "warning",
     symptom="Service connections fail or reset now and then, more after every kube-proxy sync or Felix restart; "
     "NodePorts and externalTrafficPolicy behave differently from node to node.",
     why="""
@@ -356,6 +356,8 @@ def leftovers(
         kube-proxy still runs beside it, both translate the same ClusterIPs: Felix removes kube-proxy's iptables rules
         (BPFKubeProxyIptablesCleanupEnabled) and kube-proxy writes them back at its next sync, so packets meet one
         translation or the other depending on the moment, and connections set up by one are broken by the other.
+        A warning, not an error: on managed clusters where kube-proxy must stay, Calico's guide keeps both with
+        bpfKubeProxyIptablesCleanupEnabled: false — the bundle cannot show that setting.
         (Cilium beside kube-proxy, without its kube-proxy replacement, is a supported shape and is not judged here.)
     """,
     fix="Keep kube-proxy off the nodes that run Calico's eBPF dataplane: kubectl patch ds -n kube-system kube-proxy -p "

@@ -17,6 +17,29 @@ from kpdiag.state.typed import Addresses, Cni, Manifest, NodePodCIDRs, Routes
 from .shapes import d, links, lst, s
 
 
+FLANNEL = "flannel.alpha.coreos.com/"
+
+
+def _same_node(name: str, me: str) -> bool:
+    a, b = name.lower(), (me or "").lower()
+    return bool(b) and (a == b or a.split(".", 1)[0] == b.split(".", 1)[0])
+
+
+def _pod_families(addresses: Addresses, model) -> set[int]:
+    """The address families this node's pods use, as the CNI's own devices show them (an IPv4-only flannel in a
+    dual-stack cluster routes no IPv6 pod range); both when the devices hold none yet."""
+    devs = {"flannel.1", "flannel-wg", "flannel-v6.1", "flannel-wg-v6"} | (
+        {model.shape.bridge} if model.shape else set()
+    )
+    seen = set()
+    for link in links(addresses.links):
+        if link.get("ifname") in devs:
+            for a in link.get("addr_info") or []:
+                if a.get("scope", "global") == "global" and isinstance(a.get("local"), str):
+                    seen.add(6 if ":" in a["local"] else 4)
+    return seen or {4, 6}
+
+
 def _pod_cidrs(node: dict) -> list[str]:
     spec = d(node.get("spec"))
     cidrs = lst(spec.get("podCIDRs")) or [spec.get("podCIDR")]
@@ -83,15 +106,20 @@ def pod_cidr_route_missing(
             except (TypeError, ValueError):
                 continue
     remote = []
-    for n in items:
+    families = _pod_families(addresses, model)
+    flannel_nodes = [n for n in items if any(k.startswith(FLANNEL) for k in d(d(n.get("metadata")).get("annotations")))]
+    mine = {str(a) for a in local}
+    for n in flannel_nodes if model.name in ("flannel", "canal") and flannel_nodes else items:
         name = s(d(n.get("metadata")).get("name")) or "?"
+        if _same_node(name, me) or _node_ip(n) in mine:
+            continue  # this node (its Node's name may be the host's FQDN or short name)
         for cidr in _pod_cidrs(n):
             try:
                 net = ipaddress.ip_network(cidr, strict=False)
             except ValueError:
                 continue
-            if name == me or any(a in net for a in local if a.version == net.version):
-                continue  # this node's own range (its bridge or tunnel holds an address in it)
+            if net.version not in families or any(a in net for a in local if a.version == net.version):
+                continue  # a family this node's pods do not use, or this node's own range
             remote.append((name, net, n))
     if not remote:
         raise Skip(

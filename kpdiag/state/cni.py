@@ -93,6 +93,7 @@ PROCESSES = {
 DAEMONSETS = (
     ("calico-node", "calico"),
     ("canal", "canal"),
+    ("rke2-canal", "canal"),
     ("cilium", "cilium"),
     ("antrea-agent", "antrea"),
     ("ovnkube-node", "ovn-kubernetes"),
@@ -243,11 +244,34 @@ def _route_signs(routes) -> dict[str, str]:
     return out
 
 
+def _routed(routes) -> set[str]:
+    """The devices main-table routes lead to other networks through (a device that carries no route carries no
+    traffic of its own: a leftover of an uninstalled CNI)."""
+    out = set()
+    for r in routes or ():
+        if isinstance(r, dict) and r.get("dst") not in (None, "default") and r.get("table", "main") == "main":
+            if r.get("dev") and r.get("type", "unicast") == "unicast":
+                out.add(str(r["dev"]))
+    return out
+
+
+def _calico_routing(names: dict, rsigns: dict) -> bool:
+    """Calico's own routing is on the node: its VXLAN device, routes via tunl0, BIRD's or Felix's routes, eBPF."""
+    return bool(
+        "vxlan.calico" in names
+        or "tunl0" in rsigns
+        or "bird" in rsigns
+        or "felix" in rsigns
+        or "bpfnatin" in names
+        or "bpfnatout" in names
+    )
+
+
 def _calico(names: dict, rsigns: dict, add) -> Shape | None:
     cali = sorted(n for n in names if n.startswith("cali"))
     ebpf = "bpfnatin" in names or "bpfnatout" in names
-    if not (cali or "vxlan.calico" in names or "tunl0" in rsigns or "bird" in rsigns or "felix" in rsigns or ebpf):
-        return None
+    if not (_calico_routing(names, rsigns) or (cali and "cni0" not in names)):
+        return None  # a stray cali* beside a bridge CNI is not Calico's data path
     if ebpf:
         add("addr", "interfaces bpfnatin/bpfnatout (Calico's eBPF dataplane)")
         return SHAPES["Calico (eBPF dataplane)"]
@@ -271,22 +295,43 @@ def _calico(names: dict, rsigns: dict, add) -> Shape | None:
     return None
 
 
-def _by_interfaces(names: dict, rsigns: dict, add) -> Shape | None:
-    """The shape the node's own interfaces and routes show (the strongest signs: they are the data path)."""
-    if "cilium_host" in names or any(n.startswith("cilium_") for n in names):
-        add("addr", "interface cilium_host" if "cilium_host" in names else "cilium_* interfaces")
-        if "cilium_vxlan" in names:
-            return SHAPES["Cilium (VXLAN)"]
-        if "cilium_geneve" in names:
-            return SHAPES["Cilium (Geneve)"]
-        return SHAPES["Cilium (native routing)"]
-    if "flannel.1" in names and any(n.startswith("cali") for n in names):
-        add("addr", "interfaces flannel.1 and cali* (Canal)")
-        return SHAPES["Canal (flannel VXLAN, Calico policy)"]
+def _cilium(names: dict, routed: set[str], add) -> Shape | None:
+    """Cilium, when its devices carry traffic: its tunnel device, lxc* pods, or routes via cilium_host (a leftover
+    cilium_host/cilium_net pair of an uninstalled Cilium routes nothing)."""
+    if not any(n.startswith("cilium_") for n in names):
+        return None
+    pods = any(n.startswith("lxc") for n in names)
+    tunnel = next((n for n in ("cilium_vxlan", "cilium_geneve") if n in names), None)
+    if not (tunnel or pods or "cilium_host" in routed):
+        return None
+    add("addr", "interface cilium_host" if "cilium_host" in names else "cilium_* interfaces")
+    if tunnel == "cilium_vxlan":
+        return SHAPES["Cilium (VXLAN)"]
+    if tunnel == "cilium_geneve":
+        return SHAPES["Cilium (Geneve)"]
+    return SHAPES["Cilium (native routing)"]
+
+
+def _flannel(names: dict, rsigns: dict, routed: set[str], add) -> Shape | None:
+    """flannel's devices — unless flannel.1 routes nothing while Calico's own routing is there (flannel's leftover
+    on a node moved to Calico). Canal: flannel.1 with Calico's cali* pods and no bridge of flannel's."""
     for dev, label in (("flannel.1", "flannel (VXLAN)"), ("flannel-wg", "flannel (WireGuard)")):
-        if dev in names:
-            add("addr", f"interface {dev}")
-            return SHAPES[label]
+        if dev not in names or (dev not in routed and _calico_routing(names, rsigns)):
+            continue
+        if dev == "flannel.1" and "cni0" not in names and any(n.startswith("cali") for n in names):
+            add("addr", "interfaces flannel.1 and cali* (Canal)")
+            return SHAPES["Canal (flannel VXLAN, Calico policy)"]
+        add("addr", f"interface {dev}")
+        return SHAPES[label]
+    return None
+
+
+def _by_interfaces(names: dict, rsigns: dict, add, routed: set[str] | None = None) -> Shape | None:
+    """The shape the node's own interfaces and routes show (the strongest signs: they are the data path)."""
+    routed = routed or set()
+    shape = _cilium(names, routed, add) or _flannel(names, rsigns, routed, add)
+    if shape is not None:
+        return shape
     calico = _calico(names, rsigns, add)
     if calico:
         return calico
@@ -348,11 +393,30 @@ def _component_cnis(components) -> list[tuple[str, str]]:
     return out
 
 
-def recognise(links, routes, processes=None, bpf_maps=None, components=None, sources: dict | None = None) -> CniModel:
+def _flannel_notes(notes) -> list[str]:
+    """flannel's record in the Nodes (its annotations: backend-type …), a sign where flannel runs inside another
+    binary (k3s) with no process or DaemonSet of its own."""
+    for name, note in notes or ():
+        backend = note.get("flannel.alpha.coreos.com/backend-type") if isinstance(note, dict) else None
+        if isinstance(backend, str):
+            return [f"node {name}: flannel.alpha.coreos.com/backend-type {backend}"]
+    return []
+
+
+def recognise(
+    links, routes, processes=None, bpf_maps=None, components=None, sources: dict | None = None, notes=None
+) -> CniModel:
     """The CNI model of a node. ``links``/``routes``: ``ip -j addr``/``ip -j route`` objects (None: not collected);
     ``processes``: name → pid; ``bpf_maps``: pinned object names; ``components``: the CNI DaemonSets/pods as
     cluster/cni.json lists them; ``sources``: how evidence names each ("addr", "route", "processes", "bpf", "api")."""
-    src = {"addr": "ip-addr", "route": "ip-route", "processes": "processes", "bpf": "bpf-maps", "api": "cni"}
+    src = {
+        "addr": "ip-addr",
+        "route": "ip-route",
+        "processes": "processes",
+        "bpf": "bpf-maps",
+        "api": "cni",
+        "nodes": "nodes",
+    }
     src.update(sources or {})
     signs: list[tuple[str, str]] = []
 
@@ -361,7 +425,7 @@ def recognise(links, routes, processes=None, bpf_maps=None, components=None, sou
 
     unread = tuple(src[k] for k, v in (("addr", links), ("route", routes)) if v is None)
     names = _names(links)
-    shape = _by_interfaces(names, _route_signs(routes), add)
+    shape = _by_interfaces(names, _route_signs(routes), add, _routed(routes))
     maps = set(bpf_maps or ())
     if shape is None and any(m.startswith("cali_") for m in maps):
         add("bpf", "pinned BPF maps cali_*")
@@ -375,6 +439,7 @@ def recognise(links, routes, processes=None, bpf_maps=None, components=None, sou
         if (cni := PROCESSES.get(p))
     ]
     named += [(cni, text, "api") for cni, text in _component_cnis(components)]
+    named += [("flannel", text, "nodes") for text in _flannel_notes(notes)]
     if shape is None:
         gw = _host_gw_routes(routes, names)
         for cni, text, kind in named:

@@ -376,9 +376,24 @@ class NodeState(_NodeFiles):
                     "processes": b.display(sources.PROCESSES),
                     "bpf": b.display(sources.BPF_MAPS),
                     "api": b.display(sources.CNI if b.exists(sources.CNI) else sources.DAEMONSETS),
+                    "nodes": b.display(sources.NODES),
                 },
+                self._node_notes(),
             )
         return self.__dict__["_cni"]
+
+    def _node_notes(self) -> list[tuple[str, dict]]:
+        """(name, annotations) of each Node in cluster/nodes.json (the CNI's record of the nodes), [] without it."""
+        from kpdiag.bundle.store import list_items
+
+        if not self.bundle.exists(sources.NODES):
+            return []
+        out = []
+        for item in list_items(self.bundle.read_json(sources.NODES)) or []:
+            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+            notes = meta.get("annotations")
+            out.append((str(meta.get("name") or "?"), notes if isinstance(notes, dict) else {}))
+        return out
 
     def _cni_components(self) -> list | None:
         """The CNI's DaemonSets/pods as cluster/cni.json lists them, else reduced from cluster/daemonsets.json."""

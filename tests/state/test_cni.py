@@ -69,11 +69,11 @@ def test_own_pod_ranges_come_from_the_cnis_routes():
     calico = recognise([link("cali0a1b2c3d4e5")], routes)
     assert calico.label.startswith("Calico")
     assert [c for c, _ in calico.own_pod_ranges([], routes)] == ["10.9.8.64/26"]
-    cilium = recognise([link("cilium_host", "veth", ["10.0.1.200"])], [])
     routes = [
         {"dst": "10.0.1.0/24", "gateway": "10.0.1.200", "dev": "cilium_host"},
         {"dst": "10.0.2.0/24", "gateway": "10.0.1.200", "dev": "cilium_host"},
     ]
+    cilium = recognise([link("cilium_host", "veth", ["10.0.1.200"])], routes)
     assert [c for c, _ in cilium.own_pod_ranges([link("cilium_host", "veth", ["10.0.1.200"])], routes)] == [
         "10.0.1.0/24"
     ]
@@ -83,3 +83,30 @@ def test_own_pod_ranges_come_from_the_cnis_routes():
     ]
     flannel = recognise([link("flannel.1", "vxlan")], [])
     assert flannel.own_pod_ranges([], routes) is None  # the Nodes' podCIDRs are flannel's ranges
+
+
+def test_leftovers_of_an_uninstalled_cni_do_not_decide():
+    """flannel.1 routing nothing beside Calico's own routes is flannel's leftover (Calico, flannel named in others);
+    cilium_host/cilium_net routing nothing beside flannel's routes is Cilium's; a stray cali* beside cni0 is not
+    Calico or Canal."""
+    calico_routes = [{"dst": "10.1.3.0/26", "dev": "tunl0", "gateway": "192.168.1.3", "protocol": "bird"}]
+    model = recognise([link("flannel.1", "vxlan"), link("tunl0", "ipip"), link("cali0a1b2c3d4e5")], calico_routes)
+    assert model.label == "Calico (IPIP)"
+    flannel_routes = [{"dst": "10.244.2.0/24", "gateway": "10.244.2.0", "dev": "flannel.1"}]
+    model = recognise([link("flannel.1", "vxlan"), link("cni0", "bridge"), link("cilium_host", "veth")], flannel_routes)
+    assert model.label == "flannel (VXLAN)"
+    model = recognise([link("cni0", "bridge"), link("cali0a1b2c3d4e5")], [], {"flanneld": "9"})
+    assert model.name == "flannel"
+    model = recognise([link("flannel.1", "vxlan"), link("cni0", "bridge"), link("cali0a1b2c3d4e5")], flannel_routes)
+    assert model.label == "flannel (VXLAN)"
+
+
+def test_flannel_inside_k3s_is_known_by_its_node_annotations():
+    notes = [("node-a", {"flannel.alpha.coreos.com/backend-type": "host-gw"})]
+    hostgw = [{"dst": "10.42.1.0/24", "gateway": "192.168.1.12", "dev": "eth0"}]
+    model = recognise(
+        [link("cni0", "bridge"), link("eth0")], hostgw, notes=notes, sources={"nodes": "cluster/nodes.json"}
+    )
+    assert model.label == "flannel (host-gw)" and model.signs[0][0] == "cluster/nodes.json"
+    comps = [{"kind": "DaemonSet", "namespace": "kube-system", "name": "rke2-canal", "containers": []}]
+    assert recognise([link("eth0")], [], components=comps).name == "canal"
