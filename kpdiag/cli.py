@@ -994,6 +994,9 @@ def run() -> None:
     leaves at once (os._exit once the output is flushed): a probe or DNS thread still waiting for its timeout, or a
     library's worker thread, must not keep it alive."""
     code = main()
+    from . import secrets
+
+    secrets.remove_private_dirs()  # a credential load a signal cut short (its worker thread may still have written)
     if _INTERRUPTED:
         import os
 
