@@ -295,6 +295,9 @@ LOG_PATTERNS = [
 ]
 
 
+OLD_LOG = 86400.0  # seconds: a log last written longer before the collection is said to be old
+
+
 @check(
     "KP704",
     "kube-proxy-log-errors",
@@ -324,11 +327,14 @@ def log_errors(new, log: KubeProxyLog):
         if not found:
             continue
         shown = [found[0]] + ([found[-1]] if len(found) > 1 else [])
+        age = log.age_evidence()
+        old = log.age is not None and log.age > OLD_LOG
         yield new(
-            f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}",
+            f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}"
+            + (f" (the log was last written {log.written}: these lines may be long past)" if old else ""),
             fix=(fix,),
-            evidence=[log.evidence(n, line) for n, line in shown],
-            data={"cause": key, "lines": len(found)},
+            evidence=[log.evidence(n, line) for n, line in shown] + ([age] if age is not None else []),
+            data={"cause": key, "lines": len(found)} | ({"log_age_s": int(log.age)} if log.age is not None else {}),
         )
 
 

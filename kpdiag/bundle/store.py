@@ -80,7 +80,7 @@ def list_items(doc) -> list[dict] | None:
 
 
 _STR_FIELDS = ("format", "created", "node", "kpdiag_version", "zone", "headline", "client_ip", "client_unknown", "api")
-_OBJ_FIELDS = ("truncated", "api_status")
+_OBJ_FIELDS = ("truncated", "api_status", "written")
 
 
 def _noting_repeats(repeats: list[list[str]]):
