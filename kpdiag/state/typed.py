@@ -412,7 +412,7 @@ class KubeProxyLog(Typed):
         lines = ctx.kube_proxy_log
         if lines is None:
             return None
-        written, origin, age = _written(ctx, sources.KP_LOG)
+        written, origin, age = _written(ctx.manifest, ctx.created, sources.KP_LOG)
         return cls(ctx.display(sources.KP_LOG), tuple(lines), written, origin, age)
 
     def evidence(self, lineno: int, text: str) -> Evidence:
@@ -426,11 +426,13 @@ class KubeProxyLog(Typed):
         return Evidence(self.source, f"read from {self.origin or 'the node'}, last written {self.written}{ago}")
 
 
-def _written(ctx, source) -> tuple[str | None, str | None, float | None]:
-    """(when, from which file, seconds before the collection) of the manifest's ``written`` entry for ``source``."""
+def _written(manifest, created: float | None, source) -> tuple[str | None, str | None, float | None]:
+    """(when, from which file, seconds before the collection at ``created``) of the manifest's ``written`` entry for
+    ``source``."""
     import datetime
 
-    entry = (ctx.manifest.get("written") or {}).get(str(source)) if isinstance(ctx.manifest, dict) else None
+    written = manifest.get("written") if isinstance(manifest, dict) else None
+    entry = written.get(str(source)) if isinstance(written, dict) else None
     if not isinstance(entry, dict) or not isinstance(entry.get("at"), str):
         return None, None, None
     try:
@@ -438,7 +440,6 @@ def _written(ctx, source) -> tuple[str | None, str | None, float | None]:
     except ValueError:
         return None, None, None
     origin = entry.get("path") if isinstance(entry.get("path"), str) else None
-    created = ctx.created
     return entry["at"], origin, (created - at if created is not None else None)
 
 
