@@ -238,58 +238,12 @@ def _api_client(client, config, configuration, private, path, default, context, 
 
     from .kubeapi import ApiDeadline, within
 
-    plugin, plugin_argv = None, None
+    found: dict = {}  # the exec credential plugin's command line, once the kubeconfig names one
     try:
         if path or os.path.exists(default):
-            given = path or default
-            docs, bad = _read_kubeconfigs(given, deadline)
+            bad = _load_kubeconfig(config, configuration, private, path or default, context, deadline, found)
             if bad:
                 return None, bad
-            for _, doc in docs:
-                secrets.remember_kubeconfig(doc)
-            bad, plugin_argv = _context_problem(docs, context, given)
-            plugin = plugin_argv[0] if plugin_argv else None
-            if bad:
-                return None, bad
-            regular = all(_regular(one) for one, _ in docs)
-            before = _children()
-            said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
-            try:
-                if regular:
-                    within(
-                        deadline,
-                        config.load_kube_config,
-                        config_file=given,
-                        context=context,
-                        client_configuration=configuration,
-                        persist_config=False,
-                        temp_file_path=private.path,
-                    )
-                else:  # a FIFO or /dev/fd/N: already read (once), hand the document over
-                    within(
-                        deadline,
-                        config.load_kube_config_from_dict,
-                        _merge(docs),
-                        context=context,
-                        client_configuration=configuration,
-                        persist_config=False,
-                        temp_file_path=private.path,
-                    )
-            except ApiDeadline:
-                _stop_children(before)
-                left = "its credential plugin " + repr(plugin) if plugin else "loading the credentials"
-                return None, (
-                    f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
-                    "(a login prompt, a network call), or give a kubeconfig with a token"
-                )
-            finally:
-                said.close()
-            failed = next((m for m in said.messages if m.startswith("exec: ")), None)
-            if failed:
-                return None, (
-                    f"kubeconfig {given}: the credential plugin {plugin!r} failed ({' '.join(failed[6:].split())}) — "
-                    "run it by hand to see why (an expired login?)"
-                )
         else:
             if not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 return None, (
@@ -305,8 +259,9 @@ def _api_client(client, config, configuration, private, path, default, context, 
         bad = _credential_problem(configuration, path or default)
         if bad:
             return None, bad
-        if plugin and configuration.refresh_api_key_hook is not None:
-            _bound_refresh(configuration, plugin, deadline_of_command, names=plugin_names(plugin_argv or [plugin]))
+        plugin_argv = found.get("plugin_argv")
+        if plugin_argv and plugin_argv[0] and configuration.refresh_api_key_hook is not None:
+            _bound_refresh(configuration, plugin_argv[0], deadline_of_command, names=plugin_names(plugin_argv))
         api = client.ApiClient(configuration=configuration)
         _tls_in_memory(api)
     except ApiDeadline:
@@ -318,12 +273,56 @@ def _api_client(client, config, configuration, private, path, default, context, 
                 "in a pod, but no service-account token is mounted (automountServiceAccountToken: false?) — give "
                 "--kubeconfig FILE, or run the pod with a service account"
             )
+        plugin = (found.get("plugin_argv") or [None])[0]
         if text.startswith("exec: "):
             return None, f"kubeconfig {path or default}: the credential plugin {plugin!r} failed ({text[6:]})"
         where = f"kubeconfig {path or default}" if (path or os.path.exists(default)) else "in-cluster credentials"
         text = re.sub(r"\{.*\}", "{…}", text)  # the client quotes the whole user entry (its token, its key)
         return None, f"{where}: not usable ({secrets.scrub(text)})"
     return api, None
+
+
+def _load_kubeconfig(config, configuration, private, given, context, deadline, found: dict) -> str | None:
+    """Load ``given`` (one kubeconfig or several joined with ':') into ``configuration``, bounded by ``deadline``:
+    None, or why not in one line. Its secrets are remembered (never shown), its exec plugin's command line goes into
+    ``found``, key files go into the private directory."""
+    from .kubeapi import ApiDeadline, within
+
+    docs, bad = _read_kubeconfigs(given, deadline)
+    if bad:
+        return bad
+    for _, doc in docs:
+        secrets.remember_kubeconfig(doc)
+    bad, plugin_argv = _context_problem(docs, context, given)
+    found["plugin_argv"] = plugin_argv
+    plugin = plugin_argv[0] if plugin_argv else None
+    if bad:
+        return bad
+    regular = all(_regular(one) for one, _ in docs)
+    before = _children()
+    said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
+    how = dict(context=context, client_configuration=configuration, persist_config=False, temp_file_path=private.path)
+    try:
+        if regular:
+            within(deadline, config.load_kube_config, config_file=given, **how)
+        else:  # a FIFO or /dev/fd/N: already read (once), hand the document over
+            within(deadline, config.load_kube_config_from_dict, _merge(docs), **how)
+    except ApiDeadline:
+        _stop_children(before)
+        left = "its credential plugin " + repr(plugin) if plugin else "loading the credentials"
+        return (
+            f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
+            "(a login prompt, a network call), or give a kubeconfig with a token"
+        )
+    finally:
+        said.close()
+    failed = next((m for m in said.messages if m.startswith("exec: ")), None)
+    if failed:
+        return (
+            f"kubeconfig {given}: the credential plugin {plugin!r} failed ({' '.join(failed[6:].split())}) — "
+            "run it by hand to see why (an expired login?)"
+        )
+    return None
 
 
 class _PrivateDir:
