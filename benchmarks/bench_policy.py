@@ -106,7 +106,7 @@ def run(bundle: str, src: str, argv: list | None = None) -> tuple[float, float, 
     pid = os.posix_spawn(
         sys.executable,
         argv,
-        dict(os.environ, PYTHONPATH=SOURCE),
+        dict(os.environ, PYTHONPATH=SOURCE, PYTHONSAFEPATH="1"),  # the cwd does not shadow --root (Python >= 3.11)
         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)],
     )
     _, status, usage = os.wait4(pid, 0)
