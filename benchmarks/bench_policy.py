@@ -106,7 +106,7 @@ def run(bundle: str, src: str, argv: list | None = None) -> tuple[float, float, 
     pid = os.posix_spawn(
         sys.executable,
         argv,
-        dict(os.environ, PYTHONPATH=SOURCE),
+        dict(os.environ, PYTHONPATH=SOURCE, PYTHONSAFEPATH="1"),  # the cwd does not shadow --root (Python >= 3.11)
         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)],
     )
     _, status, usage = os.wait4(pid, 0)
@@ -183,6 +183,30 @@ def view_time(n: int) -> dict:
     return {"view_services": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "rss_mib": round(rss)}
 
 
+def small_items(tmp: str, n: int) -> dict:
+    """800 pods, then ``n`` small items ``{"name": CLIENT}`` (no metadata: in no item a search can decode) — every
+    one a hit of the client's look-up by name."""
+    d = os.path.join(tmp, f"small{n}")
+    write(d, 800, 5)
+    path = os.path.join(d, "cluster", "pods.json")
+    with open(path) as fh:
+        doc = json.load(fh)
+    client = "app1-7f9c4d8b6-00800"
+    doc["items"] += [{"name": client}] * n
+    with open(path, "w") as fh:
+        json.dump(doc, fh, separators=(",", ":"))
+    size = os.path.getsize(path)
+    wall, cpu, rss, code = run(d, f"client/{client}")
+    print(f"small items {n:6d}  pods.json {size / 1e6:5.2f} MB  wall {wall:7.2f} s  cpu {cpu:7.2f} s  exit {code}")
+    return {
+        "small_items": n,
+        "pods_json_mb": round(size / 1e6, 2),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "exit": code,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, nargs="+", default=[1800, 3600])
@@ -191,6 +215,12 @@ def main() -> int:
     ap.add_argument("--yaml", action="store_true", help="also time the YAML documents")
     ap.add_argument("--view", type=int, default=0, help="also time the API view of this many Services")
     ap.add_argument("--root", help="run kpdiag from this source tree")
+    ap.add_argument(
+        "--small",
+        type=int,
+        default=0,
+        help="also time a pods.json of this many small items each holding the client's name (issue 38)",
+    )
     args = ap.parse_args()
     global SOURCE
     SOURCE = os.path.abspath(args.root) if args.root else ROOT
@@ -219,6 +249,8 @@ def main() -> int:
             print(
                 f"pods {n:6d}  pods.json {size / 1e6:5.2f} MB  wall {wall:7.2f} s  cpu {cpu:7.2f} s  peak {rss:6.0f} MiB  exit {code}"
             )
+        if args.small:
+            rows.append(small_items(tmp, args.small))
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "policy.json"), "w") as fh:
         json.dump(rows, fh, indent=1)

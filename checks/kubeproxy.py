@@ -296,6 +296,9 @@ LOG_PATTERNS = [
 ]
 
 
+OLD_LOG = 86400.0  # seconds: a log last written longer before the collection is said to be old
+
+
 @check(
     "KP704",
     "kube-proxy-log-errors",
@@ -331,13 +334,17 @@ def log_errors(new, log: KubeProxyLog):
             continue
         shown = [found[0]] + ([found[-1]] if len(found) > 1 else [])
         stuck = key == "restore-rejected" and found[-1][0] > last_sync  # rejected, and no sync has worked since
+        age = log.age_evidence()
+        old = log.age is not None and log.age > OLD_LOG
         yield new(
             f"{len(found)} log line{'s' if len(found) > 1 else ''}: {meaning}"
-            + (" — and no sync has succeeded since: kube-proxy is not updating this node's rules" if stuck else ""),
+            + (" — and no sync has succeeded since: kube-proxy is not updating this node's rules" if stuck else "")
+            + (f" (the log was last written {log.written}: these lines may be long past)" if old else ""),
             fix=(fix,),
-            evidence=[log.evidence(n, line) for n, line in shown],
-            severity="error" if stuck else "warning",
-            data={"cause": key, "lines": len(found), "syncing": not stuck},
+            evidence=[log.evidence(n, line) for n, line in shown] + ([age] if age is not None else []),
+            severity="error" if stuck and not old else "warning",
+            data={"cause": key, "lines": len(found), "syncing": not stuck}
+            | ({"log_age_s": int(log.age)} if log.age is not None else {}),
         )
 
 

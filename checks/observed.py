@@ -44,6 +44,17 @@ def _declared_ports(pods: Pods | None, pod_name: str | None, namespace: str) -> 
     return None
 
 
+# the layer(s) each verdict check reports a port for, by the judgement's blame (kpdiag/state/probe_results.py): one
+# place, so KP113 ("the Service layer fails") never fires next to KP111/KP112 ("endpoints fail: it works in part") or
+# KP114 ("cannot tell") on the same port
+VERDICT_CHECKS: dict[str, tuple[str, ...]] = {
+    "KP111": ("endpoints", "backend"),
+    "KP112": ("endpoints", "backend"),
+    "KP113": ("service-layer",),
+    "KP114": ("unseen",),
+}
+
+
 @check(
     "KP110",
     "service-not-found",
@@ -135,7 +146,7 @@ def endpoint_refuses(
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
             refused = [d for d in obs.direct if d.outcome == "refused"]
-            if not refused or not obs.may_report("KP111"):
+            if not refused or not obs.may_report(VERDICT_CHECKS["KP111"]):
                 continue  # KP113 reports a port whose failed connects these endpoints do not explain
             declared_elsewhere = []
             for d in refused:
@@ -202,7 +213,7 @@ def endpoint_drops(
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
             silent = [d for d in obs.direct if d.outcome in ("dropped", "icmp-error", "error")]
-            if not silent or not obs.may_report("KP112"):
+            if not silent or not obs.may_report(VERDICT_CHECKS["KP112"]):
                 continue  # KP113 reports a port whose failed connects these endpoints do not explain
             d0 = silent[0]
             out, remain = _ruled_out(policies, svc, d0)
@@ -270,7 +281,7 @@ def service_path_broken(
     on_node = rules is not None or nft is not None
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
-            if not obs.may_report("KP113"):
+            if not obs.may_report(VERDICT_CHECKS["KP113"]):
                 continue
             ok, j = obs.ok_direct, obs.judgement
             me = probes.doc.get("source")
@@ -332,7 +343,7 @@ def service_port_fails(
 ):
     for svc in in_focus(services, focus):
         for obs in observations(probes, svc):
-            if not obs.may_report("KP114") or obs.status not in ("fails", "partial") or obs.direct:
+            if not obs.may_report(VERDICT_CHECKS["KP114"]) or obs.status not in ("fails", "partial") or obs.direct:
                 continue
             use = usable_here(svc, obs.port_spec, here, manifest, 6 if ":" in obs.cluster_ip else 4).internal(svc)
             if use is not None and not use:

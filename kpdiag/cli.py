@@ -498,7 +498,7 @@ def node(
     help="Also write what was collected as a bundle (new DIR or FILE.tar.gz) for 'kpdiag analyze'.",
 )
 @click.option(
-    "--force", is_flag=True, help="With --save: write even where the output exists (never through a symlink)."
+    "--force", is_flag=True, help="With --save: replace an existing output of yours, whole (never through a symlink)."
 )
 @click.option("--from", "client", help="The client pod NS/POD for NetworkPolicy (default: the pod kpdiag runs in).")
 @_report_options
@@ -663,7 +663,7 @@ def _check_name(value: str, what: str, subdomain: bool = False) -> None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Write even where the output exists (each file replaced afresh; a symlink is never followed).",
+    help="Replace an existing output of yours, whole, once the new one is complete (a symlink is never followed).",
 )
 @click.option(
     "--host-root",
@@ -753,7 +753,7 @@ def collect(out, host_root, redact, redact_salt, force):
 @click.option(
     "--force",
     is_flag=True,
-    help="With --save-dir: write into an existing directory (each file replaced afresh; never through a symlink).",
+    help="With --save-dir: replace an existing directory of yours, whole, once the new one is complete.",
 )
 @click.option(
     "--node-api/--no-node-api",
@@ -1074,6 +1074,9 @@ def run() -> None:
     leaves at once (os._exit once the output is flushed): a probe or DNS thread still waiting for its timeout, or a
     library's worker thread, must not keep it alive."""
     code = main()
+    from . import secrets
+
+    secrets.remove_private_dirs()  # a credential load a signal cut short (its worker thread may still have written)
     if _INTERRUPTED:
         import os
 

@@ -59,7 +59,10 @@ class ApiServer:
         hang: dict | None = None,
         throttle: dict | None = None,
         service_accounts: set | None = None,
+        tls: tuple[str, str] | None = None,
     ):
+        self.tls = tls  # (certificate file, key file): served over HTTPS (a TLS front relaying to kmock's HTTP)
+        self._front = None
         self.objects = objects or []
         # ServiceAccount admission: a pod naming a serviceAccountName not in this set ("ns/name") is refused with the
         # API server's 403; None: not enforced (the tests that do not care)
@@ -93,9 +96,15 @@ class ApiServer:
             raise RuntimeError(f"the API server did not start: {self._error}")
         if self._error:
             raise self._error
+        if self.tls:
+            self.http_url = self.url
+            self._front = TlsFront(self.url, *self.tls)
+            self.url = self._front.url
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._front is not None:
+            self._front.close()
         if self._loop and self._stop:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
@@ -380,7 +389,7 @@ class ApiServer:
                     else (kmock.resource(group, version, plural), None, md["name"])
                 )
                 emu.objects[key] = obj
-            self.url = str(srv.url).rstrip("/")
+            self.url = self.http_url = str(srv.url).rstrip("/")
             self._ready.set()
             await self._stop.wait()
             for task in self._tasks:  # pods still "running" when the test ends
@@ -396,7 +405,7 @@ class ApiServer:
 
     def live_pods(self, namespace: str) -> list[str]:
         """The pods that exist now, as the API lists them."""
-        with urllib.request.urlopen(f"{self.url}/api/v1/namespaces/{namespace}/pods", timeout=10) as resp:
+        with urllib.request.urlopen(f"{self.http_url}/api/v1/namespaces/{namespace}/pods", timeout=10) as resp:
             return sorted(p["metadata"]["name"] for p in json.load(resp).get("items", []))
 
     def count(self, method: str | None = None, contains: str = "") -> int:
@@ -408,6 +417,82 @@ class ApiServer:
         path = f"{directory}/kubeconfig"
         write_kubeconfig(path, self.url)
         return path
+
+
+class TlsFront:
+    """HTTPS on loopback in front of an HTTP server: each TLS connection is relayed, byte for byte, to ``backend``."""
+
+    def __init__(self, backend: str, cert: str, key: str):
+        import socket
+        import ssl
+        from urllib.parse import urlsplit
+
+        u = urlsplit(backend)
+        self._backend = (u.hostname, u.port)
+        self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._ctx.load_cert_chain(cert, key)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.url = f"https://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import ssl
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                continue
+            try:
+                conn.settimeout(10)
+                tls = self._ctx.wrap_socket(conn, server_side=True)
+                tls.settimeout(None)
+                back = socket.create_connection(self._backend, timeout=10)
+                back.settimeout(None)
+            except (ssl.SSLError, OSError):
+                conn.close()
+                continue
+            for a, b in ((tls, back), (back, tls)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+
+def _pump(src, dst) -> None:
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (src, dst):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def self_signed(directory, name: str = "apiserver") -> tuple[str, str]:
+    """(certificate file, key file) of a new self-signed certificate for 127.0.0.1 (openssl)."""
+    import subprocess
+
+    key, crt = f"{directory}/{name}.key", f"{directory}/{name}.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", crt],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return crt, key
 
 
 def _hits(key: str, method: str, path: str) -> bool:

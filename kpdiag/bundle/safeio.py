@@ -22,8 +22,10 @@ deeper than :data:`MAX_DEPTH` (a ``RecursionError`` deep inside a parser is neve
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import io
 import os
 import platform
 import stat
@@ -336,7 +338,9 @@ class OutputExists(OSError):
 
 
 def check_new_output(path: str, force: bool = False) -> None:
-    """Refuse an output path that exists (unless ``force``) and a symbolic link always (even dangling)."""
+    """Refuse an output path that exists (unless ``force``), a symbolic link always (even dangling), and with
+    ``force`` an existing path that is not this user's or that others may write to (they could change what kpdiag
+    writes there, or what a later ``analyze`` reads)."""
     if os.path.islink(path):
         raise OutputExists(
             errno.EEXIST, "is a symbolic link: refused (kpdiag never writes through one, even with --force)", path
@@ -349,6 +353,19 @@ def check_new_output(path: str, force: bool = False) -> None:
         st = os.lstat(path)
         if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
             raise OutputExists(errno.EEXIST, f"is {file_kind(st.st_mode)}: refused", path)
+        _check_ours(st, path)
+
+
+def _check_ours(st: os.stat_result, path: str) -> None:
+    if st.st_uid != os.geteuid():
+        raise OutputExists(errno.EPERM, f"is owned by another user (uid {st.st_uid}): refused, even with --force", path)
+    if st.st_mode & 0o022:
+        who = "everyone" if st.st_mode & 0o002 else "its group"
+        raise OutputExists(
+            errno.EPERM,
+            f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}): refused, even with --force — give a new name",
+            path,
+        )
 
 
 def _parent_fd(path: str) -> tuple[int, str]:
@@ -373,42 +390,97 @@ def _create_at(dirfd: int, name: str, force: bool, path: str) -> int:
         return os.open(name, _CREATE, FILE_MODE, dir_fd=dirfd)  # raced by a new entry: fail, do not follow
 
 
+def _sibling(name: str, what: str) -> str:
+    import secrets
+
+    return f".{name}.kpdiag-{what}-{secrets.token_hex(4)}"
+
+
+class _AtomicFile(io.FileIO):
+    """A new file written under a temporary name beside PATH and put in place only when closed after a complete
+    write (``with``): an interrupted or failed write leaves PATH as it was."""
+
+    def __init__(self, path: str, force: bool):
+        check_new_output(path, force)
+        self.path, self.force = path, force
+        self._pfd, self._name = _parent_fd(path)
+        self._tmp = _sibling(self._name, "partial")
+        try:
+            fd = os.open(self._tmp, _CREATE, FILE_MODE, dir_fd=self._pfd)
+        except BaseException:
+            os.close(self._pfd)
+            raise
+        super().__init__(fd, "wb", closefd=True)
+
+    def __exit__(self, kind, value, tb):
+        try:
+            super().__exit__(kind, value, tb)
+            if kind is None:
+                self._commit()
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp, dir_fd=self._pfd)
+            os.close(self._pfd)
+
+    def _commit(self) -> None:
+        try:  # a new name: linked in place, which fails if anything took the name meanwhile (never replaced)
+            os.link(self._tmp, self._name, src_dir_fd=self._pfd, dst_dir_fd=self._pfd, follow_symlinks=False)
+        except FileExistsError:
+            if not self.force:
+                raise OutputExists(errno.EEXIST, "exists: give a new name, or --force", self.path) from None
+            st = os.stat(self._name, dir_fd=self._pfd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise OutputExists(
+                    errno.EEXIST, f"became {file_kind(st.st_mode)} while written: refused", self.path
+                ) from None
+            _check_ours(st, self.path)
+            os.rename(self._tmp, self._name, src_dir_fd=self._pfd, dst_dir_fd=self._pfd)
+
+
 def create_file(path: str, force: bool = False):
-    """A new file at PATH (mode 0600) open for binary writing; never follows a symlink, never truncates."""
-    check_new_output(path, force)
-    pfd, name = _parent_fd(path)
-    try:
-        return os.fdopen(_create_at(pfd, name, force, path), "wb")
-    finally:
-        os.close(pfd)
+    """A new file at PATH (mode 0600) open for binary writing, to be used in ``with``: written under a temporary
+    name beside it and put in place only after a complete write; never follows a symlink, never truncates."""
+    return _AtomicFile(path, force)
 
 
 class OutputDir:
-    """A new directory (0700) to write files into, every step relative to directory descriptors.
+    """A new directory (0700) to write files into, every step relative to directory descriptors, put in place whole.
 
-    Without ``force`` the directory must not exist (``mkdir`` creates it, and fails on anything already
-    there, a dangling symlink included). With ``force`` an existing directory (never a symlink) is written
-    into, each file created afresh."""
+    The files go into a temporary directory beside PATH, which takes PATH's place only when the ``with`` block ends
+    without an error: an interrupted or failed run leaves no partial output (a manifest that says ``errors: []``
+    over half the files). Without ``force`` PATH must not exist (``mkdir`` reserves it, and fails on anything
+    already there, a dangling symlink included). With ``force`` an existing directory of this user's that no one
+    else may write to is replaced whole: files an older run wrote there are gone, never mixed with this run's. A
+    symbolic link where this output has a folder is refused (never followed, never silently dropped)."""
 
     def __init__(self, path: str, force: bool = False):
         self.path = path
         self.force = force
         check_new_output(path, force)
-        pfd, name = _parent_fd(path)
+        self._pfd, self._name = _parent_fd(path)
+        self._old_fd: int | None = None
+        self._reserved = False
         try:
-            created = True
             try:
-                os.mkdir(name, DIR_MODE, dir_fd=pfd)
+                os.mkdir(self._name, DIR_MODE, dir_fd=self._pfd)
+                self._reserved = True
             except FileExistsError:
                 if not force:
                     raise OutputExists(errno.EEXIST, "exists: give a new name, or --force", path) from None
-                created = False
-            self.fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
-            if created and os.fstat(self.fd).st_uid != os.geteuid():  # renamed away and replaced by someone else's
-                os.close(self.fd)
-                raise OutputExists(errno.EEXIST, "was replaced by someone else's directory while it was created", path)
-        finally:
-            os.close(pfd)
+                self._old_fd = os.open(
+                    self._name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._pfd
+                )
+                _check_ours(os.fstat(self._old_fd), path)
+            if self._reserved:
+                reserved = os.stat(self._name, dir_fd=self._pfd, follow_symlinks=False)
+                if reserved.st_uid != os.geteuid() or not stat.S_ISDIR(reserved.st_mode):
+                    raise OutputExists(errno.EEXIST, "was replaced by someone else's while it was created", path)
+            self._tmp = _sibling(self._name, "partial")
+            os.mkdir(self._tmp, DIR_MODE, dir_fd=self._pfd)
+            self.fd = os.open(self._tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._pfd)
+        except BaseException:
+            self._abandon()
+            raise
         self._dirs: dict[str, int] = {"": self.fd}
 
     def _dir(self, rel: str) -> int:
@@ -418,20 +490,29 @@ class OutputDir:
         if name in ("", ".", ".."):
             raise OSError(errno.EINVAL, "not a name inside the output", rel)
         pfd = self._dir(parent)
-        try:
-            os.mkdir(name, DIR_MODE, dir_fd=pfd)
-        except FileExistsError:
-            if not self.force:
-                raise
+        self._planted(rel)
+        os.mkdir(name, DIR_MODE, dir_fd=pfd)
         self._dirs[rel] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         return self._dirs[rel]
+
+    def _planted(self, rel: str) -> None:
+        """A symbolic link (or a file) where the output being replaced has this folder: someone put it there — the
+        run stops and names it."""
+        if self._old_fd is None:
+            return
+        try:
+            st = os.stat(rel, dir_fd=self._old_fd, follow_symlinks=False)
+        except OSError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), rel)
 
     def open(self, rel: str):
         """A fresh file REL (with its folders) inside the directory, open for binary writing."""
         parent, name = os.path.split(rel)
         if rel.startswith("/") or ".." in rel.split("/") or not name:
             raise OSError(errno.EINVAL, "not a name inside the output", rel)
-        return os.fdopen(_create_at(self._dir(parent), name, self.force, os.path.join(self.path, rel)), "wb")
+        return os.fdopen(_create_at(self._dir(parent), name, False, os.path.join(self.path, rel)), "wb")
 
     def write(self, rel: str, data: bytes) -> None:
         with self.open(rel) as fh:
@@ -442,11 +523,65 @@ class OutputDir:
             os.close(fd)
         self._dirs = {}
 
+    def _commit(self) -> None:
+        """The temporary directory takes PATH's place: over the empty directory reserved for it, or — with
+        ``force`` — the old output is moved aside, the new one moved in, the old one removed."""
+        if self._reserved:
+            os.rename(self._tmp, self._name, src_dir_fd=self._pfd, dst_dir_fd=self._pfd)
+            self._reserved = False
+            return
+        aside = _sibling(self._name, "old")
+        os.rename(self._name, aside, src_dir_fd=self._pfd, dst_dir_fd=self._pfd)
+        os.rename(self._tmp, self._name, src_dir_fd=self._pfd, dst_dir_fd=self._pfd)
+        _remove_tree(self._pfd, aside)
+
+    def _abandon(self) -> None:
+        """Nothing of a run that did not finish is left: the temporary directory, and the name reserved for it."""
+        tmp = getattr(self, "_tmp", None)
+        if tmp is not None:
+            _remove_tree(self._pfd, tmp)
+        if self._reserved:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._name, dir_fd=self._pfd)
+        if self._old_fd is not None:
+            os.close(self._old_fd)
+            self._old_fd = None
+        os.close(self._pfd)
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, value, tb):
         self.close()
+        try:
+            if kind is None:
+                self._commit()
+                self._tmp = None
+        finally:
+            self._abandon()
+
+
+def _remove_tree(dirfd: int, name: str) -> None:
+    """Remove NAME under dirfd and everything in it, following no symbolic link."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+    except FileNotFoundError:
+        return
+    except OSError:  # not a directory (a link, a file): the name alone
+        os.unlink(name, dir_fd=dirfd)
+        return
+    try:
+        for _root, dirs, files, rootfd in os.fwalk(".", topdown=False, dir_fd=fd):
+            for entry in files:
+                os.unlink(entry, dir_fd=rootfd)
+            for entry in dirs:  # a link to a directory is listed here, and not followed
+                try:
+                    os.rmdir(entry, dir_fd=rootfd)
+                except NotADirectoryError:
+                    os.unlink(entry, dir_fd=rootfd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dirfd)
 
 
 # ---------------------------------------------------------------- bounded decoding

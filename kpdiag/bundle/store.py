@@ -80,7 +80,7 @@ def list_items(doc) -> list[dict] | None:
 
 
 _STR_FIELDS = ("format", "created", "node", "kpdiag_version", "zone", "headline", "client_ip", "client_unknown", "api")
-_OBJ_FIELDS = ("truncated", "api_status")
+_OBJ_FIELDS = ("truncated", "api_status", "written")
 
 
 def _noting_repeats(repeats: list[list[str]]):
@@ -464,12 +464,90 @@ def _decompressed(path: str):
                 stream.close()
 
 
+MAX_TAR_HEADER = (
+    1 << 20
+)  # bytes of one special tar header (a GNU long name or link, a pax header): real ones are < 4 KiB
+MAX_SPARSE_MAP = 64 << 10  # bytes of one member's sparse map (GNU extension blocks, a pax 1.0 map)
+
+
+class _CappedReads:
+    """A tar stream whose reads are counted: past ``cap`` bytes, an InputError (what a sparse map may take)."""
+
+    def __init__(self, raw, cap: int, why: str, path: str):
+        self.raw, self.left, self.why, self.path = raw, cap, why, path
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n > self.left:
+            raise InputError(self.path, self.why)
+        self.left -= n
+        return self.raw.read(n)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def _bounded_tarinfo(path: str, spent: list[int]):
+    """A TarInfo class that refuses oversized special headers *before* tarfile reads them (it reads a GNU long name,
+    a pax header or a sparse map whole into memory: a 900 MiB one in a 900 KB .tar.gz is a MemoryError), and adds
+    their bytes to ``spent`` (the archive's total budget counts them)."""
+    special = {
+        tarfile.GNUTYPE_LONGNAME: "GNU long-name",
+        tarfile.GNUTYPE_LONGLINK: "GNU long-link",
+        tarfile.XHDTYPE: "pax",
+        tarfile.XGLTYPE: "pax global",
+        tarfile.SOLARIS_XHDTYPE: "pax",
+    }
+
+    class BoundedInfo(tarfile.TarInfo):
+        def _proc_member(self, tar):
+            kind = special.get(self.type)
+            if kind is not None:
+                if self.size > MAX_TAR_HEADER:
+                    raise InputError(
+                        path,
+                        f"a {kind} header of {self.size} bytes (over kpdiag's {safeio.human_bytes(MAX_TAR_HEADER)} "
+                        "cap; a real one is a few hundred): refused (a header bomb?)",
+                    )
+                spent[0] += self.size
+            return super()._proc_member(tar)
+
+        def _capped(self, tar, method, *args):
+            raw = tar.fileobj
+            why = f"a sparse map over {safeio.human_bytes(MAX_SPARSE_MAP)}: refused (a header bomb?)"
+            tar.fileobj = _CappedReads(raw, MAX_SPARSE_MAP, why, path)
+            try:
+                return method(*args, tar)
+            finally:
+                spent[0] += MAX_SPARSE_MAP - tar.fileobj.left
+                tar.fileobj = raw
+
+        def _proc_sparse(self, tar):
+            return self._capped(tar, super()._proc_sparse)
+
+        def _proc_gnusparse_10(self, next, pax_headers, tar):  # noqa: A002 (tarfile's own parameter name)
+            return self._capped(tar, super()._proc_gnusparse_10, next, pax_headers)
+
+    return BoundedInfo
+
+
 def _read_tar(path: str) -> _Spool:
-    """Stream a bundle archive once, refusing traversal, links and devices, skipping what is over the caps."""
+    """Stream a bundle archive once, refusing traversal, links and devices and oversized special headers (before
+    tarfile reads them), skipping what is over the caps; headers count in the total budget."""
     files = _Spool()
     total = 0
-    with _decompressed(path) as stream, tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:
+    spent = [0]  # bytes of special headers and sparse maps read so far
+    info = _bounded_tarinfo(path, spent)
+    with _decompressed(path) as stream, tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20, tarinfo=info) as tar:
         for count, member in enumerate(tar, 1):
+            if total + spent[0] > MAX_TOTAL_BYTES:
+                files.problems.append(
+                    (
+                        os.path.normpath(member.name),
+                        f"not read, nor anything after it: the archive's headers and files reach the "
+                        f"{safeio.human_bytes(MAX_TOTAL_BYTES)} total limit",
+                    )
+                )
+                break
             if count > MAX_TAR_FILES:
                 raise InputError(path, f"more than {MAX_TAR_FILES} entries: refused (tar bomb?)")
             name = member.name

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 
+from kpdiag import secrets
 from kpdiag.bundle.safeio import load_json
 from kpdiag.bundle import sources
 from kpdiag.manifests import apply_command
@@ -112,13 +114,17 @@ def _status_message(exc) -> str:
 
 def api_reason(exc: Exception, what: str, server: str | None) -> str:
     """One whole line that says which call failed, against which server, why (DNS, refused, TLS, a timeout, 401/403
-    and what was denied, a cap) and what to do."""
+    and what was denied, a cap) and what to do — no credential in it (kpdiag.secrets.scrub)."""
+    return secrets.scrub(_api_reason(exc, what, server))
+
+
+def _api_reason(exc: Exception, what: str, server: str | None) -> str:
     import socket
     import ssl
 
     from .kubeapi import ApiBound, ApiDeadline
 
-    where = server or "(no server address)"
+    where = secrets.shown_url(server)
     host, hostport = _endpoint(server)
     status = getattr(exc, "status", None)
     if isinstance(exc, ApiDeadline):
@@ -215,9 +221,6 @@ def api_client(
     Bounded: each kubeconfig is read with a size cap and a deadline (a FIFO or a terminal cannot hold it), and the
     credential loading (an exec plugin that never returns) ends at ``deadline`` — the plugin is stopped then."""
     from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    from .kubeapi import ApiDeadline, within
 
     deadline_of_command = deadline  # a token refresh mid-run is bounded by it too (None: CONFIG_TIMEOUT each)
     if deadline is None:
@@ -225,56 +228,36 @@ def api_client(
     path = kubeconfig or os.environ.get("KUBECONFIG")
     default = os.path.expanduser("~/.kube/config")
     configuration = client.Configuration()
-    plugin, plugin_argv = None, None
+    private = _PrivateDir()  # the kubeconfig's decoded keys and certificates, while the TLS context is built
+    try:
+        return _api_client(
+            client,
+            config,
+            configuration,
+            private,
+            (path, default, context),
+            deadline,
+            deadline_of_command,
+            {} if found is None else found,
+        )
+    finally:
+        private.remove()
+
+
+def _api_client(client, config, configuration, private, where, deadline, deadline_of_command, found: dict):
+    """api_client's work; ``private`` is where the client library writes the kubeconfig's decoded key files; ``where``
+    (--kubeconfig or $KUBECONFIG, the default path, the context); ``found`` receives the exec credential plugin's
+    command line and the context's namespace, once the kubeconfig names them."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from .kubeapi import ApiDeadline, within
+
+    path, default, context = where
     try:
         if path or os.path.exists(default):
-            given = path or default
-            docs, bad = _read_kubeconfigs(given, deadline)
+            bad = _load_kubeconfig(config, configuration, private, path or default, context, deadline, found)
             if bad:
                 return None, bad
-            bad, plugin_argv = _context_problem(docs, context, given)
-            plugin = plugin_argv[0] if plugin_argv else None
-            if bad:
-                return None, bad
-            if found is not None and (namespace := context_namespace(docs, context)):
-                found["namespace"] = namespace
-            regular = all(_regular(one) for one, _ in docs)
-            before = _children()
-            said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
-            try:
-                if regular:
-                    within(
-                        deadline,
-                        config.load_kube_config,
-                        config_file=given,
-                        context=context,
-                        client_configuration=configuration,
-                        persist_config=False,
-                    )
-                else:  # a FIFO or /dev/fd/N: already read (once), hand the document over
-                    within(
-                        deadline,
-                        config.load_kube_config_from_dict,
-                        _merge(docs),
-                        context=context,
-                        client_configuration=configuration,
-                        persist_config=False,
-                    )
-            except ApiDeadline:
-                _stop_children(before)
-                left = "its credential plugin " + repr(plugin) if plugin else "loading the credentials"
-                return None, (
-                    f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
-                    "(a login prompt, a network call), or give a kubeconfig with a token"
-                )
-            finally:
-                said.close()
-            failed = next((m for m in said.messages if m.startswith("exec: ")), None)
-            if failed:
-                return None, (
-                    f"kubeconfig {given}: the credential plugin {plugin!r} failed ({' '.join(failed[6:].split())}) — "
-                    "run it by hand to see why (an expired login?)"
-                )
         else:
             if not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 return None, (
@@ -287,9 +270,14 @@ def api_client(
         # client afterwards they are ignored, and every timeout is tried 4 times); kpdiag retries what it means to
         # retry, within its own deadlines
         configuration.retries = 0
-        if plugin and configuration.refresh_api_key_hook is not None:
-            _bound_refresh(configuration, plugin, deadline_of_command, names=plugin_names(plugin_argv or [plugin]))
+        bad = _credential_problem(configuration, path or default)
+        if bad:
+            return None, bad
+        plugin_argv = found.get("plugin_argv")
+        if plugin_argv and plugin_argv[0] and configuration.refresh_api_key_hook is not None:
+            _bound_refresh(configuration, plugin_argv[0], deadline_of_command, names=plugin_names(plugin_argv))
         api = client.ApiClient(configuration=configuration)
+        _tls_in_memory(api)
     except ApiDeadline:
         return None, "loading the in-cluster credentials did not finish in time"
     except (ConfigException, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
@@ -299,11 +287,115 @@ def api_client(
                 "in a pod, but no service-account token is mounted (automountServiceAccountToken: false?) — give "
                 "--kubeconfig FILE, or run the pod with a service account"
             )
+        plugin = (found.get("plugin_argv") or [None])[0]
         if text.startswith("exec: "):
             return None, f"kubeconfig {path or default}: the credential plugin {plugin!r} failed ({text[6:]})"
         where = f"kubeconfig {path or default}" if (path or os.path.exists(default)) else "in-cluster credentials"
-        return None, f"{where}: not usable ({text})"
+        text = re.sub(r"\{.*\}", "{…}", text)  # the client quotes the whole user entry (its token, its key)
+        return None, f"{where}: not usable ({secrets.scrub(text)})"
     return api, None
+
+
+def _load_kubeconfig(config, configuration, private, given, context, deadline, found: dict) -> str | None:
+    """Load ``given`` (one kubeconfig or several joined with ':') into ``configuration``, bounded by ``deadline``:
+    None, or why not in one line. Its secrets are remembered (never shown), its exec plugin's command line goes into
+    ``found``, key files go into the private directory."""
+    from .kubeapi import ApiDeadline, within
+
+    docs, bad = _read_kubeconfigs(given, deadline)
+    if bad:
+        return bad
+    for _, doc in docs:
+        secrets.remember_kubeconfig(doc)
+    bad, plugin_argv = _context_problem(docs, context, given)
+    found["plugin_argv"] = plugin_argv
+    plugin = plugin_argv[0] if plugin_argv else None
+    if bad:
+        return bad
+    namespace = context_namespace(docs, context)
+    if namespace:
+        found["namespace"] = namespace  # kubectl's default namespace: the context's
+    regular = all(_regular(one) for one, _ in docs)
+    before = _children()
+    said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
+    how = dict(context=context, client_configuration=configuration, persist_config=False, temp_file_path=private.path)
+    try:
+        if regular:
+            within(deadline, config.load_kube_config, config_file=given, **how)
+        else:  # a FIFO or /dev/fd/N: already read (once), hand the document over
+            within(deadline, config.load_kube_config_from_dict, _merge(docs), **how)
+    except ApiDeadline:
+        _stop_children(before)
+        left = "its credential plugin " + repr(plugin) if plugin else "loading the credentials"
+        return (
+            f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
+            "(a login prompt, a network call), or give a kubeconfig with a token"
+        )
+    finally:
+        said.close()
+    failed = next((m for m in said.messages if m.startswith("exec: ")), None)
+    if failed:
+        return (
+            f"kubeconfig {given}: the credential plugin {plugin!r} failed ({' '.join(failed[6:].split())}) — "
+            "run it by hand to see why (an expired login?)"
+        )
+    return None
+
+
+class _PrivateDir:
+    """Where the client library writes the key and certificate files it decodes from a kubeconfig
+    (``client-key-data``): a directory only this user can enter, removed as soon as the TLS context holds them
+    (:func:`_tls_in_memory`) and on every way out, signals included (kpdiag.secrets.private_dir)."""
+
+    def __init__(self):
+        self.path = secrets.private_dir()
+
+    def remove(self) -> None:
+        secrets.remove_private_dir(self.path)
+
+
+def _credential_problem(configuration, given: str) -> str | None:
+    """Why the loaded credentials cannot be sent, before any request is: a token or password with a control character
+    (a YAML ``token: |`` block keeps the line's end) is not a valid header value. The value is never quoted."""
+    for value in (configuration.api_key or {}).values():
+        text = value if isinstance(value, str) else ""
+        what = secrets.describe_control(text.split(" ", 1)[1] if text.startswith(("Bearer ", "Basic ")) else text)
+        if what:
+            kind = "password" if text.startswith("Basic ") else "token"
+            return (
+                f"kubeconfig {given}: the user's {kind} {what} — no request was sent (an HTTP header cannot carry it); "
+                "a YAML 'token: |' block keeps the line's end: write 'token: VALUE' (or 'token: |-')"
+            )
+    return None
+
+
+def _tls_in_memory(api) -> None:
+    """Load the CA, client certificate and key into one SSL context the connection pool uses for every connection, so
+    that the files the client library wrote can be removed at once (urllib3 would otherwise read them again on each
+    new connection). TLS verification off (insecure-skip-tls-verify) is reported, not warned about on each request."""
+    import ssl
+    import warnings
+
+    import urllib3
+    from urllib3.util.ssl_ import create_urllib3_context
+
+    conf = api.configuration
+    kw = api.rest_client.pool_manager.connection_pool_kw
+    if not conf.verify_ssl:
+        warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    if not str(conf.host or "").lower().startswith("https"):
+        return
+    ctx = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED if conf.verify_ssl else ssl.CERT_NONE)
+    if conf.verify_ssl:
+        if conf.ssl_ca_cert:
+            ctx.load_verify_locations(cafile=conf.ssl_ca_cert)
+        elif not conf.ca_cert_data:
+            ctx.load_default_certs()
+    if conf.cert_file:
+        ctx.load_cert_chain(conf.cert_file, conf.key_file)
+    kw["ssl_context"] = ctx
+    for key in ("ca_certs", "cert_file", "key_file"):
+        kw[key] = None
 
 
 KUBECONFIG_MAX = 1 << 20  # a kubeconfig is a few KB (tens with embedded certificates, of many clusters)
@@ -697,7 +789,14 @@ class ClusterCollector:
             self._err("cluster", why)
             return False
         self._api = api
-        self.out.api = api.configuration.host
+        self.out.api = secrets.shown_url(api.configuration.host)
+        if not api.configuration.verify_ssl and str(api.configuration.host or "").lower().startswith("https"):
+            self._err(
+                sources.SERVICES,
+                f"TLS verification is off for the API server {self.out.api} (insecure-skip-tls-verify in the "
+                "kubeconfig): its certificate was not checked, yet kpdiag's credentials were sent to it — anyone on "
+                "the path could have answered and kept them; set certificate-authority(-data) instead",
+            )
         return True
 
     def _timeouts(self) -> tuple[float, float]:

@@ -115,9 +115,12 @@ class Collected:
     errors: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     verified: dict[str, str] = field(default_factory=dict)  # source → how its answer was verified (kube-proxy's socket)
+    # source → {"path": the file it was read from, "at": when that file was last written}: a log's age
+    written: dict[str, dict] = field(default_factory=dict)
 
     def manifest(self, node: str) -> dict:
         extra = {"verified": dict(self.verified)} if self.verified else {}
+        extra |= {"written": dict(self.written)} if self.written else {}
         return extra | {
             "format": FORMAT,
             "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -873,22 +876,30 @@ class NodeCollector:
         self._kube_proxy_log(safeio)
 
     def _kube_proxy_log(self, safeio) -> None:
-        """The newest kube-proxy pod log (or /var/log/kube-proxy.log): regular files under the log folder only,
-        no symlink on the way, the last LOG_MAX_BYTES."""
+        """The newest kube-proxy log of every place it can be — the pod logs and /var/log/kube-proxy.log (--log-file),
+        by when each was last written: a file left from 2019 does not win over today's container log. Regular files
+        under the log folder only, no symlink on the way, the last LOG_MAX_BYTES; when the chosen file was last
+        written goes in the manifest (``written``), so that a finding citing it can say how old it is."""
         pods = os.path.join(self.host_root, "var/log/pods")
         found = [
             (pods, os.path.relpath(p, pods))
             for p in glob.glob(os.path.join(pods, "kube-system_kube-proxy-*/kube-proxy/*.log"))
         ]
-        found.sort(key=lambda item: _mtime(os.path.join(*item)))
         plain = os.path.join(self.host_root, "var/log")
         if os.path.lexists(os.path.join(plain, "kube-proxy.log")):
             found.append((plain, "kube-proxy.log"))
         if not found:
             self._err(sources.KP_LOG, f"no kube-proxy log under {pods}")
             return
+        found.sort(key=lambda item: _mtime(os.path.join(*item)))  # stable: on a tie the pod log, as before
         base, rel = found[-1]
         path = os.path.join(base, rel)
+        when = _mtime(path)
+        if when:
+            self.out.written[sources.KP_LOG] = {
+                "path": "/" + os.path.relpath(path, self.host_root) if self.host_root != "/" else path,
+                "at": datetime.datetime.fromtimestamp(when, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
         try:
             fd = safeio.open_regular(base, rel, safeio.BENEATH)
             try:

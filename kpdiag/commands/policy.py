@@ -16,6 +16,7 @@ Live (``--kubeconfig``), the same files are read from the API first (only the na
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import json
 import re
@@ -37,6 +38,7 @@ class CannotEvaluate(KpdiagError):
 LAZY_BYTES = 1 << 20  # a List file larger than this is searched for the items a flow needs, not parsed whole
 MAX_ITEM_BYTES = 4 << 20
 _WS = b" \t\r\n"
+_DECODER = json.JSONDecoder()
 
 
 class ListScan:
@@ -48,19 +50,28 @@ class ListScan:
     def __init__(self, raw: bytes):
         self.raw = raw
         self._decoded: dict[int, tuple | None] = {}
+        self._newlines: list[int] | None = None
 
     @staticmethod
     def looks_like_list(raw: bytes) -> bool:
         return raw.lstrip()[:1] == b"{" and raw.rstrip()[-1:] == b"}" and b'"items"' in raw
 
     def line(self, offset: int) -> int:
-        return self.raw.count(b"\n", 0, offset) + 1
+        """The line of ``offset``: the file's line starts are found once, then each answer is a bisection (a
+        problem per hit on 100,000 hits must not count the newlines from the top each time)."""
+        if self._newlines is None:
+            raw, found, at = self.raw, [], self.raw.find(b"\n")
+            while at >= 0:
+                found.append(at)
+                at = raw.find(b"\n", at + 1)
+            self._newlines = found
+        return bisect.bisect_left(self._newlines, offset) + 1
 
     def _decode(self, start: int):
         if start in self._decoded:
             return self._decoded[start]
-        dec = json.JSONDecoder()
-        size, out = 4096, None
+        dec = _DECODER
+        size, out = 512, None  # grown ×4 while the item is cut short: a small item costs a small read
         while True:
             chunk = self.raw[start : start + size]
             try:
@@ -83,10 +94,20 @@ class ListScan:
         self._decoded[start] = out
         return out
 
-    def _item_around(self, pos: int):
+    def _item_around(self, pos: int, before: tuple | None = None):
+        """(start, item) of the item around ``pos``, walking back from it. ``before`` is the answer for an earlier
+        hit (its position, start, item, end): below that position the walk would only find it again — an item that
+        starts before it and ends after ``pos`` holds it too — so the walk stops there (each part of the file is
+        walked once however many hits it has: 100,000 small items each holding the value)."""
         c = pos
         for _ in range(10000):
             c = self.raw.rfind(b"{", 0, c)
+            if before is not None and c < before[0]:
+                if before[1] is None:
+                    return None, None
+                if before[3] > pos:
+                    return before[1], before[2]
+                before = None  # an item that holds the earlier hit only: an outer one may hold both, walk on
             if c <= 0:
                 return None, None
             j = c - 1
@@ -115,8 +136,10 @@ class ListScan:
                 hits.append(at)
             at = raw.find(val, at + 1)
         out: dict[int, tuple] = {}
+        before = None
         for pos in sorted(hits):
-            start, obj = self._item_around(pos)
+            start, obj = self._item_around(pos, before)
+            before = (pos, start, obj, self._decoded[start][1] if start is not None else None)
             if start is None:
                 out.setdefault(-pos - 1, (pos, None))
             else:
@@ -176,12 +199,10 @@ class _ListFile:
         if self.scan is None:
             return [(f"item {i}", o) for i, o in enumerate(self.items) if isinstance(o, dict) and check(o)]
         out = []
+        why = f'"{key}": {json.dumps(value)} is in no item that can be decoded'
         for start, obj in self.scan.where(key, value):
             if obj is None:
-                self.bundle.problem(
-                    f"{self.rel}:{self.scan.line(start)}",
-                    f'"{key}": {json.dumps(value)} is in no item that can be decoded',
-                )
+                self.bundle.problem(f"{self.rel}:{self.scan.line(start)}", why)
             elif check(obj):
                 out.append((start, obj))
         return out

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from kpdiag.bundle.store import json_type
 
+from .. import secrets
 from ..collect.cluster import api_reason
 from ..errors import Interrupted
 from kpdiag.bundle.safeio import load_json
@@ -305,7 +306,7 @@ class FleetRunner:
                 status = getattr(exc, "status", None)
                 if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
                     raise DeadlineExceeded(
-                        f"the API server {self.api.configuration.host} did not answer in time (no time left)"
+                        f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time (no time left)"
                     ) from exc
                 if not _transient(status) or attempt == retries - 1 or self._stop.is_set():
                     raise
@@ -331,7 +332,7 @@ class FleetRunner:
             return within(deadline, go)
         except ApiDeadline as exc:
             raise DeadlineExceeded(
-                f"the API server {self.api.configuration.host} did not answer in time ({exc})"
+                f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time ({exc})"
             ) from None
 
     def _list_all(
@@ -702,7 +703,7 @@ class FleetRunner:
                     return
                 if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
                     raise DeadlineExceeded(
-                        f"the API server {self.api.configuration.host} did not answer in time (no time left)"
+                        f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time (no time left)"
                     ) from exc
                 if not _transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
                     raise

@@ -3,6 +3,7 @@ config and log, conntrack statistics. Pure functions; errors name the source and
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -106,6 +107,7 @@ class Metrics:
 
     samples: dict[str, list[tuple[dict[str, str], float, int]]] = field(default_factory=dict)
     source: str = "metrics"
+    rejected: list[InputError] = field(default_factory=list)  # samples left out (a value that is not a finite number)
 
     def get(self, name: str, **labels) -> float | None:
         for lab, value, _ in self.samples.get(name, []):
@@ -158,6 +160,11 @@ def parse_metrics(text: str, source: str = "metrics") -> Metrics:
             v = float(value)
         except ValueError:
             raise InputError(source, f"sample value {value!r} is not a number", lineno) from None
+        if not math.isfinite(v):  # NaN, +Inf, -Inf: no count, sum or timestamp kpdiag reads can be one
+            m.rejected.append(
+                InputError(source, f"{name}: sample value {value!r} is not a finite number: left out", lineno)
+            )
+            continue
         m.samples.setdefault(name, []).append((dict(_LABEL_RE.findall(labels or "")), v, lineno))
     return m
 

@@ -173,7 +173,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
     Input(
         "kube-proxy-log",
         f"kube-proxy's log ({_S.KP_LOG})",
-        ("kube_proxy_log",),
+        ("kube_proxy_log", "manifest", "created"),
         (_S.KP_LOG,),
         lambda s: s.kube_proxy_log,
     ),

@@ -131,10 +131,13 @@ class _NodeFiles:
 
     def _parse_text(self, text: str, display: str, parser):
         try:
-            return parser(text, display)
+            parsed = parser(text, display)
         except InputError as exc:
             self.bundle.problems.append(_problem(exc))
             return None
+        for exc in getattr(parsed, "rejected", None) or ():  # lines the parser left out (the rest is read)
+            self.bundle.problems.append(_problem(exc))
+        return parsed
 
 
 class NodeState(_NodeFiles):

@@ -13,7 +13,7 @@ blames any layer, and sums the port up:
 
 and names the layer at fault (``blame``): ``endpoints`` (some fail directly, and they explain every failed connect),
 ``backend`` (all fail directly), ``service-layer`` (connects fail that no endpoint failing directly explains) or
-``unseen`` (connects fail and no endpoint was probed directly). :data:`VERDICT_CHECKS` maps each blame to the checks
+``unseen`` (connects fail and no endpoint was probed directly). :data:`kpdiag.checks.observed.VERDICT_CHECKS` maps each check to the blames
 that may report it: findings of different blames — KP111/KP112 against KP113 or KP114 — never fire together.
 """
 
@@ -147,26 +147,13 @@ class PortObservation:
     def status(self) -> str:
         return self.judgement.status
 
-    def may_report(self, check_id: str) -> bool:
-        """Whether ``check_id`` may report this port: only the checks of its judgement's blame (VERDICT_CHECKS)."""
-        return may_report(self.judgement.blame, check_id)
+    def may_report(self, blames) -> bool:
+        """Whether a check that reports the layers ``blames`` may report this port: only the check(s) of its
+        judgement's blame (each verdict check declares its blames: checks/observed.py VERDICT_CHECKS)."""
+        return self.judgement.blame in blames
 
 
-# the checks that may report a port, by the layer its judgement blames: one place, so KP113 ("the Service layer fails")
-# never fires next to KP111/KP112 ("endpoints fail: it works in part") or KP114 ("cannot tell") on the same port
-VERDICT_CHECKS: dict[str, frozenset[str]] = {
-    "none": frozenset(),
-    "endpoints": frozenset({"KP111", "KP112"}),
-    "backend": frozenset({"KP111", "KP112"}),
-    "service-layer": frozenset({"KP113"}),
-    "unseen": frozenset({"KP114"}),
-}
-VERDICT_IDS = frozenset().union(*VERDICT_CHECKS.values())
 CHANCE = 1e-3  # failed connects more than dead endpoints give with this probability or less: something else fails too
-
-
-def may_report(blame: str, check_id: str) -> bool:
-    return check_id not in VERDICT_IDS or check_id in VERDICT_CHECKS.get(blame, frozenset())
 
 
 def tail(n: int, k: int, p: float) -> float:

@@ -468,11 +468,17 @@ class KubeProxyLog(Typed):
     INPUT: ClassVar[str] = "kube-proxy-log"
     source: str
     lines: tuple[str, ...]
+    written: str | None = None  # when the file it was read from was last written (the manifest's ``written``)
+    origin: str | None = None  # that file, on the node
+    age: float | None = None  # seconds from that write to the collection
 
     @classmethod
     def build(cls, ctx):
         lines = ctx.kube_proxy_log
-        return None if lines is None else cls(ctx.display(sources.KP_LOG), tuple(lines))
+        if lines is None:
+            return None
+        written, origin, age = _written(ctx.manifest, ctx.created, sources.KP_LOG)
+        return cls(ctx.display(sources.KP_LOG), tuple(lines), written, origin, age)
 
     def entries(self) -> list[tuple[int, str]]:
         """The log's entries as (first line number, text): klog writes a multi-line value as ``key=<``, lines indented
@@ -498,6 +504,39 @@ class KubeProxyLog(Typed):
         from kpdiag.evidence import clip
 
         return Evidence(self.source, clip(text.strip(), 2000), lineno)
+
+    def age_evidence(self) -> Evidence | None:
+        """When the log was last written, and how long before the collection: lines of an old log are old."""
+        if self.written is None:
+            return None
+        ago = f", {_duration(self.age)} before this bundle was collected" if self.age is not None else ""
+        return Evidence(self.source, f"read from {self.origin or 'the node'}, last written {self.written}{ago}")
+
+
+def _written(manifest, created: float | None, source) -> tuple[str | None, str | None, float | None]:
+    """(when, from which file, seconds before the collection at ``created``) of the manifest's ``written`` entry for
+    ``source``."""
+    import datetime
+
+    written = manifest.get("written") if isinstance(manifest, dict) else None
+    entry = written.get(str(source)) if isinstance(written, dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("at"), str):
+        return None, None, None
+    try:
+        at = datetime.datetime.fromisoformat(entry["at"].replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None, None, None
+    origin = entry.get("path") if isinstance(entry.get("path"), str) else None
+    return entry["at"], origin, (created - at if created is not None else None)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 0:
+        return "after (the clocks disagree)"
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 @dataclass(frozen=True)

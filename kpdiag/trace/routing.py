@@ -16,11 +16,18 @@ flagged ``dead`` is never used.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 
 _LOOPBACK = parse_prefix("127.0.0.0/8")
+
+
+def _length(prefix: Prefix) -> int:
+    return prefix.mask.bit_count()
+
+
 NO_ROUTE = "(no route)"  # the prefix of the answer when no route covers the address (the kernel: ENETUNREACH)
 
 
@@ -53,6 +60,9 @@ class RoutingTable:
     # net.ipv{4,6}.conf.<all|dev>.ignore_routes_with_linkdown (by family, by interface); None: not known (the kernel's
     # default, 0: routes of a device without carrier are still used)
     ignore_linkdown: dict[int, dict[str, bool]] | None = None
+    # per table: minus the prefix length of each route, in the table's order (add_route's bisection)
+    _lengths: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _index: tuple | None = field(default=None, init=False, repr=False, compare=False)  # _local_index's
 
     @classmethod
     def from_local_ips(cls, ips) -> "RoutingTable":
@@ -68,8 +78,17 @@ class RoutingTable:
             target = self.routes
         else:
             target = self.tables.setdefault(route.table, [])
-        target.append((prefix, route))
-        target.sort(key=lambda pr: -bin(pr[0].mask).count("1"))
+        # longest prefix first, a new route after those of its length (what a stable sort after each append gave),
+        # found by bisection: building a table of n routes is n log n, not n² (an IPVS node has a local route per
+        # ClusterIP)
+        keys = self._lengths.get(route.table)
+        if keys is None or len(keys) != len(target):  # first use, or the list was filled some other way
+            keys = self._lengths[route.table] = sorted(-_length(p) for p, _ in target)
+            if [-_length(p) for p, _ in target] != keys:
+                target.sort(key=lambda pr: -_length(pr[0]))
+        at = bisect.bisect_right(keys, -_length(prefix))
+        keys.insert(at, -_length(prefix))
+        target.insert(at, (prefix, route))
 
     def policy_rules(self, version: int) -> list | None:
         """This family's rules when any is not one of the kernel's defaults (else None: the plain lookup is exact)."""
@@ -83,10 +102,22 @@ class RoutingTable:
             return True
         if (addr, version) in self.local_ips:
             return True
-        for prefix, route in self.local_routes:
-            if route.type == "local" and prefix.contains(addr, version):
-                return True
-        return False
+        hosts, nets = self._local_index()
+        if (addr, version) in hosts:
+            return True
+        return any(prefix.contains(addr, version) for prefix in nets)
+
+    def _local_index(self) -> tuple[set[tuple[int, int]], list[Prefix]]:
+        """The local table's ``local`` routes: host routes as a set (an IPVS node has one per ClusterIP), the
+        others as a list; rebuilt when the table changed."""
+        index = self._index
+        if index is None or index[0] != len(self.local_routes):
+            hosts, nets = set(), []
+            for prefix, route in self.local_routes:
+                if route.type == "local":
+                    (hosts.add((prefix.net, prefix.version)) if prefix.is_host else nets.append(prefix))
+            index = self._index = (len(self.local_routes), hosts, nets)
+        return index[1], index[2]
 
     def lookup(
         self,

@@ -110,3 +110,28 @@ def test_a_real_config_still_parses():
         "mode: ipvs\nipvs: {strictARP: true}\nclusterCIDR: 10.244.0.0/16\n"
     )
     assert cfg.get("mode") == "ipvs"
+
+
+class _Counted(bytes):
+    """The file's bytes, counting the backward searches ListScan makes."""
+
+    rfinds = 0
+
+    def rfind(self, *args):
+        type(self).rfinds += 1
+        return super().rfind(*args)
+
+
+@pytest.mark.parametrize("n", [500, 2000])
+def test_a_value_in_many_small_items_is_searched_in_linear_work(n):
+    """100,000 small items each holding the searched name (issue 38: past 30 s): each hit's walk back to its item
+    stops where the previous hit's ended, so the work grows with the hits, not with their square; the answers (the
+    real pod, and one problem line per hit outside any item) are the same."""
+    pod = {"kind": "Pod", "metadata": {"name": "x", "namespace": "a"}, "status": {"podIP": "10.0.0.1"}}
+    doc = {"apiVersion": "v1", "kind": "List", "items": [pod] + [{"name": "x"}] * n}
+    raw = _Counted(json.dumps(doc, indent=1).encode())
+    _Counted.rfinds = 0
+    found = P.ListScan(raw).where("name", "x")
+    items = [obj for _, obj in found if obj is not None]
+    assert items == [pod] and len(found) == n + 1
+    assert _Counted.rfinds <= 4 * (n + 1), _Counted.rfinds

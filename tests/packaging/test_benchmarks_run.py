@@ -78,3 +78,9 @@ def test_bench_focused_runs(tmp_path):
     # the focused run is partial, skips the checks that judge every rule, and agrees with the whole dump
     assert row["partial"] == row["service"] and row["service_findings_identical"] and row["traces_identical"]
     assert row["traces"] == 2 and "KP205" in row["skipped_as_partial"]
+
+
+def test_bench_routes_runs(tmp_path):
+    _run(tmp_path, "benchmarks/bench_routes.py", "--routes", "300", "--lookups", "20")
+    rows = json.load(open(tmp_path / "routes.json"))
+    assert [r["routes"] for r in rows] == [300] and rows[0]["answers"]

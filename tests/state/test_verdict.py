@@ -12,12 +12,14 @@ import pytest
 
 from kpdiag.bundle.store import Bundle
 from kpdiag.commands.svc import service_report
-from kpdiag.state.probe_results import VERDICT_CHECKS
+from kpdiag.checks.observed import VERDICT_CHECKS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(ROOT, "fixtures", "svc-path-broken")  # shop/web: 10.96.0.20:80 → web-pod1, web-pod2 at 8080
 EP = ("10.244.1.11:8080", "10.244.1.12:8080")
-GROUPS = sorted({ids for ids in VERDICT_CHECKS.values() if ids}, key=sorted)
+GROUPS = sorted(
+    {frozenset(c for c, b in VERDICT_CHECKS.items() if b == blames) for blames in VERDICT_CHECKS.values()}, key=sorted
+)
 
 
 def _files() -> dict[str, bytes]:
