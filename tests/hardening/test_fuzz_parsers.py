@@ -190,7 +190,8 @@ SEED_FILES, SEED_LINES = 6, 300
 
 
 def _seeds(src) -> list[str]:
-    paths = sorted(glob.glob(os.path.join(FIXTURES, "*", src.path)))
+    # non-empty copies only: most nodes' ipset.txt is empty, and an empty seed gives the fuzzer no line to mutate
+    paths = sorted(p for p in glob.glob(os.path.join(FIXTURES, "*", src.path)) if os.path.getsize(p) > 0)
     step = max(1, len(paths) // SEED_FILES)
     out = []
     for path in paths[::step][:SEED_FILES]:
