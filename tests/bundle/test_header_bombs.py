@@ -96,7 +96,7 @@ def test_an_oversized_special_header_is_refused_before_it_is_read(tmp_path, kind
     assert "Traceback" not in err and "MemoryError" not in err and "internal error" not in err, err
     assert f"a {said} of {BIG} bytes" in err and "refused" in err, err
     assert code == 3, err
-    assert peak < 160, peak  # MiB: the header is never held (before: its 256 MiB and more)
+    assert peak < 224, peak  # MiB: the header is never held (before: its 256 MiB and more); kpdiag itself ~150-180
 
 
 def test_a_sparse_map_bomb_is_refused(tmp_path):

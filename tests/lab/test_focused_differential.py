@@ -80,6 +80,11 @@ def _report(files: dict[str, bytes], manifest: dict, svc: str):
 def _load(lab, d: str) -> str | None:
     """Load the fixture's rules into a fresh namespace; why not, when the kernel refuses them."""
     lab.add_ns("node")
+    sets = os.path.join(d, sources.IPSET)
+    if os.path.isfile(sets) and os.path.getsize(sets):  # the sets the rules match (a CNI's: Antrea's ANTREA-POD-IP)
+        proc = lab.sh("node", ["ipset", "restore"], input=open(sets).read(), check=False)
+        if proc.returncode != 0:
+            return f"ipset restore: {proc.stderr.strip()[:200]}"
     for rel, tool in ((sources.IPTABLES_SAVE, "iptables-restore"), (sources.IP6TABLES_SAVE, "ip6tables-restore")):
         path = os.path.join(d, rel)
         if os.path.isfile(path):

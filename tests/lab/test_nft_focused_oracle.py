@@ -56,7 +56,8 @@ def loadable(doc: dict) -> dict:
         for i in items
         if "rule" in i and any("xt" in e for e in i["rule"]["expr"])
     }
-    rank = {"table": 0, "set": 1, "map": 1, "chain": 2, "rule": 3}
+    # named objects (an admin's counter, quota, limit) come before the rules that name them
+    rank = {"table": 0, "set": 1, "map": 1, "counter": 1, "quota": 1, "limit": 1, "chain": 2, "rule": 3}
     out, elems = [], []
     for item in items:
         ((kind, body),) = item.items()

@@ -48,7 +48,7 @@ def test_live_trace_walks_the_legacy_backend_that_holds_kube_proxys_rules(lab, r
     dnats = {p["dnat"] for p in result["paths"]}
     assert dnats == ENDPOINTS, result["paths"]
     assert all(p["verdict"] == "accept" for p in result["paths"])
-    assert result["sources"] == ["node/iptables-legacy-save.txt"], result["sources"]
+    assert result["sources"] == ["iptables-legacy-save on this node, live"], result["sources"]  # live: no file
     assert any("kube-proxy's rules are in iptables-legacy" in n for n in result["notes"]), result["notes"]
     if read == "focused":  # the chains read are legacy's: not zero
         said = re.search(r"read only the (\d+) chains", proc.stderr)
