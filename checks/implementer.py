@@ -362,7 +362,8 @@ def leftovers(
     """,
     fix="Keep kube-proxy off the nodes that run Calico's eBPF dataplane: kubectl patch ds -n kube-system kube-proxy -p "
     '\'{"spec":{"template":{"spec":{"nodeSelector":{"non-calico":"true"}}}}}\' (Calico\'s guide), then '
-    "let Felix clean up kube-proxy's rules.",
+    "let Felix clean up kube-proxy's rules. Where kube-proxy cannot be removed (a managed cluster), Calico's guide "
+    "sets bpfKubeProxyIptablesCleanupEnabled: false so the two stop undoing each other.",
 )
 def two_service_dataplanes(
     new,
