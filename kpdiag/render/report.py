@@ -235,6 +235,8 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
     out.extend(c("bold", line) for line in _wrap(f"kpdiag: {report.subject}", width, "", "  "))
     if bits:
         out.extend(_wrap("; ".join(bits), width, "  ", "    "))
+    if not verbose and _quiet(report):
+        return "\n".join(out + [c("dim", w) for w in _wrap(_quiet_line(report), width, "", "  ")]) + "\n"
     out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
     partial = report.extra.get("partial")
     if isinstance(partial, dict) and partial.get("service"):
@@ -304,6 +306,43 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         out.append("")
         out.append("No problems found by the checks that ran.")
     return "\n".join(out) + "\n"
+
+
+def _quiet(report: Report) -> bool:
+    """A report with nothing to act on — no error, warning, unreadable input, failed check, note or trace — is a few
+    lines: the subject, its facts and one line saying so (-v shows the rest)."""
+    e = report.extra
+    return not (
+        e.get("headline")
+        or e.get("verdict")
+        or e.get("nodes")
+        or e.get("traces")
+        or e.get("notes")
+        or e.get("partial")
+        or e.get("client")
+        or report.problems
+        or any(x.severity.value in ("error", "warning") for x in report.findings)
+        or any(r.status == "error" for r in report.checks)
+    )
+
+
+def _quiet_line(report: Report) -> str:
+    """The one line of a quiet report: nothing wrong, and what -v would add (the informational findings by name, how
+    many checks did not run)."""
+    ran = sum(1 for r in report.checks if r.status == "ran")
+    skipped = sum(1 for r in report.checks if r.status not in ("ran", "error"))
+    line = f"No problems found by the {ran} check{'s' if ran != 1 else ''} that ran"
+    more = []
+    infos = list(dict.fromkeys((term(x.id), term(x.slug)) for x in report.findings))
+    if infos:  # one by id and name; more by id (-v shows each in full)
+        named = " ".join(infos[0]) if len(infos) == 1 else ", ".join(i for i, _ in infos[:4])
+        named += ", …" if len(infos) > 4 else ""
+        more.append(f"{len(report.findings)} info ({named})")
+    if skipped:
+        more.append(f"{skipped} check{'s' if skipped != 1 else ''} not run")
+    return line + (
+        f"; {' and '.join(more)} — -v shows {'them' if len(more) > 1 or skipped != 1 else 'it'}" if more else "."
+    )
 
 
 def hidden_info_line(trees: list) -> str:
