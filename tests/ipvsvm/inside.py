@@ -18,20 +18,34 @@ import sys
 import time
 
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+PYCACHE = "/tmp/kpdiag-pycache"  # the guest's own (tmpfs): the shared folder is the host's
 SERVER = r"""
-import socket, sys, threading
-name = sys.argv[1]
-def tcp(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", port)); s.listen(64)
+import ctypes, json, os, socket, sys, threading
+# one process for every pod (a Python start costs seconds under emulation): each socket is made in its pod's network
+# namespace (setns of this thread, then back), and answers with that pod's name
+libc = ctypes.CDLL(None, use_errno=True)
+home = os.open("/proc/self/ns/net", os.O_RDONLY)
+def enter(fd):
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), "setns")
+def tcp(s, name):
     while True:
         c, _ = s.accept(); c.sendall(name.encode()); c.close()
-def udp(port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port))
+def udp(s, name):
     while True:
         _, peer = s.recvfrom(512); s.sendto(name.encode(), peer)
-for spec in sys.argv[2:]:
-    proto, port = spec.split(":")
-    threading.Thread(target=tcp if proto == "tcp" else udp, args=(int(port),), daemon=True).start()
+for pod, specs in json.loads(sys.argv[1]).items():
+    fd = os.open(f"/run/netns/{pod}", os.O_RDONLY)
+    enter(fd)
+    for spec in specs:
+        proto, port = spec.split(":")
+        if proto == "tcp":
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", int(port))); s.listen(64)
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", int(port)))
+        threading.Thread(target=tcp if proto == "tcp" else udp, args=(s, pod), daemon=True).start()
+    enter(home)
+    os.close(fd)
 print("ready", flush=True)
 threading.Event().wait()
 """
@@ -142,40 +156,56 @@ def nsx(ns: str, *argv: str, **kw) -> subprocess.CompletedProcess:
     return sh("ip", "netns", "exec", ns, *argv, **kw)
 
 
-def veth(a: str, a_if: str, b: str, b_if: str) -> None:
-    sh("ip", "link", "add", "vtmpa", "type", "veth", "peer", "name", "vtmpb")
-    sh("ip", "link", "set", "vtmpa", "netns", a)
-    sh("ip", "link", "set", "vtmpb", "netns", b)
-    nsx(a, "ip", "link", "set", "vtmpa", "name", a_if)
-    nsx(b, "ip", "link", "set", "vtmpb", "name", b_if)
-    nsx(a, "ip", "link", "set", a_if, "up")
-    nsx(b, "ip", "link", "set", b_if, "up")
+def batch(lines: list[str], ns: str | None = None) -> None:
+    """Many ip commands in one process (each process costs a tenth of a second or more under emulation)."""
+    sh("ip", *(["-n", ns] if ns else []), "-batch", "-", input="".join(line + "\n" for line in lines))
+
+
+def veth(a: str, a_if: str, b: str, b_if: str) -> str:
+    """The ip command of a veth pair made with its ends in namespaces a and b."""
+    return f"link add {a_if} netns {a} type veth peer name {b_if} netns {b}"
+
+
+def namespaces(sc: dict) -> list[str]:
+    return ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]
 
 
 def build(sc: dict) -> list[subprocess.Popen]:
-    for ns in ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]:
-        sh("ip", "netns", "add", ns)
-        nsx(ns, "ip", "link", "set", "lo", "up")
-    veth("client", "eth0", "node", "ext0")
-    nsx("client", "ip", "addr", "add", "192.168.50.2/24", "dev", "eth0")
-    nsx("node", "ip", "addr", "add", "192.168.50.1/24", "dev", "ext0")
-    nsx("client", "ip", "route", "add", "default", "via", "192.168.50.1")
-    nsx("node", "ip", "link", "add", "cni0", "type", "bridge")
-    nsx("node", "ip", "link", "set", "cni0", "up")
-    nsx("node", "ip", "addr", "add", "10.244.1.1/24", "dev", "cni0")
-    for i in range(sc.get("pods", 4)):
-        veth(f"pod{i}", "eth0", "node", f"veth{i}")
-        nsx("node", "ip", "link", "set", f"veth{i}", "master", "cni0")
-        nsx("node", "ip", "link", "set", f"veth{i}", "type", "bridge_slave", "hairpin", "on")
-        nsx(f"pod{i}", "ip", "addr", "add", f"10.244.1.{10 + i}/24", "dev", "eth0")
-        nsx(f"pod{i}", "ip", "route", "add", "default", "via", "10.244.1.1")
-    nsx("node", "sysctl", "-qw", "net.ipv4.ip_forward=1")
-    for key, value in sc.get("sysctls", {}).items():
-        nsx("node", "sysctl", "-qw", f"{key}={value}")
-    nsx("node", "ip", "link", "add", "kube-ipvs0", "type", "dummy")
-    if sc.get("bound"):  # one ip process for all of them (thousands of processes take minutes under emulation)
-        batch = "".join(f"addr add {ip}/32 dev kube-ipvs0\n" for ip in sc["bound"])
-        sh("ip", "-netns", "node", "-batch", "-", input=batch)
+    pods = [f"pod{i}" for i in range(sc.get("pods", 4))]
+    batch([f"netns add {ns}" for ns in namespaces(sc)])
+    batch([veth("client", "eth0", "node", "ext0")] + [veth(p, "eth0", "node", f"veth{i}") for i, p in enumerate(pods)])
+    batch(
+        [
+            "link set lo up",
+            "link set eth0 up",
+            "addr add 192.168.50.2/24 dev eth0",
+            "route add default via 192.168.50.1",
+        ],
+        "client",
+    )
+    for i, p in enumerate(pods):
+        batch(
+            [
+                "link set lo up",
+                "link set eth0 up",
+                f"addr add 10.244.1.{10 + i}/24 dev eth0",
+                "route add default via 10.244.1.1",
+            ],
+            p,
+        )
+    node = ["link set lo up", "link set ext0 up", "addr add 192.168.50.1/24 dev ext0"]
+    node += ["link add cni0 type bridge", "link set cni0 up", "addr add 10.244.1.1/24 dev cni0"]
+    for i in range(len(pods)):
+        node += [
+            f"link set veth{i} master cni0",
+            f"link set veth{i} type bridge_slave hairpin on",
+            f"link set veth{i} up",
+        ]
+    node += ["link add kube-ipvs0 type dummy"]
+    node += [f"addr add {ip}/32 dev kube-ipvs0" for ip in sc.get("bound", [])]
+    batch(node, "node")
+    sysctls = {"net.ipv4.ip_forward": "1", **sc.get("sysctls", {})}
+    nsx("node", "sysctl", "-qw", *(f"{key}={value}" for key, value in sysctls.items()))
     if sc.get("ipset"):
         nsx("node", "ipset", "restore", input=sc["ipset"])
     if sc.get("iptables"):
@@ -184,26 +214,26 @@ def build(sc: dict) -> list[subprocess.Popen]:
         nsx("node", "ipvsadm", "-R", input=sc["ipvsadm"])
     for cmd in sc.get("node_cmds", []):
         nsx("node", *cmd)
-    servers = []
-    for pod, ports in sc.get("servers", {}).items():
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", pod, "python3", "-c", SERVER, pod] + ports,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=ENV,
-        )
-        p.stdout.readline()
-        servers.append(p)
-    return servers
+    if not sc.get("servers"):
+        return []
+    p = subprocess.Popen(
+        ["python3", "-c", SERVER, json.dumps(sc["servers"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+    )
+    line = p.stdout.readline()
+    if line.strip() != "ready":
+        raise RuntimeError(f"the pods' servers did not start: {line}{p.stdout.read()[-400:]}")
+    return [p]
 
 
 def teardown(sc: dict, servers: list[subprocess.Popen]) -> None:
     for p in servers:
         p.kill()
         p.wait()
-    for ns in ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]:
-        sh("ip", "netns", "del", ns, check=False)
+    sh("ip", "-force", "-batch", "-", input="".join(f"netns del {ns}\n" for ns in namespaces(sc)), check=False)
 
 
 def connect(plan: list[dict]) -> list[dict]:
@@ -262,7 +292,7 @@ def shell_bundle(bundle: str) -> None:
 
 
 def kpdiag(ns: str, *args: str, src: str) -> subprocess.CompletedProcess:
-    env = dict(ENV, PYTHONPATH=src, PYTHONDONTWRITEBYTECODE="1", COLUMNS="100")
+    env = dict(ENV, PYTHONPATH=src, PYTHONPYCACHEPREFIX=PYCACHE, COLUMNS="100")
     return subprocess.run(
         ["ip", "netns", "exec", ns, "python3", "-m", "kpdiag", *args],
         capture_output=True,
@@ -336,7 +366,7 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
             p = kpdiag("node", "collect", "-o", bundle, src=src)
             rec["collect"] = {"rc": p.returncode, "stderr": p.stderr[-3000:], "by": "kpdiag"}
             if sc.get("focus"):  # kpdiag node --service's read of each (the API's Service given, as the API would)
-                env = dict(ENV, PYTHONPATH=src, PYTHONDONTWRITEBYTECODE="1")
+                env = dict(ENV, PYTHONPATH=src, PYTHONPYCACHEPREFIX=PYCACHE)
                 p = subprocess.run(
                     ["ip", "netns", "exec", "node", "python3", "-c", FOCUSED, out],
                     input=json.dumps(
@@ -380,6 +410,13 @@ def load_modules() -> None:
 def main() -> int:
     work = sys.argv[1]
     src = os.path.join(work, "src")
+    # kpdiag compiled once, not at every start (compiling it costs seconds under emulation)
+    subprocess.run(
+        ["python3", "-m", "compileall", "-q", src],
+        env=dict(ENV, PYTHONPYCACHEPREFIX=PYCACHE),
+        capture_output=True,
+        timeout=900,
+    )
     with open(os.path.join(work, "scenarios.json")) as fh:
         scenarios = json.load(fh)
     results = {}
@@ -393,8 +430,7 @@ def main() -> int:
             results[sc["name"]] = run_scenario(sc, out, src)
         except Exception as exc:  # recorded: the host test of that scenario fails with it
             results[sc["name"]] = {"name": sc["name"], "error": f"{exc.__class__.__name__}: {exc}"}
-            for ns in ["node", "client"] + [f"pod{i}" for i in range(sc.get("pods", 4))]:
-                sh("ip", "netns", "del", ns, check=False)
+            teardown(sc, [])
         print(f"scenario {sc['name']}: {results[sc['name']].get('seconds', 'error')} s", flush=True)
         with open(os.path.join(work, "results.json"), "w") as fh:
             json.dump(results, fh, indent=1)
