@@ -36,6 +36,8 @@ ERR_KIND = {
 }
 IP_OF_POD = {v: k for k, v in S.POD_IPS.items()}
 
+pytestmark = [pytest.mark.lab, pytest.mark.long]
+
 
 def _skip_or_fail(why: str):
     if os.environ.get("CI") == "true":

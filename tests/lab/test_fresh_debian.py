@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 MIRROR = os.environ.get("KPDIAG_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SUITE = "bookworm"

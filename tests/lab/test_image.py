@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 
 from .netlab import KubeNodeLab
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 TOOLS = ("debootstrap", "umoci", "skopeo", "runc")
 
