@@ -214,9 +214,13 @@ def stale_addresses(
     )
 
 
-def _node_addresses(addresses: Addresses | None, nodes: NodeObjects | None) -> dict[str, tuple[str, str]]:
+def _node_addresses(
+    addresses: Addresses | None, nodes: NodeObjects | None, host_prefixes: bool = True
+) -> dict[str, tuple[str, str]]:
     """Addresses that belong to a node → (source, whose): this node's interfaces (not kube-ipvs0, not loopback) and
-    every Node's InternalIP/ExternalIP in the API."""
+    every Node's InternalIP/ExternalIP in the API. ``host_prefixes`` False leaves out an interface's /32 (/128) that the
+    API does not give a Node: a VIP a load balancer or keepalived holds there (kube-vip in ARP mode adds a
+    LoadBalancer IP to the leader's interface), not the node's own address."""
     out: dict[str, tuple[str, str]] = {}
     for link in addresses.links if addresses is not None else ():
         name = link.get("ifname")
@@ -224,8 +228,11 @@ def _node_addresses(addresses: Addresses | None, nodes: NodeObjects | None) -> d
             continue
         for a in link.get("addr_info") or []:
             ip = _norm(a.get("local"))
-            if ip and not ipaddress.ip_address(ip).is_loopback and not ipaddress.ip_address(ip).is_link_local:
-                out.setdefault(ip, (addresses.source, f"this node's address on {name}"))
+            if not ip or ipaddress.ip_address(ip).is_loopback or ipaddress.ip_address(ip).is_link_local:
+                continue
+            if not host_prefixes and a.get("prefixlen") == ipaddress.ip_address(ip).max_prefixlen:
+                continue
+            out.setdefault(ip, (addresses.source, f"this node's address on {name}"))
     for obj in nodes.objects if nodes is not None else ():
         status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
         for a in status.get("addresses") or []:
@@ -268,7 +275,7 @@ def node_address_bound(
     bound = _bound(addresses)
     if bound is None:
         return  # no kube-ipvs0: nothing bound (KP304 says so when IPVS runs)
-    owned = _node_addresses(addresses, nodes)
+    owned = _node_addresses(addresses, nodes, host_prefixes=False)
     reject = _ipvs_filter_reject(rules)
     for svc in services.every:
         ext = [(_norm(ip), "externalIP") for ip in svc.spec.get("externalIPs") or []]

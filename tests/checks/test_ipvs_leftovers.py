@@ -129,3 +129,21 @@ def test_another_nodes_internal_ip_as_a_load_balancer_ip_fires_from_the_node_lis
 def test_kp312_silent_on_a_healthy_ipvs_node_and_skipped_in_iptables_mode():
     given(base=BASE).silent("KP312")
     assert given().skips("KP312")
+
+
+def test_a_vip_held_on_the_nodes_interface_is_not_the_nodes_own_address():
+    """kube-vip (ARP mode) adds a LoadBalancer IP to the leader's interface as a /32: that VIP on kube-ipvs0 too is
+    what IPVS mode does with any LoadBalancer IP, not a node's address taken."""
+    links = _addrs(["192.168.50.200"])
+    for link in links:
+        if link["ifname"] == "eth0":
+            link["addr_info"].append({"family": "inet", "local": "192.168.50.200", "prefixlen": 32})
+    files = {"node/ip-addr.json": links, "cluster/services.json": _web_external("192.168.50.200", True)}
+    given(base=BASE, files=files).silent("KP312")
+    vip_node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "ipvs-node"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.50.200"}]},
+    }
+    given(base=BASE, files=files, nodes=[vip_node]).fires("KP312")  # unless the API says it is a Node's
