@@ -17,13 +17,14 @@ from .ipvs_leftovers import _lb_ips, _node_addresses, _norm
 HEALTHZ_PORT = 10256
 
 
-def _capture_rule(rules: KubeProxyRules | None, ip: str) -> Evidence | None:
-    """kube-proxy's iptables rule that sends traffic to ``ip`` into the Service (iptables mode), as evidence."""
+def _capture_rule(rules: KubeProxyRules | None, ip: str, what: str = "external IP") -> Evidence | None:
+    """kube-proxy's iptables rule that sends traffic to ``ip`` (its ``what``: "external IP", "loadbalancer IP") into
+    the Service (iptables mode), as evidence."""
     rs = rules.ruleset if rules is not None else None
     chain = rs.chain("nat", "KUBE-SERVICES") if rs is not None else None
     want = (f"-d {ip}/32 ", f"-d {ip}/128 ")
     for text in chain.lines if chain is not None else []:
-        if any(w in text + " " for w in want) and "external IP" in text:
+        if any(w in text + " " for w in want) and what in text:
             return Evidence(rs.source, text)
     return None
 
@@ -144,7 +145,9 @@ IPMODE_VERSION = (1, 30)  # LoadBalancerIPMode on by default (beta): kube-proxy 
     "a hostname instead of the IP where the provider allows it, or let in-cluster clients use the Service's "
     "ClusterIP or DNS name.",
 )
-def lb_ip_short_circuit(new, services: Services, kp_version: Optional[KubeProxyVersion] = None):
+def lb_ip_short_circuit(
+    new, services: Services, kp_version: Optional[KubeProxyVersion] = None, rules: Optional[KubeProxyRules] = None
+):
     version = kp_version.version if kp_version is not None else None
     for svc in services.focused:
         if svc.type != "LoadBalancer":
@@ -160,10 +163,11 @@ def lb_ip_short_circuit(new, services: Services, kp_version: Optional[KubeProxyV
             mode = ing.get("ipMode")
             if mode == "Proxy" and (version is None or version >= IPMODE_VERSION):
                 continue
-            yield _short_circuit(new, services, svc, ing["ip"], mode, adds, version, kp_version)
+            rule = _capture_rule(rules, _norm(ing["ip"]) or ing["ip"], "loadbalancer IP")
+            yield _short_circuit(new, services, svc, ing["ip"], mode, adds, version, kp_version, rule)
 
 
-def _short_circuit(new, services, svc, ip, mode, adds, version, kp_version):
+def _short_circuit(new, services, svc, ip, mode, adds, version, kp_version, rule):
     what = " and ".join(sorted({a[2] for a in adds}))
     old = mode == "Proxy"  # set, but this kube-proxy predates it
     how = (
@@ -194,6 +198,8 @@ def _short_circuit(new, services, svc, ip, mode, adds, version, kp_version):
     evidence.append(services.evidence(svc, f"status.loadBalancer.ingress: ip {ip}, {how}"))
     if old and kp_version is not None:
         evidence.append(Evidence(kp_version.source, f"kube-proxy v{version[0]}.{version[1]}"))
+    if rule is not None:
+        evidence.append(rule)  # the short-circuit itself, as kube-proxy wrote it
     return new(
         f"{svc.key}: its load balancer adds {what}, and {ip} has {how}: kube-proxy sends in-cluster traffic to {ip} "
         f"straight to the pods, which then get it without the {what} they expect",

@@ -166,3 +166,19 @@ def test_kp509_traces_the_default_healthz_port_when_the_configuration_leaves_it_
         assert "10256/tcp (kube-proxy's /healthz" in f.summary, value
     (f,) = given(base="firewall-drops-nodeports", kube_proxy={"healthzBindAddress": "127.0.0.1:10256"}).fires("KP509")
     assert "10256" not in f.summary  # loopback only: not reachable from outside at all (KP152's case)
+
+
+def test_kp150_and_kp151_cite_the_rule_that_takes_the_address():
+    from tests.conftest import FIXTURES
+    from kpdiag.commands.pipeline import analyze_bundle
+    import os
+
+    report = analyze_bundle(os.path.join(FIXTURES, "lb-proxy-protocol-short-circuit"))
+    (f,) = [f for f in report.findings if f.id == "KP151"]
+    assert any(
+        e.source == "node/iptables-save.txt" and "-d 192.168.50.200/32" in e.text and "loadbalancer IP" in e.text
+        for e in f.evidence
+    )
+    report = analyze_bundle(os.path.join(FIXTURES, "external-ip-captured"))
+    (f,) = [f for f in report.findings if f.id == "KP150"]
+    assert any("-d 192.168.50.2/32" in e.text and "external IP" in e.text for e in f.evidence)
