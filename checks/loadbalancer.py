@@ -31,7 +31,7 @@ def _capture_rule(rules: KubeProxyRules | None, ip: str, what: str = "external I
 
 @check(
     "KP150",
-    "external-ip-captures-outside-address",
+    "external-ip-capture",
     "A Service's externalIPs capture an address outside the cluster (CVE-2020-8554)",
     "warning",
     severities=("warning",),
