@@ -96,6 +96,8 @@ def _targets(
                         (what, f"{rs.source}: {table} KUBE-NODEPORTS"),
                     )
     hc = config.get("healthzBindAddress") if config is not None else None
+    if config is not None and not str(hc or "").strip():
+        hc = "0.0.0.0:10256"  # unset or empty (kubeadm writes ""): kube-proxy's default, which load balancers check
     if hc is not None and str(hc).rsplit(":", 1)[-1].isdigit() and not str(hc).startswith("127."):
         out.setdefault(
             ("tcp", int(str(hc).rsplit(":", 1)[-1])),

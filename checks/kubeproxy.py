@@ -305,6 +305,8 @@ OLD_LOG = 86400.0  # seconds: a log last written longer before the collection is
     "Known kube-proxy errors in its log",
     "warning",
     severities=("warning", "error"),
+    # a sync that fails before its end never reaches IPVS mode's cleanup of superfluous addresses and virtual servers
+    explains=("KP311",),
     advice_for="kube-proxy",
     symptom="Services are intermittently wrong on this node; kube-proxy restarts or lags behind.",
     why="""
