@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from kpdiag import secrets
-from kpdiag.bundle.safeio import load_json
+from kpdiag.parse.decode import load_json
 from kpdiag.bundle import sources
 from kpdiag.manifests import apply_command
 from kpdiag.state.cluster import selector_matches
@@ -420,7 +420,7 @@ def _read_kubeconfigs(given: str, deadline: float) -> tuple[list[tuple[str, dict
     ([], why in one line) — before the client library fails on it with an unreadable error or hangs."""
     import yaml
 
-    from kpdiag.bundle.safeio import TooDeep, load_yaml
+    from kpdiag.parse.decode import TooDeep, load_yaml
 
     docs = []
     for one in given.split(os.pathsep):

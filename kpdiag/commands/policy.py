@@ -284,7 +284,7 @@ class FlowSource:
         self._lookups += 1
         if self._lookups <= SCAN_LOOKUPS:
             return False
-        from kpdiag.bundle.safeio import load_json
+        from kpdiag.parse.decode import load_json
 
         by_ip: dict[str, Pod] = {}
         for f in self.pod_files:
