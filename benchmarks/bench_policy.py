@@ -117,7 +117,7 @@ def run(bundle: str, src: str, argv: list | None = None) -> tuple[float, float, 
 def yaml_times() -> list[dict]:
     """Seconds to read a kube-proxy config and a kubeconfig of the given size (refused or parsed)."""
     sys.path.insert(0, ROOT)
-    from kpdiag.bundle.safeio import MAX_YAML_NODES, TooDeep, load_yaml
+    from kpdiag.parse.decode import MAX_YAML_NODES, TooDeep, load_yaml
     from kpdiag.errors import InputError
     from kpdiag.parse.node import parse_kube_proxy_config
 

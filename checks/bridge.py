@@ -59,7 +59,7 @@ def _endpoints(
         return out, slices.source
     ruleset = nft.ruleset() if proxy.dataplane.services_in_nft and nft is not None else None
     if ruleset is not None:
-        from kpdiag.state.kube_nft import programmed_nft
+        from kpdiag.dataplane.kube_nft import programmed_nft
 
         for sp in (programmed_nft(ruleset) or {}).values():
             for target in sp.endpoints:

@@ -168,7 +168,7 @@ def nft_cluster_cidr(nft: Nft | None) -> tuple[tuple[str, ...], Evidence] | None
     rs = nft.ruleset() if nft is not None and nft.kube_proxy_family else None
     if rs is None:
         return None
-    from kpdiag.state.kube_nft import cluster_cidr
+    from kpdiag.dataplane.kube_nft import cluster_cidr
 
     cidrs, seen = cluster_cidr(rs)
     if not cidrs:

@@ -38,7 +38,7 @@ def _nft_marks(nft: Nft | None, verdict: str) -> dict[str, list[Evidence]]:
     rs = nft.ruleset() if nft is not None else None
     if rs is None:
         return {}
-    from kpdiag.state.kube_nft import TABLES, _comment, _elem_key, _verdict
+    from kpdiag.dataplane.kube_nft import TABLES, _comment, _elem_key, _verdict
 
     out: dict[str, list[Evidence]] = {}
     for table in TABLES:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Optional
 
-from kpdiag.fleet.pods import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
+from kpdiag import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image.sh builds
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.state.probe_results import confidence, observations, share_line

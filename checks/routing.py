@@ -135,12 +135,12 @@ def service_cidr_leaves(
 
 def _service_cidrs(nft: Nft | None) -> tuple[list, str | None, list]:
     """(service CIDRs, how they are known, evidence) — kube-proxy's nftables rule "Drop traffic to unallocated
-    ClusterIPs" names them exactly (kpdiag.state.kube_nft.service_cidrs). Else none (the ClusterIPs themselves are
+    ClusterIPs" names them exactly (kpdiag.dataplane.kube_nft.service_cidrs). Else none (the ClusterIPs themselves are
     compared one by one)."""
     rs = nft.ruleset() if nft is not None and nft.kube_proxy_family else None
     if rs is None:
         return [], None, []
-    from kpdiag.state.kube_nft import service_cidrs
+    from kpdiag.dataplane.kube_nft import service_cidrs
 
     cidrs, evidence = [], []
     for family, found in service_cidrs(rs):
@@ -197,7 +197,7 @@ def _cluster_ips(
     dp = proxy.dataplane
     ruleset = nft.ruleset() if dp.services_in_nft and nft is not None else None  # parsed only when it is read
     if ruleset is not None:
-        from kpdiag.state.kube_nft import cluster_ips
+        from kpdiag.dataplane.kube_nft import cluster_ips
 
         for ip in cluster_ips(ruleset):
             out.setdefault(ip, f"{ruleset.source}: set cluster-ips")
@@ -364,7 +364,7 @@ def _endpoints(
     dp = proxy.dataplane if proxy is not None else None
     ruleset = nft.ruleset() if dp is not None and dp.services_in_nft and nft is not None else None
     if ruleset is not None:
-        from kpdiag.state.kube_nft import programmed_nft
+        from kpdiag.dataplane.kube_nft import programmed_nft
 
         for sp in (programmed_nft(ruleset) or {}).values():
             name = sp.comment or sp.chain or "a Service"

@@ -207,7 +207,7 @@ def trace(
     from .trace.model import Packet
     from dataclasses import replace
 
-    from .trace.inputs import explain_unmatched, label_live, read_summary, setup_trace, split_dst
+    from .commands.trace import explain_unmatched, label_live, read_summary, setup_trace, split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(

@@ -53,12 +53,12 @@ def iptables_programmed(ruleset, port, have) -> Evidence:
 
 
 def nft_absent(ruleset, family: str, key: tuple) -> Evidence:
-    """``key``: (ClusterIP, protocol, port), as kpdiag.state.kube_nft keys the service-ips map."""
+    """``key``: (ClusterIP, protocol, port), as kpdiag.dataplane.kube_nft keys the service-ips map."""
     return Evidence(ruleset.source, f"map {family} kube-proxy service-ips: no element {key[0]} . {key[1]} . {key[2]}")
 
 
 def nft_programmed(ruleset, family: str, port, have) -> Evidence:
-    """``port``: a kpdiag.state.kube_nft.NftServicePort; ``have``: the endpoints it sends new connections to."""
+    """``port``: a kpdiag.dataplane.kube_nft.NftServicePort; ``have``: the endpoints it sends new connections to."""
     k = port.key
     if port.chain:
         return Evidence(ruleset.source, f"chain {port.chain}: DNAT to {', '.join(sorted(have))}")

@@ -31,7 +31,7 @@ import re
 import secrets
 
 from kpdiag.bundle import sources
-from kpdiag.bundle.safeio import load_json
+from kpdiag.parse.decode import load_json
 from kpdiag.parse.addr import v6_text
 
 REDACTED = "REDACTED"

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kpdiag.bundle import safeio
+from kpdiag.parse import decode
 from kpdiag.errors import InputError
 from kpdiag.bundle import sources
 
@@ -37,7 +38,7 @@ MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # everything read from one bundle (an arch
 MAX_TAR_FILES = 10000
 SPOOL_IN_MEMORY = 4 * 1024 * 1024  # archive members above this wait in a temporary file, not in memory
 SPOOL_MEMORY_TOTAL = 32 * 1024 * 1024  # and once the members kept in memory reach this, every further one does too
-MAX_JSON_DEPTH = safeio.MAX_DEPTH
+MAX_JSON_DEPTH = decode.MAX_DEPTH
 MAX_DEPTH_DIRS = 16  # folders below a bundle's root (its own layout is 2 deep)
 
 # the bundle layout (docs/architecture.md §3): path → what produced it, from the source catalogue
@@ -198,7 +199,7 @@ class Bundle:
             return
         repeats: list[list[str]] = []
         try:
-            data = safeio.load_json(raw.decode("utf-8"), object_pairs_hook=_noting_repeats(repeats))
+            data = decode.load_json(raw.decode("utf-8"), object_pairs_hook=_noting_repeats(repeats))
             if not isinstance(data, dict):
                 raise ValueError("the manifest is not a JSON object")
         except (ValueError, UnicodeDecodeError) as exc:
@@ -365,8 +366,8 @@ class Bundle:
         if text is None:
             return None
         try:
-            return safeio.load_json(text, MAX_JSON_DEPTH)
-        except safeio.TooDeep as exc:
+            return decode.load_json(text, MAX_JSON_DEPTH)
+        except decode.TooDeep as exc:
             self.problem(rel, f"JSON {exc}")
             return None
         except ValueError as exc:  # json.JSONDecodeError

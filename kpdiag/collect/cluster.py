@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass, field
 
 from kpdiag import secrets
-from kpdiag.bundle.safeio import load_json
+from kpdiag.parse.decode import load_json
 from kpdiag.bundle import sources
 from kpdiag.manifests import apply_command
+from kpdiag.state.cluster import selector_matches
 
 API_TIMEOUT = 5.0
 SERVICE_LOOKUP = sources.SERVICE_LOOKUP
@@ -33,14 +34,6 @@ class ClusterData:
     files: dict[str, bytes] = field(default_factory=dict)
     errors: list[dict] = field(default_factory=list)
     api: str | None = None  # the server URL used
-
-
-def selector_matches(selector: dict | None, labels: dict | None) -> bool:
-    """A Service selector (equality only) against a pod's labels; an empty selector matches nothing."""
-    if not selector:
-        return False
-    labels = labels or {}
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def _as_list(kind: str, items: list) -> bytes:
@@ -427,7 +420,7 @@ def _read_kubeconfigs(given: str, deadline: float) -> tuple[list[tuple[str, dict
     ([], why in one line) — before the client library fails on it with an unreadable error or hangs."""
     import yaml
 
-    from kpdiag.bundle.safeio import TooDeep, load_yaml
+    from kpdiag.parse.decode import TooDeep, load_yaml
 
     docs = []
     for one in given.split(os.pathsep):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from kpdiag.bundle.store import FORMAT
-from kpdiag.bundle.safeio import load_json
+from kpdiag.parse.decode import load_json
 from kpdiag.bundle import sources
 
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}

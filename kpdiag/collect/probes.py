@@ -92,7 +92,7 @@ class ProbeBudget:
 
 def raw_capability() -> str | None:
     """None if raw sockets work here, else why not (one line, with the fix)."""
-    from ..fleet.pods import DEFAULT_IMAGE
+    from .. import DEFAULT_IMAGE
 
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)

@@ -284,7 +284,7 @@ class FlowSource:
         self._lookups += 1
         if self._lookups <= SCAN_LOOKUPS:
             return False
-        from kpdiag.bundle.safeio import load_json
+        from kpdiag.parse.decode import load_json
 
         by_ip: dict[str, Pod] = {}
         for f in self.pod_files:
@@ -674,7 +674,7 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
         raise CannotEvaluate(
             f"Service {svc.key} has no endpoints in the data read ({sources.ENDPOINTSLICES}) and no selector"
         )
-    from kpdiag.collect.cluster import selector_matches
+    from kpdiag.state.cluster import selector_matches
 
     pods = [p for p in source.pods_in(svc.namespace) if selector_matches(svc.selector, p.labels)]
     if not pods:
@@ -745,7 +745,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         if p:
             pods.append(p)
         elif kind in ("svc", "any"):
-            from kpdiag.collect.cluster import selector_matches
+            from kpdiag.state.cluster import selector_matches
 
             svc = cc._call(
                 sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns, kind="one:Service"

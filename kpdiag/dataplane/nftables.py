@@ -28,7 +28,7 @@ class Nftables(Dataplane):
         return f"nftables table {family} kube-proxy" if family else None
 
     def service_table(self, state):
-        from kpdiag.state.kube_nft import cluster_ips, programmed_nft
+        from kpdiag.dataplane.kube_nft import cluster_ips, programmed_nft
 
         rs = state.nft()
         ports = programmed_nft(rs) if rs is not None else None
@@ -85,8 +85,8 @@ class Nftables(Dataplane):
         return None
 
     def port_views(self, services, nft):
-        """``nft``: kpdiag.state.typed.Nft (the service-/local- chains of state/kube_nft.py)."""
-        from kpdiag.state.kube_nft import programmed_nft
+        """``nft``: kpdiag.state.typed.Nft (the service-/local- chains of dataplane/kube_nft.py)."""
+        from kpdiag.dataplane.kube_nft import programmed_nft
 
         rs = nft.ruleset()
         prog = programmed_nft(rs)

@@ -395,7 +395,7 @@ def _read_report_text(path: str, rel: str) -> str:
 
 def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
     """A node report from text that may carry other lines around it (a pod log): (report, None) or (None, why)."""
-    from kpdiag.bundle.safeio import TooDeep, raw_decode_json
+    from kpdiag.parse.decode import TooDeep, raw_decode_json
 
     start = text.find("{")
     while start != -1:
@@ -431,7 +431,8 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     """Node reports saved by ``kpdiag cluster --save-dir`` (``nodes/*.json``; older runs wrote them beside
     ``cluster.json``), or any ``*.json`` node reports, plus the run's ``cluster.json`` when present (failures,
     API version, traffic-policy keys). Only regular files are read, none through a symlink."""
-    from kpdiag.bundle.safeio import describe, load_json
+    from kpdiag.bundle.safeio import describe
+    from kpdiag.parse.decode import load_json
 
     results: list[NodeResult] = []
     meta: dict = {}

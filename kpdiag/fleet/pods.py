@@ -7,13 +7,7 @@ import hashlib
 import re
 import secrets
 
-from .. import __version__
-
-# The image deploy/build-image.sh builds and `kind load` / `ctr images import` put on the nodes. The default is
-# never pulled (imagePullPolicy Never): no registry namespace, whoever owns it, can put its own privileged pod on
-# every node. An --image pinned by digest (NAME@sha256:…, dist/kpdiag-image.ref) may be pulled.
-IMAGE_REPO = "kpdiag"
-DEFAULT_IMAGE = f"{IMAGE_REPO}:{__version__}"
+from .. import DEFAULT_IMAGE, __version__  # the image: kpdiag/__init__.py
 
 # What `kpdiag node` needs in the node pod — no more (docs/privileges.md explains each, and what is lost without it;
 # tests/lab/test_image.py runs the image with exactly these and compares with a run outside any container):

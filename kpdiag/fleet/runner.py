@@ -34,7 +34,7 @@ from kpdiag.bundle.store import json_type
 from .. import secrets
 from ..collect.cluster import api_reason
 from ..errors import Interrupted
-from kpdiag.bundle.safeio import load_json
+from kpdiag.parse.decode import load_json
 from kpdiag.manifests import apply_command
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report

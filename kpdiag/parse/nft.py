@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from kpdiag.bundle.safeio import MAX_DEPTH, TooDeep, json_too_deep, load_json
+from .decode import MAX_DEPTH, TooDeep, json_too_deep, load_json
 
 HOOK_PRIO_NAMES = {"raw": -300, "mangle": -150, "dstnat": -100, "filter": 0, "security": 50, "srcnat": 100}
 

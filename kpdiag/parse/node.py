@@ -233,7 +233,7 @@ def parse_kube_proxy_config(text: str, source: str = "config.yaml") -> KubeProxy
     except ImportError:  # pragma: no cover - yaml comes with the kubernetes client
         yaml = None
     if yaml is not None:
-        from kpdiag.bundle.safeio import TooDeep, load_yaml
+        from .decode import TooDeep, load_yaml
 
         try:
             data = load_yaml(text)  # nested 5,000 deep, or a billion laughs: refused, not a RecursionError
@@ -403,7 +403,7 @@ def _rule_prefix(item: dict, key: str, family: int) -> str | None:
 def parse_ip_rules(text: str, source: str = "ip -j rule") -> list[IpRule]:
     """``ip -j rule show`` of both families (each entry with ``"family": "inet"|"inet6"``, as kpdiag collects it;
     an entry without a family is IPv6 when its addresses are). An entry that cannot be read is an error naming it."""
-    from kpdiag.bundle.safeio import load_json
+    from .decode import load_json
 
     try:
         data = load_json(text)

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kpdiag.collect.cluster import selector_matches
 from kpdiag.bundle import sources
+
+
+def selector_matches(selector: dict | None, labels: dict | None) -> bool:
+    """A Service selector (equality only) against a pod's labels; an empty selector matches nothing."""
+    if not selector:
+        return False
+    labels = labels or {}
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 @dataclass

@@ -150,7 +150,7 @@ def test_healthy_node_has_no_error_or_warning():
 def test_fixture_traces(name):
     from kpdiag.trace.model import Packet
 
-    from kpdiag.trace.inputs import setup_trace
+    from kpdiag.commands.trace import setup_trace
 
     t = _scenario(name)["trace"]
     setup = setup_trace(bundle=os.path.join(FIXTURES, name))  # the mode kube-proxy runs in

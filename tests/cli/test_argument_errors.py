@@ -27,13 +27,13 @@ def no_collection(monkeypatch):
     import kpdiag.commands.policy
     import kpdiag.commands.svc
     import kpdiag.fleet.cluster_cmd
-    import kpdiag.trace.inputs
+    import kpdiag.commands.trace
 
     REACHED.clear()
     for mod, name in (
         (kpdiag.commands.pipeline, "diagnose_node"),
         (kpdiag.commands.pipeline, "analyze_bundle"),
-        (kpdiag.trace.inputs, "setup_trace"),
+        (kpdiag.commands.trace, "setup_trace"),
         (kpdiag.collect.node, "collect_node"),
         (kpdiag.commands.svc, "diagnose_service"),
         (kpdiag.fleet.cluster_cmd, "run"),

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from kpdiag.bundle import safeio
+from kpdiag.parse import decode
 from kpdiag.bundle.store import Bundle
 from kpdiag.commands import policy as P
 from kpdiag.errors import InputError
@@ -40,8 +40,8 @@ def _ask(d):
 
 def test_many_endpoints_read_the_pods_once_and_answer_as_the_search_does(bundle, monkeypatch):
     reads = []
-    real = safeio.load_json
-    monkeypatch.setattr(safeio, "load_json", lambda text, *a, **kw: reads.append(len(text)) or real(text, *a, **kw))
+    real = decode.load_json
+    monkeypatch.setattr(decode, "load_json", lambda text, *a, **kw: reads.append(len(text)) or real(text, *a, **kw))
     fast = _ask(bundle)
     big = [n for n in reads if n > P.LAZY_BYTES]
     assert len(big) == 1, reads  # pods.json decoded whole once, not searched 800 times
@@ -89,19 +89,19 @@ def test_a_large_yaml_config_is_refused_before_parsing():
 
 
 def test_a_yaml_config_of_too_many_nodes_is_refused():
-    text = "kind: KubeProxyConfiguration\nx: [" + ", ".join(["1"] * (safeio.MAX_YAML_NODES + 10)) + "]\n"
-    assert len(text) < safeio.MAX_YAML_BYTES
+    text = "kind: KubeProxyConfiguration\nx: [" + ", ".join(["1"] * (decode.MAX_YAML_NODES + 10)) + "]\n"
+    assert len(text) < decode.MAX_YAML_BYTES
     with pytest.raises(InputError) as exc:
         parse_kube_proxy_config(text, "node/kube-proxy/config.yaml")
-    assert f"more than {safeio.MAX_YAML_NODES} nodes" in str(exc.value)
+    assert f"more than {decode.MAX_YAML_NODES} nodes" in str(exc.value)
 
 
 def test_alias_expansion_is_bounded():
     laughs = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh")
     )
-    with pytest.raises(safeio.TooDeep, match="aliases are expanded"):
-        safeio.load_yaml(laughs)
+    with pytest.raises(decode.TooDeep, match="aliases are expanded"):
+        decode.load_yaml(laughs)
 
 
 def test_a_real_config_still_parses():

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from kpdiag.bundle import safeio
+from kpdiag.parse import decode
 from kpdiag.fleet.aggregate import write_report_dir
 
 DEEP = 5000
@@ -175,16 +175,16 @@ def test_the_depth_check_agrees_with_the_decoder():
         text = json.dumps(o, ensure_ascii=rnd.random() < 0.5)
         for limit in (1, 2, 3, 5, 8):
             for t in (text, text + " " * 70000):  # the short-text shortcut and the C-speed path
-                assert safeio.json_too_deep(t, limit) == (depth(o) > limit), (text, limit)
+                assert decode.json_too_deep(t, limit) == (depth(o) > limit), (text, limit)
 
 
 def test_bounded_loaders_accept_real_documents():
-    assert safeio.load_yaml("mode: ipvs\nipvs: {strictARP: true}\nx: &x [1]\ny: *x\n")["y"] == [1]
-    assert safeio.load_json('{"a": [[[]]], "s": "[[[[[[\\"]]"}')["a"] == [[[]]]
+    assert decode.load_yaml("mode: ipvs\nipvs: {strictARP: true}\nx: &x [1]\ny: *x\n")["y"] == [1]
+    assert decode.load_json('{"a": [[[]]], "s": "[[[[[[\\"]]"}')["a"] == [[[]]]
     doc = {
         "items": [
             {"metadata": {"name": f"s{i}", "labels": {"a": "[{"}}, "spec": {"ports": [{"port": i}]}}
             for i in range(5000)
         ]
     }
-    assert safeio.load_json(json.dumps(doc)) == doc
+    assert decode.load_json(json.dumps(doc)) == doc

@@ -123,7 +123,7 @@ for i, f in enumerate(plan["focus"]):
 # a live kpdiag trace of each packet: the whole rules once, then the focused read of each (kpdiag/collect/dest_rules.py)
 from kpdiag.collect.dest_rules import Destination
 from kpdiag.render.trace import trace_to_json
-from kpdiag.trace.inputs import explain_unmatched, setup_trace
+from kpdiag.commands.trace import explain_unmatched, setup_trace
 from kpdiag.trace.model import Packet
 traces = []
 if plan.get("packets"):

@@ -41,7 +41,7 @@ def _ours(path) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("mode", ["nftables", "iptables"])
 def test_the_loopback_pass_is_on_the_path_rule_by_rule(lab, mode, tmp_path):
-    from kpdiag.trace.inputs import setup_trace
+    from kpdiag.commands.trace import setup_trace
     from kpdiag.trace.model import Packet
 
     _node(lab, mode)

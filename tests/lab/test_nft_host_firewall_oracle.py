@@ -5,7 +5,7 @@ firewall's reject where the kernel rejects, and deliver where the firewall lets 
 
 import pytest
 
-from kpdiag.trace.inputs import setup_trace
+from kpdiag.commands.trace import setup_trace
 from kpdiag.trace.model import Packet
 from tests.synth import Endpoint, Port, Service, iptables_ruleset
 

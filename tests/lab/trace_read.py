@@ -5,7 +5,7 @@ destination (kpdiag/collect/dest_rules.py) and through the whole dump, as JSON o
 
 [{"packet": {...}, "focused": trace JSON, "read": what the focused read holds | null, "problems": [...],
   "full": trace JSON}, …] — the whole dump is read once, each packet's focused read on its own, both from this
-namespace's kernel through the collector a live trace uses (kpdiag/trace/inputs.py setup_trace)."""
+namespace's kernel through the collector a live trace uses (kpdiag/commands/trace.py setup_trace)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 
 from kpdiag.collect.dest_rules import Destination
 from kpdiag.render.trace import trace_to_json
-from kpdiag.trace.inputs import explain_unmatched, setup_trace
+from kpdiag.commands.trace import explain_unmatched, setup_trace
 from kpdiag.trace.model import Packet
 
 

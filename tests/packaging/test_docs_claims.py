@@ -1,7 +1,7 @@
 """What docs/architecture.md and README.md say about the code, checked against the code: the areas of the check ids
-and the modules that hold them, the layout's module lists against the files, the exit code tables against
-kpdiag/exitcodes.py (and no exit code decided anywhere else), the layer folders against the test folders, module names
-that read alike, and functions nothing calls."""
+and the modules that hold them, the exit code tables against kpdiag/exitcodes.py (and no exit code decided anywhere
+else), the layer folders against the test folders, module names that read alike, and functions nothing calls. (The
+layout of §2 is generated: tests/packaging/test_layers.py.)"""
 
 from __future__ import annotations
 
@@ -75,52 +75,6 @@ def test_the_modules_the_table_names_are_the_modules_that_hold_checks():
     text = _text(ARCH)
     for helper in files - holding:  # modules without a check of their own are said to be so
         assert f"`{helper}`" in text, f"checks/{helper} holds no check and the architecture does not say what it is"
-
-
-# ------------------------------------------------------------------------------------------------ layout
-def layout_rows() -> dict[str, str]:
-    """§2's block: each entry (``kpdiag/``, ``cli.py``, ``state/`` …) with its text, continuation lines joined."""
-    text = _text(ARCH)
-    block = text[text.index("## 2. Layout") :]
-    block = block[block.index("```\n") + 4 :]
-    block = block[: block.index("```")]
-    rows: dict[str, str] = {}
-    current = None
-    for line in block.splitlines():
-        m = re.match(r"^ {0,2}(\S+/|\S+\.py)\s{2,}(.*)$", line)
-        if m:
-            current = m.group(1)
-            rows[current] = rows.get(current, "") + " " + m.group(2)
-        elif current:
-            rows[current] += " " + line.strip()
-    return rows
-
-
-@pytest.mark.parametrize("layer", LAYERS + ("schemas",))
-def test_the_layout_names_every_module_of_each_layer_and_only_those(layer):
-    rows = layout_rows()
-    assert f"{layer}/" in rows, f"kpdiag/{layer}/ is not in the layout"
-    named = set(re.findall(r"\b(\w+\.py)\b", rows[f"{layer}/"]))
-    files = _py_files(os.path.join(ROOT, "kpdiag", layer))
-    assert named == files, (
-        f"kpdiag/{layer}: not in the layout {sorted(files - named)}, no such file {sorted(named - files)}"
-    )
-
-
-def test_the_layout_names_every_top_level_module():
-    rows = layout_rows()
-    named = {k for k in rows if k.endswith(".py")} | set(
-        re.findall(r"\b(\w+\.py)\b", " ".join(v for k, v in rows.items() if k.endswith(".py")))
-    )
-    files = _py_files(os.path.join(ROOT, "kpdiag"))
-    assert named == files, f"kpdiag/: not in the layout {sorted(files - named)}, no such file {sorted(named - files)}"
-    folders = {
-        d
-        for d in os.listdir(os.path.join(ROOT, "kpdiag"))
-        if os.path.isfile(os.path.join(ROOT, "kpdiag", d, "__init__.py"))
-    }
-    missing = folders - {"checks"} - {k[:-1] for k in rows if k.endswith("/")}
-    assert not missing, f"packages of kpdiag/ not in the layout: {sorted(missing)}"
 
 
 # ------------------------------------------------------------------------------------------------ exit codes

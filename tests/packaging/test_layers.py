@@ -1,106 +1,72 @@
-"""The engine's module graph has no cycle — function-level (lazy) imports included, since a lazy import is still a
-dependency — and the tracers share their walker through public names only."""
+"""kpdiag's layers run one way and no package's modules import each other round a cycle — function-level (lazy)
+imports included, since a lazy import is still a dependency. The order is written once, as import-linter contracts
+in pyproject.toml, and `lint-imports` checks them; docs/architecture.md §2 lists the layers as generated from the
+contract. The tracers share their walker through public names only."""
 
 from __future__ import annotations
 
 import ast
 import os
+import shutil
+import subprocess
+import sys
 
 from tests.conftest import ROOT
+from tests.packaging import layout
 
 
-def _modules() -> dict[str, str]:
-    out = {}
-    base = os.path.join(ROOT, "kpdiag")
-    for dirpath, dirnames, names in os.walk(base):
-        if os.path.islink(dirpath) or os.path.basename(dirpath) in ("checks", "__pycache__"):
-            dirnames[:] = []
-            continue
-        for n in names:
-            if n.endswith(".py"):
-                rel = os.path.relpath(os.path.join(dirpath, n), ROOT)[:-3].replace(os.sep, ".")
-                out[rel.removesuffix(".__init__")] = os.path.join(dirpath, n)
-    return out
-
-
-def import_graph(mods: dict[str, str]) -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {m: set() for m in mods}
-    for mod, path in mods.items():
-        package = mod if path.endswith("__init__.py") else mod.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")
-                    target = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                for cand in [target, *(f"{target}.{a.name}" for a in node.names)]:
-                    if cand in mods and cand != mod:
-                        graph[mod].add(cand)
-            elif isinstance(node, ast.Import):
-                graph[mod].update(a.name for a in node.names if a.name in mods and a.name != mod)
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    x = stack.pop()
-                    on_stack.discard(x)
-                    comp.append(x)
-                    if x == v:
-                        break
-                if len(comp) > 1:
-                    found.append(sorted(comp))
-    return found
-
-
-def test_the_cycle_finder_finds_a_cycle():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
-
-
-def test_no_import_cycle_in_the_engine():
-    mods = _modules()
-    assert "kpdiag.commands.pipeline" in mods and "kpdiag.trace.netfilter" in mods and len(mods) > 40
-    graph = import_graph(mods)
-    assert (
-        "kpdiag.commands.svc" in graph["kpdiag.commands.pipeline"]
-        and "kpdiag.commands.diagnose" in graph["kpdiag.commands.svc"]
+def lint_imports(cwd: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    exe = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    return subprocess.run(
+        [
+            exe if os.path.exists(exe) else "lint-imports",
+            "--no-cache",
+            "--config",
+            os.path.join(ROOT, "pyproject.toml"),
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert cycles(graph) == []
+
+
+def _broken(out: str) -> str:
+    return out[out.index("Broken contracts") :] if "Broken contracts" in out else out
+
+
+def test_every_import_contract_is_kept():
+    res = lint_imports(ROOT)
+    assert res.returncode == 0, "lint-imports:\n" + _broken(res.stdout) + res.stderr
+    assert "Contracts: 2 kept, 0 broken." in res.stdout, res.stdout
+
+
+def test_the_contracts_fail_on_an_upward_import_and_on_a_cycle(tmp_path):
+    """A copy of kpdiag where a parser imports the CLI (upward, and lazily), state/cni.py imports state/node.py (which
+    imports it) and a new top-level module has no layer yet (the contract is exhaustive): both contracts break,
+    naming each."""
+    copy = tmp_path / "kpdiag"
+    shutil.copytree(os.path.join(ROOT, "kpdiag"), copy, ignore=shutil.ignore_patterns("__pycache__", "checks"))
+    shutil.copytree(os.path.join(ROOT, "checks"), copy / "checks", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "parse" / "addr.py", "a", encoding="utf-8") as fh:
+        fh.write("\n\ndef _upward():\n    from kpdiag import cli  # noqa: F401\n")
+    with open(copy / "state" / "cni.py", "a", encoding="utf-8") as fh:
+        fh.write("\nfrom kpdiag.state import node  # noqa: E402, F401\n")
+    (copy / "newcomer.py").write_text('"""Not yet placed."""\n', encoding="utf-8")
+    res = lint_imports(str(tmp_path), env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Contracts: 0 kept, 2 broken." in res.stdout, res.stdout
+    assert "kpdiag.parse.addr -> kpdiag.cli" in res.stdout, res.stdout
+    assert "No cycles are allowed in kpdiag.state." in res.stdout, res.stdout
+    assert "kpdiag.newcomer" in res.stdout, res.stdout
+
+
+def test_the_architecture_lists_the_layers_of_the_contract():
+    with open(os.path.join(ROOT, layout.ARCH), encoding="utf-8") as fh:
+        text = fh.read()
+    assert text.count(layout.BEGIN) == 1 and text.count(layout.END) == 1
+    assert layout.regenerate(text) == text, "docs/architecture.md §2 is stale: run python docs/make_docs.py"
 
 
 def test_tracers_share_the_walker_through_public_names():

@@ -12,7 +12,7 @@ import pytest
 
 from kpdiag.errors import InputError
 from kpdiag.parse.recent import hz_from, parse_xt_recent
-from kpdiag.trace.inputs import setup_trace
+from kpdiag.commands.trace import setup_trace
 from kpdiag.trace.model import Packet
 from tests.conftest import FIXTURES
 

@@ -356,7 +356,7 @@ def test_thousands_of_jump_and_return_rules_in_one_chain():
 
 # ---------------------------------------------------------------------- iptables mode sees the other nft tables
 def _firewalld_bundle(tmp_path, with_firewall: bool):
-    from kpdiag.trace.inputs import setup_trace
+    from kpdiag.commands.trace import setup_trace
 
     items = [{"metainfo": {"json_schema_version": 1}}, {"table": {"family": "ip", "name": "filter", "handle": 1}}]
     items.append(

@@ -9,7 +9,7 @@ import os
 from click.testing import CliRunner
 
 from kpdiag.cli import cli
-from kpdiag.trace.inputs import setup_trace
+from kpdiag.commands.trace import setup_trace
 from kpdiag.trace.kernel import KernelPath, KernelTrace, compare
 from kpdiag.trace.model import Packet
 from tests.conftest import FIXTURES

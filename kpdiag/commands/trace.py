@@ -1,4 +1,4 @@
-"""Load what a trace needs (rules, addresses, routes, ipsets) from files or a bundle."""
+"""What `kpdiag trace` needs (rules, addresses, routes, ipsets), loaded from files, a bundle or this node."""
 
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ def _with_nft_tables(tracer, state) -> None:
     """iptables and IPVS mode: the node's other nftables tables (a host firewall such as firewalld's, a leftover
     kube-proxy table) run at the same hooks; parse the ruleset only when it has base chains of its own."""
     from ..parse.nft import hooked_tables
-    from .netfilter import IPTABLES_NFT_TABLES
+    from ..trace.netfilter import IPTABLES_NFT_TABLES
 
     own = {(f, t) for f in ("ip", "ip6") for t in IPTABLES_NFT_TABLES}
     if hooked_tables(state.nft_text) - own:
@@ -271,14 +271,14 @@ def setup_trace(
     ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart). ``dest``
     (live only): read only the rules a packet to that destination can meet (kpdiag/collect/dest_rules.py)."""
     from ..parse.iptables import parse_iptables_save
-    from .netfilter import IptablesTracer
-    from .routing import RoutingTable
+    from ..trace.netfilter import IptablesTracer
+    from ..trace.routing import RoutingTable
 
     problems: list[Problem] = []
     ipsets = None
     if nft:
         from ..parse.nft import parse_nft_json
-        from .nftables import NftTracer
+        from ..trace.nftables import NftTracer
 
         ruleset = parse_nft_json(_read_file(nft), nft)
         return TraceSetup(NftTracer(ruleset, RoutingTable.from_local_ips(local_ips)), "nftables", problems)
@@ -322,7 +322,7 @@ def setup_trace(
             state.routing.local_ips.add(parse_ip(ip))
         chosen = None
         if family == 4:  # which iptables backend's rules act (kpdiag/trace/backends.py); IPv6: ip6tables-save's
-            from .backends import choose
+            from ..trace.backends import choose
 
             chosen = choose(state, bundle)
         rules, rel, what = dp.trace_rules(state, family)
