@@ -13,7 +13,7 @@ from typing import Optional
 from kpdiag.checkapi import check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, ConntrackEntries, Focus, Services
+from kpdiag.state.typed import Addresses, ConntrackEntries, Focus, KubeProxySettings, Services
 
 from .service import in_focus, port_data
 
@@ -71,6 +71,27 @@ def node_addresses(addresses: Addresses | None) -> set[str]:
             if isinstance(a, dict) and isinstance(a.get("local"), str):
                 out.add(a["local"])
     return out
+
+
+def nodeport_addresses(node_ips: set[str], kp: KubeProxySettings | None) -> set[str]:
+    """The node addresses kube-proxy takes NodePort traffic on, as far as they can be told: not loopback (localhost
+    NodePorts exist in iptables mode only), and within nodePortAddresses when it is set (none when it is "primary":
+    which addresses those are is the Node's record, not read here)."""
+    import ipaddress
+
+    out = {ip for ip in node_ips if not ipaddress.ip_address(ip).is_loopback}
+    setting = kp.value("nodePortAddresses") if kp is not None else None
+    if not setting:
+        return out
+    if "primary" in setting:
+        return set()
+    nets = []
+    for text in setting:
+        try:
+            nets.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            continue
+    return {ip for ip in out if any(ipaddress.ip_address(ip) in n for n in nets)}
 
 
 @dataclass(frozen=True)
@@ -218,9 +239,10 @@ def udp_flow_before_endpoints(
     entries: ConntrackEntries,
     focus: Optional[Focus] = None,
     addresses: Optional[Addresses] = None,
+    kp: Optional[KubeProxySettings] = None,  # nodePortAddresses: an untranslated flow elsewhere is not a NodePort's
 ):
     table = by_destination(udp_entries(entries.text or ""))
-    node_ips = node_addresses(addresses)
+    node_ips = nodeport_addresses(node_addresses(addresses), kp)
     for svc, port in _udp_ports(services, focus):
         current = current_endpoints(svc, port)
         if not current:

@@ -112,3 +112,17 @@ def test_both_skip_without_the_conntrack_entries():
     svc, sl = _syslog()
     assert "conntrack" in given(services=[svc], endpointslices=[sl]).skips("KP529")
     assert "conntrack" in given(services=[svc], endpointslices=[sl]).skips("KP504")
+
+
+def test_kp529_judges_nodeport_flows_only_where_kube_proxy_takes_nodeports():
+    svc, sl = _syslog()
+    loopback = _entry("127.0.0.1", 30514, "127.0.0.1", 30514, src="127.0.0.1")
+    _given(svc, sl, loopback).silent("KP529")  # localhost NodePorts: iptables mode only
+    outside = _entry("192.168.50.1", 30514, "192.168.50.1", 30514)
+    g = given(
+        services=[svc], endpointslices=[sl], files={CT: outside}, kube_proxy={"nodePortAddresses": ["10.99.0.0/16"]}
+    )
+    g.silent("KP529")  # 192.168.50.1 is not in nodePortAddresses: kube-proxy never took NodePorts there
+    given(
+        services=[svc], endpointslices=[sl], files={CT: outside}, kube_proxy={"nodePortAddresses": ["192.168.50.0/24"]}
+    ).fires("KP529")

@@ -38,6 +38,15 @@ SEND = (  # one datagram from a fixed source port (the same flow each time)
 )
 
 
+def _bound(lab, role: str, port: int = 5140) -> None:
+    """Wait until the UDP server in ``role`` has its socket (a datagram sent before would be refused)."""
+    for _ in range(60):
+        if lab.sh(role, ["ss", "-Huln", f"sport = :{port}"]).stdout.strip():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no UDP server on {role}:{port}")
+
+
 def _syslog(endpoint: str | None) -> Service:
     return Service(
         "shop",
@@ -64,6 +73,7 @@ def _api(endpoint: str) -> dict:
 def _listen(lab, tmp_path, role: str) -> str:
     path = str(tmp_path / f"{role}.got")
     lab.background(role, [sys.executable, "-c", LISTEN, path], subprocess.DEVNULL)
+    _bound(lab, role)
     return path
 
 
