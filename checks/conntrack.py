@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.typed import ConntrackEntries, ConntrackStats, EndpointSlices, Focus, Services, Tracer
-
-from .service import in_focus
+from kpdiag.state.typed import ConntrackEntries, ConntrackStats, Tracer
 
 
 @check(
@@ -126,64 +123,3 @@ def conntrack_pressure(
             subject="node",
             data={"stats": {"insert_failed": failed}},
         )
-
-
-_CT_RE = re.compile(
-    r"^(\w+)\s+\d+\s+\d+\s+(?:\S+\s+)?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+).*?src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)"
-)
-
-
-@check(
-    "KP504",
-    "stale-udp-conntrack",
-    "UDP conntrack entries still point to gone endpoints",
-    "warning",
-    advice_for="kube-proxy",
-    symptom="After a pod behind a UDP Service (typically DNS) is replaced, some clients keep timing out for minutes.",
-    why="""
-        UDP has no connection end, so a client that keeps sending from the same port keeps its conntrack entry — and
-        that entry keeps the old DNAT target, even after the endpoint is gone. kube-proxy deletes such entries when
-        endpoints change; when it cannot (no conntrack binary, no permission) or misses it, clients are stuck on a
-        dead endpoint until they change source port or the entry times out.
-    """,
-    fix="Delete the stale entries (conntrack -D …) and fix kube-proxy's conntrack cleanup (KP704).",
-)
-def stale_udp(
-    new,
-    services: Services,
-    slices: EndpointSlices,
-    entries: ConntrackEntries,
-    focus: Optional[Focus] = None,
-):
-    text = entries.text or ""
-    for svc in in_focus(services, focus):
-        for port in svc.ports:
-            if (port.get("protocol") or "TCP").upper() != "UDP":
-                continue
-            ready = {e.ip for e in svc.endpoints_for(port) if e.ready}
-            stale_entries = []
-            for n, line in enumerate(text.splitlines(), 1):
-                m = _CT_RE.match(line.strip())
-                if not m or m.group(1) != "udp":
-                    continue
-                orig_dst, dport, reply_src = m.group(3), int(m.group(5)), m.group(6)
-                if (
-                    orig_dst in svc.cluster_ips
-                    and dport == port.get("port")
-                    and reply_src not in ready
-                    and reply_src != orig_dst
-                ):
-                    stale_entries.append((n, line.strip(), reply_src))
-            if not stale_entries:
-                continue
-            gone = sorted({s for _, _, s in stale_entries})
-            yield new(
-                f"{len(stale_entries)} UDP conntrack entr{'y' if len(stale_entries) == 1 else 'ies'} to {svc.key} ({svc.cluster_ips[0]}:{port.get('port')}) "
-                f"still go to {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not a ready endpoint",
-                fix=tuple(f"conntrack -D -p udp --orig-dst {svc.cluster_ips[0]} --reply-src {g}" for g in gone)
-                + (
-                    "kubectl -n kube-system logs <kube-proxy pod> | grep -i conntrack   # why kube-proxy did not clean them",
-                ),
-                evidence=[Evidence(entries.source, line, n) for n, line, _ in stale_entries[:3]],
-                subject=f"{svc.key}:{port.get('port')}",
-            )

@@ -83,7 +83,7 @@ def replacement(
     "kube-proxy-absent",
     "kube-proxy is not running, and nothing replaces it",
     "error",
-    explains=("stale-rules", "KP113", "KP504"),
+    explains=("stale-rules", "KP113", "KP504", "KP529"),
     absent=("kube-proxy",),
     severities=("error",),
     symptom="New Services and endpoint changes never reach this node; if its rules were never written, no ClusterIP works "

@@ -163,7 +163,7 @@ STALE_SECONDS = 120
     "kube-proxy-unhealthy",
     "kube-proxy is unhealthy or has stopped syncing",
     "error",
-    explains=("stale-rules", "KP113", "KP504"),
+    explains=("stale-rules", "KP113", "KP504", "KP529"),
     severities=("warning", "error"),
     advice_for="kube-proxy",
     symptom="New Services and endpoint changes do not reach this node; traffic goes to pods that are gone.",
@@ -264,7 +264,7 @@ LOG_PATTERNS = [
             r"|Failed to delete (\S+ )?endpoint connections|clearing conntrack entries)",
             re.I,
         ),
-        "kube-proxy could not delete stale conntrack entries: UDP clients keep talking to removed endpoints (KP504)",
+        "kube-proxy could not delete stale conntrack entries: UDP clients keep talking to removed endpoints (KP504) or past new ones (KP529)",
         "make sure the conntrack binary is in the kube-proxy image and the pod is privileged (NET_ADMIN)",
     ),
     (

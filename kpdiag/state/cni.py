@@ -75,6 +75,16 @@ NOT_JUDGED = {
     WHOLE_RANGE: "routes the whole pod range to one bridge, not one route per node",
 }
 
+# CNIs whose configuration chains the portmap plugin for hostPort (their own Calico eBPF variant aside)
+PORTMAP_HOSTPORT = frozenset(("flannel", "canal", "calico", "kube-router", "weave", "aws-vpc-cni", "azure-cni", "gke"))
+# why hostPort is not portmap's, by CNI
+HOSTPORT_OWN = {
+    "cilium": "implements hostPort in its BPF programs (portmap rules are not what carries it)",
+    "antrea": "implements hostPort itself, not through the portmap plugin",
+    "ovn-kubernetes": "implements hostPort itself, not through the portmap plugin",
+    "ebpf": "implements hostPort in its BPF programs (portmap rules are not what carries it)",
+}
+
 # process name → CNI label (node/processes.txt)
 PROCESSES = {
     "flanneld": "flannel",
@@ -172,6 +182,16 @@ class CniModel:
                 if any(h.version == net.version and h in net for h in host):
                     out.append((dst, f"{dst} via {r.get('gateway')} dev cilium_host"))
         return out
+
+    def hostport_not_portmap(self) -> str | None:
+        """None where hostPort is the CNI portmap plugin's (its DNAT rules in iptables CNI-HOSTPORT-DNAT / CNI-DN-*
+        chains, or its nftables table cni_hostport, and its UDP conntrack cleanup); else the one-line reason it is not
+        (the CNI does hostPort itself, or the CNI is not recognised)."""
+        if self.shape is None:
+            return "the node's CNI is not recognised: whether the portmap plugin implements hostPort here is not known"
+        if self.shape.cni in PORTMAP_HOSTPORT and self.shape.routing != EBPF:
+            return None
+        return f"{self.shape.label} {HOSTPORT_OWN.get(self.shape.cni, HOSTPORT_OWN['ebpf'])}"
 
     def judged_by(self, wanted: tuple[str, ...] | list[str]) -> bool:
         """Whether a check about ``wanted`` (CNI names or routing models) judges this node."""
