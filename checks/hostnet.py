@@ -4,6 +4,7 @@ IPv6 forwarding on a dual-stack node, and MTUs that do not leave room for the ov
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from kpdiag.checkapi import Skip, check
@@ -256,6 +257,62 @@ def _routes_via(routes: Routes, dev: str) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class MtuExcess:
+    """The pods' side against the path under it: ``limit`` (the largest packet that fits: the uplink's MTU, or a
+    carrying tunnel's MTU / uplink − overhead), ``why`` (that limit in words), ``too_big`` (pod-facing interfaces —
+    node ends of pod veths, the bridges with ports, cali*/lxc* — whose MTU exceeds it), ``carrying`` (the tunnels
+    with pod routes: (link, kind, overhead)), ``uplink`` (its name and MTU)."""
+
+    limit: int
+    why: str
+    too_big: list
+    carrying: list
+    uplink: tuple
+
+
+def pod_mtu_excess(addresses: Addresses, routes: Routes) -> MtuExcess | None:
+    """KP508's facts (also read by KP524): None when the uplink or its MTU is not known."""
+    links = _links(addresses)
+    by_name = {link["ifname"]: link for link in links}
+    uplink_name = _default_dev(routes.routes, 4) or _default_dev(routes.routes, 6)
+    uplink = by_name.get(uplink_name or "")
+    if uplink is None or not isinstance(uplink.get("mtu"), int):
+        return None
+    u = uplink["mtu"]
+    tunnels = [
+        (link, _kind(link), TUNNEL_OVERHEAD[_kind(link)])
+        for link in links
+        if _kind(link) in TUNNEL_OVERHEAD and isinstance(link.get("mtu"), int) and link["ifname"] != uplink_name
+    ]
+    # the pods' side: node ends of pod veths (cali*, lxc*, veth* in a bridge) and the bridges with ports
+    carrying = [(link, kind, over) for link, kind, over in tunnels if _routes_via(routes, link["ifname"])]
+    if carrying:
+        limit = min(min(link["mtu"], u - over) for link, _, over in carrying)
+        why = " / ".join(
+            f"{link['ifname']} ({kind}, mtu {link['mtu']}, uplink {u} − {over})" for link, kind, over in carrying
+        )
+    else:
+        limit, why = u, f"the uplink {uplink_name}"
+    tunnel_names = {t[0]["ifname"] for t in tunnels}
+    bridges = {link.get("master") for link in links if link.get("master")} - {uplink_name}
+    bridges = {
+        b
+        for b in bridges
+        if b in by_name and _kind(by_name[b]) in (None, "bridge") and not b.startswith(NOT_POD_BRIDGES)
+    }  # not a bond, not the uplink, not Docker's or libvirt's bridge (their containers are not pods)
+    pods = [
+        link
+        for link in links
+        if isinstance(link.get("mtu"), int)
+        and link["ifname"] not in ("lo", uplink_name, "kube-ipvs0")
+        and link["ifname"] not in tunnel_names
+        and (link["ifname"] in bridges or link.get("master") in bridges or link["ifname"].startswith(("cali", "lxc")))
+    ]
+    too_big = [link for link in pods if link["mtu"] > limit]
+    return MtuExcess(limit, why, too_big, carrying, (uplink_name, u))
+
+
 @check(
     "KP508",
     "mtu-mismatch",
@@ -308,33 +365,10 @@ def mtu_mismatch(new, addresses: Addresses, routes: Routes):
                 evidence=[Evidence(addr_src, f"{link['ifname']}: kind {kind}, mtu {link['mtu']}"), up_ev],
                 subject=link["ifname"],
             )
-    # the pods' side: node ends of pod veths (cali*, lxc*, veth* in a bridge) and the bridges with ports
-    carrying = [(link, kind, over) for link, kind, over in tunnels if _routes_via(routes, link["ifname"])]
-    if carrying:
-        limit = min(min(link["mtu"], u - over) for link, _, over in carrying)
-        why = " / ".join(
-            f"{link['ifname']} ({kind}, mtu {link['mtu']}, uplink {u} − {over})" for link, kind, over in carrying
-        )
-    else:
-        limit, why = u, f"the uplink {uplink_name}"
-    tunnel_names = {t[0]["ifname"] for t in tunnels}
-    bridges = {link.get("master") for link in links if link.get("master")} - {uplink_name}
-    bridges = {
-        b
-        for b in bridges
-        if b in by_name and _kind(by_name[b]) in (None, "bridge") and not b.startswith(NOT_POD_BRIDGES)
-    }  # not a bond, not the uplink, not Docker's or libvirt's bridge (their containers are not pods)
-    pods = [
-        link
-        for link in links
-        if isinstance(link.get("mtu"), int)
-        and link["ifname"] not in ("lo", uplink_name, "kube-ipvs0")
-        and link["ifname"] not in tunnel_names
-        and (link["ifname"] in bridges or link.get("master") in bridges or link["ifname"].startswith(("cali", "lxc")))
-    ]
-    too_big = [link for link in pods if link["mtu"] > limit]
-    if not too_big:
+    excess = pod_mtu_excess(addresses, routes)
+    if excess is None or not excess.too_big:
         return
+    limit, why, too_big, carrying = excess.limit, excess.why, excess.too_big, excess.carrying
     sizes = sorted({link["mtu"] for link in too_big})
     names = [link["ifname"] for link in too_big]
     yield new(

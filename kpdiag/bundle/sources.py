@@ -310,6 +310,22 @@ IP_RULE = _declare(
     "kpdiag.parse.node:parse_ip_rules",
     collect=method("ip_rules"),
 )
+NEIGH = _declare(
+    "node/neigh.json",
+    "the neighbour (ARP/NDP) entries of the node's namespace counted by state and device (pyroute2), and "
+    "/proc/net/stat/arp_cache and ndisc_cache (the tables' entries in every namespace, forced collections, refusals)",
+    "the neighbour tables, counted",
+    "kpdiag.parse.neigh:parse_neigh",
+    collect=method("neighbours"),
+)
+KERNEL_LOG = _declare(
+    "node/kernel-log.txt",
+    "the kernel log (/dev/kmsg, else dmesg): its lines about the network only (neighbour table overflow, conntrack "
+    "table full), the last 200",
+    "the kernel's log lines about the network",
+    "kpdiag.parse.neigh:parse_kernel_log",
+    collect=method("kernel_log"),
+)
 PROCESSES = _declare(
     "node/processes.txt",
     "/proc/*/comm and cmdline (pid, name, arguments)",

@@ -105,8 +105,18 @@ HOST_PATHS = (
     ),
 )
 
-SYSCTL_DIRS = ("net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/netfilter", "net/core")
+SYSCTL_DIRS = (
+    "net/ipv4",
+    "net/ipv6/conf/all",
+    "net/ipv6/conf/default",
+    "net/ipv6/neigh/default",
+    "net/bridge",
+    "net/netfilter",
+    "net/core",
+)
 SYSCTL_SKIP = ("net/ipv4/route/flush", "net/ipv4/neigh", "net/ipv6/neigh")
+# of the neighbour tables' settings, only the defaults (gc_thresh1/2/3 live there): one folder per interface is not read
+SYSCTL_KEEP = ("net/ipv4/neigh/default", "net/ipv6/neigh/default")
 
 
 @dataclass
@@ -364,12 +374,12 @@ class NodeCollector:
             root = os.path.join(base, d)
             for dirpath, dirnames, filenames in os.walk(root):
                 rel_dir = os.path.relpath(dirpath, base)
-                if rel_dir.startswith(SYSCTL_SKIP):
-                    dirnames[:] = []
+                if rel_dir.startswith(SYSCTL_SKIP) and not rel_dir.startswith(SYSCTL_KEEP):
+                    dirnames[:] = [n for n in dirnames if os.path.join(rel_dir, n) in SYSCTL_KEEP]
                     continue
                 for name in sorted(filenames):
                     rel = os.path.join(rel_dir, name)
-                    if rel.startswith(SYSCTL_SKIP):
+                    if rel.startswith(SYSCTL_SKIP) and not rel.startswith(SYSCTL_KEEP):
                         continue
                     try:
                         with open(os.path.join(dirpath, name)) as fh:
@@ -385,6 +395,33 @@ class NodeCollector:
         else:
             self._put(sources.SYSCTL, "\n".join(sorted(lines)) + "\n")
         self._timed(sources.SYSCTL, t)
+
+    def neighbours(self) -> None:
+        """node/neigh.json: the neighbour tables counted (kpdiag/collect/neigh.py)."""
+        from . import neigh
+
+        t = time.monotonic()
+        doc, errors = neigh.neighbours(self.proc)
+        for error in errors:
+            self._err(sources.NEIGH, error)
+        if len(doc) > 1:
+            self._put(sources.NEIGH, json.dumps(doc, indent=1))
+        self._timed(sources.NEIGH, t)
+
+    def kernel_log(self) -> None:
+        """node/kernel-log.txt: the kernel log's lines about the network (/dev/kmsg, else dmesg), bounded."""
+        from . import neigh
+
+        lines = neigh._kmsg_lines(os.path.join(os.path.dirname(self.proc.rstrip("/")) or "/", "dev/kmsg"))
+        how = "/dev/kmsg"
+        if lines is None:
+            data = self._run(sources.KERNEL_LOG, "dmesg", [], max_lines=neigh.MAX_LOG_RECORDS)
+            if data is None:
+                return
+            lines, how = data.decode("utf-8", "replace").splitlines(), "dmesg"
+        kept = neigh.network_lines(lines)
+        head = f"# the kernel log ({how}): {len(lines)} lines read, {kept.count(chr(10))} about the network kept\n"
+        self._put(sources.KERNEL_LOG, head + kept)
 
     def links(self) -> None:
         t = time.monotonic()

@@ -74,6 +74,14 @@ class Sysctls(Typed):
 
 
 @dataclass(frozen=True)
+class NeighThresholds(Sysctls):
+    """The node's sysctls where the neighbour tables' bounds (net.ipv4/ipv6.neigh.default.gc_thresh1/2/3) were
+    collected: a bundle from before kpdiag read them does not show the fact."""
+
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.SYSCTL}#neigh.default.gc_thresh3",)
+
+
+@dataclass(frozen=True)
 class LocalPorts(Typed):
     """The node's ephemeral ports: net.ipv4.ip_local_port_range (the source ports the kernel picks for the node's own
     connections) and net.ipv4.ip_local_reserved_ports (ports it never picks), with their lines for evidence."""
@@ -867,6 +875,35 @@ class EthtoolOffload(Typed):
     @classmethod
     def build(cls, ctx):
         parsed = ctx.source(sources.ETHTOOL_OFFLOAD)
+        return None if parsed is None else cls(parsed)
+
+
+@dataclass(frozen=True)
+class Neighbours(Typed):
+    """The neighbour tables, counted (node/neigh.json, kpdiag.parse.neigh): ``tables.families["ipv4"|"ipv6"]``
+    (entries of the node's namespace by device, the kernel's count over every namespace, refusals) and
+    ``tables.source``."""
+
+    INPUT: ClassVar[str] = str(sources.NEIGH)
+    tables: object
+
+    @classmethod
+    def build(cls, ctx):
+        parsed = ctx.source(sources.NEIGH)
+        return None if parsed is None else cls(parsed)
+
+
+@dataclass(frozen=True)
+class KernelLog(Typed):
+    """The kernel's log lines about the network (node/kernel-log.txt, kpdiag.parse.neigh.KernelLog): ``log.lines``,
+    ``log.overflows()``, ``log.source``."""
+
+    INPUT: ClassVar[str] = str(sources.KERNEL_LOG)
+    log: object
+
+    @classmethod
+    def build(cls, ctx):
+        parsed = ctx.source(sources.KERNEL_LOG)
         return None if parsed is None else cls(parsed)
 
 

@@ -8,6 +8,7 @@ from ..parse.addr import hostport, int_to_ip, parse_ip
 
 PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58, "ipv6-icmp": 58, "all": 0}
 SCHEMA = "kpdiag.trace/v1"
+CT_STATES = ("new", "related", "established")
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class Packet:
     iif: str | None = None
     icmp_type: int = 8  # echo-request
     icmp_code: int = 0
+    # the conntrack state the packet arrives with: "new" (the first packet of a connection), "related" (an ICMP error
+    # about a tracked connection, such as "fragmentation needed") or "established"; only a new packet meets nat chains
+    ct_state: str = "new"
 
     def __post_init__(self):
         proto = self.proto.lower()
@@ -45,6 +49,8 @@ class Packet:
             raise ValueError(f"--dport {self.dport} is not a port number")
         if not 0 <= self.sport <= 65535:
             raise ValueError(f"--sport {self.sport} is not a port number")
+        if self.ct_state not in CT_STATES:
+            raise ValueError(f"the conntrack state must be one of {', '.join(CT_STATES)}, not {self.ct_state!r}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -52,6 +58,8 @@ class Packet:
         if self.proto != "icmp":
             d.pop("icmp_type")
             d.pop("icmp_code")
+        if self.ct_state == "new":
+            d.pop("ct_state")
         return d
 
 

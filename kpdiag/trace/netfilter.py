@@ -649,7 +649,7 @@ def _m_mark(tr, m, st, rule):
 def _ct_states(st) -> set[str]:
     if st.untracked:
         return {"UNTRACKED"}
-    states = {"NEW"}
+    states = {st.ct_state.upper()}
     if st.ct_dnat:
         states.add("DNAT")
     if st.ct_snat:

@@ -34,6 +34,38 @@ TYPE_KINDS = {
 }
 
 
+# nft's names of ICMP types and codes (`icmp type echo-request`, `icmp code frag-needed`)
+ICMP_NAMES = {
+    "icmptype": {
+        "echo-reply": 0,
+        "destination-unreachable": 3,
+        "source-quench": 4,
+        "redirect": 5,
+        "echo-request": 8,
+        "router-advertisement": 9,
+        "router-solicitation": 10,
+        "time-exceeded": 11,
+        "parameter-problem": 12,
+        "timestamp-request": 13,
+        "timestamp-reply": 14,
+        "info-request": 15,
+        "info-reply": 16,
+        "address-mask-request": 17,
+        "address-mask-reply": 18,
+    },
+    "icmpcode": {
+        "net-unreachable": 0,
+        "host-unreachable": 1,
+        "prot-unreachable": 2,
+        "port-unreachable": 3,
+        "frag-needed": 4,
+        "net-prohibited": 9,
+        "host-prohibited": 10,
+        "admin-prohibited": 13,
+    },
+}
+
+
 class Unknown(Exception):
     """An expression kpdiag cannot evaluate (the message says which)."""
 
@@ -48,6 +80,8 @@ def _kind_of(left) -> str:
                 return "port"
             if f == "protocol":
                 return "proto"
+            if left["payload"].get("protocol") == "icmp" and f in ("type", "code"):
+                return "icmp" + f
             return "int"
         if "meta" in left:
             key = left["meta"].get("key")
@@ -103,6 +137,8 @@ def _norm_value(kind: str, v):
         return int(v, 0) if isinstance(v, str) else int(v)
     if kind == "ctstate":
         return {v} if isinstance(v, str) else set(v)
+    if kind in ("icmptype", "icmpcode"):
+        return int(v) if not isinstance(v, str) else ICMP_NAMES[kind][v]
     return v
 
 
@@ -583,7 +619,7 @@ class NftTracer(PacketWalker):
                 if key == "state":
                     if st.untracked:
                         return {"untracked"}
-                    return {"new"}
+                    return {st.ct_state}
                 if key == "status":
                     s = set()
                     if st.ct_dnat:

@@ -91,6 +91,7 @@ class PacketState:
         "ct_dnat",
         "ct_snat",
         "untracked",
+        "ct_state",
         "orig_dst",
         "orig_dport",
         "steps",
@@ -121,7 +122,7 @@ class PacketState:
         """Whether the nat chains of ``hook`` let this packet pass unseen: an untracked packet has no conntrack entry,
         and the kernel runs no further nat chain of a hook once one gave the connection its binding
         (nf_nat_inet_fn) — be it iptables' nat table or an nft chain of type nat."""
-        return self.untracked or self.nat_done == hook.lower()
+        return self.untracked or self.ct_state != "new" or self.nat_done == hook.lower()
 
     def nat_binding(self) -> tuple:
         """What a nat chain can change of the connection (compared before and after one: :meth:`bind_if_changed`)."""
@@ -288,6 +289,7 @@ class PacketWalker:
         st.oif = None
         st.mark = st.ctmark = 0
         st.ct_dnat = st.ct_snat = st.untracked = False
+        st.ct_state = packet.ct_state
         st.orig_dst, st.orig_dport = st.dst, st.dport
         st.steps, st.notes = [], []
         st.uncertain = False

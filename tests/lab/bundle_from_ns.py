@@ -26,6 +26,8 @@ SYSCTL_PREFIXES = (
     "net.ipv4.tcp_keepalive_time",
     "net.ipv4.ip_local_port_range",
     "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.neigh.default.gc_thresh",
+    "net.ipv6.neigh.default.gc_thresh",
 )
 # per interface too: rp_filter's effective value is max(all, interface); ignore_routes_with_linkdown's all OR interface
 SYSCTL_SUFFIXES = (".rp_filter", ".ignore_routes_with_linkdown")
@@ -72,11 +74,12 @@ def bundle_from_ns(
     extra: dict | None = None,
     created: str | None = None,
     ipv6: bool = False,
+    also: tuple = (),
 ) -> str:
     """The namespace's state recorded by kpdiag's node collector itself (the recorded sources: RECORDED; ``ipv6``:
     also ip6tables-save), made reproducible: iptables' "Completed on" timestamps dropped, the sysctls cut to those
-    the checks read, and without ``ipv6`` the IPv6 routes left out."""
-    only = RECORDED + ((sources.IP6TABLES_SAVE,) if ipv6 else ())
+    the checks read, and without ``ipv6`` the IPv6 routes left out. ``also``: sources recorded beyond RECORDED."""
+    only = RECORDED + tuple(also) + ((sources.IP6TABLES_SAVE,) if ipv6 else ())
     raw, errors = collect_in_ns(lab, role, only)
     files: dict[str, str] = {k: v.decode("utf-8", "replace") for k, v in raw.items()}
     for rel in (sources.IPTABLES_SAVE, sources.IPTABLES_NFT_SAVE, sources.IPTABLES_LEGACY_SAVE, sources.IP6TABLES_SAVE):
