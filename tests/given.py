@@ -58,6 +58,17 @@ def base_files(name: str = BASE) -> dict[str, bytes]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def fixture_report(name: str):
+    """The report of ``fixtures/NAME`` (a bundle, or a directory of node reports), made once per test process: the
+    tests that judge every fixture's report share it (a Report is frozen; do not change what it holds)."""
+    from kpdiag.commands.pipeline import analyze_bundle
+    from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
+
+    path = os.path.join(FIXTURES, name)
+    return aggregate_dir(path) if looks_like_report_dir(path) else analyze_bundle(path)
+
+
 def node(name: str, *pod_cidrs: str, **spec) -> dict:
     """A Node as the API returns it, with its pod CIDRs (``spec.podCIDRs`` and the legacy ``spec.podCIDR``)."""
     s = {"podCIDR": pod_cidrs[0], "podCIDRs": list(pod_cidrs)} if pod_cidrs else {}

@@ -10,7 +10,6 @@ import subprocess
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.commands.pipeline import analyze_bundle
 
 from ..conftest import FIXTURES
 
@@ -19,9 +18,9 @@ _REPORTS: dict = {}
 
 
 def _report(name):
-    if name not in _REPORTS:
-        _REPORTS[name] = analyze_bundle(os.path.join(FIXTURES, name))
-    return _REPORTS[name]
+    from tests.given import fixture_report
+
+    return fixture_report(name)
 
 
 @pytest.mark.parametrize("name", BUNDLES)

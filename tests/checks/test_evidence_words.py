@@ -7,6 +7,7 @@ import os
 
 from kpdiag.evidence import clip
 from tests.conftest import FIXTURES
+from tests.given import fixture_report
 
 
 def test_clip_cuts_at_a_blank_and_says_so():
@@ -34,13 +35,12 @@ def test_a_multi_line_klog_value_is_quoted_whole():
 
 
 def test_no_fixture_evidence_ends_inside_a_word():
-    from kpdiag.commands.pipeline import analyze_bundle
 
     for name in sorted(os.listdir(FIXTURES)):
         path = os.path.join(FIXTURES, name)
         if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "node")):
             continue
-        for f in analyze_bundle(path).findings:
+        for f in fixture_report(name).findings:
             for e in f.evidence:
                 assert not e.text.endswith("…") or e.text.endswith(" …"), (name, f.id, e.text[-40:])
                 assert not e.text.rstrip().endswith("=<"), (name, f.id, e.text)

@@ -11,6 +11,7 @@ import sys
 
 from kpdiag.fixcmd import FixStep, fill_known
 from tests.conftest import FIXTURES
+from tests.given import fixture_report
 
 
 def _analyze(name: str) -> dict:
@@ -46,7 +47,6 @@ def test_the_bundle_is_named_and_the_fix_runs_as_printed():
 
 def test_no_fixture_report_leaves_a_placeholder_it_knows():
     """Every fixture is a bundle on disk with a node named in its manifest: no fix says <this node> or <bundle>."""
-    from kpdiag.commands.pipeline import analyze_bundle
     from kpdiag.fleet.aggregate import looks_like_report_dir
 
     seen = 0
@@ -54,7 +54,7 @@ def test_no_fixture_report_leaves_a_placeholder_it_knows():
         path = os.path.join(FIXTURES, name)
         if not os.path.isdir(path) or looks_like_report_dir(path):
             continue
-        report = analyze_bundle(path)
+        report = fixture_report(name)
         for f in report.findings:
             for step in f.fix:
                 assert "--bundle <bundle>" not in step, (name, f.id, step)

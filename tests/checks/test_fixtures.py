@@ -13,7 +13,12 @@ from tests.conftest import FIXTURES
 
 
 def analyze_bundle(path):
-    """A node/service bundle, or a directory of node reports (the cluster-scope fixtures)."""
+    """A node/service bundle, or a directory of node reports (the cluster-scope fixtures); a fixture's report is
+    made once for the test process (tests/given.py)."""
+    from tests.given import fixture_report
+
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(FIXTURES):
+        return fixture_report(os.path.basename(path))
     return aggregate_dir(path) if looks_like_report_dir(path) else _analyze_bundle(path)
 
 

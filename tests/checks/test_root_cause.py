@@ -11,16 +11,15 @@ from kpdiag.checkapi import check, load_registry
 from kpdiag.model import Finding, Report, Severity
 from kpdiag.render.report import report_to_text
 from kpdiag.rootcause import link, order, related, root_of
-from tests.checks.test_fixtures import SCENARIOS, analyze_bundle
-from tests.conftest import FIXTURES
+from tests.checks.test_fixtures import SCENARIOS
 
 _REPORTS: dict = {}
 
 
 def _report(name):
-    if name not in _REPORTS:
-        _REPORTS[name] = analyze_bundle(os.path.join(FIXTURES, name))
-    return _REPORTS[name]
+    from tests.given import fixture_report
+
+    return fixture_report(name)
 
 
 # Written independently of the mechanism's own patterns: what acting on kube-proxy or IPVS looks like in a fix step.

@@ -11,7 +11,6 @@ import pytest
 
 from kpdiag.fixcmd import FixStep, command, note, step_kind
 from kpdiag.model import Report
-from kpdiag.commands.pipeline import analyze_bundle
 from kpdiag.render.report import report_to_text
 from tests.schemas import report_validator, validator
 
@@ -21,7 +20,9 @@ BUNDLES = sorted(n for n in os.listdir(FIXTURES) if os.path.isfile(os.path.join(
 
 @pytest.fixture(scope="module")
 def reports():
-    return {n: analyze_bundle(os.path.join(FIXTURES, n)) for n in BUNDLES}
+    from tests.given import fixture_report
+
+    return {n: fixture_report(n) for n in BUNDLES}
 
 
 def test_every_fix_step_is_typed_and_reads_back(reports):

@@ -15,6 +15,7 @@ import yaml
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 from tests.conftest import FIXTURES
+from tests.given import fixture_report
 
 KPDIAG = [sys.executable, "-m", "kpdiag"]
 
@@ -67,16 +68,13 @@ def test_svc_yaml_is_the_json_document(tmp_path):
 
 def test_every_report_fixture_as_yaml_is_its_json():
     """Every fixture's report, converted: YAML's own words (yes, no, on, 1e3, 2026-01-01, ~, '') stay strings."""
-    from kpdiag.commands.pipeline import analyze_bundle
-    from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
     from kpdiag.render.report import report_to_json
     from kpdiag.render.yamlout import json_to_yaml
 
     names = sorted(n for n in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, n)))
     assert len(names) > 100
     for name in names:
-        path = os.path.join(FIXTURES, name)
-        report = aggregate_dir(path, (), ()) if looks_like_report_dir(path) else analyze_bundle(path)
+        report = fixture_report(name)
         text = report_to_json(report)
         assert yaml.safe_load(json_to_yaml(text)) == json.loads(text), name
 

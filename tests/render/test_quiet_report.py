@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from kpdiag.commands.pipeline import analyze_bundle
 from kpdiag.render.report import report_to_text
 from tests.conftest import FIXTURES
+from tests.given import fixture_report
 
 NODE_FIXTURES = sorted(
     d
@@ -30,7 +30,7 @@ def _quiet(report) -> bool:
 
 @pytest.mark.parametrize("name", NODE_FIXTURES)
 def test_a_report_with_nothing_to_act_on_is_five_lines_at_most(name):
-    report = analyze_bundle(os.path.join(FIXTURES, name))
+    report = fixture_report(name)
     text = report_to_text(report, width=80)
     lines = text.splitlines()
     if _quiet(report):
@@ -52,6 +52,6 @@ def test_the_healthy_fixtures_are_quiet():
     healthy = [n for n in NODE_FIXTURES if n.startswith(("healthy-", "zoo-")) or n == "ipvs-healthy"]
     assert len(healthy) >= 10, healthy
     for name in healthy:
-        report = analyze_bundle(os.path.join(FIXTURES, name))
+        report = fixture_report(name)
         assert _quiet(report), name
         assert len(report_to_text(report, width=80).splitlines()) <= 5, name
