@@ -53,3 +53,38 @@ def test_a_replacement_seconds_old_is_the_normal_lag(tmp_path):
         proc, report = svc(api.kubeconfig(tmp_path), "web", "shop", "--no-probe")
     assert "KP160" not in {f["id"] for f in report["findings"]}
     assert any(c["id"] == "KP160" and c["status"] == "ran" for c in report["checks"])
+
+
+def _zoned_objects() -> list:
+    # shop/web with trafficDistribution: PreferClose; one replica in zone-a (this node's zone), three in zone-b
+    svc_obj = k8s.service(
+        "shop", "web", "10.96.0.20", [k8s.port(80, 8080, "http")], {"app": "web"}, trafficDistribution="PreferClose"
+    )
+    eps = [("10.244.1.11", True, "node-a", "web-a")] + [
+        (f"10.244.2.{i}", True, "node-b", f"web-b{i}") for i in (11, 12, 13)
+    ]
+    sl = k8s.endpointslice("shop", "web", eps, [("http", 8080, "TCP")])
+    for ep in sl["endpoints"]:
+        zone = "zone-a" if ep["nodeName"] == "node-a" else "zone-b"
+        ep["zone"], ep["hints"] = zone, {"forZones": [{"name": zone}]}
+    pods = [
+        k8s.pod("shop", pod, ip, {"app": "web"}, node=node, ports=[{"name": "http", "containerPort": 8080}])
+        for ip, _, node, pod in eps
+    ]
+    return [svc_obj, sl, *pods, k8s.node("node-a", labels={"topology.kubernetes.io/zone": "zone-a"})]
+
+
+def test_topology_hints_leave_this_zone_one_endpoint(tmp_path):
+    with ApiServer(_zoned_objects()) as api:
+        proc, report = svc(api.kubeconfig(tmp_path), "web", "shop", "--no-probe", "--node", "node-a")
+    kp161 = [f for f in report["findings"] if f["id"] == "KP161"]
+    assert len(kp161) == 1 and kp161[0]["severity"] == "warning", report["findings"]
+    assert "every connection from zone zone-a goes to 1 of its 4 ready endpoint(s) (web-a)" in kp161[0]["summary"]
+    assert not [f for f in report["findings"] if f["severity"] == "error"]
+    # from a node of zone-b the same Service is fine: three endpoints for its zone
+    objs = _zoned_objects()[:-1] + [k8s.node("node-b", labels={"topology.kubernetes.io/zone": "zone-b"})]
+    (tmp_path / "b").mkdir()
+    with ApiServer(objs) as api:
+        _, report = svc(api.kubeconfig(tmp_path / "b"), "web", "shop", "--no-probe", "--node", "node-b")
+    assert "KP161" not in {f["id"] for f in report["findings"]}
+    assert any(c["id"] == "KP161" and c["status"] == "ran" for c in report["checks"])
