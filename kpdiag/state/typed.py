@@ -808,6 +808,20 @@ class CalicoNodes(NodeObjects):
 
 
 @dataclass(frozen=True)
+class ProviderNodes(NodeObjects):
+    """The Nodes, for the checks of the cloud a node runs on: its ``spec.providerID`` (``aws:///ZONE/i-…``,
+    ``azure:///subscriptions/…``); a Node List without one carries no fact for those."""
+
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#providerID",)
+
+    @staticmethod
+    def provider_id(obj: dict) -> str | None:
+        spec = obj.get("spec")
+        value = spec.get("providerID") if isinstance(spec, dict) else None
+        return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
 class Processes(Typed):
     """The node's processes kpdiag looked for (node/processes.txt: name → pid), as parsed."""
 
@@ -1190,6 +1204,14 @@ class Cni(Typed):
     @classmethod
     def build(cls, ctx):
         return cls(ctx.cni)
+
+
+@dataclass(frozen=True)
+class AwsNodeEnv(Cni):
+    """The CNI model, for the checks of aws-node's settings (its AWS_VPC_K8S_CNI_* env, ``model.settings``, kept from
+    the DaemonSet in cluster/cni.json or cluster/daemonsets.json); a bundle without them carries no fact for those."""
+
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.CNI}#AWS_VPC_K8S_CNI_", f"{sources.DAEMONSETS}#AWS_VPC_K8S_CNI_")
 
 
 @dataclass(frozen=True)
