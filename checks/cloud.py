@@ -64,6 +64,7 @@ def _cross_node_timeouts(services: Services | None, probes: Probes | None, me: s
     "Unencapsulated pod routing on AWS or Azure: the cloud's source/destination check or NIC IP forwarding decides",
     "info",
     severities=("info", "warning"),
+    explains=("KP112",),  # the endpoints on other nodes that do not answer (a warning only when probes saw that)
     symptom="Pods reach pods on their own node but not on other nodes (timeouts), while the nodes reach each other; "
     "the routes and rules on every node look right.",
     why="""

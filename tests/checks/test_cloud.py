@@ -149,3 +149,19 @@ def test_aws_nodes_settings_are_collected_from_the_api_and_judged(tmp_path):
     }  # MY_NODE_NAME (valueFrom, not an AWS_VPC_K8S_CNI_ setting) left out
     (f,) = given(base=AWS_CNI, files={"cluster/cni.json": doc}).fires("KP641")
     assert f.evidence[0].source == "cluster/cni.json"
+
+
+def test_an_info_note_explains_nothing_a_warning_does():
+    """KP640 explains KP112 (pods on other nodes not answering) only when its probes saw that loss (a warning): its
+    info note, what kpdiag cannot see, is no fault, so a KP112 beside it stays a root of its own."""
+    from dataclasses import replace
+
+    from kpdiag.model import Finding, Severity
+    from kpdiag.rootcause import link
+
+    (note_) = given(base=BGP, nodes=nodes_of(BGP, EC2)).fires("KP640")[0]
+    kp112 = Finding("KP112", "endpoint-drops", Severity.ERROR, "t", "s", "e", data={"service": "kube-system/kube-dns"})
+    out, _ = link([kp112, note_], [])
+    assert next(f for f in out if f.id == "KP112").caused_by is None
+    out, _ = link([kp112, replace(note_, severity=Severity.WARNING)], [])
+    assert [f.id for f in out] == ["KP640", "KP112"] and out[1].caused_by == {"id": "KP640", "subject": note_.subject}
