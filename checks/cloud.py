@@ -11,9 +11,8 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import hostport
-from kpdiag.state.typed import AwsNodeEnv, Cni, Manifest, Probes, ProviderNodes, Services
+from kpdiag.state.typed import AwsNodeEnv, Cloud, Cni, Manifest, Probes, Services
 
-from .cni import _me
 
 EXTERNAL_SNAT = "AWS_VPC_K8S_CNI_EXTERNALSNAT"
 EXCLUDE_SNAT = "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS"
@@ -82,12 +81,12 @@ def _cross_node_timeouts(services: Services | None, probes: Probes | None, me: s
 def cloud_forwarding_unseen(
     new,
     cni_model: Cni,
-    nodes: ProviderNodes,
+    cloud: Cloud,
     manifest: Optional[Manifest] = None,
     services: Optional[Services] = None,
     probes: Optional[Probes] = None,
 ):
-    model = cni_model.model
+    model, where = cni_model.model, cloud.model
     if model.shape is not None and model.shape.encap is not None:
         return  # encapsulated: the packets between nodes carry the nodes' own addresses
     if not model.unencapsulated():
@@ -95,20 +94,20 @@ def cloud_forwarding_unseen(
             f"{model.label} is known from its DaemonSet or agent only: whether pods cross to other nodes "
             "unencapsulated is not seen on this node"
         )
-    me = _me(nodes, manifest)
-    name, provider = nodes.name(me), nodes.provider_id(me) or ""
-    steps = _cloud_steps(provider)
-    if steps is None:
+    if where.cloud not in ("AWS", "Azure"):
         return  # not AWS or Azure: no such setting of the cloud between the nodes
-    cloud, check_cmd, fix_cmd = steps
+    name = (manifest.node if manifest else "") or "this node"
+    check_cmd, fix_cmd = _cloud_steps(where.cloud, where.provider_id or "")
     lost = _cross_node_timeouts(services, probes, name)
     ev = [Evidence(src, f"CNI: {model.label} ({text})") for src, text in model.signs[:1]]
-    ev.append(Evidence(nodes.source, f"node {name}: providerID {provider}"))
+    ev.append(Evidence(where.source, where.text))
     ev += [probes.evidence(t) for t in lost[:3]] if probes else []
-    summary = f"pods are routed to other nodes unencapsulated ({model.label}) on {cloud}: " + (
-        f"kpdiag's probes got no answer from {len(lost)} endpoint(s) on other nodes — the likely cause is {what_off(cloud)}"
+    on = f"{where.cloud}{' (or Hyper-V: the firmware says only Microsoft Corporation)' if where.unsure else ''}"
+    summary = f"pods are routed to other nodes unencapsulated ({model.label}) on {on}: " + (
+        f"kpdiag's probes got no answer from {len(lost)} endpoint(s) on other nodes — the likely cause is "
+        f"{what_off(where.cloud)}"
         if lost
-        else f"that needs {what_off(cloud)} reversed on every node, a cloud setting kpdiag cannot see from here"
+        else f"that needs {what_off(where.cloud)} reversed on every node, a cloud setting kpdiag cannot see from here"
     )
     yield new(
         summary,
@@ -123,7 +122,7 @@ def cloud_forwarding_unseen(
         ),
         evidence=ev,
         subject=name,
-        data={"node": name, "cloud": cloud, "cni": model.label, "provider_id": provider, "lost": lost},
+        data={"node": name, "cloud": where.cloud, "cni": model.label, "provider_id": where.provider_id, "lost": lost},
     )
 
 
@@ -135,33 +134,28 @@ def what_off(cloud: str) -> str:
     )
 
 
-def _cloud_steps(provider: str) -> tuple[str, str, str] | None:
-    """(cloud, the command that shows the setting, the one that changes it) for this node's providerID."""
-    if provider.startswith("aws://"):
-        iid = _aws(provider) or "<instance id>"
+def _cloud_steps(cloud: str, provider: str) -> tuple[str, str]:
+    """(the command that shows the setting, the one that changes it) on ``cloud``, for this node's providerID (its
+    instance named when the providerID names it)."""
+    if cloud == "AWS":
+        iid = _aws(provider) or "<this node's instance id: ec2-metadata -i>"
         return (
-            "AWS",
             f"aws ec2 describe-instance-attribute --instance-id {iid} --attribute sourceDestCheck   # false is needed",
             f"aws ec2 modify-instance-attribute --instance-id {iid} --no-source-dest-check",
         )
-    if provider.startswith("azure://"):
-        rg, vm, instance = _azure(provider) or ("<resource group>", "<vm>", None)
-        if instance is not None:
-            return (
-                "Azure",
-                f"az vmss nic list -g {rg} --vmss-name {vm} --query "
-                f"\"[?contains(virtualMachine.id, '/virtualMachines/{instance}')].enableIPForwarding\"   # true is needed",
-                f"az vmss update -g {rg} -n {vm} --set "
-                "virtualMachineProfile.networkProfile.networkInterfaceConfigurations[0].enableIPForwarding=true",
-            )
+    rg, vm, instance = _azure(provider) or ("<resource group>", "<vm>", None)
+    if instance is not None:
         return (
-            "Azure",
-            f"az network nic show --ids $(az vm show -g {rg} -n {vm} --query 'networkProfile.networkInterfaces[0].id' "
-            "-o tsv) --query enableIPForwarding   # true is needed",
-            f"az network nic update --ids $(az vm show -g {rg} -n {vm} --query 'networkProfile.networkInterfaces[0].id' "
-            "-o tsv) --ip-forwarding true",
+            f"az vmss nic list -g {rg} --vmss-name {vm} --query "
+            f"\"[?contains(virtualMachine.id, '/virtualMachines/{instance}')].enableIPForwarding\"   # true is needed",
+            f"az vmss update -g {rg} -n {vm} --set "
+            "virtualMachineProfile.networkProfile.networkInterfaceConfigurations[0].enableIPForwarding=true",
         )
-    return None
+    nic = f"$(az vm show -g {rg} -n {vm} --query 'networkProfile.networkInterfaces[0].id' -o tsv)"
+    return (
+        f"az network nic show --ids {nic} --query enableIPForwarding   # true is needed",
+        f"az network nic update --ids {nic} --ip-forwarding true",
+    )
 
 
 @check(

@@ -808,20 +808,6 @@ class CalicoNodes(NodeObjects):
 
 
 @dataclass(frozen=True)
-class ProviderNodes(NodeObjects):
-    """The Nodes, for the checks of the cloud a node runs on: its ``spec.providerID`` (``aws:///ZONE/i-…``,
-    ``azure:///subscriptions/…``); a Node List without one carries no fact for those."""
-
-    FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#providerID",)
-
-    @staticmethod
-    def provider_id(obj: dict) -> str | None:
-        spec = obj.get("spec")
-        value = spec.get("providerID") if isinstance(spec, dict) else None
-        return value if isinstance(value, str) and value else None
-
-
-@dataclass(frozen=True)
 class Processes(Typed):
     """The node's processes kpdiag looked for (node/processes.txt: name → pid), as parsed."""
 
@@ -1204,6 +1190,20 @@ class Cni(Typed):
     @classmethod
     def build(cls, ctx):
         return cls(ctx.cni)
+
+
+@dataclass(frozen=True)
+class Cloud(Typed):
+    """The cloud this node runs on (kpdiag/state/cloud.py ``CloudModel``: AWS, Azure or another, and how it was told:
+    its Node's providerID, else the firmware's maker)."""
+
+    INPUT: ClassVar[str] = "cloud"
+    model: object  # kpdiag.state.cloud.CloudModel
+
+    @classmethod
+    def build(cls, ctx):
+        model = ctx.cloud
+        return None if model is None else cls(model)
 
 
 @dataclass(frozen=True)

@@ -165,3 +165,19 @@ def test_an_info_note_explains_nothing_a_warning_does():
     assert next(f for f in out if f.id == "KP112").caused_by is None
     out, _ = link([kp112, replace(note_, severity=Severity.WARNING)], [])
     assert [f.id for f in out] == ["KP640", "KP112"] and out[1].caused_by == {"id": "KP640", "subject": note_.subject}
+
+
+def test_a_self_managed_cluster_on_ec2_is_told_by_the_firmware():
+    # kubeadm on EC2 without the cloud provider: no providerID, but /sys/class/dmi/id/sys_vendor says Amazon EC2
+    (f,) = given(base=BGP, files={"node/dmi-sys-vendor.txt": "Amazon EC2\n"}).fires("KP640")
+    assert "on AWS:" in f.summary
+    assert "--instance-id <this node's instance id: ec2-metadata -i>" in f.fix[0]
+    assert any(e.source == "node/dmi-sys-vendor.txt" and e.text == "sys_vendor: Amazon EC2" for e in f.evidence)
+    (f,) = given(base=HOSTGW, files={"node/dmi-sys-vendor.txt": "Microsoft Corporation\n"}).fires("KP640")
+    assert "on Azure (or Hyper-V: the firmware says only Microsoft Corporation)" in f.summary
+    given(base=BGP, files={"node/dmi-sys-vendor.txt": "QEMU\n"}).silent("KP640")  # not a cloud with such a setting
+
+
+def test_without_providerid_or_firmware_maker_the_cloud_is_unknown():
+    reason = given(base=BGP).skips("KP640")
+    assert "needs the cloud this node runs on (its Node's providerID, else node/dmi-sys-vendor.txt)" in reason
