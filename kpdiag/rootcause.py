@@ -134,6 +134,8 @@ def _parents(findings: list) -> list[int | None]:
     specs = _specs(findings)
     for j, f in enumerate(findings):
         spec = specs[f.id]
+        if getattr(f.severity, "value", f.severity) == "info":
+            continue  # a note (what kpdiag cannot see, KP640 without a loss observed) is no fault: it explains nothing
         for x in spec.explains if spec is not None else ():
             causes_of.setdefault(x, []).append(j)
     cands = [

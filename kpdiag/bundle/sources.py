@@ -278,6 +278,12 @@ MODULES_BUILTIN = _declare(
     "the modules built into the kernel",
     collect=host_file("lib/modules/{release}/modules.builtin"),
 )
+DMI_VENDOR = _declare(
+    "node/dmi-sys-vendor.txt",
+    "",
+    "the machine's maker as its firmware reports it (Amazon EC2, Microsoft Corporation, Google …): the cloud it runs on",
+    collect=host_file("sys/class/dmi/id/sys_vendor", limit=4096),
+)
 MODULES_AVAILABLE = _declare(
     "node/modules-available.txt",
     "the module paths under kernel/net/ and kernel/drivers/net/ in /lib/modules/$(uname -r)/modules.dep",

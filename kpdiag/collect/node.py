@@ -81,6 +81,12 @@ HOST_PATHS = (
     ),
     HostPath("sys/fs/bpf", "the names of pinned BPF objects (Cilium's, Calico eBPF's): who implements Services"),
     HostPath(
+        "sys/class/dmi/id/sys_vendor",
+        "the machine's maker (Amazon EC2, Microsoft Corporation): the cloud a node without a providerID runs on",
+        pod=False,
+        not_mounted="the per-node pod reads its Node's providerID from the API instead (kpdiag node with the API)",
+    ),
+    HostPath(
         "var/log/kube-proxy.log",
         "kube-proxy's log where it writes a file of its own (--log-file)",
         pod=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import replace
 
@@ -171,11 +172,13 @@ def collect_service(
     if namespace is None:
         cc.connect()  # credentials are loaded once: the context read here is the one the calls below use
         namespace = cc.context_namespace or "default"
+    asked = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     service = cc.service(namespace, name, node_name=node)
     files.update(cc.out.files)
     errors.extend(cc.out.errors)
     manifest = {
         "format": FORMAT,
+        "created": asked,  # when the API was asked: the ages of its timestamps (KP160) are counted to it
         "node": node or "",
         "kpdiag_version": __import__("kpdiag").__version__,
         "errors": errors,

@@ -124,6 +124,21 @@ class CniModel:
     signs: tuple[tuple[str, str], ...] = ()
     unread: tuple[str, ...] = ()  # sources that would have told more but were not there
     others: tuple[str, ...] = field(default=())  # other CNIs' signs seen (leftovers, chained plugins)
+    from_node: bool = False  # the shape was told by the node's own interfaces, routes or BPF objects, not by a name
+    settings: tuple[tuple[str, str, str], ...] = ()  # (component, variable, value) of the CNI's env kpdiag keeps
+    settings_source: str = ""  # the file they were read from (cluster/cni.json, cluster/daemonsets.json)
+
+    def unencapsulated(self) -> bool:
+        """Pods' packets cross to other nodes with their own addresses, unencapsulated (flannel host-gw, Calico BGP
+        without IPIP/VXLAN, kube-router) — as the node itself shows it, not guessed from a DaemonSet's name."""
+        s = self.shape
+        return bool(
+            s is not None
+            and self.from_node
+            and s.encap is None
+            and s.routing in (NODE_PODCIDR, IPAM_BLOCKS)
+            and s.label != "flannel (backend not seen)"
+        )
 
     @property
     def name(self) -> str | None:
@@ -446,6 +461,7 @@ def recognise(
     unread = tuple(src[k] for k, v in (("addr", links), ("route", routes)) if v is None)
     names = _names(links)
     shape = _by_interfaces(names, _route_signs(routes), add, _routed(routes))
+    from_node = shape is not None
     maps = set(bpf_maps or ())
     if shape is None and any(m.startswith("cali_") for m in maps):
         add("bpf", "pinned BPF maps cali_*")
@@ -453,6 +469,7 @@ def recognise(
     if shape is None and any(m.startswith("cilium_") for m in maps):
         add("bpf", "pinned BPF maps cilium_*")
         shape = SHAPES["Cilium (native routing)"]
+    from_node = from_node or shape is not None
     named = [
         (cni, f"process {p} (pid {pid})", "processes")
         for p, pid in (processes or {}).items()
@@ -466,8 +483,23 @@ def recognise(
             shape = _by_name(cni, names, gw)
             if shape is not None:
                 add(kind, text)
+                from_node = shape.label == "flannel (host-gw)"  # told by its routes on the node
                 break
-    return CniModel(shape, tuple(signs), unread, _others(shape, named))
+    return CniModel(shape, tuple(signs), unread, _others(shape, named), from_node, _settings(components), src["api"])
+
+
+def _settings(components) -> tuple[tuple[str, str, str], ...]:
+    """(component, variable, value) of the env the CNI components kept (kpdiag.state.netpol.component)."""
+    out = []
+    for comp in components or ():
+        for c in comp.get("containers") or [] if isinstance(comp, dict) else ():
+            env = c.get("env") if isinstance(c, dict) else None
+            for k, v in sorted(env.items()) if isinstance(env, dict) else ():
+                if isinstance(k, str) and isinstance(v, str):
+                    out.append(
+                        (f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or '?'}/{comp.get('name')}", k, v)
+                    )
+    return tuple(out)
 
 
 def _others(shape: Shape | None, named: list) -> tuple[str, ...]:

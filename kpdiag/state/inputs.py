@@ -209,6 +209,16 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
         absent=f"the node's interfaces ({_S.IP_ADDR}) were not collected: its CNI cannot be recognised",
         files=(_S.IP_ADDR,),
     ),
+    Input(
+        "cloud",
+        "the cloud this node runs on (its Node's providerID, else the firmware's maker: kpdiag/state/cloud.py)",
+        ("cloud",),
+        (_S.NODES, _S.DMI_VENDOR),
+        lambda s: s.cloud,
+        absent=f"needs the cloud this node runs on (its Node's providerID, else {_S.DMI_VENDOR}): neither was "
+        "collected",
+        files=(f"{_S.NODES}#providerID", _S.DMI_VENDOR),
+    ),
     Input("tracer", "the packet tracer of the node's proxy mode", ("mode_tracer", "tracer", "tracer_if_forwarding")),
     Input(
         "manifest",

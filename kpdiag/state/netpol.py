@@ -943,6 +943,7 @@ def recognise_cni(components: list[dict] | None) -> Enforcement:
 
 
 _KEPT_ARGS = ("--enable-network-policy", "--run-firewall")
+_KEPT_ENV = ("AWS_VPC_K8S_CNI_",)  # aws-node's SNAT settings (KP641): plain settings, never a secret
 
 
 def component(obj: dict) -> dict | None:
@@ -972,7 +973,15 @@ def component(obj: dict) -> dict | None:
                 for a in _arr(c.get("args")) + _arr(c.get("command"))
                 if isinstance(a, str) and a.startswith(_KEPT_ARGS)
             ]
-            containers.append({"name": _str(c.get("name")), "image": _str(c.get("image")), "args": args})
+            entry = {"name": _str(c.get("name")), "image": _str(c.get("image")), "args": args}
+            env = {
+                e["name"]: e["value"]
+                for e in _arr(c.get("env"))
+                if isinstance(e, dict) and _str(e.get("name")).startswith(_KEPT_ENV) and isinstance(e.get("value"), str)
+            }
+            if env:
+                entry["env"] = env
+            containers.append(entry)
     return {
         "kind": kind,
         "namespace": _str(md.get("namespace")) or None,

@@ -385,6 +385,32 @@ class NodeState(_NodeFiles):
             )
         return self.__dict__["_cni"]
 
+    @property
+    def cloud(self):
+        """The cloud this node runs on (kpdiag.state.cloud.recognise): its Node's providerID, else the firmware's
+        maker; None when neither was collected. Computed once."""
+        if "_cloud" not in self.__dict__:
+            from kpdiag.bundle.store import list_items
+            from kpdiag.state.cloud import recognise
+
+            b = self.bundle
+            name = self.cluster.node_name() or ""
+            items = list_items(b.read_json(sources.NODES)) if b.exists(sources.NODES) else None
+            short = name.split(".", 1)[0].lower()
+            me = next(
+                (
+                    n
+                    for n in items or []
+                    if isinstance(n, dict)
+                    and str((n.get("metadata") or {}).get("name") or "").split(".", 1)[0].lower() == short
+                ),
+                None,
+            )
+            self.__dict__["_cloud"] = recognise(
+                me, name, b.read_text(sources.DMI_VENDOR), b.display(sources.NODES), b.display(sources.DMI_VENDOR)
+            )
+        return self.__dict__["_cloud"]
+
     def _node_notes(self) -> list[tuple[str, dict]]:
         """(name, annotations) of each Node in cluster/nodes.json (the CNI's record of the nodes), [] without it."""
         from kpdiag.bundle.store import list_items

@@ -1230,6 +1230,28 @@ class Cni(Typed):
 
 
 @dataclass(frozen=True)
+class Cloud(Typed):
+    """The cloud this node runs on (kpdiag/state/cloud.py ``CloudModel``: AWS, Azure or another, and how it was told:
+    its Node's providerID, else the firmware's maker)."""
+
+    INPUT: ClassVar[str] = "cloud"
+    model: object  # kpdiag.state.cloud.CloudModel
+
+    @classmethod
+    def build(cls, ctx):
+        model = ctx.cloud
+        return None if model is None else cls(model)
+
+
+@dataclass(frozen=True)
+class AwsNodeEnv(Cni):
+    """The CNI model, for the checks of aws-node's settings (its AWS_VPC_K8S_CNI_* env, ``model.settings``, kept from
+    the DaemonSet in cluster/cni.json or cluster/daemonsets.json); a bundle without them carries no fact for those."""
+
+    FILES: ClassVar[tuple[str, ...]] = (f"{sources.CNI}#AWS_VPC_K8S_CNI_", f"{sources.DAEMONSETS}#AWS_VPC_K8S_CNI_")
+
+
+@dataclass(frozen=True)
 class ServiceImplementer(Typed):
     """Who implements Services on this node (kpdiag/state/service_proxy.py ``Implementer``: kube-proxy, a replacement,
     nothing of Kubernetes; its evidence, leftovers, pod). ``implementer`` is None when that cannot be told."""
