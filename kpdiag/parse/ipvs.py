@@ -64,8 +64,8 @@ def _split_addr(text: str, source: str, lineno: int) -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, VirtualService]:
-    services: dict[tuple, VirtualService] = {}
+def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple[object, ...], VirtualService]:
+    services: dict[tuple[object, ...], VirtualService] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         toks = line.split()
         if not toks or toks[0].startswith("#"):
@@ -124,9 +124,9 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
     return services
 
 
-def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple, VirtualService]:
+def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple[object, ...], VirtualService]:
     """``ipvsadm -Ln`` (and ``--stats``/``--rate``, where connection counts are not given)."""
-    services: dict[tuple, VirtualService] = {}
+    services: dict[tuple[object, ...], VirtualService] = {}
     current: VirtualService | None = None
     columns = "conn"
     for lineno, line in enumerate(text.splitlines(), 1):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..parse.addr import hostport, int_to_ip, parse_ip
 
@@ -22,7 +23,7 @@ class Packet:
     icmp_type: int = 8  # echo-request
     icmp_code: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         proto = self.proto.lower()
         if proto not in ("tcp", "udp", "sctp", "icmp"):
             raise ValueError(f"protocol must be tcp, udp, sctp or icmp, not {self.proto!r}")
@@ -46,7 +47,7 @@ class Packet:
         if not 0 <= self.sport <= 65535:
             raise ValueError(f"--sport {self.sport} is not a port number")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["from"] = d.pop("origin")
         if self.proto != "icmp":
@@ -65,7 +66,7 @@ class Step:
     action: str
     source: str | None = None  # file:line
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "hook": self.hook,
             "table": self.table,
@@ -92,9 +93,9 @@ class Path:
     rules_evaluated: int = 0
     reject_with: str | None = None
     # the routing decision after DNAT: {"type", "prefix", "dev", "gateway", "table"}; None before routing
-    route: dict | None = None
+    route: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "probability": self.probability,
             "verdict": self.verdict,
@@ -124,9 +125,9 @@ class TraceResult:
     # probability that was not traced is 1 - the sum of the paths'
     incomplete: str | None = None
     # a live trace that read only the rules its packet can meet: what the read held (kpdiag/collect/dest_rules.py)
-    read: dict | None = None
+    read: dict[str, Any] | None = None
     # kpdiag trace --kernel: the kernel's own trace of the probe and how it compares (kpdiag/trace/kernel.py)
-    kernel: dict | None = None
+    kernel: dict[str, Any] | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -142,7 +143,7 @@ class TraceResult:
     def verdicts(self) -> set[str]:
         return {p.verdict for p in self.paths}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {
             "schema": SCHEMA,
             "packet": self.packet.to_dict(),
