@@ -16,6 +16,7 @@ lab recorder and the fixture test read the declaration.
 from __future__ import annotations
 
 import importlib
+from typing import Any, Callable
 from dataclasses import dataclass
 
 
@@ -220,7 +221,7 @@ class Source(str):
     def path(self) -> str:
         return str.__str__(self)
 
-    def parse_function(self):
+    def parse_function(self) -> Callable[[str, str], Any] | None:
         """The parser declared for this source (``module:function``, imported on first use), or None."""
         if not self.parser:
             return None

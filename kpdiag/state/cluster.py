@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kpdiag.collect.cluster import selector_matches
 from kpdiag.bundle import sources
+
+if TYPE_CHECKING:
+    from kpdiag.bundle.store import Bundle
 
 
 @dataclass
@@ -197,7 +201,7 @@ KIND_OF = {
 
 
 class ClusterView:
-    def __init__(self, bundle):
+    def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._services: list[Svc] | None = None
         self._lists: dict[

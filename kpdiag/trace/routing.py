@@ -17,7 +17,7 @@ flagged ``dead`` is never used.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -364,7 +364,7 @@ def rule_matches(
     return match
 
 
-def route_localnet_from_sysctl(sysctl: dict[str, str] | None) -> dict[str, bool] | None:
+def route_localnet_from_sysctl(sysctl: Mapping[str, object] | None) -> dict[str, bool] | None:
     """net.ipv4.conf.X.route_localnet by interface X, from parsed ``sysctl -a`` (None when it says nothing of it)."""
     if not sysctl:
         return None
@@ -376,7 +376,7 @@ def route_localnet_from_sysctl(sysctl: dict[str, str] | None) -> dict[str, bool]
     return out if "all" in out else None
 
 
-def forwarding_from_sysctl(sysctl: dict[str, str] | None) -> dict[int, dict[str, bool]] | None:
+def forwarding_from_sysctl(sysctl: Mapping[str, object] | None) -> dict[int, dict[str, bool]] | None:
     """net.ipv4.conf.X.forwarding and net.ipv6.conf.X.forwarding by interface X (net.ipv4.ip_forward is
     net.ipv4.conf.all.forwarding), from parsed ``sysctl -a``; None when it says nothing of them."""
     if not sysctl:
@@ -394,7 +394,7 @@ def forwarding_from_sysctl(sysctl: dict[str, str] | None) -> dict[int, dict[str,
     return out if out[4] or out[6] else None
 
 
-def ignore_linkdown_from_sysctl(sysctl: dict[str, str] | None) -> dict[int, dict[str, bool]] | None:
+def ignore_linkdown_from_sysctl(sysctl: Mapping[str, object] | None) -> dict[int, dict[str, bool]] | None:
     """net.ipv{4,6}.conf.X.ignore_routes_with_linkdown by family and interface X; None when it says nothing of them."""
     if not sysctl:
         return None
@@ -423,7 +423,7 @@ def link_without_carrier(link: dict[str, Any]) -> str | None:
 def routing_from_ip_json(
     addrs: list[Any] | None,
     routes: list[Any] | None,
-    sysctl: dict[str, str] | None = None,
+    sysctl: Mapping[str, object] | None = None,
     rules: list[IpRule] | None = None,
 ) -> RoutingTable:
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
