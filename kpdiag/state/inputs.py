@@ -18,7 +18,7 @@ about) are read only by the checks that declare them. See docs/architecture.md (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import MANIFEST
@@ -469,7 +469,10 @@ class SourceFile:
         object.__setattr__(self, "rel", rel)
         object.__setattr__(self, "_view", view)
 
-    def __setattr__(self, name, value):
+    rel: str
+    _view: Inputs
+
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{self.rel}: a source of a check's view is read-only")
 
     @property
@@ -479,10 +482,10 @@ class SourceFile:
     def has(self) -> bool:
         return self._view.has(self.rel)
 
-    def read(self):
+    def read(self) -> Any:
         return self._view.source(self.rel)
 
-    def text(self):
+    def text(self) -> str | None:
         return self._view.source_text(self.rel)
 
     def problem(self, message: str) -> None:
