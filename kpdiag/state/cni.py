@@ -14,6 +14,8 @@ fixtures of the healthy zoo are built from (fixtures/zoo.py, documented in fixtu
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 # routing models: how pod traffic to another node finds its way
@@ -191,7 +193,7 @@ class CniModel:
         why = ", ".join(t for _, t in self.signs[:3])
         return f"CNI: {self.label}" + (f" ({why})" if why else "")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "cni": self.name,
             "shape": self.label,
@@ -207,7 +209,7 @@ def known_cnis() -> set[str]:
     return {s.cni for s in SHAPES.values()} | {s.routing for s in SHAPES.values()}
 
 
-def _kind(link: dict) -> str | None:
+def _kind(link: dict[str, Any]) -> str | None:
     info = link.get("linkinfo")
     kind = info.get("info_kind") if isinstance(info, dict) else None
     return kind if isinstance(kind, str) else None
@@ -255,7 +257,7 @@ def _routed(routes) -> set[str]:
     return out
 
 
-def _calico_routing(names: dict, rsigns: dict) -> bool:
+def _calico_routing(names: dict[str, Any], rsigns: dict[str, Any]) -> bool:
     """Calico's own routing is on the node: its VXLAN device, routes via tunl0, BIRD's or Felix's routes, eBPF."""
     return bool(
         "vxlan.calico" in names
@@ -267,7 +269,7 @@ def _calico_routing(names: dict, rsigns: dict) -> bool:
     )
 
 
-def _calico(names: dict, rsigns: dict, add) -> Shape | None:
+def _calico(names: dict[str, Any], rsigns: dict[str, Any], add) -> Shape | None:
     cali = sorted(n for n in names if n.startswith("cali"))
     ebpf = "bpfnatin" in names or "bpfnatout" in names
     if not (_calico_routing(names, rsigns) or (cali and "cni0" not in names)):
@@ -295,7 +297,7 @@ def _calico(names: dict, rsigns: dict, add) -> Shape | None:
     return None
 
 
-def _cilium(names: dict, routed: set[str], add) -> Shape | None:
+def _cilium(names: dict[str, Any], routed: set[str], add) -> Shape | None:
     """Cilium, when its devices carry traffic: its tunnel device, lxc* pods, or routes via cilium_host (a leftover
     cilium_host/cilium_net pair of an uninstalled Cilium routes nothing)."""
     if not any(n.startswith("cilium_") for n in names):
@@ -312,7 +314,7 @@ def _cilium(names: dict, routed: set[str], add) -> Shape | None:
     return SHAPES["Cilium (native routing)"]
 
 
-def _flannel(names: dict, rsigns: dict, routed: set[str], add) -> Shape | None:
+def _flannel(names: dict[str, Any], rsigns: dict[str, Any], routed: set[str], add) -> Shape | None:
     """flannel's devices — unless flannel.1 routes nothing while Calico's own routing is there (flannel's leftover
     on a node moved to Calico). Canal: flannel.1 with Calico's cali* pods and no bridge of flannel's."""
     for dev, label in (("flannel.1", "flannel (VXLAN)"), ("flannel-wg", "flannel (WireGuard)")):
@@ -326,7 +328,7 @@ def _flannel(names: dict, rsigns: dict, routed: set[str], add) -> Shape | None:
     return None
 
 
-def _by_interfaces(names: dict, rsigns: dict, add, routed: set[str] | None = None) -> Shape | None:
+def _by_interfaces(names: dict[str, Any], rsigns: dict[str, Any], add, routed: set[str] | None = None) -> Shape | None:
     """The shape the node's own interfaces and routes show (the strongest signs: they are the data path)."""
     routed = routed or set()
     shape = _cilium(names, routed, add) or _flannel(names, rsigns, routed, add)
@@ -352,7 +354,7 @@ def _by_interfaces(names: dict, rsigns: dict, add, routed: set[str] | None = Non
     return None
 
 
-def _by_name(cni: str, names: dict, host_gw: bool = False) -> Shape | None:
+def _by_name(cni: str, names: dict[str, Any], host_gw: bool = False) -> Shape | None:
     """The shape of a CNI known by its process or DaemonSet, when its interfaces did not say which variant."""
     if cni == "flannel":  # known by its agent or DaemonSet, no flannel.1: host-gw if its routes say so, else unseen
         return SHAPES["flannel (host-gw)"] if host_gw else SHAPES["flannel (backend not seen)"]
@@ -361,7 +363,7 @@ def _by_name(cni: str, names: dict, host_gw: bool = False) -> Shape | None:
     return next((s for s in SHAPES.values() if s.cni == cni), None)
 
 
-def _host_gw_routes(routes, names: dict) -> bool:
+def _host_gw_routes(routes, names: dict[str, Any]) -> bool:
     """Routes to other pod ranges via a gateway on the bridge's peer network (flannel host-gw's 'SUBNET via NODE'):
     a unicast route with a gateway whose prefix is a /16–/28 and that is not the default route."""
     if "cni0" not in names:
@@ -404,7 +406,7 @@ def _flannel_notes(notes) -> list[str]:
 
 
 def recognise(
-    links, routes, processes=None, bpf_maps=None, components=None, sources: dict | None = None, notes=None
+    links, routes, processes=None, bpf_maps=None, components=None, sources: dict[str, Any] | None = None, notes=None
 ) -> CniModel:
     """The CNI model of a node. ``links``/``routes``: ``ip -j addr``/``ip -j route`` objects (None: not collected);
     ``processes``: name → pid; ``bpf_maps``: pinned object names; ``components``: the CNI DaemonSets/pods as
@@ -450,7 +452,7 @@ def recognise(
     return CniModel(shape, tuple(signs), unread, _others(shape, named))
 
 
-def _others(shape: Shape | None, named: list) -> tuple[str, ...]:
+def _others(shape: Shape | None, named: list[Any]) -> tuple[str, ...]:
     """Other CNIs named by a process or DaemonSet than the one recognised (a leftover, a chained plugin)."""
     if shape is None:
         return ()

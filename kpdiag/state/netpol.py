@@ -28,6 +28,8 @@ nothing in it, ...) is reported as one problem naming it, and the others are eva
 
 from __future__ import annotations
 
+from typing import Any
+
 import ipaddress
 import json
 import re
@@ -49,11 +51,11 @@ class PolicyError(ValueError):
     """A NetworkPolicy that cannot be read: the message says what and where (one line)."""
 
 
-def _obj(value) -> dict:
+def _obj(value) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _arr(value) -> list:
+def _arr(value) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -74,7 +76,7 @@ class Selector:
     def empty(self) -> bool:
         return not self.labels and not self.exprs
 
-    def matches(self, labels: dict) -> bool:
+    def matches(self, labels: dict[str, Any]) -> bool:
         for k, v in self.labels:
             if labels.get(k) != v:
                 return False
@@ -149,7 +151,7 @@ def parse_selector(doc, where: str) -> Selector:
 class Pod:
     namespace: str
     name: str
-    labels: dict
+    labels: dict[str, Any]
     ips: tuple[str, ...]
     host_network: bool = False
     ports: tuple[tuple[str, int, str], ...] = ()  # containerPorts: (name, number, protocol)
@@ -171,7 +173,7 @@ class Pod:
         return None
 
     @classmethod
-    def from_api(cls, obj: dict) -> "Pod":
+    def from_api(cls, obj: dict[str, Any]) -> "Pod":
         """A pod as the API returns it; whatever is malformed in it is left out (never an exception)."""
         md, spec, status = (_obj(_obj(obj).get(k)) for k in ("metadata", "spec", "status"))
         ips = [
@@ -255,7 +257,7 @@ class Peer:
     pod_sel: Selector | None = None
     ns_sel: Selector | None = None
     cidr: object = None  # ipaddress network
-    excepts: tuple = ()
+    excepts: tuple[Any, ...] = ()
 
     def matches(self, other: End, policy_ns: str, ns_labels) -> bool:
         if self.cidr is not None:
@@ -332,7 +334,7 @@ class Policy:
     namespace: str
     name: str
     pod_sel: Selector
-    types: frozenset
+    types: frozenset[str]
     ingress: tuple[Rule, ...]
     egress: tuple[Rule, ...]
 
@@ -453,7 +455,7 @@ def _rules(docs, direction: str, where: str) -> tuple[Rule, ...]:
     return tuple(out)
 
 
-def parse_policy(obj: dict) -> Policy:
+def parse_policy(obj: dict[str, Any]) -> Policy:
     """One NetworkPolicy as the API returns it; :class:`PolicyError` when it cannot be read."""
     if not isinstance(obj, dict):
         raise PolicyError("not an object")
@@ -481,7 +483,7 @@ def parse_policy(obj: dict) -> Policy:
     return Policy(md.get("namespace") or "default", md.get("name") or "?", pod_sel, types, ingress, egress)
 
 
-def parse_policies(items: list) -> tuple[list[Policy], list[str]]:
+def parse_policies(items: list[Any]) -> tuple[list[Policy], list[str]]:
     """(the readable policies, one line per unreadable one: 'NS/NAME (item N): why', controls shown escaped)."""
     from kpdiag.render.safe import term
 
@@ -504,7 +506,7 @@ class Admission:
     peer: str
     ports: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "rule": self.rule, "peer": self.peer, "ports": self.ports}
 
 
@@ -519,14 +521,16 @@ class Direction:
     admitted_by: Admission | None = None
     admits: dict[str, str] = field(default_factory=dict)  # policy → what it admits (for a denial)
     missing: str | None = None  # for a denial: what peer/port rule is missing
-    patch_args: tuple | None = field(default=None, repr=False)  # for a denial: what :attr:`patch` is built from
+    patch_args: tuple[Any, ...] | None = field(
+        default=None, repr=False
+    )  # for a denial: what :attr:`patch` is built from
 
     @property
     def patch(self) -> str | None:
         """For a denial: a NetworkPolicy (YAML) that would admit exactly this flow — built when asked for."""
         return patch_yaml(*self.patch_args) if self.patch_args else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "direction": self.direction,
             "subject": self.subject,
@@ -566,7 +570,7 @@ class Flow:
     def allowed(self) -> bool:
         return self.egress.allowed and self.ingress.allowed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "from": self.src.text(),
             "to": self.dst.text(),
@@ -583,7 +587,9 @@ class PolicyIndex:
     """Policies grouped by namespace with their selectors parsed once; pods by name and address; namespace labels.
     Build it once and ask as many flows as needed."""
 
-    def __init__(self, policies: list[Policy], namespaces: list[dict] | None = None, pods: list[Pod] | None = None):
+    def __init__(
+        self, policies: list[Policy], namespaces: list[dict[str, Any]] | None = None, pods: list[Pod] | None = None
+    ):
         self.by_ns: dict[str, list[Policy]] = {}
         for p in policies:
             self.by_ns.setdefault(p.namespace, []).append(p)
@@ -597,7 +603,7 @@ class PolicyIndex:
                 self.ns_labels_known[md["name"]] = labels
         self.pods: dict[str, Pod] = {}
         self.by_ip: dict[str, Pod] = {}
-        self._selecting: dict[tuple, list[Policy]] = {}
+        self._selecting: dict[tuple[Any, ...], list[Policy]] = {}
         for pod in pods or []:
             self.add_pod(pod)
 
@@ -607,7 +613,7 @@ class PolicyIndex:
             for ip in pod.ips:
                 self.by_ip.setdefault(ip, pod)
 
-    def ns_labels(self, name: str) -> dict:
+    def ns_labels(self, name: str) -> dict[str, Any]:
         labels = self.ns_labels_known.get(name)
         if labels is None:  # not listed: the one label the API server always sets
             labels = {NS_NAME_LABEL: name}
@@ -739,7 +745,7 @@ class PolicyIndex:
 
 
 # ------------------------------------------------------------------------------------------------ patches
-def _stable_labels(pod: Pod) -> dict:
+def _stable_labels(pod: Pod) -> dict[str, Any]:
     labels = {k: v for k, v in pod.labels.items() if k not in _VOLATILE_LABELS}
     return labels
 
@@ -792,7 +798,7 @@ def to_yaml(value, indent: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str) -> tuple[dict, list[str]]:
+def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str) -> tuple[dict[str, Any], list[str]]:
     """A NetworkPolicy in the subject's namespace that admits exactly ``other`` → (ingress) or ← (egress) the
     subject on port/protocol — added next to the existing policies (they are additive), it opens nothing else.
     Returns (the object, notes on where it is wider or more brittle than that)."""
@@ -806,7 +812,7 @@ def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str
     name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
     labels = _stable_labels(other.pod) if other.is_pod else {}
     if other.is_pod and labels:
-        peer: dict = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
+        peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
         if other.pod.namespace != subject.namespace:
             peer = {"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: other.pod.namespace}}, **peer}
     else:
@@ -836,7 +842,7 @@ def patch_yaml(direction: str, subject: Pod, other: End, port: int, protocol: st
     return "".join(f"# {n}\n" for n in notes) + to_yaml(doc)
 
 
-def patch_oneline(doc: dict) -> str:
+def patch_oneline(doc: dict[str, Any]) -> str:
     """The patch as one shell command (JSON is YAML too), for places that print one line per step."""
     return "kubectl apply -f - <<< '" + json.dumps(doc, separators=(",", ":")).replace("'", "'\\''") + "'"
 
@@ -857,7 +863,7 @@ class Enforcement:
             )
         return f"CNI {self.cni}: NetworkPolicy {'is' if self.enforced else 'is NOT'} enforced"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"cni": self.cni, "enforced": self.enforced, "evidence": list(self.evidence)}
 
 
@@ -878,7 +884,7 @@ _CNI = (
 _NOT_CNI = ("cilium-operator", "cilium-envoy", "calico-kube-controllers", "calico-typha", "antrea-controller")
 
 
-def _workload(component: dict) -> str:
+def _workload(component: dict[str, Any]) -> str:
     owner = _str(component.get("owner"))
     if owner:
         return owner
@@ -888,7 +894,7 @@ def _workload(component: dict) -> str:
     return name
 
 
-def recognise_cni(components: list[dict] | None) -> Enforcement:
+def recognise_cni(components: list[dict[str, Any]] | None) -> Enforcement:
     """From the kube-system (kube-flannel, calico-system) DaemonSets or their pods: ``components`` items are
     ``{"kind": "DaemonSet"|"Pod", "namespace", "name", "owner", "containers": [{"name", "image", "args"}]}``."""
     if components is None:
@@ -945,7 +951,7 @@ def recognise_cni(components: list[dict] | None) -> Enforcement:
 _KEPT_ARGS = ("--enable-network-policy", "--run-firewall")
 
 
-def component(obj: dict) -> dict | None:
+def component(obj: dict[str, Any]) -> dict[str, Any] | None:
     """A DaemonSet or pod API object reduced to what CNI recognition needs (names, images, two flags)."""
     if not isinstance(obj, dict):
         return None

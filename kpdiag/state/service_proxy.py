@@ -4,6 +4,8 @@ interfaces, iptables chains, BPF maps, processes, kube-proxy's own endpoints and
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 from kpdiag import dataplane as dataplanes
 from kpdiag.bundle import sources
@@ -50,7 +52,7 @@ class KubeProxyPod:
             bits.append(last)
         return f"pod {self.namespace}/{self.name}: {', '.join(bits)}"
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         return {
             "pod": f"{self.namespace}/{self.name}",
             "phase": self.phase,
@@ -69,17 +71,21 @@ CRASH_RESTARTS = 3  # restarts with a last termination and no running container:
 class Implementer:
     name: str  # kube-proxy | k3s | k0s | cilium | kube-router | calico-ebpf | none | not-a-node
     label: str  # for people
-    evidence: list = field(default_factory=list)  # (source, text)
+    evidence: list[Any] = field(default_factory=list)  # (source, text)
     kube_proxy_in_charge: bool = True
-    present: dict = field(default_factory=dict)  # replacement → evidence, even when kube-proxy is in charge
-    absent: list = field(default_factory=list)  # (source, text): kube-proxy looked for and not found
+    present: dict[str, Any] = field(default_factory=dict)  # replacement → evidence, even when kube-proxy is in charge
+    absent: list[Any] = field(default_factory=list)  # (source, text): kube-proxy looked for and not found
     # what kpdiag believes about kube-proxy itself: running (process or a verified answer), embedded (k3s/k0s),
     # absent (looked for: no process, no answer), crash-looping (its pod says so), replaced (a replacement
     # implements Services), unknown (the host's processes are not visible and nothing answered)
     kube_proxy: str = "unknown"
     pod: KubeProxyPod | None = None  # its pod on this node, from the API, when the bundle has it
-    leftovers: dict = field(default_factory=dict)  # replaced: kube-proxy's rules left behind (mode → evidence)
-    not_a_node: list | None = None  # what was looked for, none found: this host does not look like a Kubernetes node
+    leftovers: dict[str, Any] = field(
+        default_factory=dict
+    )  # replaced: kube-proxy's rules left behind (mode → evidence)
+    not_a_node: list[Any] | None = (
+        None  # what was looked for, none found: this host does not look like a Kubernetes node
+    )
 
     @property
     def skip_reason(self) -> str | None:
@@ -91,7 +97,7 @@ class Implementer:
             f"kube-proxy is not in charge of Services on this node ({self.label} implements them): no kube-proxy advice"
         )
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         """The case as data (KP707, KP708, KP710 carry it): who implements Services and what kube-proxy is doing."""
         out = {"implementer": self.name, "kube_proxy": self.kube_proxy}
         if self.pod is not None:
@@ -101,7 +107,7 @@ class Implementer:
         return out
 
 
-def not_a_node_reason(looked_for: list) -> str:
+def not_a_node_reason(looked_for: list[Any]) -> str:
     return "this does not look like a Kubernetes node (none of: " + "; ".join(looked_for) + ")"
 
 
@@ -117,7 +123,7 @@ def _errors(bundle) -> dict[str, str]:
     return {str(e.get("source")): str(e.get("error")) for e in errs or [] if isinstance(e, dict)}
 
 
-def _is_kube_proxy_pod(pod: dict) -> bool:
+def _is_kube_proxy_pod(pod: dict[str, Any]) -> bool:
     md = pod.get("metadata") or {}
     labels = md.get("labels") or {}
     if md.get("namespace") not in (None, "kube-system"):
@@ -198,7 +204,9 @@ CNI_INTERFACE_PREFIXES = (
 )
 
 
-def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict) -> tuple[list, list] | None:
+def kubernetes_signs(
+    state, links: dict[str, Any], chains: set[str], procs: dict[str, Any], present: dict[str, Any]
+) -> tuple[list[Any], list] | None:
     """(signs found, what was looked for) — None when the bundle cannot tell (the host's processes, interfaces or
     rules were not readable): a host is called "not a Kubernetes node" only when all of them were read."""
     looked = [
