@@ -28,7 +28,7 @@ nothing in it, ...) is reported as one problem naming it, and the others are eva
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import ipaddress
 import json
@@ -51,15 +51,15 @@ class PolicyError(ValueError):
     """A NetworkPolicy that cannot be read: the message says what and where (one line)."""
 
 
-def _obj(value) -> dict[str, Any]:
+def _obj(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _arr(value) -> list[Any]:
+def _arr(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _str(value) -> str:
+def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -69,7 +69,7 @@ class Selector:
     """A parsed LabelSelector. ``exprs``: (key, operator, values)."""
 
     labels: tuple[tuple[str, str], ...] = ()
-    exprs: tuple[tuple[str, str, frozenset], ...] = ()
+    exprs: tuple[tuple[str, str, frozenset[str]], ...] = ()
     ordered_values: tuple[tuple[str, ...], ...] = ()  # the values of each expression as written (for text)
 
     @property
@@ -108,7 +108,7 @@ class Selector:
         return ",".join(bits)
 
 
-def parse_selector(doc, where: str) -> Selector:
+def parse_selector(doc: object, where: str) -> Selector:
     if doc is None:
         return Selector()
     if not isinstance(doc, dict):
@@ -193,8 +193,8 @@ class Pod:
                     and isinstance(p.get("containerPort"), int)
                     and not isinstance(p["containerPort"], bool)
                 ):
-                    name = p.get("name") if isinstance(p.get("name"), str) else ""
-                    proto = p.get("protocol") if isinstance(p.get("protocol"), str) else "TCP"
+                    name = p["name"] if isinstance(p.get("name"), str) else ""
+                    proto = p["protocol"] if isinstance(p.get("protocol"), str) else "TCP"
                     ports.append((name, p["containerPort"], proto.upper()))
         labels = {k: v for k, v in _obj(md.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
         return cls(
@@ -220,6 +220,11 @@ class End:
     @property
     def is_pod(self) -> bool:
         return self.pod is not None and not self.pod.host_network
+
+    @property
+    def selectable(self) -> Pod | None:
+        """Its pod when policies can select it (not host-network), else None."""
+        return self.pod if self.pod is not None and not self.pod.host_network else None
 
     @property
     def namespace(self) -> str | None:
@@ -256,10 +261,10 @@ class End:
 class Peer:
     pod_sel: Selector | None = None
     ns_sel: Selector | None = None
-    cidr: object = None  # ipaddress network
+    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
     excepts: tuple[Any, ...] = ()
 
-    def matches(self, other: End, policy_ns: str, ns_labels) -> bool:
+    def matches(self, other: End, policy_ns: str, ns_labels: Callable[[str], dict[str, Any]]) -> bool:
         if self.cidr is not None:
             for a in other.addresses():
                 try:
@@ -269,9 +274,9 @@ class Peer:
                 if addr.version == self.cidr.version and addr in self.cidr and not any(addr in e for e in self.excepts):
                     return True
             return False
-        if not other.is_pod:
+        pod = other.selectable
+        if pod is None:
             return False
-        pod = other.pod
         if self.ns_sel is None:
             if pod.namespace != policy_ns:
                 return False
@@ -302,9 +307,8 @@ class PortRule:
         if self.port is None:
             return True
         if isinstance(self.port, str):
-            if not dst.is_pod:
-                return False
-            return dst.pod.named_port(self.port, protocol) == port
+            pod = dst.selectable
+            return pod is not None and pod.named_port(self.port, protocol) == port
         if self.end_port is not None:
             return self.port <= port <= self.end_port
         return port == self.port
@@ -362,7 +366,7 @@ class Policy:
         )
 
 
-def _cidr(text, where: str):
+def _cidr(text: object, where: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     if not isinstance(text, str) or "/" not in text:
         raise PolicyError(f"{where}: invalid CIDR {text!r} (ADDRESS/PREFIX expected)")
     try:
@@ -371,7 +375,7 @@ def _cidr(text, where: str):
         raise PolicyError(f"{where}: invalid CIDR {text!r}") from None
 
 
-def _peer(doc, where: str) -> Peer:
+def _peer(doc: object, where: str) -> Peer:
     if not isinstance(doc, dict):
         raise PolicyError(f"{where} is not a peer")
     ipb = doc.get("ipBlock")
@@ -390,7 +394,8 @@ def _peer(doc, where: str) -> Peer:
         excepts = []
         for i, e in enumerate(ipb.get("except") or []):
             net = _cidr(e, f"{where}.ipBlock.except[{i}]")
-            if net.version != cidr.version or not net.subnet_of(cidr) or net == cidr:
+            inside = net.network_address in cidr and net.broadcast_address in cidr  # subnet_of, across both versions
+            if net.version != cidr.version or not inside or net == cidr:
                 raise PolicyError(f"{where}.ipBlock.except[{i}]: {e} is not inside {cidr}")
             excepts.append(net)
         return Peer(cidr=cidr, excepts=tuple(excepts))
@@ -405,7 +410,7 @@ def _peer(doc, where: str) -> Peer:
     return Peer(pod_sel=pod_sel, ns_sel=ns_sel)
 
 
-def _port(doc, where: str) -> PortRule:
+def _port(doc: object, where: str) -> PortRule:
     if not isinstance(doc, dict):
         raise PolicyError(f"{where} is not a port")
     proto = doc.get("protocol") or "TCP"
@@ -429,7 +434,7 @@ def _port(doc, where: str) -> PortRule:
     return PortRule(proto, port, end)
 
 
-def _rules(docs, direction: str, where: str) -> tuple[Rule, ...]:
+def _rules(docs: object, direction: str, where: str) -> tuple[Rule, ...]:
     if docs is None:
         return ()
     if not isinstance(docs, list):
@@ -594,7 +599,7 @@ class PolicyIndex:
         for p in policies:
             self.by_ns.setdefault(p.namespace, []).append(p)
         self.policies = policies
-        self.ns_labels_known: dict[str, dict] = {}
+        self.ns_labels_known: dict[str, dict[str, Any]] = {}
         for ns in namespaces or []:
             md = (ns.get("metadata") or {}) if isinstance(ns, dict) else {}
             if md.get("name"):
@@ -666,24 +671,19 @@ class PolicyIndex:
         return hit
 
     def _direction(self, direction: str, subject: End, other: End, port: int, protocol: str, dst: End) -> Direction:
-        if not subject.is_pod:
+        spod = subject.selectable
+        if spod is None:
             return Direction(direction, subject.text(), False, False, True)
-        pols = self.selecting(subject.pod, direction)
-        out = Direction(direction, subject.pod.key, True, bool(pols), True, [p.key for p in pols])
+        pols = self.selecting(spod, direction)
+        out = Direction(direction, spod.key, True, bool(pols), True, [p.key for p in pols])
         if not pols:
             return out
-        if (
-            direction == "ingress"
-            and not other.is_pod
-            and subject.pod.host_ip
-            and subject.pod.host_ip in other.addresses()
-        ):
+        if direction == "ingress" and not other.is_pod and spod.host_ip and spod.host_ip in other.addresses():
             # the API's rule: traffic from the pod's own node (kubelet probes, host-network pods there) is allowed
             out.admitted_by = Admission(
                 "(node)",
                 0,
-                f"{subject.pod.host_ip}: the node {subject.pod.key} runs on "
-                "(traffic from a pod's own node is always allowed)",
+                f"{spod.host_ip}: the node {spod.key} runs on (traffic from a pod's own node is always allowed)",
                 "all ports",
             )
             return out
@@ -721,10 +721,10 @@ class PolicyIndex:
                 f"{who} is not among them: a peer rule for it is missing"
             )
         elif all(not p.rules(direction) for p in pols):
-            out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {subject.pod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
+            out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {spod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
         else:
             out.missing = f"no rule of {', '.join(p.key for p in pols)} admits {who} on {port}/{protocol}"
-        out.patch_args = (direction, subject.pod, other, port, protocol)
+        out.patch_args = (direction, spod, other, port, protocol)
         return out
 
     def evaluate(self, src: End, dst: End, port: int | str, protocol: str = "TCP") -> Flow:
@@ -758,7 +758,7 @@ def _dns_name(text: str) -> str:
 _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9./_-]*")
 
 
-def _scalar(value) -> str:
+def _scalar(value: object) -> str:
     if isinstance(value, str):
         plain = _PLAIN.fullmatch(value) and value.lower() not in (
             "true",
@@ -775,7 +775,7 @@ def _scalar(value) -> str:
     return json.dumps(value)
 
 
-def to_yaml(value, indent: int = 0) -> str:
+def to_yaml(value: object, indent: int = 0) -> str:
     """A small block-style YAML emitter for the plain dicts, lists and scalars of a patch."""
     pad = " " * indent
     lines: list[str] = []
@@ -808,19 +808,20 @@ def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str
         notes.append(
             f"{subject.key} has no labels: podSelector {{}} selects every pod of {subject.namespace}; label the pod and select that"
         )
-    other_name = other.pod.name if other.is_pod else (other.ip or "peer")
+    other_pod = other.selectable
+    other_name = other_pod.name if other_pod is not None else (other.ip or "peer")
     name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
-    labels = _stable_labels(other.pod) if other.is_pod else {}
-    if other.is_pod and labels:
+    labels = _stable_labels(other_pod) if other_pod is not None else {}
+    if other_pod is not None and labels:
         peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
-        if other.pod.namespace != subject.namespace:
-            peer = {"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: other.pod.namespace}}, **peer}
+        if other_pod.namespace != subject.namespace:
+            peer = {"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: other_pod.namespace}}, **peer}
     else:
         ip = other.ip or (other.pod.ip if other.pod else None) or "0.0.0.0"
         peer = {"ipBlock": {"cidr": f"{ip}{'/128' if ':' in ip else '/32'}"}}
-        if other.is_pod:
+        if other_pod is not None:
             notes.append(
-                f"{other.pod.key} has no labels: admitted by its address, which changes when the pod is recreated"
+                f"{other_pod.key} has no labels: admitted by its address, which changes when the pod is recreated"
             )
     doc = {
         "apiVersion": "networking.k8s.io/v1",
@@ -868,7 +869,7 @@ class Enforcement:
 
 
 # name of the DaemonSet (or of its pods' prefix) → (CNI, enforces NetworkPolicy?)
-_CNI = (
+_CNI: tuple[tuple[str, str, bool | None], ...] = (
     ("calico-node", "calico", True),
     ("canal", "canal", True),
     ("cilium", "cilium", True),
