@@ -204,7 +204,7 @@ class Host:
     links: dict[str, dict[str, Any]] = field(default_factory=dict)  # ifname → ip -j addr entry
     chains: set[str] = field(default_factory=set)
     maps: list[str] = field(default_factory=list)
-    procs: dict[str, int] = field(default_factory=dict)  # comm → pid
+    procs: dict[str, str] = field(default_factory=dict)  # comm → pid
     addr_src: str = ""
     ipt_src: str = ""
     maps_src: str = ""

@@ -14,7 +14,12 @@ fixtures of the healthy zoo are built from (fixtures/zoo.py, documented in fixtu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
+
+Links = Iterable[dict[str, Any]] | None  # ip -j addr objects (None: not collected)
+Routes = Iterable[Any] | None  # ip -j route objects
+Add = Callable[[str, str], None]  # records one sign: (the source it is in, what it shows)
 
 from dataclasses import dataclass, field
 
@@ -138,7 +143,7 @@ class CniModel:
             return None
         return f"{self.shape.label} {NOT_JUDGED[self.shape.routing]}"
 
-    def own_pod_ranges(self, links, routes) -> list[tuple[str, str]] | None:
+    def own_pod_ranges(self, links: Links, routes: Routes) -> list[tuple[str, str]] | None:
         """This node's pod ranges where the CNI's own IPAM hands them out rather than the Node's ``spec.podCIDR``, as
         (CIDR, the route that shows it): Calico's blocks (the ``blackhole`` routes it keeps for the blocks this node
         owns), Cilium's allocation range (the route to it via ``cilium_host``), the VPC addresses of the AWS VPC CNI's
@@ -149,7 +154,7 @@ class CniModel:
         import ipaddress
 
         host = [
-            ipaddress.ip_address(a.get("local"))
+            ipaddress.ip_address(a["local"])
             for link in links or ()
             if link.get("ifname") == "cilium_host"
             for a in link.get("addr_info") or ()
@@ -179,7 +184,7 @@ class CniModel:
         """Whether a check about ``wanted`` (CNI names or routing models) judges this node."""
         return self.shape is not None and (self.shape.cni in wanted or self.shape.routing in wanted)
 
-    def not_about(self, wanted) -> str | None:
+    def not_about(self, wanted: tuple[str, ...] | list[str]) -> str | None:
         """None when a check about ``wanted`` applies here; else the one-line reason it does not."""
         if self.judged_by(wanted):
             return None
@@ -215,11 +220,11 @@ def _kind(link: dict[str, Any]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _names(links) -> dict[str, dict]:
+def _names(links: Links) -> dict[str, dict[str, Any]]:
     return {link["ifname"]: link for link in links or () if isinstance(link.get("ifname"), str)}
 
 
-def _route_signs(routes) -> dict[str, str]:
+def _route_signs(routes: Routes) -> dict[str, str]:
     """What the routes show: ``bird`` (Calico's BGP daemon), ``felix`` (protocol 80: Calico's own routes), a route
     via ``tunl0``, ``vxlan.calico`` …; value: the route as text (evidence)."""
     out: dict[str, str] = {}
@@ -246,7 +251,7 @@ def _route_signs(routes) -> dict[str, str]:
     return out
 
 
-def _routed(routes) -> set[str]:
+def _routed(routes: Routes) -> set[str]:
     """The devices main-table routes lead to other networks through (a device that carries no route carries no
     traffic of its own: a leftover of an uninstalled CNI)."""
     out = set()
@@ -269,7 +274,7 @@ def _calico_routing(names: dict[str, Any], rsigns: dict[str, Any]) -> bool:
     )
 
 
-def _calico(names: dict[str, Any], rsigns: dict[str, Any], add) -> Shape | None:
+def _calico(names: dict[str, Any], rsigns: dict[str, Any], add: Add) -> Shape | None:
     cali = sorted(n for n in names if n.startswith("cali"))
     ebpf = "bpfnatin" in names or "bpfnatout" in names
     if not (_calico_routing(names, rsigns) or (cali and "cni0" not in names)):
@@ -297,7 +302,7 @@ def _calico(names: dict[str, Any], rsigns: dict[str, Any], add) -> Shape | None:
     return None
 
 
-def _cilium(names: dict[str, Any], routed: set[str], add) -> Shape | None:
+def _cilium(names: dict[str, Any], routed: set[str], add: Add) -> Shape | None:
     """Cilium, when its devices carry traffic: its tunnel device, lxc* pods, or routes via cilium_host (a leftover
     cilium_host/cilium_net pair of an uninstalled Cilium routes nothing)."""
     if not any(n.startswith("cilium_") for n in names):
@@ -314,7 +319,7 @@ def _cilium(names: dict[str, Any], routed: set[str], add) -> Shape | None:
     return SHAPES["Cilium (native routing)"]
 
 
-def _flannel(names: dict[str, Any], rsigns: dict[str, Any], routed: set[str], add) -> Shape | None:
+def _flannel(names: dict[str, Any], rsigns: dict[str, Any], routed: set[str], add: Add) -> Shape | None:
     """flannel's devices — unless flannel.1 routes nothing while Calico's own routing is there (flannel's leftover
     on a node moved to Calico). Canal: flannel.1 with Calico's cali* pods and no bridge of flannel's."""
     for dev, label in (("flannel.1", "flannel (VXLAN)"), ("flannel-wg", "flannel (WireGuard)")):
@@ -328,7 +333,9 @@ def _flannel(names: dict[str, Any], rsigns: dict[str, Any], routed: set[str], ad
     return None
 
 
-def _by_interfaces(names: dict[str, Any], rsigns: dict[str, Any], add, routed: set[str] | None = None) -> Shape | None:
+def _by_interfaces(
+    names: dict[str, Any], rsigns: dict[str, Any], add: Add, routed: set[str] | None = None
+) -> Shape | None:
     """The shape the node's own interfaces and routes show (the strongest signs: they are the data path)."""
     routed = routed or set()
     shape = _cilium(names, routed, add) or _flannel(names, rsigns, routed, add)
@@ -363,7 +370,7 @@ def _by_name(cni: str, names: dict[str, Any], host_gw: bool = False) -> Shape | 
     return next((s for s in SHAPES.values() if s.cni == cni), None)
 
 
-def _host_gw_routes(routes, names: dict[str, Any]) -> bool:
+def _host_gw_routes(routes: Routes, names: dict[str, Any]) -> bool:
     """Routes to other pod ranges via a gateway on the bridge's peer network (flannel host-gw's 'SUBNET via NODE'):
     a unicast route with a gateway whose prefix is a /16–/28 and that is not the default route."""
     if "cni0" not in names:
@@ -378,7 +385,7 @@ def _host_gw_routes(routes, names: dict[str, Any]) -> bool:
     )
 
 
-def _component_cnis(components) -> list[tuple[str, str]]:
+def _component_cnis(components: Iterable[Any] | None) -> list[tuple[str, str]]:
     out = []
     for comp in components or ():
         if not isinstance(comp, dict):
@@ -395,7 +402,7 @@ def _component_cnis(components) -> list[tuple[str, str]]:
     return out
 
 
-def _flannel_notes(notes) -> list[str]:
+def _flannel_notes(notes: Iterable[tuple[str, Any]] | None) -> list[str]:
     """flannel's record in the Nodes (its annotations: backend-type …), a sign where flannel runs inside another
     binary (k3s) with no process or DaemonSet of its own."""
     for name, note in notes or ():
@@ -406,7 +413,13 @@ def _flannel_notes(notes) -> list[str]:
 
 
 def recognise(
-    links, routes, processes=None, bpf_maps=None, components=None, sources: dict[str, Any] | None = None, notes=None
+    links: Links,
+    routes: Routes,
+    processes: dict[str, str] | None = None,
+    bpf_maps: list[str] | None = None,
+    components: list[dict[str, Any]] | None = None,
+    sources: dict[str, Any] | None = None,
+    notes: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> CniModel:
     """The CNI model of a node. ``links``/``routes``: ``ip -j addr``/``ip -j route`` objects (None: not collected);
     ``processes``: name → pid; ``bpf_maps``: pinned object names; ``components``: the CNI DaemonSets/pods as
