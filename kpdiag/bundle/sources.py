@@ -141,7 +141,7 @@ def method(*names: str) -> Method:
 def api(*calls: str, writers: tuple[str, ...]) -> ApiRead:
     """``calls`` as ``kubectl auth can-i`` spells them: "list services", "list endpointslices.discovery.k8s.io",
     "get pods/log", "get /version"."""
-    out = []
+    out: list[tuple[str, str | None, str]] = []
     for call in calls:
         verb, res = call.split()
         if res.startswith("/"):
