@@ -23,11 +23,27 @@ def _modules() -> dict[str, str]:
     return out
 
 
+def _type_only(tree: ast.Module) -> set[int]:
+    """The import nodes under a module-level ``if TYPE_CHECKING:``: read by the type checker only, never imported when
+    kpdiag runs, so no dependency (annotations name the types of other layers without importing them)."""
+    return {
+        id(n)
+        for stmt in tree.body
+        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Name) and stmt.test.id == "TYPE_CHECKING"
+        for n in ast.walk(stmt)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+    }
+
+
 def import_graph(mods: dict[str, str]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
         package = mod if path.endswith("__init__.py") else mod.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+        type_only = _type_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     parts = package.split(".")
@@ -90,6 +106,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_type_checking_imports_are_no_dependency(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from b import B\nimport c\n"
+    )
+    mods = {"a": str(tmp_path / "a.py"), "b": str(tmp_path / "a.py"), "c": str(tmp_path / "a.py")}
+    assert import_graph({"a": mods["a"], "b": mods["b"], "c": mods["c"]})["a"] == {"c"}
 
 
 def test_no_import_cycle_in_the_engine():
