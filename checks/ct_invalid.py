@@ -24,12 +24,12 @@ def invalid_drop_rules(rules: KubeProxyRules | None, nft: Nft | None) -> list[Ev
                 if re.search(r"--ctstate (?:\S*,)?INVALID\b", text) and text.rstrip().endswith("-j DROP"):
                     out.append(ev.rule_at(chain, pos))
     if nft is not None and nft.text and '"invalid"' in nft.text:
-        rs = nft.ruleset()
-        for chain in rs.chains.values() if rs is not None else []:
-            for rule in chain.rules:
+        nrs = nft.ruleset()
+        for nchain in nrs.chains.values() if nrs is not None else []:
+            for rule in nchain.rules:
                 text = rule.text if hasattr(rule, "text") else ""
                 if "ct state invalid" in text and text.rstrip().endswith("drop"):
-                    out.append(ev.nft_rule(rs, chain, rule))
+                    out.append(ev.nft_rule(nrs, nchain, rule))
     return out
 
 

@@ -332,7 +332,7 @@ def common_finding(new, reports: NodeReports):
                 Evidence(
                     str(e.get("source")),
                     str(e.get("text")),
-                    e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None,
+                    line if isinstance(line := e.get("line"), int) and line > 0 else None,
                 )
                 for e in (sample.get("evidence") or [])[:3]
                 if isinstance(e, dict)

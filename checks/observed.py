@@ -107,8 +107,9 @@ def _ruled_out(policies: NetworkPolicies | None, svc, d) -> tuple[list[str], lis
     if ep is not None and ep.ready:
         out.append("the pod is Ready (its readiness probe passes)")
     pols = policies.source(sources.NETWORKPOLICIES) if policies else None
-    if list_items(pols) is not None:
-        mine = [p for p in list_items(pols) if (p.get("metadata") or {}).get("namespace") == svc.namespace]
+    listed = list_items(pols)
+    if listed is not None:
+        mine = [p for p in listed if (p.get("metadata") or {}).get("namespace") == svc.namespace]
         if not mine:
             out.append(f"NetworkPolicy (none in namespace {svc.namespace})")
         else:

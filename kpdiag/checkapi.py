@@ -15,12 +15,21 @@ import json
 import pkgutil
 import textwrap
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeAlias, TypeVar
 
 from .model import CheckRun, Evidence, Finding, Severity
 from .registry import _REGISTRY  # check id → CheckSpec (shared with the root-cause pass, which must not import this)
 from kpdiag.state import inputs as broker
 from kpdiag.state import typed
+
+if TYPE_CHECKING:
+    from kpdiag.fleet.aggregate import FleetState
+    from kpdiag.state.node import NodeState
+
+
+State: TypeAlias = "NodeState | FleetState"  # what checks run on: one node, or the reports of many
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 ENTRY_POINT_GROUP = "kpdiag.checks"
 BUILTIN = "kpdiag.checks"  # the built-in checks' package, found by name as plugins are: it sits above the engine
@@ -45,7 +54,7 @@ class CheckSpec:
     severity: Severity
     needs: tuple[str, ...]
     docs: Docs
-    fn: Callable = field(compare=False, repr=False)
+    fn: Callable[..., Any] = field(compare=False, repr=False)
     references: tuple[str, ...] = ()
     origin: str = "kpdiag"
     scope: str = "node"  # node: runs on one node's state; cluster: on many node reports (kpdiag cluster)
@@ -65,7 +74,7 @@ class CheckSpec:
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
     cni: tuple[str, ...] = ()  # the CNIs or routing models it judges (kpdiag/state/cni.py); elsewhere it is skipped
     # typed inputs (kpdiag/state/typed.py): (parameter, type, optional) — empty for a check written as (ctx, new)
-    params: tuple = field(default=(), compare=False, repr=False)
+    params: tuple[tuple[str, type[typed.Typed], bool], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def explains(self) -> tuple[str, ...]:
@@ -93,7 +102,7 @@ class CheckSpec:
         severity: Severity | str | None = None,
         subject: str | None = None,
         references: Iterable[str] = (),
-        data: dict | None = None,
+        data: dict[str, Any] | None = None,
     ) -> Finding:
         return Finding(
             id=self.id,
@@ -136,7 +145,7 @@ def check(
     preflight: Iterable[str] = (),
     any_host: bool = False,
     cni: Iterable[str] = (),
-):
+) -> Callable[[F], F]:
     """Declare a check. A check says its inputs in its signature (kpdiag/state/typed.py): ``def f(new, rules:
     KubeProxyRules, config: Optional[KubeProxyConfig] = None)`` — a parameter typed T is a need, Optional[T] a use;
     a cluster check's types are those of the cluster inputs (``NodeReports``, ``ProgrammedTables``) — and receives
@@ -183,15 +192,15 @@ def check(
         raise ValueError(f"check {id}: cni must be among {', '.join(sorted(known_cnis()))}, not {cni}")
     if advice_for not in (None, "kube-proxy"):
         raise ValueError(f"check {id}: advice_for must be 'kube-proxy' or None, not {advice_for!r}")
-    needs, uses = tuple(needs), tuple(uses)
-    broker.validate(id, scope, needs, uses)
+    needed, used = tuple(needs), tuple(uses)
+    broker.validate(id, scope, needed, used)
     from .rootcause import validate_declaration
 
     explains, absent, shows = validate_declaration(id, explains, absent, shows)
 
-    def deco(fn):
+    def deco(fn: F) -> F:
         # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
-        nonlocal needs, uses
+        needs, uses = needed, used
         params = typed.parameters(fn)
         if params:
             wrong = [name for name, t, _ in params if t.SCOPE != scope]
@@ -229,7 +238,7 @@ def check(
         if existing is not None and existing.origin != spec.origin:
             raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")
         _REGISTRY[id] = spec
-        fn.spec = spec
+        setattr(fn, "spec", spec)  # noqa: B010 (the declaration, found from the function)
         return fn
 
     return deco
@@ -256,11 +265,7 @@ def load_registry(plugins: bool = True) -> Registry:
     if plugins:
         from importlib.metadata import entry_points
 
-        try:
-            eps = entry_points(group=ENTRY_POINT_GROUP)
-        except TypeError:  # pragma: no cover - Python < 3.10 API
-            eps = entry_points().get(ENTRY_POINT_GROUP, [])
-        for ep in eps:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):  # (Python >= 3.10: the group= API)
             try:
                 ep.load()  # importing the module registers its @check functions
             except Exception as exc:  # a broken plugin must not break kpdiag
@@ -280,7 +285,7 @@ def select_checks(checks: list[CheckSpec], select: Iterable[str] = (), ignore: I
     return [c for c in checks if (not sel or any(hit(c, s) for s in sel)) and not any(hit(c, s) for s in ign)]
 
 
-def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckRun]]:
+def run_checks(ctx: State, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckRun]]:
     findings: list[Finding] = []
     runs: list[CheckRun] = []
     for spec in checks:
@@ -289,9 +294,10 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
                 _not_in_charge(ctx) if spec.advice_for else _not_a_node(ctx, spec)
             )  # a replacement implements Services; or this host is no Kubernetes node at all
             other_mode = _other_mode(ctx, spec) if spec.modes and not not_in_charge else None
+            skipped = not_in_charge or other_mode
             missing = (
-                [not_in_charge or other_mode]
-                if (not_in_charge or other_mode)
+                [skipped]
+                if skipped
                 else [why for why in (broker.missing(ctx, spec.scope, need) for need in spec.needs) if why]
             )
             if not missing and spec.cni:
@@ -331,20 +337,22 @@ def run_checks(ctx, checks: list[CheckSpec]) -> tuple[list[Finding], list[CheckR
     return link(findings, runs, running_mode(ctx))
 
 
-def running_mode(ctx) -> str | None:
+def running_mode(ctx: Any) -> str | None:  # a State: what a node state has, asked of either
     """The mode kube-proxy runs here, for the root-cause pass (None: unknown, or a --preflight asks about a mode)."""
     try:
-        return None if getattr(ctx, "preflight", None) else ctx.proxy_mode[0]
+        mode: str | None = None if getattr(ctx, "preflight", None) else ctx.proxy_mode[0]
+        return mode
     except Exception:  # a fleet state, or a state that cannot tell
         return None
 
 
-def _other_cni(ctx, spec: CheckSpec) -> str | None:
+def _other_cni(ctx: Any, spec: CheckSpec) -> str | None:
     """Why a check about some CNIs does not apply here: the node's CNI is another, or is not recognised."""
-    return ctx.cni.not_about(spec.cni)
+    why: str | None = ctx.cni.not_about(spec.cni)  # node checks only (a cluster check names no CNI)
+    return why
 
 
-def _other_mode(ctx, spec: CheckSpec) -> str | None:
+def _other_mode(ctx: Any, spec: CheckSpec) -> str | None:
     """Why a check about some proxy modes does not apply here: kube-proxy runs another (known) mode and no --preflight
     asks about one of the check's modes. None when it applies, or when the mode is not known (the check decides)."""
     preflight = ctx.preflight
@@ -356,10 +364,11 @@ def _other_mode(ctx, spec: CheckSpec) -> str | None:
         return None
     if not dp.known or dp.name in spec.modes:
         return None
-    return dp.skip_reason(spec.modes)
+    why: str = dp.skip_reason(spec.modes)
+    return why
 
 
-def _not_a_node(ctx, spec: CheckSpec) -> str | None:
+def _not_a_node(ctx: State, spec: CheckSpec) -> str | None:
     """Why a node check does not apply: the host does not look like a Kubernetes node (state/service_proxy.py), so
     advice about its kernel settings or rules would change a host that is none of Kubernetes' business."""
     if spec.scope != "node" or spec.any_host:
@@ -368,7 +377,7 @@ def _not_a_node(ctx, spec: CheckSpec) -> str | None:
     return impl.skip_reason if impl is not None and impl.not_a_node is not None else None
 
 
-def _not_in_charge(ctx) -> str | None:
+def _not_in_charge(ctx: State) -> str | None:
     """Why kube-proxy advice does not apply on this node (a replacement implements Services), or None."""
     impl = getattr(ctx, "service_implementer", None)
     return impl.skip_reason if impl is not None else None

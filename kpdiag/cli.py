@@ -65,7 +65,7 @@ def _nearest(pattern: str, checks) -> list[str]:
 
     named = {c.id: f"{c.id} ({c.slug})" for c in checks}
     p = pattern.strip()
-    as_id = p.upper().translate(str.maketrans({"L": "1", "I": "1", "O": "0"}))
+    as_id = p.upper().translate(str.maketrans("LIO", "110"))
     scored = [(difflib.SequenceMatcher(None, as_id, c.id).ratio(), c.id) for c in checks]
     scored += [(difflib.SequenceMatcher(None, p.lower(), c.slug).ratio(), c.id) for c in checks]
     best: dict[str, float] = {}
@@ -1059,7 +1059,7 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
 _INTERRUPTED: list[int] = []
 
 
-def _signal_behind(exc: BaseException) -> KeyboardInterrupt | None:
+def _signal_behind(exc: BaseException | None) -> KeyboardInterrupt | None:
     """The KeyboardInterrupt (a signal) an exception was raised while handling, if any."""
     seen = 0
     while exc is not None and seen < 8:

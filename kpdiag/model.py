@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import Any
 
 REPORT_SCHEMA = "kpdiag.report/v1"
 
@@ -33,11 +34,11 @@ class Evidence:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
         return f"{where}: {self.text}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Evidence":
+    def from_dict(cls, d: dict[str, Any]) -> "Evidence":
         return cls(str(d["source"]), str(d["text"]), d.get("line"))
 
 
@@ -54,18 +55,18 @@ class Finding:
     references: tuple[str, ...] = ()
     subject: str | None = None  # e.g. "node", "shop/web:80", "10.96.0.10"
     # the case as data, for scripts (JSON values only): e.g. {"service": "shop/web", "port": 80, "stale": [...]}
-    data: dict = field(default_factory=dict, compare=False, hash=False)
+    data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # the finding this one follows from, in the same report: {"id": "KP707", "subject": "node"} (kpdiag/rootcause.py)
-    caused_by: dict | None = field(default=None, hash=False)
+    caused_by: dict[str, Any] | None = field(default=None, hash=False)
 
-    def fix_steps(self) -> list[dict]:
+    def fix_steps(self) -> list[dict[str, Any]]:
         """The fix as typed steps: ``{"kind": "command" | "note", "text": ...}`` (kpdiag.fixcmd.step_kind)."""
         from .fixcmd import step_kind
 
         return [{"kind": step_kind(s), "text": str(s)} for s in self.fix]
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Finding":
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
         """A finding read back from a report's JSON (the fix steps keep their kinds)."""
         from .fixcmd import FixStep
 
@@ -86,7 +87,7 @@ class Finding:
             caused_by=_cause_ref(d.get("caused_by")),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "slug": self.slug,
@@ -100,11 +101,11 @@ class Finding:
             "references": list(self.references),
             "subject": self.subject,
             **({"data": self.data} if self.data else {}),
-            **({"caused_by": dict(self.caused_by)} if self.caused_by else {}),
+            **({"caused_by": dict[str, Any](self.caused_by)} if self.caused_by else {}),
         }
 
 
-def _cause_ref(ref) -> dict | None:
+def _cause_ref(ref: object) -> dict[str, Any] | None:
     """A ``caused_by`` link read back: ``{"id", "subject"}`` or None."""
     if not isinstance(ref, dict) or not ref.get("id"):
         return None
@@ -121,11 +122,11 @@ class CheckRun:
     reason: str | None = None
     findings: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CheckRun":
+    def from_dict(cls, d: dict[str, Any]) -> "CheckRun":
         return cls(d["id"], d["slug"], d["status"], d.get("reason"), int(d.get("findings") or 0))
 
 
@@ -134,11 +135,13 @@ class Report:
     subject: str  # node name, bundle path, service …
     findings: tuple[Finding, ...]
     checks: tuple[CheckRun, ...]
-    problems: tuple[dict, ...] = ()  # unreadable / uncollected sources: {"source", "error"}
-    facts: dict = field(default_factory=dict)  # mode, kernel, rule counts … (what was seen)
+    problems: tuple[dict[str, Any], ...] = ()  # unreadable / uncollected sources: {"source", "error"}
+    facts: dict[str, Any] = field(default_factory=dict)  # mode, kernel, rule counts … (what was seen)
     readable: bool = True  # False when nothing at all could be read
     kpdiag_version: str = ""
-    extra: dict = field(default_factory=dict)  # the command's own sections (one schema per kind, kpdiag/schemas)
+    extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # the command's own sections (one schema per kind, kpdiag/schemas)
     kind: str = "node"  # node (kpdiag node, analyze of a bundle) | service (kpdiag svc) | cluster (kpdiag cluster)
 
     def severities(self) -> list[str]:
@@ -151,7 +154,7 @@ class Report:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Report":
+    def from_dict(cls, d: dict[str, Any]) -> "Report":
         """A report read back from its JSON (``kpdiag … -o json``): ``Report.from_dict(r.to_dict()) == r``."""
         if d.get("schema") != REPORT_SCHEMA:
             raise ValueError(f"not a {REPORT_SCHEMA} document (schema {d.get('schema')!r})")
@@ -167,7 +170,7 @@ class Report:
             kind=str(d.get("kind") or "node"),  # reports of kpdiag < 0.1 carried no kind: they are node reports
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "schema": REPORT_SCHEMA,
             "kind": self.kind,

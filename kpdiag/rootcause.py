@@ -163,13 +163,14 @@ def _parents(findings: list) -> list[int | None]:
             parent[i] = min(near, key=lambda j: _key(findings[j]))
     linked = [i for i in range(n) if parent[i] is not None]
     for i in sorted(linked, key=lambda i: _key(findings[i])):  # declarations may form a loop: break it
-        seen, j = {i}, parent[i]
-        while j is not None:
-            if j in seen:
+        seen: set[int] = {i}
+        up = parent[i]
+        while up is not None:
+            if up in seen:
                 parent[i] = None
                 break
-            seen.add(j)
-            j = parent[j]
+            seen.add(up)
+            up = parent[up]
     return parent
 
 
@@ -275,7 +276,8 @@ def link(findings: list, runs: list, mode: str | None = None) -> tuple[list, lis
     absent = _absent(findings, parent, mode)
     linked = []
     for i, f in enumerate(findings):
-        cause = findings[parent[i]] if parent[i] is not None else None
+        up = parent[i]
+        cause = findings[up] if up is not None else None
         root = findings[_root(parent, i)]
         link_to = ref(cause) if cause is not None else None
         fix = _fix(f, cause, root, absent, i)

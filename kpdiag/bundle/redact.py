@@ -81,8 +81,9 @@ def _cut(text: str, start: int, hi: int) -> int:
         best = m.end()
     if best >= 0:
         return best
-    m = _WORD_RUN.match(text, hi)
-    return max(m.end(), hi) if m.end() > hi else hi + 1
+    run = _WORD_RUN.match(text, hi)  # (it matches the empty string too)
+    end = run.end() if run else hi
+    return end if end > hi else hi + 1
 
 
 # ---------------------------------------------------------------- secrets (always)
@@ -262,7 +263,8 @@ def _keyval_scan(text: str) -> str:
             break
         value = m.group("value")
         if _is_secret_key(m.group("name")) and not _secret_value_kept(value):
-            quote = _QUOTE.match(value).group(0)  # "x", 'x', \"x\", \\\"x\\\" …: the same quotes around REDACTED
+            q = _QUOTE.match(value)  # (it matches the empty string too)
+            quote = q.group(0) if q else ""  # "x", 'x', \"x\", \\\"x\\\" …: the same quotes around REDACTED
             out.append(text[pos : m.start("value")] + quote + REDACTED + quote)
             pos = m.end("value")
         else:
@@ -966,7 +968,7 @@ _ADDR_ALTS = [
     ),
 ]
 _ADDR_CACHE: dict[tuple, re.Pattern] = {}
-_TOP_GROUPS = [re.match(r"\(\?P<(\w+)>", p).group(1) for p, _ in _ADDR_ALTS]
+_TOP_GROUPS = [m.group(1) for p, _ in _ADDR_ALTS if (m := re.match(r"\(\?P<(\w+)>", p))]  # each names its group
 
 
 def _addr_regex(text: str) -> re.Pattern:
@@ -1317,8 +1319,8 @@ class Redactor:
             return nibbles
         n = len(labels)
         octets = list(reversed(labels)) + ["0"] * (4 - n)
-        mapped = self.ip(".".join(str(int(o)) for o in octets), 8 * n if n < 4 else None).split(".")[:n]
-        return ".".join(reversed(mapped)) + "."
+        parts = self.ip(".".join(str(int(o)) for o in octets), 8 * n if n < 4 else None).split(".")[:n]
+        return ".".join(reversed(parts)) + "."
 
     def _addr_sub(self, m: re.Match) -> str:
         if m.lastgroup in ("run", "zone", "plen"):

@@ -16,6 +16,7 @@ lab recorder and the fixture test read the declaration.
 from __future__ import annotations
 
 import importlib
+from typing import Any, Callable
 from dataclasses import dataclass
 
 
@@ -140,7 +141,7 @@ def method(*names: str) -> Method:
 def api(*calls: str, writers: tuple[str, ...]) -> ApiRead:
     """``calls`` as ``kubectl auth can-i`` spells them: "list services", "list endpointslices.discovery.k8s.io",
     "get pods/log", "get /version"."""
-    out = []
+    out: list[tuple[str, str | None, str]] = []
     for call in calls:
         verb, res = call.split()
         if res.startswith("/"):
@@ -220,7 +221,7 @@ class Source(str):
     def path(self) -> str:
         return str.__str__(self)
 
-    def parse_function(self):
+    def parse_function(self) -> Callable[[str, str], Any] | None:
         """The parser declared for this source (``module:function``, imported on first use), or None."""
         if not self.parser:
             return None

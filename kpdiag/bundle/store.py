@@ -17,6 +17,7 @@ the whole archive refused.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 import errno
 import io
 import os
@@ -71,7 +72,7 @@ def json_type(value) -> str:
     }.get(type(value), "null" if value is None else type(value).__name__)
 
 
-def list_items(doc) -> list[dict] | None:
+def list_items(doc: Any) -> list[dict[str, Any]] | None:
     """The objects of a Kubernetes List (an API answer, or a bundle file as `kubectl get -o json` prints it): its
     ``items`` that are JSON objects; None when ``doc`` is not a List. Every reader of a List starts here;
     ``kpdiag.state.shapes.read_list`` adds the shape of each object."""
@@ -164,7 +165,7 @@ class Bundle:
         self.problems: list[Problem] = []
         self._seen_problem: set[str] = set()
         self._read_sizes: dict[str, int] = {}  # directory bundles: bytes read per file, for MAX_TOTAL_BYTES
-        self.manifest: dict = {}
+        self.manifest: dict[str, Any] = {}
         for source, error in getattr(files, "problems", ()):  # what the archive reader skipped
             self.problem(source, error)
         self._load_manifest()
@@ -361,7 +362,7 @@ class Bundle:
             return None
         return text
 
-    def read_json(self, rel: str, record_missing: bool = False):
+    def read_json(self, rel: str, record_missing: bool = False) -> Any:
         text = self.read_text(rel, record_missing)
         if text is None:
             return None

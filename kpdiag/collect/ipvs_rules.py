@@ -297,8 +297,8 @@ def service_keys(svc: dict, addresses: list[str] | None) -> list[tuple[str, str,
     """(proto, address, port) of every virtual server a Service's packets can meet on this node, from its API object:
     ClusterIPs, externalIPs and load-balancer ingress IPs at each port, NodePorts at each of ``addresses``. Raises
     NotFocused when they cannot be told exactly."""
-    spec = svc.get("spec") if isinstance(svc.get("spec"), dict) else {}
-    status = svc.get("status") if isinstance(svc.get("status"), dict) else {}
+    spec = svc["spec"] if isinstance(svc.get("spec"), dict) else {}
+    status = svc["status"] if isinstance(svc.get("status"), dict) else {}
     if spec.get("type") == "ExternalName":
         raise NotFocused("an ExternalName Service has no virtual server (a DNS name only)")
     ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if isinstance(ip, str) and ip != "None"]

@@ -279,7 +279,7 @@ class Netlink:
     def elements(self, family: str, table: str, name: str) -> list[bytes]:
         """Each element of a set, undecoded (a 10,000-Service map: the few that matter are decoded)."""
         req = _strattr(ELEM_LIST_TABLE, table) + _strattr(ELEM_LIST_SET, name)
-        out = []
+        out: list[bytes] = []
         for _, payload in self.dump(MSG_GETSETELEM, FAMILIES[family], req):
             lst = attrs(payload).get(ELEM_LIST_ELEMENTS)
             if lst:
@@ -519,7 +519,7 @@ class SetInfo:
         key, sort = key_json(self.fields, _value(e[ELEM_KEY]))
         ud = udata(e.get(ELEM_USERDATA, b""))
         comment = _str(ud[0]) if 0 in ud else None
-        extra = {}
+        extra: dict[str, int | str] = {}
         if ELEM_TIMEOUT in e and (self.timeout is None or _be64(e[ELEM_TIMEOUT]) != self.timeout):
             extra["timeout"] = _be64(e[ELEM_TIMEOUT]) // 1000
         if ELEM_EXPIRATION in e:

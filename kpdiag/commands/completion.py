@@ -10,11 +10,12 @@ nothing would load the file — bash-completion not installed — the hint says 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 BASH_COMPLETION_SCRIPTS = ("/usr/share/bash-completion/bash_completion", "/etc/bash_completion")
 
 
-def completion_path(shell: str, env: dict | None = None) -> str:
+def completion_path(shell: str, env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     home = env.get("HOME") or os.path.expanduser("~")
     data = env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kpdiag import __version__
 from kpdiag.checkapi import load_registry, run_checks, select_checks
 from kpdiag.model import Report
@@ -119,7 +121,7 @@ def analyze_state(state: NodeState, select=(), ignore=(), subject: str | None = 
     problems = [p.to_dict() for p in state.problems]
     problems += [{"source": f"plugin {name}", "error": why} for name, why in registry.load_errors]
     readable = _anything_readable(state) or bool(findings)
-    extra = {}
+    extra: dict[str, Any] = {}
     if partial:
         extra["partial"] = {k: partial[k] for k in ("service", "mode", "holds") if k in partial}
     not_a_node = _not_a_node(state)

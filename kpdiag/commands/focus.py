@@ -69,8 +69,8 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
             if name == service or name.startswith(prefix):  # key: ClusterIP:port/proto, the same in every proxy mode
                 # (a port without a name is plain ns/svc, kube-proxy's ServicePortName)
                 hostport, proto = key.rsplit("/", 1)
-                ip, port = hostport.rsplit(":", 1)
-                targets.append((name, ip, int(port), proto))
+                ip, number = hostport.rsplit(":", 1)
+                targets.append((name, ip, int(number), proto))
         if not targets and not state.dataplane.keeps_service_names:
             targets += _named_by_api(state, service, service_table(state) or {})
     extra = dict(report.extra)
@@ -93,7 +93,7 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
         pod_src = str(ipaddress.ip_network(cidr, strict=False).network_address + 77) if cidr else "10.244.250.77"
         tracer6 = None
         for label, dst, port, proto in targets:
-            origins = (("pod", pod_src), ("external", "203.0.113.77"))
+            origins: tuple[tuple[str, str], ...] = (("pod", pod_src), ("external", "203.0.113.77"))
             use = tracer
             if ":" in dst:  # IPv6: iptables and IPVS mode keep those rules apart (ip6tables)
                 tracer6 = tracer6 or state.mode_tracer(family=6)
@@ -101,9 +101,10 @@ def focus_report(report, state, service: str | None = None, trace_to: str | None
                 cidr6 = (
                     cluster_cidr(state.programmed("ip6tables-save")) if state.dataplane.traced_with_iptables else None
                 )
-                origins = (
+                pod6: tuple[tuple[str, str], ...] = (
                     (("pod", str(ipaddress.ip_network(cidr6, strict=False).network_address + 77)),) if cidr6 else ()
-                ) + (("external", "2001:db8::77"),)
+                )
+                origins = pod6 + (("external", "2001:db8::77"),)
                 if use is None:
                     notes.append(
                         f"{label}: an IPv6 address, and this node's IPv6 rules ({sources.IP6TABLES_SAVE}) could not be read"

@@ -34,7 +34,8 @@ def api_files(
     if service:
         if progress:
             progress(f"reading Service {service} and its EndpointSlices from {cc.out.api}")
-        cc.service_view(*service.split("/", 1), node)
+        namespace, _, name = service.partition("/")
+        cc.service_view(namespace, name, node)
     else:
         if progress:
             progress(f"reading Services and EndpointSlices from {cc.out.api}")

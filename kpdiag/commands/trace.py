@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kpdiag.bundle.store import Bundle, Problem
 from ..errors import InputError
 from kpdiag.bundle import sources
+
+if TYPE_CHECKING:
+    from ipaddress import IPv4Network, IPv6Network
+
+    from ..collect.service_rules import Destination
+    from kpdiag.state.node import NodeState
+    from kpdiag.trace.model import TraceResult
+    from kpdiag.trace.netfilter import IptablesTracer
+    from kpdiag.trace.walker import PacketWalker
 
 
 FOCUS_FALLBACK = "focused read of the rules"  # in kpdiag/collect/dest_rules.py's fallback reason
@@ -14,16 +25,18 @@ FOCUS_FALLBACK = "focused read of the rules"  # in kpdiag/collect/dest_rules.py'
 
 @dataclass
 class TraceSetup:
-    tracer: object
+    tracer: PacketWalker
     mode: str
     problems: list[Problem] = field(default_factory=list)
-    state: object = None  # the NodeState of a bundle or a live node (for notes: the service CIDR, the API objects)
-    read: dict | None = None  # a live trace's focused read: what it holds (kpdiag/collect/dest_rules.py)
+    state: NodeState | None = (
+        None  # the NodeState of a bundle or a live node (for notes: the service CIDR, the API objects)
+    )
+    read: dict[str, Any] | None = None  # a live trace's focused read: what it holds (kpdiag/collect/dest_rules.py)
     live: bool = False  # read from this node now: no file holds the rules
     notes: tuple[str, ...] = ()  # what the trace's result says of its inputs (which iptables backend it walked)
 
 
-def label_live(result, setup: TraceSetup):
+def label_live(result: TraceResult, setup: TraceSetup) -> TraceResult:
     """A live trace's rules came from no file: each source named by the command that read it, "on this node, live"
     (``iptables-save on this node, live``), not by the bundle path it would have in a bundle."""
     from dataclasses import replace
@@ -39,12 +52,12 @@ def label_live(result, setup: TraceSetup):
     return replace(result, sources=tuple(dict.fromkeys(label(s) for s in result.sources)))
 
 
-def read_summary(read: dict) -> str:
+def read_summary(read: dict[str, Any]) -> str:
     """One line on what a live trace's focused read held: the chains, and (nftables) the map elements left out."""
     chains = sum(len(c) for t in read["chains"].values() for c in t.values())
     left = sum(n for t in (read.get("elements_left_out") or {}).values() for s in t.values() for n in s.values())
-    vs = read.get("virtual_servers")
-    vs = f" and the {len(vs)} virtual servers" if vs is not None else ""
+    servers = read.get("virtual_servers")
+    vs = f" and the {len(servers)} virtual servers" if servers is not None else ""
     out = f"read only the {chains} chains{vs} a packet to {read['destination']} can meet"
     if left:
         out += f" and the set and map elements whose key it can match ({left} elements left out)"
@@ -79,7 +92,7 @@ def split_dst(text: str) -> tuple[str, int | None]:
     return str(addr), port
 
 
-def _api_service_cidrs(state) -> tuple[list, str] | None:
+def _api_service_cidrs(state: NodeState | None) -> tuple[list[IPv4Network | IPv6Network], str] | None:
     """The service CIDR(s) from kube-apiserver's --service-cluster-ip-range in the bundle's pods (a kubeadm static pod)."""
     from kpdiag.state.cluster import apiserver_service_cidrs
 
@@ -88,7 +101,7 @@ def _api_service_cidrs(state) -> tuple[list, str] | None:
     return (nets, "kube-apiserver's --service-cluster-ip-range") if nets else None
 
 
-def explain_unmatched(result, setup: TraceSetup):
+def explain_unmatched(result: TraceResult, setup: TraceSetup) -> TraceResult:
     """The setup's notes (which iptables backend was walked) added to the result; and in iptables mode, where
     kube-proxy has no rule for an address no Service has (the packet passes untranslated and is routed like any
     other; nftables mode drops or rejects it in cluster-ips-check and says so itself), a note when the destination
@@ -100,9 +113,13 @@ def explain_unmatched(result, setup: TraceSetup):
 
     if setup.notes:
         result = replace(result, notes=tuple(result.notes) + tuple(setup.notes))
-    if get(setup.mode).cluster_ips_stay_on_node or any(p.dnat for p in result.paths) or not hasattr(setup.tracer, "rs"):
+    if get(setup.mode).cluster_ips_stay_on_node or any(p.dnat for p in result.paths):
         return result
     from kpdiag.state.kube_rules import programmed_ports
+    from kpdiag.trace.netfilter import IptablesTracer
+
+    if not isinstance(setup.tracer, IptablesTracer):
+        return result
 
     pk = result.packet
     dst = ipaddress.ip_address(pk.dst)
@@ -133,9 +150,12 @@ def explain_unmatched(result, setup: TraceSetup):
                 )
         else:
             ips = sorted(
-                {ipaddress.ip_address(p.cluster_ip) for p in ports if ":" in p.cluster_ip}
-                if dst.version == 6
-                else {ipaddress.ip_address(p.cluster_ip) for p in ports if ":" not in p.cluster_ip}
+                {
+                    ipaddress.ip_address(p.cluster_ip)
+                    for p in ports
+                    if p.cluster_ip and (":" in p.cluster_ip) == (dst.version == 6)
+                },
+                key=int,
             )
             if ips:
                 limit = 12 if dst.version == 4 else 108  # the API server allows no wider service CIDR
@@ -151,7 +171,11 @@ def explain_unmatched(result, setup: TraceSetup):
     return result if note is None else replace(result, notes=tuple(result.notes) + (note,))
 
 
-def live_state(host_root: str | None = None, progress=None, dest=None) -> tuple[object, dict | None]:
+def live_state(
+    host_root: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    dest: Destination | None = None,
+) -> tuple[NodeState, dict[str, Any] | None]:
     """This node's state as a trace needs it, collected read-only with kpdiag's node collector: kernel, sysctls,
     addresses and routes, iptables/nftables rules, IPVS, ipsets and kube-proxy's /proxyMode (no conntrack, no logs).
     (NodeState, what the focused read holds or None). ``dest`` (a kpdiag.collect.dest_rules.Destination): only the
@@ -227,7 +251,7 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
-def _required(state, value, bundle: str, rel: str, what: str):
+def _required(state: NodeState, value: object, bundle: str, rel: str, what: str) -> object:
     """The parsed source, or an InputError that says why it is missing (the file's own problems, first)."""
     if value is None:
         why = "; ".join(str(p) for p in state.problems) or f"{bundle} has no {rel}"
@@ -243,29 +267,29 @@ def _saved_family(data: bytes) -> int | None:
     return None if m is None else (6 if m.group(1) == b"ip6" else 4)
 
 
-def _with_nft_tables(tracer, state) -> None:
+def _with_nft_tables(tracer: IptablesTracer, state: NodeState) -> None:
     """iptables and IPVS mode: the node's other nftables tables (a host firewall such as firewalld's, a leftover
     kube-proxy table) run at the same hooks; parse the ruleset only when it has base chains of its own."""
     from ..parse.nft import hooked_tables
     from ..trace.netfilter import IPTABLES_NFT_TABLES
 
     own = {(f, t) for f in ("ip", "ip6") for t in IPTABLES_NFT_TABLES}
-    if hooked_tables(state.nft_text) - own:
+    if hooked_tables(state.nft_text or "") - own:
         tracer.nft = state.nft()
 
 
 def setup_trace(
     rules: str | None = None,
     bundle: str | None = None,
-    local_ips=(),
+    local_ips: Iterable[str] = (),
     ipset_file: str | None = None,
     nft: str | None = None,
     mode: str = "auto",
     family: int = 4,
     live: bool = False,
     host_root: str | None = None,
-    progress=None,
-    dest=None,
+    progress: Callable[[str], None] | None = None,
+    dest: Destination | None = None,
 ) -> TraceSetup:
     """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset), ``--bundle``, or
     ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart). ``dest``
@@ -280,8 +304,8 @@ def setup_trace(
         from ..parse.nft import parse_nft_json
         from ..trace.nftables import NftTracer
 
-        ruleset = parse_nft_json(_read_file(nft), nft)
-        return TraceSetup(NftTracer(ruleset, RoutingTable.from_local_ips(local_ips)), "nftables", problems)
+        nft_rules = parse_nft_json(_read_file(nft), nft)
+        return TraceSetup(NftTracer(nft_rules, RoutingTable.from_local_ips(local_ips)), "nftables", problems)
     if rules:
         data = _read_file(rules)
         saved = _saved_family(data)
@@ -309,6 +333,7 @@ def setup_trace(
         if live:
             state, read = live_state(host_root, progress, dest)
         else:
+            assert bundle is not None  # live or a bundle
             state = NodeState(Bundle.open(bundle))
         bundle = bundle or f"this node ({state.node_name or 'live'})"
         from kpdiag.dataplane import get
@@ -325,24 +350,25 @@ def setup_trace(
             from ..trace.backends import choose
 
             chosen = choose(state, bundle)
-        rules, rel, what = dp.trace_rules(state, family)
+        needed, rel, what = dp.trace_rules(state, family)
         if chosen is not None and chosen.note and dp.traced_with_iptables:
-            rules = chosen.rules
-        _required(state, rules, bundle, rel, what)
+            needed = chosen.rules
+        _required(state, needed, bundle, rel, what)
         missing = dp.trace_missing(state)
         if missing:
             raise InputError(bundle, missing)
         # parses ipsets too: their problems are collected after it
         tracer = dp.tracer(state, family, chosen.rules if chosen is not None and chosen.note else None)
-        if dp.traced_with_iptables and tracer is not None and state.nft_text:
-            _with_nft_tables(tracer, state)
-        if hasattr(tracer, "recent"):  # an iptables walk: kube-proxy's session affinity state, when recorded
-            tracer.recent = state.xt_recent
+        if isinstance(tracer, IptablesTracer):  # an iptables walk
+            if dp.traced_with_iptables and state.nft_text:
+                _with_nft_tables(tracer, state)
+            tracer.recent = state.xt_recent  # kube-proxy's session affinity state, when recorded
         problems = list(state.problems)
         if live:  # what a live trace did not need to read is no warning of it
             used = dp.trace_sources + (sources.XT_RECENT,) + ((chosen.source,) if chosen and chosen.note else ())
             problems = [p for p in problems if any(n in p.source for n in used) or FOCUS_FALLBACK in p.error]
         notes = (chosen.note,) if chosen is not None and chosen.note else ()
+        assert tracer is not None  # _required: its rules are there
         return TraceSetup(tracer, mode, problems, state, read, live=live, notes=notes)
     else:
         raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")

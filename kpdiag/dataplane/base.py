@@ -6,7 +6,18 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar
+
+if TYPE_CHECKING:
+    from kpdiag.model import Evidence
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.state.cluster import Svc
+    from kpdiag.state.node import NodeState
+    from kpdiag.trace.walker import PacketWalker
+
+# a dataplane's Service ports, read back from its rules: "ClusterIP:port/proto" → (name, endpoints, local policy)
+ServiceTable = dict[str, tuple[str, tuple[str, ...], bool]]
+D = TypeVar("D", bound="type[Dataplane]")
 
 _REGISTRY: dict[str, Dataplane] = {}
 _LOADED = False
@@ -52,27 +63,27 @@ class Dataplane:
         return f"<dataplane {self.name or 'unknown'}>"
 
     # ---- detection
-    def signs(self, state) -> str | None:
+    def signs(self, state: NodeState) -> str | None:
         """A kube-proxy mode: what on the node shows its rules (None: nothing)."""
         return None
 
-    def detect(self, host: Host) -> tuple[list, bool]:
+    def detect(self, host: Host) -> tuple[list[tuple[str, str]], bool]:
         """A replacement: ([(source, text)] of what shows it is there, whether its service proxy is the part seen)."""
         return [], False
 
     # ---- what it programmed, and how a packet goes through it
-    def service_table(self, state):
+    def service_table(self, state: NodeState) -> ServiceTable | None:
         """``{"ClusterIP:port/proto": (name, endpoints, local policy)}`` read back from this dataplane's rules, or None
         when they are not readable. The default is kube-proxy's iptables rules (a mode with no table of its own)."""
         return get("iptables").service_table(state)
 
-    def tracer(self, state, family: int = 4, rules=None):
+    def tracer(self, state: NodeState, family: int = 4, rules: Ruleset | None = None) -> PacketWalker | None:
         """The tracer of this dataplane for IP version ``family``, or None without its rules. Default: iptables.
         ``rules``: the iptables rules to walk instead of ``iptables-save``'s (kpdiag/trace/backends.py: another
         backend's)."""
         return get("iptables").tracer(state, family, rules)
 
-    def trace_rules(self, state, family: int = 4) -> tuple[object, str, str]:
+    def trace_rules(self, state: NodeState, family: int = 4) -> tuple[object, str, str]:
         """(parsed rules, source, what they are in words) that a trace of this dataplane cannot do without."""
         from kpdiag.bundle import sources
 
@@ -83,7 +94,7 @@ class Dataplane:
             "IPv6 iptables rules" if family == 6 else "iptables rules",
         )
 
-    def trace_missing(self, state) -> str | None:
+    def trace_missing(self, state: NodeState) -> str | None:
         """What else a trace of this dataplane needs and the node lacks, in words (None: nothing)."""
         return None
 
@@ -98,21 +109,21 @@ class Dataplane:
     ports_verb: str = "the node DNATs to"  # how a drift says where new connections go
     counts_share: bool = False  # a drift also says which share of connections goes astray (iptables' words)
 
-    def ports_skip(self, running: Dataplane, preflight: str | None, table) -> str | None:
+    def ports_skip(self, running: Dataplane, preflight: str | None, table: Any) -> str | None:
         """Why its Service ports cannot be judged here (None: they can): kube-proxy runs another known mode, or
         ``table`` (its rules as a typed input: KubeProxyRules, Ipvs, Nft) cannot show them."""
         if running.known and running is not self:
             return self.not_where_services_live(running)
         return None
 
-    def port_views(self, services, table) -> Iterable[PortView]:
+    def port_views(self, services: Iterable[Svc], table: Any) -> Iterable[PortView]:
         """Each port of ``services`` (kpdiag.state.cluster.Svc) on each ClusterIP, as ``table`` programs it."""
         return ()
 
     def missing_words(self, view: PortView) -> Words:
         raise NotImplementedError(f"{self.name} judges no Service ports")
 
-    def mismatch_words(self, view: PortView, have: set, text: str) -> Words:
+    def mismatch_words(self, view: PortView, have: set[str], text: str) -> Words:
         raise NotImplementedError(f"{self.name} judges no Service ports")
 
 
@@ -120,25 +131,34 @@ class Dataplane:
 class PortView:
     """One Service port on one ClusterIP, as the API defines it and as a dataplane's rules program it."""
 
-    svc: object
-    port: dict
+    svc: Svc
+    port: dict[str, Any]  # the Service's port as the API has it
     family: int  # 4 or 6
     ip: str  # the ClusterIP of that family
     ready: int  # ready endpoints of that family in the API
-    programmed: object | None  # the mode's object (KUBE-SVC chain, virtual server, nft chain); None: not programmed
+    programmed: Any  # the mode's object (KUBE-SVC chain, virtual server, nft chain); None: not programmed
     endpoints: frozenset[str] = frozenset()  # where it sends new connections ("ip:port", "[ip6]:port")
-    context: object = None  # the mode's own extras for its words (the ruleset, the map family, the key)
+    context: Any = None  # the mode's own extras for its words (the ruleset, the map family, the key)
 
     @property
     def number(self) -> int:
-        return int(self.port.get("port"))
+        return int(self.port.get("port") or 0)
 
     @property
     def proto(self) -> str:
-        return (self.port.get("protocol") or "TCP").lower()
+        return str(self.port.get("protocol") or "TCP").lower()
 
     @classmethod
-    def of(cls, svc, port, family: int, ip: str, programmed, endpoints=frozenset(), context=None) -> PortView:
+    def of(
+        cls,
+        svc: Svc,
+        port: dict[str, Any],
+        family: int,
+        ip: str,
+        programmed: Any,
+        endpoints: Iterable[str] = frozenset(),
+        context: Any = None,
+    ) -> PortView:
         ready = sum(1 for e in svc.endpoints_for(port, family=family) if e.ready)
         return cls(svc, port, family, ip, ready, programmed, frozenset(endpoints), context)
 
@@ -149,10 +169,10 @@ class Words:
 
     summary: str
     fix: tuple[str, ...]
-    rules: object  # kpdiag.model.Evidence: the rule, virtual server or map element (or its absence)
+    rules: Evidence  # the rule, virtual server or map element (or its absence)
 
 
-def cluster_ips(svc) -> list[tuple[int, str]]:
+def cluster_ips(svc: Svc) -> list[tuple[int, str]]:
     """A Service's ClusterIPs with their IP version."""
     return [(6 if ":" in ip else 4, ip) for ip in svc.cluster_ips]
 
@@ -181,17 +201,17 @@ class Host:
     """What replacements are recognised by: the node's interfaces, iptables chains, BPF map names and processes, with
     the sources to cite for each."""
 
-    links: dict = field(default_factory=dict)  # ifname → ip -j addr entry
-    chains: set = field(default_factory=set)
-    maps: list = field(default_factory=list)
-    procs: dict = field(default_factory=dict)  # comm → pid
+    links: dict[str, dict[str, Any]] = field(default_factory=dict)  # ifname → ip -j addr entry
+    chains: set[str] = field(default_factory=set)
+    maps: list[str] = field(default_factory=list)
+    procs: dict[str, str] = field(default_factory=dict)  # comm → pid
     addr_src: str = ""
     ipt_src: str = ""
     maps_src: str = ""
     procs_src: str = ""
 
 
-def dataplane(cls):
+def dataplane(cls: D) -> D:
     """Register a dataplane class (one instance of it) under its ``name``."""
     if not cls.name:
         raise ValueError(f"dataplane {cls.__name__} has no name")

@@ -16,7 +16,7 @@ class CalicoEbpf(Dataplane):
         "kubectl get felixconfiguration default -o yaml | grep -i bpf",
     )
 
-    def detect(self, host: Host) -> tuple[list, bool]:
+    def detect(self, host: Host) -> tuple[list[tuple[str, str]], bool]:
         seen = []
         nat = [m for m in host.maps if m.startswith(("cali_v4_nat_fe", "cali_v6_nat_fe"))]
         devices = [n for n in ("bpfnatin", "bpfnatout", "bpfin.cali", "bpfout.cali") if n in host.links]

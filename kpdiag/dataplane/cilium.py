@@ -18,7 +18,7 @@ class Cilium(Dataplane):
         "kubectl -n kube-system exec ds/cilium -- cilium-dbg status --verbose | grep -i -A3 KubeProxyReplacement",
     )
 
-    def detect(self, host: Host) -> tuple[list, bool]:
+    def detect(self, host: Host) -> tuple[list[tuple[str, str]], bool]:
         seen = []
         links = sorted(n for n in host.links if n.startswith("cilium_"))
         if links:

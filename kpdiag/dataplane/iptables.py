@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import KUBE_PROXY_LOG, KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from kpdiag.dataplane.base import (
+    ServiceTable,
+    KUBE_PROXY_LOG,
+    KUBE_PROXY_RESTART,
+    Dataplane,
+    PortView,
+    Words,
+    cluster_ips,
+    dataplane,
+)
+
+if TYPE_CHECKING:
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.state.cluster import Svc
+    from kpdiag.state.node import NodeState
+    from kpdiag.trace.walker import PacketWalker
 
 
 @dataplane
@@ -18,17 +35,17 @@ class Iptables(Dataplane):
     not_in_use = ("ipvs",)
     counts_share = True
 
-    def signs(self, state) -> str | None:
+    def signs(self, state: NodeState) -> str | None:
         rs = state.iptables()
         if rs is not None and any(n.startswith(("KUBE-SVC-", "KUBE-SEP-")) for n in rs.chain_names("nat")):
             return "iptables chains KUBE-SVC-*/KUBE-SEP-* in the nat table"
         return None
 
-    def service_table(self, state):
+    def service_table(self, state: NodeState) -> ServiceTable | None:
         progs = state.programmed()
         if progs is None:
             return None
-        table = {}
+        table: ServiceTable = {}
         for ports in (progs, state.programmed("ip6tables-save") or {}):  # a dual-stack node's IPv6 Services
             for p in ports.values():
                 if p.cluster_ip and p.port:
@@ -39,7 +56,7 @@ class Iptables(Dataplane):
                     )
         return table
 
-    def tracer(self, state, family: int = 4, rules=None):
+    def tracer(self, state: NodeState, family: int = 4, rules: Ruleset | None = None) -> PacketWalker | None:
         if family != 6 and rules is not None:
             from kpdiag.trace.netfilter import IptablesTracer
 
@@ -51,7 +68,7 @@ class Iptables(Dataplane):
         rs = state.iptables("ip6tables-save")
         return None if rs is None else IptablesTracer(rs, state.routing, state.ipsets)
 
-    def port_views(self, services, rules):
+    def port_views(self, services: Iterable[Svc], rules: Any) -> Iterator[PortView]:
         """``rules``: kpdiag.state.typed.KubeProxyRules (the KUBE-SVC/KUBE-SVL chains of state/kube_rules.py)."""
         for svc in services:
             done = set()
@@ -67,14 +84,16 @@ class Iptables(Dataplane):
                 for port in svc.ports:
                     name = svc.kube_proxy_name(port)
                     prog = progs.get(name)
-                    present = prog is not None and bool(prog.chain or prog.local_policy)  # KUBE-SVC/SVL, Local's DROP
+                    shown = (
+                        prog if prog is not None and bool(prog.chain or prog.local_policy) else None
+                    )  # KUBE-SVC/SVL, Local's DROP
                     yield PortView.of(
                         svc,
                         port,
                         family,
                         ip,
-                        prog if present else None,
-                        prog.endpoints if present else (),
+                        shown,
+                        shown.endpoints if shown is not None else (),
                         (rs, name),
                     )
 
@@ -93,7 +112,7 @@ class Iptables(Dataplane):
             ev.iptables_absent(rs, name),
         )
 
-    def mismatch_words(self, v: PortView, have: set, text: str) -> Words:
+    def mismatch_words(self, v: PortView, have: set[str], text: str) -> Words:
         from kpdiag import evidence as ev
 
         rs, _ = v.context

@@ -3,7 +3,24 @@ bound on kube-ipvs0, and iptables/ipset rules around them (KUBE-IPVS-FILTER, KUB
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane, get
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from kpdiag.dataplane.base import (
+    ServiceTable,
+    KUBE_PROXY_RESTART,
+    Dataplane,
+    PortView,
+    Words,
+    cluster_ips,
+    dataplane,
+    get,
+)
+
+if TYPE_CHECKING:
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.state.cluster import Svc
+    from kpdiag.state.node import NodeState
+    from kpdiag.trace.walker import PacketWalker
 
 
 @dataplane
@@ -26,19 +43,19 @@ class Ipvs(Dataplane):
 
     ports_verb = "IPVS sends new connections to"
 
-    def ports_skip(self, running, preflight, table) -> str | None:
+    def ports_skip(self, running: Dataplane, preflight: str | None, table: Any) -> str | None:
         if get(preflight).services_in_ipvs:  # --preflight ipvs: whatever runs now
             return None
         if not running.known:
             return "kube-proxy's mode is unknown (no /proxyMode, configuration or rules)"
         return super().ports_skip(running, preflight, table)
 
-    def port_views(self, services, ipvs):
+    def port_views(self, services: Iterable[Svc], ipvs: Any) -> Iterator[PortView]:
         """``ipvs``: kpdiag.state.typed.Ipvs; a port's endpoints are its real servers of weight > 0."""
         for svc in services:
             for port in svc.ports:
                 for family, ip in cluster_ips(svc):  # IPVS holds both families' virtual servers
-                    key = ((port.get("protocol") or "TCP").lower(), ip, int(port.get("port")))
+                    key = ((port.get("protocol") or "TCP").lower(), ip, int(port["port"]))
                     vs = ipvs.services.get(key)
                     reals = (r.target for r in vs.reals if r.weight > 0) if vs is not None else ()
                     yield PortView.of(svc, port, family, ip, vs, reals, (ipvs, key))
@@ -57,7 +74,7 @@ class Ipvs(Dataplane):
             ipvs.absent(_flag(proto), addr),
         )
 
-    def mismatch_words(self, v: PortView, have: set, text: str) -> Words:
+    def mismatch_words(self, v: PortView, have: set[str], text: str) -> Words:
         from kpdiag.parse.addr import hostport
 
         ipvs, (proto, ip, number) = v.context
@@ -68,7 +85,7 @@ class Ipvs(Dataplane):
             ipvs.reals(vs, have),
         )
 
-    def signs(self, state) -> str | None:
+    def signs(self, state: NodeState) -> str | None:
         from kpdiag.bundle import sources
 
         rs = state.iptables()
@@ -83,12 +100,12 @@ class Ipvs(Dataplane):
             return "interface kube-ipvs0"
         return None
 
-    def service_table(self, state):
+    def service_table(self, state: NodeState) -> ServiceTable | None:
         services = state.ipvs
         if services is None:
             return None
         bound = _bound(state)
-        table = {}
+        table: ServiceTable = {}
         for vs in services.values():
             if vs.addr is None or (bound is not None and vs.addr not in bound):
                 continue  # fwmark services and NodePorts on the node's own addresses are per node
@@ -99,7 +116,7 @@ class Ipvs(Dataplane):
             )
         return table
 
-    def tracer(self, state, family: int = 4, rules=None):
+    def tracer(self, state: NodeState, family: int = 4, rules: Ruleset | None = None) -> PacketWalker | None:
         from kpdiag.trace.ipvs import IpvsTracer
 
         rs = rules if rules is not None else state.iptables("ip6tables-save" if family == 6 else "iptables-save")
@@ -109,13 +126,13 @@ class Ipvs(Dataplane):
         vs_conntrack = None if vs_ct is None else vs_ct.value.strip() != "0"
         return IpvsTracer(rs, state.routing, state.ipsets, state.ipvs, vs_conntrack=vs_conntrack)
 
-    def trace_missing(self, state) -> str | None:
+    def trace_missing(self, state: NodeState) -> str | None:
         from kpdiag.bundle import sources
 
         return None if state.ipvs is not None else f"no IPVS state to trace ({sources.IPVSADM} missing or unreadable)"
 
 
-def _bound(state) -> set[str] | None:
+def _bound(state: NodeState) -> set[str] | None:
     """The addresses on kube-ipvs0 (the ClusterIPs kube-proxy bound), or None when the addresses were not read."""
     links = state.ip_addr
     if links is None:

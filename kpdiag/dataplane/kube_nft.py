@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dataclasses import dataclass, field
 
 from kpdiag.parse.addr import hostport
 from kpdiag.parse.nft import NftRuleset
 
-TABLE = ("ip", "kube-proxy")
+if TYPE_CHECKING:
+    import ipaddress
+
+TABLE: tuple[str, str] = ("ip", "kube-proxy")
 TABLES = (TABLE, ("ip6", "kube-proxy"))  # kube-proxy's IPv4 and IPv6 tables (a dual-stack node has both)
 
 
@@ -26,7 +31,7 @@ class NftServicePort:
         return bool(self.chain and self.chain.startswith("external-"))
 
 
-def _elem_key(raw):
+def _elem_key(raw: Any) -> tuple[str, str, int] | None:
     key = raw[0] if isinstance(raw, list) else raw
     if isinstance(key, dict) and "elem" in key:
         key = key["elem"].get("val")
@@ -37,12 +42,13 @@ def _elem_key(raw):
     return None
 
 
-def _target(raw) -> str | None:
+def _target(raw: Any) -> str | None:
     value = raw[1] if isinstance(raw, list) and len(raw) == 2 else None
     if isinstance(value, dict):
         for verb in ("goto", "jump"):
             if verb in value:
-                return value[verb].get("target")
+                target = value[verb].get("target")
+                return target if isinstance(target, str) else None
     return None
 
 
@@ -83,7 +89,7 @@ def programmed_nft(rs: NftRuleset) -> dict[tuple[str, str, int], NftServicePort]
     return out
 
 
-def _dnat_targets(rs: NftRuleset, chain_name: str | None, table=TABLE) -> list[str]:
+def _dnat_targets(rs: NftRuleset, chain_name: str | None, table: tuple[str, str] = TABLE) -> list[str]:
     c = rs.chain(*table, chain_name) if chain_name else None
     out = []
     for rule in c.rules if c else []:
@@ -102,26 +108,26 @@ def cluster_ips(rs: NftRuleset) -> list[str]:
     return out
 
 
-def _comment(raw) -> str | None:
+def _comment(raw: Any) -> str | None:
     key = raw[0] if isinstance(raw, list) else raw
     c = key["elem"].get("comment") if isinstance(key, dict) and isinstance(key.get("elem"), dict) else None
     return c if isinstance(c, str) else None
 
 
-def _verdict(raw) -> str | None:
+def _verdict(raw: Any) -> str | None:
     value = raw[1] if isinstance(raw, list) and len(raw) == 2 else None
     if isinstance(value, dict):
         return next(iter(value), None)
     return None
 
 
-def match_cidrs(right) -> list:
+def match_cidrs(right: Any) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     """The networks a match's right side names, as nft -j prints it: a prefix, an address, a range (adjacent CIDRs
     nft merged into one interval, read back as CIDRs), or a set of them; [] when any part is none of those."""
     import ipaddress
 
     items = right.get("set") if isinstance(right, dict) and "set" in right else [right]
-    out: list = []
+    out: list[Any] = []
     for item in items if isinstance(items, list) else []:
         p = item.get("prefix") if isinstance(item, dict) else None
         r = item.get("range") if isinstance(item, dict) else None
@@ -139,10 +145,10 @@ def match_cidrs(right) -> list:
     return out
 
 
-def service_cidrs(rs: NftRuleset) -> list[tuple[str, list]]:
+def service_cidrs(rs: NftRuleset) -> list[tuple[str, list[ipaddress.IPv4Network | ipaddress.IPv6Network]]]:
     """The Service CIDRs of kube-proxy's rule "Drop traffic to unallocated ClusterIPs" (cluster-ips-check), per family
     table: (family, networks) — one CIDR is a prefix as the kernel lists it, two or more (ServiceCIDRs) a set."""
-    out = []
+    out: list[tuple[str, list[ipaddress.IPv4Network | ipaddress.IPv6Network]]] = []
     for family, table in TABLES:
         chain = rs.chain(family, table, "cluster-ips-check")
         for rule in chain.rules if chain else []:
@@ -173,8 +179,8 @@ def cluster_cidr(rs: NftRuleset) -> tuple[list[str], list[tuple[str, str]]]:
                 ):
                     continue
                 for e in expr:
-                    m = e.get("match") if isinstance(e, dict) else None
-                    left = (m or {}).get("left")
+                    m = e["match"] if isinstance(e, dict) and isinstance(e.get("match"), dict) else {}
+                    left = m.get("left")
                     if (
                         isinstance(left, dict)
                         and (left.get("payload") or {}).get("field") == "saddr"

@@ -16,7 +16,7 @@ class KubeRouter(Dataplane):
         "kubectl -n kube-system logs ds/kube-router | grep -i service",
     )
 
-    def detect(self, host: Host) -> tuple[list, bool]:
+    def detect(self, host: Host) -> tuple[list[tuple[str, str]], bool]:
         seen = []
         chains = sorted(c for c in host.chains if c.startswith("KUBE-ROUTER-"))
         if chains:

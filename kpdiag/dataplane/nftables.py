@@ -3,7 +3,24 @@ maps, service-/local-/endpoint- chains; cluster-ips-check rejects what no Servic
 
 from __future__ import annotations
 
-from kpdiag.dataplane.base import KUBE_PROXY_LOG, KUBE_PROXY_RESTART, Dataplane, PortView, Words, cluster_ips, dataplane
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from kpdiag.dataplane.base import (
+    ServiceTable,
+    KUBE_PROXY_LOG,
+    KUBE_PROXY_RESTART,
+    Dataplane,
+    PortView,
+    Words,
+    cluster_ips,
+    dataplane,
+)
+
+if TYPE_CHECKING:
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.state.cluster import Svc
+    from kpdiag.state.node import NodeState
+    from kpdiag.trace.walker import PacketWalker
 
 
 @dataplane
@@ -23,19 +40,19 @@ class Nftables(Dataplane):
     not_in_use = ("ipvs",)
     trace_sources = ("nft-ruleset", "ip-addr", "ip-route", "sysctl")
 
-    def signs(self, state) -> str | None:
+    def signs(self, state: NodeState) -> str | None:
         family = state.nft_kube_proxy_table
         return f"nftables table {family} kube-proxy" if family else None
 
-    def service_table(self, state):
+    def service_table(self, state: NodeState) -> ServiceTable | None:
         from kpdiag.dataplane.kube_nft import cluster_ips, programmed_nft
 
         rs = state.nft()
         ports = programmed_nft(rs) if rs is not None else None
         if ports is None:
             return None
-        cips = set(cluster_ips(rs))
-        table = {}
+        cips = set(cluster_ips(rs)) if rs is not None else set()
+        table: ServiceTable = {}
         for (ip, proto, port), sp in ports.items():
             if sp.external or (cips and ip not in cips):
                 continue  # external and load-balancer IPs: the iptables and IPVS tables hold ClusterIPs only
@@ -49,7 +66,7 @@ class Nftables(Dataplane):
             table[f"{ip}:{port}/{proto}"] = (name, tuple(sorted(sp.endpoints)), sp.local_policy)
         return table
 
-    def tracer(self, state, family: int = 4, rules=None):
+    def tracer(self, state: NodeState, family: int = 4, rules: Ruleset | None = None) -> PacketWalker | None:
         """kube-proxy's table (and the node's other nftables tables) for the packets of ``family``; when the node's
         iptables rules of that family act at the hooks too (a CNI's portmap DNAT, a leftover KUBE-SERVICES, a FORWARD
         drop), the kernel runs both: the iptables walk with the nftables base chains ordered among its tables by
@@ -66,12 +83,12 @@ class Nftables(Dataplane):
             return IptablesTracer(rules, state.routing, state.ipsets, mode=self.name, nft=rs)
         return NftTracer(rs, state.routing)  # the ip6/inet tables for IPv6 packets
 
-    def trace_rules(self, state, family: int = 4):
+    def trace_rules(self, state: NodeState, family: int = 4) -> tuple[object, str, str]:
         from kpdiag.bundle import sources
 
         return state.nft(), sources.NFT_RULESET, "an nftables ruleset"
 
-    def ports_skip(self, running, preflight, nft) -> str | None:
+    def ports_skip(self, running: Dataplane, preflight: str | None, nft: Any) -> str | None:
         """``nft``: kpdiag.state.typed.Nft."""
         from kpdiag.bundle import sources
 
@@ -84,25 +101,27 @@ class Nftables(Dataplane):
             return f"{sources.NFT_RULESET} could not be parsed (see 'could not read')"
         return None
 
-    def port_views(self, services, nft):
+    def port_views(self, services: Iterable[Svc], nft: Any) -> Iterator[PortView]:
         """``nft``: kpdiag.state.typed.Nft (the service-/local- chains of dataplane/kube_nft.py)."""
         from kpdiag.dataplane.kube_nft import programmed_nft
 
         rs = nft.ruleset()
-        prog = programmed_nft(rs)
+        prog = programmed_nft(rs) or {}
         for svc in services:
             for port in svc.ports:
                 for family, ip in cluster_ips(svc):  # a dual-stack Service's IPv6 side is in table ip6 kube-proxy
-                    key = (ip, (port.get("protocol") or "TCP").lower(), int(port.get("port")))
+                    key = (ip, (port.get("protocol") or "TCP").lower(), int(port["port"]))
                     p = prog.get(key)
-                    present = p is not None and bool(p.chain or p.local_policy)  # service-/local- chain, Local's drop
+                    shown = (
+                        p if p is not None and bool(p.chain or p.local_policy) else None
+                    )  # service-/local- chain, Local's drop
                     yield PortView.of(
                         svc,
                         port,
                         family,
                         ip,
-                        p if present else None,
-                        p.endpoints if present else (),
+                        shown,
+                        shown.endpoints if shown is not None else (),
                         (rs, key, "ip6" if family == 6 else "ip"),
                     )
 
@@ -116,7 +135,7 @@ class Nftables(Dataplane):
             ev.nft_absent(rs, fam, key),
         )
 
-    def mismatch_words(self, v: PortView, have: set, text: str) -> Words:
+    def mismatch_words(self, v: PortView, have: set[str], text: str) -> Words:
         from kpdiag import evidence as ev
 
         rs, key, fam = v.context

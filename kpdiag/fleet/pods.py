@@ -3,6 +3,8 @@ short-lived, and labelled so that it can always be found and removed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import re
 import secrets
@@ -95,7 +97,7 @@ def node_pod(
     mounted (read-only API access for the rules-versus-API checks), else the pod has no token at all; with ``owner``
     (the run's ConfigMap: apiVersion, kind, name, uid) the pod is deleted by the garbage collector with it."""
     mounts, volumes = host_mounts()
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {

@@ -40,7 +40,7 @@ class IpSet:
 
     def lookup(self, values: list) -> bool:
         """``values`` one per dimension: ip → (int, version), port → (proto, port), mark → int."""
-        kinds = self.kinds
+        kinds = self.kinds or ()  # (callers look a set up only when its kinds are known)
         if "net" not in kinds:
             if self._exact is None:
                 self._exact = set(self.entries)
@@ -68,11 +68,11 @@ def _parse_port(text: str) -> tuple[str, int]:
     return proto.lower(), int(port)
 
 
-def _parse_element(kinds: tuple[str, ...], text: str):
+def _parse_element(kinds: tuple[str, ...], text: str) -> tuple[object, ...]:
     parts = text.split(",")
     if len(parts) != len(kinds):
         raise ValueError(f"element {text!r} does not have {len(kinds)} parts")
-    out = []
+    out: list[object] = []
     for kind, part in zip(kinds, parts):
         if kind == "ip":
             out.append(parse_ip(part))
@@ -104,9 +104,10 @@ def parse_ipset_save(data: str, source: str = "ipset save") -> dict[str, IpSet]:
         elif verb in ("add", "-A"):
             if len(parts) < 3:
                 raise InputError(source, f"'add' needs a set and an element: {line}", lineno)
-            s = sets.get(parts[1])
-            if s is None:
+            found = sets.get(parts[1])
+            if found is None:
                 raise InputError(source, f"'add' to set {parts[1]!r} that was not created before", lineno)
+            s = found
             s.raw_entries.append(parts[2])
             if s.kinds is not None:
                 try:

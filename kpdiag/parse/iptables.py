@@ -17,6 +17,7 @@ are accepted. Unknown modules and targets are kept verbatim.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import InputError
@@ -210,7 +211,7 @@ class Ruleset:
                 errors.extend(chain.errors[k] for k in sorted(chain.errors))
         return errors
 
-    def iter_rules(self):
+    def iter_rules(self) -> Iterator[Rule]:
         for table in self.tables.values():
             for chain in table.chains.values():
                 yield from chain.rules

@@ -64,8 +64,8 @@ def _split_addr(text: str, source: str, lineno: int) -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, VirtualService]:
-    services: dict[tuple, VirtualService] = {}
+def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple[object, ...], VirtualService]:
+    services: dict[tuple[object, ...], VirtualService] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         toks = line.split()
         if not toks or toks[0].startswith("#"):
@@ -86,7 +86,7 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
         proto = next((p for flag, p in _PROTO_FLAG.items() if flag in opts), None)
         if proto is not None:
             addr, port = _split_addr(opts[next(f for f in _PROTO_FLAG if f in opts)] or "", source, lineno)
-            key = (proto, addr, port)
+            key: tuple[str, str, int] | tuple[str, int] = (proto, addr, port)
         elif "-f" in opts or "--fwmark-service" in opts:
             mark = opts.get("-f") or opts.get("--fwmark-service") or ""
             try:
@@ -96,11 +96,12 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
         else:
             raise InputError(source, f"no service (-t/-u/-f) in: {line[:120]}", lineno)
         if verb in ("-A", "--add-service"):
+            fwmark = key[1] if len(key) == 2 else None
             vs = VirtualService(
-                key[0] if key[0] != "fwmark" else "fwmark",
-                key[1] if key[0] != "fwmark" else None,
-                key[2] if key[0] != "fwmark" else None,
-                key[1] if key[0] == "fwmark" else None,
+                key[0],
+                key[1] if len(key) == 3 else None,
+                key[2] if len(key) == 3 else None,
+                fwmark,
                 scheduler=opts.get("-s") or opts.get("--scheduler") or "wlc",
                 line=lineno,
             )
@@ -109,9 +110,10 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
                 vs.persistent = int(value) if value.isascii() and value.isdigit() else 300
             services[key] = vs
         else:
-            vs = services.get(key)
-            if vs is None:
+            found = services.get(key)
+            if found is None:
                 raise InputError(source, "real server for a virtual service not added before", lineno)
+            vs = found
             real = opts.get("-r") or opts.get("--real-server")
             if not real:
                 raise InputError(source, f"-a without -r: {line[:120]}", lineno)
@@ -124,9 +126,9 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple, Vi
     return services
 
 
-def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple, VirtualService]:
+def parse_ipvsadm_list(text: str, source: str = "ipvsadm -Ln") -> dict[tuple[object, ...], VirtualService]:
     """``ipvsadm -Ln`` (and ``--stats``/``--rate``, where connection counts are not given)."""
-    services: dict[tuple, VirtualService] = {}
+    services: dict[tuple[object, ...], VirtualService] = {}
     current: VirtualService | None = None
     columns = "conn"
     for lineno, line in enumerate(text.splitlines(), 1):

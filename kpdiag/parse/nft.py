@@ -36,6 +36,7 @@ class NftRule:
     @property
     def expr(self) -> list:
         if self._expr is None:
+            assert self._raw is not None  # a rule is made with its expression or its raw text
             body = json.loads(self._raw)["rule"]
             expr = body.get("expr")
             self._expr = expr if isinstance(expr, list) else []
@@ -139,7 +140,8 @@ def _items(text: str, source: str):
     pos, end = m.end(), len(text)
     ws = re.compile(r"[\s,]*")
     while True:
-        pos = ws.match(text, pos).end()
+        skipped = ws.match(text, pos)  # (it matches the empty string too)
+        pos = skipped.end() if skipped else pos
         if pos >= end:
             raise InputError(source, "truncated: the nftables list does not end", text.count("\n", 0, end) + 1)
         if text[pos] == "]":
@@ -227,11 +229,11 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
     return rs
 
 
-def _names(source: str, n: int, kind: str, *names) -> tuple:
+def _names(source: str, n: int, kind: str, family: object, table: object, name: object) -> tuple[str, str, str]:
     """(family, table, name) of an item, each a string (a chain named by a list is no chain)."""
-    if not all(isinstance(x, str) for x in names):
+    if not (isinstance(family, str) and isinstance(table, str) and isinstance(name, str)):
         raise InputError(source, f"nftables[{n}].{kind}: family, table and name must be strings")
-    return names
+    return family, table, name
 
 
 _CHAIN_HOOK_RE = re.compile(

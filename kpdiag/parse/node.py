@@ -231,7 +231,7 @@ def parse_kube_proxy_config(text: str, source: str = "config.yaml") -> KubeProxy
     try:
         import yaml
     except ImportError:  # pragma: no cover - yaml comes with the kubernetes client
-        yaml = None
+        yaml = None  # type: ignore[assignment]  # no YAML parser: the text is read as JSON below
     if yaml is not None:
         from .decode import TooDeep, load_yaml
 

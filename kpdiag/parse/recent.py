@@ -80,5 +80,11 @@ def parse_xt_recent(text: str, source: str = "xt-recent.json") -> RecentState:
         except ValueError:
             raise InputError(source, f"read_at {doc['read_at'][:40]!r} is not an ISO time") from None
     return RecentState(
-        source, tables, read_at, jiffies if ok else None, hz_from(jiffies, float(uptime)) if ok else None
+        source,
+        tables,
+        read_at,
+        jiffies if ok else None,
+        hz_from(jiffies, float(uptime))
+        if isinstance(jiffies, int) and isinstance(uptime, (int, float)) and ok
+        else None,
     )

@@ -463,10 +463,10 @@ def notable_rows(rows: list[dict], verbose: bool = False) -> tuple[list[dict], i
         return rows, 0
     from collections import Counter
 
-    usual = {
+    common = {
         k: Counter(r.get(k) for r in rows if r.get("status") == "ok").most_common(1) for k in ("mode", "kube_proxy")
     }
-    usual = {k: v[0][0] for k, v in usual.items() if v}
+    usual = {k: v[0][0] for k, v in common.items() if v}
 
     def notable(r: dict) -> bool:
         return (

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, TYPE_CHECKING
 
 from kpdiag.bundle import sources
+
+if TYPE_CHECKING:
+    import ipaddress
+
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.policy import PolicyData
 
 
 def selector_matches(selector: dict | None, labels: dict | None) -> bool:
@@ -23,7 +30,7 @@ class Endpoint:
     terminating: bool
     node: str | None
     pod: str | None
-    ports: dict[str, tuple[int, str]]  # slice port name → (port, protocol)
+    ports: dict[str, tuple[int | None, str]]  # slice port name → (port, protocol); a slice port may omit its number
     slice_name: str
     zone_hints: frozenset[str] = frozenset()  # hints.forZones[].name (topology-aware routing / trafficDistribution)
     node_hints: frozenset[str] = frozenset()  # hints.forNodes[].name (trafficDistribution: PreferSameNode)
@@ -38,7 +45,7 @@ class Endpoint:
 class Svc:
     namespace: str
     name: str
-    raw: dict
+    raw: dict[str, Any]
     endpoints: list[Endpoint] = field(default_factory=list)
     slices_seen: bool = False
 
@@ -47,7 +54,7 @@ class Svc:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def spec(self) -> dict:
+    def spec(self) -> dict[str, Any]:
         return self.raw.get("spec") or {}
 
     @property
@@ -64,11 +71,11 @@ class Svc:
         return self.spec.get("clusterIP") == "None"
 
     @property
-    def ports(self) -> list[dict]:
+    def ports(self) -> list[dict[str, Any]]:
         return self.spec.get("ports") or []
 
     @property
-    def selector(self) -> dict:
+    def selector(self) -> dict[str, Any]:
         return self.spec.get("selector") or {}
 
     @property
@@ -79,17 +86,17 @@ class Svc:
     def itp_local(self) -> bool:
         return self.spec.get("internalTrafficPolicy") == "Local"
 
-    def port_name(self, port: dict) -> str:
+    def port_name(self, port: dict[str, Any]) -> str:
         return (
             f"{self.key}:{port.get('name') or ''}".rstrip(":") if port.get("name") else f"{self.key}:{port.get('port')}"
         )
 
-    def kube_proxy_name(self, port: dict) -> str:
+    def kube_proxy_name(self, port: dict[str, Any]) -> str:
         """The name kube-proxy uses in its rule comments (its ServicePortName): ns/svc:portname, and plain ns/svc
         for a port without a name (kube-proxy adds ":name" only when the name is set)."""
         return f"{self.key}:{port['name']}" if port.get("name") else self.key
 
-    def endpoints_for(self, port: dict, family: int | None = None) -> list[Endpoint]:
+    def endpoints_for(self, port: dict[str, Any], family: int | None = None) -> list[Endpoint]:
         """The endpoints serving ``port``; with ``family`` (4 or 6) only those of that IP version — a dual-stack
         Service has an EndpointSlice per family, and kube-proxy programs each family's rules from its own."""
         name = port.get("name") or ""
@@ -98,7 +105,7 @@ class Svc:
             eps = [e for e in eps if _family(e.ip) == family]
         return eps
 
-    def target_of(self, endpoint: Endpoint, port: dict) -> int | None:
+    def target_of(self, endpoint: Endpoint, port: dict[str, Any]) -> int | None:
         name = port.get("name") or ""
         if name in endpoint.ports:
             return endpoint.ports[name][0]
@@ -110,8 +117,8 @@ class Svc:
 _ANY_NAMESPACE = object()  # an EndpointSlice whose metadata has no namespace
 
 
-def _hint_names(ep: dict, key: str) -> frozenset[str]:
-    hints = ep.get("hints") if isinstance(ep.get("hints"), dict) else {}
+def _hint_names(ep: dict[str, Any], key: str) -> frozenset[str]:
+    hints = ep["hints"] if isinstance(ep.get("hints"), dict) else {}
     return frozenset(h["name"] for h in hints.get(key) or [] if isinstance(h, dict) and isinstance(h.get("name"), str))
 
 
@@ -142,7 +149,7 @@ class Usable:
 
 
 def usable_endpoints(
-    svc: "Svc", port: dict, node: str | None = None, zone: str | None = None, family: int | None = None
+    svc: "Svc", port: dict[str, Any], node: str | None = None, zone: str | None = None, family: int | None = None
 ) -> Usable:
     """The endpoints kube-proxy on ``node`` (in ``zone``) programs for ``port`` of ``svc`` (see :class:`Usable`)."""
     eps = svc.endpoints_for(port, family=family)
@@ -189,7 +196,7 @@ def usable_endpoints(
 from kpdiag.state.shapes import SHAPES, list_problem, object_problem, read_list  # noqa: F401 (the shapes, re-exported)
 
 # bundle files → the kind of their items
-KIND_OF = {
+KIND_OF: dict[str, str] = {
     sources.SERVICES: "Service",
     sources.ENDPOINTSLICES: "EndpointSlice",
     sources.PODS: "Pod",
@@ -204,14 +211,14 @@ KIND_OF = {
 
 
 class ClusterView:
-    def __init__(self, bundle):
+    def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._services: list[Svc] | None = None
         self._lists: dict[
-            str, list[dict] | None
+            str, list[dict[str, Any]] | None
         ] = {}  # read and decoded once (checks ask for the node name per Service)
 
-    def _list(self, rel: str) -> list[dict] | None:
+    def _list(self, rel: str) -> list[dict[str, Any]] | None:
         if rel in self._lists:
             return self._lists[rel]
         doc = self.bundle.read_json(rel)
@@ -226,7 +233,7 @@ class ClusterView:
         self._lists[rel] = items
         return items
 
-    def endpointslices(self) -> list[dict] | None:
+    def endpointslices(self) -> list[dict[str, Any]] | None:
         return self._list(sources.ENDPOINTSLICES)
 
     @property
@@ -241,7 +248,7 @@ class ClusterView:
             slices = self._list(sources.ENDPOINTSLICES)
             # slices by (namespace, service name), once: comparing every Service with every slice is quadratic (10,000
             # Services: 10^8 comparisons, most of kpdiag node's time); a slice without a namespace matches any
-            by_owner: dict[tuple, list[int]] = {}
+            by_owner: dict[tuple[Any, ...], list[int]] = {}
             for i, sl in enumerate(slices or []):
                 smd = sl.get("metadata") or {}
                 ns_key = smd["namespace"] if "namespace" in smd else _ANY_NAMESPACE
@@ -285,10 +292,10 @@ class ClusterView:
             self._services = out
         return self._services
 
-    def pods(self) -> list[dict] | None:
+    def pods(self) -> list[dict[str, Any]] | None:
         return self._list(sources.PODS)
 
-    def policy_data(self):
+    def policy_data(self) -> PolicyData | None:
         """The NetworkPolicy view (kpdiag.state.policy.load: policies, pods, namespaces, the CNI), read once; None
         without a readable cluster/networkpolicies.json."""
         if not hasattr(self, "_policy_data"):
@@ -297,7 +304,7 @@ class ClusterView:
             self._policy_data = load(self.bundle) if self.bundle.exists(sources.NETWORKPOLICIES) else None
         return self._policy_data
 
-    def selected_pods(self, svc: Svc) -> list[dict]:
+    def selected_pods(self, svc: Svc) -> list[dict[str, Any]]:
         return [
             p
             for p in self.pods() or []
@@ -334,7 +341,7 @@ def _family(ip: str) -> int | None:
         return None  # an FQDN EndpointSlice's address: kube-proxy ignores those
 
 
-def apiserver_service_cidrs(pods) -> list:
+def apiserver_service_cidrs(pods: object) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     """The service CIDRs kube-apiserver was started with (``--service-cluster-ip-range=A[,B]`` in its pod's command or
     args, as a kubeadm static pod has it), from Pod objects; [] when no pod says so."""
     import ipaddress

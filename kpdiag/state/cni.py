@@ -14,6 +14,13 @@ fixtures of the healthy zoo are built from (fixtures/zoo.py, documented in fixtu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
+Links = Iterable[dict[str, Any]] | None  # ip -j addr objects (None: not collected)
+Routes = Iterable[Any] | None  # ip -j route objects
+Add = Callable[[str, str], None]  # records one sign: (the source it is in, what it shows)
+
 from dataclasses import dataclass, field
 
 # routing models: how pod traffic to another node finds its way
@@ -161,7 +168,7 @@ class CniModel:
             return None
         return f"{self.shape.label} {NOT_JUDGED[self.shape.routing]}"
 
-    def own_pod_ranges(self, links, routes) -> list[tuple[str, str]] | None:
+    def own_pod_ranges(self, links: Links, routes: Routes) -> list[tuple[str, str]] | None:
         """This node's pod ranges where the CNI's own IPAM hands them out rather than the Node's ``spec.podCIDR``, as
         (CIDR, the route that shows it): Calico's blocks (the ``blackhole`` routes it keeps for the blocks this node
         owns), Cilium's allocation range (the route to it via ``cilium_host``), the VPC addresses of the AWS VPC CNI's
@@ -172,7 +179,7 @@ class CniModel:
         import ipaddress
 
         host = [
-            ipaddress.ip_address(a.get("local"))
+            ipaddress.ip_address(a["local"])
             for link in links or ()
             if link.get("ifname") == "cilium_host"
             for a in link.get("addr_info") or ()
@@ -212,7 +219,7 @@ class CniModel:
         """Whether a check about ``wanted`` (CNI names or routing models) judges this node."""
         return self.shape is not None and (self.shape.cni in wanted or self.shape.routing in wanted)
 
-    def not_about(self, wanted) -> str | None:
+    def not_about(self, wanted: tuple[str, ...] | list[str]) -> str | None:
         """None when a check about ``wanted`` applies here; else the one-line reason it does not."""
         if self.judged_by(wanted):
             return None
@@ -226,7 +233,7 @@ class CniModel:
         why = ", ".join(t for _, t in self.signs[:3])
         return f"CNI: {self.label}" + (f" ({why})" if why else "")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "cni": self.name,
             "shape": self.label,
@@ -242,17 +249,17 @@ def known_cnis() -> set[str]:
     return {s.cni for s in SHAPES.values()} | {s.routing for s in SHAPES.values()}
 
 
-def _kind(link: dict) -> str | None:
+def _kind(link: dict[str, Any]) -> str | None:
     info = link.get("linkinfo")
     kind = info.get("info_kind") if isinstance(info, dict) else None
     return kind if isinstance(kind, str) else None
 
 
-def _names(links) -> dict[str, dict]:
+def _names(links: Links) -> dict[str, dict[str, Any]]:
     return {link["ifname"]: link for link in links or () if isinstance(link.get("ifname"), str)}
 
 
-def _route_signs(routes) -> dict[str, str]:
+def _route_signs(routes: Routes) -> dict[str, str]:
     """What the routes show: ``bird`` (Calico's BGP daemon), ``felix`` (protocol 80: Calico's own routes), a route
     via ``tunl0``, ``vxlan.calico`` …; value: the route as text (evidence)."""
     out: dict[str, str] = {}
@@ -279,7 +286,7 @@ def _route_signs(routes) -> dict[str, str]:
     return out
 
 
-def _routed(routes) -> set[str]:
+def _routed(routes: Routes) -> set[str]:
     """The devices main-table routes lead to other networks through (a device that carries no route carries no
     traffic of its own: a leftover of an uninstalled CNI)."""
     out = set()
@@ -290,7 +297,7 @@ def _routed(routes) -> set[str]:
     return out
 
 
-def _calico_routing(names: dict, rsigns: dict) -> bool:
+def _calico_routing(names: dict[str, Any], rsigns: dict[str, Any]) -> bool:
     """Calico's own routing is on the node: its VXLAN device, routes via tunl0, BIRD's or Felix's routes, eBPF."""
     return bool(
         "vxlan.calico" in names
@@ -302,7 +309,7 @@ def _calico_routing(names: dict, rsigns: dict) -> bool:
     )
 
 
-def _calico(names: dict, rsigns: dict, add) -> Shape | None:
+def _calico(names: dict[str, Any], rsigns: dict[str, Any], add: Add) -> Shape | None:
     cali = sorted(n for n in names if n.startswith("cali"))
     ebpf = "bpfnatin" in names or "bpfnatout" in names
     if not (_calico_routing(names, rsigns) or (cali and "cni0" not in names)):
@@ -330,7 +337,7 @@ def _calico(names: dict, rsigns: dict, add) -> Shape | None:
     return None
 
 
-def _cilium(names: dict, routed: set[str], add) -> Shape | None:
+def _cilium(names: dict[str, Any], routed: set[str], add: Add) -> Shape | None:
     """Cilium, when its devices carry traffic: its tunnel device, lxc* pods, or routes via cilium_host (a leftover
     cilium_host/cilium_net pair of an uninstalled Cilium routes nothing)."""
     if not any(n.startswith("cilium_") for n in names):
@@ -347,7 +354,7 @@ def _cilium(names: dict, routed: set[str], add) -> Shape | None:
     return SHAPES["Cilium (native routing)"]
 
 
-def _flannel(names: dict, rsigns: dict, routed: set[str], add) -> Shape | None:
+def _flannel(names: dict[str, Any], rsigns: dict[str, Any], routed: set[str], add: Add) -> Shape | None:
     """flannel's devices — unless flannel.1 routes nothing while Calico's own routing is there (flannel's leftover
     on a node moved to Calico). Canal: flannel.1 with Calico's cali* pods and no bridge of flannel's."""
     for dev, label in (("flannel.1", "flannel (VXLAN)"), ("flannel-wg", "flannel (WireGuard)")):
@@ -361,7 +368,9 @@ def _flannel(names: dict, rsigns: dict, routed: set[str], add) -> Shape | None:
     return None
 
 
-def _by_interfaces(names: dict, rsigns: dict, add, routed: set[str] | None = None) -> Shape | None:
+def _by_interfaces(
+    names: dict[str, Any], rsigns: dict[str, Any], add: Add, routed: set[str] | None = None
+) -> Shape | None:
     """The shape the node's own interfaces and routes show (the strongest signs: they are the data path)."""
     routed = routed or set()
     shape = _cilium(names, routed, add) or _flannel(names, rsigns, routed, add)
@@ -387,7 +396,7 @@ def _by_interfaces(names: dict, rsigns: dict, add, routed: set[str] | None = Non
     return None
 
 
-def _by_name(cni: str, names: dict, host_gw: bool = False) -> Shape | None:
+def _by_name(cni: str, names: dict[str, Any], host_gw: bool = False) -> Shape | None:
     """The shape of a CNI known by its process or DaemonSet, when its interfaces did not say which variant."""
     if cni == "flannel":  # known by its agent or DaemonSet, no flannel.1: host-gw if its routes say so, else unseen
         return SHAPES["flannel (host-gw)"] if host_gw else SHAPES["flannel (backend not seen)"]
@@ -396,7 +405,7 @@ def _by_name(cni: str, names: dict, host_gw: bool = False) -> Shape | None:
     return next((s for s in SHAPES.values() if s.cni == cni), None)
 
 
-def _host_gw_routes(routes, names: dict) -> bool:
+def _host_gw_routes(routes: Routes, names: dict[str, Any]) -> bool:
     """Routes to other pod ranges via a gateway on the bridge's peer network (flannel host-gw's 'SUBNET via NODE'):
     a unicast route with a gateway whose prefix is a /16–/28 and that is not the default route."""
     if "cni0" not in names:
@@ -411,7 +420,7 @@ def _host_gw_routes(routes, names: dict) -> bool:
     )
 
 
-def _component_cnis(components) -> list[tuple[str, str]]:
+def _component_cnis(components: Iterable[Any] | None) -> list[tuple[str, str]]:
     out = []
     for comp in components or ():
         if not isinstance(comp, dict):
@@ -428,7 +437,7 @@ def _component_cnis(components) -> list[tuple[str, str]]:
     return out
 
 
-def _flannel_notes(notes) -> list[str]:
+def _flannel_notes(notes: Iterable[tuple[str, Any]] | None) -> list[str]:
     """flannel's record in the Nodes (its annotations: backend-type …), a sign where flannel runs inside another
     binary (k3s) with no process or DaemonSet of its own."""
     for name, note in notes or ():
@@ -439,7 +448,13 @@ def _flannel_notes(notes) -> list[str]:
 
 
 def recognise(
-    links, routes, processes=None, bpf_maps=None, components=None, sources: dict | None = None, notes=None
+    links: Links,
+    routes: Routes,
+    processes: dict[str, str] | None = None,
+    bpf_maps: list[str] | None = None,
+    components: list[dict[str, Any]] | None = None,
+    sources: dict[str, Any] | None = None,
+    notes: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> CniModel:
     """The CNI model of a node. ``links``/``routes``: ``ip -j addr``/``ip -j route`` objects (None: not collected);
     ``processes``: name → pid; ``bpf_maps``: pinned object names; ``components``: the CNI DaemonSets/pods as
@@ -502,7 +517,7 @@ def _settings(components) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
-def _others(shape: Shape | None, named: list) -> tuple[str, ...]:
+def _others(shape: Shape | None, named: list[Any]) -> tuple[str, ...]:
     """Other CNIs named by a process or DaemonSet than the one recognised (a leftover, a chained plugin)."""
     if shape is None:
         return ()

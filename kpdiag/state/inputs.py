@@ -18,10 +18,10 @@ about) are read only by the checks that declare them. See docs/architecture.md (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from kpdiag.bundle import sources
-from kpdiag.bundle.store import MANIFEST
+from kpdiag.bundle.store import MANIFEST, Problem
 
 
 class UndeclaredInput(Exception):
@@ -41,7 +41,7 @@ class Input:
     what: str
     grants: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
-    present: Callable | None = None
+    present: Callable[[Any], object] | None = None  # state → a value, None when missing
     absent: str = ""  # the skip reason when it is not there, when "needs WHAT, which is missing" would mislead
     # the bundle files any one of which shows it was collected ("FILE#TEXT": FILE holds TEXT); None: its first source;
     # (): no file shows it (a derived model, the run mode). The fixture tests read it (tests/checks/test_fixtures.py).
@@ -61,12 +61,12 @@ def _catalogue(*inputs: Input) -> dict[str, Input]:
     return out
 
 
-def _dns_lookups(s):
+def _dns_lookups(s: Any) -> Any:
     doc = s.dns or {}
     return doc.get("queries") if doc.get("schema") == "kpdiag.dns/v1" else None
 
 
-def _one_service(s) -> bool:
+def _one_service(s: Any) -> bool:
     """Only one Service was read from the API: a focused `kpdiag node --service` (its partial "holds" name the
     Services) or a `kpdiag svc` bundle (its manifest names the Service it diagnoses)."""
     return _S.SERVICES in ((s.partial or {}).get("holds") or {}) or bool((s.bundle.manifest or {}).get("service"))
@@ -324,7 +324,7 @@ NODE_INPUTS: dict[str, Input] = _catalogue(
 )
 
 
-def _source_input(source) -> Input:
+def _source_input(source: _S.Source) -> Input:
     return Input(str(source), f"{source} ({source.collected_by})", (), (source,), lambda s: s.source(source))
 
 
@@ -351,7 +351,7 @@ def catalogue(scope: str) -> dict[str, Input]:
     return NODE_INPUTS if scope == "node" else CLUSTER_INPUTS
 
 
-def validate(check_id: str, scope: str, needs, uses) -> None:
+def validate(check_id: str, scope: str, needs: tuple[str, ...], uses: tuple[str, ...]) -> None:
     """A declaration error (unknown input, declared twice) is raised when the check is declared, not when it runs."""
     known = catalogue(scope)
     for name in (*needs, *uses):
@@ -364,7 +364,7 @@ def validate(check_id: str, scope: str, needs, uses) -> None:
         raise ValueError(f"check {check_id}: {', '.join(sorted(both))} both needed and used: say it once (needs)")
 
 
-def missing(state, scope: str, name: str) -> str | None:
+def missing(state: object, scope: str, name: str) -> str | None:
     """Why input ``name`` is not there (None when it is)."""
     inp = catalogue(scope).get(name)
     if inp is None:
@@ -381,23 +381,23 @@ class _View:
 
     __slots__ = ("_target", "_grants", "_owner", "_prefix")
 
-    def __init__(self, target, grants: frozenset, owner: "Inputs", prefix: str = ""):
+    def __init__(self, target: Any, grants: frozenset[str], owner: Inputs, prefix: str = "") -> None:
         object.__setattr__(self, "_target", target)
         object.__setattr__(self, "_grants", grants)
         object.__setattr__(self, "_owner", owner)
         object.__setattr__(self, "_prefix", prefix)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in _View.__slots__ or name in Inputs.__slots__:
             raise AttributeError(name)  # Python's own lookups (copy, pickle …), or a slot of a half-made copy
         if name in self._grants:
             return getattr(self._target, name)
         raise self._owner._undeclared(f"{self._prefix}{name}")
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise self._owner._undeclared(f"{self._prefix}{name} (written)")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         raise TypeError("a check's inputs are a view of this run's state: not to be copied or pickled")
 
 
@@ -407,7 +407,7 @@ class Inputs(_View):
 
     __slots__ = ("check_id", "declared", "violations", "_sources", "_cluster")
 
-    def __init__(self, state, check_id: str, names, scope: str = "node"):
+    def __init__(self, state: Any, check_id: str, names: tuple[str, ...] | list[str], scope: str = "node") -> None:
         known = catalogue(scope)
         grants: set[str] = set()
         srcs: set[str] = set()
@@ -437,32 +437,34 @@ class Inputs(_View):
         return source
 
     @property
-    def cluster(self):
+    def cluster(self) -> Any:
         if not self._cluster:
             raise self._undeclared("cluster")
         return _View(self._target.cluster, self._cluster, self, "cluster.")
 
     # the sources of the declared inputs, as the state reads them
-    def source(self, source: str):
+    def source(self, source: str) -> Any:
         return self._target.source(self._source(source))
 
-    def source_text(self, source: str):
-        return self._target.source_text(self._source(source))
+    def source_text(self, source: str) -> str | None:
+        text: str | None = self._target.source_text(self._source(source))
+        return text
 
     def has(self, source: str) -> bool:
-        return self._target.has(self._source(source))
+        return bool(self._target.has(self._source(source)))
 
     def display(self, source: str) -> str:
         """How evidence names ``source`` (its path in the bundle as the user sees it)."""
-        return self._target.display(self._source(source))
+        return str(self._target.display(self._source(source)))
 
     def problem(self, source: str, message: str) -> None:
         """Record a problem with ``source`` (shown with the report's problems)."""
         self._target.problem(self._source(source), message)
 
-    def problems_with(self, source: str) -> list:
+    def problems_with(self, source: str) -> list[Problem]:
         """The problems recorded with ``source`` (what its collector or parser could not do)."""
-        return self._target.problems_with(self._source(source))
+        problems: list[Problem] = self._target.problems_with(self._source(source))
+        return problems
 
     def file(self, source: str) -> "SourceFile":
         """``source`` bound to this view, for a typed input to keep and read later (every read stays policed)."""
@@ -479,7 +481,10 @@ class SourceFile:
         object.__setattr__(self, "rel", rel)
         object.__setattr__(self, "_view", view)
 
-    def __setattr__(self, name, value):
+    rel: str
+    _view: Inputs
+
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{self.rel}: a source of a check's view is read-only")
 
     @property
@@ -489,10 +494,10 @@ class SourceFile:
     def has(self) -> bool:
         return self._view.has(self.rel)
 
-    def read(self):
+    def read(self) -> Any:
         return self._view.source(self.rel)
 
-    def text(self):
+    def text(self) -> str | None:
         return self._view.source_text(self.rel)
 
     def problem(self, message: str) -> None:

@@ -19,11 +19,16 @@ read (file, line, text), so a check cites it as it is.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import re
 import typing
 from dataclasses import dataclass, field
 
 from kpdiag.model import Evidence
+
+if TYPE_CHECKING:
+    from kpdiag.parse.node import Cmdline, KubeProxyConfig
 
 # the fields checks read: name → (config path, flag, kind, kube-proxy's default). kind: str | bool | list
 FIELDS: dict[str, tuple[str, str, str, object]] = {
@@ -90,7 +95,7 @@ class LogFact:
     node-ip-loopback, detect-local-unset) and its values."""
 
     kind: str
-    values: tuple
+    values: tuple[Any, ...]
     line: int
     text: str
 
@@ -110,7 +115,7 @@ class Effective:
     def __getitem__(self, name: str) -> Setting:
         return self.fields[name]
 
-    def value(self, name: str):
+    def value(self, name: str) -> Any:
         return self.fields[name].value
 
     def facts(self, kind: str) -> list[LogFact]:
@@ -127,7 +132,7 @@ class Effective:
 # ------------------------------------------------------------------ the command line
 
 
-def parse_flags(args) -> dict[str, tuple[str, int, str]]:
+def parse_flags(args: typing.Sequence[tuple[int, str]]) -> dict[str, tuple[str, int, str]]:
     """kube-proxy's flags from its arguments ((line, text) pairs, argv[0] first): name → (value, line, text), the
     last occurrence winning as in pflag. ``--name=value``, ``--name value``, ``-name``; a boolean flag alone is
     "true"."""
@@ -151,7 +156,7 @@ def parse_flags(args) -> dict[str, tuple[str, int, str]]:
     return out
 
 
-def _typed(kind: str, value):
+def _typed(kind: str, value: Any) -> Any:
     """A value as kube-proxy reads it (a flag's text, or the file's YAML value); None when it sets nothing."""
     if kind == "bool":
         if isinstance(value, bool):
@@ -164,8 +169,8 @@ def _typed(kind: str, value):
             items = value.split(",")
         else:
             return None
-        items = tuple(v.strip() for v in items if v.strip())
-        return items or None
+        kept = tuple(v.strip() for v in items if v.strip())
+        return kept or None
     if value is None:
         return None
     value = str(value).strip()
@@ -185,7 +190,7 @@ def _config_path(name: str, mode: str) -> str:
     return path
 
 
-def _from_config(config, name: str, mode: str) -> Setting | None:
+def _from_config(config: KubeProxyConfig, name: str, mode: str) -> Setting | None:
     path = _config_path(name, mode)
     value = _typed(FIELDS[name][2], config.get(path))
     if value is None:
@@ -195,7 +200,7 @@ def _from_config(config, name: str, mode: str) -> Setting | None:
     return Setting(name, value, "config", config.source, line, text)
 
 
-def _from_flag(flags, name: str, source: str) -> Setting | None:
+def _from_flag(flags: dict[str, tuple[str, int, str]], name: str, source: str) -> Setting | None:
     flag = FIELDS[name][1]
     if flag not in flags:
         return None
@@ -208,30 +213,37 @@ def _from_flag(flags, name: str, source: str) -> Setting | None:
     return Setting(name, value, "flag", source, line, text)
 
 
-def effective(config, cmdline, log_lines, log_source: str, default_source: str) -> Effective:
+def effective(
+    config: KubeProxyConfig | None,
+    cmdline: Cmdline | None,
+    log_lines: typing.Sequence[str] | None,
+    log_source: str,
+    default_source: str,
+) -> Effective:
     """The effective configuration from the parsed configuration (kpdiag.parse.node.KubeProxyConfig or None), the
     command line (kpdiag.parse.node.Cmdline or None) and the log (lines or None)."""
     flags = parse_flags(cmdline.args) if cmdline is not None else {}
     flag_source = cmdline.source if cmdline is not None else ""
     # the file counts unless kube-proxy's own command line is known and gives no --config
     use_file = config is not None and (cmdline is None or "config" in flags)
+    file_cfg = config if use_file else None  # the configuration kube-proxy reads, if any
     notes = []
     if config is not None and not use_file:
         notes.append(f"{config.source} is not kube-proxy's configuration: its command line has no --config")
     fields, ignored = {}, []
-    mode_setting = (use_file and _from_config(config, "mode", "")) or (
+    mode_setting = (file_cfg is not None and _from_config(file_cfg, "mode", "")) or (
         not use_file and _from_flag(flags, "mode", flag_source)
     )
     mode = mode_setting.value if mode_setting else "iptables"
     for name, (_path, flag, _kind, default) in FIELDS.items():
-        from_file = _from_config(config, name, mode) if use_file else None
+        from_file = _from_config(file_cfg, name, str(mode)) if file_cfg is not None else None
         from_flag = _from_flag(flags, name, flag_source)
         if use_file and from_flag is not None and flag not in FLAGS_OVER_CONFIG:
             ignored.append(from_flag)
             from_flag = None
         chosen = from_flag or from_file
         if chosen is None:
-            where = (config.source if use_file else flag_source) or log_source or default_source
+            where = (file_cfg.source if file_cfg is not None else flag_source) or log_source or default_source
             chosen = Setting(name, default, "default", where)
         fields[name] = chosen
     return Effective(
@@ -247,7 +259,7 @@ def effective(config, cmdline, log_lines, log_source: str, default_source: str) 
 # ------------------------------------------------------------------ the log
 
 _FAMILY = r'"?(IPv[46])"?'
-LOG_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
+LOG_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("mode", re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")),
     (
         "family-unsupported",
@@ -266,7 +278,7 @@ LOG_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
 )
 
 
-def log_facts(lines) -> typing.Iterator[LogFact]:
+def log_facts(lines: typing.Iterable[str]) -> typing.Iterator[LogFact]:
     """The facts of kube-proxy's log, line by line (a line states at most one)."""
     for n, line in enumerate(lines, 1):
         if len(line) > 4000:

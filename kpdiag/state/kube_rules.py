@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import dataclass, field
 
@@ -15,12 +17,12 @@ class ProgrammedPort:
     proto: str | None
     port: int | None
     chain: str | None  # KUBE-SVC-… (None when the port has no endpoints)
-    rule_ref: tuple | None = None  # (Chain, position) of the KUBE-SERVICES rule
+    rule_ref: tuple[Any, ...] | None = None  # (Chain, position) of the KUBE-SERVICES rule
     endpoints: list[str] = field(default_factory=list)  # "ip:port" DNAT targets
-    no_endpoints_ref: tuple | None = None  # (Chain, position) of filter REJECT "has no endpoints"
+    no_endpoints_ref: tuple[Any, ...] | None = None  # (Chain, position) of filter REJECT "has no endpoints"
     cluster_cidr: str | None = None  # from "! -s CIDR … -j KUBE-MARK-MASQ"
     local_policy: bool = False  # internalTrafficPolicy: Local — KUBE-SVL (this node's endpoints only) or a DROP
-    no_local_ref: tuple | None = None  # (Chain, position) of filter DROP "has no local endpoints" (ClusterIP)
+    no_local_ref: tuple[Any, ...] | None = None  # (Chain, position) of filter DROP "has no local endpoints" (ClusterIP)
 
     @property
     def rule(self) -> Rule | None:
@@ -42,7 +44,7 @@ _TO = re.compile(r"--to-destination (\S+)")
 _NEG_SRC = re.compile(r"(?:^|\s)! -s (\S+)")
 
 
-def _field(regex, text: str) -> str | None:
+def _field(regex: re.Pattern[str], text: str) -> str | None:
     m = regex.search(text)
     if not m:
         return None
@@ -111,11 +113,11 @@ def programmed_ports(rs: Ruleset, only: str | None = None) -> dict[str, Programm
             local = c.endswith(" has no local endpoints")  # internalTrafficPolicy: Local, none on this node
             if (local or c.endswith(" has no endpoints")) and _field(_TARGET, text) in ("REJECT", "DROP"):
                 name = _strip(c)
-                port = out.get(name)
-                if port is None:
+                found = out.get(name)
+                if found is None:
                     dst = _field(_DST, text)
                     dport = _field(_DPORT, text)
-                    port = out[name] = ProgrammedPort(
+                    found = out[name] = ProgrammedPort(
                         name,
                         dst.split("/")[0] if dst else None,
                         _field(_PROTO, text),
@@ -123,9 +125,9 @@ def programmed_ports(rs: Ruleset, only: str | None = None) -> dict[str, Programm
                         None,
                     )
                 if local:
-                    port.local_policy, port.no_local_ref = True, (filt, pos)
+                    found.local_policy, found.no_local_ref = True, (filt, pos)
                 else:
-                    port.no_endpoints_ref = (filt, pos)
+                    found.no_endpoints_ref = (filt, pos)
     return out
 
 

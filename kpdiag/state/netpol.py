@@ -28,6 +28,8 @@ nothing in it, ...) is reported as one problem naming it, and the others are eva
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import ipaddress
 import json
 import re
@@ -49,15 +51,15 @@ class PolicyError(ValueError):
     """A NetworkPolicy that cannot be read: the message says what and where (one line)."""
 
 
-def _obj(value) -> dict:
+def _obj(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _arr(value) -> list:
+def _arr(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _str(value) -> str:
+def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -67,14 +69,14 @@ class Selector:
     """A parsed LabelSelector. ``exprs``: (key, operator, values)."""
 
     labels: tuple[tuple[str, str], ...] = ()
-    exprs: tuple[tuple[str, str, frozenset], ...] = ()
+    exprs: tuple[tuple[str, str, frozenset[str]], ...] = ()
     ordered_values: tuple[tuple[str, ...], ...] = ()  # the values of each expression as written (for text)
 
     @property
     def empty(self) -> bool:
         return not self.labels and not self.exprs
 
-    def matches(self, labels: dict) -> bool:
+    def matches(self, labels: dict[str, Any]) -> bool:
         for k, v in self.labels:
             if labels.get(k) != v:
                 return False
@@ -106,7 +108,7 @@ class Selector:
         return ",".join(bits)
 
 
-def parse_selector(doc, where: str) -> Selector:
+def parse_selector(doc: object, where: str) -> Selector:
     if doc is None:
         return Selector()
     if not isinstance(doc, dict):
@@ -149,7 +151,7 @@ def parse_selector(doc, where: str) -> Selector:
 class Pod:
     namespace: str
     name: str
-    labels: dict
+    labels: dict[str, Any]
     ips: tuple[str, ...]
     host_network: bool = False
     ports: tuple[tuple[str, int, str], ...] = ()  # containerPorts: (name, number, protocol)
@@ -171,7 +173,7 @@ class Pod:
         return None
 
     @classmethod
-    def from_api(cls, obj: dict) -> "Pod":
+    def from_api(cls, obj: dict[str, Any]) -> "Pod":
         """A pod as the API returns it; whatever is malformed in it is left out (never an exception)."""
         md, spec, status = (_obj(_obj(obj).get(k)) for k in ("metadata", "spec", "status"))
         ips = [
@@ -191,8 +193,8 @@ class Pod:
                     and isinstance(p.get("containerPort"), int)
                     and not isinstance(p["containerPort"], bool)
                 ):
-                    name = p.get("name") if isinstance(p.get("name"), str) else ""
-                    proto = p.get("protocol") if isinstance(p.get("protocol"), str) else "TCP"
+                    name = p["name"] if isinstance(p.get("name"), str) else ""
+                    proto = p["protocol"] if isinstance(p.get("protocol"), str) else "TCP"
                     ports.append((name, p["containerPort"], proto.upper()))
         labels = {k: v for k, v in _obj(md.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
         return cls(
@@ -218,6 +220,11 @@ class End:
     @property
     def is_pod(self) -> bool:
         return self.pod is not None and not self.pod.host_network
+
+    @property
+    def selectable(self) -> Pod | None:
+        """Its pod when policies can select it (not host-network), else None."""
+        return self.pod if self.pod is not None and not self.pod.host_network else None
 
     @property
     def namespace(self) -> str | None:
@@ -254,10 +261,10 @@ class End:
 class Peer:
     pod_sel: Selector | None = None
     ns_sel: Selector | None = None
-    cidr: object = None  # ipaddress network
-    excepts: tuple = ()
+    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+    excepts: tuple[Any, ...] = ()
 
-    def matches(self, other: End, policy_ns: str, ns_labels) -> bool:
+    def matches(self, other: End, policy_ns: str, ns_labels: Callable[[str], dict[str, Any]]) -> bool:
         if self.cidr is not None:
             for a in other.addresses():
                 try:
@@ -267,9 +274,9 @@ class Peer:
                 if addr.version == self.cidr.version and addr in self.cidr and not any(addr in e for e in self.excepts):
                     return True
             return False
-        if not other.is_pod:
+        pod = other.selectable
+        if pod is None:
             return False
-        pod = other.pod
         if self.ns_sel is None:
             if pod.namespace != policy_ns:
                 return False
@@ -300,9 +307,8 @@ class PortRule:
         if self.port is None:
             return True
         if isinstance(self.port, str):
-            if not dst.is_pod:
-                return False
-            return dst.pod.named_port(self.port, protocol) == port
+            pod = dst.selectable
+            return pod is not None and pod.named_port(self.port, protocol) == port
         if self.end_port is not None:
             return self.port <= port <= self.end_port
         return port == self.port
@@ -332,7 +338,7 @@ class Policy:
     namespace: str
     name: str
     pod_sel: Selector
-    types: frozenset
+    types: frozenset[str]
     ingress: tuple[Rule, ...]
     egress: tuple[Rule, ...]
 
@@ -360,7 +366,7 @@ class Policy:
         )
 
 
-def _cidr(text, where: str):
+def _cidr(text: object, where: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     if not isinstance(text, str) or "/" not in text:
         raise PolicyError(f"{where}: invalid CIDR {text!r} (ADDRESS/PREFIX expected)")
     try:
@@ -369,7 +375,7 @@ def _cidr(text, where: str):
         raise PolicyError(f"{where}: invalid CIDR {text!r}") from None
 
 
-def _peer(doc, where: str) -> Peer:
+def _peer(doc: object, where: str) -> Peer:
     if not isinstance(doc, dict):
         raise PolicyError(f"{where} is not a peer")
     ipb = doc.get("ipBlock")
@@ -388,7 +394,8 @@ def _peer(doc, where: str) -> Peer:
         excepts = []
         for i, e in enumerate(ipb.get("except") or []):
             net = _cidr(e, f"{where}.ipBlock.except[{i}]")
-            if net.version != cidr.version or not net.subnet_of(cidr) or net == cidr:
+            inside = net.network_address in cidr and net.broadcast_address in cidr  # subnet_of, across both versions
+            if net.version != cidr.version or not inside or net == cidr:
                 raise PolicyError(f"{where}.ipBlock.except[{i}]: {e} is not inside {cidr}")
             excepts.append(net)
         return Peer(cidr=cidr, excepts=tuple(excepts))
@@ -403,7 +410,7 @@ def _peer(doc, where: str) -> Peer:
     return Peer(pod_sel=pod_sel, ns_sel=ns_sel)
 
 
-def _port(doc, where: str) -> PortRule:
+def _port(doc: object, where: str) -> PortRule:
     if not isinstance(doc, dict):
         raise PolicyError(f"{where} is not a port")
     proto = doc.get("protocol") or "TCP"
@@ -427,7 +434,7 @@ def _port(doc, where: str) -> PortRule:
     return PortRule(proto, port, end)
 
 
-def _rules(docs, direction: str, where: str) -> tuple[Rule, ...]:
+def _rules(docs: object, direction: str, where: str) -> tuple[Rule, ...]:
     if docs is None:
         return ()
     if not isinstance(docs, list):
@@ -453,7 +460,7 @@ def _rules(docs, direction: str, where: str) -> tuple[Rule, ...]:
     return tuple(out)
 
 
-def parse_policy(obj: dict) -> Policy:
+def parse_policy(obj: dict[str, Any]) -> Policy:
     """One NetworkPolicy as the API returns it; :class:`PolicyError` when it cannot be read."""
     if not isinstance(obj, dict):
         raise PolicyError("not an object")
@@ -481,7 +488,7 @@ def parse_policy(obj: dict) -> Policy:
     return Policy(md.get("namespace") or "default", md.get("name") or "?", pod_sel, types, ingress, egress)
 
 
-def parse_policies(items: list) -> tuple[list[Policy], list[str]]:
+def parse_policies(items: list[Any]) -> tuple[list[Policy], list[str]]:
     """(the readable policies, one line per unreadable one: 'NS/NAME (item N): why', controls shown escaped)."""
     from kpdiag.render.safe import term
 
@@ -504,7 +511,7 @@ class Admission:
     peer: str
     ports: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "rule": self.rule, "peer": self.peer, "ports": self.ports}
 
 
@@ -519,14 +526,16 @@ class Direction:
     admitted_by: Admission | None = None
     admits: dict[str, str] = field(default_factory=dict)  # policy → what it admits (for a denial)
     missing: str | None = None  # for a denial: what peer/port rule is missing
-    patch_args: tuple | None = field(default=None, repr=False)  # for a denial: what :attr:`patch` is built from
+    patch_args: tuple[Any, ...] | None = field(
+        default=None, repr=False
+    )  # for a denial: what :attr:`patch` is built from
 
     @property
     def patch(self) -> str | None:
         """For a denial: a NetworkPolicy (YAML) that would admit exactly this flow — built when asked for."""
         return patch_yaml(*self.patch_args) if self.patch_args else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "direction": self.direction,
             "subject": self.subject,
@@ -566,7 +575,7 @@ class Flow:
     def allowed(self) -> bool:
         return self.egress.allowed and self.ingress.allowed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "from": self.src.text(),
             "to": self.dst.text(),
@@ -583,12 +592,14 @@ class PolicyIndex:
     """Policies grouped by namespace with their selectors parsed once; pods by name and address; namespace labels.
     Build it once and ask as many flows as needed."""
 
-    def __init__(self, policies: list[Policy], namespaces: list[dict] | None = None, pods: list[Pod] | None = None):
+    def __init__(
+        self, policies: list[Policy], namespaces: list[dict[str, Any]] | None = None, pods: list[Pod] | None = None
+    ):
         self.by_ns: dict[str, list[Policy]] = {}
         for p in policies:
             self.by_ns.setdefault(p.namespace, []).append(p)
         self.policies = policies
-        self.ns_labels_known: dict[str, dict] = {}
+        self.ns_labels_known: dict[str, dict[str, Any]] = {}
         for ns in namespaces or []:
             md = (ns.get("metadata") or {}) if isinstance(ns, dict) else {}
             if md.get("name"):
@@ -597,7 +608,7 @@ class PolicyIndex:
                 self.ns_labels_known[md["name"]] = labels
         self.pods: dict[str, Pod] = {}
         self.by_ip: dict[str, Pod] = {}
-        self._selecting: dict[tuple, list[Policy]] = {}
+        self._selecting: dict[tuple[Any, ...], list[Policy]] = {}
         for pod in pods or []:
             self.add_pod(pod)
 
@@ -607,7 +618,7 @@ class PolicyIndex:
             for ip in pod.ips:
                 self.by_ip.setdefault(ip, pod)
 
-    def ns_labels(self, name: str) -> dict:
+    def ns_labels(self, name: str) -> dict[str, Any]:
         labels = self.ns_labels_known.get(name)
         if labels is None:  # not listed: the one label the API server always sets
             labels = {NS_NAME_LABEL: name}
@@ -660,24 +671,19 @@ class PolicyIndex:
         return hit
 
     def _direction(self, direction: str, subject: End, other: End, port: int, protocol: str, dst: End) -> Direction:
-        if not subject.is_pod:
+        spod = subject.selectable
+        if spod is None:
             return Direction(direction, subject.text(), False, False, True)
-        pols = self.selecting(subject.pod, direction)
-        out = Direction(direction, subject.pod.key, True, bool(pols), True, [p.key for p in pols])
+        pols = self.selecting(spod, direction)
+        out = Direction(direction, spod.key, True, bool(pols), True, [p.key for p in pols])
         if not pols:
             return out
-        if (
-            direction == "ingress"
-            and not other.is_pod
-            and subject.pod.host_ip
-            and subject.pod.host_ip in other.addresses()
-        ):
+        if direction == "ingress" and not other.is_pod and spod.host_ip and spod.host_ip in other.addresses():
             # the API's rule: traffic from the pod's own node (kubelet probes, host-network pods there) is allowed
             out.admitted_by = Admission(
                 "(node)",
                 0,
-                f"{subject.pod.host_ip}: the node {subject.pod.key} runs on "
-                "(traffic from a pod's own node is always allowed)",
+                f"{spod.host_ip}: the node {spod.key} runs on (traffic from a pod's own node is always allowed)",
                 "all ports",
             )
             return out
@@ -715,10 +721,10 @@ class PolicyIndex:
                 f"{who} is not among them: a peer rule for it is missing"
             )
         elif all(not p.rules(direction) for p in pols):
-            out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {subject.pod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
+            out.missing = f"{', '.join(p.key for p in pols)} select{'s' if len(pols) == 1 else ''} {spod.key} and admit{'s' if len(pols) == 1 else ''} no {direction} at all"
         else:
             out.missing = f"no rule of {', '.join(p.key for p in pols)} admits {who} on {port}/{protocol}"
-        out.patch_args = (direction, subject.pod, other, port, protocol)
+        out.patch_args = (direction, spod, other, port, protocol)
         return out
 
     def evaluate(self, src: End, dst: End, port: int | str, protocol: str = "TCP") -> Flow:
@@ -739,7 +745,7 @@ class PolicyIndex:
 
 
 # ------------------------------------------------------------------------------------------------ patches
-def _stable_labels(pod: Pod) -> dict:
+def _stable_labels(pod: Pod) -> dict[str, Any]:
     labels = {k: v for k, v in pod.labels.items() if k not in _VOLATILE_LABELS}
     return labels
 
@@ -752,7 +758,7 @@ def _dns_name(text: str) -> str:
 _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9./_-]*")
 
 
-def _scalar(value) -> str:
+def _scalar(value: object) -> str:
     if isinstance(value, str):
         plain = _PLAIN.fullmatch(value) and value.lower() not in (
             "true",
@@ -769,7 +775,7 @@ def _scalar(value) -> str:
     return json.dumps(value)
 
 
-def to_yaml(value, indent: int = 0) -> str:
+def to_yaml(value: object, indent: int = 0) -> str:
     """A small block-style YAML emitter for the plain dicts, lists and scalars of a patch."""
     pad = " " * indent
     lines: list[str] = []
@@ -792,7 +798,7 @@ def to_yaml(value, indent: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str) -> tuple[dict, list[str]]:
+def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str) -> tuple[dict[str, Any], list[str]]:
     """A NetworkPolicy in the subject's namespace that admits exactly ``other`` → (ingress) or ← (egress) the
     subject on port/protocol — added next to the existing policies (they are additive), it opens nothing else.
     Returns (the object, notes on where it is wider or more brittle than that)."""
@@ -802,19 +808,20 @@ def patch_doc(direction: str, subject: Pod, other: End, port: int, protocol: str
         notes.append(
             f"{subject.key} has no labels: podSelector {{}} selects every pod of {subject.namespace}; label the pod and select that"
         )
-    other_name = other.pod.name if other.is_pod else (other.ip or "peer")
+    other_pod = other.selectable
+    other_name = other_pod.name if other_pod is not None else (other.ip or "peer")
     name = _dns_name(f"allow-{other_name}-{'to' if direction == 'ingress' else 'from'}-{subject.name}-{port}")
-    labels = _stable_labels(other.pod) if other.is_pod else {}
-    if other.is_pod and labels:
-        peer: dict = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
-        if other.pod.namespace != subject.namespace:
-            peer = {"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: other.pod.namespace}}, **peer}
+    labels = _stable_labels(other_pod) if other_pod is not None else {}
+    if other_pod is not None and labels:
+        peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(labels.items()))}}
+        if other_pod.namespace != subject.namespace:
+            peer = {"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: other_pod.namespace}}, **peer}
     else:
         ip = other.ip or (other.pod.ip if other.pod else None) or "0.0.0.0"
         peer = {"ipBlock": {"cidr": f"{ip}{'/128' if ':' in ip else '/32'}"}}
-        if other.is_pod:
+        if other_pod is not None:
             notes.append(
-                f"{other.pod.key} has no labels: admitted by its address, which changes when the pod is recreated"
+                f"{other_pod.key} has no labels: admitted by its address, which changes when the pod is recreated"
             )
     doc = {
         "apiVersion": "networking.k8s.io/v1",
@@ -836,7 +843,7 @@ def patch_yaml(direction: str, subject: Pod, other: End, port: int, protocol: st
     return "".join(f"# {n}\n" for n in notes) + to_yaml(doc)
 
 
-def patch_oneline(doc: dict) -> str:
+def patch_oneline(doc: dict[str, Any]) -> str:
     """The patch as one shell command (JSON is YAML too), for places that print one line per step."""
     return "kubectl apply -f - <<< '" + json.dumps(doc, separators=(",", ":")).replace("'", "'\\''") + "'"
 
@@ -857,12 +864,12 @@ class Enforcement:
             )
         return f"CNI {self.cni}: NetworkPolicy {'is' if self.enforced else 'is NOT'} enforced"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"cni": self.cni, "enforced": self.enforced, "evidence": list(self.evidence)}
 
 
 # name of the DaemonSet (or of its pods' prefix) → (CNI, enforces NetworkPolicy?)
-_CNI = (
+_CNI: tuple[tuple[str, str, bool | None], ...] = (
     ("calico-node", "calico", True),
     ("canal", "canal", True),
     ("cilium", "cilium", True),
@@ -878,7 +885,7 @@ _CNI = (
 _NOT_CNI = ("cilium-operator", "cilium-envoy", "calico-kube-controllers", "calico-typha", "antrea-controller")
 
 
-def _workload(component: dict) -> str:
+def _workload(component: dict[str, Any]) -> str:
     owner = _str(component.get("owner"))
     if owner:
         return owner
@@ -888,7 +895,7 @@ def _workload(component: dict) -> str:
     return name
 
 
-def recognise_cni(components: list[dict] | None) -> Enforcement:
+def recognise_cni(components: list[dict[str, Any]] | None) -> Enforcement:
     """From the kube-system (kube-flannel, calico-system) DaemonSets or their pods: ``components`` items are
     ``{"kind": "DaemonSet"|"Pod", "namespace", "name", "owner", "containers": [{"name", "image", "args"}]}``."""
     if components is None:
@@ -946,7 +953,7 @@ _KEPT_ARGS = ("--enable-network-policy", "--run-firewall")
 _KEPT_ENV = ("AWS_VPC_K8S_CNI_",)  # aws-node's SNAT settings (KP641): plain settings, never a secret
 
 
-def component(obj: dict) -> dict | None:
+def component(obj: dict[str, Any]) -> dict[str, Any] | None:
     """A DaemonSet or pod API object reduced to what CNI recognition needs (names, images, two flags)."""
     if not isinstance(obj, dict):
         return None

@@ -7,13 +7,34 @@ through this same code, so they see the same state.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from kpdiag.bundle.store import Bundle
 from kpdiag.errors import InputError
 from kpdiag.bundle import sources
 
+if TYPE_CHECKING:
+    from kpdiag.bundle.store import Problem
+    from kpdiag.dataplane.base import Dataplane
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.parse.ipset import IpSet
+    from kpdiag.parse.ipvs import VirtualService
+    from kpdiag.parse.nft import NftRuleset
+    from kpdiag.parse.node import Cmdline, IpRule, KubeProxyConfig, Metrics, Module, Value
+    from kpdiag.parse.recent import RecentState
+    from kpdiag.state.cluster import ClusterView, Svc
+    from kpdiag.state.cni import CniModel
+    from kpdiag.state.kpsettings import Effective
+    from kpdiag.state.kube_rules import ProgrammedPort
+    from kpdiag.state.service_proxy import Implementer
+    from kpdiag.trace.netfilter import IptablesTracer
+    from kpdiag.trace.routing import RoutingTable
+    from kpdiag.trace.walker import PacketWalker
 
-def _problem(exc: InputError):
+T = TypeVar("T")
+
+
+def _problem(exc: InputError) -> Problem:
     from kpdiag.bundle.store import Problem
 
     where = exc.source if exc.line is None else f"{exc.source}:{exc.line}"
@@ -24,32 +45,41 @@ def _problem(exc: InputError):
 # the rest of the node: small files, parsed on first use
 
 
-def _lazy(source: "sources.Source"):
-    """A property: ``source`` parsed by the parser the catalogue declares for it, on first use (None when absent)."""
+class _Lazy(Generic[T]):
+    """A property: ``source`` parsed by the parser the catalogue declares for it, on first use (None when absent);
+    ``T`` is what that parser returns."""
 
-    def getter(self):
-        cache = self.__dict__.setdefault("_lazy", {})
-        if source not in cache:
-            cache[source] = self._parse(source)
-        return cache[source]
+    def __init__(self, source: sources.Source) -> None:
+        self.source = source
 
-    return property(getter)
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Lazy[T]: ...
+    @overload
+    def __get__(self, obj: _NodeFiles, owner: type) -> T | None: ...
+    def __get__(self, obj: _NodeFiles | None, owner: type) -> T | None | _Lazy[T]:
+        if obj is None:
+            return self
+        cache = obj.__dict__.setdefault("_lazy", {})
+        if self.source not in cache:
+            cache[self.source] = obj._parse(self.source)
+        return cast("T | None", cache[self.source])
 
 
 class _NodeFiles:
-    sysctl = _lazy(sources.SYSCTL)
-    modules = _lazy(sources.MODULES)
-    kernel = _lazy(sources.UNAME)
-    metrics = _lazy(sources.KP_METRICS)
-    conntrack_stats = _lazy(sources.CONNTRACK_STATS)
-    ip_rules = _lazy(sources.IP_RULE)
+    bundle: Bundle
+    sysctl: _Lazy[dict[str, Value]] = _Lazy(sources.SYSCTL)
+    modules: _Lazy[dict[str, Module]] = _Lazy(sources.MODULES)
+    kernel: _Lazy[tuple[int, int, int]] = _Lazy(sources.UNAME)
+    metrics: _Lazy[Metrics] = _Lazy(sources.KP_METRICS)
+    conntrack_stats: _Lazy[dict[str, int]] = _Lazy(sources.CONNTRACK_STATS)
+    ip_rules: _Lazy[list[IpRule]] = _Lazy(sources.IP_RULE)
 
     @property
-    def kube_proxy_config(self):
+    def kube_proxy_config(self) -> KubeProxyConfig | None:
         """The KubeProxyConfiguration: node/kube-proxy/config.yaml, else the ConfigMap's config.conf."""
         cache = self.__dict__.setdefault("_lazy", {})
         if "kpconfig" not in cache:
-            cfg = self._parse(sources.KP_CONFIG)
+            cfg: KubeProxyConfig | None = self._parse(sources.KP_CONFIG)
             if cfg is None:
                 cm = self.bundle.read_json(sources.KP_CONFIGMAP)
                 data = (cm or {}).get("data") if isinstance(cm, dict) else None
@@ -58,19 +88,18 @@ class _NodeFiles:
                         (v for k, v in data.items() if k.endswith((".conf", ".yaml"))), None
                     )
                     if isinstance(text, str):
-                        cfg = self._parse_text(
-                            text, f"{sources.KP_CONFIGMAP}#config.conf", sources.KP_CONFIG.parse_function()
-                        )
+                        cfg = self._parse_text(text, f"{sources.KP_CONFIGMAP}#config.conf", sources.KP_CONFIG)
             cache["kpconfig"] = cfg
-        return cache["kpconfig"]
+        return cast("KubeProxyConfig | None", cache["kpconfig"])
 
     @property
-    def kube_proxy_settings(self):
+    def kube_proxy_settings(self) -> Effective | None:
         """kube-proxy's effective configuration (state/kpsettings.py): its file or ConfigMap, its flags, its log;
         None when none of them was collected."""
         cache = self.__dict__.setdefault("_lazy", {})
         if "kpsettings" not in cache:
-            config, cmdline = self.kube_proxy_config, self._parse(sources.KP_CMDLINE)
+            config = self.kube_proxy_config
+            cmdline: Cmdline | None = self._parse(sources.KP_CMDLINE)
             log = self.kube_proxy_log
             if config is None and cmdline is None and log is None:
                 cache["kpsettings"] = None
@@ -81,7 +110,7 @@ class _NodeFiles:
                 cache["kpsettings"] = effective(
                     config, cmdline, log, display(sources.KP_LOG), display(sources.KP_CONFIG)
                 )
-        return cache["kpsettings"]
+        return cast("Effective | None", cache["kpsettings"])
 
     @property
     def proxy_mode_running(self) -> str | None:
@@ -96,12 +125,12 @@ class _NodeFiles:
         return mode
 
     @property
-    def healthz(self):
+    def healthz(self) -> dict[str, Any] | None:
         data = self.bundle.read_json(sources.KP_HEALTHZ)
         if data is not None and not isinstance(data, dict):
             self.bundle.problem(sources.KP_HEALTHZ, "expected a JSON object")
             return None
-        return data
+        return cast("dict[str, Any] | None", data)
 
     @property
     def kube_proxy_log(self) -> list[str] | None:
@@ -113,7 +142,7 @@ class _NodeFiles:
         """node/nft-ruleset.json as text (read once; parsed only when something needs the rules)."""
         if "_nft_text" not in self.__dict__:
             self.__dict__["_nft_text"] = self.bundle.read_text(sources.NFT_RULESET)
-        return self.__dict__["_nft_text"]
+        return cast("str | None", self.__dict__["_nft_text"])
 
     @property
     def nft_kube_proxy_table(self) -> str | None:
@@ -125,25 +154,33 @@ class _NodeFiles:
         m = re.search(r'\{"table":\s*\{"family":\s*"(ip6?)",\s*"name":\s*"kube-proxy"', text or "")
         return m.group(1) if m else None
 
-    def sysctl_value(self, key: str):
+    def sysctl_value(self, key: str) -> Value | None:
         s = self.sysctl
         return None if s is None else s.get(key)
 
-    def _parse_text(self, text: str, display: str, parser):
+    def _parse(self, source: sources.Source, *, record_missing: bool = False) -> Any:
+        """``source`` read and parsed by its declared parser (kpdiag/bundle/sources.py); a parse error is a recorded problem."""
+        data = self.bundle.read_text(source, record_missing)
+        return None if data is None else self._parse_text(data, self.bundle.display(source), source)
+
+    def _parse_text(self, text: str, display: str, source: sources.Source) -> Any:
+        """``text`` parsed by ``source``'s declared parser (None, and a recorded problem, when it is not readable)."""
+        parser = source.parse_function()
+        assert parser is not None, f"{source} declares no parser"
         try:
             parsed = parser(text, display)
         except InputError as exc:
             self.bundle.problems.append(_problem(exc))
             return None
-        for exc in getattr(parsed, "rejected", None) or ():  # lines the parser left out (the rest is read)
-            self.bundle.problems.append(_problem(exc))
+        for rejected in getattr(parsed, "rejected", None) or ():  # lines the parser left out (the rest is read)
+            self.bundle.problems.append(_problem(rejected))
         return parsed
 
 
 class NodeState(_NodeFiles):
     """Everything kpdiag knows of one node, parsed lazily from its bundle."""
 
-    def __init__(self, bundle: Bundle, *, focus: tuple[str, str] | None = None, preflight: str | None = None):
+    def __init__(self, bundle: Bundle, *, focus: tuple[str, str] | None = None, preflight: str | None = None) -> None:
         self.bundle = bundle
         self._focus = focus or self._partial_focus()
         self._preflight = preflight
@@ -157,7 +194,7 @@ class NodeState(_NodeFiles):
         return None
 
     @property
-    def partial(self) -> dict | None:
+    def partial(self) -> dict[str, Any] | None:
         """The manifest's ``partial`` (kpdiag/collect/service_rules.py): the rules were read for one Service only —
         ``{"service": NS/NAME, "mode", "holds": {source: what it holds}, "chains"}`` — or None (the whole rules)."""
         doc = (self.bundle.manifest or {}).get("partial")
@@ -175,18 +212,13 @@ class NodeState(_NodeFiles):
         return self._preflight
 
     @property
-    def problems(self):
+    def problems(self) -> list[Problem]:
         return self.bundle.problems
-
-    def _parse(self, source: "sources.Source", *, record_missing: bool = False):
-        """``source`` read and parsed by its declared parser (kpdiag/bundle/sources.py); a parse error is a recorded problem."""
-        data = self.bundle.read_text(source, record_missing)
-        return None if data is None else self._parse_text(data, self.bundle.display(source), source.parse_function())
 
     # ------------------------------------------------------------ sources, for checks
     # Checks read the bundle only through these (tests/packaging/test_source_catalogue.py): each source is read and
     # parsed once per run, by its declared parser (kpdiag/bundle/sources.py), whatever check asks first.
-    def source(self, source: "sources.Source"):
+    def source(self, source: sources.Source) -> Any:
         """``source`` parsed by its declared parser; a JSON source without one as JSON, a text source as text; None
         when absent or unreadable (the reason is a recorded problem)."""
         source = sources.CATALOGUE[source]
@@ -212,7 +244,7 @@ class NodeState(_NodeFiles):
         """Record a problem with ``source`` (the report lists it; the diagnosis goes on)."""
         self.bundle.problem(source, message)
 
-    def problems_with(self, source: "sources.Source") -> list:
+    def problems_with(self, source: sources.Source) -> list[Problem]:
         """The problems recorded with ``source`` (by its collector or its parser; a parser's carry the line)."""
         where = self.bundle.display(source)
         return [p for p in self.bundle.problems if p.source == where or p.source.startswith(where + ":")]
@@ -222,32 +254,32 @@ class NodeState(_NodeFiles):
         return self.bundle.exists(sources.CATALOGUE[source])
 
     @property
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         """The bundle's manifest (kpdiag.json): node, created, client, service …"""
         return self.bundle.manifest or {}
 
     # ------------------------------------------------------------ iptables
-    def iptables(self, which: str = "iptables-save"):
+    def iptables(self, which: str = "iptables-save") -> Ruleset | None:
         """The ruleset of ``node/<which>.txt`` (``iptables-save``, ``iptables-legacy-save`` …) or None."""
         cache = self.__dict__.setdefault("_iptables", {})
         if which not in cache:
             cache[which] = self._parse(sources.iptables_dump(which))
-        return cache[which]
+        return cast("Ruleset | None", cache[which])
 
     @cached_property
-    def ipsets(self):
-        return self._parse(sources.IPSET)
+    def ipsets(self) -> dict[str, IpSet] | None:
+        return cast("dict[str, IpSet] | None", self._parse(sources.IPSET))
 
     @cached_property
-    def xt_recent(self):
+    def xt_recent(self) -> RecentState | None:
         """kube-proxy's session affinity state (kpdiag/parse/recent.py RecentState), or None when not recorded."""
-        return self._parse(sources.XT_RECENT)
+        return cast("RecentState | None", self._parse(sources.XT_RECENT))
 
     @cached_property
-    def ip_addr(self):
+    def ip_addr(self) -> list[dict[str, Any]] | None:
         return self._json_list(sources.IP_ADDR, "ip -j addr")
 
-    def _json_list(self, rel: str, what: str):
+    def _json_list(self, rel: str, what: str) -> list[dict[str, Any]] | None:
         """A JSON list of objects; anything else is a recorded problem (the objects that are objects are kept)."""
         data = self.bundle.read_json(rel)
         if data is None:
@@ -261,11 +293,11 @@ class NodeState(_NodeFiles):
         return good
 
     @cached_property
-    def ip_route(self):
+    def ip_route(self) -> list[dict[str, Any]] | None:
         return self._json_list(sources.IP_ROUTE, "ip -j route")
 
     @cached_property
-    def routing(self):
+    def routing(self) -> RoutingTable:
         from kpdiag.trace.routing import routing_from_ip_json
 
         return routing_from_ip_json(self.ip_addr, self.ip_route, self.sysctl, self.ip_rules)
@@ -317,7 +349,7 @@ class NodeState(_NodeFiles):
         return None, "unknown"
 
     @property
-    def created(self):
+    def created(self) -> float | None:
         """When the bundle was made (for ages of timestamps), as epoch seconds, or None."""
         import datetime
 
@@ -329,7 +361,7 @@ class NodeState(_NodeFiles):
         except ValueError:
             return None
 
-    def programmed(self, which: str = "iptables-save"):
+    def programmed(self, which: str = "iptables-save") -> dict[str, ProgrammedPort] | None:
         """Service ports kube-proxy programmed in iptables (cached), or None without rules."""
         cache = self.__dict__.setdefault("_programmed", {})
         if which not in cache:
@@ -346,19 +378,19 @@ class NodeState(_NodeFiles):
                 else:
                     ports = programmed_ports(rs)
                 cache[which] = ports
-        return cache[which]
+        return cast("dict[str, ProgrammedPort] | None", cache[which])
 
     @property
-    def service_implementer(self):
+    def service_implementer(self) -> Implementer:
         """Who implements Services here (kube-proxy, embedded in k3s/k0s, or a replacement): kpdiag.state.service_proxy.detect."""
         if "_implementer" not in self.__dict__:
             from kpdiag.state.service_proxy import detect
 
             self.__dict__["_implementer"] = detect(self)
-        return self.__dict__["_implementer"]
+        return cast("Implementer", self.__dict__["_implementer"])
 
     @property
-    def cni(self):
+    def cni(self) -> CniModel:
         """The node's CNI and its routing model (kpdiag.state.cni.recognise), from the interfaces, routes, processes,
         pinned BPF objects and — when the bundle has them — the CNI's DaemonSets; computed once."""
         if "_cni" not in self.__dict__:
@@ -383,7 +415,7 @@ class NodeState(_NodeFiles):
                 },
                 self._node_notes(),
             )
-        return self.__dict__["_cni"]
+        return cast("CniModel", self.__dict__["_cni"])
 
     @property
     def cloud(self):
@@ -411,7 +443,7 @@ class NodeState(_NodeFiles):
             )
         return self.__dict__["_cloud"]
 
-    def _node_notes(self) -> list[tuple[str, dict]]:
+    def _node_notes(self) -> list[tuple[str, dict[str, Any]]]:
         """(name, annotations) of each Node in cluster/nodes.json (the CNI's record of the nodes), [] without it."""
         from kpdiag.bundle.store import list_items
 
@@ -419,12 +451,12 @@ class NodeState(_NodeFiles):
             return []
         out = []
         for item in list_items(self.bundle.read_json(sources.NODES)) or []:
-            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+            meta = item["metadata"] if isinstance(item.get("metadata"), dict) else {}
             notes = meta.get("annotations")
             out.append((str(meta.get("name") or "?"), notes if isinstance(notes, dict) else {}))
         return out
 
-    def _cni_components(self) -> list | None:
+    def _cni_components(self) -> list[dict[str, Any]] | None:
         """The CNI's DaemonSets/pods as cluster/cni.json lists them, else reduced from cluster/daemonsets.json."""
         from kpdiag.bundle.store import list_items
         from kpdiag.state.netpol import component
@@ -447,7 +479,7 @@ class NodeState(_NodeFiles):
         return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
     @property
-    def ipvs(self):
+    def ipvs(self) -> dict[tuple[object, ...], VirtualService] | None:
         """IPVS virtual services: ipvsadm -Sn (node/ipvsadm.txt), with connection counts from -Ln when present."""
         if "_ipvs" not in self.__dict__:
             services = self._parse(sources.IPVSADM)
@@ -462,10 +494,10 @@ class NodeState(_NodeFiles):
                         if r.target in counts:
                             r.active, r.inactive = counts[r.target].active, counts[r.target].inactive
             self.__dict__["_ipvs"] = services
-        return self.__dict__["_ipvs"]
+        return cast("dict[tuple[object, ...], VirtualService] | None", self.__dict__["_ipvs"])
 
     @property
-    def ipvs_conn(self) -> dict | None:
+    def ipvs_conn(self) -> dict[str, Any] | None:
         """node/ipvs-conn.json: IPVS connections counted by (proto, vaddr:vport, daddr:dport, state), or None."""
         if "_ipvs_conn" not in self.__dict__:
             doc = self.bundle.read_json(sources.IPVS_CONN)
@@ -473,30 +505,28 @@ class NodeState(_NodeFiles):
             if doc is not None and not ok:
                 self.bundle.problem(sources.IPVS_CONN, "not a kpdiag.ipvs-conn/v1 document (no entries list)")
             self.__dict__["_ipvs_conn"] = doc if ok else None
-        return self.__dict__["_ipvs_conn"]
+        return cast("dict[str, Any] | None", self.__dict__["_ipvs_conn"])
 
-    def nft(self):
+    def nft(self) -> NftRuleset | None:
         """node/nft-ruleset.json parsed (cached), or None."""
         if "_nft" not in self.__dict__:
             data = self.nft_text
             rs = None
             if data is not None:
-                rs = self._parse_text(
-                    data, self.bundle.display(sources.NFT_RULESET), sources.NFT_RULESET.parse_function()
-                )
+                rs = self._parse_text(data, self.bundle.display(sources.NFT_RULESET), sources.NFT_RULESET)
             self.__dict__["_nft"] = rs
-        return self.__dict__["_nft"]
+        return cast("NftRuleset | None", self.__dict__["_nft"])
 
-    def tracer(self):
+    def tracer(self) -> IptablesTracer | None:
         """One iptables tracer for this node (cached: chain indexes are shared between checks)."""
         if "_tracer" not in self.__dict__:
             from kpdiag.trace.netfilter import IptablesTracer
 
             rs = self.iptables()
             self.__dict__["_tracer"] = None if rs is None else IptablesTracer(rs, self.routing, self.ipsets)
-        return self.__dict__["_tracer"]
+        return cast("IptablesTracer | None", self.__dict__["_tracer"])
 
-    def tracer_if_forwarding(self):
+    def tracer_if_forwarding(self) -> IptablesTracer | None:
         """An iptables tracer for this node as if it forwarded packets (net.ipv4.ip_forward = 1): for the checks that
         ask what the FORWARD chain would do (KP207) on a node where forwarding is also off (KP501 says that)."""
         if "_fwd_tracer" not in self.__dict__:
@@ -507,9 +537,9 @@ class NodeState(_NodeFiles):
             rs = self.iptables()
             routing = dataclasses.replace(self.routing, forwarding=None)
             self.__dict__["_fwd_tracer"] = None if rs is None else IptablesTracer(rs, routing, self.ipsets)
-        return self.__dict__["_fwd_tracer"]
+        return cast("IptablesTracer | None", self.__dict__["_fwd_tracer"])
 
-    def mode_tracer(self, mode: str | None = None, family: int = 4):
+    def mode_tracer(self, mode: str | None = None, family: int = 4) -> PacketWalker | None:
         """The tracer of dataplane ``mode`` (default: the one kube-proxy runs; a mode without a tracer of its own is
         traced through its iptables rules) and IP version ``family`` (iptables and IPVS mode: IPv6 packets meet
         ip6tables' rules), or None without those rules."""
@@ -518,7 +548,7 @@ class NodeState(_NodeFiles):
         return (get(mode) if mode else self.dataplane).tracer(self, family)
 
     @property
-    def dataplane(self):
+    def dataplane(self) -> Dataplane:
         """The dataplane class of the mode kube-proxy runs (kpdiag/dataplane/): what the rest of kpdiag asks instead
         of comparing mode names. ``dataplane.UNKNOWN`` when the mode is not known."""
         from kpdiag.dataplane import get
@@ -531,7 +561,7 @@ class NodeState(_NodeFiles):
         import re
 
         m = self.metrics
-        texts = []
+        texts: list[str] = []
         if m is not None:
             for labels, _, _ in m.samples.get("kubernetes_build_info", []):
                 texts.append(labels.get("git_version", ""))
@@ -572,14 +602,14 @@ class NodeState(_NodeFiles):
 
     # ------------------------------------------------------------ the API side and probes
     @property
-    def cluster(self):
+    def cluster(self) -> ClusterView:
         if "_cluster" not in self.__dict__:
             from kpdiag.state.cluster import ClusterView
 
             self.__dict__["_cluster"] = ClusterView(self.bundle)
-        return self.__dict__["_cluster"]
+        return cast("ClusterView", self.__dict__["_cluster"])
 
-    def services_in_focus(self):
+    def services_in_focus(self) -> list[Svc] | None:
         """The Services to diagnose: the focused one, else every Service in cluster/services.json."""
         svcs = self.cluster.services()
         if svcs is None:
@@ -590,7 +620,7 @@ class NodeState(_NodeFiles):
         return svcs
 
     @property
-    def probes(self) -> dict | None:
+    def probes(self) -> dict[str, Any] | None:
         """probes/service.json, only if it conforms to probes.schema.json: the verdict and the checks read its
         results as kpdiag wrote them (a hand-made, old or hostile document is a named problem, not a crash)."""
         if "_probes" not in self.__dict__:
@@ -602,14 +632,14 @@ class NodeState(_NodeFiles):
                 self.bundle.problem(sources.PROBES_SERVICE, f"not a kpdiag.probes/v1 document ({why}): not read")
                 doc = None
             self.__dict__["_probes"] = doc
-        return self.__dict__["_probes"]
+        return cast("dict[str, Any] | None", self.__dict__["_probes"])
 
     @property
-    def dns(self) -> dict | None:
+    def dns(self) -> dict[str, Any] | None:
         doc = self.bundle.read_json(sources.PROBES_DNS)
         return doc if isinstance(doc, dict) else None
 
-    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
+    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict[str, Any]]:
         doc = self.probes or {}
         return [
             r

@@ -4,17 +4,22 @@ into one :class:`PolicyData` (for the checks KP120–KP123 through ``ClusterView
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dataclasses import dataclass, field
 
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import list_items
 from kpdiag.state.netpol import Enforcement, Pod, PolicyIndex, component, parse_policies, recognise_cni
 
+if TYPE_CHECKING:
+    from kpdiag.bundle.store import Bundle
+
 NP_SRC = sources.NETWORKPOLICIES
 CNI_NAMESPACES = ("kube-system", "kube-flannel", "calico-system")
 
 
-def get_path(obj: dict, *keys):
+def get_path(obj: object, *keys: str) -> Any:
     for k in keys:
         obj = obj.get(k) if isinstance(obj, dict) else None
     return obj
@@ -25,17 +30,17 @@ class PolicyData:
     index: PolicyIndex
     problems: list[str] = field(default_factory=list)  # one line per unreadable policy
     enforcement: Enforcement = field(default_factory=lambda: Enforcement(None, None))
-    covered: set | None = None  # namespaces whose policies were listed; None: all
+    covered: set[str] | None = None  # namespaces whose policies were listed; None: all
     namespaces_known: bool = False
-    dns_service: dict | None = None  # the kube-dns Service (raw), when collected
+    dns_service: dict[str, Any] | None = None  # the kube-dns Service (raw), when collected
 
-    def coverage_gap(self, *namespaces) -> list[str]:
+    def coverage_gap(self, *namespaces: str | None) -> list[str]:
         if self.covered is None:
             return []
         return sorted({n for n in namespaces if n and n not in self.covered})
 
 
-def load(bundle) -> PolicyData | None:
+def load(bundle: Bundle) -> PolicyData | None:
     """The NetworkPolicy view of a bundle; None when it has no readable cluster/networkpolicies.json. Unreadable
     policies are recorded as problems of the bundle (one line each, naming the policy) and left out."""
     doc = bundle.read_json(NP_SRC)
@@ -48,7 +53,7 @@ def load(bundle) -> PolicyData | None:
     for line in problems:
         bundle.problem(NP_SRC, line)
     covered = get_path(doc, "metadata", "namespaces")
-    pods_raw: list[dict] = []
+    pods_raw: list[dict[str, Any]] = []
     seen = set()
     dns_service = None
     for rel in (sources.PODS, sources.CLIENT_POD, sources.DNS_PODS):
@@ -74,7 +79,7 @@ def load(bundle) -> PolicyData | None:
     )
 
 
-def enforcement_of(bundle, pods_raw: list[dict]) -> Enforcement:
+def enforcement_of(bundle: Bundle, pods_raw: list[dict[str, Any]]) -> Enforcement:
     cni = bundle.read_json(sources.CNI) if bundle.exists(sources.CNI) else None
     if list_items(cni) is not None:
         return recognise_cni(list_items(cni))

@@ -19,10 +19,15 @@ that may report it: findings of different blames — KP111/KP112 against KP113 o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Iterable
+
 import math
 from dataclasses import dataclass, field
 
 from kpdiag.parse.addr import hostport
+
+if TYPE_CHECKING:
+    from kpdiag.state.cluster import Svc
 
 OK_RESULTS = frozenset({"connected", "syn-ack", "udp-reply"})
 REFUSED_RESULTS = frozenset({"refused", "rst", "port-unreachable"})
@@ -86,12 +91,14 @@ class PortObservation:
     cluster_ip: str
     port: int
     proto: str
-    port_spec: dict
+    port_spec: dict[str, Any]
     service_result: str | None  # through the ClusterIP (a failed connect's, when one failed); None when not probed
     service_from: str | None = None
     direct: list[DirectProbe] = field(default_factory=list)
-    through: list[dict] = field(default_factory=list)  # every connect (probe) through the ClusterIP, in order
-    series: dict | None = None  # the series' summary (wanted, sent, stopped, p_missed, reached_known), when recorded
+    through: list[dict[str, Any]] = field(default_factory=list)  # every connect (probe) through the ClusterIP, in order
+    series: dict[str, Any] | None = (
+        None  # the series' summary (wanted, sent, stopped, p_missed, reached_known), when recorded
+    )
     affinity: bool = False  # sessionAffinity ClientIP: kube-proxy sends every connect of this client to one endpoint
 
     @property
@@ -110,7 +117,7 @@ class PortObservation:
     def failing_direct(self) -> list[DirectProbe]:
         return [d for d in self.direct if d.outcome in ("refused", "dropped", "icmp-error", "error")]
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         """This port's observation as data (a finding's ``data``): through the Service, and each endpoint directly."""
         return {
             "service": self.svc_key,
@@ -141,13 +148,14 @@ class PortObservation:
     def judgement(self) -> "Judgement":
         if "_judgement" not in self.__dict__:
             self.__dict__["_judgement"] = judge(self)
-        return self.__dict__["_judgement"]
+        judgement: Judgement = self.__dict__["_judgement"]
+        return judgement
 
     @property
     def status(self) -> str:
         return self.judgement.status
 
-    def may_report(self, blames) -> bool:
+    def may_report(self, blames: Iterable[str]) -> bool:
         """Whether a check that reports the layers ``blames`` may report this port: only the check(s) of its
         judgement's blame (each verdict check declares its blames: checks/observed.py VERDICT_CHECKS)."""
         return self.judgement.blame in blames
@@ -182,7 +190,7 @@ class Judgement:
     chance: float | None  # P(this many failures or more from the dead endpoints alone), unattributed failures
     endpoints: int  # endpoints kube-proxy chooses among (the series'), else the ones probed directly
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         return {
             "blame": self.blame,
             "connects": self.connects,
@@ -196,7 +204,9 @@ class Judgement:
         }
 
 
-def _explain(obs: PortObservation, fails: list[dict], n_unattr: int, total: int) -> tuple[int, int, float | None]:
+def _explain(
+    obs: PortObservation, fails: list[dict[str, Any]], n_unattr: int, total: int
+) -> tuple[int, int, float | None]:
     """(explained, unexplained, chance) of the failed connects: one that reached an endpoint failing directly is
     explained, one that reached an endpoint that answers (or one no Service lists) is not; the others, whose endpoint
     is not known, are explained as far as the endpoints failing the same way (refused, silent) account for them."""
@@ -285,7 +295,7 @@ def confidence(obs: PortObservation) -> str:
         )
     s = obs.series or {}
     if j.attributed:
-        counts = {}
+        counts: dict[str, int] = {}
         for r in obs.through:
             e = (r.get("detail") or {}).get("reached") if isinstance(r.get("detail"), dict) else None
             if e:
@@ -307,7 +317,7 @@ def confidence(obs: PortObservation) -> str:
     return "; ".join(bits)
 
 
-def _through(state, target: str, proto: str) -> list[dict]:
+def _through(state: Any, target: str, proto: str) -> list[dict[str, Any]]:
     """Every probe through the ClusterIP ``target``: the connects of its series (or the one connect of an older
     bundle), else the SYN probe; UDP's probes."""
     kinds = ("tcp-connect", "tcp-syn") if proto == "tcp" else ("udp",)
@@ -318,7 +328,7 @@ def _through(state, target: str, proto: str) -> list[dict]:
     return []
 
 
-def observations(state, svc) -> list[PortObservation]:
+def observations(state: Any, svc: Svc) -> list[PortObservation]:
     """Every (ClusterIP, port) of ``svc`` that was probed, with the direct probes of its endpoints (``state``: the
     state, or the typed input kpdiag.state.typed.Probes — what is read is its ``probes`` and ``probe_results``)."""
     if state.probes is None:

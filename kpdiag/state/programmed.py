@@ -14,26 +14,30 @@ this node's own and differ between nodes by design. IPVS rules do not show it (`
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from kpdiag.state.node import NodeState
 
 FORMAT = "kpdiag.programmed/v1"
 
 
-def _ep_hash(endpoints) -> str:
+def _ep_hash(endpoints: Iterable[str]) -> str:
     if not endpoints:
         return "-"
     return hashlib.sha1(",".join(sorted(endpoints)).encode()).hexdigest()[:10]
 
 
-Entry = tuple  # (name, endpoints tuple, local policy)
+Entry = tuple[str, tuple[str, ...], bool]  # (name, endpoints, local policy)
 
 
-def service_table(state) -> dict[str, Entry] | None:
+def service_table(state: NodeState) -> dict[str, Entry] | None:
     """``{"10.96.0.10:53/udp": ("kube-system/kube-dns:dns", ("10.244.1.20:53", …), False)}`` for the mode kube-proxy
     runs in, or None when this node's rules for that mode are not readable."""
     return state.dataplane.service_table(state)  # each mode reads its own rules (kpdiag/dataplane/)
 
 
-def encode(table: dict[str, Entry], mode: str | None) -> dict:
+def encode(table: dict[str, Entry], mode: str | None) -> dict[str, Any]:
     from kpdiag.dataplane import get
 
     lines = [
@@ -51,7 +55,7 @@ def encode(table: dict[str, Entry], mode: str | None) -> dict:
     }
 
 
-def decode(doc: dict, local: set[str] | None = None) -> dict[str, tuple[str, str, int]]:
+def decode(doc: dict[str, Any], local: set[str] | None = None) -> dict[str, tuple[str, str, int]]:
     """``entries`` text → {key: (name, endpoint hash, endpoint count)}; keys marked internalTrafficPolicy: Local are
     added to ``local`` when given; malformed lines are skipped."""
     out = {}
@@ -64,7 +68,7 @@ def decode(doc: dict, local: set[str] | None = None) -> dict[str, tuple[str, str
     return out
 
 
-def summary(state) -> dict | None:
+def summary(state: NodeState) -> dict[str, Any] | None:
     table = service_table(state)
     if table is None:
         return None

@@ -4,10 +4,16 @@ interfaces, iptables chains, BPF maps, processes, kube-proxy's own endpoints and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dataclasses import dataclass, field
 from kpdiag import dataplane as dataplanes
 from kpdiag.bundle import sources
 from kpdiag.dataplane import Host
+
+if TYPE_CHECKING:
+    from kpdiag.bundle.store import Bundle
+    from kpdiag.state.node import NodeState
 
 PROCESSES = sources.PROCESSES
 BPF_MAPS = sources.BPF_MAPS
@@ -50,7 +56,7 @@ class KubeProxyPod:
             bits.append(last)
         return f"pod {self.namespace}/{self.name}: {', '.join(bits)}"
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         return {
             "pod": f"{self.namespace}/{self.name}",
             "phase": self.phase,
@@ -69,17 +75,21 @@ CRASH_RESTARTS = 3  # restarts with a last termination and no running container:
 class Implementer:
     name: str  # kube-proxy | k3s | k0s | cilium | kube-router | calico-ebpf | none | not-a-node
     label: str  # for people
-    evidence: list = field(default_factory=list)  # (source, text)
+    evidence: list[Any] = field(default_factory=list)  # (source, text)
     kube_proxy_in_charge: bool = True
-    present: dict = field(default_factory=dict)  # replacement → evidence, even when kube-proxy is in charge
-    absent: list = field(default_factory=list)  # (source, text): kube-proxy looked for and not found
+    present: dict[str, Any] = field(default_factory=dict)  # replacement → evidence, even when kube-proxy is in charge
+    absent: list[Any] = field(default_factory=list)  # (source, text): kube-proxy looked for and not found
     # what kpdiag believes about kube-proxy itself: running (process or a verified answer), embedded (k3s/k0s),
     # absent (looked for: no process, no answer), crash-looping (its pod says so), replaced (a replacement
     # implements Services), unknown (the host's processes are not visible and nothing answered)
     kube_proxy: str = "unknown"
     pod: KubeProxyPod | None = None  # its pod on this node, from the API, when the bundle has it
-    leftovers: dict = field(default_factory=dict)  # replaced: kube-proxy's rules left behind (mode → evidence)
-    not_a_node: list | None = None  # what was looked for, none found: this host does not look like a Kubernetes node
+    leftovers: dict[str, Any] = field(
+        default_factory=dict
+    )  # replaced: kube-proxy's rules left behind (mode → evidence)
+    not_a_node: list[Any] | None = (
+        None  # what was looked for, none found: this host does not look like a Kubernetes node
+    )
 
     @property
     def skip_reason(self) -> str | None:
@@ -91,9 +101,9 @@ class Implementer:
             f"kube-proxy is not in charge of Services on this node ({self.label} implements them): no kube-proxy advice"
         )
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         """The case as data (KP707, KP708, KP710 carry it): who implements Services and what kube-proxy is doing."""
-        out = {"implementer": self.name, "kube_proxy": self.kube_proxy}
+        out: dict[str, Any] = {"implementer": self.name, "kube_proxy": self.kube_proxy}
         if self.pod is not None:
             out["kube_proxy_pod"] = self.pod.data()
         if self.leftovers:
@@ -101,23 +111,23 @@ class Implementer:
         return out
 
 
-def not_a_node_reason(looked_for: list) -> str:
+def not_a_node_reason(looked_for: list[Any]) -> str:
     return "this does not look like a Kubernetes node (none of: " + "; ".join(looked_for) + ")"
 
 
-def processes(bundle) -> dict[str, str]:
+def processes(bundle: Bundle) -> dict[str, str]:
     """node/processes.txt: ``pid comm`` per line (only the processes kpdiag looks for, and pid 1) → {comm: pid}."""
     from kpdiag.parse.node import parse_processes
 
     return parse_processes(bundle.read_text(PROCESSES) or "")
 
 
-def _errors(bundle) -> dict[str, str]:
+def _errors(bundle: Bundle) -> dict[str, str]:
     errs = bundle.manifest.get("errors") if isinstance(bundle.manifest, dict) else None
     return {str(e.get("source")): str(e.get("error")) for e in errs or [] if isinstance(e, dict)}
 
 
-def _is_kube_proxy_pod(pod: dict) -> bool:
+def _is_kube_proxy_pod(pod: dict[str, Any]) -> bool:
     md = pod.get("metadata") or {}
     labels = md.get("labels") or {}
     if md.get("namespace") not in (None, "kube-system"):
@@ -130,7 +140,7 @@ def _is_kube_proxy_pod(pod: dict) -> bool:
     )
 
 
-def kube_proxy_pod(state) -> KubeProxyPod | None:
+def kube_proxy_pod(state: NodeState) -> KubeProxyPod | None:
     """This node's kube-proxy pod from cluster/pods.json (spec.nodeName = this node), read into what matters: its
     container's waiting reason, restarts, last termination and memory limit. None when the bundle has no such pod."""
     try:
@@ -198,7 +208,9 @@ CNI_INTERFACE_PREFIXES = (
 )
 
 
-def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict) -> tuple[list, list] | None:
+def kubernetes_signs(
+    state: NodeState, links: dict[str, Any], chains: set[str], procs: dict[str, Any], present: dict[str, Any]
+) -> tuple[list[Any], list[str]] | None:
     """(signs found, what was looked for) — None when the bundle cannot tell (the host's processes, interfaces or
     rules were not readable): a host is called "not a Kubernetes node" only when all of them were read."""
     looked = [
@@ -242,21 +254,21 @@ def kubernetes_signs(state, links: dict, chains: set, procs: dict, present: dict
     return found, looked
 
 
-def detect(state) -> Implementer:
+def detect(state: NodeState) -> Implementer:
     b = state.bundle
     links = {str(link.get("ifname")): link for link in state.ip_addr or [] if isinstance(link, dict)}
     addr_src = b.display(sources.IP_ADDR)
     rs = state.iptables()
-    chains = set()
+    chains: set[str] = set()
     if rs is not None:
         for table in rs.tables.values():
             chains.update(table.chains)
     ipt_src = rs.source if rs is not None else b.display(sources.IPTABLES_SAVE)
     maps = [m.strip() for m in (b.read_text(BPF_MAPS) or "").splitlines() if m.strip()]
     procs = processes(b)
-    present: dict[str, list] = {}
+    present: dict[str, list[tuple[str, str]]] = {}
 
-    def seen(who, src, text):
+    def seen(who: str, src: str, text: str) -> None:
         present.setdefault(who, []).append((src, text))
 
     # each replacement's signs, and whether they are its service proxy (not just the CNI: Cilium and Calico also run

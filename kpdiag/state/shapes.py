@@ -6,6 +6,8 @@ reads them (:func:`read_list`: the one reading of a List). Imports only json_typ
 
 from __future__ import annotations
 
+from typing import Any
+
 from kpdiag.bundle.store import json_type
 
 # The fields kpdiag reads from each kind of API object, with the JSON type each must have. API answers and bundle files
@@ -17,7 +19,7 @@ _PORTLIKE = (int, str)
 _LABELS = {str: str}
 _META = {"name": _STR, "namespace": _STR, "labels": _LABELS, "annotations": _LABELS, "ownerReferences": [dict]}
 _REQUIRED = {"metadata": dict}  # every object has metadata (and its name: see object_problem)
-SHAPES: dict[str, dict] = {
+SHAPES: dict[str, dict[str, Any]] = {
     "Service": {
         "metadata": _META,
         "spec": {
@@ -100,7 +102,7 @@ SHAPES: dict[str, dict] = {
 }
 
 
-def _want(shape) -> str:
+def _want(shape: Any) -> str:
     if isinstance(shape, tuple):
         return " or ".join(_want(s) for s in shape)
     if isinstance(shape, list):
@@ -110,13 +112,13 @@ def _want(shape) -> str:
     return {str: "a string", int: "a number", bool: "a boolean"}.get(shape, str(shape))
 
 
-def _fits(value, kind) -> bool:
+def _fits(value: object, kind: Any) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
 
 
-def _misfit(value, shape):
+def _misfit(value: object, shape: Any) -> tuple[list[str], object, Any] | None:
     """None when ``value`` fits ``shape``; else (the path to the first field that does not, innermost last, reversed as
     it unwinds; that field's value; the shape it should have). Paths are only built on the way out of a misfit: the
     common case (everything fits) builds no string."""
@@ -167,7 +169,7 @@ def _misfit(value, shape):
     return None if _fits(value, shape) else ([], value, shape)
 
 
-def _shape_problem(value, shape, path: str = "") -> str | None:
+def _shape_problem(value: object, shape: Any, path: str = "") -> str | None:
     """The first field of ``value`` that does not fit ``shape``, as "path is X, not Y"; None when it fits."""
     bad = _misfit(value, shape)
     if bad is None:
@@ -177,7 +179,7 @@ def _shape_problem(value, shape, path: str = "") -> str | None:
     return f"{where} is {json_type(got)}, not {_want(want)}"
 
 
-def object_problem(obj, kind: str) -> str | None:
+def object_problem(obj: object, kind: str) -> str | None:
     """Why ``obj`` is not a ``kind`` object kpdiag can read — the first field of the wrong JSON type, named by its path
     (``spec.ports[0].port is a string, not a number``) — or None."""
     if not isinstance(obj, dict):
@@ -196,7 +198,7 @@ def object_problem(obj, kind: str) -> str | None:
     return bad
 
 
-def list_problem(doc) -> str | None:
+def list_problem(doc: object) -> str | None:
     """Why ``doc`` is not a Kubernetes List (an object whose ``items`` is a list, ``metadata.continue`` a string), or
     None."""
     if not isinstance(doc, dict):
@@ -215,7 +217,7 @@ def list_problem(doc) -> str | None:
 MAX_NAMED = 5  # malformed objects named one by one per List; the rest are counted
 
 
-def read_list(doc, kind: str | None = None) -> tuple[list[dict] | None, list[str]]:
+def read_list(doc: Any, kind: str | None = None) -> tuple[list[dict[str, Any]] | None, list[str]]:
     """A Kubernetes List read the one way kpdiag reads one — an API answer (kpdiag.collect.cluster, kpdiag.fleet) or a
     bundle file (kpdiag.state.cluster): ``(objects, problems)``. ``objects`` is None when ``doc`` is not a List
     (``problems`` holds why: :func:`list_problem`); otherwise its items that are ``kind`` objects of a shape kpdiag

@@ -22,7 +22,28 @@ from __future__ import annotations
 import ipaddress
 import typing
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from kpdiag.dataplane.base import Dataplane
+    from kpdiag.parse.ethtool import Offloads
+    from kpdiag.checkapi import CheckSpec
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.parse.ipvs import VirtualService
+    from kpdiag.parse.neigh import KernelLog as KernelLogLines, NeighTables
+    from kpdiag.parse.nft import NftRuleset
+    from kpdiag.parse.node import KubeProxyConfig as ParsedConfig, Metrics, Module, Value
+    from kpdiag.state.cluster import Svc
+    from kpdiag.state.cni import CniModel
+    from kpdiag.state.inputs import Inputs, SourceFile
+    from kpdiag.state.kpsettings import Effective, LogFact, Setting
+    from kpdiag.state.kube_rules import ProgrammedPort
+    from kpdiag.state.service_proxy import Implementer
+    from kpdiag.trace.netfilter import IptablesTracer
+    from kpdiag.trace.routing import RoutingTable
+    from kpdiag.trace.walker import PacketWalker
 
 from kpdiag.bundle import sources
 from kpdiag.model import Evidence
@@ -39,7 +60,7 @@ class Typed:
     FILES: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
-    def build(cls, ctx):  # pragma: no cover - every subclass defines it
+    def build(cls, ctx: Inputs) -> Self | None:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
 
 
@@ -48,10 +69,10 @@ class Sysctls(Typed):
     """The node's kernel settings (``sysctl -a``): each value with its line, for evidence."""
 
     INPUT: ClassVar[str] = "sysctl"
-    values: typing.Mapping  # key → kpdiag.parse.node.Value (value, source, line, text)
+    values: typing.Mapping[str, Value]  # key → its value, source, line, text
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         parsed = ctx.sysctl
         return None if parsed is None else cls(parsed)
 
@@ -59,7 +80,7 @@ class Sysctls(Typed):
         v = self.values.get(key)
         return None if v is None else v.value.strip()
 
-    def value(self, key: str):
+    def value(self, key: str) -> Value | None:
         """The parsed line of ``key`` (kpdiag.parse.node.Value: value, source, line, text), or None."""
         return self.values.get(key)
 
@@ -67,7 +88,7 @@ class Sysctls(Typed):
         v = self.values.get(key)
         return None if v is None else Evidence(v.source, v.text, v.line)
 
-    def data(self, want: dict) -> dict:
+    def data(self, want: dict[str, Any]) -> dict[str, Any]:
         """A finding's data about kernel settings, for scripts that check or apply them: ``{"sysctls": [{key, value seen
         (None: not collected), want}]}``."""
         return {"sysctls": [{"key": k, "value": self.get(k), "want": str(w)} for k, w in want.items()]}
@@ -88,11 +109,11 @@ class LocalPorts(Typed):
 
     INPUT: ClassVar[str] = "sysctl"
     FILES: ClassVar[tuple[str, ...]] = (f"{sources.SYSCTL}#net.ipv4.ip_local_port_range",)
-    range: object  # kpdiag.parse.node.Value of ip_local_port_range, or None
-    reserved: object  # kpdiag.parse.node.Value of ip_local_reserved_ports, or None
+    range: Value | None  # ip_local_port_range
+    reserved: Value | None  # ip_local_reserved_ports
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         parsed = ctx.sysctl
         if parsed is None:
             return None
@@ -121,10 +142,10 @@ class Addresses(Typed):
 
     INPUT: ClassVar[str] = "addresses"
     source: str  # how evidence names the file
-    links: tuple  # the ip -j addr objects (dicts: ifname, mtu, linkinfo, addr_info …)
+    links: tuple[Any, ...]  # the ip -j addr objects (dicts: ifname, mtu, linkinfo, addr_info …)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         links = ctx.ip_addr
         return None if links is None else cls(ctx.display(sources.IP_ADDR), tuple(links))
 
@@ -136,11 +157,11 @@ class Routes(Typed):
 
     INPUT: ClassVar[str] = "routes"
     source: str
-    routes: tuple  # the ip -j route objects
-    routing: object  # kpdiag.trace.routing.RoutingTable
+    routes: tuple[Any, ...]  # the ip -j route objects
+    routing: RoutingTable
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         routes = ctx.ip_route
         return None if routes is None else cls(ctx.display(sources.IP_ROUTE), tuple(routes), ctx.routing)
 
@@ -152,12 +173,12 @@ class Modules(Typed):
 
     INPUT: ClassVar[str] = "modules"
     source: str
-    loaded: typing.Mapping  # name → kpdiag.parse.node.Module
-    builtin: frozenset
-    available: frozenset | None
+    loaded: typing.Mapping[str, Module]  # by name
+    builtin: frozenset[str]
+    available: frozenset[str] | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         mods = ctx.modules
         if mods is None:
             return None
@@ -185,11 +206,11 @@ class ProxyMode(Typed):
     INPUT: ClassVar[str] = "proxy-mode"
     mode: str | None
     how: str  # how it is known, in words
-    dataplane: object  # a kpdiag.dataplane.Dataplane subclass
-    inferred: typing.Mapping  # the modes whose artefacts are on the node: mode → evidence text
+    dataplane: Dataplane  # the registered instance of a kpdiag.dataplane class
+    inferred: typing.Mapping[str, str]  # the modes whose artefacts are on the node: mode → evidence text
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         mode, how = ctx.proxy_mode
         return cls(mode, how, ctx.dataplane, ctx.inferred_modes())
 
@@ -209,11 +230,11 @@ class Kernel(Typed):
 
     INPUT: ClassVar[str] = "kernel"
     source: str
-    version: tuple
+    version: tuple[int, ...]
     release: str  # uname -r as printed ("5.4.0-150-generic"), else the version joined
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         k = ctx.kernel
         if k is None:
             return None
@@ -227,10 +248,10 @@ class NftVersion(Typed):
 
     INPUT: ClassVar[str] = "nft-version"
     source: str
-    version: tuple
+    version: tuple[int, ...]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         v = ctx.nft_version
         return None if v is None else cls(ctx.display(sources.NFT_VERSION), v)
 
@@ -241,10 +262,10 @@ class KubeProxyVersion(Typed):
 
     INPUT: ClassVar[str] = "kube-proxy-version"
     source: str  # how evidence names it: kube-proxy's metrics
-    version: tuple
+    version: tuple[int, ...]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         v = ctx.kube_proxy_version
         return None if v is None else cls(ctx.display(sources.KP_METRICS), v)
 
@@ -257,7 +278,7 @@ class Preflight(Typed):
     mode: str | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.preflight)
 
 
@@ -268,18 +289,18 @@ class ConntrackStats(Typed):
 
     INPUT: ClassVar[str] = "conntrack"
     source: str
-    stats: typing.Mapping  # counter → value
-    sysctls: typing.Mapping  # key of CONNTRACK_SYSCTLS → kpdiag.parse.node.Value (those collected)
+    stats: typing.Mapping[str, int]  # counter → value
+    sysctls: typing.Mapping[str, Value]  # key of CONNTRACK_SYSCTLS → its value (those collected)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         values = {k: v for k in CONNTRACK_SYSCTLS if (v := ctx.sysctl_value(k)) is not None}
         stats = ctx.conntrack_stats
         if stats is None and "net.netfilter.nf_conntrack_count" not in values:
             return None
         return cls(ctx.display(sources.CONNTRACK_STATS), stats or {}, values)
 
-    def sysctl(self, key: str):
+    def sysctl(self, key: str) -> Value | None:
         """The Value of one of CONNTRACK_SYSCTLS (None: not collected); another key is a defect of the check."""
         if key not in CONNTRACK_SYSCTLS:
             raise KeyError(f"{key} is not one of the conntrack input's sysctls (state/typed.py CONNTRACK_SYSCTLS)")
@@ -289,7 +310,7 @@ class ConntrackStats(Typed):
         v = self.sysctl(key)
         return None if v is None else Evidence(v.source, v.text, v.line)
 
-    def sysctl_data(self, want: dict) -> dict:
+    def sysctl_data(self, want: dict[str, Any]) -> dict[str, Any]:
         """A finding's data about these sysctls (as ``Sysctls.data``)."""
         out = []
         for k, w in want.items():
@@ -311,7 +332,7 @@ class KubeProxyMode(Typed):
     running: str
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         running = ctx.proxy_mode_running
         return None if running is None else cls(ctx.display(sources.KP_PROXY_MODE), running)
 
@@ -322,10 +343,10 @@ class KubeProxyHealthz(Typed):
 
     INPUT: ClassVar[str] = "kube-proxy-healthz"
     source: str
-    doc: typing.Mapping
+    doc: typing.Mapping[str, Any]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         hz = ctx.healthz
         return None if hz is None else cls(ctx.display(sources.KP_HEALTHZ), hz)
 
@@ -339,10 +360,10 @@ class Manifest(Typed):
     bundle: str
     node: str
     created: float | None  # epoch seconds
-    doc: typing.Mapping
+    doc: typing.Mapping[str, Any]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.bundle_name, ctx.node_name, ctx.created, ctx.manifest)
 
 
@@ -355,16 +376,16 @@ class Nft(Typed):
     source: str
     text: str
     kube_proxy_family: str | None  # "ip" / "ip6" when table kube-proxy is there
-    _parse: typing.Callable = field(repr=False, compare=False)
+    _parse: typing.Callable[[], NftRuleset | None] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         text = ctx.nft_text
         if text is None:
             return None
         return cls(ctx.display(sources.NFT_RULESET), text, ctx.nft_kube_proxy_table, lambda: ctx.nft())
 
-    def ruleset(self):
+    def ruleset(self) -> NftRuleset | None:
         """kpdiag.parse.nft's ruleset (None when it could not be parsed: a problem of the source)."""
         return self._parse()
 
@@ -378,10 +399,10 @@ class KubeProxyConfig(Typed):
     mode: str
     cluster_cidrs: tuple[str, ...]  # clusterCIDR split at commas (dual-stack: one a family); () when not set
     detect_local_mode: str  # "ClusterCIDR" when not set (kube-proxy's default)
-    parsed: object  # kpdiag.parse.node.KubeProxyConfig, for evidence
+    parsed: ParsedConfig  # for evidence
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         cfg = ctx.kube_proxy_config
         if cfg is None:
             return None
@@ -392,7 +413,7 @@ class KubeProxyConfig(Typed):
             cfg.source, cfg.mode, cidrs, (detect.strip() if isinstance(detect, str) else "") or "ClusterCIDR", cfg
         )
 
-    def get(self, path: str, default=None):
+    def get(self, path: str, default: Any = None) -> Any:
         """Any setting by its dotted path (``iptables.masqueradeAll``), as the configuration holds it."""
         return self.parsed.get(path, default)
 
@@ -416,27 +437,27 @@ class KubeProxySettings(Typed):
     or dual-stack and why, the node IPs, a detect-local mode it could not apply)."""
 
     INPUT: ClassVar[str] = "kube-proxy-settings"
-    effective: object  # kpdiag.state.kpsettings.Effective
+    effective: Effective
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         eff = ctx.kube_proxy_settings
         return None if eff is None else cls(eff)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Setting:
         """The Setting of one field of kpdiag.state.kpsettings.FIELDS (value, origin, evidence())."""
         return self.effective[name]
 
-    def value(self, name: str):
+    def value(self, name: str) -> Any:
         return self.effective.value(name)
 
-    def facts(self, kind: str) -> list:
+    def facts(self, kind: str) -> list[LogFact]:
         return self.effective.facts(kind)
 
-    def last(self, kind: str):
+    def last(self, kind: str) -> LogFact | None:
         return self.effective.last(kind)
 
-    def log_evidence(self, fact) -> Evidence:
+    def log_evidence(self, fact: LogFact) -> Evidence:
         return self.effective.log_evidence(fact)
 
 
@@ -446,27 +467,31 @@ class KubeProxyRules(Typed):
     ruleset they come from (for evidence)."""
 
     INPUT: ClassVar[str] = "iptables"
-    programmed: typing.Mapping  # key → kpdiag.state.kube_rules port (chain, cluster_cidr, …)
-    ruleset: object  # kpdiag.parse.iptables.Ruleset (node/iptables-save.txt)
-    _dump: typing.Callable = field(repr=False, compare=False)
-    _programmed: typing.Callable | None = field(default=None, repr=False, compare=False)
+    programmed: typing.Mapping[str, ProgrammedPort]  # key → the port (chain, cluster_cidr, …)
+    ruleset: Ruleset  # node/iptables-save.txt
+    _dump: typing.Callable[[str], Ruleset | None] = field(repr=False, compare=False)
+    _programmed: typing.Callable[[str], typing.Mapping[str, ProgrammedPort] | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         rs = ctx.iptables()
         if rs is None:
             return None
         return cls(ctx.programmed() or {}, rs, lambda which: ctx.iptables(which), lambda which: ctx.programmed(which))
 
-    def dump(self, which: str):
+    def dump(self, which: str) -> Ruleset | None:
         """The ruleset of another dump of this input, parsed on first use: "ip6tables-save", "iptables-legacy-save",
         "iptables-nft-save" (None: not collected)."""
         return self.ruleset if which == "iptables-save" else self._dump(which)
 
-    def programmed_in(self, which: str) -> typing.Mapping | None:
+    def programmed_in(self, which: str) -> typing.Mapping[str, ProgrammedPort] | None:
         """The Service ports programmed in another dump ("ip6tables-save": a dual-stack node's IPv6 side), read on
         first use (None: that dump was not collected)."""
-        return self.programmed if which == "iptables-save" else self._programmed(which)
+        if which == "iptables-save":
+            return self.programmed
+        return self._programmed(which) if self._programmed is not None else None
 
 
 @dataclass(frozen=True)
@@ -481,7 +506,7 @@ class KubeProxyLog(Typed):
     age: float | None = None  # seconds from that write to the collection
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         lines = ctx.kube_proxy_log
         if lines is None:
             return None
@@ -521,7 +546,7 @@ class KubeProxyLog(Typed):
         return Evidence(self.source, f"read from {self.origin or 'the node'}, last written {self.written}{ago}")
 
 
-def _written(manifest, created: float | None, source) -> tuple[str | None, str | None, float | None]:
+def _written(manifest: object, created: float | None, source: str) -> tuple[str | None, str | None, float | None]:
     """(when, from which file, seconds before the collection at ``created``) of the manifest's ``written`` entry for
     ``source``."""
     import datetime
@@ -553,14 +578,14 @@ class KubeProxyMetrics(Typed):
 
     INPUT: ClassVar[str] = "kube-proxy-metrics"
     source: str
-    metrics: object
+    metrics: Metrics
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         m = ctx.metrics
         return None if m is None else cls(ctx.display(sources.KP_METRICS), m)
 
-    def evidence(self, name: str, value) -> Evidence:
+    def evidence(self, name: str, value: object) -> Evidence:
         return Evidence(self.source, f"{name} {value}", self.metrics.line_of(name))
 
 
@@ -570,11 +595,11 @@ class ApiList:
     the file was not collected; a file that is not a List is a problem of the source, and None)."""
 
     source: str  # how evidence names it
-    _read: typing.Callable = field(repr=False, compare=False)
-    _problem: typing.Callable = field(repr=False, compare=False)
-    _text: typing.Callable = field(repr=False, compare=False, default=None)
+    _read: typing.Callable[[], Any] = field(repr=False, compare=False)
+    _problem: typing.Callable[[str], None] = field(repr=False, compare=False)
+    _text: typing.Callable[[], str | None] | None = field(repr=False, compare=False, default=None)
 
-    def items(self) -> list[dict] | None:
+    def items(self) -> list[dict[str, Any]] | None:
         from kpdiag.bundle.store import list_items
 
         data = self._read()
@@ -587,10 +612,10 @@ class ApiList:
 
     def text(self) -> str | None:
         """The file as written (evidence finds an object's line in it), None when it was not collected."""
-        return self._text()
+        return self._text() if self._text is not None else None
 
     @classmethod
-    def of(cls, f) -> "ApiList":
+    def of(cls, f: SourceFile) -> ApiList:
         """The List file ``f`` (a source of a check's view: kpdiag.state.inputs.SourceFile), read when first asked."""
         return cls(f.display, f.read, f.problem, lambda: f.text() if f.has() else None)
 
@@ -604,7 +629,7 @@ class DnsService(Typed):
     endpointslices: ApiList
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         if ctx.source(sources.DNS_SERVICE) is None:
             return None
         return cls(ApiList.of(ctx.file(sources.DNS_SERVICE)), ApiList.of(ctx.file(sources.DNS_ENDPOINTSLICES)))
@@ -618,7 +643,7 @@ class DnsPods(Typed):
     pods: ApiList
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return None if ctx.source(sources.DNS_PODS) is None else cls(ApiList.of(ctx.file(sources.DNS_PODS)))
 
 
@@ -631,7 +656,7 @@ class DnsLogs(Typed):
     doc: object
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.source(sources.DNS_LOGS)
         return None if doc is None else cls(ctx.display(sources.DNS_LOGS), doc)
 
@@ -643,11 +668,11 @@ class DnsLookups(Typed):
 
     INPUT: ClassVar[str] = "dns-lookups"
     source: str
-    doc: typing.Mapping
-    _problem: typing.Callable = field(repr=False, compare=False)
+    doc: typing.Mapping[str, Any]
+    _problem: typing.Callable[..., Any] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.dns
         if not isinstance(doc, dict):
             return None
@@ -665,12 +690,12 @@ class NetworkPolicies(Typed):
 
     INPUT: ClassVar[str] = "networkpolicies"
     collected: bool
-    _data: typing.Callable = field(repr=False, compare=False)
+    _data: typing.Callable[[], Any] = field(repr=False, compare=False)
     # the files evidence cites, by path (each a kpdiag.state.inputs.SourceFile)
-    _files: typing.Mapping = field(repr=False, compare=False, default_factory=dict)
+    _files: typing.Mapping[str, SourceFile] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         files = (
             ctx.file(sources.NETWORKPOLICIES),
             ctx.file(sources.PODS),
@@ -679,7 +704,7 @@ class NetworkPolicies(Typed):
         )
         return cls(ctx.has(sources.NETWORKPOLICIES), lambda: ctx.cluster.policy_data(), {f.rel: f for f in files})
 
-    def data(self):
+    def data(self) -> Any:
         return self._data()
 
     def has(self, rel: str) -> bool:
@@ -694,7 +719,7 @@ class NetworkPolicies(Typed):
         """One of its files as written (evidence finds an object's line in it), None when not collected."""
         return self._files[rel].text() if self.has(rel) else None
 
-    def source(self, rel: str):
+    def source(self, rel: str) -> Any:
         """One of its files as read (``cluster/networkpolicies.json``: the List), None when not collected."""
         return self._files[rel].read() if self.has(rel) else None
 
@@ -716,10 +741,10 @@ class NodePodCIDRs(Typed):
     FILES: ClassVar[tuple[str, ...]] = (f"{sources.NODES}#podCIDR",)  # a Node List without pod CIDRs carries no fact
     source: str  # how evidence names the file
     nodes: tuple[NodeCIDRs, ...]
-    objects: tuple[dict, ...] = ()  # every Node object of the List, as the API wrote it
+    objects: tuple[dict[str, Any], ...] = ()  # every Node object of the List, as the API wrote it
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.source(sources.NODES)
         if not isinstance(doc, dict):
             return None
@@ -730,7 +755,7 @@ class NodePodCIDRs(Typed):
             meta, spec = item.get("metadata"), item.get("spec")
             name = meta.get("name") if isinstance(meta, dict) else None
             spec = spec if isinstance(spec, dict) else {}
-            raw = spec.get("podCIDRs") if isinstance(spec.get("podCIDRs"), list) else [spec.get("podCIDR")]
+            raw: list[Any] = spec["podCIDRs"] if isinstance(spec.get("podCIDRs"), list) else [spec.get("podCIDR")]
             good, bad = [], []
             for c in raw:
                 if not isinstance(c, str) or not c:
@@ -759,44 +784,44 @@ class NodeObjects(Typed):
 
     INPUT: ClassVar[str] = str(sources.NODES)
     source: str
-    objects: tuple[dict, ...]
+    objects: tuple[dict[str, Any], ...]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.source(sources.NODES)
         if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
             return None
         return cls(ctx.display(sources.NODES), tuple(i for i in doc["items"] if isinstance(i, dict)))
 
     @staticmethod
-    def name(obj: dict) -> str:
+    def name(obj: dict[str, Any]) -> str:
         meta = obj.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
         return name if isinstance(name, str) else "?"
 
-    def named(self, name: str) -> dict | None:
+    def named(self, name: str) -> dict[str, Any] | None:
         return next((o for o in self.objects if self.name(o) == name), None)
 
     @staticmethod
-    def annotation(obj: dict, key: str) -> str | None:
+    def annotation(obj: dict[str, Any], key: str) -> str | None:
         meta = obj.get("metadata")
         notes = meta.get("annotations") if isinstance(meta, dict) else None
         value = notes.get(key) if isinstance(notes, dict) else None
         return value if isinstance(value, str) else None
 
     @staticmethod
-    def internal_ip(obj: dict) -> str | None:
+    def internal_ip(obj: dict[str, Any]) -> str | None:
         status = obj.get("status")
         for a in (status.get("addresses") if isinstance(status, dict) else None) or []:
             if isinstance(a, dict) and a.get("type") == "InternalIP" and isinstance(a.get("address"), str):
-                return a["address"]
+                return str(a["address"])
         return None
 
     @staticmethod
-    def pod_cidrs(obj: dict) -> list[str]:
+    def pod_cidrs(obj: dict[str, Any]) -> list[str]:
         spec = obj.get("spec")
         spec = spec if isinstance(spec, dict) else {}
-        raw = spec.get("podCIDRs") if isinstance(spec.get("podCIDRs"), list) else [spec.get("podCIDR")]
+        raw: list[Any] = spec["podCIDRs"] if isinstance(spec.get("podCIDRs"), list) else [spec.get("podCIDR")]
         return [c for c in raw if isinstance(c, str) and c]
 
 
@@ -821,10 +846,10 @@ class Processes(Typed):
 
     INPUT: ClassVar[str] = str(sources.PROCESSES)
     source: str
-    pids: typing.Mapping
+    pids: typing.Mapping[str, Any]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         procs = ctx.source(sources.PROCESSES)
         return None if procs is None else cls(ctx.display(sources.PROCESSES), procs)
 
@@ -839,7 +864,7 @@ class ServiceLookup(Typed):
     doc: object
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.source(sources.SERVICE_LOOKUP)
         return None if doc is None else cls(ctx.display(sources.SERVICE_LOOKUP), doc)
 
@@ -851,10 +876,10 @@ class IpvsTimeout(Typed):
     INPUT: ClassVar[str] = "ipvs-timeout"
     source: str
     text: str
-    _problem: typing.Callable = field(repr=False, compare=False)
+    _problem: typing.Callable[..., Any] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         text = ctx.source(sources.IPVS_TIMEOUT)
         if text is None:
             return None
@@ -870,10 +895,10 @@ class EthtoolOffload(Typed):
     (kpdiag.parse.ethtool: on, text, line) and ``features.source``."""
 
     INPUT: ClassVar[str] = str(sources.ETHTOOL_OFFLOAD)
-    features: object
+    features: Offloads
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         parsed = ctx.source(sources.ETHTOOL_OFFLOAD)
         return None if parsed is None else cls(parsed)
 
@@ -885,10 +910,10 @@ class Neighbours(Typed):
     ``tables.source``."""
 
     INPUT: ClassVar[str] = str(sources.NEIGH)
-    tables: object
+    tables: NeighTables
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         parsed = ctx.source(sources.NEIGH)
         return None if parsed is None else cls(parsed)
 
@@ -899,15 +924,15 @@ class KernelLog(Typed):
     ``log.overflows()``, ``log.source``."""
 
     INPUT: ClassVar[str] = str(sources.KERNEL_LOG)
-    log: object
+    log: KernelLogLines
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         parsed = ctx.source(sources.KERNEL_LOG)
         return None if parsed is None else cls(parsed)
 
 
-def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
+def parameters(fn: typing.Callable[..., Any]) -> tuple[tuple[str, type[Typed], bool], ...] | None:
     """A typed check's parameters: (name, typed input, optional) for each but ``new`` — or None for a check written
     the old way (``ctx, new``). A parameter that is neither ``new`` nor a typed input is a declaration error."""
     import inspect
@@ -932,7 +957,13 @@ def parameters(fn) -> tuple[tuple[str, type, bool], ...] | None:
     return tuple(out)
 
 
-def call(fn, params, ctx, new, skip):
+def call(
+    fn: typing.Callable[..., Any],
+    params: tuple[tuple[str, type[Typed], bool], ...],
+    ctx: Inputs,
+    new: typing.Callable[..., Any],
+    skip: typing.Callable[[str], Exception],
+) -> Any:
     """Build each typed input from the check's view and call the check with them (``skip``: checkapi.Skip, raised
     when a needed input is there but cannot be read as its type)."""
     from kpdiag.state.inputs import Inputs
@@ -947,18 +978,19 @@ def call(fn, params, ctx, new, skip):
     return fn(new=new, **kwargs)
 
 
-def evident_by(spec, name: str) -> tuple[str, ...]:
+def evident_by(spec: CheckSpec, name: str) -> tuple[str, ...]:
     """The bundle files any one of which shows that input ``name`` of check ``spec`` was collected: a typed parameter's
     ``FILES``, else the input's own (``Input.evident_by``)."""
     from kpdiag.state.inputs import catalogue
 
     for _, typ, _ in spec.params:
-        if typ.INPUT == name and typ.FILES is not None:
-            return typ.FILES
+        files: tuple[str, ...] | None = typ.FILES
+        if typ.INPUT == name and files is not None:
+            return files
     return catalogue(spec.scope)[name].evident_by
 
 
-def view_what(typ) -> str:
+def view_what(typ: type[Typed]) -> str:
     from kpdiag.state.inputs import catalogue
 
     return catalogue(typ.SCOPE)[typ.INPUT].what
@@ -976,7 +1008,7 @@ class Focus(Typed):
     service: tuple[str, str] | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.focus)
 
 
@@ -988,17 +1020,17 @@ class Services(Typed):
 
     INPUT: ClassVar[str] = "services"
     source: str
-    focused: tuple  # of kpdiag.state.cluster.Svc
-    every: tuple
+    focused: tuple[Any, ...]  # of kpdiag.state.cluster.Svc
+    every: tuple[Any, ...]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         every = ctx.cluster.services()
         if every is None:
             return None
         return cls(ctx.display(sources.SERVICES), tuple(ctx.services_in_focus()), tuple(every))
 
-    def evidence(self, svc, what: str) -> Evidence:
+    def evidence(self, svc: Svc, what: str) -> Evidence:
         """A fact of Service ``svc`` (``what``: its spec as it bears on the finding)."""
         return Evidence(self.source, f"{svc.key}: {what}")
 
@@ -1011,10 +1043,10 @@ class EndpointSlices(Typed):
 
     INPUT: ClassVar[str] = "endpointslices"
     source: str
-    items: tuple | None
+    items: tuple[Any, ...] | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         items = ctx.cluster.endpointslices()
         return cls(ctx.display(sources.ENDPOINTSLICES), None if items is None else tuple(items))
 
@@ -1029,17 +1061,17 @@ class Pods(Typed):
 
     INPUT: ClassVar[str] = "pods"
     source: str
-    items: tuple  # the Pod objects (dicts)
-    _selected: typing.Callable = field(repr=False, compare=False)
+    items: tuple[Any, ...]  # the Pod objects (dicts)
+    _selected: typing.Callable[[Svc], list[dict[str, Any]]] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         items = ctx.cluster.pods()
         if items is None:
             return None
         return cls(ctx.display(sources.PODS), tuple(items), lambda svc: ctx.cluster.selected_pods(svc))
 
-    def selected(self, svc) -> list[dict]:
+    def selected(self, svc: Svc) -> list[dict[str, Any]]:
         return self._selected(svc)
 
     def evidence(self, text: str) -> Evidence:
@@ -1055,10 +1087,10 @@ class NodeObject(Typed):
     name: str | None
     zone: str | None
     source: str = ""  # how evidence names cluster/nodes.json
-    _doc: typing.Callable = field(default=lambda: None, repr=False, compare=False)
+    _doc: typing.Callable[..., Any] = field(default=lambda: None, repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(
             ctx.cluster.node_name(),
             ctx.cluster.node_zone(),
@@ -1074,7 +1106,8 @@ class NodeObject(Typed):
         doc = self._doc()
         if doc is None:
             return []
-        items = list_items(doc) if list_items(doc) is not None else [doc]
+        listed = list_items(doc)
+        items: list[Any] = listed if listed is not None else [doc]
         return [
             str((i.get("metadata") or {}).get("name"))
             for i in items
@@ -1090,21 +1123,21 @@ class Probes(Typed):
 
     INPUT: ClassVar[str] = "probes"
     source: str
-    doc: typing.Mapping
-    _results: typing.Callable = field(repr=False, compare=False)
+    doc: typing.Mapping[str, Any]
+    _results: typing.Callable[[str | None, str | None], list[dict[str, Any]]] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.probes
         if doc is None:
             return None
         return cls(ctx.display(sources.PROBES_SERVICE), doc, lambda kind, prefix: ctx.probe_results(kind, prefix))
 
     @property
-    def probes(self):
+    def probes(self) -> typing.Mapping[str, Any]:
         return self.doc
 
-    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict]:
+    def probe_results(self, kind: str | None = None, target_prefix: str | None = None) -> list[dict[str, Any]]:
         return self._results(kind, target_prefix)
 
     def evidence(self, text: str) -> Evidence:
@@ -1117,10 +1150,10 @@ class DnsProbe(Typed):
 
     INPUT: ClassVar[str] = "dns"
     source: str
-    doc: typing.Mapping
+    doc: typing.Mapping[str, Any]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.dns
         return None if doc is None else cls(ctx.display(sources.PROBES_DNS), doc)
 
@@ -1137,7 +1170,7 @@ class ConntrackEntries(Typed):
     text: str
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         text = ctx.source(sources.CONNTRACK)
         return None if text is None else cls(ctx.display(sources.CONNTRACK), text)
 
@@ -1149,25 +1182,25 @@ class Tracer(Typed):
     the one kube-proxy runs), ``if_forwarding()`` as if the node forwarded packets. Each is None without the rules."""
 
     INPUT: ClassVar[str] = "tracer"
-    _iptables: typing.Callable = field(repr=False, compare=False)
-    _mode: typing.Callable = field(repr=False, compare=False)
-    _forwarding: typing.Callable = field(repr=False, compare=False)
+    _iptables: typing.Callable[[], IptablesTracer | None] = field(repr=False, compare=False)
+    _mode: typing.Callable[[str | None, int], PacketWalker | None] = field(repr=False, compare=False)
+    _forwarding: typing.Callable[[], IptablesTracer | None] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(
             lambda: ctx.tracer(),
             lambda mode, family: ctx.mode_tracer(mode, family),
             lambda: ctx.tracer_if_forwarding(),
         )
 
-    def iptables(self):
+    def iptables(self) -> IptablesTracer | None:
         return self._iptables()
 
-    def of_mode(self, mode: str | None = None, family: int = 4):
+    def of_mode(self, mode: str | None = None, family: int = 4) -> PacketWalker | None:
         return self._mode(mode, family)
 
-    def if_forwarding(self):
+    def if_forwarding(self) -> IptablesTracer | None:
         return self._forwarding()
 
 
@@ -1181,11 +1214,11 @@ class Ipvs(Typed):
 
     INPUT: ClassVar[str] = "ipvs"
     source: str  # how evidence names ipvsadm -Sn
-    services: typing.Mapping
+    services: typing.Mapping[tuple[object, ...], VirtualService]
     listing: str | None  # how evidence names ipvsadm -Ln (its connection counts), None when it was not collected
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         services = ctx.ipvs
         if services is None:
             return None
@@ -1196,7 +1229,7 @@ class Ipvs(Typed):
         """No virtual server ``flag`` (-t/-u) ``addr``."""
         return Evidence(self.source, f"no -A {flag} {addr}")
 
-    def reals(self, vs, have) -> Evidence:
+    def reals(self, vs: VirtualService, have: typing.Iterable[str]) -> Evidence:
         """A virtual server and the real servers it sends new connections to."""
         return Evidence(self.source, f"{vs.name}: real servers {', '.join(sorted(have))}", vs.line)
 
@@ -1208,10 +1241,10 @@ class IpvsConnections(Typed):
 
     INPUT: ClassVar[str] = "ipvs-conn"
     source: str
-    doc: typing.Mapping
+    doc: typing.Mapping[str, Any]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         doc = ctx.ipvs_conn
         return None if doc is None else cls(ctx.display(sources.IPVS_CONN), doc)
 
@@ -1222,10 +1255,10 @@ class Cni(Typed):
     route verdicts apply, else the one-line reason they do not (an unknown CNI gets none)."""
 
     INPUT: ClassVar[str] = "cni"
-    model: object  # kpdiag.state.cni.CniModel
+    model: CniModel
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.cni)
 
 
@@ -1257,10 +1290,10 @@ class ServiceImplementer(Typed):
     nothing of Kubernetes; its evidence, leftovers, pod). ``implementer`` is None when that cannot be told."""
 
     INPUT: ClassVar[str] = "implementer"
-    implementer: object
+    implementer: Implementer | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.service_implementer)
 
 
@@ -1277,11 +1310,11 @@ class Ipsets(Typed):
 
     INPUT: ClassVar[str] = "ipsets"
     source: str
-    sets: typing.Mapping | None
-    problems: tuple = ()  # kpdiag.bundle problems recorded with ipset save (error, source)
+    sets: typing.Mapping[str, Any] | None
+    problems: tuple[Any, ...] = ()  # kpdiag.bundle problems recorded with ipset save (error, source)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         sets = ctx.ipsets
         return cls(ctx.display(sources.IPSET), sets, tuple(ctx.problems_with(sources.IPSET)))
 
@@ -1292,13 +1325,13 @@ class ModulesOnDisk(Typed):
     whether or not it could be read (``Modules`` is there only when it was). Always there."""
 
     INPUT: ClassVar[str] = "modules"
-    available: frozenset | None
+    available: frozenset[str] | None
     source: str  # how evidence names the list of modules on disk
     proc_modules: bool  # /proc/modules was collected (a kernel without loadable modules has none)
     no_loadable_modules: bool = False  # the collector found no /proc/modules: this kernel cannot load modules
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         avail = ctx.modules_available
         return cls(
             None if avail is None else frozenset(avail),
@@ -1314,10 +1347,10 @@ class IpvsProblems(Typed):
     loaded" is the sign that IPVS is not in the kernel. Always there."""
 
     INPUT: ClassVar[str] = "ipvs"
-    problems: tuple
+    problems: tuple[Any, ...]
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(tuple(ctx.problems_with(sources.IPVSADM)))
 
 
@@ -1327,11 +1360,11 @@ class IptablesBackends(Typed):
     iptables-save itself was (``KubeProxyRules`` is there only when it was). Always there."""
 
     INPUT: ClassVar[str] = "iptables"
-    legacy: object  # kpdiag.parse.iptables.Ruleset
-    nft: object
+    legacy: Ruleset | None
+    nft: Ruleset | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.iptables("iptables-legacy-save"), ctx.iptables("iptables-nft-save"))
 
 
@@ -1344,10 +1377,10 @@ class Partial(Typed):
     the Service, the sources it holds), None for a whole bundle. Always there."""
 
     INPUT: ClassVar[str] = "whole-rules"
-    partial: typing.Mapping | None
+    partial: typing.Mapping[str, Any] | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.partial or None)
 
 
@@ -1369,7 +1402,7 @@ class ProxyModeAnswered(Typed):
     present: bool
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(str(sources.KP_PROXY_MODE), ctx.display(sources.KP_PROXY_MODE), ctx.has(sources.KP_PROXY_MODE))
 
 
@@ -1377,7 +1410,7 @@ class MetricsAnswered(ProxyModeAnswered):
     INPUT: ClassVar[str] = "kube-proxy-metrics"
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(str(sources.KP_METRICS), ctx.display(sources.KP_METRICS), ctx.has(sources.KP_METRICS))
 
 
@@ -1385,7 +1418,7 @@ class HealthzAnswered(ProxyModeAnswered):
     INPUT: ClassVar[str] = "kube-proxy-healthz"
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(str(sources.KP_HEALTHZ), ctx.display(sources.KP_HEALTHZ), ctx.has(sources.KP_HEALTHZ))
 
 
@@ -1396,10 +1429,10 @@ class Ip6Programmed(Typed):
 
     INPUT: ClassVar[str] = "iptables"
     source: str
-    ports: typing.Mapping | None
+    ports: typing.Mapping[str, Any] | None
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(ctx.display(sources.IP6TABLES_SAVE), ctx.programmed("ip6tables-save"))
 
 
@@ -1414,15 +1447,15 @@ class NodeReports(Typed):
 
     INPUT: ClassVar[str] = "node-reports"
     SCOPE: ClassVar[str] = "cluster"
-    results: tuple  # every NodeResult, diagnosed or not
-    ok: tuple  # the NodeResults with a report
+    results: tuple[Any, ...]  # every NodeResult, diagnosed or not
+    ok: tuple[Any, ...]  # the NodeResults with a report
     api_version: str | None  # the API server's gitVersion
-    findings_by_check: typing.Mapping  # check id → [(node, finding dict)]
+    findings_by_check: typing.Mapping[str, Any]  # check id → [(node, finding dict)]
     common_threshold: int  # a node finding on at least this many nodes is reported once (KP805)
-    _fact: typing.Callable = field(repr=False, compare=False)
+    _fact: typing.Callable[..., Any] = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(
             tuple(ctx.results),
             tuple(ctx.ok),
@@ -1432,7 +1465,7 @@ class NodeReports(Typed):
             lambda r, key: ctx.fact(r, key),
         )
 
-    def fact(self, r, key: str):
+    def fact(self, r: Any, key: str) -> Any:
         """A fact of node result ``r``'s report (``proxy_mode``, ``zone``, ``kube_proxy_version`` …), or None."""
         return self._fact(r, key)
 
@@ -1445,12 +1478,12 @@ class ProgrammedTables(Typed):
     INPUT: ClassVar[str] = "programmed"
     SCOPE: ClassVar[str] = "cluster"
     # (one document, node names, decoded table: "ClusterIP:port/proto" → (name, endpoints digest, count)), biggest first
-    groups: tuple
-    local_keys: frozenset  # internalTrafficPolicy: Local ports, from the API and from the nodes' own rules
+    groups: tuple[Any, ...]
+    local_keys: frozenset[str]  # internalTrafficPolicy: Local ports, from the API and from the nodes' own rules
     policy_known: bool  # every table tells those ports apart, or the API was read
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         return cls(tuple(ctx.programmed_groups()), frozenset(ctx.local_keys), ctx.policy_known)
 
     @property

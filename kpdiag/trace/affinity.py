@@ -10,10 +10,17 @@ from __future__ import annotations
 import datetime
 import ipaddress
 
+from typing import TYPE_CHECKING
+
 from ..parse.addr import int_to_ip
 
+if TYPE_CHECKING:
+    from ..parse.iptables import Match, Rule
+    from ..parse.recent import RecentState
+    from .walker import PacketState
 
-def recorded(recent, name: str, seconds: str | None, m, st, rule) -> float:
+
+def recorded(recent: RecentState, name: str, seconds: str | None, m: Match, st: PacketState, rule: Rule) -> float:
     """``-m recent --rcheck``/``--update`` against the recorded table ``name``: 1 when the packet's source (or, with
     ``--rdest``, destination) has an entry younger than ``--seconds`` when the tables were read, else 0."""
     if m.get("--hitcount") or m.get("--rttl"):
@@ -63,6 +70,6 @@ def recorded(recent, name: str, seconds: str | None, m, st, rule) -> float:
     return 1.0
 
 
-def _unknown(st, rule, name: str, what: str) -> float:
+def _unknown(st: PacketState, rule: Rule, name: str, what: str) -> float:
     st.note(f"{rule.where}: -m recent {what} ({name}): kpdiag cannot evaluate it", uncertain=True)
     return 0.0

@@ -12,9 +12,14 @@ which no dump tells — or when the backend that holds the rules could not be re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kpdiag.bundle import sources
 from kpdiag.errors import InputError
+
+if TYPE_CHECKING:
+    from kpdiag.parse.iptables import Ruleset
+    from kpdiag.state.node import NodeState
 
 
 @dataclass
@@ -22,7 +27,7 @@ class Chosen:
     """The IPv4 iptables rules a trace walks (``rules``: a parsed Ruleset, or None when none were read) and, when
     they are not ``iptables-save``'s, a note that says why."""
 
-    rules: object
+    rules: Ruleset | None
     source: str
     note: str | None = None
 
@@ -30,7 +35,7 @@ class Chosen:
 KUBE_PROXY_CHAINS = ("KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING")
 
 
-def _kube_proxy(rs) -> bool:
+def _kube_proxy(rs: Ruleset) -> bool:
     """Does this ruleset hold kube-proxy's chains (not only kubelet's KUBE-FIREWALL or a canary)?"""
     nat = rs.tables.get("nat")
     return nat is not None and any(
@@ -48,7 +53,7 @@ def _backend_of(text: str | None) -> str | None:
     return None
 
 
-def _same_dump(state, a: str, b: str, backend: str) -> bool:
+def _same_dump(state: NodeState, a: str, b: str, backend: str) -> bool:
     """Is ``b`` (the dump of ``backend``) the default dump ``a``'s own backend (the collector writes the default
     backend's dump under both names)? By the backend ``a`` names, else by their text."""
     ta = state.bundle.read_text(a)
@@ -58,10 +63,10 @@ def _same_dump(state, a: str, b: str, backend: str) -> bool:
     return ta is not None and ta == state.bundle.read_text(b)
 
 
-def _others(state, default, where: str) -> list[tuple[object, str, str]]:
+def _others(state: NodeState, default: Ruleset | None, where: str) -> list[tuple[Ruleset, str, str]]:
     """(rules, source, tool) of the backend dumps that are not ``iptables-save``'s own; raises InputError when the
     kernel's legacy tables could not be read and the default dump has no kube-proxy rules."""
-    out = []
+    out: list[tuple[Ruleset, str, str]] = []
     for which, source, name, backend in (
         ("iptables-legacy-save", sources.IPTABLES_LEGACY_SAVE, "iptables-legacy", "legacy"),
         ("iptables-nft-save", sources.IPTABLES_NFT_SAVE, "iptables-nft", "nf_tables"),
@@ -83,7 +88,7 @@ def _others(state, default, where: str) -> list[tuple[object, str, str]]:
     return out
 
 
-def choose(state, where: str) -> Chosen:
+def choose(state: NodeState, where: str) -> Chosen:
     """The IPv4 iptables rules of ``state`` that act on packets (``where``: the bundle or node, for messages)."""
     from .netfilter import acts_at_hooks
 

@@ -5,8 +5,12 @@ share of new connections under the scheduler and weights (weight 0 takes no new 
 from __future__ import annotations
 
 from ..parse.addr import hostport, parse_ip
+from ..parse.ipset import IpSet
+from ..parse.iptables import Rule, Ruleset
+from ..parse.ipvs import RealServer, VirtualService
 from .model import Step, ip_text
 from .netfilter import IptablesTracer
+from .routing import RoutingTable
 from .walker import STOPPED, PacketState
 
 WEIGHTED = {"wrr", "wlc", "sed", "nq", "mh", "fo", "ovf"}
@@ -19,16 +23,24 @@ SCHED_NOTES = {
 
 
 class IpvsTracer(IptablesTracer):
-    def __init__(self, ruleset, routing, ipsets, services: dict, mode: str = "ipvs", vs_conntrack: bool | None = None):
+    def __init__(
+        self,
+        ruleset: Ruleset,
+        routing: RoutingTable | None,
+        ipsets: dict[str, IpSet] | None,
+        services: dict[tuple[object, ...], VirtualService],
+        mode: str = "ipvs",
+        vs_conntrack: bool | None = None,
+    ) -> None:
         super().__init__(ruleset, routing, ipsets, mode=mode)
         self.services = services
         # net.ipv4.vs.conntrack (None: the node's sysctls do not say). 0: IPVS keeps no conntrack entry for what it
         # forwards (ip_vs_notrack): nat's POSTROUTING never sees the packet (no masquerade) and conntrack takes the
         # real server's reply for a stray packet — kernel lab tests/ipvsvm, scenario vs-conntrack-off
         self.vs_conntrack = vs_conntrack
-        self._invalid_drop = None
+        self._invalid_drop: Rule | bool | None = None  # False: looked for, there is none
 
-    def _invalid_drop_rule(self):
+    def _invalid_drop_rule(self) -> Rule | None:
         """The filter rule that drops conntrack-INVALID packets (kube-proxy's KUBE-FORWARD has one), if any."""
         if self._invalid_drop is None:
             self._invalid_drop = next(
@@ -42,9 +54,9 @@ class IpvsTracer(IptablesTracer):
                 ),
                 False,
             )
-        return self._invalid_drop or None
+        return self._invalid_drop if isinstance(self._invalid_drop, Rule) else None
 
-    def _untracked_reply(self, b: PacketState, r, finished: list[PacketState]) -> bool:
+    def _untracked_reply(self, b: PacketState, r: RealServer, finished: list[PacketState]) -> bool:
         """With net.ipv4.vs.conntrack = 0 a TCP real server's SYN-ACK has no conntrack entry: INVALID, and
         kube-proxy's INVALID rule drops it — the client times out. True when the path ended here."""
         b.untracked = True
@@ -82,7 +94,7 @@ class IpvsTracer(IptablesTracer):
         finished.append(b)
         return True
 
-    def _lookup(self, st: PacketState):
+    def _lookup(self, st: PacketState) -> VirtualService | None:
         """The kernel's order (ip_vs_ctl.c ip_vs_service_find): the packet's firewall mark first, then (protocol,
         address, port), then the catch-all port 0 at that address."""
         vs = self.services.get(("fwmark", st.mark)) if st.mark else None
@@ -137,9 +149,10 @@ class IpvsTracer(IptablesTracer):
                 b = st
                 b.prob *= share
             else:
-                b = self._fork(st, share)
-                if b is None:
+                forked = self._fork(st, share)
+                if forked is None:
                     continue
+                b = forked
             b.dst = parse_ip(r.addr)[0]
             b.dport = r.port or st.dport  # a real server of port 0 keeps the packet's (ip_vs_schedule)
             b.ct_dnat = True

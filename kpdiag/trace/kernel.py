@@ -25,9 +25,16 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .inputs import TraceSetup
+    from .model import Path, TraceResult
 
 DEADLINE = 5.0  # seconds for the whole kernel trace: setup, the listener's start, the probe, the events
 MAX_LINES = 5000  # lines read from the listener: past this, what it printed is cut (and said)
@@ -43,7 +50,7 @@ CHANGES = (
 )
 
 
-def _dies_with(parent: int):
+def _dies_with(parent: int) -> Callable[[], None]:
     """In the child, before exec: SIGKILL when kpdiag dies, whatever kills it (PR_SET_PDEATHSIG; a parent already
     gone: die now); the signals kpdiag blocked around the fork unblocked."""
 
@@ -66,7 +73,7 @@ class KernelPath:
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "rules": [{"table": t, "chain": c, "rule": r, "verdict": v} for t, c, r, v in self.rules],
             "notes": list(self.notes),
@@ -79,12 +86,13 @@ _RULE = re.compile(r"^(?:ip6?|inet) (\S+) (\S+) rule (.*) \(verdict ([^()]*)\)\s
 class KernelTrace:
     """The kernel's trace of one probe (a context manager: nothing of it outlives the ``with``)."""
 
-    def __init__(self, src: str, dst: str, proto: str, sport: int, dport: int):
+    def __init__(self, src: str, dst: str, proto: str, sport: int, dport: int | None) -> None:
         if proto not in ("tcp", "udp") or ":" in dst:
             raise InputError("--kernel", "the kernel's trace is for an IPv4 TCP or UDP probe")
         self.src, self.dst, self.proto, self.sport, self.dport = src, dst, proto, sport, dport
         self.table = f"kpdiag_trace_{os.getpid()}"
-        self.nft = self.monitor = None
+        self.nft: subprocess.Popen[bytes] | None = None
+        self.monitor: subprocess.Popen[bytes] | None = None
         self.lines: list[str] = []
         self._pending = b""
         self.cut = False
@@ -98,7 +106,7 @@ class KernelTrace:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -114,7 +122,7 @@ class KernelTrace:
                         stream.close()
         self.monitor = self.nft = None
 
-    def _spawn(self, argv: list[str], stdin: bool) -> subprocess.Popen:
+    def _spawn(self, argv: list[str], stdin: bool) -> subprocess.Popen[bytes]:
         """Start a child that dies with kpdiag; a signal that comes during the fork waits until the child is
         registered (else the forked child would run kpdiag's handler and the parent lose the signal)."""
         stop = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
@@ -125,7 +133,7 @@ class KernelTrace:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return proc
 
-    def _popen(self, argv: list[str], stdin: bool) -> subprocess.Popen:
+    def _popen(self, argv: list[str], stdin: bool) -> subprocess.Popen[bytes]:
         try:
             return subprocess.Popen(
                 argv,
@@ -153,18 +161,20 @@ class KernelTrace:
             f"add rule {t} out ip daddr 127.0.0.1 udp dport {CANARY_PORT} udp sport {self.sport} meta nftrace set 1\n"
             f"list chain {t} out\n"
         )
-        self.nft = self._spawn(["nft", "-i"], stdin=True)  # its netlink socket owns the table
-        self.nft.stdin.write(script.encode())
-        self.nft.stdin.flush()
+        self.nft = nft = self._spawn(["nft", "-i"], stdin=True)  # its netlink socket owns the table
+        assert nft.stdin is not None  # spawned with stdin=PIPE
+        nft.stdin.write(script.encode())
+        nft.stdin.flush()
         said = b""
         while b"meta nftrace set 1" not in said.split(b"chain out", 1)[-1] or not said.rstrip().endswith(b"}"):
-            said += self._read(self.nft, deadline, "nft -i")
+            said += self._read(nft, deadline, "nft -i")
             if b"Error" in said:
                 raise InputError("--kernel", f"nft refused the trace table: {said.decode('utf-8', 'replace')[:300]}")
         self.monitor = self._spawn(["nft", "monitor", "trace"], stdin=False)
         self._wait_ready(deadline)
 
-    def _read(self, proc, deadline: float, what: str) -> bytes:
+    def _read(self, proc: subprocess.Popen[bytes], deadline: float, what: str) -> bytes:
+        assert proc.stdout is not None  # spawned with stdout=PIPE
         left = deadline - time.monotonic()
         ready = select.select([proc.stdout], [], [], max(0.0, left))[0] if left > 0 else []
         data = os.read(proc.stdout.fileno(), 1 << 16) if ready else b""
@@ -175,9 +185,10 @@ class KernelTrace:
 
     def _pump(self, timeout: float) -> bool:
         """Read what the listener printed within ``timeout``; True when there was something."""
-        if not select.select([self.monitor.stdout], [], [], timeout)[0]:
+        out = self.monitor.stdout if self.monitor is not None else None
+        if out is None or not select.select([out], [], [], timeout)[0]:
             return False
-        data = os.read(self.monitor.stdout.fileno(), 1 << 20)
+        data = os.read(out.fileno(), 1 << 20)
         if not data:
             return False
         *full, self._pending = (self._pending + data).split(b"\n")
@@ -244,7 +255,7 @@ class KernelTrace:
         return out
 
 
-def compare(path, kernel: KernelPath) -> tuple[bool, str, list]:
+def compare(path: Path, kernel: KernelPath) -> tuple[bool, str, list[int | None]]:
     """AGREE when every rule the kernel reports is on the simulated path, in order (the simulated path also shows
     steps the kernel does not print, such as a chain's implicit return); else the first rule where they part. Also
     the step of the path (1-based, among all its steps) each kernel rule was matched with (None: not on it)."""
@@ -253,7 +264,7 @@ def compare(path, kernel: KernelPath) -> tuple[bool, str, list]:
         if s.rule is not None and (s.table, s.chain, s.rule) != last:
             ours.append((n, (s.table.split()[-1], s.chain)))
         last = (s.table, s.chain, s.rule)
-    steps: list = [None] * len(kernel.rules)
+    steps: list[int | None] = [None] * len(kernel.rules)
     if not kernel.lines:
         return False, "the kernel reported nothing for the probe", steps
     if not kernel.rules:
@@ -273,13 +284,13 @@ def compare(path, kernel: KernelPath) -> tuple[bool, str, list]:
 
 
 @contextlib.contextmanager
-def _raising_on_signals():
+def _raising_on_signals() -> Iterator[None]:
     """SIGHUP, SIGINT, SIGQUIT and SIGTERM raise Interrupted while the trace table exists: the ``with`` blocks close
     what they opened and the command ends with 128 + signal (SIGKILL cannot be caught: the children die with kpdiag
     and the kernel deletes the table with their socket)."""
     from ..errors import Interrupted
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
     stops = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
@@ -291,7 +302,7 @@ def _raising_on_signals():
             signal.signal(sig, old)
 
 
-def kernel_check(result, setup) -> dict:
+def kernel_check(result: TraceResult, setup: TraceSetup) -> dict[str, Any]:
     """The kernel's trace of ``result``'s packet, sent now as a probe, compared with every simulated path: AGREE when
     one of them holds the kernel's rules in order (the kernel took that branch), else where the first path parts."""
     if any("iptables-legacy" in n for n in setup.notes):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .model import Path
+
 _COMMENT = re.compile(r'--comment "?(?P<name>[^"]+?) has no (?P<local>local )?endpoints"?')
 _NFT = {  # kube-proxy's nftables chains: (chain, verdict) → what it means
     (
@@ -28,7 +30,7 @@ _NFT = {  # kube-proxy's nftables chains: (chain, verdict) → what it means
 }
 
 
-def verdict_note(path) -> str | None:
+def verdict_note(path: Path) -> str | None:
     """Why kube-proxy dropped or rejected this path, when its last rule is one of kube-proxy's; else None."""
     if path.verdict not in ("drop", "reject"):
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..parse.addr import hostport, int_to_ip, parse_ip
 
@@ -26,7 +27,7 @@ class Packet:
     # about a tracked connection, such as "fragmentation needed") or "established"; only a new packet meets nat chains
     ct_state: str = "new"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         proto = self.proto.lower()
         if proto not in ("tcp", "udp", "sctp", "icmp"):
             raise ValueError(f"protocol must be tcp, udp, sctp or icmp, not {self.proto!r}")
@@ -52,7 +53,7 @@ class Packet:
         if self.ct_state not in CT_STATES:
             raise ValueError(f"the conntrack state must be one of {', '.join(CT_STATES)}, not {self.ct_state!r}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["from"] = d.pop("origin")
         if self.proto != "icmp":
@@ -73,7 +74,7 @@ class Step:
     action: str
     source: str | None = None  # file:line
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "hook": self.hook,
             "table": self.table,
@@ -100,9 +101,9 @@ class Path:
     rules_evaluated: int = 0
     reject_with: str | None = None
     # the routing decision after DNAT: {"type", "prefix", "dev", "gateway", "table"}; None before routing
-    route: dict | None = None
+    route: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "probability": self.probability,
             "verdict": self.verdict,
@@ -132,9 +133,9 @@ class TraceResult:
     # probability that was not traced is 1 - the sum of the paths'
     incomplete: str | None = None
     # a live trace that read only the rules its packet can meet: what the read held (kpdiag/collect/dest_rules.py)
-    read: dict | None = None
+    read: dict[str, Any] | None = None
     # kpdiag trace --kernel: the kernel's own trace of the probe and how it compares (kpdiag/trace/kernel.py)
-    kernel: dict | None = None
+    kernel: dict[str, Any] | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -150,7 +151,7 @@ class TraceResult:
     def verdicts(self) -> set[str]:
         return {p.verdict for p in self.paths}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {
             "schema": SCHEMA,
             "packet": self.packet.to_dict(),

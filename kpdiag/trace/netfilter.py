@@ -17,17 +17,25 @@ the nat table sees and the one kube-proxy's rules are written for.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from heapq import merge
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..parse.addr import ip4_to_int, parse_ip, parse_prefix
-from ..parse.iptables import Chain, Rule, Ruleset
+from ..parse.iptables import Chain, Match, Opt, Rule, Ruleset
 from .model import Step, endpoint_text
 from .routing import RoutingTable
 from .walker import MAX_DEPTH, PacketState, PacketWalker
 from kpdiag.bundle import sources
+
+if TYPE_CHECKING:
+    from ..parse.ipset import IpSet
+    from ..parse.nft import NftChain, NftRuleset
+    from ..parse.recent import RecentState
+    from .nftables import NftTracer
 
 INDEX_MIN_RULES = 24
 
@@ -39,7 +47,7 @@ HOOK_TABLES = {
     "POSTROUTING": ("mangle", "nat"),
 }
 
-ICMP_TYPES = {
+ICMP_TYPES: dict[str, tuple[int, int | None] | None] = {
     "any": None,
     "echo-reply": (0, None),
     "pong": (0, None),
@@ -149,24 +157,29 @@ class IptablesTracer(PacketWalker):
     the iptables tables by priority — a host firewall (firewalld's ``inet firewalld``, a hand-written ``inet filter``)
     sees forwarded pod traffic as well."""
 
+    rs: Ruleset
+
     def __init__(
         self,
         ruleset: Ruleset,
         routing: RoutingTable | None = None,
-        ipsets: dict | None = None,
+        ipsets: dict[str, IpSet] | None = None,
         mode: str = "iptables",
-        nft=None,
-    ):
+        nft: NftRuleset | None = None,
+    ) -> None:
         self.rs = ruleset
         self.routing = routing or RoutingTable()
         self.ipsets = ipsets
         self.mode = mode
-        self._indexes: dict[tuple[str, str], tuple] = {}
+        # per chain: rule positions by exact destination, the others, and the merged candidates by destination
+        self._indexes: dict[tuple[str, str], tuple[dict[int, list[int]], list[int], dict[int, list[int]]]] = {}
         self.nft = nft
-        self._nft_tracer = None
-        self.recent = None  # the node's xt_recent tables (kpdiag/parse/recent.py), when recorded: session affinity
+        self._nft_tracer: NftTracer | None = None
+        self.recent: RecentState | None = (
+            None  # the node's xt_recent tables (kpdiag/parse/recent.py), when recorded: session affinity
+        )
 
-    def _nft_chains(self, hook: str, ver: int) -> list:
+    def _nft_chains(self, hook: str, ver: int) -> list[NftChain]:
         if self.nft is None:
             return []
         families = ("ip6", "inet") if ver == 6 else ("ip", "inet")
@@ -179,19 +192,24 @@ class IptablesTracer(PacketWalker):
     def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
         """Run every table of ``hook`` in priority order (with the nft base chains of other tables on that hook, when
         the node's nftables ruleset is known); return the states that get through."""
-        order = [(NAT_PRIO[hook] if t == "nat" else TABLE_PRIO[t], 0, n, t) for n, t in enumerate(HOOK_TABLES[hook])]
+        order: list[tuple[int, int, int, str | NftChain]] = [
+            (NAT_PRIO[hook] if t == "nat" else TABLE_PRIO[t], 0, n, t) for n, t in enumerate(HOOK_TABLES[hook])
+        ]
         others = self._nft_chains(hook, states[0].ver) if states else []
-        if others:
+        nft_tracer = None
+        if others and self.nft is not None:
             from .nftables import NftTracer
 
             if self._nft_tracer is None:
                 self._nft_tracer = NftTracer(self.nft, self.routing, mode=self.mode)
-            self._nft_tracer.budget = self.budget
+            nft_tracer = self._nft_tracer
+            nft_tracer.budget = self.budget
             order += [(c.prio if c.prio is not None else 0, 1, n, c) for n, c in enumerate(others)]
             order.sort(key=lambda o: o[:3])
-        for _, kind, _, table_name in order:
-            if kind == 1:
+        for _, _, _, table_name in order:
+            if not isinstance(table_name, str):
                 c = table_name
+                assert nft_tracer is not None  # an nft chain is in the order only with its tracer
                 if c.type == "nat" and c.prio == NAT_PRIO[hook]:
                     for st in states:
                         if st.nat_done == hook.lower():
@@ -200,7 +218,7 @@ class IptablesTracer(PacketWalker):
                                 "the kernel runs the one registered last first; kpdiag ran iptables' first, which bound "
                                 "the connection, so the kernel runs no other nat chain of the hook"
                             )
-                states = self._nft_tracer._base_chain(table_name, hook, states, finished)
+                states = nft_tracer._base_chain(c, hook, states, finished)
                 continue
             chain = self.rs.chain(table_name, hook)
             if chain is None:
@@ -242,7 +260,7 @@ class IptablesTracer(PacketWalker):
         return states
 
     # ------------------------------------------------------------------ chains
-    def _candidates(self, chain: Chain, st: PacketState):
+    def _candidates(self, chain: Chain, st: PacketState) -> list[int] | None:
         """Rule positions that can match this packet, in order (an index keeps first-match order).
 
         Big chains (KUBE-SERVICES: one rule per service port) are indexed by the rules' exact
@@ -302,13 +320,15 @@ class IptablesTracer(PacketWalker):
             todo.extend(reversed(later))  # in rule order: continuations first, then the other sides of forks
         return out
 
-    def _walk(self, chain: Chain, st: PacketState, start: int, depth: int, out: list) -> list[tuple[PacketState, int]]:
+    def _walk(
+        self, chain: Chain, st: PacketState, start: int, depth: int, out: list[tuple[PacketState, str]]
+    ) -> list[tuple[PacketState, int]]:
         """One walk of ``chain`` from ``start``; finished outcomes go to ``out``; returns the walks it leaves to do."""
         budget = self.budget
         n_rules = len(chain)
         cand = self._candidates(chain, st)
         if cand is None:
-            positions = range(start, n_rules)
+            positions: Sequence[int] = range(start, n_rules)
         else:
             positions = cand[bisect_left(cand, start) :] if start else cand
         cursor = start
@@ -334,7 +354,7 @@ class IptablesTracer(PacketWalker):
                 st.prob *= p
             sub = self.rs.chain(rule.table, rule.target) if rule.target else None
             if sub is not None and not sub.builtin:
-                self._step(rule, st, ("goto " if rule.goto else "jump ") + rule.target)
+                self._step(rule, st, f"{'goto' if rule.goto else 'jump'} {rule.target}")
                 resume = []
                 for s2, outcome in self._run(sub, st, 0, depth + 1):
                     if outcome == "return" and not rule.goto:
@@ -342,10 +362,10 @@ class IptablesTracer(PacketWalker):
                     else:
                         out.append((s2, outcome))
                 return resume + deferred
-            outcome = self._target(rule, st)
-            if outcome is None:
+            verdict = self._target(rule, st)
+            if verdict is None:
                 continue  # non-terminal target: next rule
-            out.append((st, outcome))
+            out.append((st, verdict))
             break
         else:
             st.rules_evaluated += n_rules - cursor
@@ -558,7 +578,7 @@ class IptablesTracer(PacketWalker):
             p *= q
         return p
 
-    def _unknown_opt(self, rule: Rule, m, opt, st: PacketState) -> float:
+    def _unknown_opt(self, rule: Rule, m: Match, opt: Opt, st: PacketState) -> float:
         st.note(
             f"{rule.where}: -m {m.module} {opt.name} cannot be evaluated by kpdiag; assumed not matching",
             uncertain=True,
@@ -567,11 +587,11 @@ class IptablesTracer(PacketWalker):
 
 
 # ---------------------------------------------------------------------- matchers
-def _m_comment(tr, m, st, rule):
+def _m_comment(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     return 1.0
 
 
-def _m_l4(tr, m, st, rule):
+def _m_l4(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     if m.module != st.proto:
         return 0.0
     for opt in m.opts:
@@ -598,7 +618,7 @@ def _m_l4(tr, m, st, rule):
     return 1.0
 
 
-def _m_multiport(tr, m, st, rule):
+def _m_multiport(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         specs = opt.value.split(",")
         if opt.name in ("--dports", "--destination-ports"):
@@ -614,7 +634,7 @@ def _m_multiport(tr, m, st, rule):
     return 1.0
 
 
-def _m_icmp(tr, m, st, rule):
+def _m_icmp(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     if st.proto != "icmp":
         return 0.0
     for opt in m.opts:
@@ -635,7 +655,7 @@ def _m_icmp(tr, m, st, rule):
     return 1.0
 
 
-def _m_mark(tr, m, st, rule):
+def _m_mark(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         if opt.name != "--mark":
             return tr._unknown_opt(rule, m, opt, st)
@@ -646,7 +666,7 @@ def _m_mark(tr, m, st, rule):
     return 1.0
 
 
-def _ct_states(st) -> set[str]:
+def _ct_states(st: PacketState) -> set[str]:
     if st.untracked:
         return {"UNTRACKED"}
     states = {st.ct_state.upper()}
@@ -657,7 +677,7 @@ def _ct_states(st) -> set[str]:
     return states
 
 
-def _m_conntrack(tr, m, st, rule):
+def _m_conntrack(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         name = opt.name
         if name in ("--ctstate", "--state"):
@@ -682,7 +702,7 @@ def _m_conntrack(tr, m, st, rule):
     return 1.0
 
 
-def _addr_type(tr, addr: int, ver: int, types: list[str], st) -> bool | None:
+def _addr_type(tr: IptablesTracer, addr: int, ver: int, types: list[str], st: PacketState) -> bool | None:
     local = tr.routing.is_local(addr, ver)
     result = False
     for t in types:
@@ -704,7 +724,7 @@ def _addr_type(tr, addr: int, ver: int, types: list[str], st) -> bool | None:
     return result
 
 
-def _m_addrtype(tr, m, st, rule):
+def _m_addrtype(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         if opt.name in ("--src-type", "--dst-type"):
             addr = st.src if opt.name == "--src-type" else st.dst
@@ -720,7 +740,7 @@ def _m_addrtype(tr, m, st, rule):
     return 1.0
 
 
-def _m_statistic(tr, m, st, rule):
+def _m_statistic(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     mode = m.get("--mode")
     if mode is None or mode.value == "random":
         prob = m.get("--probability")
@@ -738,7 +758,7 @@ def _m_statistic(tr, m, st, rule):
     return tr._unknown_opt(rule, m, mode, st)
 
 
-def _m_recent(tr, m, st, rule):
+def _m_recent(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     names = m.get("--name")
     name = names.value if names else "DEFAULT"
     if m.get("--set") or m.get("--remove"):
@@ -755,7 +775,7 @@ def _m_recent(tr, m, st, rule):
     return recorded(tr.recent, name, seconds.value if seconds else None, m, st, rule)
 
 
-def _m_set(tr, m, st, rule):
+def _m_set(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         if opt.name != "--match-set":
             if opt.name in (
@@ -781,7 +801,7 @@ def _m_set(tr, m, st, rule):
             why = "is not in the ipset list" if s is None else f"has type {s.type}, which kpdiag cannot evaluate"
             st.note(f"{rule.where}: ipset {name} {why}; assumed not matching", uncertain=True)
             return 0.0
-        values = []
+        values: list[Any] = []
         for kind, flag in zip(s.kinds, flags):
             is_src = flag == "src"
             if kind in ("ip", "net"):
@@ -799,7 +819,7 @@ def _m_set(tr, m, st, rule):
     return 1.0
 
 
-def _m_iprange(tr, m, st, rule):
+def _m_iprange(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         if opt.name not in ("--src-range", "--dst-range"):
             return tr._unknown_opt(rule, m, opt, st)
@@ -812,11 +832,11 @@ def _m_iprange(tr, m, st, rule):
     return 1.0
 
 
-def _m_always(tr, m, st, rule):
+def _m_always(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     return 1.0
 
 
-def _m_pkttype(tr, m, st, rule):
+def _m_pkttype(tr: IptablesTracer, m: Match, st: PacketState, rule: Rule) -> float:
     for opt in m.opts:
         if opt.name != "--pkt-type":
             return tr._unknown_opt(rule, m, opt, st)

@@ -10,12 +10,16 @@ concatenated keys, ``numgen random mod N`` (every index its own path, probabilit
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
 from ..parse.nft import NftChain, NftRule, NftRuleset, render_value
 from .model import Step, endpoint_text
 from .walker import MAX_DEPTH, PacketState, PacketWalker
 from .routing import RoutingTable
+
+Json = Any  # a value of `nft -j`'s JSON (an expression, a literal, a set's element)
+Action = Any  # what a rule does: None (next rule), "accept", "drop", …, or (jump | goto, chain name)
 
 HASHES = {"numgen", "jhash", "symhash"}  # map keys that spread connections over N values
 FAMILIES = ("ip", "inet")  # the tables an IPv4 packet meets
@@ -70,7 +74,7 @@ class Unknown(Exception):
     """An expression kpdiag cannot evaluate (the message says which)."""
 
 
-def _kind_of(left) -> str:
+def _kind_of(left: Json) -> str:
     if isinstance(left, dict):
         if "payload" in left:
             f = left["payload"].get("field")
@@ -108,7 +112,7 @@ def _kind_of(left) -> str:
     return "str"
 
 
-def _norm(kind: str, v):
+def _norm(kind: str, v: Json) -> Any:
     """A right-hand value (literal, prefix, range) in the same terms as the packet's values; a value kpdiag cannot
     read in those terms makes the rule Unknown (the path uncertain), never an error."""
     try:
@@ -117,7 +121,7 @@ def _norm(kind: str, v):
         raise Unknown(f"value {v!r} ({exc.__class__.__name__})") from None
 
 
-def _norm_value(kind: str, v):
+def _norm_value(kind: str, v: Json) -> Any:
     if isinstance(v, dict):
         if "prefix" in v:
             return parse_prefix(f"{v['prefix']['addr']}/{v['prefix']['len']}")
@@ -142,23 +146,23 @@ def _norm_value(kind: str, v):
     return v
 
 
-def _member(value, elem) -> bool:
+def _member(value: Any, elem: Any) -> bool:
     if isinstance(elem, Prefix):
         return isinstance(value, int) and elem.contains(value, 4 if value <= 0xFFFFFFFF else 6)
     if isinstance(elem, tuple) and elem and elem[0] == "range":
-        return elem[1] <= value <= elem[2]
+        return bool(elem[1] <= value <= elem[2])
     if isinstance(elem, set):
         return bool(value & elem) if isinstance(value, set) else value in elem
-    return value == elem
+    return bool(value == elem)
 
 
 class _SetIndex:
     """A set or map's elements, normalized, with exact lookups in a dict."""
 
-    def __init__(self, kinds: list[str], elems: list, is_map: bool):
+    def __init__(self, kinds: list[str], elems: list[Json], is_map: bool) -> None:
         self.kinds = kinds
-        self.exact: dict = {}
-        self.intervals: list = []
+        self.exact: dict[tuple[Any, ...], Json] = {}
+        self.intervals: list[tuple[tuple[Any, ...], Json]] = []
         for raw in elems:
             key, value = (raw[0], raw[1]) if is_map and isinstance(raw, list) and len(raw) == 2 else (raw, None)
             if isinstance(key, dict) and "elem" in key:
@@ -172,7 +176,7 @@ class _SetIndex:
             else:
                 self.exact[parts] = value
 
-    def lookup(self, key: tuple):
+    def lookup(self, key: tuple[Any, ...]) -> tuple[bool, Json]:
         if key in self.exact:
             return True, self.exact[key]
         for parts, value in self.intervals:
@@ -182,12 +186,15 @@ class _SetIndex:
 
 
 class NftTracer(PacketWalker):
-    def __init__(self, ruleset: NftRuleset, routing: RoutingTable | None = None, mode: str = "nftables"):
+    rs: NftRuleset
+
+    def __init__(self, ruleset: NftRuleset, routing: RoutingTable | None = None, mode: str = "nftables") -> None:
         self.rs = ruleset
         self.routing = routing or RoutingTable()
         self.mode = mode
-        self._sets: dict = {}
-        self._groups: dict = {}
+        self._sets: dict[tuple[str, str, str], _SetIndex] = {}  # named sets and maps, indexed once
+        self._anon: dict[int, tuple[Json, _SetIndex]] = {}  # anonymous maps, by their expression's id
+        self._groups: dict[tuple[Any, ...], tuple[Json, list[tuple[float, bool, Json]]]] = {}
 
     # ----------------------------------------------------------------- hooks
     def _hook(self, hook: str, states: list[PacketState], finished: list[PacketState]) -> list[PacketState]:
@@ -258,7 +265,9 @@ class NftTracer(PacketWalker):
             todo.extend(reversed(self._walk(chain, st, start, depth, out)))
         return out
 
-    def _walk(self, chain: NftChain, st: PacketState, start: int, depth: int, out: list) -> list:
+    def _walk(
+        self, chain: NftChain, st: PacketState, start: int, depth: int, out: list[tuple[PacketState, str]]
+    ) -> list[tuple[PacketState, int]]:
         """One walk of ``chain`` from ``start``; finished outcomes go to ``out``; returns the walks it leaves to do
         (the branches of a numgen map or a dnat map that go on with the next rule, continuations after a jump)."""
         budget = self.budget
@@ -307,11 +316,11 @@ class NftTracer(PacketWalker):
             )
         )
 
-    def _rule(self, rule: NftRule, st: PacketState) -> list[tuple[PacketState, object]]:
+    def _rule(self, rule: NftRule, st: PacketState) -> list[tuple[PacketState, Action]]:
         """Evaluate one rule: [(state, action)] — action None (next rule), "accept"/"drop"/"reject"/"return", or (jump|goto, chain)."""
         return self._exprs(rule, rule.expr, 0, st)
 
-    def _exprs(self, rule: NftRule, exprs: list, i: int, st: PacketState) -> list[tuple[PacketState, object]]:
+    def _exprs(self, rule: NftRule, exprs: list[Json], i: int, st: PacketState) -> list[tuple[PacketState, Action]]:
         while i < len(exprs):
             e = exprs[i]
             ((k, v),) = list(e.items())[:1]
@@ -385,7 +394,7 @@ class NftTracer(PacketWalker):
         self._step(rule, st, "continue")
         return [(st, None)]
 
-    def _elements(self, rule: NftRule, data) -> list[tuple[object, object]]:
+    def _elements(self, rule: NftRule, data: Json) -> list[tuple[Json, Json]]:
         """(key, value) of every element of a map given inline or by name (@name)."""
         if isinstance(data, str) and data.startswith("@"):
             named = self.rs.set(rule.family, rule.table, data[1:])
@@ -406,7 +415,9 @@ class NftTracer(PacketWalker):
             out.append((key, value))
         return out
 
-    def _index_groups(self, rule: NftRule, expr: dict, data, st: PacketState) -> list[tuple[float, bool, object]]:
+    def _index_groups(
+        self, rule: NftRule, expr: dict[str, Json], data: Json, st: PacketState
+    ) -> list[tuple[float, bool, Json]]:
         """A map looked up by ``numgen``/``jhash``/``symhash … mod N``: the N indices grouped by the value each one
         takes — [(share, found, value)] in index order, one per distinct value and one for the indices the map
         lacks (found False). Work is per element, not per index: ``mod 100000000`` costs what ``mod 2`` does."""
@@ -433,7 +444,7 @@ class NftTracer(PacketWalker):
         if cached is not None and (isinstance(data, str) or cached[0] is data):
             return cached[1]  # a big map is grouped once per trace setup, not once per path
         lo, hi = offset, offset + mod - 1
-        groups: dict[str, list] = {}
+        groups: dict[str, list[Any]] = {}
         covered = 0
         for key, value in self._elements(rule, data):
             try:
@@ -466,15 +477,17 @@ class NftTracer(PacketWalker):
                 out.append(self._fork(st, share))
         return out
 
-    def _numgen(self, rule: NftRule, key: dict, data, st: PacketState):
+    def _numgen(
+        self, rule: NftRule, key: dict[str, Json], data: Json, st: PacketState
+    ) -> list[tuple[PacketState, Action]]:
         groups = self._index_groups(rule, key, data, st)
-        out = []
+        out: list[tuple[PacketState, Action]] = []
         for branch, (_, found, verdict) in zip(self._branches(st, [g[0] for g in groups]), groups):
             if branch is not None:
                 out.append((branch, self._verdict(rule, verdict, branch) if found else None))
         return out
 
-    def _nat_values(self, rule: NftRule, expr, st: PacketState) -> list[tuple[float, bool, object]]:
+    def _nat_values(self, rule: NftRule, expr: Json, st: PacketState) -> list[tuple[float, bool, Json]]:
         """A dnat address or port: a literal, a range, or a map (keyed by the packet, or by numgen/jhash: one
         branch per value) → [(share, found, value)]; found False: the map has no element for this packet."""
         if expr is None or isinstance(expr, (str, int)):
@@ -491,7 +504,7 @@ class NftTracer(PacketWalker):
                 return [(1.0, found, value)]
         raise Unknown(f"dnat to {render_value(expr)}")
 
-    def _dnat(self, rule: NftRule, v: dict, st: PacketState):
+    def _dnat(self, rule: NftRule, v: dict[str, Json], st: PacketState) -> list[tuple[PacketState, Action]]:
         """``dnat to``: an address (literal, range, map by the packet's fields or by numgen/jhash), a port (literal,
         range, map), or both from one map of ``addr . port`` (``dnat ip addr . port to …``); every value a map can
         give is its own path with its share."""
@@ -501,7 +514,7 @@ class NftTracer(PacketWalker):
                 combos.append((pa * pp, fa and fp, addr, port))
         flags = v.get("flags") or []
         flags = [flags] if isinstance(flags, str) else list(flags) if isinstance(flags, list) else []
-        out = []
+        out: list[tuple[PacketState, Action]] = []
         for branch, (_, found, addr, port) in zip(self._branches(st, [c[0] for c in combos]), combos):
             if branch is None:
                 continue
@@ -518,7 +531,7 @@ class NftTracer(PacketWalker):
                 raise Unknown(f"dnat to {render_value(addr)}:{render_value(port)}") from None
         return out
 
-    def _apply_dnat(self, rule: NftRule, st: PacketState, addr, port, flags: list) -> str:
+    def _apply_dnat(self, rule: NftRule, st: PacketState, addr: Json, port: Json, flags: list[str]) -> str:
         shown_addr = None
         if isinstance(addr, dict) and "range" in addr:
             lo, hi = addr["range"]
@@ -555,7 +568,7 @@ class NftTracer(PacketWalker):
         self._step(rule, st, f"DNAT to {st.dnat}")
         return "accept"
 
-    def _verdict(self, rule: NftRule, verdict, st: PacketState):
+    def _verdict(self, rule: NftRule, verdict: Json, st: PacketState) -> Action:
         if isinstance(verdict, str):
             verdict = {verdict: None}
         if not isinstance(verdict, dict):
@@ -571,7 +584,7 @@ class NftTracer(PacketWalker):
         return k
 
     # ----------------------------------------------------------------- values
-    def _value(self, rule: NftRule, left, st: PacketState):
+    def _value(self, rule: NftRule, left: Json, st: PacketState) -> Any:
         if isinstance(left, dict):
             if "payload" in left:
                 p = left["payload"]
@@ -660,7 +673,7 @@ class NftTracer(PacketWalker):
             raise Unknown(f"expression {list(left)[0]}")
         return left
 
-    def _set_index(self, rule: NftRule, ref: str, kinds_hint) -> _SetIndex:
+    def _set_index(self, rule: NftRule, ref: str, kinds_hint: list[str] | None) -> _SetIndex:
         key = (rule.family, rule.table, ref.lstrip("@"))
         idx = self._sets.get(key)
         if idx is None:
@@ -673,7 +686,15 @@ class NftTracer(PacketWalker):
             self._sets[key] = idx
         return idx
 
-    def _lookup(self, rule, key_expr, data, st, key_value=None, kinds=None):
+    def _lookup(
+        self,
+        rule: NftRule,
+        key_expr: Json,
+        data: Json,
+        st: PacketState,
+        key_value: tuple[Any, ...] | None = None,
+        kinds: list[str] | None = None,
+    ) -> tuple[bool, Json]:
         if key_value is None:
             try:
                 value = self._value(rule, key_expr, st)
@@ -688,11 +709,11 @@ class NftTracer(PacketWalker):
         if isinstance(data, str) and data.startswith("@"):
             idx = self._set_index(rule, data, kinds)
         elif isinstance(data, dict) and "set" in data:
-            idx = self._sets.get(id(data))  # an anonymous map, indexed once per rule (its expression is kept)
-            if idx is None or idx[0] is not data:
-                idx = (data, _SetIndex(kinds, data["set"], True))
-                self._sets[id(data)] = idx
-            idx = idx[1]
+            anon = self._anon.get(id(data))  # an anonymous map, indexed once per rule (its expression is kept)
+            if anon is None or anon[0] is not data:
+                anon = (data, _SetIndex(kinds or [], data["set"], True))
+                self._anon[id(data)] = anon
+            idx = anon[1]
         else:
             raise Unknown(f"map data {data}")
         s = self.rs.set(rule.family, rule.table, data.lstrip("@")) if isinstance(data, str) else None
@@ -700,7 +721,7 @@ class NftTracer(PacketWalker):
             st.note(f"session affinity ({s.name}): kpdiag assumes this client was not seen before")
         return idx.lookup(tuple(key_value))
 
-    def _match(self, rule: NftRule, m: dict, st: PacketState) -> bool:
+    def _match(self, rule: NftRule, m: dict[str, Json], st: PacketState) -> bool:
         op, left, right = m.get("op", "=="), m.get("left"), m.get("right")
         try:
             value = self._value(rule, left, st)
@@ -729,16 +750,13 @@ class NftTracer(PacketWalker):
         if op == "!=":
             return not hit
         if op in ("<", ">", "<=", ">="):
-            return {"<": value < target, ">": value > target, "<=": value <= target, ">=": value >= target}[op]
+            return bool({"<": value < target, ">": value > target, "<=": value <= target, ">=": value >= target}[op])
         raise Unknown(f"operator {op}")
 
-    def _mangle(self, rule: NftRule, v: dict, st: PacketState) -> None:
+    def _mangle(self, rule: NftRule, v: dict[str, Json], st: PacketState) -> None:
         key = v.get("key", {})
-        if not (
-            isinstance(key, dict)
-            and ("meta" in key or "ct" in key)
-            and (key.get("meta") or key.get("ct")).get("key") == "mark"
-        ):
+        selector = (key.get("meta") or key.get("ct")) if isinstance(key, dict) else None
+        if not (isinstance(selector, dict) and selector.get("key") == "mark"):
             raise Unknown("mangle of something other than the mark")
         before = st.mark if "meta" in key else st.ctmark
         value = self._value(rule, v.get("value"), st)

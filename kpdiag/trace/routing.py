@@ -17,9 +17,14 @@ flagged ``dead`` is never used.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ..parse.addr import Prefix, parse_ip, parse_prefix
+
+if TYPE_CHECKING:
+    from ..parse.node import IpRule
 
 _LOOPBACK = parse_prefix("127.0.0.0/8")
 
@@ -56,16 +61,18 @@ class RoutingTable:
     # routes of the other tables (policy routing), by table name ("100", "default", …)
     tables: dict[str, list[tuple[Prefix, Route]]] = field(default_factory=dict)
     # the policy-routing rules (kpdiag.parse.node.IpRule), both families, by priority; None: not known
-    rules: list | None = None
+    rules: list[IpRule] | None = None
     # net.ipv{4,6}.conf.<all|dev>.ignore_routes_with_linkdown (by family, by interface); None: not known (the kernel's
     # default, 0: routes of a device without carrier are still used)
     ignore_linkdown: dict[int, dict[str, bool]] | None = None
     # per table: minus the prefix length of each route, in the table's order (add_route's bisection)
     _lengths: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _index: tuple | None = field(default=None, init=False, repr=False, compare=False)  # _local_index's
+    _index: tuple[int, set[tuple[int, int]], list[Prefix]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )  # _local_index's
 
     @classmethod
-    def from_local_ips(cls, ips) -> "RoutingTable":
+    def from_local_ips(cls, ips: Iterable[str]) -> RoutingTable:
         rt = cls()
         for ip in ips:
             rt.local_ips.add(parse_ip(ip))
@@ -90,7 +97,7 @@ class RoutingTable:
         keys.insert(at, -_length(prefix))
         target.insert(at, (prefix, route))
 
-    def policy_rules(self, version: int) -> list | None:
+    def policy_rules(self, version: int) -> list[IpRule] | None:
         """This family's rules when any is not one of the kernel's defaults (else None: the plain lookup is exact)."""
         if not self.rules:
             return None
@@ -141,7 +148,7 @@ class RoutingTable:
         if not self.knows(version):
             return None
         rules = self.policy_rules(version) if src is not None else None
-        if rules is None:
+        if rules is None or src is None:
             return self._in_table(self.routes, addr, version) or Route("unreachable", dst=NO_ROUTE)
         return self._policy_lookup(rules, addr, version, src, iif, mark, proto, sport, dport)
 
@@ -159,7 +166,9 @@ class RoutingTable:
                 return route
         return None
 
-    def _in_table(self, routes, addr: int, version: int, suppress: int | None = None) -> Route | None:
+    def _in_table(
+        self, routes: list[tuple[Prefix, Route]], addr: int, version: int, suppress: int | None = None
+    ) -> Route | None:
         """Longest-prefix match; with ``suppress`` (a rule's suppress_prefixlength) a match of that prefix length or
         shorter counts as no route, and the walk goes on to the next rule — as the kernel does. A route of a device
         without carrier is passed over when ignore_routes_with_linkdown says so (the next, shorter one is taken)."""
@@ -172,7 +181,18 @@ class RoutingTable:
                 return route
         return None
 
-    def _policy_lookup(self, rules, addr, version, src, iif, mark, proto, sport, dport) -> Route:
+    def _policy_lookup(
+        self,
+        rules: list[IpRule],
+        addr: int,
+        version: int,
+        src: int,
+        iif: str | None,
+        mark: int | None,
+        proto: str | None,
+        sport: int | None,
+        dport: int | None,
+    ) -> Route:
         unsure: list[str] = []
 
         def finish(route: Route) -> Route:
@@ -297,7 +317,7 @@ _PROTO_NUMBERS = {"tcp": "6", "udp": "17", "sctp": "132", "icmp": "1", "ipv6-icm
 
 
 def rule_matches(
-    rule,
+    rule: IpRule,
     src: int,
     dst: int,
     version: int,
@@ -344,7 +364,7 @@ def rule_matches(
     return match
 
 
-def route_localnet_from_sysctl(sysctl) -> dict[str, bool] | None:
+def route_localnet_from_sysctl(sysctl: Mapping[str, object] | None) -> dict[str, bool] | None:
     """net.ipv4.conf.X.route_localnet by interface X, from parsed ``sysctl -a`` (None when it says nothing of it)."""
     if not sysctl:
         return None
@@ -356,7 +376,7 @@ def route_localnet_from_sysctl(sysctl) -> dict[str, bool] | None:
     return out if "all" in out else None
 
 
-def forwarding_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
+def forwarding_from_sysctl(sysctl: Mapping[str, object] | None) -> dict[int, dict[str, bool]] | None:
     """net.ipv4.conf.X.forwarding and net.ipv6.conf.X.forwarding by interface X (net.ipv4.ip_forward is
     net.ipv4.conf.all.forwarding), from parsed ``sysctl -a``; None when it says nothing of them."""
     if not sysctl:
@@ -374,7 +394,7 @@ def forwarding_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
     return out if out[4] or out[6] else None
 
 
-def ignore_linkdown_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
+def ignore_linkdown_from_sysctl(sysctl: Mapping[str, object] | None) -> dict[int, dict[str, bool]] | None:
     """net.ipv{4,6}.conf.X.ignore_routes_with_linkdown by family and interface X; None when it says nothing of them."""
     if not sysctl:
         return None
@@ -388,7 +408,7 @@ def ignore_linkdown_from_sysctl(sysctl) -> dict[int, dict[str, bool]] | None:
     return out if out[4] or out[6] else None
 
 
-def link_without_carrier(link: dict) -> str | None:
+def link_without_carrier(link: dict[str, Any]) -> str | None:
     """How ``ip -j addr`` shows that an interface is up but has no carrier (a bridge whose last port left, a veth
     whose peer is down): its flags hold UP and NO-CARRIER. None otherwise (an interface that is down has no routes)."""
     flags = link.get("flags")
@@ -401,7 +421,10 @@ def link_without_carrier(link: dict) -> str | None:
 
 
 def routing_from_ip_json(
-    addrs: list | None, routes: list | None, sysctl=None, rules: list | None = None
+    addrs: list[Any] | None,
+    routes: list[Any] | None,
+    sysctl: Mapping[str, object] | None = None,
+    rules: list[IpRule] | None = None,
 ) -> RoutingTable:
     """Build from the parsed JSON of ``ip -j addr`` and ``ip -j route show table all`` (and ``sysctl -a``, for
     route_localnet, forwarding and ignore_routes_with_linkdown; the parsed ``ip -j rule``, for policy routing)."""
@@ -452,7 +475,7 @@ def routing_from_ip_json(
         except ValueError:
             continue
         gw, dev = entry.get("gateway"), entry.get("dev")
-        flags = entry.get("flags") if isinstance(entry.get("flags"), list) else []
+        flags = entry["flags"] if isinstance(entry.get("flags"), list) else []
         if "dead" in flags:
             continue  # the kernel never uses a dead nexthop
         dev = dev if isinstance(dev, str) else None

@@ -5,6 +5,9 @@ subclass it and supply how their rules are evaluated."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
 from .model import Packet, Path, Step, TraceResult, endpoint_text, ip_text
 from .routing import NO_ROUTE, Route, RoutingTable
 from ..parse.addr import parse_ip
@@ -40,6 +43,13 @@ LOCAL_ERRORS = {
 }
 
 
+class _Rules(Protocol):
+    """What the walker reads of any tracer's ruleset: where it came from."""
+
+    @property
+    def source(self) -> str: ...
+
+
 class Budget:
     """The work one trace may do, shared by every path and chain: rule evaluations (:data:`MAX_WORK`) and paths
     (:data:`MAX_PATHS`). A path that would exceed it is not followed; its probability is counted as not traced and
@@ -71,52 +81,46 @@ class Budget:
         return True
 
 
+@dataclass(slots=True)
 class PacketState:
     """A packet on one path (mutable; forked where the ruleset branches)."""
 
-    __slots__ = (
-        "prob",
-        "src",
-        "dst",
-        "ver",
-        "proto",
-        "sport",
-        "dport",
-        "icmp_type",
-        "icmp_code",
-        "iif",
-        "oif",
-        "mark",
-        "ctmark",
-        "ct_dnat",
-        "ct_snat",
-        "untracked",
-        "ct_state",
-        "orig_dst",
-        "orig_dport",
-        "steps",
-        "notes",
-        "uncertain",
-        "dnat",
-        "masquerade",
-        "snat",
-        "rules_evaluated",
-        "hook",
-        "reject_with",
-        "local_redirect",
-        "nat_done",
-        "origin",
-        "route",
-    )
+    src: int  # the address as a number (parse_ip), of IP version ``ver``
+    dst: int
+    ver: int
+    proto: str
+    sport: int | None  # None for ICMP
+    dport: int | None
+    icmp_type: int
+    icmp_code: int
+    iif: str | None
+    origin: str  # external | pod | node
+    orig_dst: int  # before any DNAT
+    orig_dport: int | None
+    prob: float = 1.0
+    oif: str | None = None
+    mark: int = 0
+    ctmark: int = 0
+    ct_dnat: bool = False
+    ct_snat: bool = False
+    untracked: bool = False
+    ct_state: str = "new"  # as conntrack sees the packet: new, related, established (kpdiag.trace.model.CT_STATES)
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    uncertain: bool = False
+    dnat: str | None = None  # the endpoint as shown ("10.0.0.1:80")
+    masquerade: bool = False
+    snat: str | None = None
+    rules_evaluated: int = 0
+    hook: str = ""
+    reject_with: str | None = None
+    local_redirect: bool = False
+    nat_done: str | None = None  # the hook whose nat chain bound the connection (lower case)
+    route: Route | None = None
 
-    def fork(self, factor: float) -> "PacketState":
-        other = PacketState.__new__(PacketState)
-        for name in PacketState.__slots__:
-            setattr(other, name, getattr(self, name))
-        other.steps = list(self.steps)
-        other.notes = list(self.notes)
-        other.prob = self.prob * factor
-        return other
+    def fork(self, factor: float) -> PacketState:
+        """A copy for one branch, ``factor`` of this path's probability (its own steps and notes)."""
+        return replace(self, prob=self.prob * factor, steps=list(self.steps), notes=list(self.notes))
 
     def nat_passes(self, hook: str) -> bool:
         """Whether the nat chains of ``hook`` let this packet pass unseen: an untracked packet has no conntrack entry,
@@ -124,11 +128,11 @@ class PacketState:
         (nf_nat_inet_fn) — be it iptables' nat table or an nft chain of type nat."""
         return self.untracked or self.ct_state != "new" or self.nat_done == hook.lower()
 
-    def nat_binding(self) -> tuple:
+    def nat_binding(self) -> tuple[bool, bool, str | None]:
         """What a nat chain can change of the connection (compared before and after one: :meth:`bind_if_changed`)."""
         return (self.ct_dnat, self.masquerade, self.snat)
 
-    def bind_if_changed(self, before: tuple, hook: str) -> None:
+    def bind_if_changed(self, before: tuple[bool, bool, str | None], hook: str) -> None:
         """A nat chain of ``hook`` that changed the binding bound the connection: no other nat chain of it runs."""
         if self.nat_binding() != before:
             self.nat_done = hook.lower()
@@ -155,7 +159,7 @@ class PacketWalker:
     """What every tracer shares: the packet's first state, the hooks in kernel order, the routing
     decision, and turning finished states into paths. Subclasses provide ``_hook(HOOK, …)``."""
 
-    rs = None
+    rs: _Rules
     routing: RoutingTable
     mode = "?"
 
@@ -182,7 +186,7 @@ class PacketWalker:
                     s2.hook = "delivered:local"
                     finished.append(s2)
         elif self.routing.dropped_on_receipt(st.src, st.dst, st.ver):
-            why = self.routing.dropped_on_receipt(st.src, st.dst, st.ver)
+            why = self.routing.dropped_on_receipt(st.src, st.dst, st.ver) or ""
             st.add(Step("receive", "-", "-", None, why, "dropped by the kernel"))
             st.note(why)
             st.hook = "drop"
@@ -276,36 +280,29 @@ class PacketWalker:
 
     # ------------------------------------------------------------------ hooks
     def _initial(self, packet: Packet) -> PacketState:
-        st = PacketState.__new__(PacketState)
-        st.prob = 1.0
-        st.src, st.ver = parse_ip(packet.src)
-        st.dst, _ = parse_ip(packet.dst)
-        st.proto = packet.proto
-        st.sport = packet.sport if packet.proto != "icmp" else None
-        st.dport = packet.dport if packet.proto != "icmp" else None
-        st.icmp_type, st.icmp_code = packet.icmp_type, packet.icmp_code
-        st.iif = packet.iif if packet.origin != "node" else None
-        st.origin = packet.origin
-        st.oif = None
-        st.mark = st.ctmark = 0
-        st.ct_dnat = st.ct_snat = st.untracked = False
-        st.ct_state = packet.ct_state
-        st.orig_dst, st.orig_dport = st.dst, st.dport
-        st.steps, st.notes = [], []
-        st.uncertain = False
-        st.dnat = st.snat = None
-        st.masquerade = False
-        st.rules_evaluated = 0
-        st.hook = ""
-        st.reject_with = None
-        st.local_redirect = False
-        st.nat_done = None
-        st.route = None
+        src, ver = parse_ip(packet.src)
+        dst, _ = parse_ip(packet.dst)
+        dport = packet.dport if packet.proto != "icmp" else None
+        st = PacketState(
+            src=src,
+            dst=dst,
+            ver=ver,
+            proto=packet.proto,
+            sport=packet.sport if packet.proto != "icmp" else None,
+            dport=dport,
+            icmp_type=packet.icmp_type,
+            icmp_code=packet.icmp_code,
+            iif=packet.iif if packet.origin != "node" else None,
+            origin=packet.origin,
+            orig_dst=dst,
+            orig_dport=dport,
+            ct_state=packet.ct_state,
+        )
         if packet.origin == "node":
             self._set_oif(st)
         return st
 
-    def _route_lookup(self, st: PacketState):
+    def _route_lookup(self, st: PacketState) -> Route | None:
         """The routing decision for this packet: its destination, and for the node's policy-routing rules its source,
         input interface ("lo" for the node's own packets), mark, protocol and ports."""
         iif = "lo" if st.origin == "node" else st.iif  # the kernel matches the node's own packets as input from lo
@@ -341,7 +338,15 @@ class PacketWalker:
         self._stop(st, route, "reject", err, f"the node's own packet cannot be routed: {text} at once", finished)
         return True
 
-    def _stop(self, st, route, verdict: str, reject_with: str | None, what: str, finished) -> None:
+    def _stop(
+        self,
+        st: PacketState,
+        route: Route,
+        verdict: str,
+        reject_with: str | None,
+        what: str,
+        finished: list[PacketState],
+    ) -> None:
         where = "no route" if route.dst == NO_ROUTE else f"{route.type} {route.dst}"
         if route.rule and route.table == "-":
             where = f"ip rule '{route.rule}' ({route.type})"
@@ -473,7 +478,7 @@ class PacketWalker:
         )
 
 
-def _route_dict(route: Route | None) -> dict | None:
+def _route_dict(route: Route | None) -> dict[str, Any] | None:
     if route is None:
         return None
     return {

@@ -73,3 +73,24 @@ def test_a_value_kpdiag_cannot_read_makes_the_path_uncertain(tmp_path):
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     out = json.loads(proc.stdout)
     assert out["uncertain"] and any("not-a-port" in n for p in out["paths"] for n in p["notes"]), out
+
+
+def test_a_mangle_whose_selector_is_not_an_object_makes_the_path_uncertain():
+    """`{"mangle": {"key": {"meta": null}}}` (found by mypy: `(meta or ct).get` on None) is a value kpdiag cannot
+    read: the path is uncertain with a note, the trace goes on (it raised AttributeError)."""
+    from kpdiag.parse.nft import parse_nft_json
+    from kpdiag.trace.model import Packet
+    from kpdiag.trace.nftables import NftTracer
+    from kpdiag.trace.routing import RoutingTable
+
+    doc = json.load(open(RULESET))
+    for item in doc["nftables"]:
+        rule = item.get("rule")
+        if rule and rule["chain"] == "input":
+            rule["expr"].insert(0, {"mangle": {"key": {"meta": None}, "value": 1}})
+    routing = RoutingTable.from_local_ips(["192.168.1.1"])
+    result = NftTracer(parse_nft_json(json.dumps(doc)), routing).trace(
+        Packet("192.168.1.2", "192.168.1.1", "tcp", 22, iif="eth0")
+    )
+    notes = [n for p in result.paths for n in p.notes]
+    assert any("mangle of something other than the mark" in n for n in notes), notes
