@@ -5,6 +5,7 @@ SIGKILL (the owner-flagged table dies with the ``nft -i`` process holding its so
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -107,3 +108,59 @@ def test_a_signal_leaves_nothing_behind(lab, signum, code):
     while _left_behind(lab) != ("", "") and time.monotonic() < end:
         time.sleep(0.05)
     assert _left_behind(lab) == ("", "")
+
+
+OTHER_TRAFFIC = r"""
+import socket, sys, time
+end = time.monotonic() + float(sys.argv[1])
+sent = 0
+while time.monotonic() < end:
+    for port, kind in ((80, socket.SOCK_STREAM), (80, socket.SOCK_DGRAM)):
+        s = socket.socket(socket.AF_INET, kind)
+        s.settimeout(0.05)
+        try:  # a packet leaves whatever comes back (an answer, a refusal, a timeout)
+            sent += 1
+            s.connect(("10.96.0.20", port))
+            if kind == socket.SOCK_DGRAM:
+                s.send(b"other")
+        except OSError:
+            pass
+        finally:
+            s.close()
+    time.sleep(0.01)
+print(sent)
+"""
+
+
+def test_only_the_probe_is_traced_while_other_traffic_flows(lab):
+    """A second listener of the kernel's trace (``nft monitor trace`` sees every packet anyone marked) hears only
+    kpdiag's probe and its canary while the node sends other packets to the same Service — same address, same port,
+    TCP and UDP, other source ports — all through the run."""
+    _node(lab)
+    monitor = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ns("node"), "nft", "monitor", "trace"], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    other = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ns("node"), sys.executable, "-c", OTHER_TRAFFIC, "6"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        time.sleep(0.5)  # the listener has read the ruleset; the other traffic flows
+        proc = lab.sh(
+            "node",
+            _argv("--from", "node", "--src", NODE_IP, "--dst", "10.96.0.20:80", "--sport", "41234", "--kernel"),
+            check=False,
+        )
+        sent = int(other.communicate(timeout=30)[0].strip() or 0)
+    finally:
+        for p in (monitor, other):
+            if p.poll() is None:
+                p.kill()
+    heard = monitor.communicate(timeout=10)[0].splitlines()
+    assert proc.returncode == 0, proc.stderr + proc.stdout[:2000]
+    assert sent > 50, sent  # the other traffic did flow during the run
+    ports = {m for line in heard for m in re.findall(r"\bsport (\d+)", line)}
+    assert ports == {"41234"}, (ports, heard[:20])  # the probe (and its canary, which uses the probe's source port)
+    assert any("dport 80" in line for line in heard), heard[:20]
