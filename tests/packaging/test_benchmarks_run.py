@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -84,3 +86,13 @@ def test_bench_routes_runs(tmp_path):
     _run(tmp_path, "benchmarks/bench_routes.py", "--routes", "300", "--lookups", "20")
     rows = json.load(open(tmp_path / "routes.json"))
     assert [r["routes"] for r in rows] == [300] and rows[0]["answers"]
+
+
+@pytest.mark.lab
+def test_bench_trace_kernel_runs(tmp_path):
+    from tests.conftest import lab_or_skip
+
+    lab_or_skip()
+    _run(tmp_path, "benchmarks/bench_trace_kernel.py", "--services", "20", "--repeat", "1")
+    result = json.load(open(tmp_path / "trace_kernel.json"))
+    assert result["agreed"] == "1/1" and result["with_kernel_median_s"] > 0, result
