@@ -3,6 +3,12 @@ import sys
 
 import pytest
 
+# The tests start kpdiag (and Python) in a subprocess thousands of times: each would compile kpdiag again where the
+# environment says not to cache bytecode (PYTHONDONTWRITEBYTECODE), a third of a second a start. The test run lets
+# Python cache it (__pycache__ is ignored by git and left out of the wheel, the zipapp and the image).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # kube-proxy's own conformance cases travel with the tests (tests/upstream/README.md)
 SHARED = os.environ.get("KPDIAG_SHARED") or os.path.join(ROOT, "tests", "upstream")
