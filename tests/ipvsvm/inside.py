@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -310,6 +311,12 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
         rel = os.uname().release
         ipvs_dir = f"/lib/modules/{rel}/kernel/net/netfilter/ipvs"
         hidden = "/ipvs-modules-removed"  # outside /lib/modules: depmod (and so modprobe) no longer finds them
+        index = f"/lib/modules/{rel}"
+        saved = "/modules-index-saved"  # the module index with IPVS, put back afterwards (depmod is slow emulated)
+        os.makedirs(saved, exist_ok=True)
+        for name in os.listdir(index):
+            if name.startswith("modules."):
+                shutil.copy2(os.path.join(index, name), saved)
         os.rename(ipvs_dir, hidden)
         sh("depmod", "-a")
         try:
@@ -322,7 +329,8 @@ def run_scenario(sc: dict, out: str, src: str) -> dict:
             rec["modules_without"] = open("/proc/modules").read()
         finally:
             os.rename(hidden, ipvs_dir)
-            sh("depmod", "-a")
+            for name in os.listdir(saved):
+                shutil.copy2(os.path.join(saved, name), index)
             sh("ip", "netns", "del", "node", check=False)
 
         def step(name: str) -> None:
