@@ -46,24 +46,7 @@ def shared_dir():
     return SHARED
 
 
-def _module_fixture(item) -> bool:
-    """Does the test use a module- or session-scoped fixture its own module defines (an image built, a VM booted, a
-    server started once for the module)?"""
-    info, module = getattr(item, "_fixtureinfo", None), getattr(item, "module", None)
-    if info is None or module is None:  # a document's example (sybil) has neither
-        return False
-    return any(
-        d.scope in ("module", "session") and getattr(d.func, "__module__", "") == module.__name__
-        for defs in info.name2fixturedefs.values()
-        for d in defs
-    )
-
-
 def pytest_collection_modifyitems(config, items):
-    """For a parallel run (pytest-xdist, ``--dist loadgroup``): the tests of a module that builds something once for
-    the module run on one worker (else each worker would build it again), and the long ones (marked ``long``: a VM,
-    an image, a Debian root) are handed out first, so they do not start last and hold the run up."""
-    for item in items:
-        if _module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """The long tests (marked ``long``: a VM, an image, a Debian root) are handed out first in a parallel run, so they
+    do not start last and hold the run up."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the order is otherwise kept
