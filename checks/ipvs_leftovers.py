@@ -159,8 +159,9 @@ def stale_addresses(
     preflight: Optional[Preflight] = None,
     proxy: Optional[ProxyMode] = None,
 ):
-    running = proxy.dataplane if proxy is not None else dataplanes.UNKNOWN
-    why = dataplanes.get("ipvs").ports_skip(running, preflight.mode if preflight is not None else None, ipvs)
+    # both always there (their build never returns None): uses, not needs, so a bundle without a mode still runs
+    assert proxy is not None and preflight is not None
+    why = dataplanes.get("ipvs").ports_skip(proxy.dataplane, preflight.mode, ipvs)
     if why:
         raise Skip(why)
     bound = _bound(addresses)
