@@ -105,11 +105,15 @@ def service_destinations(svc, port: dict, node_ips: set[str]) -> list[tuple[Dest
     """Where kube-proxy accepts ``port`` of ``svc``: (destination, the address) for each ClusterIP, externalIP and
     load-balancer ingress IP on the Service port, and each node address on the NodePort."""
     spec, number = svc.spec, port.get("port")
-    out = [(Destination("ClusterIP", ip, number), ip) for ip in svc.cluster_ips]
-    out += [(Destination("externalIP", ip, number), ip) for ip in spec.get("externalIPs") or () if isinstance(ip, str)]
-    ingress = ((svc.raw.get("status") or {}).get("loadBalancer") or {}).get("ingress") or ()
-    lb = [i.get("ip") for i in ingress if isinstance(i, dict) and isinstance(i.get("ip"), str)]
-    out += [(Destination("LoadBalancer IP", ip, number), ip) for ip in lb]
+    out: list[tuple[Destination, str]] = []
+    if isinstance(number, int):  # a port without a number matches no conntrack entry (their ports are numbers)
+        out += [(Destination("ClusterIP", ip, number), ip) for ip in svc.cluster_ips]
+        out += [
+            (Destination("externalIP", ip, number), ip) for ip in spec.get("externalIPs") or () if isinstance(ip, str)
+        ]
+        ingress = ((svc.raw.get("status") or {}).get("loadBalancer") or {}).get("ingress") or ()
+        lb: list[str] = [i["ip"] for i in ingress if isinstance(i, dict) and isinstance(i.get("ip"), str)]
+        out += [(Destination("LoadBalancer IP", ip, number), ip) for ip in lb]
     node_port = port.get("nodePort")
     if svc.type in ("NodePort", "LoadBalancer") and isinstance(node_port, int) and node_port > 0:
         out += [(Destination("NodePort", None, node_port), ip) for ip in sorted(node_ips)]

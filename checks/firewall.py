@@ -5,7 +5,8 @@ rules."""
 from __future__ import annotations
 
 import re
-from typing import Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.evidence import clip
@@ -22,6 +23,9 @@ from kpdiag.state.typed import (
     Services,
     Tracer,
 )
+
+if TYPE_CHECKING:
+    from kpdiag.trace.model import Path, Step
 
 EXTERNAL_SRC = "203.0.113.77"  # an outside client (TEST-NET-3)
 MAX_TARGETS = 6
@@ -112,10 +116,11 @@ def _kube_step(step) -> bool:
     return step.chain.startswith(("KUBE-", "kube-")) or "kube-proxy" in step.table
 
 
-def _drop(paths) -> tuple[float, object] | None:
+def _drop(paths: Iterable[Path]) -> tuple[float, Step] | None:
     """(share, the step that dropped) when some of the trace's paths are dropped or rejected by a rule or chain policy
     that is not kube-proxy's."""
-    share, step = 0.0, None
+    share = 0.0
+    step: Step | None = None
     for p in paths:
         # a path the tracer is unsure of (a match it cannot evaluate) does not count: no blame without proof
         if p.verdict in ("drop", "reject") and p.steps and not p.uncertain:

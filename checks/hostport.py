@@ -107,8 +107,11 @@ def _iptables_dnat(rules: KubeProxyRules, hp: HostPort):
     dport = re.compile(rf"--dport {hp.host_port}(\s|$)")
     for which in ("iptables-save", "iptables-nft-save", "iptables-legacy-save"):
         rs = rules.dump(which)
-        for name in rs.chain_names("nat") if rs is not None else ():
-            for r in rs.chain("nat", name).rules:
+        if rs is None:
+            continue
+        for name in rs.chain_names("nat"):
+            chain = rs.chain("nat", name)  # one of the names it has: never None
+            for r in chain.rules if chain is not None else ():
                 if r.target == "DNAT" and f"-p {hp.protocol}" in r.text and dport.search(r.text) and to.search(r.text):
                     return r, rs
     return None, rules.ruleset

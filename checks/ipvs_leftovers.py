@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Optional
 
 from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
@@ -22,6 +23,9 @@ from kpdiag.state.typed import (
     ProxyMode,
     Services,
 )
+
+if TYPE_CHECKING:
+    from kpdiag.state.cluster import Svc
 
 IPVS_DEV = "kube-ipvs0"
 SHOWN = 5
@@ -60,19 +64,21 @@ def _lb_ips(svc) -> list[str]:
     return [i["ip"] for i in ingress if isinstance(i, dict) and isinstance(i.get("ip"), str)]
 
 
-def _wanted(services) -> tuple[set, set, dict]:
+def _wanted(services: Iterable[Svc]) -> tuple[set[str], set[tuple[str, str, int]], dict[str, set[int]]]:
     """What the API asks of IPVS mode: the addresses kube-proxy binds on kube-ipvs0, the (proto, address, port)
     virtual servers on them, and the NodePorts by protocol (virtual servers on the node's own addresses)."""
-    addrs, servers, nodeports = set(), set(), {}
+    addrs: set[str] = set()
+    servers: set[tuple[str, str, int]] = set()
+    nodeports: dict[str, set[int]] = {}
     for svc in services:
-        ips = [_norm(ip) for ip in svc.cluster_ips + list(svc.spec.get("externalIPs") or []) + _lb_ips(svc)]
-        ips = [ip for ip in ips if ip]
+        norm = [_norm(ip) for ip in svc.cluster_ips + list(svc.spec.get("externalIPs") or []) + _lb_ips(svc)]
+        ips = [ip for ip in norm if ip]
         addrs.update(ips)
         for p in svc.ports:
             proto = str(p.get("protocol") or "TCP").lower()
             try:
-                port = int(p.get("port"))
-            except (TypeError, ValueError):
+                port = int(p["port"])
+            except (KeyError, TypeError, ValueError):
                 continue
             servers.update((proto, ip, port) for ip in ips)
             if p.get("nodePort"):
@@ -153,6 +159,8 @@ def stale_addresses(
     preflight: Optional[Preflight] = None,
     proxy: Optional[ProxyMode] = None,
 ):
+    # both always there (their build never returns None): uses, not needs, so a bundle without a mode still runs
+    assert proxy is not None and preflight is not None
     why = dataplanes.get("ipvs").ports_skip(proxy.dataplane, preflight.mode, ipvs)
     if why:
         raise Skip(why)
@@ -167,15 +175,17 @@ def stale_addresses(
 
     stale_addrs = sorted(ip for ip in bound if ip not in addrs and not left_alone(ip))
     stale_vs = []
+    deletes = []  # ipvsadm -D's arguments, one a stale virtual server
     for vs in ipvs.services.values():
-        if vs.fwmark is not None or vs.addr is None:
-            continue  # kube-proxy makes no firewall-mark virtual servers
+        if vs.fwmark is not None or vs.addr is None or vs.port is None:
+            continue  # kube-proxy makes no firewall-mark virtual servers (the only ones without address and port)
         ip = _norm(vs.addr)
         if ip is None or left_alone(ip) or (vs.proto, ip, vs.port) in servers:
             continue
         if ip not in bound and vs.port in nodeports.get(vs.proto, ()):
             continue  # a NodePort's virtual server on one of the node's own addresses
         stale_vs.append(vs)
+        deletes.append(_vs_arg(vs.proto, ip, vs.port))
     if not stale_addrs and not stale_vs:
         return
     why_kept, log_ev = _why_kept(log)
@@ -192,7 +202,7 @@ def stale_addresses(
         ),
     ]
     fix += [command(f"ip addr del {ip}/{bound[ip]} dev {IPVS_DEV}") for ip in stale_addrs[:SHOWN]]
-    fix += [command(f"ipvsadm -D {_vs_arg(vs.proto, _norm(vs.addr), vs.port)}") for vs in stale_vs[:SHOWN]]
+    fix += [command(f"ipvsadm -D {arg}") for arg in deletes[:SHOWN]]
     evidence = [
         Evidence(addresses.source, f"{IPVS_DEV}: inet {ip}/{bound[ip]}: no Service has this address")
         for ip in stale_addrs[:3]
@@ -222,6 +232,7 @@ def _node_addresses(
     API does not give a Node: a VIP a load balancer or keepalived holds there (kube-vip in ARP mode adds a
     LoadBalancer IP to the leader's interface), not the node's own address."""
     out: dict[str, tuple[str, str]] = {}
+    addr_src = addresses.source if addresses is not None else ""
     for link in addresses.links if addresses is not None else ():
         name = link.get("ifname")
         if name in (IPVS_DEV, "lo"):
@@ -232,14 +243,15 @@ def _node_addresses(
                 continue
             if not host_prefixes and a.get("prefixlen") == ipaddress.ip_address(ip).max_prefixlen:
                 continue
-            out.setdefault(ip, (addresses.source, f"this node's address on {name}"))
+            out.setdefault(ip, (addr_src, f"this node's address on {name}"))
+    nodes_src = nodes.source if nodes is not None else ""
     for obj in nodes.objects if nodes is not None else ():
-        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-        for a in status.get("addresses") or []:
+        status = obj.get("status")
+        for a in (status.get("addresses") if isinstance(status, dict) else None) or []:
             if isinstance(a, dict) and a.get("type") in ("InternalIP", "ExternalIP"):
                 ip = _norm(a.get("address"))
                 if ip:
-                    out.setdefault(ip, (nodes.source, f"node {NodeObjects.name(obj)}'s {a['type']}"))
+                    out.setdefault(ip, (nodes_src, f"node {NodeObjects.name(obj)}'s {a['type']}"))
     return out
 
 
@@ -320,7 +332,9 @@ def node_address_bound(
 def _ipvs_filter_reject(rules: KubeProxyRules | None) -> Evidence | None:
     """KUBE-IPVS-FILTER's reject of new connections to bound addresses (newer kube-proxy), as evidence."""
     rs = rules.ruleset if rules is not None else None
-    chain = rs.chain("filter", "KUBE-IPVS-FILTER") if rs is not None else None
+    if rs is None:
+        return None
+    chain = rs.chain("filter", "KUBE-IPVS-FILTER")
     for text in chain.lines if chain is not None else []:
         if "KUBE-IPVS-IPS" in text and "REJECT" in text:
             return Evidence(rs.source, text)

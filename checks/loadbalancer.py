@@ -21,7 +21,9 @@ def _capture_rule(rules: KubeProxyRules | None, ip: str, what: str = "external I
     """kube-proxy's iptables rule that sends traffic to ``ip`` (its ``what``: "external IP", "loadbalancer IP") into
     the Service (iptables mode), as evidence."""
     rs = rules.ruleset if rules is not None else None
-    chain = rs.chain("nat", "KUBE-SERVICES") if rs is not None else None
+    if rs is None:
+        return None
+    chain = rs.chain("nat", "KUBE-SERVICES")
     want = (f"-d {ip}/32 ", f"-d {ip}/128 ")
     for text in chain.lines if chain is not None else []:
         if any(w in text + " " for w in want) and what in text:
@@ -67,7 +69,8 @@ def external_ip_capture(
         outside = [ip for ip in raw if _norm(ip) and _norm(ip) not in owned and _norm(ip) not in pool]
         if not outside:
             continue
-        captured = [e for e in (_capture_rule(rules, _norm(ip)) for ip in outside) if e is not None]
+        normed = [n for n in map(_norm, outside) if n]  # each of them (``outside`` keeps only the ones that parse)
+        captured = [e for e in (_capture_rule(rules, n) for n in normed) if e is not None]
         yield new(
             f"{svc.key} lists externalIPs {', '.join(outside)}, address(es) of no node and no load balancer: every node "
             f"sends traffic to {outside[0]} on the Service's ports to its pods — a host outside the cluster with that "

@@ -4,7 +4,7 @@ for longer than the controller's normal lag (kube-controller-manager stalled, no
 from __future__ import annotations
 
 import datetime
-from typing import Optional
+from typing import Any, Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
@@ -31,14 +31,18 @@ def _time(text) -> float | None:
         return None
 
 
-def _md(obj: dict) -> dict:
-    md = obj.get("metadata") if isinstance(obj, dict) else None
-    return md if isinstance(md, dict) else {}
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _md(obj: dict[str, Any]) -> dict[str, Any]:
+    return _dict(obj.get("metadata") if isinstance(obj, dict) else None)
 
 
 def _ready_since(pod: dict) -> tuple[bool, float | None]:
     """(Ready, since when): the pod's Ready condition and its lastTransitionTime."""
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    status = _dict(pod.get("status"))
     for c in status.get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == "Ready":
             return c.get("status") == "True", _time(c.get("lastTransitionTime"))
@@ -46,7 +50,7 @@ def _ready_since(pod: dict) -> tuple[bool, float | None]:
 
 
 def _pod_ips(pod: dict) -> set[str]:
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    status = _dict(pod.get("status"))
     ips = {p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict)}
     ips.add(status.get("podIP"))
     return {ip for ip in ips if isinstance(ip, str) and ip}
@@ -54,7 +58,7 @@ def _pod_ips(pod: dict) -> set[str]:
 
 def _live(pod: dict) -> bool:
     """A pod the controller lists: it has an address, has not finished, is not being deleted."""
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    status = _dict(pod.get("status"))
     return (
         bool(_pod_ips(pod))
         and status.get("phase") not in ("Succeeded", "Failed")
@@ -67,7 +71,7 @@ def _slices_of(svc, slices: EndpointSlices) -> tuple[list[dict], str | None]:
     mine = []
     for sl in slices.items or ():
         md = _md(sl)
-        labels = md.get("labels") if isinstance(md.get("labels"), dict) else {}
+        labels = _dict(md.get("labels"))
         if labels.get("kubernetes.io/service-name") != svc.name or md.get("namespace", svc.namespace) != svc.namespace:
             continue
         manager = labels.get(MANAGED_BY)
@@ -90,10 +94,14 @@ def _listed(slices: list[dict]) -> list[tuple[dict, dict, str]]:
 def _slice_written(sl: dict) -> str:
     """When a slice was last computed, as it says: its trigger-time annotation, else its newest managedFields time."""
     md = _md(sl)
-    notes = md.get("annotations") if isinstance(md.get("annotations"), dict) else {}
+    notes = _dict(md.get("annotations"))
     if isinstance(notes.get(TRIGGER), str):
         return f"{TRIGGER}={notes[TRIGGER]}"
-    times = [f.get("time") for f in md.get("managedFields") or [] if isinstance(f, dict) and _time(f.get("time"))]
+    times: list[str] = [
+        t
+        for f in md.get("managedFields") or []
+        if isinstance(f, dict) and _time(t := f.get("time")) and isinstance(t, str)
+    ]
     return f"last written {max(times)}" if times else "no write time recorded"
 
 
@@ -103,7 +111,8 @@ def _disagreements(svc, pods: list[dict], slices: list[dict], now: float | None)
     listed = _listed(slices)
     addrs = {a for _, _, a in listed}
     by_name = {_md(p).get("name"): p for p in pods}
-    timed, untimed = [], []
+    timed: list[dict[str, Any]] = []
+    untimed: list[dict[str, Any]] = []
 
     def add(kind, text, since, ready, addr, pod):
         age = None if since is None or now is None else now - since
@@ -117,7 +126,7 @@ def _disagreements(svc, pods: list[dict], slices: list[dict], now: float | None)
             ips = ", ".join(sorted(_pod_ips(p)))
             add("missing", f"pod {name} ({ips}) Ready since {_iso(since)}: in no slice", since, True, ips, name)
     for sl, ep, addr in listed:
-        ref = ep.get("targetRef") if isinstance(ep.get("targetRef"), dict) else {}
+        ref = _dict(ep.get("targetRef"))
         ready = (ep.get("conditions") or {}).get("ready") is not False
         name = ref.get("name")
         if not name or ref.get("kind", "Pod") != "Pod":

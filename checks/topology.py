@@ -3,7 +3,7 @@ goes to too few endpoints, and hints on some endpoints only (then kube-proxy ign
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
@@ -19,10 +19,15 @@ ANNOTATIONS = ("service.kubernetes.io/topology-mode", "service.kubernetes.io/top
 SHARE_FLOOR = 0.5
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def _asked(svc) -> tuple[str, str] | None:
     """How the Service asks for zone-local routing: (what, the fix step that stops it), or None."""
-    md = svc.raw.get("metadata") if isinstance(svc.raw.get("metadata"), dict) else {}
-    notes = md.get("annotations") if isinstance(md.get("annotations"), dict) else {}
+    md = _dict(svc.raw.get("metadata"))
+    notes = _dict(md.get("annotations"))
     for key in ANNOTATIONS:
         value = notes.get(key)
         if isinstance(value, str) and value.lower() == "auto":
@@ -41,8 +46,7 @@ def _zone_nodes(nodes: NodeObjects | None) -> dict[str, int]:
     """Nodes per zone (their topology.kubernetes.io/zone label), from the Node objects the bundle has."""
     out: dict[str, int] = {}
     for obj in nodes.objects if nodes else ():
-        md = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        zone = (md.get("labels") if isinstance(md.get("labels"), dict) else {}).get(ZONE_LABEL)
+        zone = _dict(_dict(obj.get("metadata")).get("labels")).get(ZONE_LABEL)
         if isinstance(zone, str) and zone:
             out[zone] = out.get(zone, 0) + 1
     return out

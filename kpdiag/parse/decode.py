@@ -24,12 +24,10 @@ _FOLD = bytes.maketrans(b"{}", b"[]")
 def json_too_deep(text: str | bytes, limit: int = MAX_DEPTH) -> bool:
     """Is the JSON text nested deeper than ``limit``? Done at C speed: escaped backslashes and quotes dropped,
     every byte but brackets and quotes deleted, strings cut out, then the innermost pairs peeled, one level a pass."""
-    if (
-        len(text) < (1 << 16)
-        and text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{")
-        < limit
-    ):
-        return False
+    if len(text) < (1 << 16):
+        opens = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+        if opens < limit:
+            return False
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     if b"\\" in raw:  # an escaped backslash or quote must not end or start a string
         raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
@@ -108,7 +106,7 @@ def yaml_check(text: str, limit: int = MAX_DEPTH, max_nodes: int = MAX_YAML_NODE
             if anchor:
                 sizes[anchor] = count
         elif isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent)):
-            n = sizes.get(ev.anchor, 1) if isinstance(ev, yaml.AliasEvent) else 1
+            n = sizes.get(ev.anchor, 1) if isinstance(ev, yaml.AliasEvent) and ev.anchor is not None else 1
             if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
                 sizes[ev.anchor] = 1
             for o in open_nodes:

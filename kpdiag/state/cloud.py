@@ -6,6 +6,7 @@ cloud's own settings (KP640) ask this model; kpdiag never reads the cloud's API.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # the firmware's maker → the cloud (Azure's VMs report Microsoft Corporation, as Hyper-V does anywhere)
 VENDORS = {"amazon ec2": "AWS", "microsoft corporation": "Azure"}
@@ -23,7 +24,9 @@ class CloudModel:
     unsure: bool = False
 
 
-def recognise(node: dict | None, node_name: str, vendor: str | None, nodes_src: str, dmi_src: str) -> CloudModel | None:
+def recognise(
+    node: dict[str, Any] | None, node_name: str, vendor: str | None, nodes_src: str, dmi_src: str
+) -> CloudModel | None:
     """The cloud of this node (its Node object ``node``, the firmware's ``vendor`` text); None when neither says."""
     spec = node.get("spec") if isinstance(node, dict) else None
     provider = spec.get("providerID") if isinstance(spec, dict) else None

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from kpdiag.state.policy import PolicyData
 
 
-def selector_matches(selector: dict | None, labels: dict | None) -> bool:
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, Any] | None) -> bool:
     """A Service selector (equality only) against a pod's labels; an empty selector matches nothing."""
     if not selector:
         return False

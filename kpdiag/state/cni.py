@@ -503,7 +503,7 @@ def recognise(
     return CniModel(shape, tuple(signs), unread, _others(shape, named), from_node, _settings(components), src["api"])
 
 
-def _settings(components) -> tuple[tuple[str, str, str], ...]:
+def _settings(components: Iterable[Any] | None) -> tuple[tuple[str, str, str], ...]:
     """(component, variable, value) of the env the CNI components kept (kpdiag.state.netpol.component)."""
     out = []
     for comp in components or ():

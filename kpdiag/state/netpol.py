@@ -980,7 +980,7 @@ def component(obj: dict[str, Any]) -> dict[str, Any] | None:
                 for a in _arr(c.get("args")) + _arr(c.get("command"))
                 if isinstance(a, str) and a.startswith(_KEPT_ARGS)
             ]
-            entry = {"name": _str(c.get("name")), "image": _str(c.get("image")), "args": args}
+            entry: dict[str, Any] = {"name": _str(c.get("name")), "image": _str(c.get("image")), "args": args}
             env = {
                 e["name"]: e["value"]
                 for e in _arr(c.get("env"))

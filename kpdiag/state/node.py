@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kpdiag.parse.node import Cmdline, IpRule, KubeProxyConfig, Metrics, Module, Value
     from kpdiag.parse.recent import RecentState
     from kpdiag.state.cluster import ClusterView, Svc
+    from kpdiag.state.cloud import CloudModel
     from kpdiag.state.cni import CniModel
     from kpdiag.state.kpsettings import Effective
     from kpdiag.state.kube_rules import ProgrammedPort
@@ -418,7 +419,7 @@ class NodeState(_NodeFiles):
         return cast("CniModel", self.__dict__["_cni"])
 
     @property
-    def cloud(self):
+    def cloud(self) -> CloudModel | None:
         """The cloud this node runs on (kpdiag.state.cloud.recognise): its Node's providerID, else the firmware's
         maker; None when neither was collected. Computed once."""
         if "_cloud" not in self.__dict__:
@@ -441,7 +442,7 @@ class NodeState(_NodeFiles):
             self.__dict__["_cloud"] = recognise(
                 me, name, b.read_text(sources.DMI_VENDOR), b.display(sources.NODES), b.display(sources.DMI_VENDOR)
             )
-        return self.__dict__["_cloud"]
+        return cast("CloudModel | None", self.__dict__["_cloud"])
 
     def _node_notes(self) -> list[tuple[str, dict[str, Any]]]:
         """(name, annotations) of each Node in cluster/nodes.json (the CNI's record of the nodes), [] without it."""

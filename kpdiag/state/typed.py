@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kpdiag.parse.nft import NftRuleset
     from kpdiag.parse.node import KubeProxyConfig as ParsedConfig, Metrics, Module, Value
     from kpdiag.state.cluster import Svc
+    from kpdiag.state.cloud import CloudModel
     from kpdiag.state.cni import CniModel
     from kpdiag.state.inputs import Inputs, SourceFile
     from kpdiag.state.kpsettings import Effective, LogFact, Setting
@@ -1268,10 +1269,10 @@ class Cloud(Typed):
     its Node's providerID, else the firmware's maker)."""
 
     INPUT: ClassVar[str] = "cloud"
-    model: object  # kpdiag.state.cloud.CloudModel
+    model: CloudModel
 
     @classmethod
-    def build(cls, ctx):
+    def build(cls, ctx: Inputs) -> Self | None:
         model = ctx.cloud
         return None if model is None else cls(model)
 

@@ -28,12 +28,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InputError
 
 if TYPE_CHECKING:
-    from .inputs import TraceSetup
     from .model import Path, TraceResult
 
 DEADLINE = 5.0  # seconds for the whole kernel trace: setup, the listener's start, the probe, the events
@@ -302,7 +301,15 @@ def _raising_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def kernel_check(result: TraceResult, setup: TraceSetup) -> dict[str, Any]:
+class TraceNotes(Protocol):
+    """What the kernel check reads of the trace's set-up (kpdiag/commands/trace.py ``TraceSetup``): its notes on
+    the inputs, which say when the rules walked were iptables-legacy's."""
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+def kernel_check(result: TraceResult, setup: TraceNotes) -> dict[str, Any]:
     """The kernel's trace of ``result``'s packet, sent now as a probe, compared with every simulated path: AGREE when
     one of them holds the kernel's rules in order (the kernel took that branch), else where the first path parts."""
     if any("iptables-legacy" in n for n in setup.notes):

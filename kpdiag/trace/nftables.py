@@ -85,7 +85,7 @@ def _kind_of(left: Json) -> str:
             if f == "protocol":
                 return "proto"
             if left["payload"].get("protocol") == "icmp" and f in ("type", "code"):
-                return "icmp" + f
+                return f"icmp{f}"
             return "int"
         if "meta" in left:
             key = left["meta"].get("key")
