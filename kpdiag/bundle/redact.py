@@ -566,6 +566,12 @@ def _map_strings(doc, fn):
 # ---------------------------------------------------------------- names
 # kube-system's well-known objects: they say nothing about the user, and keep the bundle readable
 _SKIP_NAMES = {
+    # the CNIs' own devices whose names look like host names (a dot): kept, kpdiag recognises the CNI by them
+    "vxlan.calico",
+    "vxlan-v6.calico",
+    "flannel.1",
+    "flannel-v6.1",
+    "flannel.4096",
     "default",
     "kube-system",
     "kube-public",
@@ -775,6 +781,22 @@ _NAME_KEYS = {
     "service",
 }
 _LABEL_MAPS = {"labels", "matchLabels", "selector", "nodeSelector"}
+_KUBERNETES_DOMAINS = (".kubernetes.io", ".k8s.io", ".x-k8s.io")
+# the cloud a Node's providerID names (aws:///ZONE/ID): the scheme is the cloud, not the node, and kept; the rest is
+# redacted
+_CLOUD_SCHEMES = {
+    "aws",
+    "azure",
+    "gce",
+    "openstack",
+    "vsphere",
+    "digitalocean",
+    "hcloud",
+    "linode",
+    "oci",
+    "ibm",
+    "kind",
+}
 _KEEP_DOMAINS = (
     "kubernetes.io",
     "k8s.io",
@@ -1051,6 +1073,8 @@ class Redactor:
         infra = self._infra(value)
         if infra is not None:
             return infra
+        if "." in value and value.lower().rstrip(".").endswith(_KUBERNETES_DOMAINS):
+            return value  # Kubernetes' own component names (endpointslice-controller.k8s.io): no one's, kept
         if "." in value and len(value) <= 253 and _DNS_NAME.fullmatch(value) and not _looks_numeric(value):
             # a host name / FQDN: its labels are names (ndots and the search list count them); the TLD stays
             low = value.lower().rstrip(".")
@@ -1089,6 +1113,8 @@ class Redactor:
 
     def host(self, value: str) -> str:
         """A host name or FQDN that is not a known name: a pseudonym under .redacted.invalid."""
+        if value in _SKIP_NAMES:
+            return value
         if value in self.names:
             return self.names[value]
         low = value.lower().rstrip(".")
@@ -1528,7 +1554,7 @@ class Redactor:
             if any(p in self.global_names for p in parts):
                 return "_".join(self.names[p] if p in self.global_names else p for p in parts)
             return t
-        if "." not in t:
+        if "." not in t or t in _SKIP_NAMES:
             return t
         parts = t.split(".")
         if t in self._pseudonyms:
@@ -1568,6 +1594,9 @@ class Redactor:
                         out[nk] = self.uid(v) if _UID.match(v) else f"u{self._h('uid:' + v, 12)}"
                     elif k in ("image", "imageID"):
                         out[nk] = self._image(v)
+                    elif k == "providerID" and v.split("://", 1)[0] in _CLOUD_SCHEMES and "://" in v:
+                        scheme, rest = v.split("://", 1)
+                        out[nk] = f"{scheme}://" + "/".join(self.name(p) if p else "" for p in rest.split("/"))
                     elif (
                         k in _NAME_KEYS and key != "env" and v and not _looks_numeric(v) and not _ADDRLIKE.fullmatch(v)
                     ):

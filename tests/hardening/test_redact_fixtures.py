@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -43,3 +44,38 @@ def test_redacted_fixture_gives_the_same_findings(name):
     runs = {r.id: r for r in report.checks}
     assert all(runs[i].status == "skipped" and runs[i].reason for i in lost), [runs[i] for i in lost]
     assert redactor.ips or redactor.names or not any(k.startswith("cluster/") for k in files)
+
+
+def test_what_names_a_cloud_a_cni_device_or_a_kubernetes_component_stays():
+    """A redacted bundle keeps what kpdiag judges by and that names no one: the cloud in a Node's providerID (the
+    zone and the instance are redacted), the CNI's devices whose names look like host names (vxlan.calico,
+    flannel.1), and Kubernetes' own component names (the EndpointSlice controller in managed-by)."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "kind": "Node",
+                "metadata": {"name": "ip-10-0-0-7.internal"},
+                "spec": {"providerID": "aws:///eu-west-1a/i-0abc123def4567890"},
+            }
+        ],
+    }
+    addr = [{"ifname": "vxlan.calico"}, {"ifname": "flannel.1"}]
+    slices = {
+        "kind": "List",
+        "items": [
+            {"metadata": {"labels": {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}}}
+        ],
+    }
+    files = {
+        "cluster/nodes.json": json.dumps(node).encode(),
+        "node/ip-addr.json": json.dumps(addr).encode(),
+        "cluster/endpointslices.json": json.dumps(slices).encode(),
+    }
+    red, _ = redact_files(files, salt="t")
+    pid = json.loads(red["cluster/nodes.json"])["items"][0]["spec"]["providerID"]
+    assert pid.startswith("aws:///") and "eu-west-1a" not in pid and "i-0abc123def4567890" not in pid, pid
+    assert [i["ifname"] for i in json.loads(red["node/ip-addr.json"])] == ["vxlan.calico", "flannel.1"]
+    labels = json.loads(red["cluster/endpointslices.json"])["items"][0]["metadata"]["labels"]
+    assert labels["endpointslice.kubernetes.io/managed-by"] == "endpointslice-controller.k8s.io"
