@@ -6,20 +6,10 @@ import os
 import pytest
 
 from kpdiag.checkapi import load_registry
-from kpdiag.commands.pipeline import analyze_bundle as _analyze_bundle
-from kpdiag.fleet.aggregate import aggregate_dir, looks_like_report_dir
+from kpdiag.fleet.aggregate import looks_like_report_dir
 from kpdiag.state.typed import evident_by
 from tests.conftest import FIXTURES
-
-
-def analyze_bundle(path):
-    """A node/service bundle, or a directory of node reports (the cluster-scope fixtures); a fixture's report is
-    made once for the test process (tests/given.py)."""
-    from tests.given import fixture_report
-
-    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(FIXTURES):
-        return fixture_report(os.path.basename(path))
-    return aggregate_dir(path) if looks_like_report_dir(path) else _analyze_bundle(path)
+from tests.given import fixture_report
 
 
 def _cluster_fixture(name) -> bool:
@@ -61,7 +51,7 @@ def _scenario(name):
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_fixture_fires_what_it_says(name):
     expect = _scenario(name)["expect"]
-    report = analyze_bundle(os.path.join(FIXTURES, name))
+    report = fixture_report(name)
     fired = {f.id for f in report.findings}
     assert fired == set(expect["fires"]), (name, [f.summary for f in report.findings])
     runs = {r.id: r for r in report.checks}
@@ -126,7 +116,7 @@ def test_every_check_fires_and_stays_silent_somewhere():
     changes is as good a place to fire or stay silent as a recorded one."""
     fires, silent = given_cases()
     for name in SCENARIOS:
-        report = analyze_bundle(os.path.join(FIXTURES, name))
+        report = fixture_report(name)
         for r in report.checks:
             if r.status == "ran":
                 (fires if r.findings else silent).setdefault(r.id, []).append(name)
@@ -136,7 +126,7 @@ def test_every_check_fires_and_stays_silent_somewhere():
 
 
 def test_healthy_node_has_no_error_or_warning():
-    report = analyze_bundle(os.path.join(FIXTURES, "healthy-iptables"))
+    report = fixture_report("healthy-iptables")
     assert report.counts()["error"] == 0 and report.counts()["warning"] == 0
     node_checks = {
         c.id
