@@ -6,8 +6,9 @@ the caller gets ``None``.
 
 A bundle is someone else's data. From a directory only regular files are read, each resolved beneath
 the bundle's root with no symbolic link anywhere on the way (a link to a secret, a FIFO, a device: refused,
-never opened for reading). An archive is streamed once: members over :data:`MAX_FILE_BYTES` are skipped
-(named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each and
+never opened for reading), each with a single hard link and owned by the bundle directory's owner — or by the
+invoking user when that is not root (:func:`member_owners`). An archive is streamed once: members over
+:data:`MAX_FILE_BYTES` are skipped (named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each and
 :data:`SPOOL_MEMORY_TOTAL` in all, and in an unnamed temporary file beyond, and reading stops at
 :data:`MAX_TOTAL_BYTES` — so a gzip bomb or a thousand middle-sized members cost decompression time and
 temporary disk, not memory. Members that are links, devices, or named outside the bundle make
@@ -154,6 +155,20 @@ def _ns_name(text: str) -> bool:
     return bool(ns and name) and len(text) <= 512
 
 
+def member_owners(root_uid: int, euid: int) -> frozenset[int]:
+    """Whose files a bundle directory owned by ``root_uid`` may hold, read by ``euid``.
+
+    The rule: a member is read only when it has one hard link (:func:`kpdiag.bundle.safeio.check_owned`) and is
+    owned by the bundle directory's owner, or by the invoking user when that user is not root. Reading as root is
+    what the rule is for: root can read every file, so another user's file in a bundle (a hard link to it, or a file
+    moved in from a shared folder) would be shown and copied by ``redact`` for whoever owns the bundle. A root-owned
+    file in a bundle owned by someone else is refused too: its owner could not have written it there, and a hard
+    link whose other name was since replaced (as /etc/shadow is on every password change) shows one link only. A
+    user who is not root reads nothing through kpdiag that they could not read themselves, so their own files count
+    as the bundle's."""
+    return frozenset({root_uid} | ({euid} if euid != 0 else set()))
+
+
 class Bundle:
     """Read access to a bundle directory or archive, recording every problem."""
 
@@ -166,6 +181,7 @@ class Bundle:
         self._seen_problem: set[str] = set()
         self._read_sizes: dict[str, int] = {}  # directory bundles: bytes read per file, for MAX_TOTAL_BYTES
         self.manifest: dict[str, Any] = {}
+        self._owners = member_owners(os.stat(root).st_uid, os.geteuid()) if root is not None else None
         for source, error in getattr(files, "problems", ()):  # what the archive reader skipped
             self.problem(source, error)
         self._load_manifest()
@@ -306,7 +322,7 @@ class Bundle:
                 self.problem(rel, "missing from the bundle")
             return data
         try:
-            data = safeio.read_file(self.root, rel, MAX_FILE_BYTES, safeio.BENEATH)
+            data = safeio.read_file(self.root, rel, MAX_FILE_BYTES, safeio.BENEATH, self._owners)
         except safeio.TooLarge as exc:
             self.problem(
                 rel,
@@ -322,6 +338,9 @@ class Bundle:
             return None
         except safeio.NotRegular as exc:
             self.problem(rel, f"{exc.strerror}: not read (a bundle holds regular files only)")
+            return None
+        except safeio.NotOwned as exc:
+            self.problem(rel, f"{exc.strerror}: not read (a bundle holds its owner's files only, one link each)")
             return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EXDEV):
