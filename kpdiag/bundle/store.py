@@ -629,7 +629,7 @@ def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict, force:
 
     blobs = {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()}
     blobs[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-    from kpdiag.bundle.redact import scrub_secrets
+    from kpdiag.bundle.scrub import scrub_secrets
 
     blobs = scrub_secrets(blobs)  # tokens, keys and passwords never land in a bundle, --redact or not
     if out.endswith((".tar.gz", ".tgz")):
