@@ -203,10 +203,16 @@ def check_owned(st: os.stat_result, owners: frozenset[int], path: str) -> None:
         raise NotOwned(errno.EPERM, f"is owned by uid {st.st_uid}, not by {allowed}", path)
 
 
+def _root_fd(root: str | int) -> tuple[int, bool]:
+    """A descriptor of ROOT (a directory path, opened O_PATH, or a descriptor as it is), and whether it is ours."""
+    if isinstance(root, str):
+        return os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), True
+    return root, False
+
+
 def open_path(root: str | int, path: str, how: str = IN_ROOT) -> int:
     """An O_PATH descriptor of PATH resolved under ROOT (a directory path or descriptor) without leaving it."""
-    own = isinstance(root, str)
-    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if own else root
+    rootfd, own = _root_fd(root)
     try:
         rel = path.lstrip("/") or "."
         if openat2_available():
@@ -248,8 +254,7 @@ def open_regular(root: str | int, path: str, how: str = IN_ROOT, owners: frozens
 
 
 def _reopen_by_path(root: str | int, path: str, how: str) -> int:
-    own = isinstance(root, str)
-    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if own else root
+    rootfd, own = _root_fd(root)
     try:
         parent, name = os.path.split(path.lstrip("/"))
         dfd = open_path(rootfd, parent or ".", how)
@@ -273,7 +278,8 @@ class TooLarge(OSError):
 
 def read_capped(fd: int, limit: int, path: str = "") -> bytes:
     """All of fd, or :class:`TooLarge` when it holds more than ``limit`` bytes (at most limit + 1 are read)."""
-    chunks, got = [], 0
+    chunks: list[bytes] = []
+    got = 0
     while True:
         block = os.read(fd, min(1 << 20, limit + 1 - got))
         if not block:
@@ -341,7 +347,7 @@ def human_bytes(n: int) -> str:
 def describe(exc: OSError) -> str:
     """One line for a refused or failed open."""
     if isinstance(exc, (NotRegular, TooLarge, NotOwned)):
-        return exc.strerror
+        return exc.strerror or str(exc)
     if exc.errno == errno.ELOOP:
         return "is or passes a symbolic link that is not followed here"
     if exc.errno == errno.EXDEV:

@@ -172,7 +172,7 @@ def member_owners(root_uid: int, euid: int) -> frozenset[int]:
 class Bundle:
     """Read access to a bundle directory or archive, recording every problem."""
 
-    def __init__(self, name: str, root: str | None = None, files: dict[str, bytes] | None = None):
+    def __init__(self, name: str, root: str | None = None, files: Mapping[str, bytes] | None = None):
         self.name = name
         self.root = root
         self.path: str | None = None  # the directory or archive it was opened from (None: collected in memory)
@@ -259,8 +259,8 @@ class Bundle:
         doc = self.read_json(sources.SERVICES) if self.exists(sources.SERVICES) else None
         items = list_items(doc) or []
         if len(items) == 1:
-            md = items[0].get("metadata") if isinstance(items[0].get("metadata"), dict) else {}
-            if md.get("namespace") == ns and md.get("name") == name:
+            md = items[0].get("metadata")
+            if isinstance(md, dict) and md.get("namespace") == ns and md.get("name") == name:
                 return ns, name
         if self.list(sources.NODE):
             self.problem(
@@ -283,16 +283,23 @@ class Bundle:
         same whether the bundle was given as fixtures/x, ./fixtures/x/ or an absolute path (the subject names it)."""
         return rel
 
+    def _dir(self) -> str:
+        """The bundle's directory (a bundle that is not in memory was opened from one)."""
+        if self.root is None:
+            raise ValueError(f"{self.name}: a bundle with neither files nor a directory")
+        return self.root
+
     def exists(self, rel: str) -> bool:
         if self._files is not None:
             return rel in self._files
-        return safeio.exists_regular(self.root, rel, safeio.BENEATH)
+        return safeio.exists_regular(self._dir(), rel, safeio.BENEATH)
 
     def list(self, prefix: str = "") -> list[str]:
         if self._files is not None:
             return sorted(k for k in self._files if k.startswith(prefix))
-        out = []
-        base = os.path.join(self.root, prefix)
+        root = self._dir()
+        out: list[str] = []
+        base = os.path.join(root, prefix)
         if not os.path.isdir(base):
             return out
         # an iterative walk, bounded in depth: a bundle is a few folders deep, a hostile one may be thousands
@@ -322,7 +329,7 @@ class Bundle:
                 self.problem(rel, "missing from the bundle")
             return data
         try:
-            data = safeio.read_file(self.root, rel, MAX_FILE_BYTES, safeio.BENEATH, self._owners)
+            data = safeio.read_file(self._dir(), rel, MAX_FILE_BYTES, safeio.BENEATH, self._owners)
         except safeio.TooLarge as exc:
             self.problem(
                 rel,
@@ -470,6 +477,7 @@ def _decompressed(path: str):
     with os.fdopen(fd, "rb") as raw:
         magic = raw.read(6)
         raw.seek(0)
+        stream: io.BufferedIOBase
         if magic[:2] == b"\x1f\x8b":
             stream = gzip.GzipFile(fileobj=raw, mode="rb")
         elif magic[:3] == b"BZh":
