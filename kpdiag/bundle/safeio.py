@@ -10,7 +10,9 @@ such read goes through :func:`open_regular`:
 * only a regular file is opened for reading: the path is first opened with ``O_PATH`` (which opens
   nothing: no FIFO blocks, no device driver runs) and checked with ``fstat``; the read descriptor is
   then made from that very inode, non-blocking;
-* reads are capped (:func:`read_capped`).
+* reads are capped (:func:`read_capped`);
+* in a tree someone else controls (a bundle directory), ``owners`` also refuses a file with more than one hard link
+  or owned by a user not named (:func:`check_owned`).
 
 Outputs are created fresh (:class:`OutputDir`, :func:`create_file`): ``O_CREAT | O_EXCL | O_NOFOLLOW``,
 directories by ``mkdir``, everything relative to directory descriptors opened with ``O_NOFOLLOW``, files
@@ -181,10 +183,36 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+class NotOwned(OSError):
+    """A regular file that is not plainly its tree's: more than one hard link, or an owner not allowed there."""
+
+
+def check_owned(st: os.stat_result, owners: frozenset[int], path: str) -> None:
+    """Refuse a file with more than one hard link or whose owner is not in ``owners``.
+
+    A hard link is the same inode under a second name: whoever can write the tree can link a file of someone
+    else's into it (where fs.protected_hardlinks is off), and it keeps the file's owner and mode — read as root it
+    would be shown, and copied by ``redact``. And a file of another user's is not the tree owner's to hand over.
+    The link count is checked on the very inode that is then read."""
+    if st.st_nlink > 1:
+        raise NotOwned(
+            errno.EPERM, f"has {st.st_nlink} hard links (the same file under another name, maybe not this tree's)", path
+        )
+    if st.st_uid not in owners:
+        allowed = " or ".join(f"uid {u}" for u in sorted(owners))
+        raise NotOwned(errno.EPERM, f"is owned by uid {st.st_uid}, not by {allowed}", path)
+
+
+def _root_fd(root: str | int) -> tuple[int, bool]:
+    """A descriptor of ROOT (a directory path, opened O_PATH, or a descriptor as it is), and whether it is ours."""
+    if isinstance(root, str):
+        return os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), True
+    return root, False
+
+
 def open_path(root: str | int, path: str, how: str = IN_ROOT) -> int:
     """An O_PATH descriptor of PATH resolved under ROOT (a directory path or descriptor) without leaving it."""
-    own = isinstance(root, str)
-    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if own else root
+    rootfd, own = _root_fd(root)
     try:
         rel = path.lstrip("/") or "."
         if openat2_available():
@@ -198,16 +226,19 @@ def open_path(root: str | int, path: str, how: str = IN_ROOT) -> int:
             os.close(rootfd)
 
 
-def open_regular(root: str | int, path: str, how: str = IN_ROOT) -> int:
+def open_regular(root: str | int, path: str, how: str = IN_ROOT, owners: frozenset[int] | None = None) -> int:
     """A read-only, non-blocking descriptor of the regular file PATH under ROOT.
 
     Raises :class:`NotRegular` for a FIFO, device, socket or directory (which is never opened for reading),
-    and OSError (ELOOP, EXDEV, ENOENT, …) when the path cannot be resolved inside the root."""
+    :class:`NotOwned` (with ``owners``) for a file with several hard links or of another owner (never opened for
+    reading either), and OSError (ELOOP, EXDEV, ENOENT, …) when the path cannot be resolved inside the root."""
     pfd = open_path(root, path, how)
     try:
         st = os.fstat(pfd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegular(errno.EINVAL, f"is {file_kind(st.st_mode)}, not a regular file", path)
+        if owners is not None:
+            check_owned(st, owners, path)
         # the read descriptor is made from this inode (kpdiag's own /proc/self/fd), not by a second lookup
         try:
             fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -223,8 +254,7 @@ def open_regular(root: str | int, path: str, how: str = IN_ROOT) -> int:
 
 
 def _reopen_by_path(root: str | int, path: str, how: str) -> int:
-    own = isinstance(root, str)
-    rootfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if own else root
+    rootfd, own = _root_fd(root)
     try:
         parent, name = os.path.split(path.lstrip("/"))
         dfd = open_path(rootfd, parent or ".", how)
@@ -248,7 +278,8 @@ class TooLarge(OSError):
 
 def read_capped(fd: int, limit: int, path: str = "") -> bytes:
     """All of fd, or :class:`TooLarge` when it holds more than ``limit`` bytes (at most limit + 1 are read)."""
-    chunks, got = [], 0
+    chunks: list[bytes] = []
+    got = 0
     while True:
         block = os.read(fd, min(1 << 20, limit + 1 - got))
         if not block:
@@ -284,9 +315,11 @@ def read_until(fd: int, limit: int, deadline: float) -> bytes:
     return b"".join(chunks)
 
 
-def read_file(root: str | int, path: str, limit: int, how: str = IN_ROOT) -> bytes:
+def read_file(
+    root: str | int, path: str, limit: int, how: str = IN_ROOT, owners: frozenset[int] | None = None
+) -> bytes:
     """The bytes of the regular file PATH under ROOT (see :func:`open_regular`), at most ``limit``."""
-    fd = open_regular(root, path, how)
+    fd = open_regular(root, path, how, owners)
     try:
         return read_capped(fd, limit, path)
     finally:
@@ -313,8 +346,8 @@ def human_bytes(n: int) -> str:
 
 def describe(exc: OSError) -> str:
     """One line for a refused or failed open."""
-    if isinstance(exc, (NotRegular, TooLarge)):
-        return exc.strerror
+    if isinstance(exc, (NotRegular, TooLarge, NotOwned)):
+        return exc.strerror or str(exc)
     if exc.errno == errno.ELOOP:
         return "is or passes a symbolic link that is not followed here"
     if exc.errno == errno.EXDEV:

@@ -6,8 +6,9 @@ the caller gets ``None``.
 
 A bundle is someone else's data. From a directory only regular files are read, each resolved beneath
 the bundle's root with no symbolic link anywhere on the way (a link to a secret, a FIFO, a device: refused,
-never opened for reading). An archive is streamed once: members over :data:`MAX_FILE_BYTES` are skipped
-(named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each and
+never opened for reading), each with a single hard link and owned by the bundle directory's owner — or by the
+invoking user when that is not root (:func:`member_owners`). An archive is streamed once: members over
+:data:`MAX_FILE_BYTES` are skipped (named, with the limit, as "could not read"), the rest is kept in memory up to :data:`SPOOL_IN_MEMORY` each and
 :data:`SPOOL_MEMORY_TOTAL` in all, and in an unnamed temporary file beyond, and reading stops at
 :data:`MAX_TOTAL_BYTES` — so a gzip bomb or a thousand middle-sized members cost decompression time and
 temporary disk, not memory. Members that are links, devices, or named outside the bundle make
@@ -154,10 +155,24 @@ def _ns_name(text: str) -> bool:
     return bool(ns and name) and len(text) <= 512
 
 
+def member_owners(root_uid: int, euid: int) -> frozenset[int]:
+    """Whose files a bundle directory owned by ``root_uid`` may hold, read by ``euid``.
+
+    The rule: a member is read only when it has one hard link (:func:`kpdiag.bundle.safeio.check_owned`) and is
+    owned by the bundle directory's owner, or by the invoking user when that user is not root. Reading as root is
+    what the rule is for: root can read every file, so another user's file in a bundle (a hard link to it, or a file
+    moved in from a shared folder) would be shown and copied by ``redact`` for whoever owns the bundle. A root-owned
+    file in a bundle owned by someone else is refused too: its owner could not have written it there, and a hard
+    link whose other name was since replaced (as /etc/shadow is on every password change) shows one link only. A
+    user who is not root reads nothing through kpdiag that they could not read themselves, so their own files count
+    as the bundle's."""
+    return frozenset({root_uid} | ({euid} if euid != 0 else set()))
+
+
 class Bundle:
     """Read access to a bundle directory or archive, recording every problem."""
 
-    def __init__(self, name: str, root: str | None = None, files: dict[str, bytes] | None = None):
+    def __init__(self, name: str, root: str | None = None, files: Mapping[str, bytes] | None = None):
         self.name = name
         self.root = root
         self.path: str | None = None  # the directory or archive it was opened from (None: collected in memory)
@@ -166,6 +181,7 @@ class Bundle:
         self._seen_problem: set[str] = set()
         self._read_sizes: dict[str, int] = {}  # directory bundles: bytes read per file, for MAX_TOTAL_BYTES
         self.manifest: dict[str, Any] = {}
+        self._owners = member_owners(os.stat(root).st_uid, os.geteuid()) if root is not None else None
         for source, error in getattr(files, "problems", ()):  # what the archive reader skipped
             self.problem(source, error)
         self._load_manifest()
@@ -243,8 +259,8 @@ class Bundle:
         doc = self.read_json(sources.SERVICES) if self.exists(sources.SERVICES) else None
         items = list_items(doc) or []
         if len(items) == 1:
-            md = items[0].get("metadata") if isinstance(items[0].get("metadata"), dict) else {}
-            if md.get("namespace") == ns and md.get("name") == name:
+            md = items[0].get("metadata")
+            if isinstance(md, dict) and md.get("namespace") == ns and md.get("name") == name:
                 return ns, name
         if self.list(sources.NODE):
             self.problem(
@@ -267,16 +283,23 @@ class Bundle:
         same whether the bundle was given as fixtures/x, ./fixtures/x/ or an absolute path (the subject names it)."""
         return rel
 
+    def _dir(self) -> str:
+        """The bundle's directory (a bundle that is not in memory was opened from one)."""
+        if self.root is None:
+            raise ValueError(f"{self.name}: a bundle with neither files nor a directory")
+        return self.root
+
     def exists(self, rel: str) -> bool:
         if self._files is not None:
             return rel in self._files
-        return safeio.exists_regular(self.root, rel, safeio.BENEATH)
+        return safeio.exists_regular(self._dir(), rel, safeio.BENEATH)
 
     def list(self, prefix: str = "") -> list[str]:
         if self._files is not None:
             return sorted(k for k in self._files if k.startswith(prefix))
-        out = []
-        base = os.path.join(self.root, prefix)
+        root = self._dir()
+        out: list[str] = []
+        base = os.path.join(root, prefix)
         if not os.path.isdir(base):
             return out
         # an iterative walk, bounded in depth: a bundle is a few folders deep, a hostile one may be thousands
@@ -306,7 +329,7 @@ class Bundle:
                 self.problem(rel, "missing from the bundle")
             return data
         try:
-            data = safeio.read_file(self.root, rel, MAX_FILE_BYTES, safeio.BENEATH)
+            data = safeio.read_file(self._dir(), rel, MAX_FILE_BYTES, safeio.BENEATH, self._owners)
         except safeio.TooLarge as exc:
             self.problem(
                 rel,
@@ -322,6 +345,9 @@ class Bundle:
             return None
         except safeio.NotRegular as exc:
             self.problem(rel, f"{exc.strerror}: not read (a bundle holds regular files only)")
+            return None
+        except safeio.NotOwned as exc:
+            self.problem(rel, f"{exc.strerror}: not read (a bundle holds its owner's files only, one link each)")
             return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EXDEV):
@@ -451,6 +477,7 @@ def _decompressed(path: str):
     with os.fdopen(fd, "rb") as raw:
         magic = raw.read(6)
         raw.seek(0)
+        stream: io.BufferedIOBase
         if magic[:2] == b"\x1f\x8b":
             stream = gzip.GzipFile(fileobj=raw, mode="rb")
         elif magic[:3] == b"BZh":
@@ -610,7 +637,7 @@ def write_bundle(files: dict[str, bytes | str], out: str, manifest: dict, force:
 
     blobs = {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()}
     blobs[MANIFEST] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-    from kpdiag.bundle.redact import scrub_secrets
+    from kpdiag.bundle.scrub import scrub_secrets
 
     blobs = scrub_secrets(blobs)  # tokens, keys and passwords never land in a bundle, --redact or not
     if out.endswith((".tar.gz", ".tgz")):

@@ -57,14 +57,27 @@ def _resolve(ref: str, root: dict) -> tuple[dict, dict]:
 
 
 def _check(value, schema: dict, root: dict, where: str) -> str | None:
+    """The first way ``value`` breaks ``schema`` (keywords in this order: $ref, the scalar ones, an object's, an
+    array's, allOf/oneOf/anyOf), or None."""
     unknown = set(schema) - SUPPORTED
     if unknown:
         raise ValueError(f"schema keyword(s) {sorted(unknown)} not supported by kpdiag.schemas.violation")
-    if "$ref" in schema:
-        target, base = _resolve(schema["$ref"], root)
-        why = _check(value, target, base, where)
+    for part in (_check_ref, _check_scalar, _check_object, _check_array, _check_combined):
+        why = part(value, schema, root, where)
         if why:
             return why
+    return None
+
+
+def _check_ref(value, schema: dict, root: dict, where: str) -> str | None:
+    if "$ref" not in schema:
+        return None
+    target, base = _resolve(schema["$ref"], root)
+    return _check(value, target, base, where)
+
+
+def _check_scalar(value, schema: dict, root: dict, where: str) -> str | None:
+    """type, const, enum, minimum, maximum, minLength."""
     t = schema.get("type")
     if t is not None:
         types = t if isinstance(t, list) else [t]
@@ -81,33 +94,50 @@ def _check(value, schema: dict, root: dict, where: str) -> str | None:
             return f"{where}: {value} is above {schema['maximum']}"
     if isinstance(value, str) and "minLength" in schema and len(value) < schema["minLength"]:
         return f"{where}: shorter than {schema['minLength']}"
-    if isinstance(value, dict):
-        for key in schema.get("required", ()):
-            if key not in value:
-                return f"{where}: {key!r} is missing"
-        props = schema.get("properties", {})
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            if key in props:
-                why = _check(item, props[key], root, f"{where}.{key}")
-            elif extra is False:
-                why = f"{where}: {key!r:.40} is not expected"
-            elif isinstance(extra, dict):
-                why = _check(item, extra, root, f"{where}.{key}")
-            else:
-                why = None
+    return None
+
+
+def _check_object(value, schema: dict, root: dict, where: str) -> str | None:
+    """required, properties, additionalProperties."""
+    if not isinstance(value, dict):
+        return None
+    for key in schema.get("required", ()):
+        if key not in value:
+            return f"{where}: {key!r} is missing"
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for key, item in value.items():
+        if key in props:
+            why = _check(item, props[key], root, f"{where}.{key}")
+        elif extra is False:
+            why = f"{where}: {key!r:.40} is not expected"
+        elif isinstance(extra, dict):
+            why = _check(item, extra, root, f"{where}.{key}")
+        else:
+            why = None
+        if why:
+            return why
+    return None
+
+
+def _check_array(value, schema: dict, root: dict, where: str) -> str | None:
+    """minItems, maxItems, items."""
+    if not isinstance(value, list):
+        return None
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        return f"{where}: fewer than {schema['minItems']} items"
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return f"{where}: more than {schema['maxItems']} items"
+    if isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            why = _check(item, schema["items"], root, f"{where}[{i}]")
             if why:
                 return why
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            return f"{where}: fewer than {schema['minItems']} items"
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            return f"{where}: more than {schema['maxItems']} items"
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(value):
-                why = _check(item, schema["items"], root, f"{where}[{i}]")
-                if why:
-                    return why
+    return None
+
+
+def _check_combined(value, schema: dict, root: dict, where: str) -> str | None:
+    """allOf, oneOf, anyOf."""
     for sub in schema.get("allOf", ()):
         why = _check(value, sub, root, where)
         if why:

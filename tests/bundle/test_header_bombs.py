@@ -143,3 +143,41 @@ def test_headers_count_in_the_archive_total_budget(tmp_path, monkeypatch):
     said = [p for p in b.problems if "headers and files reach the 64 KiB total limit" in p.error]
     assert len(said) == 1, b.problems
     assert 4 <= len([k for k in b.list("node/")]) < 10
+
+
+@pytest.mark.parametrize(
+    "kind,said",
+    [(b"K", "GNU long-link header"), (b"g", "pax global header"), (b"X", "pax header"), (b"L", "GNU long-name header")],
+)
+def test_every_kind_of_special_header_over_the_cap_is_refused(tmp_path, kind, said):
+    """Each header kind tarfile reads whole (long link, pax global, Solaris pax, long name): just over the 1 MiB cap."""
+    size = (1 << 20) + 1
+    path = tmp_path / "b.tar.gz"
+    _header_bomb(path, kind, size)
+    with pytest.raises(InputError, match=f"a {said} of {size} bytes"):
+        Bundle.open(str(path))
+
+
+def _pax_sparse_10_bomb(numbers: int):
+    """A pax 1.0 sparse member (GNU.sparse.major=1, minor=0): its map — a count, then offset/size pairs, one decimal
+    number per line at the start of its data — claims a billion pairs; tarfile reads the map before the member."""
+    pax = tarfile.TarInfo("node/sysctl.txt")
+    pax.size = 1 << 30
+    pax.pax_headers = {
+        "GNU.sparse.major": "1",
+        "GNU.sparse.minor": "0",
+        "GNU.sparse.name": "node/sysctl.txt",
+        "GNU.sparse.realsize": str(1 << 30),
+    }
+    yield pax.tobuf(format=tarfile.PAX_FORMAT)
+    yield b"1000000000\n"
+    for _ in range(numbers // 256):
+        yield b"0\n" * 256
+
+
+def test_a_pax_sparse_map_bomb_is_refused(tmp_path):
+    path = tmp_path / "b.tar.gz"
+    _write(path, itertools.chain([_member("kpdiag.json", MANIFEST)], _pax_sparse_10_bomb(2_000_000), [b"\0" * 1024]))
+    assert os.path.getsize(path) < 1 << 20
+    with pytest.raises(InputError, match="a sparse map over 64 KiB: refused"):
+        Bundle.open(str(path))

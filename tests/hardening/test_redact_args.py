@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from kpdiag.bundle.redact import scrub_text
+from kpdiag.bundle.scrub import scrub_text
 from tests import k8sobjects as k8s
 from tests.apiserver import ApiServer
 

@@ -9,7 +9,8 @@ import tracemalloc
 
 import pytest
 
-from kpdiag.bundle.redact import PIECE_LIMIT, Redactor, redact_files
+from kpdiag.bundle.redact import Redactor, redact_files
+from kpdiag.bundle.scrub import PIECE_LIMIT
 from kpdiag.cli import main
 
 SHAPES = {

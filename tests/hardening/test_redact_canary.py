@@ -18,7 +18,8 @@ import pytest
 from kpdiag.bundle.store import write_bundle
 from kpdiag.cli import main
 from kpdiag.commands.pipeline import analyze_bundle
-from kpdiag.bundle.redact import redact_files, scrub_secrets
+from kpdiag.bundle.redact import redact_files
+from kpdiag.bundle.scrub import scrub_secrets
 from tests.conftest import FIXTURES
 
 BASE = "cluster-nft-consistent"  # a healthy node (nftables mode) with its Services, EndpointSlices and Node

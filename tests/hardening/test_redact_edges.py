@@ -11,7 +11,8 @@ import random
 import subprocess
 import sys
 
-from kpdiag.bundle.redact import Redactor, scrub_text
+from kpdiag.bundle.redact import Redactor
+from kpdiag.bundle.scrub import scrub_text
 from kpdiag.collect.node import LOG_MAX_BYTES
 
 END = "-----END RSA PRIVATE KEY-----"
