@@ -7,8 +7,8 @@ as root (the lab tests inside skip: their tools are missing, and CI is not set i
 
 Nothing is cached between runs (a new debootstrap each time: ~2 minutes, plus the package installs). The inner test
 run is the README's test command verbatim, narrowed with PYTEST_ADDOPTS to SUBSET (the whole suite in a chroot
-takes longer than CI allows for one test): the documents as tests, the trace CLI whose usage errors once needed
-iptables on the host, the fixtures, and lab tests that must skip with their reason. What the chroot reaches: the
+takes longer than CI allows for one test): the documents as tests (which analyze the fixtures), the trace CLI whose
+usage errors once needed iptables on the host, and lab tests that must skip with their reason. What the chroot reaches: the
 Debian mirror (debootstrap) and the package index — through the host's pip settings that say how (PIP_* variables,
 and the CA bundle PIP_CERT names, copied in) and its DNS (resolv.conf).
 
@@ -33,7 +33,6 @@ SUBSET = " ".join(
         "tests/packaging/test_docs.py",
         "tests/cli/test_trace_cli.py",
         "tests/cli/test_argument_errors.py",
-        "tests/checks/test_fixtures.py",
         "tests/lab/test_read_only.py",
         "tests/lab/test_iptables_oracle.py",
     ]
