@@ -236,6 +236,8 @@ def _not_ready_evidence(eps: list, slices: EndpointSlices, pods: Pods | None) ->
         )
         for e in eps[:5]
     ]
+    if pods is None:
+        return ev  # no pod conditions to cite
     for e in eps[:3]:
         pod = by_name.get(e.pod)
         for c in ((pod or {}).get("status") or {}).get("conditions") or []:
@@ -361,7 +363,7 @@ def selector_nothing(new, services: Services, pods: Pods, focus: Optional[Focus]
 
 
 def _container_ports(pod: dict) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for c in (pod.get("spec") or {}).get("containers") or []:
         out.extend(p for p in c.get("ports") or [] if isinstance(p, dict))
     return out
