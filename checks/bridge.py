@@ -73,6 +73,50 @@ def _endpoints(
     return out, rules.ruleset.source
 
 
+def _bridge_finding(new, name: str, br: dict, ports_known: list, endpoints: dict, ep_src: str, src: str, sysctls):
+    """The finding for one bridge whose ports have hairpin off while pods on it back Services, or None."""
+    if "PROMISC" in (br.get("flags") or []):
+        return None  # promiscuous-bridge mode: the hairpin frame is delivered through the bridge device
+    nets = _subnets(br)
+    ports = [link for link in ports_known if link.get("master") == name]
+    off = [p for p in ports if (p["linkinfo"].get("info_slave_data") or {}).get("hairpin") is False]
+    if not nets or not off:
+        return None
+    backing = sorted(
+        (ip, svc) for ip, svc in endpoints.items() if any(ipaddress.ip_address(ip) in n for n in nets if ":" not in ip)
+    )
+    if not backing:
+        return None  # no pod on this bridge backs a Service: no pod can be sent back to itself
+    names = [p["ifname"] for p in off]
+    eps = ", ".join(f"{ip} ({svc})" for ip, svc in backing[:3]) + (" …" if len(backing) > 3 else "")
+    loop = " ".join(names[:20])
+    return new(
+        f"hairpin mode is off on {len(off)} of {len(ports)} ports of bridge {name} ({', '.join(names[:4])}"
+        f"{' …' if len(names) > 4 else ''}), and pods on {', '.join(map(str, nets))} back Services ({eps}): a pod "
+        "connecting to its own Service is dropped whenever kube-proxy picks that pod",
+        fix=(
+            command(f"for p in {loop}; do ip link set $p type bridge_slave hairpin on; done   # the running pods, now"),
+            command('grep -rn hairpinMode /etc/cni/net.d/   # the CNI\'s setting for new pods: "hairpinMode": true'),
+            note(
+                'flannel: cni-conf.json in the kube-flannel-cfg ConfigMap sets "hairpinMode": true; the bridge plugin: '
+                "add it to its entry in the .conflist, then recreate the pods (kubectl rollout restart …)"
+            ),
+            command(f"for p in /sys/class/net/{name}/brif/*/hairpin_mode; do echo $p $(cat $p); done   # 1 = on"),
+        ),
+        evidence=[Evidence(src, f"{p['ifname']}: master {name}, hairpin off") for p in off[:3]]
+        + [Evidence(src, f"{name}: bridge, {', '.join(str(n) for n in nets)}")]
+        + [Evidence(ep_src, f"{ip}: endpoint of {svc}") for ip, svc in backing[:2]]
+        + [e for e in (sysctls.evidence("net.bridge.bridge-nf-call-iptables") if sysctls else None,) if e],
+        subject=name,
+        data={
+            "bridge": name,
+            "ports_hairpin_off": names,
+            "ports": len(ports),
+            "endpoints_on_bridge": [ip for ip, _ in backing],
+        },
+    )
+
+
 @check(
     "KP520",
     "bridge-hairpin-off",
@@ -127,49 +171,6 @@ def bridge_hairpin_off(
         raise Skip("which pods back Services is not known (neither the API's EndpointSlices nor kube-proxy's rules)")
     src = addresses.source
     for name, br in sorted(bridges.items()):
-        if "PROMISC" in (br.get("flags") or []):
-            continue  # promiscuous-bridge mode: the hairpin frame is delivered through the bridge device
-        nets = _subnets(br)
-        ports = [link for link in ports_known if link.get("master") == name]
-        off = [p for p in ports if (p["linkinfo"].get("info_slave_data") or {}).get("hairpin") is False]
-        if not nets or not off:
-            continue
-        backing = sorted(
-            (ip, svc)
-            for ip, svc in endpoints.items()
-            if any(ipaddress.ip_address(ip) in n for n in nets if ":" not in ip)
-        )
-        if not backing:
-            continue  # no pod on this bridge backs a Service: no pod can be sent back to itself
-        names = [p["ifname"] for p in off]
-        eps = ", ".join(f"{ip} ({svc})" for ip, svc in backing[:3]) + (" …" if len(backing) > 3 else "")
-        loop = " ".join(names[:20])
-        yield new(
-            f"hairpin mode is off on {len(off)} of {len(ports)} ports of bridge {name} ({', '.join(names[:4])}"
-            f"{' …' if len(names) > 4 else ''}), and pods on {', '.join(map(str, nets))} back Services ({eps}): a pod "
-            "connecting to its own Service is dropped whenever kube-proxy picks that pod",
-            fix=(
-                command(
-                    f"for p in {loop}; do ip link set $p type bridge_slave hairpin on; done   # the running pods, now"
-                ),
-                command(
-                    'grep -rn hairpinMode /etc/cni/net.d/   # the CNI\'s setting for new pods: "hairpinMode": true'
-                ),
-                note(
-                    'flannel: cni-conf.json in the kube-flannel-cfg ConfigMap sets "hairpinMode": true; the bridge plugin: '
-                    "add it to its entry in the .conflist, then recreate the pods (kubectl rollout restart …)"
-                ),
-                command(f"for p in /sys/class/net/{name}/brif/*/hairpin_mode; do echo $p $(cat $p); done   # 1 = on"),
-            ),
-            evidence=[Evidence(src, f"{p['ifname']}: master {name}, hairpin off") for p in off[:3]]
-            + [Evidence(src, f"{name}: bridge, {', '.join(str(n) for n in nets)}")]
-            + [Evidence(ep_src, f"{ip}: endpoint of {svc}") for ip, svc in backing[:2]]
-            + [e for e in (sysctls.evidence("net.bridge.bridge-nf-call-iptables") if sysctls else None,) if e],
-            subject=name,
-            data={
-                "bridge": name,
-                "ports_hairpin_off": names,
-                "ports": len(ports),
-                "endpoints_on_bridge": [ip for ip, _ in backing],
-            },
-        )
+        finding = _bridge_finding(new, name, br, ports_known, endpoints, ep_src, src, sysctls)
+        if finding is not None:
+            yield finding

@@ -11,6 +11,61 @@ from kpdiag.model import Evidence
 from kpdiag.state.typed import Addresses, Cni, KubeProxyConfig, KubeProxyRules, Nft, NodePodCIDRs, Routes
 
 
+def _kube_proxy_ranges(config: KubeProxyConfig | None, rules, nft, nodes: NodePodCIDRs):
+    """(clusterCIDR as written, its evidence, its networks): from kube-proxy's configuration, else its rules;
+    Skip when neither says one, or the rules' range is a node's own podCIDR (detectLocalMode NodeCIDR)."""
+    cidrs, evidence = (config.cluster_cidrs, config.evidence("clusterCIDR")) if config else ((), None)
+    if not cidrs:  # no configuration file (flags: k3s, --cluster-cidr), or it sets none: kube-proxy's rules say it
+        cidrs, evidence = rules_cluster_cidr(rules, nft) or (cidrs, evidence)
+    if not cidrs:
+        raise Skip("needs kube-proxy's clusterCIDR (its configuration or its rules): none to compare with (KP706)")
+    import ipaddress
+
+    try:
+        ranges = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+    except ValueError as exc:
+        raise Skip(f"clusterCIDR {', '.join(cidrs)!r} is not a list of CIDRs: {exc}") from None
+    if not (config and config.cluster_cidrs):  # read from the rules: NodeCIDR writes them the same way
+        own = {c for n in nodes.nodes for c in n.cidrs}
+        same = next((r for r in ranges if r in own), None)
+        if same is not None:
+            raise Skip(
+                f"kube-proxy's rules masquerade around {same}, a node's own podCIDR: that is what detectLocalMode "
+                "NodeCIDR writes, so they show no clusterCIDR (kube-proxy's configuration does not say the mode)"
+            )
+    return cidrs, evidence, ranges
+
+
+def _judge_node_cidrs(new, nodes: NodePodCIDRs, ranges: list, cidrs, evidence):
+    """The finding for the Nodes' podCIDRs outside clusterCIDR, or None."""
+    families = {r.version for r in ranges}
+    judged = [(n, c) for n in nodes.nodes for c in n.cidrs if c.version in families]
+    if not judged:
+        raise Skip(f"needs a node with a podCIDR of the families clusterCIDR names ({nodes.source} has none)")
+    outside = [(n, c) for n, c in judged if not any(c.version == r.version and c.subnet_of(r) for r in ranges)]
+    if not outside:
+        return None
+    names = ", ".join(f"{n.name} ({c})" for n, c in outside[:5]) + (
+        f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+    )
+    whose = "that node's" if len({n.name for n, _ in outside}) == 1 else "those nodes'"
+    return new(
+        f"kube-proxy's clusterCIDR {', '.join(cidrs)} does not contain the pod CIDR of {names}: "
+        f"kube-proxy takes {whose} pods for "
+        "outside clients (their Service traffic is masqueraded)",
+        fix=(
+            "kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDRs}{\"\\n\"}{end}'   # the ranges the nodes were given",
+            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the range that holds them all, then restart kube-proxy",
+        ),
+        evidence=[evidence] + [nodes.evidence(n) for n, _ in outside[:3]],
+        subject="node",
+        data={
+            "cluster_cidr": list(cidrs),
+            "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
+        },
+    )
+
+
 @check(
     "KP613",
     "cluster-cidr-misses-pod-cidr",
@@ -48,55 +103,14 @@ def cluster_cidr_misses_pod_cidr(
 ):
     if config is not None and config.detect_local_mode != "ClusterCIDR":
         return  # kube-proxy tells pods apart another way (NodeCIDR, bridge, interface prefix): clusterCIDR is not used
-    cidrs, evidence = (config.cluster_cidrs, config.evidence("clusterCIDR")) if config else ((), None)
-    if not cidrs:  # no configuration file (flags: k3s, --cluster-cidr), or it sets none: kube-proxy's rules say it
-        cidrs, evidence = rules_cluster_cidr(rules, nft) or (cidrs, evidence)
-    if not cidrs:
-        raise Skip("needs kube-proxy's clusterCIDR (its configuration or its rules): none to compare with (KP706)")
-    import ipaddress
-
-    try:
-        ranges = [ipaddress.ip_network(c, strict=False) for c in cidrs]
-    except ValueError as exc:
-        raise Skip(f"clusterCIDR {', '.join(cidrs)!r} is not a list of CIDRs: {exc}") from None
-    if not (config and config.cluster_cidrs):  # read from the rules: NodeCIDR writes them the same way
-        own = {c for n in nodes.nodes for c in n.cidrs}
-        same = next((r for r in ranges if r in own), None)
-        if same is not None:
-            raise Skip(
-                f"kube-proxy's rules masquerade around {same}, a node's own podCIDR: that is what detectLocalMode "
-                "NodeCIDR writes, so they show no clusterCIDR (kube-proxy's configuration does not say the mode)"
-            )
-    families = {r.version for r in ranges}
+    cidrs, evidence, ranges = _kube_proxy_ranges(config, rules, nft, nodes)
     own = _cni_ranges(cni_model, addresses, route_list)
     if own is not None:  # the CNI's IPAM, not the Nodes' podCIDRs, gives the pods their addresses
         yield from _judge_cni_ranges(new, own, ranges, cidrs, evidence, cni_model, route_list)
         return
-    judged = [(n, c) for n in nodes.nodes for c in n.cidrs if c.version in families]
-    if not judged:
-        raise Skip(f"needs a node with a podCIDR of the families clusterCIDR names ({nodes.source} has none)")
-    outside = [(n, c) for n, c in judged if not any(c.version == r.version and c.subnet_of(r) for r in ranges)]
-    if not outside:
-        return
-    names = ", ".join(f"{n.name} ({c})" for n, c in outside[:5]) + (
-        f" and {len(outside) - 5} more" if len(outside) > 5 else ""
-    )
-    whose = "that node's" if len({n.name for n, _ in outside}) == 1 else "those nodes'"
-    yield new(
-        f"kube-proxy's clusterCIDR {', '.join(cidrs)} does not contain the pod CIDR of {names}: "
-        f"kube-proxy takes {whose} pods for "
-        "outside clients (their Service traffic is masqueraded)",
-        fix=(
-            "kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDRs}{\"\\n\"}{end}'   # the ranges the nodes were given",
-            "kubectl -n kube-system edit configmap kube-proxy   # clusterCIDR: the range that holds them all, then restart kube-proxy",
-        ),
-        evidence=[evidence] + [nodes.evidence(n) for n, _ in outside[:3]],
-        subject="node",
-        data={
-            "cluster_cidr": list(cidrs),
-            "outside": [{"node": n.name, "pod_cidr": str(c)} for n, c in outside],
-        },
-    )
+    finding = _judge_node_cidrs(new, nodes, ranges, cidrs, evidence)
+    if finding is not None:
+        yield finding
 
 
 def _cni_ranges(cni_model: Cni | None, addresses: Addresses | None, route_list: Routes | None):

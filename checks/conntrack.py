@@ -9,42 +9,19 @@ from kpdiag.model import Evidence
 from kpdiag.state.typed import ConntrackEntries, ConntrackStats, Tracer
 
 
-@check(
-    "KP503",
-    "conntrack-pressure",
-    "Connection tracking table near full or dropping",
-    "warning",
-    severities=("warning", "error"),
-    symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
-    why="""
-        Every connection through a Service needs a conntrack entry, because kube-proxy's DNAT is undone on the reply
-        from that entry. When the table is full (nf_conntrack_count reaches nf_conntrack_max), the kernel drops new
-        connections ("nf_conntrack: table full, dropping packet"). insert_failed counts a different, famous failure:
-        two UDP packets of one flow (typically the A and AAAA DNS queries sent together) race to create the same
-        entry and one is dropped — the client waits 5 s and retries.
-    """,
-    fix="Raise the table size through kube-proxy (conntrack.maxPerCore / conntrack.min), find what opens so many connections; for insert_failed on DNS use NodeLocal DNSCache or 'options single-request-reopen'.",
-    references=("https://kubernetes.io/docs/tasks/administer-cluster/nodelocaldns/",),
-)
-def conntrack_pressure(
-    new,
-    conntrack: ConntrackStats,
-    entries: Optional[ConntrackEntries] = None,  # with the tracer: to tell the DNS race from SNAT collisions (KP611)
-    tracers: Optional[Tracer] = None,
-):
+def _table_full(new, conntrack: ConntrackStats):
+    """The finding for a table near full (count against max), or None; Skip when neither the sysctls nor the
+    statistics were collected."""
     count_v = conntrack.sysctl("net.netfilter.nf_conntrack_count")
     max_v = conntrack.sysctl("net.netfilter.nf_conntrack_max") or conntrack.sysctl("net.nf_conntrack_max")
-    stats = conntrack.stats
-    fired = False
     if count_v is not None and max_v is not None:
         try:
             count, limit = int(count_v.value), int(max_v.value)
         except ValueError:
             raise Skip("nf_conntrack_count / nf_conntrack_max are not numbers") from None
         if limit > 0 and count >= 0.8 * limit:
-            fired = True
             pct = 100.0 * count / limit
-            yield new(
+            return new(
                 f"conntrack table {pct:.0f}% full ({count} of {limit} entries): new Service connections are dropped when it fills",
                 severity="error" if pct >= 95 else "warning",
                 fix=(
@@ -61,21 +38,15 @@ def conntrack_pressure(
                 subject="node",
                 data={"count": count, "max": limit, "percent_full": round(pct, 1)},
             )
-    elif not stats:
+    elif not conntrack.stats:
         raise Skip("neither nf_conntrack_count/max nor conntrack -S statistics were collected")
-    src = conntrack.source
-    drops = {k: stats.get(k, 0) for k in ("drop", "early_drop") if stats.get(k, 0) > 0}
-    if drops and not fired:
-        yield new(
-            f"conntrack has dropped packets ({', '.join(f'{k}={v}' for k, v in drops.items())}): the table was full at some point",
-            fix=(
-                "watch -n1 'conntrack -C; conntrack -S | grep -o \"drop=[0-9]*\" | sort | uniq -c'",
-                "kubectl -n kube-system edit configmap kube-proxy   # raise conntrack.maxPerCore / conntrack.min, then restart kube-proxy",
-            ),
-            evidence=[Evidence(src, " ".join(f"{k}={v}" for k, v in drops.items()) + " (summed over CPUs)")],
-            subject="node",
-            data={"stats": drops},
-        )
+    return None
+
+
+def _insert_failed(new, conntrack: ConntrackStats, entries, tracers):
+    """insert_failed: the DNS race, or — when the entries hold no DNS flow — a race of another kind (SNAT
+    collisions are KP611's)."""
+    stats = conntrack.stats
     failed = stats.get("insert_failed", 0)
     from .snat import snat_collision
 
@@ -123,3 +94,46 @@ def conntrack_pressure(
             subject="node",
             data={"stats": {"insert_failed": failed}},
         )
+
+
+@check(
+    "KP503",
+    "conntrack-pressure",
+    "Connection tracking table near full or dropping",
+    "warning",
+    severities=("warning", "error"),
+    symptom="Random new connections to Services time out under load; DNS lookups sometimes take 5 s.",
+    why="""
+        Every connection through a Service needs a conntrack entry, because kube-proxy's DNAT is undone on the reply
+        from that entry. When the table is full (nf_conntrack_count reaches nf_conntrack_max), the kernel drops new
+        connections ("nf_conntrack: table full, dropping packet"). insert_failed counts a different, famous failure:
+        two UDP packets of one flow (typically the A and AAAA DNS queries sent together) race to create the same
+        entry and one is dropped — the client waits 5 s and retries.
+    """,
+    fix="Raise the table size through kube-proxy (conntrack.maxPerCore / conntrack.min), find what opens so many connections; for insert_failed on DNS use NodeLocal DNSCache or 'options single-request-reopen'.",
+    references=("https://kubernetes.io/docs/tasks/administer-cluster/nodelocaldns/",),
+)
+def conntrack_pressure(
+    new,
+    conntrack: ConntrackStats,
+    entries: Optional[ConntrackEntries] = None,  # with the tracer: to tell the DNS race from SNAT collisions (KP611)
+    tracers: Optional[Tracer] = None,
+):
+    full = _table_full(new, conntrack)
+    if full is not None:
+        yield full
+    stats = conntrack.stats
+    src = conntrack.source
+    drops = {k: stats.get(k, 0) for k in ("drop", "early_drop") if stats.get(k, 0) > 0}
+    if drops and full is None:
+        yield new(
+            f"conntrack has dropped packets ({', '.join(f'{k}={v}' for k, v in drops.items())}): the table was full at some point",
+            fix=(
+                "watch -n1 'conntrack -C; conntrack -S | grep -o \"drop=[0-9]*\" | sort | uniq -c'",
+                "kubectl -n kube-system edit configmap kube-proxy   # raise conntrack.maxPerCore / conntrack.min, then restart kube-proxy",
+            ),
+            evidence=[Evidence(src, " ".join(f"{k}={v}" for k, v in drops.items()) + " (summed over CPUs)")],
+            subject="node",
+            data={"stats": drops},
+        )
+    yield from _insert_failed(new, conntrack, entries, tracers)

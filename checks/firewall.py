@@ -50,19 +50,8 @@ def _node_ip(ip_route, ip_addr) -> tuple[str, str] | None:
     return None
 
 
-def _targets(
-    services: Services | None,
-    proxy: ProxyMode,
-    nft: Nft | None,
-    ipvs: Ipvs | None,
-    rules: KubeProxyRules | None,
-    config: KubeProxyConfig | None,
-    routes: Routes,
-    addresses: Addresses,
-) -> list[tuple[str, int, str, str]]:
-    """(proto, port, what, where it is known) of NodePorts and health-check node ports on this node: from the API when
-    read, else from kube-proxy's rules."""
-    out: dict[tuple[str, int], tuple[str, str]] = {}
+def _api_targets(services: Services | None, out: dict[tuple[str, int], tuple[str, str]]) -> None:
+    """Add the NodePorts and health-check node ports the API's Services declare to ``out``."""
     svcs = services.every if services is not None else None
     for svc in svcs or []:
         src = services.source
@@ -73,6 +62,33 @@ def _targets(
                 )
         if svc.spec.get("healthCheckNodePort"):
             out.setdefault(("tcp", int(svc.spec["healthCheckNodePort"])), (f"health check node port of {svc.key}", src))
+
+
+def _iptables_targets(rules: KubeProxyRules | None, out: dict[tuple[str, int], tuple[str, str]]) -> None:
+    """Add the node ports of kube-proxy's KUBE-NODEPORTS chains (nat: NodePorts; filter: health-check ports) to ``out``."""
+    rs = rules.ruleset if rules is not None else None
+    for table, what in (("nat", "NodePort"), ("filter", "health check node port")):
+        chain = rs.chain(table, "KUBE-NODEPORTS") if rs is not None else None
+        for text in chain.lines if chain is not None else []:
+            m, p = _DPORT.search(text), _PROTO.search(text)
+            if m and (table == "nat" or "health check" in text):
+                out.setdefault(
+                    ((p.group(1) if p else "tcp").lower(), int(m.group(1))),
+                    (what, f"{rs.source}: {table} KUBE-NODEPORTS"),
+                )
+
+
+def _rules_targets(
+    proxy: ProxyMode,
+    nft: Nft | None,
+    ipvs: Ipvs | None,
+    rules: KubeProxyRules | None,
+    routes: Routes,
+    addresses: Addresses,
+    out: dict[tuple[str, int], tuple[str, str]],
+) -> None:
+    """Add the node ports kube-proxy programmed, read from its mode's rules (nftables map, IPVS virtual servers on
+    the node's address, or iptables KUBE-NODEPORTS) to ``out``."""
     dp = proxy.dataplane
     ruleset = nft.ruleset() if dp.services_in_nft and nft is not None else None  # parsed only when it is read
     if ruleset is not None:
@@ -89,16 +105,11 @@ def _targets(
                     ("NodePort (IPVS virtual server on the node's address)", ipvs.source),
                 )
     else:
-        rs = rules.ruleset if rules is not None else None
-        for table, what in (("nat", "NodePort"), ("filter", "health check node port")):
-            chain = rs.chain(table, "KUBE-NODEPORTS") if rs is not None else None
-            for text in chain.lines if chain is not None else []:
-                m, p = _DPORT.search(text), _PROTO.search(text)
-                if m and (table == "nat" or "health check" in text):
-                    out.setdefault(
-                        ((p.group(1) if p else "tcp").lower(), int(m.group(1))),
-                        (what, f"{rs.source}: {table} KUBE-NODEPORTS"),
-                    )
+        _iptables_targets(rules, out)
+
+
+def _healthz_target(config: KubeProxyConfig | None, out: dict[tuple[str, int], tuple[str, str]]) -> None:
+    """Add kube-proxy's /healthz port to ``out`` when it listens beyond loopback."""
     hc = config.get("healthzBindAddress") if config is not None else None
     if config is not None and not str(hc or "").strip():
         hc = "0.0.0.0:10256"  # unset or empty (kubeadm writes ""): kube-proxy's default, which load balancers check
@@ -107,6 +118,24 @@ def _targets(
             ("tcp", int(str(hc).rsplit(":", 1)[-1])),
             ("kube-proxy's /healthz (load balancers' health checks)", config.source),
         )
+
+
+def _targets(
+    services: Services | None,
+    proxy: ProxyMode,
+    nft: Nft | None,
+    ipvs: Ipvs | None,
+    rules: KubeProxyRules | None,
+    config: KubeProxyConfig | None,
+    routes: Routes,
+    addresses: Addresses,
+) -> list[tuple[str, int, str, str]]:
+    """(proto, port, what, where it is known) of NodePorts and health-check node ports on this node: from the API when
+    read, else from kube-proxy's rules."""
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    _api_targets(services, out)
+    _rules_targets(proxy, nft, ipvs, rules, routes, addresses, out)
+    _healthz_target(config, out)
     # health checks first: they decide whether a load balancer sends anything at all
     items = sorted(out.items(), key=lambda kv: ("health" not in kv[1][0], kv[0][1]))
     return [(proto, port, what, where) for (proto, port), (what, where) in items[:MAX_TARGETS]]
@@ -169,6 +198,124 @@ def _owner(step, chains: frozenset = frozenset()) -> str:
     return "the host firewall"
 
 
+def _trace_host_fw(host_fw, result, node_ip: str, dev: str, proto: str, port: int, untraced: list[str]):
+    """The drop the host firewall's nftables tables make of what kube-proxy's rules let through (DNATed to an endpoint
+    in iptables mode, or as is), or None; a packet they cannot trace is added to ``untraced``."""
+    from kpdiag.trace.model import Packet
+
+    hit = None
+    after = [p for p in result.paths if p.verdict == "accept"] if result is not None else [None]
+    for p in after:
+        dst, dport = node_ip, port
+        if p is not None and p.dnat and "]" not in p.dnat:
+            dst, _, dp = p.dnat.rpartition(":")
+            dport = int(dp) if dp.isdigit() else port
+        try:
+            r2 = host_fw.trace(Packet(EXTERNAL_SRC, dst, proto, dport, origin="external", iif=dev))
+        except Exception as exc:
+            untraced.append(f"{port}/{proto} through the nftables tables: {exc.__class__.__name__}: {exc}")
+            break
+        hit = _drop(r2.paths)
+        if hit:
+            break
+    return hit
+
+
+def _trace_targets(targets, tracer, host_fw, node_ip: str, dev: str, mode: str) -> tuple[list, list[str]]:
+    """Trace a packet from outside to each target: (blocked, untraced) — blocked as (proto, port, what, where,
+    (share, step), through), untraced as the reasons a target could not be traced."""
+    from kpdiag.trace.model import Packet
+
+    blocked: list = []
+    untraced: list[str] = []
+    for proto, port, what, where in targets:
+        if proto not in ("tcp", "udp", "sctp"):
+            continue
+        pkt = Packet(EXTERNAL_SRC, node_ip, proto, port, origin="external", iif=dev)
+        try:
+            result = tracer.trace(pkt) if tracer is not None else None
+        except Exception as exc:  # a rule the tracer cannot evaluate: say so rather than guess
+            untraced.append(f"{port}/{proto}: {exc.__class__.__name__}: {exc}")
+            continue
+        hit = _drop(result.paths) if result is not None else None
+        through = f"{mode} rules"
+        if hit is None and host_fw is not None:
+            hit = _trace_host_fw(host_fw, result, node_ip, dev, proto, port, untraced)
+            if hit:
+                through = "the node's nftables tables"
+        if hit:
+            blocked.append((proto, port, what, where, hit, through))
+    return blocked, untraced
+
+
+def _step_fix(st) -> str:
+    """The command that lets the NodePort traffic past the host firewall's rule or policy ``st``."""
+    hook = st.hook.lower()
+    if " " in st.table:  # an nftables table ("inet hostfw"): only a rule in that table's chain helps
+        if hook == "input":
+            return (
+                f"nft insert rule {st.table} {st.chain} tcp dport {{ 30000-32767, 10256 }} accept; "
+                f"nft insert rule {st.table} {st.chain} udp dport 30000-32767 accept"
+            )
+        return f"nft insert rule {st.table} {st.chain} ip daddr <clusterCIDR> accept   # forwarded NodePort traffic to pods"
+    if hook == "input":
+        return (
+            f"iptables -I {st.chain} -p tcp -m multiport --dports 30000:32767,10256 -j ACCEPT && "
+            f"iptables -I {st.chain} -p udp --dport 30000:32767 -j ACCEPT"
+        )
+    return f"iptables -I {st.chain} -d <clusterCIDR> -j ACCEPT   # forwarded NodePort traffic to pods"
+
+
+def _fix(blocked, steps, chains: frozenset, node_ip: str) -> list[str]:
+    """The fix steps: trace it, then the owner's commands (firewalld, ufw), then a rule per blocking step."""
+    by_owner = sorted({_owner(b[4][1], chains) for b in blocked})
+    port = blocked[0][1]
+    fix = [f"kpdiag trace --bundle <bundle> --src {EXTERNAL_SRC} --dst {node_ip} --dport {port}   # where it ends"]
+    if "firewalld" in by_owner:
+        fix += [
+            "firewall-cmd --permanent --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=10256/tcp && firewall-cmd --reload",
+            "firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR> && firewall-cmd --reload   # the forwarded half",
+        ]
+    if "ufw" in by_owner:
+        fix += [
+            "ufw allow 30000:32767/tcp && ufw allow 30000:32767/udp && ufw allow 10256/tcp",
+            "ufw route allow to <clusterCIDR>",
+        ]
+    fix += [_step_fix(st) for st in steps if _owner(st, chains) == "the host firewall"]
+    return fix
+
+
+def _step_evidence(st, ruleset, manifest) -> Evidence:
+    """The rule or policy that dropped, cited from its own source and line when it has one."""
+    if st.source and st.source.rsplit(":", 1)[-1].isdigit():
+        src, line = st.source.rsplit(":", 1)
+        return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {clip(st.text, 200)}", int(line))
+    src = ruleset.source if " " in st.table and ruleset is not None else manifest.bundle
+    return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {clip(st.text, 200)}")
+
+
+def _finding(new, blocked, chains: frozenset, node_ip: str, ruleset, manifest):
+    """The one finding: which ports are dropped, by whose rules, the fix and the evidence."""
+    through = blocked[0][5]
+    ports = ", ".join(f"{b[1]}/{b[0]} ({b[2]})" for b in blocked)
+    steps: list = []
+    for b in blocked:
+        st = b[4][1]
+        if all((st.table, st.chain, st.text) != (o.table, o.chain, o.text) for o in steps):
+            steps.append(st)
+    return new(
+        f"traffic from outside to {ports} on {node_ip} is dropped by {through}: "
+        + "; ".join(f"{_owner(st, chains)} ({st.table} {st.chain}: {clip(st.text, 80)})" for st in steps[:3]),
+        fix=tuple(dict.fromkeys(_fix(blocked, steps, chains, node_ip))),
+        evidence=[_step_evidence(st, ruleset, manifest) for st in steps[:3]]
+        + [
+            Evidence(b[3].split(": ", 1)[0], f"{b[1]}/{b[0]}: {b[2]}, {b[4][0] * 100:.0f}% of its paths dropped")
+            for b in blocked[:3]
+        ],
+        subject="node",
+    )
+
+
 @check(
     "KP509",
     "host-firewall-drops-nodeports",
@@ -215,102 +362,12 @@ def host_firewall(
     host_fw = _host_firewall(ruleset, routes.routing, proxy.dataplane)
     if tracer is None and host_fw is None:
         raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
-    from kpdiag.trace.model import Packet
-
     node_ip, dev = node
-    blocked, untraced = [], []
-    for proto, port, what, where in targets:
-        if proto not in ("tcp", "udp", "sctp"):
-            continue
-        pkt = Packet(EXTERNAL_SRC, node_ip, proto, port, origin="external", iif=dev)
-        try:
-            result = tracer.trace(pkt) if tracer is not None else None
-        except Exception as exc:  # a rule the tracer cannot evaluate: say so rather than guess
-            untraced.append(f"{port}/{proto}: {exc.__class__.__name__}: {exc}")
-            continue
-        hit = _drop(result.paths) if result is not None else None
-        through = f"{mode} rules"
-        if hit is None and host_fw is not None:
-            # the host firewall's tables see the packet kube-proxy made: DNATed to an endpoint (iptables mode) or as is
-            after = [p for p in result.paths if p.verdict == "accept"] if result is not None else [None]
-            for p in after:
-                dst, dport = node_ip, port
-                if p is not None and p.dnat and "]" not in p.dnat:
-                    dst, _, dp = p.dnat.rpartition(":")
-                    dport = int(dp) if dp.isdigit() else port
-                try:
-                    r2 = host_fw.trace(Packet(EXTERNAL_SRC, dst, proto, dport, origin="external", iif=dev))
-                except Exception as exc:
-                    untraced.append(f"{port}/{proto} through the nftables tables: {exc.__class__.__name__}: {exc}")
-                    break
-                hit = _drop(r2.paths)
-                through = "the node's nftables tables"
-                if hit:
-                    break
-        if hit:
-            blocked.append((proto, port, what, where, hit, through))
+    blocked, untraced = _trace_targets(targets, tracer, host_fw, node_ip, dev, mode)
     if not blocked:
         if untraced:
             raise Skip(f"could not trace {'; '.join(untraced[:2])}")
         return
     rs = rules.ruleset if rules is not None else None
     chains = frozenset(rs.chain_names("filter")) if rs is not None else frozenset()
-    by_owner = sorted({_owner(b[4][1], chains) for b in blocked})
-    proto, port, what, where, (share, step), through = blocked[0]
-    ports = ", ".join(f"{b[1]}/{b[0]} ({b[2]})" for b in blocked)
-    steps = []
-    for b in blocked:
-        st = b[4][1]
-        if all((st.table, st.chain, st.text) != (o.table, o.chain, o.text) for o in steps):
-            steps.append(st)
-    fix = [f"kpdiag trace --bundle <bundle> --src {EXTERNAL_SRC} --dst {node_ip} --dport {port}   # where it ends"]
-    if "firewalld" in by_owner:
-        fix += [
-            "firewall-cmd --permanent --add-port=30000-32767/tcp --add-port=30000-32767/udp --add-port=10256/tcp && firewall-cmd --reload",
-            "firewall-cmd --permanent --zone=trusted --add-source=<clusterCIDR> && firewall-cmd --reload   # the forwarded half",
-        ]
-    if "ufw" in by_owner:
-        fix += [
-            "ufw allow 30000:32767/tcp && ufw allow 30000:32767/udp && ufw allow 10256/tcp",
-            "ufw route allow to <clusterCIDR>",
-        ]
-    for st in steps:
-        if _owner(st, chains) != "the host firewall":
-            continue
-        hook = st.hook.lower()
-        if " " in st.table:  # an nftables table ("inet hostfw"): only a rule in that table's chain helps
-            if hook == "input":
-                fix.append(
-                    f"nft insert rule {st.table} {st.chain} tcp dport {{ 30000-32767, 10256 }} accept; "
-                    f"nft insert rule {st.table} {st.chain} udp dport 30000-32767 accept"
-                )
-            else:
-                fix.append(
-                    f"nft insert rule {st.table} {st.chain} ip daddr <clusterCIDR> accept   # forwarded NodePort traffic to pods"
-                )
-        elif hook == "input":
-            fix.append(
-                f"iptables -I {st.chain} -p tcp -m multiport --dports 30000:32767,10256 -j ACCEPT && "
-                f"iptables -I {st.chain} -p udp --dport 30000:32767 -j ACCEPT"
-            )
-        else:
-            fix.append(f"iptables -I {st.chain} -d <clusterCIDR> -j ACCEPT   # forwarded NodePort traffic to pods")
-
-    def step_ev(st):
-        if st.source and st.source.rsplit(":", 1)[-1].isdigit():
-            src, line = st.source.rsplit(":", 1)
-            return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {clip(st.text, 200)}", int(line))
-        src = ruleset.source if " " in st.table and ruleset is not None else manifest.bundle
-        return Evidence(src, f"{st.hook}: {st.table} {st.chain}: {clip(st.text, 200)}")
-
-    yield new(
-        f"traffic from outside to {ports} on {node_ip} is dropped by {through}: "
-        + "; ".join(f"{_owner(st, chains)} ({st.table} {st.chain}: {clip(st.text, 80)})" for st in steps[:3]),
-        fix=tuple(dict.fromkeys(fix)),
-        evidence=[step_ev(st) for st in steps[:3]]
-        + [
-            Evidence(b[3].split(": ", 1)[0], f"{b[1]}/{b[0]}: {b[2]}, {b[4][0] * 100:.0f}% of its paths dropped")
-            for b in blocked[:3]
-        ],
-        subject="node",
-    )
+    yield _finding(new, blocked, chains, node_ip, ruleset, manifest)

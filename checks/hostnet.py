@@ -271,6 +271,25 @@ class MtuExcess:
     uplink: tuple
 
 
+def _pod_links(links: list, by_name: dict, uplink_name: str | None, tunnel_names: set) -> list:
+    """The pods' side of the node: the bridges with ports (not a bond, the uplink, Docker's or libvirt's), their
+    ports, and the node ends of routed pod veths (cali*, lxc*)."""
+    bridges = {link.get("master") for link in links if link.get("master")} - {uplink_name}
+    bridges = {
+        b
+        for b in bridges
+        if b in by_name and _kind(by_name[b]) in (None, "bridge") and not b.startswith(NOT_POD_BRIDGES)
+    }  # not a bond, not the uplink, not Docker's or libvirt's bridge (their containers are not pods)
+    return [
+        link
+        for link in links
+        if isinstance(link.get("mtu"), int)
+        and link["ifname"] not in ("lo", uplink_name, "kube-ipvs0")
+        and link["ifname"] not in tunnel_names
+        and (link["ifname"] in bridges or link.get("master") in bridges or link["ifname"].startswith(("cali", "lxc")))
+    ]
+
+
 def pod_mtu_excess(addresses: Addresses, routes: Routes) -> MtuExcess | None:
     """KP508's facts (also read by KP524): None when the uplink or its MTU is not known."""
     links = _links(addresses)
@@ -295,20 +314,7 @@ def pod_mtu_excess(addresses: Addresses, routes: Routes) -> MtuExcess | None:
     else:
         limit, why = u, f"the uplink {uplink_name}"
     tunnel_names = {t[0]["ifname"] for t in tunnels}
-    bridges = {link.get("master") for link in links if link.get("master")} - {uplink_name}
-    bridges = {
-        b
-        for b in bridges
-        if b in by_name and _kind(by_name[b]) in (None, "bridge") and not b.startswith(NOT_POD_BRIDGES)
-    }  # not a bond, not the uplink, not Docker's or libvirt's bridge (their containers are not pods)
-    pods = [
-        link
-        for link in links
-        if isinstance(link.get("mtu"), int)
-        and link["ifname"] not in ("lo", uplink_name, "kube-ipvs0")
-        and link["ifname"] not in tunnel_names
-        and (link["ifname"] in bridges or link.get("master") in bridges or link["ifname"].startswith(("cali", "lxc")))
-    ]
+    pods = _pod_links(links, by_name, uplink_name, tunnel_names)
     too_big = [link for link in pods if link["mtu"] > limit]
     return MtuExcess(limit, why, too_big, carrying, (uplink_name, u))
 

@@ -43,42 +43,52 @@ class HostPort:
         )
 
 
+def _pod_ips(pod: dict, node: str | None) -> list | None:
+    """The addresses of ``pod`` when it runs on ``node`` (None: any) in the pod network, else None."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    if node is not None and spec.get("nodeName") != node or spec.get("hostNetwork") or meta.get("deletionTimestamp"):
+        return None
+    if status.get("phase") != "Running" or not isinstance(status.get("podIP"), str):
+        return None
+    return [i.get("ip") for i in status.get("podIPs") or () if isinstance(i, dict)] or [status["podIP"]]
+
+
+def _container_host_ports(meta: dict, c, ips: list) -> list[HostPort]:
+    """The hostPorts one container declares, one per pod address of the port's family."""
+    out = []
+    for p in c.get("ports") or () if isinstance(c, dict) else ():
+        hp = p.get("hostPort") if isinstance(p, dict) else None
+        if not isinstance(hp, int) or hp <= 0 or not isinstance(p.get("containerPort"), int):
+            continue
+        host_ip = p.get("hostIP") if p.get("hostIP") not in (None, "", "0.0.0.0", "::") else None
+        for ip in ips:
+            if isinstance(ip, str) and (":" in ip) == (":" in (host_ip or ip)):
+                out.append(
+                    HostPort(
+                        meta.get("namespace") or "default",
+                        str(meta.get("name")),
+                        ip,
+                        str(c.get("name")),
+                        hp,
+                        p["containerPort"],
+                        str(p.get("protocol") or "TCP").lower(),
+                        host_ip,
+                    )
+                )
+    return out
+
+
 def host_ports(pods: Pods, node: str | None) -> list[HostPort]:
     """The hostPorts of the running pods on ``node`` (None: on any node) whose traffic portmap DNATs (hostNetwork
     pods bind the port themselves: no DNAT)."""
     out = []
     for pod in pods.items:
-        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        if (
-            node is not None
-            and spec.get("nodeName") != node
-            or spec.get("hostNetwork")
-            or meta.get("deletionTimestamp")
-        ):
+        ips = _pod_ips(pod, node)
+        if ips is None:
             continue
-        if status.get("phase") != "Running" or not isinstance(status.get("podIP"), str):
-            continue
-        ips = [i.get("ip") for i in status.get("podIPs") or () if isinstance(i, dict)] or [status["podIP"]]
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         for c in spec.get("containers") or ():
-            for p in c.get("ports") or () if isinstance(c, dict) else ():
-                hp = p.get("hostPort") if isinstance(p, dict) else None
-                if not isinstance(hp, int) or hp <= 0 or not isinstance(p.get("containerPort"), int):
-                    continue
-                host_ip = p.get("hostIP") if p.get("hostIP") not in (None, "", "0.0.0.0", "::") else None
-                for ip in ips:
-                    if isinstance(ip, str) and (":" in ip) == (":" in (host_ip or ip)):
-                        out.append(
-                            HostPort(
-                                meta.get("namespace") or "default",
-                                str(meta.get("name")),
-                                ip,
-                                str(c.get("name")),
-                                hp,
-                                p["containerPort"],
-                                str(p.get("protocol") or "TCP").lower(),
-                                host_ip,
-                            )
-                        )
+            out += _container_host_ports(meta, c, ips)
     return out
 
 

@@ -42,6 +42,87 @@ def missing_ipvs_modules(kernel, modules, cfg=None) -> tuple[list[str], list[str
     return wanted, [m for m in wanted if m not in loaded]
 
 
+def _no_proc_modules(new, uname: Kernel, ipvs, on_disk):
+    """Without /proc/modules: IPVS is missing when /proc/net/ip_vs says so (Skip when it does not)."""
+    gone = [p for p in ipvs.problems if "not loaded" in p.error]
+    if not gone:
+        raise Skip(f"needs {sources.MODULES} (/proc/modules) to tell which IPVS modules are loaded")
+    wanted = ipvs_modules(uname.version, None)
+    return new(
+        f"IPVS is not available on this node (kernel {'.'.join(map(str, uname.version))}): {gone[0].error}"
+        + (
+            "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"
+            if on_disk.no_loadable_modules
+            else ""
+        ),
+        fix=(
+            note("boot a kernel with IPVS built in (CONFIG_IP_VS=y and its schedulers): this one loads no modules")
+            if on_disk.no_loadable_modules
+            else f"modprobe -a {' '.join(wanted)}",
+            "or use mode: nftables (kernel ≥ 5.13) / iptables on this node",
+        ),
+        evidence=[Evidence(gone[0].source, gone[0].error)],
+        subject="node",
+    )
+
+
+def _not_in_kernel(new, uname: Kernel, cfg, modules, on_disk, missing: list[str], absent: list[str]):
+    """The modules are not in this kernel's module list at all: modprobe cannot load them."""
+    k = ".".join(map(str, uname.version))
+    # the kernel's own module list says modprobe cannot find them: loading is not the fix
+    return new(
+        f"mode is ipvs but {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in kernel {k}'s modules "
+        "(neither loaded, built in, nor in its modules.dep): IPVS cannot work on this kernel",
+        fix=(
+            note(
+                "install this kernel's extra modules (e.g. linux-modules-extra-$(uname -r) on Ubuntu, "
+                "kernel-modules-extra on RHEL/Fedora) or boot a kernel that has IP_VS"
+            ),
+            note("or run kube-proxy in nftables mode (kernel ≥ 5.13) or iptables mode on this node"),
+            f"modinfo {absent[0]}   # 'not found' confirms it",
+        ),
+        evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
+        + [
+            Evidence(on_disk.source, f"not listed: {', '.join(absent)}"),
+            Evidence(modules.source, f"not loaded: {', '.join(missing)}"),
+            Evidence(uname.source, k, 1),
+        ],
+        subject="node",
+    )
+
+
+def _not_loaded(new, uname: Kernel, cfg, modules, kp_version, wanted: list[str], missing: list[str]):
+    """The modules exist but are not loaded: what kube-proxy of this version does then, and how to load them."""
+    version = kp_version.version if kp_version is not None else None
+    k = ".".join(map(str, uname.version))
+    if version is None:
+        consequence = "kube-proxy ≤ 1.25 then falls back to iptables mode; ≥ 1.26 exits with an error"
+    elif version < (1, 26):
+        consequence = f'kube-proxy {version[0]}.{version[1]} falls back to iptables mode (log: "Can\'t use ipvs proxier, trying iptables proxier")'
+    else:
+        consequence = (
+            f"kube-proxy {version[0]}.{version[1]} does not fall back: it exits and restarts until they are there"
+        )
+    return new(
+        f"mode is ipvs but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not loaded on kernel {k}: {consequence}",
+        fix=(
+            persist_modules(wanted, "ipvs") + "   # now and at every boot",
+            "sudo apt-get install -y ipset ipvsadm   # Debian/Ubuntu;  sudo dnf install -y ipset ipvsadm   # RHEL/Fedora",
+            set_sysctls({"net.ipv4.vs.conntrack": 1})
+            + " && "
+            + persist_sysctls({"net.ipv4.vs.conntrack": 1}, "ipvs-conntrack"),
+            "kubectl -n kube-system rollout restart daemonset kube-proxy",
+            "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
+        ),
+        evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
+        + [
+            Evidence(modules.source, f"not listed: {', '.join(missing)}"),
+            Evidence(uname.source, k, 1),
+        ],
+        subject="node",
+    )
+
+
 @check(
     "KP301",
     "ipvs-unavailable",
@@ -77,82 +158,17 @@ def ipvs_unavailable(
             return
     if modules is None:
         # no /proc/modules (a kernel without loadable modules, or not collected): /proc/net/ip_vs is the sign of life
-        gone = [p for p in ipvs.problems if "not loaded" in p.error]
-        if not gone:
-            raise Skip(f"needs {sources.MODULES} (/proc/modules) to tell which IPVS modules are loaded")
-        wanted = ipvs_modules(uname.version, None)
-        yield new(
-            f"IPVS is not available on this node (kernel {'.'.join(map(str, uname.version))}): {gone[0].error}"
-            + (
-                "; /proc/modules does not exist, so modules cannot be loaded here — ip_vs would have to be built in"
-                if on_disk.no_loadable_modules
-                else ""
-            ),
-            fix=(
-                note("boot a kernel with IPVS built in (CONFIG_IP_VS=y and its schedulers): this one loads no modules")
-                if on_disk.no_loadable_modules
-                else f"modprobe -a {' '.join(wanted)}",
-                "or use mode: nftables (kernel ≥ 5.13) / iptables on this node",
-            ),
-            evidence=[Evidence(gone[0].source, gone[0].error)],
-            subject="node",
-        )
+        yield _no_proc_modules(new, uname, ipvs, on_disk)
         return
     wanted, missing = missing_ipvs_modules(uname, modules, cfg)
     if not missing:
         return
-    version = kp_version.version if kp_version is not None else None
-    k = ".".join(map(str, uname.version))
     available = modules.available
     absent = [m for m in missing if available is not None and m not in available]
     if absent:
-        # the kernel's own module list says modprobe cannot find them: loading is not the fix
-        yield new(
-            f"mode is ipvs but {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in kernel {k}'s modules "
-            "(neither loaded, built in, nor in its modules.dep): IPVS cannot work on this kernel",
-            fix=(
-                note(
-                    "install this kernel's extra modules (e.g. linux-modules-extra-$(uname -r) on Ubuntu, "
-                    "kernel-modules-extra on RHEL/Fedora) or boot a kernel that has IP_VS"
-                ),
-                note("or run kube-proxy in nftables mode (kernel ≥ 5.13) or iptables mode on this node"),
-                f"modinfo {absent[0]}   # 'not found' confirms it",
-            ),
-            evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
-            + [
-                Evidence(on_disk.source, f"not listed: {', '.join(absent)}"),
-                Evidence(modules.source, f"not loaded: {', '.join(missing)}"),
-                Evidence(uname.source, k, 1),
-            ],
-            subject="node",
-        )
+        yield _not_in_kernel(new, uname, cfg, modules, on_disk, missing, absent)
         return
-    if version is None:
-        consequence = "kube-proxy ≤ 1.25 then falls back to iptables mode; ≥ 1.26 exits with an error"
-    elif version < (1, 26):
-        consequence = f'kube-proxy {version[0]}.{version[1]} falls back to iptables mode (log: "Can\'t use ipvs proxier, trying iptables proxier")'
-    else:
-        consequence = (
-            f"kube-proxy {version[0]}.{version[1]} does not fall back: it exits and restarts until they are there"
-        )
-    yield new(
-        f"mode is ipvs but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not loaded on kernel {k}: {consequence}",
-        fix=(
-            persist_modules(wanted, "ipvs") + "   # now and at every boot",
-            "sudo apt-get install -y ipset ipvsadm   # Debian/Ubuntu;  sudo dnf install -y ipset ipvsadm   # RHEL/Fedora",
-            set_sysctls({"net.ipv4.vs.conntrack": 1})
-            + " && "
-            + persist_sysctls({"net.ipv4.vs.conntrack": 1}, "ipvs-conntrack"),
-            "kubectl -n kube-system rollout restart daemonset kube-proxy",
-            "kubectl -n kube-system logs ds/kube-proxy | grep -i 'Using ipvs Proxier'   # the line to see afterwards",
-        ),
-        evidence=[e for e in (cfg.evidence("mode") if cfg is not None else None,) if e]
-        + [
-            Evidence(modules.source, f"not listed: {', '.join(missing)}"),
-            Evidence(uname.source, k, 1),
-        ],
-        subject="node",
-    )
+    yield _not_loaded(new, uname, cfg, modules, kp_version, wanted, missing)
 
 
 _TIMEOUT_RE = re.compile(r"Timeout \(tcp tcpfin udp\):\s*(\d+)\s+(\d+)\s+(\d+)")

@@ -63,59 +63,21 @@ def _peer(nodes: NodePodCIDRs | None, route_list: Routes, node_ip: str) -> tuple
     return "192.0.2.1", "a peer (no other node's address known)"
 
 
-@check(
-    "KP521",
-    "overlay-port-blocked",
-    "The host firewall drops the overlay's UDP port between nodes",
-    "error",
-    symptom="Pods reach pods on their own node and nothing on other nodes; Services answer only when kube-proxy picks a "
-    "local endpoint (1 in N connections works); DNS fails from nodes without a CoreDNS pod.",
-    why="""
-        A VXLAN or Geneve overlay carries pod-to-pod traffic between nodes inside UDP packets: flannel and Cilium on
-        port 8472, Calico VXLAN on 4789, Geneve on 6081. The host's firewall sees those packets like any other UDP
-        traffic arriving at (INPUT) and leaving (OUTPUT) the node: a drop policy or reject rule that does not allow the
-        port — firewalld's default zone, a hardened iptables INPUT chain, an nftables inet filter table — silently
-        eats the overlay, and every cross-node pod connection times out. The same port must also be open in whatever
-        filters between the nodes that kpdiag cannot see: cloud security groups, network ACLs, switch ACLs.
-    """,
-    fix="Allow the overlay's UDP port from the other nodes in the host firewall, input and output (firewalld: "
-    "firewall-cmd --permanent --add-port=8472/udp; iptables: -I INPUT -p udp --dport 8472 -s <node subnet> -j ACCEPT), "
-    "and in the cloud security group / network ACL between the nodes.",
-)
-def overlay_port_blocked(
-    new,
-    addresses: Addresses,
-    route_list: Routes,
-    rules: Optional[KubeProxyRules] = None,
-    nft: Optional[Nft] = None,
-    proxy: Optional[ProxyMode] = None,
-    tracers: Optional[Tracer] = None,
-    nodes: Optional[NodePodCIDRs] = None,
-):
-    devices = overlay_devices(addresses)
-    if not devices:
-        return  # no VXLAN/Geneve device: no overlay port to keep open
-    from .firewall import _drop, _host_firewall, _node_ip, _owner
-
-    node = _node_ip(route_list.routes, addresses.links)
-    if node is None:
-        raise Skip("the node's address on its uplink (the default route's interface) is not known")
-    node_ip, uplink = node
-    peer, peer_what = _peer(nodes, route_list, node_ip)
-    dp = proxy.dataplane
-    tracer = tracers.of_mode() if dp.has_own_tracer or not dp.known else None  # unknown: its iptables rules
-    host_fw = _host_firewall(nft.ruleset() if nft is not None else None, route_list.routing, dp)
-    if tracer is None and host_fw is None:
-        raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
+def _trace_overlay(devices, tracers, peer: str, node_ip: str, uplink: str) -> tuple[list, list[str]]:
+    """Trace each overlay port arriving from ``peer`` and leaving for it through each tracer: (blocked, untraced) —
+    blocked as (device, kind, port, direction, the step that dropped)."""
     from kpdiag.trace.model import Packet
 
-    blocked, untraced = [], []
+    from .firewall import _drop
+
+    blocked: list = []
+    untraced: list[str] = []
     for dev, kind, port in devices:
         for direction, pkt in (
             ("arriving", Packet(peer, node_ip, "udp", port, sport=port, origin="external", iif=uplink)),
             ("leaving", Packet(node_ip, peer, "udp", port, sport=port, origin="node")),
         ):
-            for tr in (tracer, host_fw):
+            for tr in tracers:
                 if tr is None:
                     continue
                 try:
@@ -126,10 +88,15 @@ def overlay_port_blocked(
                 if hit:
                     blocked.append((dev, kind, port, direction, hit[1]))
                     break
-    if not blocked:
-        if untraced:
-            raise Skip(f"could not trace {'; '.join(untraced[:2])}")
-        return
+    return blocked, untraced
+
+
+def _finding(new, blocked, rules, nft, addresses: Addresses, route_list: Routes, nodes, peer_of, node):
+    """The one finding: the first blocked overlay port, who drops it, and how to allow it."""
+    from .firewall import _owner
+
+    peer, peer_what = peer_of
+    node_ip, uplink = node
     rs = rules.ruleset if rules is not None else None
     chains = frozenset(rs.chain_names("filter")) if rs is not None else frozenset()
     dev, kind, port, direction, step = blocked[0]
@@ -144,7 +111,7 @@ def overlay_port_blocked(
     if owner == "firewalld":
         allow = f"firewall-cmd --permanent --add-port={port}/udp && firewall-cmd --reload"
     dirs = sorted({b[3] for b in blocked})
-    yield new(
+    return new(
         f"the host firewall drops the {kind} overlay's UDP port {port} ({dev}) {' and '.join(dirs)} between nodes "
         f"({owner}: {step.table} {step.chain}: {clip(step.text, 100)}): pod traffic to and from other nodes is lost",
         fix=(
@@ -180,6 +147,58 @@ def overlay_port_blocked(
             "not_visible": "cloud security groups and network ACLs between the nodes",
         },
     )
+
+
+@check(
+    "KP521",
+    "overlay-port-blocked",
+    "The host firewall drops the overlay's UDP port between nodes",
+    "error",
+    symptom="Pods reach pods on their own node and nothing on other nodes; Services answer only when kube-proxy picks a "
+    "local endpoint (1 in N connections works); DNS fails from nodes without a CoreDNS pod.",
+    why="""
+        A VXLAN or Geneve overlay carries pod-to-pod traffic between nodes inside UDP packets: flannel and Cilium on
+        port 8472, Calico VXLAN on 4789, Geneve on 6081. The host's firewall sees those packets like any other UDP
+        traffic arriving at (INPUT) and leaving (OUTPUT) the node: a drop policy or reject rule that does not allow the
+        port — firewalld's default zone, a hardened iptables INPUT chain, an nftables inet filter table — silently
+        eats the overlay, and every cross-node pod connection times out. The same port must also be open in whatever
+        filters between the nodes that kpdiag cannot see: cloud security groups, network ACLs, switch ACLs.
+    """,
+    fix="Allow the overlay's UDP port from the other nodes in the host firewall, input and output (firewalld: "
+    "firewall-cmd --permanent --add-port=8472/udp; iptables: -I INPUT -p udp --dport 8472 -s <node subnet> -j ACCEPT), "
+    "and in the cloud security group / network ACL between the nodes.",
+)
+def overlay_port_blocked(
+    new,
+    addresses: Addresses,
+    route_list: Routes,
+    rules: Optional[KubeProxyRules] = None,
+    nft: Optional[Nft] = None,
+    proxy: Optional[ProxyMode] = None,
+    tracers: Optional[Tracer] = None,
+    nodes: Optional[NodePodCIDRs] = None,
+):
+    devices = overlay_devices(addresses)
+    if not devices:
+        return  # no VXLAN/Geneve device: no overlay port to keep open
+    from .firewall import _host_firewall, _node_ip
+
+    node = _node_ip(route_list.routes, addresses.links)
+    if node is None:
+        raise Skip("the node's address on its uplink (the default route's interface) is not known")
+    node_ip, uplink = node
+    peer, peer_what = _peer(nodes, route_list, node_ip)
+    dp = proxy.dataplane
+    tracer = tracers.of_mode() if dp.has_own_tracer or not dp.known else None  # unknown: its iptables rules
+    host_fw = _host_firewall(nft.ruleset() if nft is not None else None, route_list.routing, dp)
+    if tracer is None and host_fw is None:
+        raise Skip("none of this node's rules could be read (iptables-save / nft -j list ruleset)")
+    blocked, untraced = _trace_overlay(devices, (tracer, host_fw), peer, node_ip, uplink)
+    if not blocked:
+        if untraced:
+            raise Skip(f"could not trace {'; '.join(untraced[:2])}")
+        return
+    yield _finding(new, blocked, rules, nft, addresses, route_list, nodes, (peer, peer_what), node)
 
 
 # ------------------------------------------------------------------------------------------ checksum offload

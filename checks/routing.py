@@ -42,6 +42,60 @@ def covering_prefix(ips: list[str]) -> str:
     return str(ipaddress.ip_network((lo >> (bits - plen) << (bits - plen), plen)))
 
 
+def _leaving(routing, ips: list[str]) -> dict:
+    """The ClusterIPs a unicast route takes off the node, by that route (dst, gateway, dev)."""
+    leaving = {}
+    for ip in ips:
+        route = routing.lookup(*parse_ip(ip))
+        if route is not None and route.type == "unicast" and route.dev != "lo":
+            leaving.setdefault((route.dst, route.gateway, route.dev), []).append(ip)
+    return leaving
+
+
+def _leaves_finding(new, family: int, ips: list[str], leaving: dict, apiserver_cidrs, routes: Routes, rs):
+    """The finding for the route most of the ClusterIPs leave by: which range to refuse, and where."""
+    (dst, gw, dev), some = max(leaving.items(), key=lambda kv: len(kv[1]))
+    known = [n for n in apiserver_cidrs if n.version == family and ipaddress.ip_address(some[0]) in n]
+    # the range to refuse: kube-apiserver's own, else only what the ClusterIPs seen here span (it may be wider)
+    cidr = str(known[0]) if known else covering_prefix(ips)
+    target = cidr if known else "<service CIDR>"
+    via = f"via {gw} " if gw else ""
+    ip_route = "ip -6 route" if family == 6 else "ip route"
+    return new(
+        f"{len(some)} of {len(ips)} ClusterIPs (in {cidr}) are routed {via}on {dev} (route {dst}): anything kube-proxy does not "
+        f"DNAT — ping, other ports — leaves the node{' to ' + gw if gw else ''}",
+        fix=(
+            *(
+                ()
+                if known
+                else (
+                    "kubectl cluster-info dump | grep -m1 -o -- '--service-cluster-ip-range=[^\"]*'   # the "
+                    f"service CIDR: the ClusterIPs seen here only show it holds {cidr}",
+                )
+            ),
+            f"on the gateway {gw or '(the next hop)'}: {ip_route} add blackhole {target}   (or 'unreachable' to answer with ICMP errors) — "
+            "or stop advertising/routing the service CIDR to the nodes",
+            f"or on every node: {ip_route} add unreachable {target}   # refused at once instead of looping",
+            note(
+                f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping"
+            ),
+        ),
+        evidence=[
+            Evidence(routes.source, f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
+            Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}"),
+        ],
+        subject=cidr,
+        data={
+            "family": family,
+            "service_cidr" if known else "service_cidr_guess": cidr,
+            "cluster_ips": len(ips),
+            "leaving": len(some),
+            "route": {"dst": dst, "gateway": gw, "dev": dev},
+            "examples": some[:5],
+        },
+    )
+
+
 @check(
     "KP601",
     "service-cidr-leaves-node",
@@ -80,53 +134,10 @@ def service_cidr_leaves(
         found = True
         if not routing.knows(family):
             continue  # this family's routes were not recorded: nothing to say about them
-        leaving = {}
-        for ip in ips:
-            route = routing.lookup(*parse_ip(ip))
-            if route is not None and route.type == "unicast" and route.dev != "lo":
-                leaving.setdefault((route.dst, route.gateway, route.dev), []).append(ip)
+        leaving = _leaving(routing, ips)
         if not leaving:
             continue
-        (dst, gw, dev), some = max(leaving.items(), key=lambda kv: len(kv[1]))
-        known = [n for n in apiserver_cidrs if n.version == family and ipaddress.ip_address(some[0]) in n]
-        # the range to refuse: kube-apiserver's own, else only what the ClusterIPs seen here span (it may be wider)
-        cidr = str(known[0]) if known else covering_prefix(ips)
-        target = cidr if known else "<service CIDR>"
-        via = f"via {gw} " if gw else ""
-        ip_route = "ip -6 route" if family == 6 else "ip route"
-        yield new(
-            f"{len(some)} of {len(ips)} ClusterIPs (in {cidr}) are routed {via}on {dev} (route {dst}): anything kube-proxy does not "
-            f"DNAT — ping, other ports — leaves the node{' to ' + gw if gw else ''}",
-            fix=(
-                *(
-                    ()
-                    if known
-                    else (
-                        "kubectl cluster-info dump | grep -m1 -o -- '--service-cluster-ip-range=[^\"]*'   # the "
-                        f"service CIDR: the ClusterIPs seen here only show it holds {cidr}",
-                    )
-                ),
-                f"on the gateway {gw or '(the next hop)'}: {ip_route} add blackhole {target}   (or 'unreachable' to answer with ICMP errors) — "
-                "or stop advertising/routing the service CIDR to the nodes",
-                f"or on every node: {ip_route} add unreachable {target}   # refused at once instead of looping",
-                note(
-                    f"test a Service with its port, e.g. kpdiag svc <name> -n <ns>, nc -vz {some[0]} <port> — never with ping"
-                ),
-            ),
-            evidence=[
-                Evidence(routes.source, f"{dst} {('via ' + gw + ' ') if gw else ''}dev {dev}"),
-                Evidence(rs.source, f"ClusterIPs programmed: {', '.join(ips[:5])}{' …' if len(ips) > 5 else ''}"),
-            ],
-            subject=cidr,
-            data={
-                "family": family,
-                "service_cidr" if known else "service_cidr_guess": cidr,
-                "cluster_ips": len(ips),
-                "leaving": len(some),
-                "route": {"dst": dst, "gateway": gw, "dev": dev},
-                "examples": some[:5],
-            },
-        )
+        yield _leaves_finding(new, family, ips, leaving, apiserver_cidrs, routes, rs)
     if not found:
         raise Skip("no ClusterIPs found in kube-proxy's rules")
     if not routing.has_routes:

@@ -226,6 +226,62 @@ def _port_name_mismatch(slices: EndpointSlices, new, svc, port, named: dict[str,
     )
 
 
+def _not_ready_evidence(eps: list, slices: EndpointSlices, pods: Pods | None) -> list[Evidence]:
+    """The endpoints' conditions, and the Ready condition of the first pods behind them."""
+    by_name = {(p.get("metadata") or {}).get("name"): p for p in (pods.items if pods else ())}
+    ev = [
+        slices.evidence(
+            f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
+            + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else ""),
+        )
+        for e in eps[:5]
+    ]
+    if pods is None:
+        return ev  # no pod conditions to cite
+    for e in eps[:3]:
+        pod = by_name.get(e.pod)
+        for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready" and c.get("status") != "True":
+                ev.append(
+                    pods.evidence(
+                        f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()
+                    )
+                )
+    return ev
+
+
+def _not_ready_finding(new, svc, port: dict, eps: list, ev: list[Evidence]):
+    """None of the port's endpoints is ready: a warning while kube-proxy falls back to terminating ones that
+    still serve, an error otherwise."""
+    fallback = [e for e in eps if e.serving_terminating]
+    if fallback:
+        return new(
+            f"{svc.key} port {port.get('port')}: none of its {len(eps)} endpoint(s) is ready; kube-proxy falls back to the "
+            f"{len(fallback)} that are terminating but still serving ({', '.join(e.pod or e.ip for e in fallback[:3])}) — "
+            "traffic flows until they exit, then the Service has nothing",
+            severity="warning",
+            fix=(
+                f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items()) or '<selector>'} -o wide   # are new pods coming up?",
+                f"kubectl -n {svc.namespace} rollout status deployment/<name>   # a rollout whose new pods never get ready",
+                f"kubectl -n {svc.namespace} describe pod <new pod>   # why the replacements are not ready",
+            ),
+            evidence=ev,
+            subject=f"{svc.key}:{port.get('port')}",
+            data=port_data(svc, port, endpoints=[_endpoint_data(e) for e in eps], fallback=True),
+        )
+    return new(
+        f"{svc.key} port {port.get('port')}: {len(eps)} endpoint(s), none ready — kube-proxy sends no traffic to them",
+        fix=(
+            f"kubectl -n {svc.namespace} describe pod {eps[0].pod or '<pod>'}   # readiness probe failures are under Events",
+            f"kubectl -n {svc.namespace} logs {eps[0].pod or '<pod>'}",
+            f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o yaml | grep -A3 conditions",
+        ),
+        evidence=ev,
+        subject=f"{svc.key}:{port.get('port')}",
+        data=port_data(svc, port, endpoints=[_endpoint_data(e) for e in eps], fallback=False),
+    )
+
+
 @check(
     "KP102",
     "endpoints-not-ready",
@@ -250,51 +306,7 @@ def not_ready(
             eps = svc.endpoints_for(port)
             if not eps or any(e.ready for e in eps):
                 continue
-            fallback = [e for e in eps if e.serving_terminating]
-            by_name = {(p.get("metadata") or {}).get("name"): p for p in (pods.items if pods else ())}
-            ev = [
-                slices.evidence(
-                    f"{e.ip} ({e.pod or 'no pod'} on {e.node or '?'}): ready=false"
-                    + (f", serving={'true' if e.serving else 'false'}, terminating" if e.terminating else ""),
-                )
-                for e in eps[:5]
-            ]
-            for e in eps[:3]:
-                pod = by_name.get(e.pod)
-                for c in ((pod or {}).get("status") or {}).get("conditions") or []:
-                    if c.get("type") == "Ready" and c.get("status") != "True":
-                        ev.append(
-                            pods.evidence(
-                                f"{e.pod}: Ready={c.get('status')} {c.get('reason') or ''} {c.get('message') or ''}".strip()
-                            )
-                        )
-            if fallback:
-                yield new(
-                    f"{svc.key} port {port.get('port')}: none of its {len(eps)} endpoint(s) is ready; kube-proxy falls back to the "
-                    f"{len(fallback)} that are terminating but still serving ({', '.join(e.pod or e.ip for e in fallback[:3])}) — "
-                    "traffic flows until they exit, then the Service has nothing",
-                    severity="warning",
-                    fix=(
-                        f"kubectl -n {svc.namespace} get pods -l {','.join(f'{k}={v}' for k, v in svc.selector.items()) or '<selector>'} -o wide   # are new pods coming up?",
-                        f"kubectl -n {svc.namespace} rollout status deployment/<name>   # a rollout whose new pods never get ready",
-                        f"kubectl -n {svc.namespace} describe pod <new pod>   # why the replacements are not ready",
-                    ),
-                    evidence=ev,
-                    subject=f"{svc.key}:{port.get('port')}",
-                    data=port_data(svc, port, endpoints=[_endpoint_data(e) for e in eps], fallback=True),
-                )
-                continue
-            yield new(
-                f"{svc.key} port {port.get('port')}: {len(eps)} endpoint(s), none ready — kube-proxy sends no traffic to them",
-                fix=(
-                    f"kubectl -n {svc.namespace} describe pod {eps[0].pod or '<pod>'}   # readiness probe failures are under Events",
-                    f"kubectl -n {svc.namespace} logs {eps[0].pod or '<pod>'}",
-                    f"kubectl -n {svc.namespace} get endpointslices -l kubernetes.io/service-name={svc.name} -o yaml | grep -A3 conditions",
-                ),
-                evidence=ev,
-                subject=f"{svc.key}:{port.get('port')}",
-                data=port_data(svc, port, endpoints=[_endpoint_data(e) for e in eps], fallback=False),
-            )
+            yield _not_ready_finding(new, svc, port, eps, _not_ready_evidence(eps, slices, pods))
 
 
 @check(
@@ -351,10 +363,81 @@ def selector_nothing(new, services: Services, pods: Pods, focus: Optional[Focus]
 
 
 def _container_ports(pod: dict) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for c in (pod.get("spec") or {}).get("containers") or []:
         out.extend(p for p in c.get("ports") or [] if isinstance(p, dict))
     return out
+
+
+def _named_target(new, svc, port: dict, tp: str, pods: list, declared: list, services: Services, pods_read: Pods):
+    """A named targetPort no pod declares (the pods get no endpoint for it), or None when one does."""
+    if any(cp.get("name") == tp for cp in declared):
+        return None
+    names = sorted({cp.get("name") for cp in declared if cp.get("name")})
+    return new(
+        f"{svc.key} port {port.get('port')} targets the named port {tp!r}, which none of its {len(pods)} pod(s) declares"
+        + (f" (they name: {', '.join(names)})" if names else ""),
+        fix=(
+            f"kubectl -n {svc.namespace} patch service {svc.name} --type json -p "
+            f'\'[{{"op":"replace","path":"/spec/ports/{svc.ports.index(port)}/targetPort","value":<port or name>}}]\'',
+            f"kubectl -n {svc.namespace} get pod {(pods[0].get('metadata') or {}).get('name')} -o jsonpath='{{.spec.containers[*].ports}}'",
+        ),
+        evidence=[
+            services.evidence(svc, f"port {port.get('port')} targetPort {tp!r}"),
+            pods_read.evidence(f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}"),
+        ],
+        subject=f"{svc.key}:{port.get('port')}",
+        data=port_data(svc, port, target_port=tp, container_port_names=names),
+    )
+
+
+def _numbered_target(new, svc, port: dict, tp, pods: list, declared: list, services: Services, pods_read: Pods, probes):
+    """A numeric targetPort the pods' declared containerPorts do not include — an error when probes of it fail, a
+    warning when it was not probed — or None."""
+    number = int(tp)
+    numbers = sorted({cp.get("containerPort") for cp in declared if cp.get("containerPort")})
+    if not numbers or number in numbers:
+        return None  # nothing declared (containerPorts are optional) or it agrees: a refusal there is KP111's case
+    proto = (port.get("protocol") or "TCP").lower()
+    direct = [
+        r
+        for r in (probes.probe_results("tcp-connect" if proto == "tcp" else "udp") if probes else [])
+        if str(r.get("target", "")).endswith(f":{number}/{proto}")
+        and r.get("target", "").rsplit(":", 1)[0].strip("[]") not in svc.cluster_ips
+    ]
+    if direct and all(r.get("result") in ("connected", "udp-reply") for r in direct):
+        return None  # the app listens on targetPort after all: the declaration is only out of date
+    failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
+    ev = [
+        services.evidence(svc, f"port {port.get('port')} targetPort {number}"),
+        pods_read.evidence(f"containerPorts declared: {numbers}"),
+    ]
+    ev += [
+        Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}")
+        for r in failing[:3]
+    ]
+    return new(
+        f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods declare {', '.join(map(str, numbers))}"
+        + (
+            f" — and {len(failing)} endpoint(s) refuse or drop {number}"
+            if failing
+            else " (not probed: the app may still listen there)"
+        ),
+        severity="error" if failing else "warning",
+        fix=(
+            f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
+            f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on",
+        ),
+        evidence=ev,
+        subject=f"{svc.key}:{port.get('port')}",
+        data=port_data(
+            svc,
+            port,
+            target_port=number,
+            container_ports=numbers,
+            refused_by=[r["target"] for r in failing],
+        ),
+    )
 
 
 @check(
@@ -383,71 +466,11 @@ def target_port(
             tp = port.get("targetPort", port.get("port"))
             declared = [cp for p in pods for cp in _container_ports(p)]
             if isinstance(tp, str) and not (tp.isascii() and tp.isdigit()):
-                if any(cp.get("name") == tp for cp in declared):
-                    continue
-                names = sorted({cp.get("name") for cp in declared if cp.get("name")})
-                yield new(
-                    f"{svc.key} port {port.get('port')} targets the named port {tp!r}, which none of its {len(pods)} pod(s) declares"
-                    + (f" (they name: {', '.join(names)})" if names else ""),
-                    fix=(
-                        f"kubectl -n {svc.namespace} patch service {svc.name} --type json -p "
-                        f'\'[{{"op":"replace","path":"/spec/ports/{svc.ports.index(port)}/targetPort","value":<port or name>}}]\'',
-                        f"kubectl -n {svc.namespace} get pod {(pods[0].get('metadata') or {}).get('name')} -o jsonpath='{{.spec.containers[*].ports}}'",
-                    ),
-                    evidence=[
-                        services.evidence(svc, f"port {port.get('port')} targetPort {tp!r}"),
-                        pods_read.evidence(
-                            f"containerPorts: {[(cp.get('name'), cp.get('containerPort')) for cp in declared][:6]}"
-                        ),
-                    ],
-                    subject=f"{svc.key}:{port.get('port')}",
-                    data=port_data(svc, port, target_port=tp, container_port_names=names),
-                )
-                continue
-            number = int(tp)
-            numbers = sorted({cp.get("containerPort") for cp in declared if cp.get("containerPort")})
-            if not numbers or number in numbers:
-                continue  # nothing declared (containerPorts are optional) or it agrees: a refusal there is KP111's case
-            proto = (port.get("protocol") or "TCP").lower()
-            direct = [
-                r
-                for r in (probes.probe_results("tcp-connect" if proto == "tcp" else "udp") if probes else [])
-                if str(r.get("target", "")).endswith(f":{number}/{proto}")
-                and r.get("target", "").rsplit(":", 1)[0].strip("[]") not in svc.cluster_ips
-            ]
-            if direct and all(r.get("result") in ("connected", "udp-reply") for r in direct):
-                continue  # the app listens on targetPort after all: the declaration is only out of date
-            failing = [r for r in direct if r.get("result") not in ("connected", "udp-reply", "skipped")]
-            ev = [
-                services.evidence(svc, f"port {port.get('port')} targetPort {number}"),
-                pods_read.evidence(f"containerPorts declared: {numbers}"),
-            ]
-            ev += [
-                Evidence(sources.PROBES_SERVICE, f"connect {r['target']} (the pod directly): {r['result']}")
-                for r in failing[:3]
-            ]
-            yield new(
-                f"{svc.key} port {port.get('port')} sends to targetPort {number}, but its pods declare {', '.join(map(str, numbers))}"
-                + (
-                    f" — and {len(failing)} endpoint(s) refuse or drop {number}"
-                    if failing
-                    else " (not probed: the app may still listen there)"
-                ),
-                severity="error" if failing else "warning",
-                fix=(
-                    f"kubectl -n {svc.namespace} edit service {svc.name}   # targetPort: the port the container listens on",
-                    f"kubectl -n {svc.namespace} exec {(pods[0].get('metadata') or {}).get('name')} -- ss -ltnp   # what it really listens on",
-                ),
-                evidence=ev,
-                subject=f"{svc.key}:{port.get('port')}",
-                data=port_data(
-                    svc,
-                    port,
-                    target_port=number,
-                    container_ports=numbers,
-                    refused_by=[r["target"] for r in failing],
-                ),
-            )
+                finding = _named_target(new, svc, port, tp, pods, declared, services, pods_read)
+            else:
+                finding = _numbered_target(new, svc, port, tp, pods, declared, services, pods_read, probes)
+            if finding is not None:
+                yield finding
 
 
 def _local_check(services: Services, focus, here: NodeObject | None, manifest: Manifest | None, policy: str):

@@ -90,7 +90,6 @@ def icmp_cluster_ip(
         raise Skip(
             "no ICMP probe was sent: " + next((r.get("detail", {}).get("reason", "") for r in echoes), "no probes")
         )
-    mode, dp = proxy.mode, proxy.dataplane
     for svc in in_focus(services, focus):
         for ip in svc.cluster_ips:
             echo = next(
@@ -99,98 +98,119 @@ def icmp_cluster_ip(
             )
             if echo is None or echo["result"] == "skipped":
                 continue
-            works = _tcp_summary(probes, svc, ip)
-            walk = next((r for r in probes.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
-            ev = [
+            finding = _icmp_finding(new, probes, svc, ip, echo, rules, version, proxy)
+            if finding is not None:
+                yield finding
+
+
+def _icmp_finding(new, probes: Probes, svc, ip: str, echo: dict, rules, version, proxy):
+    """The finding for what one ping to ``ip`` got back, or None when that answer is what the mode gives."""
+    mode, dp = proxy.mode, proxy.dataplane
+    works = _tcp_summary(probes, svc, ip)
+    ev = [
+        Evidence(
+            sources.PROBES_SERVICE,
+            f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""),
+        )
+    ]
+    if echo["result"] == "time-exceeded":
+        walk = next((r for r in probes.probe_results("ttl-walk") if r.get("target") == f"{ip}/icmp"), None)
+        return _icmp_loops(new, svc, ip, echo, walk, ev, works)
+    if echo["result"] == "timeout":
+        if dp.cluster_ips_bound:
+            return None
+        return new(
+            f"ping {ip} ({svc.key}) gets no answer — expected in {mode or 'iptables/nftables'} mode: a ClusterIP only answers on its Service ports."
+            + (f" {works} through the Service." if works else ""),
+            fix=_port_fix(svc, ip),
+            evidence=ev,
+            subject=f"{svc.key} {ip}",
+        )
+    if echo["result"] in ("port-unreachable", "admin-prohibited") and dp.cluster_ips_bound:
+        return _icmp_ipvs_rejects(new, svc, ip, echo, rules, version, ev, works)
+    if echo["result"] == "echo-reply" and not dp.cluster_ips_bound:
+        return new(
+            f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",
+            severity="warning",
+            fix=(
+                f"ip -o addr | grep -w {ip}   # on the nodes: who has the address?",
+                "kpdiag trace --dst <ClusterIP> --proto icmp … on a node",
+            ),
+            evidence=ev,
+            subject=f"{svc.key} {ip}",
+        )
+    return None
+
+
+def _port_fix(svc, ip: str) -> tuple[str, str]:
+    """Test the Service's real ports instead of ping."""
+    return (
+        f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports",
+        f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}",
+    )
+
+
+def _icmp_loops(new, svc, ip: str, echo: dict, walk: dict | None, ev: list, works: str):
+    """ping got 'Time to live exceeded': the packet was routed to the gateway and back (with the TTL walk, where)."""
+    cidr = _service_cidr_guess(ip)
+    route = "ip -6 route" if ":" in ip else "ip route"
+    router = echo.get("from")
+    loop = (walk or {}).get("detail", {}).get("loop_between")
+    if walk:
+        hops = ", ".join(f"ttl {h['ttl']}: {h['from'] or '*'}" for h in walk["detail"]["hops"])
+        ev.append(
+            Evidence(
+                sources.PROBES_SERVICE,
+                f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else ""),
+            )
+        )
+    return new(
+        f"ping {ip} ({svc.key}) gets 'Time to live exceeded' from {router}"
+        + (f": the packet loops between {' and '.join(loop)}" if loop else "")
+        + ". That is expected — only the Service's ports are translated, ICMP is routed to the gateway and back."
+        + (f" {works} through the Service." if works else ""),
+        severity="warning",
+        fix=(
+            f"test the Service with its port instead: kpdiag svc {svc.name} -n {svc.namespace}   (or nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'})",
+            f"stop the loop on the router {router}: {route} add blackhole {cidr}   (or 'unreachable' to answer at once)",
+            f"or on every node: {route} add unreachable <service CIDR>   # the node then refuses untranslated traffic itself",
+            "never use ping as a Service health check; use a TCP/HTTP probe on the Service port",
+        ),
+        evidence=ev,
+        subject=f"{svc.key} {ip}",
+    )
+
+
+def _icmp_ipvs_rejects(new, svc, ip: str, echo: dict, rules, version, ev: list, works: str):
+    """ping was rejected in IPVS mode: KUBE-IPVS-FILTER rejects what the Service's ports do not take."""
+    rs = rules.ruleset if rules is not None else None
+    filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
+    return new(
+        f"ping {ip} ({svc.key}) is rejected ({echo['result']}"
+        + (f" from {echo.get('from')}" if echo.get("from") else "")
+        + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER"
+        + (
+            f" (kube-proxy v{version.version[0]}.{version.version[1]})"
+            if version is not None and version.version
+            else ""
+        )
+        + " rejects traffic to ports the Service does not define — ICMP included. Older releases, without that chain, answered ping here."
+        + (f" {works} through the Service." if works else ""),
+        fix=_port_fix(svc, ip),
+        evidence=ev
+        + (
+            [
                 Evidence(
-                    sources.PROBES_SERVICE,
-                    f"ping {ip}: {echo['result']}" + (f" from {echo['from']}" if echo.get("from") else ""),
+                    rs.source,
+                    ":KUBE-IPVS-FILTER (rejects new connections to bound IPs outside the Service ports)",
+                    rs.chain("filter", "KUBE-IPVS-FILTER").lineno,
                 )
             ]
-            cidr = _service_cidr_guess(ip)
-            route = "ip -6 route" if ":" in ip else "ip route"
-            if echo["result"] == "time-exceeded":
-                router = echo.get("from")
-                loop = (walk or {}).get("detail", {}).get("loop_between")
-                if walk:
-                    hops = ", ".join(f"ttl {h['ttl']}: {h['from'] or '*'}" for h in walk["detail"]["hops"])
-                    ev.append(
-                        Evidence(
-                            sources.PROBES_SERVICE,
-                            f"TTL walk to {ip}: {hops}" + (f" — loops between {' and '.join(loop)}" if loop else ""),
-                        )
-                    )
-                yield new(
-                    f"ping {ip} ({svc.key}) gets 'Time to live exceeded' from {router}"
-                    + (f": the packet loops between {' and '.join(loop)}" if loop else "")
-                    + ". That is expected — only the Service's ports are translated, ICMP is routed to the gateway and back."
-                    + (f" {works} through the Service." if works else ""),
-                    severity="warning",
-                    fix=(
-                        f"test the Service with its port instead: kpdiag svc {svc.name} -n {svc.namespace}   (or nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'})",
-                        f"stop the loop on the router {router}: {route} add blackhole {cidr}   (or 'unreachable' to answer at once)",
-                        f"or on every node: {route} add unreachable <service CIDR>   # the node then refuses untranslated traffic itself",
-                        "never use ping as a Service health check; use a TCP/HTTP probe on the Service port",
-                    ),
-                    evidence=ev,
-                    subject=f"{svc.key} {ip}",
-                )
-            elif echo["result"] == "timeout":
-                if dp.cluster_ips_bound:
-                    continue
-                yield new(
-                    f"ping {ip} ({svc.key}) gets no answer — expected in {mode or 'iptables/nftables'} mode: a ClusterIP only answers on its Service ports."
-                    + (f" {works} through the Service." if works else ""),
-                    fix=(
-                        f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports",
-                        f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}",
-                    ),
-                    evidence=ev,
-                    subject=f"{svc.key} {ip}",
-                )
-            elif echo["result"] in ("port-unreachable", "admin-prohibited") and dp.cluster_ips_bound:
-                rs = rules.ruleset if rules is not None else None
-                filt = rs is not None and rs.chain("filter", "KUBE-IPVS-FILTER") is not None
-                yield new(
-                    f"ping {ip} ({svc.key}) is rejected ({echo['result']}"
-                    + (f" from {echo.get('from')}" if echo.get("from") else "")
-                    + "): in IPVS mode the ClusterIP is bound on kube-ipvs0 and kube-proxy's KUBE-IPVS-FILTER"
-                    + (
-                        f" (kube-proxy v{version.version[0]}.{version.version[1]})"
-                        if version is not None and version.version
-                        else ""
-                    )
-                    + " rejects traffic to ports the Service does not define — ICMP included. Older releases, without that chain, answered ping here."
-                    + (f" {works} through the Service." if works else ""),
-                    fix=(
-                        f"kpdiag svc {svc.name} -n {svc.namespace}   # tests the real ports",
-                        f"nc -vz {ip} {svc.ports[0].get('port') if svc.ports else '<port>'}",
-                    ),
-                    evidence=ev
-                    + (
-                        [
-                            Evidence(
-                                rs.source,
-                                ":KUBE-IPVS-FILTER (rejects new connections to bound IPs outside the Service ports)",
-                                rs.chain("filter", "KUBE-IPVS-FILTER").lineno,
-                            )
-                        ]
-                        if filt
-                        else []
-                    ),
-                    subject=f"{svc.key} {ip}",
-                )
-            elif echo["result"] == "echo-reply" and not dp.cluster_ips_bound:
-                yield new(
-                    f"ping {ip} ({svc.key}) is answered by {echo.get('from')}: something other than kube-proxy owns this address in {mode or 'this'} mode",
-                    severity="warning",
-                    fix=(
-                        f"ip -o addr | grep -w {ip}   # on the nodes: who has the address?",
-                        "kpdiag trace --dst <ClusterIP> --proto icmp … on a node",
-                    ),
-                    evidence=ev,
-                    subject=f"{svc.key} {ip}",
-                )
+            if filt
+            else []
+        ),
+        subject=f"{svc.key} {ip}",
+    )
 
 
 @check(

@@ -6,12 +6,15 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.state.typed import ConntrackEntries, ConntrackStats, KubeProxyRules, Tracer
+
+if TYPE_CHECKING:
+    from kpdiag.trace.model import Step
 
 MIN_FLOWS = 50  # source-NATed flows to one destination before collisions on its port range are the likely cause
 _CT = re.compile(
@@ -70,7 +73,7 @@ def snat_collision(stats: ConntrackStats, entries: ConntrackEntries | None, trac
         result = tracer.trace(Packet(example[(proto, dst, dport)], dst, proto, dport, origin="pod"))
     except Exception:  # a match the tracer cannot evaluate: no blame without the rule
         return None
-    rules = []
+    rules: list[Step] = []
     for p in result.paths:
         for s in p.steps:
             if s.action.upper() in ("MASQUERADE", "SNAT") or " -j MASQUERADE" in s.text or " -j SNAT" in s.text:

@@ -119,7 +119,7 @@ def bridge_nf_call(new, sysctls: Sysctls, addresses: Optional[Addresses] = None,
         fixes = fixes[2:]
     else:
         what = "br_netfilter is not in /proc/modules"
-    if v is None and loaded is False:
+    if v is None and loaded is False and modules is not None:  # loaded is False only when modules were read
         evidence.append(ev.Evidence(modules.source, "br_netfilter: not listed (not loaded)"))
     where = f" on bridge {', '.join(bridges)}" if bridges else ""
     yield new(
@@ -190,18 +190,31 @@ def route_localnet(
 NODEPORT_DEFAULT = (30000, 32767)  # kube-apiserver's --service-node-port-range when it is not given
 
 
-def nodeport_range(pods: Pods | None) -> tuple:
-    """(the NodePort range, how it is known, evidence or None): kube-apiserver's --service-node-port-range in its pod (a
-    kubeadm static pod), else Kubernetes' default, said."""
+def _apiserver_args(pods: Pods | None) -> list[str]:
+    """Every container's command and args of the pods read (kube-apiserver's among them), as strings."""
+    out = []
     for pod in (pods.items if pods is not None else None) or []:
         for c in ((pod.get("spec") or {}).get("containers") or []) if isinstance(pod, dict) else []:
             for arg in (list(c.get("command") or []) + list(c.get("args") or [])) if isinstance(c, dict) else []:
-                if isinstance(arg, str) and arg.startswith("--service-node-port-range="):
-                    low, _, high = arg.split("=", 1)[1].partition("-")
-                    try:
-                        return (int(low), int(high or low)), f"kube-apiserver's {arg}", pods.evidence(arg)
-                    except ValueError:
-                        continue
+                if isinstance(arg, str):
+                    out.append(arg)
+    return out
+
+
+def nodeport_range(pods: Pods | None) -> tuple:
+    """(the NodePort range, how it is known, evidence or None): kube-apiserver's --service-node-port-range in its pod (a
+    kubeadm static pod), else Kubernetes' default, said."""
+    for arg in _apiserver_args(pods):
+        if arg.startswith("--service-node-port-range="):
+            low, _, high = arg.split("=", 1)[1].partition("-")
+            try:
+                return (
+                    (int(low), int(high or low)),
+                    f"kube-apiserver's {arg}",
+                    pods.evidence(arg) if pods is not None else None,
+                )
+            except ValueError:
+                continue
     why = "kube-apiserver's flag was not seen" if pods is not None else "the API's pods were not read"
     return NODEPORT_DEFAULT, f"Kubernetes' default: {why}", None
 

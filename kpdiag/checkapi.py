@@ -15,7 +15,7 @@ import json
 import pkgutil
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, TypeAlias, TypeVar
 
 from .model import CheckRun, Evidence, Finding, Severity
 from .registry import _REGISTRY  # check id → CheckSpec (shared with the root-cause pass, which must not import this)
@@ -123,6 +123,95 @@ def _clean(text: str) -> str:
     return textwrap.dedent(text).strip()
 
 
+class _Options(NamedTuple):
+    """The options of one :func:`check`, checked."""
+
+    severities: tuple[Severity, ...]  # by rank
+    modes: tuple[str, ...]
+    preflight: tuple[str, ...]
+    cni: tuple[str, ...]
+    needs: tuple[str, ...]
+    uses: tuple[str, ...]
+    explains: tuple[str, ...]
+    absent: tuple[str, ...]
+    shows: tuple[str, ...]
+
+
+def _validated(
+    id: str,
+    scope: str,
+    severity: str,
+    severities: Iterable[str],
+    modes: Iterable[str],
+    preflight: Iterable[str],
+    cni: Iterable[str],
+    advice_for: str | None,
+    needs: Iterable[str],
+    uses: Iterable[str],
+    explains: Iterable[str],
+    absent: Iterable[str],
+    shows: Iterable[str],
+) -> _Options:
+    """The options of :func:`check` that name something outside it (severities, modes, CNIs, inputs, checks and
+    components), checked; ValueError naming the check and the option when one is wrong."""
+    if scope not in ("node", "cluster"):
+        raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
+    declared = tuple(Severity(x) for x in severities)
+    if declared and Severity(severity) not in declared:
+        raise ValueError(f"check {id}: severities {severities} must include its severity {severity!r}")
+    declared = tuple(sorted(declared, key=lambda x: x.rank))
+    from .dataplane import kube_proxy_modes
+
+    modes, preflight = tuple(modes), tuple(preflight)
+    known = [d.name for d in kube_proxy_modes() if d.has_own_tracer]
+    if set(modes) - set(known):
+        raise ValueError(f"check {id}: modes must be among {', '.join(known)}, not {modes}")
+    can_preflight = [d.name for d in kube_proxy_modes() if d.preflight]
+    if set(preflight) - set(can_preflight):
+        raise ValueError(f"check {id}: preflight must be among {', '.join(can_preflight)}, not {preflight}")
+    cni = tuple(cni)
+    from .state.cni import known_cnis
+
+    if set(cni) - known_cnis():
+        raise ValueError(f"check {id}: cni must be among {', '.join(sorted(known_cnis()))}, not {cni}")
+    if advice_for not in (None, "kube-proxy"):
+        raise ValueError(f"check {id}: advice_for must be 'kube-proxy' or None, not {advice_for!r}")
+    needed, used = tuple(needs), tuple(uses)
+    broker.validate(id, scope, needed, used)
+    from .rootcause import validate_declaration
+
+    explains, absent, shows = validate_declaration(id, explains, absent, shows)
+    return _Options(declared, modes, preflight, cni, needed, used, explains, absent, shows)
+
+
+def _typed_inputs(
+    id: str, scope: str, fn: Callable[..., Any], needed: tuple[str, ...], used: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, type[typed.Typed], bool], ...] | None]:
+    """(needs, uses, typed parameters): the check's typed inputs (kpdiag/state/typed.py) added to what it declared by
+    name — a parameter typed T to needs, Optional[T] to uses."""
+    needs, uses = needed, used
+    params = typed.parameters(fn)
+    if params:
+        wrong = [name for name, t, _ in params if t.SCOPE != scope]
+        if wrong:
+            raise ValueError(f"check {id}: parameter(s) {', '.join(wrong)} are not {scope} inputs")
+        # (two views of one input, Modules and ModulesOnDisk, declare it once)
+        needs = needs + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if not opt and t.INPUT not in needs))
+        uses = uses + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if opt and t.INPUT not in uses + needs))
+        broker.validate(id, scope, needs, uses)
+    return needs, uses, params
+
+
+def _register(fn: F, spec: CheckSpec) -> F:
+    """Put a declared check in the registry (the same id from another module is an error) and on its function."""
+    existing = _REGISTRY.get(spec.id)
+    if existing is not None and existing.origin != spec.origin:
+        raise ValueError(f"check id {spec.id} declared twice ({existing.origin} and {spec.origin})")
+    _REGISTRY[spec.id] = spec
+    setattr(fn, "spec", spec)  # noqa: B010 (the declaration, found from the function)
+    return fn
+
+
 def check(
     id: str,
     slug: str,
@@ -170,47 +259,12 @@ def check(
     there). ``cni`` names the CNIs ("flannel", "calico" …) or routing models ("node-podcidr", "ipam-blocks" …) of
     kpdiag/state/cni.py the check judges: on a node whose CNI is another, or is not recognised, it is skipped, saying
     which CNI the node has."""
-    if scope not in ("node", "cluster"):
-        raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
-    declared = tuple(Severity(x) for x in severities)
-    if declared and Severity(severity) not in declared:
-        raise ValueError(f"check {id}: severities {severities} must include its severity {severity!r}")
-    declared = tuple(sorted(declared, key=lambda x: x.rank))
-    from .dataplane import kube_proxy_modes
-
-    modes, preflight = tuple(modes), tuple(preflight)
-    known = [d.name for d in kube_proxy_modes() if d.has_own_tracer]
-    if set(modes) - set(known):
-        raise ValueError(f"check {id}: modes must be among {', '.join(known)}, not {modes}")
-    can_preflight = [d.name for d in kube_proxy_modes() if d.preflight]
-    if set(preflight) - set(can_preflight):
-        raise ValueError(f"check {id}: preflight must be among {', '.join(can_preflight)}, not {preflight}")
-    cni = tuple(cni)
-    from .state.cni import known_cnis
-
-    if set(cni) - known_cnis():
-        raise ValueError(f"check {id}: cni must be among {', '.join(sorted(known_cnis()))}, not {cni}")
-    if advice_for not in (None, "kube-proxy"):
-        raise ValueError(f"check {id}: advice_for must be 'kube-proxy' or None, not {advice_for!r}")
-    needed, used = tuple(needs), tuple(uses)
-    broker.validate(id, scope, needed, used)
-    from .rootcause import validate_declaration
-
-    explains, absent, shows = validate_declaration(id, explains, absent, shows)
+    opt = _validated(
+        id, scope, severity, severities, modes, preflight, cni, advice_for, needs, uses, explains, absent, shows
+    )
 
     def deco(fn: F) -> F:
-        # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
-        needs, uses = needed, used
-        params = typed.parameters(fn)
-        if params:
-            wrong = [name for name, t, _ in params if t.SCOPE != scope]
-            if wrong:
-                raise ValueError(f"check {id}: parameter(s) {', '.join(wrong)} are not {scope} inputs")
-            # (two views of one input, Modules and ModulesOnDisk, declare it once)
-            needs = needs + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if not opt and t.INPUT not in needs))
-            uses = uses + tuple(dict.fromkeys(t.INPUT for _, t, opt in params if opt and t.INPUT not in uses + needs))
-            broker.validate(id, scope, needs, uses)
-        # ----
+        needs, uses, params = _typed_inputs(id, scope, fn, opt.needs, opt.uses)
         spec = CheckSpec(
             id,
             slug,
@@ -222,24 +276,19 @@ def check(
             tuple(references),
             origin=fn.__module__,
             scope=scope,
-            severities=declared,
-            modes=modes,
+            severities=opt.severities,
+            modes=opt.modes,
             uses=uses,
-            explains_declared=explains,
-            shows=shows,
-            absent=absent,
+            explains_declared=opt.explains,
+            shows=opt.shows,
+            absent=opt.absent,
             advice_for=advice_for,
-            preflight=preflight,
+            preflight=opt.preflight,
             any_host=any_host,
-            cni=cni,
+            cni=opt.cni,
             params=params or (),
         )
-        existing = _REGISTRY.get(id)
-        if existing is not None and existing.origin != spec.origin:
-            raise ValueError(f"check id {id} declared twice ({existing.origin} and {spec.origin})")
-        _REGISTRY[id] = spec
-        setattr(fn, "spec", spec)  # noqa: B010 (the declaration, found from the function)
-        return fn
+        return _register(fn, spec)
 
     return deco
 

@@ -60,11 +60,23 @@ def test_fixture_fires_what_it_says(name):
     ]
     # every check whose data is in the fixture must run (and, unless it fires, stay silent)
     mode = report.facts.get("proxy_mode")
+    not_a_node = any(f.data.get("not_a_node") for f in report.findings)  # KP709: the host is no Kubernetes node
     must_run = [
         c.id
         for c in load_registry().checks
-        if c.id in runs and _data_present(name, c) and (not c.modes or mode in c.modes) and _cni_judged(report, c)
+        if c.id in runs
+        and _data_present(name, c)
+        and (not c.modes or mode in c.modes)
+        and _cni_judged(report, c)
+        and (c.any_host or not not_a_node)
     ]
+    for c in load_registry().checks:  # on a host that is no node, every node check but any_host ones says so
+        if not_a_node and c.scope == "node" and not c.any_host and c.id in runs:
+            reason = runs[c.id].reason or ""
+            assert runs[c.id].status == "skipped" and reason.startswith("this does not look like a Kubernetes node"), (
+                name,
+                runs[c.id],
+            )
     for c in load_registry().checks:  # a check about other proxy modes says so, whatever data the bundle has
         if c.modes and mode and mode not in c.modes and c.id in runs and runs[c.id].status != "error":
             reason = runs[c.id].reason or ""  # or, first, that kube-proxy is not in charge (its rules are leftovers)
