@@ -20,6 +20,7 @@ from functools import cached_property
 
 from .. import __version__
 from ..model import REPORT_SCHEMA, Report
+from .budget import ReportBudget, ReportsOverBudget, table_weight, weight
 
 FAILURE_KINDS = (
     "unschedulable",
@@ -31,6 +32,8 @@ FAILURE_KINDS = (
     "api error",
     "pod failed",
     "interrupted",
+    "not read",  # over kpdiag's cap on the memory of all node reports together (kpdiag/fleet/budget.py)
+    "no thread",  # kpdiag could not start a thread to run it (the process's limit on threads)
 )
 
 
@@ -386,11 +389,15 @@ def looks_like_report_dir(path: str) -> bool:
     return any(n.endswith(".json") for n in os.listdir(path))
 
 
-def _read_report_text(path: str, rel: str) -> str:
+def _read_report_bytes(path: str, rel: str) -> bytes:
     """A report file under the directory PATH: a regular file reached without any symlink, at most MAX_REPORT_BYTES."""
     from kpdiag.bundle.safeio import BENEATH, read_file
 
-    return read_file(path, rel, MAX_REPORT_BYTES, BENEATH).decode("utf-8", "replace")
+    return read_file(path, rel, MAX_REPORT_BYTES, BENEATH)
+
+
+def _read_report_text(path: str, rel: str) -> str:
+    return _read_report_bytes(path, rel).decode("utf-8", "replace")
 
 
 def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
@@ -420,11 +427,14 @@ def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
     return None, f"{source}: not JSON" + (f" (starts with {first[:80]!r})" if first else " (empty)")
 
 
-def intern_programmed(report: dict, seen: dict[str, dict]) -> None:
-    """Nodes with the same programmed digest share one table in memory (1,000 nodes × 10,000 Services: 0.5 GB → 1 copy)."""
+def intern_programmed(report: dict, seen: dict[str, dict]) -> bool:
+    """Nodes with the same programmed digest share one table in memory (1,000 nodes × 10,000 Services: 0.5 GB → 1 copy).
+    True when the report's table is now one kept before."""
     prog = (report.get("extra") or {}).get("programmed")
     if isinstance(prog, dict) and isinstance(prog.get("digest"), str):
-        report["extra"]["programmed"] = seen.setdefault(prog["digest"], prog)
+        report["extra"]["programmed"] = kept = seen.setdefault(prog["digest"], prog)
+        return kept is not prog
+    return False
 
 
 def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
@@ -455,6 +465,7 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
             )
             meta = {}
     seen: dict[str, dict] = {}  # programmed digest → the first such table: identical nodes share one copy
+    budget = ReportBudget()  # what the reports kept take together
     rels = [
         n for n in sorted(os.listdir(path)) if n.endswith(".json") and n not in ("cluster.json", "scenario.json")
     ]  # the run's summary; a fixture's description
@@ -465,7 +476,7 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     for rel in rels:
         # a run's files are named after the Kubernetes node (cluster.json's "files" has the full name of each);
         # loose reports carry the host name they ran on
-        r = read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel)
+        r = read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel, budget=budget)
         if isinstance(names.get(rel), str) and names[rel]:
             r.node = names[rel]
         results.append(r)
@@ -481,26 +492,37 @@ def read_report_file(
     named_by_file: bool = False,
     root: str | None = None,
     rel: str | None = None,
+    budget: ReportBudget | None = None,
 ) -> NodeResult:
     """One node report file (``kpdiag node -o json`` output, stray lines around it allowed) as a NodeResult; an
     unreadable or foreign file is a named failure. Within a report directory (``root``, ``rel``) only a regular
-    file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only."""
+    file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only. With a
+    ``budget``, a report that would take the reports kept past its cap is not kept (a named failure)."""
     from kpdiag.bundle.safeio import describe
 
     node = os.path.basename(file)
     node = node[: -len(".json")] if node.endswith(".json") else node
     try:
         if root is not None:
-            text = _read_report_text(root, rel)
+            raw = _read_report_bytes(root, rel or "")
         else:
-            text = _read_report_text(os.path.dirname(os.path.abspath(file)), os.path.basename(file))
+            raw = _read_report_bytes(os.path.dirname(os.path.abspath(file)), os.path.basename(file))
     except OSError as exc:
         return NodeResult(node, failure=f"{file}: {describe(exc)}", kind="not json", source=file)
-    report, why = parse_node_report(text, file)
+    cost = weight(raw)
+    if budget is not None:
+        try:
+            budget.take(cost)
+        except ReportsOverBudget:
+            return NodeResult(node, failure=budget.reason(file), kind="not read", source=file)
+    report, why = parse_node_report(raw.decode("utf-8", "replace"), file)
+    del raw
     if report is None:
+        if budget is not None:
+            budget.give(cost)
         return NodeResult(node, failure=why, kind="not json", source=file)
-    if seen is not None:  # identical tables of several files share one copy
-        intern_programmed(report, seen)
+    if seen is not None and intern_programmed(report, seen) and budget is not None:
+        budget.give(min(cost, table_weight(report)))  # identical tables of several files share one copy
     name = node if named_by_file else ((report.get("facts") or {}).get("node") or node)
     return NodeResult(name, report=report, source=file)
 
@@ -521,7 +543,8 @@ def looks_like_report_file(path: str) -> bool:
 def aggregate_files(paths: list[str], select=(), ignore=()) -> Report:
     """``kpdiag analyze REPORT.json``: node reports given one by one."""
     seen: dict[str, dict] = {}
-    results = [read_report_file(p, seen) for p in paths]
+    budget = ReportBudget()
+    results = [read_report_file(p, seen, budget=budget) for p in paths]
     what = paths[0] if len(paths) == 1 else f"{len(paths)} node reports"
     return aggregate(results, select=select, ignore=ignore, subject=f"cluster ({what})")
 

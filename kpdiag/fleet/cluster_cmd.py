@@ -156,10 +156,13 @@ def _run(
         side["local_itp"] = runner.local_traffic_keys()
 
     aside = threading.Thread(target=_side, name="kpdiag-setup", daemon=True)
-    aside.start()
+    try:
+        aside.start()
+    except RuntimeError:  # no thread to spare (the process's limit on threads): asked after the nodes instead
+        pass
     say(
-        f"run {runner.run_id}: {len(targets.nodes)} node(s), {parallel} at a time, image {image}, namespace {namespace}"
-        + (f"; {len(targets.skipped)} skipped" if targets.skipped else "")
+        f"run {runner.run_id}: {len(targets.nodes)} node(s), {runner.parallel} at a time, image {image}, "
+        f"namespace {namespace}" + (f"; {len(targets.skipped)} skipped" if targets.skipped else "")
     )
     try:
         results = runner.run(targets.nodes)
@@ -169,7 +172,10 @@ def _run(
                 bar.close()
             except (OSError, ValueError):  # the terminal hung up (EIO): the run's own outcome goes on
                 pass
-    aside.join(max(0.0, runner.setup_deadline - time.monotonic()) + 1.0)
+    if aside.ident is None:  # it never started
+        _side()
+    else:
+        aside.join(max(0.0, runner.setup_deadline - time.monotonic()) + 1.0)
     api_version, local_itp = side.get("api_version"), side.get("local_itp")
     results += targets.skipped
     failed = sum(1 for r in results if not r.ok)

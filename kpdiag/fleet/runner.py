@@ -26,7 +26,6 @@ import re
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from kpdiag.bundle.store import json_type
@@ -38,6 +37,8 @@ from kpdiag.parse.decode import load_json
 from kpdiag.manifests import apply_command
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
+from .budget import ReportBudget, ReportsOverBudget, table_weight, weight
+from .pool import LIMIT, MAX_WORKERS, WorkerPool, no_thread
 
 LOG_LIMIT = 64 * 1024 * 1024
 API_TIMEOUT = 15.0  # the longest any one API call may take (less when the deadline is nearer)
@@ -244,15 +245,21 @@ class FleetRunner:
         from ..collect.kubeapi import RawApi
 
         self.api = api
+        self.notes: list[str] = []
+        self.parallel = min(max(1, int(parallel)), MAX_WORKERS)
+        if int(parallel) > MAX_WORKERS:
+            self.notes.append(
+                f"--parallel {int(parallel)}: {MAX_WORKERS} nodes at a time (kpdiag's cap on its workers)"
+            )
         # one connection per worker (the default pool is 5 per CPU: workers would queue for connections)
         api.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(
-            int(parallel) + 4, api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1
+            self.parallel + 4, api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1
         )
+        self.budget = ReportBudget()  # what the nodes' reports take together
         self.core = RawApi(api)  # every answer read bounded, an error's body too (the generated classes read it whole)
         self.namespace = namespace
         self.image = image
         self.timeout = timeout
-        self.parallel = max(1, int(parallel))
         self.service = service
         self.poll = poll
         self.progress = _best_effort(progress or (lambda **kw: None))
@@ -263,7 +270,6 @@ class FleetRunner:
         self.service_account: str | None = P.NODE_SERVICE_ACCOUNT if node_api else None
         self.run_id = P.new_run_id()
         self.cleanup_errors: list[str] = []
-        self.notes: list[str] = []
         self._status: dict[str, dict] = {}
         self._created: set[str] = set()
         self._deleted: set[str] = set()
@@ -288,6 +294,8 @@ class FleetRunner:
     def _why(self, exc: Exception, what: str) -> str:
         if isinstance(exc, DeadlineExceeded):
             return f"{what}: timed out: {exc}" if str(exc) else f"{what}: timed out (no time left)"
+        if no_thread(exc):
+            return f"{what}: not asked: kpdiag could not start a thread for it ({exc}; {LIMIT})"
         why = api_reason(exc, what, self.api.configuration.host)
         wait = retry_after(exc) if getattr(exc, "status", None) in (429, 503) else None
         if wait is not None:
@@ -531,30 +539,18 @@ class FleetRunner:
     def run(self, nodes: list[str]) -> list[NodeResult]:
         """Run every node; on SIGINT/SIGTERM stop starting pods, let the workers finish deleting theirs, delete
         what is left and raise `Interrupted`. The signal only sets a flag: a KeyboardInterrupt raised at a random
-        point of the main thread can leave a future's lock held, and the pool then never shuts down."""
+        point of the main thread can leave a worker's lock held, and the run then never ends."""
         results: dict[str, NodeResult] = {}
         restore = self._trap_signals()
         if _PENDING and self._signalled is None:  # a signal before the run that was lost on its way: stop now
             self._signalled = _PENDING[0]
             self._stop.set()
-        executor = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="kpdiag-node")
+        pool: WorkerPool[str, NodeResult] = WorkerPool(self._one, nodes, self.parallel)
         try:
             if self._signalled is None:
                 self._create_owner()
-            futures = {executor.submit(self._one, node): node for node in nodes}
-            pending = set(futures)
-            last = 0.0
-            while pending and self._signalled is None:
-                if self._created - self._deleted and time.monotonic() - last >= self.poll:
-                    last = time.monotonic()
-                    self._refresh()  # at most one list per poll interval, however many nodes finish
-                done_now, pending = wait(pending, timeout=self.poll, return_when=FIRST_COMPLETED)
-                for fut in done_now:
-                    results[futures[fut]] = fut.result()
-                failed = sum(1 for r in results.values() if not r.ok)
-                self.progress(
-                    done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted)
-                )
+                self._start(pool)
+            self._collect(pool, nodes, results)
             if self._signalled is not None:
                 running = len(self._created - self._deleted)
                 self.say(
@@ -563,14 +559,39 @@ class FleetRunner:
                 )
         finally:
             self._stop.set()
+            pool.stop()  # queued nodes never start; running ones delete their pod
             with self._tick:
                 self._tick.notify_all()
-            executor.shutdown(wait=True, cancel_futures=True)  # queued nodes never start; running ones delete their pod
+            pool.join()
             self._delete_leftovers()
             restore()
         if self._signalled is not None:
             raise Interrupted(self._signalled)
-        return [results[n] for n in nodes]
+        results.update(pool.results(0))
+        why = f"not run: no worker thread could start ({pool.start_error}; {LIMIT})" if pool.start_error else "not run"
+        return [results.get(n) or NodeResult(n, failure=why, kind="no thread") for n in nodes]
+
+    def _start(self, pool: WorkerPool) -> None:
+        """Start the workers; fewer than asked (the process's limit on threads) is said once, none ends the run."""
+        working = pool.start()
+        if pool.start_error is not None and working:
+            self.notes.append(
+                f"only {pool.started} of {pool.wanted} worker threads could start ({pool.start_error}; {LIMIT}): "
+                f"{working} node(s) at a time"
+            )
+
+    def _collect(self, pool: WorkerPool, nodes: list[str], results: dict[str, NodeResult]) -> None:
+        """The run loop: one pod list per poll interval, the results as they come, progress."""
+        last = 0.0
+        while len(results) < len(nodes) and self._signalled is None and pool.alive():
+            if self._created - self._deleted and time.monotonic() - last >= self.poll:
+                last = time.monotonic()
+                self._refresh()  # at most one list per poll interval, however many nodes finish
+            results.update(pool.results(self.poll))
+            failed = sum(1 for r in results.values() if not r.ok)
+            self.progress(
+                done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted)
+            )
 
     def _trap_signals(self):
         """Every terminating signal kpdiag can catch (SIGHUP, SIGINT, SIGQUIT, SIGTERM) sets a flag the run loop reads
@@ -738,7 +759,14 @@ class FleetRunner:
 
     def _read(self, node: str, name: str, pod: dict, start: float, deadline: float) -> NodeResult:
         try:
-            text = self._read_log(name, deadline)
+            text, taken = self._read_log(name, deadline)
+        except ReportsOverBudget:
+            return NodeResult(
+                node,
+                failure=self.budget.reason(f"the report in the log of pod {self.namespace}/{name}"),
+                kind="not read",
+                seconds=time.monotonic() - start,
+            )
         except DeadlineExceeded as exc:
             return NodeResult(
                 node,
@@ -754,6 +782,18 @@ class FleetRunner:
                 kind="api error",
                 seconds=time.monotonic() - start,
             )
+        result = self._judge(node, name, text, pod, start)
+        if result.report is None:
+            self.budget.give(taken)  # not kept
+        else:
+            with self._lock:
+                shared = intern_programmed(result.report, self._programmed)
+            if shared:
+                self.budget.give(min(taken, table_weight(result.report)))
+        return result
+
+    def _judge(self, node: str, name: str, text: str, pod: dict, start: float) -> NodeResult:
+        """The node's result from its pod's log: its report, or why the log holds none that can be used."""
         source = f"pod {self.namespace}/{name} log"
         report, why = parse_node_report(text, source)
         if report is None:
@@ -784,13 +824,12 @@ class FleetRunner:
                 kind="bad report",
                 seconds=time.monotonic() - start,
             )
-        with self._lock:
-            intern_programmed(report, self._programmed)
         return NodeResult(node, report=report, seconds=time.monotonic() - start)
 
-    def _read_log(self, name: str, deadline: float) -> str:
+    def _read_log(self, name: str, deadline: float) -> tuple[str, int]:
         """The pod's log, read in chunks against the deadline: neither a server that never answers nor one that
-        trickles bytes holds the node past its time."""
+        trickles bytes holds the node past its time. Each chunk is counted against the run's budget for reports
+        (ReportsOverBudget, nothing left counted, when it would pass it); returns the text and what it counted."""
         resp = self._call(
             self.core.read_namespaced_pod_log,
             name,
@@ -800,7 +839,7 @@ class FleetRunner:
             limit_bytes=LOG_LIMIT,
         )
         chunks: list[bytes] = []
-        size, eof = 0, False
+        size, eof, taken = 0, False, 0
         read = getattr(resp, "read1", None) or resp.read
         try:
             while size <= LOG_LIMIT:
@@ -819,14 +858,19 @@ class FleetRunner:
                 if not chunk:
                     eof = True
                     break
+                self.budget.take(weight(chunk))
+                taken += weight(chunk)
                 chunks.append(chunk)
                 size += len(chunk)
+        except BaseException:
+            self.budget.give(taken)
+            raise
         finally:
             try:
                 resp.release_conn() if eof else resp.close()  # a half-read connection is not reused
             except Exception:
                 pass
-        return b"".join(chunks)[:LOG_LIMIT].decode("utf-8", "replace")
+        return b"".join(chunks)[:LOG_LIMIT].decode("utf-8", "replace"), taken
 
     def _delete(self, name: str, deadline: float | None = None) -> None:
         """Delete one pod (retrying a slow or throttling API within the cleanup's share of --timeout)."""
