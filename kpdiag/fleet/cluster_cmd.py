@@ -32,7 +32,7 @@ def run(**kwargs) -> Outcome:
     """`kpdiag cluster`. A terminating signal before the pods (credentials, node list) or after them (aggregation)
     ends the command at once as Interrupted — nothing of the run exists in the cluster then; while pods exist the
     runner's own handlers stop the run and clean up first (kpdiag/fleet/runner.py)."""
-    from .runner import raising_on_signals
+    from .signals import raising_on_signals
 
     with raising_on_signals():
         return _run(**kwargs)
