@@ -188,55 +188,69 @@ def normalize(report: dict, problems: list | None = None) -> dict:
     for key, kind in (("facts", dict), ("extra", dict), ("summary", dict), ("findings", list)):
         if not isinstance(report.get(key), kind):
             report[key] = kind()
-    facts = report["facts"]
-    for key, kind in _FACT_TYPES.items():
-        if key in facts and not _is(facts[key], kind):
-            facts.pop(key)
-    ct = facts.get("conntrack")
-    if ct is not None and not (_is(ct.get("count"), int) and _is(ct.get("max"), int) and ct["max"] > 0):
-        facts.pop("conntrack")
+    _normalize_facts(report["facts"])
     report["summary"] = {k: v if _is(v := report["summary"].get(k), int) else 0 for k in ("error", "warning", "info")}
     if not isinstance(report.get("readable", True), bool):
         report["readable"] = True
-    findings = []
-    dropped = 0
-    for f in report["findings"]:
-        if (
-            not isinstance(f, dict)
-            or not isinstance(f.get("id"), str)
-            or not re.fullmatch(r"KP[0-9]{3}", f["id"])
-            or f.get("severity") not in ("error", "warning", "info")
-        ):  # the cluster report's schema: KPnnn ids
-            dropped += 1
-            continue
-        for key in _FINDING_TEXT:
-            f[key] = "" if f.get(key) is None else str(f.get(key))
-        if not re.fullmatch(r"[a-z0-9-]+", f["slug"]):
-            f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
-        f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
-        f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
-        if "data" in f and not isinstance(f["data"], dict):
-            f.pop("data")  # the finding's data is an object (the cluster report's schema)
-        steps = f.get("fix_steps")
-        if not (
-            isinstance(steps, list)
-            and len(steps) == len(f["fix"])
-            and all(
-                isinstance(x, dict) and x.get("kind") in ("command", "note") and x.get("text") == t
-                for x, t in zip(steps, f["fix"])
-            )
-        ):
-            f.pop("fix_steps", None)  # an older kpdiag's report (or a forged one): the kinds are derived again
-        f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
-        f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
-        findings.append(f)
+    findings = [f for f in report["findings"] if _normalize_finding(f)]
+    dropped = len(report["findings"]) - len(findings)
     report["findings"] = findings
     if dropped and problems is not None:
         problems.append(
             f"{dropped} finding{'s' if dropped > 1 else ''} of its report left out: not of the report's schema (an id "
             "KPnnn, a severity error, warning or info)"
         )
-    extra = report["extra"]
+    _normalize_extra(report["extra"])
+    return report
+
+
+def _normalize_facts(facts: dict) -> None:
+    for key, kind in _FACT_TYPES.items():
+        if key in facts and not _is(facts[key], kind):
+            facts.pop(key)
+    ct = facts.get("conntrack")
+    if ct is not None and not (_is(ct.get("count"), int) and _is(ct.get("max"), int) and ct["max"] > 0):
+        facts.pop("conntrack")
+
+
+def _normalize_finding(f: object) -> bool:
+    """Give one finding (in place) the types of the cluster report's schema; False when it cannot have them (an id
+    KPnnn and a severity error, warning or info are needed): then it is left out."""
+    if (
+        not isinstance(f, dict)
+        or not isinstance(f.get("id"), str)
+        or not re.fullmatch(r"KP[0-9]{3}", f["id"])
+        or f.get("severity") not in ("error", "warning", "info")
+    ):
+        return False
+    for key in _FINDING_TEXT:
+        f[key] = "" if f.get(key) is None else str(f.get(key))
+    if not re.fullmatch(r"[a-z0-9-]+", f["slug"]):
+        f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
+    f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
+    f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
+    if "data" in f and not isinstance(f["data"], dict):
+        f.pop("data")  # the finding's data is an object (the cluster report's schema)
+    if not _fix_steps_match(f.get("fix_steps"), f["fix"]):
+        f.pop("fix_steps", None)  # an older kpdiag's report (or a forged one): the kinds are derived again
+    f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
+    f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
+    return True
+
+
+def _fix_steps_match(steps: object, fix: list[str]) -> bool:
+    """Are a finding's fix steps its fix, step by step, each a command or a note?"""
+    return (
+        isinstance(steps, list)
+        and len(steps) == len(fix)
+        and all(
+            isinstance(x, dict) and x.get("kind") in ("command", "note") and x.get("text") == t
+            for x, t in zip(steps, fix)
+        )
+    )
+
+
+def _normalize_extra(extra: dict) -> None:
     prog = extra.get("programmed")
     if prog is not None and not (
         isinstance(prog, dict) and isinstance(prog.get("entries"), str) and isinstance(prog.get("digest"), str)
@@ -246,7 +260,6 @@ def normalize(report: dict, problems: list | None = None) -> dict:
         prog["count"] = None
     if "traces" in extra and not isinstance(extra["traces"], list):
         extra.pop("traces")
-    return report
 
 
 def aggregate(
@@ -350,8 +363,6 @@ class _Named:
     id: str
     slug: str
 
-
-# ---------------------------------------------------------------- reading node reports from a directory
 
 # ---------------------------------------------------------------- reading node reports from a directory
 
