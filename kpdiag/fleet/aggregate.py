@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 from .. import __version__
 from ..model import REPORT_SCHEMA, Report
@@ -94,7 +95,7 @@ class FleetState:
         if "_by_check" not in self.__dict__:
             out: dict[str, list[tuple[str, dict]]] = {}
             for r in self.ok:  # normalised: findings are dicts with a str id
-                for f in r.report["findings"]:
+                for f in (r.report or {}).get("findings") or ():
                     out.setdefault(f["id"], []).append((r.node, f))
             self.__dict__["_by_check"] = out
         return self.__dict__["_by_check"]
@@ -110,7 +111,7 @@ class FleetState:
 
             groups: dict[str, tuple[dict, list[str]]] = {}
             for r in self.ok:  # normalised: a programmed table, when there, has a str digest and entries
-                doc = r.report["extra"].get("programmed")
+                doc = ((r.report or {}).get("extra") or {}).get("programmed")
                 if doc is not None:
                     groups.setdefault(doc["digest"], (doc, []))[1].append(r.node)
             local = set(self.local_itp)
@@ -125,7 +126,7 @@ def node_row(r: NodeResult) -> dict:
     """One line of the per-node table."""
     if not r.ok:
         return {"node": r.node, "status": f"failed: {r.failure}", "kind": r.kind}
-    rep = r.report
+    rep = r.report or {}
     f = rep.get("facts") or {}
     ct = f.get("conntrack") or {}
     prog = (rep.get("extra") or {}).get("programmed") or {}
@@ -158,7 +159,8 @@ def _trace_summary(traces) -> str | None:
         paths = [p for p in t.get("paths") or [] if isinstance(p, dict)]
         verdicts = "/".join(sorted({str(p.get("verdict")) for p in paths})) or "no path"
         dnat = len({str(p.get("dnat")) for p in paths if p.get("dnat")})
-        packet = t.get("packet") if isinstance(t.get("packet"), dict) else {}
+        packet = t.get("packet")
+        packet = packet if isinstance(packet, dict) else {}
         out.append(f"{packet.get('from', '?')} {verdicts}" + (f"→{dnat} ep" if dnat else ""))
     return ", ".join(dict.fromkeys(out))
 
@@ -316,7 +318,7 @@ def aggregate(
 
 def _node_findings(state: FleetState, select=(), ignore=()) -> list:
     """Node findings that only a few nodes have, each named by its node (the common ones are KP805's)."""
-    from ..checkapi import select_checks
+    from ..checkapi import CheckSpec, select_checks
     from ..model import Evidence, Finding, Severity
 
     threshold = state.common_threshold() if len(state.ok) >= 3 else len(state.ok) + 1
@@ -329,13 +331,14 @@ def _node_findings(state: FleetState, select=(), ignore=()) -> list:
                 sev = Severity(f.get("severity"))
             except ValueError:
                 continue
-            if (select or ignore) and not select_checks([_Named(cid, str(f.get("slug", "")))], select, ignore):
+            named = cast("list[CheckSpec]", [_Named(cid, str(f.get("slug", "")))])  # only .id and .slug are read
+            if (select or ignore) and not select_checks(named, select, ignore):
                 continue
             evidence = tuple(
                 Evidence(
                     str(e.get("source")),
                     str(e.get("text")),
-                    e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None,
+                    line if isinstance(line := e.get("line"), int) and line > 0 else None,
                 )
                 for e in f.get("evidence") or []
                 if isinstance(e, dict)
@@ -483,7 +486,8 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
     nodes = os.path.join(path, NODES_DIR)
     if os.path.isdir(nodes) and not os.path.islink(nodes):  # here a node may be called cluster or scenario
         rels += [f"{NODES_DIR}/{n}" for n in sorted(os.listdir(nodes)) if n.endswith(".json")]
-    names = meta.get("files") if isinstance(meta.get("files"), dict) else {}
+    files = meta.get("files")
+    names: dict = files if isinstance(files, dict) else {}
     for rel in rels:
         # a run's files are named after the Kubernetes node (cluster.json's "files" has the full name of each);
         # loose reports carry the host name they ran on

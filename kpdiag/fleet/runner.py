@@ -22,6 +22,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from typing import Any
 
 from .. import secrets
 from ..collect.cluster import api_reason
@@ -181,7 +182,9 @@ class FleetRunner:
         from ..collect.kubeapi import ApiBound, MAX_OBJECTS, MAX_PAGES
         from ..state.shapes import read_list
 
-        items, token, pages = [], None, 0
+        items: list[dict] = []
+        token: str | None = None
+        pages = 0
         while True:
             pages += 1
             if pages > MAX_PAGES or len(items) > MAX_OBJECTS:
@@ -230,7 +233,7 @@ class FleetRunner:
 
     def targets(self, selector: str | None = None, names: list[str] | None = None) -> ClusterTargets:
         """The nodes to run on: all, a label selector, or names; NotReady and unknown nodes are skipped with why."""
-        kwargs = {"label_selector": selector} if selector else {}
+        kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
         # the first call of a run: an API server that is starting or throttling gets a few tries (with backoff,
         # after its Retry-After), within the setup's share of --timeout
         nodes = self._list_all(self.core.list_node, retries=5, kind="Node", **kwargs)
@@ -311,7 +314,7 @@ class FleetRunner:
         DELETE of it — the first thing the cleanup does, on success, failure and every signal — has the API server's
         garbage collector remove every pod of the run, even those whose create timed out, and even when kpdiag is
         killed right after. Refused (an older RBAC without configmaps): the pods run without an owner, said once."""
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
@@ -572,7 +575,7 @@ class FleetRunner:
                 return NodeResult(node, failure="interrupted", kind="interrupted", seconds=time.monotonic() - start)
             pod = self._status.get(name)
             verdict, kind, why = classify(pod)
-            if verdict == "done":
+            if verdict == "done" and pod is not None:
                 return self._read(node, name, pod, start, deadline)
             if verdict == "fail":
                 return NodeResult(node, failure=why, kind=kind, seconds=time.monotonic() - start)
@@ -633,7 +636,7 @@ class FleetRunner:
             code = term.get("exitCode")
             return NodeResult(
                 node,
-                failure=why + (f"; container exited {code}" if code is not None else ""),
+                failure=(why or source) + (f"; container exited {code}" if code is not None else ""),
                 kind="not json",
                 seconds=time.monotonic() - start,
             )
@@ -775,12 +778,13 @@ class FleetRunner:
             self.cleanup_errors.append(self._why(exc, f"list ConfigMaps in {self.namespace}") + " (run owners)")
             owners = []
         for cm in owners:
-            md = cm.get("metadata") if isinstance(cm.get("metadata"), dict) else {}
-            name = md.get("name")
+            md = cm.get("metadata")
+            md = md if isinstance(md, dict) else {}
+            owner = md.get("name")
             if (
-                isinstance(name, str)
-                and name.startswith(P.OWNER_PREFIX)
+                isinstance(owner, str)
+                and owner.startswith(P.OWNER_PREFIX)
                 and (md.get("labels") or {}).get(P.LABEL_MANAGED) == "kpdiag"
             ):
-                self._delete_owner(name)
+                self._delete_owner(owner)
         return [n for n in names if n in self._deleted], self.cleanup_errors[before:]
