@@ -62,7 +62,6 @@ def _run(
     force=False,
     node_api=True,
 ) -> Outcome:
-    from ..collect.cluster import api_client
     from .runner import FleetRunner
 
     # --timeout bounds the whole command, wall clock: credentials, setup, every node, the deletes — from when the client
@@ -82,7 +81,7 @@ def _run(
         account = P.NODE_SERVICE_ACCOUNT if node_api else None
         pod = dict(image=image, namespace=namespace, timeout=timeout, service=service, service_account=account)
         return Outcome(text=_manifests([P.node_pod(n, "dryrun", **pod) for n in names]))
-    api, why = api_client(kubeconfig, context, deadline=deadline)
+    api, why = _client(kubeconfig, context, deadline)
     if api is None:
         return Outcome(error=why, code=exitcodes.NO_DIAGNOSIS)
     runner = FleetRunner(
@@ -119,6 +118,19 @@ def _run(
         f"namespace {namespace}" + (f"; {len(targets.skipped)} skipped" if targets.skipped else "")
     )
     return _diagnose(runner, targets, bar, save_dir=save_dir, force=force, select=select, ignore=ignore)
+
+
+def _client(kubeconfig, context, deadline: float):
+    """The API client from the kubeconfig (or the service account): (client, None) or (None, why)."""
+    from ..collect.cluster import api_client
+    from .pool import LIMIT, no_thread
+
+    try:
+        return api_client(kubeconfig, context, deadline=deadline)
+    except RuntimeError as exc:  # its reads run in a thread of their own, bounded in time (kubeapi.within)
+        if not no_thread(exc):
+            raise
+        return None, f"credentials: not read: kpdiag could not start a thread ({exc}; {LIMIT})"
 
 
 def _load_client() -> None:

@@ -173,6 +173,12 @@ class FleetRunner:
             raise DeadlineExceeded(
                 f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time ({exc})"
             ) from None
+        except RuntimeError as exc:
+            if not no_thread(exc):
+                raise
+        # no thread to spare for the wall-clock bound (the process's limit on threads): the call is made here, and
+        # its connect and read timeouts and the bounded body read still end it by the deadline
+        return go()
 
     def _list_all(
         self, fn, *args, deadline: float | None = None, retries: int = 1, kind: str | None = None, **kwargs
