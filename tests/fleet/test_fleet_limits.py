@@ -130,7 +130,7 @@ def _in_pids_cgroup(limit: int):
     return path, enter
 
 
-@pytest.mark.parametrize("limit", [1, 2, 4])
+@pytest.mark.parametrize("limit", [1, 2, 8])
 def test_threads_that_cannot_start_are_said_and_cleanup_still_happens(tmp_path, limit):
     """`kpdiag cluster --parallel 500` in a cgroup whose pids.max leaves it a few threads (a container's limit): the
     run goes on with the workers that started (one line says how many) and diagnoses every node; with no thread for a
@@ -172,5 +172,5 @@ def test_threads_that_cannot_start_are_said_and_cleanup_still_happens(tmp_path, 
     else:  # not even a thread to read the credentials with: one line, before anything exists in the cluster
         assert proc.returncode == 3 and owners == (0, 0), err
         assert err.count("\n") == 1 and "could not start a thread" in err and "pids.max" in err, err
-    if limit >= 4:
-        assert created, err  # room for the setup and at least one worker
+    if limit >= 8:
+        assert created, err  # room for the setup's threads and at least one worker
