@@ -728,7 +728,13 @@ def collect(out, host_root, redact, redact_salt, force):
     default=None,
     help="Where the node pods are created (default: kpdiag, which kpdiag rbac cluster creates).",
 )
-@click.option("--parallel", type=click.IntRange(1, 500), default=20, show_default=True, help="Node pods at a time.")
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 500),
+    default=20,
+    show_default=True,
+    help="Node pods at a time: at most 64 (kpdiag's cap on its worker threads; fewer when the process cannot start them).",
+)
 @click.option(
     "--timeout",
     type=click.IntRange(1, 7200),

@@ -17,9 +17,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 from .. import __version__
 from ..model import REPORT_SCHEMA, Report
+from .budget import ReportBudget, ReportsOverBudget, table_weight, weight
 
 FAILURE_KINDS = (
     "unschedulable",
@@ -31,6 +33,8 @@ FAILURE_KINDS = (
     "api error",
     "pod failed",
     "interrupted",
+    "not read",  # over kpdiag's cap on the memory of all node reports together (kpdiag/fleet/budget.py)
+    "no thread",  # kpdiag could not start a thread to run it (the process's limit on threads)
 )
 
 
@@ -91,7 +95,7 @@ class FleetState:
         if "_by_check" not in self.__dict__:
             out: dict[str, list[tuple[str, dict]]] = {}
             for r in self.ok:  # normalised: findings are dicts with a str id
-                for f in r.report["findings"]:
+                for f in (r.report or {}).get("findings") or ():
                     out.setdefault(f["id"], []).append((r.node, f))
             self.__dict__["_by_check"] = out
         return self.__dict__["_by_check"]
@@ -107,7 +111,7 @@ class FleetState:
 
             groups: dict[str, tuple[dict, list[str]]] = {}
             for r in self.ok:  # normalised: a programmed table, when there, has a str digest and entries
-                doc = r.report["extra"].get("programmed")
+                doc = ((r.report or {}).get("extra") or {}).get("programmed")
                 if doc is not None:
                     groups.setdefault(doc["digest"], (doc, []))[1].append(r.node)
             local = set(self.local_itp)
@@ -122,7 +126,7 @@ def node_row(r: NodeResult) -> dict:
     """One line of the per-node table."""
     if not r.ok:
         return {"node": r.node, "status": f"failed: {r.failure}", "kind": r.kind}
-    rep = r.report
+    rep = r.report or {}
     f = rep.get("facts") or {}
     ct = f.get("conntrack") or {}
     prog = (rep.get("extra") or {}).get("programmed") or {}
@@ -155,7 +159,8 @@ def _trace_summary(traces) -> str | None:
         paths = [p for p in t.get("paths") or [] if isinstance(p, dict)]
         verdicts = "/".join(sorted({str(p.get("verdict")) for p in paths})) or "no path"
         dnat = len({str(p.get("dnat")) for p in paths if p.get("dnat")})
-        packet = t.get("packet") if isinstance(t.get("packet"), dict) else {}
+        packet = t.get("packet")
+        packet = packet if isinstance(packet, dict) else {}
         out.append(f"{packet.get('from', '?')} {verdicts}" + (f"→{dnat} ep" if dnat else ""))
     return ", ".join(dict.fromkeys(out))
 
@@ -185,55 +190,69 @@ def normalize(report: dict, problems: list | None = None) -> dict:
     for key, kind in (("facts", dict), ("extra", dict), ("summary", dict), ("findings", list)):
         if not isinstance(report.get(key), kind):
             report[key] = kind()
-    facts = report["facts"]
-    for key, kind in _FACT_TYPES.items():
-        if key in facts and not _is(facts[key], kind):
-            facts.pop(key)
-    ct = facts.get("conntrack")
-    if ct is not None and not (_is(ct.get("count"), int) and _is(ct.get("max"), int) and ct["max"] > 0):
-        facts.pop("conntrack")
+    _normalize_facts(report["facts"])
     report["summary"] = {k: v if _is(v := report["summary"].get(k), int) else 0 for k in ("error", "warning", "info")}
     if not isinstance(report.get("readable", True), bool):
         report["readable"] = True
-    findings = []
-    dropped = 0
-    for f in report["findings"]:
-        if (
-            not isinstance(f, dict)
-            or not isinstance(f.get("id"), str)
-            or not re.fullmatch(r"KP[0-9]{3}", f["id"])
-            or f.get("severity") not in ("error", "warning", "info")
-        ):  # the cluster report's schema: KPnnn ids
-            dropped += 1
-            continue
-        for key in _FINDING_TEXT:
-            f[key] = "" if f.get(key) is None else str(f.get(key))
-        if not re.fullmatch(r"[a-z0-9-]+", f["slug"]):
-            f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
-        f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
-        f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
-        if "data" in f and not isinstance(f["data"], dict):
-            f.pop("data")  # the finding's data is an object (the cluster report's schema)
-        steps = f.get("fix_steps")
-        if not (
-            isinstance(steps, list)
-            and len(steps) == len(f["fix"])
-            and all(
-                isinstance(x, dict) and x.get("kind") in ("command", "note") and x.get("text") == t
-                for x, t in zip(steps, f["fix"])
-            )
-        ):
-            f.pop("fix_steps", None)  # an older kpdiag's report (or a forged one): the kinds are derived again
-        f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
-        f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
-        findings.append(f)
+    findings = [f for f in report["findings"] if _normalize_finding(f)]
+    dropped = len(report["findings"]) - len(findings)
     report["findings"] = findings
     if dropped and problems is not None:
         problems.append(
             f"{dropped} finding{'s' if dropped > 1 else ''} of its report left out: not of the report's schema (an id "
             "KPnnn, a severity error, warning or info)"
         )
-    extra = report["extra"]
+    _normalize_extra(report["extra"])
+    return report
+
+
+def _normalize_facts(facts: dict) -> None:
+    for key, kind in _FACT_TYPES.items():
+        if key in facts and not _is(facts[key], kind):
+            facts.pop(key)
+    ct = facts.get("conntrack")
+    if ct is not None and not (_is(ct.get("count"), int) and _is(ct.get("max"), int) and ct["max"] > 0):
+        facts.pop("conntrack")
+
+
+def _normalize_finding(f: object) -> bool:
+    """Give one finding (in place) the types of the cluster report's schema; False when it cannot have them (an id
+    KPnnn and a severity error, warning or info are needed): then it is left out."""
+    if (
+        not isinstance(f, dict)
+        or not isinstance(f.get("id"), str)
+        or not re.fullmatch(r"KP[0-9]{3}", f["id"])
+        or f.get("severity") not in ("error", "warning", "info")
+    ):
+        return False
+    for key in _FINDING_TEXT:
+        f[key] = "" if f.get(key) is None else str(f.get(key))
+    if not re.fullmatch(r"[a-z0-9-]+", f["slug"]):
+        f["slug"] = re.sub(r"[^a-z0-9-]+", "-", f["slug"].lower()).strip("-") or "unknown"
+    f["subject"] = None if f.get("subject") is None else str(f.get("subject"))
+    f["fix"] = [str(x) for x in f["fix"]] if isinstance(f.get("fix"), list) else []
+    if "data" in f and not isinstance(f["data"], dict):
+        f.pop("data")  # the finding's data is an object (the cluster report's schema)
+    if not _fix_steps_match(f.get("fix_steps"), f["fix"]):
+        f.pop("fix_steps", None)  # an older kpdiag's report (or a forged one): the kinds are derived again
+    f["references"] = [str(x) for x in f["references"]] if isinstance(f.get("references"), list) else []
+    f["evidence"] = [e for e in f["evidence"] if isinstance(e, dict)] if isinstance(f.get("evidence"), list) else []
+    return True
+
+
+def _fix_steps_match(steps: object, fix: list[str]) -> bool:
+    """Are a finding's fix steps its fix, step by step, each a command or a note?"""
+    return (
+        isinstance(steps, list)
+        and len(steps) == len(fix)
+        and all(
+            isinstance(x, dict) and x.get("kind") in ("command", "note") and x.get("text") == t
+            for x, t in zip(steps, fix)
+        )
+    )
+
+
+def _normalize_extra(extra: dict) -> None:
     prog = extra.get("programmed")
     if prog is not None and not (
         isinstance(prog, dict) and isinstance(prog.get("entries"), str) and isinstance(prog.get("digest"), str)
@@ -243,7 +262,6 @@ def normalize(report: dict, problems: list | None = None) -> dict:
         prog["count"] = None
     if "traces" in extra and not isinstance(extra["traces"], list):
         extra.pop("traces")
-    return report
 
 
 def aggregate(
@@ -300,7 +318,7 @@ def aggregate(
 
 def _node_findings(state: FleetState, select=(), ignore=()) -> list:
     """Node findings that only a few nodes have, each named by its node (the common ones are KP805's)."""
-    from ..checkapi import select_checks
+    from ..checkapi import CheckSpec, select_checks
     from ..model import Evidence, Finding, Severity
 
     threshold = state.common_threshold() if len(state.ok) >= 3 else len(state.ok) + 1
@@ -313,13 +331,14 @@ def _node_findings(state: FleetState, select=(), ignore=()) -> list:
                 sev = Severity(f.get("severity"))
             except ValueError:
                 continue
-            if (select or ignore) and not select_checks([_Named(cid, str(f.get("slug", "")))], select, ignore):
+            named = cast("list[CheckSpec]", [_Named(cid, str(f.get("slug", "")))])  # only .id and .slug are read
+            if (select or ignore) and not select_checks(named, select, ignore):
                 continue
             evidence = tuple(
                 Evidence(
                     str(e.get("source")),
                     str(e.get("text")),
-                    e.get("line") if isinstance(e.get("line"), int) and e.get("line") > 0 else None,
+                    line if isinstance(line := e.get("line"), int) and line > 0 else None,
                 )
                 for e in f.get("evidence") or []
                 if isinstance(e, dict)
@@ -347,8 +366,6 @@ class _Named:
     id: str
     slug: str
 
-
-# ---------------------------------------------------------------- reading node reports from a directory
 
 # ---------------------------------------------------------------- reading node reports from a directory
 
@@ -386,11 +403,15 @@ def looks_like_report_dir(path: str) -> bool:
     return any(n.endswith(".json") for n in os.listdir(path))
 
 
-def _read_report_text(path: str, rel: str) -> str:
+def _read_report_bytes(path: str, rel: str) -> bytes:
     """A report file under the directory PATH: a regular file reached without any symlink, at most MAX_REPORT_BYTES."""
     from kpdiag.bundle.safeio import BENEATH, read_file
 
-    return read_file(path, rel, MAX_REPORT_BYTES, BENEATH).decode("utf-8", "replace")
+    return read_file(path, rel, MAX_REPORT_BYTES, BENEATH)
+
+
+def _read_report_text(path: str, rel: str) -> str:
+    return _read_report_bytes(path, rel).decode("utf-8", "replace")
 
 
 def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
@@ -420,11 +441,14 @@ def parse_node_report(text: str, source: str) -> tuple[dict | None, str | None]:
     return None, f"{source}: not JSON" + (f" (starts with {first[:80]!r})" if first else " (empty)")
 
 
-def intern_programmed(report: dict, seen: dict[str, dict]) -> None:
-    """Nodes with the same programmed digest share one table in memory (1,000 nodes × 10,000 Services: 0.5 GB → 1 copy)."""
+def intern_programmed(report: dict, seen: dict[str, dict]) -> bool:
+    """Nodes with the same programmed digest share one table in memory (1,000 nodes × 10,000 Services: 0.5 GB → 1 copy).
+    True when the report's table is now one kept before."""
     prog = (report.get("extra") or {}).get("programmed")
     if isinstance(prog, dict) and isinstance(prog.get("digest"), str):
-        report["extra"]["programmed"] = seen.setdefault(prog["digest"], prog)
+        report["extra"]["programmed"] = kept = seen.setdefault(prog["digest"], prog)
+        return kept is not prog
+    return False
 
 
 def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
@@ -455,17 +479,19 @@ def read_report_dir(path: str) -> tuple[list[NodeResult], dict]:
             )
             meta = {}
     seen: dict[str, dict] = {}  # programmed digest → the first such table: identical nodes share one copy
+    budget = ReportBudget()  # what the reports kept take together
     rels = [
         n for n in sorted(os.listdir(path)) if n.endswith(".json") and n not in ("cluster.json", "scenario.json")
     ]  # the run's summary; a fixture's description
     nodes = os.path.join(path, NODES_DIR)
     if os.path.isdir(nodes) and not os.path.islink(nodes):  # here a node may be called cluster or scenario
         rels += [f"{NODES_DIR}/{n}" for n in sorted(os.listdir(nodes)) if n.endswith(".json")]
-    names = meta.get("files") if isinstance(meta.get("files"), dict) else {}
+    files = meta.get("files")
+    names: dict = files if isinstance(files, dict) else {}
     for rel in rels:
         # a run's files are named after the Kubernetes node (cluster.json's "files" has the full name of each);
         # loose reports carry the host name they ran on
-        r = read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel)
+        r = read_report_file(os.path.join(path, rel), seen, named_by_file=bool(meta), root=path, rel=rel, budget=budget)
         if isinstance(names.get(rel), str) and names[rel]:
             r.node = names[rel]
         results.append(r)
@@ -481,26 +507,37 @@ def read_report_file(
     named_by_file: bool = False,
     root: str | None = None,
     rel: str | None = None,
+    budget: ReportBudget | None = None,
 ) -> NodeResult:
     """One node report file (``kpdiag node -o json`` output, stray lines around it allowed) as a NodeResult; an
     unreadable or foreign file is a named failure. Within a report directory (``root``, ``rel``) only a regular
-    file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only."""
+    file reached without symlinks is read; a file given by itself is opened non-blocking, regular files only. With a
+    ``budget``, a report that would take the reports kept past its cap is not kept (a named failure)."""
     from kpdiag.bundle.safeio import describe
 
     node = os.path.basename(file)
     node = node[: -len(".json")] if node.endswith(".json") else node
     try:
         if root is not None:
-            text = _read_report_text(root, rel)
+            raw = _read_report_bytes(root, rel or "")
         else:
-            text = _read_report_text(os.path.dirname(os.path.abspath(file)), os.path.basename(file))
+            raw = _read_report_bytes(os.path.dirname(os.path.abspath(file)), os.path.basename(file))
     except OSError as exc:
         return NodeResult(node, failure=f"{file}: {describe(exc)}", kind="not json", source=file)
-    report, why = parse_node_report(text, file)
+    cost = weight(raw)
+    if budget is not None:
+        try:
+            budget.take(cost)
+        except ReportsOverBudget:
+            return NodeResult(node, failure=budget.reason(file), kind="not read", source=file)
+    report, why = parse_node_report(raw.decode("utf-8", "replace"), file)
+    del raw
     if report is None:
+        if budget is not None:
+            budget.give(cost)
         return NodeResult(node, failure=why, kind="not json", source=file)
-    if seen is not None:  # identical tables of several files share one copy
-        intern_programmed(report, seen)
+    if seen is not None and intern_programmed(report, seen) and budget is not None:
+        budget.give(min(cost, table_weight(report)))  # identical tables of several files share one copy
     name = node if named_by_file else ((report.get("facts") or {}).get("node") or node)
     return NodeResult(name, report=report, source=file)
 
@@ -521,7 +558,8 @@ def looks_like_report_file(path: str) -> bool:
 def aggregate_files(paths: list[str], select=(), ignore=()) -> Report:
     """``kpdiag analyze REPORT.json``: node reports given one by one."""
     seen: dict[str, dict] = {}
-    results = [read_report_file(p, seen) for p in paths]
+    budget = ReportBudget()
+    results = [read_report_file(p, seen, budget=budget) for p in paths]
     what = paths[0] if len(paths) == 1 else f"{len(paths)} node reports"
     return aggregate(results, select=select, ignore=ignore, subject=f"cluster ({what})")
 

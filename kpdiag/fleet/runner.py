@@ -19,17 +19,10 @@ types, finding ids and slugs) and must not claim to be another node of the clust
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import json
-import re
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-
-from kpdiag.bundle.store import json_type
+from typing import Any
 
 from .. import secrets
 from ..collect.cluster import api_reason
@@ -38,190 +31,29 @@ from kpdiag.parse.decode import load_json
 from kpdiag.manifests import apply_command
 from . import pods as P
 from .aggregate import NodeResult, intern_programmed, parse_node_report
+from .apicall import (
+    API_TIMEOUT,
+    MIN_CALL,
+    RETRIES,
+    DeadlineExceeded,
+    call_timeout,
+    create_reason,
+    discard,
+    is_timeout,
+    missing_service_account,
+    retry_after,
+    transient,
+)
+from .budget import ReportBudget, ReportsOverBudget, table_weight, weight
+from .podstatus import ClusterTargets, classify, labels_match, node_ready
+from .pool import LIMIT, MAX_WORKERS, WorkerPool, no_thread
+from .reportcheck import report_problem
+from .signals import INSISTING, PENDING, TERMINATING, best_effort
 
 LOG_LIMIT = 64 * 1024 * 1024
-API_TIMEOUT = 15.0  # the longest any one API call may take (less when the deadline is nearer)
-RETRIES = 3  # for timeouts, 429 and 5xx answers
 SETUP_SHARE = 0.5  # of --timeout, for the node list, /version and the Service list before any pod
 CLEANUP_SHARE = 0.25  # of --timeout, for a node's delete, and again for the final cleanup
-MIN_CALL = 0.05  # seconds: a call is not started with less time than this left
 CHUNK = 256 * 1024
-
-
-# every terminating signal a process can catch; a repeated Ctrl-C or Ctrl-backslash quits at once
-TERMINATING = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
-INSISTING = (signal.SIGINT, signal.SIGQUIT)
-
-
-# signals raised as Interrupted while no pod existed: kept, so that one swallowed on its way (raised inside a finalizer
-# or a library's catch-all) still stops the run at its start (FleetRunner.run reads it)
-_PENDING: list[int] = []
-
-
-@contextlib.contextmanager
-def raising_on_signals():
-    """SIGHUP, SIGINT, SIGQUIT and SIGTERM raise Interrupted at once while no pod exists: the command ends with
-    128 + signal and its one line instead of dying silently (SIGHUP) or dumping core (SIGQUIT). Each is also noted in
-    _PENDING: FleetRunner.run stops before its first pod when one was noted."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        _PENDING.append(signum)
-        raise Interrupted(signum)
-
-    _PENDING.clear()
-    saved = {sig: signal.signal(sig, handler) for sig in TERMINATING}
-    try:
-        yield
-    finally:
-        for sig, old in saved.items():
-            signal.signal(sig, old)
-        _PENDING.clear()
-
-
-def _best_effort(fn):
-    """Progress and messages after a hangup: the terminal is gone (EIO), and that must not stop the cleanup."""
-
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (OSError, ValueError):
-            return None
-
-    return call
-
-
-class DeadlineExceeded(Exception):
-    """The time given to this step ran out (before or during an API call)."""
-
-
-def _transient(status) -> bool:
-    return not status or status == 429 or status >= 500
-
-
-def retry_after(exc: Exception) -> float | None:
-    """Seconds a 429/503 answer asks the client to wait (Retry-After: seconds or an HTTP date), or None."""
-    headers = getattr(exc, "headers", None)
-    try:
-        value = headers.get("Retry-After") if headers is not None else None
-    except AttributeError:
-        value = None
-    if not value:
-        return None
-    value = str(value).strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return None if when is None else max(0.0, when.timestamp() - time.time())
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    """A connect or read timeout (urllib3 wraps it in MaxRetryError; the client may wrap that again)."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, TimeoutError) or exc.__class__.__name__ in (
-            "ReadTimeoutError",
-            "ConnectTimeoutError",
-            "TimeoutError",
-        ):
-            return True
-        exc = (
-            getattr(exc, "reason", None)
-            if isinstance(getattr(exc, "reason", None), BaseException)
-            else (exc.__cause__ or exc.__context__)
-        )
-        seen += 1
-    return False
-
-
-def call_timeout(deadline: float, cap: float = API_TIMEOUT) -> tuple[float, float]:
-    """(connect, read) timeouts for one API call from the time left before ``deadline``."""
-    left = deadline - time.monotonic()
-    if left < MIN_CALL:
-        raise DeadlineExceeded()
-    t = min(cap, left)
-    return (t, t)
-
-
-IMAGE_FAILURES = {"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
-CONTAINER_FAILURES = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
-
-
-@dataclass
-class ClusterTargets:
-    nodes: list[str]
-    skipped: list[NodeResult] = field(default_factory=list)  # NotReady or unknown nodes, with the reason
-
-
-def _labels_match(selector: str, labels: dict) -> bool:
-    """Equality/existence label selectors (``a=b,c!=d,e,!f``), re-checked locally."""
-    for term in filter(None, (t.strip() for t in selector.split(","))):
-        if "!=" in term:
-            k, v = term.split("!=", 1)
-            if labels.get(k.strip()) == v.strip():
-                return False
-        elif "=" in term:
-            k, v = term.split("=", 1)
-            if labels.get(k.strip().rstrip("=")) != v.strip().lstrip("="):
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-def _ready(node: dict) -> tuple[bool, str]:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            if c.get("status") == "True":
-                return True, ""
-            return (
-                False,
-                f"node is NotReady (Ready={c.get('status')}: {c.get('reason') or ''} {c.get('message') or ''})".strip(),
-            )
-    return True, ""  # no conditions reported: try anyway
-
-
-def classify(pod: dict | None) -> tuple[str, str | None, str | None]:
-    """("wait"|"done"|"fail", kind, reason) for a pod as the API shows it."""
-    if pod is None:
-        return "wait", None, None
-    status = pod.get("status") or {}
-    phase = status.get("phase")
-    cstats = status.get("containerStatuses") or []
-    state = (cstats[0].get("state") or {}) if cstats else {}
-    if phase in ("Succeeded", "Failed"):
-        term = state.get("terminated")
-        if term is not None:
-            if term.get("reason") == "OOMKilled":
-                return "fail", "pod failed", f"OOMKilled: kpdiag exceeded the pod's memory limit ({P.MEMORY_LIMIT})"
-            return "done", None, None
-        reason, message = status.get("reason") or "", status.get("message") or ""
-        if reason == "DeadlineExceeded":
-            return "fail", "timeout", f"the kubelet stopped the pod at its deadline ({message})".strip()
-        return "fail", "not admitted", f"the node did not run the pod: {reason or phase}: {message}".strip(" :")
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return (
-                "fail",
-                "unschedulable",
-                f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message') or ''}".strip(" :"),
-            )
-    waiting = state.get("waiting") or {}
-    why = waiting.get("reason")
-    if why in IMAGE_FAILURES:
-        image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image")
-        return "fail", "image pull", f"{why}: {waiting.get('message') or image}"
-    if why in CONTAINER_FAILURES:
-        return "fail", "pod failed", f"{why}: {waiting.get('message') or ''}".strip(" :")
-    return "wait", None, None
 
 
 class FleetRunner:
@@ -244,26 +76,31 @@ class FleetRunner:
         from ..collect.kubeapi import RawApi
 
         self.api = api
+        self.notes: list[str] = []
+        self.parallel = min(max(1, int(parallel)), MAX_WORKERS)
+        if int(parallel) > MAX_WORKERS:
+            self.notes.append(
+                f"--parallel {int(parallel)}: {MAX_WORKERS} nodes at a time (kpdiag's cap on its workers)"
+            )
         # one connection per worker (the default pool is 5 per CPU: workers would queue for connections)
         api.rest_client.pool_manager.connection_pool_kw["maxsize"] = max(
-            int(parallel) + 4, api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1
+            self.parallel + 4, api.rest_client.pool_manager.connection_pool_kw.get("maxsize") or 1
         )
+        self.budget = ReportBudget()  # what the nodes' reports take together
         self.core = RawApi(api)  # every answer read bounded, an error's body too (the generated classes read it whole)
         self.namespace = namespace
         self.image = image
         self.timeout = timeout
-        self.parallel = max(1, int(parallel))
         self.service = service
         self.poll = poll
-        self.progress = _best_effort(progress or (lambda **kw: None))
-        self.say = _best_effort(say or (lambda msg: None))
+        self.progress = best_effort(progress or (lambda **kw: None))
+        self.say = best_effort(say or (lambda msg: None))
         self.keep_pods = keep_pods
         # the node pods read the API with kpdiag's node service account; None once it proved missing (then they run
         # without a token and say so) or with node_api=False
         self.service_account: str | None = P.NODE_SERVICE_ACCOUNT if node_api else None
         self.run_id = P.new_run_id()
         self.cleanup_errors: list[str] = []
-        self.notes: list[str] = []
         self._status: dict[str, dict] = {}
         self._created: set[str] = set()
         self._deleted: set[str] = set()
@@ -288,6 +125,8 @@ class FleetRunner:
     def _why(self, exc: Exception, what: str) -> str:
         if isinstance(exc, DeadlineExceeded):
             return f"{what}: timed out: {exc}" if str(exc) else f"{what}: timed out (no time left)"
+        if no_thread(exc):
+            return f"{what}: not asked: kpdiag could not start a thread for it ({exc}; {LIMIT})"
         why = api_reason(exc, what, self.api.configuration.host)
         wait = retry_after(exc) if getattr(exc, "status", None) in (429, 503) else None
         if wait is not None:
@@ -304,11 +143,11 @@ class FleetRunner:
                 raise
             except Exception as exc:
                 status = getattr(exc, "status", None)
-                if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
+                if status is None and is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
                     raise DeadlineExceeded(
                         f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time (no time left)"
                     ) from exc
-                if not _transient(status) or attempt == retries - 1 or self._stop.is_set():
+                if not transient(status) or attempt == retries - 1 or self._stop.is_set():
                     raise
                 wait = retry_after(exc) if status in (429, 503) else None
                 delay = wait if wait is not None else 0.5 * 2**attempt
@@ -334,6 +173,12 @@ class FleetRunner:
             raise DeadlineExceeded(
                 f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time ({exc})"
             ) from None
+        except RuntimeError as exc:
+            if not no_thread(exc):
+                raise
+        # no thread to spare for the wall-clock bound (the process's limit on threads): the call is made here, and
+        # its connect and read timeouts and the bounded body read still end it by the deadline
+        return go()
 
     def _list_all(
         self, fn, *args, deadline: float | None = None, retries: int = 1, kind: str | None = None, **kwargs
@@ -343,7 +188,9 @@ class FleetRunner:
         from ..collect.kubeapi import ApiBound, MAX_OBJECTS, MAX_PAGES
         from ..state.shapes import read_list
 
-        items, token, pages = [], None, 0
+        items: list[dict] = []
+        token: str | None = None
+        pages = 0
         while True:
             pages += 1
             if pages > MAX_PAGES or len(items) > MAX_OBJECTS:
@@ -392,7 +239,7 @@ class FleetRunner:
 
     def targets(self, selector: str | None = None, names: list[str] | None = None) -> ClusterTargets:
         """The nodes to run on: all, a label selector, or names; NotReady and unknown nodes are skipped with why."""
-        kwargs = {"label_selector": selector} if selector else {}
+        kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
         # the first call of a run: an API server that is starting or throttling gets a few tries (with backoff,
         # after its Retry-After), within the setup's share of --timeout
         nodes = self._list_all(self.core.list_node, retries=5, kind="Node", **kwargs)
@@ -402,7 +249,7 @@ class FleetRunner:
             if isinstance(n.get("metadata"), dict) and isinstance(n["metadata"].get("name"), str)
         }
         if selector:
-            nodes = [n for n in nodes if _labels_match(selector, (n.get("metadata") or {}).get("labels") or {})]
+            nodes = [n for n in nodes if labels_match(selector, (n.get("metadata") or {}).get("labels") or {})]
         by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
         out = ClusterTargets([])
         wanted = names if names else sorted(k for k in by_name if k)
@@ -417,7 +264,7 @@ class FleetRunner:
                     )
                 )
                 continue
-            ok, why = _ready(node)
+            ok, why = node_ready(node)
             if ok:
                 out.nodes.append(name)
             else:
@@ -473,7 +320,7 @@ class FleetRunner:
         DELETE of it — the first thing the cleanup does, on success, failure and every signal — has the API server's
         garbage collector remove every pod of the run, even those whose create timed out, and even when kpdiag is
         killed right after. Refused (an older RBAC without configmaps): the pods run without an owner, said once."""
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
@@ -512,7 +359,7 @@ class FleetRunner:
         if deadline is None:
             deadline = time.monotonic() + self.cleanup_budget
         try:
-            _discard(
+            discard(
                 self._call(
                     self.core.delete_namespaced_config_map,
                     name,
@@ -531,30 +378,18 @@ class FleetRunner:
     def run(self, nodes: list[str]) -> list[NodeResult]:
         """Run every node; on SIGINT/SIGTERM stop starting pods, let the workers finish deleting theirs, delete
         what is left and raise `Interrupted`. The signal only sets a flag: a KeyboardInterrupt raised at a random
-        point of the main thread can leave a future's lock held, and the pool then never shuts down."""
+        point of the main thread can leave a worker's lock held, and the run then never ends."""
         results: dict[str, NodeResult] = {}
         restore = self._trap_signals()
-        if _PENDING and self._signalled is None:  # a signal before the run that was lost on its way: stop now
-            self._signalled = _PENDING[0]
+        if PENDING and self._signalled is None:  # a signal before the run that was lost on its way: stop now
+            self._signalled = PENDING[0]
             self._stop.set()
-        executor = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="kpdiag-node")
+        pool: WorkerPool[str, NodeResult] = WorkerPool(self._one, nodes, self.parallel)
         try:
             if self._signalled is None:
                 self._create_owner()
-            futures = {executor.submit(self._one, node): node for node in nodes}
-            pending = set(futures)
-            last = 0.0
-            while pending and self._signalled is None:
-                if self._created - self._deleted and time.monotonic() - last >= self.poll:
-                    last = time.monotonic()
-                    self._refresh()  # at most one list per poll interval, however many nodes finish
-                done_now, pending = wait(pending, timeout=self.poll, return_when=FIRST_COMPLETED)
-                for fut in done_now:
-                    results[futures[fut]] = fut.result()
-                failed = sum(1 for r in results.values() if not r.ok)
-                self.progress(
-                    done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted)
-                )
+                self._start(pool)
+            self._collect(pool, nodes, results)
             if self._signalled is not None:
                 running = len(self._created - self._deleted)
                 self.say(
@@ -563,14 +398,39 @@ class FleetRunner:
                 )
         finally:
             self._stop.set()
+            pool.stop()  # queued nodes never start; running ones delete their pod
             with self._tick:
                 self._tick.notify_all()
-            executor.shutdown(wait=True, cancel_futures=True)  # queued nodes never start; running ones delete their pod
+            pool.join()
             self._delete_leftovers()
             restore()
         if self._signalled is not None:
             raise Interrupted(self._signalled)
-        return [results[n] for n in nodes]
+        results.update(pool.results(0))
+        why = f"not run: no worker thread could start ({pool.start_error}; {LIMIT})" if pool.start_error else "not run"
+        return [results.get(n) or NodeResult(n, failure=why, kind="no thread") for n in nodes]
+
+    def _start(self, pool: WorkerPool) -> None:
+        """Start the workers; fewer than asked (the process's limit on threads) is said once, none ends the run."""
+        working = pool.start()
+        if pool.start_error is not None and working:
+            self.notes.append(
+                f"only {pool.started} of {pool.wanted} worker threads could start ({pool.start_error}; {LIMIT}): "
+                f"{working} node(s) at a time"
+            )
+
+    def _collect(self, pool: WorkerPool, nodes: list[str], results: dict[str, NodeResult]) -> None:
+        """The run loop: one pod list per poll interval, the results as they come, progress."""
+        last = 0.0
+        while len(results) < len(nodes) and self._signalled is None and pool.alive():
+            if self._created - self._deleted and time.monotonic() - last >= self.poll:
+                last = time.monotonic()
+                self._refresh()  # at most one list per poll interval, however many nodes finish
+            results.update(pool.results(self.poll))
+            failed = sum(1 for r in results.values() if not r.ok)
+            self.progress(
+                done=len(results), total=len(nodes), failed=failed, running=len(self._created - self._deleted)
+            )
 
     def _trap_signals(self):
         """Every terminating signal kpdiag can catch (SIGHUP, SIGINT, SIGQUIT, SIGTERM) sets a flag the run loop reads
@@ -636,7 +496,7 @@ class FleetRunner:
             try:
                 self._create(name, manifest, deadline)
             except Exception as exc:
-                if not _missing_service_account(exc, manifest):
+                if not missing_service_account(exc, manifest):
                     raise
                 self._without_service_account(manifest["spec"]["serviceAccountName"])
                 manifest = self.manifest(node)
@@ -655,7 +515,7 @@ class FleetRunner:
             why = (
                 self._why(exc, "create pod")
                 if status == 429
-                else _create_reason(exc, self.namespace, self.api.configuration.host)
+                else create_reason(exc, self.namespace, self.api.configuration.host)
             )
             if status in (401, 403, 404, 422):
                 self._fatal = why  # the same for every node: do not try hundreds more
@@ -688,7 +548,7 @@ class FleetRunner:
         backoff, and a 409 on a retry means the earlier attempt did create it (the name is this run's own)."""
         for attempt in range(RETRIES):
             try:
-                _discard(
+                discard(
                     self.core.create_namespaced_pod(
                         self.namespace, manifest, _preload_content=False, _request_timeout=call_timeout(deadline)
                     ),
@@ -701,11 +561,11 @@ class FleetRunner:
                 status = getattr(exc, "status", None)
                 if attempt and status == 409:
                     return
-                if status is None and _is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
+                if status is None and is_timeout(exc) and time.monotonic() >= deadline - MIN_CALL:
                     raise DeadlineExceeded(
                         f"the API server {secrets.shown_url(self.api.configuration.host)} did not answer in time (no time left)"
                     ) from exc
-                if not _transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
+                if not transient(status) or attempt == RETRIES - 1 or self._stop.is_set():
                     raise
                 with self._lock:
                     self._created.add(name)  # it may exist already: make sure it is deleted in any case
@@ -721,7 +581,7 @@ class FleetRunner:
                 return NodeResult(node, failure="interrupted", kind="interrupted", seconds=time.monotonic() - start)
             pod = self._status.get(name)
             verdict, kind, why = classify(pod)
-            if verdict == "done":
+            if verdict == "done" and pod is not None:
                 return self._read(node, name, pod, start, deadline)
             if verdict == "fail":
                 return NodeResult(node, failure=why, kind=kind, seconds=time.monotonic() - start)
@@ -738,7 +598,14 @@ class FleetRunner:
 
     def _read(self, node: str, name: str, pod: dict, start: float, deadline: float) -> NodeResult:
         try:
-            text = self._read_log(name, deadline)
+            text, taken = self._read_log(name, deadline)
+        except ReportsOverBudget:
+            return NodeResult(
+                node,
+                failure=self.budget.reason(f"the report in the log of pod {self.namespace}/{name}"),
+                kind="not read",
+                seconds=time.monotonic() - start,
+            )
         except DeadlineExceeded as exc:
             return NodeResult(
                 node,
@@ -754,6 +621,18 @@ class FleetRunner:
                 kind="api error",
                 seconds=time.monotonic() - start,
             )
+        result = self._judge(node, name, text, pod, start)
+        if result.report is None:
+            self.budget.give(taken)  # not kept
+        else:
+            with self._lock:
+                shared = intern_programmed(result.report, self._programmed)
+            if shared:
+                self.budget.give(min(taken, table_weight(result.report)))
+        return result
+
+    def _judge(self, node: str, name: str, text: str, pod: dict, start: float) -> NodeResult:
+        """The node's result from its pod's log: its report, or why the log holds none that can be used."""
         source = f"pod {self.namespace}/{name} log"
         report, why = parse_node_report(text, source)
         if report is None:
@@ -763,7 +642,7 @@ class FleetRunner:
             code = term.get("exitCode")
             return NodeResult(
                 node,
-                failure=why + (f"; container exited {code}" if code is not None else ""),
+                failure=(why or source) + (f"; container exited {code}" if code is not None else ""),
                 kind="not json",
                 seconds=time.monotonic() - start,
             )
@@ -784,13 +663,12 @@ class FleetRunner:
                 kind="bad report",
                 seconds=time.monotonic() - start,
             )
-        with self._lock:
-            intern_programmed(report, self._programmed)
         return NodeResult(node, report=report, seconds=time.monotonic() - start)
 
-    def _read_log(self, name: str, deadline: float) -> str:
+    def _read_log(self, name: str, deadline: float) -> tuple[str, int]:
         """The pod's log, read in chunks against the deadline: neither a server that never answers nor one that
-        trickles bytes holds the node past its time."""
+        trickles bytes holds the node past its time. Each chunk is counted against the run's budget for reports
+        (ReportsOverBudget, nothing left counted, when it would pass it); returns the text and what it counted."""
         resp = self._call(
             self.core.read_namespaced_pod_log,
             name,
@@ -800,7 +678,7 @@ class FleetRunner:
             limit_bytes=LOG_LIMIT,
         )
         chunks: list[bytes] = []
-        size, eof = 0, False
+        size, eof, taken = 0, False, 0
         read = getattr(resp, "read1", None) or resp.read
         try:
             while size <= LOG_LIMIT:
@@ -819,21 +697,26 @@ class FleetRunner:
                 if not chunk:
                     eof = True
                     break
+                self.budget.take(weight(chunk))
+                taken += weight(chunk)
                 chunks.append(chunk)
                 size += len(chunk)
+        except BaseException:
+            self.budget.give(taken)
+            raise
         finally:
             try:
                 resp.release_conn() if eof else resp.close()  # a half-read connection is not reused
             except Exception:
                 pass
-        return b"".join(chunks)[:LOG_LIMIT].decode("utf-8", "replace")
+        return b"".join(chunks)[:LOG_LIMIT].decode("utf-8", "replace"), taken
 
     def _delete(self, name: str, deadline: float | None = None) -> None:
         """Delete one pod (retrying a slow or throttling API within the cleanup's share of --timeout)."""
         if deadline is None:
             deadline = min(time.monotonic() + self.cleanup_budget, max(self.deadline, time.monotonic() + MIN_CALL * 4))
         try:
-            _discard(
+            discard(
                 self._call(
                     self.core.delete_namespaced_pod, name, self.namespace, deadline=deadline, grace_period_seconds=0
                 ),
@@ -901,130 +784,13 @@ class FleetRunner:
             self.cleanup_errors.append(self._why(exc, f"list ConfigMaps in {self.namespace}") + " (run owners)")
             owners = []
         for cm in owners:
-            md = cm.get("metadata") if isinstance(cm.get("metadata"), dict) else {}
-            name = md.get("name")
+            md = cm.get("metadata")
+            md = md if isinstance(md, dict) else {}
+            owner = md.get("name")
             if (
-                isinstance(name, str)
-                and name.startswith(P.OWNER_PREFIX)
+                isinstance(owner, str)
+                and owner.startswith(P.OWNER_PREFIX)
                 and (md.get("labels") or {}).get(P.LABEL_MANAGED) == "kpdiag"
             ):
-                self._delete_owner(name)
+                self._delete_owner(owner)
         return [n for n in names if n in self._deleted], self.cleanup_errors[before:]
-
-
-def _discard(resp, deadline: float) -> None:
-    """Read a write's answer (the object written: a few KB) bounded and let the connection go back to the pool."""
-    from ..collect.kubeapi import read_body
-
-    try:
-        read_body(resp, max(deadline, time.monotonic() + MIN_CALL), limit=1 << 20, truncate=True)
-    except Exception:
-        pass  # the write was accepted (2xx): what its answer holds is not needed
-
-
-def _missing_service_account(exc: Exception, manifest: dict) -> bool:
-    """Did the ServiceAccount admission refuse the pod because its service account does not exist? (403, "error looking
-    up service account NS/NAME: serviceaccount \"NAME\" not found")"""
-    account = (manifest.get("spec") or {}).get("serviceAccountName")
-    if not account or getattr(exc, "status", None) != 403:
-        return False
-    try:
-        body = json.loads(getattr(exc, "body", "") or "{}").get("message", "")
-    except (ValueError, AttributeError):
-        return False
-    return "service account" in body and f'serviceaccount "{account}" not found' in body
-
-
-def _create_reason(exc: Exception, namespace: str, server: str | None) -> str:
-    status = getattr(exc, "status", None)
-    body = ""
-    try:
-        body = json.loads(getattr(exc, "body", "") or "{}").get("message", "")
-    except (ValueError, AttributeError):
-        pass
-    if status == 404:
-        return f"create pod: namespace {namespace!r} does not exist ({apply_command('cluster')} creates it)"
-    if status == 403 and "PodSecurity" in body:
-        return (
-            f"create pod: PodSecurity admission rejects a privileged pod in {namespace!r} "
-            f"(kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged): {body[:200]}"
-        )
-    if status == 403:
-        return f"create pod: 403 Forbidden — RBAC does not allow creating pods in {namespace!r} (kpdiag's grants: {apply_command('cluster')}){': ' + body[:160] if body else ''}"
-    if status == 422:
-        return f"create pod: 422 rejected by the API server: {body[:200]}"
-    return api_reason(exc, "create pod", server)
-
-
-_ID = re.compile(r"KP[0-9]{3}")
-_SLUG = re.compile(r"[a-z0-9-]+")
-_TYPES = {
-    "schema": str,
-    "kpdiag_version": str,
-    "subject": str,
-    "readable": bool,
-    "summary": dict,
-    "facts": dict,
-    "findings": list,
-    "checks": list,
-    "problems": list,
-    "extra": dict,
-}
-
-
-def report_problem(doc: dict) -> str | None:
-    """Why a node report is not a well-formed kpdiag.report/v1 document (the schema's types and patterns for what the
-    cluster report copies from it), in a few words; None when it is."""
-    for key, kind in _TYPES.items():
-        if key not in doc:
-            if key == "extra":
-                continue
-            return f'"{key}" is missing'
-        if not isinstance(doc[key], kind) or (kind is not bool and isinstance(doc[key], bool)):
-            return f'"{key}" is {json_type(doc[key])}, not {json_type(kind())}'
-    for key in ("error", "warning", "info"):
-        value = doc["summary"].get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            return f'"summary.{key}" is {json_type(value)}, not a count'
-    for i, f in enumerate(doc["findings"]):
-        where = f"findings[{i}]"
-        if not isinstance(f, dict):
-            return f"{where} is {json_type(f)}, not an object"
-        if not isinstance(f.get("id"), str) or not _ID.fullmatch(f["id"]):
-            return f"{where}.id is not a check id (KPnnn)"
-        if not isinstance(f.get("slug"), str) or not _SLUG.fullmatch(f["slug"]):
-            return f"{where}.slug is not a check slug"
-        if f.get("severity") not in ("error", "warning", "info"):
-            return f"{where}.severity is not error, warning or info"
-        for key in ("title", "summary", "explanation"):
-            if not isinstance(f.get(key), str):
-                return f"{where}.{key} is {json_type(f.get(key))}, not a string"
-        if not f["summary"] or not f["explanation"]:
-            return f"{where} has an empty summary or explanation"
-        if f.get("subject") is not None and not isinstance(f.get("subject"), str):
-            return f"{where}.subject is {json_type(f.get('subject'))}, not a string"
-        for key in ("fix", "references"):
-            if not isinstance(f.get(key), list) or not all(isinstance(x, str) for x in f[key]):
-                return f"{where}.{key} is not a list of strings"
-        if not f["fix"]:
-            return f"{where}.fix is empty"
-        evidence = f.get("evidence")
-        if not isinstance(evidence, list):
-            return f"{where}.evidence is {json_type(evidence)}, not a list"
-        for j, e in enumerate(evidence):
-            if not isinstance(e, dict) or not isinstance(e.get("source"), str) or not isinstance(e.get("text"), str):
-                return f"{where}.evidence[{j}] is not a source and a text"
-            line = e.get("line")
-            if line is not None and (not isinstance(line, int) or isinstance(line, bool) or line < 1):
-                return f"{where}.evidence[{j}].line is not a line number"
-    for i, p in enumerate(doc["problems"]):
-        if not isinstance(p, dict) or not isinstance(p.get("source"), str) or not isinstance(p.get("error"), str):
-            return f"problems[{i}] is not a source and an error"
-    for i, c in enumerate(doc["checks"]):
-        if (
-            not isinstance(c, dict)
-            or not isinstance(c.get("id"), str)
-            or c.get("status") not in ("ran", "skipped", "error")
-        ):
-            return f"checks[{i}] is not a check run"
-    return None

@@ -509,7 +509,8 @@ def test_a_signal_swallowed_before_the_run_still_stops_it_before_any_pod(tmp_pat
     stops before its first pod and raises Interrupted."""
     from kpdiag.collect.cluster import api_client
     from kpdiag.errors import Interrupted
-    from kpdiag.fleet.runner import FleetRunner, raising_on_signals
+    from kpdiag.fleet.runner import FleetRunner
+    from kpdiag.fleet.signals import raising_on_signals
 
     with ApiServer(_nodes(3), kubelet={f"node-{i:03d}": {"hang": True} for i in range(3)}) as api:
         client, why = api_client(api.kubeconfig(tmp_path), None)
