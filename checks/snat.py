@@ -11,7 +11,8 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import ConntrackEntries, ConntrackStats, KubeProxyRules, Tracer
+from kpdiag.state.typed_node import ConntrackEntries, ConntrackStats
+from kpdiag.state.typed_proxy import KubeProxyRules, Tracer
 
 MIN_FLOWS = 50  # source-NATed flows to one destination before collisions on its port range are the likely cause
 _CT = re.compile(
