@@ -20,7 +20,8 @@ from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.netpol import End, Pod, patch_doc, patch_oneline
+from kpdiag.state.netpol import End, Pod
+from kpdiag.state.netpol_eval import patch_doc, patch_oneline
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import MANIFEST
 from kpdiag.state.typed_api import DnsPods, EndpointSlices, Focus, NetworkPolicies, Services
