@@ -543,6 +543,33 @@ def _workload(component: dict[str, Any]) -> str:
     return name
 
 
+def _aws_policy_agent(containers: list[dict[str, Any]]) -> tuple[str, bool | None] | None:
+    """aws-node with its network policy agent container: the agent enforces only when enabled (None: not said)."""
+    agent = [c for c in containers if c.get("name") in ("aws-eks-nodeagent", "aws-network-policy-agent")]
+    if not agent:
+        return None
+    agent_args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in agent)
+    if "--enable-network-policy=true" in agent_args:
+        return "aws-vpc-cni + network policy agent", True
+    if "--enable-network-policy=false" in agent_args:
+        return "aws-vpc-cni + network policy agent", False
+    return "aws-vpc-cni + network policy agent", None
+
+
+def _cni_of(comp: dict[str, Any], wl: str) -> tuple[str, bool | None] | None:
+    """The CNI a workload is, and whether it enforces NetworkPolicy (None: not known), or None: not a CNI."""
+    for prefix, cni, enforces in _CNI:
+        if wl == prefix or (prefix != "flannel" and wl.startswith(prefix + "-")):
+            containers = [c for c in _arr(comp.get("containers")) if isinstance(c, dict)]
+            args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in containers)
+            if cni == "aws-vpc-cni":
+                cni, enforces = _aws_policy_agent(containers) or (cni, enforces)
+            if cni == "kube-router" and "--run-firewall=false" in args:
+                enforces = False
+            return cni, enforces
+    return None
+
+
 def recognise_cni(components: list[dict[str, Any]] | None) -> Enforcement:
     """From the kube-system (kube-flannel, calico-system) DaemonSets or their pods: ``components`` items are
     ``{"kind": "DaemonSet"|"Pod", "namespace", "name", "owner", "containers": [{"name", "image", "args"}]}``."""
@@ -554,39 +581,19 @@ def recognise_cni(components: list[dict[str, Any]] | None) -> Enforcement:
         if not isinstance(comp, dict):
             continue
         wl = _workload(comp)
-        if wl in _NOT_CNI:
+        recognised = None if wl in _NOT_CNI else _cni_of(comp, wl)
+        if recognised is None:
             continue
-        for prefix, cni, enforces in _CNI:
-            if wl == prefix or (prefix != "flannel" and wl.startswith(prefix + "-")):
-                containers = [c for c in _arr(comp.get("containers")) if isinstance(c, dict)]
-                args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in containers)
-                if cni == "aws-vpc-cni":
-                    # the network policy agent runs as a container of aws-node; it only enforces when enabled
-                    agent = [
-                        c for c in containers if c.get("name") in ("aws-eks-nodeagent", "aws-network-policy-agent")
-                    ]
-                    if agent:
-                        agent_args = " ".join(" ".join(map(str, _arr(c.get("args")))) for c in agent)
-                        cni = "aws-vpc-cni + network policy agent"
-                        enforces = (
-                            True
-                            if "--enable-network-policy=true" in agent_args
-                            else False
-                            if "--enable-network-policy=false" in agent_args
-                            else None
-                        )
-                if cni == "kube-router" and "--run-firewall=false" in args:
-                    enforces = False
-                if cni not in found:
-                    evidence.append(
-                        f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or 'kube-system'}/{comp.get('name')}"
-                        + (f" (of {wl})" if wl != comp.get("name") else "")
-                        + f": {cni}"
-                    )
-                    found[cni] = enforces
-                elif found[cni] is not True and enforces is not False:
-                    found[cni] = enforces
-                break
+        cni, enforces = recognised
+        if cni not in found:
+            evidence.append(
+                f"{comp.get('kind') or 'DaemonSet'} {comp.get('namespace') or 'kube-system'}/{comp.get('name')}"
+                + (f" (of {wl})" if wl != comp.get("name") else "")
+                + f": {cni}"
+            )
+            found[cni] = enforces
+        elif found[cni] is not True and enforces is not False:
+            found[cni] = enforces
     if not found:
         return Enforcement(
             None, None, evidence or ["no known CNI DaemonSet in kube-system, kube-flannel or calico-system"]
