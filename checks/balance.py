@@ -9,7 +9,9 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import ConntrackEntries, EndpointSlices, KubeProxyRules, Services
+from kpdiag.state.typed_api import EndpointSlices, Services
+from kpdiag.state.typed_node import ConntrackEntries
+from kpdiag.state.typed_proxy import KubeProxyRules
 
 MIN_CONNECTIONS = 4  # established connections to one Service port before their spread says anything
 

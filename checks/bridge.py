@@ -8,16 +8,9 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import (
-    Addresses,
-    EndpointSlices,
-    KubeProxyRules,
-    Nft,
-    ProxyMode,
-    ServiceImplementer,
-    Services,
-    Sysctls,
-)
+from kpdiag.state.typed_api import EndpointSlices, Services
+from kpdiag.state.typed_node import Addresses, Sysctls
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft, ProxyMode, ServiceImplementer
 
 from .shapes import links
 

@@ -11,7 +11,8 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import hostport
-from kpdiag.state.typed import AwsNodeEnv, Cloud, Cni, Manifest, Probes, Services
+from kpdiag.state.typed_api import Probes, Services
+from kpdiag.state.typed_node import AwsNodeEnv, Cloud, Cni, Manifest
 
 
 EXTERNAL_SNAT = "AWS_VPC_K8S_CNI_EXTERNALSNAT"

@@ -8,7 +8,9 @@ from kpdiag.checkapi import Skip, check
 from typing import Optional
 
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, Cni, KubeProxyConfig, KubeProxyRules, Nft, NodePodCIDRs, Routes
+from kpdiag.state.typed_api import NodePodCIDRs
+from kpdiag.state.typed_node import Addresses, Cni, Routes
+from kpdiag.state.typed_proxy import KubeProxyConfig, KubeProxyRules, Nft
 
 
 def _kube_proxy_ranges(config: KubeProxyConfig | None, rules, nft, nodes: NodePodCIDRs):

@@ -11,16 +11,9 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import (
-    Addresses,
-    CalicoNodes,
-    Cni,
-    FlannelNodes,
-    KubeProxyRules,
-    Manifest,
-    NodeObjects,
-    Routes,
-)
+from kpdiag.state.typed_api import CalicoNodes, FlannelNodes, NodeObjects
+from kpdiag.state.typed_node import Addresses, Cni, Manifest, Routes
+from kpdiag.state.typed_proxy import KubeProxyRules
 
 from .shapes import links
 

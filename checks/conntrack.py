@@ -6,7 +6,8 @@ from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.typed import ConntrackEntries, ConntrackStats, Tracer
+from kpdiag.state.typed_node import ConntrackEntries, ConntrackStats
+from kpdiag.state.typed_proxy import Tracer
 
 
 def _table_full(new, conntrack: ConntrackStats):

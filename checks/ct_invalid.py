@@ -8,7 +8,8 @@ from typing import Optional
 from kpdiag import evidence as ev
 from kpdiag.checkapi import check
 from kpdiag.model import Evidence
-from kpdiag.state.typed import ConntrackStats, KubeProxyRules, Nft
+from kpdiag.state.typed_node import ConntrackStats
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft
 
 INVALID_MIN = 1000  # conntrack -S counts since boot: a handful is normal noise (late retransmissions, port scans)
 

@@ -13,7 +13,9 @@ from typing import Optional
 from kpdiag.checkapi import check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, ConntrackEntries, Focus, KubeProxySettings, Services
+from kpdiag.state.typed_api import Focus, Services
+from kpdiag.state.typed_node import Addresses, ConntrackEntries
+from kpdiag.state.typed_proxy import KubeProxySettings
 
 from .service import in_focus, port_data
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from kpdiag.checkapi import Skip
 from kpdiag.parse.addr import hostport
-from kpdiag.state.typed import Focus, Manifest, NodeObject, Services
+from kpdiag.state.typed_api import Focus, NodeObject, Services
+from kpdiag.state.typed_node import Manifest
 
 from .service import in_focus, usable_here
 

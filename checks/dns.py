@@ -11,7 +11,8 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import DnsLogs, DnsLookups, DnsPods, DnsService, Manifest, NetworkPolicies
+from kpdiag.state.typed_api import DnsLogs, DnsLookups, DnsPods, DnsService, NetworkPolicies
+from kpdiag.state.typed_node import Manifest
 
 NODE_LOCAL_DNS = "169.254.20.10"
 RESTARTS_WARN = 3

@@ -9,7 +9,8 @@ from typing import Optional
 
 from kpdiag.checkapi import check
 from kpdiag.fixcmd import note
-from kpdiag.state.typed import Manifest, Pods
+from kpdiag.state.typed_api import Pods
+from kpdiag.state.typed_node import Manifest
 
 # a cluster DNS name in a container's command, args or environment: NAME.NAMESPACE.svc[.DOMAIN]
 _CLUSTER_NAME = re.compile(

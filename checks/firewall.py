@@ -11,18 +11,9 @@ from typing import TYPE_CHECKING, Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
-from kpdiag.state.typed import (
-    Addresses,
-    Ipvs,
-    KubeProxyConfig,
-    KubeProxyRules,
-    Manifest,
-    Nft,
-    ProxyMode,
-    Routes,
-    Services,
-    Tracer,
-)
+from kpdiag.state.typed_api import Services
+from kpdiag.state.typed_node import Addresses, Manifest, Routes
+from kpdiag.state.typed_proxy import Ipvs, KubeProxyConfig, KubeProxyRules, Nft, ProxyMode, Tracer
 
 if TYPE_CHECKING:
     from kpdiag.trace.model import Path, Step

@@ -9,7 +9,8 @@ from kpdiag.fixcmd import command, note
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 
-from kpdiag.state.typed import Addresses, Nft, Routes
+from kpdiag.state.typed_node import Addresses, Routes
+from kpdiag.state.typed_proxy import Nft
 
 from .shapes import links, routes
 

@@ -9,7 +9,7 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.manifests import apply_command
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
-from kpdiag.state.typed import NodeReports, ProgrammedTables
+from kpdiag.state.typed_fleet import NodeReports, ProgrammedTables
 
 MAX_NAMES = 8  # nodes or service ports named in one summary
 

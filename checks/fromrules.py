@@ -11,7 +11,8 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import KubeProxyRules, Nft, ProxyMode, Services
+from kpdiag.state.typed_api import Services
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft, ProxyMode
 
 SUFFIX_NONE = " has no endpoints"
 SUFFIX_LOCAL = " has no local endpoints"

@@ -10,7 +10,9 @@ from typing import Iterable, Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import persist_sysctls
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, Ip6Programmed, Ipvs, Nft, PartialServices, Routes, Services, Sysctls
+from kpdiag.state.typed_api import Services
+from kpdiag.state.typed_node import Addresses, PartialServices, Routes, Sysctls
+from kpdiag.state.typed_proxy import Ip6Programmed, Ipvs, Nft
 
 PERSIST = "/etc/sysctl.d/99-kubernetes.conf"
 

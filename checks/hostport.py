@@ -13,7 +13,9 @@ from kpdiag import evidence as ev
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, Cni, ConntrackEntries, KubeProxyRules, Nft, NodeObject, Pods
+from kpdiag.state.typed_api import NodeObject, Pods
+from kpdiag.state.typed_node import Addresses, Cni, ConntrackEntries
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft
 
 from .ct_udp import node_addresses, udp_entries
 

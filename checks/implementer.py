@@ -10,16 +10,13 @@ from kpdiag.fixcmd import command, note
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    Addresses,
+from kpdiag.state.typed_api import Pods
+from kpdiag.state.typed_node import Addresses, Manifest, NodeProcesses, Partial
+from kpdiag.state.typed_proxy import (
     HealthzAnswered,
     KubeProxyRules,
-    Manifest,
     MetricsAnswered,
     Nft,
-    NodeProcesses,
-    Partial,
-    Pods,
     ProxyMode,
     ProxyModeAnswered,
     ServiceImplementer,

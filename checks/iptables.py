@@ -12,15 +12,8 @@ from kpdiag.fixcmd import note
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    IptablesBackends,
-    KubeProxyConfig,
-    KubeProxyRules,
-    Manifest,
-    ProxyMode,
-    Routes,
-    Tracer,
-)
+from kpdiag.state.typed_node import Manifest, Routes
+from kpdiag.state.typed_proxy import IptablesBackends, KubeProxyConfig, KubeProxyRules, ProxyMode, Tracer
 
 
 def _kube_chains(rs) -> list[str]:

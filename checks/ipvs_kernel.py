@@ -11,18 +11,8 @@ from kpdiag.fixcmd import note, persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    IpvsProblems,
-    IpvsTimeout,
-    Kernel,
-    KubeProxyConfig,
-    KubeProxyVersion,
-    Modules,
-    ModulesOnDisk,
-    Preflight,
-    ProxyMode,
-    Sysctls,
-)
+from kpdiag.state.typed_node import Kernel, Modules, ModulesOnDisk, Preflight, Sysctls
+from kpdiag.state.typed_proxy import IpvsProblems, IpvsTimeout, KubeProxyConfig, KubeProxyVersion, ProxyMode
 
 
 def ipvs_modules(kernel: tuple[int, int, int] | None, scheduler: str | None = None) -> list[str]:

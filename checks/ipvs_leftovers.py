@@ -12,17 +12,9 @@ from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import (
-    Addresses,
-    Ipvs,
-    KubeProxyConfig,
-    KubeProxyLog,
-    KubeProxyRules,
-    NodeObjects,
-    Preflight,
-    ProxyMode,
-    Services,
-)
+from kpdiag.state.typed_api import NodeObjects, Services
+from kpdiag.state.typed_node import Addresses, Preflight
+from kpdiag.state.typed_proxy import Ipvs, KubeProxyConfig, KubeProxyLog, KubeProxyRules, ProxyMode
 
 if TYPE_CHECKING:
     from kpdiag.state.cluster import Svc

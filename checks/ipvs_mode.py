@@ -12,25 +12,16 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    Addresses,
-    EndpointSlices,
-    Focus,
+from kpdiag.state.typed_api import EndpointSlices, Focus, NodeObject, Services
+from kpdiag.state.typed_node import Addresses, Kernel, Manifest, ModulesOnDisk, Preflight, Routes, Sysctls
+from kpdiag.state.typed_proxy import (
     Ipsets,
     Ipvs,
     IpvsConnections,
-    Kernel,
     KubeProxyConfig,
     KubeProxyRules,
     KubeProxyVersion,
-    Manifest,
-    ModulesOnDisk,
-    NodeObject,
-    Preflight,
     ProxyMode,
-    Routes,
-    Services,
-    Sysctls,
 )
 
 from . import dataplane

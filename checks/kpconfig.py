@@ -9,15 +9,9 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 from kpdiag import evidence as ev
-from kpdiag.state.typed import (
-    Addresses,
-    KubeProxyRules,
-    KubeProxySettings,
-    KubeProxyVersion,
-    NetworkPolicies,
-    NodePodCIDRs,
-    Services,
-)
+from kpdiag.state.typed_api import NetworkPolicies, NodePodCIDRs, Services
+from kpdiag.state.typed_node import Addresses
+from kpdiag.state.typed_proxy import KubeProxyRules, KubeProxySettings, KubeProxyVersion
 
 SKIP_LINKS = ("kube-ipvs0",)  # IPVS mode's Service addresses: not the node's (kube-proxy leaves them out too)
 

@@ -10,8 +10,9 @@ from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    EndpointSlices,
+from kpdiag.state.typed_api import EndpointSlices, NodeObject, Services
+from kpdiag.state.typed_node import Manifest
+from kpdiag.state.typed_proxy import (
     KubeProxyConfig,
     KubeProxyHealthz,
     KubeProxyLog,
@@ -19,11 +20,8 @@ from kpdiag.state.typed import (
     KubeProxyMode,
     KubeProxyRules,
     KubeProxySettings,
-    Manifest,
     Nft,
-    NodeObject,
     ProxyMode,
-    Services,
 )
 
 _USING = re.compile(r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(?:y|ier)")

@@ -10,7 +10,9 @@ from typing import Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, KubeProxyRules, KubeProxySettings, KubeProxyVersion, NodeObjects, Services
+from kpdiag.state.typed_api import NodeObjects, Services
+from kpdiag.state.typed_node import Addresses
+from kpdiag.state.typed_proxy import KubeProxyRules, KubeProxySettings, KubeProxyVersion
 
 from .ipvs_leftovers import _lb_ips, _node_addresses, _norm
 

@@ -7,7 +7,7 @@ import statistics
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import DnsLookups
+from kpdiag.state.typed_api import DnsLookups
 
 CLUSTER_SEARCH = 3  # what kubelet writes for ClusterFirst: <ns>.svc.<domain>, svc.<domain>, <domain>
 WARN_MS = 500.0  # estimated time one external lookup spends on NXDOMAIN answers before it is a warning

@@ -9,7 +9,8 @@ from kpdiag.bundle import sources
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note, persist_sysctls
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, KernelLog, NeighThresholds, Neighbours, NodeObject, NodeObjects, Pods
+from kpdiag.state.typed_api import NodeObject, NodeObjects, Pods
+from kpdiag.state.typed_node import Addresses, KernelLog, NeighThresholds, Neighbours
 
 FAMILIES = {"ipv4": ("arp_cache", 4), "ipv6": ("ndisc_cache", 6)}
 DONE = ("Succeeded", "Failed")

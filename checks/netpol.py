@@ -20,10 +20,12 @@ from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
-from kpdiag.state.netpol import End, Pod, patch_doc, patch_oneline
+from kpdiag.state.netpol import End, Pod
+from kpdiag.state.netpol_eval import patch_doc, patch_oneline
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import MANIFEST
-from kpdiag.state.typed import DnsPods, EndpointSlices, Focus, Manifest, NetworkPolicies, Services
+from kpdiag.state.typed_api import DnsPods, EndpointSlices, Focus, NetworkPolicies, Services
+from kpdiag.state.typed_node import Manifest
 
 from .service import in_focus
 

@@ -8,19 +8,9 @@ from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 
-from kpdiag.state.typed import (
-    EndpointSlices,
-    Focus,
-    Kernel,
-    KubeProxyConfig,
-    Manifest,
-    Nft,
-    NftVersion,
-    NodeObject,
-    Preflight,
-    ProxyMode,
-    Services,
-)
+from kpdiag.state.typed_api import EndpointSlices, Focus, NodeObject, Services
+from kpdiag.state.typed_node import Kernel, Manifest, NftVersion, Preflight
+from kpdiag.state.typed_proxy import KubeProxyConfig, Nft, ProxyMode
 
 from . import dataplane
 

@@ -13,7 +13,8 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, KubeProxyRules, Processes, Routes
+from kpdiag.state.typed_node import Addresses, Processes, Routes
+from kpdiag.state.typed_proxy import KubeProxyRules
 
 from .shapes import links
 

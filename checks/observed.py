@@ -10,18 +10,9 @@ from kpdiag import DEFAULT_IMAGE as KPDIAG_IMAGE  # the image deploy/build-image
 from kpdiag.checkapi import Skip, check
 from kpdiag.model import Evidence
 from kpdiag.state.probe_results import confidence, observations, share_line
-from kpdiag.state.typed import (
-    Focus,
-    KubeProxyRules,
-    Manifest,
-    NetworkPolicies,
-    Nft,
-    NodeObject,
-    Pods,
-    Probes,
-    ServiceLookup,
-    Services,
-)
+from kpdiag.state.typed_api import Focus, NetworkPolicies, NodeObject, Pods, Probes, ServiceLookup, Services
+from kpdiag.state.typed_node import Manifest
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft
 
 from .service import in_focus, node_here, usable_here
 from kpdiag.bundle import sources

@@ -10,17 +10,9 @@ from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
 
-from kpdiag.state.typed import (
-    Addresses,
-    EthtoolOffload,
-    Kernel,
-    KubeProxyRules,
-    NodePodCIDRs,
-    Nft,
-    ProxyMode,
-    Routes,
-    Tracer,
-)
+from kpdiag.state.typed_api import NodePodCIDRs
+from kpdiag.state.typed_node import Addresses, EthtoolOffload, Kernel, Routes
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft, ProxyMode, Tracer
 
 from .shapes import d, links, lst, routes
 

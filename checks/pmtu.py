@@ -10,7 +10,8 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.evidence import clip
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import Addresses, KubeProxyRules, Manifest, Nft, Routes
+from kpdiag.state.typed_node import Addresses, Manifest, Routes
+from kpdiag.state.typed_proxy import KubeProxyRules, Nft
 
 from .hostnet import MtuExcess, pod_mtu_excess
 

@@ -12,7 +12,8 @@ from kpdiag.fixcmd import FixStep, command, note
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
 from kpdiag.bundle import sources
-from kpdiag.state.typed import Addresses, Cni, Manifest, NodePodCIDRs, Routes
+from kpdiag.state.typed_api import NodePodCIDRs
+from kpdiag.state.typed_node import Addresses, Cni, Manifest, Routes
 
 from .shapes import d, links, lst, s
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import EndpointSlices, KubeProxyMetrics, Pods, Services
+from kpdiag.state.typed_api import EndpointSlices, Pods, Services
+from kpdiag.state.typed_proxy import KubeProxyMetrics
 
 from .shapes import d, lst
 

@@ -12,20 +12,9 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note, persist_sysctls
 from kpdiag.model import Evidence
 from kpdiag.parse.addr import parse_ip
-from kpdiag.state.typed import (
-    Addresses,
-    EndpointSlices,
-    Focus,
-    Ipsets,
-    Ipvs,
-    KubeProxyConfig,
-    KubeProxyRules,
-    Nft,
-    Pods,
-    ProxyMode,
-    Routes,
-    Services,
-)
+from kpdiag.state.typed_api import EndpointSlices, Focus, Pods, Services
+from kpdiag.state.typed_node import Addresses, Routes
+from kpdiag.state.typed_proxy import Ipsets, Ipvs, KubeProxyConfig, KubeProxyRules, Nft, ProxyMode
 
 from .service import in_focus
 

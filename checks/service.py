@@ -10,17 +10,9 @@ from kpdiag.parse.addr import hostport
 from kpdiag.fixcmd import note
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    DnsProbe,
-    EndpointSlices,
-    Focus,
-    KubeProxyRules,
-    Manifest,
-    NodeObject,
-    Pods,
-    Probes,
-    Services,
-)
+from kpdiag.state.typed_api import DnsProbe, EndpointSlices, Focus, NodeObject, Pods, Probes, Services
+from kpdiag.state.typed_node import Manifest
+from kpdiag.state.typed_proxy import KubeProxyRules
 
 SVC_SRC = sources.SERVICES
 EPS_SRC = sources.ENDPOINTSLICES

@@ -9,17 +9,9 @@ from kpdiag import dataplane as dataplanes
 from kpdiag.checkapi import Skip, check
 from kpdiag.parse.addr import hostport
 from kpdiag.model import Evidence
-from kpdiag.state.typed import (
-    EndpointSlices,
-    Focus,
-    KubeProxyRules,
-    KubeProxyVersion,
-    Manifest,
-    NodeObject,
-    Probes,
-    ProxyMode,
-    Services,
-)
+from kpdiag.state.typed_api import EndpointSlices, Focus, NodeObject, Probes, Services
+from kpdiag.state.typed_node import Manifest
+from kpdiag.state.typed_proxy import KubeProxyRules, KubeProxyVersion, ProxyMode
 
 from .service import in_focus
 from kpdiag.bundle import sources

@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
-from kpdiag.state.typed import EndpointSlices, Focus, Manifest, Pods, Services
+from kpdiag.state.typed_api import EndpointSlices, Focus, Pods, Services
+from kpdiag.state.typed_node import Manifest
 
 from .service import in_focus
 

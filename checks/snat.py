@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Optional
 from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.model import Evidence
-from kpdiag.state.typed import ConntrackEntries, ConntrackStats, KubeProxyRules, Tracer
+from kpdiag.state.typed_node import ConntrackEntries, ConntrackStats
+from kpdiag.state.typed_proxy import KubeProxyRules, Tracer
 
 if TYPE_CHECKING:
     from kpdiag.trace.model import Step

@@ -9,16 +9,9 @@ from kpdiag import evidence as ev
 from kpdiag.fixcmd import persist_modules, persist_sysctls, set_sysctls
 from kpdiag.checkapi import Skip, check
 from kpdiag.bundle import sources
-from kpdiag.state.typed import (
-    Addresses,
-    KubeProxyConfig,
-    KubeProxyRules,
-    LocalPorts,
-    Modules,
-    Pods,
-    ProxyMode,
-    Sysctls,
-)
+from kpdiag.state.typed_api import Pods
+from kpdiag.state.typed_node import Addresses, LocalPorts, Modules, Sysctls
+from kpdiag.state.typed_proxy import KubeProxyConfig, KubeProxyRules, ProxyMode
 
 
 @check(

@@ -9,7 +9,7 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.fixcmd import command, note
 from kpdiag.bundle import sources
 from kpdiag.model import Evidence
-from kpdiag.state.typed import EndpointSlices, Focus, NodeObject, NodeObjects, Services
+from kpdiag.state.typed_api import EndpointSlices, Focus, NodeObject, NodeObjects, Services
 
 from .service import in_focus, port_data
 

@@ -22,7 +22,8 @@ import json
 import re
 
 from kpdiag.errors import KpdiagError, UsageError
-from kpdiag.state.netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, recognise_cni
+from kpdiag.state.netpol import End, Enforcement, Pod, PolicyError, component, recognise_cni
+from kpdiag.state.netpol_eval import PolicyIndex
 from kpdiag.bundle.store import list_items
 from kpdiag.state.policy import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, get_path, load  # noqa: F401 (re-exported)
 from kpdiag.bundle import sources
@@ -439,7 +440,7 @@ def _merged_patches(rows: list[dict], service, notes: list[str]) -> dict[int, st
     """The NetworkPolicy to propose for each denied direction of a Service's endpoint flows, by id() of the Direction:
     endpoints that need the same policy (the same namespace and spec: the same pod labels, peer and port) get it once —
     on the first of them, named after the Service — and None on the others, with a note; not one per endpoint pod."""
-    from kpdiag.state.netpol import _dns_name, patch_doc, to_yaml
+    from kpdiag.state.netpol_eval import _dns_name, patch_doc, to_yaml
 
     groups: dict[tuple, list] = {}
     for row in rows:

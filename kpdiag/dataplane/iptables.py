@@ -69,7 +69,7 @@ class Iptables(Dataplane):
         return None if rs is None else IptablesTracer(rs, state.routing, state.ipsets)
 
     def port_views(self, services: Iterable[Svc], rules: Any) -> Iterator[PortView]:
-        """``rules``: kpdiag.state.typed.KubeProxyRules (the KUBE-SVC/KUBE-SVL chains of state/kube_rules.py)."""
+        """``rules``: kpdiag.state.typed_proxy.KubeProxyRules (the KUBE-SVC/KUBE-SVL chains of state/kube_rules.py)."""
         for svc in services:
             done = set()
             for family, ip in cluster_ips(svc):

@@ -51,7 +51,7 @@ class Ipvs(Dataplane):
         return super().ports_skip(running, preflight, table)
 
     def port_views(self, services: Iterable[Svc], ipvs: Any) -> Iterator[PortView]:
-        """``ipvs``: kpdiag.state.typed.Ipvs; a port's endpoints are its real servers of weight > 0."""
+        """``ipvs``: kpdiag.state.typed_proxy.Ipvs; a port's endpoints are its real servers of weight > 0."""
         for svc in services:
             for port in svc.ports:
                 for family, ip in cluster_ips(svc):  # IPVS holds both families' virtual servers

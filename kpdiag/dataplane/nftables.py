@@ -89,7 +89,7 @@ class Nftables(Dataplane):
         return state.nft(), sources.NFT_RULESET, "an nftables ruleset"
 
     def ports_skip(self, running: Dataplane, preflight: str | None, nft: Any) -> str | None:
-        """``nft``: kpdiag.state.typed.Nft."""
+        """``nft``: kpdiag.state.typed_proxy.Nft."""
         from kpdiag.bundle import sources
 
         why = super().ports_skip(running, preflight, nft)
@@ -102,7 +102,7 @@ class Nftables(Dataplane):
         return None
 
     def port_views(self, services: Iterable[Svc], nft: Any) -> Iterator[PortView]:
-        """``nft``: kpdiag.state.typed.Nft (the service-/local- chains of dataplane/kube_nft.py)."""
+        """``nft``: kpdiag.state.typed_proxy.Nft (the service-/local- chains of dataplane/kube_nft.py)."""
         from kpdiag.dataplane.kube_nft import programmed_nft
 
         rs = nft.ruleset()

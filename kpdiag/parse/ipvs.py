@@ -64,6 +64,69 @@ def _split_addr(text: str, source: str, lineno: int) -> tuple[str, int]:
     return host, int(port)
 
 
+def _save_opts(toks: list[str]) -> dict[str, str | None]:
+    """The options of one ``ipvsadm -S`` line: flag → its value (None for a flag without one)."""
+    opts: dict[str, str | None] = {}
+    i = 1
+    while i < len(toks):
+        t = toks[i]
+        if i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+            opts[t] = toks[i + 1]
+            i += 2
+        else:
+            opts[t] = None
+            i += 1
+    return opts
+
+
+def _service_key(
+    opts: dict[str, str | None], line: str, source: str, lineno: int
+) -> tuple[str, str, int] | tuple[str, int]:
+    """The virtual service a line names: (proto, address, port) for -t/-u/--sctp-service, ("fwmark", N) for -f."""
+    flag = next((f for f in _PROTO_FLAG if f in opts), None)
+    if flag is not None:
+        addr, port = _split_addr(opts[flag] or "", source, lineno)
+        return (_PROTO_FLAG[flag], addr, port)
+    if "-f" in opts or "--fwmark-service" in opts:
+        mark = opts.get("-f") or opts.get("--fwmark-service") or ""
+        try:
+            return ("fwmark", int(mark, 0))
+        except ValueError:
+            raise InputError(source, f"bad fwmark {mark!r}", lineno) from None
+    raise InputError(source, f"no service (-t/-u/-f) in: {line[:120]}", lineno)
+
+
+def _virtual_service(
+    key: tuple[str, str, int] | tuple[str, int], opts: dict[str, str | None], lineno: int
+) -> VirtualService:
+    """The virtual service an ``-A`` line adds."""
+    vs = VirtualService(
+        key[0],
+        key[1] if len(key) == 3 else None,
+        key[2] if len(key) == 3 else None,
+        key[1] if len(key) == 2 else None,
+        scheduler=opts.get("-s") or opts.get("--scheduler") or "wlc",
+        line=lineno,
+    )
+    if "-p" in opts or "--persistent" in opts:
+        value = opts.get("-p") or opts.get("--persistent") or "300"
+        vs.persistent = int(value) if value.isascii() and value.isdigit() else 300
+    return vs
+
+
+def _real_server(opts: dict[str, str | None], line: str, source: str, lineno: int) -> RealServer:
+    """The real server an ``-a`` line adds."""
+    real = opts.get("-r") or opts.get("--real-server")
+    if not real:
+        raise InputError(source, f"-a without -r: {line[:120]}", lineno)
+    addr, port = _split_addr(real, source, lineno)
+    fwd = next((m for f, m in _FWD.items() if f in opts), "route")
+    weight = opts.get("-w") or opts.get("--weight") or "1"
+    if not (weight.isascii() and weight.isdigit()):
+        raise InputError(source, f"bad weight {weight!r}", lineno)
+    return RealServer(addr, port, fwd, int(weight), line=lineno)
+
+
 def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple[object, ...], VirtualService]:
     services: dict[tuple[object, ...], VirtualService] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -73,56 +136,15 @@ def parse_ipvsadm_save(text: str, source: str = "ipvsadm -Sn") -> dict[tuple[obj
         verb = toks[0]
         if verb not in ("-A", "--add-service", "-a", "--add-server"):
             raise InputError(source, f"expected -A or -a: {line[:120]}", lineno)
-        opts: dict[str, str | None] = {}
-        i = 1
-        while i < len(toks):
-            t = toks[i]
-            if i + 1 < len(toks) and not toks[i + 1].startswith("-"):
-                opts[t] = toks[i + 1]
-                i += 2
-            else:
-                opts[t] = None
-                i += 1
-        proto = next((p for flag, p in _PROTO_FLAG.items() if flag in opts), None)
-        if proto is not None:
-            addr, port = _split_addr(opts[next(f for f in _PROTO_FLAG if f in opts)] or "", source, lineno)
-            key: tuple[str, str, int] | tuple[str, int] = (proto, addr, port)
-        elif "-f" in opts or "--fwmark-service" in opts:
-            mark = opts.get("-f") or opts.get("--fwmark-service") or ""
-            try:
-                key = ("fwmark", int(mark, 0))
-            except ValueError:
-                raise InputError(source, f"bad fwmark {mark!r}", lineno) from None
-        else:
-            raise InputError(source, f"no service (-t/-u/-f) in: {line[:120]}", lineno)
+        opts = _save_opts(toks)
+        key = _service_key(opts, line, source, lineno)
         if verb in ("-A", "--add-service"):
-            fwmark = key[1] if len(key) == 2 else None
-            vs = VirtualService(
-                key[0],
-                key[1] if len(key) == 3 else None,
-                key[2] if len(key) == 3 else None,
-                fwmark,
-                scheduler=opts.get("-s") or opts.get("--scheduler") or "wlc",
-                line=lineno,
-            )
-            if "-p" in opts or "--persistent" in opts:
-                value = opts.get("-p") or opts.get("--persistent") or "300"
-                vs.persistent = int(value) if value.isascii() and value.isdigit() else 300
-            services[key] = vs
-        else:
-            found = services.get(key)
-            if found is None:
-                raise InputError(source, "real server for a virtual service not added before", lineno)
-            vs = found
-            real = opts.get("-r") or opts.get("--real-server")
-            if not real:
-                raise InputError(source, f"-a without -r: {line[:120]}", lineno)
-            addr, port = _split_addr(real, source, lineno)
-            fwd = next((m for f, m in _FWD.items() if f in opts), "route")
-            weight = opts.get("-w") or opts.get("--weight") or "1"
-            if not (weight.isascii() and weight.isdigit()):
-                raise InputError(source, f"bad weight {weight!r}", lineno)
-            vs.reals.append(RealServer(addr, port, fwd, int(weight), line=lineno))
+            services[key] = _virtual_service(key, opts, lineno)
+            continue
+        vs = services.get(key)
+        if vs is None:
+            raise InputError(source, "real server for a virtual service not added before", lineno)
+        vs.reals.append(_real_server(opts, line, source, lineno))
     return services
 
 

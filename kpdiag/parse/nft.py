@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import InputError
 from .decode import MAX_DEPTH, TooDeep, json_too_deep, load_json
@@ -161,21 +163,67 @@ def _items(text: str, source: str):
         pos = nxt
 
 
-def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset") -> NftRuleset:
+def _top_items(data: str | bytes | dict, source: str) -> Iterator[tuple[Any, str | None]]:
+    """The items of the top-level ``nftables`` list, each with its raw JSON text when read from text."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError:
             raise InputError(source, "not a JSON text (not UTF-8)") from None
     if isinstance(data, str):
-        items = _items(data, source)
+        return _items(data, source)
+    if not isinstance(data, dict) or not isinstance(data.get("nftables"), list):
+        raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
+    return ((item, None) for item in data["nftables"])
+
+
+def _declare(rs: NftRuleset, source: str, n: int, kind: str, body: Any) -> None:
+    """File a chain, set or map item under its (family, table, name)."""
+    key = _names(source, n, kind, body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
+    if kind == "chain":
+        rs.chains[key] = NftChain(
+            *key,
+            type=body.get("type"),
+            hook=body.get("hook"),
+            prio=_prio(body.get("prio")),
+            policy=body.get("policy"),
+        )
     else:
-        if not isinstance(data, dict) or not isinstance(data.get("nftables"), list):
-            raise InputError(source, 'not "nft -j list ruleset" output (no top-level "nftables" list)')
-        items = ((item, None) for item in data["nftables"])
+        rs.sets[key] = NftSet(
+            *key,
+            type=body.get("type"),
+            is_map=kind == "map",
+            map_type=body.get("map"),
+            flags=list(body.get("flags") or []),
+            elems=list(body.get("elem") or []),
+        )
+
+
+def _add_rule(rs: NftRuleset, source: str, meta: dict, expr_or_raw: Any) -> None:
+    """Append a rule to its chain (declared anywhere in the ruleset); its expression kept raw when read from text."""
+    key = (meta.get("family") or "ip", meta.get("table") or "", meta.get("chain") or "")
+    chain = rs.chains.get(key)
+    if chain is None:
+        raise InputError(source, f"rule for chain {key[2]!r} of table {key[1]!r}, which is not declared")
+    raw = expr_or_raw if isinstance(expr_or_raw, str) else None
+    expr = None if raw is not None else expr_or_raw
+    chain.rules.append(
+        NftRule(
+            *key,
+            index=len(chain.rules) + 1,
+            handle=meta.get("handle"),
+            expr=expr,
+            comment=meta.get("comment"),
+            raw=raw,
+        )
+    )
+    rs.rule_count += 1
+
+
+def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset") -> NftRuleset:
     rs = NftRuleset(source=source)
     pending: list[tuple[dict, str | None]] = []
-    for n, (item, raw) in enumerate(items):
+    for n, (item, raw) in enumerate(_top_items(data, source)):
         if not isinstance(item, dict) or len(item) != 1:
             raise InputError(source, f"nftables[{n}] is not a single-key object")
         ((kind, body),) = item.items()
@@ -183,49 +231,16 @@ def parse_nft_json(data: str | bytes | dict, source: str = "nft -j list ruleset"
             raise InputError(source, f"nftables[{n}].{kind} is not an object")
         if kind == "table":
             rs.tables.append((body.get("family", "ip"), body.get("name", "")))
-        elif kind == "chain":
-            key = _names(source, n, kind, body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
-            rs.chains[key] = NftChain(
-                *key,
-                type=body.get("type"),
-                hook=body.get("hook"),
-                prio=_prio(body.get("prio")),
-                policy=body.get("policy"),
-            )
-        elif kind in ("set", "map"):
-            key = _names(source, n, kind, body.get("family", "ip"), body.get("table", ""), body.get("name", ""))
-            rs.sets[key] = NftSet(
-                *key,
-                type=body.get("type"),
-                is_map=kind == "map",
-                map_type=body.get("map"),
-                flags=list(body.get("flags") or []),
-                elems=list(body.get("elem") or []),
-            )
+        elif kind in ("chain", "set", "map"):
+            _declare(rs, source, n, kind, body)
         elif kind == "rule":
             if not isinstance(body.get("expr"), list):
                 raise InputError(source, f"rule {body.get('handle')} in {body.get('chain')} has no expression list")
             meta = {k: body.get(k) for k in ("family", "table", "chain", "handle", "comment")}
             _names(source, n, kind, meta["family"] or "ip", meta["table"] or "", meta["chain"] or "")
             pending.append((meta, raw) if raw is not None else (meta, body["expr"]))
-    for meta, expr_or_raw in pending:
-        key = (meta.get("family") or "ip", meta.get("table") or "", meta.get("chain") or "")
-        chain = rs.chains.get(key)
-        if chain is None:
-            raise InputError(source, f"rule for chain {key[2]!r} of table {key[1]!r}, which is not declared")
-        raw = expr_or_raw if isinstance(expr_or_raw, str) else None
-        expr = None if raw is not None else expr_or_raw
-        chain.rules.append(
-            NftRule(
-                *key,
-                index=len(chain.rules) + 1,
-                handle=meta.get("handle"),
-                expr=expr,
-                comment=meta.get("comment"),
-                raw=raw,
-            )
-        )
-        rs.rule_count += 1
+    for meta, expr_or_raw in pending:  # rules after every chain: a rule may come before its chain's declaration
+        _add_rule(rs, source, meta, expr_or_raw)
     return rs
 
 

@@ -148,15 +148,9 @@ class Usable:
         return self.local if svc.etp_local else self.cluster
 
 
-def usable_endpoints(
-    svc: "Svc", port: dict[str, Any], node: str | None = None, zone: str | None = None, family: int | None = None
-) -> Usable:
-    """The endpoints kube-proxy on ``node`` (in ``zone``) programs for ``port`` of ``svc`` (see :class:`Usable`)."""
-    eps = svc.endpoints_for(port, family=family)
-    ready = [e for e in eps if e.ready]
-    serving_term = [e for e in eps if not e.ready and e.serving_terminating]
-    out = Usable(cluster=None, local=None)
-    # cluster endpoints: topology hints first (same node, then same zone), only when every ready endpoint has one
+def _topology(ready: list[Endpoint], node: str | None, zone: str | None) -> tuple[str, str | None]:
+    """Which topology hints kube-proxy follows (``PreferSameNode``, ``PreferSameZone``, "" for none: only when every
+    ready endpoint has one, and one is for this node or zone), and why that cannot be told (None: it can)."""
     mode, unknown = "", None
     if ready and all(e.node_hints for e in ready):
         if node is None:
@@ -170,6 +164,19 @@ def usable_endpoints(
             unknown = "the endpoints carry zone hints (topology-aware routing / trafficDistribution) and this node's zone is unknown"
         elif any(zone in e.zone_hints for e in ready):
             mode = "PreferSameZone"
+    return mode, unknown
+
+
+def usable_endpoints(
+    svc: "Svc", port: dict[str, Any], node: str | None = None, zone: str | None = None, family: int | None = None
+) -> Usable:
+    """The endpoints kube-proxy on ``node`` (in ``zone``) programs for ``port`` of ``svc`` (see :class:`Usable`)."""
+    eps = svc.endpoints_for(port, family=family)
+    ready = [e for e in eps if e.ready]
+    serving_term = [e for e in eps if not e.ready and e.serving_terminating]
+    out = Usable(cluster=None, local=None)
+    # cluster endpoints: topology hints first (same node, then same zone), only when every ready endpoint has one
+    mode, unknown = _topology(ready, node, zone)
     if mode == "PreferSameNode":
         cluster = [e for e in ready if node in e.node_hints]
     elif mode == "PreferSameZone":

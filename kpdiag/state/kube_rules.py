@@ -65,69 +65,71 @@ def _strip(comment: str) -> str:
     return comment
 
 
+def _follow(rs: Ruleset, port: ProgrammedPort) -> None:
+    """Fill in what a port's KUBE-SVC/SVL chain shows: the cluster CIDR it masquerades around, its endpoints."""
+    chain = rs.chain("nat", port.chain) if port.chain else None
+    for sr in chain.lines if chain is not None else []:
+        t = _field(_TARGET, sr)
+        if t == "KUBE-MARK-MASQ":
+            src = _field(_NEG_SRC, sr)
+            if src:
+                port.cluster_cidr = src
+        elif t and t.startswith("KUBE-SEP-"):
+            sep = rs.chain("nat", t)
+            for er in sep.lines if sep is not None else []:
+                to = _field(_TO, er)
+                if to:
+                    port.endpoints.append(to)
+
+
+def _port(
+    name: str, text: str, target: str | None, ref: tuple[Any, ...] | None = None, local_policy: bool = False
+) -> ProgrammedPort:
+    """A port as a KUBE-SERVICES rule ``text`` names it (its ClusterIP, protocol and port)."""
+    dst = _field(_DST, text)
+    dport = _field(_DPORT, text)
+    return ProgrammedPort(
+        name,
+        dst.split("/")[0] if dst else None,
+        _field(_PROTO, text),
+        int(dport) if dport else None,
+        target,
+        ref,
+        local_policy=local_policy,
+    )
+
+
 def programmed_ports(rs: Ruleset, only: str | None = None) -> dict[str, ProgrammedPort]:
     """Every service port kube-proxy programmed, by ``ns/svc:port`` name (ClusterIP entries); ``only`` (NS/NAME):
     that Service's ports alone (a partial bundle holds no other Service's chains)."""
     out: dict[str, ProgrammedPort] = {}
     services = rs.chain("nat", "KUBE-SERVICES")
-    if services is not None:
-        for pos, text in enumerate(services.lines):
-            if only is not None and only not in text:
-                continue
-            c = _comment(text) or ""
-            target = _field(_TARGET, text)
-            if not c.endswith(" cluster IP") or not target or not target.startswith(("KUBE-SVC-", "KUBE-SVL-")):
-                continue
-            name = _strip(c)
-            dst = _field(_DST, text)
-            dport = _field(_DPORT, text)
-            port = ProgrammedPort(
-                name,
-                dst.split("/")[0] if dst else None,
-                _field(_PROTO, text),
-                int(dport) if dport else None,
-                target,
-                (services, pos),
-                local_policy=target.startswith("KUBE-SVL-"),
-            )
-            chain = rs.chain("nat", target)
-            for sr in chain.lines if chain is not None else []:
-                t = _field(_TARGET, sr)
-                if t == "KUBE-MARK-MASQ":
-                    src = _field(_NEG_SRC, sr)
-                    if src:
-                        port.cluster_cidr = src
-                elif t and t.startswith("KUBE-SEP-"):
-                    sep = rs.chain("nat", t)
-                    for er in sep.lines if sep is not None else []:
-                        to = _field(_TO, er)
-                        if to:
-                            port.endpoints.append(to)
-            out[name] = port
+    for pos, text in enumerate(services.lines if services is not None else []):
+        if only is not None and only not in text:
+            continue
+        c = _comment(text) or ""
+        target = _field(_TARGET, text)
+        if not c.endswith(" cluster IP") or not target or not target.startswith(("KUBE-SVC-", "KUBE-SVL-")):
+            continue
+        name = _strip(c)
+        port = _port(name, text, target, (services, pos), local_policy=target.startswith("KUBE-SVL-"))
+        _follow(rs, port)
+        out[name] = port
     filt = rs.chain("filter", "KUBE-SERVICES")
-    if filt is not None:
-        for pos, text in enumerate(filt.lines):
-            if only is not None and only not in text:
-                continue
-            c = _comment(text) or ""
-            local = c.endswith(" has no local endpoints")  # internalTrafficPolicy: Local, none on this node
-            if (local or c.endswith(" has no endpoints")) and _field(_TARGET, text) in ("REJECT", "DROP"):
-                name = _strip(c)
-                found = out.get(name)
-                if found is None:
-                    dst = _field(_DST, text)
-                    dport = _field(_DPORT, text)
-                    found = out[name] = ProgrammedPort(
-                        name,
-                        dst.split("/")[0] if dst else None,
-                        _field(_PROTO, text),
-                        int(dport) if dport else None,
-                        None,
-                    )
-                if local:
-                    found.local_policy, found.no_local_ref = True, (filt, pos)
-                else:
-                    found.no_endpoints_ref = (filt, pos)
+    for pos, text in enumerate(filt.lines if filt is not None else []):
+        if only is not None and only not in text:
+            continue
+        c = _comment(text) or ""
+        local = c.endswith(" has no local endpoints")  # internalTrafficPolicy: Local, none on this node
+        if (local or c.endswith(" has no endpoints")) and _field(_TARGET, text) in ("REJECT", "DROP"):
+            name = _strip(c)
+            found = out.get(name)
+            if found is None:
+                found = out[name] = _port(name, text, None)
+            if local:
+                found.local_policy, found.no_local_ref = True, (filt, pos)
+            else:
+                found.no_endpoints_ref = (filt, pos)
     return out
 
 

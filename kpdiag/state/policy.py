@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import list_items
-from kpdiag.state.netpol import Enforcement, Pod, PolicyIndex, component, parse_policies, recognise_cni
+from kpdiag.state.netpol import Enforcement, Pod, component, parse_policies, recognise_cni
+from kpdiag.state.netpol_eval import PolicyIndex
 
 if TYPE_CHECKING:
     from kpdiag.bundle.store import Bundle

@@ -330,7 +330,7 @@ def _through(state: Any, target: str, proto: str) -> list[dict[str, Any]]:
 
 def observations(state: Any, svc: Svc) -> list[PortObservation]:
     """Every (ClusterIP, port) of ``svc`` that was probed, with the direct probes of its endpoints (``state``: the
-    state, or the typed input kpdiag.state.typed.Probes — what is read is its ``probes`` and ``probe_results``)."""
+    state, or the typed input kpdiag.state.typed_api.Probes — what is read is its ``probes`` and ``probe_results``)."""
     if state.probes is None:
         return []
     out: list[PortObservation] = []

@@ -151,36 +151,36 @@ def kube_proxy_pod(state: NodeState) -> KubeProxyPod | None:
     if not pods or not node:
         return None
     for pod in pods:
-        if not isinstance(pod, dict) or (pod.get("spec") or {}).get("nodeName") != node or not _is_kube_proxy_pod(pod):
-            continue
-        md, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
-        main = next((c for c in containers if c.get("name") == "kube-proxy"), containers[0] if containers else {})
-        cs = next(
-            (
-                c
-                for c in status.get("containerStatuses") or []
-                if isinstance(c, dict) and c.get("name") == main.get("name")
-            ),
-            {},
-        )
-        state_now, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated") or {}
-        limits = (main.get("resources") or {}).get("limits") or {}
-        restarts = cs.get("restartCount")
-        code = last.get("exitCode")
-        return KubeProxyPod(
-            namespace=str(md.get("namespace") or "kube-system"),
-            name=str(md.get("name") or "?"),
-            phase=status.get("phase") if isinstance(status.get("phase"), str) else None,
-            waiting=((state_now.get("waiting") or {}).get("reason") or None),
-            running="running" in state_now,
-            restarts=restarts if isinstance(restarts, int) else 0,
-            last_reason=last.get("reason") if isinstance(last.get("reason"), str) else None,
-            last_exit_code=code if isinstance(code, int) else None,
-            last_finished=last.get("finishedAt") if isinstance(last.get("finishedAt"), str) else None,
-            memory_limit=str(limits["memory"]) if limits.get("memory") is not None else None,
-        )
+        if isinstance(pod, dict) and (pod.get("spec") or {}).get("nodeName") == node and _is_kube_proxy_pod(pod):
+            return _pod_view(pod)
     return None
+
+
+def _pod_view(pod: dict[str, Any]) -> KubeProxyPod:
+    """A kube-proxy pod object read into what matters (its container named kube-proxy, else its first)."""
+    md, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    main = next((c for c in containers if c.get("name") == "kube-proxy"), containers[0] if containers else {})
+    cs = next(
+        (c for c in status.get("containerStatuses") or [] if isinstance(c, dict) and c.get("name") == main.get("name")),
+        {},
+    )
+    state_now, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated") or {}
+    limits = (main.get("resources") or {}).get("limits") or {}
+    restarts = cs.get("restartCount")
+    code = last.get("exitCode")
+    return KubeProxyPod(
+        namespace=str(md.get("namespace") or "kube-system"),
+        name=str(md.get("name") or "?"),
+        phase=status.get("phase") if isinstance(status.get("phase"), str) else None,
+        waiting=((state_now.get("waiting") or {}).get("reason") or None),
+        running="running" in state_now,
+        restarts=restarts if isinstance(restarts, int) else 0,
+        last_reason=last.get("reason") if isinstance(last.get("reason"), str) else None,
+        last_exit_code=code if isinstance(code, int) else None,
+        last_finished=last.get("finishedAt") if isinstance(last.get("finishedAt"), str) else None,
+        memory_limit=str(limits["memory"]) if limits.get("memory") is not None else None,
+    )
 
 
 # interfaces only a Kubernetes network plugin makes (docker0, br-*, veth* and podman's cni-podman* are not signs)
@@ -254,10 +254,10 @@ def kubernetes_signs(
     return found, looked
 
 
-def detect(state: NodeState) -> Implementer:
+def _host(state: NodeState) -> Host:
+    """What the node shows that replacements are recognised by: interfaces, iptables chains, BPF maps, processes."""
     b = state.bundle
     links = {str(link.get("ifname")): link for link in state.ip_addr or [] if isinstance(link, dict)}
-    addr_src = b.display(sources.IP_ADDR)
     rs = state.iptables()
     chains: set[str] = set()
     if rs is not None:
@@ -265,22 +265,41 @@ def detect(state: NodeState) -> Implementer:
             chains.update(table.chains)
     ipt_src = rs.source if rs is not None else b.display(sources.IPTABLES_SAVE)
     maps = [m.strip() for m in (b.read_text(BPF_MAPS) or "").splitlines() if m.strip()]
-    procs = processes(b)
-    present: dict[str, list[tuple[str, str]]] = {}
+    return Host(
+        links,
+        chains,
+        maps,
+        processes(b),
+        b.display(sources.IP_ADDR),
+        ipt_src,
+        b.display(BPF_MAPS),
+        b.display(PROCESSES),
+    )
 
-    def seen(who: str, src: str, text: str) -> None:
-        present.setdefault(who, []).append((src, text))
 
+def _kube_proxy_evidence(b: Bundle, host: Host, kp_rules: dict[str, str], kp_http: list[Any]) -> list[tuple[str, str]]:
+    """What shows kube-proxy at work: its rules, its HTTP answers, its process."""
+    evidence = [(host.ipt_src if "iptables" in why else b.name, why) for why in kp_rules.values()]
+    evidence += [(b.display(rel), "answered") for rel in kp_http]
+    if "kube-proxy" in host.procs:
+        evidence.append((b.display(PROCESSES), f"process kube-proxy (pid {host.procs['kube-proxy']})"))
+    return evidence
+
+
+def detect(state: NodeState) -> Implementer:
+    b = state.bundle
+    host = _host(state)
+    procs = host.procs  # comm → pid
     # each replacement's signs, and whether they are its service proxy (not just the CNI: Cilium and Calico also run
     # alongside kube-proxy)
+    present: dict[str, list[tuple[str, str]]] = {}
     proxying = {}
-    host = Host(links, chains, maps, procs, addr_src, ipt_src, b.display(BPF_MAPS), b.display(PROCESSES))
     for dp in dataplanes.replacements():
         found, proxying[dp.name] = dp.detect(host)
         for src, text in found:
-            seen(dp.name, src, text)
+            present.setdefault(dp.name, []).append((src, text))
 
-    signs = kubernetes_signs(state, links, chains, procs, present)
+    signs = kubernetes_signs(state, host.links, host.chains, procs, present)
     if signs is not None and not signs[0]:
         return Implementer(
             "not-a-node",
@@ -296,19 +315,13 @@ def detect(state: NodeState) -> Implementer:
     # only what kube-proxy itself said: an answer from a socket that is not kube-proxy's is not in the bundle (the
     # collector records it as unverified in the manifest)
     kp_http = [rel for rel in (sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ) if b.exists(rel)]
-    errs = _errors(b)
-    kp_proc = "kube-proxy" in procs
     procs_visible = "1" in procs.values()
     embedded = next((n for n in ("k3s-server", "k3s-agent", "k3s", "k0s", "kubelite") if n in procs), None)
-    evidence = [(ipt_src if "iptables" in why else b.name, why) for why in kp_rules.values()]
-    evidence += [(b.display(rel), "answered") for rel in kp_http]
-    if kp_proc:
-        evidence.append((b.display(PROCESSES), f"process kube-proxy (pid {procs['kube-proxy']})"))
     pod = kube_proxy_pod(state)
-    absent = [(src, err) for src, err in errs.items() if src.startswith("node/kube-proxy/")]
+    absent = [(src, err) for src, err in _errors(b).items() if src.startswith("node/kube-proxy/")]
 
     replacement = next((d.name for d in dataplanes.replacements() if d.name in present and proxying[d.name]), None)
-    kp_alive = bool(kp_http or kp_proc or embedded)
+    kp_alive = bool(kp_http or "kube-proxy" in procs or embedded)
     if replacement and not kp_alive and (not kp_rules or procs_visible):
         # the replacement first: kube-proxy's rules without a kube-proxy to write them are what it left behind
         return Implementer(
@@ -322,36 +335,36 @@ def detect(state: NodeState) -> Implementer:
             pod=pod,
             leftovers=kp_rules,
         )
-    if kp_rules or kp_alive:
-        if embedded and not kp_proc:
-            label = f"kube-proxy embedded in {embedded.split('-')[0]}"
-            return Implementer(
-                embedded.split("-")[0],
-                label,
-                evidence + [(b.display(PROCESSES), f"process {embedded} (pid {procs[embedded]})")],
-                True,
-                present,
-                kube_proxy="embedded",
-                pod=pod,
-            )
+    if not (kp_rules or kp_alive):
         return Implementer(
-            "kube-proxy",
-            "kube-proxy",
-            evidence,
+            "none",
+            "nothing that kpdiag recognises",
+            [],
             True,
             present,
             absent,
-            kube_proxy=_status(kp_alive, procs_visible, pod),
+            kube_proxy=_status(False, procs_visible, pod),
+            pod=pod,
+        )
+    evidence = _kube_proxy_evidence(b, host, kp_rules, kp_http)
+    if embedded and "kube-proxy" not in procs:
+        return Implementer(
+            embedded.split("-")[0],
+            f"kube-proxy embedded in {embedded.split('-')[0]}",
+            evidence + [(b.display(PROCESSES), f"process {embedded} (pid {procs[embedded]})")],
+            True,
+            present,
+            kube_proxy="embedded",
             pod=pod,
         )
     return Implementer(
-        "none",
-        "nothing that kpdiag recognises",
-        [],
+        "kube-proxy",
+        "kube-proxy",
+        evidence,
         True,
         present,
         absent,
-        kube_proxy=_status(False, procs_visible, pod),
+        kube_proxy=_status(kp_alive, procs_visible, pod),
         pod=pod,
     )
 

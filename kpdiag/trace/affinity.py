@@ -2,7 +2,7 @@
 
 kube-proxy's ClientIP affinity sends a client back to the endpoint whose recent table holds it while the entry is
 younger than ``--seconds``; the tables are recorded in ``node/xt-recent.json`` (kpdiag/parse/recent.py). Without them
-a trace assumes a new client (kpdiag/trace/netfilter.py ``_m_recent``).
+a trace assumes a new client (kpdiag/trace/xt_matches.py ``_m_recent``).
 """
 
 from __future__ import annotations

@@ -139,6 +139,15 @@ class IpvsTracer(IptablesTracer):
             st.reject_with = icmp
             finished.append(st)
             return []
+        for b, r in self._schedule(st, vs, live):  # IPVS sends the packet on: out through POSTROUTING
+            self._send(b, r, finished)
+        return []
+
+    def _schedule(
+        self, st: PacketState, vs: VirtualService, live: list[RealServer]
+    ) -> list[tuple[PacketState, RealServer]]:
+        """A path for each real server that takes new connections, with its share (by weight for the weighted schedulers),
+        its packet sent there."""
         total = sum(r.weight for r in live) if vs.scheduler in WEIGHTED else len(live)
         out = []
         for n, r in enumerate(live):
@@ -172,23 +181,25 @@ class IpvsTracer(IptablesTracer):
                     f"IPVS forwards to {r.target} by {r.forward}, not NAT: the reply must not come back through this node"
                 )
             out.append((b, r))
-        for b, r in out:  # IPVS sends the packet on: out through POSTROUTING (masquerade decided there)
-            self._set_oif(b)
-            route = b.route
-            if route is not None and route.type in STOPPED:
-                # ip_vs_xmit.c __ip_vs_get_out_rt: no output route to the real server → dst_link_failure() sends
-                # ICMP host unreachable, whatever the route's type
-                self._stop(
-                    b,
-                    route,
-                    "reject",
-                    "icmp6-addr-unreachable" if b.ver == 6 else "icmp-host-unreachable",
-                    "IPVS cannot route to this real server: the kernel answers ICMP host unreachable",
-                    finished,
-                )
-                continue
-            if self.vs_conntrack is False and self._untracked_reply(b, r, finished):
-                continue
-            for b2 in self._hook("POSTROUTING", [b], finished):
-                self._leave(b2, finished)
-        return []
+        return out
+
+    def _send(self, b: PacketState, r: RealServer, finished: list[PacketState]) -> None:
+        """A packet IPVS sends to real server ``r``: routed, then out through POSTROUTING (masquerade decided there)."""
+        self._set_oif(b)
+        route = b.route
+        if route is not None and route.type in STOPPED:
+            # ip_vs_xmit.c __ip_vs_get_out_rt: no output route to the real server → dst_link_failure() sends
+            # ICMP host unreachable, whatever the route's type
+            self._stop(
+                b,
+                route,
+                "reject",
+                "icmp6-addr-unreachable" if b.ver == 6 else "icmp-host-unreachable",
+                "IPVS cannot route to this real server: the kernel answers ICMP host unreachable",
+                finished,
+            )
+            return
+        if self.vs_conntrack is False and self._untracked_reply(b, r, finished):
+            return
+        for b2 in self._hook("POSTROUTING", [b], finished):
+            self._leave(b2, finished)

@@ -585,93 +585,47 @@ class NftTracer(PacketWalker):
 
     # ----------------------------------------------------------------- values
     def _value(self, rule: NftRule, left: Json, st: PacketState) -> Any:
-        if isinstance(left, dict):
-            if "payload" in left:
-                p = left["payload"]
-                proto, f = p.get("protocol"), p.get("field")
-                if proto in ("ip", "ip6") and (proto == "ip6") != (st.ver == 6):
-                    raise _NoMatch()  # an IPv4 header match on an IPv6 packet (inet tables see both), or the reverse
-                if f == "saddr" and proto in ("ip", "ip6"):
-                    return st.src
-                if f == "daddr" and proto in ("ip", "ip6"):
-                    return st.dst
-                if (f == "protocol" and proto == "ip") or (f == "nexthdr" and proto == "ip6"):
-                    return st.proto
-                if f in ("sport", "dport") and proto in ("th", "tcp", "udp", "sctp"):
-                    if proto != "th" and proto != st.proto:
-                        raise _NoMatch()
-                    return st.sport if f == "sport" else st.dport
-                if proto == "icmp" and f in ("type", "code"):
-                    if st.proto != "icmp":
-                        raise _NoMatch()
-                    return st.icmp_type if f == "type" else st.icmp_code
-                raise Unknown(f"payload {proto} {f}")
-            if "meta" in left:
-                key = left["meta"].get("key")
-                if key == "l4proto":
-                    return st.proto
-                if key == "mark":
-                    return st.mark
-                if key in ("iifname", "iif"):
-                    if st.iif is None:
-                        if st.hook in ("OUTPUT", "POSTROUTING"):
-                            return ""
-                        raise Unknown("the input interface (give --iif)")
-                    return st.iif
-                if key in ("oifname", "oif"):
-                    if st.oif is None:
-                        raise Unknown("the output interface (no route known)")
-                    return st.oif
-                if key == "nfproto":
-                    return "ipv6" if st.ver == 6 else "ipv4"
-                if key == "protocol":
-                    return "ip6" if st.ver == 6 else "ip"
-                raise Unknown(f"meta {key}")
-            if "ct" in left:
-                key = left["ct"].get("key")
-                if key == "state":
-                    if st.untracked:
-                        return {"untracked"}
-                    return {st.ct_state}
-                if key == "status":
-                    s = set()
-                    if st.ct_dnat:
-                        s.add("dnat")
-                    if st.ct_snat:
-                        s.add("snat")
-                    return s
-                if key == "mark":
-                    return st.ctmark
-                raise Unknown(f"ct {key}")
-            if "fib" in left:
-                fib = left["fib"]
-                flags, result = fib.get("flags") or [], fib.get("result")
-                if result != "type":
-                    raise Unknown(f"fib {result}")
-                addr = st.src if "saddr" in flags else st.dst
-                if self.routing.is_local(addr, st.ver):
-                    return "local"
-                route = self.routing.lookup(addr, st.ver)
-                if route is None:
-                    return "unicast"
-                return {
-                    "unicast": "unicast",
-                    "blackhole": "blackhole",
-                    "unreachable": "unreachable",
-                    "prohibit": "prohibit",
-                }.get(route.type, route.type)
-            if "concat" in left:
-                return tuple(self._value(rule, x, st) for x in left["concat"])
-            for op in ("&", "|", "^"):
-                if op in left:
-                    a, b = left[op]
-                    av, bv = (
-                        self._value(rule, a, st),
-                        _norm("int", b) if not isinstance(b, dict) else self._value(rule, b, st),
-                    )
-                    return {"&": av & bv, "|": av | bv, "^": av ^ bv}[op]
-            raise Unknown(f"expression {list(left)[0]}")
-        return left
+        """The value an expression's left side takes for this packet (raises _NoMatch when the expression cannot
+        apply to it, Unknown when kpdiag cannot tell)."""
+        if not isinstance(left, dict):
+            return left
+        if "payload" in left:
+            return _payload(left["payload"], st)
+        if "meta" in left:
+            return _meta(left["meta"].get("key"), st)
+        if "ct" in left:
+            return _ct(left["ct"].get("key"), st)
+        if "fib" in left:
+            return self._fib(left["fib"], st)
+        if "concat" in left:
+            return tuple(self._value(rule, x, st) for x in left["concat"])
+        for op in ("&", "|", "^"):
+            if op in left:
+                a, b = left[op]
+                av, bv = (
+                    self._value(rule, a, st),
+                    _norm("int", b) if not isinstance(b, dict) else self._value(rule, b, st),
+                )
+                return {"&": av & bv, "|": av | bv, "^": av ^ bv}[op]
+        raise Unknown(f"expression {list(left)[0]}")
+
+    def _fib(self, fib: Json, st: PacketState) -> str:
+        """``fib saddr|daddr type``: the type of route the address takes."""
+        flags, result = fib.get("flags") or [], fib.get("result")
+        if result != "type":
+            raise Unknown(f"fib {result}")
+        addr = st.src if "saddr" in flags else st.dst
+        if self.routing.is_local(addr, st.ver):
+            return "local"
+        route = self.routing.lookup(addr, st.ver)
+        if route is None:
+            return "unicast"
+        return {
+            "unicast": "unicast",
+            "blackhole": "blackhole",
+            "unreachable": "unreachable",
+            "prohibit": "prohibit",
+        }.get(route.type, route.type)
 
     def _set_index(self, rule: NftRule, ref: str, kinds_hint: list[str] | None) -> _SetIndex:
         key = (rule.family, rule.table, ref.lstrip("@"))
@@ -770,3 +724,66 @@ class NftTracer(PacketWalker):
 
 class _NoMatch(Exception):
     """The packet lacks the header the expression reads (e.g. tcp dport on a UDP packet): no match."""
+
+
+def _payload(p: Json, st: PacketState) -> Any:
+    """A header field (``payload``) of the packet."""
+    proto, f = p.get("protocol"), p.get("field")
+    if proto in ("ip", "ip6") and (proto == "ip6") != (st.ver == 6):
+        raise _NoMatch()  # an IPv4 header match on an IPv6 packet (inet tables see both), or the reverse
+    if f == "saddr" and proto in ("ip", "ip6"):
+        return st.src
+    if f == "daddr" and proto in ("ip", "ip6"):
+        return st.dst
+    if (f == "protocol" and proto == "ip") or (f == "nexthdr" and proto == "ip6"):
+        return st.proto
+    if f in ("sport", "dport") and proto in ("th", "tcp", "udp", "sctp"):
+        if proto != "th" and proto != st.proto:
+            raise _NoMatch()
+        return st.sport if f == "sport" else st.dport
+    if proto == "icmp" and f in ("type", "code"):
+        if st.proto != "icmp":
+            raise _NoMatch()
+        return st.icmp_type if f == "type" else st.icmp_code
+    raise Unknown(f"payload {proto} {f}")
+
+
+def _meta(key: object, st: PacketState) -> Any:
+    """A ``meta`` key of the packet."""
+    if key == "l4proto":
+        return st.proto
+    if key == "mark":
+        return st.mark
+    if key in ("iifname", "iif"):
+        if st.iif is None:
+            if st.hook in ("OUTPUT", "POSTROUTING"):
+                return ""
+            raise Unknown("the input interface (give --iif)")
+        return st.iif
+    if key in ("oifname", "oif"):
+        if st.oif is None:
+            raise Unknown("the output interface (no route known)")
+        return st.oif
+    if key == "nfproto":
+        return "ipv6" if st.ver == 6 else "ipv4"
+    if key == "protocol":
+        return "ip6" if st.ver == 6 else "ip"
+    raise Unknown(f"meta {key}")
+
+
+def _ct(key: object, st: PacketState) -> Any:
+    """A ``ct`` key of the packet's connection."""
+    if key == "state":
+        if st.untracked:
+            return {"untracked"}
+        return {st.ct_state}
+    if key == "status":
+        s = set()
+        if st.ct_dnat:
+            s.add("dnat")
+        if st.ct_snat:
+            s.add("snat")
+        return s
+    if key == "mark":
+        return st.ctmark
+    raise Unknown(f"ct {key}")

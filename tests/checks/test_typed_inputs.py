@@ -8,7 +8,10 @@ from typing import ClassVar, Optional
 import pytest
 
 from kpdiag.checkapi import _REGISTRY, check, run_checks
-from kpdiag.state.typed import KubeProxyConfig, NodePodCIDRs, Sysctls, Typed
+from kpdiag.state.typed import Typed
+from kpdiag.state.typed_api import NodePodCIDRs
+from kpdiag.state.typed_node import Sysctls
+from kpdiag.state.typed_proxy import KubeProxyConfig
 from tests.given import given, node
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kpdiag.state.netpol import End, Pod, PolicyIndex, component, parse_policies, recognise_cni
+from kpdiag.state.netpol import End, Pod, component, parse_policies, recognise_cni
+from kpdiag.state.netpol_eval import PolicyIndex
 
 junk = st.recursive(
     st.none()

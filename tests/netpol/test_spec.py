@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kpdiag.state.netpol import (
-    End,
-    Pod,
-    PolicyError,
-    PolicyIndex,
-    parse_policies,
-    parse_policy,
-    parse_selector,
-    patch_doc,
-    patch_yaml,
-    recognise_cni,
-)
+from kpdiag.state.netpol import End, Pod, PolicyError, parse_policies, parse_policy, parse_selector, recognise_cni
+from kpdiag.state.netpol_eval import PolicyIndex, patch_doc, patch_yaml
 
 
 def pod(ns, name, labels, ip, ports=(), host=False):

@@ -113,10 +113,23 @@ def test_typed_inputs_read_their_one_input():
     """A check with typed parameters (kpdiag/state/typed.py) gets plain values: what it can read is what each type's
     ``build`` reads — from a view opening the type's one input of its scope's catalogue (NodeState's for a node check,
     FleetState's for a cluster check), which is all this needs to show."""
+    import importlib
+    import pkgutil
+
+    import kpdiag.state
     from kpdiag.state import typed
 
+    # every typed input, in whichever module of its area it lives (kpdiag/state/typed_*.py)
+    modules = [
+        importlib.import_module(f"kpdiag.state.{m.name}")
+        for m in pkgutil.iter_modules(kpdiag.state.__path__)
+        if m.name.startswith("typed")
+    ]
     kinds = [
-        t for t in vars(typed).values() if isinstance(t, type) and issubclass(t, typed.Typed) and t is not typed.Typed
+        t
+        for mod in modules
+        for t in vars(mod).values()
+        if isinstance(t, type) and issubclass(t, typed.Typed) and t is not typed.Typed and t.__module__ == mod.__name__
     ]
     assert {t.SCOPE for t in kinds} == {"node", "cluster"}
     for t in kinds:
@@ -156,17 +169,17 @@ def test_one_mechanism_per_check():
 def test_the_analysis_sees_reads_in_lambdas_sources_and_both_views():
     """The analysis is not vacuous: it sees reads in a lambda a typed input keeps for later, of the sources it names
     (``ctx.file`` too), of the API view, and of the fleet's (FleetState) view."""
-    from kpdiag.state import typed
+    from kpdiag.state import typed_api, typed_fleet, typed_node, typed_proxy
 
     # lambdas kept for a dump read on first use: lambda which: ctx.iptables(which), lambda which: ctx.programmed(which)
-    assert {"iptables", "programmed"} <= reads_of(typed.KubeProxyRules.build.__func__)
-    assert "src:" + sources.CONNTRACK in reads_of(typed.ConntrackEntries.build.__func__)
-    assert "src:" + sources.DNS_ENDPOINTSLICES in reads_of(typed.DnsService.build.__func__)  # ctx.file(...)
+    assert {"iptables", "programmed"} <= reads_of(typed_proxy.KubeProxyRules.build.__func__)
+    assert "src:" + sources.CONNTRACK in reads_of(typed_node.ConntrackEntries.build.__func__)
+    assert "src:" + sources.DNS_ENDPOINTSLICES in reads_of(typed_api.DnsService.build.__func__)  # ctx.file(...)
     # whether a file exists, not whether it parses: ctx.has(sources.KP_HEALTHZ)
-    assert "src:" + sources.KP_HEALTHZ in reads_of(typed.HealthzAnswered.build.__func__)
-    assert {"cluster.node_name", "cluster.node_zone"} <= reads_of(typed.NodeObject.build.__func__)
-    assert {"programmed_groups", "local_keys", "policy_known"} <= reads_of(typed.ProgrammedTables.build.__func__)
-    assert {"results", "fact", "node_findings_by_check"} <= reads_of(typed.NodeReports.build.__func__)
+    assert "src:" + sources.KP_HEALTHZ in reads_of(typed_proxy.HealthzAnswered.build.__func__)
+    assert {"cluster.node_name", "cluster.node_zone"} <= reads_of(typed_api.NodeObject.build.__func__)
+    assert {"programmed_groups", "local_keys", "policy_known"} <= reads_of(typed_fleet.ProgrammedTables.build.__func__)
+    assert {"results", "fact", "node_findings_by_check"} <= reads_of(typed_fleet.NodeReports.build.__func__)
     # an undeclared read is reported
     fake = type("Spec", (), {"scope": "node", "inputs": ("sysctl",)})()
     assert _undeclared(fake, {"sysctl", "ip_route", "src:" + sources.SYSCTL, "src:" + sources.IP_ROUTE}) == [

@@ -15,7 +15,7 @@ from kpdiag.bundle.store import Bundle
 from kpdiag.checkapi import check, load_registry, run_checks
 from kpdiag.state import inputs as broker
 from kpdiag.state.node import NodeState
-from kpdiag.state.typed import Sysctls
+from kpdiag.state.typed_node import Sysctls
 
 
 def test_an_undeclared_read_is_an_error_of_that_check(tmp_path):

@@ -2,7 +2,8 @@
 was called): they answer None instead of raising TypeError."""
 
 from kpdiag.parse.iptables import parse_iptables_save
-from kpdiag.state.typed import ApiList, KubeProxyRules
+from kpdiag.state.typed_api import ApiList
+from kpdiag.state.typed_proxy import KubeProxyRules
 
 
 def test_an_api_list_without_a_text_reader_has_no_text():
