@@ -23,6 +23,7 @@ from .. import __version__
 from kpdiag.bundle.store import FORMAT
 from kpdiag.parse.decode import load_json
 from kpdiag.bundle import sources
+from kpdiag.collect import child
 
 SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 CMD_TIMEOUT = 60.0
@@ -200,9 +201,7 @@ class NodeCollector:
             return None
         t = time.monotonic()
         try:
-            proc = subprocess.run(
-                argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=SAFE_ENV, check=False
-            )
+            proc = child.run(argv + args, timeout=timeout, env=SAFE_ENV)
         except subprocess.TimeoutExpired:
             self._err(said, f"{name} timed out after {timeout:.0f} s")
             return None
@@ -535,14 +534,7 @@ class NodeCollector:
             backend = None
             if argv:
                 try:
-                    out = subprocess.run(
-                        argv + ["--version"],
-                        stdin=subprocess.DEVNULL,
-                        capture_output=True,
-                        timeout=CMD_TIMEOUT,
-                        env=SAFE_ENV,
-                        check=False,
-                    )
+                    out = child.run(argv + ["--version"], timeout=CMD_TIMEOUT, env=SAFE_ENV)
                     text = out.stdout.decode("utf-8", "replace")
                     backend = "nf_tables" if "nf_tables" in text else ("legacy" if "legacy" in text else None)
                 except (OSError, subprocess.TimeoutExpired):
@@ -704,15 +696,13 @@ class NodeCollector:
                 break
             with tempfile.TemporaryFile() as fh:
                 try:
-                    proc = subprocess.run(
+                    proc = child.run(
                         argv + ["-L", "-p", proto],
-                        stdin=subprocess.DEVNULL,
                         stdout=fh,
                         stderr=subprocess.DEVNULL,
                         env=SAFE_ENV,
                         timeout=max(1.0, CONNTRACK_TIMEOUT - (time.monotonic() - t)),
-                        preexec_fn=cap_file_size,
-                        check=False,
+                        preexec=cap_file_size,
                     )
                     if proc.returncode < 0:
                         cut = f"{CONNTRACK_MAX_BYTES} bytes"
@@ -750,14 +740,7 @@ class NodeCollector:
             return
         t = time.monotonic()
         try:
-            proc = subprocess.run(
-                argv + args,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=JOURNAL_TIMEOUT,
-                env=SAFE_ENV,
-                check=False,
-            )
+            proc = child.run(argv + args, timeout=JOURNAL_TIMEOUT, env=SAFE_ENV)
         except subprocess.TimeoutExpired:
             self._err(sources.KP_LOG, f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
             return

@@ -29,6 +29,7 @@ import threading
 import time
 
 from kpdiag.bundle import sources
+from kpdiag.collect import child
 from kpdiag.collect.node import CMD_TIMEOUT, SAFE_ENV, NodeCollector
 from kpdiag.errors import NotFocused  # raised here and by each mode's reader (kpdiag/collect/ipvs_rules.py)
 from kpdiag.parse.iptables import BUILTIN_CHAINS, TABLES
@@ -346,14 +347,7 @@ class ChainLister:
             raise NotFocused(f"{self.binary} not found")
         self.calls += 1
         try:
-            proc = subprocess.run(
-                self.argv + ["-t", table, "-S", chain],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=CMD_TIMEOUT,
-                env=SAFE_ENV,
-                check=False,
-            )
+            proc = child.run(self.argv + ["-t", table, "-S", chain], timeout=CMD_TIMEOUT, env=SAFE_ENV)
         except subprocess.TimeoutExpired:
             raise NotFocused(f"{self.binary} -t {table} -S {chain} timed out after {CMD_TIMEOUT:.0f} s") from None
         except OSError as exc:
