@@ -9,6 +9,7 @@ conntrack) are only run when their module is already loaded.
 from __future__ import annotations
 
 import datetime
+import functools
 import glob
 import json
 import re
@@ -266,11 +267,11 @@ class NodeCollector:
             if wanted is not None and src not in wanted:
                 continue
             recipe = src.collect
-            if isinstance(recipe, sources.Method):
-                for name in recipe.names:
-                    if name not in seen:
-                        seen.add(name)
-                        out.append((name, getattr(self, name)))
+            if isinstance(recipe, sources.Method):  # the methods that declare it (@sources.writes)
+                for step in recipe.steps:
+                    if step.__name__ not in seen:
+                        seen.add(step.__name__)
+                        out.append((step.__name__, functools.partial(step, self)))
             elif recipe is not None:
                 out.append((src.path, lambda src=src: self._recipe(src)))
         return out
@@ -349,6 +350,7 @@ class NodeCollector:
         if blocks:
             self._put(src, b"".join(blocks))
 
+    @sources.writes(sources.UNAME, sources.MODULES, sources.MODULES_AVAILABLE)
     def kernel(self) -> None:
         self._put(sources.UNAME, os.uname().release + "\n")
         path = os.path.join(self.proc, "modules")
@@ -371,6 +373,7 @@ class NodeCollector:
             ]
             self._put(sources.MODULES_AVAILABLE, "\n".join(names) + "\n")
 
+    @sources.writes(sources.SYSCTL)
     def sysctls(self) -> None:
         t = time.monotonic()
         base = os.path.join(self.proc, "sys")
@@ -401,6 +404,7 @@ class NodeCollector:
             self._put(sources.SYSCTL, "\n".join(sorted(lines)) + "\n")
         self._timed(sources.SYSCTL, t)
 
+    @sources.writes(sources.NEIGH)
     def neighbours(self) -> None:
         """node/neigh.json: the neighbour tables counted (kpdiag/collect/neigh.py)."""
         from . import neigh
@@ -413,6 +417,7 @@ class NodeCollector:
             self._put(sources.NEIGH, json.dumps(doc, indent=1))
         self._timed(sources.NEIGH, t)
 
+    @sources.writes(sources.KERNEL_LOG)
     def kernel_log(self) -> None:
         """node/kernel-log.txt: the kernel log's lines about the network (/dev/kmsg, else dmesg), bounded."""
         from . import neigh
@@ -428,6 +433,7 @@ class NodeCollector:
         head = f"# the kernel log ({how}): {len(lines)} lines read, {kept.count(chr(10))} about the network kept\n"
         self._put(sources.KERNEL_LOG, head + kept)
 
+    @sources.writes(sources.IP_ADDR, sources.IP_ROUTE)
     def links(self) -> None:
         t = time.monotonic()
         try:
@@ -467,6 +473,7 @@ class NodeCollector:
             except ValueError:
                 self._put(sources.IP_ROUTE, v4)
 
+    @sources.writes(sources.IP_RULE)
     def ip_rules(self) -> None:
         """The policy-routing rules of both families, as ``ip -j rule`` shows them (each with its family)."""
         t = time.monotonic()
@@ -495,6 +502,9 @@ class NodeCollector:
         self._put(sources.IP_RULE, json.dumps(rules, indent=1))
         self._timed(sources.IP_RULE, t)
 
+    @sources.writes(
+        sources.IPTABLES_SAVE, sources.IPTABLES_LEGACY_SAVE, sources.IPTABLES_NFT_SAVE, sources.IP6TABLES_SAVE
+    )
     def iptables(self) -> None:
         backend = self._iptables_backend()
         default = self._run(sources.IPTABLES_SAVE, "iptables-save", [], timeout=DUMP_TIMEOUT)
@@ -546,6 +556,7 @@ class NodeCollector:
         ("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")
     }
 
+    @sources.writes(sources.NFT_RULESET, sources.NFT_VERSION)
     def nft(self) -> None:
         """``nft -j list ruleset`` — without iptables-nft's own tables when iptables-save already has them.
 
@@ -599,6 +610,7 @@ class NodeCollector:
                 f"iptables-nft's own tables ({', '.join(skipped)}) left out: {sources.IPTABLES_SAVE} has their rules",
             )
 
+    @sources.writes(sources.IPVSADM, sources.IPVSADM_LIST, sources.IPVS_TIMEOUT, sources.IPVS_CONN)
     def ipvs(self) -> None:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):
             self._err(
@@ -637,6 +649,7 @@ class NodeCollector:
             self._err(sources.IPVS_CONN, f"cannot read {conn}: {exc.strerror or exc}")
         self._timed(sources.IPVS_CONN, t)
 
+    @sources.writes(sources.XT_RECENT)
     def xt_recent(self) -> None:
         """kube-proxy's session affinity state: each ``/proc/net/xt_recent/KUBE-SEP-*`` table (at most
         XT_RECENT_MAX_TABLES, XT_RECENT_MAX_BYTES in all) and, to date its entries (kpdiag/parse/recent.py), the
@@ -675,6 +688,7 @@ class NodeCollector:
         self._put(sources.XT_RECENT, json.dumps(doc, indent=1))
         self._timed(sources.XT_RECENT, t)
 
+    @sources.writes(sources.CONNTRACK)
     def conntrack_entries(self) -> None:
         """A bounded ``conntrack -L``: UDP entries first (stale UDP entries are what KP504 looks for), then TCP, at most
         CONNTRACK_MAX_ENTRIES entries / CONNTRACK_MAX_BYTES; a cut is said in the manifest."""
@@ -724,39 +738,7 @@ class NodeCollector:
             self._err(sources.CONNTRACK, f"conntrack -L cut at {cut} (UDP first, then TCP): the table holds more")
         self._timed(sources.CONNTRACK, t)
 
-    def kube_proxy_journal(self) -> None:
-        """kube-proxy's log from journald when no log file was found: kube-proxy, k3s and k0s units (k3s and k0s run
-        kube-proxy inside themselves), a bounded tail, with a timeout."""
-        if sources.KP_LOG in self.out.files:
-            return
-        journal = os.path.join(self.host_root, "var/log/journal")
-        if not os.path.isdir(journal):
-            return
-        args = ["-D", journal, "--no-pager", "-o", "short-iso", "-n", str(JOURNAL_LINES)]
-        for unit in JOURNAL_UNITS:
-            args += ["-u", unit]
-        argv = self._binary("journalctl")
-        if argv is None:
-            return
-        t = time.monotonic()
-        try:
-            proc = child.run(argv + args, timeout=JOURNAL_TIMEOUT, env=SAFE_ENV)
-        except subprocess.TimeoutExpired:
-            self._err(sources.KP_LOG, f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
-            return
-        except OSError as exc:
-            self._err(sources.KP_LOG, f"cannot run journalctl: {exc.strerror or exc}")
-            return
-        finally:
-            self._timed(f"{sources.KP_LOG} (journald)", t)
-        data = _kube_proxy_lines(proc.stdout)[-LOG_MAX_BYTES:]
-        if proc.returncode != 0 or not data.strip() or data.startswith(b"-- No entries --"):
-            return
-        self._put(sources.KP_LOG, data)
-        # the file search's "no kube-proxy log" is answered: say where it came from instead
-        self.out.errors = [e for e in self.out.errors if e.get("source") != sources.KP_LOG]
-        self._err(sources.KP_LOG, f"no log file; read from journald ({journal}, units {', '.join(JOURNAL_UNITS)})")
-
+    @sources.writes(sources.PROCESSES)
     def processes(self) -> None:
         """node/processes.txt: ``pid name`` of the processes that tell who implements Services, and of pid 1 (whether
         the host's processes are visible at all). Nothing else of the process table is kept."""
@@ -780,6 +762,7 @@ class NodeCollector:
                 lines.append(f"{entry} {comm}")
         self._put(sources.PROCESSES, "\n".join(sorted(lines, key=lambda l: int(l.split()[0]))) + "\n")
 
+    @sources.writes(sources.BPF_MAPS)
     def bpf_maps(self) -> None:
         """node/bpf-maps.txt: the names of pinned BPF objects under /sys/fs/bpf (Cilium's cilium_lb4_*, Calico's
         cali_v4_nat_*), names only, bounded."""
@@ -797,6 +780,7 @@ class NodeCollector:
         if names:
             self._put(sources.BPF_MAPS, "\n".join(sorted(set(names))[:BPF_MAX_ENTRIES]) + "\n")
 
+    @sources.writes(sources.KP_PROXY_MODE, sources.KP_METRICS, sources.KP_HEALTHZ)
     def kube_proxy_http(self) -> None:
         """kube-proxy's /proxyMode, /metrics and /healthz — believed only when the socket that answers is kube-proxy's.
 
@@ -858,6 +842,7 @@ class NodeCollector:
             self._kp = find_kube_proxy(self.proc)
         return self._kp
 
+    @sources.writes(sources.KP_CONFIG, sources.KP_CMDLINE, sources.KP_LOG)
     def kube_proxy_files(self) -> None:
         """kube-proxy's configuration file, its command line and its log.
 
@@ -939,6 +924,40 @@ class NodeCollector:
             self._err(sources.KP_LOG, f"{path} grew while it was read: not read")
         except OSError as exc:
             self._err(sources.KP_LOG, f"cannot read {path}: {safeio.describe(exc)}")
+
+    @sources.writes(sources.KP_LOG)
+    def kube_proxy_journal(self) -> None:
+        """kube-proxy's log from journald when no log file was found: kube-proxy, k3s and k0s units (k3s and k0s run
+        kube-proxy inside themselves), a bounded tail, with a timeout."""
+        if sources.KP_LOG in self.out.files:
+            return
+        journal = os.path.join(self.host_root, "var/log/journal")
+        if not os.path.isdir(journal):
+            return
+        args = ["-D", journal, "--no-pager", "-o", "short-iso", "-n", str(JOURNAL_LINES)]
+        for unit in JOURNAL_UNITS:
+            args += ["-u", unit]
+        argv = self._binary("journalctl")
+        if argv is None:
+            return
+        t = time.monotonic()
+        try:
+            proc = child.run(argv + args, timeout=JOURNAL_TIMEOUT, env=SAFE_ENV)
+        except subprocess.TimeoutExpired:
+            self._err(sources.KP_LOG, f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
+            return
+        except OSError as exc:
+            self._err(sources.KP_LOG, f"cannot run journalctl: {exc.strerror or exc}")
+            return
+        finally:
+            self._timed(f"{sources.KP_LOG} (journald)", t)
+        data = _kube_proxy_lines(proc.stdout)[-LOG_MAX_BYTES:]
+        if proc.returncode != 0 or not data.strip() or data.startswith(b"-- No entries --"):
+            return
+        self._put(sources.KP_LOG, data)
+        # the file search's "no kube-proxy log" is answered: say where it came from instead
+        self.out.errors = [e for e in self.out.errors if e.get("source") != sources.KP_LOG]
+        self._err(sources.KP_LOG, f"no log file; read from journald ({journal}, units {', '.join(JOURNAL_UNITS)})")
 
 
 # k3s and k0s log every component they embed: only kube-proxy's lines are kube-proxy's log (KP704 reads it)
