@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from kpdiag.bundle.redact import Redactor, scrub_text
-from kpdiag.collect.node import LOG_MAX_BYTES
+from kpdiag.collect.node_kube_proxy import LOG_MAX_BYTES
 
 END = "-----END RSA PRIVATE KEY-----"
 
