@@ -2,9 +2,10 @@
 
 A :class:`Source` *is* its bundle path (a ``str``), so it works wherever a path does — as a key of a collector's
 ``files``, in :meth:`kpdiag.bundle.store.Bundle.read_text`, in evidence — and carries everything the rest of kpdiag
-needs to know about it: how it is collected (``collect``: a declarative recipe the node collector interprets, or the
-collector method that writes it), what it holds (in words, for messages and docs), which function parses it, how
-it is redacted (``redact``) and how its parser is fuzzed (``fuzz``).
+needs to know about it: how it is collected (``collect``: a declarative recipe the node collector interprets, or
+``method()``: the collector methods that declare it with :func:`writes`), what it holds (in words, for messages and
+docs), the function that parses it (``parser``: the function itself), how it is redacted (``redact``), how its parser
+is fuzzed (``fuzz``) and whether a lab network namespace records it (``lab``).
 
 No other module spells a bundle path: collectors write ``files[src.IPVSADM]``, the state reads
 ``bundle.read_text(src.IPVSADM)``, checks name ``src.IPVSADM`` in their evidence (a test enforces this).
@@ -15,9 +16,14 @@ lab recorder and the fixture test read the declaration.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from kpdiag.parse import ethtool, ipset, iptables, ipvs, neigh, nft, recent
+from kpdiag.parse import node as parse_node
+
+Parser = Callable[[str, str], Any]  # a source's parser: (text, the source's path for its errors) → what it holds
 
 
 # ------------------------------------------------------------------ how a source is collected (node sources)
@@ -69,12 +75,18 @@ class HostFile:
         return "/" + self.path.replace("{release}", "$(uname -r)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Method:
-    """Written by these methods of the collector (``NodeCollector.iptables``): collection too involved for a recipe
-    (backends, netlink, bounded streams, trust checks)."""
+    """Written by methods of the node collector, each of which declares it (``@sources.writes(SRC, …)`` above the
+    method in kpdiag/collect/): collection too involved for a recipe (backends, netlink, bounded streams, trust
+    checks). ``steps`` holds those methods themselves (unbound), in the order they are declared."""
 
-    names: tuple[str, ...]
+    steps: list[Callable[[Any], None]] = field(default_factory=list)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The steps' names (a collection's step names, in errors and timings)."""
+        return tuple(step.__name__ for step in self.steps)
 
     def describe(self) -> str:
         return ""
@@ -134,8 +146,28 @@ def host_file(path: str, limit: int = 16 * 1024 * 1024, missing: str = "") -> Ho
     return HostFile(path.lstrip("/"), limit, missing)
 
 
-def method(*names: str) -> Method:
-    return Method(tuple(names))
+def method() -> Method:
+    """Written by collector methods that say so with :func:`writes`."""
+    return Method()
+
+
+Step = TypeVar("Step", bound=Callable[..., None])
+
+
+def writes(*written: "Source") -> Callable[[Step], Step]:
+    """Declare, above a node collector method, the sources it writes (each declared with ``collect=method()``): the
+    collector runs it for them (kpdiag/collect/node.py ``steps``), in the catalogue's order."""
+
+    def declare(step: Step) -> Step:
+        for src in written:
+            if not isinstance(src.collect, Method):
+                raise TypeError(
+                    f"{src}: declared with {src.collect!r}, not method(): {step.__qualname__} cannot write it"
+                )
+            src.collect.steps.append(step)
+        return step
+
+    return declare
 
 
 def api(*calls: str, writers: tuple[str, ...]) -> ApiRead:
@@ -189,7 +221,8 @@ class Source(str):
 
     collected_by: str
     what: str
-    parser: str | None
+    parse: Parser | None
+    lab: bool
     kind: str
     collect: Recipe | None
     redact: Redaction
@@ -200,18 +233,20 @@ class Source(str):
         path: str,
         collected_by: str,
         what: str,
-        parser: str | None = None,
+        parser: Parser | None = None,
         kind: str | None = None,
         *,
         collect: Recipe | None = None,
         redact: Redaction | None = None,
         fuzz: str | None = None,
+        lab: bool = False,
     ):
         self = super().__new__(cls, path)
         self.collect = collect
         self.collected_by = collected_by or (collect.describe() if collect else "")
         self.what = what
-        self.parser = parser
+        self.parse = parser
+        self.lab = lab
         self.kind = kind or ("json" if path.endswith(".json") else "text")
         self.redact = redact or redaction_for(path)
         self.fuzz = fuzz if fuzz is not None else ((self.kind == "json" and "json" or "lines") if parser else None)
@@ -221,12 +256,14 @@ class Source(str):
     def path(self) -> str:
         return str.__str__(self)
 
-    def parse_function(self) -> Callable[[str, str], Any] | None:
-        """The parser declared for this source (``module:function``, imported on first use), or None."""
-        if not self.parser:
-            return None
-        module, _, name = self.parser.partition(":")
-        return getattr(importlib.import_module(module), name)
+    @property
+    def parser(self) -> str | None:
+        """The declared parser's name, ``module:function`` (for messages and docs), or None."""
+        return f"{self.parse.__module__}:{self.parse.__qualname__}" if self.parse else None
+
+    def parse_function(self) -> Parser | None:
+        """The parser declared for this source, or None."""
+        return self.parse
 
     def __reduce__(self):  # pickles (multiprocessing) as the plain path
         return (str, (str.__str__(self),))
@@ -239,16 +276,18 @@ def _declare(
     path: str,
     collected_by: str,
     what: str,
-    parser: str | None = None,
+    parser: Parser | None = None,
     *,
     collect: Recipe | None = None,
     redact: Redaction | None = None,
     fuzz: str | None = None,
+    lab: bool = False,
 ) -> Source:
-    """One source. ``collected_by`` may be "" when ``collect`` is a recipe (its words are derived from it)."""
+    """One source. ``collected_by`` may be "" when ``collect`` is a recipe (its words are derived from it); ``lab``:
+    a lab network namespace records it (tests/lab/bundle_from_ns.py: the lab fixtures hold it)."""
     if path in CATALOGUE:
         raise ValueError(f"bundle source {path} declared twice")
-    s = Source(path, collected_by, what, parser, collect=collect, redact=redact, fuzz=fuzz)
+    s = Source(path, collected_by, what, parser, collect=collect, redact=redact, fuzz=fuzz, lab=lab)
     CATALOGUE[path] = s
     return s
 
@@ -263,15 +302,16 @@ UNAME = _declare(
     "node/uname.txt",
     "uname -r",
     "the kernel release",
-    "kpdiag.parse.node:parse_kernel_version",
-    collect=method("kernel"),
+    parse_node.parse_kernel_version,
+    collect=method(),
+    lab=True,
 )
 MODULES = _declare(
     "node/modules.txt",
     "cat /proc/modules",
     "the loaded kernel modules",
-    "kpdiag.parse.node:parse_modules",
-    collect=method("kernel"),
+    parse_node.parse_modules,
+    collect=method(),
 )
 MODULES_BUILTIN = _declare(
     "node/modules-builtin.txt",
@@ -289,69 +329,73 @@ MODULES_AVAILABLE = _declare(
     "node/modules-available.txt",
     "the module paths under kernel/net/ and kernel/drivers/net/ in /lib/modules/$(uname -r)/modules.dep",
     "the network modules this kernel can load (whether or not they are loaded)",
-    collect=method("kernel"),
+    collect=method(),
 )
 SYSCTL = _declare(
     "node/sysctl.txt",
     "sysctl -a (net.* read from /proc/sys)",
     "the network sysctls",
-    "kpdiag.parse.node:parse_sysctl",
-    collect=method("sysctls"),
+    parse_node.parse_sysctl,
+    collect=method(),
+    lab=True,
 )
 IP_ADDR = _declare(
     "node/ip-addr.json",
     "ip -d -j addr (or the same through pyroute2)",
     "the node's interfaces and addresses",
-    collect=method("links"),
+    collect=method(),
+    lab=True,
 )
 IP_ROUTE = _declare(
     "node/ip-route.json",
     "ip -j route show table all, IPv4 and IPv6 (or the same through pyroute2)",
     "the node's routes, every table",
-    collect=method("links"),
+    collect=method(),
+    lab=True,
 )
 IP_RULE = _declare(
     "node/ip-rule.json",
     "ip -j rule show, IPv4 and IPv6 (or the same through pyroute2)",
     "the node's policy-routing rules",
-    "kpdiag.parse.node:parse_ip_rules",
-    collect=method("ip_rules"),
+    parse_node.parse_ip_rules,
+    collect=method(),
 )
 NEIGH = _declare(
     "node/neigh.json",
     "the neighbour (ARP/NDP) entries of the node's namespace counted by state and device (pyroute2), and "
     "/proc/net/stat/arp_cache and ndisc_cache (the tables' entries in every namespace, forced collections, refusals)",
     "the neighbour tables, counted",
-    "kpdiag.parse.neigh:parse_neigh",
-    collect=method("neighbours"),
+    neigh.parse_neigh,
+    collect=method(),
 )
 KERNEL_LOG = _declare(
     "node/kernel-log.txt",
     "the kernel log (/dev/kmsg, else dmesg): its lines about the network only (neighbour table overflow, conntrack "
     "table full), the last 200",
     "the kernel's log lines about the network",
-    "kpdiag.parse.neigh:parse_kernel_log",
-    collect=method("kernel_log"),
+    neigh.parse_kernel_log,
+    collect=method(),
 )
 PROCESSES = _declare(
     "node/processes.txt",
     "/proc/*/comm and cmdline (pid, name, arguments)",
     "the node's processes, to find who implements Services",
-    "kpdiag.parse.node:parse_processes",
-    collect=method("processes"),
+    parse_node.parse_processes,
+    collect=method(),
 )
 ETHTOOL_OFFLOAD = _declare(
     "node/ethtool-offload.txt",
     "ethtool -k DEV for each VXLAN/Geneve device (concatenated; each block starts 'Features for DEV:')",
     "the overlay devices' offload features (tx-checksum-ip-generic …)",
-    "kpdiag.parse.ethtool:parse_ethtool_features",
+    ethtool.parse_ethtool_features,
     collect=per_interface("ethtool", "-k", kinds=("vxlan", "geneve")),
+    lab=True,
 )
 BPF_MAPS = _declare(
     "node/bpf-maps.txt",
     "the names pinned under /sys/fs/bpf",
     "the pinned BPF objects (Cilium, Calico eBPF …)",
-    collect=method("bpf_maps"),
+    collect=method(),
 )
 
 # ---------------------------------------------------------------- the node: netfilter
@@ -359,71 +403,78 @@ IPTABLES_SAVE = _declare(
     "node/iptables-save.txt",
     "iptables-save",
     "the IPv4 iptables rules (the default backend)",
-    "kpdiag.parse.iptables:parse_iptables_save",
-    collect=method("iptables"),
+    iptables.parse_iptables_save,
+    collect=method(),
+    lab=True,
 )
 IPTABLES_LEGACY_SAVE = _declare(
     "node/iptables-legacy-save.txt",
     "iptables-legacy-save",
     "the IPv4 rules of the legacy backend",
-    "kpdiag.parse.iptables:parse_iptables_save",
-    collect=method("iptables"),
+    iptables.parse_iptables_save,
+    collect=method(),
+    lab=True,
 )
 IPTABLES_NFT_SAVE = _declare(
     "node/iptables-nft-save.txt",
     "iptables-nft-save",
     "the IPv4 rules of the nf_tables backend",
-    "kpdiag.parse.iptables:parse_iptables_save",
-    collect=method("iptables"),
+    iptables.parse_iptables_save,
+    collect=method(),
+    lab=True,
 )
 IP6TABLES_SAVE = _declare(
     "node/ip6tables-save.txt",
     "ip6tables-save",
     "the IPv6 iptables rules",
-    "kpdiag.parse.iptables:parse_iptables_save",
-    collect=method("iptables"),
+    iptables.parse_iptables_save,
+    collect=method(),
 )
 NFT_RULESET = _declare(
     "node/nft-ruleset.json",
     "nft -j list ruleset (iptables-nft's own tables left out)",
     "the nftables ruleset",
-    "kpdiag.parse.nft:parse_nft_json",
-    collect=method("nft"),
+    nft.parse_nft_json,
+    collect=method(),
+    lab=True,
 )
-NFT_VERSION = _declare("node/nft-version.txt", "nft --version", "the nft tool's version", collect=method("nft"))
+NFT_VERSION = _declare("node/nft-version.txt", "nft --version", "the nft tool's version", collect=method(), lab=True)
 IPSET = _declare(
     "node/ipset.txt",
     "",
     "the ipsets",
-    "kpdiag.parse.ipset:parse_ipset_save",
+    ipset.parse_ipset_save,
     collect=command(
         "ipset", "save", loaded=("ip_set",), absent="the ip_set kernel module is not loaded: no ipsets on this node"
     ),
+    lab=True,
 )
 CONNTRACK_STATS = _declare(
     "node/conntrack-stats.txt",
     "",
     "the connection tracking counters per CPU",
-    "kpdiag.parse.node:parse_conntrack_stats",
+    parse_node.parse_conntrack_stats,
     collect=command(
         "conntrack",
         "-S",
         loaded=("nf_conntrack", "proc:sys/net/netfilter/nf_conntrack_count"),
         absent="nf_conntrack is not loaded: no connection tracking on this node",
     ),
+    lab=True,
 )
 XT_RECENT = _declare(
     "node/xt-recent.json",
     "/proc/net/xt_recent/KUBE-SEP-* (each table's text), with the jiffies and time since boot of /proc/timer_list",
     "kube-proxy's session affinity state: the clients each endpoint's recent table has seen, and when",
-    "kpdiag.parse.recent:parse_xt_recent",
-    collect=method("xt_recent"),
+    recent.parse_xt_recent,
+    collect=method(),
+    lab=True,
 )
 CONNTRACK = _declare(
     "node/conntrack.txt",
     "conntrack -L (UDP first, then TCP; bounded)",
     "the connection tracking entries",
-    collect=method("conntrack_entries"),
+    collect=method(),
 )
 
 # ---------------------------------------------------------------- the node: IPVS
@@ -431,24 +482,24 @@ IPVSADM = _declare(
     "node/ipvsadm.txt",
     "ipvsadm -Sn (or the same, read through IPVS netlink)",
     "the IPVS virtual and real servers",
-    "kpdiag.parse.ipvs:parse_ipvsadm_save",
-    collect=method("ipvs"),
+    ipvs.parse_ipvsadm_save,
+    collect=method(),
 )
 IPVSADM_LIST = _declare(
     "node/ipvsadm-list.txt",
     "ipvsadm -Ln (or the same, read through IPVS netlink)",
     "the IPVS servers with their connection counts",
-    "kpdiag.parse.ipvs:parse_ipvsadm_list",
-    collect=method("ipvs"),
+    ipvs.parse_ipvsadm_list,
+    collect=method(),
 )
 IPVS_TIMEOUT = _declare(
-    "node/ipvs-timeout.txt", "ipvsadm -L --timeout", "the IPVS connection timeouts", collect=method("ipvs")
+    "node/ipvs-timeout.txt", "ipvsadm -L --timeout", "the IPVS connection timeouts", collect=method()
 )
 IPVS_CONN = _declare(
     "node/ipvs-conn.json",
     "/proc/net/ip_vs_conn counted by virtual service, real server and state",
     "the IPVS connections, counted",
-    collect=method("ipvs"),
+    collect=method(),
 )
 
 # ---------------------------------------------------------------- the node: kube-proxy itself
@@ -456,40 +507,40 @@ KP_PROXY_MODE = _declare(
     "node/kube-proxy/proxy-mode.txt",
     "GET http://127.0.0.1:10249/proxyMode",
     "kube-proxy's running mode",
-    collect=method("kube_proxy_http"),
+    collect=method(),
 )
 KP_METRICS = _declare(
     "node/kube-proxy/metrics.txt",
     "GET http://127.0.0.1:10249/metrics",
     "kube-proxy's metrics",
-    "kpdiag.parse.node:parse_metrics",
-    collect=method("kube_proxy_http"),
+    parse_node.parse_metrics,
+    collect=method(),
 )
 KP_HEALTHZ = _declare(
     "node/kube-proxy/healthz.json",
     "GET http://127.0.0.1:10256/healthz",
     "kube-proxy's health",
-    collect=method("kube_proxy_http"),
+    collect=method(),
 )
 KP_CONFIG = _declare(
     "node/kube-proxy/config.yaml",
     "the KubeProxyConfiguration file in kube-proxy's --config",
     "kube-proxy's configuration",
-    "kpdiag.parse.node:parse_kube_proxy_config",
-    collect=method("kube_proxy_files"),
+    parse_node.parse_kube_proxy_config,
+    collect=method(),
 )
 KP_CMDLINE = _declare(
     "node/kube-proxy/cmdline.txt",
     "/proc/PID/cmdline of the believed kube-proxy (one argument a line)",
     "kube-proxy's command line (its flags)",
-    "kpdiag.parse.node:parse_cmdline",
-    collect=method("kube_proxy_files"),
+    parse_node.parse_cmdline,
+    collect=method(),
 )
 KP_LOG = _declare(
     "node/kube-proxy/log.txt",
     "kube-proxy's container log, else journald",
     "kube-proxy's log",
-    collect=method("kube_proxy_files", "kube_proxy_journal"),
+    collect=method(),
 )
 
 # ---------------------------------------------------------------- the cluster (Kubernetes API)

@@ -6,7 +6,7 @@ walk is the one ``kpdiag node --service`` makes (kpdiag/collect/service_rules.py
 with ``iptables -t TABLE -S CHAIN``, their jumps followed), keyed by the destination instead of a Service name: a
 kube-proxy per-Service chain (KUBE-SVC/SVL/EXT/FW/SEP/XLB) is entered only from a rule that can match the packet —
 its destination address (``-d``, an address or a prefix), port (``--dport``, a port or a range) and protocol
-(``-p``) are the packet's, or absent, or negated (:func:`kpdiag.collect.service_rules.may_meet`, the same test
+(``-p``) are the packet's, or absent, or negated (:func:`kpdiag.collect.iptables_focused.may_meet`, the same test
 that decides which other Service's rule can take a Service's packets) — or from a per-Service chain already
 entered; every other jump is followed. kube-proxy's per-Service chains are all in the nat table and are entered
 before the packet is translated (PREROUTING, OUTPUT), so the destination as sent is the one to match.
@@ -34,12 +34,7 @@ import ipaddress
 
 from kpdiag.bundle import sources
 from kpdiag.collect.ipvs_rules import IpvsFocused
-from kpdiag.collect.service_rules import (
-    NftablesFocused,
-    NftWalk,
-    fall_back,
-    run_reader,
-    BUILTIN_CHAINS,
+from kpdiag.collect.iptables_focused import (
     PER_SERVICE,
     TARGETS,
     _DEST,
@@ -49,12 +44,13 @@ from kpdiag.collect.service_rules import (
     Destination,
     IptablesFocused,
     _tokens,
-    NotFocused,
     chain_closure,
-    detect_mode,
     _opt,
     jump_of,
 )
+from kpdiag.collect.service_rules import NftablesFocused, NftWalk, fall_back, run_reader, detect_mode
+from kpdiag.errors import NotFocused
+from kpdiag.parse.iptables import BUILTIN_CHAINS
 
 
 def targets(lines: list[str], table: str, dest: Destination, mine: bool) -> list[str]:

@@ -11,7 +11,7 @@ layout (include/uapi/linux/ip_vs.h) with the standard socket module, so they wor
 (Debian 12's python3-pyroute2 0.7.2 has none); nothing is changed (only GET requests are sent).
 
 The rest of the rules are read as before: kube-proxy's iptables rules in IPVS mode are a fixed, small set (no
-per-Service chains), read chain by chain as in iptables mode (:class:`kpdiag.collect.service_rules.IptablesFocused`:
+per-Service chains), read chain by chain as in iptables mode (:class:`kpdiag.collect.iptables_focused.IptablesFocused`:
 with no KUBE-SVC chains it reads every chain the hooks reach), and the ipsets whole (``ipset save``: 0.35 s wall,
 0.2 s CPU for 32,000 entries, measured; a membership test per entry cannot cover the source-range sets, whose
 ``hash:ip,port,net`` entries cannot be enumerated by tests). Of kube-ipvs0, where kube-proxy binds every Service
@@ -298,23 +298,13 @@ def service_keys(svc: dict, addresses: list[str] | None) -> list[tuple[str, str,
     ClusterIPs, externalIPs and load-balancer ingress IPs at each port, NodePorts at each of ``addresses``. Raises
     NotFocused when they cannot be told exactly."""
     spec = svc["spec"] if isinstance(svc.get("spec"), dict) else {}
-    status = svc["status"] if isinstance(svc.get("status"), dict) else {}
     if spec.get("type") == "ExternalName":
         raise NotFocused("an ExternalName Service has no virtual server (a DNS name only)")
-    ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if isinstance(ip, str) and ip != "None"]
-    ips += [ip for ip in spec.get("externalIPs") or [] if isinstance(ip, str)]
-    ingress = (status.get("loadBalancer") or {}).get("ingress") or []
-    ips += [i["ip"] for i in ingress if isinstance(i, dict) and isinstance(i.get("ip"), str)]
-    for ip in ips:
-        try:
-            ipaddress.ip_address(ip)
-        except ValueError:
-            raise NotFocused(f"the Service names {ip!r}, not an IP address") from None
+    ips = _service_ips(spec, svc["status"] if isinstance(svc.get("status"), dict) else {})
     # NodePorts on the addresses of the Service's families (kube-proxy runs one proxier per family)
     families = {ipaddress.ip_address(ip).version for ip in ips}
     keys: list[tuple[str, str, int]] = []
-    ports = spec.get("ports") or []
-    for p in ports:
+    for p in spec.get("ports") or []:
         if not isinstance(p, dict):
             continue
         proto = str(p.get("protocol") or "TCP").lower()
@@ -339,6 +329,20 @@ def service_keys(svc: dict, addresses: list[str] | None) -> list[tuple[str, str,
     return list(dict.fromkeys(keys))
 
 
+def _service_ips(spec: dict, status: dict) -> list[str]:
+    """The Service's ClusterIPs, externalIPs and load-balancer ingress IPs; NotFocused when one is not an address."""
+    ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if isinstance(ip, str) and ip != "None"]
+    ips += [ip for ip in spec.get("externalIPs") or [] if isinstance(ip, str)]
+    ingress = (status.get("loadBalancer") or {}).get("ingress") or []
+    ips += [i["ip"] for i in ingress if isinstance(i, dict) and isinstance(i.get("ip"), str)]
+    for ip in ips:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise NotFocused(f"the Service names {ip!r}, not an IP address") from None
+    return ips
+
+
 class IpvsFocused:
     """IPVS mode: the Service's virtual servers one by one over netlink (its addresses from the API's Service, which
     ``lookup()`` returns, or None), kube-proxy's iptables chains as iptables mode reads them, the ipsets whole."""
@@ -351,7 +355,7 @@ class IpvsFocused:
         self.c = collector
         self.service = service
         self.lookup = lookup
-        self.iptables = iptables  # the iptables reader (service_rules.IptablesFocused): IPVS mode's iptables rules
+        self.iptables = iptables  # the iptables reader (iptables_focused.IptablesFocused): IPVS mode's iptables rules
         self.partial: dict = {}
 
     def _service_object(self) -> dict:

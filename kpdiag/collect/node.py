@@ -9,41 +9,30 @@ conntrack) are only run when their module is already loaded.
 from __future__ import annotations
 
 import datetime
-import glob
+import functools
 import json
 import re
 import os
-import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from .. import __version__
-from kpdiag.bundle.store import FORMAT
 from kpdiag.parse.decode import load_json
 from kpdiag.bundle import sources
+from kpdiag.collect import child, kube_proxy, netlink_dump
+from kpdiag.collect.node_base import CMD_TIMEOUT, SAFE_ENV, Collected
+from kpdiag.collect.node_kube_proxy import KubeProxySteps
 
-SAFE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-CMD_TIMEOUT = 60.0
 DUMP_TIMEOUT = 600.0  # iptables-save / nft list of a 10,000-Service node take minutes on the nf_tables backend
-HTTP_DEADLINE = 4.0  # per kube-proxy endpoint, the whole answer: connect, header and body together
-HTTP_MAX_BYTES = 8 * 1024 * 1024
-KP_ENDPOINTS = (
-    (sources.KP_PROXY_MODE, 10249, "/proxyMode"),
-    (sources.KP_METRICS, 10249, "/metrics"),
-    (sources.KP_HEALTHZ, 10256, "/healthz"),
-)
-LOG_MAX_BYTES = 2 * 1024 * 1024
 CONNTRACK_MAX_LINES = 5000
 CONNTRACK_MAX_ENTRIES = 100_000  # conntrack -L: UDP first, then TCP, until either bound is reached
 CONNTRACK_MAX_BYTES = 50 * 1024 * 1024
 XT_RECENT_MAX_TABLES = 20000  # kube-proxy's: one per endpoint of a ClientIP-affinity Service
 XT_RECENT_MAX_BYTES = 16 * 1024 * 1024
 CONNTRACK_TIMEOUT = 30.0
-JOURNAL_TIMEOUT = 20.0
-JOURNAL_UNITS = ("kube-proxy", "k3s", "k3s-agent", "k0sworker", "k0scontroller")
-JOURNAL_LINES = 20000
 # processes whose presence says who implements Services (node/processes.txt: pid and name only, plus pid 1)
 PROCESS_NAMES = (
     "kube-proxy",
@@ -125,132 +114,11 @@ SYSCTL_SKIP = ("net/ipv4/route/flush", "net/ipv4/neigh", "net/ipv6/neigh")
 SYSCTL_KEEP = ("net/ipv4/neigh/default", "net/ipv6/neigh/default")
 
 
-@dataclass
-class Collected:
-    files: dict[str, bytes] = field(default_factory=dict)
-    errors: list[dict] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    verified: dict[str, str] = field(default_factory=dict)  # source → how its answer was verified (kube-proxy's socket)
-    # source → {"path": the file it was read from, "at": when that file was last written}: a log's age
-    written: dict[str, dict] = field(default_factory=dict)
+class NodeCollector(KubeProxySteps):
+    """Collect a live node into a bundle: every node source of the catalogue (kpdiag/bundle/sources.py), each by
+    its recipe or by the methods that declare it (``@sources.writes``), read-only."""
 
-    def manifest(self, node: str) -> dict:
-        extra = {"verified": dict(self.verified)} if self.verified else {}
-        extra |= {"written": dict(self.written)} if self.written else {}
-        return extra | {
-            "format": FORMAT,
-            "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "node": node,
-            "kpdiag_version": __version__,
-            "errors": self.errors,
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-        }
-
-
-class NodeCollector:
-    def __init__(self, host_root: str | None = None, progress=None, proc: str = "/proc", only=None):
-        """``only``: collect just these sources (and what they depend on: the modules for a command that needs one,
-        the addresses for a per-interface command); the others are neither run nor kept. None: every node source."""
-        self.only = None if only is None else frozenset(str(s) for s in only)
-        if host_root is None:
-            host_root = "/host" if os.path.isdir("/host/proc") or os.path.isdir("/host/usr/sbin") else "/"
-        self.host_root = host_root
-        self.proc = proc
-        self.progress = progress or (lambda msg: None)
-        self.out = Collected()
-        self._kp: KubeProxyProcess | None = None  # find_kube_proxy, once per collection
-        self.partial: dict = {}  # a focused collection's manifest "partial" (kpdiag/collect/service_rules.py)
-
-    # ------------------------------------------------------------------ helpers
-    def _err(self, source: str, error: str) -> None:
-        self.out.errors.append({"source": source, "error": error})
-
-    def wants(self, source) -> bool:
-        """Is ``source`` collected (every source, unless ``only`` names some)?"""
-        return self.only is None or str(source) in self.only
-
-    def _put(self, rel: str, data: str | bytes) -> None:
-        self.out.files[rel] = data.encode() if isinstance(data, str) else data
-
-    def _binary(self, name: str) -> list[str] | None:
-        """argv prefix for a host binary: the host's own through chroot when a host root is mounted."""
-        if self.host_root not in ("/", ""):
-            for d in ("usr/sbin", "sbin", "usr/bin", "bin"):
-                if os.access(os.path.join(self.host_root, d, name), os.X_OK):
-                    if shutil.which("chroot"):
-                        return ["chroot", self.host_root, f"/{d}/{name}"]
-        path = shutil.which(name, path=SAFE_ENV["PATH"])
-        return [path] if path else None
-
-    def _run(
-        self,
-        rel: str,
-        name: str,
-        args: list[str],
-        timeout: float = CMD_TIMEOUT,
-        max_lines: int | None = None,
-        report_as: str | None = None,
-    ) -> bytes | None:
-        """Run ``name args``, its output written as ``rel``; what fails is said as a problem of ``report_as`` (the
-        bundle file it was for, when ``rel`` is only a step of it), else of ``rel``."""
-        said = report_as or rel
-        argv = self._binary(name)
-        if argv is None:
-            self._err(said, f"{name} not found (install it, or mount the host root at /host)")
-            return None
-        t = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv + args, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=SAFE_ENV, check=False
-            )
-        except subprocess.TimeoutExpired:
-            self._err(said, f"{name} timed out after {timeout:.0f} s")
-            return None
-        except OSError as exc:
-            self._err(said, f"cannot run {name}: {exc.strerror or exc}")
-            return None
-        finally:
-            self._timed(said, t)
-        if proc.returncode != 0:
-            msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-            self._err(
-                said, f"{' '.join([name, *args])} exited {proc.returncode}: {msg[-1][:300] if msg else 'no message'}"
-            )
-            return None
-        data = proc.stdout  # kept as bytes: on a big node this is hundreds of MB, copy it no more than needed
-        if max_lines is not None:
-            lines = data.splitlines()
-            if len(lines) > max_lines:
-                data = b"\n".join(lines[-max_lines:]) + b"\n"
-        self._put(rel, data)
-        return data
-
-    def _timed(self, what: str, start: float) -> None:
-        took = time.monotonic() - start
-        self.out.timings[what] = took
-        if took > 1.0:
-            self.progress(f"collected {what} in {took:.1f} s")
-
-    def _read(self, path: str, limit: int = 16 * 1024 * 1024) -> str | None:
-        try:
-            with open(path, "rb") as fh:
-                return fh.read(limit).decode("utf-8", "replace")
-        except OSError:
-            return None
-
-    def _loaded(self, module: str) -> bool:
-        """Is ``module`` in the kernel: loaded, built in, or the kernel loads no modules at all (no /proc/modules:
-        whatever netfilter has is built in, and running a tool cannot load anything)."""
-        text = self.out.files.get(sources.MODULES, b"").decode()
-        if any(line.split(" ", 1)[0] == module for line in text.splitlines()):
-            return True
-        builtin = self.out.files.get(sources.MODULES_BUILTIN, b"").decode()
-        if any(os.path.basename(line.strip()).split(".ko", 1)[0] == module for line in builtin.splitlines()):
-            return True
-        return sources.MODULES not in self.out.files and not os.path.lexists(os.path.join(self.proc, "modules"))
-
-    # ------------------------------------------------------------------ sources
-    def steps(self) -> list[tuple[str, object]]:
+    def steps(self) -> list[tuple[str, Callable[[], object]]]:
         """(name, callable) of each collection step, in the catalogue's order (kpdiag/bundle/sources.py): a source's
         recipe is interpreted here (:meth:`_recipe`), a collector method runs once for all the sources it writes.
         With ``only``, the steps that write those sources, after the ones they depend on."""
@@ -262,18 +130,19 @@ class NodeCollector:
                     wanted |= {sources.MODULES, sources.MODULES_BUILTIN}  # which modules are in the kernel
                 if src in self.only and isinstance(src.collect, sources.PerInterface):
                     wanted.add(sources.IP_ADDR)  # the devices it runs for
-        out, seen = [], set()
+        out: list[tuple[str, Callable[[], object]]] = []
+        seen: set[str] = set()
         for src in sources.node_sources():
             if wanted is not None and src not in wanted:
                 continue
             recipe = src.collect
-            if isinstance(recipe, sources.Method):
-                for name in recipe.names:
-                    if name not in seen:
-                        seen.add(name)
-                        out.append((name, getattr(self, name)))
+            if isinstance(recipe, sources.Method):  # the methods that declare it (@sources.writes)
+                for step in recipe.steps:
+                    if step.__name__ not in seen:
+                        seen.add(step.__name__)
+                        out.append((step.__name__, functools.partial(step, self)))
             elif recipe is not None:
-                out.append((src.path, lambda src=src: self._recipe(src)))
+                out.append((src.path, functools.partial(self._recipe, src)))
         return out
 
     RULE_STEPS = ("iptables", "nft", "ipvs", "ipset")  # the steps that read the rules
@@ -333,8 +202,8 @@ class NodeCollector:
             links = json.loads(raw) if raw else []
         except ValueError:
             return
-        devs = [
-            link.get("ifname")
+        devs: list[str] = [
+            link["ifname"]
             for link in links
             if isinstance(link, dict)
             and (link.get("linkinfo") or {}).get("info_kind") in recipe.kinds
@@ -350,6 +219,7 @@ class NodeCollector:
         if blocks:
             self._put(src, b"".join(blocks))
 
+    @sources.writes(sources.UNAME, sources.MODULES, sources.MODULES_AVAILABLE)
     def kernel(self) -> None:
         self._put(sources.UNAME, os.uname().release + "\n")
         path = os.path.join(self.proc, "modules")
@@ -372,6 +242,7 @@ class NodeCollector:
             ]
             self._put(sources.MODULES_AVAILABLE, "\n".join(names) + "\n")
 
+    @sources.writes(sources.SYSCTL)
     def sysctls(self) -> None:
         t = time.monotonic()
         base = os.path.join(self.proc, "sys")
@@ -402,6 +273,7 @@ class NodeCollector:
             self._put(sources.SYSCTL, "\n".join(sorted(lines)) + "\n")
         self._timed(sources.SYSCTL, t)
 
+    @sources.writes(sources.NEIGH)
     def neighbours(self) -> None:
         """node/neigh.json: the neighbour tables counted (kpdiag/collect/neigh.py)."""
         from . import neigh
@@ -414,6 +286,7 @@ class NodeCollector:
             self._put(sources.NEIGH, json.dumps(doc, indent=1))
         self._timed(sources.NEIGH, t)
 
+    @sources.writes(sources.KERNEL_LOG)
     def kernel_log(self) -> None:
         """node/kernel-log.txt: the kernel log's lines about the network (/dev/kmsg, else dmesg), bounded."""
         from . import neigh
@@ -429,13 +302,14 @@ class NodeCollector:
         head = f"# the kernel log ({how}): {len(lines)} lines read, {kept.count(chr(10))} about the network kept\n"
         self._put(sources.KERNEL_LOG, head + kept)
 
+    @sources.writes(sources.IP_ADDR, sources.IP_ROUTE)
     def links(self) -> None:
         t = time.monotonic()
         try:
             from pyroute2 import IPRoute
 
             with IPRoute() as ipr:
-                addrs, routes = _pyroute2_dump(ipr)
+                addrs, routes = netlink_dump.pyroute2_dump(ipr)
             self._put(sources.IP_ADDR, json.dumps(addrs, indent=1))
             self._put(sources.IP_ROUTE, json.dumps(routes, indent=1))
         except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j
@@ -468,6 +342,7 @@ class NodeCollector:
             except ValueError:
                 self._put(sources.IP_ROUTE, v4)
 
+    @sources.writes(sources.IP_RULE)
     def ip_rules(self) -> None:
         """The policy-routing rules of both families, as ``ip -j rule`` shows them (each with its family)."""
         t = time.monotonic()
@@ -475,7 +350,7 @@ class NodeCollector:
             from pyroute2 import IPRoute
 
             with IPRoute() as ipr:
-                rules = _pyroute2_rules(ipr)
+                rules = netlink_dump.pyroute2_rules(ipr)
         except Exception as exc:  # pyroute2 missing or netlink refused: fall back to ip -j rule
             self._err(sources.IP_RULE, f"pyroute2 failed ({exc.__class__.__name__}: {exc}); used 'ip -j rule' instead")
             rules = []
@@ -496,6 +371,9 @@ class NodeCollector:
         self._put(sources.IP_RULE, json.dumps(rules, indent=1))
         self._timed(sources.IP_RULE, t)
 
+    @sources.writes(
+        sources.IPTABLES_SAVE, sources.IPTABLES_LEGACY_SAVE, sources.IPTABLES_NFT_SAVE, sources.IP6TABLES_SAVE
+    )
     def iptables(self) -> None:
         backend = self._iptables_backend()
         default = self._run(sources.IPTABLES_SAVE, "iptables-save", [], timeout=DUMP_TIMEOUT)
@@ -535,14 +413,7 @@ class NodeCollector:
             backend = None
             if argv:
                 try:
-                    out = subprocess.run(
-                        argv + ["--version"],
-                        stdin=subprocess.DEVNULL,
-                        capture_output=True,
-                        timeout=CMD_TIMEOUT,
-                        env=SAFE_ENV,
-                        check=False,
-                    )
+                    out = child.run(argv + ["--version"], timeout=CMD_TIMEOUT, env=SAFE_ENV)
                     text = out.stdout.decode("utf-8", "replace")
                     backend = "nf_tables" if "nf_tables" in text else ("legacy" if "legacy" in text else None)
                 except (OSError, subprocess.TimeoutExpired):
@@ -554,6 +425,7 @@ class NodeCollector:
         ("ip6", t) for t in ("filter", "nat", "mangle", "raw", "security")
     }
 
+    @sources.writes(sources.NFT_RULESET, sources.NFT_VERSION)
     def nft(self) -> None:
         """``nft -j list ruleset`` — without iptables-nft's own tables when iptables-save already has them.
 
@@ -607,6 +479,7 @@ class NodeCollector:
                 f"iptables-nft's own tables ({', '.join(skipped)}) left out: {sources.IPTABLES_SAVE} has their rules",
             )
 
+    @sources.writes(sources.IPVSADM, sources.IPVSADM_LIST, sources.IPVS_TIMEOUT, sources.IPVS_CONN)
     def ipvs(self) -> None:
         if not os.path.exists(os.path.join(self.proc, "net", "ip_vs")):
             self._err(
@@ -645,6 +518,7 @@ class NodeCollector:
             self._err(sources.IPVS_CONN, f"cannot read {conn}: {exc.strerror or exc}")
         self._timed(sources.IPVS_CONN, t)
 
+    @sources.writes(sources.XT_RECENT)
     def xt_recent(self) -> None:
         """kube-proxy's session affinity state: each ``/proc/net/xt_recent/KUBE-SEP-*`` table (at most
         XT_RECENT_MAX_TABLES, XT_RECENT_MAX_BYTES in all) and, to date its entries (kpdiag/parse/recent.py), the
@@ -672,7 +546,7 @@ class NodeCollector:
         clock = self._read(os.path.join(self.proc, "timer_list"), 256 * 1024) or ""
         now = re.search(r"^now at (\d+) nsecs", clock, re.M)
         jiffies = re.search(r"^jiffies: (\d+)", clock, re.M)
-        doc = {
+        doc: dict[str, Any] = {
             "read_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "tables": tables,
         }
@@ -683,6 +557,7 @@ class NodeCollector:
         self._put(sources.XT_RECENT, json.dumps(doc, indent=1))
         self._timed(sources.XT_RECENT, t)
 
+    @sources.writes(sources.CONNTRACK)
     def conntrack_entries(self) -> None:
         """A bounded ``conntrack -L``: UDP entries first (stale UDP entries are what KP504 looks for), then TCP, at most
         CONNTRACK_MAX_ENTRIES entries / CONNTRACK_MAX_BYTES; a cut is said in the manifest."""
@@ -704,15 +579,13 @@ class NodeCollector:
                 break
             with tempfile.TemporaryFile() as fh:
                 try:
-                    proc = subprocess.run(
+                    proc = child.run(
                         argv + ["-L", "-p", proto],
-                        stdin=subprocess.DEVNULL,
                         stdout=fh,
                         stderr=subprocess.DEVNULL,
                         env=SAFE_ENV,
                         timeout=max(1.0, CONNTRACK_TIMEOUT - (time.monotonic() - t)),
-                        preexec_fn=cap_file_size,
-                        check=False,
+                        preexec=cap_file_size,
                     )
                     if proc.returncode < 0:
                         cut = f"{CONNTRACK_MAX_BYTES} bytes"
@@ -734,46 +607,7 @@ class NodeCollector:
             self._err(sources.CONNTRACK, f"conntrack -L cut at {cut} (UDP first, then TCP): the table holds more")
         self._timed(sources.CONNTRACK, t)
 
-    def kube_proxy_journal(self) -> None:
-        """kube-proxy's log from journald when no log file was found: kube-proxy, k3s and k0s units (k3s and k0s run
-        kube-proxy inside themselves), a bounded tail, with a timeout."""
-        if sources.KP_LOG in self.out.files:
-            return
-        journal = os.path.join(self.host_root, "var/log/journal")
-        if not os.path.isdir(journal):
-            return
-        args = ["-D", journal, "--no-pager", "-o", "short-iso", "-n", str(JOURNAL_LINES)]
-        for unit in JOURNAL_UNITS:
-            args += ["-u", unit]
-        argv = self._binary("journalctl")
-        if argv is None:
-            return
-        t = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv + args,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=JOURNAL_TIMEOUT,
-                env=SAFE_ENV,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            self._err(sources.KP_LOG, f"journalctl -D {journal} timed out after {JOURNAL_TIMEOUT:.0f} s")
-            return
-        except OSError as exc:
-            self._err(sources.KP_LOG, f"cannot run journalctl: {exc.strerror or exc}")
-            return
-        finally:
-            self._timed(f"{sources.KP_LOG} (journald)", t)
-        data = _kube_proxy_lines(proc.stdout)[-LOG_MAX_BYTES:]
-        if proc.returncode != 0 or not data.strip() or data.startswith(b"-- No entries --"):
-            return
-        self._put(sources.KP_LOG, data)
-        # the file search's "no kube-proxy log" is answered: say where it came from instead
-        self.out.errors = [e for e in self.out.errors if e.get("source") != sources.KP_LOG]
-        self._err(sources.KP_LOG, f"no log file; read from journald ({journal}, units {', '.join(JOURNAL_UNITS)})")
-
+    @sources.writes(sources.PROCESSES)
     def processes(self) -> None:
         """node/processes.txt: ``pid name`` of the processes that tell who implements Services, and of pid 1 (whether
         the host's processes are visible at all). Nothing else of the process table is kept."""
@@ -791,12 +625,13 @@ class NodeCollector:
                     comm = fh.read(64).strip()
             except OSError:
                 continue
-            if comm in KUBE_PROXY_EXES and int(entry) != self._kube_proxy_process().pid:
+            if comm in kube_proxy.KUBE_PROXY_EXES and int(entry) != self._kube_proxy_process().pid:
                 continue  # called kube-proxy but not trusted as kube-proxy (find_kube_proxy): a name any user can take
             if entry == "1" or comm in PROCESS_NAMES:
                 lines.append(f"{entry} {comm}")
         self._put(sources.PROCESSES, "\n".join(sorted(lines, key=lambda l: int(l.split()[0]))) + "\n")
 
+    @sources.writes(sources.BPF_MAPS)
     def bpf_maps(self) -> None:
         """node/bpf-maps.txt: the names of pinned BPF objects under /sys/fs/bpf (Cilium's cilium_lb4_*, Calico's
         cali_v4_nat_*), names only, bounded."""
@@ -813,735 +648,6 @@ class NodeCollector:
                 break
         if names:
             self._put(sources.BPF_MAPS, "\n".join(sorted(set(names))[:BPF_MAX_ENTRIES]) + "\n")
-
-    def kube_proxy_http(self) -> None:
-        """kube-proxy's /proxyMode, /metrics and /healthz — believed only when the socket that answers is kube-proxy's.
-
-        Any local user can listen on 127.0.0.1:10249 or :10256 where kube-proxy does not (absent, or bound to
-        another address). So before and after each GET the listening sockets a connection to 127.0.0.1:PORT can
-        reach are read from kpdiag's own network namespace (/proc/thread-self/net/tcp and tcp6: state LISTEN, the
-        port, address 127.0.0.1, 0.0.0.0, :: or ::ffff:127.0.0.1) and each one's inode is looked up among the file
-        descriptors of the kube-proxy process :func:`find_kube_proxy` trusts (or of k3s when it embeds kube-proxy).
-        Verified: the file is written and the manifest's ``verified`` says how. Otherwise nothing is written for that
-        source and the manifest's error for it says ``unverified`` and who owns the socket: no check takes what a
-        stranger said as kube-proxy's word. Each GET has one total deadline (connect, header and body together), so
-        a listener that trickles a byte at a time is cut off there, not waited on per read."""
-        found = self._kube_proxy_process()
-        before: dict[int, tuple[bool, str]] = {}
-        answers = []
-        for rel, port, path in KP_ENDPOINTS:
-            url = f"http://127.0.0.1:{port}{path}"
-            if port not in before:
-                before[port] = verify_listener(port, found, self.proc)
-            t = time.monotonic()
-            try:
-                answers.append((rel, port, url, *http_get(port, path, HTTP_DEADLINE, HTTP_MAX_BYTES)))
-            except HttpFailure as exc:
-                self._err(rel, f"GET {url}: {exc} (kube-proxy not running here, or not on hostNetwork)")
-            finally:
-                self._timed(rel, t)
-        after = {port: verify_listener(port, found, self.proc) for port in {a[1] for a in answers} if before[port][0]}
-        for rel, port, url, status, body, cut in answers:
-            ok, why = before[port] if not before[port][0] else after[port]
-            if not ok:
-                self.out.errors.append(
-                    {
-                        "source": rel,
-                        "error": f"unverified: GET {url} was answered (HTTP {status}, {len(body)} bytes, "
-                        f"{_excerpt(body)}), but {why}: the answer is not used",
-                        "unverified": True,
-                    }
-                )
-                continue
-            self.out.verified[rel] = before[port][1]
-            if cut:
-                self._err(rel, f"GET {url}: the answer is larger than {HTTP_MAX_BYTES // (1024 * 1024)} MiB: cut there")
-            if rel == sources.KP_HEALTHZ:
-                try:
-                    data = load_json(body.decode("utf-8", "replace"))  # kube-proxy's, verified; still checked
-                    if not isinstance(data, dict):
-                        data = {"body": data}
-                except ValueError:
-                    data = {"body": body.decode("utf-8", "replace")[:2000]}
-                data["kpdiag_http_status"] = status
-                self._put(rel, json.dumps(data, indent=1))
-            elif status == 200:
-                self._put(rel, body)
-            else:
-                self._err(rel, f"GET {url}: HTTP {status}")
-
-    def _kube_proxy_process(self) -> "KubeProxyProcess":
-        if self._kp is None:
-            self._kp = find_kube_proxy(self.proc)
-        return self._kp
-
-    def kube_proxy_files(self) -> None:
-        """kube-proxy's configuration file, its command line and its log.
-
-        Which process is kube-proxy is not taken from its name alone (any user can call a process
-        "kube-proxy"): see :func:`find_kube_proxy`. Its ``--config`` is then resolved inside that process's
-        own root (``/proc/PID/root``) and never out of it, regular files only, without blocking, at most
-        :data:`CONFIG_MAX_BYTES`."""
-        from kpdiag.bundle import safeio
-
-        rel = sources.KP_CONFIG
-        found = find_kube_proxy(self.proc)
-        for pid, why in found.refused:
-            self._err(rel, f"process {pid} is called kube-proxy but is not trusted ({why}): its files were not read")
-        pid, cmdline = found.pid, found.cmdline
-        config_path = None
-        if pid is not None and self.wants(sources.KP_CMDLINE):  # its flags: part of its effective configuration
-            self._put(sources.KP_CMDLINE, "".join(a.replace("\n", " ") + "\n" for a in cmdline))
-        if pid is not None:
-            for i, arg in enumerate(cmdline):
-                if arg.startswith("--config="):
-                    config_path = arg.split("=", 1)[1]
-                elif arg == "--config" and i + 1 < len(cmdline):
-                    config_path = cmdline[i + 1]
-        if config_path and not config_path.startswith("/"):
-            self._err(rel, f"kube-proxy (pid {pid}) has a relative --config {config_path!r}: not read")
-        elif config_path:
-            try:
-                self._put(
-                    rel,
-                    safeio.read_file(
-                        os.path.join(self.proc, str(pid), "root"), config_path, CONFIG_MAX_BYTES, safeio.IN_ROOT
-                    ),
-                )
-            except OSError as exc:
-                self._err(
-                    rel, f"cannot read {config_path} of kube-proxy (pid {pid}) inside its root: {safeio.describe(exc)}"
-                )
-        elif pid is None and found.embedded:
-            self._err(rel, f"kube-proxy runs inside {found.embedded}: it has no configuration file of its own")
-        elif pid is None:
-            self._err(rel, "no kube-proxy process visible (run with hostPID, e.g. kubectl debug node/…)")
-        self._kube_proxy_log(safeio)
-
-    def _kube_proxy_log(self, safeio) -> None:
-        """The newest kube-proxy log of every place it can be — the pod logs and /var/log/kube-proxy.log (--log-file),
-        by when each was last written: a file left from 2019 does not win over today's container log. Regular files
-        under the log folder only, no symlink on the way, the last LOG_MAX_BYTES; when the chosen file was last
-        written goes in the manifest (``written``), so that a finding citing it can say how old it is."""
-        pods = os.path.join(self.host_root, "var/log/pods")
-        found = [
-            (pods, os.path.relpath(p, pods))
-            for p in glob.glob(os.path.join(pods, "kube-system_kube-proxy-*/kube-proxy/*.log"))
-        ]
-        plain = os.path.join(self.host_root, "var/log")
-        if os.path.lexists(os.path.join(plain, "kube-proxy.log")):
-            found.append((plain, "kube-proxy.log"))
-        if not found:
-            self._err(sources.KP_LOG, f"no kube-proxy log under {pods}")
-            return
-        found.sort(key=lambda item: _mtime(os.path.join(*item)))  # stable: on a tie the pod log, as before
-        base, rel = found[-1]
-        path = os.path.join(base, rel)
-        when = _mtime(path)
-        if when:
-            self.out.written[sources.KP_LOG] = {
-                "path": "/" + os.path.relpath(path, self.host_root) if self.host_root != "/" else path,
-                "at": datetime.datetime.fromtimestamp(when, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            }
-        try:
-            fd = safeio.open_regular(base, rel, safeio.BENEATH)
-            try:
-                size = os.fstat(fd).st_size
-                os.lseek(fd, max(0, size - LOG_MAX_BYTES), os.SEEK_SET)
-                data = safeio.read_capped(fd, LOG_MAX_BYTES, path)
-            finally:
-                os.close(fd)
-            self._put(sources.KP_LOG, data)
-        except safeio.TooLarge:  # grew while read: what was there is enough
-            self._err(sources.KP_LOG, f"{path} grew while it was read: not read")
-        except OSError as exc:
-            self._err(sources.KP_LOG, f"cannot read {path}: {safeio.describe(exc)}")
-
-
-# k3s and k0s log every component they embed: only kube-proxy's lines are kube-proxy's log (KP704 reads it)
-_PROXY_MARKERS = (
-    b"proxier.go",
-    b"kube-proxy",
-    b"server_linux.go",
-    b"server_others.go",
-    b"conntrack.go",
-    b"service config",
-    b"endpoint slice config",
-    b"node config",
-    b"proxy mode",
-    b"Proxier",
-    b"proxier",
-)
-
-
-def _kube_proxy_lines(journal: bytes) -> bytes:
-    """journalctl lines of kube-proxy's own unit, and kube-proxy's lines of the k3s/k0s units."""
-    keep = []
-    for line in journal.splitlines(keepends=True):
-        head = line.split(b": ", 1)[0]
-        if b" kube-proxy[" in head or any(m in line for m in _PROXY_MARKERS):
-            keep.append(line)
-    return b"".join(keep)
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.path.getmtime(path)
-    except OSError:
-        return 0.0
-
-
-CONFIG_MAX_BYTES = 4 * 1024 * 1024  # kube-proxy's --config file (a KubeProxyConfiguration is a few KB)
-KUBE_PROXY_EXES = ("kube-proxy",)  # the executable's file name (kubeadm, kOps, k0s, EKS, GKE, AKS images)
-# run kube-proxy in their own process, from their flags: their names (comm) → the executable each must be
-EMBEDDING_EXES = ("k3s", "k3s-server", "k3s-agent", "kubelite")  # kubelite: MicroK8s' one process for all components
-_EMBEDDING_EXE = {"k3s": "k3s", "k3s-server": "k3s", "k3s-agent": "k3s", "kubelite": "kubelite"}
-
-
-@dataclass
-class KubeProxyProcess:
-    pid: int | None = None
-    cmdline: list[str] = field(default_factory=list)
-    refused: list[tuple[int, str]] = field(default_factory=list)  # (pid, why): called kube-proxy, not trusted
-    embedded: str | None = None  # "k3s (pid N)" when kube-proxy runs inside another binary
-    embedded_pid: int | None = None
-
-
-def _status_uids(proc: str, pid: str) -> list[int]:
-    with open(os.path.join(proc, pid, "status"), encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if line.startswith("Uid:"):
-                return [int(x) for x in line.split()[1:]]
-    return []
-
-
-def _exe_name(proc: str, pid: str) -> str:
-    target = os.readlink(os.path.join(proc, pid, "exe"))
-    if target.endswith(" (deleted)"):  # the binary was replaced on disk after the process started
-        target = target[: -len(" (deleted)")]
-    return os.path.basename(target)
-
-
-def _trust(proc: str, pid: str, argv: list[str]) -> str | None:
-    """Why PID is not to be trusted as kube-proxy (None: trusted).
-
-    Its name (comm) is what any process sets for itself with prctl(PR_SET_NAME); what an unprivileged
-    process cannot fake is running as root in kpdiag's user namespace, and the executable it runs:
-    kube-proxy runs as root (uid 0 real, effective, saved and filesystem), from a file named kube-proxy,
-    started as kube-proxy (argv[0]), in the network namespace whose rules kpdiag collects."""
-    try:
-        uids = _status_uids(proc, pid)
-    except OSError as exc:
-        return f"its status is unreadable: {exc.strerror or exc}"
-    if not uids or any(u != 0 for u in uids):
-        return f"it runs as uid {'/'.join(map(str, uids)) or 'unknown'}, not root"
-    try:  # kube-proxy programs the network namespace it runs in: the one kpdiag collects (hostNetwork)
-        theirs, ours = os.stat(os.path.join(proc, pid, "ns", "net")), os.stat("/proc/self/ns/net")
-        if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
-            return "it runs in another network namespace than the one collected here (kube-proxy uses the host's)"
-    except OSError:
-        pass  # namespaces not visible: the other checks decide
-    try:
-        exe = _exe_name(proc, pid)
-    except OSError as exc:
-        return f"its executable cannot be checked: {exc.strerror or exc}"
-    if exe not in KUBE_PROXY_EXES:
-        return f"its executable is {exe!r}, not kube-proxy"
-    if not argv or os.path.basename(argv[0]) not in KUBE_PROXY_EXES:
-        return f"it was started as {argv[0][:80]!r}, not kube-proxy" if argv else "it has no command line"
-    return None
-
-
-def find_kube_proxy(proc: str = "/proc") -> KubeProxyProcess:
-    """The kube-proxy process this node runs, checked (see :func:`_trust`); spoofs are listed, not used."""
-    out = KubeProxyProcess()
-    try:
-        entries = sorted((e for e in os.listdir(proc) if e.isdigit()), key=int)
-    except OSError:
-        return out
-    for entry in entries:
-        try:
-            with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as fh:
-                comm = fh.read().strip()
-            if comm in EMBEDDING_EXES and out.embedded is None:
-                if not _trust_embedding(proc, entry, comm):
-                    continue
-                out.embedded, out.embedded_pid = f"{comm} (pid {entry})", int(entry)
-                continue
-            if comm not in KUBE_PROXY_EXES:
-                continue
-            with open(os.path.join(proc, entry, "cmdline"), "rb") as fh:
-                argv = [a.decode("utf-8", "replace") for a in fh.read(1 << 20).split(b"\0") if a]
-        except OSError:  # gone meanwhile, or a kernel thread
-            continue
-        why = _trust(proc, entry, argv)
-        if why is not None:
-            out.refused.append((int(entry), why))
-        elif out.pid is None:
-            out.pid, out.cmdline = int(entry), argv
-    return out
-
-
-def _trust_embedding(proc: str, pid: str, comm: str = "k3s") -> bool:
-    try:
-        return all(u == 0 for u in _status_uids(proc, pid) or [1]) and _exe_name(proc, pid) == _EMBEDDING_EXE[comm]
-    except OSError:
-        return False
-
-
-# ------------------------------------------------------------------ kube-proxy's HTTP endpoints, verified
-
-
-class HttpFailure(Exception):
-    """A GET that gave no usable answer: refused, timed out (the total deadline), not HTTP."""
-
-
-def http_get(port: int, path: str, deadline: float, max_bytes: int, host: str = "127.0.0.1") -> tuple[int, bytes, bool]:
-    """(status, body, cut) of ``GET path`` on host:port within ``deadline`` seconds in all — connect, request, header
-    and body. A per-read timeout would let a listener that sends one byte every second hold kpdiag for ever; here
-    each read waits at most what is left of the one deadline. HTTP/1.0, so the answer ends when the peer closes
-    (chunked answers are decoded all the same); at most ``max_bytes`` of body are kept (``cut`` says so)."""
-    end = time.monotonic() + deadline
-
-    def left() -> float:
-        remaining = end - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout()
-        return remaining
-
-    buf = bytearray()
-    cut = False
-    try:
-        with socket.create_connection((host, port), timeout=left()) as sock:
-            sock.settimeout(left())
-            sock.sendall(
-                f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nUser-Agent: kpdiag\r\nAccept-Encoding: identity\r\n\r\n".encode()
-            )
-            while True:
-                sock.settimeout(left())
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                if len(buf) > max_bytes + 65536:  # header and body: enough; the rest is not read
-                    cut = True
-                    break
-    except socket.timeout:
-        raise HttpFailure(
-            f"no complete answer within {deadline:g} s ({len(buf)} bytes received): a total deadline, not per read"
-        ) from None
-    except ConnectionRefusedError:
-        raise HttpFailure("connection refused") from None
-    except OSError as exc:
-        raise HttpFailure(exc.strerror or str(exc)) from None
-    head, sep, body = bytes(buf).partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(None, 2) if sep else []
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise HttpFailure(f"not an HTTP answer ({_excerpt(bytes(buf))})")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-        body = _dechunk(body)
-    length = headers.get(b"content-length", b"")
-    if length.isdigit():
-        body = body[: int(length)]
-    if len(body) > max_bytes:
-        body, cut = body[:max_bytes], True
-    if cut and b"\n" in body:
-        body = body[: body.rindex(b"\n") + 1]  # no half line
-    return int(parts[1]), body, cut
-
-
-def _dechunk(data: bytes) -> bytes:
-    out, pos = bytearray(), 0
-    while pos < len(data):
-        eol = data.find(b"\r\n", pos)
-        if eol < 0:
-            break
-        size = data[pos:eol].split(b";", 1)[0].strip()
-        try:
-            n = int(size, 16)
-        except ValueError:
-            break
-        if n == 0:
-            break
-        out += data[eol + 2 : eol + 2 + n]
-        pos = eol + 2 + n + 2
-    return bytes(out)
-
-
-def _excerpt(body: bytes, n: int = 60) -> str:
-    text = body[:n].decode("utf-8", "replace")
-    return repr(text) + ("…" if len(body) > n else "")
-
-
-# a connection to 127.0.0.1:PORT can be accepted by a socket listening on one of these
-_LOOPBACK_REACHABLE = {"127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1", "::ffff:0.0.0.0"}
-NET_TABLE_MAX_BYTES = 256 * 1024 * 1024  # /proc/net/tcp of a node with a million sockets is ~150 MB
-
-
-@dataclass(frozen=True)
-class Listener:
-    address: str
-    port: int
-    inode: int
-    uid: int
-
-    def __str__(self) -> str:
-        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
-
-
-def _hex_addr(text: str) -> str:
-    raw = bytes.fromhex(text)
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))  # four host-order 32-bit words
-    return socket.inet_ntop(socket.AF_INET6, words)
-
-
-def loopback_listeners(port: int, net: str | None = None) -> list[Listener]:
-    """The TCP sockets listening on ``port`` in kpdiag's own network namespace (the one its GET goes through) that
-    a connection to 127.0.0.1:port can reach: from the kernel's socket diagnostics (NETLINK_SOCK_DIAG, listening
-    sockets only — a few ms whatever the number of connections), else from /proc/thread-self/net/tcp{,6}, bounded."""
-    if net is None:
-        try:
-            return _diag_listeners(port)
-        except Exception:  # no pyroute2, or sock_diag refused: the /proc tables say the same, more slowly
-            pass
-    return _proc_listeners(port, net)
-
-
-def _diag_listeners(port: int) -> list[Listener]:
-    from pyroute2 import DiagSocket
-
-    out = []
-    with DiagSocket() as ds:
-        ds.bind()
-        for family in (socket.AF_INET, socket.AF_INET6):
-            for msg in ds.get_sock_stats(family=family, states=1 << 10):  # TCP_LISTEN
-                if msg.get("idiag_sport") != port:
-                    continue
-                addr = socket.inet_ntop(family, socket.inet_pton(family, str(msg.get("idiag_src"))))
-                if addr in _LOOPBACK_REACHABLE:
-                    out.append(Listener(addr, port, int(msg.get("idiag_inode")), int(msg.get("idiag_uid"))))
-    return out
-
-
-def _proc_listeners(port: int, net: str | None) -> list[Listener]:
-    if net is None:
-        net = "/proc/thread-self/net" if os.path.isdir("/proc/thread-self/net") else "/proc/self/net"
-    marker = f":{port:04X} "
-    out = []
-    for name in ("tcp", "tcp6"):
-        try:
-            fh = open(os.path.join(net, name), "rb")
-        except OSError:
-            continue
-        with fh:
-            read = 0
-            for raw in fh:
-                read += len(raw)
-                if read > NET_TABLE_MAX_BYTES:
-                    break
-                line = raw.decode("ascii", "replace")
-                if marker not in line:
-                    continue
-                f = line.split()
-                if len(f) < 10 or f[3] != "0A":  # 0A: TCP_LISTEN
-                    continue
-                addr_hex, _, port_hex = f[1].partition(":")
-                try:
-                    if int(port_hex, 16) != port:
-                        continue
-                    addr = _hex_addr(addr_hex)
-                    listener = Listener(addr, port, int(f[9]), int(f[7]))
-                except ValueError:
-                    continue
-                if addr in _LOOPBACK_REACHABLE:
-                    out.append(listener)
-    return out
-
-
-def socket_inodes(proc: str, pid: int) -> set[int]:
-    """The inodes of the sockets among PID's open files (``socket:[N]`` links in /proc/PID/fd)."""
-    inodes = set()
-    fd_dir = os.path.join(proc, str(pid), "fd")
-    for fd in os.listdir(fd_dir):
-        try:
-            link = os.readlink(os.path.join(fd_dir, fd))
-        except OSError:  # closed meanwhile
-            continue
-        if link.startswith("socket:[") and link.endswith("]"):
-            inodes.add(int(link[8:-1]))
-    return inodes
-
-
-OWNER_SCAN_SECONDS = 1.0
-
-
-def socket_owner(proc: str, inode: int, budget: float = OWNER_SCAN_SECONDS) -> str | None:
-    """``pid N (comm)`` of a process holding socket ``inode``, looked for among every visible process for at most
-    ``budget`` seconds (only to name who answered instead of kube-proxy); None when not found."""
-    target = f"socket:[{inode}]"
-    end = time.monotonic() + budget
-    try:
-        entries = [e for e in os.listdir(proc) if e.isdigit()]
-    except OSError:
-        return None
-    for entry in entries:
-        if time.monotonic() > end:
-            return None
-        fd_dir = os.path.join(proc, entry, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(os.path.join(fd_dir, fd)) != target:
-                    continue
-            except OSError:
-                continue
-            try:
-                with open(os.path.join(proc, entry, "comm"), encoding="utf-8", errors="replace") as fh:
-                    comm = fh.read(64).strip()
-            except OSError:
-                comm = "?"
-            return f"pid {entry} ({comm})"
-    return None
-
-
-def verify_listener(
-    port: int, found: "KubeProxyProcess", proc: str = "/proc", net: str | None = None
-) -> tuple[bool, str]:
-    """(verified, how or why not): does every socket that can answer 127.0.0.1:``port`` here belong to the kube-proxy
-    process ``found`` (or to the k3s process that embeds kube-proxy)? Socket inodes are unique across network
-    namespaces, so an inode among kube-proxy's file descriptors is kube-proxy's socket, whatever namespace it is in."""
-    cands = loopback_listeners(port, net)
-    if not cands:
-        return (
-            False,
-            f"no socket listening on port {port} that 127.0.0.1 reaches was found in kpdiag's network namespace",
-        )
-    owners = [(pid, what) for pid, what in ((found.pid, "kube-proxy"), (found.embedded_pid, found.embedded)) if pid]
-    if not owners:
-        first = cands[0]
-        who = socket_owner(proc, first.inode) or f"a process not visible from here (socket uid {first.uid})"
-        refused = "; ".join(f"pid {p}: {why}" for p, why in found.refused[:2])
-        return False, (
-            f"the socket listening on {first} belongs to {who}, and no trusted kube-proxy process is visible"
-            + (f" (refused: {refused})" if refused else " (run with hostPID to see it)")
-        )
-    mine: set[int] = set()
-    for pid, _ in owners:
-        try:
-            mine |= socket_inodes(proc, pid)
-        except OSError as exc:
-            return False, (
-                f"kube-proxy's open files (/proc/{pid}/fd) cannot be read ({exc.strerror or exc}; needs CAP_SYS_PTRACE): "
-                "the socket's owner cannot be checked"
-            )
-    foreign = [c for c in cands if c.inode not in mine]
-    label = " ".join(f"{what} (pid {pid})" if what == "kube-proxy" else str(what) for pid, what in owners)
-    if foreign:
-        f = foreign[0]
-        who = socket_owner(proc, f.inode) or f"a process other than {label} (socket uid {f.uid})"
-        return False, f"the socket listening on {f} belongs to {who}, not to {label}"
-    return True, f"the socket listening on {', '.join(map(str, cands))} belongs to {label}"
-
-
-_SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
-_RT_TYPES = {
-    1: "unicast",
-    2: "local",
-    3: "broadcast",
-    4: "anycast",
-    5: "multicast",
-    6: "blackhole",
-    7: "unreachable",
-    8: "prohibit",
-    9: "throw",
-    10: "nat",
-}
-_TABLES = {253: "default", 254: "main", 255: "local"}
-
-
-_RULE_ACTIONS = {1: None, 2: "goto", 3: "nop", 6: "blackhole", 7: "unreachable", 8: "prohibit"}
-_FIB_RULE_INVERT = 0x2
-_IP_PROTOS = {1: "icmp", 6: "tcp", 17: "udp", 58: "ipv6-icmp", 132: "sctp"}
-
-
-def _range(value) -> tuple[int, int] | None:
-    """A netlink port or uid range as pyroute2 gives it ("1000:2000", or an object with start/end)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        lo, _, hi = value.strip("'").partition(":")
-        return int(lo), int(hi or lo)
-    get = value.get_attr if hasattr(value, "get_attr") else value.get
-    return int(get("start")), int(get("end"))
-
-
-def _pyroute2_rules(ipr) -> list[dict]:
-    """The policy-routing rules of both families in the shape of ``ip -j rule show`` (plus ``family``)."""
-    out = []
-    for family, fam in ((socket.AF_INET, "inet"), (socket.AF_INET6, "inet6")):
-        for r in ipr.get_rules(family=family):
-            item: dict = {"family": fam, "priority": r.get_attr("FRA_PRIORITY") or 0}
-            if r["flags"] & _FIB_RULE_INVERT:
-                item["not"] = None
-            for key, attr, length in (("src", "FRA_SRC", "src_len"), ("dst", "FRA_DST", "dst_len")):
-                value = r.get_attr(attr)
-                item[key] = value or "all" if key == "src" else value
-                if value:
-                    item[key + "len"] = r[length]
-            if item.get("dst") is None:
-                item.pop("dst", None)
-            for key, attr in (("iif", "FRA_IIFNAME"), ("oif", "FRA_OIFNAME")):
-                value = r.get_attr(attr)
-                if value:
-                    item[key] = value
-            proto = r.get_attr("FRA_IP_PROTO")
-            if proto:
-                item["ipproto"] = _IP_PROTOS.get(int(proto), str(proto))
-            mark = r.get_attr("FRA_FWMARK")
-            if mark is not None:
-                item["fwmark"] = hex(mark)
-                item["fwmask"] = hex(r.get_attr("FRA_FWMASK") if r.get_attr("FRA_FWMASK") is not None else 0xFFFFFFFF)
-            # ranges as ip -j prints them: "dport": 53, or "dport_start"/"dport_end"; "uid_start"/"uid_end"
-            for key, attr in (("sport", "FRA_SPORT_RANGE"), ("dport", "FRA_DPORT_RANGE"), ("uid", "FRA_UID_RANGE")):
-                rng = _range(r.get_attr(attr))
-                if rng is None:
-                    continue
-                if key != "uid" and rng[0] == rng[1]:
-                    item[key] = rng[0]
-                else:
-                    item[f"{key}_start"], item[f"{key}_end"] = rng
-            for key, attr in (
-                ("l3mdev", "FRA_L3MDEV"),
-                ("suppress_prefixlen", "FRA_SUPPRESS_PREFIXLEN"),
-                ("suppress_ifgroup", "FRA_SUPPRESS_IFGROUP"),
-            ):
-                value = r.get_attr(attr)
-                if (
-                    value is not None
-                    and int(value) not in (0xFFFFFFFF, -1)
-                    and not (attr == "FRA_L3MDEV" and not int(value))
-                ):
-                    item[key] = int(value)
-            if r["tos"]:
-                item["tos"] = hex(r["tos"])
-            action = _RULE_ACTIONS.get(r["action"], str(r["action"]))
-            if action is None:
-                table = r.get_attr("FRA_TABLE") or r["table"]
-                item["table"] = _TABLES.get(table, str(table))
-            else:
-                item["action"] = action
-            out.append(item)
-    return out
-
-
-_IFF_FLAGS = (
-    (0x1, "UP"),
-    (0x2, "BROADCAST"),
-    (0x8, "LOOPBACK"),
-    (0x100, "PROMISC"),
-    (0x1000, "MULTICAST"),
-    (0x10000, "LOWER_UP"),
-)
-_IFF_UP, _IFF_RUNNING = 0x1, 0x40
-# a route's nexthop flags (rtm_flags), as ``ip -j route`` names them
-_RTNH_FLAGS = ((0x1, "dead"), (0x2, "pervasive"), (0x4, "onlink"), (0x8, "offload"), (0x10, "linkdown"))
-
-
-def _pyroute2_dump(ipr) -> tuple[list, list]:
-    """Links/addresses and routes in the shape of ``ip -j addr`` / ``ip -j route show table all``."""
-    names, out_links = {}, {}
-    for link in ipr.get_links():
-        idx = link["index"]
-        name = link.get_attr("IFLA_IFNAME")
-        names[idx] = name
-        info = link.get_attr("IFLA_LINKINFO")
-        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
-        entry = {
-            "ifindex": idx,
-            "ifname": name,
-            "mtu": link.get_attr("IFLA_MTU"),
-            "operstate": link.get_attr("IFLA_OPERSTATE"),
-            "address": link.get_attr("IFLA_ADDRESS"),
-            "addr_info": [],
-        }
-        master = link.get_attr("IFLA_MASTER")
-        if master:
-            entry["master_index"] = master
-        if kind:
-            entry["linkinfo"] = {"info_kind": kind}
-        flags = link["flags"]
-        # as ip shows it: an interface that is up without carrier (not running) is NO-CARRIER, first
-        no_carrier = ["NO-CARRIER"] if flags & _IFF_UP and not flags & _IFF_RUNNING else []
-        entry["flags"] = no_carrier + [n for bit, n in _IFF_FLAGS if flags & bit]
-        if kind in ("vxlan", "geneve"):  # the overlay's UDP port, as ip -d -j shows it (info_data.port)
-            data = info.get_attr("IFLA_INFO_DATA")
-            port = (
-                data.get_attr("IFLA_VXLAN_PORT" if kind == "vxlan" else "IFLA_GENEVE_PORT")
-                if data is not None
-                else None
-            )
-            if port:
-                entry["linkinfo"]["info_data"] = {"port": int(port)}
-        slave = info.get_attr("IFLA_INFO_SLAVE_KIND") if info is not None else None
-        if slave == "bridge":  # a bridge port: its hairpin mode, as ip -d -j shows it (info_slave_data.hairpin)
-            data = info.get_attr("IFLA_INFO_SLAVE_DATA")
-            mode = data.get_attr("IFLA_BRPORT_MODE") if data is not None else None
-            entry.setdefault("linkinfo", {})["info_slave_kind"] = slave
-            if mode is not None:
-                entry["linkinfo"]["info_slave_data"] = {"hairpin": bool(mode)}
-        out_links[idx] = entry
-    for addr in ipr.get_addr():
-        entry = out_links.get(addr["index"])
-        if entry is None:
-            continue
-        fam = "inet" if addr["family"] == socket.AF_INET else "inet6"
-        entry["addr_info"].append(
-            {
-                "family": fam,
-                "local": addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS"),
-                "prefixlen": addr["prefixlen"],
-                "scope": _SCOPES.get(addr["scope"], str(addr["scope"])),
-                "label": addr.get_attr("IFA_LABEL"),
-            }
-        )
-    for entry in out_links.values():
-        if "master_index" in entry:
-            entry["master"] = names.get(entry.pop("master_index"))
-    routes = []
-    for family in (socket.AF_INET, socket.AF_INET6):
-        for r in ipr.get_routes(family=family):  # every table
-            table = r.get_attr("RTA_TABLE") or r["table"]
-            dst = r.get_attr("RTA_DST")
-            item = {
-                "type": _RT_TYPES.get(r["type"], str(r["type"])),
-                "dst": f"{dst}/{r['dst_len']}" if dst and r["dst_len"] not in (32, 128) else (dst or "default"),
-                "table": _TABLES.get(table, str(table)),
-                "scope": _SCOPES.get(r["scope"], str(r["scope"])),
-            }
-            gw = r.get_attr("RTA_GATEWAY")
-            if gw:
-                item["gateway"] = gw
-            oif = r.get_attr("RTA_OIF")
-            if oif:
-                item["dev"] = names.get(oif, str(oif))
-            src = r.get_attr("RTA_PREFSRC")
-            if src:
-                item["prefsrc"] = src
-            nh_flags = [n for bit, n in _RTNH_FLAGS if r["flags"] & bit]
-            if nh_flags:  # linkdown: its device has no carrier; dead: never used
-                item["flags"] = nh_flags
-            routes.append(item)
-    return list(out_links.values()), routes
 
 
 def collect_node(host_root: str | None = None, progress=None, rules=None) -> tuple[dict[str, bytes], dict]:

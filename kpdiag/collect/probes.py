@@ -429,6 +429,44 @@ def _loop(responders: list[str]) -> list[str] | None:
     return None
 
 
+def _port_jobs(
+    ip: str,
+    ports: list,
+    endpoints: list[tuple[str, int, str]],
+    budget: ProbeBudget,
+    prober,
+    why_no_raw,
+    spread: dict,
+    series: list,
+) -> list:
+    """The jobs for the Service ports of one ClusterIP: a TCP connect series (and a SYN) per TCP port, a datagram per
+    UDP port."""
+    jobs: list[list] = []
+    for port in ports:
+        proto = (port.get("protocol") or "TCP").lower()
+        number = port.get("port")
+        if not number:
+            continue
+        if proto == "tcp":
+            count = spread.get((number, proto))
+            if count is None:  # one per distinct endpoint address of this family
+                count = len({e for e, _, p in endpoints if p == proto and (":" in e) == (":" in ip)})
+            jobs.append([lambda ip=ip, n=number, c=count: _series_job(budget, ip, n, c, series)])
+            if prober is not None:
+                jobs.append([lambda ip=ip, n=number: [prober.tcp_syn(ip, n)]])
+        elif proto == "udp":
+            jobs.append(
+                [
+                    lambda ip=ip, n=number: [
+                        prober.udp(ip, n)
+                        if prober
+                        else _result(f"{hostport(ip, n)}/udp", "udp", "skipped", reason=why_no_raw)
+                    ]
+                ]
+            )
+    return jobs
+
+
 def _jobs(
     service: dict,
     endpoints: list[tuple[str, int, str]],
@@ -470,28 +508,7 @@ def _jobs(
                 jobs.append([echo_and_walk])
             else:
                 jobs.append([lambda ip=ip: [_result(f"{ip}/icmp", "icmp-echo", "skipped", reason=why_no_raw)]])
-        for port in spec.get("ports") or []:
-            proto = (port.get("protocol") or "TCP").lower()
-            number = port.get("port")
-            if not number:
-                continue
-            if proto == "tcp":
-                count = spread.get((number, proto))
-                if count is None:  # one per distinct endpoint address of this family
-                    count = len({e for e, _, p in endpoints if p == proto and (":" in e) == (":" in ip)})
-                jobs.append([lambda ip=ip, n=number, c=count: _series_job(budget, ip, n, c, series)])
-                if prober is not None:
-                    jobs.append([lambda ip=ip, n=number: [prober.tcp_syn(ip, n)]])
-            elif proto == "udp":
-                jobs.append(
-                    [
-                        lambda ip=ip, n=number: [
-                            prober.udp(ip, n)
-                            if prober
-                            else _result(f"{hostport(ip, n)}/udp", "udp", "skipped", reason=why_no_raw)
-                        ]
-                    ]
-                )
+        jobs += _port_jobs(ip, spec.get("ports") or [], endpoints, budget, prober, why_no_raw, spread, series)
     for ip, port, proto in endpoints:
         if proto == "tcp":
             jobs.append([lambda ip=ip, n=port: [tcp_connect(budget, ip, n)]])

@@ -263,7 +263,8 @@ def collect_service(
         dns_thread.start()
     # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
     try:
-        from kpdiag.collect.service_rules import ChainLister, NotFocused, focused_rules
+        from kpdiag.collect.iptables_focused import ChainLister
+        from kpdiag.collect.service_rules import NotFocused, focused_rules
         from kpdiag.collect.node import NodeCollector
 
         nc = NodeCollector(host_root=host_root, progress=progress)

@@ -13,7 +13,7 @@ from kpdiag.bundle import sources
 if TYPE_CHECKING:
     from ipaddress import IPv4Network, IPv6Network
 
-    from ..collect.service_rules import Destination
+    from ..collect.iptables_focused import Destination
     from kpdiag.state.node import NodeState
     from kpdiag.trace.model import TraceResult
     from kpdiag.trace.netfilter import IptablesTracer

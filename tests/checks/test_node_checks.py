@@ -134,7 +134,7 @@ def test_kp704_reads_older_kube_proxy_wordings():
 
 
 def test_journald_lines_of_k3s_are_filtered_to_kube_proxys():
-    from kpdiag.collect.node import _kube_proxy_lines
+    from kpdiag.collect.kube_proxy import kube_proxy_lines as _kube_proxy_lines
 
     journal = (
         b'2026-12-03T00:00:00+0000 node k3s[812]: E1203 00:00:00.1 812 proxier.go:1522] "Failed to execute iptables-restore"\n'

@@ -21,7 +21,8 @@ from tests.schemas import validator
 from kpdiag.bundle import sources
 from kpdiag.bundle.store import Bundle, write_bundle
 from kpdiag.checkapi import load_registry
-from kpdiag.collect.service_rules import NotFocused, chain_closure, save_text
+from kpdiag.collect.iptables_focused import chain_closure, save_text
+from kpdiag.errors import NotFocused
 from kpdiag.commands.pipeline import analyze_bundle
 from kpdiag.parse.iptables import parse_iptables_save
 from kpdiag.state.node import NodeState

@@ -256,7 +256,7 @@ KUBE_IPVS_NAT = """\
 
 
 def _dest(addr: str, port: int | None, proto: str = "tcp"):
-    from kpdiag.collect.service_rules import Destination
+    from kpdiag.collect.iptables_focused import Destination
 
     return Destination(addr, port, proto)
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from kpdiag.collect import nft_netlink as nn
+from kpdiag.collect.nft_rules import RuleDecoder
 
 
 def _a(kind: int, payload: bytes) -> bytes:
@@ -41,8 +42,8 @@ def _rule(*exprs: bytes, comment: str | None = None) -> dict[int, bytes]:
     return a
 
 
-def _decoder(sets=None) -> nn.RuleDecoder:
-    return nn.RuleDecoder("ip", "kube-proxy", sets or {}.__getitem__)
+def _decoder(sets=None) -> RuleDecoder:
+    return RuleDecoder("ip", "kube-proxy", sets or {}.__getitem__)
 
 
 def test_a_service_chains_first_rule():

@@ -15,7 +15,7 @@ from kpdiag.collect.probes import ProbeBudget, ProbeRefused, tcp_connect
 
 
 def test_missing_binaries_are_named(monkeypatch):
-    import kpdiag.collect.node as node_mod
+    import kpdiag.collect.node_base as node_mod
 
     monkeypatch.setitem(node_mod.SAFE_ENV, "PATH", "/nonexistent")
     c = NodeCollector(host_root="/")

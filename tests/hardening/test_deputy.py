@@ -17,7 +17,8 @@ import uuid
 import pytest
 
 from kpdiag.bundle import safeio
-from kpdiag.collect.node import CONFIG_MAX_BYTES, NodeCollector, find_kube_proxy
+from kpdiag.collect.kube_proxy import CONFIG_MAX_BYTES, find_kube_proxy
+from kpdiag.collect.node import NodeCollector
 
 CONFIG = "node/kube-proxy/config.yaml"
 SLEEPER = r"""

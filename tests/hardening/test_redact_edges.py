@@ -13,7 +13,7 @@ import sys
 
 from kpdiag.bundle.redact import Redactor
 from kpdiag.bundle.scrub import scrub_text
-from kpdiag.collect.node import LOG_MAX_BYTES
+from kpdiag.collect.node_kube_proxy import LOG_MAX_BYTES
 
 END = "-----END RSA PRIVATE KEY-----"
 

@@ -33,22 +33,9 @@ SYSCTL_PREFIXES = (
 SYSCTL_SUFFIXES = (".rp_filter", ".ignore_routes_with_linkdown")
 
 
-# what a lab records: the node's network state (kube-proxy's files, when a scenario has them, are written beside it)
-RECORDED = (
-    sources.IPTABLES_SAVE,
-    sources.IPTABLES_NFT_SAVE,
-    sources.IPTABLES_LEGACY_SAVE,
-    sources.CONNTRACK_STATS,
-    sources.IP_ADDR,
-    sources.IP_ROUTE,
-    sources.ETHTOOL_OFFLOAD,
-    sources.IPSET,
-    sources.NFT_RULESET,
-    sources.NFT_VERSION,
-    sources.UNAME,
-    sources.SYSCTL,
-    sources.XT_RECENT,
-)
+# what a lab records: the node's network state, every source declared ``lab=True`` in kpdiag/bundle/sources.py (a new
+# one is recorded without a change here); kube-proxy's files, when a scenario has them, are written beside it
+RECORDED = tuple(s for s in sources.node_sources() if s.lab)
 
 # run inside the namespace (ip netns exec): kpdiag's own node collector, restricted to the recorded sources
 _COLLECT = """

@@ -182,7 +182,7 @@ def test_a_process_only_named_kube_proxy_is_not_listed_as_kube_proxy(node):
 
 def test_a_trickling_listener_does_not_hang_the_collection(node):
     """1 byte every 1.5 s: a per-read timeout never fires; the total deadline per source does."""
-    from kpdiag.collect.node import HTTP_DEADLINE
+    from kpdiag.collect.node_kube_proxy import HTTP_DEADLINE
 
     lab, listen, collect = node
     listen(10249, mode="trickle", env={"KP_UID": "65534"})
@@ -240,7 +240,7 @@ def test_sock_diag_and_proc_tables_agree():
     """The listening sockets come from NETLINK_SOCK_DIAG (fast); /proc/net/tcp{,6} is the fallback: same answer."""
     import socket
 
-    from kpdiag.collect.node import _diag_listeners, _proc_listeners
+    from kpdiag.collect.kube_proxy import _diag_listeners, _proc_listeners
 
     v4 = socket.socket()
     v6 = socket.socket(socket.AF_INET6)

@@ -41,10 +41,11 @@ RULES = {
 DECODE = r"""
 import json, sys
 from kpdiag.collect import nft_netlink as nn
+from kpdiag.collect.nft_rules import RuleDecoder
 fam = sys.argv[1]
 out = []
 with nn.Netlink() as nl:
-    dec = nn.RuleDecoder(fam, "t", lambda n: nn.read_set(nl, fam, "t", n))
+    dec = RuleDecoder(fam, "t", lambda n: nn.read_set(nl, fam, "t", n))
     for a in nl.rules(fam, "t", "c"):
         try:
             out.append(dec.rule("c", a)[0]["rule"]["expr"])

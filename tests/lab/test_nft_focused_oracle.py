@@ -26,7 +26,7 @@ from tests.checks.test_partial_bundles import SCOPED, _service
 from tests.synth import Endpoint, Port, Service, many_services, nft_ruleset
 
 from kpdiag.bundle import sources
-from kpdiag.collect.service_rules import names_service
+from kpdiag.collect.iptables_focused import names_service
 
 pytestmark = pytest.mark.lab
 

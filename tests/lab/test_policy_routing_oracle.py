@@ -109,7 +109,7 @@ def _kernel(lab, src, dst, iif, mark, proto, dport) -> dict | None:
 def _collected_rules(lab) -> str:
     """kpdiag's own collector (pyroute2) run inside the node namespace."""
     code = (
-        "import json; from pyroute2 import IPRoute; from kpdiag.collect.node import _pyroute2_rules\n"
+        "import json; from pyroute2 import IPRoute; from kpdiag.collect.netlink_dump import pyroute2_rules as _pyroute2_rules\n"
         "with IPRoute() as i: print(json.dumps(_pyroute2_rules(i)))"
     )
     proc = lab.sh("node", [sys.executable, "-c", code])

@@ -106,6 +106,8 @@ def test_nothing_changes_on_the_node(lab, tmp_path):
 LONG_LIVED = {
     "kpdiag/trace/kernel.py": "trace --kernel's nft -i and nft monitor trace: every read has the trace's DEADLINE, "
     "KernelTrace.close kills both on every exit path, and both die with kpdiag (PR_SET_PDEATHSIG)",
+    "kpdiag/collect/child.py": "the collectors' one Popen: child.run waits for it within its timeout and env (keyword "
+    "arguments without a default), and kills its process group on the bound, an exception or a signal",
 }
 
 

@@ -140,8 +140,8 @@ def test_every_node_source_says_how_it_is_collected():
     recipes = (sources.Command, sources.PerInterface, sources.HostFile, sources.Method)
     for s in sources.node_sources():
         assert isinstance(s.collect, recipes), s
-        if isinstance(s.collect, sources.Method):
-            assert all(callable(getattr(NodeCollector, name, None)) for name in s.collect.names), s.collect
+        if isinstance(s.collect, sources.Method):  # written by the collector methods that declare it (@writes)
+            assert s.collect.steps and all(getattr(NodeCollector, step.__name__) is step for step in s.collect.steps), s
         assert s.collected_by, s
         assert s.redact.form in sources.REDACT_FORMS, s
     assert not [
@@ -153,6 +153,8 @@ def test_every_node_source_says_how_it_is_collected():
     assert steps == ["kernel", sources.MODULES_BUILTIN.path, sources.IPSET.path]  # which modules are in, then ipset
     steps = [name for name, _ in NodeCollector(host_root="/", only=(sources.ETHTOOL_OFFLOAD,)).steps()]
     assert steps == ["links", sources.ETHTOOL_OFFLOAD.path]  # the devices first
+    steps = [name for name, _ in NodeCollector(host_root="/", only=(sources.KP_LOG,)).steps()]
+    assert steps == ["kube_proxy_files", "kube_proxy_journal"]  # journald only when no log file was found
     full = [name for name, _ in NodeCollector(host_root="/").steps()]
     assert len(full) == len(set(full)) and {"iptables", "nft", "ipvs", "kube_proxy_http"} <= set(full)
 

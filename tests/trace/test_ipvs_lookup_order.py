@@ -76,7 +76,7 @@ def test_the_packets_fwmark_virtual_server_comes_first(tmp_path):
 
 def test_the_focused_live_trace_asks_for_the_port_zero_virtual_server():
     from kpdiag.collect.dest_rules import packet_keys
-    from kpdiag.collect.service_rules import Destination
+    from kpdiag.collect.iptables_focused import Destination
 
     keys = packet_keys(Destination("10.96.0.20", 8443, "tcp"), [])
     assert ("tcp", "10.96.0.20", 0) in keys, keys
