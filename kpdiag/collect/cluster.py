@@ -25,7 +25,8 @@ from kpdiag.bundle import sources
 from kpdiag.manifests import apply_command
 from kpdiag.state.cluster import selector_matches
 
-API_TIMEOUT = 5.0
+API_TIMEOUT = 5.0  # seconds: the connect timeout and each wait for bytes of one call
+CALL_SECONDS = 15.0  # seconds: one whole call — connect, headers and the whole body (docs/api-access.md)
 SERVICE_LOOKUP = sources.SERVICE_LOOKUP
 
 
@@ -200,7 +201,7 @@ def _api_reason(exc: Exception, what: str, server: str | None) -> str:
 
 REFRESH_MARGIN = 0.5  # seconds: a token refresh ends this much before the command's deadline
 CONFIG_TIMEOUT = (
-    30.0  # seconds to load credentials (a kubeconfig read, an exec credential plugin) when no deadline is given
+    20.0  # seconds to load credentials (the kubeconfig read, an exec credential plugin), or to refresh them
 )
 
 
@@ -216,8 +217,9 @@ def api_client(
     from kubernetes import client, config
 
     deadline_of_command = deadline  # a token refresh mid-run is bounded by it too (None: CONFIG_TIMEOUT each)
-    if deadline is None:
-        deadline = time.monotonic() + CONFIG_TIMEOUT
+    # the credentials load within CONFIG_TIMEOUT, or the command's deadline if sooner: a plugin that never exits
+    # does not take the whole budget of the API
+    deadline = min(d for d in (deadline, time.monotonic() + CONFIG_TIMEOUT) if d is not None)
     path = kubeconfig or os.environ.get("KUBECONFIG")
     default = os.path.expanduser("~/.kube/config")
     configuration = client.Configuration()
@@ -248,7 +250,7 @@ def _api_client(client, config, configuration, private, where, deadline, deadlin
     path, default, context = where
     try:
         if path or os.path.exists(default):
-            bad = _load_kubeconfig(config, configuration, private, path or default, context, deadline, found)
+            bad = _load_kubeconfig(configuration, private, path or default, context, deadline, found)
             if bad:
                 return None, bad
         else:
@@ -289,7 +291,7 @@ def _api_client(client, config, configuration, private, where, deadline, deadlin
     return api, None
 
 
-def _load_kubeconfig(config, configuration, private, given, context, deadline, found: dict) -> str | None:
+def _load_kubeconfig(configuration, private, given, context, deadline, found: dict) -> str | None:
     """Load ``given`` (one kubeconfig or several joined with ':') into ``configuration``, bounded by ``deadline``:
     None, or why not in one line. Its secrets are remembered (never shown), its exec plugin's command line goes into
     ``found``, key files go into the private directory."""
@@ -308,21 +310,17 @@ def _load_kubeconfig(config, configuration, private, given, context, deadline, f
     namespace = context_namespace(docs, context)
     if namespace:
         found["namespace"] = namespace  # kubectl's default namespace: the context's
-    regular = all(_regular(one) for one, _ in docs)
-    before = _children()
+    before, started = _children(), time.monotonic()
     said = _Said()  # the client logs a failing credential plugin (and goes on without credentials)
-    how = dict(context=context, client_configuration=configuration, persist_config=False, temp_file_path=private.path)
     try:
-        if regular:
-            within(deadline, config.load_kube_config, config_file=given, **how)
-        else:  # a FIFO or /dev/fd/N: already read (once), hand the document over
-            within(deadline, config.load_kube_config_from_dict, _merge(docs), **how)
+        within(deadline, _load_into, docs, context, configuration, private.path)
     except ApiDeadline:
         _stop_children(before)
         left = "its credential plugin " + repr(plugin) if plugin else "loading the credentials"
         return (
-            f"kubeconfig {given}: {left} did not finish in time — run it by hand to see what it waits for "
-            "(a login prompt, a network call), or give a kubeconfig with a token"
+            f"kubeconfig {given}: {left} did not finish in time ({time.monotonic() - started:.0f} s; stopped, with "
+            "what it started) — run it by hand to see what it waits for (a login prompt, a network call), or give a "
+            "kubeconfig with a token"
         )
     finally:
         said.close()
@@ -333,6 +331,76 @@ def _load_kubeconfig(config, configuration, private, given, context, deadline, f
             "run it by hand to see why (an expired login?)"
         )
     return None
+
+
+def _load_into(docs: list[tuple[str, dict]], context: str | None, configuration, temp_file_path: str) -> None:
+    """The client library's loader over the kubeconfigs already read (each file once, bounded), as its own
+    ``load_kube_config`` would merge them: each entry keeps the path of its file (relative certificate paths and the
+    credential plugin's working directory are that file's directory; a FIFO's, the working directory), and each
+    user's exec credential plugin starts in a session of its own (:func:`in_own_session`)."""
+    from kubernetes.config.kube_config import ConfigNode, KubeConfigLoader
+
+    merged: dict = {"clusters": [], "contexts": [], "users": []}
+    for one, doc in docs:
+        path = one if _regular(one) else None
+        for key in ("clusters", "contexts", "users"):
+            have = {e.value["name"] for e in merged[key]}
+            for entry in doc.get(key) or []:
+                if entry["name"] not in have:
+                    entry = in_own_session(entry) if key == "users" else entry
+                    merged[key].append(ConfigNode(f"{one}/{entry['name']}", entry, path))
+        if doc.get("current-context") and not merged.get("current-context"):
+            merged["current-context"] = doc["current-context"]
+    first = docs[0][0] if _regular(docs[0][0]) else None
+    loader = KubeConfigLoader(
+        config_dict=ConfigNode(first or "kube-config", merged, first),
+        active_context=context,
+        config_base_path=None,
+        temp_file_path=temp_file_path,
+    )
+    loader.load_and_set(configuration)
+
+
+PLUGIN_MARK = "KPDIAG_CREDENTIAL_PLUGIN"  # in the environment of a credential plugin kpdiag started, and its children
+# Run by the client library in place of an exec credential plugin: a new session (its process group and all it starts
+# can be killed at once, orphans included), killed when the thread of kpdiag that started it ends (kpdiag killed),
+# then the plugin itself in place; a command that cannot run says so in one line, as the client would have.
+_OWN_SESSION = (
+    "import os, sys\n"
+    "os.setsid()\n"
+    "try:\n"
+    "    import ctypes\n"
+    "    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL\n"
+    "except Exception:\n"
+    "    pass\n"
+    "try:\n"
+    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "except OSError as exc:\n"
+    "    sys.stderr.write(f'{sys.argv[1]}: {exc.strerror}\\n')\n"
+    "    os._exit(127)\n"
+)
+
+
+def in_own_session(user: dict) -> dict:
+    """A kubeconfig ``users[]`` entry whose exec credential plugin, when the client library runs it, starts in a
+    session of its own marked with PLUGIN_MARK (a copy; the entry itself is not changed): at a deadline the plugin and
+    everything it started, even what it left behind and no longer waits for, are found and killed
+    (:func:`_stop_children`)."""
+    import sys
+
+    body = user.get("user")
+    exec_ = body.get("exec") if isinstance(body, dict) else None
+    if not isinstance(exec_, dict) or not isinstance(exec_.get("command"), str) or not exec_["command"]:
+        return user
+    args = exec_.get("args") if isinstance(exec_.get("args"), list) else []
+    env = exec_.get("env") if isinstance(exec_.get("env"), list) else []
+    wrapped = dict(
+        exec_,
+        command=sys.executable,
+        args=["-I", "-S", "-c", _OWN_SESSION, exec_["command"], *args],
+        env=[*env, {"name": PLUGIN_MARK, "value": "1"}],
+    )
+    return dict(user, user=dict(body, exec=wrapped))
 
 
 class _PrivateDir:
@@ -682,16 +750,12 @@ def _stop_children(before: set[int], names: set[str] | None = None) -> None:
     options): another thread's children (a node collector's commands) are left alone."""
     import signal
 
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+    procs = _procs()
+    parents = {pid: ppid for pid, (ppid, _) in procs.items()}
     me = os.getpid()
-    doomed = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
+    new = {pid for pid, ppid in parents.items() if ppid == me and pid not in before}
+    _stop_sessions(procs, new)
+    doomed = new
     if names:
         doomed = {pid for pid in doomed if names & {os.path.basename(a) for a in _argv(pid)[:8]}}
     grown = True
@@ -704,6 +768,54 @@ def _stop_children(before: set[int], names: set[str] | None = None) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def _procs() -> dict[int, tuple[int, int]]:
+    """Every process now: pid → (parent pid, session id), from /proc."""
+    out: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                out[int(entry)] = (int(fields[1]), int(fields[3]))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _stop_sessions(procs: dict[int, tuple[int, int]], new: set[int]) -> None:
+    """Kill the sessions of the credential plugins among the children ``new`` (:func:`in_own_session`): a child that
+    leads a session of its own, one of whose members carries PLUGIN_MARK — every member, the ones the plugin left
+    behind (reparented, no longer its children) and the plugin itself even when it has exited and only its children
+    still run."""
+    import signal
+
+    mine = os.getsid(0)
+    for leader in new:
+        if procs[leader][1] != leader or leader == mine:
+            continue
+        members = {pid for pid, (_, sid) in procs.items() if sid == leader}
+        if not any(_marked(pid) for pid in members):
+            continue
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(leader, signal.SIGKILL)  # one started since the list was taken
+        except OSError:
+            pass
+
+
+def _marked(pid: int) -> bool:
+    """Whether the process carries PLUGIN_MARK in its environment (a credential plugin kpdiag started, or its child)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"\0{PLUGIN_MARK}=1\0".encode() in b"\0" + fh.read(1 << 20) + b"\0"
+    except OSError:
+        return False
 
 
 def _argv(pid: int) -> list[str]:
@@ -742,6 +854,7 @@ class ClusterCollector:
         self.kubeconfig = kubeconfig
         self.context = context
         self.timeout = timeout
+        self.call_seconds = CALL_SECONDS
         self.budget = budget if budget is not None else api_budget()
         self._fixed = deadline is not None
         self.deadline = deadline if deadline is not None else time.monotonic() + self.budget
@@ -792,26 +905,33 @@ class ClusterCollector:
             )
         return True
 
-    def _timeouts(self) -> tuple[float, float]:
+    def _call_ends(self) -> float:
+        """When a call started now must be over, whole: CALL_SECONDS from now, or the command's deadline if sooner. A
+        per-read timeout alone does not bound a call: a server that sends one byte a second, or a chunked answer that
+        stops before its last chunk, would hold each call until the command's budget was spent."""
         from .kubeapi import ApiDeadline
 
         left = self.deadline - time.monotonic()
         if left <= 0.05:
             raise ApiDeadline(f"the {self.budget:.0f} s given to the API were used up before this call")
-        t = min(self.timeout, left)
+        return time.monotonic() + min(left, self.call_seconds)
+
+    def _timeouts(self, ends: float) -> tuple[float, float]:
+        t = max(0.05, min(self.timeout, ends - time.monotonic()))
         return (t, t)
 
     def _fetch(self, fn, args, kwargs):
-        """One call for raw JSON: the body read in chunks (capped, bounded by the deadline), then decoded."""
+        """One call for raw JSON, whole within its deadline (:meth:`_call_ends`): the body read in chunks (capped),
+        then decoded (depth-bounded too: anyone who may create objects wrote them)."""
         from .kubeapi import read_body, within
 
-        def go():
-            resp = fn(*args, _preload_content=False, _request_timeout=self._timeouts(), **kwargs)
-            return load_json(
-                read_body(resp, self.deadline)
-            )  # depth-bounded too: anyone who may create objects wrote them
+        ends = self._call_ends()
 
-        return within(self.deadline, go)
+        def go():
+            resp = fn(*args, _preload_content=False, _request_timeout=self._timeouts(ends), **kwargs)
+            return load_json(read_body(resp, ends))
+
+        return within(ends, go)
 
     def _call(self, source: str, what: str, fn, *args, kind: str | None = None, **kwargs):
         """Call an API method for raw JSON; None (with a recorded reason) on any failure. ``kind``: the answer must be a
@@ -1191,7 +1311,8 @@ class ClusterCollector:
             for previous in (False, True) if restarted else (False,):
                 entry = {"namespace": ns, "pod": pname, "container": container, "previous": previous}
                 try:
-                    data = within(self.deadline, self._log, api, pname, ns, container, previous)
+                    ends = self._call_ends()
+                    data = within(ends, self._log, api, pname, ns, container, previous, ends)
                     entry["truncated"] = len(data) > self.DNS_LOG_LIMIT_BYTES
                     lines = data[: self.DNS_LOG_LIMIT_BYTES].decode("utf-8", "replace").splitlines()
                     entry["text"] = "\n".join(lines[-self.DNS_LOG_TAIL_LINES :])
@@ -1202,7 +1323,7 @@ class ClusterCollector:
                 logs.append(entry)
         self.out.files[sources.DNS_LOGS] = json.dumps({"logs": logs}, indent=1).encode()
 
-    def _log(self, api, pod: str, ns: str, container, previous: bool) -> bytes:
+    def _log(self, api, pod: str, ns: str, container, previous: bool, ends: float) -> bytes:
         """At most DNS_LOG_LIMIT_BYTES + 1 bytes of a pod's log (the server is asked for the limit, and not trusted)."""
         from .kubeapi import read_body
 
@@ -1214,9 +1335,9 @@ class ClusterCollector:
             limit_bytes=self.DNS_LOG_LIMIT_BYTES,
             previous=previous or None,
             _preload_content=False,
-            _request_timeout=self._timeouts(),
+            _request_timeout=self._timeouts(ends),
         )
-        return read_body(resp, self.deadline, limit=self.DNS_LOG_LIMIT_BYTES, truncate=True)
+        return read_body(resp, ends, limit=self.DNS_LOG_LIMIT_BYTES, truncate=True)
 
     def node_view(self, node_name: str | None, page: int = 500) -> bool:
         """What `kpdiag node` compares its rules with: every Service and EndpointSlice (paged lists, raw JSON) and this
