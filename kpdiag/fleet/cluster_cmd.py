@@ -62,7 +62,8 @@ def _run(
 ) -> Outcome:
     import time
 
-    from ..collect.cluster import api_client, api_reason
+    from ..collect.apierrors import api_reason
+    from ..collect.kubeconfig import api_client
     from .aggregate import aggregate, write_report_dir
     from .runner import FleetRunner
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from kpdiag.bundle.store import json_type
 
 from .. import secrets
-from ..collect.cluster import api_reason
+from ..collect.apierrors import api_reason
 from ..errors import Interrupted
 from kpdiag.parse.decode import load_json
 from kpdiag.manifests import apply_command

@@ -389,7 +389,7 @@ def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may
     whole body would take nine hours. The body is read against the call's timeout; the refusal is raised at once."""
     from kubernetes.client.exceptions import ApiException
 
-    from kpdiag.collect.cluster import api_client
+    from kpdiag.collect.kubeconfig import api_client
 
     with H.HostileApi(None, {r"^DELETE /api/v1/namespaces/kpdiag/pods/p$": H.trickle_error(500, 0.5)}) as bad:
         import tempfile
@@ -418,6 +418,6 @@ def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may
     ],
 )
 def test_the_names_a_running_credential_plugin_shows(argv, names):
-    from kpdiag.collect.cluster import plugin_names
+    from kpdiag.collect.credplugin import plugin_names
 
     assert plugin_names(argv) == names

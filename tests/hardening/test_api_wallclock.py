@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from kpdiag.collect.cluster import CALL_SECONDS, CONFIG_TIMEOUT
+from kpdiag.collect.cluster import CALL_SECONDS
+from kpdiag.collect.credplugin import CONFIG_TIMEOUT
 from tests.apiserver import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
