@@ -54,6 +54,30 @@ def api_budget() -> float:
     return min(3600.0, max(1.0, value)) if value == value else API_BUDGET
 
 
+def _retry_gets(api) -> None:
+    """The reads of svc/node/policy retried by urllib3's own Retry (the library under the client), not by hand: a
+    connection refused or reset before the request was sent, and a 429/502/503/504 answer — after its Retry-After, at
+    most 2 s, or a short backoff — twice at most. Each call stays within its whole-call deadline (its worker is left
+    behind at it), so no retry outlasts it. Set on the connection pools before the first request (the client sets
+    ``configuration.retries`` to 0: kpdiag cluster retries its writes itself, within its own deadlines)."""
+    from urllib3.util.retry import Retry
+
+    api.rest_client.pool_manager.connection_pool_kw["retries"] = Retry(
+        total=2,
+        connect=2,
+        read=0,
+        other=0,
+        redirect=0,
+        status=2,
+        status_forcelist=(429, 502, 503, 504),
+        allowed_methods=frozenset({"GET"}),
+        backoff_factor=0.2,
+        retry_after_max=2,
+        raise_on_status=False,
+        raise_on_redirect=False,
+    )
+
+
 class ClusterCollector:
     """The API reads of one command, all within one wall-clock ``deadline`` (a monotonic time; by default ``budget``
     seconds from now): each call gets ``timeout`` (less when the deadline is nearer), its answer is read with a byte cap
@@ -111,6 +135,7 @@ class ClusterCollector:
             self._err("cluster", why)
             return False
         self._api = api
+        _retry_gets(api)
         self.out.api = secrets.shown_url(api.configuration.host)
         if not api.configuration.verify_ssl and str(api.configuration.host or "").lower().startswith("https"):
             self._err(
