@@ -386,7 +386,8 @@ class ClusterCollector:
             return None, None, f"{what}: the API's answer is malformed: {problems[0]}"
         out = []
         for pod in items:
-            st = pod.get("status") if isinstance(pod, dict) and isinstance(pod.get("status"), dict) else {}
+            status = pod.get("status") if isinstance(pod, dict) else None
+            st: dict = status if isinstance(status, dict) else {}
             ips = {p.get("ip") for p in st.get("podIPs") or [] if isinstance(p, dict)} | {st.get("podIP")}
             if ip in ips and st.get("phase") not in ("Succeeded", "Failed"):
                 pod.setdefault("kind", "Pod")

@@ -46,6 +46,7 @@ import stat
 import struct
 import threading
 import time
+from typing import Any
 
 RESOLV_MAX_BYTES = 64 * 1024
 MAX_NAMESERVERS = 3  # glibc and musl use the first three
@@ -66,7 +67,7 @@ RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP",
 def parse_resolv_conf(text: str) -> dict:
     """resolv.conf as glibc and musl read it: ``nameserver`` lines (in order), the last ``search``/``domain`` line wins,
     ``options`` (ndots:N capped at 15, timeout:N, attempts:N, flags). Comments start with ``#`` or ``;``."""
-    out = {
+    out: dict[str, Any] = {
         "nameservers": [],
         "search": [],
         "ndots": 1,
@@ -311,7 +312,7 @@ def query(
     server: str, qname: str, qtype: str = "A", transport: str = "udp", timeout: float = QUERY_TIMEOUT, port: int = 53
 ) -> dict:
     """One query, one transport; never raises. UDP is sent again once at half the timeout (a lost datagram)."""
-    doc = {
+    doc: dict[str, Any] = {
         "server": server,
         "port": port,
         "qname": qname,
@@ -481,7 +482,7 @@ def dns_probe(
     search = rc["search"][:MAX_SEARCH_USED]
     fqdn = f"{name}.{namespace}.svc.{domain}"
     k8s_fqdn = f"kubernetes.default.svc.{domain}"
-    doc = {
+    doc: dict[str, Any] = {
         "schema": "kpdiag.dns/v1",
         "namespace": namespace,
         "service": name,
