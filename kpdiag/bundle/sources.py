@@ -591,13 +591,13 @@ NETWORKPOLICIES = _declare(
     "cluster/networkpolicies.json",
     "list networkpolicies (per namespace)",
     "the NetworkPolicies",
-    collect=api("list networkpolicies.networking.k8s.io", writers=(_CC + "policy_objects",)),
+    collect=api("list networkpolicies.networking.k8s.io", writers=(_CC + "_policies",)),
 )
 CNI = _declare(
     "cluster/cni.json",
     "list daemonsets and pods in kube-system, reduced to the CNI components",
     "the CNI components (which one enforces NetworkPolicy)",
-    collect=api("list daemonsets.apps", "list pods", writers=(_CC + "policy_objects",)),
+    collect=api("list daemonsets.apps", "list pods", writers=(_CC + "_cni_components",)),
 )
 DAEMONSETS = _declare(
     "cluster/daemonsets.json",
@@ -609,7 +609,7 @@ CLIENT_POD = _declare(
     "cluster/client-pod.json",
     "get pod (the --from client)",
     "the client pod",
-    collect=api("list pods", writers=(_CC + "policy_objects", _SVC)),
+    collect=api("list pods", writers=(_CC + "_client_pod", _SVC)),
 )
 SERVICE_LOOKUP = _declare(
     "cluster/service-lookup.json",
@@ -633,7 +633,7 @@ DNS_SERVICE = _declare(
     "cluster/dns-service.json",
     "list services in kube-system -l k8s-app=kube-dns",
     "the cluster DNS Service",
-    collect=api("list services", "get services", writers=(_CC + "dns_objects",)),
+    collect=api("list services", "get services", writers=(_CC + "_dns_service",)),
 )
 DNS_ENDPOINTSLICES = _declare(
     "cluster/dns-endpointslices.json",

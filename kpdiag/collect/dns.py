@@ -46,6 +46,7 @@ import stat
 import struct
 import threading
 import time
+from typing import Any
 
 RESOLV_MAX_BYTES = 64 * 1024
 MAX_NAMESERVERS = 3  # glibc and musl use the first three
@@ -66,7 +67,7 @@ RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP",
 def parse_resolv_conf(text: str) -> dict:
     """resolv.conf as glibc and musl read it: ``nameserver`` lines (in order), the last ``search``/``domain`` line wins,
     ``options`` (ndots:N capped at 15, timeout:N, attempts:N, flags). Comments start with ``#`` or ``;``."""
-    out = {
+    out: dict[str, Any] = {
         "nameservers": [],
         "search": [],
         "ndots": 1,
@@ -311,7 +312,7 @@ def query(
     server: str, qname: str, qtype: str = "A", transport: str = "udp", timeout: float = QUERY_TIMEOUT, port: int = 53
 ) -> dict:
     """One query, one transport; never raises. UDP is sent again once at half the timeout (a lost datagram)."""
-    doc = {
+    doc: dict[str, Any] = {
         "server": server,
         "port": port,
         "qname": qname,
@@ -481,7 +482,7 @@ def dns_probe(
     search = rc["search"][:MAX_SEARCH_USED]
     fqdn = f"{name}.{namespace}.svc.{domain}"
     k8s_fqdn = f"kubernetes.default.svc.{domain}"
-    doc = {
+    doc: dict[str, Any] = {
         "schema": "kpdiag.dns/v1",
         "namespace": namespace,
         "service": name,
@@ -502,6 +503,34 @@ def dns_probe(
         "deadline_s": deadline,
         "elapsed_ms": None,
     }
+    jobs = _plan(doc, servers, search, rc["ndots"], k8s_fqdn)
+    if not send:
+        doc["result"], doc["error"] = "not-probed", "no DNS query sent (--no-probe)"
+        doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        return doc
+
+    results = _run_parallel(jobs, timeout, deadline_at, port)
+    by_key = {}
+    for i, (job, res) in enumerate(zip(jobs, results)):
+        if res is None:  # its thread was still waiting at the deadline
+            res = _no_answer(job, port, deadline)
+        res["id"] = i
+        doc["queries"].append(res)
+        by_key[job] = res
+
+    for lk in doc["lookups"]:
+        for libc, cands in lk["candidates"].items():
+            lk["outcome"][libc] = _outcome(cands, lambda q: by_key.get((servers[0], q, "A", "udp")), libc)
+    _resolved(doc, servers, by_key)
+    doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+    return doc
+
+
+def _plan(doc: dict, servers: list[str], search: list[str], ndots: int, k8s_fqdn: str) -> list[tuple]:
+    """The queries to send, each once, in order: every search candidate of the four lookups (to the first server, as
+    glibc and musl would try them, also recorded in ``doc["lookups"]``), the Service's FQDN to each server (A and AAAA
+    over UDP, A over TCP), and the API Service's FQDN over TCP."""
+    name, namespace, fqdn = doc["service"], doc["namespace"], doc["name"]
     lookups = [
         ("short", name),
         ("namespaced", f"{name}.{namespace}"),
@@ -515,7 +544,7 @@ def dns_probe(
             jobs.append(job)
 
     for purpose, lname in lookups:
-        cands = {libc: search_candidates(lname, search, rc["ndots"], libc) for libc in ("glibc", "musl")}
+        cands = {libc: search_candidates(lname, search, ndots, libc) for libc in ("glibc", "musl")}
         doc["lookups"].append({"name": lname, "purpose": purpose, "candidates": cands, "outcome": {}})
         for qname in cands["glibc"] + cands["musl"]:
             want((servers[0], qname, "A", "udp"))
@@ -524,41 +553,35 @@ def dns_probe(
         want((server, fqdn, "AAAA", "udp"))
         want((server, fqdn, "A", "tcp"))
     want((servers[0], k8s_fqdn, "A", "tcp"))
-    if not send:
-        doc["result"], doc["error"] = "not-probed", "no DNS query sent (--no-probe)"
-        doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
-        return doc
+    return jobs
 
-    results = _run_parallel(jobs, timeout, deadline_at, port)
-    by_key = {}
-    for i, (job, res) in enumerate(zip(jobs, results)):
-        if res is None:  # its thread was still waiting at the deadline
-            server, qname, qtype, transport = job
-            res = {
-                "server": server,
-                "port": port,
-                "qname": qname,
-                "qtype": qtype,
-                "transport": transport,
-                "result": "timeout",
-                "rcode": None,
-                "truncated": False,
-                "answers": [],
-                "addresses": [],
-                "duration_ms": None,
-                "tries": None,
-                "error": f"no answer before the probe's {deadline:g} s deadline",
-            }
-        res["id"] = i
-        doc["queries"].append(res)
-        by_key[job] = res
 
-    for lk in doc["lookups"]:
-        for libc, cands in lk["candidates"].items():
-            lk["outcome"][libc] = _outcome(cands, lambda q: by_key.get((servers[0], q, "A", "udp")), libc)
+def _no_answer(job: tuple, port: int, deadline: float) -> dict:
+    """The result of a query whose thread was still waiting at the probe's deadline."""
+    server, qname, qtype, transport = job
+    return {
+        "server": server,
+        "port": port,
+        "qname": qname,
+        "qtype": qtype,
+        "transport": transport,
+        "result": "timeout",
+        "rcode": None,
+        "truncated": False,
+        "answers": [],
+        "addresses": [],
+        "duration_ms": None,
+        "tries": None,
+        "error": f"no answer before the probe's {deadline:g} s deadline",
+    }
 
+
+def _resolved(doc: dict, servers: list[str], by_key: dict) -> None:
+    """The FQDN as a resolver gets it — the first server that gives an answer — into ``doc``'s result, addresses and
+    error."""
+    fqdn = doc["name"]
     errors = []
-    for server in servers:  # the FQDN as a resolver gets it: the first server that gives an answer
+    for server in servers:
         a, aaaa = by_key[(server, fqdn, "A", "udp")], by_key[(server, fqdn, "AAAA", "udp")]
         if a["result"] == "truncated":  # a resolver asks again over TCP
             a = by_key[(server, fqdn, "A", "tcp")]
@@ -566,23 +589,20 @@ def dns_probe(
         if "answer" in results_here:
             doc["result"] = "resolved"
             doc["addresses"] = sorted(set(a["addresses"]) | set(aaaa["addresses"]))
-            break
+            return
         if "nxdomain" in results_here:
             doc["result"], doc["error"] = "nxdomain", f"{fqdn} does not exist (NXDOMAIN from {server})"
-            break
+            return
         if results_here <= {"nodata"}:
             doc["result"], doc["error"] = "nodata", f"{fqdn} exists but has no A or AAAA record ({server})"
-            break
+            return
         errors.append((server, a))
-    else:
-        doc["result"] = "timeout" if all(q["result"] == "timeout" for _, q in errors) else "dns-failure"
-        doc["error"] = "; ".join(
-            f"{s}: {q['transport'].upper()} {q['result']}"
-            + (f" ({q['error']})" if q.get("error") and q["error"] != q["result"] else "")
-            for s, q in errors
-        )
-    doc["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
-    return doc
+    doc["result"] = "timeout" if all(q["result"] == "timeout" for _, q in errors) else "dns-failure"
+    doc["error"] = "; ".join(
+        f"{s}: {q['transport'].upper()} {q['result']}"
+        + (f" ({q['error']})" if q.get("error") and q["error"] != q["result"] else "")
+        for s, q in errors
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,9 +48,7 @@ def read_body(resp, deadline: float, limit: int = MAX_BODY, truncate: bool = Fal
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ApiDeadline(
-                    f"the answer was not complete in time ({size} bytes in {time.monotonic() - start:.0f} s)"
-                )
+                raise ApiDeadline(f"{size} bytes of the answer in {time.monotonic() - start:.0f} s, not all of it")
             sock = getattr(getattr(resp, "connection", None), "sock", None) or getattr(
                 getattr(getattr(resp, "_fp", None), "fp", None), "raw", None
             )
@@ -65,7 +63,7 @@ def read_body(resp, deadline: float, limit: int = MAX_BODY, truncate: bool = Fal
             except Exception as exc:
                 if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
                     raise ApiDeadline(
-                        f"the answer was not complete in time ({size} bytes in {time.monotonic() - start:.0f} s)"
+                        f"{size} bytes of the answer in {time.monotonic() - start:.0f} s, not all of it"
                     ) from None
                 raise
             if not chunk:

@@ -10,7 +10,7 @@ import time
 
 from kpdiag.manifests import apply_command
 
-from ..collect.cluster import api_reason
+from ..collect.apierrors import api_reason
 
 API_TIMEOUT = 15.0  # the longest any one API call may take (less when the deadline is nearer)
 RETRIES = 3  # for timeouts, 429 and 5xx answers

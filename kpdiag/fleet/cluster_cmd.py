@@ -122,7 +122,7 @@ def _run(
 
 def _client(kubeconfig, context, deadline: float):
     """The API client from the kubeconfig (or the service account): (client, None) or (None, why)."""
-    from ..collect.cluster import api_client
+    from ..collect.kubeconfig import api_client
     from .pool import LIMIT, no_thread
 
     try:
@@ -155,7 +155,7 @@ def _refused(service, save_dir, no_pods: bool, force: bool) -> Outcome | None:
 
 def _cleanup(runner, namespace: str, host: str) -> Outcome:
     """`kpdiag cluster --cleanup`: every pod (and run ConfigMap) kpdiag left in the namespace, deleted."""
-    from ..collect.cluster import api_reason
+    from ..collect.apierrors import api_reason
 
     try:
         deleted, errors = runner.cleanup()

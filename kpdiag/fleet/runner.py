@@ -11,7 +11,7 @@ the time the node has left, the log is read in chunks against the same deadline 
 cannot hold it), retries wait only while time is left, and a 429's Retry-After is honoured. The calls before
 the pods (node list, /version, Services) share half of ``timeout``; the deletes after a node, and the final
 cleanup, a quarter each. The client itself never retries (``retries = 0`` is set on the Configuration before
-the ApiClient is built, see :func:`kpdiag.collect.cluster.api_client`): every retry is one of these.
+the ApiClient is built, see :func:`kpdiag.collect.kubeconfig.api_client`): every retry is one of these.
 
 A node's report is checked before it is used: it must be a well-formed kpdiag node report (the JSON schema's
 types, finding ids and slugs) and must not claim to be another node of the cluster.
@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from .. import secrets
-from ..collect.cluster import api_reason
+from ..collect.apierrors import api_reason
 from ..errors import Interrupted
 from kpdiag.parse.decode import load_json
 from kpdiag.manifests import apply_command

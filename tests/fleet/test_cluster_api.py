@@ -388,7 +388,7 @@ def test_a_second_signal_quits_at_once_and_restores_the_defaults(tmp_path):
     """The first signal only asks the run to stop (a flag: cleanup still runs); a second Ctrl-C raises at once, marked
     forced (main() then says pods may be left), and the default handlers are back. A second SIGHUP or SIGTERM does
     not cut the cleanup short (a hangup arrives twice: from the kernel and from the shell)."""
-    from kpdiag.collect.cluster import api_client
+    from kpdiag.collect.kubeconfig import api_client
     from kpdiag.errors import Interrupted
     from kpdiag.fleet.runner import FleetRunner
 
@@ -507,7 +507,7 @@ def test_a_signal_swallowed_before_the_run_still_stops_it_before_any_pod(tmp_pat
     """A signal raised while the setup is inside a library that swallows it (seen: pydantic building the client's
     validator, in C, dropped a Ctrl-C, and 6 pods then ran for the whole --timeout): the signal was noted, and the run
     stops before its first pod and raises Interrupted."""
-    from kpdiag.collect.cluster import api_client
+    from kpdiag.collect.kubeconfig import api_client
     from kpdiag.errors import Interrupted
     from kpdiag.fleet.runner import FleetRunner
     from kpdiag.fleet.signals import raising_on_signals

@@ -389,7 +389,7 @@ def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may
     whole body would take nine hours. The body is read against the call's timeout; the refusal is raised at once."""
     from kubernetes.client.exceptions import ApiException
 
-    from kpdiag.collect.cluster import api_client
+    from kpdiag.collect.kubeconfig import api_client
 
     with H.HostileApi(None, {r"^DELETE /api/v1/namespaces/kpdiag/pods/p$": H.trickle_error(500, 0.5)}) as bad:
         import tempfile
@@ -418,6 +418,36 @@ def test_an_error_body_sent_a_byte_at_a_time_is_read_no_longer_than_the_call_may
     ],
 )
 def test_the_names_a_running_credential_plugin_shows(argv, names):
-    from kpdiag.collect.cluster import plugin_names
+    from kpdiag.collect.credplugin import plugin_names
 
     assert plugin_names(argv) == names
+
+
+def test_a_503_then_the_answer_is_retried_by_urllib3(tmp_path):
+    """The Service GET answered 503 (Retry-After: 1) once, then the real answer: urllib3's Retry asks again and the
+    Service is read; a 503 that stays is one line, asked three times, not more."""
+    seen = []
+
+    def flaky(h, srv, always=False):
+        seen.append(h.path)
+        if always or len(seen) == 1:
+            h.send_response(503)
+            h.send_header("Retry-After", "1")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        srv._relay(h)
+
+    with ApiServer(OBJECTS) as api, H.HostileApi(api.url, {SVC_PATH: flaky}) as bad:
+        cc = ClusterCollector(bad.kubeconfig(tmp_path), budget=20)
+        svc = cc.one_service("shop", "web")[0]
+    assert svc is not None and svc["metadata"]["name"] == "web", cc.out.errors
+    assert len(seen) == 2
+    seen.clear()
+    with ApiServer(OBJECTS) as api, H.HostileApi(api.url, {SVC_PATH: lambda h, s: flaky(h, s, True)}) as bad:
+        cc = ClusterCollector(bad.kubeconfig(tmp_path), budget=20)
+        t0 = time.monotonic()
+        assert cc.one_service("shop", "web")[0] is None
+        took = time.monotonic() - t0
+    assert len(seen) == 3 and took < 10, (seen, took)
+    assert "answered HTTP 503" in cc.service_error, cc.service_error

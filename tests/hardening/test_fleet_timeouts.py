@@ -212,7 +212,7 @@ def test_the_client_never_retries_behind_kpdiags_back(tmp_path):
     """retries = 0 reaches urllib3: it is set on the Configuration before the ApiClient builds its pool."""
     from kubernetes import client
 
-    from kpdiag.collect.cluster import api_client
+    from kpdiag.collect.kubeconfig import api_client
 
     with ApiServer(_nodes(1), hang={"GET /api/v1/nodes": 30}) as api:
         cli, why = api_client(api.kubeconfig(tmp_path), None)
