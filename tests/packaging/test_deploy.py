@@ -33,6 +33,46 @@ def test_dockerfile_has_the_image_packages_and_runs_kpdiag():
     assert "useradd --uid 10001" in script
 
 
+def _shipped_pods() -> list[tuple[str, dict]]:
+    """Every pod kpdiag ships: the node pod `kpdiag cluster` creates, and each Pod (or pod template) of deploy/*.yaml
+    and of the packaged manifests."""
+    from kpdiag.manifests import MANIFESTS, manifest_text
+
+    out = [("kpdiag cluster's node pod", pods.node_pod("node-a", "abcd1234"))]
+    texts = [(os.path.basename(p), open(p).read()) for p in sorted(glob.glob(os.path.join(ROOT, "deploy", "*.yaml")))]
+    texts += [(f"kpdiag rbac {name}", manifest_text(name)) for name in MANIFESTS]
+    for name, text in texts:
+        for doc in yaml.safe_load_all(text):
+            if isinstance(doc, dict) and doc.get("kind") == "Pod":
+                out.append((name, doc))
+            elif isinstance(doc, dict) and isinstance((doc.get("spec") or {}).get("template"), dict):
+                out.append((name, doc["spec"]["template"]))
+    return out
+
+
+def test_every_shipped_pod_has_the_default_seccomp_profile_and_cpu_and_memory_limits():
+    shipped = _shipped_pods()
+    assert any(name == "svc-pod.yaml" for name, _ in shipped), [n for n, _ in shipped]
+    for name, pod in shipped:
+        spec = pod["spec"]
+        for c in spec["containers"]:
+            sc = c.get("securityContext") or {}
+            profile = sc.get("seccompProfile") or (spec.get("securityContext") or {}).get("seccompProfile")
+            assert profile == {"type": "RuntimeDefault"}, (name, c["name"], profile)
+            limits = (c.get("resources") or {}).get("limits") or {}
+            assert limits.get("cpu") and limits.get("memory"), (name, c["name"], limits)
+            assert sc.get("allowPrivilegeEscalation") is False and sc.get("privileged") in (None, False), name
+
+
+def test_dockerfile_names_every_base_image_by_digest():
+    """A tag can be moved to other content; a digest names one image."""
+    text = open(os.path.join(ROOT, "Dockerfile")).read()
+    bases = re.findall(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", text, re.M)
+    assert bases
+    for image in bases:
+        assert re.fullmatch(r"[a-z0-9./-]+(:[\w.-]+)?@sha256:[0-9a-f]{64}", image), image
+
+
 def test_node_pod_asks_for_the_documented_capabilities_only():
     pod = pods.node_pod("node-a", "abcd1234")
     (c,) = pod["spec"]["containers"]
