@@ -1046,9 +1046,8 @@ class ClusterCollector:
         With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
         DNS Service and pods themselves come from :meth:`dns_objects` (cluster/dns-service.json, dns-pods.json).
         Every failure is a recorded reason; False when nothing could be asked."""
+        from .cni import collect_cni
         from .kubeapi import RawApi
-
-        from kpdiag.state.netpol import component
 
         if self._api is None and not self.connect():
             return False
@@ -1077,36 +1076,7 @@ class ClusterCollector:
             self.out.files[sources.NETWORKPOLICIES] = json.dumps(
                 {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1
             ).encode()
-        comps, listed = [], []
-        ds = self._call(
-            sources.CNI,
-            "list daemonsets in kube-system",
-            api.list_namespaced_daemon_set,
-            "kube-system",
-            kind="DaemonSet",
-        )
-        if ds is not None:
-            listed.append("kube-system")
-            for item in ds.get("items", []):
-                c = component(dict(item, kind="DaemonSet"))
-                if c:
-                    comps.append(c)
-        # flannel's and the Calico operator's own namespaces: a few of their pods tell which DaemonSet runs there
-        for ns in ("kube-flannel", "calico-system"):
-            if existing is not None and ns not in existing:
-                continue
-            doc = self._call(sources.CNI, f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20, kind="Pod")
-            if doc is None:
-                continue
-            listed.append(ns)
-            for item in doc.get("items", []):
-                c = component(dict(item, kind="Pod"))
-                if c:
-                    comps.append(c)
-        if "kube-system" in listed:
-            self.out.files[sources.CNI] = json.dumps(
-                {"apiVersion": "kpdiag/v1", "kind": "CNIComponents", "namespaces": listed, "items": comps}, indent=1
-            ).encode()
+        collect_cni(self, api, existing)  # cluster/cni.json (kpdiag/collect/cni.py)
         if client_pod:
             ns, name = client_pod
             doc = self._call(
