@@ -12,6 +12,7 @@ from kpdiag.checkapi import Skip, check
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
+from kpdiag.manifests import apply_command
 from kpdiag.state.typed import DnsLogs, DnsPods, DnsService, Manifest
 
 from .dns import _cluster_ips, _dl, _dns_service, _g, _pod_ready, _ready_endpoints, _strs, _svc_key
@@ -161,73 +162,87 @@ def coredns_unhealthy(
     any_ready = any(_pod_ready(p) for p in pods)
     created = _when(_g(manifest.doc if manifest is not None else {}, "created"))  # when the data was collected
     for pod in pods:
-        pname = _g(pod, "metadata", "name")
-        name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
-        ready = _pod_ready(pod)
-        statuses = _dl(_g(pod, "status", "containerStatuses"))
-        restarts = sum(s.get("restartCount") for s in statuses if isinstance(s.get("restartCount"), int))
-        waiting = [str(w) for w in (_g(s, "state", "waiting", "reason") for s in statuses) if w]
-        last = [str(r) for r in (_g(s, "lastState", "terminated", "reason") for s in statuses) if r]
-        ended = [_when(_g(s, "lastState", "terminated", "finishedAt")) for s in statuses]
-        ended = [t for t in ended if t is not None]
-        if (
-            ready
-            and not waiting
-            and (restarts < RESTARTS_WARN or (created and ended and max(ended) < created - RESTART_RECENT))
-        ):
-            continue  # ready, and its restarts are few or long past (restartCount never goes down)
-        bits = []
-        if not ready:
-            bits.append("not ready")
-        if waiting:
-            bits.append(f"waiting: {', '.join(waiting)}")
-        if restarts:
-            bits.append(f"restarted {restarts} time(s)" + (f" (last exit: {', '.join(last)})" if last else ""))
-        cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
-        ev = [
-            Evidence(
-                dns_pods.pods.source,
-                f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
-                + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""),
-            )
-        ]
-        ev += [
-            Evidence(
-                dns_pods.pods.source,
-                f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
-                + (
-                    f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}"
-                    if _g(s, "lastState", "terminated")
-                    else ""
-                ),
-            )
-            for s in statuses[:4]
-        ]
-        severity = "error" if not any_ready else "warning"
+        found = _unhealthy_pod(new, dns_pods.pods.source, pod, any_ready, created)
+        if found is not None:
+            yield found
+
+
+def _refused(what: str, verb: str, lost: str, errors: list[str]) -> str | None:
+    """The reason when RBAC refused the read (403): kube-system's pod list and pods/log are opt-in."""
+    if not any("403" in e for e in errors):
+        return None
+    return (
+        f"{what} could not be read: {verb} in kube-system is not granted (403). It is opt-in "
+        f"({apply_command('svc-kube-system')}) because RBAC cannot narrow it to CoreDNS: it also shows every "
+        f"kube-system pod's environment and the API server's and etcd's logs. Without it {lost} is not known"
+    )
+
+
+def _unhealthy_pod(new, source: str, pod: dict, any_ready: bool, created: datetime.datetime | None):
+    """The finding for one CoreDNS pod that is not ready, waiting, or restarted recently; None for a healthy one."""
+    pname = _g(pod, "metadata", "name")
+    name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
+    ready = _pod_ready(pod)
+    statuses = _dl(_g(pod, "status", "containerStatuses"))
+    restarts = sum(s["restartCount"] for s in statuses if isinstance(s.get("restartCount"), int))
+    waiting = [str(w) for w in (_g(s, "state", "waiting", "reason") for s in statuses) if w]
+    last = [str(r) for r in (_g(s, "lastState", "terminated", "reason") for s in statuses) if r]
+    ended = [t for t in (_when(_g(s, "lastState", "terminated", "finishedAt")) for s in statuses) if t is not None]
+    long_past = bool(created and ended and max(ended) < created - RESTART_RECENT)
+    if ready and not waiting and (restarts < RESTARTS_WARN or long_past):
+        return None  # ready, and its restarts are few or long past (restartCount never goes down)
+    bits = ["not ready"] if not ready else []
+    if waiting:
+        bits.append(f"waiting: {', '.join(waiting)}")
+    if restarts:
+        bits.append(f"restarted {restarts} time(s)" + (f" (last exit: {', '.join(last)})" if last else ""))
+    if not any_ready:
+        tail = "no CoreDNS pod is ready: DNS is down"
+    else:
         tail = (
-            "no CoreDNS pod is ready: DNS is down"
-            if not any_ready
-            else (
-                "the other CoreDNS pods answer meanwhile"
-                if not ready
-                else "DNS queries in flight are lost at each restart"
+            "the other CoreDNS pods answer meanwhile" if not ready else "DNS queries in flight are lost at each restart"
+        )
+    fix = [
+        f"kubectl -n kube-system describe pod {pname}",
+        f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped",
+    ]
+    if "OOMKilled" in last:
+        fix.append(
+            "kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)"
+        )
+    if "CrashLoopBackOff" in waiting:
+        fix.append(
+            "kubectl -n kube-system get configmap coredns -o yaml   # a Corefile error or a forwarding loop (KP132) makes CoreDNS exit"
+        )
+    return new(
+        f"CoreDNS pod {name}: {', '.join(bits)} — {tail}",
+        severity="error" if not any_ready else "warning",
+        fix=fix,
+        evidence=_pod_evidence(source, pod, name, statuses),
+        subject=name,
+    )
+
+
+def _pod_evidence(source: str, pod: dict, name: str, statuses: list[dict]) -> list[Evidence]:
+    cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
+    ev = [
+        Evidence(
+            source,
+            f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
+            + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""),
+        )
+    ]
+    for s in statuses[:4]:
+        state = list(_g(s, "state", default={}).keys()) if isinstance(s.get("state"), dict) else None
+        reason = _g(s, "lastState", "terminated", "reason")
+        ev.append(
+            Evidence(
+                source,
+                f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={state}"
+                + (f" lastState.terminated.reason={reason}" if _g(s, "lastState", "terminated") else ""),
             )
         )
-        fix = [
-            f"kubectl -n kube-system describe pod {pname}",
-            f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped",
-        ]
-        if "OOMKilled" in last:
-            fix.append(
-                "kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)"
-            )
-        if any(w in ("CrashLoopBackOff",) for w in waiting):
-            fix.append(
-                "kubectl -n kube-system get configmap coredns -o yaml   # a Corefile error or a forwarding loop (KP132) makes CoreDNS exit"
-            )
-        yield new(
-            f"CoreDNS pod {name}: {', '.join(bits)} — {tail}", severity=severity, fix=fix, evidence=ev, subject=name
-        )
+    return ev
 
 
 @check(
@@ -253,8 +268,9 @@ def coredns_loop(new, dns_logs: DnsLogs):
     logs = _dl(_g(data, "logs"))
     texts = [e for e in logs if isinstance(e.get("text"), str)]
     if not texts:
-        why = clip("; ".join(str(e.get("error")) for e in logs if e.get("error")), 300)
-        raise Skip(f"no CoreDNS log could be read ({why or 'none collected'})")
+        errors = [str(e.get("error")) for e in logs if e.get("error")]
+        refused = _refused("CoreDNS's log", "get pods/log", "a forwarding loop in CoreDNS", errors)
+        raise Skip(refused or f"no CoreDNS log could be read ({clip('; '.join(errors), 300) or 'none collected'})")
     hits = []
     for e in texts:
         for no, line in enumerate(e["text"].splitlines(), 1):

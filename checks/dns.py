@@ -613,6 +613,62 @@ def dns_udp_tcp(new, lookups: DnsLookups, service: Optional[DnsService] = None):
             )
 
 
+def _unreachable_text(server: str, fqdn, results: set, qs: list[dict], ruled: list[str], remain: list[str]):
+    """(summary, explanation, fix) of KP138 for one nameserver that did not answer usably, by how it failed."""
+    if results <= {"timeout"}:
+        summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
+        explanation = (
+            "Nothing came back — not an answer, not an ICMP error. "
+            + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
+            + "Causes that remain (not checked): "
+            + "; ".join(remain)
+            + "."
+        )
+        fix = (
+            f"dig @{server} {fqdn}   # from this pod",
+            "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
+            "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS",
+            "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+        )
+    elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
+        summary = f"nothing listens on port 53 at {server}: {clip('; '.join(sorted({q['error'] for q in qs if q.get('error')})), 200)}"
+        explanation = (
+            "The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
+            "(REJECT); a plain address without a DNS server does it too. "
+            + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
+            + "Remaining: "
+            + "; ".join(r for r in remain if "NetworkPolicy" not in r)
+            + "."
+        )
+        fix = (
+            "kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns",
+            "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?",
+        )
+    elif "refused" in results:
+        summary = f"the nameserver {server} answers REFUSED: it does not serve {fqdn} to this client"
+        explanation = (
+            "A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
+            "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
+            "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source."
+        )
+        fix = (
+            "cat /etc/resolv.conf",
+            "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl",
+        )
+    elif "servfail" in results:
+        summary = f"the nameserver {server} answers SERVFAIL for {fqdn}"
+        explanation = (
+            "The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
+            "or its upstream fails for names it forwards."
+        )
+        fix = ("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",)
+    else:
+        summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
+        explanation = None
+        fix = (f"dig @{server} {fqdn}",)
+    return summary, explanation, fix
+
+
 @check(
     "KP138",
     "dns-unreachable",
@@ -648,59 +704,7 @@ def dns_unreachable(
         if results & {*ANSWERED, "truncated"} or not qs:  # it answers (a truncated UDP answer is an answer: KP137)
             continue
         ev = [_q_ev(lookups, q) for q in qs]
-        if results <= {"timeout"}:
-            summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
-            explanation = (
-                "Nothing came back — not an answer, not an ICMP error. "
-                + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
-                + "Causes that remain (not checked): "
-                + "; ".join(remain)
-                + "."
-            )
-            fix = (
-                f"dig @{server} {fqdn}   # from this pod",
-                "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
-                "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS",
-                "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-            )
-        elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
-            summary = f"nothing listens on port 53 at {server}: {clip('; '.join(sorted({q['error'] for q in qs if q.get('error')})), 200)}"
-            explanation = (
-                "The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
-                "(REJECT); a plain address without a DNS server does it too. "
-                + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
-                + "Remaining: "
-                + "; ".join(r for r in remain if "NetworkPolicy" not in r)
-                + "."
-            )
-            fix = (
-                "kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns",
-                "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?",
-            )
-        elif "refused" in results:
-            summary = f"the nameserver {server} answers REFUSED: it does not serve {fqdn} to this client"
-            explanation = (
-                "A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
-                "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
-                "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source."
-            )
-            fix = (
-                "cat /etc/resolv.conf",
-                "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl",
-            )
-        elif "servfail" in results:
-            summary = f"the nameserver {server} answers SERVFAIL for {fqdn}"
-            explanation = (
-                "The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
-                "or its upstream fails for names it forwards."
-            )
-            fix = (
-                "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",
-            )
-        else:
-            summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
-            explanation = None
-            fix = (f"dig @{server} {fqdn}",)
+        summary, explanation, fix = _unreachable_text(server, fqdn, results, qs, ruled, remain)
         cluster_dns = set(_cluster_ips(_dns_service(service))) | {NODE_LOCAL_DNS}
         known = _dns_service(service) is not None
         if server not in cluster_dns:
