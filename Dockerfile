@@ -18,7 +18,10 @@
 # Everything else runs as the unprivileged user "kpdiag" (uid 10001) that the image also has:
 #   docker run --user 10001 … kpdiag analyze BUNDLE | kpdiag svc NAME -n NS --no-probe | kpdiag trace …
 #   (in a pod: securityContext: {runAsUser: 10001, runAsNonRoot: true, capabilities: {drop: [ALL]}})
-FROM python:3.11-slim-bookworm
+# The base image by digest (python:3.11-slim-bookworm, Debian bookworm as deploy/build-image.sh's debootstrap): a tag
+# can be moved to other content, a digest cannot. To update: `docker buildx imagetools inspect python:3.11-slim-bookworm`
+# and replace the digest (tests/packaging/test_deploy.py refuses a FROM without one).
+FROM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \

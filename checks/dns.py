@@ -3,22 +3,16 @@ nameservers answered to the names the pod would ask (probes/dns.json, kpdiag.dns
 
 from __future__ import annotations
 
-import datetime
-import re
 from typing import Optional
 
 from kpdiag.checkapi import Skip, check
 from kpdiag.evidence import clip
 from kpdiag.model import Evidence
 from kpdiag.bundle import sources
-from kpdiag.state.typed_api import DnsLogs, DnsLookups, DnsPods, DnsService, NetworkPolicies
-from kpdiag.state.typed_node import Manifest
+from kpdiag.state.typed_api import DnsLookups, DnsPods, DnsService, NetworkPolicies
 
 NODE_LOCAL_DNS = "169.254.20.10"
-RESTARTS_WARN = 3
-RESTART_RECENT = datetime.timedelta(hours=24)  # a last restart longer ago than this before the collection is history
 ANSWERED = ("answer", "nodata", "nxdomain")  # the server replied with a usable verdict
-LOOP_RE = re.compile(r"plugin/loop: Loop \(([^)]{1,120})\) detected for zone \"([^\"]{0,255})\"")
 
 
 # ------------------------------------------------------------------ reading the data
@@ -101,17 +95,6 @@ def _g(obj, *keys, default=None):
             return default
         obj = obj.get(k)
     return default if obj is None else obj
-
-
-def _when(value) -> datetime.datetime | None:
-    """An API timestamp ("2026-12-03T08:59:00Z") as an aware datetime; None when absent or not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        t = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
 
 
 def _dl(value) -> list[dict]:
@@ -283,263 +266,6 @@ def _pod_ready(pod: dict) -> bool:
         if c.get("type") == "Ready":
             return c.get("status") == "True"
     return False
-
-
-# ------------------------------------------------------------------ API side
-
-
-@check(
-    "KP130",
-    "dns-service-no-endpoints",
-    "The cluster DNS Service has no ready endpoints",
-    "error",
-    explains=("KP138", "KP139", "KP108"),
-    severities=("warning", "error"),
-    symptom="Every name lookup in every pod times out or fails ('could not resolve host', 'i/o timeout', 'SERVFAIL').",
-    why="""
-        Pods send their DNS queries to the ClusterIP of the kube-dns Service in kube-system (kubelet writes it in their
-        /etc/resolv.conf). kube-proxy forwards those packets to the ready endpoints of that Service — the CoreDNS pods.
-        With no ready endpoint there is nothing to forward to: kube-proxy rejects the packets (ICMP port unreachable) and
-        every lookup in the cluster fails. The pods may be crashing, not ready, not scheduled, or the Service's selector
-        may not match them.
-    """,
-    fix="kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide; kubectl -n kube-system describe pods -l k8s-app=kube-dns; "
-    "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-)
-def dns_no_endpoints(new, service: DnsService):
-    svc = _dns_service(service)
-    if svc is None:
-        yield new(
-            "no cluster DNS Service found in kube-system (label k8s-app=kube-dns, or named kube-dns / coredns)",
-            severity="warning",
-            fix=(
-                "kubectl -n kube-system get svc -o wide   # is the cluster DNS Service named otherwise?",
-                "kubectl -n kube-system get deploy,pods -l k8s-app=kube-dns",
-            ),
-            evidence=[
-                Evidence(
-                    service.services.source, "no Service labelled k8s-app=kube-dns, none named kube-dns or coredns"
-                )
-            ],
-            subject="kube-system/kube-dns",
-        )
-        return
-    slices = service.endpointslices.items()
-    if slices is None:
-        raise Skip(f"the kube-dns EndpointSlices were not collected ({sources.DNS_ENDPOINTSLICES})")
-    key = _svc_key(svc)
-    ready = _ready_endpoints(slices)
-    if ready:
-        return
-    listed = [
-        (a, _g(e, "conditions", default={}), _g(e, "targetRef", "name"))
-        for s in slices
-        for e in _dl(s.get("endpoints"))
-        for a in _strs(e.get("addresses"))
-    ]
-    serving = [a for a, cond, _ in listed if cond.get("serving") and cond.get("terminating")]
-    ev = [
-        Evidence(
-            service.services.source,
-            f"{key}: ClusterIP {', '.join(_cluster_ips(svc)) or 'none'}, selector {_g(svc, 'spec', 'selector')}",
-        )
-    ]
-    ev += [
-        Evidence(
-            service.endpointslices.source,
-            f"{a} ({pod or 'no pod'}): ready={cond.get('ready')} serving={cond.get('serving')} terminating={cond.get('terminating')}",
-        )
-        for a, cond, pod in listed[:8]
-    ] or [Evidence(service.endpointslices.source, f"no endpoint in {len(slices)} EndpointSlice(s) of {key}")]
-    fix = (
-        "kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide",
-        "kubectl -n kube-system describe pods -l k8s-app=kube-dns   # why not ready / not scheduled",
-        "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-        f"kubectl -n kube-system get endpointslices -l kubernetes.io/service-name={_g(svc, 'metadata', 'name')} -o wide",
-    )
-    if serving:
-        yield new(
-            f"{key} has no ready endpoint; only terminating ones still serve ({', '.join(serving[:4])}): DNS works until they are gone",
-            severity="warning",
-            fix=fix,
-            evidence=ev,
-            subject=key,
-        )
-    else:
-        yield new(
-            f"{key} has no ready endpoint ({len(listed)} listed, none ready): every DNS lookup in the cluster fails",
-            fix=fix,
-            evidence=ev,
-            subject=key,
-        )
-
-
-@check(
-    "KP131",
-    "coredns-unhealthy",
-    "CoreDNS pods not ready or restarting",
-    "error",
-    explains=("KP130", "KP138", "KP139", "KP108"),
-    severities=("warning", "error"),
-    symptom="DNS lookups fail, or fail now and then; CoreDNS pods show CrashLoopBackOff, 0/1 READY or a growing RESTARTS count.",
-    why="""
-        CoreDNS (label k8s-app=kube-dns) answers the cluster's DNS. A pod that is not ready is taken out of the kube-dns
-        endpoints; one that keeps restarting (a crash, OOMKilled under load, a failing liveness probe, a Corefile error,
-        a forwarding loop) drops the queries in flight each time. With no ready pod, every lookup fails; with some, the
-        cluster runs on fewer replicas than intended.
-    """,
-    fix="kubectl -n kube-system describe pod POD; kubectl -n kube-system logs POD --previous (the crash reason); raise memory limits if OOMKilled",
-)
-def coredns_unhealthy(
-    new, dns_pods: DnsPods, service: Optional[DnsService] = None, manifest: Optional[Manifest] = None
-):
-    pods = dns_pods.pods.items()
-    if not pods:
-        if not (service.services.items() if service is not None else None):
-            raise Skip(
-                "no kube-dns Service and no pod labelled k8s-app=kube-dns in kube-system: this cluster's DNS is something "
-                "kpdiag does not know, not necessarily absent"
-            )
-        yield new(
-            "no CoreDNS pod (label k8s-app=kube-dns) in kube-system: nothing answers the cluster's DNS",
-            fix=(
-                "kubectl -n kube-system get deploy coredns -o wide",
-                "kubectl -n kube-system describe deploy coredns",
-                "kubectl -n kube-system get events --sort-by=.lastTimestamp | tail -20",
-            ),
-            evidence=[Evidence(dns_pods.pods.source, "0 pods labelled k8s-app=kube-dns")],
-            subject="kube-system/coredns",
-        )
-        return
-    any_ready = any(_pod_ready(p) for p in pods)
-    created = _when(_g(manifest.doc if manifest is not None else {}, "created"))  # when the data was collected
-    for pod in pods:
-        pname = _g(pod, "metadata", "name")
-        name = f"{_g(pod, 'metadata', 'namespace', default='kube-system')}/{pname}"
-        ready = _pod_ready(pod)
-        statuses = _dl(_g(pod, "status", "containerStatuses"))
-        restarts = sum(s.get("restartCount") for s in statuses if isinstance(s.get("restartCount"), int))
-        waiting = [str(w) for w in (_g(s, "state", "waiting", "reason") for s in statuses) if w]
-        last = [str(r) for r in (_g(s, "lastState", "terminated", "reason") for s in statuses) if r]
-        ended = [_when(_g(s, "lastState", "terminated", "finishedAt")) for s in statuses]
-        ended = [t for t in ended if t is not None]
-        if (
-            ready
-            and not waiting
-            and (restarts < RESTARTS_WARN or (created and ended and max(ended) < created - RESTART_RECENT))
-        ):
-            continue  # ready, and its restarts are few or long past (restartCount never goes down)
-        bits = []
-        if not ready:
-            bits.append("not ready")
-        if waiting:
-            bits.append(f"waiting: {', '.join(waiting)}")
-        if restarts:
-            bits.append(f"restarted {restarts} time(s)" + (f" (last exit: {', '.join(last)})" if last else ""))
-        cond = next((c for c in _dl(_g(pod, "status", "conditions")) if c.get("type") == "Ready"), {})
-        ev = [
-            Evidence(
-                dns_pods.pods.source,
-                f"{name}: phase {_g(pod, 'status', 'phase')}, Ready={cond.get('status')}"
-                + (f" ({cond.get('reason')}: {cond.get('message')})" if cond.get("reason") else ""),
-            )
-        ]
-        ev += [
-            Evidence(
-                dns_pods.pods.source,
-                f"{name} container {s.get('name')}: restartCount={s.get('restartCount')} state={list(_g(s, 'state', default={}).keys()) if isinstance(s.get('state'), dict) else None}"
-                + (
-                    f" lastState.terminated.reason={_g(s, 'lastState', 'terminated', 'reason')}"
-                    if _g(s, "lastState", "terminated")
-                    else ""
-                ),
-            )
-            for s in statuses[:4]
-        ]
-        severity = "error" if not any_ready else "warning"
-        tail = (
-            "no CoreDNS pod is ready: DNS is down"
-            if not any_ready
-            else (
-                "the other CoreDNS pods answer meanwhile"
-                if not ready
-                else "DNS queries in flight are lost at each restart"
-            )
-        )
-        fix = [
-            f"kubectl -n kube-system describe pod {pname}",
-            f"kubectl -n kube-system logs {pname} --previous --tail=50   # why it stopped",
-        ]
-        if "OOMKilled" in last:
-            fix.append(
-                "kubectl -n kube-system set resources deploy/coredns --limits=memory=256Mi   # it was OOMKilled: raise the limit (size it to the cluster)"
-            )
-        if any(w in ("CrashLoopBackOff",) for w in waiting):
-            fix.append(
-                "kubectl -n kube-system get configmap coredns -o yaml   # a Corefile error or a forwarding loop (KP132) makes CoreDNS exit"
-            )
-        yield new(
-            f"CoreDNS pod {name}: {', '.join(bits)} — {tail}", severity=severity, fix=fix, evidence=ev, subject=name
-        )
-
-
-@check(
-    "KP132",
-    "coredns-loop",
-    "CoreDNS detected a forwarding loop",
-    "error",
-    explains=("KP131", "KP130", "KP138", "KP139", "KP108"),
-    symptom="CoreDNS pods in CrashLoopBackOff; their log ends with 'plugin/loop: Loop (127.0.0.1:… -> :53) detected for zone \".\"'.",
-    why="""
-        CoreDNS forwards names outside the cluster to the upstream servers in its own /etc/resolv.conf ("forward .
-        /etc/resolv.conf" in the Corefile). CoreDNS runs with dnsPolicy: Default, so that file is the node's resolv.conf
-        as kubelet hands it over. On nodes with systemd-resolved the node's /etc/resolv.conf says "nameserver
-        127.0.0.53" — but inside the CoreDNS pod 127.0.0.53 is the pod's own loopback, where CoreDNS itself listens:
-        every forwarded query comes back to CoreDNS. The loop plugin sends a random HINFO query at start, sees it come
-        back, and stops CoreDNS on purpose (otherwise it would forward in circles until it ran out of memory).
-    """,
-    fix="Give kubelet the real upstream list: resolvConf: /run/systemd/resolve/resolv.conf in the KubeletConfiguration (or "
-    "--resolv-conf), restart kubelet, delete the CoreDNS pods; or forward to upstream IPs in the Corefile.",
-)
-def coredns_loop(new, dns_logs: DnsLogs):
-    data = dns_logs.doc
-    logs = _dl(_g(data, "logs"))
-    texts = [e for e in logs if isinstance(e.get("text"), str)]
-    if not texts:
-        why = clip("; ".join(str(e.get("error")) for e in logs if e.get("error")), 300)
-        raise Skip(f"no CoreDNS log could be read ({why or 'none collected'})")
-    hits = []
-    for e in texts:
-        for no, line in enumerate(e["text"].splitlines(), 1):
-            m = LOOP_RE.search(line)
-            if m:
-                hits.append((e, no, line.strip(), m))
-                break
-    if not hits:
-        return
-    pods = sorted({f"{e.get('namespace')}/{e.get('pod')}" for e, *_ in hits})
-    e, _, _, m = hits[0]
-    ev = [
-        Evidence(
-            f"{dns_logs.source} ({h[0].get('namespace')}/{h[0].get('pod')}{', previous container' if h[0].get('previous') else ''}, log line)",
-            clip(h[2], 300),
-            h[1],
-        )
-        for h in hits[:4]
-    ]
-    yield new(
-        f"CoreDNS forwards to itself: 'Loop ({m.group(1)}) detected for zone \"{m.group(2)}\"' in the log of {', '.join(pods)} — "
-        "it exits on purpose and restarts",
-        fix=(
-            "grep -E '^nameserver' /etc/resolv.conf   # on a node: 127.0.0.53 means systemd-resolved's stub",
-            "grep -E '^nameserver' /run/systemd/resolve/resolv.conf   # the real upstream servers",
-            "# KubeletConfiguration (/var/lib/kubelet/config.yaml): resolvConf: /run/systemd/resolve/resolv.conf — then: sudo systemctl restart kubelet",
-            "kubectl -n kube-system rollout restart deploy/coredns",
-            "# or in the Corefile (kubectl -n kube-system edit configmap coredns): forward . <upstream IPs> instead of /etc/resolv.conf",
-        ),
-        evidence=ev,
-        subject="kube-system/coredns",
-    )
 
 
 # ------------------------------------------------------------------ the pod's resolv.conf
@@ -887,6 +613,62 @@ def dns_udp_tcp(new, lookups: DnsLookups, service: Optional[DnsService] = None):
             )
 
 
+def _unreachable_text(server: str, fqdn, results: set, qs: list[dict], ruled: list[str], remain: list[str]):
+    """(summary, explanation, fix) of KP138 for one nameserver that did not answer usably, by how it failed."""
+    if results <= {"timeout"}:
+        summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
+        explanation = (
+            "Nothing came back — not an answer, not an ICMP error. "
+            + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
+            + "Causes that remain (not checked): "
+            + "; ".join(remain)
+            + "."
+        )
+        fix = (
+            f"dig @{server} {fqdn}   # from this pod",
+            "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
+            "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS",
+            "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
+        )
+    elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
+        summary = f"nothing listens on port 53 at {server}: {clip('; '.join(sorted({q['error'] for q in qs if q.get('error')})), 200)}"
+        explanation = (
+            "The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
+            "(REJECT); a plain address without a DNS server does it too. "
+            + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
+            + "Remaining: "
+            + "; ".join(r for r in remain if "NetworkPolicy" not in r)
+            + "."
+        )
+        fix = (
+            "kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns",
+            "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?",
+        )
+    elif "refused" in results:
+        summary = f"the nameserver {server} answers REFUSED: it does not serve {fqdn} to this client"
+        explanation = (
+            "A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
+            "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
+            "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source."
+        )
+        fix = (
+            "cat /etc/resolv.conf",
+            "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl",
+        )
+    elif "servfail" in results:
+        summary = f"the nameserver {server} answers SERVFAIL for {fqdn}"
+        explanation = (
+            "The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
+            "or its upstream fails for names it forwards."
+        )
+        fix = ("kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",)
+    else:
+        summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
+        explanation = None
+        fix = (f"dig @{server} {fqdn}",)
+    return summary, explanation, fix
+
+
 @check(
     "KP138",
     "dns-unreachable",
@@ -922,59 +704,7 @@ def dns_unreachable(
         if results & {*ANSWERED, "truncated"} or not qs:  # it answers (a truncated UDP answer is an answer: KP137)
             continue
         ev = [_q_ev(lookups, q) for q in qs]
-        if results <= {"timeout"}:
-            summary = f"no answer from the nameserver {server} (UDP and TCP timed out)"
-            explanation = (
-                "Nothing came back — not an answer, not an ICMP error. "
-                + ("Ruled out from the data: " + "; ".join(ruled) + ". " if ruled else "")
-                + "Causes that remain (not checked): "
-                + "; ".join(remain)
-                + "."
-            )
-            fix = (
-                f"dig @{server} {fqdn}   # from this pod",
-                "kubectl get networkpolicy -n <this pod's namespace> -o yaml   # egress to 53/UDP,TCP?",
-                "kpdiag svc kube-dns -n kube-system   # the Service path to CoreDNS",
-                "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50",
-            )
-        elif "port-unreachable" in results and results <= {"port-unreachable", "timeout"}:
-            summary = f"nothing listens on port 53 at {server}: {clip('; '.join(sorted({q['error'] for q in qs if q.get('error')})), 200)}"
-            explanation = (
-                "The packets arrived and were turned away. kube-proxy does this for a Service without ready endpoints "
-                "(REJECT); a plain address without a DNS server does it too. "
-                + ("Ruled out: " + "; ".join(ruled) + ". " if ruled else "")
-                + "Remaining: "
-                + "; ".join(r for r in remain if "NetworkPolicy" not in r)
-                + "."
-            )
-            fix = (
-                "kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns",
-                "cat /etc/resolv.conf   # is the nameserver the kube-dns ClusterIP?",
-            )
-        elif "refused" in results:
-            summary = f"the nameserver {server} answers REFUSED: it does not serve {fqdn} to this client"
-            explanation = (
-                "A DNS server answered and declined: it is not authoritative for the cluster domain and does not recurse "
-                "for this client, or an ACL forbids it. Either the nameserver is not the cluster DNS (KP133), or CoreDNS's "
-                "Corefile has no 'kubernetes' block for this cluster domain, or an 'acl' plugin blocks this source."
-            )
-            fix = (
-                "cat /etc/resolv.conf",
-                "kubectl -n kube-system get configmap coredns -o yaml   # the kubernetes <domain> block, acl",
-            )
-        elif "servfail" in results:
-            summary = f"the nameserver {server} answers SERVFAIL for {fqdn}"
-            explanation = (
-                "The server tried and failed: CoreDNS cannot list Services from the API (RBAC, API unreachable: its log says so), "
-                "or its upstream fails for names it forwards."
-            )
-            fix = (
-                "kubectl -n kube-system logs -l k8s-app=kube-dns --tail=50   # errors listing Services / forwarding",
-            )
-        else:
-            summary = f"the nameserver {server} fails: {', '.join(sorted(results))}"
-            explanation = None
-            fix = (f"dig @{server} {fqdn}",)
+        summary, explanation, fix = _unreachable_text(server, fqdn, results, qs, ruled, remain)
         cluster_dns = set(_cluster_ips(_dns_service(service))) | {NODE_LOCAL_DNS}
         known = _dns_service(service) is not None
         if server not in cluster_dns:

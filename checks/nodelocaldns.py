@@ -53,6 +53,44 @@ def _listen_ips(rules) -> list[str]:
     return ips
 
 
+def _fix() -> tuple:
+    """Bring node-cache back on this node; or, only where NodeLocal DNSCache was removed on purpose, tear down what it
+    left."""
+    teardown = [
+        command(f"iptables-save -t raw | grep -n -e 'NodeLocal DNS Cache' -e '{LINK_LOCAL}'   # the leftovers"),
+        note(
+            "only if NodeLocal DNSCache was removed on purpose: delete each rule listed (iptables -t raw -D PREROUTING "
+            "<rule>, iptables -t raw -D OUTPUT <rule>, iptables -D INPUT/OUTPUT <the 'allow DNS traffic' rules>) and "
+            f"ip link del {INTERFACE}, and point kubelet's clusterDNS back at the kube-dns ClusterIP"
+        ),
+    ]
+    bring_back = [
+        command(
+            "kubectl -n kube-system get pods -l k8s-app=node-local-dns -o wide   # the pod on this node: CrashLoopBackOff? OOMKilled?"
+        ),
+        command(
+            "kubectl -n kube-system describe pod -l k8s-app=node-local-dns | grep -A3 'Last State'   # why it died; "
+            "raise its memory limit if OOMKilled"
+        ),
+        command(
+            "kubectl -n kube-system delete pod <node-local-dns pod on this node>   # it re-creates its interface and rules"
+        ),
+    ]
+    return tuple(bring_back + teardown)
+
+
+def _via(routes: Optional[Routes], ip: str) -> str:
+    """ " (route DST via GW dev DEV)": where the node's routes send a query to ``ip`` ("" when not known)."""
+    if routes is None or not routes.routing.has_routes:
+        return ""
+    from kpdiag.parse.addr import parse_ip
+
+    r = routes.routing.lookup(*parse_ip(ip))
+    if r is None or r.type != "unicast":
+        return ""
+    return f" (route {r.dst}{' via ' + r.gateway if r.gateway else ''}{' dev ' + r.dev if r.dev else ''})"
+
+
 @check(
     "KP140",
     "nodelocaldns-down",
@@ -100,34 +138,9 @@ def nodelocaldns_down(
     addr_src = addresses.source
     cluster_ips = [ip for ip in ips if ip != LINK_LOCAL]
     missing = [ip for ip in ips if ip not in bound]
-    teardown = [
-        command(f"iptables-save -t raw | grep -n -e 'NodeLocal DNS Cache' -e '{LINK_LOCAL}'   # the leftovers"),
-        note(
-            "only if NodeLocal DNSCache was removed on purpose: delete each rule listed (iptables -t raw -D PREROUTING "
-            "<rule>, iptables -t raw -D OUTPUT <rule>, iptables -D INPUT/OUTPUT <the 'allow DNS traffic' rules>) and "
-            f"ip link del {INTERFACE}, and point kubelet's clusterDNS back at the kube-dns ClusterIP"
-        ),
-    ]
-    bring_back = [
-        command(
-            "kubectl -n kube-system get pods -l k8s-app=node-local-dns -o wide   # the pod on this node: CrashLoopBackOff? OOMKilled?"
-        ),
-        command(
-            "kubectl -n kube-system describe pod -l k8s-app=node-local-dns | grep -A3 'Last State'   # why it died; "
-            "raise its memory limit if OOMKilled"
-        ),
-        command(
-            "kubectl -n kube-system delete pod <node-local-dns pod on this node>   # it re-creates its interface and rules"
-        ),
-    ]
+    fix = _fix()
     if missing:
-        via = ""
-        if routes is not None and routes.routing.has_routes:
-            from kpdiag.parse.addr import parse_ip
-
-            r = routes.routing.lookup(*parse_ip(missing[0]))
-            if r is not None and r.type == "unicast":
-                via = f" (route {r.dst}{' via ' + r.gateway if r.gateway else ''}{' dev ' + r.dev if r.dev else ''})"
+        via = _via(routes, missing[0])
         what = (
             f"queries to {', '.join(missing)} are untracked, so kube-proxy's DNAT of the kube-dns ClusterIP does not apply, "
             f"and no interface holds {'those addresses' if len(missing) > 1 else 'that address'}: they leave the node{via} "
@@ -136,7 +149,7 @@ def nodelocaldns_down(
         yield new(
             f"NodeLocal DNSCache's NOTRACK rules for {', '.join(ips)}:53 are still in the raw table, but its interface "
             f"{INTERFACE} is gone{' and node-cache is not running' if running is False else ''}: {what}",
-            fix=tuple(bring_back + teardown),
+            fix=fix,
             evidence=rule_ev
             + [
                 Evidence(
@@ -158,7 +171,7 @@ def nodelocaldns_down(
         f"NodeLocal DNSCache's rules and its addresses ({', '.join(f'{ip} on {bound[ip]}' for ip in ips)}) are on this node, "
         f"but no node-cache process runs: DNS queries to {', '.join(ips)}:53 are delivered to the node and nothing "
         "answers them (refused) — every lookup from this node's pods fails",
-        fix=tuple(bring_back + teardown),
+        fix=fix,
         evidence=rule_ev
         + [Evidence(addr_src, f"{bound[ip]}: {ip}") for ip in ips[:2]]
         + [Evidence(processes.source, f"no {PROCESS} process")],

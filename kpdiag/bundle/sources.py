@@ -595,9 +595,11 @@ NETWORKPOLICIES = _declare(
 )
 CNI = _declare(
     "cluster/cni.json",
-    "list daemonsets and pods in kube-system, reduced to the CNI components",
+    "list daemonsets in kube-system (else get those kpdiag knows by name) and pods, reduced to the CNI components",
     "the CNI components (which one enforces NetworkPolicy)",
-    collect=api("list daemonsets.apps", "list pods", writers=(_CC + "_cni_components",)),
+    collect=api(
+        "list daemonsets.apps", "get daemonsets.apps", "list pods", writers=("kpdiag.collect.cni:collect_cni",)
+    ),
 )
 DAEMONSETS = _declare(
     "cluster/daemonsets.json",

@@ -408,6 +408,7 @@ class ClusterCollector:
         With ``dns``, kube-system's policies are listed too (they may stop the client's DNS at the CoreDNS pods); the
         DNS Service and pods themselves come from :meth:`dns_objects` (cluster/dns-service.json, dns-pods.json).
         Every failure is a recorded reason; False when nothing could be asked."""
+        from .cni import collect_cni
         from .kubeapi import RawApi
 
         if self._api is None and not self.connect():
@@ -420,7 +421,7 @@ class ClusterCollector:
             existing = {(n.get("metadata") or {}).get("name") for n in items}
             self.out.files[sources.NAMESPACES] = _as_list("Namespace", items)
         self._policies(api, sorted({n for n in namespaces if n} | ({"kube-system"} if dns else set())))
-        self._cni_components(api, existing)
+        collect_cni(self, api, existing)  # cluster/cni.json (kpdiag/collect/cni.py)
         if client_pod:
             self._client_pod(api, *client_pod)
         return True
@@ -444,36 +445,6 @@ class ClusterCollector:
         if complete:
             self.out.files[sources.NETWORKPOLICIES] = json.dumps(
                 {"apiVersion": "v1", "kind": "List", "metadata": {"namespaces": wanted}, "items": policies}, indent=1
-            ).encode()
-
-    def _cni_components(self, api, existing: set | None) -> None:
-        """kube-system's DaemonSets and a few pods of the CNIs' own namespaces, reduced to what tells the CNI
-        (kpdiag.state.netpol.component) → cluster/cni.json, when kube-system's DaemonSets could be listed."""
-        from kpdiag.state.netpol import component
-
-        comps, listed = [], []
-        ds = self._call(
-            sources.CNI,
-            "list daemonsets in kube-system",
-            api.list_namespaced_daemon_set,
-            "kube-system",
-            kind="DaemonSet",
-        )
-        if ds is not None:
-            listed.append("kube-system")
-            comps += [c for c in (component(dict(item, kind="DaemonSet")) for item in ds.get("items", [])) if c]
-        # flannel's and the Calico operator's own namespaces: a few of their pods tell which DaemonSet runs there
-        for ns in ("kube-flannel", "calico-system"):
-            if existing is not None and ns not in existing:
-                continue
-            doc = self._call(sources.CNI, f"list pods in {ns}", api.list_namespaced_pod, ns, limit=20, kind="Pod")
-            if doc is None:
-                continue
-            listed.append(ns)
-            comps += [c for c in (component(dict(item, kind="Pod")) for item in doc.get("items", [])) if c]
-        if "kube-system" in listed:
-            self.out.files[sources.CNI] = json.dumps(
-                {"apiVersion": "kpdiag/v1", "kind": "CNIComponents", "namespaces": listed, "items": comps}, indent=1
             ).encode()
 
     def _client_pod(self, api, ns: str, name: str) -> None:

@@ -13,6 +13,10 @@ MANIFESTS: dict[str, tuple[str, str]] = {
         "rbac-svc-whoami.yaml",
         "opt-in, beside svc: list every pod, so kpdiag svc finds who is asking (read its cost first)",
     ),
+    "svc-kube-system": (
+        "rbac-svc-kube-system.yaml",
+        "opt-in, beside svc: list kube-system's DaemonSets and pods, read its pods' logs (CNI by any name, CoreDNS)",
+    ),
     "cluster": (
         "rbac-cluster.yaml",
         "kpdiag cluster: namespace kpdiag, its node pods' read-only ServiceAccount, the operator's grants",

@@ -55,7 +55,7 @@ def _runtime_files():
 
 def test_each_manifest_prints_as_shipped_and_is_rbac():
     shipped = _shipped()
-    assert set(shipped) == {"svc", "svc-whoami", "cluster"}
+    assert set(shipped) == {"svc", "svc-whoami", "svc-kube-system", "cluster"}
     for name, text in shipped.items():
         proc = subprocess.run([*KPDIAG, "rbac", name], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0 and proc.stdout == text, name
@@ -64,7 +64,7 @@ def test_each_manifest_prints_as_shipped_and_is_rbac():
         assert any(name in group.split() for group in NAMED.findall(text)), name  # the file says how to apply it
     # the repository's deploy/ names the same files (links), so docs and tests read what ships
     for name, text in shipped.items():
-        filename = {"svc": "rbac-svc.yaml", "svc-whoami": "rbac-svc-whoami.yaml", "cluster": "rbac-cluster.yaml"}[name]
+        filename = f"rbac-{name}.yaml"
         assert open(os.path.join(ROOT, "deploy", filename), encoding="utf-8").read() == text
 
 

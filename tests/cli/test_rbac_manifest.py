@@ -8,7 +8,7 @@ of every rule bound to the subject) must allow at least one of those requests â€
 
 Subjects: kpdiag cluster's operator (Group kpdiag-operators, deploy/rbac-cluster.yaml), the node pods' ServiceAccount
 (kpdiag/kpdiag-node, the same file), and kpdiag svc / kpdiag policy's ServiceAccount (default/kpdiag,
-deploy/rbac-svc.yaml with the opt-in deploy/rbac-svc-whoami.yaml).
+deploy/rbac-svc.yaml with the opt-ins deploy/rbac-svc-whoami.yaml and deploy/rbac-svc-kube-system.yaml).
 """
 
 from __future__ import annotations
@@ -272,21 +272,30 @@ def _svc_objects(dns_label: bool = True) -> list[dict]:
     ]
 
 
-def test_svc_rbac_grants_exactly_the_calls_kpdiag_svc_and_policy_make(tmp_path, capsys):
+_COREDNS_LOGS = {
+    "kube-system/coredns-abc": "[INFO] plugin/reload: Running configuration\n",
+    "kube-system/coredns-abc#previous": "x\n",
+}
+# what the API server's authorizer refuses to a subject bound by deploy/rbac-svc.yaml alone: the opt-in lists and logs
+_NOT_IN_DEFAULT = {
+    "GET /api/v1/pods$": 403,  # who is asking (rbac-svc-whoami.yaml)
+    "GET /apis/apps/v1/namespaces/kube-system/daemonsets$": 403,  # rbac-svc-kube-system.yaml
+    "GET /api/v1/namespaces/kube-system/pods$": 403,
+    "GET /api/v1/namespaces/kube-system/pods/coredns-abc/log": 403,
+    # (tests/apiserver.py answers no namespace list when it injects errors: kpdiag then asks these namespaces too,
+    # where deploy/rbac-svc.yaml binds nothing unless edited)
+    "GET /api/v1/namespaces/kube-flannel/pods$": 403,
+    "GET /api/v1/namespaces/calico-system/pods$": 403,
+}
+
+
+def _svc_and_policy_calls(tmp_path, objects=None, fail=None) -> list[tuple[str, str]]:
     """kpdiag svc on a Service with pods, a client, a NetworkPolicy, a CNI DaemonSet, the cluster DNS and a restarted
-    CoreDNS pod; on a Service that does not exist; with an unlabelled DNS Service; and kpdiag policy from a pod's IP.
-    deploy/rbac-svc.yaml with the opt-in deploy/rbac-svc-whoami.yaml allows each request, and each grant is used."""
-    docs = _docs("rbac-svc.yaml", "rbac-svc-whoami.yaml")
-    svc_sa = grants(docs, "ServiceAccount", "kpdiag", "default")
-    assert {g.verb for g in svc_sa} <= {"get", "list"}
-    assert not any(g.resource in ("secrets", "*") for g in svc_sa)
-    logs = {
-        "kube-system/coredns-abc": "[INFO] plugin/reload: Running configuration\n",
-        "kube-system/coredns-abc#previous": "x\n",
-    }
+    CoreDNS pod; on a Service that does not exist; with an unlabelled DNS Service; and kpdiag policy from a pod's IP:
+    every request the loopback API server received."""
     calls = []
     for dns_label in (True, False):
-        with ApiServer(_svc_objects(dns_label), pod_logs=logs) as api:
+        with ApiServer(objects or _svc_objects(dns_label), pod_logs=_COREDNS_LOGS, fail=fail) as api:
             kc = api.kubeconfig(tmp_path)
             base = ["--kubeconfig", kc, "-o", "json"]
             main(["svc", "web", "-n", "shop", "--no-probe", "--node", "node-a", "--from", "shop/client", *base])
@@ -294,10 +303,57 @@ def test_svc_rbac_grants_exactly_the_calls_kpdiag_svc_and_policy_make(tmp_path, 
                 main(["svc", "nope", "-n", "shop", "--no-probe", *base])
                 main(["policy", "--from", "10.244.0.9", "--to", "shop/web", "--port", "8080", *base])
             calls += list(api.requests)
+    return calls
+
+
+def test_svc_rbac_grants_exactly_the_calls_kpdiag_svc_and_policy_make(tmp_path, capsys):
+    """With every opt-in (deploy/rbac-svc.yaml, rbac-svc-whoami.yaml, rbac-svc-kube-system.yaml) each request is
+    allowed; with deploy/rbac-svc.yaml alone, the server refuses (403) exactly the requests its grants do not allow,
+    and kpdiag reads the CNI DaemonSets by name instead; together the runs use every grant."""
+    docs = _docs("rbac-svc.yaml", "rbac-svc-whoami.yaml", "rbac-svc-kube-system.yaml")
+    svc_sa = grants(docs, "ServiceAccount", "kpdiag", "default")
+    assert {g.verb for g in svc_sa} <= {"get", "list"}
+    assert not any(g.resource in ("secrets", "*") for g in svc_sa)
+    everything = _svc_and_policy_calls(tmp_path)
+    default_only = _svc_and_policy_calls(tmp_path, fail=_NOT_IN_DEFAULT)
     capsys.readouterr()
-    check("kpdiag svc / kpdiag policy (ServiceAccount default/kpdiag)", svc_sa, calls)
+    base = grants(_docs("rbac-svc.yaml"), "ServiceAccount", "kpdiag", "default")
+    refused = {(m, p.split("?")[0]) for m, p in default_only if not any(g.allows(request(m, p)) for g in base)}
+    # every refusal injected, except the CoreDNS log: with kube-system's pods refused, no CoreDNS pod is known to ask
+    assert refused == {(k.split()[0], k.split()[1].rstrip("$")) for k in _NOT_IN_DEFAULT if "/log" not in k}, refused
+    # refused by the list, the CNI DaemonSets kpdiag knows are read by name (404: not this cluster's CNI)
+    gets = {p for m, p in default_only if p.startswith("/apis/apps/v1/namespaces/kube-system/daemonsets/")}
+    assert "/apis/apps/v1/namespaces/kube-system/daemonsets/calico-node" in gets
+    assert {p for m, p in everything if p.startswith("/apis/apps/v1/namespaces/kube-system/daemonsets/")} == {
+        "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy"  # the list answered: no CNI read by name
+    }
+    check(
+        "kpdiag svc / kpdiag policy (ServiceAccount default/kpdiag)",
+        svc_sa,
+        everything + [c for c in default_only if c not in refused],
+    )
     # the who-is-asking lookup is the one cluster-wide pod list, and only in the opt-in file
-    assert any(request(m, p) == Request("list", "", "pods") for m, p in calls)
+    assert any(request(m, p) == Request("list", "", "pods") for m, p in everything)
+
+
+def test_svc_rbac_reads_by_name_only_the_daemonsets_kpdiag_recognises():
+    """The default grant on DaemonSets is `get` of kube-proxy's and of the CNI DaemonSets kpdiag recognises
+    (kpdiag.collect.cni.KNOWN_DAEMONSETS), by name; the list of them all is only in the opt-in file."""
+    from kpdiag.collect.cni import KNOWN_DAEMONSETS
+
+    base = grants(_docs("rbac-svc.yaml"), "ServiceAccount", "kpdiag", "default")
+    ds = [g for g in base if g.resource == "daemonsets"]
+    assert [(g.verb, g.scope) for g in ds] == [("get", "kube-system")]
+    assert set(ds[0].names) == {"kube-proxy", *KNOWN_DAEMONSETS}
+    assert not [g for g in base if g.resource == "pods/log" or (g.resource == "pods" and g.scope == "kube-system")]
+    opt_in = grants(_docs("rbac-svc-kube-system.yaml"), "ServiceAccount", "kpdiag", "default")
+    assert sorted((g.verb, g.resource, g.scope) for g in opt_in) == [
+        ("get", "pods/log", "kube-system"),
+        ("list", "daemonsets", "kube-system"),
+        ("list", "pods", "kube-system"),
+    ]
+    text = open(os.path.join(ROOT, "deploy", "rbac-svc-kube-system.yaml")).read()
+    assert "EVERY DaemonSet" in text and "etcd" in text and "environment" in text
 
 
 def test_svc_rbac_lists_pods_only_per_namespace_unless_opted_in():

@@ -302,11 +302,15 @@ def test_policy_objects_collects_what_the_checks_read(tmp_path):
     assert [c["name"] for c in files["cluster/cni.json"]["items"]] == ["calico-node"]
     assert [p["metadata"]["name"] for p in files["cluster/client-pod.json"]["items"]] == ["a"]
     assert not cc.out.errors, cc.out.errors
-    # every call is one deploy/rbac-svc.yaml grants
+    # every call is one deploy/rbac-svc.yaml grants, or its opt-in deploy/rbac-svc-kube-system.yaml (list daemonsets)
     import yaml
 
-    with open(os.path.join(ROOT, "deploy", "rbac-svc.yaml")) as fh:
-        rules = [r for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+    rules = []
+    for name in ("rbac-svc.yaml", "rbac-svc-kube-system.yaml"):
+        with open(os.path.join(ROOT, "deploy", name)) as fh:
+            rules += [
+                r for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role") for r in d["rules"]
+            ]
     granted = {(res, v) for r in rules for res in r.get("resources", []) for v in r["verbs"]}
     for method, path in calls:
         parts = path.strip("/").split("/")

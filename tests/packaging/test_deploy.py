@@ -33,6 +33,46 @@ def test_dockerfile_has_the_image_packages_and_runs_kpdiag():
     assert "useradd --uid 10001" in script
 
 
+def _shipped_pods() -> list[tuple[str, dict]]:
+    """Every pod kpdiag ships: the node pod `kpdiag cluster` creates, and each Pod (or pod template) of deploy/*.yaml
+    and of the packaged manifests."""
+    from kpdiag.manifests import MANIFESTS, manifest_text
+
+    out = [("kpdiag cluster's node pod", pods.node_pod("node-a", "abcd1234"))]
+    texts = [(os.path.basename(p), open(p).read()) for p in sorted(glob.glob(os.path.join(ROOT, "deploy", "*.yaml")))]
+    texts += [(f"kpdiag rbac {name}", manifest_text(name)) for name in MANIFESTS]
+    for name, text in texts:
+        for doc in yaml.safe_load_all(text):
+            if isinstance(doc, dict) and doc.get("kind") == "Pod":
+                out.append((name, doc))
+            elif isinstance(doc, dict) and isinstance((doc.get("spec") or {}).get("template"), dict):
+                out.append((name, doc["spec"]["template"]))
+    return out
+
+
+def test_every_shipped_pod_has_the_default_seccomp_profile_and_cpu_and_memory_limits():
+    shipped = _shipped_pods()
+    assert any(name == "svc-pod.yaml" for name, _ in shipped), [n for n, _ in shipped]
+    for name, pod in shipped:
+        spec = pod["spec"]
+        for c in spec["containers"]:
+            sc = c.get("securityContext") or {}
+            profile = sc.get("seccompProfile") or (spec.get("securityContext") or {}).get("seccompProfile")
+            assert profile == {"type": "RuntimeDefault"}, (name, c["name"], profile)
+            limits = (c.get("resources") or {}).get("limits") or {}
+            assert limits.get("cpu") and limits.get("memory"), (name, c["name"], limits)
+            assert sc.get("allowPrivilegeEscalation") is False and sc.get("privileged") in (None, False), name
+
+
+def test_dockerfile_names_every_base_image_by_digest():
+    """A tag can be moved to other content; a digest names one image."""
+    text = open(os.path.join(ROOT, "Dockerfile")).read()
+    bases = re.findall(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", text, re.M)
+    assert bases
+    for image in bases:
+        assert re.fullmatch(r"[a-z0-9./-]+(:[\w.-]+)?@sha256:[0-9a-f]{64}", image), image
+
+
 def test_node_pod_asks_for_the_documented_capabilities_only():
     pod = pods.node_pod("node-a", "abcd1234")
     (c,) = pod["spec"]["containers"]
@@ -214,3 +254,106 @@ def test_krew_manifest_is_valid_and_its_files_exist():
     lic = open(os.path.join(ROOT, "LICENSE")).read()
     assert "Apache License" in lic and "Version 2.0, January 2004" in lic and "END OF TERMS AND CONDITIONS" in lic
     assert 'license = "Apache-2.0"' in open(os.path.join(ROOT, "pyproject.toml")).read()
+
+
+def _admission_policy():
+    from kpdiag.manifests import manifest_text
+
+    docs = [d for d in yaml.safe_load_all(manifest_text("cluster")) if d]
+    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    return policy, binding
+
+
+def _admitted(policy, pod) -> list[str]:
+    """The messages of the policy's validations that refuse ``pod`` (a CEL error refuses too: failurePolicy Fail)."""
+    import celpy
+
+    env = celpy.Environment()
+    refused = []
+    for v in policy["spec"]["validations"]:
+        try:
+            result = env.program(env.compile(v["expression"])).evaluate({"object": celpy.json_to_cel(pod)})
+            ok = isinstance(result, celpy.celtypes.BoolType) and bool(result)
+        except celpy.CELEvalError:
+            ok = False
+        if not ok:
+            refused.append(v["message"])
+    return refused
+
+
+def _as_admitted(pod: dict) -> dict:
+    """The pod as the API server's mutating admission leaves it before validation: the ServiceAccount plugin names
+    the default account and mounts the token (a projected volume, read-only) where automounting is asked for."""
+    import copy
+
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    spec.setdefault("serviceAccountName", "default")
+    if spec.get("automountServiceAccountToken"):
+        spec["volumes"].append({"name": "kube-api-access-x", "projected": {"sources": [{"serviceAccountToken": {}}]}})
+        for c in spec["containers"]:
+            c["volumeMounts"].append(
+                {
+                    "name": "kube-api-access-x",
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                    "readOnly": True,
+                }
+            )
+    return pod
+
+
+def test_admission_policy_admits_the_node_pods_kpdiag_creates_and_binds_the_kpdiag_namespace():
+    policy, binding = _admission_policy()
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == [
+        "Deny"
+    ]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": pods.DEFAULT_NAMESPACE}
+    }
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {"CREATE", "UPDATE"} <= set(rule["operations"]) and "pods" in rule["resources"]
+    pinned = f"registry.example/kpdiag:{__version__}@sha256:" + "ab" * 32
+    for pod in (
+        pods.node_pod("node-a", "abcd1234"),
+        pods.node_pod("node-a", "abcd1234", service_account=None),
+        pods.node_pod("node-a", "abcd1234", service="shop/web", image=pinned),
+    ):
+        assert _admitted(policy, _as_admitted(pod)) == []
+
+
+def _changed(how):
+    pod = _as_admitted(pods.node_pod("node-a", "abcd1234"))
+    how(pod["spec"], pod["spec"]["containers"][0])
+    return pod
+
+
+def test_admission_policy_refuses_a_pod_of_another_shape_in_the_kpdiag_namespace():
+    """The Role lets its holders create pods in the kpdiag namespace: the policy refuses each way a pod could be used
+    for more than `kpdiag node`."""
+    policy, _ = _admission_policy()
+    changes = {
+        "privileged": lambda s, c: c["securityContext"].update(privileged=True),
+        "escalation": lambda s, c: c["securityContext"].update(allowPrivilegeEscalation=True),
+        "SYS_ADMIN": lambda s, c: c["securityContext"]["capabilities"]["add"].append("SYS_ADMIN"),
+        "no drop": lambda s, c: c["securityContext"]["capabilities"].update(drop=[]),
+        "unconfined": lambda s, c: c["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "writable root": lambda s, c: c["securityContext"].update(readOnlyRootFilesystem=False),
+        "no securityContext": lambda s, c: c.pop("securityContext"),
+        "no cpu limit": lambda s, c: c["resources"]["limits"].pop("cpu"),
+        "another image": lambda s, c: c.update(image="registry.example/shell:latest"),
+        "a shell": lambda s, c: c.update(command=["sh", "-c", "cat /host/etc/shadow"]),
+        "args": lambda s, c: c.update(args=["--evil"]),
+        "extra flag": lambda s, c: c["command"].extend(["--kubeconfig", "/x"]),
+        "host /": lambda s, c: s["volumes"].append({"name": "root", "hostPath": {"path": "/", "type": "Directory"}}),
+        "host /etc as dir": lambda s, c: s["volumes"][0]["hostPath"].update(path="/etc"),
+        "writable host path": lambda s, c: c["volumeMounts"][0].update(readOnly=False),
+        "a second container": lambda s, c: s["containers"].append(dict(c, name="two")),
+        "an init container": lambda s, c: s.update(initContainers=[dict(c, name="init")]),
+        "host IPC": lambda s, c: s.update(hostIPC=True),
+        "another account": lambda s, c: s.update(serviceAccountName="admin"),
+        "a secret volume": lambda s, c: s["volumes"].append({"name": "s", "secret": {"secretName": "x"}}),
+    }
+    for what, how in changes.items():
+        assert _admitted(policy, _changed(how)), f"admitted with {what}"

@@ -242,7 +242,7 @@ def test_every_api_and_probe_source_says_how_it_is_collected():
     }
     # the other way: who writes files[<a cluster or probe source>] is declared as its writer
     written = {}
-    for module in ("kpdiag.collect.cluster", "kpdiag.commands.svc", "kpdiag.commands.policy"):
+    for module in ("kpdiag.collect.cluster", "kpdiag.collect.cni", "kpdiag.commands.svc", "kpdiag.commands.policy"):
         import importlib
 
         mod = importlib.import_module(module)
@@ -263,7 +263,7 @@ def _rbac_rules():
     import yaml
 
     rules = []
-    for name in ("rbac-svc.yaml", "rbac-svc-whoami.yaml"):
+    for name in ("rbac-svc.yaml", "rbac-svc-whoami.yaml", "rbac-svc-kube-system.yaml"):
         with open(os.path.join(ROOT, "deploy", name), encoding="utf-8") as fh:
             for doc in yaml.safe_load_all(fh):
                 if isinstance(doc, dict) and doc.get("kind") in ("ClusterRole", "Role"):
