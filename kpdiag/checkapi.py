@@ -69,6 +69,7 @@ class CheckSpec:
     explains_declared: tuple[str, ...] = ()
     shows: tuple[str, ...] = ()  # the groups its findings belong to ("stale-rules"), so others can explain them
     absent: tuple[str, ...] = ()  # components its findings say are not there (kpdiag/rootcause.py COMPONENTS)
+    verdict: tuple[str, ...] = ()  # the parts it plays in the svc verdict (kpdiag/rootcause.py VERDICT_ROLES)
     advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
     preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
@@ -141,6 +142,7 @@ def check(
     explains: Iterable[str] = (),
     absent: Iterable[str] = (),
     shows: Iterable[str] = (),
+    verdict: Iterable[str] = (),
     advice_for: str | None = None,
     preflight: Iterable[str] = (),
     any_host: bool = False,
@@ -164,6 +166,7 @@ def check(
     ``shows=("stale-rules",)``, or "mode-checks", the checks that declare ``modes``.
     ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
     of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences".
+    ``verdict`` names the parts (kpdiag/rootcause.py VERDICT_ROLES) its findings play in ``kpdiag svc``'s verdict.
     ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
     ``preflight`` names the modes whose ``kpdiag node --preflight MODE`` runs it (one of that mode's prerequisites).
     ``any_host``: it runs even where the host does not look like a Kubernetes node (every other node check is skipped
@@ -196,7 +199,7 @@ def check(
     broker.validate(id, scope, needed, used)
     from .rootcause import validate_declaration
 
-    explains, absent, shows = validate_declaration(id, explains, absent, shows)
+    explains, absent, shows, verdict = validate_declaration(id, explains, absent, shows, verdict)
 
     def deco(fn: F) -> F:
         # ---- typed inputs (kpdiag/state/typed.py): the signature adds to needs (T) and uses (Optional[T])
@@ -228,6 +231,7 @@ def check(
             explains_declared=explains,
             shows=shows,
             absent=absent,
+            verdict=verdict,
             advice_for=advice_for,
             preflight=preflight,
             any_host=any_host,
