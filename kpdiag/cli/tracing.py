@@ -100,11 +100,44 @@ def trace(
     that changes the node (docs/privileges.md).
     """
     from kpdiag.errors import InputError
-    from kpdiag.render.trace import trace_to_dot, trace_to_json, trace_to_text
-    from kpdiag.trace.model import Packet
-    from dataclasses import replace
+    from kpdiag.commands.trace import read_summary, setup_trace
 
-    from kpdiag.commands.trace import explain_unmatched, label_live, read_summary, setup_trace, split_dst
+    dst, dport, family, live = _judge_arguments(
+        rules, bundle, nft_file, dst, dport, proto, origin, src, sport, iif, kernel, all_rules
+    )
+    try:
+        setup = setup_trace(
+            rules=rules,
+            bundle=bundle,
+            local_ips=local_ips,
+            ipset_file=ipset_file,
+            nft=nft_file,
+            mode=mode,
+            family=family,
+            live=live,
+            host_root=host_root,
+            progress=_progress,
+            dest=_trace_focus(dst, dport, proto, mode) if live and not all_rules else None,
+        )
+    except InputError as exc:
+        raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
+    if setup.read:
+        _say(read_summary(setup.read))
+    if src is None:
+        src = _first_local(setup, local_ips, family, dst)
+        if src is None:
+            raise _fail(
+                f"--from node: no IPv{family} address of the node is known; give --src or --local-ip", exitcodes.USAGE
+            )
+    result = _traced(setup, _packet(src, dst, proto, dport, sport, origin, iif), kernel)
+    click.echo(_render(result, output, verbose), nl=False)
+    raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
+
+
+def _judge_arguments(rules, bundle, nft_file, dst, dport, proto, origin, src, sport, iif, kernel, all_rules):
+    """Every argument of `kpdiag trace` judged before anything is read (a typo costs no collection of the live node):
+    the destination and port (--dst IP:PORT or --dport), the address family and whether the trace is live."""
+    from kpdiag.commands.trace import split_dst
 
     if sum(bool(x) for x in (rules, bundle, nft_file)) > 1:
         raise _fail(
@@ -129,51 +162,30 @@ def trace(
         )
     if all_rules and not live:
         raise _fail("--all-rules is for a live trace (--rules, --nft and --bundle are read whole)", exitcodes.USAGE)
-    # every argument is judged before anything is read: a typo costs no collection of the live node
     if src is None and origin != "node":
         raise _fail("--src is needed unless --from node", exitcodes.USAGE)
-    try:  # the packet as given (a stand-in source of its family when --from node picks it later)
-        Packet(
-            src=src or ("::1" if family == 6 else "127.0.0.1"),
-            dst=dst,
-            proto=proto,
-            dport=dport,
-            sport=sport,
-            origin=origin,
-            iif=iif,
-        )
+    # the packet as given (a stand-in source of its family when --from node picks it later)
+    _packet(src or ("::1" if family == 6 else "127.0.0.1"), dst, proto, dport, sport, origin, iif)
+    return dst, dport, family, live
+
+
+def _packet(src, dst, proto, dport, sport, origin, iif):
+    """The packet to trace, or a usage error that says what is wrong with it."""
+    from kpdiag.trace.model import Packet
+
+    try:
+        return Packet(src=src, dst=dst, proto=proto, dport=dport, sport=sport, origin=origin, iif=iif)
     except ValueError as exc:
         raise _fail(str(exc), exitcodes.USAGE) from None
-    try:
-        setup = setup_trace(
-            rules=rules,
-            bundle=bundle,
-            local_ips=local_ips,
-            ipset_file=ipset_file,
-            nft=nft_file,
-            mode=mode,
-            family=family,
-            live=live,
-            host_root=host_root,
-            progress=_progress,
-            dest=_trace_focus(dst, dport, proto, mode) if live and not all_rules else None,
-        )
-    except InputError as exc:
-        raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
-    if setup.read:
-        _say(read_summary(setup.read))
-    if src is None:
-        if origin != "node":
-            raise _fail("--src is needed unless --from node", exitcodes.USAGE)
-        src = _first_local(setup, local_ips, family, dst)
-        if src is None:
-            raise _fail(
-                f"--from node: no IPv{family} address of the node is known; give --src or --local-ip", exitcodes.USAGE
-            )
-    try:
-        packet = Packet(src=src, dst=dst, proto=proto, dport=dport, sport=sport, origin=origin, iif=iif)
-    except ValueError as exc:
-        raise _fail(str(exc), exitcodes.USAGE) from None
+
+
+def _traced(setup, packet, kernel: bool):
+    """The trace of ``packet`` with what was read, and with --kernel the kernel's own trace of the probe beside it."""
+    from dataclasses import replace
+
+    from kpdiag.commands.trace import explain_unmatched, label_live
+    from kpdiag.errors import InputError
+
     for problem in setup.problems:
         _say(f"warning: {problem}")
     result = label_live(explain_unmatched(setup.tracer.trace(packet), setup), setup)
@@ -187,14 +199,19 @@ def trace(
             result = replace(result, kernel=kernel_check(result, setup))
         except InputError as exc:
             raise _fail(str(exc), exitcodes.NO_DIAGNOSIS) from None
+    return result
+
+
+def _render(result, output: str, verbose: bool) -> str:
+    from kpdiag.render.trace import trace_to_dot, trace_to_json, trace_to_text
+
     render = {
         "text": lambda r: trace_to_text(r, verbose),
         "json": trace_to_json,
         "yaml": lambda r: _yaml(trace_to_json(r)),
         "dot": trace_to_dot,
     }[output]
-    click.echo(render(result), nl=False)
-    raise click.exceptions.Exit(exitcodes.for_trace(result.verdicts(), result.complete))
+    return render(result)
 
 
 def _trace_focus(dst: str, dport: int | None, proto: str, mode: str):

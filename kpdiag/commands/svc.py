@@ -162,8 +162,6 @@ def collect_service(
 
     With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either. ``namespace``
     None: the kubeconfig context's, else ``default`` (as kubectl); the manifest's ``service`` names the one used."""
-    import threading
-
     from kpdiag.collect.cluster import ClusterCollector
 
     files: dict[str, bytes] = {}
@@ -192,9 +190,25 @@ def collect_service(
                 namespace, name, None if cc.config_error else cc.service_status, cc.config_error or cc.service_error
             )
         return files, manifest
-    # who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it
+    _collect_client(cc, service, namespace, client, files, manifest)
+    # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
+    dns = _DnsProbe(namespace, name) if probe else None
+    _collect_node_rules(service, namespace, name, host_root, progress, files, manifest)
+    if dns is not None:
+        _probe(service, namespace, name, stop, progress, dns, files, errors)
+    else:
+        errors.append(
+            {"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"}
+        )
+    return files, manifest
+
+
+def _collect_client(cc, service: dict, namespace: str, client: str | None, files: dict, manifest: dict) -> None:
+    """Who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it: into
+    ``files``, and into the manifest how the client was found (or why it was not)."""
     from kpdiag.collect.probes import _my_address
 
+    errors = manifest["errors"]
     spec = service.get("spec") or {}
     my_ip = _my_address(
         next((ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"), None)
@@ -221,47 +235,63 @@ def collect_service(
         manifest["client_ip"] = my_ip  # a hostNetwork client: the node's address, no pod's policies apply to it
         manifest["client_how"] = by_ip["how"]
     else:
-        pod = _client_pod(files, guess, None if client else my_ip) if guess else None
-        if pod is not None:
-            manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
-        else:
-            unknown = (
-                how
-                if guess is None
-                else f"{how}: pod {guess[0]}/{guess[1]} not found"
-                + (f" with IP {my_ip}" if my_ip and not client else "")
-            )
-            if by_ip and by_ip.get("why"):
-                unknown = f"{by_ip['why']}; {unknown}"
-            manifest["client_unknown"] = unknown
-            if client:
-                errors.append(
-                    {
-                        "source": sources.CLIENT_POD,
-                        "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
-                    }
-                )
+        _client_named(files, manifest, guess, how, client, my_ip, by_ip)
     if by_ip and by_ip.get("error"):
         errors.append({"source": sources.CLIENT_POD, "error": by_ip["error"]})
     errors.extend(cc.out.errors[seen:])
-    # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
-    dns_box: dict = {}
-    dns_thread = None
-    icmp_done = threading.Event()
-    if not probe:
-        icmp_done.set()
-    if probe:
+
+
+def _client_named(files: dict, manifest: dict, guess, how: str, client: str | None, my_ip, by_ip) -> None:
+    """The client as named (--from, the downward API, the service account and hostname), when its pod is found;
+    else why it is not known."""
+    pod = _client_pod(files, guess, None if client else my_ip) if guess else None
+    if pod is not None:
+        manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
+        return
+    unknown = (
+        how
+        if guess is None
+        else f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else "")
+    )
+    if by_ip and by_ip.get("why"):
+        unknown = f"{by_ip['why']}; {unknown}"
+    manifest["client_unknown"] = unknown
+    if client:
+        manifest["errors"].append(
+            {
+                "source": sources.CLIENT_POD,
+                "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
+            }
+        )
+
+
+class _DnsProbe:
+    """The Service's name asked of DNS in a thread of its own, after the ICMP probes (``icmp_done``)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        import threading
+
         from kpdiag.collect.dns import dns_probe
 
-        def dns():
+        self.box: dict = {}  # "doc": the answer, once the lookup finished
+        self.icmp_done = threading.Event()
+
+        def dns() -> None:
             # after the ICMP echo (and TTL walk): a DNS query that errs on a router spends that router's ICMP rate
             # limit for this host (about one error a second), and the echo's 'Time to live exceeded' would be lost
-            icmp_done.wait(ICMP_FIRST_MAX)
-            dns_box["doc"] = dns_probe(namespace, name)
+            self.icmp_done.wait(ICMP_FIRST_MAX)
+            self.box["doc"] = dns_probe(namespace, name)
 
-        dns_thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
-        dns_thread.start()
-    # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
+        self.thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
+        self.thread.start()
+
+
+def _collect_node_rules(
+    service: dict, namespace: str, name: str, host_root, progress, files: dict, manifest: dict
+) -> None:
+    """The node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node): only
+    those this Service's packets can meet."""
+    errors = manifest["errors"]
     try:
         from kpdiag.collect.service_rules import ChainLister, NotFocused, focused_rules
         from kpdiag.collect.node import NodeCollector
@@ -272,17 +302,7 @@ def collect_service(
             visible = True
         except NotFocused:
             visible = False
-        if visible:
-            # only the rules this Service's packets can meet (IPVS mode finds them from the Service read above)
-            nc.collect(rules=focused_rules(f"{namespace}/{name}", lambda: (service, "")))
-            files.update(nc.out.files)
-            errors.extend(nc.out.errors)
-            if nc.partial:
-                from kpdiag.commands.nodeapi import api_holds
-
-                manifest["partial"] = nc.partial  # and the API part holds this Service only (ClusterCollector.service)
-                manifest["partial"]["holds"].update(api_holds(f"{namespace}/{name}", files))
-        else:
+        if not visible:
             errors.append(
                 {
                     "source": "node",
@@ -290,30 +310,37 @@ def collect_service(
                     "node-side checks skipped — run kpdiag node on the node for them",
                 }
             )
+            return
+        # only the rules this Service's packets can meet (IPVS mode finds them from the Service read above)
+        nc.collect(rules=focused_rules(f"{namespace}/{name}", lambda: (service, "")))
+        files.update(nc.out.files)
+        errors.extend(nc.out.errors)
+        if nc.partial:
+            from kpdiag.commands.nodeapi import api_holds
+
+            manifest["partial"] = nc.partial  # and the API part holds this Service only (ClusterCollector.service)
+            manifest["partial"]["holds"].update(api_holds(f"{namespace}/{name}", files))
     except Exception as exc:  # the node side is a bonus; never let it stop the Service diagnosis
         errors.append({"source": "node", "error": f"node rules not collected: {exc.__class__.__name__}: {exc}"})
-    if probe:
-        from kpdiag.collect.probes import probe_service
 
-        if progress:
-            progress("probing the ClusterIP and the endpoints (and asking DNS)")
-        endpoints, spread = _probe_endpoints(files, namespace, name)
-        doc = probe_service(service, endpoints, stop=stop, icmp_done=icmp_done, spread=spread)
-        icmp_done.set()
-        files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
-        if doc.get("raw_skipped_reason"):
-            errors.append({"source": sources.PROBES_SERVICE, "error": doc["raw_skipped_reason"]})
-        if dns_thread is not None:
-            dns_thread.join(timeout=8.0)
-        if "doc" in dns_box:
-            files[sources.PROBES_DNS] = json.dumps(dns_box["doc"], indent=1).encode()
-        else:
-            errors.append({"source": sources.PROBES_DNS, "error": "the DNS lookup did not finish in time"})
+
+def _probe(service: dict, namespace: str, name: str, stop, progress, dns: _DnsProbe, files: dict, errors: list) -> None:
+    """The active probes of the ClusterIP and the endpoints, then the DNS answer: into probes/."""
+    from kpdiag.collect.probes import probe_service
+
+    if progress:
+        progress("probing the ClusterIP and the endpoints (and asking DNS)")
+    endpoints, spread = _probe_endpoints(files, namespace, name)
+    doc = probe_service(service, endpoints, stop=stop, icmp_done=dns.icmp_done, spread=spread)
+    dns.icmp_done.set()
+    files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
+    if doc.get("raw_skipped_reason"):
+        errors.append({"source": sources.PROBES_SERVICE, "error": doc["raw_skipped_reason"]})
+    dns.thread.join(timeout=8.0)
+    if "doc" in dns.box:
+        files[sources.PROBES_DNS] = json.dumps(dns.box["doc"], indent=1).encode()
     else:
-        errors.append(
-            {"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"}
-        )
-    return files, manifest
+        errors.append({"source": sources.PROBES_DNS, "error": "the DNS lookup did not finish in time"})
 
 
 def _named(*roles: str) -> tuple[str, ...]:
