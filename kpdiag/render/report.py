@@ -544,15 +544,19 @@ def fit_table(
     def fit(text: str, limit: int) -> str:
         return text if len(text) <= limit else "\n".join(_cell_lines(text, limit))
 
-    if limits != natural:  # wrap only the cells that need it (tabulate's own wrapping is slow on big tables)
+    # Cells are wrapped here, not by tabulate's maxcolwidths: that is textwrap's wrapping, which cuts a long word and
+    # breaks at hyphens, where a number, an address or a name must stay whole and break only after "/" or "=" (the
+    # goldens in tests/cli/golden hold such tables); it is slow on big tables too. Only the cells that need it wrap.
+    if limits != natural:
         body = [[fit(v, limits[i]) for i, v in enumerate(r)] for r in body]
         heads = [fit(h, limits[i]) for i, h in enumerate(heads)]
-    padding = tabulate_module.MIN_PADDING
-    tabulate_module.MIN_PADDING = 0  # tabulate widens every column to its header + 2: the column gap is enough
-    try:
-        return tabulate_module.tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True) + "\n"
-    finally:
-        tabulate_module.MIN_PADDING = padding
+    # tabulate's "simple" layout, with the header and its rule laid out as rows of "plain": as headers, tabulate would
+    # widen each column to its header + MIN_PADDING, a module global (the two-space column gap is enough)
+    rule = [
+        "-" * max(len(line) for v in [heads[i]] + [r[i] for r in body] for line in v.strip().split("\n"))
+        for i in range(n)
+    ]
+    return tabulate_module.tabulate([heads, rule, *body], tablefmt="plain", disable_numparse=True) + "\n"
 
 
 def _pieces(word: str) -> list[str]:
