@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from typing import Any
 
 from kpdiag.errors import KpdiagError, UsageError
 from kpdiag.state.netpol import End, Enforcement, Pod, PolicyError, PolicyIndex, component, recognise_cni
@@ -39,7 +40,7 @@ SCAN_LOOKUPS = 8  # pod look-ups answered by searching the files; past that they
 def _serving_ips(o: dict) -> set:
     """The pod's addresses as a destination or source of pod traffic: none for a finished pod (its address is
     released, maybe reused by the pod we are after) or a hostNetwork one (its address is the node's)."""
-    st = o.get("status") if isinstance(o.get("status"), dict) else {}
+    st: dict = o["status"] if isinstance(o.get("status"), dict) else {}
     if st.get("phase") in ("Succeeded", "Failed") or get_path(o, "spec", "hostNetwork"):
         return set()
     ips = {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
@@ -143,7 +144,7 @@ class FlowSource:
 
     def pod_by_ip(self, ip: str) -> Pod | None:
         if self._indexed():
-            return self._by_ip.get(ip)
+            return (self._by_ip or {}).get(ip)
 
         def has(o):
             return ip in _serving_ips(o)
@@ -199,8 +200,8 @@ class FlowSource:
 def parse_port(spec: str) -> tuple[int | str, str | None]:
     """'80', '80/tcp', 'http', 'dns/UDP' → (port or name, protocol or None)."""
     text = (spec or "").strip()
-    port, _, proto = text.partition("/")
-    proto = proto.upper() or None
+    port, _, given = text.partition("/")
+    proto = given.upper() or None
     if proto is not None and proto not in ("TCP", "UDP", "SCTP"):
         raise UsageError(f"--port {spec}: the protocol must be tcp, udp or sctp")
     if port.isdigit():
@@ -536,7 +537,7 @@ def _selected_targets(svc, source: FlowSource, sp: dict, protocol: str, notes: l
     if not pods:
         raise CannotEvaluate(f"Service {svc.key}: no EndpointSlice read and its selector picks no pod read")
     notes.append(f"no EndpointSlice read for {svc.key}: its endpoints are the pods its selector picks")
-    tp = sp.get("targetPort", sp.get("port"))
+    tp: Any = sp.get("targetPort", sp.get("port"))
     out = []
     for pod in pods:
         target = pod.named_port(tp, protocol) if isinstance(tp, str) and not tp.isdigit() else int(tp)
@@ -564,7 +565,7 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
     pods: list[dict] = []
     services: list[dict] = []
     slices: list[dict] = []
-    namespaces: set[str] = set()
+    namespaces: set[str | None] = set()
     if src_spec[0] == "pod":
         namespaces.add(src_spec[1])
         p = _one_pod(cc, api, src_spec[1], src_spec[2])

@@ -24,7 +24,8 @@ def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> tupl
     from kpdiag.state.cluster import ClusterView
 
     view = ClusterView(Bundle.from_files("svc", files))
-    out, spread = [], {}
+    out: list[tuple[str, int, str]] = []
+    spread: dict = {}
     for svc in view.services() or []:
         if svc.namespace != namespace or svc.name != name:
             continue
@@ -65,9 +66,11 @@ def _client_guess(client: str | None) -> tuple[tuple[str, str] | None, str]:
     import socket
 
     if client:
-        ns, _, pod = client.partition("/")
-        return ((ns, pod), "--from") if ns and pod else (None, f"--from {client!r} is not NS/POD")
-    ns = os.environ.get("POD_NAMESPACE")
+        given_ns, _, given_pod = client.partition("/")
+        if given_ns and given_pod:
+            return (given_ns, given_pod), "--from"
+        return None, f"--from {client!r} is not NS/POD"
+    ns: str | None = os.environ.get("POD_NAMESPACE")
     if not ns:
         try:
             with open(SA_NAMESPACE, "rb") as fh:  # a small regular file the kubelet writes; bounded read
@@ -225,7 +228,7 @@ def _collect_client(cc, service: dict, namespace: str, client: str | None, files
     cc.policy_objects(sorted(nss), client_pod=None if found else guess)
     cc.dns_objects()
     files.update(cc.out.files)
-    if found:
+    if found and by_ip is not None:
         md = found["metadata"]
         files[sources.CLIENT_POD] = json.dumps(
             {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [found]}, indent=1
@@ -623,7 +626,8 @@ def diagnose_service(
         from kpdiag.bundle.safeio import describe
 
         try:  # a new DIR or FILE.tar.gz: never over an existing path without save_force, never through a symlink
-            write_bundle(files, save_to, manifest, force=save_force)
+            written: dict[str, bytes | str] = dict(files)
+            write_bundle(written, save_to, manifest, force=save_force)
         except OSError as exc:
             raise InputError(save_to, f"cannot write: {describe(exc)}") from None
     files["kpdiag.json"] = json.dumps(manifest).encode()
