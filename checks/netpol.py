@@ -220,6 +220,7 @@ def _unknown_client_skip(services: Services, data, why: str):
     "NetworkPolicy denies the client at the endpoints",
     "error",
     explains=("KP112", "KP114"),
+    verdict=("policy-drop",),
     symptom="Connections to the Service time out (the SYN is dropped, nothing answers) although the pods are ready and "
     "answer from other clients; kpdiag's direct probes of the endpoints time out too.",
     why="""
@@ -284,6 +285,7 @@ def policy_denies_ingress(
     "NetworkPolicy denies the client's egress to the endpoints",
     "error",
     explains=("KP112", "KP114"),
+    verdict=("policy-drop",),
     symptom="Connections from this client to the Service time out, while other clients reach it.",
     why="""
         Egress policies isolate the pods they select: once a policy with policyTypes Egress selects the client pod,

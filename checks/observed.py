@@ -51,6 +51,7 @@ VERDICT_CHECKS: dict[str, tuple[str, ...]] = {
     "service-not-found",
     "The Service does not exist",
     "error",
+    verdict=("not-found",),
     symptom="Clients get 'could not resolve host' (NXDOMAIN) for the Service's name; kubectl says 'NotFound'.",
     why="""
         The API server answered, and it has no Service of that name in that namespace. Most often the name or the namespace
@@ -122,6 +123,7 @@ def _ruled_out(policies: NetworkPolicies | None, svc, d) -> tuple[list[str], lis
     "endpoint-refuses",
     "An endpoint refuses connections on its targetPort",
     "error",
+    verdict=("endpoints-refuse",),
     symptom="Some or all connections to the Service are refused ('connection refused') or reset, although the pods are Ready.",
     why="""
         kpdiag connected to each endpoint directly, at the port the Service sends to, and the pod answered with a reset
@@ -185,6 +187,7 @@ def endpoint_refuses(
     "endpoint-drops",
     "An endpoint does not answer at all (packets dropped)",
     "error",
+    verdict=("endpoints-silent",),
     symptom="Connections to the Service hang and time out (all of them, or one in N), while the pods are Ready.",
     why="""
         kpdiag connected to the endpoint directly, from where it runs, and nothing came back — no answer, no reset — or an
@@ -247,6 +250,7 @@ def endpoint_drops(
     "service-path-broken",
     "The Service fails although its endpoints answer directly",
     "error",
+    verdict=("service-layer",),
     symptom="curl to the Service's name or ClusterIP fails, while curl to a pod IP works.",
     why="""
         kpdiag connected through the ClusterIP as often as it takes to reach every endpoint (from distinct source ports)
@@ -317,6 +321,7 @@ def service_path_broken(
     "service-port-fails",
     "The Service port does not answer",
     "error",
+    verdict=("unexplained",),
     symptom="Connections to the Service are refused, reset or time out.",
     why="""
         Through the ClusterIP the Service port did not answer, and kpdiag could not compare with its endpoints (none was

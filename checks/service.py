@@ -87,6 +87,7 @@ def _reject_rule(rules: KubeProxyRules | None, svc, port):
     "no-endpoints",
     "Service has no endpoints",
     "error",
+    verdict=("no-ready-endpoint",),
     symptom="Connections to the Service are refused at once ('connection refused'; ICMP port unreachable for UDP).",
     why="""
         A Service is only a name and a virtual IP; the traffic goes to its endpoints — the ready pods its selector
@@ -280,6 +281,7 @@ def _not_ready_finding(new, svc, port: dict, eps: list, ev: list[Evidence]):
     "Service has endpoints, none ready",
     "error",
     severities=("warning", "error"),
+    verdict=("no-ready-endpoint",),
     symptom="Connections to the Service are refused or time out although its pods exist.",
     why="""
         kube-proxy only sends traffic to endpoints whose pods are *ready* (their readiness probe passes). When every

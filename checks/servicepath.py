@@ -54,6 +54,7 @@ def _service_cidr_guess(ip: str) -> str:
     "ping to a ClusterIP does not work — by design",
     "info",
     severities=("info", "warning"),
+    verdict=("ping",),
     symptom="ping <ClusterIP> prints 'Time to live exceeded' (or nothing at all), and people conclude the Service is down.",
     why="""
         In iptables and nftables mode a ClusterIP exists only as rules: kube-proxy DNATs TCP, UDP and SCTP packets to
@@ -270,6 +271,7 @@ def stale(
     "hairpin",
     "A pod cannot reach itself through its own Service",
     "warning",
+    verdict=("hairpin",),
     symptom="From inside a pod, its own Service times out — but only when the connection lands on that same pod.",
     why="""
         When a pod connects to its Service and kube-proxy picks that same pod as the endpoint, the packet must go out

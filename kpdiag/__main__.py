@@ -1,4 +1,4 @@
-"""`python -m kpdiag`: the console entry (kpdiag/cli.py `run`)."""
+"""`python -m kpdiag`: the console entry (kpdiag/cli/__init__.py `run`)."""
 
 from .cli import run
 

@@ -69,6 +69,7 @@ class CheckSpec:
     explains_declared: tuple[str, ...] = ()
     shows: tuple[str, ...] = ()  # the groups its findings belong to ("stale-rules"), so others can explain them
     absent: tuple[str, ...] = ()  # components its findings say are not there (kpdiag/rootcause.py COMPONENTS)
+    verdict: tuple[str, ...] = ()  # the parts it plays in the svc verdict (kpdiag/rootcause.py VERDICT_ROLES)
     advice_for: str | None = None  # "kube-proxy": skipped where a replacement implements Services
     preflight: tuple[str, ...] = ()  # the modes whose `--preflight MODE` runs it (a prerequisite of that mode)
     any_host: bool = False  # runs even where the host does not look like a Kubernetes node
@@ -135,6 +136,7 @@ class _Options(NamedTuple):
     explains: tuple[str, ...]
     absent: tuple[str, ...]
     shows: tuple[str, ...]
+    verdict: tuple[str, ...]
 
 
 def _validated(
@@ -151,6 +153,7 @@ def _validated(
     explains: Iterable[str],
     absent: Iterable[str],
     shows: Iterable[str],
+    verdict: Iterable[str],
 ) -> _Options:
     """The options of :func:`check` that name something outside it (severities, modes, CNIs, inputs, checks and
     components), checked; ValueError naming the check and the option when one is wrong."""
@@ -180,8 +183,8 @@ def _validated(
     broker.validate(id, scope, needed, used)
     from .rootcause import validate_declaration
 
-    explains, absent, shows = validate_declaration(id, explains, absent, shows)
-    return _Options(declared, modes, preflight, cni, needed, used, explains, absent, shows)
+    explains, absent, shows, verdict = validate_declaration(id, explains, absent, shows, verdict)
+    return _Options(declared, modes, preflight, cni, needed, used, explains, absent, shows, verdict)
 
 
 def _typed_inputs(
@@ -230,6 +233,7 @@ def check(
     explains: Iterable[str] = (),
     absent: Iterable[str] = (),
     shows: Iterable[str] = (),
+    verdict: Iterable[str] = (),
     advice_for: str | None = None,
     preflight: Iterable[str] = (),
     any_host: bool = False,
@@ -253,6 +257,7 @@ def check(
     ``shows=("stale-rules",)``, or "mode-checks", the checks that declare ``modes``.
     ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
     of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences".
+    ``verdict`` names the parts (kpdiag/rootcause.py VERDICT_ROLES) its findings play in ``kpdiag svc``'s verdict.
     ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
     ``preflight`` names the modes whose ``kpdiag node --preflight MODE`` runs it (one of that mode's prerequisites).
     ``any_host``: it runs even where the host does not look like a Kubernetes node (every other node check is skipped
@@ -260,7 +265,20 @@ def check(
     kpdiag/state/cni.py the check judges: on a node whose CNI is another, or is not recognised, it is skipped, saying
     which CNI the node has."""
     opt = _validated(
-        id, scope, severity, severities, modes, preflight, cni, advice_for, needs, uses, explains, absent, shows
+        id,
+        scope,
+        severity,
+        severities,
+        modes,
+        preflight,
+        cni,
+        advice_for,
+        needs,
+        uses,
+        explains,
+        absent,
+        shows,
+        verdict,
     )
 
     def deco(fn: F) -> F:
@@ -282,6 +300,7 @@ def check(
             explains_declared=opt.explains,
             shows=opt.shows,
             absent=opt.absent,
+            verdict=opt.verdict,
             advice_for=advice_for,
             preflight=opt.preflight,
             any_host=any_host,

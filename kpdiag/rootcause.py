@@ -54,6 +54,28 @@ GROUPS: dict[str, str] = {
 }
 
 
+# the parts a check can play in `kpdiag svc`'s verdict (kpdiag/commands/svc.py `verdict`): a check declares the ones it
+# plays on itself (``@check(..., verdict=("endpoints-refuse",))``) and the verdict names whichever checks declare a
+# part — it keeps no id list of its own
+VERDICT_ROLES: dict[str, str] = {
+    "not-found": "its finding says the Service does not exist: the verdict is that finding",
+    "policy-drop": "its finding says a NetworkPolicy drops the client's packets: the cause of a port that fails while "
+    "its endpoints were probed",
+    "endpoints-refuse": "nothing listens on the endpoints: the backend is down",
+    "endpoints-silent": "the endpoints do not answer: the backend is unreachable",
+    "service-layer": "the Service layer on the client's node fails while the endpoints answer",
+    "hairpin": "the client is one of the endpoints and its connection cannot hairpin back to it",
+    "no-ready-endpoint": "the Service has no ready endpoint",
+    "unexplained": "a port fails and no endpoint was probed directly: no check could name the layer",
+    "ping": "what a ping to a ClusterIP shows",
+}
+
+
+def playing(role: str) -> tuple[str, ...]:
+    """The ids of the registered checks that declare ``role`` (VERDICT_ROLES) in the verdict, sorted."""
+    return tuple(sorted(c for c, spec in _REGISTRY.items() if role in getattr(spec, "verdict", ())))
+
+
 def members(group: str) -> tuple[str, ...]:
     """The ids of the registered checks in ``group`` (GROUPS), as each declares it."""
     if group == "mode-checks":
@@ -79,11 +101,13 @@ def _expand(explains: tuple[str, ...], _registered: int) -> tuple[str, ...]:  # 
 
 
 def validate_declaration(
-    check_id: str, explains, absent, shows=()
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """The ``explains`` / ``absent`` / ``shows`` of a check declaration, checked: ids of checks or groups (GROUPS),
-    known components, groups a check can join by saying so."""
-    explains, absent, shows = tuple(explains), tuple(absent), tuple(shows)
+    check_id: str, explains, absent, shows=(), verdict=()
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The ``explains`` / ``absent`` / ``shows`` / ``verdict`` of a check declaration, checked: ids of checks or groups
+    (GROUPS), known components, groups a check can join by saying so, parts of the svc verdict (VERDICT_ROLES)."""
+    explains, absent, shows, verdict = tuple(explains), tuple(absent), tuple(shows), tuple(verdict)
+    if set(verdict) - set(VERDICT_ROLES):
+        raise ValueError(f"check {check_id}: verdict must be among {sorted(VERDICT_ROLES)}, not {verdict}")
     bad = [x for x in explains if not isinstance(x, str) or not (_ID.match(x) or x in GROUPS)]
     if bad:
         raise ValueError(f"check {check_id}: explains must name check ids (KPnnn) or {sorted(GROUPS)}, not {bad}")
@@ -95,7 +119,7 @@ def validate_declaration(
     unknown = [x for x in absent if x not in COMPONENTS]
     if unknown:
         raise ValueError(f"check {check_id}: absent must be among {sorted(COMPONENTS)}, not {unknown}")
-    return explains, absent, shows
+    return explains, absent, shows, verdict
 
 
 def _spec(check_id: str):

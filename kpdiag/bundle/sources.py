@@ -545,7 +545,7 @@ KP_LOG = _declare(
 
 # ---------------------------------------------------------------- the cluster (Kubernetes API)
 _CC = "kpdiag.collect.cluster:ClusterCollector."
-_SVC = "kpdiag.commands.svc:collect_service"
+_SVC = "kpdiag.commands.svc:"
 _POLICY = "kpdiag.commands.policy:collect_live"
 VERSION = _declare(
     "cluster/version.json",
@@ -611,7 +611,7 @@ CLIENT_POD = _declare(
     "cluster/client-pod.json",
     "get pod (the --from client)",
     "the client pod",
-    collect=api("list pods", writers=(_CC + "_client_pod", _SVC)),
+    collect=api("list pods", writers=(_CC + "_client_pod", _SVC + "_collect_client")),
 )
 SERVICE_LOOKUP = _declare(
     "cluster/service-lookup.json",
@@ -661,13 +661,15 @@ PROBES_SERVICE = _declare(
     "probes/service.json",
     "kpdiag's probes of the Service (ICMP, TCP, UDP, TCP connect)",
     "what the Service's addresses answered",
-    collect=probe("ICMP echo, TCP SYN, UDP and TCP connect to the Service's addresses", writers=(_SVC,)),
+    collect=probe("ICMP echo, TCP SYN, UDP and TCP connect to the Service's addresses", writers=(_SVC + "_probe",)),
 )
 PROBES_DNS = _declare(
     "probes/dns.json",
     "kpdiag's DNS lookup of the Service name",
     "the DNS answer for the Service",
-    collect=probe("DNS queries for the Service's name, as the pod's resolv.conf makes them", writers=(_SVC,)),
+    collect=probe(
+        "DNS queries for the Service's name, as the pod's resolv.conf makes them", writers=(_SVC + "_probe",)
+    ),
 )
 
 # a collector's scratch names (errors of intermediate commands), never written to a bundle

@@ -16,10 +16,9 @@ Live (``--kubeconfig``), the same files are read from the API first (only the na
 
 from __future__ import annotations
 
-import bisect
 import ipaddress
 import json
-import re
+from typing import Any
 
 from kpdiag.errors import KpdiagError, UsageError
 from kpdiag.state.netpol import End, Enforcement, Pod, PolicyError, component, recognise_cni
@@ -27,6 +26,7 @@ from kpdiag.state.netpol_eval import PolicyIndex
 from kpdiag.bundle.store import list_items
 from kpdiag.state.policy import CNI_NAMESPACES, NP_SRC, PolicyData, enforcement_of, get_path, load  # noqa: F401 (re-exported)
 from kpdiag.bundle import sources
+from kpdiag.commands.listscan import _ListFile
 
 SCHEMA = "kpdiag.policy/v1"
 
@@ -35,191 +35,13 @@ class CannotEvaluate(KpdiagError):
     """The flow cannot be judged from the data at hand (exit 3): the message says what is missing."""
 
 
-# ------------------------------------------------------------------------------------------------ one flow, big files
-LAZY_BYTES = 1 << 20  # a List file larger than this is searched for the items a flow needs, not parsed whole
-MAX_ITEM_BYTES = 4 << 20
-_WS = b" \t\r\n"
-_DECODER = json.JSONDecoder()
-
-
-class ListScan:
-    """A v1 List file (as kubectl prints it) searched for the items in which ``"key": value`` occurs, without
-    parsing the rest: a regular expression finds the value at C speed, and the item around it — the nearest
-    enclosing object that is an element of a list and has a ``metadata`` object — is decoded alone. The caller
-    checks that the field really has that value in the item (the text may also occur elsewhere in it)."""
-
-    def __init__(self, raw: bytes):
-        self.raw = raw
-        self._decoded: dict[int, tuple | None] = {}
-        self._newlines: list[int] | None = None
-
-    @staticmethod
-    def looks_like_list(raw: bytes) -> bool:
-        return raw.lstrip()[:1] == b"{" and raw.rstrip()[-1:] == b"}" and b'"items"' in raw
-
-    def line(self, offset: int) -> int:
-        """The line of ``offset``: the file's line starts are found once, then each answer is a bisection (a
-        problem per hit on 100,000 hits must not count the newlines from the top each time)."""
-        if self._newlines is None:
-            raw, found, at = self.raw, [], self.raw.find(b"\n")
-            while at >= 0:
-                found.append(at)
-                at = raw.find(b"\n", at + 1)
-            self._newlines = found
-        return bisect.bisect_left(self._newlines, offset) + 1
-
-    def _decode(self, start: int):
-        if start in self._decoded:
-            return self._decoded[start]
-        dec = _DECODER
-        size, out = 512, None  # grown ×4 while the item is cut short: a small item costs a small read
-        while True:
-            chunk = self.raw[start : start + size]
-            try:
-                text = chunk.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if exc.start < len(chunk) - 4:
-                    break  # not UTF-8 inside: not this way
-                text = chunk[: exc.start].decode("utf-8")
-            try:
-                obj, n = dec.raw_decode(text)
-                out = (obj, start + len(text[:n].encode("utf-8")))
-                break
-            except RecursionError:
-                break
-            except json.JSONDecodeError as exc:
-                cut_short = exc.msg.startswith("Unterminated") or exc.pos >= len(text) - 64
-                if not cut_short or start + size >= len(self.raw) or size >= MAX_ITEM_BYTES:
-                    break
-                size *= 4
-        self._decoded[start] = out
-        return out
-
-    def _item_around(self, pos: int, before: tuple | None = None):
-        """(start, item) of the item around ``pos``, walking back from it. ``before`` is the answer for an earlier
-        hit (its position, start, item, end): below that position the walk would only find it again — an item that
-        starts before it and ends after ``pos`` holds it too — so the walk stops there (each part of the file is
-        walked once however many hits it has: 100,000 small items each holding the value)."""
-        c = pos
-        for _ in range(10000):
-            c = self.raw.rfind(b"{", 0, c)
-            if before is not None and c < before[0]:
-                if before[1] is None:
-                    return None, None
-                if before[3] > pos:
-                    return before[1], before[2]
-                before = None  # an item that holds the earlier hit only: an outer one may hold both, walk on
-            if c <= 0:
-                return None, None
-            j = c - 1
-            while j >= 0 and self.raw[j] in _WS:
-                j -= 1
-            if j < 0 or self.raw[j] not in b"[,":
-                continue
-            got = self._decode(c)
-            if got is None:
-                continue
-            obj, end = got
-            if end > pos and isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
-                return c, obj
-        return None, None
-
-    def where(self, key: str, value: str) -> list[tuple[int, dict | None]]:
-        """(start, item) of each item where the text ``"key": "value"`` occurs, with or without the blank after the
-        colon (item None and start the text's offset: not in an item that can be decoded)."""
-        raw = self.raw
-        val = json.dumps(value).encode()
-        before = re.compile(rb'(?:^|[^\\])"' + re.escape(key.encode()) + rb'"[ \t\r\n]*:[ \t\r\n]*$')
-        hits = []
-        at = raw.find(val)  # the value, at C speed; then is it this key's?
-        while at >= 0:
-            if before.search(raw, max(0, at - len(key) - 64), at):
-                hits.append(at)
-            at = raw.find(val, at + 1)
-        out: dict[int, tuple] = {}
-        before = None
-        for pos in sorted(hits):
-            start, obj = self._item_around(pos, before)
-            before = (pos, start, obj, self._decoded[start][1] if start is not None else None)
-            if start is None:
-                out.setdefault(-pos - 1, (pos, None))
-            else:
-                out.setdefault(start, (start, obj))
-        return sorted(out.values(), key=lambda t: t[0])
-
-    def list_metadata(self) -> dict:
-        """The List's own metadata (before or after its items), {} when it has none."""
-        raw = self.raw
-        first, items = raw.find(b'"metadata"'), raw.find(b'"items"')
-        candidates = [first] if 0 <= first < items else []
-        last = raw.rfind(b'"metadata"')
-        if last > items >= 0:
-            candidates.append(last)
-        for at in candidates:
-            k = raw.find(b"{", at)
-            got = self._decode(k) if k >= 0 else None
-            if got is None or not isinstance(got[0], dict):
-                continue
-            if at == first and first < items:
-                return got[0]
-            if raw[got[1] :].strip(_WS) == b"}":
-                return got[0]
-        return {}
-
-
-class _ListFile:
-    """One List file of the bundle: parsed whole when small, else a :class:`ListScan`."""
-
-    def __init__(
-        self, bundle, rel: str, items: list | None = None, scan: ListScan | None = None, meta: dict | None = None
-    ):
-        self.bundle, self.rel, self.items, self.scan, self.meta = bundle, rel, items, scan, meta or {}
-
-    @classmethod
-    def open(cls, bundle, rel: str):
-        if not bundle.exists(rel):
-            return None
-        raw = bundle.read_bytes(rel)
-        if raw is None:
-            return None
-        if len(raw) > LAZY_BYTES and ListScan.looks_like_list(raw):
-            scan = ListScan(raw)
-            return cls(bundle, rel, scan=scan, meta=scan.list_metadata())
-        doc = bundle.read_json(rel)
-        if doc is None:
-            return None
-        if list_items(doc) is None:
-            bundle.problem(rel, 'not a Kubernetes List (expected {"items": [...]})')
-            return None
-        return cls(
-            bundle, rel, items=doc["items"], meta=doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-        )
-
-    def where(self, key: str, value: str, check) -> list[tuple]:
-        """(where, item) of the items for which ``check(item)`` holds; ``key``/``value`` narrow the search first."""
-        if self.scan is None:
-            return [(f"item {i}", o) for i, o in enumerate(self.items) if isinstance(o, dict) and check(o)]
-        out = []
-        why = f'"{key}": {json.dumps(value)} is in no item that can be decoded'
-        for start, obj in self.scan.where(key, value):
-            if obj is None:
-                self.bundle.problem(f"{self.rel}:{self.scan.line(start)}", why)
-            elif check(obj):
-                out.append((start, obj))
-        return out
-
-    def where_text(self, where) -> str:
-        """'item N' (a parsed file) or 'line N' (a searched one) for what :meth:`where` returned."""
-        return where if isinstance(where, str) else f"line {self.scan.line(where)}"
-
-
 SCAN_LOOKUPS = 8  # pod look-ups answered by searching the files; past that they are read whole, once
 
 
 def _serving_ips(o: dict) -> set:
     """The pod's addresses as a destination or source of pod traffic: none for a finished pod (its address is
     released, maybe reused by the pod we are after) or a hostNetwork one (its address is the node's)."""
-    st = o.get("status") if isinstance(o.get("status"), dict) else {}
+    st: dict = o["status"] if isinstance(o.get("status"), dict) else {}
     if st.get("phase") in ("Succeeded", "Failed") or get_path(o, "spec", "hostNetwork"):
         return set()
     ips = {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}
@@ -323,7 +145,7 @@ class FlowSource:
 
     def pod_by_ip(self, ip: str) -> Pod | None:
         if self._indexed():
-            return self._by_ip.get(ip)
+            return (self._by_ip or {}).get(ip)
 
         def has(o):
             return ip in _serving_ips(o)
@@ -379,8 +201,8 @@ class FlowSource:
 def parse_port(spec: str) -> tuple[int | str, str | None]:
     """'80', '80/tcp', 'http', 'dns/UDP' → (port or name, protocol or None)."""
     text = (spec or "").strip()
-    port, _, proto = text.partition("/")
-    proto = proto.upper() or None
+    port, _, given = text.partition("/")
+    proto = given.upper() or None
     if proto is not None and proto not in ("TCP", "UDP", "SCTP"):
         raise UsageError(f"--port {spec}: the protocol must be tcp, udp or sctp")
     if port.isdigit():
@@ -521,86 +343,11 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     port, proto = parse_port(port_spec)
     source = FlowSource(bundle)
     notes: list[str] = []
-    if src_spec[0] == "ip":
-        src = source.end_for_ip(src_spec[1])
-        if src.pod is None:
-            notes.append(
-                f"{src_spec[1]} is no pod kpdiag knows of: taken as an address (only ipBlock rules and rules "
-                "open to anyone admit it)"
-            )
-    else:
-        pod = source.pod(src_spec[1], src_spec[2])
-        if pod is None:
-            raise CannotEvaluate(f"pod {src_spec[1]}/{src_spec[2]} is not in the pods read ({sources.PODS})")
-        if not pod.ips and not pod.host_network:
-            notes.append(f"{pod.key} has no IP yet (not running?): ipBlock rules cannot match it")
-        src = End(pod.ip, pod)
-    targets: list[tuple[str, End | None, int | str, str]] = []  # (label, end, port, protocol)
-    service = None
-    if dst_spec[0] == "ip":
-        end = source.end_for_ip(dst_spec[1])
-        if end.pod is None:  # a ClusterIP is not where policies act: its endpoints are (after DNAT)
-            service = next((s for s in _services(bundle, source) if dst_spec[1] in s.cluster_ips), None)
-        if service is not None:
-            notes.append(f"{dst_spec[1]} is the ClusterIP of Service {service.key}: judged at its endpoints")
-            targets, svc_notes = _service_targets(service, source, port, proto)
-            notes += svc_notes
-        else:
-            targets.append((dst_spec[1], end, port, proto or "TCP"))
-    else:
-        kind, ns, name = dst_spec
-        pod = source.pod(ns, name) if kind in ("pod", "any") else None
-        if pod is None and kind in ("svc", "any"):
-            service = next((s for s in _services(bundle, source) if s.namespace == ns and s.name == name), None)
-        if pod is not None:
-            targets.append((pod.key, End(pod.ip, pod), port, proto or "TCP"))
-        elif service is not None:
-            targets, svc_notes = _service_targets(service, source, port, proto)
-            notes += svc_notes
-        else:
-            what = {"pod": "pod", "svc": "Service"}.get(kind, "pod or Service")
-            raise CannotEvaluate(f"no {what} {ns}/{name} in the data read ({sources.PODS}, {sources.SERVICES})")
+    src = _source_end(source, src_spec, notes)
+    targets, service = _targets(bundle, source, dst_spec, port, proto, notes)
     involved = {src.namespace, *(t[1].namespace for t in targets if t[1] is not None)} - {None}
-    gap = source.coverage_gap(*involved)
-    if gap:
-        raise CannotEvaluate(
-            f"the NetworkPolicies of namespace {', '.join(gap)} were not collected "
-            f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(source.covered))})"
-        )
-    idx = source.index(involved)
-    if not source.namespaces_known:
-        notes.append(
-            f"{sources.NAMESPACES} missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)"
-        )
-    else:
-        for n in sorted(involved):
-            if n not in idx.ns_labels_known:
-                notes.append(
-                    f"namespace {n} is not in {sources.NAMESPACES}: only kubernetes.io/metadata.name is assumed"
-                )
-    flows, results, unknown = [], [], []
-    for label, end, p, pr in targets:
-        if end is None:
-            unknown.append(label)
-            results.append(
-                {
-                    "endpoint": label,
-                    "pod": None,
-                    "allowed": None,
-                    "error": "the endpoint's pod is not in the pods read: its ingress policies cannot be evaluated",
-                }
-            )
-            continue
-        try:
-            flow = idx.evaluate(src, end, p, pr)
-        except PolicyError as exc:
-            unknown.append(label)
-            results.append(
-                {"endpoint": label, "pod": end.pod.key if end.pod else None, "allowed": None, "error": str(exc)}
-            )
-            continue
-        flows.append(flow)
-        results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, "flow": flow, "error": None})
+    idx = _policy_index(bundle, source, involved, notes)
+    flows, results, unknown = _evaluate_targets(idx, src, targets)
     proposals = _merged_patches([r for r in results if r.get("flow") is not None], service, notes)
     for r in results:
         flow = r.pop("flow", None)
@@ -610,13 +357,7 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
         why = "; ".join(r["error"] for r in results if r.get("error")) or "no endpoint to evaluate"
         raise CannotEvaluate(f"cannot evaluate {from_spec} → {to_spec}: {why}")
     allowed = all(f.allowed for f in flows) and not unknown
-    for f in flows:
-        for d, other in ((f.egress, f.dst), (f.ingress, f.src)):
-            if d.admitted_by and d.admitted_by.peer.startswith("ipBlock") and other.is_pod:
-                notes.append(
-                    f"{d.admitted_by.policy} admits {other.pod.key} by its pod IP through an ipBlock: CNIs differ on "
-                    "whether ipBlock applies to pod traffic (it is meant for addresses outside the cluster)"
-                )
+    _ipblock_notes(flows, notes)
     notes = list(dict.fromkeys(notes))
     enf = source.enforcement()
     if enf.enforced is False and not allowed:
@@ -643,9 +384,114 @@ def evaluate(bundle, from_spec: str, to_spec: str, port_spec: str) -> dict:
     return doc
 
 
-def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[str]]:
-    """(label, End or None, targetPort, protocol) for each endpoint of the Service port: policies act after DNAT."""
-    notes = []
+def _source_end(source: FlowSource, src_spec: tuple[str, ...], notes: list[str]) -> End:
+    """The flow's source: a pod (NS/POD, which must be in the pods read) or an address (a pod's, if one has it)."""
+    if src_spec[0] == "ip":
+        src = source.end_for_ip(src_spec[1])
+        if src.pod is None:
+            notes.append(
+                f"{src_spec[1]} is no pod kpdiag knows of: taken as an address (only ipBlock rules and rules "
+                "open to anyone admit it)"
+            )
+        return src
+    pod = source.pod(src_spec[1], src_spec[2])
+    if pod is None:
+        raise CannotEvaluate(f"pod {src_spec[1]}/{src_spec[2]} is not in the pods read ({sources.PODS})")
+    if not pod.ips and not pod.host_network:
+        notes.append(f"{pod.key} has no IP yet (not running?): ipBlock rules cannot match it")
+    return End(pod.ip, pod)
+
+
+def _targets(bundle, source: FlowSource, dst_spec: tuple[str, ...], port, proto, notes: list[str]):
+    """The flow's destinations, as (label, End or None, port, protocol) each, and the Service when the destination is
+    one (a ClusterIP or NS/SERVICE: its endpoints, after DNAT)."""
+    service = None
+    if dst_spec[0] == "ip":
+        end = source.end_for_ip(dst_spec[1])
+        if end.pod is None:  # a ClusterIP is not where policies act: its endpoints are (after DNAT)
+            service = next((s for s in _services(bundle, source) if dst_spec[1] in s.cluster_ips), None)
+        if service is None:
+            return [(dst_spec[1], end, port, proto or "TCP")], None
+        notes.append(f"{dst_spec[1]} is the ClusterIP of Service {service.key}: judged at its endpoints")
+        targets, svc_notes = _service_targets(service, source, port, proto)
+        notes += svc_notes
+        return targets, service
+    kind, ns, name = dst_spec
+    pod = source.pod(ns, name) if kind in ("pod", "any") else None
+    if pod is not None:
+        return [(pod.key, End(pod.ip, pod), port, proto or "TCP")], None
+    if kind in ("svc", "any"):
+        service = next((s for s in _services(bundle, source) if s.namespace == ns and s.name == name), None)
+    if service is None:
+        what = {"pod": "pod", "svc": "Service"}.get(kind, "pod or Service")
+        raise CannotEvaluate(f"no {what} {ns}/{name} in the data read ({sources.PODS}, {sources.SERVICES})")
+    targets, svc_notes = _service_targets(service, source, port, proto)
+    notes += svc_notes
+    return targets, service
+
+
+def _policy_index(bundle, source: FlowSource, involved: set, notes: list[str]):
+    """The policies of the namespaces involved, indexed — or CannotEvaluate when some were not collected; a note for
+    each namespace whose labels are not known."""
+    gap = source.coverage_gap(*involved)
+    if gap:
+        raise CannotEvaluate(
+            f"the NetworkPolicies of namespace {', '.join(gap)} were not collected "
+            f"({bundle.display(NP_SRC)} lists only {', '.join(sorted(source.covered))})"
+        )
+    idx = source.index(involved)
+    if not source.namespaces_known:
+        notes.append(
+            f"{sources.NAMESPACES} missing: namespace labels unknown (only kubernetes.io/metadata.name is assumed)"
+        )
+        return idx
+    for n in sorted(involved):
+        if n not in idx.ns_labels_known:
+            notes.append(f"namespace {n} is not in {sources.NAMESPACES}: only kubernetes.io/metadata.name is assumed")
+    return idx
+
+
+def _evaluate_targets(idx, src: End, targets: list) -> tuple[list, list[dict], list[str]]:
+    """Each target's flow from ``src``: (the flows, one result per target, the targets that could not be judged)."""
+    flows, results, unknown = [], [], []
+    for label, end, p, pr in targets:
+        if end is None:
+            unknown.append(label)
+            results.append(
+                {
+                    "endpoint": label,
+                    "pod": None,
+                    "allowed": None,
+                    "error": "the endpoint's pod is not in the pods read: its ingress policies cannot be evaluated",
+                }
+            )
+            continue
+        try:
+            flow = idx.evaluate(src, end, p, pr)
+        except PolicyError as exc:
+            unknown.append(label)
+            results.append(
+                {"endpoint": label, "pod": end.pod.key if end.pod else None, "allowed": None, "error": str(exc)}
+            )
+            continue
+        flows.append(flow)
+        results.append({"endpoint": label, "pod": end.pod.key if end.pod else None, "flow": flow, "error": None})
+    return flows, results, unknown
+
+
+def _ipblock_notes(flows: list, notes: list[str]) -> None:
+    """A note for each pod admitted by its pod IP through an ipBlock (CNIs differ on that)."""
+    for f in flows:
+        for d, other in ((f.egress, f.dst), (f.ingress, f.src)):
+            if d.admitted_by and d.admitted_by.peer.startswith("ipBlock") and other.is_pod:
+                notes.append(
+                    f"{d.admitted_by.policy} admits {other.pod.key} by its pod IP through an ipBlock: CNIs differ on "
+                    "whether ipBlock applies to pod traffic (it is meant for addresses outside the cluster)"
+                )
+
+
+def _service_port(svc, port, proto) -> dict:
+    """The Service port the flow's port names (by number or name; TCP first when the protocol is not given)."""
     cands = [p for p in svc.ports if (p.get("port") == port or (p.get("name") and p.get("name") == port))]
     if proto:
         cands = [p for p in cands if (p.get("protocol") or "TCP").upper() == proto]
@@ -657,20 +503,31 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
         raise CannotEvaluate(
             f"Service {svc.key} has no port {port}{'/' + proto if proto else ''} (it has: {have or 'none'})"
         )
-    sp = next((p for p in cands if (p.get("protocol") or "TCP").upper() == "TCP"), cands[0])
+    return next((p for p in cands if (p.get("protocol") or "TCP").upper() == "TCP"), cands[0])
+
+
+def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[str]]:
+    """(label, End or None, targetPort, protocol) for each endpoint of the Service port: policies act after DNAT."""
+    notes: list[str] = []
+    sp = _service_port(svc, port, proto)
     protocol = (sp.get("protocol") or "TCP").upper()
     out = []
     eps = svc.endpoints_for(sp)
-    if eps:
-        ready = [e for e in eps if e.ready]
-        if not ready:
-            notes.append(f"Service {svc.key} has no ready endpoint: its not-ready endpoints are evaluated")
-        for e in ready or eps:
-            target = svc.target_of(e, sp)
-            pod = (source.pod(svc.namespace, e.pod) if e.pod else None) or source.pod_by_ip(e.ip)
-            label = f"{e.ip}:{target}" if ":" not in e.ip else f"[{e.ip}]:{target}"
-            out.append((label, End(e.ip, pod) if pod else None, target, protocol))
-        return out, notes
+    if not eps:
+        return _selected_targets(svc, source, sp, protocol, notes), notes
+    ready = [e for e in eps if e.ready]
+    if not ready:
+        notes.append(f"Service {svc.key} has no ready endpoint: its not-ready endpoints are evaluated")
+    for e in ready or eps:
+        target = svc.target_of(e, sp)
+        pod = (source.pod(svc.namespace, e.pod) if e.pod else None) or source.pod_by_ip(e.ip)
+        label = f"{e.ip}:{target}" if ":" not in e.ip else f"[{e.ip}]:{target}"
+        out.append((label, End(e.ip, pod) if pod else None, target, protocol))
+    return out, notes
+
+
+def _selected_targets(svc, source: FlowSource, sp: dict, protocol: str, notes: list[str]) -> list:
+    """A Service without EndpointSlices read: its endpoints are the pods its selector picks, at the targetPort."""
     if not svc.selector:
         raise CannotEvaluate(
             f"Service {svc.key} has no endpoints in the data read ({sources.ENDPOINTSLICES}) and no selector"
@@ -681,7 +538,8 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
     if not pods:
         raise CannotEvaluate(f"Service {svc.key}: no EndpointSlice read and its selector picks no pod read")
     notes.append(f"no EndpointSlice read for {svc.key}: its endpoints are the pods its selector picks")
-    tp = sp.get("targetPort", sp.get("port"))
+    tp: Any = sp.get("targetPort", sp.get("port"))
+    out = []
     for pod in pods:
         target = pod.named_port(tp, protocol) if isinstance(tp, str) and not tp.isdigit() else int(tp)
         if target is None:
@@ -690,7 +548,7 @@ def _service_targets(svc, source: FlowSource, port, proto) -> tuple[list, list[s
         out.append((f"{pod.ip}:{target}", End(pod.ip, pod), target, protocol))
     if not out:
         raise CannotEvaluate(f"Service {svc.key}: no pod it selects has the targetPort {tp!r}")
-    return out, notes
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ live
@@ -708,80 +566,24 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
     pods: list[dict] = []
     services: list[dict] = []
     slices: list[dict] = []
-    namespaces: set[str] = set()
-
-    def one_pod(ns: str, name: str) -> dict | None:
-        doc = cc._call(
-            sources.PODS,
-            f"list pods in {ns}",
-            api.list_namespaced_pod,
-            ns,
-            field_selector=f"metadata.name={name}",
-            kind="Pod",
-        )
-        return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
-
+    namespaces: set[str | None] = set()
     if src_spec[0] == "pod":
         namespaces.add(src_spec[1])
-        p = one_pod(src_spec[1], src_spec[2])
+        p = _one_pod(cc, api, src_spec[1], src_spec[2])
         if p:
             pods.append(p)
     else:
-        doc = cc._call(
-            sources.PODS,
-            "list pods",
-            api.list_pod_for_all_namespaces,
-            field_selector=f"status.podIP={src_spec[1]}",
-            kind="Pod",
-        )
-        for p in (doc or {}).get("items", []):
-            st = p.get("status") or {}
-            if src_spec[1] in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}:
-                pods.append(p)
-                namespaces.add((p.get("metadata") or {}).get("namespace"))
+        for p in _pods_with_ip(cc, api, src_spec[1]):
+            pods.append(p)
+            namespaces.add((p.get("metadata") or {}).get("namespace"))
     if dst_spec[0] != "ip":
         kind, ns, name = dst_spec
         namespaces.add(ns)
-        p = one_pod(ns, name) if kind in ("pod", "any") else None
+        p = _one_pod(cc, api, ns, name) if kind in ("pod", "any") else None
         if p:
             pods.append(p)
         elif kind in ("svc", "any"):
-            from kpdiag.state.cluster import selector_matches
-
-            svc = cc._call(
-                sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns, kind="one:Service"
-            )
-            if svc is not None:
-                svc.setdefault("kind", "Service")
-                services.append(svc)
-                sl = cc._call(
-                    sources.ENDPOINTSLICES,
-                    f"list endpointslices in {ns}",
-                    api.list_namespaced_endpoint_slice,
-                    ns,
-                    label_selector=f"kubernetes.io/service-name={name}",
-                    kind="EndpointSlice",
-                )
-                slices += [
-                    s
-                    for s in (sl or {}).get("items", [])
-                    if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name
-                ]
-                selector = (svc.get("spec") or {}).get("selector")
-                if selector:
-                    doc = cc._call(
-                        sources.PODS,
-                        f"list pods in {ns}",
-                        api.list_namespaced_pod,
-                        ns,
-                        label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
-                        kind="Pod",
-                    )
-                    pods += [
-                        p
-                        for p in (doc or {}).get("items", [])
-                        if selector_matches(selector, (p.get("metadata") or {}).get("labels"))
-                    ]
+            _live_service(cc, api, ns, name, services, slices, pods)
     cc.policy_objects(sorted(n for n in namespaces if n), dns=False)
     files = dict(cc.out.files)
     files[sources.PODS] = _as_list("Pod", pods)
@@ -789,3 +591,73 @@ def collect_live(from_spec: str, to_spec: str, kubeconfig=None, context=None) ->
         files[sources.SERVICES] = _as_list("Service", services)
         files[sources.ENDPOINTSLICES] = _as_list("EndpointSlice", slices)
     return files, cc.out.errors
+
+
+def _one_pod(cc, api, ns: str, name: str) -> dict | None:
+    doc = cc._call(
+        sources.PODS,
+        f"list pods in {ns}",
+        api.list_namespaced_pod,
+        ns,
+        field_selector=f"metadata.name={name}",
+        kind="Pod",
+    )
+    return next((p for p in (doc or {}).get("items", []) if (p.get("metadata") or {}).get("name") == name), None)
+
+
+def _pods_with_ip(cc, api, ip: str) -> list[dict]:
+    """The pods that have the address ``ip`` (any namespace)."""
+    doc = cc._call(
+        sources.PODS,
+        "list pods",
+        api.list_pod_for_all_namespaces,
+        field_selector=f"status.podIP={ip}",
+        kind="Pod",
+    )
+    out = []
+    for p in (doc or {}).get("items", []):
+        st = p.get("status") or {}
+        if ip in {st.get("podIP"), *(i.get("ip") for i in st.get("podIPs") or [] if isinstance(i, dict))}:
+            out.append(p)
+    return out
+
+
+def _live_service(cc, api, ns: str, name: str, services: list, slices: list, pods: list) -> None:
+    """The Service NS/NAME, its EndpointSlices and the pods its selector picks, read from the API."""
+    from kpdiag.state.cluster import selector_matches
+
+    svc = cc._call(
+        sources.SERVICES, f"get service {ns}/{name}", api.read_namespaced_service, name, ns, kind="one:Service"
+    )
+    if svc is None:
+        return
+    svc.setdefault("kind", "Service")
+    services.append(svc)
+    sl = cc._call(
+        sources.ENDPOINTSLICES,
+        f"list endpointslices in {ns}",
+        api.list_namespaced_endpoint_slice,
+        ns,
+        label_selector=f"kubernetes.io/service-name={name}",
+        kind="EndpointSlice",
+    )
+    slices += [
+        s
+        for s in (sl or {}).get("items", [])
+        if ((s.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == name
+    ]
+    selector = (svc.get("spec") or {}).get("selector")
+    if selector:
+        doc = cc._call(
+            sources.PODS,
+            f"list pods in {ns}",
+            api.list_namespaced_pod,
+            ns,
+            label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+            kind="Pod",
+        )
+        pods += [
+            p
+            for p in (doc or {}).get("items", [])
+            if selector_matches(selector, (p.get("metadata") or {}).get("labels"))
+        ]

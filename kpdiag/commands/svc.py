@@ -24,7 +24,8 @@ def _probe_endpoints(files: dict[str, bytes], namespace: str, name: str) -> tupl
     from kpdiag.state.cluster import ClusterView
 
     view = ClusterView(Bundle.from_files("svc", files))
-    out, spread = [], {}
+    out: list[tuple[str, int, str]] = []
+    spread: dict = {}
     for svc in view.services() or []:
         if svc.namespace != namespace or svc.name != name:
             continue
@@ -65,9 +66,11 @@ def _client_guess(client: str | None) -> tuple[tuple[str, str] | None, str]:
     import socket
 
     if client:
-        ns, _, pod = client.partition("/")
-        return ((ns, pod), "--from") if ns and pod else (None, f"--from {client!r} is not NS/POD")
-    ns = os.environ.get("POD_NAMESPACE")
+        given_ns, _, given_pod = client.partition("/")
+        if given_ns and given_pod:
+            return (given_ns, given_pod), "--from"
+        return None, f"--from {client!r} is not NS/POD"
+    ns: str | None = os.environ.get("POD_NAMESPACE")
     if not ns:
         try:
             with open(SA_NAMESPACE, "rb") as fh:  # a small regular file the kubelet writes; bounded read
@@ -162,8 +165,6 @@ def collect_service(
 
     With ``probe`` False nothing at all is sent to the network but the API calls — no DNS query either. ``namespace``
     None: the kubeconfig context's, else ``default`` (as kubectl); the manifest's ``service`` names the one used."""
-    import threading
-
     from kpdiag.collect.cluster import ClusterCollector
 
     files: dict[str, bytes] = {}
@@ -192,9 +193,25 @@ def collect_service(
                 namespace, name, None if cc.config_error else cc.service_status, cc.config_error or cc.service_error
             )
         return files, manifest
-    # who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it
+    _collect_client(cc, service, namespace, client, files, manifest)
+    # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
+    dns = _DnsProbe(namespace, name) if probe else None
+    _collect_node_rules(service, namespace, name, host_root, progress, files, manifest)
+    if dns is not None:
+        _probe(service, namespace, name, stop, progress, dns, files, errors)
+    else:
+        errors.append(
+            {"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"}
+        )
+    return files, manifest
+
+
+def _collect_client(cc, service: dict, namespace: str, client: str | None, files: dict, manifest: dict) -> None:
+    """Who the client is (for NetworkPolicy), the policies on the way, the cluster DNS as the API shows it: into
+    ``files``, and into the manifest how the client was found (or why it was not)."""
     from kpdiag.collect.probes import _my_address
 
+    errors = manifest["errors"]
     spec = service.get("spec") or {}
     my_ip = _my_address(
         next((ip for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"), None)
@@ -211,7 +228,7 @@ def collect_service(
     cc.policy_objects(sorted(nss), client_pod=None if found else guess)
     cc.dns_objects()
     files.update(cc.out.files)
-    if found:
+    if found and by_ip is not None:
         md = found["metadata"]
         files[sources.CLIENT_POD] = json.dumps(
             {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [found]}, indent=1
@@ -221,47 +238,63 @@ def collect_service(
         manifest["client_ip"] = my_ip  # a hostNetwork client: the node's address, no pod's policies apply to it
         manifest["client_how"] = by_ip["how"]
     else:
-        pod = _client_pod(files, guess, None if client else my_ip) if guess else None
-        if pod is not None:
-            manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
-        else:
-            unknown = (
-                how
-                if guess is None
-                else f"{how}: pod {guess[0]}/{guess[1]} not found"
-                + (f" with IP {my_ip}" if my_ip and not client else "")
-            )
-            if by_ip and by_ip.get("why"):
-                unknown = f"{by_ip['why']}; {unknown}"
-            manifest["client_unknown"] = unknown
-            if client:
-                errors.append(
-                    {
-                        "source": sources.CLIENT_POD,
-                        "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
-                    }
-                )
+        _client_named(files, manifest, guess, how, client, my_ip, by_ip)
     if by_ip and by_ip.get("error"):
         errors.append({"source": sources.CLIENT_POD, "error": by_ip["error"]})
     errors.extend(cc.out.errors[seen:])
-    # DNS (a probe too: it sends packets) runs while the node is read and the Service is probed
-    dns_box: dict = {}
-    dns_thread = None
-    icmp_done = threading.Event()
-    if not probe:
-        icmp_done.set()
-    if probe:
+
+
+def _client_named(files: dict, manifest: dict, guess, how: str, client: str | None, my_ip, by_ip) -> None:
+    """The client as named (--from, the downward API, the service account and hostname), when its pod is found;
+    else why it is not known."""
+    pod = _client_pod(files, guess, None if client else my_ip) if guess else None
+    if pod is not None:
+        manifest["client"] = {"namespace": guess[0], "pod": guess[1], "how": how}
+        return
+    unknown = (
+        how
+        if guess is None
+        else f"{how}: pod {guess[0]}/{guess[1]} not found" + (f" with IP {my_ip}" if my_ip and not client else "")
+    )
+    if by_ip and by_ip.get("why"):
+        unknown = f"{by_ip['why']}; {unknown}"
+    manifest["client_unknown"] = unknown
+    if client:
+        manifest["errors"].append(
+            {
+                "source": sources.CLIENT_POD,
+                "error": f"--from {client}: no such pod (NetworkPolicy judged without a client)",
+            }
+        )
+
+
+class _DnsProbe:
+    """The Service's name asked of DNS in a thread of its own, after the ICMP probes (``icmp_done``)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        import threading
+
         from kpdiag.collect.dns import dns_probe
 
-        def dns():
+        self.box: dict = {}  # "doc": the answer, once the lookup finished
+        self.icmp_done = threading.Event()
+
+        def dns() -> None:
             # after the ICMP echo (and TTL walk): a DNS query that errs on a router spends that router's ICMP rate
             # limit for this host (about one error a second), and the echo's 'Time to live exceeded' would be lost
-            icmp_done.wait(ICMP_FIRST_MAX)
-            dns_box["doc"] = dns_probe(namespace, name)
+            self.icmp_done.wait(ICMP_FIRST_MAX)
+            self.box["doc"] = dns_probe(namespace, name)
 
-        dns_thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
-        dns_thread.start()
-    # the node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node)
+        self.thread = threading.Thread(target=dns, name="kpdiag-dns", daemon=True)
+        self.thread.start()
+
+
+def _collect_node_rules(
+    service: dict, namespace: str, name: str, host_root, progress, files: dict, manifest: dict
+) -> None:
+    """The node's own rules, when kpdiag runs in the node's network namespace (a node debug pod, the node): only
+    those this Service's packets can meet."""
+    errors = manifest["errors"]
     try:
         from kpdiag.collect.iptables_focused import ChainLister
         from kpdiag.collect.service_rules import NotFocused, focused_rules
@@ -273,17 +306,7 @@ def collect_service(
             visible = True
         except NotFocused:
             visible = False
-        if visible:
-            # only the rules this Service's packets can meet (IPVS mode finds them from the Service read above)
-            nc.collect(rules=focused_rules(f"{namespace}/{name}", lambda: (service, "")))
-            files.update(nc.out.files)
-            errors.extend(nc.out.errors)
-            if nc.partial:
-                from kpdiag.commands.nodeapi import api_holds
-
-                manifest["partial"] = nc.partial  # and the API part holds this Service only (ClusterCollector.service)
-                manifest["partial"]["holds"].update(api_holds(f"{namespace}/{name}", files))
-        else:
+        if not visible:
             errors.append(
                 {
                     "source": "node",
@@ -291,30 +314,56 @@ def collect_service(
                     "node-side checks skipped — run kpdiag node on the node for them",
                 }
             )
+            return
+        # only the rules this Service's packets can meet (IPVS mode finds them from the Service read above)
+        nc.collect(rules=focused_rules(f"{namespace}/{name}", lambda: (service, "")))
+        files.update(nc.out.files)
+        errors.extend(nc.out.errors)
+        if nc.partial:
+            from kpdiag.commands.nodeapi import api_holds
+
+            manifest["partial"] = nc.partial  # and the API part holds this Service only (ClusterCollector.service)
+            manifest["partial"]["holds"].update(api_holds(f"{namespace}/{name}", files))
     except Exception as exc:  # the node side is a bonus; never let it stop the Service diagnosis
         errors.append({"source": "node", "error": f"node rules not collected: {exc.__class__.__name__}: {exc}"})
-    if probe:
-        from kpdiag.collect.probes import probe_service
 
-        if progress:
-            progress("probing the ClusterIP and the endpoints (and asking DNS)")
-        endpoints, spread = _probe_endpoints(files, namespace, name)
-        doc = probe_service(service, endpoints, stop=stop, icmp_done=icmp_done, spread=spread)
-        icmp_done.set()
-        files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
-        if doc.get("raw_skipped_reason"):
-            errors.append({"source": sources.PROBES_SERVICE, "error": doc["raw_skipped_reason"]})
-        if dns_thread is not None:
-            dns_thread.join(timeout=8.0)
-        if "doc" in dns_box:
-            files[sources.PROBES_DNS] = json.dumps(dns_box["doc"], indent=1).encode()
-        else:
-            errors.append({"source": sources.PROBES_DNS, "error": "the DNS lookup did not finish in time"})
+
+def _probe(service: dict, namespace: str, name: str, stop, progress, dns: _DnsProbe, files: dict, errors: list) -> None:
+    """The active probes of the ClusterIP and the endpoints, then the DNS answer: into probes/."""
+    from kpdiag.collect.probes import probe_service
+
+    if progress:
+        progress("probing the ClusterIP and the endpoints (and asking DNS)")
+    endpoints, spread = _probe_endpoints(files, namespace, name)
+    doc = probe_service(service, endpoints, stop=stop, icmp_done=dns.icmp_done, spread=spread)
+    dns.icmp_done.set()
+    files[sources.PROBES_SERVICE] = json.dumps(doc, indent=1).encode()
+    if doc.get("raw_skipped_reason"):
+        errors.append({"source": sources.PROBES_SERVICE, "error": doc["raw_skipped_reason"]})
+    dns.thread.join(timeout=8.0)
+    if "doc" in dns.box:
+        files[sources.PROBES_DNS] = json.dumps(dns.box["doc"], indent=1).encode()
     else:
-        errors.append(
-            {"source": sources.PROBES_SERVICE, "error": "probes disabled (--no-probe): no packet sent, DNS not asked"}
-        )
-    return files, manifest
+        errors.append({"source": sources.PROBES_DNS, "error": "the DNS lookup did not finish in time"})
+
+
+def _named(*roles: str) -> tuple[str, ...]:
+    """The checks that play ``roles`` in the verdict, as each declares it (``@check(..., verdict=…)``,
+    kpdiag/rootcause.py VERDICT_ROLES): the verdict keeps no id list of its own."""
+    from kpdiag.rootcause import playing
+
+    return tuple(c for r in roles for c in playing(r))
+
+
+def _ids(*roles: str, sep: str = "/") -> str:
+    """Those checks as the verdict names them in its text: "KP101/KP102"."""
+    return sep.join(_named(*roles))
+
+
+def _playing(findings, role: str) -> list:
+    """The findings of the checks that play ``role`` in the verdict."""
+    named = _named(role)
+    return [f for f in findings if f.id in named]
 
 
 def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, tuple[str, ...]]:
@@ -322,22 +371,26 @@ def _cause(o, policy: list, usable: bool, me: str | None = None) -> tuple[str, t
     blame = o.judgement.blame
     if blame == "service-layer" and any(d.ip == me for d in o.direct):
         return (
-            "this pod is one of its endpoints and its own connection cannot hairpin back to it (KP113, KP206)",
-            ("KP113", "KP206"),
+            "this pod is one of its endpoints and its own connection cannot hairpin back to it "
+            f"({_ids('service-layer', 'hairpin', sep=', ')})",
+            _named("service-layer", "hairpin"),
         )
     if blame == "service-layer":
-        return "the Service layer on this client's node fails while the endpoints answer (KP113)", ("KP113",)
+        return (
+            f"the Service layer on this client's node fails while the endpoints answer ({_ids('service-layer')})",
+            _named("service-layer"),
+        )
     if o.direct:
         if policy:  # named: "NetworkPolicy shop/web-allow-frontend admits only pods app=frontend …"
             return f"a NetworkPolicy drops it: {policy[0].summary.split('; ')[0]} ({policy[0].id})", (policy[0].id,)
         if all(d.outcome == "refused" for d in o.direct):
-            return "nothing listens on its endpoints (KP111)", ("KP111",)
-        return "its endpoints do not answer (KP112)", ("KP112",)
+            return f"nothing listens on its endpoints ({_ids('endpoints-refuse')})", _named("endpoints-refuse")
+        return f"its endpoints do not answer ({_ids('endpoints-silent')})", _named("endpoints-silent")
     if not usable:
-        return "it has no ready endpoint (KP101/KP102)", ("KP101", "KP102")
+        return f"it has no ready endpoint ({_ids('no-ready-endpoint')})", _named("no-ready-endpoint")
     return (
-        f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly (KP114)",
-        ("KP114",),
+        f"{o.proto.upper()} {o.port} gets {o.service_result} and no endpoint was probed directly ({_ids('unexplained')})",
+        _named("unexplained"),
     )
 
 
@@ -362,12 +415,37 @@ def _part(o) -> str:
     if j.blame == "service-layer":
         return (
             f"{j.unexplained} of {j.connects} connects through {o.target} fail that no endpoint failing directly "
-            "explains — the Service layer on this client's node (KP113)"
+            f"explains — the Service layer on this client's node ({_ids('service-layer')})"
         )
-    ids = "KP111" if any(d.outcome == "refused" for d in o.failing_direct) else "KP112"
-    if any(d.outcome == "refused" for d in o.failing_direct) and any(d.outcome != "refused" for d in o.failing_direct):
-        ids = "KP111, KP112"
-    return f"{_failing(o.failing_direct)} — {share_line(o)} ({ids})"
+    roles = [
+        role
+        for role, failing in (
+            ("endpoints-refuse", any(d.outcome == "refused" for d in o.failing_direct)),
+            ("endpoints-silent", any(d.outcome != "refused" for d in o.failing_direct)),
+        )
+        if failing
+    ]
+    return f"{_failing(o.failing_direct)} — {share_line(o)} ({_ids(*(roles or ['endpoints-silent']), sep=', ')})"
+
+
+def _fails_why(o, policy: list, usable: bool) -> str:
+    """What follows a failing port's result in its line: the layer at fault, and the check that says so."""
+    j = o.judgement
+    if j.blame == "service-layer":
+        return (
+            f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's "
+            f"node is broken, not the backend ({_ids('service-layer')})"
+        )
+    if o.direct:
+        kinds = ", ".join(sorted({d.result for d in o.direct}))
+        if policy:
+            return f" — a NetworkPolicy blocks it: {policy[0].summary} ({policy[0].id})"
+        if all(d.outcome == "refused" for d in o.direct):
+            return f" — and nothing listens on the endpoints either ({kinds}): the backend is down ({_ids('endpoints-refuse')})"
+        return f" — and the endpoints do not answer directly either ({kinds}): the backend is unreachable ({_ids('endpoints-silent')})"
+    if not usable:
+        return f" — it has no ready endpoint ({_ids('no-ready-endpoint')})"
+    return f" — no endpoint was probed directly ({_ids('unexplained')})"
 
 
 def _port_lines(o, to: str, policy: list, usable: bool, detail: bool = True) -> list[str]:
@@ -386,26 +464,7 @@ def _port_lines(o, to: str, policy: list, usable: bool, detail: bool = True) -> 
     elif o.status == "partial":
         text = f"{p} works through the Service{to} in part: {_part(o)}"
     elif o.status == "fails":
-        text = f"{p} through the Service{to}: {o.service_result}{many}"
-        if j.blame == "service-layer":
-            text += (
-                f" — yet {len(o.ok_direct)}/{len(o.direct)} endpoints answer directly: the Service layer on this client's node is "
-                "broken, not the backend (KP113)"
-            )
-        elif o.direct:
-            kinds = sorted({d.result for d in o.direct})
-            if policy:
-                text += f" — a NetworkPolicy blocks it: {policy[0].summary} ({policy[0].id})"
-            elif all(d.outcome == "refused" for d in o.direct):
-                text += (
-                    f" — and nothing listens on the endpoints either ({', '.join(kinds)}): the backend is down (KP111)"
-                )
-            else:
-                text += f" — and the endpoints do not answer directly either ({', '.join(kinds)}): the backend is unreachable (KP112)"
-        elif not usable:
-            text += " — it has no ready endpoint (KP101/KP102)"
-        else:
-            text += " — no endpoint was probed directly (KP114)"
+        text = f"{p} through the Service{to}: {o.service_result}{many}" + _fails_why(o, policy, usable)
     else:
         text = f"{p} through the Service{to}: {o.service_result or 'not probed'}" + (
             " (UDP: silence is what an open port that does not answer looks like, too)" if o.proto == "udp" else ""
@@ -429,60 +488,10 @@ def _root_first(findings, named: tuple[str, ...], text: str) -> str:
     return text
 
 
-def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
-    """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
-    status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
-    same observation model (kpdiag.state.probe_results) and the same findings as the report, so they cannot disagree."""
-    from kpdiag.state.probe_results import headline_status, observations
-
-    lines: list[str] = []
-    svcs = state.services_in_focus() or []
-    if not svcs:
-        nf = [f for f in findings if f.id == "KP110"]
-        if nf:
-            return [nf[0].summary + " (KP110)"], "not-found"
-        if state.focus:
-            ns, name = state.focus
-            lines.append(f"Service {ns}/{name} could not be read (see 'could not read')")
-        return lines, "unread"
-    svc = svcs[0]
-    if svc.type == "ExternalName" or svc.headless:
-        lines.append(
-            f"{svc.key} has no ClusterIP ({'ExternalName' if svc.type == 'ExternalName' else 'headless'}): kube-proxy is not involved"
-        )
-        return lines, "no-clusterip"
-    # the endpoints of its ports, paired by port name as kube-proxy pairs them (KP101 names any that are not)
-    served = list({id(e): e for p in svc.ports for e in svc.endpoints_for(p)}.values())
-    ready = [e for e in served if e.ready]
-    term = [e for e in served if not e.ready and e.serving_terminating]
-    detail = f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(served)}"
-    if len(svc.endpoints) > len(served):
-        detail += f" ({len(svc.endpoints) - len(served)} more listed under port names no Service port has)"
-    if not ready and term:
-        detail += f" — kube-proxy falls back to {len(term)} serving but terminating endpoint(s)"
-    obs = observations(state, svc)
-    status = headline_status(obs)
-    if state.probes is None:
-        lines.append(detail)
-        lines.append(
-            f"the probe results ({sources.PROBES_SERVICE}) could not be read: the verdict below comes from the API and "
-            "the rules only"
-            if state.has(sources.PROBES_SERVICE)
-            else "not probed (--no-probe): the verdict below comes from the API and the rules only"
-        )
-        errs = [f for f in findings if f.severity.value == "error"]
-        if errs:
-            from kpdiag.rootcause import root_of
-
-            first = root_of(findings, errs[0])  # the root cause, before what follows from it
-            lines.insert(0, f"{svc.key} is broken: {first.summary} ({first.id})")
-            return lines, "fails"
-        return lines, "unknown"
-    policy = [f for f in findings if f.id in ("KP120", "KP121")]
-    multi = len(svc.cluster_ips) > 1
-    body: list[str] = []
-    for o in obs:
-        body.extend(_port_lines(o, f" to {o.cluster_ip}" if multi else "", policy, bool(ready or term), len(obs) > 1))
+def _ping_lines(state: NodeState, svc) -> list[str]:
+    """What a ping to each ClusterIP got, and why that is (or is not) normal."""
+    ping = _ids("ping")
+    out = []
     for ip in svc.cluster_ips:
         echo = next(
             (
@@ -492,35 +501,104 @@ def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
             ),
             None,
         )
-        if echo and echo["result"] != "skipped":
-            if echo["result"] == "time-exceeded":
-                body.append(
-                    f"ping {ip} does not and cannot work: 'Time to live exceeded' from {echo.get('from')} — ICMP is not translated and loops via the gateway (KP201)"
-                )
-            elif echo["result"] == "timeout":
-                body.append(f"ping {ip} gets no answer — normal: a ClusterIP only answers on its Service ports (KP201)")
-            else:
-                body.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
+        if not echo or echo["result"] == "skipped":
+            continue
+        if echo["result"] == "time-exceeded":
+            out.append(
+                f"ping {ip} does not and cannot work: 'Time to live exceeded' from {echo.get('from')} — ICMP is not translated and loops via the gateway ({ping})"
+            )
+        elif echo["result"] == "timeout":
+            out.append(f"ping {ip} gets no answer — normal: a ClusterIP only answers on its Service ports ({ping})")
+        else:
+            out.append(f"ping {ip}: {echo['result']}" + (f" from {echo.get('from')}" if echo.get("from") else ""))
+    return out
+
+
+def _no_service(state: NodeState, findings) -> tuple[list[str], str]:
+    """The verdict when no Service is in focus: not found (the finding that says so), else not read."""
+    nf = _playing(findings, "not-found")
+    if nf:
+        return [f"{nf[0].summary} ({nf[0].id})"], "not-found"
+    if state.focus:
+        ns, name = state.focus
+        return [f"Service {ns}/{name} could not be read (see 'could not read')"], "unread"
+    return [], "unread"
+
+
+def _endpoints_line(svc) -> tuple[str, bool]:
+    """The Service and its endpoints in one line, and whether kube-proxy has any endpoint to send to."""
+    # the endpoints of its ports, paired by port name as kube-proxy pairs them (KP101 names any that are not)
+    served = list({id(e): e for p in svc.ports for e in svc.endpoints_for(p)}.values())
+    ready = [e for e in served if e.ready]
+    term = [e for e in served if not e.ready and e.serving_terminating]
+    detail = f"{svc.key}: {svc.type} {', '.join(svc.cluster_ips)}; {len(ready)} ready endpoint(s) of {len(served)}"
+    if len(svc.endpoints) > len(served):
+        detail += f" ({len(svc.endpoints) - len(served)} more listed under port names no Service port has)"
+    if not ready and term:
+        detail += f" — kube-proxy falls back to {len(term)} serving but terminating endpoint(s)"
+    return detail, bool(ready or term)
+
+
+def _unprobed(state: NodeState, svc, findings, detail: str) -> tuple[list[str], str]:
+    """The verdict without probe results: from the API and the rules only (the first error's root cause, if any)."""
+    lines = [
+        detail,
+        f"the probe results ({sources.PROBES_SERVICE}) could not be read: the verdict below comes from the API and "
+        "the rules only"
+        if state.has(sources.PROBES_SERVICE)
+        else "not probed (--no-probe): the verdict below comes from the API and the rules only",
+    ]
     errs = [f for f in findings if f.severity.value == "error"]
+    if errs:
+        from kpdiag.rootcause import root_of
+
+        first = root_of(findings, errs[0])  # the root cause, before what follows from it
+        return [f"{svc.key} is broken: {first.summary} ({first.id})"] + lines, "fails"
+    return lines, "unknown"
+
+
+def _headline(state: NodeState, svc, status: str, obs, findings, policy: list, usable: bool) -> str:
+    """The verdict's first line: does the Service work, and if not, which layer is at fault."""
     if status == "fails":
-        text, named = _cause(
-            next(o for o in obs if o.status == "fails"),
-            policy,
-            bool(ready or term),
-            (state.probes or {}).get("source"),
-        )
-        lines.append(f"{svc.key} does NOT work: " + _root_first(findings, named, text))
-    elif status == "partial":
-        lines.append(f"{svc.key} works in part: " + _part(next(o for o in obs if o.status == "partial")))
-    elif status == "works" and errs:
-        lines.append(f"{svc.key} answered the probes, but kpdiag found {len(errs)} error(s) below")
-    elif status == "works":
-        lines.append(f"{svc.key} works")
-    else:
-        lines.append(f"{svc.key}: the probes could not tell whether it works (see below)")
-    lines.append(detail)
-    lines.extend(body)
-    return lines, status
+        o = next(o for o in obs if o.status == "fails")
+        text, named = _cause(o, policy, usable, (state.probes or {}).get("source"))
+        return f"{svc.key} does NOT work: " + _root_first(findings, named, text)
+    if status == "partial":
+        return f"{svc.key} works in part: " + _part(next(o for o in obs if o.status == "partial"))
+    errs = [f for f in findings if f.severity.value == "error"]
+    if status == "works" and errs:
+        return f"{svc.key} answered the probes, but kpdiag found {len(errs)} error(s) below"
+    if status == "works":
+        return f"{svc.key} works"
+    return f"{svc.key}: the probes could not tell whether it works (see below)"
+
+
+def verdict(state: NodeState, findings=()) -> tuple[list[str], str]:
+    """A few lines a person reads first — does the Service work, and if not, which layer is at fault — and the
+    status ("works", "partial", "fails", "unknown", "not-found", "no-clusterip", "unread") they state. Read from the
+    same observation model (kpdiag.state.probe_results) and the same findings as the report, so they cannot disagree;
+    the checks it names are those that declare their part in it (kpdiag/rootcause.py VERDICT_ROLES)."""
+    from kpdiag.state.probe_results import headline_status, observations
+
+    svcs = state.services_in_focus() or []
+    if not svcs:
+        return _no_service(state, findings)
+    svc = svcs[0]
+    if svc.type == "ExternalName" or svc.headless:
+        kind = "ExternalName" if svc.type == "ExternalName" else "headless"
+        return [f"{svc.key} has no ClusterIP ({kind}): kube-proxy is not involved"], "no-clusterip"
+    detail, usable = _endpoints_line(svc)
+    obs = observations(state, svc)
+    status = headline_status(obs)
+    if state.probes is None:
+        return _unprobed(state, svc, findings, detail)
+    policy = _playing(findings, "policy-drop")
+    multi = len(svc.cluster_ips) > 1
+    body: list[str] = []
+    for o in obs:
+        body.extend(_port_lines(o, f" to {o.cluster_ip}" if multi else "", policy, usable, len(obs) > 1))
+    body.extend(_ping_lines(state, svc))
+    return [_headline(state, svc, status, obs, findings, policy, usable), detail] + body, status
 
 
 def diagnose_service(
@@ -549,7 +627,8 @@ def diagnose_service(
         from kpdiag.bundle.safeio import describe
 
         try:  # a new DIR or FILE.tar.gz: never over an existing path without save_force, never through a symlink
-            write_bundle(files, save_to, manifest, force=save_force)
+            written: dict[str, bytes | str] = dict(files)
+            write_bundle(written, save_to, manifest, force=save_force)
         except OSError as exc:
             raise InputError(save_to, f"cannot write: {describe(exc)}") from None
     files["kpdiag.json"] = json.dumps(manifest).encode()
@@ -571,7 +650,8 @@ def service_report(bundle: Bundle, namespace: str, name: str, select=(), ignore=
     if status in ("fails", "partial") and not any(f.severity.value == "error" for f in findings):
         from kpdiag.checkapi import load_registry
 
-        spec = load_registry().get("KP114")
+        registry = load_registry()
+        spec = next((registry.get(c) for c in _named("unexplained")), None)  # KP114
         if spec is not None:
             findings.append(
                 spec.new(

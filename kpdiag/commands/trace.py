@@ -294,82 +294,104 @@ def setup_trace(
     """Build a tracer from ``--rules FILE`` (iptables-save), ``--nft FILE`` (nft -j list ruleset), ``--bundle``, or
     ``live``: this node, read now; for packets of IP version ``family`` (iptables keeps IPv6 rules apart). ``dest``
     (live only): read only the rules a packet to that destination can meet (kpdiag/collect/dest_rules.py)."""
+    from ..trace.routing import RoutingTable
+
+    if nft:
+        from ..parse.nft import parse_nft_json
+        from ..trace.nftables import NftTracer
+
+        nft_rules = parse_nft_json(_read_file(nft), nft)
+        return TraceSetup(NftTracer(nft_rules, RoutingTable.from_local_ips(local_ips)), "nftables", [])
+    if rules:
+        return _setup_from_rules(rules, family, local_ips, ipset_file)
+    if bundle or live:
+        return _setup_from_state(bundle, live, host_root, progress, dest, mode, family, local_ips)
+    raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
+
+
+def _setup_from_rules(rules: str, family: int, local_ips: Iterable[str], ipset_file: str | None) -> TraceSetup:
+    """A tracer over ``--rules FILE`` (iptables-save output of the packet's family) and ``--ipsets FILE``."""
     from ..parse.iptables import parse_iptables_save
     from ..trace.netfilter import IptablesTracer
     from ..trace.routing import RoutingTable
 
     problems: list[Problem] = []
     ipsets = None
-    if nft:
-        from ..parse.nft import parse_nft_json
-        from ..trace.nftables import NftTracer
+    data = _read_file(rules)
+    saved = _saved_family(data)
+    if saved is not None and saved != family:
+        need = "ip6tables-save" if family == 6 else "iptables-save"
+        raise InputError(
+            rules,
+            f"{'ip6tables' if saved == 6 else 'iptables'}-save output holds IPv{saved} rules only; "
+            f"an IPv{family} packet needs {need} output",
+        )
+    ruleset = parse_iptables_save(data, rules)
+    routing = RoutingTable.from_local_ips(local_ips)
+    if ipset_file:
+        from ..parse.ipset import parse_ipset_save
 
-        nft_rules = parse_nft_json(_read_file(nft), nft)
-        return TraceSetup(NftTracer(nft_rules, RoutingTable.from_local_ips(local_ips)), "nftables", problems)
-    if rules:
-        data = _read_file(rules)
-        saved = _saved_family(data)
-        if saved is not None and saved != family:
-            need = "ip6tables-save" if family == 6 else "iptables-save"
-            raise InputError(
-                rules,
-                f"{'ip6tables' if saved == 6 else 'iptables'}-save output holds IPv{saved} rules only; "
-                f"an IPv{family} packet needs {need} output",
-            )
-        ruleset = parse_iptables_save(data, rules)
-        routing = RoutingTable.from_local_ips(local_ips)
-        if ipset_file:
-            from ..parse.ipset import parse_ipset_save
-
-            data = _read_file(ipset_file)
-            try:
-                ipsets = parse_ipset_save(data.decode("utf-8", "replace"), ipset_file)
-            except InputError as exc:
-                problems.append(Problem(f"{exc.source}:{exc.line}" if exc.line else exc.source, exc.message))
-    elif bundle or live:
-        from kpdiag.state.node import NodeState
-
-        read = None
-        if live:
-            state, read = live_state(host_root, progress, dest)
-        else:
-            assert bundle is not None  # live or a bundle
-            state = NodeState(Bundle.open(bundle))
-        bundle = bundle or f"this node ({state.node_name or 'live'})"
-        from kpdiag.dataplane import get
-
-        dp = state.dataplane if mode == "auto" else get(mode)  # auto: the mode kube-proxy runs in
-        dp = dp if dp.has_own_tracer else get("iptables")  # a mode without a tracer: its iptables rules
-        mode = dp.name
-        for ip in local_ips:
-            from ..parse.addr import parse_ip
-
-            state.routing.local_ips.add(parse_ip(ip))
-        chosen = None
-        if family == 4:  # which iptables backend's rules act (kpdiag/trace/backends.py); IPv6: ip6tables-save's
-            from ..trace.backends import choose
-
-            chosen = choose(state, bundle)
-        needed, rel, what = dp.trace_rules(state, family)
-        if chosen is not None and chosen.note and dp.traced_with_iptables:
-            needed = chosen.rules
-        _required(state, needed, bundle, rel, what)
-        missing = dp.trace_missing(state)
-        if missing:
-            raise InputError(bundle, missing)
-        # parses ipsets too: their problems are collected after it
-        tracer = dp.tracer(state, family, chosen.rules if chosen is not None and chosen.note else None)
-        if isinstance(tracer, IptablesTracer):  # an iptables walk
-            if dp.traced_with_iptables and state.nft_text:
-                _with_nft_tables(tracer, state)
-            tracer.recent = state.xt_recent  # kube-proxy's session affinity state, when recorded
-        problems = list(state.problems)
-        if live:  # what a live trace did not need to read is no warning of it
-            used = dp.trace_sources + (sources.XT_RECENT,) + ((chosen.source,) if chosen and chosen.note else ())
-            problems = [p for p in problems if any(n in p.source for n in used) or FOCUS_FALLBACK in p.error]
-        notes = (chosen.note,) if chosen is not None and chosen.note else ()
-        assert tracer is not None  # _required: its rules are there
-        return TraceSetup(tracer, mode, problems, state, read, live=live, notes=notes)
-    else:
-        raise InputError("kpdiag trace", "give --rules FILE or --bundle DIR")
+        data = _read_file(ipset_file)
+        try:
+            ipsets = parse_ipset_save(data.decode("utf-8", "replace"), ipset_file)
+        except InputError as exc:
+            problems.append(Problem(f"{exc.source}:{exc.line}" if exc.line else exc.source, exc.message))
     return TraceSetup(IptablesTracer(ruleset, routing, ipsets), "iptables", problems)
+
+
+def _setup_from_state(
+    bundle: str | None,
+    live: bool,
+    host_root: str | None,
+    progress: Callable[[str], None] | None,
+    dest: Destination | None,
+    mode: str,
+    family: int,
+    local_ips: Iterable[str],
+) -> TraceSetup:
+    """A tracer over a bundle or this node (``live``), in the mode kube-proxy runs (``mode`` "auto") or the one
+    asked, over the rules of the iptables backend that acts."""
+    from kpdiag.state.node import NodeState
+    from kpdiag.dataplane import get
+
+    from ..trace.netfilter import IptablesTracer
+
+    read = None
+    if live:
+        state, read = live_state(host_root, progress, dest)
+    else:
+        assert bundle is not None  # live or a bundle
+        state = NodeState(Bundle.open(bundle))
+    bundle = bundle or f"this node ({state.node_name or 'live'})"
+    dp = state.dataplane if mode == "auto" else get(mode)  # auto: the mode kube-proxy runs in
+    dp = dp if dp.has_own_tracer else get("iptables")  # a mode without a tracer: its iptables rules
+    for ip in local_ips:
+        from ..parse.addr import parse_ip
+
+        state.routing.local_ips.add(parse_ip(ip))
+    chosen = None
+    if family == 4:  # which iptables backend's rules act (kpdiag/trace/backends.py); IPv6: ip6tables-save's
+        from ..trace.backends import choose
+
+        chosen = choose(state, bundle)
+    backend = chosen.rules if chosen is not None and chosen.note else None
+    needed, rel, what = dp.trace_rules(state, family)
+    if backend is not None and dp.traced_with_iptables:
+        needed = backend
+    _required(state, needed, bundle, rel, what)
+    missing = dp.trace_missing(state)
+    if missing:
+        raise InputError(bundle, missing)
+    # parses ipsets too: their problems are collected after it
+    tracer = dp.tracer(state, family, backend)
+    if isinstance(tracer, IptablesTracer):  # an iptables walk
+        if dp.traced_with_iptables and state.nft_text:
+            _with_nft_tables(tracer, state)
+        tracer.recent = state.xt_recent  # kube-proxy's session affinity state, when recorded
+    problems = list(state.problems)
+    if live:  # what a live trace did not need to read is no warning of it
+        used = dp.trace_sources + (sources.XT_RECENT,) + ((chosen.source,) if chosen and chosen.note else ())
+        problems = [p for p in problems if any(n in p.source for n in used) or FOCUS_FALLBACK in p.error]
+    notes = (chosen.note,) if chosen is not None and chosen.note else ()
+    assert tracer is not None  # _required: its rules are there
+    return TraceSetup(tracer, dp.name, problems, state, read, live=live, notes=notes)

@@ -204,7 +204,6 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
 
     out: list[str] = []
     counts = report.counts()
-    f = report.facts
     headline = report.extra.get("headline")
     if headline:
         out.extend(c("bold", line) for line in _wrap(headline, width, "", "  "))
@@ -213,6 +212,35 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         out.extend(c("bold", w) for w in _wrap(line, width, "» ", "  "))
     if headline or verdict:
         out.append("")
+    bits = _fact_bits(report.facts)
+    out.extend(c("bold", line) for line in _wrap(f"kpdiag: {report.subject}", width, "", "  "))
+    if bits:
+        out.extend(_wrap("; ".join(bits), width, "  ", "    "))
+    if not verbose and _quiet(report):
+        return "\n".join(out + [c("dim", w) for w in _wrap(_quiet_line(report), width, "", "  ")]) + "\n"
+    out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    out.extend(_scope_lines(report, width))
+    out.extend(_node_lines(report, width, verbose))
+    out.extend(_trace_lines(report, width))
+    for severity, trees in _finding_trees(report.findings):
+        if severity == "info" and not verbose:
+            out += ["", *(c("dim", w) for w in _wrap(hidden_info_line(trees), width, "", "  "))]
+            continue
+        out.append("")
+        out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
+        for x, depth in trees:
+            out.append("")
+            out.extend(_finding_lines(x, depth, width, c))
+    out.extend(_skipped_lines(report, verbose, c, width))
+    out.extend(_problem_lines(report, verbose, c, width))
+    if not headline and not any(x.severity.value in ("error", "warning") for x in report.findings):
+        out.append("")
+        out.append("No problems found by the checks that ran.")
+    return "\n".join(out) + "\n"
+
+
+def _fact_bits(f: dict) -> list[str]:
+    """The facts of the subject line: proxy mode, kernel, CNI, rule counts, nodes diagnosed."""
     bits = []
     if f.get("proxy_mode"):
         bits.append(f"mode {term(f['proxy_mode'])} ({term(f.get('proxy_mode_source'))})")
@@ -232,12 +260,12 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
             + (f"; modes: {modes}" if modes else "")
             + (f"; API server {term(f['api_server_version'])}" if f.get("api_server_version") else "")
         )
-    out.extend(c("bold", line) for line in _wrap(f"kpdiag: {report.subject}", width, "", "  "))
-    if bits:
-        out.extend(_wrap("; ".join(bits), width, "  ", "    "))
-    if not verbose and _quiet(report):
-        return "\n".join(out + [c("dim", w) for w in _wrap(_quiet_line(report), width, "", "  ")]) + "\n"
-    out.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    return bits
+
+
+def _scope_lines(report: Report, width: int) -> list[str]:
+    """What the report covers: a focused read (partial), and the client NetworkPolicy was judged for."""
+    out: list[str] = []
     partial = report.extra.get("partial")
     if isinstance(partial, dict) and partial.get("service"):
         line = (
@@ -254,18 +282,26 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
             else f"client (for NetworkPolicy): not identified — {who['how']}"
         )
         out.extend(_wrap(line, width, "  ", "    "))
-    if report.extra.get("nodes"):
-        out.append("")
-        rows, hidden = notable_rows(report.extra["nodes"], verbose)
-        out.extend("  " + line for line in nodes_table(rows, width - 2).splitlines())
-        if hidden:
-            out.append(
-                f"  … and {hidden} more node(s) like the majority: ok, no error or warning (-v lists every node)"
-            )
+    return out
+
+
+def _node_lines(report: Report, width: int, verbose: bool) -> list[str]:
+    """A cluster report's nodes table: the notable nodes (every node with -v)."""
+    if not report.extra.get("nodes"):
+        return []
+    out = [""]
+    rows, hidden = notable_rows(report.extra["nodes"], verbose)
+    out.extend("  " + line for line in nodes_table(rows, width - 2).splitlines())
+    if hidden:
+        out.append(f"  … and {hidden} more node(s) like the majority: ok, no error or warning (-v lists every node)")
+    return out
+
+
+def _trace_lines(report: Report, width: int) -> list[str]:
+    """One line per trace a report holds (its paths' shares and verdicts), and its notes."""
     traces = report.extra.get("traces") or []
     notes = report.extra.get("notes") or []
-    if traces or notes:
-        out.append("")
+    out: list[str] = [""] if traces or notes else []
     for t in traces:
         pk = t["packet"]
         ends = ", ".join(
@@ -283,29 +319,21 @@ def report_to_text(report: Report, colour: bool = False, verbose: bool = False, 
         )
     for note in notes:
         out.extend(_wrap(note, width, "  note: ", "        "))
-    for severity, trees in _finding_trees(report.findings):
-        if severity == "info" and not verbose:
-            out += ["", *(c("dim", w) for w in _wrap(hidden_info_line(trees), width, "", "  "))]
-            continue
-        out.append("")
-        out.append(c(severity, f"{severity.upper()}S" if severity != "info" else "INFO"))
-        for x, depth in trees:
-            out.append("")
-            out.extend(_finding_lines(x, depth, width, c))
-    out.extend(_skipped_lines(report, verbose, c, width))
-    if report.problems:
-        out.append("")
-        out.append(c("dim", f"could not read ({len(report.problems)}):"))
-        shown = report.problems if verbose else report.problems[:PROBLEMS_SHOWN]
-        for p in shown:
-            out.extend(c("dim", w) for w in _wrap(f"{p.get('source')}: {p.get('error')}", width, "  ", "    "))
-        if len(shown) < len(report.problems):
-            more = len(report.problems) - len(shown)
-            out.append(c("dim", f"  … and {more} more (-v lists them all; -o json has every one)"))
-    if not headline and not any(x.severity.value in ("error", "warning") for x in report.findings):
-        out.append("")
-        out.append("No problems found by the checks that ran.")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _problem_lines(report: Report, verbose: bool, c, width: int) -> list[str]:
+    """What could not be read: the first PROBLEMS_SHOWN (all with -v)."""
+    if not report.problems:
+        return []
+    out = ["", c("dim", f"could not read ({len(report.problems)}):")]
+    shown = report.problems if verbose else report.problems[:PROBLEMS_SHOWN]
+    for p in shown:
+        out.extend(c("dim", w) for w in _wrap(f"{p.get('source')}: {p.get('error')}", width, "  ", "    "))
+    if len(shown) < len(report.problems):
+        more = len(report.problems) - len(shown)
+        out.append(c("dim", f"  … and {more} more (-v lists them all; -o json has every one)"))
+    return out
 
 
 def _quiet(report: Report) -> bool:
@@ -516,15 +544,19 @@ def fit_table(
     def fit(text: str, limit: int) -> str:
         return text if len(text) <= limit else "\n".join(_cell_lines(text, limit))
 
-    if limits != natural:  # wrap only the cells that need it (tabulate's own wrapping is slow on big tables)
+    # Cells are wrapped here, not by tabulate's maxcolwidths: that is textwrap's wrapping, which cuts a long word and
+    # breaks at hyphens, where a number, an address or a name must stay whole and break only after "/" or "=" (the
+    # goldens in tests/cli/golden hold such tables); it is slow on big tables too. Only the cells that need it wrap.
+    if limits != natural:
         body = [[fit(v, limits[i]) for i, v in enumerate(r)] for r in body]
         heads = [fit(h, limits[i]) for i, h in enumerate(heads)]
-    padding = tabulate_module.MIN_PADDING
-    tabulate_module.MIN_PADDING = 0  # tabulate widens every column to its header + 2: the column gap is enough
-    try:
-        return tabulate_module.tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True) + "\n"
-    finally:
-        tabulate_module.MIN_PADDING = padding
+    # tabulate's "simple" layout, with the header and its rule laid out as rows of "plain": as headers, tabulate would
+    # widen each column to its header + MIN_PADDING, a module global (the two-space column gap is enough)
+    rule = [
+        "-" * max(len(line) for v in [heads[i]] + [r[i] for r in body] for line in v.strip().split("\n"))
+        for i in range(n)
+    ]
+    return tabulate_module.tabulate([heads, rule, *body], tablefmt="plain", disable_numparse=True) + "\n"
 
 
 def _pieces(word: str) -> list[str]:

@@ -98,44 +98,51 @@ def trace_to_text(result: TraceResult, verbose: bool = False, width: int | None 
         ).rstrip("\n")
     )
     for i, path in enumerate(result.paths, 1):
-        lines.append("")
-        lines.extend(
-            _wrap(
-                f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}",
-                width,
-                "",
-                "  ",
-            )
-        )
-        shown = route_text(path.route)
-        if shown:
-            lines.extend(_wrap(term(shown), width, "  route: ", "         "))
-        hook = None
-        last = max((k for k, st in enumerate(path.steps) if st.rule is not None), default=-1)
-        for k, step in enumerate(path.steps):
-            if step.hook != hook:
-                hook = step.hook
-                lines.append(f"  {term(hook)}")
-            raw_where = f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else "")
-            where, action = term(raw_where), term(step.action)
-            if 4 + max(len(where), 44) + 1 + len(action) <= width:
-                lines.append(f"    {where:<44} {action}")
-            else:  # the action after two spaces, wrapped below the rule's name
-                lines.extend(_wrap(f"{raw_where}  {step.action}", width, "    ", "        "))
-            text = term(step.text)
-            if (
-                verbose or step.rule is None or k == last
-            ):  # in full (wrapped): the rule that decided, or every rule with -v
-                lines.extend(_wrap_rule(text, width))
-            else:
-                lines.append(f"      {_shorten(text, max(width - 6, 40))}")
-        for note in path.notes:
-            lines.extend(_wrap(note, width, "  note: ", "        "))
+        lines.extend(_path_lines(path, i, n, width, verbose))
     for note in result.notes:
         lines.extend(_wrap(note, width, "note: ", "      "))
     if result.kernel is not None:
         lines.extend(_kernel_lines(result.kernel, width, result))
     return "\n".join(lines) + "\n"
+
+
+def _path_lines(path, i: int, n: int, width: int, verbose: bool) -> list[str]:
+    """One path of a trace: its share and end, its route, and each step under its hook — the rule that decided in
+    full, the others shortened (every rule in full with ``verbose``)."""
+    from .report import _wrap
+
+    lines = [""]
+    lines.extend(
+        _wrap(
+            f"path {i}/{n}  {_pct(path.probability)}  {_describe(path)}{'  [uncertain]' if path.uncertain else ''}",
+            width,
+            "",
+            "  ",
+        )
+    )
+    shown = route_text(path.route)
+    if shown:
+        lines.extend(_wrap(term(shown), width, "  route: ", "         "))
+    hook = None
+    last = max((k for k, st in enumerate(path.steps) if st.rule is not None), default=-1)
+    for k, step in enumerate(path.steps):
+        if step.hook != hook:
+            hook = step.hook
+            lines.append(f"  {term(hook)}")
+        raw_where = f"{step.table}/{step.chain}" + (f" #{step.rule}" if step.rule is not None else "")
+        where, action = term(raw_where), term(step.action)
+        if 4 + max(len(where), 44) + 1 + len(action) <= width:
+            lines.append(f"    {where:<44} {action}")
+        else:  # the action after two spaces, wrapped below the rule's name
+            lines.extend(_wrap(f"{raw_where}  {step.action}", width, "    ", "        "))
+        text = term(step.text)
+        if verbose or step.rule is None or k == last:  # in full (wrapped): the rule that decided, or every rule with -v
+            lines.extend(_wrap_rule(text, width))
+        else:
+            lines.append(f"      {_shorten(text, max(width - 6, 40))}")
+    for note in path.notes:
+        lines.extend(_wrap(note, width, "  note: ", "        "))
+    return lines
 
 
 def _kernel_lines(kernel: dict, width: int, result=None) -> list[str]:

@@ -24,7 +24,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_v_is_verbose_and_says_the_same():
-    from kpdiag.cli import VERBOSE_HELP, cli
+    from kpdiag.cli import cli
+    from kpdiag.cli.options import VERBOSE_HELP
 
     seen = []
     for name, command in cli.commands.items():

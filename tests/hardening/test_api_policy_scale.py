@@ -15,6 +15,7 @@ import pytest
 
 from kpdiag.parse import decode
 from kpdiag.bundle.store import Bundle
+from kpdiag.commands import listscan
 from kpdiag.commands import policy as P
 from kpdiag.errors import InputError
 from kpdiag.parse.node import parse_kube_proxy_config
@@ -30,7 +31,7 @@ SCHEMA = os.path.join(ROOT, "kpdiag", "schemas", "policy.schema.json")
 def bundle(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("policy") / "b")
     write(d, 800, 20)  # pods.json over LAZY_BYTES: searched, not parsed whole
-    assert os.path.getsize(os.path.join(d, "cluster", "pods.json")) > P.LAZY_BYTES
+    assert os.path.getsize(os.path.join(d, "cluster", "pods.json")) > listscan.LAZY_BYTES
     return d
 
 
@@ -43,7 +44,7 @@ def test_many_endpoints_read_the_pods_once_and_answer_as_the_search_does(bundle,
     real = decode.load_json
     monkeypatch.setattr(decode, "load_json", lambda text, *a, **kw: reads.append(len(text)) or real(text, *a, **kw))
     fast = _ask(bundle)
-    big = [n for n in reads if n > P.LAZY_BYTES]
+    big = [n for n in reads if n > listscan.LAZY_BYTES]
     assert len(big) == 1, reads  # pods.json decoded whole once, not searched 800 times
     monkeypatch.setattr(P, "SCAN_LOOKUPS", 10**9)  # every look-up a search of the file (the old way)
     slow = _ask(bundle)
@@ -131,7 +132,7 @@ def test_a_value_in_many_small_items_is_searched_in_linear_work(n):
     doc = {"apiVersion": "v1", "kind": "List", "items": [pod] + [{"name": "x"}] * n}
     raw = _Counted(json.dumps(doc, indent=1).encode())
     _Counted.rfinds = 0
-    found = P.ListScan(raw).where("name", "x")
+    found = listscan.ListScan(raw).where("name", "x")
     items = [obj for _, obj in found if obj is not None]
     assert items == [pod] and len(found) == n + 1
     assert _Counted.rfinds <= 4 * (n + 1), _Counted.rfinds

@@ -9,14 +9,15 @@ import os
 import pytest
 
 from kpdiag.commands import policy as policy_cmd
-from kpdiag.commands.policy import ListScan
+from kpdiag.commands import listscan
+from kpdiag.commands.listscan import ListScan
 from tests.netpol.test_truth_tables import ALL, SHAPES
 from tests.netpol.world import ask, policy, write_bundle
 
 
 @pytest.fixture
 def scan_everything(monkeypatch):
-    monkeypatch.setattr(policy_cmd, "LAZY_BYTES", 0)  # every List file is searched
+    monkeypatch.setattr(listscan, "LAZY_BYTES", 0)  # every List file is searched
 
 
 PICKED = (
@@ -32,7 +33,7 @@ PICKED = (
 def test_search_answers_like_the_parser(tmp_path, monkeypatch, name):
     policies, port, reach = next(s for s in SHAPES if s.id == name).values
     bundle = write_bundle(tmp_path, policies)
-    monkeypatch.setattr(policy_cmd, "LAZY_BYTES", 0)
+    monkeypatch.setattr(listscan, "LAZY_BYTES", 0)
     wrong = [(s, d) for s in ALL for d in ALL if ask(bundle, s, d, port)["allowed"] != reach.m[(s, d)]]
     assert not wrong
 
