@@ -150,13 +150,11 @@ def _validated(
     advice_for: str | None,
     needs: Iterable[str],
     uses: Iterable[str],
-    explains: Iterable[str],
-    absent: Iterable[str],
-    shows: Iterable[str],
-    verdict: Iterable[str],
+    links: tuple[Iterable[str], Iterable[str], Iterable[str], Iterable[str]],
 ) -> _Options:
     """The options of :func:`check` that name something outside it (severities, modes, CNIs, inputs, checks and
-    components), checked; ValueError naming the check and the option when one is wrong."""
+    components), checked; ValueError naming the check and the option when one is wrong. ``links``: its ``explains``,
+    ``absent``, ``shows`` and ``verdict`` (kpdiag/rootcause.py)."""
     if scope not in ("node", "cluster"):
         raise ValueError(f"check {id}: scope must be 'node' or 'cluster', not {scope!r}")
     declared = tuple(Severity(x) for x in severities)
@@ -183,7 +181,7 @@ def _validated(
     broker.validate(id, scope, needed, used)
     from .rootcause import validate_declaration
 
-    explains, absent, shows, verdict = validate_declaration(id, explains, absent, shows, verdict)
+    explains, absent, shows, verdict = validate_declaration(id, *links)
     return _Options(declared, modes, preflight, cni, needed, used, explains, absent, shows, verdict)
 
 
@@ -256,30 +254,15 @@ def check(
     It may name a group (kpdiag/rootcause.py GROUPS) instead of ids: "stale-rules", the checks that declare
     ``shows=("stale-rules",)``, or "mode-checks", the checks that declare ``modes``.
     ``absent`` names the components (kpdiag/rootcause.py COMPONENTS) its findings say are not there: no other finding
-    of the report then advises acting on them. See docs/architecture.md, "Root cause and consequences".
-    ``verdict`` names the parts (kpdiag/rootcause.py VERDICT_ROLES) its findings play in ``kpdiag svc``'s verdict.
+    of the report then advises acting on them. ``verdict``: its parts in the svc verdict (rootcause.py VERDICT_ROLES).
     ``advice_for="kube-proxy"``: its advice is kube-proxy's, so it is skipped where a replacement implements Services.
     ``preflight`` names the modes whose ``kpdiag node --preflight MODE`` runs it (one of that mode's prerequisites).
     ``any_host``: it runs even where the host does not look like a Kubernetes node (every other node check is skipped
     there). ``cni`` names the CNIs ("flannel", "calico" …) or routing models ("node-podcidr", "ipam-blocks" …) of
     kpdiag/state/cni.py the check judges: on a node whose CNI is another, or is not recognised, it is skipped, saying
     which CNI the node has."""
-    opt = _validated(
-        id,
-        scope,
-        severity,
-        severities,
-        modes,
-        preflight,
-        cni,
-        advice_for,
-        needs,
-        uses,
-        explains,
-        absent,
-        shows,
-        verdict,
-    )
+    links = (explains, absent, shows, verdict)
+    opt = _validated(id, scope, severity, severities, modes, preflight, cni, advice_for, needs, uses, links)
 
     def deco(fn: F) -> F:
         needs, uses, params = _typed_inputs(id, scope, fn, opt.needs, opt.uses)
