@@ -11,7 +11,7 @@ from kpdiag.manifests import MANIFESTS
 
 
 @click.command("rbac")
-@click.argument("names", nargs=-1, type=click.Choice(list(MANIFESTS)))
+@click.argument("names", nargs=-1, type=click.Choice(list(MANIFESTS)), metavar="[MANIFEST]...")
 def rbac_cmd(names):
     """Print kpdiag's RBAC manifests (shipped in the package) to apply them.
 
@@ -26,7 +26,7 @@ def rbac_cmd(names):
 
     if not names:
         for name, (filename, what) in MANIFESTS.items():
-            click.echo(f"{name:<12} {what} ({filename})")
+            click.echo(f"{name:<16} {what} ({filename})")
         return
     texts = [manifest_text(name).rstrip("\n") + "\n" for name in dict.fromkeys(names)]
     click.echo("---\n".join(texts), nl=False)

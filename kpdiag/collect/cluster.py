@@ -158,7 +158,10 @@ class ClusterCollector:
         return time.monotonic() + min(left, self.call_seconds)
 
     def _timeouts(self, ends: float) -> tuple[float, float]:
-        t = max(0.05, min(self.timeout, ends - time.monotonic()))
+        """The client's connect and per-read timeouts for a call that must be over at ``ends``: the per-read timeout,
+        or a little past ``ends`` when that comes first — so the call's own deadline (:func:`kpdiag.collect.kubeapi.
+        within`) always ends it, and says so, rather than a read timeout that races it to the same moment."""
+        t = max(0.05, min(self.timeout, ends - time.monotonic() + 0.5))
         return (t, t)
 
     def _fetch(self, fn, args, kwargs):

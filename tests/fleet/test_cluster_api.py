@@ -444,14 +444,20 @@ def test_api_calls_grow_linearly_with_nodes(capsys, tmp_path, n):
     report = json.loads(out)
     assert report["facts"]["nodes_diagnosed"] == n, err
     assert live == []
-    per_node = sum(
-        1
+    per_node_calls = [
+        (m, p)
         for m, p in calls
         if (m == "POST" and p.endswith("/pods")) or p.endswith("/log") or "/pods/" in p and m == "DELETE"
-    )
+    ]
+    per_node = len(per_node_calls)
     lists = sum(1 for m, p in calls if m == "GET" and p == f"/api/v1/namespaces/{NS}/pods")
     fixed = len(calls) - per_node - lists
-    assert per_node == 3 * n  # create, log, delete: nothing per node beyond that
+    # create, log, delete: nothing per node beyond that — a read or delete the client retried after a timeout (a
+    # loaded machine) is the same call again, not a new kind; a create retried names the pod again (same path)
+    reads_and_deletes = {(m, p) for m, p in per_node_calls if m != "POST"}
+    creates = sum(1 for m, _ in per_node_calls if m == "POST")
+    assert len(reads_and_deletes) == 2 * n and creates >= n
+    assert per_node <= 3 * n + max(2, n // 50), per_node  # retries stay rare
     assert fixed <= 6  # nodes, services, /version (one page each at this size), the run's ConfigMap created, deleted
     assert lists <= took / 0.05 + 2  # one list per poll for the whole run, not one GET per pod
 
