@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kpdiag import exitcodes
-from kpdiag.cli.options import _check_output, _fail, _progress, _say
+from kpdiag.cli.options import _check_output, _fail, _host_root_option, _progress, _say
 
 
 @click.command()
@@ -15,12 +15,7 @@ from kpdiag.cli.options import _check_output, _fail, _progress, _say
     is_flag=True,
     help="Replace an existing output of yours, whole, once the new one is complete (a symlink is never followed).",
 )
-@click.option(
-    "--host-root",
-    type=click.Path(),
-    default=None,
-    help="Where the host's root is mounted (default: /host when present, else /).",
-)
+@_host_root_option
 @click.option(
     "--redact",
     is_flag=True,

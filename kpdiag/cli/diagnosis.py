@@ -14,6 +14,7 @@ from kpdiag.cli.options import (
     _check_output,
     _emit_report,
     _fail,
+    _host_root_option,
     _progress,
     _report_options,
     _say,
@@ -45,12 +46,7 @@ def analyze(bundle, output, fail_on, select, ignore, verbose):
 
 
 @click.command()
-@click.option(
-    "--host-root",
-    type=click.Path(),
-    default=None,
-    help="Where the host's root is mounted (default: /host when present, else /).",
-)
+@_host_root_option
 @click.option(
     "--service",
     "service",

@@ -93,6 +93,15 @@ def _check_patterns(ctx, param, value):
     return value
 
 
+# `kpdiag node` and `kpdiag collect` read the live node alike
+_host_root_option = click.option(
+    "--host-root",
+    type=click.Path(),
+    default=None,
+    help="Where the host's root is mounted (default: /host when present, else /).",
+)
+
+
 def _report_options(fn):
     fn = click.option(
         "--ignore",
